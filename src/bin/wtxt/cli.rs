@@ -1,0 +1,177 @@
+//! Command-line flags as plain structs (clap derive); no logic lives here.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Deterministic, self-checking ASCII snapshots of ML weights (WTXT 1.1).
+#[derive(Parser, Debug)]
+#[command(name = "wtxt", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Write a canonical WTXT from .npy, .npz, .safetensors or WTXT inputs.
+    Snapshot(SnapshotArgs),
+    /// Verify a WTXT (or a WTXT-S with its WSUM): every check of the profile.
+    Verify(VerifyArgs),
+    /// Show the header and the arrays of a WTXT.
+    Inspect(InspectArgs),
+    /// Verify a WTXT, then write its arrays to .npy, .npz or .safetensors.
+    Extract(ExtractArgs),
+    /// Rescue the intact arrays of a damaged WTXT and report what was lost.
+    Recover(RecoverArgs),
+    /// Compute the WSUM of a WTXT-S (and optionally rewrite it as a plain WTXT).
+    Finalize(FinalizeArgs),
+    /// Generate an Ed25519 signing key (PKCS#8 PEM) and its public key.
+    Keygen(KeygenArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct HmacArg {
+    /// HMAC key file (hex, at least 64 digits); else $WTXT_HMAC_KEY.
+    #[arg(long, value_name = "FILE")]
+    pub hmac_key: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct SnapshotArgs {
+    /// Input files; formats are told by their magic bytes.
+    #[arg(required = true, value_name = "INPUT")]
+    pub inputs: Vec<PathBuf>,
+    /// Output WTXT file (written atomically).
+    #[arg(short, long, value_name = "OUT.wtxt")]
+    pub output: PathBuf,
+    /// Generation number (default 0).
+    #[arg(long, value_name = "N", conflicts_with = "prev")]
+    pub gen: Option<u64>,
+    /// Previous generation: gen = its gen + 1, merkle_prev = its merkle_this.
+    #[arg(long, value_name = "PREV.wtxt")]
+    pub prev: Option<PathBuf>,
+    /// Timestamp YYYY-MM-DDTHH:MM:SSZ (default: $SOURCE_DATE_EPOCH, else now).
+    #[arg(long, value_name = "TS")]
+    pub ts: Option<String>,
+    /// Build token (default none).
+    #[arg(long, value_name = "TOK")]
+    pub build: Option<String>,
+    /// Schema token (default weights/v1).
+    #[arg(long, value_name = "TOK")]
+    pub schema: Option<String>,
+    /// Host token (default cpu).
+    #[arg(long, value_name = "TOK")]
+    pub host: Option<String>,
+    /// CUDA token (default off).
+    #[arg(long, value_name = "TOK")]
+    pub cuda: Option<String>,
+    /// Rows per chunk for arrays of rank >= 2 (default 128).
+    #[arg(long, value_name = "R")]
+    pub rows_per_chunk: Option<u64>,
+    #[command(flatten)]
+    pub hmac: HmacArg,
+    /// Ed25519 signing key (PKCS#8 PEM or OpenSSH).
+    #[arg(long, value_name = "KEY.pem")]
+    pub sign_key: Option<PathBuf>,
+    /// Audit line: 'k=v k2="quoted value" ...'.
+    #[arg(long, value_name = "'k=v ...'")]
+    pub audit: Option<String>,
+    /// Write a WTXT-S (root_pending) and its WSUM (needs --wsum).
+    #[arg(long, requires = "wsum")]
+    pub streaming: bool,
+    /// Where the WSUM of a streaming snapshot goes.
+    #[arg(long, value_name = "OUT.wsum", requires = "streaming")]
+    pub wsum: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// The WTXT file.
+    pub file: PathBuf,
+    /// The WSUM that finalizes a WTXT-S.
+    #[arg(long, value_name = "FILE.wsum")]
+    pub wsum: Option<PathBuf>,
+    #[command(flatten)]
+    pub hmac: HmacArg,
+    /// Trust this public key (SPKI PEM or ssh-ed25519 line).
+    #[arg(long, value_name = "PUB.pem", conflicts_with = "trusted_keys")]
+    pub pubkey: Option<PathBuf>,
+    /// Trust the keys in this file (`<keyid> <base64 key> [comment]` lines).
+    #[arg(long, value_name = "FILE")]
+    pub trusted_keys: Option<PathBuf>,
+    /// Fail unless a trusted key's valid signature is present.
+    #[arg(long)]
+    pub require_signature: bool,
+    /// Check the chain: gen and merkle_prev must follow this file.
+    #[arg(long, value_name = "PREV.wtxt")]
+    pub prev: Option<PathBuf>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The WTXT file.
+    pub file: PathBuf,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ExtractArgs {
+    /// The WTXT file.
+    pub file: PathBuf,
+    /// Output: .npy (one array), .npz or .safetensors.
+    #[arg(short, long, value_name = "OUT")]
+    pub output: PathBuf,
+    /// Extract only this array.
+    #[arg(long, value_name = "NAME")]
+    pub array: Option<String>,
+    #[command(flatten)]
+    pub hmac: HmacArg,
+}
+
+#[derive(Args, Debug)]
+pub struct RecoverArgs {
+    /// The damaged WTXT file.
+    pub file: PathBuf,
+    /// Output: a valid WTXT of the arrays that are whole.
+    #[arg(short, long, value_name = "OUT.wtxt")]
+    pub output: PathBuf,
+    /// Write a JSON report of intact and damaged chunks per array.
+    #[arg(long, value_name = "JSON")]
+    pub report: Option<PathBuf>,
+    #[command(flatten)]
+    pub hmac: HmacArg,
+    /// Sign the recovered file.
+    #[arg(long, value_name = "KEY.pem")]
+    pub sign_key: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct FinalizeArgs {
+    /// The WTXT-S file.
+    pub file: PathBuf,
+    /// Output WSUM file.
+    #[arg(short, long, value_name = "OUT.wsum")]
+    pub output: PathBuf,
+    /// Sign the WSUM (and the rewritten file).
+    #[arg(long, value_name = "KEY.pem")]
+    pub sign_key: Option<PathBuf>,
+    /// Previous generation: merkle_prev = its merkle_this.
+    #[arg(long, value_name = "PREV.wtxt")]
+    pub prev: Option<PathBuf>,
+    /// Also write the finalized plain WTXT here.
+    #[arg(long, value_name = "OUT.wtxt")]
+    pub rewrite: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct KeygenArgs {
+    /// Secret key output (PKCS#8 PEM, mode 0600); the public key goes to OUT.pub.
+    #[arg(short, long, value_name = "KEY.pem")]
+    pub output: PathBuf,
+}

@@ -1,0 +1,218 @@
+//! The `wtxt` binary: parses flags, calls the library, prints, and decides the
+//! exit code in one place (0 ok, 1 a check failed, 2 unusable input or usage).
+
+mod cli;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Parser;
+use wtxt::crypto::mac::HmacKey;
+use wtxt::crypto::sign::{PublicKey, SecretKey, TrustedKeys};
+use wtxt::error::{Error, Result};
+use wtxt::ops;
+use wtxt::progress::Progress;
+use wtxt::wtxt::verify::{Report, SigStatus};
+
+use cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    match run(cli.command) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("wtxt: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}
+
+/// Writes to stdout; a closed pipe (`wtxt inspect f | head`) is not an error.
+fn emit(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::io("stdout", e)),
+        _ => Ok(()),
+    }
+}
+
+fn hmac_key(path: &Option<std::path::PathBuf>) -> Result<Option<HmacKey>> {
+    HmacKey::from_file_or_env(path.as_deref())
+}
+
+fn sign_key(path: &Option<std::path::PathBuf>) -> Result<Option<SecretKey>> {
+    path.as_deref().map(SecretKey::from_file).transpose()
+}
+
+fn run(cmd: Command) -> Result<u8> {
+    match cmd {
+        Command::Snapshot(a) => {
+            let opts = ops::SnapshotOptions {
+                gen: a.gen,
+                prev: a.prev,
+                ts: a.ts,
+                build: a.build,
+                schema: a.schema,
+                host: a.host,
+                cuda: a.cuda,
+                rows_per_chunk: a.rows_per_chunk,
+                hmac_key: hmac_key(&a.hmac.hmac_key)?,
+                sign_key: sign_key(&a.sign_key)?,
+                audit: a.audit,
+                wsum: if a.streaming { a.wsum } else { None },
+            };
+            let progress = Progress::for_terminal("snapshot");
+            let w = ops::snapshot(&a.inputs, &a.output, &opts, &progress)?;
+            progress.finish();
+            eprintln!("wrote {} ({} bytes) sha256_all={}", a.output.display(), w.len, hex::encode(w.sha256_all));
+            Ok(0)
+        }
+        Command::Verify(a) => {
+            let trusted = match (&a.pubkey, &a.trusted_keys) {
+                (Some(p), _) => Some(TrustedKeys::single(PublicKey::from_file(p)?)),
+                (None, Some(t)) => Some(TrustedKeys::from_file(t)?),
+                (None, None) => None,
+            };
+            let opts = ops::VerifyFiles {
+                wsum: a.wsum,
+                hmac_key: hmac_key(&a.hmac.hmac_key)?,
+                trusted,
+                require_signature: a.require_signature,
+                prev: a.prev,
+            };
+            let progress = Progress::for_terminal("verify");
+            let report = ops::verify_file(&a.file, &opts, &progress)?;
+            progress.finish();
+            if a.json {
+                emit(&format!("{}\n", serde_json::to_string(&report).expect("report serializes")))?;
+            } else if report.ok {
+                emit(&summary(&a.file, &report))?;
+            }
+            if !report.ok {
+                if let Some(p) = report.first_error() {
+                    let more = report.errors.len() - 1;
+                    let tail = if more > 0 { format!(" ({more} more; --json lists all)") } else { String::new() };
+                    eprintln!("wtxt: {}: line {}: {}{tail}", a.file.display(), p.line, p.message);
+                }
+                return Ok(1);
+            }
+            Ok(0)
+        }
+        Command::Inspect(a) => {
+            let i = ops::inspect(&a.file)?;
+            if a.json {
+                emit(&format!("{}\n", serde_json::to_string(&i).expect("inspection serializes")))?;
+            } else {
+                emit(&inspection_text(&i))?;
+            }
+            Ok(0)
+        }
+        Command::Extract(a) => {
+            let n = ops::extract(&a.file, &a.output, a.array.as_deref(), hmac_key(&a.hmac.hmac_key)?.as_ref())?;
+            eprintln!("wrote {} array(s) to {}", n, a.output.display());
+            Ok(0)
+        }
+        Command::Recover(a) => {
+            let opts = ops::RecoverOptions {
+                report: a.report,
+                hmac_key: hmac_key(&a.hmac.hmac_key)?,
+                sign_key: sign_key(&a.sign_key)?,
+            };
+            let r = ops::recover(&a.file, &a.output, &opts)?;
+            eprintln!("recovered {} array(s), lost {}, into {}", r.recovered_arrays, r.lost_arrays, a.output.display());
+            Ok(if r.lost_arrays == 0 && r.header_intact { 0 } else { 1 })
+        }
+        Command::Finalize(a) => {
+            let key = sign_key(&a.sign_key)?;
+            let w = ops::finalize(&a.file, &a.output, key.as_ref(), a.prev.as_deref(), a.rewrite.as_deref())?;
+            eprintln!("wrote {} sha256_all={}", a.output.display(), hex::encode(w.sha256_all));
+            Ok(0)
+        }
+        Command::Keygen(a) => {
+            let id = ops::keygen(&a.output)?;
+            emit(&format!("{id}\n"))?;
+            Ok(0)
+        }
+    }
+}
+
+fn summary(file: &Path, r: &Report) -> String {
+    let authed = r.arrays.iter().filter(|a| a.authenticated).count();
+    let hmac = if authed == r.arrays.len() && !r.arrays.is_empty() {
+        "all arrays authenticated".to_string()
+    } else {
+        format!("{authed}/{} arrays authenticated", r.arrays.len())
+    };
+    let sig = match r.signature {
+        SigStatus::Valid => format!("signature valid (keyid {})", r.keyid.as_deref().unwrap_or("")),
+        SigStatus::Untrusted => {
+            format!("signature untrusted (keyid {}; give --pubkey or --trusted-keys)", r.keyid.as_deref().unwrap_or(""))
+        }
+        SigStatus::Absent => "unsigned".to_string(),
+        SigStatus::Invalid => "signature INVALID".to_string(),
+    };
+    let bytes: u64 = r.arrays.iter().map(|a| a.bytes).sum();
+    format!(
+        "OK {}: gen {:06} ts {} build {}, {} arrays, {} bytes, {}, {}\n",
+        file.display(),
+        r.gen,
+        r.ts,
+        r.build,
+        r.arrays.len(),
+        bytes,
+        hmac,
+        sig
+    )
+}
+
+fn inspection_text(i: &ops::Inspection) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "schema {}  gen {:06}  ts {}  build {}  host {}  cuda {}",
+        i.schema, i.gen, i.ts, i.build, i.host, i.cuda
+    );
+    let _ = writeln!(s, "cap {}", i.cap.join(","));
+    match &i.sha256_all {
+        Some(sha) => {
+            let _ = writeln!(s, "sha256_all {sha}");
+            let _ = writeln!(s, "merkle_prev {}", i.merkle_prev.as_deref().unwrap_or(""));
+            let _ = writeln!(s, "merkle_this {}", i.merkle_this.as_deref().unwrap_or(""));
+        }
+        None => {
+            let _ = writeln!(s, "root pending (WTXT-S): finalize with a WSUM");
+        }
+    }
+    let _ = writeln!(s, "signature {}", i.keyid.as_deref().map_or("none".to_string(), |k| format!("keyid {k}")));
+    let _ = writeln!(s, "{} arrays, {} bytes", i.arrays.len(), i.total_bytes);
+    let w = i.arrays.iter().map(|a| a.name.len()).max().unwrap_or(4).max(4);
+    let _ =
+        writeln!(s, "{:<w$}  {:<5}  {:<16}  {:>12}  {:>6}  hmac  sha256", "name", "dtype", "shape", "bytes", "chunks");
+    for a in &i.arrays {
+        let shape = wtxt::wtxt::syntax::shape_str(&a.shape);
+        let _ = writeln!(
+            s,
+            "{:<w$}  {:<5}  {:<16}  {:>12}  {:>6}  {:<4}  {}",
+            a.name,
+            a.dtype,
+            shape,
+            a.bytes,
+            a.chunks,
+            if a.hmac { "yes" } else { "no" },
+            &a.sha256[..16]
+        );
+    }
+    if !i.audit.is_empty() {
+        let pairs: Vec<String> = i.audit.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(s, "audit {}", pairs.join(" "));
+    }
+    s
+}

@@ -1,0 +1,126 @@
+//! Inputs and outputs other than WTXT: format detection by magic bytes,
+//! loading snapshot inputs into the model, and writing extracted arrays.
+
+pub mod npy;
+pub mod npz;
+pub mod safetensors;
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use memmap2::Mmap;
+
+use crate::atomic::AtomicFile;
+use crate::error::{input_at, Error, Result};
+use crate::model::{assign_names, sort_arrays, Array};
+use crate::wtxt::verify::VerifyOptions;
+
+/// A file format, told by its first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Npy,
+    Npz,
+    Safetensors,
+    Wtxt,
+}
+
+/// Detects a format from magic bytes, never from the file name.
+pub fn detect(b: &[u8]) -> Option<Format> {
+    if b.starts_with(npy::MAGIC) {
+        return Some(Format::Npy);
+    }
+    if b.starts_with(b"PK\x03\x04") || b.starts_with(b"PK\x05\x06") {
+        return Some(Format::Npz);
+    }
+    if b.starts_with(b"WTXT 1\n") {
+        return Some(Format::Wtxt);
+    }
+    // safetensors: u64 LE header length, then a JSON object.
+    if b.len() >= 10 {
+        let n = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        if b[8] == b'{' && n >= 2 && n <= (b.len() - 8) as u64 {
+            return Some(Format::Safetensors);
+        }
+    }
+    None
+}
+
+/// Maps a whole file read-only.
+pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    // SAFETY: the map is read-only; a file truncated under us by another
+    // process can fault, which is the accepted cost of not copying weights.
+    let m = unsafe { Mmap::map(&f) }.map_err(|e| Error::io(path, e))?;
+    Ok(Arc::new(m))
+}
+
+/// Reads snapshot inputs into arrays with WTXT names, sorted by name.
+/// `.npy` arrays are named after the file stem; other names are mapped with
+/// [`crate::model::assign_names`]. WTXT inputs are verified first.
+pub fn load_inputs(paths: &[impl AsRef<Path>], verify: &VerifyOptions) -> Result<Vec<Array>> {
+    let mut arrays = Vec::new();
+    for p in paths {
+        let p = p.as_ref();
+        arrays.extend(load_one(p, verify).map_err(|e| e.in_file(p))?);
+    }
+    let originals: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
+    for (a, n) in arrays.iter_mut().zip(assign_names(&originals)) {
+        a.name = n;
+    }
+    sort_arrays(&mut arrays)?;
+    Ok(arrays)
+}
+
+fn load_one(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
+    let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
+    if len == 0 {
+        return Err(input_at(0, "empty file: expected .npy, .npz, .safetensors or WTXT"));
+    }
+    let map = map_file(path)?;
+    match detect(&map) {
+        Some(Format::Npy) => {
+            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let n = map.len();
+            Ok(vec![npy::read(&stem, &npy::Source::Mapped(map), 0..n)?])
+        }
+        Some(Format::Npz) => npz::read(&map),
+        Some(Format::Safetensors) => safetensors::read(&map),
+        Some(Format::Wtxt) => Ok(crate::wtxt::load(&map[..], len, verify)?.arrays),
+        None => Err(input_at(0, "unrecognized format: expected .npy, .npz (zip), .safetensors or WTXT magic bytes")),
+    }
+}
+
+/// Output formats for `extract`, chosen by the output's extension.
+pub fn write_arrays(arrays: &[Array], out: &Path) -> Result<()> {
+    let ext = out.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let mut f = AtomicFile::create(out)?;
+    match ext.as_str() {
+        "npy" => {
+            let [a] = arrays else {
+                return Err(Error::usage(format!(
+                    "a .npy holds one array, this selection has {}: use --array NAME or .npz",
+                    arrays.len()
+                )));
+            };
+            let mut w = std::io::BufWriter::new(f.file());
+            use std::io::Write;
+            w.write_all(&npy::header(a)?).map_err(|e| Error::io(out, e))?;
+            w.write_all(a.bytes()).map_err(|e| Error::io(out, e))?;
+            w.flush().map_err(|e| Error::io(out, e))?;
+        }
+        "npz" => {
+            npz::write(arrays, std::io::BufWriter::new(f.file()))?
+                .into_inner()
+                .map_err(|e| Error::io(out, e.into_error()))?;
+        }
+        "safetensors" => {
+            let mut w = std::io::BufWriter::new(f.file());
+            safetensors::write(arrays, &mut w)?;
+            use std::io::Write;
+            w.flush().map_err(|e| Error::io(out, e))?;
+        }
+        _ => return Err(Error::usage(format!("{}: output must end in .npy, .npz or .safetensors", out.display()))),
+    }
+    f.commit()
+}

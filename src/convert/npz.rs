@@ -1,0 +1,97 @@
+//! NumPy `.npz`: a zip of `.npy` members, stored or deflated
+//! (`numpy.savez_compressed`). Stored members are read in place from the map.
+
+use std::io::{Cursor, Read, Seek, Write};
+use std::sync::Arc;
+
+use memmap2::Mmap;
+use zip::CompressionMethod;
+
+use crate::convert::npy::{self, Source};
+use crate::error::{input_at, Error, Result};
+use crate::limits::{MAX_ARRAYS, MAX_NPZ_MEMBER};
+use crate::model::Array;
+
+/// Reads every member of an `.npz`, each array named by its key (the
+/// caller maps keys to WTXT names).
+pub fn read(map: &Arc<Mmap>) -> Result<Vec<Array>> {
+    let bytes: &[u8] = map;
+    let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
+        .map_err(|e| input_at(0, format!("not a readable zip archive: {e}")))?;
+    if zip.len() > MAX_ARRAYS {
+        return Err(input_at(0, format!("{} members exceed the limit of {MAX_ARRAYS}", zip.len())));
+    }
+    let mut out = Vec::with_capacity(zip.len());
+    for i in 0..zip.len() {
+        let mut f = zip.by_index(i).map_err(|e| input_at(0, format!("zip member {i}: {e}")))?;
+        let name = f.name().map_err(|e| input_at(0, format!("zip member {i}: {e}")))?.into_owned();
+        if name.ends_with('/') {
+            continue;
+        }
+        let key = name.strip_suffix(".npy").unwrap_or(&name).to_string();
+        let at = f.data_start().unwrap_or(0);
+        let wrap = |e: Error| Error::input(e.position(), format!("member {name}: {}", e.message()));
+        let array = match f.compression() {
+            CompressionMethod::Stored => {
+                let start = at as usize;
+                let end = start
+                    .checked_add(f.size() as usize)
+                    .filter(|&e| e <= bytes.len())
+                    .ok_or_else(|| input_at(at, format!("member {name} runs past the end of the file")))?;
+                // The CRC of a stored member is checked by reading it through the zip reader.
+                std::io::copy(&mut f, &mut std::io::sink()).map_err(|e| input_at(at, format!("member {name}: {e}")))?;
+                npy::read(&key, &Source::Mapped(map.clone()), start..end).map_err(wrap)?
+            }
+            CompressionMethod::Deflated => {
+                let size = f.size();
+                if size > MAX_NPZ_MEMBER {
+                    return Err(input_at(
+                        at,
+                        format!("member {name} declares {size} bytes, over the limit of {MAX_NPZ_MEMBER}"),
+                    ));
+                }
+                let mut buf = Vec::with_capacity(size.min(1 << 30) as usize);
+                // Never inflate past the declared size: a bomb stops here.
+                (&mut f)
+                    .take(size + 1)
+                    .read_to_end(&mut buf)
+                    .map_err(|e| input_at(at, format!("member {name}: {e}")))?;
+                if buf.len() as u64 != size {
+                    return Err(input_at(
+                        at,
+                        format!("member {name} inflates to more or less than its declared {size} bytes"),
+                    ));
+                }
+                let len = buf.len();
+                npy::read(&key, &Source::Owned(Arc::new(buf)), 0..len).map_err(wrap)?
+            }
+            m => {
+                return Err(input_at(
+                    at,
+                    format!("member {name}: compression {m} is not supported (expected stored or deflate)"),
+                ))
+            }
+        };
+        out.push(array);
+    }
+    Ok(out)
+}
+
+/// Writes arrays as an uncompressed `.npz` with fixed timestamps, so the
+/// same arrays give the same bytes.
+pub fn write<W: Write + Seek>(arrays: &[Array], out: W) -> Result<W> {
+    let mut z = zip::ZipWriter::new(out);
+    let zerr = |e: zip::result::ZipError| Error::io("output", std::io::Error::other(e.to_string()));
+    for a in arrays {
+        let header = npy::header(a)?;
+        let size = header.len() as u64 + a.bytes().len() as u64;
+        let opts = zip::write::SimpleFileOptions::default()
+            .compression_method(CompressionMethod::Stored)
+            .last_modified_time(zip::DateTime::default())
+            .large_file(size >= u32::MAX as u64);
+        z.start_file(format!("{}.npy", a.name), opts).map_err(zerr)?;
+        z.write_all(&header).map_err(|e| Error::io("output", e))?;
+        z.write_all(a.bytes()).map_err(|e| Error::io("output", e))?;
+    }
+    z.finish().map_err(zerr)
+}

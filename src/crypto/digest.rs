@@ -1,0 +1,129 @@
+//! The profile's derived values: salts, the Merkle link, key ids and `fastxor`.
+
+use sha2::{Digest, Sha256};
+
+/// A SHA-256 digest.
+pub type Hash = [u8; 32];
+
+/// SHA-256 of `data`.
+pub fn sha256(data: &[u8]) -> Hash {
+    Sha256::digest(data).into()
+}
+
+/// The default salt of an array:
+/// `first 8 bytes of SHA256("wtxt-salt" || gen-as-written || 0x00 || name)`.
+/// Deterministic, yet it rotates with every generation.
+pub fn derive_salt(gen_as_written: &str, name: &str) -> [u8; 8] {
+    let mut h = Sha256::new();
+    h.update(b"wtxt-salt");
+    h.update(gen_as_written.as_bytes());
+    h.update([0u8]);
+    h.update(name.as_bytes());
+    let d = h.finalize();
+    d[..8].try_into().expect("8 of 32 bytes")
+}
+
+/// `merkle_this = SHA256(merkle_prev || sha256_all || ts || gen || build)`,
+/// the first two as 32 raw bytes, the rest as the ASCII written in `meta`.
+pub fn merkle_this(merkle_prev: &Hash, sha256_all: &Hash, ts: &str, gen_as_written: &str, build: &str) -> Hash {
+    let mut h = Sha256::new();
+    h.update(merkle_prev);
+    h.update(sha256_all);
+    h.update(ts.as_bytes());
+    h.update(gen_as_written.as_bytes());
+    h.update(build.as_bytes());
+    h.finalize().into()
+}
+
+/// `keyid` = first 8 bytes of SHA256(32-byte public key).
+pub fn keyid(public_key: &[u8; 32]) -> [u8; 8] {
+    sha256(public_key)[..8].try_into().expect("8 of 32 bytes")
+}
+
+/// The profile's `fastxor`: all arrays' raw bytes concatenated in name order,
+/// zero-padded to a multiple of 8, read as little-endian u64 words and XORed.
+///
+/// Arrays are fed one after another; a byte at global position `p` lands in
+/// lane `p % 8` of the word, so each array's own XOR is rotated into place.
+#[derive(Default, Clone, Copy, Debug)]
+pub struct FastXor {
+    acc: u64,
+    pos: u64,
+}
+
+impl FastXor {
+    /// Adds the next bytes of the concatenation.
+    pub fn update(&mut self, data: &[u8]) {
+        let shift = (self.pos % 8) as u32 * 8;
+        self.acc ^= xor_words(data).rotate_left(shift);
+        self.pos += data.len() as u64;
+    }
+
+    /// The value written in the `root` line.
+    pub fn value(&self) -> u64 {
+        self.acc
+    }
+
+    /// Combines `self` with the XOR of bytes that follow `self`'s bytes.
+    pub fn then(self, next: FastXor) -> FastXor {
+        let shift = (self.pos % 8) as u32 * 8;
+        FastXor { acc: self.acc ^ next.acc.rotate_left(shift), pos: self.pos + next.pos }
+    }
+}
+
+/// XOR of `data` read as little-endian u64 words, the tail zero-padded.
+fn xor_words(data: &[u8]) -> u64 {
+    let word = |c: &[u8]| u64::from_le_bytes(c.try_into().expect("8 bytes"));
+    // Four independent lanes so the loop vectorizes.
+    let mut lanes = [0u64; 4];
+    let mut blocks = data.chunks_exact(32);
+    for b in &mut blocks {
+        for (l, c) in lanes.iter_mut().zip(b.chunks_exact(8)) {
+            *l ^= word(c);
+        }
+    }
+    let mut x = lanes.iter().fold(0, |a, l| a ^ l);
+    let mut words = blocks.remainder().chunks_exact(8);
+    for c in &mut words {
+        x ^= word(c);
+    }
+    let rem = words.remainder();
+    let mut tail = [0u8; 8];
+    tail[..rem.len()].copy_from_slice(rem);
+    x ^ u64::from_le_bytes(tail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(data: &[u8]) -> u64 {
+        let mut x = 0u64;
+        for (i, b) in data.iter().enumerate() {
+            x ^= (*b as u64) << (8 * (i % 8));
+        }
+        x
+    }
+
+    #[test]
+    fn fastxor_matches_byte_lanes_across_arrays() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
+        for cut in [0, 1, 3, 8, 13, 999, 1000] {
+            let mut f = FastXor::default();
+            f.update(&data[..cut]);
+            f.update(&data[cut..]);
+            assert_eq!(f.value(), naive(&data), "cut {cut}");
+            let mut a = FastXor::default();
+            a.update(&data[..cut]);
+            let mut b = FastXor::default();
+            b.update(&data[cut..]);
+            assert_eq!(a.then(b).value(), naive(&data));
+        }
+    }
+
+    #[test]
+    fn keyid_is_sha256_prefix() {
+        let k = [7u8; 32];
+        assert_eq!(keyid(&k)[..], sha256(&k)[..8]);
+    }
+}

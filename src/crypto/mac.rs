@@ -1,0 +1,109 @@
+//! Per-array HMAC-SHA256 and the hex key files that hold its key.
+
+use std::path::Path;
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+use crate::error::{Error, Result};
+use crate::limits::MAX_KEY_FILE;
+
+/// HMAC-SHA256 as used for `arr ... hmac=`.
+pub type HmacSha256 = Hmac<Sha256>;
+
+/// Environment variable holding a hex HMAC key when no key file is given.
+pub const HMAC_KEY_ENV: &str = "WTXT_HMAC_KEY";
+
+/// A secret HMAC key (at least 32 bytes).
+#[derive(Clone)]
+pub struct HmacKey(Vec<u8>);
+
+impl std::fmt::Debug for HmacKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HmacKey({} bytes)", self.0.len())
+    }
+}
+
+impl HmacKey {
+    /// Parses the key as hex: at least 64 hex digits, surrounding whitespace ignored.
+    pub fn from_hex(text: &str) -> std::result::Result<HmacKey, String> {
+        let t = text.trim();
+        if t.len() < 64 {
+            return Err(format!("expected at least 64 hex digits, found {}", t.len()));
+        }
+        if t.len() % 2 != 0 {
+            return Err("expected an even number of hex digits".into());
+        }
+        hex::decode(t).map(HmacKey).map_err(|e| format!("expected hex digits: {e}"))
+    }
+
+    /// Reads a key file.
+    pub fn from_file(path: &Path) -> Result<HmacKey> {
+        let text = read_small_text(path)?;
+        HmacKey::from_hex(&text).map_err(|m| Error::input(Default::default(), format!("HMAC key: {m}")).in_file(path))
+    }
+
+    /// The key from `path`, else from `WTXT_HMAC_KEY`, else none.
+    pub fn from_file_or_env(path: Option<&Path>) -> Result<Option<HmacKey>> {
+        if let Some(p) = path {
+            return HmacKey::from_file(p).map(Some);
+        }
+        match std::env::var(HMAC_KEY_ENV) {
+            Ok(v) => HmacKey::from_hex(&v).map(Some).map_err(|m| Error::usage(format!("{HMAC_KEY_ENV}: {m}"))),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// A running HMAC over `salt || raw`; feed `raw` with `update`.
+    pub fn start(&self, salt: &[u8; 8]) -> HmacSha256 {
+        let mut m = <HmacSha256 as KeyInit>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        m.update(salt);
+        m
+    }
+
+    /// HMAC-SHA256(key, salt || raw).
+    pub fn compute(&self, salt: &[u8; 8], raw: &[u8]) -> [u8; 32] {
+        let mut m = self.start(salt);
+        m.update(raw);
+        m.finalize().into_bytes().into()
+    }
+}
+
+/// Checks a finished HMAC against an expected tag in constant time.
+pub fn verify_tag(mac: HmacSha256, expected: &[u8; 32]) -> bool {
+    mac.verify_slice(expected).is_ok()
+}
+
+/// Reads a small text file (keys), refusing anything over `MAX_KEY_FILE`.
+pub fn read_small_text(path: &Path) -> Result<String> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if meta.len() > MAX_KEY_FILE {
+        return Err(
+            Error::input(Default::default(), format!("expected a key file under {MAX_KEY_FILE} bytes")).in_file(path)
+        );
+    }
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    String::from_utf8(bytes).map_err(|_| Error::input(Default::default(), "expected text (UTF-8)").in_file(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_key_rules() {
+        assert!(HmacKey::from_hex(&"ab".repeat(31)).is_err());
+        assert!(HmacKey::from_hex(&format!("  {}\n", "ab".repeat(32))).is_ok());
+        assert!(HmacKey::from_hex(&"zz".repeat(32)).is_err());
+    }
+
+    #[test]
+    fn streaming_equals_one_shot() {
+        let k = HmacKey::from_hex(&"01".repeat(32)).unwrap();
+        let salt = [1, 2, 3, 4, 5, 6, 7, 8];
+        let mut m = k.start(&salt);
+        m.update(b"hello ");
+        m.update(b"world");
+        assert!(verify_tag(m, &k.compute(&salt, b"hello world")));
+    }
+}

@@ -1,0 +1,146 @@
+//! The one error type of the crate.
+//!
+//! Every error carries where it happened (file, and a 1-based line or a byte
+//! offset) and says what was expected, so the CLI can print it as one line.
+//! The kind decides the exit code in one place: a failed check is 1, unusable
+//! input or bad usage is 2.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Where in a file an error was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Position {
+    /// The whole file (or no file at all).
+    #[default]
+    None,
+    /// A 1-based line number, for text formats.
+    Line(u64),
+    /// A 0-based byte offset, for binary formats.
+    Byte(u64),
+}
+
+/// What went wrong, which decides the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A verification check failed: the input is a snapshot but not a sound one (exit 1).
+    Check,
+    /// The input cannot be used: wrong format, malformed container, unsupported content (exit 2).
+    Input,
+    /// The command line or an option value is wrong (exit 2).
+    Usage,
+    /// The operating system refused a read or write (exit 2).
+    Io,
+}
+
+#[derive(Debug)]
+struct Inner {
+    kind: Kind,
+    path: Option<PathBuf>,
+    pos: Position,
+    message: String,
+    source: Option<std::io::Error>,
+}
+
+/// An error with its kind, file and position. Boxed so `Result<T>` stays small.
+#[derive(Debug)]
+pub struct Error(Box<Inner>);
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    fn new(kind: Kind, pos: Position, message: impl Into<String>) -> Self {
+        Error(Box::new(Inner { kind, path: None, pos, message: message.into(), source: None }))
+    }
+
+    /// A failed integrity or format check at `pos`.
+    pub fn check(pos: Position, message: impl Into<String>) -> Self {
+        Self::new(Kind::Check, pos, message)
+    }
+
+    /// Unusable input at `pos`.
+    pub fn input(pos: Position, message: impl Into<String>) -> Self {
+        Self::new(Kind::Input, pos, message)
+    }
+
+    /// A wrong option or argument.
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self::new(Kind::Usage, Position::None, message)
+    }
+
+    /// An I/O failure on `path`.
+    pub fn io(path: impl AsRef<Path>, err: std::io::Error) -> Self {
+        let mut e = Self::new(Kind::Io, Position::None, err.to_string());
+        e.0.path = Some(path.as_ref().to_path_buf());
+        e.0.source = Some(err);
+        e
+    }
+
+    /// Names the file the error is about, unless one is named already.
+    pub fn in_file(mut self, path: impl AsRef<Path>) -> Self {
+        if self.0.path.is_none() {
+            self.0.path = Some(path.as_ref().to_path_buf());
+        }
+        self
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> Kind {
+        self.0.kind
+    }
+
+    /// Where in the file.
+    pub fn position(&self) -> Position {
+        self.0.pos
+    }
+
+    /// The file, when known.
+    pub fn path(&self) -> Option<&Path> {
+        self.0.path.as_deref()
+    }
+
+    /// What was expected, without file or position.
+    pub fn message(&self) -> &str {
+        &self.0.message
+    }
+
+    /// The process exit code for this error: 1 for a failed check, 2 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self.0.kind {
+            Kind::Check => 1,
+            Kind::Input | Kind::Usage | Kind::Io => 2,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(p) = &self.0.path {
+            write!(f, "{}: ", p.display())?;
+        }
+        match self.0.pos {
+            Position::None => {}
+            Position::Line(n) => write!(f, "line {n}: ")?,
+            Position::Byte(n) => write!(f, "byte {n}: ")?,
+        }
+        // One line, always: a message never carries its own newlines.
+        write!(f, "{}", self.0.message.replace('\n', " "))
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source.as_ref().map(|e| e as _)
+    }
+}
+
+/// Shorthand for a failed check on a line.
+pub fn check_at(line: u64, message: impl Into<String>) -> Error {
+    Error::check(Position::Line(line), message)
+}
+
+/// Shorthand for unusable input at a byte offset.
+pub fn input_at(byte: u64, message: impl Into<String>) -> Error {
+    Error::input(Position::Byte(byte), message)
+}

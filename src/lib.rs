@@ -1,0 +1,25 @@
+//! `wtxt`: deterministic, self-checking ASCII snapshots of ML weights (WTXT 1.1).
+//!
+//! The library holds everything; the `wtxt` binary only parses flags and
+//! calls [`ops`]. Layout:
+//! - [`model`]: the one in-memory model (named, typed arrays);
+//! - [`wtxt`]: the format (grammar, layout, writer, reader, verifier, recovery);
+//! - [`crypto`]: digests, HMAC, Ed25519 keys;
+//! - [`convert`]: `.npy`, `.npz`, `.safetensors` in and out;
+//! - [`ops`]: one function per command;
+//! - [`error`], [`limits`], [`atomic`], [`progress`]: shared plumbing.
+#![forbid(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+#![allow(missing_docs)]
+
+pub mod atomic;
+pub mod convert;
+pub mod crypto;
+pub mod error;
+pub mod limits;
+pub mod model;
+pub mod ops;
+pub mod progress;
+pub mod wtxt;
+
+pub use error::{Error, Result};

@@ -1,0 +1,283 @@
+//! The one in-memory model of a snapshot: named, typed, C-order, little-endian arrays.
+//!
+//! Every input format is read into this model and every output is written
+//! from it. Array bytes are either owned or a window of a memory-mapped file,
+//! so a snapshot of a large `.npy` or `.safetensors` never copies the weights.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use memmap2::Mmap;
+
+use crate::error::{Error, Result};
+use crate::limits::{MAX_NAME, MAX_RANK};
+
+/// Element types. The first ten are the seed's; `F16`, `Bf16` and `Bool` are
+/// the profile's `ext_dtypes` extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dtype {
+    F64,
+    F32,
+    I64,
+    U64,
+    I32,
+    U32,
+    I16,
+    U16,
+    I8,
+    U8,
+    F16,
+    Bf16,
+    Bool,
+}
+
+impl Dtype {
+    /// All dtypes, seed ones first.
+    pub const ALL: [Dtype; 13] = [
+        Dtype::F64,
+        Dtype::F32,
+        Dtype::I64,
+        Dtype::U64,
+        Dtype::I32,
+        Dtype::U32,
+        Dtype::I16,
+        Dtype::U16,
+        Dtype::I8,
+        Dtype::U8,
+        Dtype::F16,
+        Dtype::Bf16,
+        Dtype::Bool,
+    ];
+
+    /// The WTXT spelling (`f64`, `bf16`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dtype::F64 => "f64",
+            Dtype::F32 => "f32",
+            Dtype::I64 => "i64",
+            Dtype::U64 => "u64",
+            Dtype::I32 => "i32",
+            Dtype::U32 => "u32",
+            Dtype::I16 => "i16",
+            Dtype::U16 => "u16",
+            Dtype::I8 => "i8",
+            Dtype::U8 => "u8",
+            Dtype::F16 => "f16",
+            Dtype::Bf16 => "bf16",
+            Dtype::Bool => "bool",
+        }
+    }
+
+    /// Parses the WTXT spelling.
+    pub fn parse(s: &[u8]) -> Option<Dtype> {
+        Dtype::ALL.into_iter().find(|d| d.as_str().as_bytes() == s)
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::F64 | Dtype::I64 | Dtype::U64 => 8,
+            Dtype::F32 | Dtype::I32 | Dtype::U32 => 4,
+            Dtype::I16 | Dtype::U16 | Dtype::F16 | Dtype::Bf16 => 2,
+            Dtype::I8 | Dtype::U8 | Dtype::Bool => 1,
+        }
+    }
+
+    /// True for the `ext_dtypes` extension, which a file must announce in `cap`.
+    pub fn is_extension(self) -> bool {
+        matches!(self, Dtype::F16 | Dtype::Bf16 | Dtype::Bool)
+    }
+
+    /// True for floating-point types.
+    pub fn is_float(self) -> bool {
+        matches!(self, Dtype::F64 | Dtype::F32 | Dtype::F16 | Dtype::Bf16)
+    }
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Number of elements of `shape`, or `None` on overflow. Rank 0 has one element.
+pub fn element_count(shape: &[u64]) -> Option<u64> {
+    shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
+}
+
+/// Raw byte size of an array, or `None` on overflow.
+pub fn byte_size(dtype: Dtype, shape: &[u64]) -> Option<u64> {
+    element_count(shape)?.checked_mul(dtype.size() as u64)
+}
+
+/// True when `name` is a valid WTXT array name: `[A-Za-z0-9_]+`, at most 255 bytes.
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= MAX_NAME && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Maps a container's tensor name to a WTXT name: every byte outside
+/// `[A-Za-z0-9_]` becomes `_`, an empty name becomes `_`, and a name over 255
+/// bytes is cut. Collisions are resolved by [`assign_names`].
+pub fn sanitize_name(name: &str) -> String {
+    let mut out: String =
+        name.bytes().map(|b| if b.is_ascii_alphanumeric() || b == b'_' { b as char } else { '_' }).collect();
+    if out.is_empty() {
+        out.push('_');
+    }
+    out.truncate(MAX_NAME);
+    out
+}
+
+/// Gives every original name a unique WTXT name. Names that are already valid
+/// keep their spelling; the others are sanitized and, where that collides,
+/// get the smallest suffix `_2`, `_3`, ... that is free. Originals are taken
+/// in byte-wise order, so the result does not depend on input order.
+pub fn assign_names(originals: &[String]) -> Vec<String> {
+    use std::collections::BTreeSet;
+    let mut taken: BTreeSet<String> = originals.iter().filter(|n| is_valid_name(n)).cloned().collect();
+    let mut order: Vec<usize> = (0..originals.len()).collect();
+    order.sort_by(|&a, &b| originals[a].as_bytes().cmp(originals[b].as_bytes()));
+    let mut out = vec![String::new(); originals.len()];
+    for i in order {
+        let orig = &originals[i];
+        if is_valid_name(orig) {
+            out[i] = orig.clone();
+            continue;
+        }
+        let base = sanitize_name(orig);
+        let mut candidate = base.clone();
+        let mut n = 2u64;
+        while taken.contains(&candidate) {
+            let suffix = format!("_{n}");
+            let mut b = base.clone();
+            b.truncate(MAX_NAME - suffix.len());
+            candidate = b + &suffix;
+            n += 1;
+        }
+        taken.insert(candidate.clone());
+        out[i] = candidate;
+    }
+    out
+}
+
+/// The bytes of an array: owned, or a window into a memory-mapped file.
+#[derive(Clone)]
+pub enum ArrayData {
+    /// Bytes the process holds.
+    Owned(Arc<Vec<u8>>),
+    /// A range of a mapped file (already C order, little-endian).
+    Mapped(Arc<Mmap>, Range<usize>),
+}
+
+impl ArrayData {
+    /// The raw bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            ArrayData::Owned(v) => v,
+            ArrayData::Mapped(m, r) => &m[r.clone()],
+        }
+    }
+}
+
+impl From<Vec<u8>> for ArrayData {
+    fn from(v: Vec<u8>) -> Self {
+        ArrayData::Owned(Arc::new(v))
+    }
+}
+
+impl fmt::Debug for ArrayData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ArrayData({} bytes)", self.as_bytes().len())
+    }
+}
+
+/// One named array: dtype, shape and raw little-endian C-order bytes.
+#[derive(Clone, Debug)]
+pub struct Array {
+    /// WTXT name, `[A-Za-z0-9_]+`.
+    pub name: String,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Dimensions; empty for rank 0.
+    pub shape: Vec<u64>,
+    /// Raw bytes, exactly `byte_size(dtype, shape)` of them.
+    pub data: ArrayData,
+}
+
+impl Array {
+    /// Builds an array, checking the name, the rank and that the byte count
+    /// matches dtype and shape.
+    pub fn new(name: impl Into<String>, dtype: Dtype, shape: Vec<u64>, data: ArrayData) -> Result<Array> {
+        let name = name.into();
+        if !is_valid_name(&name) {
+            return Err(Error::input(
+                Default::default(),
+                format!("array name {name:?} is not [A-Za-z0-9_]+ of at most {MAX_NAME} bytes"),
+            ));
+        }
+        Array::with_original_name(name, dtype, shape, data)
+    }
+
+    /// Like [`Array::new`] but keeps a container's name as it is, for
+    /// readers; [`assign_names`] gives it a WTXT name before writing.
+    pub fn with_original_name(name: String, dtype: Dtype, shape: Vec<u64>, data: ArrayData) -> Result<Array> {
+        if shape.len() > MAX_RANK {
+            return Err(Error::input(
+                Default::default(),
+                format!("array {name}: rank {} exceeds {MAX_RANK}", shape.len()),
+            ));
+        }
+        let want = byte_size(dtype, &shape)
+            .ok_or_else(|| Error::input(Default::default(), format!("array {name}: shape {shape:?} overflows")))?;
+        let have = data.as_bytes().len() as u64;
+        if want != have {
+            return Err(Error::input(
+                Default::default(),
+                format!("array {name}: {dtype} shape {shape:?} needs {want} bytes, have {have}"),
+            ));
+        }
+        Ok(Array { name, dtype, shape, data })
+    }
+
+    /// The raw bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.data.as_bytes()
+    }
+}
+
+/// Sorts arrays into WTXT order (byte-wise by name) and rejects duplicate names.
+pub fn sort_arrays(arrays: &mut [Array]) -> Result<()> {
+    arrays.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+    if let Some(w) = arrays.windows(2).find(|w| w[0].name == w[1].name) {
+        return Err(Error::input(Default::default(), format!("two arrays are named {}", w[0].name)));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_round_trip() {
+        for d in Dtype::ALL {
+            assert_eq!(Dtype::parse(d.as_str().as_bytes()), Some(d));
+        }
+        assert_eq!(Dtype::parse(b"f128"), None);
+    }
+
+    #[test]
+    fn names_are_mapped_without_collisions() {
+        let orig: Vec<String> = ["a.b", "a_b", "a-b", "ok", ""].iter().map(|s| s.to_string()).collect();
+        let got = assign_names(&orig);
+        assert_eq!(got, vec!["a_b_3", "a_b", "a_b_2", "ok", "_"]);
+    }
+
+    #[test]
+    fn byte_size_overflow_is_none() {
+        assert_eq!(byte_size(Dtype::F64, &[u64::MAX, 2]), None);
+        assert_eq!(byte_size(Dtype::F32, &[]), Some(4));
+        assert_eq!(byte_size(Dtype::F32, &[0, 7]), Some(0));
+    }
+}

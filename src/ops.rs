@@ -1,0 +1,451 @@
+//! Whole-file operations, one per command: the CLI parses flags into these
+//! option structs and calls them; everything else lives here and below.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::atomic::{write_file, AtomicFile};
+use crate::convert::{load_inputs, map_file, write_arrays};
+use crate::crypto::digest::{merkle_this, Hash};
+use crate::crypto::mac::HmacKey;
+use crate::crypto::sign::{SecretKey, TrustedKeys};
+use crate::error::{check_at, Error, Result};
+use crate::model::Array;
+use crate::progress::Progress;
+use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
+use crate::wtxt::read::{read, read_header, ArrayStart, Header, LineReader, Visitor};
+use crate::wtxt::recover::{recover as scan, RecoveryReport};
+use crate::wtxt::syntax::{check_token, Audit, ChLine, Meta, Root, SignLine, Timestamp, Wsum};
+use crate::wtxt::verify::{verify, Report, VerifyOptions};
+use crate::wtxt::write::{header_text, write_snapshot, WriteOptions, Written};
+
+/// Options of `wtxt snapshot`.
+#[derive(Default)]
+pub struct SnapshotOptions {
+    pub gen: Option<u64>,
+    /// The previous generation: gen = its gen + 1, merkle_prev = its merkle_this.
+    pub prev: Option<PathBuf>,
+    pub ts: Option<String>,
+    pub build: Option<String>,
+    pub schema: Option<String>,
+    pub host: Option<String>,
+    pub cuda: Option<String>,
+    pub rows_per_chunk: Option<u64>,
+    pub hmac_key: Option<HmacKey>,
+    pub sign_key: Option<SecretKey>,
+    pub audit: Option<String>,
+    /// Write a WTXT-S and its WSUM here.
+    pub wsum: Option<PathBuf>,
+}
+
+fn open(path: &Path) -> Result<(File, u64)> {
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
+    Ok((f, len))
+}
+
+/// Reads only the header of a WTXT file (for `--prev`).
+pub fn read_header_file(path: &Path) -> Result<Header> {
+    let (f, _) = open(path)?;
+    read_header(&mut LineReader::new(BufReader::new(f))).map_err(|e| e.in_file(path))
+}
+
+/// The chain values `--prev` gives: next gen and merkle_prev.
+fn chain_from(prev: &Path) -> Result<(u64, Hash)> {
+    let h = read_header_file(prev)?;
+    match h.root {
+        Root::Final { merkle_this, .. } => {
+            let gen = h
+                .meta
+                .gen
+                .checked_add(1)
+                .ok_or_else(|| Error::input(Default::default(), "gen overflows").in_file(prev))?;
+            Ok((gen, merkle_this))
+        }
+        Root::Pending => {
+            Err(check_at(4, "previous generation is a WTXT-S: finalize it first (wtxt finalize --rewrite)")
+                .in_file(prev))
+        }
+    }
+}
+
+fn token_or(v: &Option<String>, default: &str, what: &str) -> Result<String> {
+    let v = v.clone().unwrap_or_else(|| default.to_string());
+    check_token(&v, what).map_err(|m| Error::usage(format!("--{what}: {m}")))?;
+    Ok(v)
+}
+
+/// Builds the meta line's values from options (gen, ts and tokens checked).
+pub fn make_meta(
+    gen: u64,
+    ts: Option<&str>,
+    schema: &Option<String>,
+    build: &Option<String>,
+    host: &Option<String>,
+    cuda: &Option<String>,
+) -> Result<Meta> {
+    Ok(Meta {
+        schema: token_or(schema, "weights/v1", "schema")?,
+        gen,
+        ts: Timestamp::resolve(ts).map_err(|m| Error::usage(format!("ts: {m}")))?,
+        build: token_or(build, "none", "build")?,
+        host: token_or(host, "cpu", "host")?,
+        cuda: token_or(cuda, "off", "cuda")?,
+    })
+}
+
+/// Parses `--audit 'k=v ...'`.
+pub fn parse_audit(s: &str) -> Result<Audit> {
+    if s.len() > crate::limits::MAX_AUDIT {
+        return Err(Error::usage(format!("--audit: longer than {} bytes", crate::limits::MAX_AUDIT)));
+    }
+    Audit::parse_pairs(s.as_bytes()).map_err(|m| Error::usage(format!("--audit: {m}")))
+}
+
+/// `wtxt snapshot`: reads inputs, writes a canonical WTXT (and WSUM) atomically.
+pub fn snapshot(inputs: &[PathBuf], out: &Path, o: &SnapshotOptions, progress: &Progress) -> Result<Written> {
+    let (gen, merkle_prev) = match (&o.prev, o.gen) {
+        (Some(_), Some(_)) => return Err(Error::usage("give --gen or --prev, not both")),
+        (Some(p), None) => chain_from(p)?,
+        (None, g) => (g.unwrap_or(0), [0; 32]),
+    };
+    let meta = make_meta(gen, o.ts.as_deref(), &o.schema, &o.build, &o.host, &o.cuda)?;
+    let audit = o.audit.as_deref().map(parse_audit).transpose()?;
+    let rows = o.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK);
+    if rows == 0 {
+        return Err(Error::usage("--rows-per-chunk: expected at least 1"));
+    }
+    let verify = VerifyOptions { hmac_key: o.hmac_key.as_ref(), ..Default::default() };
+    let arrays = load_inputs(inputs, &verify)?;
+    let opts = WriteOptions {
+        meta,
+        merkle_prev,
+        rows_per_chunk: rows,
+        hmac_key: o.hmac_key.as_ref(),
+        sign_key: o.sign_key.as_ref(),
+        audit,
+        streaming: o.wsum.is_some(),
+        carried_hmacs: Vec::new(),
+    };
+    write_wtxt(&arrays, &opts, out, o.wsum.as_deref(), progress)
+}
+
+/// Writes arrays as WTXT to `out` atomically, and the WSUM when streaming.
+pub fn write_wtxt(
+    arrays: &[Array],
+    opts: &WriteOptions,
+    out: &Path,
+    wsum: Option<&Path>,
+    progress: &Progress,
+) -> Result<Written> {
+    let mut f = AtomicFile::create(out)?;
+    let written = {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
+        let r = write_snapshot(arrays, opts, &mut w, progress).map_err(|e| e.in_file(out))?;
+        w.flush().map_err(|e| Error::io(out, e))?;
+        r
+    };
+    let wsum_text = match (&written.wsum, wsum) {
+        (Some(w), Some(_)) => Some(w.to_file()),
+        _ => None,
+    };
+    f.commit()?;
+    if let (Some(text), Some(p)) = (wsum_text, wsum) {
+        write_file(p, text.as_bytes(), 0o644)?;
+    }
+    Ok(written)
+}
+
+/// Options of `wtxt verify` as files.
+#[derive(Default)]
+pub struct VerifyFiles {
+    pub wsum: Option<PathBuf>,
+    pub hmac_key: Option<HmacKey>,
+    pub trusted: Option<TrustedKeys>,
+    pub require_signature: bool,
+    pub prev: Option<PathBuf>,
+}
+
+/// `wtxt verify`: the report, or an error when a file cannot be read at all.
+pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<Report> {
+    let wsum = match &o.wsum {
+        Some(p) => {
+            let b = std::fs::read(p).map_err(|e| Error::io(p, e))?;
+            if b.len() > 4096 {
+                return Err(Error::input(Default::default(), "expected a one-line WSUM file").in_file(p));
+            }
+            Some(Wsum::parse_file(&b).map_err(|m| check_at(1, m).in_file(p))?)
+        }
+        None => None,
+    };
+    let prev = o.prev.as_deref().map(read_header_file).transpose()?;
+    let opts = VerifyOptions {
+        hmac_key: o.hmac_key.as_ref(),
+        trusted: o.trusted.as_ref(),
+        require_signature: o.require_signature,
+        wsum: wsum.as_ref(),
+        prev: prev.as_ref(),
+    };
+    let (f, len) = open(path)?;
+    progress.set_total(len);
+    let reader = ProgressRead { inner: f, progress };
+    verify(BufReader::with_capacity(1 << 20, reader), &opts, None).map_err(|e| e.in_file(path))
+}
+
+/// Counts bytes read for the progress bar.
+struct ProgressRead<'a, R> {
+    inner: R,
+    progress: &'a Progress,
+}
+
+impl<R: Read> Read for ProgressRead<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.progress.inc(n as u64);
+        Ok(n)
+    }
+}
+
+/// One array as `inspect` shows it.
+#[derive(Serialize, Clone, Debug)]
+pub struct ArrayInfo {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    pub bytes: u64,
+    pub chunks: u64,
+    pub rows_per_chunk: Option<u64>,
+    pub sha256: String,
+    pub hmac: bool,
+    pub line: u64,
+}
+
+/// What `inspect` shows.
+#[derive(Serialize, Clone, Debug)]
+pub struct Inspection {
+    pub schema: String,
+    pub gen: u64,
+    pub ts: String,
+    pub build: String,
+    pub host: String,
+    pub cuda: String,
+    pub cap: Vec<String>,
+    pub streaming: bool,
+    pub sha256_all: Option<String>,
+    pub merkle_prev: Option<String>,
+    pub merkle_this: Option<String>,
+    pub fastxor: Option<String>,
+    pub keyid: Option<String>,
+    pub arrays: Vec<ArrayInfo>,
+    pub audit: Vec<(String, String)>,
+    pub total_bytes: u64,
+}
+
+struct InspectVisitor {
+    arrays: Vec<ArrayInfo>,
+    audit: Vec<(String, String)>,
+    problems: Vec<(u64, String)>,
+}
+
+impl Visitor for InspectVisitor {
+    fn array(&mut self, a: &ArrayStart) -> Result<()> {
+        self.arrays.push(ArrayInfo {
+            name: a.arr.name.clone(),
+            dtype: a.arr.dtype.to_string(),
+            shape: a.arr.shape.clone(),
+            bytes: a.arr.bytes,
+            chunks: a.layout.chunk_count(),
+            rows_per_chunk: a.layout.idx.map(|i| i.rows_per_chunk),
+            sha256: hex::encode(a.arr.sha256),
+            hmac: !a.arr.hmac_is_zero(),
+            line: a.line,
+        });
+        Ok(())
+    }
+    fn chunk(&mut self, _line: u64, _ch: &ChLine) {}
+    fn data(&mut self, _buf: Vec<u8>) {}
+    fn problem(&mut self, line: u64, message: String) {
+        self.problems.push((line, message));
+    }
+    fn audit(&mut self, _line: u64, a: &Audit) {
+        self.audit = a.pairs.clone();
+    }
+}
+
+/// `wtxt inspect`: header and array table. The structure, parity and CRC
+/// are checked on the way (digests are `verify`'s work).
+pub fn inspect(path: &Path) -> Result<Inspection> {
+    let (f, _) = open(path)?;
+    let mut v = InspectVisitor { arrays: Vec::new(), audit: Vec::new(), problems: Vec::new() };
+    let h = read(BufReader::with_capacity(1 << 20, f), &mut v).map_err(|e| e.in_file(path))?;
+    if let Some((line, m)) = v.problems.first() {
+        return Err(check_at(*line, m.clone()).in_file(path));
+    }
+    let (sha, prev, this, fx) = match &h.root {
+        Root::Final { sha256_all, merkle_prev, merkle_this, fastxor } => (
+            Some(hex::encode(sha256_all)),
+            Some(hex::encode(merkle_prev)),
+            Some(hex::encode(merkle_this)),
+            Some(format!("{fastxor:016x}")),
+        ),
+        Root::Pending => (None, None, None, None),
+    };
+    Ok(Inspection {
+        schema: h.meta.schema.clone(),
+        gen: h.meta.gen,
+        ts: h.meta.ts.as_str().to_string(),
+        build: h.meta.build.clone(),
+        host: h.meta.host.clone(),
+        cuda: h.meta.cuda.clone(),
+        cap: h.cap.items.clone(),
+        streaming: h.root == Root::Pending,
+        sha256_all: sha,
+        merkle_prev: prev,
+        merkle_this: this,
+        fastxor: fx,
+        keyid: h.sign.as_ref().map(|s| hex::encode(s.keyid)),
+        total_bytes: v.arrays.iter().map(|a| a.bytes).sum(),
+        arrays: v.arrays,
+        audit: v.audit,
+    })
+}
+
+/// `wtxt extract`: verifies the file, then writes its arrays (or one).
+pub fn extract(path: &Path, out: &Path, array: Option<&str>, key: Option<&HmacKey>) -> Result<usize> {
+    let (f, len) = open(path)?;
+    let opts = VerifyOptions { hmac_key: key, ..Default::default() };
+    let loaded = crate::wtxt::load(BufReader::with_capacity(1 << 20, f), len, &opts).map_err(|e| e.in_file(path))?;
+    let arrays: Vec<Array> = match array {
+        Some(n) => {
+            let a = loaded.arrays.into_iter().find(|a| a.name == n);
+            vec![a.ok_or_else(|| Error::usage(format!("{}: no array named {n}", path.display())))?]
+        }
+        None => loaded.arrays,
+    };
+    write_arrays(&arrays, out)?;
+    Ok(arrays.len())
+}
+
+/// Options of `wtxt recover`.
+#[derive(Default)]
+pub struct RecoverOptions {
+    pub report: Option<PathBuf>,
+    pub hmac_key: Option<HmacKey>,
+    pub sign_key: Option<SecretKey>,
+}
+
+/// `wtxt recover`: keeps every array that is still whole and reports the rest.
+pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryReport> {
+    let (_, len) = open(path)?;
+    let map = if len == 0 { None } else { Some(map_file(path)?) };
+    let r = scan(map.as_deref().map_or(&[][..], |m| &m[..]), o.hmac_key.as_ref());
+    let meta = match r.meta.clone() {
+        Some(m) => m,
+        None => make_meta(0, None, &None, &None, &None, &None)?,
+    };
+    let recovered = r.report.recovered_arrays;
+    let lost = r.report.lost_arrays;
+    let audit = Audit {
+        pairs: vec![("recovered_arrays".into(), recovered.to_string()), ("lost_arrays".into(), lost.to_string())],
+    };
+    let opts = WriteOptions {
+        meta,
+        merkle_prev: r.merkle_prev.unwrap_or([0; 32]),
+        rows_per_chunk: r.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK),
+        hmac_key: o.hmac_key.as_ref(),
+        sign_key: o.sign_key.as_ref(),
+        audit: Some(audit),
+        streaming: false,
+        carried_hmacs: r.carried_hmacs.clone(),
+    };
+    write_wtxt(&r.arrays, &opts, out, None, &Progress::hidden())?;
+    if let Some(p) = &o.report {
+        let json = serde_json::to_string_pretty(&r.report).expect("report serializes");
+        write_file(p, format!("{json}\n").as_bytes(), 0o644)?;
+    }
+    Ok(r.report)
+}
+
+/// `wtxt finalize`: computes the WSUM of a WTXT-S, optionally rewriting it
+/// as a plain (signed) WTXT whose body is byte-identical.
+pub fn finalize(
+    path: &Path,
+    wsum_out: &Path,
+    sign_key: Option<&SecretKey>,
+    prev: Option<&Path>,
+    rewrite: Option<&Path>,
+) -> Result<Wsum> {
+    let (f, _) = open(path)?;
+    let report =
+        verify(BufReader::with_capacity(1 << 20, f), &VerifyOptions::default(), None).map_err(|e| e.in_file(path))?;
+    let header = report.header.clone().ok_or_else(|| check_at(1, "not a WTXT").in_file(path))?;
+    if header.root != Root::Pending {
+        return Err(check_at(4, "expected a WTXT-S (root_pending); this file is already final").in_file(path));
+    }
+    if let Some(p) = report.errors.iter().find(|p| p.message != "root pending: give --wsum") {
+        return Err(check_at(p.line, p.message.clone()).in_file(path));
+    }
+    let sha_all: Hash = report
+        .sha256_all
+        .as_deref()
+        .and_then(|s| hex::decode(s).ok())
+        .and_then(|v| v.try_into().ok())
+        .ok_or_else(|| check_at(4, "no root computed").in_file(path))?;
+    let merkle_prev = match prev {
+        Some(p) => {
+            let (gen, m) = chain_from(p)?;
+            if gen != header.meta.gen {
+                return Err(check_at(
+                    2,
+                    format!("gen {} does not follow --prev (expected {gen})", header.meta.gen_str()),
+                )
+                .in_file(path));
+            }
+            m
+        }
+        None => [0; 32],
+    };
+    let gen = header.meta.gen_str();
+    let mt = merkle_this(&merkle_prev, &sha_all, header.meta.ts.as_str(), &gen, &header.meta.build);
+    let mut wsum = Wsum { sha256_all: sha_all, merkle_prev, merkle_this: mt, sign: None };
+    if let Some(k) = sign_key {
+        wsum.sign = Some(SignLine { signature: k.sign(wsum.signed_part().as_bytes()), keyid: k.public().keyid() });
+    }
+    if let Some(out) = rewrite {
+        let root = Root::Final { sha256_all: sha_all, merkle_prev, merkle_this: mt, fastxor: fastxor_of(&report)? };
+        let mut text = header_text(&header.meta, &header.cap, &root, None);
+        if let Some(k) = sign_key {
+            SignLine { signature: k.sign(text.as_bytes()), keyid: k.public().keyid() }.write(&mut text);
+            text.push('\n');
+        }
+        let mut src = File::open(path).map_err(|e| Error::io(path, e))?;
+        src.seek(SeekFrom::Start(header.signed_bytes.len() as u64)).map_err(|e| Error::io(path, e))?;
+        let mut af = AtomicFile::create(out)?;
+        {
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, af.file());
+            w.write_all(text.as_bytes()).map_err(|e| Error::io(out, e))?;
+            std::io::copy(&mut src, &mut w).map_err(|e| Error::io(out, e))?;
+            w.flush().map_err(|e| Error::io(out, e))?;
+        }
+        af.commit()?;
+    }
+    write_file(wsum_out, wsum.to_file().as_bytes(), 0o644)?;
+    Ok(wsum)
+}
+
+fn fastxor_of(r: &Report) -> Result<u64> {
+    r.fastxor.as_deref().and_then(|s| u64::from_str_radix(s, 16).ok()).ok_or_else(|| check_at(4, "no fastxor computed"))
+}
+
+/// `wtxt keygen`: a new Ed25519 key (PKCS#8 PEM, mode 0600) and its `.pub`.
+pub fn keygen(out: &Path) -> Result<String> {
+    let k = SecretKey::generate()?;
+    let mut pubpath = out.as_os_str().to_owned();
+    pubpath.push(".pub");
+    write_file(out, k.to_pkcs8_pem().as_bytes(), 0o600)?;
+    write_file(Path::new(&pubpath), k.public().to_spki_pem().as_bytes(), 0o644)?;
+    Ok(hex::encode(k.public().keyid()))
+}

@@ -1,0 +1,64 @@
+//! The WTXT 1.1 format: grammar, layout, canonical writer, strict reader and
+//! verifier, recovery and streaming finalization.
+
+pub mod layout;
+pub mod read;
+pub mod recover;
+pub mod syntax;
+pub mod verify;
+pub mod write;
+
+use std::io::Read;
+
+use crate::error::{check_at, Result};
+use crate::model::{Array, ArrayData};
+use crate::wtxt::read::{ArrayStart, Header};
+use crate::wtxt::verify::{verify, Report, Sink, VerifyOptions};
+
+/// Collects decoded arrays while a file is verified.
+#[derive(Default)]
+pub struct Collect {
+    arrays: Vec<(ArrayStart, Vec<u8>)>,
+    limit: u64,
+}
+
+impl Sink for Collect {
+    fn array(&mut self, a: &ArrayStart) {
+        // `bytes` was checked against the file size by the caller's limit; a
+        // liar is caught by the verifier, the buffer grows only as data comes.
+        let cap = a.arr.bytes.min(self.limit) as usize;
+        self.arrays.push((a.clone(), Vec::with_capacity(cap)));
+    }
+
+    fn data(&mut self, bytes: &[u8]) {
+        if let Some((_, buf)) = self.arrays.last_mut() {
+            buf.extend_from_slice(bytes);
+        }
+    }
+}
+
+/// A verified WTXT read into memory.
+pub struct Loaded {
+    pub header: Header,
+    pub arrays: Vec<Array>,
+    pub report: Report,
+}
+
+/// Reads and verifies a whole WTXT, returning its arrays. Any failed check is
+/// an error naming its line (exit 1); `file_len` bounds pre-allocation.
+pub fn load<R: Read>(input: R, file_len: u64, opts: &VerifyOptions) -> Result<Loaded> {
+    let mut sink = Collect { arrays: Vec::new(), limit: file_len };
+    let report = verify(input, opts, Some(&mut sink))?;
+    if let Some(p) = report.first_error() {
+        return Err(check_at(p.line, p.message.clone()));
+    }
+    let header = report.header.clone().ok_or_else(|| check_at(1, "no header"))?;
+    let mut arrays = Vec::with_capacity(sink.arrays.len());
+    for (a, data) in sink.arrays {
+        let line = a.line;
+        let arr = Array::new(a.arr.name, a.arr.dtype, a.arr.shape, ArrayData::from(data))
+            .map_err(|e| check_at(line, e.message().to_string()))?;
+        arrays.push(arr);
+    }
+    Ok(Loaded { header, arrays, report })
+}

@@ -1,0 +1,460 @@
+//! The strict streaming reader. It enforces every line rule and the file's
+//! structure, decodes base64 (checking each line's parity nibble and each
+//! chunk's CRC32C) and hands decoded bytes to a [`Visitor`]. It never holds
+//! more than one block of decoded bytes and one read buffer, whatever the
+//! file size. Digests that span chunks or arrays are the visitor's work.
+
+use std::io::Read;
+use std::ops::Range;
+
+use crate::error::{check_at, Error, Position, Result};
+use crate::limits::{BLOCK, MAX_LINE};
+use crate::wtxt::layout::{hex_digit, last_line_width, parity, Layout};
+use crate::wtxt::syntax::{
+    lossy, ArrLine, Audit, Cap, ChLine, IdxLine, Meta, Root, SignLine, B64_WIDTH, CAP_EXT_DTYPES, END, MAGIC,
+    RAW_PER_LINE,
+};
+
+/// The header of a WTXT file.
+#[derive(Clone, Debug)]
+pub struct Header {
+    pub meta: Meta,
+    pub cap: Cap,
+    pub root: Root,
+    pub sign: Option<SignLine>,
+    /// Lines 1-4 with their LFs: what a signature covers.
+    pub signed_bytes: Vec<u8>,
+    /// Number of header lines (4, or 5 with `sign`).
+    pub lines: u64,
+}
+
+/// The start of an array as the reader saw it.
+#[derive(Clone, Debug)]
+pub struct ArrayStart {
+    /// Line number of the `arr` line.
+    pub line: u64,
+    pub arr: ArrLine,
+    /// The exact `arr` line bytes, without LF (what `sha256_all` covers).
+    pub text: Vec<u8>,
+    pub layout: Layout,
+}
+
+/// Receives what the reader finds, in file order.
+pub trait Visitor {
+    /// The header, once parsed.
+    fn header(&mut self, _h: &Header) -> Result<()> {
+        Ok(())
+    }
+    /// An array begins.
+    fn array(&mut self, _a: &ArrayStart) -> Result<()> {
+        Ok(())
+    }
+    /// A chunk begins.
+    fn chunk(&mut self, _line: u64, _ch: &ChLine) {}
+    /// An empty buffer to decode the next block into.
+    fn buffer(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
+    /// The next decoded bytes of the current chunk (never more than `BLOCK`).
+    fn data(&mut self, buf: Vec<u8>);
+    /// The chunk ended; `bad` if parity, base64 or CRC failed (already reported).
+    fn chunk_end(&mut self, _line: u64, _ch: &ChLine, _bad: bool) {}
+    /// The array ended.
+    fn array_end(&mut self) {}
+    /// A damaged chunk: reading goes on, the chunk is bad.
+    fn problem(&mut self, line: u64, message: String);
+    /// The `audit` line.
+    fn audit(&mut self, _line: u64, _a: &Audit) {}
+}
+
+/// Reads lines with the profile's rules: LF only, at most `MAX_LINE` bytes.
+pub struct LineReader<R> {
+    inner: R,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    eof: bool,
+    line: u64,
+}
+
+impl<R: Read> LineReader<R> {
+    /// Wraps a reader.
+    pub fn new(inner: R) -> Self {
+        LineReader { inner, buf: vec![0; (1 << 20) + MAX_LINE + 1], start: 0, end: 0, eof: false, line: 0 }
+    }
+
+    /// 1-based number of the line last returned.
+    pub fn line_no(&self) -> u64 {
+        self.line
+    }
+
+    /// The next line's range in [`Self::bytes`], without its LF; `None` at EOF.
+    pub fn next_range(&mut self) -> Result<Option<Range<usize>>> {
+        loop {
+            if let Some(p) = memchr(&self.buf[self.start..self.end]) {
+                let r = self.start..self.start + p;
+                self.start += p + 1;
+                self.line += 1;
+                if r.len() > MAX_LINE {
+                    return Err(check_at(self.line, format!("line is longer than {MAX_LINE} bytes")));
+                }
+                return Ok(Some(r));
+            }
+            if self.end - self.start > MAX_LINE {
+                return Err(check_at(self.line + 1, format!("line is longer than {MAX_LINE} bytes")));
+            }
+            if self.eof {
+                if self.start == self.end {
+                    return Ok(None);
+                }
+                return Err(check_at(self.line + 1, "file ends inside a line (truncated?): expected LF"));
+            }
+            self.fill()?;
+        }
+    }
+
+    fn fill(&mut self) -> Result<()> {
+        self.buf.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.start = 0;
+        while self.end < self.buf.len() {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.end += n;
+                    if self.end > MAX_LINE + 1 {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("input", e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes of a range returned by `next_range`.
+    pub fn bytes(&self, r: Range<usize>) -> &[u8] {
+        &self.buf[r]
+    }
+
+    /// The next line, which must exist and follow the text-line rules.
+    pub fn expect_line(&mut self, what: &str) -> Result<(u64, &[u8])> {
+        match self.next_range()? {
+            Some(r) => {
+                let n = self.line;
+                let l = &self.buf[r];
+                check_text_line(l).map_err(|m| check_at(n, m))?;
+                Ok((n, l))
+            }
+            None => Err(check_at(self.line + 1, format!("file ends early: expected {what}"))),
+        }
+    }
+}
+
+fn memchr(hay: &[u8]) -> Option<usize> {
+    hay.iter().position(|&b| b == b'\n')
+}
+
+/// The rules every non-base64 line obeys: printable ASCII, not empty, no trailing space.
+pub fn check_text_line(l: &[u8]) -> std::result::Result<(), String> {
+    if l.is_empty() {
+        return Err("empty line".into());
+    }
+    if let Some(p) = l.iter().position(|&b| !(0x20..0x7f).contains(&b)) {
+        let what = match l[p] {
+            b'\r' => "CR (only LF ends lines)".to_string(),
+            b'\t' => "tab".to_string(),
+            b => format!("byte 0x{b:02x}"),
+        };
+        return Err(format!("column {}: {what} where printable ASCII was expected", p + 1));
+    }
+    if l.last() == Some(&b' ') {
+        return Err("trailing space".into());
+    }
+    Ok(())
+}
+
+/// Reads just the header of a WTXT file.
+pub fn read_header<R: Read>(lines: &mut LineReader<R>) -> Result<Header> {
+    let (n, l) = lines.expect_line("`WTXT 1`")?;
+    if l != MAGIC.as_bytes() {
+        // Not a WTXT at all: unusable input rather than a failed check.
+        return Err(Error::input(
+            Position::Line(n),
+            format!("expected `{MAGIC}`, found `{}`: not a WTXT file", lossy(l, 40)),
+        ));
+    }
+    let mut signed = Vec::with_capacity(512);
+    signed.extend_from_slice(l);
+    signed.push(b'\n');
+    let (n, l) = lines.expect_line("the `meta` line")?;
+    let meta = Meta::parse(l).map_err(|m| check_at(n, m))?;
+    signed.extend_from_slice(l);
+    signed.push(b'\n');
+    let (n, l) = lines.expect_line("the `cap` line")?;
+    let cap = Cap::parse(l).map_err(|m| check_at(n, m))?;
+    signed.extend_from_slice(l);
+    signed.push(b'\n');
+    let (n, l) = lines.expect_line("the `root` line")?;
+    let root = Root::parse(l).map_err(|m| check_at(n, m))?;
+    signed.extend_from_slice(l);
+    signed.push(b'\n');
+    Ok(Header { meta, cap, root, sign: None, signed_bytes: signed, lines: 4 })
+}
+
+/// Reads a whole WTXT file, checking structure, line rules, parity and CRC,
+/// and reports to `v`. Damage inside a chunk's base64 is a `problem` and
+/// reading goes on; anything that breaks the structure ends it with an error.
+pub fn read<R: Read, V: Visitor>(input: R, v: &mut V) -> Result<Header> {
+    let mut lines = LineReader::new(input);
+    let mut header = read_header(&mut lines)?;
+    // The optional `sign` line; anything else is the first line of the body.
+    let mut pending: Option<(u64, Vec<u8>)> = None;
+    let (n, l) = lines.expect_line("a `sign` line, an `arr` line or `endwtxt`")?;
+    if l.starts_with(b"sign ") {
+        if header.root == Root::Pending {
+            return Err(check_at(n, "a WTXT-S (root_pending) carries no `sign` line; its signature is in the WSUM"));
+        }
+        header.sign = Some(SignLine::parse(l).map_err(|m| check_at(n, m))?);
+        header.lines = 5;
+    } else {
+        pending = Some((n, l.to_vec()));
+    }
+    v.header(&header)?;
+    let ext_ok = header.cap.has(CAP_EXT_DTYPES);
+    let mut prev_name: Option<String> = None;
+    let mut decoder = Decoder::default();
+    loop {
+        let (n, l) = match pending.take() {
+            Some(p) => p,
+            None => {
+                let (n, l) = lines.expect_line("an `arr` line, `audit` or `endwtxt`")?;
+                (n, l.to_vec())
+            }
+        };
+        if l.starts_with(b"arr ") {
+            let arr = ArrLine::parse(&l).map_err(|m| check_at(n, m))?;
+            if let Some(p) = prev_name.as_ref().filter(|p| p.as_bytes() >= arr.name.as_bytes()) {
+                return Err(check_at(
+                    n,
+                    format!("array `{}` must come after `{p}` in byte-wise name order, once", arr.name),
+                ));
+            }
+            if arr.dtype.is_extension() && !ext_ok {
+                return Err(check_at(n, format!("dtype {} needs `{CAP_EXT_DTYPES}` in the cap line", arr.dtype)));
+            }
+            prev_name = Some(arr.name.clone());
+            read_array(&mut lines, n, arr, l, v, &mut decoder)?;
+            continue;
+        }
+        if l.starts_with(b"audit ") {
+            let a = Audit::parse(&l).map_err(|m| check_at(n, m))?;
+            v.audit(n, &a);
+            let (n2, l2) = lines.expect_line("`endwtxt`")?;
+            if l2 != END.as_bytes() {
+                return Err(check_at(n2, format!("expected `{END}` after the audit line")));
+            }
+        } else if l != END.as_bytes() {
+            return Err(check_at(n, format!("expected an `arr` line, `audit` or `{END}`, found `{}`", lossy(&l, 40))));
+        }
+        if lines.next_range()?.is_some() {
+            return Err(check_at(lines.line_no(), format!("nothing may follow `{END}`")));
+        }
+        return Ok(header);
+    }
+}
+
+/// Reusable scratch space for decoding.
+#[derive(Default)]
+struct Decoder {
+    staging: Vec<u8>,
+}
+
+fn read_array<R: Read, V: Visitor>(
+    lines: &mut LineReader<R>,
+    arr_no: u64,
+    arr: ArrLine,
+    text: Vec<u8>,
+    v: &mut V,
+    dec: &mut Decoder,
+) -> Result<()> {
+    let rank = arr.shape.len();
+    let (n, l) = lines.expect_line("an `idx` or `ch` line")?;
+    let mut first = Some((n, l.to_vec()));
+    let layout = if rank >= 2 {
+        let (n, l) = first.take().expect("just read");
+        let idx =
+            IdxLine::parse(&l).map_err(|m| check_at(n, format!("array of rank {rank} needs its idx line: {m}")))?;
+        let layout = Layout::new(arr.dtype, &arr.shape, idx.rows_per_chunk).map_err(|m| check_at(n, m))?;
+        let want = layout.idx.expect("rank >= 2").row_size;
+        if idx.row_size != want {
+            return Err(check_at(n, format!("row_size: expected {want} for this shape, found {}", idx.row_size)));
+        }
+        layout
+    } else {
+        if l.starts_with(b"idx ") {
+            return Err(check_at(n, format!("an array of rank {rank} has no idx line")));
+        }
+        Layout::new(arr.dtype, &arr.shape, 1).map_err(|m| check_at(n, m))?
+    };
+    v.array(&ArrayStart { line: arr_no, arr, text, layout })?;
+    for ix in 0..layout.chunk_count() {
+        let (n, l) = match first.take() {
+            Some(p) => p,
+            None => {
+                let (n, l) = lines.expect_line("a `ch` line")?;
+                (n, l.to_vec())
+            }
+        };
+        let ch = ChLine::parse(&l).map_err(|m| check_at(n, m))?;
+        let (off, len) = layout.chunk_range(ix);
+        if (ch.ix, ch.off, ch.len) != (ix, off, len) {
+            return Err(check_at(
+                n,
+                format!(
+                    "expected chunk ix={ix} off={off} len={len} from the layout, found ix={} off={} len={}",
+                    ch.ix, ch.off, ch.len
+                ),
+            ));
+        }
+        v.chunk(n, &ch);
+        let bad = read_chunk_lines(lines, n, &ch, v, dec)?;
+        let (n2, l2) = lines.expect_line("`endch`")?;
+        if l2 != b"endch" {
+            return Err(check_at(
+                n2,
+                format!("expected `endch` after {} base64 lines, found `{}`", ch.lines, lossy(l2, 40)),
+            ));
+        }
+        v.chunk_end(n, &ch, bad);
+    }
+    let (n, l) = lines.expect_line("`endarr`")?;
+    if l != b"endarr" {
+        return Err(check_at(n, format!("expected `endarr` after the array's last chunk, found `{}`", lossy(l, 40))));
+    }
+    v.array_end();
+    Ok(())
+}
+
+/// Reads a chunk's base64 lines; returns true if the chunk is damaged.
+fn read_chunk_lines<R: Read, V: Visitor>(
+    lines: &mut LineReader<R>,
+    ch_no: u64,
+    ch: &ChLine,
+    v: &mut V,
+    dec: &mut Decoder,
+) -> Result<bool> {
+    let mut bad = false;
+    let mut crc = 0u32;
+    let mut remaining = ch.lines;
+    let per_block = (BLOCK / RAW_PER_LINE) as u64;
+    while remaining > 0 {
+        let batch = remaining.min(per_block);
+        let mut out = v.buffer();
+        out.clear();
+        dec.staging.clear();
+        let mut first_line = 0;
+        let mut batch_bad = false;
+        for k in 0..batch {
+            let last = remaining - k == 1;
+            let width = if last { last_line_width(ch.len) } else { B64_WIDTH };
+            let Some(r) = lines.next_range()? else {
+                return Err(check_at(
+                    lines.line_no() + 1,
+                    format!("file ends inside a chunk: expected {} more base64 lines", remaining - k),
+                ));
+            };
+            let n = lines.line_no();
+            if k == 0 {
+                first_line = n;
+            }
+            let l = lines.bytes(r);
+            if l.len() != width + 2 || l[width] != b' ' {
+                if l == b"endch" || l.starts_with(b"ch ") || l == b"endarr" {
+                    return Err(check_at(n, format!("chunk has fewer base64 lines than lines={}", ch.lines)));
+                }
+                return Err(check_at(
+                    n,
+                    format!(
+                        "expected a base64 line of {width} characters, a space and a parity nibble, found {} bytes",
+                        l.len()
+                    ),
+                ));
+            }
+            let (b64, nib) = (&l[..width], l[width + 1]);
+            if nib != hex_digit(parity(b64)) {
+                let msg = if nib.is_ascii_hexdigit() && !nib.is_ascii_uppercase() {
+                    format!(
+                        "parity nibble is {}, the line's characters give {}",
+                        nib as char,
+                        hex_digit(parity(b64)) as char
+                    )
+                } else {
+                    format!("expected a lowercase hex parity nibble, found `{}`", lossy(&[nib], 1))
+                };
+                v.problem(n, msg);
+                batch_bad = true;
+            }
+            if last {
+                // The last line may be padded: decode it strictly (no stray bits).
+                decode_all(&dec.staging, &mut out, first_line, v, &mut batch_bad);
+                dec.staging.clear();
+                let tail = ch.len - (ch.lines - 1) * RAW_PER_LINE as u64;
+                decode_last(b64, tail as usize, &mut out, n, v, &mut batch_bad);
+            } else {
+                dec.staging.extend_from_slice(b64);
+            }
+        }
+        if !dec.staging.is_empty() {
+            decode_all(&dec.staging, &mut out, first_line, v, &mut batch_bad);
+            dec.staging.clear();
+        }
+        crc = crc32c::crc32c_append(crc, &out);
+        bad |= batch_bad;
+        remaining -= batch;
+        v.data(out);
+    }
+    if !bad && crc != ch.crc32c {
+        v.problem(ch_no, format!("chunk {} crc32c is {:08x}, its bytes give {crc:08x}", ch.ix, ch.crc32c));
+        bad = true;
+    }
+    Ok(bad)
+}
+
+/// Decodes full 76-character lines in one call; on failure finds the line.
+fn decode_all<V: Visitor>(staging: &[u8], out: &mut Vec<u8>, first_line: u64, v: &mut V, bad: &mut bool) {
+    if staging.is_empty() {
+        return;
+    }
+    let start = out.len();
+    let n = staging.len() / 4 * 3;
+    out.resize(start + n, 0);
+    if base64_simd::STANDARD.decode(staging, base64_simd::Out::from_slice(&mut out[start..])).is_ok() {
+        return;
+    }
+    for (i, line) in staging.chunks(B64_WIDTH).enumerate() {
+        let o = start + i * RAW_PER_LINE;
+        if base64_simd::STANDARD.decode(line, base64_simd::Out::from_slice(&mut out[o..o + RAW_PER_LINE])).is_err() {
+            v.problem(first_line + i as u64, "expected only base64 characters (A-Z a-z 0-9 + /)".into());
+            *bad = true;
+        }
+    }
+}
+
+/// Decodes the last line of a chunk, which may carry `=` padding, strictly:
+/// it must give exactly `want` bytes with no stray bits.
+fn decode_last<V: Visitor>(b64: &[u8], want: usize, out: &mut Vec<u8>, line: u64, v: &mut V, bad: &mut bool) {
+    use base64::Engine;
+    let start = out.len();
+    out.resize(start + want.max(RAW_PER_LINE), 0);
+    let got = base64::engine::general_purpose::STANDARD.decode_slice(b64, &mut out[start..]);
+    out.truncate(start + want);
+    if !matches!(got, Ok(k) if k == want) {
+        v.problem(line, format!("expected canonical base64 of {want} bytes (right padding, no stray bits)"));
+        *bad = true;
+    }
+}

@@ -1,0 +1,288 @@
+//! Partial recovery of a damaged WTXT.
+//!
+//! Unlike the strict reader, the scanner resynchronizes on every `arr` and
+//! `ch` line, so flipped bits, deleted, duplicated or mangled lines and
+//! truncation damage only the chunks they touch. A chunk counts as intact
+//! when its base64 lines are well formed, every parity nibble holds, and its
+//! bytes match both the CRC32C and the SHA-256 of its `ch` line. An array is
+//! whole when intact chunks tile it and their bytes match the array's SHA-256
+//! (and HMAC, given the key).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::crypto::digest::derive_salt;
+use crate::crypto::mac::HmacKey;
+use crate::model::{Array, ArrayData};
+use crate::wtxt::layout::{hex_digit, last_line_width, parity};
+use crate::wtxt::syntax::{lossy, ArrLine, ChLine, IdxLine, Meta, Root, B64_WIDTH, RAW_PER_LINE};
+
+/// What was found for one array.
+#[derive(Clone, Debug, Serialize)]
+pub struct ArrayRecovery {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    pub line: u64,
+    /// True when the array is whole and goes into the recovered file.
+    pub recovered: bool,
+    /// Why not, when it is not.
+    pub reason: Option<String>,
+    pub intact_chunks: Vec<ChunkFound>,
+    pub damaged_chunks: Vec<ChunkFound>,
+    /// Byte ranges no intact chunk covers.
+    pub missing_ranges: Vec<(u64, u64)>,
+}
+
+/// A chunk the scanner saw.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChunkFound {
+    pub ix: u64,
+    pub off: u64,
+    pub len: u64,
+    pub line: u64,
+    /// For damaged chunks: what failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// The scan's findings (`recover --report` writes them as JSON).
+#[derive(Clone, Debug, Serialize)]
+pub struct RecoveryReport {
+    pub header_intact: bool,
+    pub arrays: Vec<ArrayRecovery>,
+    /// `ch` blocks found outside any readable `arr` block.
+    pub orphan_chunks: u64,
+    /// Lines the scanner could not place.
+    pub unparsed_lines: u64,
+    pub recovered_arrays: usize,
+    pub lost_arrays: usize,
+}
+
+/// What recovery yields: the header values it could read, whole arrays and the report.
+pub struct Recovered {
+    pub meta: Option<Meta>,
+    pub merkle_prev: Option<[u8; 32]>,
+    pub rows_per_chunk: Option<u64>,
+    pub arrays: Vec<Array>,
+    /// HMAC tags carried over for whole arrays whose salt the writer will derive again.
+    pub carried_hmacs: Vec<(String, [u8; 32])>,
+    pub report: RecoveryReport,
+}
+
+struct Candidate {
+    arr: ArrLine,
+    line: u64,
+    idx: Option<IdxLine>,
+    intact: BTreeMap<u64, (ChunkFound, Vec<u8>)>,
+    damaged: Vec<ChunkFound>,
+}
+
+/// Scans `bytes` (a damaged WTXT) and keeps everything that still checks out.
+pub fn recover(bytes: &[u8], key: Option<&HmacKey>) -> Recovered {
+    let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+    let mut meta = None;
+    let mut root = None;
+    for l in lines.iter().take(8) {
+        if l.starts_with(b"meta ") {
+            meta = meta.or(Meta::parse(l).ok());
+        } else if l.starts_with(b"root ") {
+            root = root.or(Root::parse(l).ok());
+        }
+    }
+    let header_intact = lines.first() == Some(&&b"WTXT 1"[..]) && meta.is_some() && root.is_some();
+    let mut cands: Vec<Candidate> = Vec::new();
+    let mut current: Option<usize> = None;
+    let (mut orphans, mut unparsed) = (0u64, 0u64);
+    let mut i = 0usize;
+    while i < lines.len() {
+        let l = lines[i];
+        let no = i as u64 + 1;
+        i += 1;
+        if l.starts_with(b"arr ") {
+            current = match ArrLine::parse(l) {
+                Ok(arr) => {
+                    cands.push(Candidate { arr, line: no, idx: None, intact: BTreeMap::new(), damaged: Vec::new() });
+                    Some(cands.len() - 1)
+                }
+                Err(_) => {
+                    unparsed += 1;
+                    None
+                }
+            };
+        } else if l.starts_with(b"idx ") {
+            match (current, IdxLine::parse(l)) {
+                (Some(c), Ok(idx)) => cands[c].idx = Some(idx),
+                _ => unparsed += 1,
+            }
+        } else if l.starts_with(b"ch ") {
+            let ch = ChLine::parse(l);
+            // Base64 lines follow until anything else.
+            let start = i;
+            while i < lines.len() && looks_like_b64(lines[i]) {
+                i += 1;
+            }
+            let body = &lines[start..i];
+            let (Some(c), Ok(ch)) = (current, ch) else {
+                orphans += 1;
+                continue;
+            };
+            let found = ChunkFound { ix: ch.ix, off: ch.off, len: ch.len, line: no, problem: None };
+            match check_chunk(&ch, body) {
+                Ok(data) if ch.off.checked_add(ch.len).is_some_and(|e| e <= cands[c].arr.bytes) => {
+                    cands[c].intact.entry(ch.ix).or_insert((found, data));
+                }
+                Ok(_) => {
+                    cands[c].damaged.push(ChunkFound { problem: Some("chunk lies outside its array".into()), ..found })
+                }
+                Err(p) => cands[c].damaged.push(ChunkFound { problem: Some(p), ..found }),
+            }
+        } else if l == b"endch" || l == b"endarr" {
+            if l == b"endarr" {
+                current = None;
+            }
+        } else if !l.is_empty() && no > 4 && !l.starts_with(b"sign ") && !l.starts_with(b"audit ") && l != b"endwtxt" {
+            unparsed += 1;
+        }
+    }
+
+    let gen_str = meta.as_ref().map(Meta::gen_str);
+    let mut arrays = Vec::new();
+    let mut carried = Vec::new();
+    let mut reports = Vec::new();
+    let mut rows_per_chunk = None;
+    let mut seen = std::collections::BTreeSet::new();
+    for c in cands {
+        let (whole, reason, missing) = assemble(&c, key);
+        let name = c.arr.name.clone();
+        let duplicate = !seen.insert(name.clone());
+        let recovered = whole.is_some() && !duplicate;
+        if let Some(data) = whole.filter(|_| !duplicate) {
+            if let Ok(a) = Array::new(name.clone(), c.arr.dtype, c.arr.shape.clone(), ArrayData::from(data)) {
+                if c.idx.is_some() {
+                    rows_per_chunk = rows_per_chunk.or(c.idx.map(|i| i.rows_per_chunk));
+                }
+                let salt_kept = gen_str.as_ref().is_some_and(|g| derive_salt(g, &name) == c.arr.salt);
+                if salt_kept && !c.arr.hmac_is_zero() {
+                    carried.push((name.clone(), c.arr.hmac));
+                }
+                arrays.push(a);
+            }
+        }
+        reports.push(ArrayRecovery {
+            name,
+            dtype: c.arr.dtype.to_string(),
+            shape: c.arr.shape.clone(),
+            line: c.line,
+            recovered,
+            reason: if duplicate { Some("a second array of the same name".into()) } else { reason },
+            intact_chunks: c.intact.values().map(|(f, _)| f.clone()).collect(),
+            damaged_chunks: c.damaged,
+            missing_ranges: missing,
+        });
+    }
+    let merkle_prev = match root {
+        Some(Root::Final { merkle_prev, .. }) => Some(merkle_prev),
+        _ => None,
+    };
+    let recovered_arrays = arrays.len();
+    let lost_arrays = reports.len() - recovered_arrays;
+    Recovered {
+        meta,
+        merkle_prev,
+        rows_per_chunk,
+        arrays,
+        carried_hmacs: carried,
+        report: RecoveryReport {
+            header_intact,
+            arrays: reports,
+            orphan_chunks: orphans,
+            unparsed_lines: unparsed,
+            recovered_arrays,
+            lost_arrays,
+        },
+    }
+}
+
+fn looks_like_b64(l: &[u8]) -> bool {
+    l.len() >= 3
+        && l.len() <= B64_WIDTH + 2
+        && l[l.len() - 2] == b' '
+        && l[..l.len() - 2].iter().all(|&c| c.is_ascii_alphanumeric() || c == b'+' || c == b'/' || c == b'=')
+}
+
+/// Decodes and checks one chunk's lines.
+fn check_chunk(ch: &ChLine, body: &[&[u8]]) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    if body.len() as u64 != ch.lines {
+        return Err(format!("expected {} base64 lines, found {}", ch.lines, body.len()));
+    }
+    let mut out = Vec::with_capacity(ch.len as usize);
+    for (k, l) in body.iter().enumerate() {
+        let last = k + 1 == body.len();
+        let width = if last { last_line_width(ch.len) } else { B64_WIDTH };
+        if l.len() != width + 2 {
+            return Err(format!("base64 line {} has {} characters, expected {width}", k + 1, l.len() - 2));
+        }
+        let (b64, nib) = (&l[..width], l[width + 1]);
+        if nib != hex_digit(parity(b64)) {
+            return Err(format!("parity nibble of base64 line {} does not match `{}`", k + 1, lossy(b64, 12)));
+        }
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|_| format!("base64 line {} does not decode", k + 1))?;
+        if !last && raw.len() != RAW_PER_LINE {
+            return Err(format!("base64 line {} is short", k + 1));
+        }
+        out.extend_from_slice(&raw);
+    }
+    if out.len() as u64 != ch.len {
+        return Err(format!("decodes to {} bytes, expected len={}", out.len(), ch.len));
+    }
+    if crc32c::crc32c(&out) != ch.crc32c {
+        return Err("crc32c does not match".into());
+    }
+    if <[u8; 32]>::from(Sha256::digest(&out)) != ch.sha256 {
+        return Err("sha256 does not match".into());
+    }
+    Ok(out)
+}
+
+/// Joins intact chunks into the whole array if they tile it and it checks out.
+fn assemble(c: &Candidate, key: Option<&HmacKey>) -> (Option<Vec<u8>>, Option<String>, Vec<(u64, u64)>) {
+    let mut by_off: Vec<&(ChunkFound, Vec<u8>)> = c.intact.values().collect();
+    by_off.sort_by_key(|(f, _)| f.off);
+    let mut missing = Vec::new();
+    let mut at = 0u64;
+    for (f, _) in &by_off {
+        if f.off > at {
+            missing.push((at, f.off));
+        }
+        at = at.max(f.off + f.len);
+    }
+    if at < c.arr.bytes {
+        missing.push((at, c.arr.bytes));
+    }
+    if c.arr.bytes == 0 && by_off.is_empty() {
+        return (None, Some("its only chunk is damaged or missing".into()), missing);
+    }
+    if !missing.is_empty() {
+        return (None, Some(format!("{} byte range(s) have no intact chunk", missing.len())), missing);
+    }
+    let mut data = Vec::with_capacity(c.arr.bytes as usize);
+    for (f, d) in &by_off {
+        if f.off != data.len() as u64 {
+            return (None, Some("intact chunks overlap".into()), missing);
+        }
+        data.extend_from_slice(d);
+    }
+    if <[u8; 32]>::from(Sha256::digest(&data)) != c.arr.sha256 {
+        return (None, Some("chunks are intact but the array's sha256 does not match".into()), missing);
+    }
+    if key.is_some_and(|k| !c.arr.hmac_is_zero() && k.compute(&c.arr.salt, &data) != c.arr.hmac) {
+        return (None, Some("hmac does not match under the given key".into()), missing);
+    }
+    (Some(data), None, missing)
+}

@@ -1,0 +1,556 @@
+//! The strict verifier, in the seed's Restore/Verify order: line rules and
+//! structure, parity, CRC32C, chunk SHA-256, array SHA-256, HMAC, `sha256_all`,
+//! `merkle_this`, `fastxor`, then the signature and the chain.
+//!
+//! The reader decodes on the calling thread; two workers share the decoded
+//! blocks: one computes array digests and HMACs, the other `sha256_all` and
+//! `fastxor`, and they split the chunk digests between them. Blocks come from
+//! a small recycled pool over bounded channels, so memory stays constant
+//! whatever the file size.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::crypto::digest::{merkle_this, FastXor, Hash};
+use crate::crypto::mac::{verify_tag, HmacKey, HmacSha256};
+use crate::crypto::sign::TrustedKeys;
+use crate::error::{Kind, Result};
+use crate::limits::{BLOCK, PIPELINE_DEPTH};
+use crate::wtxt::read::{read, ArrayStart, Header, Visitor};
+use crate::wtxt::syntax::{ChLine, Root, SignLine, Wsum};
+
+/// What to check besides the file itself.
+#[derive(Default)]
+pub struct VerifyOptions<'a> {
+    /// Checks per-array HMACs when given.
+    pub hmac_key: Option<&'a HmacKey>,
+    /// Keys whose signatures count as valid.
+    pub trusted: Option<&'a TrustedKeys>,
+    /// Fails unless a trusted key's valid signature is present.
+    pub require_signature: bool,
+    /// The WSUM that finalizes a WTXT-S.
+    pub wsum: Option<&'a Wsum>,
+    /// The previous generation's header: gen must follow it and
+    /// `merkle_prev` must equal its `merkle_this`.
+    pub prev: Option<&'a Header>,
+}
+
+/// The outcome for a signature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SigStatus {
+    /// Signed by a trusted key, and the signature holds.
+    Valid,
+    /// The trusted key named by `keyid` does not accept the signature.
+    Invalid,
+    /// No signature.
+    Absent,
+    /// Signed, but by no key the verifier was told to trust.
+    Untrusted,
+}
+
+/// One problem, on a 1-based line.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Problem {
+    pub line: u64,
+    pub message: String,
+}
+
+/// The outcome for one array.
+#[derive(Clone, Debug, Serialize)]
+pub struct ArrayReport {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    pub bytes: u64,
+    pub ok: bool,
+    /// True only when the HMAC was present, a key was given and it matched.
+    pub authenticated: bool,
+    /// `ix` of chunks that failed a check.
+    pub bad_chunks: Vec<u64>,
+    /// Line of the `arr` line.
+    pub line: u64,
+}
+
+/// The outcome of a verification (`verify --json` prints it).
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub ok: bool,
+    pub gen: u64,
+    pub ts: String,
+    pub build: String,
+    pub streaming: bool,
+    pub arrays: Vec<ArrayReport>,
+    pub signature: SigStatus,
+    pub keyid: Option<String>,
+    pub sha256_all: Option<String>,
+    pub merkle_prev: Option<String>,
+    pub merkle_this: Option<String>,
+    pub fastxor: Option<String>,
+    pub errors: Vec<Problem>,
+    /// The parsed header, when the file got that far.
+    #[serde(skip)]
+    pub header: Option<Header>,
+}
+
+impl Report {
+    /// The first error in verification order (the root cause), for one-line messages.
+    pub fn first_error(&self) -> Option<&Problem> {
+        self.errors.first()
+    }
+}
+
+/// Receives the decoded arrays of a file while it is verified (extract uses it).
+pub trait Sink {
+    /// An array begins.
+    fn array(&mut self, a: &ArrayStart);
+    /// Its next bytes, in order.
+    fn data(&mut self, bytes: &[u8]);
+}
+
+/// Verifies a WTXT (or WTXT-S with its WSUM) read from `input`. Returns an
+/// error only when reading fails; every failed check is in the report.
+pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sink>) -> Result<Report> {
+    let (pool_tx, pool_rx) = unbounded::<Vec<u8>>();
+    let (read_result, vis, digests, roots) = std::thread::scope(|s| {
+        let (tx_a, rx_a) = bounded::<Msg>(PIPELINE_DEPTH);
+        let (tx_b, rx_b) = bounded::<Msg>(PIPELINE_DEPTH);
+        let key = opts.hmac_key;
+        let wa = s.spawn(move || worker_arrays(rx_a, key));
+        let wb = s.spawn(move || worker_root(rx_b));
+        let mut vis = Hashing {
+            tx: vec![tx_a, tx_b],
+            pool_rx,
+            pool_tx,
+            seq: 0,
+            arrays: Vec::new(),
+            expected: Vec::new(),
+            problems: Vec::new(),
+            sink,
+            key_given: key.is_some(),
+            header: None,
+        };
+        let r = read(input, &mut vis);
+        vis.tx.clear();
+        let a = wa.join().expect("array hashing thread");
+        let b = wb.join().expect("root hashing thread");
+        (r, vis, a, b)
+    });
+    let Hashing { mut arrays, expected, mut problems, header: seen_header, .. } = vis;
+    let mut chunk_bad = digests.bad_chunks;
+    chunk_bad.extend(roots.bad_chunks);
+    for (ai, ix, line) in chunk_bad {
+        problems.push(Problem {
+            line,
+            message: format!("chunk {ix} of array {}: sha256 does not match its bytes", arrays[ai].name),
+        });
+        arrays[ai].bad_chunks.push(ix);
+    }
+    let header = match read_result {
+        Ok(h) => Some(h),
+        Err(e) if e.kind() == Kind::Io || e.kind() == Kind::Input => return Err(e),
+        Err(e) => {
+            let line = match e.position() {
+                crate::error::Position::Line(n) => n,
+                _ => 0,
+            };
+            problems.push(Problem { line, message: e.message().to_string() });
+            None
+        }
+    };
+    // Errors come in the seed's verification order, each stage in file
+    // order, so the first one names the root cause, not its consequences.
+    problems.sort_by_key(|p| p.line);
+    let complete = header.is_some();
+    for (i, (a, exp)) in arrays.iter_mut().zip(&expected).enumerate() {
+        a.bad_chunks.sort_unstable();
+        if let Some((sha, mac_ok)) = digests.arrays.get(i) {
+            if *sha != exp.sha256 {
+                problems.push(Problem {
+                    line: a.line,
+                    message: format!("array {}: sha256 does not match its bytes", a.name),
+                });
+                a.ok = false;
+            }
+            match mac_ok {
+                Some(true) => a.authenticated = true,
+                Some(false) => {
+                    problems.push(Problem {
+                        line: a.line,
+                        message: format!("array {}: hmac does not match (wrong key or altered data)", a.name),
+                    });
+                    a.ok = false;
+                }
+                None => {}
+            }
+        } else {
+            a.ok = false;
+        }
+        if !a.bad_chunks.is_empty() {
+            a.ok = false;
+        }
+    }
+
+    let mut report = Report {
+        ok: false,
+        gen: 0,
+        ts: String::new(),
+        build: String::new(),
+        streaming: false,
+        arrays,
+        signature: SigStatus::Absent,
+        keyid: None,
+        sha256_all: None,
+        merkle_prev: None,
+        merkle_this: None,
+        fastxor: None,
+        errors: Vec::new(),
+        header: header.clone().or(seen_header.clone()),
+    };
+    if let (Some(h), Some((sha_all, fastxor))) = (header.as_ref(), roots.root.filter(|_| complete)) {
+        check_root(h, &sha_all, fastxor, opts, &mut report, &mut problems);
+    }
+    if let Some(h) = header.as_ref().or(seen_header.as_ref()) {
+        report.gen = h.meta.gen;
+        report.ts = h.meta.ts.as_str().to_string();
+        report.build = h.meta.build.clone();
+    }
+    report.ok = complete && problems.is_empty();
+    report.errors = problems;
+    Ok(report)
+}
+
+/// Root, Merkle link, fastxor, WSUM, signature and chain checks.
+fn check_root(
+    h: &Header,
+    sha_all: &Hash,
+    fastxor: u64,
+    opts: &VerifyOptions,
+    report: &mut Report,
+    problems: &mut Vec<Problem>,
+) {
+    let gen = h.meta.gen_str();
+    let ts = h.meta.ts.as_str();
+    let root_line = 4;
+    report.sha256_all = Some(hex::encode(sha_all));
+    report.fastxor = Some(format!("{fastxor:016x}"));
+    let (merkle_prev, signed, sign): (Hash, Vec<u8>, Option<SignLine>) = match &h.root {
+        Root::Final { sha256_all, merkle_prev, merkle_this: mt, fastxor: fx } => {
+            if sha256_all != sha_all {
+                problems.push(Problem {
+                    line: root_line,
+                    message: format!(
+                        "sha256_all is {}, the arrays give {}",
+                        hex::encode(sha256_all),
+                        hex::encode(sha_all)
+                    ),
+                });
+            }
+            let want = merkle_this(merkle_prev, sha256_all, ts, &gen, &h.meta.build);
+            if *mt != want {
+                problems.push(Problem {
+                    line: root_line,
+                    message: format!("merkle_this is {}, expected {}", hex::encode(mt), hex::encode(want)),
+                });
+            }
+            if *fx != fastxor {
+                problems.push(Problem {
+                    line: root_line,
+                    message: format!("fastxor is {fx:016x}, the arrays give {fastxor:016x}"),
+                });
+            }
+            if opts
+                .wsum
+                .is_some_and(|w| w.sha256_all != *sha256_all || w.merkle_this != *mt || w.merkle_prev != *merkle_prev)
+            {
+                problems.push(Problem { line: root_line, message: "the WSUM does not match this file's root".into() });
+            }
+            (*merkle_prev, h.signed_bytes.clone(), h.sign.clone())
+        }
+        Root::Pending => {
+            report.streaming = true;
+            match opts.wsum {
+                None => {
+                    problems.push(Problem { line: root_line, message: "root pending: give --wsum".into() });
+                    return;
+                }
+                Some(w) => {
+                    if w.sha256_all != *sha_all {
+                        problems.push(Problem {
+                            line: root_line,
+                            message: format!(
+                                "WSUM sha256_all is {}, the arrays give {}",
+                                hex::encode(w.sha256_all),
+                                hex::encode(sha_all)
+                            ),
+                        });
+                    }
+                    let want = merkle_this(&w.merkle_prev, &w.sha256_all, ts, &gen, &h.meta.build);
+                    if w.merkle_this != want {
+                        problems.push(Problem {
+                            line: root_line,
+                            message: format!(
+                                "WSUM merkle_this is {}, expected {}",
+                                hex::encode(w.merkle_this),
+                                hex::encode(want)
+                            ),
+                        });
+                    }
+                    (w.merkle_prev, w.signed_part().into_bytes(), w.sign.clone())
+                }
+            }
+        }
+    };
+    report.merkle_prev = Some(hex::encode(merkle_prev));
+    report.merkle_this = Some(hex::encode(merkle_this(&merkle_prev, sha_all, ts, &gen, &h.meta.build)));
+
+    let sign_line = if report.streaming { root_line } else { 5 };
+    report.signature = match &sign {
+        None => SigStatus::Absent,
+        Some(s) => {
+            report.keyid = Some(hex::encode(s.keyid));
+            match opts.trusted.and_then(|t| t.find(&s.keyid)) {
+                None => SigStatus::Untrusted,
+                Some(k) if k.verify(&signed, &s.signature) => SigStatus::Valid,
+                Some(_) => {
+                    problems.push(Problem {
+                        line: sign_line,
+                        message: format!("signature by keyid {} does not verify", hex::encode(s.keyid)),
+                    });
+                    SigStatus::Invalid
+                }
+            }
+        }
+    };
+    if opts.require_signature && report.signature != SigStatus::Valid && report.signature != SigStatus::Invalid {
+        let why = match report.signature {
+            SigStatus::Absent => "the file is not signed".to_string(),
+            _ => format!("keyid {} is not a trusted key", report.keyid.as_deref().unwrap_or("?")),
+        };
+        problems.push(Problem { line: sign_line, message: format!("signature required: {why}") });
+    }
+    if let Some(p) = opts.prev {
+        match &p.root {
+            Root::Final { merkle_this: prev_this, .. } => {
+                if h.meta.gen != p.meta.gen.wrapping_add(1) {
+                    problems.push(Problem {
+                        line: 2,
+                        message: format!("gen {} does not follow the previous generation's {}", gen, p.meta.gen_str()),
+                    });
+                }
+                if merkle_prev != *prev_this {
+                    problems.push(Problem {
+                        line: root_line,
+                        message: format!(
+                            "merkle_prev is {}, the previous generation's merkle_this is {}",
+                            hex::encode(merkle_prev),
+                            hex::encode(prev_this)
+                        ),
+                    });
+                }
+            }
+            Root::Pending => problems
+                .push(Problem { line: 0, message: "--prev: the previous file is a WTXT-S; finalize it first".into() }),
+        }
+    }
+}
+
+struct Pooled {
+    buf: Vec<u8>,
+    home: Sender<Vec<u8>>,
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let _ = self.home.send(std::mem::take(&mut self.buf));
+    }
+}
+
+enum Msg {
+    Array { text: Arc<Vec<u8>>, salt: [u8; 8], hmac: Option<Hash> },
+    Data { seq: u64, block: Arc<Pooled> },
+    ChunkEnd { seq: u64, array: usize, ix: u64, line: u64, sha256: Hash, bad: bool },
+    ArrayEnd,
+}
+
+struct Expect {
+    sha256: Hash,
+}
+
+struct Hashing<'s> {
+    tx: Vec<Sender<Msg>>,
+    pool_rx: Receiver<Vec<u8>>,
+    pool_tx: Sender<Vec<u8>>,
+    seq: u64,
+    arrays: Vec<ArrayReport>,
+    expected: Vec<Expect>,
+    problems: Vec<Problem>,
+    sink: Option<&'s mut dyn Sink>,
+    key_given: bool,
+    header: Option<Header>,
+}
+
+impl Hashing<'_> {
+    fn send(&self, make: impl Fn() -> Msg) {
+        for t in &self.tx {
+            // A closed channel means a worker died; its join reports it.
+            let _ = t.send(make());
+        }
+    }
+}
+
+impl Visitor for Hashing<'_> {
+    fn header(&mut self, h: &Header) -> Result<()> {
+        self.header = Some(h.clone());
+        Ok(())
+    }
+
+    fn array(&mut self, a: &ArrayStart) -> Result<()> {
+        if let Some(s) = self.sink.as_mut() {
+            s.array(a);
+        }
+        self.arrays.push(ArrayReport {
+            name: a.arr.name.clone(),
+            dtype: a.arr.dtype.to_string(),
+            shape: a.arr.shape.clone(),
+            bytes: a.arr.bytes,
+            ok: true,
+            authenticated: false,
+            bad_chunks: Vec::new(),
+            line: a.line,
+        });
+        self.expected.push(Expect { sha256: a.arr.sha256 });
+        let text = Arc::new(a.text.clone());
+        let hmac = (self.key_given && !a.arr.hmac_is_zero()).then_some(a.arr.hmac);
+        let salt = a.arr.salt;
+        self.send(|| Msg::Array { text: text.clone(), salt, hmac });
+        Ok(())
+    }
+
+    fn buffer(&mut self) -> Vec<u8> {
+        self.pool_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(BLOCK))
+    }
+
+    fn data(&mut self, buf: Vec<u8>) {
+        if let Some(s) = self.sink.as_mut() {
+            s.data(&buf);
+        }
+        let block = Arc::new(Pooled { buf, home: self.pool_tx.clone() });
+        let seq = self.seq;
+        self.send(|| Msg::Data { seq, block: block.clone() });
+    }
+
+    fn chunk_end(&mut self, line: u64, ch: &ChLine, bad: bool) {
+        let (seq, array, ix, sha256) = (self.seq, self.arrays.len() - 1, ch.ix, ch.sha256);
+        self.send(|| Msg::ChunkEnd { seq, array, ix, line, sha256, bad });
+        if bad {
+            self.arrays[array].bad_chunks.push(ix);
+        }
+        self.seq += 1;
+    }
+
+    fn array_end(&mut self) {
+        self.send(|| Msg::ArrayEnd);
+    }
+
+    fn problem(&mut self, line: u64, message: String) {
+        self.problems.push(Problem { line, message });
+    }
+}
+
+type BadChunk = (usize, u64, u64);
+
+struct ArrayDigests {
+    /// Per array: SHA-256 and, when checked, whether the HMAC matched.
+    arrays: Vec<(Hash, Option<bool>)>,
+    bad_chunks: Vec<BadChunk>,
+}
+
+struct RootDigests {
+    root: Option<(Hash, u64)>,
+    bad_chunks: Vec<BadChunk>,
+}
+
+/// Shared by both workers: the digest of every other chunk.
+#[derive(Default)]
+struct ChunkShare {
+    hasher: Option<Sha256>,
+    bad: Vec<BadChunk>,
+}
+
+impl ChunkShare {
+    fn data(&mut self, mine: bool, b: &[u8]) {
+        if mine {
+            self.hasher.get_or_insert_with(Sha256::new).update(b);
+        }
+    }
+
+    fn end(&mut self, mine: bool, array: usize, ix: u64, line: u64, want: &Hash, bad: bool) {
+        if !mine {
+            return;
+        }
+        let got: Hash = self.hasher.take().unwrap_or_default().finalize().into();
+        if !bad && got != *want {
+            self.bad.push((array, ix, line));
+        }
+    }
+}
+
+fn worker_arrays(rx: Receiver<Msg>, key: Option<&HmacKey>) -> ArrayDigests {
+    let mut out = ArrayDigests { arrays: Vec::new(), bad_chunks: Vec::new() };
+    let mut share = ChunkShare::default();
+    let mut cur: Option<(Sha256, Option<(HmacSha256, Hash)>)> = None;
+    for m in rx {
+        match m {
+            Msg::Array { salt, hmac, .. } => {
+                let mac = hmac.and_then(|want| key.map(|k| (k.start(&salt), want)));
+                cur = Some((Sha256::new(), mac));
+            }
+            Msg::Data { seq, block } => {
+                if let Some((h, mac)) = cur.as_mut() {
+                    h.update(&block.buf);
+                    if let Some((m, _)) = mac.as_mut() {
+                        hmac::Mac::update(m, &block.buf);
+                    }
+                }
+                share.data(seq % 2 == 0, &block.buf);
+            }
+            Msg::ChunkEnd { seq, array, ix, line, sha256, bad } => {
+                share.end(seq % 2 == 0, array, ix, line, &sha256, bad)
+            }
+            Msg::ArrayEnd => {
+                if let Some((h, mac)) = cur.take() {
+                    let ok = mac.map(|(m, want)| verify_tag(m, &want));
+                    out.arrays.push((h.finalize().into(), ok));
+                }
+            }
+        }
+    }
+    out.bad_chunks = share.bad;
+    out
+}
+
+fn worker_root(rx: Receiver<Msg>) -> RootDigests {
+    let mut all = Sha256::new();
+    let mut fx = FastXor::default();
+    let mut share = ChunkShare::default();
+    for m in rx {
+        match m {
+            Msg::Array { text, .. } => all.update(&text[..]),
+            Msg::Data { seq, block } => {
+                all.update(&block.buf);
+                fx.update(&block.buf);
+                share.data(seq % 2 == 1, &block.buf);
+            }
+            Msg::ChunkEnd { seq, array, ix, line, sha256, bad } => {
+                share.end(seq % 2 == 1, array, ix, line, &sha256, bad)
+            }
+            Msg::ArrayEnd => {}
+        }
+    }
+    RootDigests { root: Some((all.finalize().into(), fx.value())), bad_chunks: share.bad }
+}
