@@ -1,0 +1,13 @@
+//! One integration test binary. Modules:
+//! - `golden`: the independent implementation's vectors, byte for byte;
+//! - `cli`: the real binary's exit codes, messages and JSON;
+//! - `corruption`: every kind of damage, on every line, is rejected with its line;
+//! - `roundtrip`: property tests of write -> verify -> read;
+//! - `recover`: partial recovery keeps everything intact.
+
+mod cli;
+mod corruption;
+mod golden;
+mod recover;
+mod roundtrip;
+mod util;
