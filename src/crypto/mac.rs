@@ -31,7 +31,7 @@ impl HmacKey {
         if t.len() < 64 {
             return Err(format!("expected at least 64 hex digits, found {}", t.len()));
         }
-        if t.len() % 2 != 0 {
+        if !t.len().is_multiple_of(2) {
             return Err("expected an even number of hex digits".into());
         }
         hex::decode(t).map(HmacKey).map_err(|e| format!("expected hex digits: {e}"))

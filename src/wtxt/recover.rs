@@ -250,8 +250,11 @@ fn check_chunk(ch: &ChLine, body: &[&[u8]]) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// The whole array's bytes (or why not), and the byte ranges no intact chunk covers.
+type Assembled = (Option<Vec<u8>>, Option<String>, Vec<(u64, u64)>);
+
 /// Joins intact chunks into the whole array if they tile it and it checks out.
-fn assemble(c: &Candidate, key: Option<&HmacKey>) -> (Option<Vec<u8>>, Option<String>, Vec<(u64, u64)>) {
+fn assemble(c: &Candidate, key: Option<&HmacKey>) -> Assembled {
     let mut by_off: Vec<&(ChunkFound, Vec<u8>)> = c.intact.values().collect();
     by_off.sort_by_key(|(f, _)| f.off);
     let mut missing = Vec::new();

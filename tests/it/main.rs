@@ -3,11 +3,13 @@
 //! - `cli`: the real binary's exit codes, messages and JSON;
 //! - `corruption`: every kind of damage, on every line, is rejected with its line;
 //! - `roundtrip`: property tests of write -> verify -> read;
-//! - `recover`: partial recovery keeps everything intact.
+//! - `recover`: partial recovery keeps everything intact;
+//! - `hooks`: hooks/pre-commit in a real Git repository.
 
 mod cli;
 mod corruption;
 mod golden;
+mod hooks;
 mod recover;
 mod roundtrip;
 mod util;

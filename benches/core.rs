@@ -1,0 +1,71 @@
+//! Criterion benches of the writer and the verifier against a SHA-256 of the
+//! same bytes measured in the same run (`cargo bench`; ratios in docs/PERFORMANCE.md).
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use sha2::{Digest, Sha256};
+use wtxt::model::{Array, ArrayData, Dtype};
+use wtxt::progress::Progress;
+use wtxt::wtxt::syntax::{Meta, Timestamp};
+use wtxt::wtxt::verify::verify;
+use wtxt::wtxt::write::{write_snapshot, WriteOptions};
+
+const MIB: usize = 64;
+
+fn arrays() -> Vec<Array> {
+    let n = MIB << 20;
+    let mut x = 0x9e3779b97f4a7c15u64;
+    let data: Vec<u8> = (0..n / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect();
+    vec![Array::new("w", Dtype::F32, vec![(n / 4096) as u64, 1024], ArrayData::from(data)).unwrap()]
+}
+
+fn options() -> WriteOptions<'static> {
+    WriteOptions {
+        meta: Meta {
+            schema: "weights/v1".into(),
+            gen: 1,
+            ts: Timestamp::parse("2026-01-01T00:00:00Z").unwrap(),
+            build: "bench".into(),
+            host: "cpu".into(),
+            cuda: "off".into(),
+        },
+        merkle_prev: [0; 32],
+        rows_per_chunk: 128,
+        hmac_key: None,
+        sign_key: None,
+        audit: None,
+        streaming: false,
+        carried_hmacs: Vec::new(),
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let arrays = arrays();
+    let opts = options();
+    let mut text = std::io::Cursor::new(Vec::new());
+    write_snapshot(&arrays, &opts, &mut text, &Progress::hidden()).unwrap();
+    let text = text.into_inner();
+    let mut g = c.benchmark_group("64MiB");
+    g.throughput(Throughput::Bytes((MIB << 20) as u64));
+    g.sample_size(10);
+    g.bench_function("baseline_sha256", |b| b.iter(|| Sha256::digest(arrays[0].bytes())));
+    let mut out = std::io::Cursor::new(Vec::with_capacity(text.len()));
+    g.bench_function("snapshot_to_memory", |b| {
+        b.iter(|| {
+            out.get_mut().clear();
+            out.set_position(0);
+            write_snapshot(&arrays, &opts, &mut out, &Progress::hidden()).unwrap()
+        })
+    });
+    g.bench_function("verify_from_memory", |b| b.iter(|| verify(&text[..], &Default::default(), None).unwrap()));
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

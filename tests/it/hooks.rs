@@ -1,0 +1,57 @@
+//! hooks/pre-commit in a real Git repository with the real `git` binary.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::util::{fixture, read};
+
+fn git(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .env("WTXT", env!("CARGO_BIN_EXE_wtxt"))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn pre_commit_blocks_damaged_and_unsigned_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert!(git(d, &["init", "-q"]).status.success());
+    let hook = d.join(".git/hooks/pre-commit");
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks/pre-commit"), &hook).unwrap();
+
+    std::fs::write(d.join("m.wtxt"), read("expected/signed_pkcs8.wtxt")).unwrap();
+    git(d, &["add", "m.wtxt"]);
+    let ok = git(d, &["commit", "-qm", "good"]);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+
+    // A damaged snapshot is refused, naming the file and the line.
+    let mut bad = read("expected/defaults.wtxt");
+    let at = bad.len() / 2;
+    bad[at] = if bad[at] == b'A' { b'B' } else { b'A' };
+    std::fs::write(d.join("bad.wtxt"), &bad).unwrap();
+    git(d, &["add", "bad.wtxt"]);
+    let r = git(d, &["commit", "-qm", "bad"]);
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("bad.wtxt") && err.contains("line"), "{err}");
+    git(d, &["rm", "-q", "--cached", "bad.wtxt"]);
+
+    // With wtxt.requireSignature, an unsigned snapshot is refused, a signed one by a trusted key passes.
+    git(d, &["config", "wtxt.requireSignature", "true"]);
+    git(d, &["config", "wtxt.trustedKeys", fixture("keys/trusted_keys").to_str().unwrap()]);
+    std::fs::write(d.join("u.wtxt"), read("expected/defaults.wtxt")).unwrap();
+    git(d, &["add", "u.wtxt"]);
+    assert!(!git(d, &["commit", "-qm", "unsigned"]).status.success());
+    git(d, &["rm", "-q", "--cached", "u.wtxt"]);
+    std::fs::write(d.join("s.wtxt"), read("expected/signed_openssh.wtxt")).unwrap();
+    git(d, &["add", "s.wtxt"]);
+    let r = git(d, &["commit", "-qm", "signed"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+}
