@@ -8,7 +8,7 @@
 //! - [`convert`]: `.npy`, `.npz`, `.safetensors` in and out;
 //! - [`ops`]: one function per command;
 //! - [`error`], [`limits`], [`atomic`], [`progress`]: shared plumbing.
-#![forbid(unsafe_op_in_unsafe_fn)]
+#![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 #![allow(missing_docs)]
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::atomic::{write_file, AtomicFile};
+use crate::atomic::{write_file, AtomicFile, Writeback};
 use crate::convert::{load_inputs, map_file, write_arrays};
 use crate::crypto::digest::{merkle_this, Hash};
 use crate::crypto::mac::HmacKey;
@@ -143,7 +143,7 @@ pub fn write_wtxt(
 ) -> Result<Written> {
     let mut f = AtomicFile::create(out)?;
     let written = {
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, Writeback::new(f.file()));
         let r = write_snapshot(arrays, opts, &mut w, progress).map_err(|e| e.in_file(out))?;
         w.flush().map_err(|e| Error::io(out, e))?;
         r

@@ -51,7 +51,8 @@ pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
     let f = File::open(path).map_err(|e| Error::io(path, e))?;
     // SAFETY: the map is read-only; a file truncated under us by another
     // process can fault, which is the accepted cost of not copying weights.
-    let m = unsafe { Mmap::map(&f) }.map_err(|e| Error::io(path, e))?;
+    // Populated up front: one pass of page-table setup instead of a fault per page.
+    let m = unsafe { memmap2::MmapOptions::new().populate().map(&f) }.map_err(|e| Error::io(path, e))?;
     Ok(Arc::new(m))
 }
 

@@ -136,6 +136,22 @@ impl<R: Read> LineReader<R> {
         Ok(())
     }
 
+    /// The next line when it is expected to be exactly `len` bytes long (base64
+    /// lines): checks the LF at that position instead of scanning for it.
+    #[inline]
+    pub fn next_range_of(&mut self, len: usize) -> Result<Option<Range<usize>>> {
+        if self.end - self.start > len && self.buf[self.start + len] == b'\n' {
+            let r = self.start..self.start + len;
+            // A shorter line would have an LF inside; that case takes the slow path.
+            if memchr(&self.buf[r.clone()]).is_none() {
+                self.start += len + 1;
+                self.line += 1;
+                return Ok(Some(r));
+            }
+        }
+        self.next_range()
+    }
+
     /// The bytes of a range returned by `next_range`.
     pub fn bytes(&self, r: Range<usize>) -> &[u8] {
         &self.buf[r]
@@ -156,7 +172,7 @@ impl<R: Read> LineReader<R> {
 }
 
 fn memchr(hay: &[u8]) -> Option<usize> {
-    hay.iter().position(|&b| b == b'\n')
+    memchr::memchr(b'\n', hay)
 }
 
 /// The rules every non-base64 line obeys: printable ASCII, not empty, no trailing space.

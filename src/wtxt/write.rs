@@ -1,12 +1,12 @@
 //! The canonical writer: the only code that emits WTXT.
 //!
-//! Every header field has a fixed width once the meta values are known, so the
-//! writer emits the body first at the header's offset and fills in the header
-//! (root and signature) last. Work runs in two parallel phases:
-//! 1. per-array SHA-256 (and HMAC) and per-chunk SHA-256/CRC32C, spread over
-//!    all cores;
-//! 2. `sha256_all` and `fastxor` on one thread while another base64-encodes
-//!    and writes the body.
+//! Every line has a fixed width once the meta values, names and shapes are
+//! known (hashes are fixed-width hex), so the writer emits the body at once
+//! with placeholder `arr` and `ch` lines while other threads hash, then
+//! patches those lines and writes the header (root, signature) last. On two
+//! cores one thread base64-encodes and writes while the other computes the
+//! array digests (and HMACs), `sha256_all`, `fastxor` and the chunk sums;
+//! with more cores the chunk sums spread over them.
 //!
 //! Inputs are only read (often a memory map), never copied whole.
 
@@ -99,39 +99,34 @@ pub fn write_snapshot<W: Write + Seek>(
     let raw_total: u64 = arrays.iter().map(|a| a.bytes().len() as u64).sum();
     progress.set_total(raw_total * 2);
 
-    let (array_sums, chunk_sums) = hash_phase(&plans, total_chunks, opts.hmac_key, progress);
-
-    let arr_lines: Vec<ArrLine> = plans
-        .iter()
-        .zip(&array_sums)
-        .map(|(p, (sha256, hmac))| {
-            let carried = opts.carried_hmacs.iter().find(|(n, _)| *n == p.array.name).map(|(_, h)| *h);
-            ArrLine {
-                name: p.array.name.clone(),
-                dtype: p.array.dtype,
-                shape: p.array.shape.clone(),
-                bytes: p.layout.bytes,
-                sha256: *sha256,
-                hmac: hmac.or(carried).unwrap_or([0; 32]),
-                salt: p.salt,
-            }
-        })
-        .collect();
-    let arr_texts: Vec<String> = arr_lines.iter().map(ArrLine::to_line).collect();
-
     let cap = Cap::for_profile(arrays.iter().any(|a| a.dtype.is_extension()));
     let signs_file = opts.sign_key.is_some() && !opts.streaming;
     let header_len =
         header_text(&opts.meta, &cap, &placeholder_root(opts.streaming), signs_file.then(placeholder_sign)).len();
     out.seek(SeekFrom::Start(header_len as u64)).map_err(io_err)?;
 
-    let (root_sums, body_len) = std::thread::scope(|s| {
-        let root = s.spawn(|| root_phase(&plans, &arr_texts));
-        let body = body_phase(&plans, &arr_texts, &chunk_sums, opts.audit.as_ref(), out, progress);
-        (root.join().expect("root hashing thread"), body)
+    let sums = Sums::new(plans.len(), total_chunks);
+    let body = std::thread::scope(|s| {
+        let hashers = std::thread::available_parallelism().map_or(2, |n| n.get()).saturating_sub(1).max(1);
+        let (plans, sums) = (&plans, &sums);
+        let handles: Vec<_> =
+            (0..hashers).map(|_| s.spawn(move || hash_jobs(plans, total_chunks, opts, sums, progress))).collect();
+        let body = body_phase(plans, opts.audit.as_ref(), out, progress);
+        // Done writing: help with whatever hashing is left.
+        hash_jobs(plans, total_chunks, opts, sums, progress);
+        for h in handles {
+            h.join().expect("hashing thread");
+        }
+        body
     });
-    let body_len = body_len?;
-    let (sha256_all, fastxor) = root_sums;
+    let hashed = sums;
+    let offsets = body?;
+    let arr_lines =
+        hashed.arr_lines.into_iter().map(|l| l.into_inner().expect("every array hashed")).collect::<Vec<_>>();
+    let chunk_sums: Vec<ChunkSum> =
+        hashed.chunks.into_iter().map(|c| c.into_inner().expect("every chunk hashed")).collect();
+    let (sha256_all, fastxor) = hashed.root.into_inner().expect("root hashed");
+    let body_len = patch_lines(out, header_len as u64, &plans, &arr_lines, &chunk_sums, &offsets)?;
     let merkle = merkle_this(&opts.merkle_prev, &sha256_all, opts.meta.ts.as_str(), &gen, &opts.meta.build);
 
     let root = if opts.streaming {
@@ -195,129 +190,140 @@ fn placeholder_sign() -> SignLine {
     SignLine { signature: [0; 64], keyid: [0; 8] }
 }
 
-/// Phase 1: array digests (and HMACs) and chunk sums, in parallel.
-type ArraySums = Vec<(Hash, Option<Hash>)>;
-
-fn hash_phase(
-    plans: &[Plan],
-    total_chunks: usize,
-    key: Option<&HmacKey>,
-    progress: &Progress,
-) -> (ArraySums, Vec<ChunkSum>) {
-    enum Job {
-        Array(usize),
-        Mac(usize),
-        Chunk(usize, u64),
-    }
-    let mut jobs: Vec<Job> = Vec::with_capacity(plans.len() * 2 + total_chunks);
-    // Whole-array jobs are the longest: start them first, largest first.
-    let mut by_size: Vec<usize> = (0..plans.len()).collect();
-    by_size.sort_by_key(|&i| std::cmp::Reverse(plans[i].layout.bytes));
-    for &i in &by_size {
-        jobs.push(Job::Array(i));
-        if key.is_some() {
-            jobs.push(Job::Mac(i));
-        }
-    }
-    for (i, p) in plans.iter().enumerate() {
-        for ix in 0..p.layout.chunk_count() {
-            jobs.push(Job::Chunk(i, ix));
-        }
-    }
-    let digests: Vec<OnceLock<Hash>> = (0..plans.len()).map(|_| OnceLock::new()).collect();
-    let macs: Vec<OnceLock<Hash>> = (0..plans.len()).map(|_| OnceLock::new()).collect();
-    let chunks: Vec<OnceLock<ChunkSum>> = (0..total_chunks).map(|_| OnceLock::new()).collect();
-    let next = AtomicUsize::new(0);
-    let work = || loop {
-        let j = next.fetch_add(1, Ordering::Relaxed);
-        let Some(job) = jobs.get(j) else { break };
-        match *job {
-            Job::Array(i) => {
-                let _ = digests[i].set(Sha256::digest(plans[i].array.bytes()).into());
-            }
-            Job::Mac(i) => {
-                let k = key.expect("mac jobs only with a key");
-                let _ = macs[i].set(k.compute(&plans[i].salt, plans[i].array.bytes()));
-            }
-            Job::Chunk(i, ix) => {
-                let p = &plans[i];
-                let (off, len) = p.layout.chunk_range(ix);
-                let raw = &p.array.bytes()[off as usize..(off + len) as usize];
-                let sum = ChunkSum { sha256: Sha256::digest(raw).into(), crc32c: crc32c::crc32c(raw) };
-                let _ = chunks[p.first_chunk + ix as usize].set(sum);
-                progress.inc(len);
-            }
-        }
-    };
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(jobs.len().max(1));
-    std::thread::scope(|s| {
-        for _ in 1..threads {
-            s.spawn(work);
-        }
-        work();
-    });
-    let sums = digests
-        .into_iter()
-        .zip(macs)
-        .map(|(d, m)| (d.into_inner().expect("every array hashed"), m.into_inner()))
-        .collect();
-    let chunks = chunks.into_iter().map(|c| c.into_inner().expect("every chunk hashed")).collect();
-    (sums, chunks)
+/// What the hashing threads produce, each slot filled once.
+struct Sums {
+    arr_lines: Vec<OnceLock<ArrLine>>,
+    chunks: Vec<OnceLock<ChunkSum>>,
+    root: OnceLock<(Hash, u64)>,
+    next: AtomicUsize,
 }
 
-/// Phase 2a: `sha256_all` over each `arr` line (no LF) and raw bytes, and `fastxor`.
-fn root_phase(plans: &[Plan], arr_texts: &[String]) -> (Hash, u64) {
-    let mut h = Sha256::new();
+impl Sums {
+    fn new(arrays: usize, chunks: usize) -> Sums {
+        Sums {
+            arr_lines: (0..arrays).map(|_| OnceLock::new()).collect(),
+            chunks: (0..chunks).map(|_| OnceLock::new()).collect(),
+            root: OnceLock::new(),
+            next: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// Job 0 is the sequential root job; jobs 1.. are chunk sums. Threads take
+/// jobs in order, so the long root job starts first.
+fn hash_jobs(plans: &[Plan], total_chunks: usize, opts: &WriteOptions, sums: &Sums, progress: &Progress) {
+    // Chunk jobs map to (array, ix) through each plan's first chunk.
+    loop {
+        let j = sums.next.fetch_add(1, Ordering::Relaxed);
+        if j == 0 {
+            root_job(plans, opts, sums);
+            continue;
+        }
+        let c = j - 1;
+        if c >= total_chunks {
+            break;
+        }
+        let i = plans.partition_point(|p| p.first_chunk <= c) - 1;
+        let p = &plans[i];
+        let ix = (c - p.first_chunk) as u64;
+        let (off, len) = p.layout.chunk_range(ix);
+        let raw = &p.array.bytes()[off as usize..(off + len) as usize];
+        let _ = sums.chunks[c].set(ChunkSum { sha256: Sha256::digest(raw).into(), crc32c: crc32c::crc32c(raw) });
+        progress.inc(len);
+    }
+}
+
+/// Per array: SHA-256 and HMAC in one pass, then its `arr` line; then
+/// `sha256_all` (each `arr` line without LF, then the raw bytes) and `fastxor`.
+fn root_job(plans: &[Plan], opts: &WriteOptions, sums: &Sums) {
+    let mut all = Sha256::new();
     let mut fx = FastXor::default();
-    for (p, line) in plans.iter().zip(arr_texts) {
-        h.update(line.as_bytes());
-        h.update(p.array.bytes());
-        fx.update(p.array.bytes());
+    for (i, p) in plans.iter().enumerate() {
+        let raw = p.array.bytes();
+        let mut sha = Sha256::new();
+        let mut mac = opts.hmac_key.map(|k| k.start(&p.salt));
+        for block in raw.chunks(256 << 10) {
+            sha.update(block);
+            if let Some(m) = mac.as_mut() {
+                hmac::Mac::update(m, block);
+            }
+        }
+        let carried = opts.carried_hmacs.iter().find(|(n, _)| *n == p.array.name).map(|(_, h)| *h);
+        let line = ArrLine {
+            name: p.array.name.clone(),
+            dtype: p.array.dtype,
+            shape: p.array.shape.clone(),
+            bytes: p.layout.bytes,
+            sha256: sha.finalize().into(),
+            hmac: mac.map(|m| hmac::Mac::finalize(m).into_bytes().into()).or(carried).unwrap_or([0; 32]),
+            salt: p.salt,
+        };
+        all.update(line.to_line().as_bytes());
+        all.update(raw);
+        fx.update(raw);
+        let _ = sums.arr_lines[i].set(line);
     }
-    (h.finalize().into(), fx.value())
+    let _ = sums.root.set((all.finalize().into(), fx.value()));
 }
 
-/// Phase 2b: everything after the header, streamed to `out`.
-fn body_phase<W: Write>(
-    plans: &[Plan],
-    arr_texts: &[String],
-    sums: &[ChunkSum],
-    audit: Option<&Audit>,
-    out: &mut W,
-    progress: &Progress,
-) -> Result<u64> {
+/// Where the body writer put each `arr` line and the first `ch` line's
+/// offsets, relative to the body's start.
+struct Offsets {
+    arr: Vec<u64>,
+    ch: Vec<u64>,
+    len: u64,
+}
+
+/// A placeholder `arr` line: same width as the final one.
+fn placeholder_arr(p: &Plan) -> ArrLine {
+    ArrLine {
+        name: p.array.name.clone(),
+        dtype: p.array.dtype,
+        shape: p.array.shape.clone(),
+        bytes: p.layout.bytes,
+        sha256: [0; 32],
+        hmac: [0; 32],
+        salt: p.salt,
+    }
+}
+
+fn ch_line(p: &Plan, ix: u64, sum: Option<&ChunkSum>) -> ChLine {
+    let (off, len) = p.layout.chunk_range(ix);
+    let (sha256, crc32c) = sum.map_or(([0; 32], 0), |s| (s.sha256, s.crc32c));
+    ChLine { ix, off, len, sha256, crc32c, lines: lines_for(len) }
+}
+
+/// Everything after the header, with placeholder `arr` and `ch` lines.
+fn body_phase<W: Write>(plans: &[Plan], audit: Option<&Audit>, out: &mut W, progress: &Progress) -> Result<Offsets> {
     let mut buf: Vec<u8> = Vec::with_capacity(4 << 20);
     let mut scratch = Vec::new();
-    let mut written = 0u64;
-    let mut flush = |buf: &mut Vec<u8>, force: bool| -> Result<()> {
-        if force || buf.len() >= 2 << 20 {
-            out.write_all(buf).map_err(io_err)?;
-            written += buf.len() as u64;
-            buf.clear();
-        }
-        Ok(())
-    };
+    let mut offsets = Offsets { arr: Vec::with_capacity(plans.len()), ch: Vec::new(), len: 0 };
     let mut line = String::with_capacity(256);
-    for (p, text) in plans.iter().zip(arr_texts) {
-        buf.extend_from_slice(text.as_bytes());
+    let push = |buf: &mut Vec<u8>, l: &str| {
+        buf.extend_from_slice(l.as_bytes());
         buf.push(b'\n');
+    };
+    for p in plans {
+        offsets.arr.push(offsets.len + buf.len() as u64);
+        push(&mut buf, &placeholder_arr(p).to_line());
         if let Some(idx) = p.layout.idx {
             line.clear();
             idx.write(&mut line);
-            buf.extend_from_slice(line.as_bytes());
-            buf.push(b'\n');
+            push(&mut buf, &line);
         }
         for ix in 0..p.layout.chunk_count() {
             let (off, len) = p.layout.chunk_range(ix);
-            let sum = &sums[p.first_chunk + ix as usize];
-            let ch = ChLine { ix, off, len, sha256: sum.sha256, crc32c: sum.crc32c, lines: lines_for(len) };
+            offsets.ch.push(offsets.len + buf.len() as u64);
             line.clear();
-            ch.write(&mut line);
-            buf.extend_from_slice(line.as_bytes());
-            buf.push(b'\n');
+            ch_line(p, ix, None).write(&mut line);
+            push(&mut buf, &line);
             encode_lines(&p.array.bytes()[off as usize..(off + len) as usize], &mut buf, &mut scratch);
             buf.extend_from_slice(b"endch\n");
-            flush(&mut buf, false)?;
+            if buf.len() >= 2 << 20 {
+                out.write_all(&buf).map_err(io_err)?;
+                offsets.len += buf.len() as u64;
+                buf.clear();
+            }
             progress.inc(len);
         }
         buf.extend_from_slice(b"endarr\n");
@@ -325,11 +331,35 @@ fn body_phase<W: Write>(
     if let Some(a) = audit {
         line.clear();
         a.write(&mut line);
-        buf.extend_from_slice(line.as_bytes());
-        buf.push(b'\n');
+        push(&mut buf, &line);
     }
     buf.extend_from_slice(END.as_bytes());
     buf.push(b'\n');
-    flush(&mut buf, true)?;
-    Ok(written)
+    out.write_all(&buf).map_err(io_err)?;
+    offsets.len += buf.len() as u64;
+    Ok(offsets)
+}
+
+/// Overwrites the placeholder lines with the final ones (same widths).
+fn patch_lines<W: Write + Seek>(
+    out: &mut W,
+    base: u64,
+    plans: &[Plan],
+    arr_lines: &[ArrLine],
+    sums: &[ChunkSum],
+    offsets: &Offsets,
+) -> Result<u64> {
+    let mut line = String::with_capacity(256);
+    for (i, p) in plans.iter().enumerate() {
+        out.seek(SeekFrom::Start(base + offsets.arr[i])).map_err(io_err)?;
+        out.write_all(arr_lines[i].to_line().as_bytes()).map_err(io_err)?;
+        for ix in 0..p.layout.chunk_count() {
+            let c = p.first_chunk + ix as usize;
+            line.clear();
+            ch_line(p, ix, Some(&sums[c])).write(&mut line);
+            out.seek(SeekFrom::Start(base + offsets.ch[c])).map_err(io_err)?;
+            out.write_all(line.as_bytes()).map_err(io_err)?;
+        }
+    }
+    Ok(offsets.len)
 }
