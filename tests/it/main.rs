@@ -4,12 +4,14 @@
 //! - `corruption`: every kind of damage, on every line, is rejected with its line;
 //! - `roundtrip`: property tests of write -> verify -> read;
 //! - `recover`: partial recovery keeps everything intact;
-//! - `hooks`: hooks/pre-commit in a real Git repository.
+//! - `hooks`: hooks/pre-commit in a real Git repository;
+//! - `inputs`: real NumPy output and hostile input archives.
 
 mod cli;
 mod corruption;
 mod golden;
 mod hooks;
+mod inputs;
 mod recover;
 mod roundtrip;
 mod util;

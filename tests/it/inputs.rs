@@ -1,0 +1,104 @@
+//! Snapshot inputs from real writers: NumPy's `savez_compressed` (deflate),
+//! and hostile archives.
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::util::wtxt;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn numpy_savez_compressed_is_read_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("c.wtxt");
+    let inp = root().join("fixtures/numpy/savez_compressed.npz");
+    let r =
+        wtxt().arg("snapshot").arg(&inp).arg("-o").arg(&out).args(["--ts", "2026-01-01T00:00:00Z"]).output().unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let j = wtxt().arg("inspect").arg(&out).arg("--json").output().unwrap();
+    let got: serde_json::Value = serde_json::from_slice(&j.stdout).unwrap();
+    let want: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root().join("fixtures/numpy/savez_compressed.expected.json")).unwrap())
+            .unwrap();
+    let want = want["tensors"].as_array().unwrap();
+    let got = got["arrays"].as_array().unwrap();
+    assert_eq!(got.len(), want.len());
+    for w in want {
+        let g = got.iter().find(|g| g["name"] == w["name"]).unwrap_or_else(|| panic!("{} missing", w["name"]));
+        assert_eq!(g["dtype"], w["dtype"]);
+        assert_eq!(g["shape"], w["shape"]);
+        assert_eq!(g["sha256"], w["sha256"], "{}", w["name"]);
+    }
+}
+
+/// A zip whose one deflated member inflates to far more than it declares.
+fn bomb() -> Vec<u8> {
+    let mut z = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    z.start_file("x.npy", opts).unwrap();
+    let header = b"\x93NUMPY\x01\x00\x76\x00{'descr': '|u1', 'fortran_order': False, 'shape': (4194304,), }";
+    let mut npy = header.to_vec();
+    npy.resize(128, b' ');
+    npy[127] = b'\n';
+    z.write_all(&npy).unwrap();
+    z.write_all(&vec![0u8; 4 << 20]).unwrap();
+    let mut bytes = z.finish().unwrap().into_inner();
+    // Declare 1000 bytes in the local header (offset 22) and the central directory (offset 24).
+    let small = 1000u32.to_le_bytes();
+    bytes[22..26].copy_from_slice(&small);
+    let cd = bytes.windows(4).rposition(|w| w == b"PK\x01\x02").unwrap();
+    bytes[cd + 24..cd + 28].copy_from_slice(&small);
+    bytes
+}
+
+#[test]
+fn a_compression_bomb_is_refused_not_inflated() {
+    let dir = tempfile::tempdir().unwrap();
+    let inp = dir.path().join("bomb.npz");
+    std::fs::write(&inp, bomb()).unwrap();
+    let r = wtxt().arg("snapshot").arg(&inp).arg("-o").arg(dir.path().join("o.wtxt")).output().unwrap();
+    assert_eq!(r.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("bomb.npz") && err.contains("x.npy"), "{err}");
+}
+
+#[test]
+fn hostile_npy_and_safetensors_fail_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("short.npy", b"\x93NUMPY\x01\x00\x10".to_vec()),
+        ("liar.npy", {
+            let mut v =
+                b"\x93NUMPY\x01\x00\x76\x00{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000,), }".to_vec();
+            v.resize(128, b' ');
+            v[127] = b'\n';
+            v.extend_from_slice(&[0u8; 16]);
+            v
+        }),
+        ("st.safetensors", {
+            let mut v = 1_000_000u64.to_le_bytes().to_vec();
+            v.extend_from_slice(b"{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}");
+            v
+        }),
+        ("struct.npy", {
+            let mut v =
+                b"\x93NUMPY\x01\x00\x76\x00{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }".to_vec();
+            v.resize(128, b' ');
+            v[127] = b'\n';
+            v.extend_from_slice(&[0u8; 4]);
+            v
+        }),
+    ];
+    for (name, bytes) in cases {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        let r = wtxt().arg("snapshot").arg(&p).arg("-o").arg(dir.path().join("o.wtxt")).output().unwrap();
+        assert_eq!(r.status.code(), Some(2), "{name}");
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(name), "{name}: {err}");
+    }
+}
