@@ -449,3 +449,164 @@ pub fn keygen(out: &Path) -> Result<String> {
     write_file(Path::new(&pubpath), k.public().to_spki_pem().as_bytes(), 0o644)?;
     Ok(hex::encode(k.public().keyid()))
 }
+
+/// `wtxt delta create`: the extended DELTA v2 from `base` to `target`. The
+/// target is verified strictly first; the base is read for its chunk lines.
+pub fn delta_create(base: &Path, target: &Path, out: &Path) -> Result<crate::wtxt::delta::DeltaStats> {
+    let report = verify_file(target, &VerifyFiles::default(), &Progress::hidden())?;
+    if let Some(p) = report.first_error() {
+        return Err(check_at(p.line, p.message.clone()).in_file(target));
+    }
+    let (b, _) = open(base)?;
+    let (t, _) = open(target)?;
+    let mut f = AtomicFile::create(out)?;
+    let stats = {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
+        let r = crate::wtxt::delta::create(
+            (BufReader::with_capacity(1 << 20, b), base),
+            (BufReader::with_capacity(1 << 20, t), target),
+            &mut w,
+        )?;
+        w.flush().map_err(|e| Error::io(out, e))?;
+        r
+    };
+    f.commit()?;
+    Ok(stats)
+}
+
+/// Options of `wtxt delta apply` (gen, ts, build and keys serve the minimal form).
+#[derive(Default)]
+pub struct DeltaApplyOptions {
+    pub gen: Option<u64>,
+    pub ts: Option<String>,
+    pub build: Option<String>,
+    pub hmac_key: Option<HmacKey>,
+    pub sign_key: Option<SecretKey>,
+    /// When given, the rebuilt target's signature must be valid under these keys.
+    pub trusted: Option<TrustedKeys>,
+}
+
+/// `wtxt delta apply`: rebuilds the target from `base` and the delta. The
+/// result is verified before it is renamed into place; the base is only read.
+pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions) -> Result<Report> {
+    let (d, _) = open(delta)?;
+    let parsed = crate::wtxt::delta::parse(BufReader::new(d)).map_err(|e| e.in_file(delta))?;
+    if parsed.is_extended() {
+        if o.gen.is_some() || o.ts.is_some() || o.build.is_some() || o.sign_key.is_some() {
+            return Err(Error::usage(
+                "--gen, --ts, --build and --sign-key serve the minimal form; this delta carries its target header",
+            ));
+        }
+        let (b, _) = open(base)?;
+        let mut f = AtomicFile::create(out)?;
+        {
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
+            crate::wtxt::delta::apply_extended(BufReader::with_capacity(1 << 20, b), &parsed, &mut w)
+                .map_err(|e| e.in_file(base))?;
+            w.flush().map_err(|e| Error::io(out, e))?;
+        }
+        // Prove the result before it takes the final name.
+        f.file().seek(SeekFrom::Start(0)).map_err(|e| Error::io(out, e))?;
+        let vopts = VerifyOptions {
+            hmac_key: o.hmac_key.as_ref(),
+            trusted: o.trusted.as_ref(),
+            require_signature: o.trusted.is_some(),
+            ..Default::default()
+        };
+        let report = verify(BufReader::with_capacity(1 << 20, &mut *f.file()), &vopts, None)?;
+        let want = parsed.head.target_sha256_all.map(hex::encode);
+        if let Some(p) = report.first_error() {
+            return Err(Error::check(
+                Default::default(),
+                format!(
+                    "the rebuilt target fails verification (line {}: {}); base or delta is damaged",
+                    p.line, p.message
+                ),
+            )
+            .in_file(delta));
+        }
+        if report.sha256_all != want {
+            return Err(Error::check(
+                Default::default(),
+                "the rebuilt target's sha256_all is not the delta's target_sha256_all",
+            )
+            .in_file(delta));
+        }
+        f.commit()?;
+        return Ok(report);
+    }
+    apply_minimal(base, delta, &parsed, out, o)
+}
+
+fn apply_minimal(
+    base: &Path,
+    delta: &Path,
+    d: &crate::wtxt::delta::Delta,
+    out: &Path,
+    o: &DeltaApplyOptions,
+) -> Result<Report> {
+    let (b, len) = open(base)?;
+    let loaded = crate::wtxt::load(
+        BufReader::with_capacity(1 << 20, b),
+        len,
+        &VerifyOptions { hmac_key: o.hmac_key.as_ref(), ..Default::default() },
+    )
+    .map_err(|e| e.in_file(base))?;
+    let Root::Final { sha256_all, merkle_this: base_this, .. } = loaded.header.root else {
+        return Err(check_at(4, "the base is a WTXT-S: finalize it first").in_file(base));
+    };
+    if sha256_all != d.head.base_sha256_all {
+        return Err(check_at(1, "this delta is for another base: base_sha256_all differs from the base's sha256_all")
+            .in_file(delta));
+    }
+    let rows = loaded.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK);
+    let mut arrays = loaded.arrays;
+    for (name, chunks) in crate::wtxt::delta::minimal_changes(d).map_err(|e| e.in_file(delta))? {
+        let a = arrays.iter_mut().find(|a| a.name == name).ok_or_else(|| {
+            Error::check(Default::default(), format!("the delta changes array {name}, which the base lacks"))
+                .in_file(delta)
+        })?;
+        let layout = crate::wtxt::layout::Layout::new(a.dtype, &a.shape, rows)
+            .map_err(|m| Error::check(Default::default(), m))?;
+        let mut bytes = a.bytes().to_vec();
+        for (c, raw) in chunks {
+            if c.ch.ix >= layout.chunk_count() || layout.chunk_range(c.ch.ix) != (c.ch.off, c.ch.len) {
+                return Err(check_at(
+                    c.line,
+                    format!(
+                        "chunk ix={} off={} len={} does not fit array {name} of the base",
+                        c.ch.ix, c.ch.off, c.ch.len
+                    ),
+                )
+                .in_file(delta));
+            }
+            bytes[c.ch.off as usize..(c.ch.off + c.ch.len) as usize].copy_from_slice(&raw);
+        }
+        a.data = bytes.into();
+    }
+    let m = &loaded.header.meta;
+    let gen = match o.gen {
+        Some(g) => g,
+        None => m.gen.checked_add(1).ok_or_else(|| Error::usage("gen overflows"))?,
+    };
+    let meta = make_meta(
+        gen,
+        o.ts.as_deref(),
+        &Some(m.schema.clone()),
+        &o.build.clone().or(Some(m.build.clone())),
+        &Some(m.host.clone()),
+        &Some(m.cuda.clone()),
+    )?;
+    let opts = WriteOptions {
+        meta,
+        merkle_prev: base_this,
+        rows_per_chunk: rows,
+        hmac_key: o.hmac_key.as_ref(),
+        sign_key: o.sign_key.as_ref(),
+        audit: None,
+        streaming: false,
+        carried_hmacs: Vec::new(),
+    };
+    write_wtxt(&arrays, &opts, out, None, &Progress::hidden())?;
+    verify_file(out, &VerifyFiles { hmac_key: o.hmac_key.clone(), ..Default::default() }, &Progress::hidden())
+}

@@ -1,6 +1,7 @@
 //! The WTXT 1.1 format: grammar, layout, canonical writer, strict reader and
 //! verifier, recovery and streaming finalization.
 
+pub mod delta;
 pub mod layout;
 pub mod read;
 pub mod recover;
@@ -20,6 +21,7 @@ use crate::wtxt::verify::{verify, Report, Sink, VerifyOptions};
 pub struct Collect {
     arrays: Vec<(ArrayStart, Vec<u8>)>,
     limit: u64,
+    rows_per_chunk: Option<u64>,
 }
 
 impl Sink for Collect {
@@ -27,6 +29,7 @@ impl Sink for Collect {
         // `bytes` was checked against the file size by the caller's limit; a
         // liar is caught by the verifier, the buffer grows only as data comes.
         let cap = a.arr.bytes.min(self.limit) as usize;
+        self.rows_per_chunk = self.rows_per_chunk.or(a.layout.idx.map(|i| i.rows_per_chunk));
         self.arrays.push((a.clone(), Vec::with_capacity(cap)));
     }
 
@@ -42,12 +45,14 @@ pub struct Loaded {
     pub header: Header,
     pub arrays: Vec<Array>,
     pub report: Report,
+    /// `rows_per_chunk` of the first row-blocked array, if any.
+    pub rows_per_chunk: Option<u64>,
 }
 
 /// Reads and verifies a whole WTXT, returning its arrays. Any failed check is
 /// an error naming its line (exit 1); `file_len` bounds pre-allocation.
 pub fn load<R: Read>(input: R, file_len: u64, opts: &VerifyOptions) -> Result<Loaded> {
-    let mut sink = Collect { arrays: Vec::new(), limit: file_len };
+    let mut sink = Collect { arrays: Vec::new(), limit: file_len, rows_per_chunk: None };
     let report = verify(input, opts, Some(&mut sink))?;
     if let Some(p) = report.first_error() {
         return Err(check_at(p.line, p.message.clone()));
@@ -60,5 +65,5 @@ pub fn load<R: Read>(input: R, file_len: u64, opts: &VerifyOptions) -> Result<Lo
             .map_err(|e| check_at(line, e.message().to_string()))?;
         arrays.push(arr);
     }
-    Ok(Loaded { header, arrays, report })
+    Ok(Loaded { header, arrays, report, rows_per_chunk: sink.rows_per_chunk })
 }

@@ -45,6 +45,11 @@ impl<'a> Fields<'a> {
         Ok(Fields { rest, what: keyword })
     }
 
+    /// Fields that follow a prefix the caller has already consumed.
+    pub fn new_unkeyed(rest: &'a [u8], what: &'static str) -> Fields<'a> {
+        Fields { rest, what }
+    }
+
     /// The value of the next field, which must be `key`. A value runs to the
     /// next space; it is never empty.
     pub fn next(&mut self, key: &str) -> PResult<&'a [u8]> {
@@ -648,7 +653,7 @@ impl Wsum {
         if !f.rest().starts_with(b"1 ") {
             return Err("expected `WSUM 1`".into());
         }
-        f = Fields { rest: &f.rest()[2..], what: "WSUM" };
+        f = Fields::new_unkeyed(&f.rest()[2..], "WSUM");
         let sha256_all = hexn::<32>(f.next("sha256_all")?, "sha256_all")?;
         let merkle_prev = hexn::<32>(f.next("merkle_prev")?, "merkle_prev")?;
         let merkle_this = hexn::<32>(f.next("merkle_this")?, "merkle_this")?;

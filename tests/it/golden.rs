@@ -42,20 +42,27 @@ fn run_case(case: &serde_json::Value) {
     }
 }
 
-/// The delta cases belong to DELTA v2 (`wtxt delta`), tested in `delta`.
-const DELTA_CASES: [&str; 2] = ["delta_create", "delta_minimal"];
-
 #[test]
-fn every_snapshot_case_reproduces_byte_for_byte() {
+fn every_case_reproduces_byte_for_byte() {
     let mut ran = 0;
     for case in cases() {
-        if DELTA_CASES.contains(&case["name"].as_str().unwrap()) {
-            continue;
-        }
         run_case(&case);
         ran += 1;
     }
-    assert_eq!(ran, 17, "every non-delta case ran");
+    assert_eq!(ran, 19, "every case ran");
+}
+
+#[test]
+fn the_extended_delta_applies_to_the_expected_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("OUT.wtxt");
+    let o = wtxt()
+        .args(["delta", "apply", "expected/delta_base.wtxt", "expected/delta.wtxtdelta", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(fixture("expected/delta_target.wtxt")).unwrap());
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! - `golden`: the independent implementation's vectors, byte for byte;
 //! - `cli`: the real binary's exit codes, messages and JSON;
 //! - `corruption`: every kind of damage, on every line, is rejected with its line;
+//! - `delta`: DELTA v2 round trips and failures;
 //! - `roundtrip`: property tests of write -> verify -> read;
 //! - `recover`: partial recovery keeps everything intact;
 //! - `hooks`: hooks/pre-commit in a real Git repository;
@@ -9,6 +10,7 @@
 
 mod cli;
 mod corruption;
+mod delta;
 mod golden;
 mod hooks;
 mod inputs;

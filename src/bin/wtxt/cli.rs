@@ -28,6 +28,59 @@ pub enum Command {
     Finalize(FinalizeArgs),
     /// Generate an Ed25519 signing key (PKCS#8 PEM) and its public key.
     Keygen(KeygenArgs),
+    /// DELTA v2 patches: only the chunks that changed between generations.
+    #[command(subcommand)]
+    Delta(DeltaCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DeltaCommand {
+    /// Write the delta that turns BASE into TARGET (extended DELTA v2).
+    Create(DeltaCreateArgs),
+    /// Rebuild the target from BASE and a delta (extended or the seed's minimal form).
+    Apply(DeltaApplyArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DeltaCreateArgs {
+    /// The base WTXT.
+    pub base: PathBuf,
+    /// The target WTXT.
+    pub target: PathBuf,
+    /// Output delta file.
+    #[arg(short, long, value_name = "D.wtxtdelta")]
+    pub output: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct DeltaApplyArgs {
+    /// The base WTXT (only read).
+    pub base: PathBuf,
+    /// The delta.
+    pub delta: PathBuf,
+    /// Output WTXT (written only once it verifies).
+    #[arg(short, long, value_name = "OUT.wtxt")]
+    pub output: PathBuf,
+    /// Minimal form: generation (default: the base's + 1).
+    #[arg(long, value_name = "N")]
+    pub gen: Option<u64>,
+    /// Minimal form: timestamp (default: $SOURCE_DATE_EPOCH, else now).
+    #[arg(long, value_name = "TS")]
+    pub ts: Option<String>,
+    /// Minimal form: build token (default: the base's).
+    #[arg(long, value_name = "TOK")]
+    pub build: Option<String>,
+    #[command(flatten)]
+    pub hmac: HmacArg,
+    /// Minimal form: sign the result.
+    #[arg(long, value_name = "KEY.pem")]
+    pub sign_key: Option<PathBuf>,
+    /// Require the rebuilt target's signature to be valid under this key.
+    #[arg(long, value_name = "PUB.pem", conflicts_with = "trusted_keys")]
+    pub pubkey: Option<PathBuf>,
+    /// Require the rebuilt target's signature to be valid under one of these keys.
+    #[arg(long, value_name = "FILE")]
+    pub trusted_keys: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -4,7 +4,7 @@
 mod cli;
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -15,7 +15,7 @@ use wtxt::ops;
 use wtxt::progress::Progress;
 use wtxt::wtxt::verify::{Report, SigStatus};
 
-use cli::{Cli, Command};
+use cli::{Cli, Command, DeltaCommand};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -43,12 +43,20 @@ fn emit(text: &str) -> Result<()> {
     }
 }
 
-fn hmac_key(path: &Option<std::path::PathBuf>) -> Result<Option<HmacKey>> {
+fn hmac_key(path: &Option<PathBuf>) -> Result<Option<HmacKey>> {
     HmacKey::from_file_or_env(path.as_deref())
 }
 
-fn sign_key(path: &Option<std::path::PathBuf>) -> Result<Option<SecretKey>> {
+fn sign_key(path: &Option<PathBuf>) -> Result<Option<SecretKey>> {
     path.as_deref().map(SecretKey::from_file).transpose()
+}
+
+fn trusted_keys(pubkey: &Option<PathBuf>, file: &Option<PathBuf>) -> Result<Option<TrustedKeys>> {
+    Ok(match (pubkey, file) {
+        (Some(p), _) => Some(TrustedKeys::single(PublicKey::from_file(p)?)),
+        (None, Some(t)) => Some(TrustedKeys::from_file(t)?),
+        (None, None) => None,
+    })
 }
 
 fn run(cmd: Command) -> Result<u8> {
@@ -75,11 +83,7 @@ fn run(cmd: Command) -> Result<u8> {
             Ok(0)
         }
         Command::Verify(a) => {
-            let trusted = match (&a.pubkey, &a.trusted_keys) {
-                (Some(p), _) => Some(TrustedKeys::single(PublicKey::from_file(p)?)),
-                (None, Some(t)) => Some(TrustedKeys::from_file(t)?),
-                (None, None) => None,
-            };
+            let trusted = trusted_keys(&a.pubkey, &a.trusted_keys)?;
             let opts = ops::VerifyFiles {
                 wsum: a.wsum,
                 hmac_key: hmac_key(&a.hmac.hmac_key)?,
@@ -133,6 +137,30 @@ fn run(cmd: Command) -> Result<u8> {
             let key = sign_key(&a.sign_key)?;
             let w = ops::finalize(&a.file, &a.output, key.as_ref(), a.prev.as_deref(), a.rewrite.as_deref())?;
             eprintln!("wrote {} sha256_all={}", a.output.display(), hex::encode(w.sha256_all));
+            Ok(0)
+        }
+        Command::Delta(DeltaCommand::Create(a)) => {
+            let s = ops::delta_create(&a.base, &a.target, &a.output)?;
+            eprintln!(
+                "wrote {}: {} of {} chunks changed ({} bytes of chunk text)",
+                a.output.display(),
+                s.changed_chunks,
+                s.target_chunks,
+                s.changed_text_bytes
+            );
+            Ok(0)
+        }
+        Command::Delta(DeltaCommand::Apply(a)) => {
+            let opts = ops::DeltaApplyOptions {
+                gen: a.gen,
+                ts: a.ts,
+                build: a.build,
+                hmac_key: hmac_key(&a.hmac.hmac_key)?,
+                sign_key: sign_key(&a.sign_key)?,
+                trusted: trusted_keys(&a.pubkey, &a.trusted_keys)?,
+            };
+            let r = ops::delta_apply(&a.base, &a.delta, &a.output, &opts)?;
+            eprintln!("wrote {} gen {:06} sha256_all={}", a.output.display(), r.gen, r.sha256_all.unwrap_or_default());
             Ok(0)
         }
         Command::Keygen(a) => {

@@ -1,0 +1,658 @@
+//! DELTA v2: patches that carry only the chunks that changed.
+//!
+//! Two forms (docs/FORMAT.md, section 11):
+//! - the **extended** form this project writes: the first line adds
+//!   `target_sha256_all`, the target's header lines follow, every changed
+//!   array carries its full target `arr` (and `idx`) line, `delarr` removes
+//!   an array, and a new, reshaped or re-typed array carries all its chunks.
+//!   Applying it rebuilds the target byte for byte: unchanged chunks are
+//!   copied verbatim from the base, so apply is a streaming text merge,
+//!   followed by a strict verification of the result against
+//!   `target_sha256_all` (and the signature) before it is renamed into place;
+//! - the seed's **minimal** form (`arr name=X`, changed chunks, `endarr`),
+//!   which carries no target header: applying it decodes the base, replaces
+//!   the chunks and re-hashes into a new generation.
+//!
+//! A delta never applies to a base whose `sha256_all` differs from
+//! `base_sha256_all`.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use crate::crypto::digest::Hash;
+use crate::error::{check_at, Error, Result};
+use crate::wtxt::layout::Layout;
+use crate::wtxt::read::{read_header, Header, LineReader};
+use crate::wtxt::syntax::{hexn, lossy, ArrLine, Cap, ChLine, IdxLine, Meta, Root, SignLine, END};
+
+/// First token of a delta.
+pub const MAGIC: &str = "WTXT-DELTA 2";
+/// Last line of a delta.
+pub const DELTA_END: &str = "enddelta";
+
+/// One chunk as text: its `ch` line and base64 lines, each with LF, and `endch`.
+#[derive(Clone, Debug)]
+pub struct ChunkText {
+    pub ch: ChLine,
+    pub line: u64,
+    pub text: Vec<u8>,
+}
+
+/// The first line of a delta.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeltaHead {
+    pub base_sha256_all: Hash,
+    /// Present in the extended form only.
+    pub target_sha256_all: Option<Hash>,
+}
+
+impl DeltaHead {
+    /// Parses `WTXT-DELTA 2 base_sha256_all=H [target_sha256_all=H]`.
+    pub fn parse(l: &[u8]) -> std::result::Result<DeltaHead, String> {
+        let rest = l
+            .strip_prefix(MAGIC.as_bytes())
+            .and_then(|r| r.strip_prefix(b" "))
+            .ok_or_else(|| format!("expected `{MAGIC} base_sha256_all=...`"))?;
+        let mut f = crate::wtxt::syntax::Fields::new_unkeyed(rest, "WTXT-DELTA");
+        let base_sha256_all = hexn::<32>(f.next("base_sha256_all")?, "base_sha256_all")?;
+        let target_sha256_all = if f.rest().is_empty() {
+            None
+        } else {
+            Some(hexn::<32>(f.next("target_sha256_all")?, "target_sha256_all")?)
+        };
+        f.end()?;
+        Ok(DeltaHead { base_sha256_all, target_sha256_all })
+    }
+
+    fn write(&self) -> String {
+        let mut s = format!("{MAGIC} base_sha256_all={}", hex::encode(self.base_sha256_all));
+        if let Some(t) = self.target_sha256_all {
+            s.push_str(&format!(" target_sha256_all={}", hex::encode(t)));
+        }
+        s
+    }
+}
+
+/// Walks a WTXT or delta file at the text level: lines are checked for the
+/// text rules and the structure, chunk texts are kept verbatim, and base64 is
+/// not decoded (the strict verifier does that on the result).
+pub struct Walker<R> {
+    lines: LineReader<R>,
+    peeked: Option<(u64, Vec<u8>)>,
+}
+
+impl<R: Read> Walker<R> {
+    /// Wraps a reader positioned at the start of a file.
+    pub fn new(inner: R) -> Self {
+        Walker { lines: LineReader::new(inner), peeked: None }
+    }
+
+    /// Reads a WTXT header (and its optional `sign` line).
+    pub fn wtxt_header(&mut self) -> Result<(Header, Vec<u8>)> {
+        let mut h = read_header(&mut self.lines)?;
+        let mut text = h.signed_bytes.clone();
+        let (n, l) = self.next("a `sign` line, an `arr` line or `endwtxt`")?;
+        if l.starts_with(b"sign ") {
+            h.sign = Some(SignLine::parse(&l).map_err(|m| check_at(n, m))?);
+            h.lines = 5;
+            text.extend_from_slice(&l);
+            text.push(b'\n');
+        } else {
+            self.peeked = Some((n, l));
+        }
+        Ok((h, text))
+    }
+
+    /// The next line (text rules checked).
+    pub fn next(&mut self, what: &str) -> Result<(u64, Vec<u8>)> {
+        if let Some(p) = self.peeked.take() {
+            return Ok(p);
+        }
+        let (n, l) = self.lines.expect_line(what)?;
+        Ok((n, l.to_vec()))
+    }
+
+    /// Looks at the next line without taking it.
+    pub fn peek(&mut self, what: &str) -> Result<&[u8]> {
+        if self.peeked.is_none() {
+            let p = self.next(what)?;
+            self.peeked = Some(p);
+        }
+        Ok(&self.peeked.as_ref().expect("just set").1)
+    }
+
+    /// Reads a chunk whose `ch` line is next: its text through `endch`.
+    pub fn chunk(&mut self) -> Result<ChunkText> {
+        let (n, l) = self.next("a `ch` line")?;
+        let ch = ChLine::parse(&l).map_err(|m| check_at(n, m))?;
+        let mut text = Vec::with_capacity(l.len() + 1 + (ch.lines as usize).min(1 << 20) * 80 + 6);
+        text.extend_from_slice(&l);
+        text.push(b'\n');
+        for _ in 0..ch.lines {
+            let Some(r) = self.lines.next_range()? else {
+                return Err(check_at(self.lines.line_no() + 1, "file ends inside a chunk"));
+            };
+            let b = self.lines.bytes(r);
+            if b.len() < 3 || b.len() > 78 || b[b.len() - 2] != b' ' {
+                return Err(check_at(self.lines.line_no(), "expected a base64 line, a space and a parity nibble"));
+            }
+            text.extend_from_slice(b);
+            text.push(b'\n');
+        }
+        let (n2, e) = self.next("`endch`")?;
+        if e != b"endch" {
+            return Err(check_at(n2, format!("expected `endch` after {} base64 lines", ch.lines)));
+        }
+        text.extend_from_slice(b"endch\n");
+        Ok(ChunkText { ch, line: n, text })
+    }
+
+    fn expect(&mut self, want: &str) -> Result<()> {
+        let (n, l) = self.next(&format!("`{want}`"))?;
+        if l != want.as_bytes() {
+            return Err(check_at(n, format!("expected `{want}`, found `{}`", lossy(&l, 40))));
+        }
+        Ok(())
+    }
+
+    /// After the last line: nothing may follow.
+    pub fn expect_eof(&mut self) -> Result<()> {
+        if self.peeked.is_some() || self.lines.next_range()?.is_some() {
+            return Err(check_at(self.lines.line_no(), "nothing may follow the last line"));
+        }
+        Ok(())
+    }
+}
+
+/// One array of a WTXT read at the text level.
+pub struct ArrayText {
+    pub line: u64,
+    pub arr: ArrLine,
+    pub arr_text: Vec<u8>,
+    pub idx: Option<(IdxLine, Vec<u8>)>,
+}
+
+impl ArrayText {
+    /// The `arr` and `idx` lines with their LFs.
+    fn head_text(&self) -> Vec<u8> {
+        let mut t = self.arr_text.clone();
+        t.push(b'\n');
+        if let Some((_, i)) = &self.idx {
+            t.extend_from_slice(i);
+            t.push(b'\n');
+        }
+        t
+    }
+
+    fn layout(&self) -> Result<Layout> {
+        let rows = self.idx.as_ref().map_or(1, |(i, _)| i.rows_per_chunk);
+        Layout::new(self.arr.dtype, &self.arr.shape, rows).map_err(|m| check_at(self.line, m))
+    }
+}
+
+/// Reads the next `arr` (+ `idx`) lines of a WTXT body, or `None` at its end
+/// (the `audit`/`endwtxt` line stays unread).
+fn next_array<R: Read>(w: &mut Walker<R>) -> Result<Option<ArrayText>> {
+    let l = w.peek("an `arr` line, `audit` or `endwtxt`")?;
+    if !l.starts_with(b"arr ") {
+        return Ok(None);
+    }
+    let (n, l) = w.next("an `arr` line")?;
+    let arr = ArrLine::parse(&l).map_err(|m| check_at(n, m))?;
+    let idx = if w.peek("an `idx` or `ch` line")?.starts_with(b"idx ") {
+        let (ni, li) = w.next("an `idx` line")?;
+        Some((IdxLine::parse(&li).map_err(|m| check_at(ni, m))?, li))
+    } else {
+        None
+    };
+    Ok(Some(ArrayText { line: n, arr, arr_text: l, idx }))
+}
+
+/// Reads the chunks of an array through `endarr`.
+fn array_chunks<R: Read>(w: &mut Walker<R>, layout: &Layout) -> Result<Vec<ChunkText>> {
+    let mut out = Vec::new();
+    for _ in 0..layout.chunk_count() {
+        out.push(w.chunk()?);
+    }
+    w.expect("endarr")?;
+    Ok(out)
+}
+
+/// The `audit` line (if any) and `endwtxt` at the end of a WTXT body.
+fn wtxt_tail<R: Read>(w: &mut Walker<R>) -> Result<Option<Vec<u8>>> {
+    let (n, l) = w.next("`audit` or `endwtxt`")?;
+    let audit = if l.starts_with(b"audit ") {
+        w.expect(END)?;
+        Some(l)
+    } else if l == END.as_bytes() {
+        None
+    } else {
+        return Err(check_at(n, format!("expected `audit` or `{END}`, found `{}`", lossy(&l, 40))));
+    };
+    w.expect_eof()?;
+    Ok(audit)
+}
+
+fn final_sha(h: &Header, what: &str) -> Result<Hash> {
+    match h.root {
+        Root::Final { sha256_all, .. } => Ok(sha256_all),
+        Root::Pending => Err(check_at(4, format!("{what} is a WTXT-S (root_pending): finalize it first"))),
+    }
+}
+
+/// A chunk's identity for change detection: position and content hashes.
+fn same_chunk(a: &ChLine, b: &ChLine) -> bool {
+    (a.ix, a.off, a.len, a.sha256, a.crc32c) == (b.ix, b.off, b.len, b.sha256, b.crc32c)
+}
+
+/// Writes the extended DELTA v2 that turns `base` into `target`. Both are
+/// read as text; the caller verifies `target` strictly first.
+pub fn create<B: Read, T: Read, W: Write>(base: (B, &Path), target: (T, &Path), out: &mut W) -> Result<DeltaStats> {
+    let (base, base_path) = base;
+    let (target, target_path) = target;
+    let in_base = |e: Error| e.in_file(base_path);
+    let in_target = |e: Error| e.in_file(target_path);
+    let mut bw = Walker::new(base);
+    let base_arrays = (|| -> Result<(Hash, Vec<(ArrayText, Vec<ChLine>)>)> {
+        let (bh, _) = bw.wtxt_header()?;
+        let base_sha = final_sha(&bh, "the base")?;
+        // The base's arrays as (arr line, idx, chunk lines): small, no base64.
+        let mut arrays = Vec::new();
+        while let Some(a) = next_array(&mut bw)? {
+            let layout = a.layout()?;
+            let chunks = array_chunks(&mut bw, &layout)?.into_iter().map(|c| c.ch).collect();
+            arrays.push((a, chunks));
+        }
+        wtxt_tail(&mut bw)?;
+        Ok((base_sha, arrays))
+    })()
+    .map_err(in_base)?;
+    let (base_sha, base_arrays) = base_arrays;
+    create_from(base_sha, &base_arrays, Walker::new(target), out).map_err(in_target)
+}
+
+fn create_from<T: Read, W: Write>(
+    base_sha: Hash,
+    base_arrays: &[(ArrayText, Vec<ChLine>)],
+    mut tw: Walker<T>,
+    out: &mut W,
+) -> Result<DeltaStats> {
+    let (th, theader) = tw.wtxt_header()?;
+    let target_sha = final_sha(&th, "the target")?;
+    let io = |e: std::io::Error| Error::io("output", e);
+    let mut stats = DeltaStats::default();
+    let head = DeltaHead { base_sha256_all: base_sha, target_sha256_all: Some(target_sha) };
+    out.write_all(head.write().as_bytes()).map_err(io)?;
+    out.write_all(b"\n").map_err(io)?;
+    // The target's header lines after `WTXT 1`.
+    out.write_all(&theader["WTXT 1\n".len()..]).map_err(io)?;
+
+    let mut bi = 0usize;
+    let emit_deletions_before = |name: Option<&str>, out: &mut W, bi: &mut usize| -> Result<()> {
+        while *bi < base_arrays.len() && name.is_none_or(|n| base_arrays[*bi].0.arr.name.as_str() < n) {
+            writeln!(out, "delarr name={}", base_arrays[*bi].0.arr.name).map_err(io)?;
+            *bi += 1;
+        }
+        Ok(())
+    };
+    while let Some(t) = next_array(&mut tw)? {
+        emit_deletions_before(Some(&t.arr.name), out, &mut bi)?;
+        let layout = t.layout()?;
+        let base = match base_arrays.get(bi) {
+            Some((b, chunks)) if b.arr.name == t.arr.name => {
+                bi += 1;
+                Some((b, chunks))
+            }
+            _ => None,
+        };
+        // Same dtype, shape and blocking: compare chunk by chunk.
+        let comparable = base.filter(|(b, _)| {
+            b.arr.dtype == t.arr.dtype
+                && b.arr.shape == t.arr.shape
+                && b.idx.as_ref().map(|i| i.0) == t.idx.as_ref().map(|i| i.0)
+        });
+        let head_same = base.is_some_and(|(b, _)| b.head_text() == t.head_text());
+        let mut pending_head = Some(t.head_text());
+        for c in array_chunks(&mut tw, &layout)? {
+            let unchanged =
+                comparable.and_then(|(_, bc)| bc.get(c.ch.ix as usize)).is_some_and(|b| same_chunk(b, &c.ch));
+            stats.target_chunks += 1;
+            if unchanged {
+                continue;
+            }
+            if let Some(h) = pending_head.take() {
+                out.write_all(&h).map_err(io)?;
+            }
+            out.write_all(&c.text).map_err(io)?;
+            stats.changed_chunks += 1;
+            stats.changed_text_bytes += c.text.len() as u64;
+        }
+        match pending_head {
+            // Some chunk was written: close the array.
+            None => out.write_all(b"endarr\n").map_err(io)?,
+            // No chunk changed, but the arr/idx lines did (a new salt, say).
+            Some(h) if !head_same => {
+                out.write_all(&h).map_err(io)?;
+                out.write_all(b"endarr\n").map_err(io)?;
+            }
+            Some(_) => {}
+        }
+    }
+    emit_deletions_before(None, out, &mut bi)?;
+    if let Some(a) = wtxt_tail(&mut tw)? {
+        out.write_all(&a).map_err(io)?;
+        out.write_all(b"\n").map_err(io)?;
+    }
+    out.write_all(DELTA_END.as_bytes()).map_err(io)?;
+    out.write_all(b"\n").map_err(io)?;
+    Ok(stats)
+}
+
+/// What `create` put in the delta.
+#[derive(Default, Clone, Copy, Debug)]
+pub struct DeltaStats {
+    pub target_chunks: u64,
+    pub changed_chunks: u64,
+    pub changed_text_bytes: u64,
+}
+
+/// One item of a delta body, in name order.
+enum Item {
+    Del(String),
+    Arr { line: u64, name: String, head: Option<ArrayText>, chunks: Vec<ChunkText> },
+}
+
+/// A parsed delta: head, target header text (extended), items and audit.
+pub struct Delta {
+    pub head: DeltaHead,
+    target_header: Option<(Header, Vec<u8>)>,
+    items: Vec<Item>,
+    audit: Option<Vec<u8>>,
+}
+
+impl Delta {
+    /// True for the extended form.
+    pub fn is_extended(&self) -> bool {
+        self.head.target_sha256_all.is_some()
+    }
+}
+
+/// Reads and checks a delta's structure. Chunk texts are held in memory:
+/// a delta carries only changed chunks.
+pub fn parse<R: Read>(input: R) -> Result<Delta> {
+    let mut w = Walker::new(input);
+    let (n, l) = w.next(&format!("`{MAGIC}`"))?;
+    if !l.starts_with(MAGIC.as_bytes()) {
+        return Err(Error::input(crate::error::Position::Line(n), format!("expected `{MAGIC} ...`: not a WTXT delta")));
+    }
+    let head = DeltaHead::parse(&l).map_err(|m| check_at(n, m))?;
+    let target_header = if head.target_sha256_all.is_some() {
+        // The target's header lines, exactly as the target WTXT has them.
+        let mut text = b"WTXT 1\n".to_vec();
+        let mut take = |what: &str| -> Result<(u64, Vec<u8>)> {
+            let (n, l) = w.next(what)?;
+            text.extend_from_slice(&l);
+            text.push(b'\n');
+            Ok((n, l))
+        };
+        let (nm, lm) = take("the target `meta` line")?;
+        let meta = Meta::parse(&lm).map_err(|m| check_at(nm, m))?;
+        let (nc, lc) = take("the target `cap` line")?;
+        let cap = Cap::parse(&lc).map_err(|m| check_at(nc, m))?;
+        let (nr, lr) = take("the target `root` line")?;
+        let root = Root::parse(&lr).map_err(|m| check_at(nr, m))?;
+        if root == Root::Pending {
+            return Err(check_at(nr, "a delta's target must have a final root"));
+        }
+        let signed_bytes = text.clone();
+        let mut sign = None;
+        if w.peek("a `sign` line or an array")?.starts_with(b"sign ") {
+            let (ns, ls) = w.next("a `sign` line")?;
+            sign = Some(SignLine::parse(&ls).map_err(|m| check_at(ns, m))?);
+            text.extend_from_slice(&ls);
+            text.push(b'\n');
+        }
+        let lines = if sign.is_some() { 5 } else { 4 };
+        Some((Header { meta, cap, root, sign, signed_bytes, lines }, text))
+    } else {
+        None
+    };
+    let extended = target_header.is_some();
+    let mut items = Vec::new();
+    let mut prev: Option<String> = None;
+    let mut audit = None;
+    loop {
+        let (n, l) = w.next("an `arr` or `delarr` line, or `enddelta`")?;
+        if l == DELTA_END.as_bytes() {
+            break;
+        }
+        if extended && l.starts_with(b"audit ") {
+            crate::wtxt::syntax::Audit::parse(&l).map_err(|m| check_at(n, m))?;
+            audit = Some(l);
+            let (n2, l2) = w.next("`enddelta`")?;
+            if l2 != DELTA_END.as_bytes() {
+                return Err(check_at(n2, "expected `enddelta` after the audit line"));
+            }
+            break;
+        }
+        let (name, item) = if let Some(rest) = l.strip_prefix(b"delarr name=") {
+            if !extended {
+                return Err(check_at(n, "`delarr` needs the extended form (target_sha256_all)"));
+            }
+            let name = name_of(rest, n)?;
+            (name.clone(), Item::Del(name))
+        } else if extended && l.starts_with(b"arr ") {
+            let arr = ArrLine::parse(&l).map_err(|m| check_at(n, m))?;
+            let idx = if w.peek("an `idx`, `ch` or `endarr` line")?.starts_with(b"idx ") {
+                let (ni, li) = w.next("an `idx` line")?;
+                Some((IdxLine::parse(&li).map_err(|m| check_at(ni, m))?, li))
+            } else {
+                None
+            };
+            let a = ArrayText { line: n, arr, arr_text: l.clone(), idx };
+            let layout = a.layout()?;
+            let chunks = delta_chunks(&mut w, &layout)?;
+            (a.arr.name.clone(), Item::Arr { line: n, name: a.arr.name.clone(), head: Some(a), chunks })
+        } else if let (false, Some(rest)) = (extended, l.strip_prefix(b"arr name=")) {
+            let name = name_of(rest, n)?;
+            let mut chunks = Vec::new();
+            while w.peek("a `ch` line or `endarr`")?.starts_with(b"ch ") {
+                chunks.push(w.chunk()?);
+            }
+            w.expect("endarr")?;
+            check_increasing(&chunks)?;
+            (name.clone(), Item::Arr { line: n, name, head: None, chunks })
+        } else {
+            return Err(check_at(
+                n,
+                format!("expected an `arr` or `delarr` line, or `{DELTA_END}`, found `{}`", lossy(&l, 40)),
+            ));
+        };
+        if prev.as_ref().is_some_and(|p| p.as_bytes() >= name.as_bytes()) {
+            return Err(check_at(
+                n,
+                format!("`{name}` must come after `{}` in byte-wise name order, once", prev.unwrap_or_default()),
+            ));
+        }
+        prev = Some(name);
+        items.push(item);
+    }
+    w.expect_eof()?;
+    Ok(Delta { head, target_header, items, audit })
+}
+
+fn name_of(v: &[u8], line: u64) -> Result<String> {
+    let s = String::from_utf8(v.to_vec()).unwrap_or_default();
+    if !crate::model::is_valid_name(&s) {
+        return Err(check_at(line, format!("expected an array name [A-Za-z0-9_]+, found `{}`", lossy(v, 40))));
+    }
+    Ok(s)
+}
+
+/// The chunks of a delta array (a subset, in increasing `ix`, each fitting the layout).
+fn delta_chunks<R: Read>(w: &mut Walker<R>, layout: &Layout) -> Result<Vec<ChunkText>> {
+    let mut chunks = Vec::new();
+    while w.peek("a `ch` line or `endarr`")?.starts_with(b"ch ") {
+        let c = w.chunk()?;
+        if c.ch.ix >= layout.chunk_count() || layout.chunk_range(c.ch.ix) != (c.ch.off, c.ch.len) {
+            return Err(check_at(
+                c.line,
+                format!("chunk ix={} off={} len={} does not fit the array's layout", c.ch.ix, c.ch.off, c.ch.len),
+            ));
+        }
+        chunks.push(c);
+    }
+    w.expect("endarr")?;
+    check_increasing(&chunks)?;
+    Ok(chunks)
+}
+
+fn check_increasing(chunks: &[ChunkText]) -> Result<()> {
+    match chunks.windows(2).find(|p| p[0].ch.ix >= p[1].ch.ix) {
+        Some(p) => Err(check_at(p[1].line, "chunks must come in increasing ix, once each")),
+        None => Ok(()),
+    }
+}
+
+/// Applies an extended delta to `base`, writing the target's text to `out`.
+/// The caller verifies the result against `target_sha256_all`.
+pub fn apply_extended<B: Read, W: Write>(base: B, d: &Delta, out: &mut W) -> Result<()> {
+    let (_, header_text) = d.target_header.as_ref().ok_or_else(|| Error::usage("not an extended delta"))?;
+    let mut bw = Walker::new(base);
+    let (bh, _) = bw.wtxt_header()?;
+    if final_sha(&bh, "the base")? != d.head.base_sha256_all {
+        return Err(check_at(
+            4,
+            "this delta is for another base: its base_sha256_all differs from the base's sha256_all",
+        ));
+    }
+    let io = |e: std::io::Error| Error::io("output", e);
+    out.write_all(header_text).map_err(io)?;
+    let mut items = d.items.iter().peekable();
+    let mut base_cur = next_array(&mut bw)?;
+    loop {
+        // Names in order: the smaller of the next base array and the next item.
+        let bname = base_cur.as_ref().map(|a| a.arr.name.clone());
+        let iname = items.peek().map(|i| match i {
+            Item::Del(n) => n.clone(),
+            Item::Arr { name, .. } => name.clone(),
+        });
+        match (bname, iname) {
+            (None, None) => break,
+            (Some(b), i) if i.as_ref().is_none_or(|i| b.as_bytes() < i.as_bytes()) => {
+                // Unchanged array: copy verbatim.
+                let a = base_cur.take().expect("some");
+                out.write_all(&a.head_text()).map_err(io)?;
+                for c in array_chunks(&mut bw, &a.layout()?)? {
+                    out.write_all(&c.text).map_err(io)?;
+                }
+                out.write_all(b"endarr\n").map_err(io)?;
+                base_cur = next_array(&mut bw)?;
+            }
+            (b, Some(i)) => {
+                let item = items.next().expect("peeked");
+                let in_base = b.as_deref() == Some(i.as_str());
+                let base_arr = if in_base { base_cur.take() } else { None };
+                let mut base_chunks = match &base_arr {
+                    Some(a) => array_chunks(&mut bw, &a.layout()?)?,
+                    None => Vec::new(),
+                };
+                match item {
+                    Item::Del(n) if !in_base => {
+                        return Err(Error::check(
+                            Default::default(),
+                            format!("delta removes array {n}, which the base lacks"),
+                        ))
+                    }
+                    Item::Del(_) => {}
+                    Item::Arr { line, name, head, chunks } => {
+                        let head = head.as_ref().expect("extended arrays carry their head");
+                        out.write_all(&head.head_text()).map_err(io)?;
+                        let layout = head.layout()?;
+                        let mut given = chunks.iter().peekable();
+                        for ix in 0..layout.chunk_count() {
+                            if given.peek().is_some_and(|c| c.ch.ix == ix) {
+                                out.write_all(&given.next().expect("peeked").text).map_err(io)?;
+                                continue;
+                            }
+                            let from_base = base_chunks
+                                .get_mut(ix as usize)
+                                .filter(|c| (c.ch.off, c.ch.len) == layout.chunk_range(ix));
+                            match from_base {
+                                Some(c) => out.write_all(&std::mem::take(&mut c.text)).map_err(io)?,
+                                None => {
+                                    return Err(check_at(
+                                        *line,
+                                        format!("array {name}: chunk {ix} is neither in the delta nor in the base"),
+                                    ))
+                                }
+                            }
+                        }
+                        out.write_all(b"endarr\n").map_err(io)?;
+                    }
+                }
+                if in_base {
+                    base_cur = next_array(&mut bw)?;
+                }
+            }
+            (Some(_), None) => unreachable!("handled by the first arm"),
+        }
+    }
+    wtxt_tail(&mut bw)?;
+    if let Some(a) = &d.audit {
+        out.write_all(a).map_err(io)?;
+        out.write_all(b"\n").map_err(io)?;
+    }
+    out.write_all(END.as_bytes()).map_err(io)?;
+    out.write_all(b"\n").map_err(io)?;
+    Ok(())
+}
+
+/// The minimal form's changes: per array name, (ix, decoded bytes) to replace.
+pub fn minimal_changes(d: &Delta) -> Result<Vec<(String, Vec<(ChunkText, Vec<u8>)>)>> {
+    let mut out = Vec::new();
+    for item in &d.items {
+        let Item::Arr { name, chunks, .. } = item else { continue };
+        let mut decoded = Vec::new();
+        for c in chunks {
+            let raw = decode_chunk(c)?;
+            decoded.push((c.clone(), raw));
+        }
+        out.push((name.clone(), decoded));
+    }
+    Ok(out)
+}
+
+/// Decodes a chunk's text, checking parity, CRC32C and SHA-256.
+fn decode_chunk(c: &ChunkText) -> Result<Vec<u8>> {
+    use base64::Engine;
+    use sha2::{Digest, Sha256};
+    let mut raw = Vec::with_capacity(c.ch.len as usize);
+    let text = &c.text[..c.text.len() - "endch\n".len()];
+    for (k, l) in text.split(|&b| b == b'\n').skip(1).filter(|l| !l.is_empty()).enumerate() {
+        let line = c.line + 1 + k as u64;
+        let (b64, nib) = (&l[..l.len() - 2], l[l.len() - 1]);
+        if nib != crate::wtxt::layout::hex_digit(crate::wtxt::layout::parity(b64)) {
+            return Err(check_at(line, "parity nibble does not match the line"));
+        }
+        let v = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|_| check_at(line, "expected canonical base64"))?;
+        raw.extend_from_slice(&v);
+    }
+    if raw.len() as u64 != c.ch.len
+        || crc32c::crc32c(&raw) != c.ch.crc32c
+        || <[u8; 32]>::from(Sha256::digest(&raw)) != c.ch.sha256
+    {
+        return Err(check_at(
+            c.line,
+            format!("chunk {}: its lines do not decode to len, crc32c and sha256 of its ch line", c.ch.ix),
+        ));
+    }
+    Ok(raw)
+}
+
+/// The target header a delta names (extended form).
+pub fn target_header(d: &Delta) -> Option<&Header> {
+    d.target_header.as_ref().map(|(h, _)| h)
+}

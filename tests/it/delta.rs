@@ -1,0 +1,164 @@
+//! DELTA v2: round trips byte for byte, only changed chunks carried, and
+//! every failure leaves the base untouched and no output behind.
+
+use std::path::Path;
+
+use crate::util::{fixture, read, wtxt};
+
+/// Writes `arrays` (name, dtype, shape, bytes) as an .npz and snapshots it.
+fn snapshot(dir: &Path, name: &str, arrays: &[(&str, &str, Vec<u64>, Vec<u8>)], extra: &[&str]) -> std::path::PathBuf {
+    let list: Vec<wtxt::model::Array> = arrays
+        .iter()
+        .map(|(n, d, s, b)| {
+            let dt = wtxt::model::Dtype::parse(d.as_bytes()).unwrap();
+            wtxt::model::Array::new(*n, dt, s.clone(), b.clone().into()).unwrap()
+        })
+        .collect();
+    let npz = dir.join(format!("{name}.npz"));
+    let f = std::fs::File::create(&npz).unwrap();
+    wtxt::convert::npz::write(&list, f).unwrap();
+    let out = dir.join(format!("{name}.wtxt"));
+    let r = wtxt()
+        .arg("snapshot")
+        .arg(&npz)
+        .arg("-o")
+        .arg(&out)
+        .args(["--ts", "2026-03-01T00:00:00Z"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    out
+}
+
+fn f64_rows(rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    (0..rows * cols).flat_map(|i| ((i as u64 * 2654435761 + seed) as f64).to_le_bytes()).collect()
+}
+
+fn create(base: &Path, target: &Path, out: &Path) -> std::process::Output {
+    wtxt().args(["delta", "create"]).arg(base).arg(target).arg("-o").arg(out).output().unwrap()
+}
+
+fn apply(base: &Path, delta: &Path, out: &Path) -> std::process::Output {
+    wtxt().args(["delta", "apply"]).arg(base).arg(delta).arg("-o").arg(out).output().unwrap()
+}
+
+#[test]
+fn three_changed_rows_of_4096x64_carry_at_most_three_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let base_bytes = f64_rows(4096, 64, 1);
+    let mut target_bytes = base_bytes.clone();
+    for row in [5usize, 1000, 3000] {
+        target_bytes[row * 512..row * 512 + 8].copy_from_slice(&42f64.to_le_bytes());
+    }
+    let base = snapshot(d, "base", &[("R", "f64", vec![4096, 64], base_bytes)], &["--gen", "1"]);
+    let prev = base.to_str().unwrap().to_string();
+    let target = snapshot(d, "target", &[("R", "f64", vec![4096, 64], target_bytes)], &["--prev", &prev]);
+    let delta = d.join("d.wtxtdelta");
+    assert!(create(&base, &target, &delta).status.success());
+    let text = std::fs::read_to_string(&delta).unwrap();
+    let chunks = text.lines().filter(|l| l.starts_with("ch ")).count();
+    assert!((1..=3).contains(&chunks), "{chunks} chunks");
+    assert!(std::fs::metadata(&delta).unwrap().len() < std::fs::metadata(&target).unwrap().len() / 8);
+    let out = d.join("out.wtxt");
+    let r = apply(&base, &delta, &out);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(&target).unwrap());
+}
+
+#[test]
+fn added_removed_reshaped_and_retyped_arrays_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let v: Vec<u8> = (0..40000u32).flat_map(|i| i.to_le_bytes()).collect();
+    let mut v2 = v.clone();
+    v2[100] ^= 1;
+    let base = snapshot(
+        d,
+        "b",
+        &[
+            ("a", "u8", vec![4, 6], vec![1; 24]),
+            ("gone", "i32", vec![2], vec![0; 8]),
+            ("m", "f64", vec![300, 8], f64_rows(300, 8, 3)),
+            ("retype", "i32", vec![4], vec![9; 16]),
+            ("same", "u16", vec![3], vec![5; 6]),
+            ("v", "u32", vec![40000], v.clone()),
+        ],
+        &["--gen", "7", "--rows-per-chunk", "16"],
+    );
+    let prev = base.to_str().unwrap().to_string();
+    let target = snapshot(
+        d,
+        "t",
+        &[
+            ("a", "u8", vec![6, 4], vec![1; 24]),
+            ("m", "f64", vec![300, 8], f64_rows(300, 8, 3)),
+            ("new", "bool", vec![3], vec![1, 0, 1]),
+            ("retype", "u32", vec![4], vec![9; 16]),
+            ("same", "u16", vec![3], vec![5; 6]),
+            ("v", "u32", vec![40000], v2),
+        ],
+        &["--prev", &prev, "--rows-per-chunk", "16", "--build", "next", "--audit", "step=8"],
+    );
+    let delta = d.join("d.wtxtdelta");
+    assert!(create(&base, &target, &delta).status.success());
+    let text = std::fs::read_to_string(&delta).unwrap();
+    assert!(text.contains("delarr name=gone\n"));
+    assert!(text.contains("\naudit step=8\nenddelta\n"));
+    let out = d.join("o.wtxt");
+    let r = apply(&base, &delta, &out);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(&target).unwrap());
+    // Identity: a file against itself gives an empty delta that rebuilds it.
+    let same = d.join("same.wtxtdelta");
+    assert!(create(&target, &target, &same).status.success());
+    assert_eq!(std::fs::read_to_string(&same).unwrap().lines().filter(|l| l.starts_with("arr ")).count(), 0);
+    assert!(apply(&target, &same, &out).status.success());
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(&target).unwrap());
+}
+
+#[test]
+fn wrong_base_truncated_or_tampered_delta_fail_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let base = fixture("expected/delta_base.wtxt");
+    let base_before = std::fs::read(&base).unwrap();
+    let delta = read("expected/delta.wtxtdelta");
+    let text = String::from_utf8(delta.clone()).unwrap();
+    let mut tampered = text.clone().into_bytes();
+    let first_b64 = text.find("lines=144\n").unwrap() + "lines=144\n".len();
+    tampered[first_b64 + 5] = if tampered[first_b64 + 5] == b'A' { b'B' } else { b'A' };
+    // Re-fix the parity nibble so only CRC/SHA can catch it.
+    let line_end = first_b64 + text[first_b64..].find('\n').unwrap();
+    let p = wtxt::wtxt::layout::parity(&tampered[first_b64..line_end - 2]);
+    tampered[line_end - 1] = wtxt::wtxt::layout::hex_digit(p);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("truncated", delta[..delta.len() / 2].to_vec()),
+        ("tampered", tampered),
+        ("no enddelta", delta[..delta.len() - "enddelta\n".len()].to_vec()),
+        ("wrong target", text.replacen("target_sha256_all=4", "target_sha256_all=5", 1).into_bytes()),
+    ];
+    for (what, bytes) in cases {
+        let dp = d.join("d.wtxtdelta");
+        std::fs::write(&dp, &bytes).unwrap();
+        let out = d.join("out.wtxt");
+        let r = apply(&base, &dp, &out);
+        assert_eq!(r.status.code(), Some(1), "{what}: {}", String::from_utf8_lossy(&r.stderr));
+        assert_eq!(String::from_utf8_lossy(&r.stderr).lines().count(), 1, "{what}");
+        assert!(!out.exists(), "{what}: no output");
+        assert_eq!(std::fs::read_dir(d).unwrap().count(), 1, "{what}: no temp file left");
+    }
+    let dp = d.join("d.wtxtdelta");
+    std::fs::write(&dp, &delta).unwrap();
+    let r = apply(&fixture("expected/defaults.wtxt"), &dp, &d.join("o.wtxt"));
+    assert_eq!(r.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("another base"));
+    assert_eq!(std::fs::read(&base).unwrap(), base_before, "the base is never written");
+    let r = wtxt()
+        .args(["delta", "apply", "expected/delta_base.wtxt", "expected/delta.wtxtdelta", "--gen", "3", "-o"])
+        .arg(d.join("o.wtxt"))
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(2), "minimal-form options on an extended delta");
+}
