@@ -253,7 +253,7 @@ pub fn create<B: Read, T: Read, W: Write>(base: (B, &Path), target: (T, &Path), 
     let in_base = |e: Error| e.in_file(base_path);
     let in_target = |e: Error| e.in_file(target_path);
     let mut bw = Walker::new(base);
-    let base_arrays = (|| -> Result<(Hash, Vec<(ArrayText, Vec<ChLine>)>)> {
+    let base_arrays = (|| -> Result<(Hash, Vec<BaseArray>)> {
         let (bh, _) = bw.wtxt_header()?;
         let base_sha = final_sha(&bh, "the base")?;
         // The base's arrays as (arr line, idx, chunk lines): small, no base64.
@@ -271,9 +271,12 @@ pub fn create<B: Read, T: Read, W: Write>(base: (B, &Path), target: (T, &Path), 
     create_from(base_sha, &base_arrays, Walker::new(target), out).map_err(in_target)
 }
 
+/// A base array as `create` needs it: its lines and its chunks' `ch` lines.
+type BaseArray = (ArrayText, Vec<ChLine>);
+
 fn create_from<T: Read, W: Write>(
     base_sha: Hash,
-    base_arrays: &[(ArrayText, Vec<ChLine>)],
+    base_arrays: &[BaseArray],
     mut tw: Walker<T>,
     out: &mut W,
 ) -> Result<DeltaStats> {
@@ -359,7 +362,7 @@ pub struct DeltaStats {
 /// One item of a delta body, in name order.
 enum Item {
     Del(String),
-    Arr { line: u64, name: String, head: Option<ArrayText>, chunks: Vec<ChunkText> },
+    Arr { line: u64, name: String, head: Option<Box<ArrayText>>, chunks: Vec<ChunkText> },
 }
 
 /// A parsed delta: head, target header text (extended), items and audit.
@@ -452,7 +455,7 @@ pub fn parse<R: Read>(input: R) -> Result<Delta> {
             let a = ArrayText { line: n, arr, arr_text: l.clone(), idx };
             let layout = a.layout()?;
             let chunks = delta_chunks(&mut w, &layout)?;
-            (a.arr.name.clone(), Item::Arr { line: n, name: a.arr.name.clone(), head: Some(a), chunks })
+            (a.arr.name.clone(), Item::Arr { line: n, name: a.arr.name.clone(), head: Some(Box::new(a)), chunks })
         } else if let (false, Some(rest)) = (extended, l.strip_prefix(b"arr name=")) {
             let name = name_of(rest, n)?;
             let mut chunks = Vec::new();
@@ -609,7 +612,10 @@ pub fn apply_extended<B: Read, W: Write>(base: B, d: &Delta, out: &mut W) -> Res
 }
 
 /// The minimal form's changes: per array name, (ix, decoded bytes) to replace.
-pub fn minimal_changes(d: &Delta) -> Result<Vec<(String, Vec<(ChunkText, Vec<u8>)>)>> {
+/// Per array name, the chunks to replace with their decoded bytes.
+pub type ChunkChanges = Vec<(String, Vec<(ChunkText, Vec<u8>)>)>;
+
+pub fn minimal_changes(d: &Delta) -> Result<ChunkChanges> {
     let mut out = Vec::new();
     for item in &d.items {
         let Item::Arr { name, chunks, .. } = item else { continue };
