@@ -55,3 +55,52 @@ awk -v s="$t_snapshot" -v v="$t_verify" -v o="$t_openssl" -v c="$t_cp" -v cs="$t
   printf "verify   / openssl(npy) = %.2fx (target <= 2.5x)\n", v / o;
   printf "snapshot / cp(npy)      = %.2fx (snapshot fsyncs; cp+sync: %.2fx)\n", s / c, s / cs }'
 echo "verify peak RSS: $((m_verify / 1024)) MiB (target <= 64 MiB)"
+
+# --- DELTA v2: a model where 1% of rows changed -----------------------------
+dm=${DELTA_MIB:-256}
+pattern=${DELTA_PATTERN:-block}   # block: 1% of rows in one run; spread: every 100th row
+echo
+echo "delta: ${dm} MiB f32 model, 1% of rows changed (${pattern})"
+# Same file name in two folders: the array is named after the file stem.
+mkdir -p "$work/dbase_${dm}m" "$work/dtarget_${dm}m_${pattern}"
+dbase="$work/dbase_${dm}m/model.npy"
+dtarget="$work/dtarget_${dm}m_${pattern}/model.npy"
+[ -f "$dbase" ] || head -c $(( (dm << 20) + 128 )) "$npy" | python3 -c '
+import sys
+mib, out = int(sys.argv[1]), sys.argv[2]
+rows = mib * 256
+d = "{'"'"'descr'"'"': '"'"'<f4'"'"', '"'"'fortran_order'"'"': False, '"'"'shape'"'"': (%d, 1024), }" % rows
+pad = (64 - (10 + len(d) + 1) % 64) % 64
+h = (d + " " * pad + "\n").encode()
+src = sys.stdin.buffer.read()
+data = src[128:128 + (mib << 20)]
+open(out, "wb").write(b"\x93NUMPY\x01\x00" + len(h).to_bytes(2, "little") + h + data)
+' "$dm" "$dbase"
+python3 - "$dbase" "$dtarget" "$pattern" <<'PY'
+import sys
+src, dst, pattern = sys.argv[1:4]
+b = bytearray(open(src, "rb").read())
+hl = 10 + int.from_bytes(b[8:10], "little")
+rows = (len(b) - hl) // 4096
+changed = rows // 100
+picks = range(rows // 3, rows // 3 + changed) if pattern == "block" else range(0, rows, 100)
+for r in list(picks)[:changed]:
+    o = hl + r * 4096
+    b[o:o + 4096] = bytes((x ^ 0x5a) for x in b[o:o + 4096])
+open(dst, "wb").write(b)
+PY
+"$bin" snapshot "$dbase" -o "$work/dbase.wtxt" --gen 1 --ts 2026-01-01T00:00:00Z 2>/dev/null
+"$bin" snapshot "$dtarget" -o "$work/dtarget.wtxt" --prev "$work/dbase.wtxt" --ts 2026-01-01T01:00:00Z 2>/dev/null
+cat "$work/dbase.wtxt" "$work/dtarget.wtxt" > /dev/null
+measure dverify "$bin" verify "$work/dtarget.wtxt"
+measure dcreate "$bin" delta create "$work/dbase.wtxt" "$work/dtarget.wtxt" -o "$work/d.wtxtdelta"
+measure dapply "$bin" delta apply "$work/dbase.wtxt" "$work/d.wtxtdelta" -o "$work/dout.wtxt"
+cmp "$work/dout.wtxt" "$work/dtarget.wtxt" && echo "apply rebuilt the target byte for byte"
+stats=$("$bin" delta create "$work/dbase.wtxt" "$work/dtarget.wtxt" -o "$work/d.wtxtdelta" 2>&1)
+echo "$stats"
+changed_b64=$(echo "$stats" | sed -n 's/.*(\([0-9]*\) bytes of chunk text).*/\1/p')
+dsize=$(stat -c %s "$work/d.wtxtdelta")
+awk -v c="$t_dcreate" -v a="$t_dapply" -v v="$t_dverify" -v ds="$dsize" -v cb="$changed_b64" -v ts="$(stat -c %s "$work/dtarget.wtxt")" 'BEGIN {
+  printf "delta create / verify = %.2fx (target <= 1.5x)\n", c / v;
+  printf "delta apply  / verify = %.2fx (target <= 1.5x)\n", a / v;
+  printf "delta size %d bytes = %.3fx the changed chunks'"'"' text (target <= 2x), %.1f%% of the target\n", ds, ds / cb, 100 * ds / ts }'

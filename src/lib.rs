@@ -19,6 +19,7 @@ pub mod error;
 pub mod limits;
 pub mod model;
 pub mod ops;
+pub mod pipe;
 pub mod progress;
 pub mod wtxt;
 

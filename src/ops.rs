@@ -499,21 +499,28 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
         }
         let (b, _) = open(base)?;
         let mut f = AtomicFile::create(out)?;
-        {
-            let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
-            crate::wtxt::delta::apply_extended(BufReader::with_capacity(1 << 20, b), &parsed, &mut w)
-                .map_err(|e| e.in_file(base))?;
-            w.flush().map_err(|e| Error::io(out, e))?;
-        }
-        // Prove the result before it takes the final name.
-        f.file().seek(SeekFrom::Start(0)).map_err(|e| Error::io(out, e))?;
         let vopts = VerifyOptions {
             hmac_key: o.hmac_key.as_ref(),
             trusted: o.trusted.as_ref(),
             require_signature: o.trusted.is_some(),
             ..Default::default()
         };
-        let report = verify(BufReader::with_capacity(1 << 20, &mut *f.file()), &vopts, None)?;
+        // Write the result and prove it in the same pass: the merge feeds
+        // the file and, through a pipe, the strict verifier on other threads.
+        let (pw, pr) = crate::pipe::pipe();
+        let (merged, report) = std::thread::scope(|s| {
+            let checker = s.spawn(|| verify(pr, &vopts, None));
+            let mut tee = crate::pipe::Tee(std::io::BufWriter::with_capacity(1 << 20, Writeback::new(f.file())), pw);
+            let merged = crate::wtxt::delta::apply_extended(BufReader::with_capacity(1 << 20, b), &parsed, &mut tee)
+                .map_err(|e| e.in_file(base))
+                .and_then(|()| tee.0.flush().map_err(|e| Error::io(out, e)));
+            let crate::pipe::Tee(w, pw) = tee;
+            drop(w);
+            pw.close();
+            (merged, checker.join().expect("verifier thread"))
+        });
+        merged?;
+        let report = report?;
         let want = parsed.head.target_sha256_all.map(hex::encode);
         if let Some(p) = report.first_error() {
             return Err(Error::check(

@@ -123,28 +123,51 @@ impl<R: Read> Walker<R> {
 
     /// Reads a chunk whose `ch` line is next: its text through `endch`.
     pub fn chunk(&mut self) -> Result<ChunkText> {
+        let (line, ch, head) = self.ch_line()?;
+        let mut text = Vec::with_capacity(head.len() + 1 + (ch.lines as usize).min(1 << 20) * 80 + 6);
+        text.extend_from_slice(&head);
+        text.push(b'\n');
+        self.chunk_body(&ch, Some(&mut text))?;
+        Ok(ChunkText { ch, line, text })
+    }
+
+    /// Reads past a chunk, keeping only its `ch` line.
+    pub fn skip_chunk(&mut self) -> Result<ChLine> {
+        let (_, ch, _) = self.ch_line()?;
+        self.chunk_body::<Vec<u8>>(&ch, None)?;
+        Ok(ch)
+    }
+
+    /// The next `ch` line: its number, parsed form and text.
+    fn ch_line(&mut self) -> Result<(u64, ChLine, Vec<u8>)> {
         let (n, l) = self.next("a `ch` line")?;
         let ch = ChLine::parse(&l).map_err(|m| check_at(n, m))?;
-        let mut text = Vec::with_capacity(l.len() + 1 + (ch.lines as usize).min(1 << 20) * 80 + 6);
-        text.extend_from_slice(&l);
-        text.push(b'\n');
+        Ok((n, ch, l))
+    }
+
+    /// The base64 lines and `endch` of a chunk whose `ch` line was read,
+    /// copied to `out` (with their LFs) or skipped.
+    fn chunk_body<W: Write>(&mut self, ch: &ChLine, mut out: Option<&mut W>) -> Result<()> {
         for _ in 0..ch.lines {
-            let Some(r) = self.lines.next_range()? else {
+            let Some(r) = self.lines.next_range_of(78)? else {
                 return Err(check_at(self.lines.line_no() + 1, "file ends inside a chunk"));
             };
-            let b = self.lines.bytes(r);
-            if b.len() < 3 || b.len() > 78 || b[b.len() - 2] != b' ' {
+            let b = self.lines.bytes(r.start..r.end + 1);
+            if b.len() < 4 || b.len() > 79 || b[b.len() - 3] != b' ' {
                 return Err(check_at(self.lines.line_no(), "expected a base64 line, a space and a parity nibble"));
             }
-            text.extend_from_slice(b);
-            text.push(b'\n');
+            if let Some(o) = out.as_mut() {
+                o.write_all(b).map_err(|e| Error::io("output", e))?;
+            }
         }
         let (n2, e) = self.next("`endch`")?;
         if e != b"endch" {
             return Err(check_at(n2, format!("expected `endch` after {} base64 lines", ch.lines)));
         }
-        text.extend_from_slice(b"endch\n");
-        Ok(ChunkText { ch, line: n, text })
+        if let Some(o) = out.as_mut() {
+            o.write_all(b"endch\n").map_err(|e| Error::io("output", e))?;
+        }
+        Ok(())
     }
 
     fn expect(&mut self, want: &str) -> Result<()> {
@@ -208,16 +231,6 @@ fn next_array<R: Read>(w: &mut Walker<R>) -> Result<Option<ArrayText>> {
     Ok(Some(ArrayText { line: n, arr, arr_text: l, idx }))
 }
 
-/// Reads the chunks of an array through `endarr`.
-fn array_chunks<R: Read>(w: &mut Walker<R>, layout: &Layout) -> Result<Vec<ChunkText>> {
-    let mut out = Vec::new();
-    for _ in 0..layout.chunk_count() {
-        out.push(w.chunk()?);
-    }
-    w.expect("endarr")?;
-    Ok(out)
-}
-
 /// The `audit` line (if any) and `endwtxt` at the end of a WTXT body.
 fn wtxt_tail<R: Read>(w: &mut Walker<R>) -> Result<Option<Vec<u8>>> {
     let (n, l) = w.next("`audit` or `endwtxt`")?;
@@ -260,7 +273,8 @@ pub fn create<B: Read, T: Read, W: Write>(base: (B, &Path), target: (T, &Path), 
         let mut arrays = Vec::new();
         while let Some(a) = next_array(&mut bw)? {
             let layout = a.layout()?;
-            let chunks = array_chunks(&mut bw, &layout)?.into_iter().map(|c| c.ch).collect();
+            let chunks = (0..layout.chunk_count()).map(|_| bw.skip_chunk()).collect::<Result<Vec<_>>>()?;
+            bw.expect("endarr")?;
             arrays.push((a, chunks));
         }
         wtxt_tail(&mut bw)?;
@@ -316,7 +330,8 @@ fn create_from<T: Read, W: Write>(
         });
         let head_same = base.is_some_and(|(b, _)| b.head_text() == t.head_text());
         let mut pending_head = Some(t.head_text());
-        for c in array_chunks(&mut tw, &layout)? {
+        for _ in 0..layout.chunk_count() {
+            let c = tw.chunk()?;
             let unchanged =
                 comparable.and_then(|(_, bc)| bc.get(c.ch.ix as usize)).is_some_and(|b| same_chunk(b, &c.ch));
             stats.target_chunks += 1;
@@ -330,6 +345,7 @@ fn create_from<T: Read, W: Write>(
             stats.changed_chunks += 1;
             stats.changed_text_bytes += c.text.len() as u64;
         }
+        tw.expect("endarr")?;
         match pending_head {
             // Some chunk was written: close the array.
             None => out.write_all(b"endarr\n").map_err(io)?,
@@ -546,9 +562,13 @@ pub fn apply_extended<B: Read, W: Write>(base: B, d: &Delta, out: &mut W) -> Res
                 // Unchanged array: copy verbatim.
                 let a = base_cur.take().expect("some");
                 out.write_all(&a.head_text()).map_err(io)?;
-                for c in array_chunks(&mut bw, &a.layout()?)? {
-                    out.write_all(&c.text).map_err(io)?;
+                for _ in 0..a.layout()?.chunk_count() {
+                    let (_, ch, head) = bw.ch_line()?;
+                    out.write_all(&head).map_err(io)?;
+                    out.write_all(b"\n").map_err(io)?;
+                    bw.chunk_body(&ch, Some(&mut *out))?;
                 }
+                bw.expect("endarr")?;
                 out.write_all(b"endarr\n").map_err(io)?;
                 base_cur = next_array(&mut bw)?;
             }
@@ -556,9 +576,13 @@ pub fn apply_extended<B: Read, W: Write>(base: B, d: &Delta, out: &mut W) -> Res
                 let item = items.next().expect("peeked");
                 let in_base = b.as_deref() == Some(i.as_str());
                 let base_arr = if in_base { base_cur.take() } else { None };
-                let mut base_chunks = match &base_arr {
-                    Some(a) => array_chunks(&mut bw, &a.layout()?)?,
-                    None => Vec::new(),
+                // The base array's chunks, read one at a time as the target needs them.
+                let mut base_chunks = BaseChunks {
+                    left: match &base_arr {
+                        Some(a) => a.layout()?.chunk_count(),
+                        None => 0,
+                    },
+                    held: None,
                 };
                 match item {
                     Item::Del(n) if !in_base => {
@@ -578,21 +602,18 @@ pub fn apply_extended<B: Read, W: Write>(base: B, d: &Delta, out: &mut W) -> Res
                                 out.write_all(&given.next().expect("peeked").text).map_err(io)?;
                                 continue;
                             }
-                            let from_base = base_chunks
-                                .get_mut(ix as usize)
-                                .filter(|c| (c.ch.off, c.ch.len) == layout.chunk_range(ix));
-                            match from_base {
-                                Some(c) => out.write_all(&std::mem::take(&mut c.text)).map_err(io)?,
-                                None => {
-                                    return Err(check_at(
-                                        *line,
-                                        format!("array {name}: chunk {ix} is neither in the delta nor in the base"),
-                                    ))
-                                }
+                            if !base_chunks.copy(&mut bw, ix, layout.chunk_range(ix), out)? {
+                                return Err(check_at(
+                                    *line,
+                                    format!("array {name}: chunk {ix} is neither in the delta nor in the base"),
+                                ));
                             }
                         }
                         out.write_all(b"endarr\n").map_err(io)?;
                     }
+                }
+                if base_arr.is_some() {
+                    base_chunks.finish(&mut bw)?;
                 }
                 if in_base {
                     base_cur = next_array(&mut bw)?;
@@ -609,6 +630,55 @@ pub fn apply_extended<B: Read, W: Write>(base: B, d: &Delta, out: &mut W) -> Res
     out.write_all(END.as_bytes()).map_err(io)?;
     out.write_all(b"\n").map_err(io)?;
     Ok(())
+}
+
+/// A base array's chunks, read in order with one `ch` line of lookahead;
+/// a chunk's base64 lines are copied straight to the output or skipped.
+struct BaseChunks {
+    left: u64,
+    held: Option<(ChLine, Vec<u8>)>,
+}
+
+impl BaseChunks {
+    /// Copies base chunk `ix` to `out` if the base has it at `range`; lower
+    /// chunks are passed over. Returns false when it does not.
+    fn copy<R: Read, W: Write>(&mut self, w: &mut Walker<R>, ix: u64, range: (u64, u64), out: &mut W) -> Result<bool> {
+        loop {
+            match &self.held {
+                Some((ch, head)) if ch.ix == ix && (ch.off, ch.len) == range => {
+                    out.write_all(head).map_err(|e| Error::io("output", e))?;
+                    out.write_all(b"\n").map_err(|e| Error::io("output", e))?;
+                    let ch = *ch;
+                    self.held = None;
+                    w.chunk_body(&ch, Some(out))?;
+                    return Ok(true);
+                }
+                Some((ch, _)) if ch.ix >= ix => return Ok(false),
+                Some((ch, _)) => {
+                    let ch = *ch;
+                    self.held = None;
+                    w.chunk_body::<W>(&ch, None)?;
+                }
+                None if self.left == 0 => return Ok(false),
+                None => {
+                    let (_, ch, head) = w.ch_line()?;
+                    self.held = Some((ch, head));
+                    self.left -= 1;
+                }
+            }
+        }
+    }
+
+    /// Reads past the rest of the array, through `endarr`.
+    fn finish<R: Read>(&mut self, w: &mut Walker<R>) -> Result<()> {
+        if let Some((ch, _)) = self.held.take() {
+            w.chunk_body::<Vec<u8>>(&ch, None)?;
+        }
+        for _ in 0..self.left {
+            w.skip_chunk()?;
+        }
+        w.expect("endarr")
+    }
 }
 
 /// The minimal form's changes: per array name, (ix, decoded bytes) to replace.
