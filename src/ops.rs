@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::atomic::{write_file, AtomicFile, Writeback};
 use crate::convert::{load_inputs, map_file, write_arrays};
+use crate::crypto::armor::{open_maybe_sealed, Seal, Unseal};
 use crate::crypto::digest::{merkle_this, Hash};
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::{SecretKey, TrustedKeys};
@@ -45,6 +46,13 @@ fn open(path: &Path) -> Result<(File, u64)> {
     let f = File::open(path).map_err(|e| Error::io(path, e))?;
     let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
     Ok((f, len))
+}
+
+/// Opens an input that may be age-encrypted (decrypted on the fly with
+/// `unseal`); the length is the file's, an upper bound of the plaintext's.
+fn open_input(path: &Path, unseal: Option<&Unseal>) -> Result<(Box<dyn Read>, u64)> {
+    let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
+    Ok((open_maybe_sealed(path, unseal)?, len))
 }
 
 /// Reads only the header of a WTXT file (for `--prev`).
@@ -167,6 +175,8 @@ pub struct VerifyFiles {
     pub trusted: Option<TrustedKeys>,
     pub require_signature: bool,
     pub prev: Option<PathBuf>,
+    /// Decrypts an age-encrypted input.
+    pub unseal: Option<Unseal>,
 }
 
 /// `wtxt verify`: the report, or an error when a file cannot be read at all.
@@ -189,7 +199,7 @@ pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<
         wsum: wsum.as_ref(),
         prev: prev.as_ref(),
     };
-    let (f, len) = open(path)?;
+    let (f, len) = open_input(path, o.unseal.as_ref())?;
     progress.set_total(len);
     let reader = ProgressRead { inner: f, progress };
     verify(BufReader::with_capacity(1 << 20, reader), &opts, None).map_err(|e| e.in_file(path))
@@ -277,8 +287,8 @@ impl Visitor for InspectVisitor {
 
 /// `wtxt inspect`: header and array table. The structure, parity and CRC
 /// are checked on the way (digests are `verify`'s work).
-pub fn inspect(path: &Path) -> Result<Inspection> {
-    let (f, _) = open(path)?;
+pub fn inspect(path: &Path, unseal: Option<&Unseal>) -> Result<Inspection> {
+    let (f, _) = open_input(path, unseal)?;
     let mut v = InspectVisitor { arrays: Vec::new(), audit: Vec::new(), problems: Vec::new() };
     let h = read(BufReader::with_capacity(1 << 20, f), &mut v).map_err(|e| e.in_file(path))?;
     if let Some((line, m)) = v.problems.first() {
@@ -314,8 +324,14 @@ pub fn inspect(path: &Path) -> Result<Inspection> {
 }
 
 /// `wtxt extract`: verifies the file, then writes its arrays (or one).
-pub fn extract(path: &Path, out: &Path, array: Option<&str>, key: Option<&HmacKey>) -> Result<usize> {
-    let (f, len) = open(path)?;
+pub fn extract(
+    path: &Path,
+    out: &Path,
+    array: Option<&str>,
+    key: Option<&HmacKey>,
+    unseal: Option<&Unseal>,
+) -> Result<usize> {
+    let (f, len) = open_input(path, unseal)?;
     let opts = VerifyOptions { hmac_key: key, ..Default::default() };
     let loaded = crate::wtxt::load(BufReader::with_capacity(1 << 20, f), len, &opts).map_err(|e| e.in_file(path))?;
     let arrays: Vec<Array> = match array {
@@ -452,13 +468,19 @@ pub fn keygen(out: &Path) -> Result<String> {
 
 /// `wtxt delta create`: the extended DELTA v2 from `base` to `target`. The
 /// target is verified strictly first; the base is read for its chunk lines.
-pub fn delta_create(base: &Path, target: &Path, out: &Path) -> Result<crate::wtxt::delta::DeltaStats> {
-    let report = verify_file(target, &VerifyFiles::default(), &Progress::hidden())?;
+pub fn delta_create(
+    base: &Path,
+    target: &Path,
+    out: &Path,
+    unseal: Option<Unseal>,
+) -> Result<crate::wtxt::delta::DeltaStats> {
+    let vf = VerifyFiles { unseal, ..Default::default() };
+    let report = verify_file(target, &vf, &Progress::hidden())?;
     if let Some(p) = report.first_error() {
         return Err(check_at(p.line, p.message.clone()).in_file(target));
     }
-    let (b, _) = open(base)?;
-    let (t, _) = open(target)?;
+    let (b, _) = open_input(base, vf.unseal.as_ref())?;
+    let (t, _) = open_input(target, vf.unseal.as_ref())?;
     let mut f = AtomicFile::create(out)?;
     let stats = {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
@@ -484,20 +506,22 @@ pub struct DeltaApplyOptions {
     pub sign_key: Option<SecretKey>,
     /// When given, the rebuilt target's signature must be valid under these keys.
     pub trusted: Option<TrustedKeys>,
+    /// Decrypts age-encrypted inputs (base and delta).
+    pub unseal: Option<Unseal>,
 }
 
 /// `wtxt delta apply`: rebuilds the target from `base` and the delta. The
 /// result is verified before it is renamed into place; the base is only read.
 pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions) -> Result<Report> {
-    let (d, _) = open(delta)?;
-    let parsed = crate::wtxt::delta::parse(BufReader::new(d)).map_err(|e| e.in_file(delta))?;
+    let (d, _) = open_input(delta, o.unseal.as_ref())?;
+    let parsed = crate::wtxt::delta::parse(d).map_err(|e| e.in_file(delta))?;
     if parsed.is_extended() {
         if o.gen.is_some() || o.ts.is_some() || o.build.is_some() || o.sign_key.is_some() {
             return Err(Error::usage(
                 "--gen, --ts, --build and --sign-key serve the minimal form; this delta carries its target header",
             ));
         }
-        let (b, _) = open(base)?;
+        let (b, _) = open_input(base, o.unseal.as_ref())?;
         let mut f = AtomicFile::create(out)?;
         let vopts = VerifyOptions {
             hmac_key: o.hmac_key.as_ref(),
@@ -552,7 +576,7 @@ fn apply_minimal(
     out: &Path,
     o: &DeltaApplyOptions,
 ) -> Result<Report> {
-    let (b, len) = open(base)?;
+    let (b, len) = open_input(base, o.unseal.as_ref())?;
     let loaded = crate::wtxt::load(
         BufReader::with_capacity(1 << 20, b),
         len,
@@ -616,4 +640,47 @@ fn apply_minimal(
     };
     write_wtxt(&arrays, &opts, out, None, &Progress::hidden())?;
     verify_file(out, &VerifyFiles { hmac_key: o.hmac_key.clone(), ..Default::default() }, &Progress::hidden())
+}
+
+/// The text formats `encrypt` accepts: WTXT, WTXT-DELTA and WSUM.
+fn is_wtxt_text(head: &[u8]) -> bool {
+    [&b"WTXT 1\n"[..], b"WTXT-DELTA 2 ", b"WSUM 1 "].iter().any(|m| head.starts_with(m))
+}
+
+/// `wtxt encrypt`: wraps a WTXT (or delta, or WSUM) in age ASCII armor.
+pub fn encrypt(input: &Path, out: &Path, seal: Seal) -> Result<()> {
+    let (f, _) = open(input)?;
+    let mut r = BufReader::with_capacity(1 << 20, f);
+    let head = std::io::BufRead::fill_buf(&mut r).map_err(|e| Error::io(input, e))?;
+    if !is_wtxt_text(head) {
+        return Err(
+            Error::input(crate::error::Position::Line(1), "expected a WTXT, WTXT-DELTA or WSUM file").in_file(input)
+        );
+    }
+    let mut af = AtomicFile::create(out)?;
+    {
+        let w = std::io::BufWriter::new(af.file());
+        let mut w = crate::crypto::armor::encrypt(r, seal, w)?;
+        w.flush().map_err(|e| Error::io(out, e))?;
+    }
+    af.commit()
+}
+
+/// `wtxt decrypt`: the plaintext of an age file, written atomically.
+pub fn decrypt(input: &Path, out: &Path, unseal: &Unseal) -> Result<()> {
+    let (f, _) = open(input)?;
+    let mut plain =
+        crate::crypto::armor::decrypt(BufReader::with_capacity(1 << 20, f), unseal).map_err(|e| e.in_file(input))?;
+    let mut af = AtomicFile::create(out)?;
+    {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, af.file());
+        std::io::copy(&mut plain, &mut w).map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => {
+                Error::check(Default::default(), format!("age: the ciphertext is damaged: {e}")).in_file(input)
+            }
+            _ => Error::io(out, e),
+        })?;
+        w.flush().map_err(|e| Error::io(out, e))?;
+    }
+    af.commit()
 }

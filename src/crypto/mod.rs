@@ -1,5 +1,6 @@
 //! Hashing, message authentication and signatures as the profile pins them.
 
+pub mod armor;
 pub mod digest;
 pub mod mac;
 pub mod sign;

@@ -1,4 +1,5 @@
 //! One integration test binary. Modules:
+//! - `age`: encryption against the real `age` tool;
 //! - `golden`: the independent implementation's vectors, byte for byte;
 //! - `cli`: the real binary's exit codes, messages and JSON;
 //! - `corruption`: every kind of damage, on every line, is rejected with its line;
@@ -8,6 +9,7 @@
 //! - `hooks`: hooks/pre-commit in a real Git repository;
 //! - `inputs`: real NumPy output and hostile input archives.
 
+mod age;
 mod cli;
 mod corruption;
 mod delta;

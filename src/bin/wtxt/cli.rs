@@ -31,6 +31,42 @@ pub enum Command {
     /// DELTA v2 patches: only the chunks that changed between generations.
     #[command(subcommand)]
     Delta(DeltaCommand),
+    /// Wrap a WTXT in age encryption with ASCII armor (readable by `age -d`).
+    Encrypt(EncryptArgs),
+    /// Decrypt an age-encrypted WTXT.
+    Decrypt(DecryptArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct EncryptArgs {
+    /// The WTXT (or delta, or WSUM) to encrypt.
+    pub file: PathBuf,
+    /// Output: age ASCII armor.
+    #[arg(short, long, value_name = "OUT")]
+    pub output: PathBuf,
+    /// Recipient: an age1... key or an ssh-ed25519 public key line; repeatable.
+    #[arg(short = 'r', long = "recipient", value_name = "RECIPIENT")]
+    pub recipients: Vec<String>,
+    /// A file of recipients, one a line; repeatable.
+    #[arg(short = 'R', long = "recipients-file", value_name = "FILE")]
+    pub recipients_files: Vec<PathBuf>,
+    /// Encrypt with a passphrase from --passphrase-file or $WTXT_PASSPHRASE.
+    #[arg(short = 'p', long = "passphrase", conflicts_with_all = ["recipients", "recipients_files"])]
+    pub passphrase: bool,
+    /// Read the passphrase from this file's first line (implies -p).
+    #[arg(long, value_name = "FILE")]
+    pub passphrase_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct DecryptArgs {
+    /// The age-encrypted file.
+    pub file: PathBuf,
+    /// Output: the plaintext.
+    #[arg(short, long, value_name = "OUT")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub sealed: SealedArg,
 }
 
 #[derive(Subcommand, Debug)]
@@ -45,6 +81,8 @@ pub enum DeltaCommand {
 pub struct DeltaCreateArgs {
     /// The base WTXT.
     pub base: PathBuf,
+    #[command(flatten)]
+    pub sealed: SealedArg,
     /// The target WTXT.
     pub target: PathBuf,
     /// Output delta file.
@@ -56,6 +94,8 @@ pub struct DeltaCreateArgs {
 pub struct DeltaApplyArgs {
     /// The base WTXT (only read).
     pub base: PathBuf,
+    #[command(flatten)]
+    pub sealed: SealedArg,
     /// The delta.
     pub delta: PathBuf,
     /// Output WTXT (written only once it verifies).
@@ -81,6 +121,20 @@ pub struct DeltaApplyArgs {
     /// Require the rebuilt target's signature to be valid under one of these keys.
     #[arg(long, value_name = "FILE")]
     pub trusted_keys: Option<PathBuf>,
+}
+
+/// Reading age-encrypted inputs.
+#[derive(Args, Debug, Default)]
+pub struct SealedArg {
+    /// Decrypt an age-encrypted input with this identity (age key file or OpenSSH key); repeatable.
+    #[arg(short = 'i', long = "identity", value_name = "IDENTITY")]
+    pub identities: Vec<PathBuf>,
+    /// The input is passphrase-encrypted: passphrase from --passphrase-file or $WTXT_PASSPHRASE.
+    #[arg(short = 'p', long = "passphrase", conflicts_with = "identities")]
+    pub passphrase: bool,
+    /// Read the passphrase from this file's first line (implies -p).
+    #[arg(long, value_name = "FILE")]
+    pub passphrase_file: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -142,6 +196,8 @@ pub struct SnapshotArgs {
 pub struct VerifyArgs {
     /// The WTXT file.
     pub file: PathBuf,
+    #[command(flatten)]
+    pub sealed: SealedArg,
     /// The WSUM that finalizes a WTXT-S.
     #[arg(long, value_name = "FILE.wsum")]
     pub wsum: Option<PathBuf>,
@@ -168,6 +224,8 @@ pub struct VerifyArgs {
 pub struct InspectArgs {
     /// The WTXT file.
     pub file: PathBuf,
+    #[command(flatten)]
+    pub sealed: SealedArg,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -177,6 +235,8 @@ pub struct InspectArgs {
 pub struct ExtractArgs {
     /// The WTXT file.
     pub file: PathBuf,
+    #[command(flatten)]
+    pub sealed: SealedArg,
     /// Output: .npy (one array), .npz or .safetensors.
     #[arg(short, long, value_name = "OUT")]
     pub output: PathBuf,

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
+use wtxt::crypto::armor::{self, Seal, Unseal};
 use wtxt::crypto::mac::HmacKey;
 use wtxt::crypto::sign::{PublicKey, SecretKey, TrustedKeys};
 use wtxt::error::{Error, Result};
@@ -51,6 +52,21 @@ fn sign_key(path: &Option<PathBuf>) -> Result<Option<SecretKey>> {
     path.as_deref().map(SecretKey::from_file).transpose()
 }
 
+/// How to read age-encrypted inputs, if the user said.
+fn unseal(a: &cli::SealedArg) -> Result<Option<Unseal>> {
+    if a.passphrase || a.passphrase_file.is_some() {
+        return Ok(Some(Unseal::Passphrase(armor::passphrase(a.passphrase_file.as_deref())?)));
+    }
+    if a.identities.is_empty() {
+        return Ok(None);
+    }
+    let mut ids = Vec::new();
+    for p in &a.identities {
+        ids.extend(armor::read_identities(p)?);
+    }
+    Ok(Some(Unseal::Identities(ids)))
+}
+
 fn trusted_keys(pubkey: &Option<PathBuf>, file: &Option<PathBuf>) -> Result<Option<TrustedKeys>> {
     Ok(match (pubkey, file) {
         (Some(p), _) => Some(TrustedKeys::single(PublicKey::from_file(p)?)),
@@ -90,6 +106,7 @@ fn run(cmd: Command) -> Result<u8> {
                 trusted,
                 require_signature: a.require_signature,
                 prev: a.prev,
+                unseal: unseal(&a.sealed)?,
             };
             let progress = Progress::for_terminal("verify");
             let report = ops::verify_file(&a.file, &opts, &progress)?;
@@ -110,7 +127,7 @@ fn run(cmd: Command) -> Result<u8> {
             Ok(0)
         }
         Command::Inspect(a) => {
-            let i = ops::inspect(&a.file)?;
+            let i = ops::inspect(&a.file, unseal(&a.sealed)?.as_ref())?;
             if a.json {
                 emit(&format!("{}\n", serde_json::to_string(&i).expect("inspection serializes")))?;
             } else {
@@ -119,7 +136,9 @@ fn run(cmd: Command) -> Result<u8> {
             Ok(0)
         }
         Command::Extract(a) => {
-            let n = ops::extract(&a.file, &a.output, a.array.as_deref(), hmac_key(&a.hmac.hmac_key)?.as_ref())?;
+            let u = unseal(&a.sealed)?;
+            let n =
+                ops::extract(&a.file, &a.output, a.array.as_deref(), hmac_key(&a.hmac.hmac_key)?.as_ref(), u.as_ref())?;
             eprintln!("wrote {} array(s) to {}", n, a.output.display());
             Ok(0)
         }
@@ -140,7 +159,7 @@ fn run(cmd: Command) -> Result<u8> {
             Ok(0)
         }
         Command::Delta(DeltaCommand::Create(a)) => {
-            let s = ops::delta_create(&a.base, &a.target, &a.output)?;
+            let s = ops::delta_create(&a.base, &a.target, &a.output, unseal(&a.sealed)?)?;
             eprintln!(
                 "wrote {}: {} of {} chunks changed ({} bytes of chunk text)",
                 a.output.display(),
@@ -158,9 +177,33 @@ fn run(cmd: Command) -> Result<u8> {
                 hmac_key: hmac_key(&a.hmac.hmac_key)?,
                 sign_key: sign_key(&a.sign_key)?,
                 trusted: trusted_keys(&a.pubkey, &a.trusted_keys)?,
+                unseal: unseal(&a.sealed)?,
             };
             let r = ops::delta_apply(&a.base, &a.delta, &a.output, &opts)?;
             eprintln!("wrote {} gen {:06} sha256_all={}", a.output.display(), r.gen, r.sha256_all.unwrap_or_default());
+            Ok(0)
+        }
+        Command::Encrypt(a) => {
+            let seal = if a.passphrase || a.passphrase_file.is_some() {
+                Seal::Passphrase(armor::passphrase(a.passphrase_file.as_deref())?)
+            } else {
+                let mut rs = Vec::new();
+                for r in &a.recipients {
+                    rs.push(armor::parse_recipient(r)?);
+                }
+                for f in &a.recipients_files {
+                    rs.extend(armor::read_recipients_file(f)?);
+                }
+                Seal::Recipients(rs)
+            };
+            ops::encrypt(&a.file, &a.output, seal)?;
+            eprintln!("wrote {}", a.output.display());
+            Ok(0)
+        }
+        Command::Decrypt(a) => {
+            let u = unseal(&a.sealed)?.ok_or_else(|| Error::usage("give -i IDENTITY or -p"))?;
+            ops::decrypt(&a.file, &a.output, &u)?;
+            eprintln!("wrote {}", a.output.display());
             Ok(0)
         }
         Command::Keygen(a) => {
