@@ -16,6 +16,7 @@ pub mod atomic;
 pub mod convert;
 pub mod crypto;
 pub mod error;
+pub mod git;
 pub mod limits;
 pub mod model;
 pub mod ops;

@@ -684,3 +684,26 @@ pub fn decrypt(input: &Path, out: &Path, unseal: &Unseal) -> Result<()> {
     }
     af.commit()
 }
+
+/// `wtxt log`: the chain of each path (or of every `*.wtxt` in HEAD).
+/// Trusted keys default to the file named by `git config wtxt.trustedKeys`.
+pub fn log(dir: &Path, path: Option<&Path>, trusted: Option<TrustedKeys>) -> Result<Vec<crate::git::history::Chain>> {
+    use crate::git::history;
+    let (repo, rel) = history::open(dir, path)?;
+    let trusted = match trusted {
+        Some(t) => Some(t),
+        None => match repo.config().and_then(|c| c.get_path("wtxt.trustedKeys")) {
+            Ok(p) => {
+                let p = if p.is_absolute() { p } else { repo.workdir().unwrap_or(Path::new(".")).join(p) };
+                Some(TrustedKeys::from_file(&p)?)
+            }
+            Err(_) => None,
+        },
+    };
+    let paths = match rel {
+        Some(p) => vec![p],
+        None => history::wtxt_paths(&repo)?,
+    };
+    let opts = history::LogOptions { trusted };
+    paths.iter().map(|p| history::chain(&repo, p, &opts)).collect()
+}

@@ -7,7 +7,8 @@
 //! - `roundtrip`: property tests of write -> verify -> read;
 //! - `recover`: partial recovery keeps everything intact;
 //! - `hooks`: hooks/pre-commit in a real Git repository;
-//! - `inputs`: real NumPy output and hostile input archives.
+//! - `inputs`: real NumPy output and hostile input archives;
+//! - `log`: the Merkle chain through a real Git history.
 
 mod age;
 mod cli;
@@ -16,6 +17,7 @@ mod delta;
 mod golden;
 mod hooks;
 mod inputs;
+mod log;
 mod recover;
 mod roundtrip;
 mod util;

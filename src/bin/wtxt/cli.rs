@@ -31,6 +31,8 @@ pub enum Command {
     /// DELTA v2 patches: only the chunks that changed between generations.
     #[command(subcommand)]
     Delta(DeltaCommand),
+    /// Prove the Merkle chain of a WTXT path through Git history.
+    Log(LogArgs),
     /// Wrap a WTXT in age encryption with ASCII armor (readable by `age -d`).
     Encrypt(EncryptArgs),
     /// Decrypt an age-encrypted WTXT.
@@ -287,4 +289,22 @@ pub struct KeygenArgs {
     /// Secret key output (PKCS#8 PEM, mode 0600); the public key goes to OUT.pub.
     #[arg(short, long, value_name = "KEY.pem")]
     pub output: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct LogArgs {
+    /// The WTXT path (default: every *.wtxt in HEAD).
+    pub path: Option<PathBuf>,
+    /// Run as if started in DIR.
+    #[arg(short = 'C', value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
+    /// Trust this public key (default: the file of `git config wtxt.trustedKeys`).
+    #[arg(long, value_name = "PUB.pem", conflicts_with = "trusted_keys")]
+    pub pubkey: Option<PathBuf>,
+    /// Trust the keys in this file.
+    #[arg(long, value_name = "FILE")]
+    pub trusted_keys: Option<PathBuf>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -183,6 +183,17 @@ fn run(cmd: Command) -> Result<u8> {
             eprintln!("wrote {} gen {:06} sha256_all={}", a.output.display(), r.gen, r.sha256_all.unwrap_or_default());
             Ok(0)
         }
+        Command::Log(a) => {
+            let chains = ops::log(&a.dir, a.path.as_deref(), trusted_keys(&a.pubkey, &a.trusted_keys)?)?;
+            let ok = chains.iter().all(|c| c.ok);
+            if a.json {
+                let v = serde_json::json!({ "ok": ok, "chains": chains });
+                emit(&format!("{v}\n"))?;
+            } else {
+                emit(&log_text(&chains))?;
+            }
+            Ok(if ok { 0 } else { 1 })
+        }
         Command::Encrypt(a) => {
             let seal = if a.passphrase || a.passphrase_file.is_some() {
                 Seal::Passphrase(armor::passphrase(a.passphrase_file.as_deref())?)
@@ -284,6 +295,46 @@ fn inspection_text(i: &ops::Inspection) -> String {
     if !i.audit.is_empty() {
         let pairs: Vec<String> = i.audit.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(s, "audit {}", pairs.join(" "));
+    }
+    s
+}
+
+fn log_text(chains: &[wtxt::git::history::Chain]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    for c in chains {
+        let bad = c.generations.iter().filter(|g| !g.problems.is_empty()).count();
+        let verdict = if bad == 0 { "chain OK".to_string() } else { format!("{bad} generation(s) FLAGGED") };
+        let _ = writeln!(s, "{}: {} generation(s), {verdict}", c.path, c.generations.len());
+        for g in &c.generations {
+            let link = if g.links.is_empty() {
+                "genesis".to_string()
+            } else if g.links.iter().any(|l| l.merkle_ok) {
+                "link ok".to_string()
+            } else {
+                "LINK BROKEN".to_string()
+            };
+            let sig = match g.signature {
+                SigStatus::Valid => "signed (valid)".to_string(),
+                SigStatus::Invalid => "signature INVALID".to_string(),
+                SigStatus::Untrusted => format!("signed by {}", g.keyid.as_deref().unwrap_or("?")),
+                SigStatus::Absent => "unsigned".to_string(),
+            };
+            let _ = writeln!(
+                s,
+                "{} gen {:06} {} build {} sha256_all {} {link}, {sig}  {}{}",
+                &g.commit[..10],
+                g.gen,
+                g.ts,
+                g.build,
+                g.sha256_all.as_deref().map_or("-", |h| &h[..16]),
+                g.summary,
+                if g.path != c.path { format!(" [{}]", g.path) } else { String::new() }
+            );
+            for p in &g.problems {
+                let _ = writeln!(s, "    ! {p}");
+            }
+        }
     }
     s
 }

@@ -1,0 +1,320 @@
+//! The Merkle chain through Git history (`wtxt log`).
+//!
+//! Commits are walked children-first; the file's path is carried from each
+//! commit to its parents, following renames. A commit counts as a new
+//! generation when its version of the file differs from every parent's. Each
+//! generation is linked to the previous version in each parent (for a file
+//! deleted and re-added, the last version before the deletion): its
+//! `merkle_prev` must equal that version's `merkle_this`, and its `gen` must
+//! be the next one. Every version's header must be self-consistent
+//! (`merkle_this` recomputed from its own fields), and with trusted keys its
+//! signature must be valid.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use git2::{Commit, DiffFindOptions, DiffOptions, ObjectType, Oid, Repository, Sort, Tree};
+use serde::Serialize;
+
+use crate::crypto::digest::merkle_this;
+use crate::crypto::sign::TrustedKeys;
+use crate::error::{Error, Result};
+use crate::wtxt::read::{read_header, Header, LineReader};
+use crate::wtxt::syntax::{Root, SignLine};
+use crate::wtxt::verify::SigStatus;
+
+/// How far back to look for the last version of a deleted file.
+const MAX_LOOKBACK: usize = 100_000;
+
+/// One generation as committed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Generation {
+    pub commit: String,
+    pub parents: Vec<String>,
+    pub path: String,
+    pub summary: String,
+    pub gen: u64,
+    pub ts: String,
+    pub build: String,
+    pub keyid: Option<String>,
+    pub signature: SigStatus,
+    pub sha256_all: Option<String>,
+    pub merkle_prev: Option<String>,
+    pub merkle_this: Option<String>,
+    /// For each previous version: the commit it comes from and whether the link holds.
+    pub links: Vec<Link>,
+    /// What is wrong with this generation; empty when all is well.
+    pub problems: Vec<String>,
+}
+
+/// A link from a generation to a previous version.
+#[derive(Clone, Debug, Serialize)]
+pub struct Link {
+    pub commit: String,
+    pub gen: u64,
+    pub merkle_ok: bool,
+    pub gen_ok: bool,
+}
+
+/// The chain of one path.
+#[derive(Clone, Debug, Serialize)]
+pub struct Chain {
+    pub path: String,
+    /// Newest first, as `git log` shows commits.
+    pub generations: Vec<Generation>,
+    pub ok: bool,
+}
+
+/// Options of `wtxt log`.
+#[derive(Default)]
+pub struct LogOptions {
+    /// Keys whose signatures count; when set, unsigned, untrusted and
+    /// invalid signatures are flagged.
+    pub trusted: Option<TrustedKeys>,
+}
+
+/// A version of the file: which blob, and its parsed header.
+#[derive(Clone)]
+struct Version {
+    commit: Oid,
+    header: Option<Header>,
+    error: Option<String>,
+}
+
+/// Opens the repository around `dir` and resolves `path` (relative to the
+/// current directory) to a path inside it.
+pub fn open(dir: &Path, path: Option<&Path>) -> Result<(Repository, Option<PathBuf>)> {
+    let repo =
+        Repository::discover(dir).map_err(|e| Error::usage(format!("not in a Git repository: {}", e.message())))?;
+    let root = repo.workdir().ok_or_else(|| Error::usage("a bare repository: run wtxt log inside a work tree"))?;
+    let root = root.canonicalize().map_err(|e| Error::io(root, e))?;
+    let rel = match path {
+        None => None,
+        Some(p) => {
+            let abs = if p.is_absolute() { p.to_path_buf() } else { dir.join(p) };
+            // The file may no longer exist: canonicalize its folder.
+            let parent = abs.parent().unwrap_or(Path::new("."));
+            let parent = parent.canonicalize().map_err(|e| Error::io(parent, e))?;
+            let full =
+                parent.join(abs.file_name().ok_or_else(|| Error::usage(format!("{}: not a file", p.display())))?);
+            Some(
+                full.strip_prefix(&root)
+                    .map_err(|_| Error::usage(format!("{} is outside the repository {}", p.display(), root.display())))?
+                    .to_path_buf(),
+            )
+        }
+    };
+    Ok((repo, rel))
+}
+
+/// Every `*.wtxt` path in HEAD's tree.
+pub fn wtxt_paths(repo: &Repository) -> Result<Vec<PathBuf>> {
+    let tree = repo.head().and_then(|h| h.peel_to_tree()).map_err(git_err)?;
+    let mut out = Vec::new();
+    tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
+        if e.kind() == Some(ObjectType::Blob) && e.name().is_ok_and(|n| n.ends_with(".wtxt")) {
+            out.push(PathBuf::from(format!("{dir}{}", e.name().unwrap_or_default())));
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .map_err(git_err)?;
+    Ok(out)
+}
+
+fn git_err(e: git2::Error) -> Error {
+    Error::input(Default::default(), format!("git: {}", e.message()))
+}
+
+fn blob_at(tree: &Tree, path: &Path) -> Option<Oid> {
+    tree.get_path(path).ok().filter(|e| e.kind() == Some(ObjectType::Blob)).map(|e| e.id())
+}
+
+/// The path `path` (in `child`) had in `parent`, following a rename.
+fn path_in_parent(repo: &Repository, parent: &Tree, child: &Tree, path: &Path) -> Result<PathBuf> {
+    if blob_at(parent, path).is_some() || blob_at(child, path).is_none() {
+        return Ok(path.to_path_buf());
+    }
+    let mut diff = repo
+        .diff_tree_to_tree(Some(parent), Some(child), Some(DiffOptions::new().ignore_submodules(true)))
+        .map_err(git_err)?;
+    diff.find_similar(Some(DiffFindOptions::new().renames(true).rename_threshold(50))).map_err(git_err)?;
+    for d in diff.deltas() {
+        if d.status() == git2::Delta::Renamed && d.new_file().path() == Some(path) {
+            if let Some(old) = d.old_file().path() {
+                return Ok(old.to_path_buf());
+            }
+        }
+    }
+    Ok(path.to_path_buf())
+}
+
+fn read_version(repo: &Repository, commit: Oid, blob: Oid) -> Version {
+    let parsed = repo.find_blob(blob).map_err(git_err).and_then(|b| read_header(&mut LineReader::new(b.content())));
+    match parsed {
+        Ok(h) => {
+            // The sign line, if any, follows the four header lines.
+            let sign = repo.find_blob(blob).ok().and_then(|b| {
+                let c = b.content();
+                let rest = c.get(h.signed_bytes.len()..)?;
+                let line = rest.split(|&x| x == b'\n').next()?;
+                line.starts_with(b"sign ").then(|| SignLine::parse(line).ok()).flatten()
+            });
+            Version { commit, header: Some(Header { sign, ..h }), error: None }
+        }
+        Err(e) => Version { commit, header: None, error: Some(e.to_string()) },
+    }
+}
+
+/// The newest version of `path` at or before `start`, along first parents.
+fn last_version(start: &Commit, path: &Path) -> Result<Option<(Oid, Oid)>> {
+    let mut c = start.clone();
+    for _ in 0..MAX_LOOKBACK {
+        if let Some(b) = blob_at(&c.tree().map_err(git_err)?, path) {
+            return Ok(Some((c.id(), b)));
+        }
+        match c.parents().next() {
+            Some(p) => c = p,
+            None => return Ok(None),
+        }
+    }
+    Ok(None)
+}
+
+/// Walks the history of `path` from HEAD and checks every link.
+pub fn chain(repo: &Repository, path: &Path, opts: &LogOptions) -> Result<Chain> {
+    let mut walk = repo.revwalk().map_err(git_err)?;
+    walk.push_head().map_err(git_err)?;
+    walk.set_sorting(Sort::TOPOLOGICAL | Sort::TIME).map_err(git_err)?;
+    let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(git_err)?;
+    let mut paths: HashMap<Oid, PathBuf> = HashMap::from([(head.id(), path.to_path_buf())]);
+    let mut cache: HashMap<Oid, Version> = HashMap::new();
+    let mut generations = Vec::new();
+    for oid in walk {
+        let oid = oid.map_err(git_err)?;
+        let commit = repo.find_commit(oid).map_err(git_err)?;
+        let tree = commit.tree().map_err(git_err)?;
+        let Some(p) = paths.get(&oid).cloned() else { continue };
+        let mut prevs: Vec<(Oid, Oid)> = Vec::new();
+        for parent in commit.parents() {
+            let ptree = parent.tree().map_err(git_err)?;
+            let pp = path_in_parent(repo, &ptree, &tree, &p)?;
+            paths.entry(parent.id()).or_insert_with(|| pp.clone());
+            if let Some(v) = last_version(&parent, &pp)? {
+                prevs.push(v);
+            }
+        }
+        let Some(blob) = blob_at(&tree, &p) else { continue };
+        if prevs.iter().any(|(_, b)| *b == blob) {
+            continue; // this commit did not change the file
+        }
+        let cur = read_version(repo, oid, blob);
+        let prev_versions: Vec<Version> =
+            prevs.iter().map(|(c, b)| cache.entry(*b).or_insert_with(|| read_version(repo, *c, *b)).clone()).collect();
+        generations.push(check(&commit, &p, &cur, &prev_versions, opts));
+        cache.insert(blob, cur);
+    }
+    let ok = generations.iter().all(|g| g.problems.is_empty());
+    Ok(Chain { path: path.display().to_string(), generations, ok })
+}
+
+fn check(commit: &Commit, path: &Path, cur: &Version, prevs: &[Version], opts: &LogOptions) -> Generation {
+    let mut g = Generation {
+        commit: commit.id().to_string(),
+        parents: commit.parent_ids().map(|p| p.to_string()).collect(),
+        path: path.display().to_string(),
+        summary: commit.summary().ok().flatten().unwrap_or_default().to_string(),
+        gen: 0,
+        ts: String::new(),
+        build: String::new(),
+        keyid: None,
+        signature: SigStatus::Absent,
+        sha256_all: None,
+        merkle_prev: None,
+        merkle_this: None,
+        links: Vec::new(),
+        problems: Vec::new(),
+    };
+    let Some(h) = &cur.header else {
+        g.problems.push(format!("not a readable WTXT: {}", cur.error.clone().unwrap_or_default()));
+        return g;
+    };
+    g.gen = h.meta.gen;
+    g.ts = h.meta.ts.as_str().to_string();
+    g.build = h.meta.build.clone();
+    let Root::Final { sha256_all, merkle_prev, merkle_this: mt, .. } = &h.root else {
+        g.problems.push("a WTXT-S (root_pending) was committed: its chain cannot be proven".into());
+        return g;
+    };
+    g.sha256_all = Some(hex::encode(sha256_all));
+    g.merkle_prev = Some(hex::encode(merkle_prev));
+    g.merkle_this = Some(hex::encode(mt));
+    if merkle_this(merkle_prev, sha256_all, h.meta.ts.as_str(), &h.meta.gen_str(), &h.meta.build) != *mt {
+        g.problems.push("merkle_this does not match the header's own fields".into());
+    }
+    g.signature = match &h.sign {
+        None => SigStatus::Absent,
+        Some(s) => {
+            g.keyid = Some(hex::encode(s.keyid));
+            match opts.trusted.as_ref().and_then(|t| t.find(&s.keyid)) {
+                None => SigStatus::Untrusted,
+                Some(k) if k.verify(&h.signed_bytes, &s.signature) => SigStatus::Valid,
+                Some(_) => SigStatus::Invalid,
+            }
+        }
+    };
+    match g.signature {
+        SigStatus::Invalid => {
+            g.problems.push(format!("signature by keyid {} does not verify", g.keyid.clone().unwrap_or_default()))
+        }
+        SigStatus::Untrusted if opts.trusted.is_some() => {
+            g.problems.push(format!("signed by keyid {}, which is not trusted", g.keyid.clone().unwrap_or_default()))
+        }
+        SigStatus::Absent if opts.trusted.is_some() => g.problems.push("not signed".into()),
+        _ => {}
+    }
+    let readable: Vec<(&Version, &Header, [u8; 32])> = prevs
+        .iter()
+        .filter_map(|v| match &v.header {
+            Some(ph) => match ph.root {
+                Root::Final { merkle_this, .. } => Some((v, ph, merkle_this)),
+                Root::Pending => None,
+            },
+            None => None,
+        })
+        .collect();
+    for (v, ph, pthis) in &readable {
+        g.links.push(Link {
+            commit: v.commit.to_string(),
+            gen: ph.meta.gen,
+            merkle_ok: *merkle_prev == *pthis,
+            gen_ok: h.meta.gen == ph.meta.gen.wrapping_add(1) || (prevs.len() > 1 && h.meta.gen > ph.meta.gen),
+        });
+    }
+    if readable.is_empty() {
+        if !prevs.is_empty() {
+            g.problems.push("the previous version is not a readable, final WTXT".into());
+        }
+        // Genesis: nothing before it in this history.
+        return g;
+    }
+    if !g.links.iter().any(|l| l.merkle_ok) {
+        let want: Vec<String> = readable.iter().map(|(_, _, t)| hex::encode(&t[..6])).collect();
+        g.problems.push(format!(
+            "broken link: merkle_prev {} is not the previous generation's merkle_this ({})",
+            &hex::encode(merkle_prev)[..12],
+            want.join(" or ")
+        ));
+    }
+    if let Some(max) = readable.iter().map(|(_, ph, _)| ph.meta.gen).max() {
+        if h.meta.gen <= max {
+            g.problems.push(format!(
+                "gen goes backwards: {} after {}",
+                h.meta.gen_str(),
+                crate::wtxt::syntax::pad(max, 6)
+            ));
+        } else if prevs.len() == 1 && h.meta.gen != max + 1 {
+            g.problems.push(format!("gen jumps from {} to {}", crate::wtxt::syntax::pad(max, 6), h.meta.gen_str()));
+        }
+    }
+    g
+}

@@ -1,0 +1,3 @@
+//! Git integration: the Merkle chain through history.
+
+pub mod history;
