@@ -221,14 +221,19 @@ fn next_array<R: Read>(w: &mut Walker<R>) -> Result<Option<ArrayText>> {
         return Ok(None);
     }
     let (n, l) = w.next("an `arr` line")?;
+    arr_head(w, n, l).map(Some)
+}
+
+/// Parses an `arr` line already read and the `idx` line that may follow it.
+fn arr_head<R: Read>(w: &mut Walker<R>, n: u64, l: Vec<u8>) -> Result<ArrayText> {
     let arr = ArrLine::parse(&l).map_err(|m| check_at(n, m))?;
-    let idx = if w.peek("an `idx` or `ch` line")?.starts_with(b"idx ") {
+    let idx = if w.peek("an `idx`, `ch` or `endarr` line")?.starts_with(b"idx ") {
         let (ni, li) = w.next("an `idx` line")?;
         Some((IdxLine::parse(&li).map_err(|m| check_at(ni, m))?, li))
     } else {
         None
     };
-    Ok(Some(ArrayText { line: n, arr, arr_text: l, idx }))
+    Ok(ArrayText { line: n, arr, arr_text: l, idx })
 }
 
 /// The `audit` line (if any) and `endwtxt` at the end of a WTXT body.
@@ -461,14 +466,7 @@ pub fn parse<R: Read>(input: R) -> Result<Delta> {
             let name = name_of(rest, n)?;
             (name.clone(), Item::Del(name))
         } else if extended && l.starts_with(b"arr ") {
-            let arr = ArrLine::parse(&l).map_err(|m| check_at(n, m))?;
-            let idx = if w.peek("an `idx`, `ch` or `endarr` line")?.starts_with(b"idx ") {
-                let (ni, li) = w.next("an `idx` line")?;
-                Some((IdxLine::parse(&li).map_err(|m| check_at(ni, m))?, li))
-            } else {
-                None
-            };
-            let a = ArrayText { line: n, arr, arr_text: l.clone(), idx };
+            let a = arr_head(&mut w, n, l)?;
             let layout = a.layout()?;
             let chunks = delta_chunks(&mut w, &layout)?;
             (a.arr.name.clone(), Item::Arr { line: n, name: a.arr.name.clone(), head: Some(Box::new(a)), chunks })

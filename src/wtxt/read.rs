@@ -207,18 +207,22 @@ pub fn read_header<R: Read>(lines: &mut LineReader<R>) -> Result<Header> {
     let mut signed = Vec::with_capacity(512);
     signed.extend_from_slice(l);
     signed.push(b'\n');
-    let (n, l) = lines.expect_line("the `meta` line")?;
-    let meta = Meta::parse(l).map_err(|m| check_at(n, m))?;
-    signed.extend_from_slice(l);
-    signed.push(b'\n');
-    let (n, l) = lines.expect_line("the `cap` line")?;
-    let cap = Cap::parse(l).map_err(|m| check_at(n, m))?;
-    signed.extend_from_slice(l);
-    signed.push(b'\n');
-    let (n, l) = lines.expect_line("the `root` line")?;
-    let root = Root::parse(l).map_err(|m| check_at(n, m))?;
-    signed.extend_from_slice(l);
-    signed.push(b'\n');
+    // Each header line is parsed and kept: the signature covers them.
+    fn take<R: Read, T>(
+        lines: &mut LineReader<R>,
+        signed: &mut Vec<u8>,
+        what: &str,
+        parse: fn(&[u8]) -> std::result::Result<T, String>,
+    ) -> Result<T> {
+        let (n, l) = lines.expect_line(what)?;
+        let v = parse(l).map_err(|m| check_at(n, m))?;
+        signed.extend_from_slice(l);
+        signed.push(b'\n');
+        Ok(v)
+    }
+    let meta = take(lines, &mut signed, "the `meta` line", Meta::parse)?;
+    let cap = take(lines, &mut signed, "the `cap` line", Cap::parse)?;
+    let root = take(lines, &mut signed, "the `root` line", Root::parse)?;
     Ok(Header { meta, cap, root, sign: None, signed_bytes: signed, lines: 4 })
 }
 

@@ -65,6 +65,16 @@ fn a_compression_bomb_is_refused_not_inflated() {
     assert!(err.contains("bomb.npz") && err.contains("x.npy"), "{err}");
 }
 
+/// A v1 `.npy` with this header dict (padded to 128 bytes) and `data` zero bytes.
+fn npy(dict: &str, data: usize) -> Vec<u8> {
+    let mut v = b"\x93NUMPY\x01\x00\x76\x00".to_vec();
+    v.extend_from_slice(dict.as_bytes());
+    v.resize(128, b' ');
+    v[127] = b'\n';
+    v.resize(128 + data, 0);
+    v
+}
+
 #[test]
 fn hostile_npy_and_safetensors_fail_with_one_line() {
     let dir = tempfile::tempdir().unwrap();
