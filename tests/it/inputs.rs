@@ -80,27 +80,13 @@ fn hostile_npy_and_safetensors_fail_with_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("short.npy", b"\x93NUMPY\x01\x00\x10".to_vec()),
-        ("liar.npy", {
-            let mut v =
-                b"\x93NUMPY\x01\x00\x76\x00{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000,), }".to_vec();
-            v.resize(128, b' ');
-            v[127] = b'\n';
-            v.extend_from_slice(&[0u8; 16]);
-            v
-        }),
+        ("liar.npy", npy("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000,), }", 16)),
         ("st.safetensors", {
             let mut v = 1_000_000u64.to_le_bytes().to_vec();
             v.extend_from_slice(b"{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}");
             v
         }),
-        ("struct.npy", {
-            let mut v =
-                b"\x93NUMPY\x01\x00\x76\x00{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }".to_vec();
-            v.resize(128, b' ');
-            v[127] = b'\n';
-            v.extend_from_slice(&[0u8; 4]);
-            v
-        }),
+        ("struct.npy", npy("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", 4)),
     ];
     for (name, bytes) in cases {
         let p = dir.path().join(name);
