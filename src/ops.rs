@@ -707,3 +707,97 @@ pub fn log(dir: &Path, path: Option<&Path>, trusted: Option<TrustedKeys>) -> Res
     let opts = history::LogOptions { trusted };
     paths.iter().map(|p| history::chain(&repo, p, &opts)).collect()
 }
+
+/// `wtxt diff`: the semantic difference of two WTXT files (either may be age-encrypted).
+pub fn diff(old: &Path, new: &Path, unseal: Option<&Unseal>) -> Result<crate::git::diff::FileDiff> {
+    let (a, _) = open_input(old, unseal)?;
+    let (b, _) = open_input(new, unseal)?;
+    crate::git::diff::diff(a, b, crate::git::diff::Names { old, new })
+}
+
+/// Options of `wtxt merge`.
+pub struct MergeOptions {
+    pub strategy: crate::git::merge::Strategy,
+    pub decisions: crate::git::merge::Decisions,
+    /// Timestamp of the result; default `SOURCE_DATE_EPOCH`, else the later
+    /// of the two sides (so a merge is deterministic).
+    pub ts: Option<String>,
+    pub hmac_key: Option<HmacKey>,
+    pub sign_key: Option<SecretKey>,
+}
+
+/// What `merge` did.
+pub struct MergeOutcome {
+    pub conflicts: Vec<crate::git::merge::Conflict>,
+    /// Written only when every conflict was settled.
+    pub written: Option<Written>,
+    pub gen: u64,
+}
+
+fn load_file(path: &Path, key: Option<&HmacKey>) -> Result<Option<crate::wtxt::Loaded>> {
+    let (f, len) = open(path)?;
+    if len == 0 {
+        return Ok(None); // Git passes an empty base when there is no common ancestor.
+    }
+    crate::wtxt::load(BufReader::with_capacity(1 << 20, f), len, &VerifyOptions { hmac_key: key, ..Default::default() })
+        .map(Some)
+        .map_err(|e| e.in_file(path))
+}
+
+/// `wtxt merge`: three-way at chunk granularity. The result is a canonical
+/// WTXT with gen = max + 1 and merkle_prev = ours' merkle_this; nothing is
+/// written while a conflict is unsettled.
+pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptions) -> Result<MergeOutcome> {
+    let key = o.hmac_key.as_ref();
+    let b = load_file(base, key)?;
+    let ours_l = load_file(ours, key)?.ok_or_else(|| Error::input(Default::default(), "empty file").in_file(ours))?;
+    let theirs_l =
+        load_file(theirs, key)?.ok_or_else(|| Error::input(Default::default(), "empty file").in_file(theirs))?;
+    let (Root::Final { merkle_this: ours_this, sha256_all: ours_all, .. }, Root::Final { sha256_all: theirs_all, .. }) =
+        (&ours_l.header.root, &theirs_l.header.root)
+    else {
+        return Err(Error::check(Default::default(), "cannot merge a WTXT-S: finalize it first"));
+    };
+    let rows = ours_l.rows_per_chunk.or(theirs_l.rows_per_chunk).unwrap_or(DEFAULT_ROWS_PER_CHUNK);
+    let base_arrays = b.as_ref().map_or(&[][..], |l| &l.arrays[..]);
+    let merged =
+        crate::git::merge::merge(base_arrays, &ours_l.arrays, &theirs_l.arrays, rows, o.strategy, &o.decisions)?;
+    let (om, tm) = (&ours_l.header.meta, &theirs_l.header.meta);
+    let gen = om.gen.max(tm.gen).checked_add(1).ok_or_else(|| Error::usage("gen overflows"))?;
+    if merged.unsettled().next().is_some() {
+        return Ok(MergeOutcome { conflicts: merged.conflicts, written: None, gen });
+    }
+    let ts = match (&o.ts, std::env::var_os("SOURCE_DATE_EPOCH")) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(_)) => None,
+        (None, None) => Some(om.ts.as_str().max(tm.ts.as_str()).to_string()),
+    };
+    let meta = make_meta(
+        gen,
+        ts.as_deref(),
+        &Some(om.schema.clone()),
+        &Some(om.build.clone()),
+        &Some(om.host.clone()),
+        &Some(om.cuda.clone()),
+    )?;
+    let settled = merged.conflicts.len();
+    let audit = Audit {
+        pairs: vec![
+            ("merge_ours".into(), hex::encode(&ours_all[..8])),
+            ("merge_theirs".into(), hex::encode(&theirs_all[..8])),
+            ("settled_conflicts".into(), settled.to_string()),
+        ],
+    };
+    let opts = WriteOptions {
+        meta,
+        merkle_prev: *ours_this,
+        rows_per_chunk: rows,
+        hmac_key: key,
+        sign_key: o.sign_key.as_ref(),
+        audit: Some(audit),
+        streaming: false,
+        carried_hmacs: Vec::new(),
+    };
+    let written = write_wtxt(&merged.arrays, &opts, out, None, &Progress::hidden())?;
+    Ok(MergeOutcome { conflicts: merged.conflicts, written: Some(written), gen })
+}

@@ -1,3 +1,5 @@
 //! Git integration: the Merkle chain through history.
 
+pub mod diff;
 pub mod history;
+pub mod merge;

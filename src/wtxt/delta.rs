@@ -170,7 +170,8 @@ impl<R: Read> Walker<R> {
         Ok(())
     }
 
-    fn expect(&mut self, want: &str) -> Result<()> {
+    /// The next line, which must be `want`.
+    pub fn expect(&mut self, want: &str) -> Result<()> {
         let (n, l) = self.next(&format!("`{want}`"))?;
         if l != want.as_bytes() {
             return Err(check_at(n, format!("expected `{want}`, found `{}`", lossy(&l, 40))));
@@ -207,7 +208,8 @@ impl ArrayText {
         t
     }
 
-    fn layout(&self) -> Result<Layout> {
+    /// The array's chunk layout.
+    pub fn layout(&self) -> Result<Layout> {
         let rows = self.idx.as_ref().map_or(1, |(i, _)| i.rows_per_chunk);
         Layout::new(self.arr.dtype, &self.arr.shape, rows).map_err(|m| check_at(self.line, m))
     }
@@ -215,7 +217,7 @@ impl ArrayText {
 
 /// Reads the next `arr` (+ `idx`) lines of a WTXT body, or `None` at its end
 /// (the `audit`/`endwtxt` line stays unread).
-fn next_array<R: Read>(w: &mut Walker<R>) -> Result<Option<ArrayText>> {
+pub fn next_array<R: Read>(w: &mut Walker<R>) -> Result<Option<ArrayText>> {
     let l = w.peek("an `arr` line, `audit` or `endwtxt`")?;
     if !l.starts_with(b"arr ") {
         return Ok(None);
@@ -237,7 +239,7 @@ fn arr_head<R: Read>(w: &mut Walker<R>, n: u64, l: Vec<u8>) -> Result<ArrayText>
 }
 
 /// The `audit` line (if any) and `endwtxt` at the end of a WTXT body.
-fn wtxt_tail<R: Read>(w: &mut Walker<R>) -> Result<Option<Vec<u8>>> {
+pub fn wtxt_tail<R: Read>(w: &mut Walker<R>) -> Result<Option<Vec<u8>>> {
     let (n, l) = w.next("`audit` or `endwtxt`")?;
     let audit = if l.starts_with(b"audit ") {
         w.expect(END)?;

@@ -95,6 +95,9 @@ pub struct Report {
     /// The parsed header, when the file got that far.
     #[serde(skip)]
     pub header: Option<Header>,
+    /// The `audit` line's pairs, if any.
+    #[serde(skip)]
+    pub audit: Option<crate::wtxt::syntax::Audit>,
 }
 
 impl Report {
@@ -133,6 +136,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
             sink,
             key_given: key.is_some(),
             header: None,
+            audit: None,
         };
         let r = read(input, &mut vis);
         vis.tx.clear();
@@ -140,7 +144,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
         let b = wb.join().expect("root hashing thread");
         (r, vis, a, b)
     });
-    let Hashing { mut arrays, expected, mut problems, header: seen_header, .. } = vis;
+    let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, .. } = vis;
     let mut chunk_bad = digests.bad_chunks;
     chunk_bad.extend(roots.bad_chunks);
     for (ai, ix, line) in chunk_bad {
@@ -210,6 +214,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
         fastxor: None,
         errors: Vec::new(),
         header: header.clone().or(seen_header.clone()),
+        audit,
     };
     if let (Some(h), Some((sha_all, fastxor))) = (header.as_ref(), roots.root.filter(|_| complete)) {
         check_root(h, &sha_all, fastxor, opts, &mut report, &mut problems);
@@ -392,6 +397,7 @@ struct Hashing<'s> {
     sink: Option<&'s mut dyn Sink>,
     key_given: bool,
     header: Option<Header>,
+    audit: Option<crate::wtxt::syntax::Audit>,
 }
 
 impl Hashing<'_> {
@@ -459,6 +465,10 @@ impl Visitor for Hashing<'_> {
 
     fn problem(&mut self, line: u64, message: String) {
         self.problems.push(Problem { line, message });
+    }
+
+    fn audit(&mut self, _line: u64, a: &crate::wtxt::syntax::Audit) {
+        self.audit = Some(a.clone());
     }
 }
 

@@ -33,6 +33,13 @@ pub enum Command {
     Delta(DeltaCommand),
     /// Prove the Merkle chain of a WTXT path through Git history.
     Log(LogArgs),
+    /// Show what changed between two WTXT files, array by array.
+    Diff(DiffArgs),
+    /// Three-way merge at chunk granularity (also Git's merge driver).
+    Merge(MergeArgs),
+    /// Git integration: drivers, filters and hooks.
+    #[command(subcommand)]
+    Git(GitCommand),
     /// Wrap a WTXT in age encryption with ASCII armor (readable by `age -d`).
     Encrypt(EncryptArgs),
     /// Decrypt an age-encrypted WTXT.
@@ -307,4 +314,70 @@ pub struct LogArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The old file.
+    pub old: PathBuf,
+    /// The new file.
+    pub new: PathBuf,
+    #[command(flatten)]
+    pub sealed: SealedArg,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit 1 when the files differ, like `git diff --exit-code`.
+    #[arg(long)]
+    pub exit_code: bool,
+    /// Colour: auto (on a terminal), always, never.
+    #[arg(long, value_name = "WHEN", default_value = "auto")]
+    pub color: ColorWhen,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColorWhen {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GitCommand {
+    /// Git's diff driver (diff.wtxt.command): PATH OLD OLD-HEX OLD-MODE NEW NEW-HEX NEW-MODE.
+    #[command(hide = true)]
+    DiffDriver {
+        #[arg(num_args = 7, value_names = ["PATH", "OLD", "OLD_HEX", "OLD_MODE", "NEW", "NEW_HEX", "NEW_MODE"])]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The common ancestor (may be empty: no common ancestor).
+    pub base: PathBuf,
+    /// Our version (its merkle_this becomes the result's merkle_prev).
+    pub ours: PathBuf,
+    /// Their version.
+    pub theirs: PathBuf,
+    /// Output (may be OURS, as Git's driver does; untouched on conflict).
+    #[arg(short, long, value_name = "OUT")]
+    pub output: PathBuf,
+    /// How to settle conflicting chunks (default: $WTXT_MERGE_STRATEGY, else fail).
+    #[arg(long, value_name = "fail|ours|theirs|average")]
+    pub strategy: Option<String>,
+    /// JSON decisions per array or chunk: {"arrays": {"W": "ours"}, "chunks": {"W": {"3": "theirs"}}}.
+    #[arg(long, value_name = "FILE")]
+    pub decisions: Option<PathBuf>,
+    /// Timestamp of the result (default: $SOURCE_DATE_EPOCH, else the later side's).
+    #[arg(long, value_name = "TS")]
+    pub ts: Option<String>,
+    #[command(flatten)]
+    pub hmac: HmacArg,
+    /// Sign the result (default: the key file named by $WTXT_SIGN_KEY).
+    #[arg(long, value_name = "KEY.pem")]
+    pub sign_key: Option<PathBuf>,
+    /// The path Git merges (for messages).
+    #[arg(long, value_name = "PATH")]
+    pub path: Option<String>,
 }

@@ -3,7 +3,7 @@
 
 mod cli;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -12,6 +12,7 @@ use wtxt::crypto::armor::{self, Seal, Unseal};
 use wtxt::crypto::mac::HmacKey;
 use wtxt::crypto::sign::{PublicKey, SecretKey, TrustedKeys};
 use wtxt::error::{Error, Result};
+use wtxt::git::{diff, merge};
 use wtxt::ops;
 use wtxt::progress::Progress;
 use wtxt::wtxt::verify::{Report, SigStatus};
@@ -194,6 +195,70 @@ fn run(cmd: Command) -> Result<u8> {
             }
             Ok(if ok { 0 } else { 1 })
         }
+        Command::Diff(a) => {
+            let d = ops::diff(&a.old, &a.new, unseal(&a.sealed)?.as_ref())?;
+            if a.json {
+                emit(&format!("{}\n", serde_json::to_string(&d).expect("diff serializes")))?;
+            } else {
+                let color = match a.color {
+                    cli::ColorWhen::Always => true,
+                    cli::ColorWhen::Never => false,
+                    cli::ColorWhen::Auto => std::io::stdout().is_terminal(),
+                };
+                emit(&diff::render(&d, &a.old.display().to_string(), &a.new.display().to_string(), color))?;
+            }
+            Ok(if a.exit_code && d.differs() { 1 } else { 0 })
+        }
+        Command::Git(cli::GitCommand::DiffDriver { args }) => {
+            emit(&diff_driver(&args))?;
+            // Git treats a failing external diff as fatal: problems are printed instead.
+            Ok(0)
+        }
+        Command::Merge(a) => {
+            let strategy = a
+                .strategy
+                .clone()
+                .or_else(|| std::env::var("WTXT_MERGE_STRATEGY").ok())
+                .unwrap_or_else(|| "fail".into());
+            let strategy = strategy.parse().map_err(Error::usage)?;
+            let decisions = match &a.decisions {
+                Some(p) => merge::Decisions::parse(&wtxt::crypto::mac::read_small_text(p)?)
+                    .map_err(|m| Error::input(Default::default(), m).in_file(p))?,
+                None => Default::default(),
+            };
+            let key_path = a.sign_key.clone().or_else(|| std::env::var_os("WTXT_SIGN_KEY").map(PathBuf::from));
+            let opts = ops::MergeOptions {
+                strategy,
+                decisions,
+                ts: a.ts,
+                hmac_key: hmac_key(&a.hmac.hmac_key)?,
+                sign_key: sign_key(&key_path)?,
+            };
+            let signed = opts.sign_key.is_some();
+            let what = a.path.clone().unwrap_or_else(|| a.ours.display().to_string());
+            let out = ops::merge(&a.base, &a.ours, &a.theirs, &a.output, &opts)?;
+            let unsettled: Vec<_> = out.conflicts.iter().filter(|c| c.settled_by.is_none()).collect();
+            if !unsettled.is_empty() {
+                eprintln!("wtxt merge: {what}: {} conflict(s) left; ours is untouched. Settle them with --strategy ours|theirs|average or --decisions FILE:", unsettled.len());
+                for c in unsettled {
+                    let at = match (c.chunk, c.rows) {
+                        (Some(ix), Some((r0, r1))) => format!(" chunk {ix} rows {r0}-{}", r1.saturating_sub(1)),
+                        _ => String::new(),
+                    };
+                    eprintln!("  conflict: array {}{at}: {}", c.array, c.what);
+                }
+                return Ok(1);
+            }
+            let w = out.written.expect("written when settled");
+            eprintln!(
+                "wtxt merge: {what}: merged gen {:06} ({} conflict(s) settled), sha256_all={}, {}",
+                out.gen,
+                out.conflicts.len(),
+                hex::encode(w.sha256_all),
+                if signed { "signed" } else { "unsigned (set WTXT_SIGN_KEY or --sign-key to sign merges)" }
+            );
+            Ok(0)
+        }
         Command::Encrypt(a) => {
             let seal = if a.passphrase || a.passphrase_file.is_some() {
                 Seal::Passphrase(armor::passphrase(a.passphrase_file.as_deref())?)
@@ -337,4 +402,24 @@ fn log_text(chains: &[wtxt::git::history::Chain]) -> String {
         }
     }
     s
+}
+
+/// Git's external diff: `PATH OLD OLD-HEX OLD-MODE NEW NEW-HEX NEW-MODE`;
+/// a side that does not exist is /dev/null.
+fn diff_driver(args: &[String]) -> String {
+    let [path, old, _, _, new, _, _] = args else { return "wtxt: the diff driver takes 7 arguments\n".into() };
+    let color = std::env::var_os("GIT_PAGER_IN_USE").is_none() && std::io::stdout().is_terminal();
+    let head = format!("diff --wtxt a/{path} b/{path}\n");
+    let summary = |p: &str, what: &str| match ops::inspect(Path::new(p), None) {
+        Ok(i) => format!("{head}{what} {path}: gen {:06}, {} arrays, {} bytes\n", i.gen, i.arrays.len(), i.total_bytes),
+        Err(e) => format!("{head}{what} {path}: {}\n", e.message()),
+    };
+    match (old.as_str(), new.as_str()) {
+        ("/dev/null", n) => summary(n, "new file"),
+        (o, "/dev/null") => summary(o, "deleted file"),
+        (o, n) => match ops::diff(Path::new(o), Path::new(n), None) {
+            Ok(d) => format!("{head}{}", diff::render(&d, &format!("a/{path}"), &format!("b/{path}"), color)),
+            Err(e) => format!("{head}wtxt diff: {} (use git diff --no-ext-diff for the text)\n", e.message()),
+        },
+    }
 }

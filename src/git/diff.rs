@@ -1,0 +1,500 @@
+//! A semantic diff of two WTXT files (`wtxt diff`, and Git's diff driver).
+//!
+//! Both files are read once, as text, in lockstep by array name. Chunks whose
+//! `ch` lines match are equal without decoding; only differing chunks are
+//! decoded and compared element by element. Memory is a few chunks, whatever
+//! the file sizes.
+
+use std::io::Read;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::{check_at, Result};
+use crate::model::Dtype;
+use crate::wtxt::delta::{next_array, wtxt_tail, ArrayText, Walker};
+use crate::wtxt::layout::Layout;
+use crate::wtxt::read::Header;
+use crate::wtxt::syntax::{shape_str, ChLine, Root};
+
+/// Most changed-row ranges listed per array (the counts stay exact).
+const MAX_RANGES: usize = 64;
+
+/// What happened to one array.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Added,
+    Removed,
+    Reshaped,
+    DtypeChanged,
+    Changed,
+    /// Same values; only the `arr` line changed (a new salt or HMAC).
+    Rewrapped,
+    Unchanged,
+}
+
+/// The difference of one array.
+#[derive(Clone, Debug, Serialize)]
+pub struct ArrayDiff {
+    pub name: String,
+    pub status: Status,
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old_dtype: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old_shape: Option<Vec<u64>>,
+    /// `ix` of the new file's chunks that differ.
+    pub changed_chunks: Vec<u64>,
+    /// Half-open ranges of changed rows (elements for rank 0 and 1).
+    pub changed_rows: Vec<(u64, u64)>,
+    /// True when more ranges changed than are listed.
+    pub rows_truncated: bool,
+    pub changed_elements: u64,
+    /// For float dtypes: largest |new - old| over changed elements (NaN pairs left out).
+    pub max_abs: Option<f64>,
+    /// For float dtypes: largest |new - old| / max(|new|, |old|).
+    pub max_rel: Option<f64>,
+    /// For float dtypes: L2 norm of (new - old).
+    pub l2: Option<f64>,
+}
+
+/// A header field that changed.
+#[derive(Clone, Debug, Serialize)]
+pub struct FieldChange {
+    pub field: String,
+    pub old: String,
+    pub new: String,
+}
+
+/// The whole difference.
+#[derive(Clone, Debug, Serialize)]
+pub struct FileDiff {
+    pub identical: bool,
+    pub header: Vec<FieldChange>,
+    /// A short unified diff of the header lines.
+    pub header_unified: String,
+    pub arrays: Vec<ArrayDiff>,
+}
+
+impl FileDiff {
+    /// True when the two files differ in anything but nothing at all.
+    pub fn differs(&self) -> bool {
+        !self.identical
+    }
+}
+
+fn header_fields(h: &Header) -> Vec<(&'static str, String)> {
+    let m = &h.meta;
+    let mut v = vec![
+        ("schema", m.schema.clone()),
+        ("gen", m.gen_str()),
+        ("ts", m.ts.as_str().to_string()),
+        ("build", m.build.clone()),
+        ("host", m.host.clone()),
+        ("cuda", m.cuda.clone()),
+        ("cap", h.cap.items.join(",")),
+    ];
+    match &h.root {
+        Root::Final { sha256_all, merkle_prev, merkle_this, .. } => {
+            v.push(("sha256_all", hex::encode(sha256_all)));
+            v.push(("merkle_prev", hex::encode(merkle_prev)));
+            v.push(("merkle_this", hex::encode(merkle_this)));
+        }
+        Root::Pending => v.push(("root", "pending".into())),
+    }
+    v.push(("signature", h.sign.as_ref().map_or("none".into(), |s| format!("keyid {}", hex::encode(s.keyid)))));
+    v
+}
+
+/// Compares two WTXT files read from `a` (old) and `b` (new).
+pub fn diff<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
+    let (mut wa, mut wb) = (Walker::new(a), Walker::new(b));
+    let (ha, ta) = wa.wtxt_header().map_err(|e| e.in_file(names.old))?;
+    let (hb, tb) = wb.wtxt_header().map_err(|e| e.in_file(names.new))?;
+    let header: Vec<FieldChange> = header_fields(&ha)
+        .into_iter()
+        .zip(header_fields(&hb))
+        .filter(|(x, y)| x.1 != y.1)
+        .map(|((f, old), (_, new))| FieldChange { field: f.to_string(), old, new })
+        .collect();
+    let (sa, sb) = (String::from_utf8_lossy(&ta), String::from_utf8_lossy(&tb));
+    let header_unified = similar::TextDiff::from_lines(sa.as_ref(), sb.as_ref())
+        .unified_diff()
+        .context_radius(1)
+        .header("old header", "new header")
+        .to_string();
+
+    let mut arrays = Vec::new();
+    let mut na = next_array(&mut wa).map_err(|e| e.in_file(names.old))?;
+    let mut nb = next_array(&mut wb).map_err(|e| e.in_file(names.new))?;
+    loop {
+        let order = match (&na, &nb) {
+            (None, None) => break,
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (Some(x), Some(y)) => x.arr.name.as_bytes().cmp(y.arr.name.as_bytes()),
+        };
+        match order {
+            std::cmp::Ordering::Less => {
+                let x = na.take().expect("some");
+                skip_array(&mut wa, &x).map_err(|e| e.in_file(names.old))?;
+                arrays.push(whole(&x, Status::Removed));
+                na = next_array(&mut wa).map_err(|e| e.in_file(names.old))?;
+            }
+            std::cmp::Ordering::Greater => {
+                let y = nb.take().expect("some");
+                skip_array(&mut wb, &y).map_err(|e| e.in_file(names.new))?;
+                arrays.push(whole(&y, Status::Added));
+                nb = next_array(&mut wb).map_err(|e| e.in_file(names.new))?;
+            }
+            std::cmp::Ordering::Equal => {
+                let (x, y) = (na.take().expect("some"), nb.take().expect("some"));
+                arrays.push(compare_array(&mut wa, &x, &mut wb, &y, names)?);
+                na = next_array(&mut wa).map_err(|e| e.in_file(names.old))?;
+                nb = next_array(&mut wb).map_err(|e| e.in_file(names.new))?;
+            }
+        }
+    }
+    wtxt_tail(&mut wa).map_err(|e| e.in_file(names.old))?;
+    wtxt_tail(&mut wb).map_err(|e| e.in_file(names.new))?;
+    let identical = header.is_empty() && arrays.iter().all(|a| a.status == Status::Unchanged) && ta == tb;
+    Ok(FileDiff { identical, header, header_unified, arrays })
+}
+
+/// The two files' names, for errors.
+#[derive(Clone, Copy)]
+pub struct Names<'a> {
+    pub old: &'a Path,
+    pub new: &'a Path,
+}
+
+fn whole(x: &ArrayText, status: Status) -> ArrayDiff {
+    ArrayDiff {
+        name: x.arr.name.clone(),
+        status,
+        dtype: x.arr.dtype.to_string(),
+        shape: x.arr.shape.clone(),
+        old_dtype: None,
+        old_shape: None,
+        changed_chunks: Vec::new(),
+        changed_rows: Vec::new(),
+        rows_truncated: false,
+        changed_elements: 0,
+        max_abs: None,
+        max_rel: None,
+        l2: None,
+    }
+}
+
+fn skip_array<R: Read>(w: &mut Walker<R>, x: &ArrayText) -> Result<()> {
+    for _ in 0..x.layout()?.chunk_count() {
+        w.skip_chunk()?;
+    }
+    w.expect("endarr")
+}
+
+/// Element-wise statistics of one array.
+struct Stats {
+    dtype: Dtype,
+    row_elems: u64,
+    rows: Vec<(u64, u64)>,
+    truncated: bool,
+    changed: u64,
+    max_abs: f64,
+    max_rel: f64,
+    sum_sq: f64,
+}
+
+impl Stats {
+    fn add_row(&mut self, row: u64) {
+        let full = self.rows.len() >= MAX_RANGES;
+        match self.rows.last_mut() {
+            Some(r) if r.1 == row => r.1 = row + 1,
+            Some(r) if r.1 > row => {}
+            _ if full => self.truncated = true,
+            _ => self.rows.push((row, row + 1)),
+        }
+    }
+
+    /// Compares `old` and `new`, equal-length byte runs starting at element `first`.
+    fn compare(&mut self, first: u64, old: &[u8], new: &[u8]) {
+        let size = self.dtype.size();
+        for (k, (x, y)) in old.chunks_exact(size).zip(new.chunks_exact(size)).enumerate() {
+            if x == y {
+                continue;
+            }
+            self.changed += 1;
+            self.add_row((first + k as u64) / self.row_elems.max(1));
+            if let (Some(a), Some(b)) = (to_f64(self.dtype, x), to_f64(self.dtype, y)) {
+                let d = (b - a).abs();
+                if d.is_finite() {
+                    self.max_abs = self.max_abs.max(d);
+                    let m = a.abs().max(b.abs());
+                    if m > 0.0 {
+                        self.max_rel = self.max_rel.max(d / m);
+                    }
+                    self.sum_sq += d * d;
+                }
+            }
+        }
+    }
+}
+
+/// A float element as f64 (little-endian bytes), or `None` for integer dtypes.
+pub fn to_f64(dtype: Dtype, b: &[u8]) -> Option<f64> {
+    Some(match dtype {
+        Dtype::F64 => f64::from_le_bytes(b.try_into().ok()?),
+        Dtype::F32 => f32::from_le_bytes(b.try_into().ok()?) as f64,
+        Dtype::F16 => f16_to_f32(u16::from_le_bytes(b.try_into().ok()?)) as f64,
+        Dtype::Bf16 => f32::from_bits((u16::from_le_bytes(b.try_into().ok()?) as u32) << 16) as f64,
+        _ => return None,
+    })
+}
+
+/// IEEE binary16 to binary32.
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h >> 15) as u32) << 31;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = match (exp, man) {
+        (0, 0) => sign,
+        (0, m) => {
+            // Subnormal: normalize.
+            let shift = m.leading_zeros() - 21;
+            let m = (m << shift) & 0x3ff;
+            sign | ((127 - 15 + 1 - shift) << 23) | (m << 13)
+        }
+        (0x1f, m) => sign | 0x7f80_0000 | (m << 13),
+        (e, m) => sign | ((e + 127 - 15) << 23) | (m << 13),
+    };
+    f32::from_bits(bits)
+}
+
+/// Decodes a chunk's base64 text (already checked by the reader's rules).
+fn decode(text: &[u8]) -> Vec<u8> {
+    use base64::Engine;
+    let mut raw = Vec::new();
+    for l in text.split(|&b| b == b'\n').skip(1) {
+        if l.len() < 3 || l == b"endch" {
+            continue;
+        }
+        if let Ok(v) = base64::engine::general_purpose::STANDARD.decode(&l[..l.len() - 2]) {
+            raw.extend_from_slice(&v);
+        }
+    }
+    raw
+}
+
+fn compare_array<A: Read, B: Read>(
+    wa: &mut Walker<A>,
+    x: &ArrayText,
+    wb: &mut Walker<B>,
+    y: &ArrayText,
+    names: Names,
+) -> Result<ArrayDiff> {
+    let mut d = whole(y, Status::Unchanged);
+    if x.arr.dtype != y.arr.dtype || x.arr.shape != y.arr.shape {
+        d.status = if x.arr.dtype != y.arr.dtype { Status::DtypeChanged } else { Status::Reshaped };
+        d.old_dtype = Some(x.arr.dtype.to_string());
+        d.old_shape = Some(x.arr.shape.clone());
+        skip_array(wa, x).map_err(|e| e.in_file(names.old))?;
+        skip_array(wb, y).map_err(|e| e.in_file(names.new))?;
+        return Ok(d);
+    }
+    let (la, lb) = (x.layout()?, y.layout()?);
+    let row_elems = if y.arr.shape.len() >= 2 { y.arr.shape[1..].iter().product() } else { 1 };
+    let mut st = Stats {
+        dtype: y.arr.dtype,
+        row_elems,
+        rows: Vec::new(),
+        truncated: false,
+        changed: 0,
+        max_abs: 0.0,
+        max_rel: 0.0,
+        sum_sq: 0.0,
+    };
+    if la == lb {
+        for _ in 0..la.chunk_count() {
+            let ca = wa.chunk().map_err(|e| e.in_file(names.old))?;
+            let cb = wb.chunk().map_err(|e| e.in_file(names.new))?;
+            if same(&ca.ch, &cb.ch) {
+                continue;
+            }
+            d.changed_chunks.push(cb.ch.ix);
+            let (ra, rb) = (decode(&ca.text), decode(&cb.text));
+            if ra.len() != rb.len() {
+                return Err(check_at(cb.line, "chunk lengths differ between the files"));
+            }
+            st.compare(cb.ch.off / y.arr.dtype.size() as u64, &ra, &rb);
+        }
+    } else {
+        // Different blocking: align the two byte streams.
+        compare_streams((wa, &la), (wb, &lb), &mut st, &mut d, names)?;
+    }
+    wa.expect("endarr").map_err(|e| e.in_file(names.old))?;
+    wb.expect("endarr").map_err(|e| e.in_file(names.new))?;
+    d.changed_elements = st.changed;
+    d.changed_rows = st.rows;
+    d.rows_truncated = st.truncated;
+    if st.changed > 0 {
+        d.status = Status::Changed;
+        if y.arr.dtype.is_float() {
+            d.max_abs = Some(st.max_abs);
+            d.max_rel = Some(st.max_rel);
+            d.l2 = Some(st.sum_sq.sqrt());
+        }
+    } else if x.arr_text != y.arr_text {
+        d.status = Status::Rewrapped;
+    }
+    Ok(d)
+}
+
+fn same(a: &ChLine, b: &ChLine) -> bool {
+    (a.off, a.len, a.sha256) == (b.off, b.len, b.sha256)
+}
+
+fn compare_streams<A: Read, B: Read>(
+    (wa, la): (&mut Walker<A>, &Layout),
+    (wb, lb): (&mut Walker<B>, &Layout),
+    st: &mut Stats,
+    d: &mut ArrayDiff,
+    names: Names,
+) -> Result<()> {
+    let size = st.dtype.size() as u64;
+    let (mut left_a, mut left_b) = (la.chunk_count(), lb.chunk_count());
+    let (mut buf_a, mut buf_b): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
+    let (mut pos, mut cur_b_ix) = (0u64, 0u64);
+    loop {
+        while buf_a.len() < buf_b.len().max(1) && left_a > 0 {
+            buf_a.extend(decode(&wa.chunk().map_err(|e| e.in_file(names.old))?.text));
+            left_a -= 1;
+        }
+        while buf_b.len() < buf_a.len().max(1) && left_b > 0 {
+            let c = wb.chunk().map_err(|e| e.in_file(names.new))?;
+            cur_b_ix = c.ch.ix;
+            buf_b.extend(decode(&c.text));
+            left_b -= 1;
+        }
+        let n = buf_a.len().min(buf_b.len()) / size as usize * size as usize;
+        if n == 0 {
+            break;
+        }
+        let before = st.changed;
+        st.compare(pos / size, &buf_a[..n], &buf_b[..n]);
+        if st.changed > before && d.changed_chunks.last() != Some(&cur_b_ix) {
+            d.changed_chunks.push(cur_b_ix);
+        }
+        pos += n as u64;
+        buf_a.drain(..n);
+        buf_b.drain(..n);
+    }
+    Ok(())
+}
+
+/// The diff as text, `git diff` style; `color` adds ANSI colours.
+pub fn render(d: &FileDiff, old: &str, new: &str, color: bool) -> String {
+    use std::fmt::Write as _;
+    let paint = |code: &str, s: String| if color { format!("\x1b[{code}m{s}\x1b[0m") } else { s };
+    let mut s = String::new();
+    let _ = writeln!(s, "{}", paint("1", format!("wtxt diff {old} {new}")));
+    if d.identical {
+        let _ = writeln!(s, "identical");
+        return s;
+    }
+    for f in &d.header {
+        let _ = writeln!(s, "{} {}: {} -> {}", paint("36", "header".into()), f.field, short(&f.old), short(&f.new));
+    }
+    let (mut unchanged, mut rewrapped) = (0, 0);
+    let ty_of = |dtype: &str, shape: &[u64]| {
+        format!("{dtype}[{}]", if shape.is_empty() { String::new() } else { shape_str(shape) })
+    };
+    for a in &d.arrays {
+        let ty = ty_of(&a.dtype, &a.shape);
+        let line = match a.status {
+            Status::Unchanged => {
+                unchanged += 1;
+                continue;
+            }
+            Status::Added => paint("32", format!("+ {} {ty} (added)", a.name)),
+            Status::Removed => paint("31", format!("- {} {ty} (removed)", a.name)),
+            Status::Reshaped | Status::DtypeChanged => paint(
+                "33",
+                format!(
+                    "! {} {} -> {ty} ({})",
+                    a.name,
+                    ty_of(a.old_dtype.as_deref().unwrap_or(""), a.old_shape.as_deref().unwrap_or(&[])),
+                    if a.status == Status::Reshaped { "reshaped" } else { "dtype changed" }
+                ),
+            ),
+            Status::Rewrapped => {
+                rewrapped += 1;
+                continue;
+            }
+            Status::Changed => {
+                let rows: Vec<String> = a
+                    .changed_rows
+                    .iter()
+                    .map(|(x, y)| if y - x == 1 { x.to_string() } else { format!("{x}-{}", y - 1) })
+                    .collect();
+                let more = if a.rows_truncated { ", ..." } else { "" };
+                let mut t = format!(
+                    "~ {} {ty}: {} element(s) changed in {} chunk(s) [{}], rows {}{more}",
+                    a.name,
+                    a.changed_elements,
+                    a.changed_chunks.len(),
+                    a.changed_chunks.iter().map(u64::to_string).collect::<Vec<_>>().join(","),
+                    rows.join(",")
+                );
+                if let (Some(m), Some(r), Some(l)) = (a.max_abs, a.max_rel, a.l2) {
+                    let _ = write!(t, "; max|d| {m:.3e}, max rel {r:.3e}, L2 {l:.3e}");
+                }
+                paint("33", t)
+            }
+        };
+        let _ = writeln!(s, "{line}");
+    }
+    if unchanged + rewrapped > 0 {
+        let note = if rewrapped > 0 {
+            format!(" ({rewrapped} with a new arr line: salt/HMAC of the new gen)")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(s, "= {} array(s) with unchanged values{note}", unchanged + rewrapped);
+    }
+    if !d.header_unified.is_empty() {
+        for l in d.header_unified.lines() {
+            let l = match l.chars().next() {
+                Some('+') if !l.starts_with("+++") => paint("32", l.to_string()),
+                Some('-') if !l.starts_with("---") => paint("31", l.to_string()),
+                Some('@') => paint("36", l.to_string()),
+                _ => l.to_string(),
+            };
+            let _ = writeln!(s, "{l}");
+        }
+    }
+    s
+}
+
+fn short(v: &str) -> String {
+    if v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit()) {
+        format!("{}..", &v[..16])
+    } else {
+        v.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_conversion() {
+        for (h, f) in [(0x3c00u16, 1.0f32), (0xc000, -2.0), (0x0001, 5.960_464_5e-8), (0x7bff, 65504.0), (0, 0.0)] {
+            assert_eq!(f16_to_f32(h), f, "{h:#x}");
+        }
+        assert!(f16_to_f32(0x7e00).is_nan());
+        assert_eq!(f16_to_f32(0x7c00), f32::INFINITY);
+    }
+}

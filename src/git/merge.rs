@@ -1,0 +1,339 @@
+//! Three-way merge of WTXT snapshots at chunk granularity (`wtxt merge`, and
+//! Git's merge driver).
+//!
+//! Per array: unchanged on one side takes the other side; changed the same
+//! way on both is fine. Per chunk of an array both sides changed (same dtype
+//! and shape everywhere): a chunk changed on one side only comes from that
+//! side; changed differently on both is a conflict, settled by a decision
+//! (per array or per chunk) or the strategy: `ours`, `theirs`, `average`
+//! (element-wise mean, float dtypes) or `fail`. Structural conflicts (an
+//! array added, removed, reshaped or re-typed differently on the two sides)
+//! can only be settled by `ours` or `theirs`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::git::diff::to_f64;
+use crate::model::{Array, ArrayData, Dtype};
+use crate::wtxt::layout::Layout;
+
+/// How to settle a conflict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    Fail,
+    Ours,
+    Theirs,
+    Average,
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "fail" => Ok(Strategy::Fail),
+            "ours" => Ok(Strategy::Ours),
+            "theirs" => Ok(Strategy::Theirs),
+            "average" => Ok(Strategy::Average),
+            _ => Err(format!("unknown strategy `{s}` (expected fail, ours, theirs or average)")),
+        }
+    }
+}
+
+/// Scripted decisions: `{"arrays": {"W": "ours"}, "chunks": {"W": {"3": "average"}}}`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Decisions {
+    #[serde(default)]
+    pub arrays: BTreeMap<String, Strategy>,
+    #[serde(default)]
+    pub chunks: BTreeMap<String, BTreeMap<u64, Strategy>>,
+}
+
+impl Decisions {
+    /// Parses a decisions file.
+    pub fn parse(text: &str) -> std::result::Result<Decisions, String> {
+        serde_json::from_str(text).map_err(|e| format!("decisions: {e}"))
+    }
+
+    fn for_chunk(&self, array: &str, ix: u64, default: Strategy) -> Strategy {
+        self.chunks.get(array).and_then(|c| c.get(&ix)).or_else(|| self.arrays.get(array)).copied().unwrap_or(default)
+    }
+
+    fn for_array(&self, array: &str, default: Strategy) -> Strategy {
+        self.arrays.get(array).copied().unwrap_or(default)
+    }
+}
+
+/// A conflict left unsettled (or settled, for the report).
+#[derive(Clone, Debug, Serialize)]
+pub struct Conflict {
+    pub array: String,
+    /// The chunk, for a data conflict; none for a structural one.
+    pub chunk: Option<u64>,
+    /// Half-open row range of the chunk (elements for rank 0 and 1).
+    pub rows: Option<(u64, u64)>,
+    pub what: String,
+    /// How it was settled; `None` when it was not.
+    pub settled_by: Option<Strategy>,
+}
+
+/// The merge result.
+pub struct Merged {
+    pub arrays: Vec<Array>,
+    pub conflicts: Vec<Conflict>,
+}
+
+impl Merged {
+    /// Conflicts nothing settled.
+    pub fn unsettled(&self) -> impl Iterator<Item = &Conflict> {
+        self.conflicts.iter().filter(|c| c.settled_by.is_none())
+    }
+}
+
+fn same_array(a: &Array, b: &Array) -> bool {
+    a.dtype == b.dtype && a.shape == b.shape && a.bytes() == b.bytes()
+}
+
+fn same_opt(a: Option<&Array>, b: Option<&Array>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(x), Some(y)) => same_array(x, y),
+        _ => false,
+    }
+}
+
+/// Merges three versions (`base` may be empty: no common ancestor).
+pub fn merge(
+    base: &[Array],
+    ours: &[Array],
+    theirs: &[Array],
+    rows_per_chunk: u64,
+    strategy: Strategy,
+    decisions: &Decisions,
+) -> Result<Merged> {
+    let find = |set: &[Array], n: &str| set.iter().position(|a| a.name == n);
+    let names: BTreeSet<&str> = base.iter().chain(ours).chain(theirs).map(|a| a.name.as_str()).collect();
+    let mut arrays = Vec::new();
+    let mut conflicts = Vec::new();
+    for name in names {
+        let b = find(base, name).map(|i| &base[i]);
+        let o = find(ours, name).map(|i| &ours[i]);
+        let t = find(theirs, name).map(|i| &theirs[i]);
+        let pick = |x: Option<&Array>, arrays: &mut Vec<Array>| {
+            if let Some(a) = x {
+                arrays.push(a.clone());
+            }
+        };
+        if same_opt(o, t) || same_opt(t, b) {
+            pick(o, &mut arrays);
+            continue;
+        }
+        if same_opt(o, b) {
+            pick(t, &mut arrays);
+            continue;
+        }
+        // Changed differently on both sides.
+        match (b, o, t) {
+            (Some(b), Some(o), Some(t))
+                if o.dtype == b.dtype && t.dtype == b.dtype && o.shape == b.shape && t.shape == b.shape =>
+            {
+                arrays.push(merge_chunks(b, o, t, rows_per_chunk, strategy, decisions, &mut conflicts)?);
+            }
+            _ => {
+                let what = describe(b, o, t);
+                let s = decisions.for_array(name, strategy);
+                let settled = match s {
+                    Strategy::Ours => {
+                        pick(o, &mut arrays);
+                        Some(s)
+                    }
+                    Strategy::Theirs => {
+                        pick(t, &mut arrays);
+                        Some(s)
+                    }
+                    Strategy::Average => match (o, t) {
+                        (Some(x), Some(y)) if x.dtype == y.dtype && x.shape == y.shape && x.dtype.is_float() => {
+                            arrays.push(Array::new(
+                                name,
+                                x.dtype,
+                                x.shape.clone(),
+                                ArrayData::from(average(x.dtype, x.bytes(), y.bytes())),
+                            )?);
+                            Some(s)
+                        }
+                        _ => None,
+                    },
+                    Strategy::Fail => None,
+                };
+                conflicts.push(Conflict {
+                    array: name.to_string(),
+                    chunk: None,
+                    rows: None,
+                    what,
+                    settled_by: settled,
+                });
+            }
+        }
+    }
+    Ok(Merged { arrays, conflicts })
+}
+
+fn describe(b: Option<&Array>, o: Option<&Array>, t: Option<&Array>) -> String {
+    let d = |x: Option<&Array>| match x {
+        None => "absent".to_string(),
+        Some(a) => format!("{}[{}]", a.dtype, a.shape.iter().map(u64::to_string).collect::<Vec<_>>().join(",")),
+    };
+    format!("changed on both sides: base {}, ours {}, theirs {}", d(b), d(o), d(t))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn merge_chunks(
+    b: &Array,
+    o: &Array,
+    t: &Array,
+    rows_per_chunk: u64,
+    strategy: Strategy,
+    decisions: &Decisions,
+    conflicts: &mut Vec<Conflict>,
+) -> Result<Array> {
+    let layout = Layout::new(o.dtype, &o.shape, rows_per_chunk).map_err(|m| Error::input(Default::default(), m))?;
+    let row_bytes = layout.idx.map_or(o.dtype.size() as u64, |i| i.row_size.max(1));
+    let mut out = o.bytes().to_vec();
+    for ix in 0..layout.chunk_count() {
+        let (off, len) = layout.chunk_range(ix);
+        let r = off as usize..(off + len) as usize;
+        let (cb, co, ct) = (&b.bytes()[r.clone()], &o.bytes()[r.clone()], &t.bytes()[r.clone()]);
+        if co == ct || ct == cb {
+            continue; // ours already holds it
+        }
+        if co == cb {
+            out[r].copy_from_slice(ct);
+            continue;
+        }
+        let s = decisions.for_chunk(&o.name, ix, strategy);
+        let settled = match s {
+            Strategy::Ours => Some(s),
+            Strategy::Theirs => {
+                out[r].copy_from_slice(ct);
+                Some(s)
+            }
+            Strategy::Average if o.dtype.is_float() => {
+                out[r].copy_from_slice(&average(o.dtype, co, ct));
+                Some(s)
+            }
+            Strategy::Average | Strategy::Fail => None,
+        };
+        conflicts.push(Conflict {
+            array: o.name.clone(),
+            chunk: Some(ix),
+            rows: Some((off / row_bytes, (off + len).div_ceil(row_bytes))),
+            what: if s == Strategy::Average && settled.is_none() {
+                format!("both sides changed this chunk; average needs a float dtype, not {}", o.dtype)
+            } else {
+                "both sides changed this chunk differently".into()
+            },
+            settled_by: settled,
+        });
+    }
+    Array::new(o.name.clone(), o.dtype, o.shape.clone(), ArrayData::from(out))
+}
+
+/// Element-wise mean of two float runs, in their dtype.
+fn average(dtype: Dtype, a: &[u8], b: &[u8]) -> Vec<u8> {
+    let size = dtype.size();
+    let mut out = Vec::with_capacity(a.len());
+    for (x, y) in a.chunks_exact(size).zip(b.chunks_exact(size)) {
+        let m = (to_f64(dtype, x).unwrap_or(0.0) + to_f64(dtype, y).unwrap_or(0.0)) / 2.0;
+        match dtype {
+            Dtype::F64 => out.extend_from_slice(&m.to_le_bytes()),
+            Dtype::F32 => out.extend_from_slice(&(m as f32).to_le_bytes()),
+            Dtype::F16 => out.extend_from_slice(&f32_to_f16(m as f32).to_le_bytes()),
+            Dtype::Bf16 => out.extend_from_slice(&f32_to_bf16(m as f32).to_le_bytes()),
+            _ => out.extend_from_slice(x),
+        }
+    }
+    out
+}
+
+/// binary32 to bfloat16, round to nearest even (NaN kept quiet).
+fn f32_to_bf16(f: f32) -> u16 {
+    let bits = f.to_bits();
+    if f.is_nan() {
+        return ((bits >> 16) as u16) | 0x40;
+    }
+    let round = 0x7fff + ((bits >> 16) & 1);
+    ((bits + round) >> 16) as u16
+}
+
+/// binary32 to binary16, round to nearest even.
+fn f32_to_f16(f: f32) -> u16 {
+    let bits = f.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let exp = ((bits >> 23) & 0xff) as i32;
+    let man = bits & 0x7f_ffff;
+    if exp == 0xff {
+        return sign | 0x7c00 | if man != 0 { 0x200 } else { 0 };
+    }
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let half = 1u32 << (shift - 1);
+        let mut v = m >> shift;
+        let rest = m & ((1 << shift) - 1);
+        if rest > half || (rest == half && v & 1 == 1) {
+            v += 1;
+        }
+        return sign | v as u16;
+    }
+    let mut v = ((e as u32) << 10) | (man >> 13);
+    let rest = man & 0x1fff;
+    if rest > 0x1000 || (rest == 0x1000 && v & 1 == 1) {
+        v += 1;
+    }
+    sign | v as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::diff::f16_to_f32;
+
+    #[test]
+    fn half_precision_round_trips() {
+        for x in [0.0f32, 1.0, -2.5, 65504.0, 6.1035156e-5, 5.9604645e-8, 0.333_251_95] {
+            assert_eq!(f16_to_f32(f32_to_f16(x)), x, "{x}");
+        }
+        assert_eq!(f32_to_bf16(1.0), 0x3f80);
+        assert_eq!(f32_to_f16(1e9), 0x7c00);
+    }
+
+    fn arr(name: &str, vals: &[f32]) -> Array {
+        let b: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Array::new(name, Dtype::F32, vec![vals.len() as u64, 1], b.into()).unwrap()
+    }
+
+    #[test]
+    fn chunks_merge_three_ways() {
+        let base = arr("w", &[0.0, 0.0, 0.0, 0.0]);
+        let ours = arr("w", &[1.0, 0.0, 0.0, 4.0]);
+        let theirs = arr("w", &[0.0, 2.0, 0.0, 2.0]);
+        // One row per chunk: rows 0 and 1 merge cleanly, row 3 conflicts.
+        let m = merge(&[base.clone()], &[ours.clone()], &[theirs.clone()], 1, Strategy::Fail, &Decisions::default())
+            .unwrap();
+        let c: Vec<_> = m.unsettled().collect();
+        assert_eq!((c.len(), c[0].chunk, c[0].rows), (1, Some(3), Some((3, 4))));
+        let m = merge(&[base], &[ours], &[theirs], 1, Strategy::Average, &Decisions::default()).unwrap();
+        assert_eq!(m.unsettled().count(), 0);
+        assert_eq!(m.arrays[0].bytes(), arr("w", &[1.0, 2.0, 0.0, 3.0]).bytes());
+    }
+}
