@@ -2,4 +2,6 @@
 
 pub mod diff;
 pub mod history;
+pub mod hooks;
+pub mod install;
 pub mod merge;

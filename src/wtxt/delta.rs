@@ -699,6 +699,18 @@ pub fn minimal_changes(d: &Delta) -> Result<ChunkChanges> {
     Ok(out)
 }
 
+/// Checks every chunk a delta carries (parity, base64, CRC32C, SHA-256).
+pub fn check_chunks(d: &Delta) -> Result<()> {
+    for item in &d.items {
+        if let Item::Arr { chunks, .. } = item {
+            for c in chunks {
+                decode_chunk(c)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Decodes a chunk's text, checking parity, CRC32C and SHA-256.
 fn decode_chunk(c: &ChunkText) -> Result<Vec<u8>> {
     use base64::Engine;

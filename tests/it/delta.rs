@@ -3,33 +3,7 @@
 
 use std::path::Path;
 
-use crate::util::{fixture, read, wtxt};
-
-/// Writes `arrays` (name, dtype, shape, bytes) as an .npz and snapshots it.
-fn snapshot(dir: &Path, name: &str, arrays: &[(&str, &str, Vec<u64>, Vec<u8>)], extra: &[&str]) -> std::path::PathBuf {
-    let list: Vec<wtxt::model::Array> = arrays
-        .iter()
-        .map(|(n, d, s, b)| {
-            let dt = wtxt::model::Dtype::parse(d.as_bytes()).unwrap();
-            wtxt::model::Array::new(*n, dt, s.clone(), b.clone().into()).unwrap()
-        })
-        .collect();
-    let npz = dir.join(format!("{name}.npz"));
-    let f = std::fs::File::create(&npz).unwrap();
-    wtxt::convert::npz::write(&list, f).unwrap();
-    let out = dir.join(format!("{name}.wtxt"));
-    let r = wtxt()
-        .arg("snapshot")
-        .arg(&npz)
-        .arg("-o")
-        .arg(&out)
-        .args(["--ts", "2026-03-01T00:00:00Z"])
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    out
-}
+use crate::util::{fixture, read, snapshot, wtxt};
 
 fn f64_rows(rows: usize, cols: usize, seed: u64) -> Vec<u8> {
     (0..rows * cols).flat_map(|i| ((i as u64 * 2654435761 + seed) as f64).to_le_bytes()).collect()

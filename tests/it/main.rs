@@ -1,5 +1,6 @@
 //! One integration test binary. Modules:
 //! - `age`: encryption against the real `age` tool;
+//! - `gitflow`: install, diff, log, merge and the hook inside real Git;
 //! - `golden`: the independent implementation's vectors, byte for byte;
 //! - `cli`: the real binary's exit codes, messages and JSON;
 //! - `corruption`: every kind of damage, on every line, is rejected with its line;
@@ -14,6 +15,7 @@ mod age;
 mod cli;
 mod corruption;
 mod delta;
+mod gitflow;
 mod golden;
 mod hooks;
 mod inputs;

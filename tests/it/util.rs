@@ -45,3 +45,32 @@ pub fn verify_bytes(
 ) -> Result<wtxt::wtxt::verify::Report, wtxt::Error> {
     wtxt::wtxt::verify::verify(bytes, opts, None)
 }
+
+/// An array to snapshot: name, dtype, shape, bytes.
+pub type ArraySpec<'a> = (&'a str, &'a str, Vec<u64>, Vec<u8>);
+
+/// Writes `arrays` as an .npz in `dir` and snapshots it to `dir/NAME.wtxt`.
+pub fn snapshot(dir: &Path, name: &str, arrays: &[ArraySpec], extra: &[&str]) -> std::path::PathBuf {
+    let list: Vec<wtxt::model::Array> = arrays
+        .iter()
+        .map(|(n, d, s, b)| {
+            let dt = wtxt::model::Dtype::parse(d.as_bytes()).unwrap();
+            wtxt::model::Array::new(*n, dt, s.clone(), b.clone().into()).unwrap()
+        })
+        .collect();
+    let npz = dir.join(format!("{name}.npz"));
+    let f = std::fs::File::create(&npz).unwrap();
+    wtxt::convert::npz::write(&list, f).unwrap();
+    let out = dir.join(format!("{name}.wtxt"));
+    let r = wtxt()
+        .arg("snapshot")
+        .arg(&npz)
+        .arg("-o")
+        .arg(&out)
+        .args(["--ts", "2026-03-01T00:00:00Z"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    out
+}

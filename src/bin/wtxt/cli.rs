@@ -40,6 +40,9 @@ pub enum Command {
     /// Git integration: drivers, filters and hooks.
     #[command(subcommand)]
     Git(GitCommand),
+    /// Hooks Git runs.
+    #[command(subcommand)]
+    Hook(HookCommand),
     /// Wrap a WTXT in age encryption with ASCII armor (readable by `age -d`).
     Encrypt(EncryptArgs),
     /// Decrypt an age-encrypted WTXT.
@@ -344,6 +347,14 @@ pub enum ColorWhen {
 
 #[derive(Subcommand, Debug)]
 pub enum GitCommand {
+    /// Install the diff and merge drivers, attributes, filters and the pre-commit hook.
+    Install(InstallArgs),
+    /// Git's textconv (diff.wtxt.textconv): one line per header field, array and chunk.
+    #[command(hide = true)]
+    Textconv {
+        /// The file Git hands over.
+        file: PathBuf,
+    },
     /// Git's diff driver (diff.wtxt.command): PATH OLD OLD-HEX OLD-MODE NEW NEW-HEX NEW-MODE.
     #[command(hide = true)]
     DiffDriver {
@@ -380,4 +391,32 @@ pub struct MergeArgs {
     /// The path Git merges (for messages).
     #[arg(long, value_name = "PATH")]
     pub path: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct InstallArgs {
+    /// This repository (default): .git/config, .gitattributes and the pre-commit hook.
+    #[arg(long, conflicts_with_all = ["global", "system"])]
+    pub local: bool,
+    /// The user's Git config and attributes file.
+    #[arg(long, conflicts_with = "system")]
+    pub global: bool,
+    /// The system's Git config and /etc/gitattributes.
+    #[arg(long)]
+    pub system: bool,
+    /// Also store FORMAT files (safetensors) as WTXT in the repository.
+    #[arg(long, value_name = "FORMAT")]
+    pub filter: Vec<String>,
+    /// Print what would be written instead of writing it.
+    #[arg(long)]
+    pub manual: bool,
+    /// Remove what install wrote.
+    #[arg(long)]
+    pub uninstall: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HookCommand {
+    /// Check every staged .wtxt and .wtxtdelta (what hooks/pre-commit runs).
+    PreCommit,
 }

@@ -209,6 +209,46 @@ fn run(cmd: Command) -> Result<u8> {
             }
             Ok(if a.exit_code && d.differs() { 1 } else { 0 })
         }
+        Command::Git(cli::GitCommand::Install(a)) => {
+            use wtxt::git::install::{self, Scope};
+            let scope = if a.global {
+                Scope::Global
+            } else if a.system {
+                Scope::System
+            } else {
+                Scope::Local
+            };
+            let exe = std::env::current_exe().map_err(|e| Error::io("wtxt", e))?;
+            let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+            let plan = install::plan(&here, scope, &a.filter, &exe)?;
+            if a.manual {
+                emit(&install::describe(&plan))?;
+            } else if a.uninstall {
+                install::uninstall(&here, &plan)?;
+                eprintln!("wtxt: removed the drivers, attributes and hook");
+            } else {
+                install::install(&here, &plan)?;
+                eprintln!("wtxt: installed (attributes in {})", plan.attributes_file.display());
+            }
+            Ok(0)
+        }
+        Command::Hook(cli::HookCommand::PreCommit) => {
+            let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+            let (n, refusals) = wtxt::git::hooks::pre_commit(&here)?;
+            if refusals.is_empty() {
+                return Ok(0);
+            }
+            for r in &refusals {
+                eprintln!("pre-commit: {r}");
+            }
+            eprintln!("pre-commit: commit blocked: {} of {n} staged WTXT file(s) refused", refusals.len());
+            Ok(1)
+        }
+        Command::Git(cli::GitCommand::Textconv { file }) => {
+            let f = std::fs::File::open(&file).map_err(|e| Error::io(&file, e))?;
+            emit(&diff::textconv(std::io::BufReader::with_capacity(1 << 20, f)).map_err(|e| e.in_file(&file))?)?;
+            Ok(0)
+        }
         Command::Git(cli::GitCommand::DiffDriver { args }) => {
             emit(&diff_driver(&args))?;
             // Git treats a failing external diff as fatal: problems are printed instead.

@@ -1,0 +1,165 @@
+//! `wtxt hook pre-commit`: what every staged `.wtxt` and `.wtxtdelta` must
+//! satisfy before it enters history.
+//!
+//! For a `.wtxt`, on the staged blob (not the work tree): strict
+//! verification; canonical form (re-emitting gives the same bytes); a valid
+//! signature by a trusted key when `wtxt.requireSignature` is set (keys from
+//! `wtxt.trustedKeys`); and, when HEAD has the file, `gen` = HEAD's + 1 and
+//! `merkle_prev` = HEAD's `merkle_this`. For a `.wtxtdelta`: its structure and
+//! every chunk it carries (parity, CRC32C, SHA-256).
+
+use std::path::{Path, PathBuf};
+
+use git2::{Repository, Status, StatusOptions};
+
+use crate::crypto::sign::TrustedKeys;
+use crate::error::{Error, Result};
+use crate::wtxt::syntax::Root;
+use crate::wtxt::verify::{SigStatus, VerifyOptions};
+
+/// A staged file that fails, with what to do about it.
+#[derive(Clone, Debug)]
+pub struct Refusal {
+    pub path: String,
+    pub line: u64,
+    pub problem: String,
+    pub fix: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = if self.line > 0 { format!(" line {}", self.line) } else { String::new() };
+        write!(f, "{}:{at}: {} (fix: {})", self.path, self.problem, self.fix)
+    }
+}
+
+fn git_err(e: git2::Error) -> Error {
+    Error::input(Default::default(), format!("git: {}", e.message()))
+}
+
+/// Checks every staged WTXT file of the repository around `dir`.
+pub fn pre_commit(dir: &Path) -> Result<(usize, Vec<Refusal>)> {
+    let repo = Repository::discover(dir).map_err(git_err)?;
+    let cfg = repo.config().map_err(git_err)?;
+    let require = cfg.get_bool("wtxt.requireSignature").unwrap_or(false);
+    let trusted = match cfg.get_path("wtxt.trustedKeys") {
+        Ok(p) => {
+            let p = if p.is_absolute() { p } else { repo.workdir().unwrap_or(Path::new(".")).join(p) };
+            Some(TrustedKeys::from_file(&p)?)
+        }
+        Err(_) => None,
+    };
+    if require && trusted.is_none() {
+        return Err(Error::usage("wtxt.requireSignature is set but wtxt.trustedKeys names no key file"));
+    }
+    let index = repo.index().map_err(git_err)?;
+    let head_tree = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(false).include_ignored(false);
+    let statuses = repo.statuses(Some(&mut opts)).map_err(git_err)?;
+    let mut staged: Vec<PathBuf> = statuses
+        .iter()
+        .filter(|e| e.status().intersects(Status::INDEX_NEW | Status::INDEX_MODIFIED | Status::INDEX_RENAMED))
+        .filter_map(|e| e.path().ok().map(PathBuf::from))
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("wtxt" | "wtxtdelta")))
+        .collect();
+    staged.sort();
+    let mut refusals = Vec::new();
+    for path in &staged {
+        let Some(entry) = index.get_path(path, 0) else { continue };
+        let blob = repo.find_blob(entry.id).map_err(git_err)?;
+        let shown = path.display().to_string();
+        let refuse = |line: u64, problem: String, fix: &str| Refusal {
+            path: shown.clone(),
+            line,
+            problem,
+            fix: fix.to_string(),
+        };
+        if path.extension().and_then(|e| e.to_str()) == Some("wtxtdelta") {
+            if let Err(e) = check_delta(blob.content()) {
+                refusals.push(refuse(line_of(&e), e.message().to_string(), "re-create it with `wtxt delta create`"));
+            }
+            continue;
+        }
+        let head = head_tree
+            .as_ref()
+            .and_then(|t| t.get_path(path).ok())
+            .and_then(|e| repo.find_blob(e.id()).ok())
+            .filter(|b| b.id() != entry.id);
+        if let Some(r) = check_wtxt(blob.content(), head.as_ref().map(|b| b.content()), require, trusted.as_ref()) {
+            refusals.push(Refusal { path: shown.clone(), ..r });
+        }
+    }
+    Ok((staged.len(), refusals))
+}
+
+fn line_of(e: &Error) -> u64 {
+    match e.position() {
+        crate::error::Position::Line(n) => n,
+        _ => 0,
+    }
+}
+
+fn check_delta(bytes: &[u8]) -> Result<()> {
+    let d = crate::wtxt::delta::parse(bytes)?;
+    crate::wtxt::delta::check_chunks(&d)
+}
+
+/// The first reason `bytes` may not be committed, if any.
+fn check_wtxt(bytes: &[u8], head: Option<&[u8]>, require: bool, trusted: Option<&TrustedKeys>) -> Option<Refusal> {
+    let refusal =
+        |line: u64, problem: String, fix: &str| Some(Refusal { path: String::new(), line, problem, fix: fix.into() });
+    let opts = VerifyOptions { trusted, require_signature: require, ..Default::default() };
+    let loaded = match crate::wtxt::load(bytes, bytes.len() as u64, &opts) {
+        Ok(l) => l,
+        Err(e) => {
+            let fix = if e.message().contains("root pending") {
+                "finalize it first: `wtxt finalize FILE -o FILE.wsum --rewrite FILE`"
+            } else if e.message().contains("signature") {
+                "sign it with a trusted key: `wtxt snapshot ... --sign-key KEY.pem`"
+            } else {
+                "the file is damaged: write it again with `wtxt snapshot`, or `wtxt recover` it"
+            };
+            return refusal(line_of(&e), e.message().to_string(), fix);
+        }
+    };
+    if require && loaded.report.signature != SigStatus::Valid {
+        return refusal(
+            5,
+            format!("signature required, found {:?}", loaded.report.signature).to_lowercase(),
+            "sign it with a trusted key",
+        );
+    }
+    match crate::wtxt::canonical_bytes(&loaded) {
+        Ok(c) if c[..] == *crate::wtxt::without_sign_line(bytes) => {}
+        Ok(_) => {
+            return refusal(
+                0,
+                "not in canonical form (re-emitting changes its bytes)".into(),
+                "re-emit it: `wtxt snapshot FILE -o FILE` with the same --gen/--ts/--build",
+            )
+        }
+        Err(e) => return refusal(0, e.message().to_string(), "write it again with `wtxt snapshot`"),
+    }
+    let head = head?;
+    let Ok(prev) = crate::wtxt::read::read_header(&mut crate::wtxt::read::LineReader::new(head)) else {
+        return None; // HEAD's version is not a WTXT: nothing to continue
+    };
+    let (Root::Final { merkle_this: prev_this, .. }, Root::Final { merkle_prev, .. }) =
+        (&prev.root, &loaded.header.root)
+    else {
+        return None;
+    };
+    let fix = "write it with `--prev` set to HEAD's version: `git show HEAD:PATH > prev.wtxt; wtxt snapshot ... --prev prev.wtxt`";
+    if loaded.header.meta.gen != prev.meta.gen.wrapping_add(1) {
+        return refusal(
+            2,
+            format!("gen {} does not follow HEAD's {}", loaded.header.meta.gen_str(), prev.meta.gen_str()),
+            fix,
+        );
+    }
+    if merkle_prev != prev_this {
+        return refusal(4, "merkle_prev is not HEAD's merkle_this".into(), fix);
+    }
+    None
+}

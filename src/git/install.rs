@@ -1,0 +1,274 @@
+//! `wtxt git install`: wires the diff and merge drivers, optional
+//! clean/smudge filters, the attributes and the pre-commit hook into Git.
+//!
+//! Idempotent: running it twice changes nothing. The attributes live in a
+//! marked block that is replaced, never duplicated. A pre-commit hook that
+//! `wtxt` did not write is never overwritten: it is kept as
+//! `pre-commit.wtxt-chained` and run first. `--uninstall` reverses all of it.
+
+use std::path::{Path, PathBuf};
+
+use git2::{Config, ConfigLevel, Repository};
+
+use crate::atomic::write_file;
+use crate::error::{Error, Result};
+
+/// The hook script (`hooks/pre-commit` in the source tree).
+pub const HOOK: &str = include_str!("../../hooks/pre-commit");
+/// Marks a hook `wtxt` wrote.
+pub const HOOK_MARK: &str = "wtxt-managed-hook";
+const BEGIN: &str = "# >>> wtxt (managed by `wtxt git install`; `wtxt git install --uninstall` removes it)";
+const END: &str = "# <<< wtxt";
+
+/// Formats the clean/smudge filter can carry.
+pub const FILTER_FORMATS: [&str; 1] = ["safetensors"];
+
+/// Where to install.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Local,
+    Global,
+    System,
+}
+
+/// What install writes.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub scope: Scope,
+    pub config: Vec<(String, String)>,
+    pub attributes_file: PathBuf,
+    pub attributes: Vec<String>,
+    /// The hooks folder (local scope only).
+    pub hooks_dir: Option<PathBuf>,
+    pub hook: String,
+}
+
+fn git_err(e: git2::Error) -> Error {
+    Error::input(Default::default(), format!("git: {}", e.message()))
+}
+
+fn shell_word(s: &str) -> String {
+    if s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+".contains(&b)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// Works out what to write for `scope` from the repository around `dir`.
+pub fn plan(dir: &Path, scope: Scope, filters: &[String], exe: &Path) -> Result<Plan> {
+    for f in filters {
+        if !FILTER_FORMATS.contains(&f.as_str()) {
+            return Err(Error::usage(format!("--filter {f}: supported formats: {}", FILTER_FORMATS.join(", "))));
+        }
+    }
+    let w = shell_word(&exe.display().to_string());
+    let mut config = vec![
+        ("diff.wtxt.command".to_string(), format!("{w} git diff-driver")),
+        // `git log -p` and `git show` run no external diff: they use textconv.
+        ("diff.wtxt.textconv".to_string(), format!("{w} git textconv")),
+        ("merge.wtxt.name".to_string(), "wtxt: three-way merge of WTXT chunks".to_string()),
+        ("merge.wtxt.driver".to_string(), format!("{w} merge %O %A %B -o %A --path %P")),
+    ];
+    let mut attributes = vec![
+        "*.wtxt text eol=lf diff=wtxt merge=wtxt".to_string(),
+        "*.wtxtdelta text eol=lf diff".to_string(),
+        "*.wsum text eol=lf".to_string(),
+    ];
+    for f in filters {
+        config.push((format!("filter.wtxt-{f}.process"), format!("{w} git filter-process {f}")));
+        config.push((format!("filter.wtxt-{f}.required"), "true".to_string()));
+        attributes.push(format!("*.{f} filter=wtxt-{f} diff=wtxt merge=wtxt"));
+    }
+    let (attributes_file, hooks_dir) = match scope {
+        Scope::Local => {
+            let repo = Repository::discover(dir)
+                .map_err(|e| Error::usage(format!("--local: not in a Git repository: {}", e.message())))?;
+            let root = repo.workdir().ok_or_else(|| Error::usage("--local needs a work tree"))?.to_path_buf();
+            let hooks = match repo.config().and_then(|c| c.get_path("core.hooksPath")) {
+                Ok(p) if p.is_absolute() => p,
+                Ok(p) => root.join(p),
+                Err(_) => repo.path().join("hooks"),
+            };
+            (root.join(".gitattributes"), Some(hooks))
+        }
+        Scope::Global => {
+            let f = match Config::open_default().and_then(|c| c.get_path("core.attributesFile")) {
+                Ok(p) => p,
+                Err(_) => {
+                    let home = std::env::var_os("XDG_CONFIG_HOME")
+                        .map(PathBuf::from)
+                        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+                        .ok_or_else(|| Error::usage("--global: neither XDG_CONFIG_HOME nor HOME is set"))?;
+                    home.join("git/attributes")
+                }
+            };
+            (f, None)
+        }
+        Scope::System => (PathBuf::from("/etc/gitattributes"), None),
+    };
+    Ok(Plan {
+        scope,
+        config,
+        attributes_file,
+        attributes,
+        hooks_dir,
+        hook: HOOK.replace("${WTXT:-wtxt}", &format!("${{WTXT:-{w}}}")),
+    })
+}
+
+fn open_config(dir: &Path, scope: Scope) -> Result<Config> {
+    match scope {
+        Scope::Local => {
+            let repo = Repository::discover(dir).map_err(git_err)?;
+            repo.config().and_then(|c| c.open_level(ConfigLevel::Local)).map_err(git_err)
+        }
+        Scope::Global => {
+            let path = Config::find_global().or_else(|_| {
+                std::env::var_os("HOME")
+                    .map(|h| PathBuf::from(h).join(".gitconfig"))
+                    .ok_or_else(|| git2::Error::from_str("HOME is not set"))
+            });
+            Config::open(&path.map_err(git_err)?).map_err(git_err)
+        }
+        Scope::System => {
+            Config::open(&Config::find_system().unwrap_or_else(|_| PathBuf::from("/etc/gitconfig"))).map_err(git_err)
+        }
+    }
+}
+
+/// What `--manual` prints: every change, nothing written.
+pub fn describe(p: &Plan) -> String {
+    let flag = match p.scope {
+        Scope::Local => "--local",
+        Scope::Global => "--global",
+        Scope::System => "--system",
+    };
+    let mut s = String::from("# Git configuration:\n");
+    for (k, v) in &p.config {
+        s.push_str(&format!("git config {flag} {k} {}\n", shell_word(v)));
+    }
+    s.push_str(&format!("\n# In {}:\n{BEGIN}\n", p.attributes_file.display()));
+    for a in &p.attributes {
+        s.push_str(a);
+        s.push('\n');
+    }
+    s.push_str(END);
+    s.push('\n');
+    if let Some(h) = &p.hooks_dir {
+        s.push_str(&format!(
+            "\n# Hook {} (an existing hook is kept as pre-commit.wtxt-chained and runs first):\n{}",
+            h.join("pre-commit").display(),
+            p.hook
+        ));
+    }
+    s
+}
+
+/// Replaces (or removes, with `lines` = None) the marked block in `text`.
+fn with_block(text: &str, lines: Option<&[String]>) -> String {
+    let mut out = String::new();
+    let mut skipping = false;
+    for l in text.lines() {
+        if l == BEGIN {
+            skipping = true;
+            continue;
+        }
+        if skipping {
+            if l == END {
+                skipping = false;
+            }
+            continue;
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+    if let Some(lines) = lines {
+        out.push_str(BEGIN);
+        out.push('\n');
+        for l in lines {
+            out.push_str(l);
+            out.push('\n');
+        }
+        out.push_str(END);
+        out.push('\n');
+    }
+    out
+}
+
+/// Writes the plan.
+pub fn install(dir: &Path, p: &Plan) -> Result<()> {
+    let mut cfg = open_config(dir, p.scope)?;
+    for (k, v) in &p.config {
+        cfg.set_str(k, v).map_err(git_err)?;
+    }
+    let old = std::fs::read_to_string(&p.attributes_file).unwrap_or_default();
+    if let Some(parent) = p.attributes_file.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    }
+    write_file(&p.attributes_file, with_block(&old, Some(&p.attributes)).as_bytes(), 0o644)?;
+    if let Some(h) = &p.hooks_dir {
+        std::fs::create_dir_all(h).map_err(|e| Error::io(h, e))?;
+        let hook = h.join("pre-commit");
+        let chained = h.join("pre-commit.wtxt-chained");
+        if let Ok(existing) = std::fs::read_to_string(&hook) {
+            if !existing.contains(HOOK_MARK) {
+                if chained.exists() {
+                    return Err(Error::usage(format!(
+                        "{} is not wtxt's and {} exists already: merge them by hand",
+                        hook.display(),
+                        chained.display()
+                    )));
+                }
+                std::fs::rename(&hook, &chained).map_err(|e| Error::io(&hook, e))?;
+            }
+        }
+        write_file(&hook, p.hook.as_bytes(), 0o755)?;
+    }
+    Ok(())
+}
+
+/// Reverses `install`.
+pub fn uninstall(dir: &Path, p: &Plan) -> Result<()> {
+    let mut cfg = open_config(dir, p.scope)?;
+    for (k, _) in &p.config {
+        match cfg.remove(k) {
+            Ok(()) => {}
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {}
+            Err(e) => return Err(git_err(e)),
+        }
+    }
+    if let Ok(old) = std::fs::read_to_string(&p.attributes_file) {
+        let new = with_block(&old, None);
+        if new.trim().is_empty() && p.scope == Scope::Local {
+            std::fs::remove_file(&p.attributes_file).map_err(|e| Error::io(&p.attributes_file, e))?;
+        } else if new != old {
+            write_file(&p.attributes_file, new.as_bytes(), 0o644)?;
+        }
+    }
+    if let Some(h) = &p.hooks_dir {
+        let hook = h.join("pre-commit");
+        let chained = h.join("pre-commit.wtxt-chained");
+        if std::fs::read_to_string(&hook).is_ok_and(|t| t.contains(HOOK_MARK)) {
+            std::fs::remove_file(&hook).map_err(|e| Error::io(&hook, e))?;
+            if chained.exists() {
+                std::fs::rename(&chained, &hook).map_err(|e| Error::io(&chained, e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_block_is_replaced_not_duplicated() {
+        let lines = vec!["*.wtxt diff=wtxt".to_string()];
+        let once = with_block("*.bin binary\n", Some(&lines));
+        let twice = with_block(&once, Some(&lines));
+        assert_eq!(once, twice);
+        assert_eq!(with_block(&twice, None), "*.bin binary\n");
+    }
+}

@@ -1,0 +1,251 @@
+//! The drivers inside real Git: `wtxt git install`, then `git diff`,
+//! `git log -p`, `git merge` and commits through the hook, all with the real
+//! `git` binary in repositories made here.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::util::{fixture, snapshot};
+
+struct Repo {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    work: PathBuf,
+}
+
+fn git_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new("git");
+    c.current_dir(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .env("GIT_PAGER", "cat")
+        .env_remove("WTXT_MERGE_STRATEGY")
+        .env_remove("SOURCE_DATE_EPOCH");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+impl Repo {
+    fn new() -> Repo {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repo");
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        let r = Repo { _dir: dir, root, work };
+        r.ok(&["init", "-q", "-b", "main"]);
+        r
+    }
+
+    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        git_in(&self.root, args, env)
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args, &[]);
+        assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn wtxt(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_wtxt")).current_dir(&self.root).args(args).output().unwrap()
+    }
+
+    /// Writes a model whose matrix `w` (64 rows of 16 f32, 8 rows per chunk)
+    /// has the given rows set to `value`, chained to `prev`, as `m.wtxt`.
+    fn model(&self, tag: &str, rows: &[(usize, f32)], prev: Option<&Path>) -> PathBuf {
+        let mut w = vec![0f32; 64 * 16];
+        for &(r, v) in rows {
+            w[r * 16..r * 16 + 16].iter_mut().for_each(|x| *x = v);
+        }
+        let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let prev_s = prev.map(|p| p.to_str().unwrap().to_string());
+        let mut extra = vec!["--rows-per-chunk", "8"];
+        match &prev_s {
+            Some(p) => extra.extend(["--prev", p.as_str()]),
+            None => extra.extend(["--gen", "0"]),
+        }
+        let out = snapshot(
+            &self.work,
+            tag,
+            &[("w", "f32", vec![64, 16], bytes), ("bias", "f64", vec![4], vec![0; 32])],
+            &extra,
+        );
+        std::fs::copy(&out, self.root.join("m.wtxt")).unwrap();
+        out
+    }
+
+    fn commit(&self, msg: &str) {
+        self.ok(&["add", "-A", "."]);
+        self.ok(&["commit", "-qm", msg]);
+    }
+}
+
+#[test]
+fn install_is_idempotent_chains_hooks_and_uninstalls() {
+    let r = Repo::new();
+    let hook = r.root.join(".git/hooks/pre-commit");
+    std::fs::write(&hook, "#!/bin/sh\necho theirs > \"$(git rev-parse --git-dir)/foreign-hook-ran\"\n").unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let manual = r.wtxt(&["git", "install", "--manual"]);
+    assert!(String::from_utf8_lossy(&manual.stdout).contains("merge.wtxt.driver"));
+    assert!(!r.root.join(".gitattributes").exists(), "--manual writes nothing");
+    for _ in 0..2 {
+        let o = r.wtxt(&["git", "install"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let attrs = std::fs::read_to_string(r.root.join(".gitattributes")).unwrap();
+    assert_eq!(attrs.matches("*.wtxt text eol=lf diff=wtxt merge=wtxt").count(), 1, "{attrs}");
+    assert!(r.ok(&["config", "merge.wtxt.driver"]).contains("merge %O %A %B -o %A"));
+    assert!(std::fs::read_to_string(&hook).unwrap().contains("wtxt-managed-hook"));
+    assert!(r.root.join(".git/hooks/pre-commit.wtxt-chained").exists());
+    // The chained hook still runs.
+    r.model("g0", &[], None);
+    r.commit("g0");
+    assert!(r.root.join(".git/foreign-hook-ran").exists());
+    let o = r.wtxt(&["git", "install", "--uninstall"]);
+    assert!(o.status.success());
+    assert!(r.run(&["config", "merge.wtxt.driver"], &[]).status.code() == Some(1));
+    assert!(!std::fs::read_to_string(&hook).unwrap().contains("wtxt-managed-hook"), "the foreign hook is back");
+    assert!(std::fs::read_to_string(r.root.join(".gitattributes")).map_or(true, |a| !a.contains("wtxt")));
+}
+
+#[test]
+fn git_diff_log_and_show_speak_wtxt() {
+    let r = Repo::new();
+    assert!(r.wtxt(&["git", "install"]).status.success());
+    let g0 = r.model("g0", &[], None);
+    r.commit("g0");
+    r.model("g1", &[(9, 1.5), (10, 1.5)], Some(&g0));
+    r.commit("g1");
+    let d = r.ok(&["diff", "HEAD~1", "HEAD"]);
+    assert!(d.contains("~ w f32[64,16]: 32 element(s) changed in 1 chunk(s) [1], rows 9-10"), "{d}");
+    assert!(d.contains("header gen: 000000 -> 000001"), "{d}");
+    // Without the external driver: a line diff of the textconv listing;
+    // without textconv too: the raw WTXT lines.
+    let listing = r.ok(&["diff", "--no-ext-diff", "HEAD~1", "HEAD"]);
+    assert!(listing.contains("-gen 000000") && listing.contains("+  w chunk 1 rows 8-15"), "{listing}");
+    let plain = r.ok(&["diff", "--no-ext-diff", "--no-textconv", "HEAD~1", "HEAD"]);
+    assert!(plain.contains("-meta schema=weights/v1 gen=000000"), "{plain}");
+    let log = r.ok(&["log", "-p", "-1"]);
+    assert!(log.contains("+  w chunk 1 rows 8-15 sha256="), "{log}");
+    let show = r.ok(&["show", "HEAD"]);
+    assert!(show.contains("-  w chunk 1 rows 8-15"), "{show}");
+}
+
+#[test]
+fn three_way_merges_clean_and_conflicting() {
+    let r = Repo::new();
+    assert!(r.wtxt(&["git", "install"]).status.success());
+    let base = r.model("base", &[], None);
+    r.commit("base");
+    // Non-overlapping: ours changes chunk 0, theirs chunk 5.
+    r.ok(&["checkout", "-q", "-b", "theirs"]);
+    r.model("theirs", &[(41, 2.0)], Some(&base));
+    r.commit("theirs: row 41");
+    r.ok(&["checkout", "-q", "main"]);
+    let ours = r.model("ours", &[(1, 1.0)], Some(&base));
+    r.commit("ours: row 1");
+    let o = r.run(&["merge", "-q", "--no-edit", "theirs"], &[]);
+    assert!(o.status.success(), "clean merge: {}", String::from_utf8_lossy(&o.stderr));
+    let merged = r.root.join("m.wtxt");
+    let v = r.wtxt(&["verify", merged.to_str().unwrap(), "--prev", ours.to_str().unwrap(), "--json"]);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stdout));
+    let x = r.wtxt(&["diff", ours.to_str().unwrap(), merged.to_str().unwrap(), "--json"]);
+    let d: serde_json::Value = serde_json::from_slice(&x.stdout).unwrap();
+    let w = d["arrays"].as_array().unwrap().iter().find(|a| a["name"] == "w").unwrap();
+    assert_eq!(w["changed_rows"], serde_json::json!([[41, 42]]), "theirs' row came in, ours' stayed");
+
+    // Overlapping: both change chunk 2 (rows 16-23) differently.
+    let head = r.work.join("head.wtxt");
+    std::fs::copy(&merged, &head).unwrap();
+    r.ok(&["checkout", "-q", "-b", "theirs2"]);
+    r.model("t2", &[(17, 4.0)], Some(&head));
+    r.commit("theirs2: row 17");
+    r.ok(&["checkout", "-q", "main"]);
+    let ours2 = r.model("o2", &[(17, 2.0)], Some(&head));
+    r.commit("ours2: row 17");
+    let before = std::fs::read(r.root.join("m.wtxt")).unwrap();
+    let o = r.run(&["merge", "-q", "--no-edit", "theirs2"], &[]);
+    assert!(!o.status.success(), "conflict with the default strategy");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
+    assert!(err.contains("conflict: array w chunk 2 rows 16-23"), "{err}");
+    assert_eq!(std::fs::read(r.root.join("m.wtxt")).unwrap(), before, "ours is untouched");
+    r.ok(&["merge", "--abort"]);
+    for (strategy, want) in [("ours", 2.0f32), ("theirs", 4.0), ("average", 3.0)] {
+        let o = r.run(&["merge", "-q", "--no-edit", "--no-commit", "theirs2"], &[("WTXT_MERGE_STRATEGY", strategy)]);
+        assert!(o.status.success(), "{strategy}: {}", String::from_utf8_lossy(&o.stderr));
+        let m = r.root.join("m.wtxt");
+        let npy = r.work.join(format!("{strategy}.npy"));
+        let x = r.wtxt(&["extract", m.to_str().unwrap(), "--array", "w", "-o", npy.to_str().unwrap()]);
+        assert!(x.status.success());
+        let b = std::fs::read(&npy).unwrap();
+        let data = &b[b.len() - 64 * 16 * 4..];
+        let v = f32::from_le_bytes(data[17 * 64..17 * 64 + 4].try_into().unwrap());
+        assert_eq!(v, want, "{strategy}");
+        assert!(r.wtxt(&["verify", m.to_str().unwrap(), "--prev", ours2.to_str().unwrap()]).status.success());
+        r.ok(&["merge", "--abort"]);
+    }
+}
+
+#[test]
+fn the_installed_hook_blocks_tampered_unsigned_and_unchained_files() {
+    let r = Repo::new();
+    assert!(r.wtxt(&["git", "install"]).status.success());
+    let g0 = r.model("g0", &[], None);
+    r.commit("g0");
+    // Tampered: one base64 character changed.
+    let mut t = std::fs::read(&g0).unwrap();
+    let at = t.len() - 300;
+    t[at] = if t[at] == b'A' { b'B' } else { b'A' };
+    std::fs::write(r.root.join("m.wtxt"), &t).unwrap();
+    r.ok(&["add", "m.wtxt"]);
+    let o = r.run(&["commit", "-qm", "tampered"], &[]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("m.wtxt") && err.contains("line") && err.contains("fix:"), "{err}");
+    // Not chained to HEAD's version.
+    r.model("g1", &[(3, 1.0)], None);
+    r.ok(&["add", "m.wtxt"]);
+    let o = r.run(&["commit", "-qm", "unchained"], &[]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("does not follow HEAD"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Signatures required: an unsigned next generation is refused, a signed one passes.
+    r.ok(&["config", "wtxt.requireSignature", "true"]);
+    r.ok(&["config", "wtxt.trustedKeys", fixture("keys/trusted_keys").to_str().unwrap()]);
+    r.model("g1", &[(3, 1.0)], Some(&g0));
+    r.ok(&["add", "m.wtxt"]);
+    assert!(!r.run(&["commit", "-qm", "unsigned"], &[]).status.success());
+    let signed = r.work.join("signed.wtxt");
+    let key = fixture("keys/sign.pem");
+    let o = r.wtxt(&[
+        "snapshot",
+        r.work.join("g1.npz").to_str().unwrap(),
+        "-o",
+        signed.to_str().unwrap(),
+        "--prev",
+        g0.to_str().unwrap(),
+        "--rows-per-chunk",
+        "8",
+        "--sign-key",
+        key.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::copy(&signed, r.root.join("m.wtxt")).unwrap();
+    r.ok(&["add", "m.wtxt"]);
+    let o = r.run(&["commit", "-qm", "signed"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
