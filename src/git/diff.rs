@@ -485,20 +485,6 @@ fn short(v: &str) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn f16_conversion() {
-        for (h, f) in [(0x3c00u16, 1.0f32), (0xc000, -2.0), (0x0001, 5.960_464_5e-8), (0x7bff, 65504.0), (0, 0.0)] {
-            assert_eq!(f16_to_f32(h), f, "{h:#x}");
-        }
-        assert!(f16_to_f32(0x7e00).is_nan());
-        assert_eq!(f16_to_f32(0x7c00), f32::INFINITY);
-    }
-}
-
 /// A line-per-fact text of a WTXT for Git's `textconv` (`git log -p`,
 /// `git show`): header fields, then per array its type and digest, then per
 /// chunk its row range and digest, so a line diff shows which rows changed.
@@ -541,4 +527,18 @@ pub fn textconv<R: Read>(input: R) -> Result<String> {
         let _ = writeln!(s, "{}", String::from_utf8_lossy(&audit));
     }
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_conversion() {
+        for (h, f) in [(0x3c00u16, 1.0f32), (0xc000, -2.0), (0x0001, 5.960_464_5e-8), (0x7bff, 65504.0), (0, 0.0)] {
+            assert_eq!(f16_to_f32(h), f, "{h:#x}");
+        }
+        assert!(f16_to_f32(0x7e00).is_nan());
+        assert_eq!(f16_to_f32(0x7c00), f32::INFINITY);
+    }
 }

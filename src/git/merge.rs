@@ -328,8 +328,15 @@ mod tests {
         let ours = arr("w", &[1.0, 0.0, 0.0, 4.0]);
         let theirs = arr("w", &[0.0, 2.0, 0.0, 2.0]);
         // One row per chunk: rows 0 and 1 merge cleanly, row 3 conflicts.
-        let m = merge(&[base.clone()], &[ours.clone()], &[theirs.clone()], 1, Strategy::Fail, &Decisions::default())
-            .unwrap();
+        let m = merge(
+            std::slice::from_ref(&base),
+            std::slice::from_ref(&ours),
+            std::slice::from_ref(&theirs),
+            1,
+            Strategy::Fail,
+            &Decisions::default(),
+        )
+        .unwrap();
         let c: Vec<_> = m.unsettled().collect();
         assert_eq!((c.len(), c[0].chunk, c[0].rows), (1, Some(3), Some((3, 4))));
         let m = merge(&[base], &[ours], &[theirs], 1, Strategy::Average, &Decisions::default()).unwrap();
