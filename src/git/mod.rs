@@ -1,6 +1,7 @@
 //! Git integration: the Merkle chain through history.
 
 pub mod diff;
+pub mod filter;
 pub mod history;
 pub mod hooks;
 pub mod install;

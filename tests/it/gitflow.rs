@@ -249,3 +249,99 @@ fn the_installed_hook_blocks_tampered_unsigned_and_unchained_files() {
     let o = r.run(&["commit", "-qm", "signed"], &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+fn merge_decisions_and_signing_without_git() {
+    let r = Repo::new();
+    let base = r.model("b", &[], None);
+    let ours = r.model("o", &[(2, 1.0), (50, 1.0)], Some(&base));
+    let theirs = r.model("t", &[(3, 5.0), (51, 5.0)], Some(&base));
+    let out = r.work.join("out.wtxt");
+    let dec = r.work.join("decisions.json");
+    // Chunk 0 (rows 0-7) goes to theirs, chunk 6 (rows 48-55) is averaged.
+    std::fs::write(&dec, r#"{"chunks": {"w": {"0": "theirs", "6": "average"}}}"#).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_wtxt"))
+        .args(["merge"])
+        .args([&base, &ours, &theirs])
+        .arg("-o")
+        .arg(&out)
+        .arg("--decisions")
+        .arg(&dec)
+        .env("WTXT_SIGN_KEY", fixture("keys/sign.pem"))
+        .env_remove("WTXT_MERGE_STRATEGY")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("2 conflict(s) settled"));
+    let v = r.wtxt(&[
+        "verify",
+        out.to_str().unwrap(),
+        "--pubkey",
+        fixture("keys/sign.pem.pub").to_str().unwrap(),
+        "--require-signature",
+        "--prev",
+        ours.to_str().unwrap(),
+    ]);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+    let i: serde_json::Value =
+        serde_json::from_slice(&r.wtxt(&["inspect", out.to_str().unwrap(), "--json"]).stdout).unwrap();
+    assert_eq!(i["gen"], 2, "gen = max(ours, theirs) + 1");
+    // A decision naming a strategy that does not exist is unusable input.
+    std::fs::write(&dec, r#"{"arrays": {"w": "mine"}}"#).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_wtxt"))
+        .args(["merge"])
+        .args([&base, &ours, &theirs])
+        .arg("-o")
+        .arg(&out)
+        .arg("--decisions")
+        .arg(&dec)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    // No common ancestor (Git passes an empty base): both sides changed everything.
+    let empty = r.work.join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_wtxt"))
+        .args(["merge"])
+        .args([&empty, &ours, &theirs])
+        .arg("-o")
+        .arg(&out)
+        .args(["--strategy", "ours"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn safetensors_filter_stores_wtxt_and_checks_out_the_same_bytes() {
+    let r = Repo::new();
+    let o = r.wtxt(&["git", "install", "--filter", "safetensors"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let original = std::fs::read(fixture("inputs/ext.safetensors")).unwrap();
+    let path = r.root.join("model.safetensors");
+    std::fs::write(&path, &original).unwrap();
+    r.commit("model v0");
+    let blob = r.ok(&["cat-file", "-p", "HEAD:model.safetensors"]);
+    assert!(blob.starts_with("WTXT 1\nmeta schema=weights/v1 gen=000000"), "the repository holds WTXT");
+    assert!(blob.contains("arr name=__safetensors_header dtype=u8"));
+    // Checkout gives the binary back byte for byte, and nothing shows as modified.
+    std::fs::remove_file(&path).unwrap();
+    r.ok(&["checkout", "--", "model.safetensors"]);
+    assert!(std::fs::read(&path).unwrap() == original, "smudge restores the exact bytes");
+    assert_eq!(r.ok(&["status", "--porcelain"]), "");
+    // A changed model becomes the next generation of the chain.
+    let mut changed = original.clone();
+    let n = changed.len();
+    changed[n - 1] ^= 1;
+    std::fs::write(&path, &changed).unwrap();
+    r.commit("model v1");
+    let blob = r.ok(&["cat-file", "-p", "HEAD:model.safetensors"]);
+    assert!(blob.contains("gen=000001"), "chained to HEAD's version");
+    let log = r.wtxt(&["log", "model.safetensors", "--json"]);
+    assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stdout));
+    std::fs::remove_file(&path).unwrap();
+    r.ok(&["checkout", "--", "model.safetensors"]);
+    assert!(std::fs::read(&path).unwrap() == changed);
+    let d = r.ok(&["diff", "HEAD~1", "HEAD"]);
+    assert!(d.contains("element(s) changed"), "{d}");
+}

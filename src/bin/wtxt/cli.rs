@@ -349,6 +349,12 @@ pub enum ColorWhen {
 pub enum GitCommand {
     /// Install the diff and merge drivers, attributes, filters and the pre-commit hook.
     Install(InstallArgs),
+    /// Git's long-running clean/smudge filter (filter.wtxt-FORMAT.process).
+    #[command(hide = true)]
+    FilterProcess {
+        /// The binary format kept in the work tree (safetensors).
+        format: String,
+    },
     /// Git's textconv (diff.wtxt.textconv): one line per header field, array and chunk.
     #[command(hide = true)]
     Textconv {

@@ -244,9 +244,19 @@ fn run(cmd: Command) -> Result<u8> {
             eprintln!("pre-commit: commit blocked: {} of {n} staged WTXT file(s) refused", refusals.len());
             Ok(1)
         }
+        Command::Git(cli::GitCommand::FilterProcess { format }) => {
+            let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+            let stdin = std::io::stdin().lock();
+            let stdout = std::io::BufWriter::new(std::io::stdout().lock());
+            wtxt::git::filter::serve(&format, &here, stdin, stdout)?;
+            Ok(0)
+        }
         Command::Git(cli::GitCommand::Textconv { file }) => {
-            let f = std::fs::File::open(&file).map_err(|e| Error::io(&file, e))?;
-            emit(&diff::textconv(std::io::BufReader::with_capacity(1 << 20, f)).map_err(|e| e.in_file(&file))?)?;
+            // Git may hand over the smudged work-tree file: clean it first.
+            let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+            let name = file.to_string_lossy().into_owned();
+            let bytes = wtxt::git::filter::as_wtxt(&file, &here, &name)?;
+            emit(&diff::textconv(&bytes[..]).map_err(|e| e.in_file(&file))?)?;
             Ok(0)
         }
         Command::Git(cli::GitCommand::DiffDriver { args }) => {
@@ -457,9 +467,21 @@ fn diff_driver(args: &[String]) -> String {
     match (old.as_str(), new.as_str()) {
         ("/dev/null", n) => summary(n, "new file"),
         (o, "/dev/null") => summary(o, "deleted file"),
-        (o, n) => match ops::diff(Path::new(o), Path::new(n), None) {
-            Ok(d) => format!("{head}{}", diff::render(&d, &format!("a/{path}"), &format!("b/{path}"), color)),
-            Err(e) => format!("{head}wtxt diff: {} (use git diff --no-ext-diff for the text)\n", e.message()),
-        },
+        (o, n) => {
+            let here = std::env::current_dir().unwrap_or_default();
+            let sides = wtxt::git::filter::as_wtxt(Path::new(o), &here, path)
+                .and_then(|a| Ok((a, wtxt::git::filter::as_wtxt(Path::new(n), &here, path)?)));
+            let d = sides.and_then(|(a, b)| {
+                diff::diff(
+                    &a[..],
+                    &b[..],
+                    diff::Names { old: Path::new(&format!("a/{path}")), new: Path::new(&format!("b/{path}")) },
+                )
+            });
+            match d {
+                Ok(d) => format!("{head}{}", diff::render(&d, &format!("a/{path}"), &format!("b/{path}"), color)),
+                Err(e) => format!("{head}wtxt diff: {e} (use git diff --no-ext-diff --no-textconv for the text)\n"),
+            }
+        }
     }
 }

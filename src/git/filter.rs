@@ -1,0 +1,307 @@
+//! Binary models in the work tree, WTXT in the repository: Git's long-running
+//! `filter-process` protocol (pkt-line, version 2) with clean and smudge.
+//!
+//! `clean` turns a `.safetensors` file into a canonical WTXT that keeps the
+//! file's header bytes (JSON and padding) in the metadata array
+//! `__safetensors_header`, so `smudge` gives the file back byte for byte.
+//! Clean is chained: when HEAD holds a WTXT version of the path, the new one
+//! continues it (gen + 1, merkle_prev = its merkle_this), and if the tensors
+//! did not change, HEAD's blob is returned as it is, so an unchanged file
+//! never shows as modified. Content that is not of the expected format is
+//! passed through untouched.
+
+use std::io::{BufRead, Read, Write};
+use std::path::Path;
+
+use crate::crypto::digest::Hash;
+use crate::error::{Error, Result};
+use crate::model::{Array, ArrayData, Dtype};
+use crate::wtxt::syntax::{Meta, Root, Timestamp};
+use crate::wtxt::write::{write_snapshot, WriteOptions};
+
+/// Name of the array that carries a safetensors file's header bytes.
+pub const ST_HEADER: &str = "__safetensors_header";
+/// Largest pkt-line payload (Git's LARGE_PACKET_DATA_MAX).
+const PKT_MAX: usize = 65516;
+
+fn io(e: std::io::Error) -> Error {
+    Error::io("git filter pipe", e)
+}
+
+/// Reads one pkt-line: `None` for a flush packet.
+fn read_pkt<R: Read>(r: &mut R) -> Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).map_err(io)?;
+    let n = std::str::from_utf8(&len)
+        .ok()
+        .and_then(|s| usize::from_str_radix(s, 16).ok())
+        .ok_or_else(|| Error::input(Default::default(), "filter protocol: bad pkt-line length"))?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if !(4..=PKT_MAX + 4).contains(&n) {
+        return Err(Error::input(Default::default(), format!("filter protocol: pkt-line length {n} out of range")));
+    }
+    let mut buf = vec![0u8; n - 4];
+    r.read_exact(&mut buf).map_err(io)?;
+    Ok(Some(buf))
+}
+
+/// Reads `key=value` text packets up to a flush.
+fn read_list<R: Read>(r: &mut R) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    while let Some(p) = read_pkt(r)? {
+        out.push(String::from_utf8_lossy(&p).trim_end_matches('\n').to_string());
+    }
+    Ok(out)
+}
+
+fn write_pkt<W: Write>(w: &mut W, data: &[u8]) -> Result<()> {
+    for part in data.chunks(PKT_MAX) {
+        write!(w, "{:04x}", part.len() + 4).map_err(io)?;
+        w.write_all(part).map_err(io)?;
+    }
+    Ok(())
+}
+
+fn write_text<W: Write>(w: &mut W, line: &str) -> Result<()> {
+    write_pkt(w, format!("{line}\n").as_bytes())
+}
+
+fn flush<W: Write>(w: &mut W) -> Result<()> {
+    w.write_all(b"0000").map_err(io)?;
+    w.flush().map_err(io)
+}
+
+/// Runs the filter process for `format` on stdin/stdout until Git closes it.
+pub fn serve<R: BufRead, W: Write>(format: &str, repo_dir: &Path, mut input: R, mut out: W) -> Result<()> {
+    if format != "safetensors" {
+        return Err(Error::usage(format!("filter-process: unsupported format {format} (supported: safetensors)")));
+    }
+    let hello = read_list(&mut input)?;
+    if hello.first().map(String::as_str) != Some("git-filter-client") || !hello.iter().any(|l| l == "version=2") {
+        return Err(Error::input(Default::default(), "filter protocol: expected git-filter-client version=2"));
+    }
+    write_text(&mut out, "git-filter-server")?;
+    write_text(&mut out, "version=2")?;
+    flush(&mut out)?;
+    let caps = read_list(&mut input)?;
+    for c in ["clean", "smudge"] {
+        if caps.iter().any(|l| l == &format!("capability={c}")) {
+            write_text(&mut out, &format!("capability={c}"))?;
+        }
+    }
+    flush(&mut out)?;
+    loop {
+        let mut header = Vec::new();
+        match read_pkt(&mut input) {
+            Ok(Some(p)) => header.push(String::from_utf8_lossy(&p).trim_end_matches('\n').to_string()),
+            Ok(None) => continue,
+            // Git closed the pipe: we are done.
+            Err(_) => return Ok(()),
+        }
+        header.extend(read_list(&mut input)?);
+        let command = header.iter().find_map(|l| l.strip_prefix("command=")).unwrap_or_default().to_string();
+        let path = header.iter().find_map(|l| l.strip_prefix("pathname=")).unwrap_or_default().to_string();
+        let mut content = Vec::new();
+        while let Some(p) = read_pkt(&mut input)? {
+            content.extend_from_slice(&p);
+        }
+        let result = match command.as_str() {
+            "clean" => clean(&content, repo_dir, &path),
+            "smudge" => smudge(&content),
+            c => Err(Error::usage(format!("filter protocol: unknown command {c}"))),
+        };
+        match result {
+            Ok(bytes) => {
+                write_text(&mut out, "status=success")?;
+                flush(&mut out)?;
+                write_pkt(&mut out, &bytes)?;
+                flush(&mut out)?;
+                flush(&mut out)?; // status unchanged
+            }
+            Err(e) => {
+                eprintln!("wtxt filter: {path}: {e}");
+                write_text(&mut out, "status=error")?;
+                flush(&mut out)?;
+            }
+        }
+    }
+}
+
+/// A file as WTXT: itself when it is one, else what `clean` stores for it
+/// (Git hands drivers the smudged work-tree file when it matches a side).
+pub fn as_wtxt(path_on_disk: &Path, repo_dir: &Path, repo_path: &str) -> Result<Vec<u8>> {
+    let bytes = std::fs::read(path_on_disk).map_err(|e| Error::io(path_on_disk, e))?;
+    clean(&bytes, repo_dir, repo_path)
+}
+
+/// safetensors bytes to a canonical WTXT continuing HEAD's version of `path`.
+pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
+    if content.starts_with(b"WTXT 1\n") || crate::convert::detect(content) != Some(crate::convert::Format::Safetensors)
+    {
+        return Ok(content.to_vec());
+    }
+    let mut arrays = safetensors_to_arrays(content)?;
+    crate::model::sort_arrays(&mut arrays)?;
+    let head = head_version(repo_dir, path);
+    if let Some((blob, _, _)) = &head {
+        if same_arrays(blob, &arrays) {
+            return Ok(blob.clone());
+        }
+    }
+    let (gen, merkle_prev) = match &head {
+        Some((_, g, m)) => (g + 1, *m),
+        None => (0, [0; 32]),
+    };
+    let meta = Meta {
+        schema: "weights/v1".into(),
+        gen,
+        ts: Timestamp::resolve(None).map_err(Error::usage)?,
+        build: "git-filter".into(),
+        host: "cpu".into(),
+        cuda: "off".into(),
+    };
+    let opts = WriteOptions {
+        meta,
+        merkle_prev,
+        rows_per_chunk: crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK,
+        hmac_key: None,
+        sign_key: None,
+        audit: None,
+        streaming: false,
+        carried_hmacs: Vec::new(),
+    };
+    let mut out = std::io::Cursor::new(Vec::with_capacity(content.len() * 4 / 3 + 4096));
+    write_snapshot(&arrays, &opts, &mut out, &crate::progress::Progress::hidden())?;
+    Ok(out.into_inner())
+}
+
+/// The tensors of a safetensors file plus its header bytes, as WTXT arrays.
+pub fn safetensors_to_arrays(content: &[u8]) -> Result<Vec<Array>> {
+    let st = safetensors::SafeTensors::deserialize(content)
+        .map_err(|e| Error::input(Default::default(), format!("not a valid safetensors file: {e}")))?;
+    let n = u64::from_le_bytes(content[..8].try_into().expect("checked")) as usize;
+    let base = content.as_ptr() as usize;
+    let mut arrays = Vec::new();
+    let names: Vec<String> = st.names().into_iter().map(String::from).collect();
+    let mapped = crate::model::assign_names(&names);
+    for (orig, name) in names.iter().zip(mapped) {
+        let v = st.tensor(orig).map_err(|e| Error::input(Default::default(), e.to_string()))?;
+        let dtype = st_dtype(v.dtype()).ok_or_else(|| {
+            Error::input(Default::default(), format!("tensor {orig}: dtype {:?} has no WTXT equivalent", v.dtype()))
+        })?;
+        let start = v.data().as_ptr() as usize - base;
+        let shape = v.shape().iter().map(|&d| d as u64).collect();
+        arrays.push(Array::new(name, dtype, shape, ArrayData::from(content[start..start + v.data().len()].to_vec()))?);
+    }
+    let header = content[..8 + n].to_vec();
+    arrays.push(Array::new(ST_HEADER, Dtype::U8, vec![header.len() as u64], ArrayData::from(header))?);
+    Ok(arrays)
+}
+
+fn st_dtype(d: safetensors::Dtype) -> Option<Dtype> {
+    use safetensors::Dtype as S;
+    Some(match d {
+        S::F64 => Dtype::F64,
+        S::F32 => Dtype::F32,
+        S::F16 => Dtype::F16,
+        S::BF16 => Dtype::Bf16,
+        S::I64 => Dtype::I64,
+        S::I32 => Dtype::I32,
+        S::I16 => Dtype::I16,
+        S::I8 => Dtype::I8,
+        S::U64 => Dtype::U64,
+        S::U32 => Dtype::U32,
+        S::U16 => Dtype::U16,
+        S::U8 => Dtype::U8,
+        S::BOOL => Dtype::Bool,
+        _ => return None,
+    })
+}
+
+/// A WTXT made by `clean` back to the safetensors bytes it came from.
+pub fn smudge(content: &[u8]) -> Result<Vec<u8>> {
+    if !content.starts_with(b"WTXT 1\n") {
+        return Ok(content.to_vec());
+    }
+    let loaded = crate::wtxt::load(content, content.len() as u64, &Default::default())?;
+    arrays_to_safetensors(&loaded.arrays)
+}
+
+/// Rebuilds the original safetensors bytes from its header array and tensors.
+pub fn arrays_to_safetensors(arrays: &[Array]) -> Result<Vec<u8>> {
+    let header = arrays
+        .iter()
+        .find(|a| a.name == ST_HEADER)
+        .ok_or_else(|| {
+            Error::input(Default::default(), format!("no {ST_HEADER} array: not made by the safetensors filter"))
+        })?
+        .bytes();
+    let n = header.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize).unwrap_or(usize::MAX);
+    let json = header
+        .get(8..)
+        .filter(|j| j.len() == n)
+        .ok_or_else(|| Error::input(Default::default(), format!("{ST_HEADER}: bad length")))?;
+    let meta: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(json).map_err(|e| Error::input(Default::default(), format!("{ST_HEADER}: {e}")))?;
+    let mut tensors: Vec<(u64, u64, &String)> = Vec::new();
+    for (k, v) in &meta {
+        if k == "__metadata__" {
+            continue;
+        }
+        let offs = v["data_offsets"].as_array().and_then(|o| Some((o.first()?.as_u64()?, o.get(1)?.as_u64()?)));
+        let (a, b) = offs
+            .ok_or_else(|| Error::input(Default::default(), format!("{ST_HEADER}: tensor {k} lacks data_offsets")))?;
+        tensors.push((a, b, k));
+    }
+    tensors.sort();
+    let names: Vec<String> = tensors.iter().map(|t| t.2.clone()).collect();
+    let mut sorted_names = names.clone();
+    sorted_names.sort();
+    let mapped = crate::model::assign_names(&sorted_names);
+    let mut out = header.to_vec();
+    for (a, b, k) in tensors {
+        let wtxt_name = &mapped[sorted_names.iter().position(|x| x == k).expect("present")];
+        let arr = arrays
+            .iter()
+            .find(|x| &x.name == wtxt_name)
+            .ok_or_else(|| Error::input(Default::default(), format!("tensor {k} is missing")))?;
+        if out.len() as u64 - header.len() as u64 != a || arr.bytes().len() as u64 != b - a {
+            return Err(Error::input(Default::default(), format!("tensor {k}: offsets do not match its bytes")));
+        }
+        out.extend_from_slice(arr.bytes());
+    }
+    Ok(out)
+}
+
+/// HEAD's WTXT version of `path`: its bytes, gen and merkle_this.
+fn head_version(repo_dir: &Path, path: &str) -> Option<(Vec<u8>, u64, Hash)> {
+    let repo = git2::Repository::discover(repo_dir).ok()?;
+    let tree = repo.head().ok()?.peel_to_tree().ok()?;
+    let blob = repo.find_blob(tree.get_path(Path::new(path)).ok()?.id()).ok()?;
+    let bytes = blob.content().to_vec();
+    let h = crate::wtxt::read::read_header(&mut crate::wtxt::read::LineReader::new(&bytes[..])).ok()?;
+    match h.root {
+        Root::Final { merkle_this, .. } => Some((bytes, h.meta.gen, merkle_this)),
+        Root::Pending => None,
+    }
+}
+
+/// True when `blob` (a WTXT) holds exactly these arrays.
+fn same_arrays(blob: &[u8], arrays: &[Array]) -> bool {
+    use sha2::{Digest, Sha256};
+    let text = String::from_utf8_lossy(blob);
+    let lines: Vec<crate::wtxt::syntax::ArrLine> = text
+        .lines()
+        .filter(|l| l.starts_with("arr "))
+        .filter_map(|l| crate::wtxt::syntax::ArrLine::parse(l.as_bytes()).ok())
+        .collect();
+    lines.len() == arrays.len()
+        && lines.iter().zip(arrays).all(|(l, a)| {
+            l.name == a.name
+                && l.dtype == a.dtype
+                && l.shape == a.shape
+                && l.sha256 == <[u8; 32]>::from(Sha256::digest(a.bytes()))
+        })
+}
