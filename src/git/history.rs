@@ -148,17 +148,46 @@ fn path_in_parent(repo: &Repository, parent: &Tree, child: &Tree, path: &Path) -
     Ok(path.to_path_buf())
 }
 
+/// The first lines of a blob: a header needs at most 5 lines of at most
+/// 4096 bytes. Streams when the object database allows it (loose objects),
+/// else reads the whole blob.
+fn blob_head(repo: &Repository, blob: Oid) -> std::result::Result<Vec<u8>, String> {
+    const HEAD: usize = 5 * 4097;
+    if let Ok(odb) = repo.odb() {
+        if let Ok((mut r, _, _)) = odb.reader(blob) {
+            let mut buf = vec![0u8; HEAD];
+            let mut n = 0;
+            while n < HEAD {
+                match std::io::Read::read(&mut r, &mut buf[n..]) {
+                    Ok(0) => break,
+                    Ok(k) => n += k,
+                    Err(_) => break,
+                }
+            }
+            buf.truncate(n);
+            return Ok(buf);
+        }
+    }
+    let b = repo.find_blob(blob).map_err(|e| e.message().to_string())?;
+    let c = b.content();
+    Ok(c[..c.len().min(HEAD)].to_vec())
+}
+
 fn read_version(repo: &Repository, commit: Oid, blob: Oid) -> Version {
-    let parsed = repo.find_blob(blob).map_err(git_err).and_then(|b| read_header(&mut LineReader::new(b.content())));
-    match parsed {
+    let head = match blob_head(repo, blob) {
+        Ok(h) => h,
+        Err(e) => return Version { commit, header: None, error: Some(e) },
+    };
+    // Only complete lines: the header is parsed from what was read.
+    let cut = head.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+    let text = &head[..cut];
+    match read_header(&mut LineReader::new(text)) {
         Ok(h) => {
-            // The sign line, if any, follows the four header lines.
-            let sign = repo.find_blob(blob).ok().and_then(|b| {
-                let c = b.content();
-                let rest = c.get(h.signed_bytes.len()..)?;
-                let line = rest.split(|&x| x == b'\n').next()?;
-                line.starts_with(b"sign ").then(|| SignLine::parse(line).ok()).flatten()
-            });
+            let sign = text
+                .get(h.signed_bytes.len()..)
+                .and_then(|rest| rest.split(|&x| x == b'\n').next())
+                .filter(|l| l.starts_with(b"sign "))
+                .and_then(|l| SignLine::parse(l).ok());
             Version { commit, header: Some(Header { sign, ..h }), error: None }
         }
         Err(e) => Version { commit, header: None, error: Some(e.to_string()) },
