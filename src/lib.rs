@@ -14,6 +14,7 @@
 
 pub mod atomic;
 pub mod convert;
+pub mod daemon;
 pub mod crypto;
 pub mod error;
 pub mod git;

@@ -412,11 +412,12 @@ pub fn finalize(
         .ok_or_else(|| check_at(4, "no root computed").in_file(path))?;
     let merkle_prev = match prev {
         Some(p) => {
-            let (gen, m) = chain_from(p)?;
-            if gen != header.meta.gen {
+            // chain_from gives the next gen: this file's must be at least that.
+            let (next, m) = chain_from(p)?;
+            if header.meta.gen < next {
                 return Err(check_at(
                     2,
-                    format!("gen {} does not follow --prev (expected {gen})", header.meta.gen_str()),
+                    format!("gen {} does not follow --prev (expected {next} or later)", header.meta.gen_str()),
                 )
                 .in_file(path));
             }

@@ -151,7 +151,7 @@ fn check_wtxt(bytes: &[u8], head: Option<&[u8]>, require: bool, trusted: Option<
         return None;
     };
     let fix = "write it with `--prev` set to HEAD's version: `git show HEAD:PATH > prev.wtxt; wtxt snapshot ... --prev prev.wtxt`";
-    if loaded.header.meta.gen != prev.meta.gen.wrapping_add(1) {
+    if loaded.header.meta.gen <= prev.meta.gen {
         return refusal(
             2,
             format!("gen {} does not follow HEAD's {}", loaded.header.meta.gen_str(), prev.meta.gen_str()),

@@ -43,6 +43,8 @@ pub enum Command {
     /// Hooks Git runs.
     #[command(subcommand)]
     Hook(HookCommand),
+    /// Snapshot daemon: producers send `snapshot PATH` over a Unix socket.
+    Daemon(DaemonArgs),
     /// Wrap a WTXT in age encryption with ASCII armor (readable by `age -d`).
     Encrypt(EncryptArgs),
     /// Decrypt an age-encrypted WTXT.
@@ -425,4 +427,44 @@ pub struct InstallArgs {
 pub enum HookCommand {
     /// Check every staged .wtxt and .wtxtdelta (what hooks/pre-commit runs).
     PreCommit,
+}
+
+#[derive(Args, Debug)]
+pub struct DaemonArgs {
+    /// Git work tree to commit snapshots into.
+    #[arg(long, value_name = "DIR")]
+    pub repo: Option<PathBuf>,
+    /// Unix socket to listen on (created with mode 0600).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Ring folder (default: REPO/.git/wtxt-ring).
+    #[arg(long, value_name = "DIR")]
+    pub ring: Option<PathBuf>,
+    /// Snapshots the ring keeps (default 8; unpushed ones are never dropped).
+    #[arg(long, value_name = "N")]
+    pub keep: Option<usize>,
+    /// Remote (name, path or file:// URL) to push to after each commit.
+    #[arg(long, value_name = "NAME")]
+    pub remote: Option<String>,
+    /// Path of the snapshot inside the repository (default snapshot.wtxt).
+    #[arg(long, value_name = "FILE.wtxt")]
+    pub path_in_repo: Option<PathBuf>,
+    /// Sign every snapshot.
+    #[arg(long, value_name = "KEY.pem")]
+    pub sign_key: Option<PathBuf>,
+    /// HMAC key file (else $WTXT_HMAC_KEY).
+    #[arg(long, value_name = "FILE")]
+    pub hmac_key: Option<PathBuf>,
+    /// Commit age-armored snapshots for this recipient; repeatable.
+    #[arg(long = "recipient", value_name = "R")]
+    pub recipients: Vec<String>,
+    /// Rows per chunk (default 128).
+    #[arg(long, value_name = "R")]
+    pub rows_per_chunk: Option<u64>,
+    /// Build token written into each snapshot (default daemon).
+    #[arg(long, value_name = "TOK")]
+    pub build: Option<String>,
+    /// TOML file with any of these settings (flags win).
+    #[arg(long, value_name = "FILE.toml")]
+    pub config: Option<PathBuf>,
 }

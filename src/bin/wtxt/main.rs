@@ -232,6 +232,28 @@ fn run(cmd: Command) -> Result<u8> {
             }
             Ok(0)
         }
+        Command::Daemon(a) => {
+            use wtxt::daemon::server::{run as run_daemon, DaemonConfig};
+            let flags = DaemonConfig {
+                repo: a.repo,
+                socket: a.socket,
+                ring: a.ring,
+                keep: a.keep,
+                remote: a.remote,
+                path_in_repo: a.path_in_repo,
+                sign_key: a.sign_key,
+                hmac_key: a.hmac_key,
+                recipients: a.recipients,
+                rows_per_chunk: a.rows_per_chunk,
+                build: a.build,
+            };
+            let cfg = match &a.config {
+                Some(p) => flags.or(DaemonConfig::from_file(p)?),
+                None => flags,
+            };
+            run_daemon(cfg)?;
+            Ok(0)
+        }
         Command::Hook(cli::HookCommand::PreCommit) => {
             let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
             let (n, refusals) = wtxt::git::hooks::pre_commit(&here)?;

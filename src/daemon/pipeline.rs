@@ -1,0 +1,347 @@
+//! The snapshot thread's stages, off the hot path: write the canonical WTXT
+//! into the ring (temp file, fsync, rename), the DELTA v2 from the previous
+//! one, optional age armor, a Git commit with `git2`, a push, and a resend
+//! queue on disk for pushes that failed. A write-ahead log records every
+//! request and every finished snapshot.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::crypto::armor::Seal;
+use crate::crypto::digest::Hash;
+use crate::crypto::mac::HmacKey;
+use crate::crypto::sign::SecretKey;
+use crate::error::{Error, Result};
+use crate::model::Array;
+use crate::progress::Progress;
+use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
+use crate::wtxt::read::{read_header, LineReader};
+use crate::wtxt::syntax::{Meta, Root, Timestamp};
+use crate::wtxt::write::WriteOptions;
+
+/// How the pipeline is set up.
+pub struct PipelineConfig {
+    /// The ring folder: last `keep` snapshots, their deltas, WAL, resend queue.
+    pub ring: PathBuf,
+    pub keep: usize,
+    /// A Git work tree to commit snapshots into (none: ring only).
+    pub repo: Option<PathBuf>,
+    /// Path of the snapshot inside the repository.
+    pub path_in_repo: PathBuf,
+    /// Remote to push to after each commit (none: no push).
+    pub remote: Option<String>,
+    pub sign_key: Option<SecretKey>,
+    pub hmac_key: Option<HmacKey>,
+    /// age recipients: the committed file is armored.
+    pub recipients: Vec<String>,
+    pub rows_per_chunk: u64,
+    pub build: String,
+}
+
+impl PipelineConfig {
+    /// A ring-only pipeline in `ring`.
+    pub fn new(ring: impl Into<PathBuf>) -> PipelineConfig {
+        PipelineConfig {
+            ring: ring.into(),
+            keep: 8,
+            repo: None,
+            path_in_repo: PathBuf::from("snapshot.wtxt"),
+            remote: None,
+            sign_key: None,
+            hmac_key: None,
+            recipients: Vec::new(),
+            rows_per_chunk: DEFAULT_ROWS_PER_CHUNK,
+            build: "daemon".into(),
+        }
+    }
+}
+
+/// What the pipeline reports.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct PipelineState {
+    pub last_gen: Option<u64>,
+    pub last_sha256_all: Option<String>,
+    pub snapshots_written: u64,
+    /// Generations committed but not yet pushed (the resend queue).
+    pub resend_queue: Vec<u64>,
+    pub pushed_gen: Option<u64>,
+    pub last_error: Option<String>,
+    /// Requests found in the WAL without a `done` whose state could not be had.
+    pub lost: Vec<u64>,
+}
+
+/// The write-ahead log: one line per request and per finished snapshot.
+pub struct Wal {
+    file: File,
+}
+
+impl Wal {
+    /// Opens (creating) `ring/wal.log` for appending.
+    pub fn open(ring: &Path) -> Result<Wal> {
+        let p = ring.join("wal.log");
+        let file = OpenOptions::new().create(true).append(true).open(&p).map_err(|e| Error::io(&p, e))?;
+        Ok(Wal { file })
+    }
+
+    /// Appends one line with a single `write` (O_APPEND: lines never interleave).
+    pub fn append(&self, line: &str) -> std::io::Result<()> {
+        let mut b = Vec::with_capacity(line.len() + 1);
+        b.extend_from_slice(line.as_bytes());
+        b.push(b'\n');
+        (&self.file).write_all(&b)
+    }
+
+    /// Requests without a `done` line: (gen, source path if any).
+    pub fn pending(ring: &Path) -> Vec<(u64, Option<PathBuf>)> {
+        let text = std::fs::read_to_string(ring.join("wal.log")).unwrap_or_default();
+        let mut req: Vec<(u64, Option<PathBuf>)> = Vec::new();
+        let mut done = std::collections::BTreeSet::new();
+        for l in text.lines() {
+            let field = |k: &str| l.split(' ').find_map(|f| f.strip_prefix(k)).map(str::to_string);
+            let gen = field("gen=").and_then(|g| g.parse::<u64>().ok());
+            match (l.starts_with("snapshot requested "), l.starts_with("snapshot done "), gen) {
+                (true, _, Some(g)) => req.push((g, field("path=").map(PathBuf::from))),
+                (_, true, Some(g)) => {
+                    done.insert(g);
+                }
+                _ => {}
+            }
+        }
+        // A later snapshot covers earlier requests (the newest wins).
+        let last_done = done.iter().next_back().copied();
+        req.retain(|(g, _)| !done.contains(g) && last_done.is_none_or(|d| *g > d));
+        req.dedup_by_key(|r| r.0);
+        req
+    }
+}
+
+/// The pipeline: owns the ring, the chain and the Git side.
+pub struct Pipeline {
+    cfg: PipelineConfig,
+    wal: std::sync::Arc<Wal>,
+    pub state: PipelineState,
+    merkle_prev: Hash,
+    prev_file: Option<PathBuf>,
+    next_retry: Option<Instant>,
+    backoff: Duration,
+}
+
+fn ring_name(gen: u64, ext: &str) -> String {
+    format!("gen-{gen:06}.{ext}")
+}
+
+impl Pipeline {
+    /// Opens the ring (cleaning temp files a crash left), finds where the
+    /// chain stands and reloads the resend queue.
+    pub fn open(cfg: PipelineConfig) -> Result<Pipeline> {
+        std::fs::create_dir_all(&cfg.ring).map_err(|e| Error::io(&cfg.ring, e))?;
+        let mut newest: Option<(u64, PathBuf)> = None;
+        for e in std::fs::read_dir(&cfg.ring).map_err(|e| Error::io(&cfg.ring, e))?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') && name.ends_with(".tmp") {
+                let _ = std::fs::remove_file(e.path()); // a write a crash interrupted
+                continue;
+            }
+            if let Some(g) = name.strip_prefix("gen-").and_then(|r| r.strip_suffix(".wtxt")).and_then(|g| g.parse().ok()) {
+                if newest.as_ref().is_none_or(|(n, _)| g > *n) {
+                    newest = Some((g, e.path()));
+                }
+            }
+        }
+        let mut state = PipelineState::default();
+        let mut merkle_prev = [0; 32];
+        if let Some((g, p)) = &newest {
+            let f = File::open(p).map_err(|e| Error::io(p, e))?;
+            let h = read_header(&mut LineReader::new(BufReader::new(f))).map_err(|e| e.in_file(p))?;
+            if let Root::Final { merkle_this, sha256_all, .. } = h.root {
+                merkle_prev = merkle_this;
+                state.last_sha256_all = Some(hex::encode(sha256_all));
+            }
+            state.last_gen = Some(*g);
+        }
+        let queue = std::fs::read_to_string(cfg.ring.join("resend.queue")).unwrap_or_default();
+        state.resend_queue = queue.lines().filter_map(|l| l.strip_prefix("gen=")?.parse().ok()).collect();
+        let wal = std::sync::Arc::new(Wal::open(&cfg.ring)?);
+        let retry = (!state.resend_queue.is_empty()).then(Instant::now);
+        Ok(Pipeline { prev_file: newest.map(|n| n.1), cfg, wal, state, merkle_prev, next_retry: retry, backoff: Duration::from_millis(200) })
+    }
+
+    /// The WAL, shared with the hot path.
+    pub fn wal(&self) -> std::sync::Arc<Wal> {
+        self.wal.clone()
+    }
+
+    /// Runs every stage for one pinned generation.
+    pub fn snapshot(&mut self, gen: u64, arrays: &[Array]) -> Result<()> {
+        if self.state.last_gen.is_some_and(|g| gen <= g) {
+            return Err(Error::usage(format!("gen {gen} is not after the last snapshot's {}", self.state.last_gen.unwrap_or(0))));
+        }
+        let meta = Meta {
+            schema: "weights/v1".into(),
+            gen,
+            ts: Timestamp::resolve(None).map_err(Error::usage)?,
+            build: self.cfg.build.clone(),
+            host: "cpu".into(),
+            cuda: "off".into(),
+        };
+        let opts = WriteOptions {
+            meta,
+            merkle_prev: self.merkle_prev,
+            rows_per_chunk: self.cfg.rows_per_chunk,
+            hmac_key: self.cfg.hmac_key.as_ref(),
+            sign_key: self.cfg.sign_key.as_ref(),
+            audit: None,
+            streaming: false,
+            carried_hmacs: Vec::new(),
+        };
+        let file = self.cfg.ring.join(ring_name(gen, "wtxt"));
+        let written = crate::ops::write_wtxt(arrays, &opts, &file, None, &Progress::hidden())?;
+        if let Some(prev) = &self.prev_file {
+            self.delta(prev, &file, gen)?;
+        }
+        let committed = match &self.cfg.recipients[..] {
+            [] => file.clone(),
+            rs => {
+                let armored = self.cfg.ring.join(ring_name(gen, "wtxt.age"));
+                let seal = Seal::Recipients(rs.iter().map(|r| crate::crypto::armor::parse_recipient(r)).collect::<Result<_>>()?);
+                crate::ops::encrypt(&file, &armored, seal)?;
+                armored
+            }
+        };
+        self.merkle_prev = written.merkle_this;
+        self.prev_file = Some(file);
+        self.state.last_gen = Some(gen);
+        self.state.last_sha256_all = Some(hex::encode(written.sha256_all));
+        self.state.snapshots_written += 1;
+        if let Some(repo) = self.cfg.repo.clone() {
+            self.commit(&repo, &committed, gen, &written.sha256_all)?;
+            self.state.resend_queue.push(gen);
+            self.save_queue()?;
+            self.push_now();
+        }
+        let _ = self.wal.append(&format!("snapshot done gen={gen} sha256_all={}", hex::encode(written.sha256_all)));
+        self.prune()?;
+        Ok(())
+    }
+
+    fn delta(&self, prev: &Path, file: &Path, gen: u64) -> Result<()> {
+        let out = self.cfg.ring.join(ring_name(gen, "wtxtdelta"));
+        let mut f = crate::atomic::AtomicFile::create(&out)?;
+        {
+            let b = BufReader::with_capacity(1 << 20, File::open(prev).map_err(|e| Error::io(prev, e))?);
+            let t = BufReader::with_capacity(1 << 20, File::open(file).map_err(|e| Error::io(file, e))?);
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
+            crate::wtxt::delta::create((b, prev), (t, file), &mut w)?;
+            w.flush().map_err(|e| Error::io(&out, e))?;
+        }
+        f.commit()
+    }
+
+    fn commit(&self, repo_dir: &Path, file: &Path, gen: u64, sha: &Hash) -> Result<()> {
+        let git = |e: git2::Error| Error::input(Default::default(), format!("git: {}", e.message()));
+        let repo = git2::Repository::open(repo_dir).map_err(git)?;
+        let work = repo.workdir().ok_or_else(|| Error::usage("--repo must be a work tree, not a bare repository"))?;
+        let dest = work.join(&self.cfg.path_in_repo);
+        if let Some(d) = dest.parent() {
+            std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+        }
+        // Atomic in the work tree too.
+        let mut f = crate::atomic::AtomicFile::create(&dest)?;
+        std::io::copy(&mut File::open(file).map_err(|e| Error::io(file, e))?, f.file()).map_err(|e| Error::io(&dest, e))?;
+        f.commit()?;
+        let mut index = repo.index().map_err(git)?;
+        index.add_path(&self.cfg.path_in_repo).map_err(git)?;
+        index.write().map_err(git)?;
+        let tree = repo.find_tree(index.write_tree().map_err(git)?).map_err(git)?;
+        let sig = git2::Signature::now("wtxt daemon", "wtxt@localhost").map_err(git)?;
+        let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        let msg = format!("wtxt snapshot gen={gen:06} sha256_all={}", hex::encode(sha));
+        repo.commit(Some("HEAD"), &sig, &sig, &msg, &tree, &parents).map_err(git)?;
+        Ok(())
+    }
+
+    /// Pushes now; a failure parks the queue and schedules a retry with backoff.
+    pub fn push_now(&mut self) {
+        let Some(remote) = self.cfg.remote.clone() else {
+            self.state.resend_queue.clear();
+            let _ = self.save_queue();
+            return;
+        };
+        let Some(repo_dir) = self.cfg.repo.clone() else { return };
+        match push(&repo_dir, &remote) {
+            Ok(()) => {
+                self.state.pushed_gen = self.state.resend_queue.last().copied().or(self.state.pushed_gen);
+                self.state.resend_queue.clear();
+                self.next_retry = None;
+                self.backoff = Duration::from_millis(200);
+                let _ = self.save_queue();
+            }
+            Err(e) => {
+                self.state.last_error = Some(format!("push to {remote}: {}", e.message()));
+                self.next_retry = Some(Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(Duration::from_secs(60));
+            }
+        }
+    }
+
+    /// When the next push retry is due, if one is pending.
+    pub fn retry_due(&self) -> Option<Instant> {
+        if self.state.resend_queue.is_empty() { None } else { self.next_retry }
+    }
+
+    fn save_queue(&self) -> Result<()> {
+        let text: String = self.state.resend_queue.iter().map(|g| format!("gen={g}\n")).collect();
+        crate::atomic::write_file(&self.cfg.ring.join("resend.queue"), text.as_bytes(), 0o644)
+    }
+
+    /// Keeps the last `keep` snapshots (with their deltas), never one that is not pushed yet.
+    fn prune(&self) -> Result<()> {
+        let mut gens: Vec<u64> = std::fs::read_dir(&self.cfg.ring)
+            .map_err(|e| Error::io(&self.cfg.ring, e))?
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.strip_prefix("gen-")?.strip_suffix(".wtxt")?.parse().ok()
+            })
+            .collect();
+        gens.sort_unstable();
+        let unpushed_from = self.state.resend_queue.first().copied().unwrap_or(u64::MAX);
+        let excess = gens.len().saturating_sub(self.cfg.keep.max(1));
+        for g in gens.into_iter().take(excess).filter(|g| *g < unpushed_from) {
+            for ext in ["wtxt", "wtxtdelta", "wtxt.age"] {
+                let _ = std::fs::remove_file(self.cfg.ring.join(ring_name(g, ext)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Pushes HEAD's branch to `remote` (a name, a path or a file:// URL).
+fn push(repo_dir: &Path, remote: &str) -> std::result::Result<(), git2::Error> {
+    let repo = git2::Repository::open(repo_dir)?;
+    let head = repo.head()?;
+    let branch = head.name()?.to_string();
+    let mut r = match repo.find_remote(remote) {
+        Ok(r) => r,
+        Err(_) => repo.remote_anonymous(remote)?,
+    };
+    let rejected = std::cell::RefCell::new(None);
+    let mut cb = git2::RemoteCallbacks::new();
+    cb.push_update_reference(|name, status| {
+        if let Some(s) = status {
+            *rejected.borrow_mut() = Some(format!("{name}: {s}"));
+        }
+        Ok(())
+    });
+    let mut opts = git2::PushOptions::new();
+    opts.remote_callbacks(cb);
+    r.push(&[format!("{branch}:{branch}")], Some(&mut opts))?;
+    drop(opts);
+    match rejected.into_inner() {
+        Some(m) => Err(git2::Error::from_str(&format!("rejected {m}"))),
+        None => Ok(()),
+    }
+}

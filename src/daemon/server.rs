@@ -1,0 +1,226 @@
+//! `wtxt daemon`: the snapshot pipeline behind a Unix socket, so producers
+//! in any language can feed it.
+//!
+//! One request per connection, one line each way:
+//! `snapshot PATH [gen=N]` -> `ok gen=N queued` | `error <message>`;
+//! `flush` -> `ok` once everything queued is written, committed and pushed
+//! (or parked in the resend queue); `status` -> one JSON object;
+//! `shutdown` -> `ok`, then in-flight work finishes and the process exits 0.
+//! SIGTERM does what `shutdown` does.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::convert::load_inputs;
+use crate::daemon::pipeline::PipelineConfig;
+use crate::daemon::snapshotter::{pending_requests, Generation, Snapshotter};
+use crate::error::{Error, Result};
+
+/// Settings from flags and/or a TOML file (flags win).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonConfig {
+    pub repo: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
+    pub ring: Option<PathBuf>,
+    pub keep: Option<usize>,
+    pub remote: Option<String>,
+    pub path_in_repo: Option<PathBuf>,
+    pub sign_key: Option<PathBuf>,
+    pub hmac_key: Option<PathBuf>,
+    #[serde(default)]
+    pub recipients: Vec<String>,
+    pub rows_per_chunk: Option<u64>,
+    pub build: Option<String>,
+}
+
+impl DaemonConfig {
+    /// Reads a TOML file.
+    pub fn from_file(path: &Path) -> Result<DaemonConfig> {
+        let text = crate::crypto::mac::read_small_text(path)?;
+        toml::from_str(&text).map_err(|e| Error::input(Default::default(), format!("config: {e}")).in_file(path))
+    }
+
+    /// `self` with every unset field taken from `other`.
+    pub fn or(self, other: DaemonConfig) -> DaemonConfig {
+        DaemonConfig {
+            repo: self.repo.or(other.repo),
+            socket: self.socket.or(other.socket),
+            ring: self.ring.or(other.ring),
+            keep: self.keep.or(other.keep),
+            remote: self.remote.or(other.remote),
+            path_in_repo: self.path_in_repo.or(other.path_in_repo),
+            sign_key: self.sign_key.or(other.sign_key),
+            hmac_key: self.hmac_key.or(other.hmac_key),
+            recipients: if self.recipients.is_empty() { other.recipients } else { self.recipients },
+            rows_per_chunk: self.rows_per_chunk.or(other.rows_per_chunk),
+            build: self.build.or(other.build),
+        }
+    }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_term(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Runs the daemon until `shutdown` or SIGTERM.
+pub fn run(cfg: DaemonConfig) -> Result<()> {
+    let repo = cfg.repo.clone().ok_or_else(|| Error::usage("--repo is required"))?;
+    let socket = cfg.socket.clone().ok_or_else(|| Error::usage("--socket is required"))?;
+    let git = git2::Repository::open(&repo).map_err(|e| Error::usage(format!("--repo {}: {}", repo.display(), e.message())))?;
+    let ring = cfg.ring.clone().unwrap_or_else(|| git.path().join("wtxt-ring"));
+    let mut pc = PipelineConfig::new(&ring);
+    pc.keep = cfg.keep.unwrap_or(8);
+    pc.repo = Some(repo.clone());
+    if let Some(p) = &cfg.path_in_repo {
+        pc.path_in_repo = p.clone();
+    }
+    pc.remote = cfg.remote.clone();
+    pc.sign_key = cfg.sign_key.as_deref().map(crate::crypto::sign::SecretKey::from_file).transpose()?;
+    pc.hmac_key = crate::crypto::mac::HmacKey::from_file_or_env(cfg.hmac_key.as_deref())?;
+    pc.recipients = cfg.recipients.clone();
+    for r in &pc.recipients {
+        crate::crypto::armor::parse_recipient(r)?;
+    }
+    if let Some(r) = cfg.rows_per_chunk {
+        pc.rows_per_chunk = r.max(1);
+    }
+    if let Some(b) = &cfg.build {
+        crate::wtxt::syntax::check_token(b, "build").map_err(Error::usage)?;
+        pc.build = b.clone();
+    }
+    let pending = pending_requests(&ring);
+    let snap = Snapshotter::start(pc, Generation::default())?;
+    let last = snap.status().last_gen;
+    let state = Arc::new(Server { snap, next_gen: std::sync::Mutex::new(last.map_or(0, |g| g + 1)) });
+
+    // Requests a crash left unfinished: redo those whose input still exists.
+    let mut lost = Vec::new();
+    for (gen, src) in pending {
+        match src.filter(|p| p.exists()) {
+            Some(p) => {
+                if let Err(e) = state.snapshot(&p, Some(gen)) {
+                    eprintln!("wtxt daemon: could not redo gen {gen} from {}: {e}", p.display());
+                    lost.push(gen);
+                }
+            }
+            None => lost.push(gen),
+        }
+    }
+    state.snap.report_lost(&lost);
+
+    let listener = bind(&socket)?;
+    // SAFETY: installs a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_term as *const () as libc::sighandler_t);
+    }
+    listener.set_nonblocking(true).map_err(|e| Error::io(&socket, e))?;
+    while !STOP.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let s = state.clone();
+                std::thread::spawn(move || {
+                    if s.serve(stream) {
+                        STOP.store(true, Ordering::SeqCst);
+                    }
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(Error::io(&socket, e)),
+        }
+    }
+    let _ = std::fs::remove_file(&socket);
+    match Arc::try_unwrap(state) {
+        Ok(s) => s.snap.shutdown(),
+        Err(s) => s.snap.flush(),
+    }
+    Ok(())
+}
+
+/// Binds the socket with mode 0600, replacing a stale socket file.
+fn bind(socket: &Path) -> Result<UnixListener> {
+    if socket.exists() {
+        if UnixStream::connect(socket).is_ok() {
+            return Err(Error::usage(format!("{}: a daemon is already listening there", socket.display())));
+        }
+        std::fs::remove_file(socket).map_err(|e| Error::io(socket, e))?;
+    }
+    // SAFETY: umask only affects this process's file creation mode.
+    let old = unsafe { libc::umask(0o177) };
+    let l = UnixListener::bind(socket);
+    unsafe { libc::umask(old) };
+    l.map_err(|e| Error::io(socket, e))
+}
+
+struct Server {
+    snap: Snapshotter,
+    next_gen: std::sync::Mutex<u64>,
+}
+
+impl Server {
+    /// Loads PATH, publishes it as a generation and requests its snapshot.
+    fn snapshot(&self, path: &Path, gen: Option<u64>) -> Result<u64> {
+        let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+        if !meta.is_file() {
+            return Err(Error::usage(format!("{}: not a readable file", path.display())));
+        }
+        let arrays = load_inputs(&[path], &Default::default())?;
+        let mut next = self.next_gen.lock().map_err(|_| Error::usage("state lock poisoned"))?;
+        let gen = match gen {
+            Some(g) if g < *next => return Err(Error::usage(format!("gen={g} is not after the last queued generation {}", *next - 1))),
+            Some(g) => g,
+            None => *next,
+        };
+        self.snap.publish(Arc::new(Generation { gen, arrays }));
+        self.snap.request_snapshot_from(&std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()));
+        *next = gen + 1;
+        Ok(gen)
+    }
+
+    /// Answers one request; true when it asked the daemon to stop.
+    fn serve(&self, stream: UnixStream) -> bool {
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut line = String::new();
+        let mut r = BufReader::new((&stream).take(4096));
+        if r.read_line(&mut line).is_err() {
+            return false;
+        }
+        let line = line.trim_end();
+        let (reply, stop) = match line.split_once(' ').unwrap_or((line, "")) {
+            ("snapshot", rest) if !rest.is_empty() => {
+                let mut parts = rest.rsplitn(2, ' ');
+                let last = parts.next().unwrap_or_default();
+                let (path, gen) = match (last.strip_prefix("gen="), parts.next()) {
+                    (Some(g), Some(p)) => (p, g.parse().ok()),
+                    _ => (rest, None),
+                };
+                let bad_gen = last.starts_with("gen=") && gen.is_none();
+                match (bad_gen, self.snapshot(Path::new(path), gen)) {
+                    (true, _) => ("error gen= expects a number".to_string(), false),
+                    (false, Ok(g)) => (format!("ok gen={g} queued"), false),
+                    (false, Err(e)) => (format!("error {e}"), false),
+                }
+            }
+            ("status", "") => (serde_json::to_string(&self.snap.status()).expect("status serializes"), false),
+            ("flush", "") => {
+                self.snap.flush();
+                ("ok".to_string(), false)
+            }
+            ("shutdown", "") => ("ok".to_string(), true),
+            _ => ("error expected: snapshot PATH [gen=N] | flush | status | shutdown".to_string(), false),
+        };
+        let mut w = &stream;
+        let _ = w.write_all(format!("{reply}\n").as_bytes());
+        let _ = w.flush();
+        stop
+    }
+}

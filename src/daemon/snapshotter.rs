@@ -1,0 +1,242 @@
+//! The hot-path API: `publish` a generation (one RCU store) and
+//! `request_snapshot` (one WAL line and a non-blocking hand-off). Neither
+//! waits on snapshot I/O: the snapshot thread pins the newest generation
+//! when it gets to a request, so requests made while it is busy coalesce
+//! into one and a counter says how many were folded.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TrySendError};
+use serde::Serialize;
+
+use crate::daemon::pipeline::{Pipeline, PipelineConfig, PipelineState, Wal};
+use crate::error::Result;
+use crate::model::Array;
+
+/// One generation of training state: immutable once published.
+#[derive(Debug, Default)]
+pub struct Generation {
+    pub gen: u64,
+    /// Sorted by name, unique (see `model::sort_arrays`).
+    pub arrays: Vec<Array>,
+}
+
+enum Control {
+    Flush(Sender<()>),
+    Shutdown(Sender<()>),
+}
+
+struct Shared {
+    coalesced: AtomicU64,
+    requested: AtomicU64,
+    state: Mutex<PipelineState>,
+}
+
+/// What `status` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct Status {
+    pub last_gen: Option<u64>,
+    pub queue_depth: usize,
+    pub coalesced: u64,
+    pub requested: u64,
+    pub resend_queue: usize,
+    pub last_error: Option<String>,
+    pub snapshots_written: u64,
+    pub pushed_gen: Option<u64>,
+    pub lost: Vec<u64>,
+}
+
+/// Publishes generations and snapshots them in the background.
+pub struct Snapshotter {
+    state: Arc<ArcSwap<Generation>>,
+    req_tx: Sender<()>,
+    ctl_tx: Sender<Control>,
+    wal: Arc<Wal>,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Snapshotter {
+    /// Opens the pipeline and starts the snapshot thread.
+    pub fn start(cfg: PipelineConfig, initial: Generation) -> Result<Snapshotter> {
+        let pipeline = Pipeline::open(cfg)?;
+        let wal = pipeline.wal();
+        let shared = Arc::new(Shared { coalesced: AtomicU64::new(0), requested: AtomicU64::new(0), state: Mutex::new(pipeline.state.clone()) });
+        let state = Arc::new(ArcSwap::from_pointee(initial));
+        // Capacity 1: a request waiting is enough; more fold into it.
+        let (req_tx, req_rx) = bounded::<()>(1);
+        let (ctl_tx, ctl_rx) = unbounded::<Control>();
+        let thread = {
+            let (state, shared) = (state.clone(), shared.clone());
+            std::thread::Builder::new()
+                .name("wtxt-snapshot".into())
+                .spawn(move || run(pipeline, state, shared, req_rx, ctl_rx))
+                .map_err(|e| crate::Error::io("snapshot thread", e))?
+        };
+        Ok(Snapshotter { state, req_tx, ctl_tx, wal, shared, thread: Some(thread) })
+    }
+
+    /// Publishes a new generation (an RCU store: no lock, no allocation but the `Arc`).
+    #[inline]
+    pub fn publish(&self, g: Arc<Generation>) {
+        self.state.store(g);
+    }
+
+    /// The generation now published.
+    pub fn current(&self) -> Arc<Generation> {
+        self.state.load_full()
+    }
+
+    /// Asks for a snapshot of the newest generation: one WAL line and a
+    /// non-blocking hand-off. Returns the generation current at the call.
+    #[inline]
+    pub fn request_snapshot(&self) -> u64 {
+        self.request_inner(None)
+    }
+
+    /// Like `request_snapshot`, recording where the state came from, so a
+    /// restart can redo the request from that file.
+    pub fn request_snapshot_from(&self, source: &std::path::Path) -> u64 {
+        self.request_inner(Some(source))
+    }
+
+    fn request_inner(&self, source: Option<&std::path::Path>) -> u64 {
+        let gen = self.state.load().gen;
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        // Formatted on the stack: no allocation on the hot path.
+        let mut buf = [0u8; 256];
+        let mut cur = std::io::Cursor::new(&mut buf[..]);
+        let _ = write!(cur, "snapshot requested gen={gen} ts={secs}");
+        let n = cur.position() as usize;
+        match source {
+            None => {
+                let _ = self.wal.append(std::str::from_utf8(&buf[..n]).unwrap_or_default());
+            }
+            Some(p) => {
+                let _ = self.wal.append(&format!("{} path={}", std::str::from_utf8(&buf[..n]).unwrap_or_default(), p.display()));
+            }
+        }
+        self.shared.requested.fetch_add(1, Ordering::Relaxed);
+        match self.req_tx.try_send(()) {
+            Ok(()) => {}
+            Err(TrySendError::Full(())) => {
+                self.shared.coalesced.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(TrySendError::Disconnected(())) => {}
+        }
+        gen
+    }
+
+    /// Blocks until every queued snapshot is written, committed and pushed
+    /// (or parked in the resend queue).
+    pub fn flush(&self) {
+        let (tx, rx) = bounded(1);
+        if self.ctl_tx.send(Control::Flush(tx)).is_ok() {
+            let _ = rx.recv();
+        }
+    }
+
+    /// The pipeline's state.
+    pub fn status(&self) -> Status {
+        let s = self.shared.state.lock().map(|s| s.clone()).unwrap_or_default();
+        Status {
+            last_gen: s.last_gen,
+            queue_depth: self.req_tx.len(),
+            coalesced: self.shared.coalesced.load(Ordering::Relaxed),
+            requested: self.shared.requested.load(Ordering::Relaxed),
+            resend_queue: s.resend_queue.len(),
+            last_error: s.last_error,
+            snapshots_written: s.snapshots_written,
+            pushed_gen: s.pushed_gen,
+            lost: s.lost,
+        }
+    }
+
+    /// Records generations a restart could not redo.
+    pub fn report_lost(&self, gens: &[u64]) {
+        if let Ok(mut s) = self.shared.state.lock() {
+            s.lost.extend_from_slice(gens);
+        }
+    }
+
+    /// Finishes the snapshot in flight and what is queued, tries the resend
+    /// queue once more, and stops the thread.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let (tx, rx) = bounded(1);
+            if self.ctl_tx.send(Control::Shutdown(tx)).is_ok() {
+                let _ = rx.recv();
+            }
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Snapshotter {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Requests in the ring's WAL that no snapshot finished: (gen, source).
+pub fn pending_requests(ring: &std::path::Path) -> Vec<(u64, Option<PathBuf>)> {
+    Wal::pending(ring)
+}
+
+fn run(mut p: Pipeline, state: Arc<ArcSwap<Generation>>, shared: Arc<Shared>, req_rx: Receiver<()>, ctl_rx: Receiver<Control>) {
+    let publish = |p: &Pipeline| {
+        if let Ok(mut s) = shared.state.lock() {
+            let lost = std::mem::take(&mut s.lost);
+            *s = p.state.clone();
+            s.lost = lost;
+        }
+    };
+    let once = |p: &mut Pipeline| {
+        let pin = state.load_full();
+        if p.state.last_gen == Some(pin.gen) {
+            return; // already written: nothing new since
+        }
+        if let Err(e) = p.snapshot(pin.gen, &pin.arrays) {
+            p.state.last_error = Some(format!("gen {}: {e}", pin.gen));
+        }
+    };
+    loop {
+        let wait = p.retry_due().map_or(Duration::from_secs(1), |t| t.saturating_duration_since(Instant::now()));
+        select! {
+            recv(req_rx) -> r => {
+                if r.is_err() { break; }
+                once(&mut p);
+            }
+            recv(ctl_rx) -> c => match c {
+                Ok(Control::Flush(reply)) => {
+                    while req_rx.try_recv().is_ok() { once(&mut p); }
+                    if p.retry_due().is_some() { p.push_now(); }
+                    publish(&p);
+                    let _ = reply.send(());
+                }
+                Ok(Control::Shutdown(reply)) => {
+                    while req_rx.try_recv().is_ok() { once(&mut p); }
+                    if p.retry_due().is_some() { p.push_now(); }
+                    publish(&p);
+                    let _ = reply.send(());
+                    break;
+                }
+                Err(_) => break,
+            },
+            default(wait) => {
+                if p.retry_due().is_some_and(|t| t <= Instant::now()) { p.push_now(); }
+            }
+        }
+        publish(&p);
+    }
+}
