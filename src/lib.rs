@@ -14,8 +14,8 @@
 
 pub mod atomic;
 pub mod convert;
-pub mod daemon;
 pub mod crypto;
+pub mod daemon;
 pub mod error;
 pub mod git;
 pub mod limits;

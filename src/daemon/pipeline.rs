@@ -144,7 +144,9 @@ impl Pipeline {
                 let _ = std::fs::remove_file(e.path()); // a write a crash interrupted
                 continue;
             }
-            if let Some(g) = name.strip_prefix("gen-").and_then(|r| r.strip_suffix(".wtxt")).and_then(|g| g.parse().ok()) {
+            if let Some(g) =
+                name.strip_prefix("gen-").and_then(|r| r.strip_suffix(".wtxt")).and_then(|g| g.parse().ok())
+            {
                 if newest.as_ref().is_none_or(|(n, _)| g > *n) {
                     newest = Some((g, e.path()));
                 }
@@ -165,7 +167,15 @@ impl Pipeline {
         state.resend_queue = queue.lines().filter_map(|l| l.strip_prefix("gen=")?.parse().ok()).collect();
         let wal = std::sync::Arc::new(Wal::open(&cfg.ring)?);
         let retry = (!state.resend_queue.is_empty()).then(Instant::now);
-        Ok(Pipeline { prev_file: newest.map(|n| n.1), cfg, wal, state, merkle_prev, next_retry: retry, backoff: Duration::from_millis(200) })
+        Ok(Pipeline {
+            prev_file: newest.map(|n| n.1),
+            cfg,
+            wal,
+            state,
+            merkle_prev,
+            next_retry: retry,
+            backoff: Duration::from_millis(200),
+        })
     }
 
     /// The WAL, shared with the hot path.
@@ -176,7 +186,10 @@ impl Pipeline {
     /// Runs every stage for one pinned generation.
     pub fn snapshot(&mut self, gen: u64, arrays: &[Array]) -> Result<()> {
         if self.state.last_gen.is_some_and(|g| gen <= g) {
-            return Err(Error::usage(format!("gen {gen} is not after the last snapshot's {}", self.state.last_gen.unwrap_or(0))));
+            return Err(Error::usage(format!(
+                "gen {gen} is not after the last snapshot's {}",
+                self.state.last_gen.unwrap_or(0)
+            )));
         }
         let meta = Meta {
             schema: "weights/v1".into(),
@@ -205,7 +218,9 @@ impl Pipeline {
             [] => file.clone(),
             rs => {
                 let armored = self.cfg.ring.join(ring_name(gen, "wtxt.age"));
-                let seal = Seal::Recipients(rs.iter().map(|r| crate::crypto::armor::parse_recipient(r)).collect::<Result<_>>()?);
+                let seal = Seal::Recipients(
+                    rs.iter().map(|r| crate::crypto::armor::parse_recipient(r)).collect::<Result<_>>()?,
+                );
                 crate::ops::encrypt(&file, &armored, seal)?;
                 armored
             }
@@ -249,7 +264,8 @@ impl Pipeline {
         }
         // Atomic in the work tree too.
         let mut f = crate::atomic::AtomicFile::create(&dest)?;
-        std::io::copy(&mut File::open(file).map_err(|e| Error::io(file, e))?, f.file()).map_err(|e| Error::io(&dest, e))?;
+        std::io::copy(&mut File::open(file).map_err(|e| Error::io(file, e))?, f.file())
+            .map_err(|e| Error::io(&dest, e))?;
         f.commit()?;
         let mut index = repo.index().map_err(git)?;
         index.add_path(&self.cfg.path_in_repo).map_err(git)?;
@@ -289,7 +305,11 @@ impl Pipeline {
 
     /// When the next push retry is due, if one is pending.
     pub fn retry_due(&self) -> Option<Instant> {
-        if self.state.resend_queue.is_empty() { None } else { self.next_retry }
+        if self.state.resend_queue.is_empty() {
+            None
+        } else {
+            self.next_retry
+        }
     }
 
     fn save_queue(&self) -> Result<()> {

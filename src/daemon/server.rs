@@ -75,7 +75,8 @@ extern "C" fn on_term(_: libc::c_int) {
 pub fn run(cfg: DaemonConfig) -> Result<()> {
     let repo = cfg.repo.clone().ok_or_else(|| Error::usage("--repo is required"))?;
     let socket = cfg.socket.clone().ok_or_else(|| Error::usage("--socket is required"))?;
-    let git = git2::Repository::open(&repo).map_err(|e| Error::usage(format!("--repo {}: {}", repo.display(), e.message())))?;
+    let git = git2::Repository::open(&repo)
+        .map_err(|e| Error::usage(format!("--repo {}: {}", repo.display(), e.message())))?;
     let ring = cfg.ring.clone().unwrap_or_else(|| git.path().join("wtxt-ring"));
     let mut pc = PipelineConfig::new(&ring);
     pc.keep = cfg.keep.unwrap_or(8);
@@ -176,7 +177,9 @@ impl Server {
         let arrays = load_inputs(&[path], &Default::default())?;
         let mut next = self.next_gen.lock().map_err(|_| Error::usage("state lock poisoned"))?;
         let gen = match gen {
-            Some(g) if g < *next => return Err(Error::usage(format!("gen={g} is not after the last queued generation {}", *next - 1))),
+            Some(g) if g < *next => {
+                return Err(Error::usage(format!("gen={g} is not after the last queued generation {}", *next - 1)))
+            }
             Some(g) => g,
             None => *next,
         };

@@ -67,7 +67,11 @@ impl Snapshotter {
     pub fn start(cfg: PipelineConfig, initial: Generation) -> Result<Snapshotter> {
         let pipeline = Pipeline::open(cfg)?;
         let wal = pipeline.wal();
-        let shared = Arc::new(Shared { coalesced: AtomicU64::new(0), requested: AtomicU64::new(0), state: Mutex::new(pipeline.state.clone()) });
+        let shared = Arc::new(Shared {
+            coalesced: AtomicU64::new(0),
+            requested: AtomicU64::new(0),
+            state: Mutex::new(pipeline.state.clone()),
+        });
         let state = Arc::new(ArcSwap::from_pointee(initial));
         // Capacity 1: a request waiting is enough; more fold into it.
         let (req_tx, req_rx) = bounded::<()>(1);
@@ -119,7 +123,11 @@ impl Snapshotter {
                 let _ = self.wal.append(std::str::from_utf8(&buf[..n]).unwrap_or_default());
             }
             Some(p) => {
-                let _ = self.wal.append(&format!("{} path={}", std::str::from_utf8(&buf[..n]).unwrap_or_default(), p.display()));
+                let _ = self.wal.append(&format!(
+                    "{} path={}",
+                    std::str::from_utf8(&buf[..n]).unwrap_or_default(),
+                    p.display()
+                ));
             }
         }
         self.shared.requested.fetch_add(1, Ordering::Relaxed);
@@ -193,7 +201,13 @@ pub fn pending_requests(ring: &std::path::Path) -> Vec<(u64, Option<PathBuf>)> {
     Wal::pending(ring)
 }
 
-fn run(mut p: Pipeline, state: Arc<ArcSwap<Generation>>, shared: Arc<Shared>, req_rx: Receiver<()>, ctl_rx: Receiver<Control>) {
+fn run(
+    mut p: Pipeline,
+    state: Arc<ArcSwap<Generation>>,
+    shared: Arc<Shared>,
+    req_rx: Receiver<()>,
+    ctl_rx: Receiver<Control>,
+) {
     let publish = |p: &Pipeline| {
         if let Ok(mut s) = shared.state.lock() {
             let lost = std::mem::take(&mut s.lost);

@@ -4,6 +4,7 @@
 //! - `golden`: the independent implementation's vectors, byte for byte;
 //! - `cli`: the real binary's exit codes, messages and JSON;
 //! - `corruption`: every kind of damage, on every line, is rejected with its line;
+//! - `daemon`: the snapshot daemon under load, with failing remotes, kill -9 and the Python example;
 //! - `delta`: DELTA v2 round trips and failures;
 //! - `roundtrip`: property tests of write -> verify -> read;
 //! - `recover`: partial recovery keeps everything intact;
@@ -14,6 +15,7 @@
 mod age;
 mod cli;
 mod corruption;
+mod daemon;
 mod delta;
 mod gitflow;
 mod golden;

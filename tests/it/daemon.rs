@@ -1,0 +1,277 @@
+//! The snapshot daemon: the library API under load, and the real `wtxt
+//! daemon` binary as a child process with real Git repositories and a real
+//! bare remote: a remote that fails then recovers, `kill -9` mid-snapshot,
+//! and the Python example end to end.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wtxt::daemon::pipeline::PipelineConfig;
+use wtxt::daemon::snapshotter::{Generation, Snapshotter};
+use wtxt::model::{Array, ArrayData, Dtype};
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let o = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A generation whose arrays are all filled with its own number.
+fn uniform(gen: u64) -> Generation {
+    let a = vec![gen as u32; 64 * 32].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let b = vec![gen as f64; 100].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    Generation {
+        gen,
+        arrays: vec![
+            Array::new("a", Dtype::U32, vec![64, 32], ArrayData::from(a)).unwrap(),
+            Array::new("b", Dtype::F64, vec![100], ArrayData::from(b)).unwrap(),
+        ],
+    }
+}
+
+#[test]
+fn no_torn_state_under_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = dir.path().join("ring");
+    let mut cfg = PipelineConfig::new(&ring);
+    cfg.keep = 1000;
+    let snap = Snapshotter::start(cfg, Generation::default()).unwrap();
+    let start = Instant::now();
+    let mut gen = 0;
+    while start.elapsed() < Duration::from_millis(1500) {
+        gen += 1;
+        snap.publish(Arc::new(uniform(gen)));
+        snap.request_snapshot();
+    }
+    snap.flush();
+    let st = snap.status();
+    snap.shutdown();
+    assert!(st.snapshots_written > 1, "{st:?}");
+    assert!(st.coalesced > 0, "a producer this fast makes requests coalesce: {st:?}");
+    assert_eq!(st.requested, gen);
+    let mut checked = 0;
+    let mut last = 0;
+    for e in std::fs::read_dir(&ring).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().and_then(|x| x.to_str()) != Some("wtxt") {
+            continue;
+        }
+        let bytes = std::fs::read(&p).unwrap();
+        let l = wtxt::wtxt::load(&bytes[..], bytes.len() as u64, &Default::default()).unwrap();
+        let g = l.header.meta.gen;
+        let a: Vec<u32> = l.arrays[0].bytes().chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        let b: Vec<f64> = l.arrays[1].bytes().chunks(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
+        assert!(a.iter().all(|x| *x as u64 == g) && b.iter().all(|x| *x as u64 == g), "torn state in gen {g}");
+        checked += 1;
+        last = last.max(g);
+    }
+    assert_eq!(checked as u64, st.snapshots_written);
+    assert_eq!(last, gen, "the newest generation was snapshotted");
+}
+
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(repo: &Path, socket: &Path, extra: &[&str]) -> Daemon {
+        let child = Command::new(env!("CARGO_BIN_EXE_wtxt"))
+            .arg("daemon")
+            .arg("--repo")
+            .arg(repo)
+            .arg("--socket")
+            .arg(socket)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while UnixStream::connect(socket).is_err() {
+            assert!(t.elapsed() < Duration::from_secs(10), "daemon did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon { child, socket: socket.to_path_buf() }
+    }
+
+    fn ask(&self, line: &str) -> String {
+        let mut s = UnixStream::connect(&self.socket).unwrap();
+        s.write_all(format!("{line}\n").as_bytes()).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.trim().to_string()
+    }
+
+    fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.ask("status")).unwrap()
+    }
+
+    fn stop(mut self) {
+        assert_eq!(self.ask("shutdown"), "ok");
+        let status = self.child.wait().unwrap();
+        assert!(status.success());
+    }
+}
+
+fn model(dir: &Path, gen: u64) -> PathBuf {
+    let p = dir.join(format!("state{gen}.npz"));
+    let g = uniform(gen);
+    wtxt::convert::npz::write(&g.arrays, std::fs::File::create(&p).unwrap()).unwrap();
+    p
+}
+
+#[test]
+fn a_failing_remote_parks_pushes_until_it_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let repo = d.join("repo");
+    git(d, &["init", "-q", "-b", "main", "repo"]);
+    let remote = d.join("remote.git"); // does not exist yet: pushes fail
+    let daemon = Daemon::start(
+        &repo,
+        &d.join("s.sock"),
+        &["--remote", remote.to_str().unwrap(), "--path-in-repo", "models/m.wtxt"],
+    );
+    for g in 1..=3 {
+        assert_eq!(daemon.ask(&format!("snapshot {} gen={g}", model(d, g).display())), format!("ok gen={g} queued"));
+        assert_eq!(daemon.ask("flush"), "ok");
+    }
+    let st = daemon.status();
+    assert_eq!(st["last_gen"], 3);
+    assert_eq!(st["resend_queue"], 3, "{st}");
+    assert!(st["last_error"].as_str().unwrap().contains("push"), "{st}");
+    // The ring keeps what is not pushed.
+    assert!(repo.join(".git/wtxt-ring/gen-000001.wtxt").exists());
+    git(d, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
+    let t = Instant::now();
+    loop {
+        let st = daemon.status();
+        if st["resend_queue"] == 0 {
+            assert_eq!(st["pushed_gen"], 3);
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "the resend queue did not drain: {st}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(git(&remote, &["rev-list", "--count", "main"]).trim(), "3", "nothing lost");
+    daemon.stop();
+    let log =
+        Command::new(env!("CARGO_BIN_EXE_wtxt")).args(["log", "-C"]).arg(&repo).arg("models/m.wtxt").output().unwrap();
+    assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stdout));
+}
+
+#[test]
+fn kill_9_mid_snapshot_then_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let repo = d.join("repo");
+    git(d, &["init", "-q", "-b", "main", "repo"]);
+    // A model big enough that the kill lands while it is being written.
+    let big = d.join("big.npy");
+    {
+        let mut f = std::fs::File::create(&big).unwrap();
+        let dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (16384, 1024), }";
+        let mut h = b"\x93NUMPY\x01\x00\x76\x00".to_vec();
+        h.extend_from_slice(dict.as_bytes());
+        h.resize(127, b' ');
+        h.push(b'\n');
+        f.write_all(&h).unwrap();
+        let row: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+        for _ in 0..16384 {
+            f.write_all(&row).unwrap();
+        }
+    }
+    let sock = d.join("s.sock");
+    let daemon = Daemon::start(&repo, &sock, &[]);
+    assert_eq!(daemon.ask(&format!("snapshot {} gen=1", model(d, 1).display())), "ok gen=1 queued");
+    assert_eq!(daemon.ask("flush"), "ok");
+    assert_eq!(daemon.ask(&format!("snapshot {} gen=2", big.display())), "ok gen=2 queued");
+    std::thread::sleep(Duration::from_millis(150));
+    let mut child = daemon.child;
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    // No partial file under a final name; the repository is sound.
+    let ring = repo.join(".git/wtxt-ring");
+    for e in std::fs::read_dir(&ring).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".wtxt") {
+            let bytes = std::fs::read(&p).unwrap();
+            assert!(wtxt::wtxt::load(&bytes[..], bytes.len() as u64, &Default::default()).is_ok(), "{name} is whole");
+        }
+    }
+    git(&repo, &["fsck", "--no-progress"]);
+    // Restart: the unfinished request is redone from its input.
+    let daemon = Daemon::start(&repo, &sock, &[]);
+    assert_eq!(daemon.ask("flush"), "ok");
+    let st = daemon.status();
+    assert_eq!(st["last_gen"], 2, "{st}");
+    assert_eq!(st["lost"], serde_json::json!([]));
+    daemon.stop();
+    git(&repo, &["fsck", "--no-progress"]);
+    let log =
+        Command::new(env!("CARGO_BIN_EXE_wtxt")).args(["log", "-C"]).arg(&repo).arg("snapshot.wtxt").output().unwrap();
+    assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stdout));
+    assert!(String::from_utf8_lossy(&log.stdout).contains("2 generation(s), chain OK"));
+}
+
+#[test]
+fn the_python_example_runs_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    git(d, &["init", "-q", "-b", "main", "repo"]);
+    git(d, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
+    let repo = d.join("repo");
+    let sock = d.join("s.sock");
+    let cfg = d.join("daemon.toml");
+    std::fs::write(
+        &cfg,
+        format!("remote = \"{}\"\nkeep = 3\nbuild = \"py-example\"\n", d.join("remote.git").display()),
+    )
+    .unwrap();
+    let daemon = Daemon::start(&repo, &sock, &["--config", cfg.to_str().unwrap()]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/train_loop.py");
+    let o = Command::new("python3")
+        .arg(script)
+        .args(["--socket", sock.to_str().unwrap(), "--steps", "30", "--every", "5", "--dir"])
+        .arg(d.join("states"))
+        .output()
+        .expect("python3 is needed");
+    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let st = daemon.status();
+    assert_eq!(st["last_gen"], 30);
+    assert_eq!(st["pushed_gen"], 30);
+    assert_eq!(st["requested"], 6);
+    // Requests made while a snapshot runs fold into the next one.
+    let written = st["snapshots_written"].as_u64().unwrap();
+    assert_eq!(written + st["coalesced"].as_u64().unwrap(), 6, "{st}");
+    daemon.stop();
+    assert_eq!(
+        git(&d.join("remote.git"), &["rev-list", "--count", "main"]).trim(),
+        written.to_string(),
+        "every snapshot pushed"
+    );
+    let ring: Vec<String> = std::fs::read_dir(repo.join(".git/wtxt-ring"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".wtxt"))
+        .collect();
+    assert_eq!(ring.len() as u64, written.min(3), "the ring keeps the last 3: {ring:?}");
+    let log =
+        Command::new(env!("CARGO_BIN_EXE_wtxt")).args(["log", "-C"]).arg(&repo).arg("snapshot.wtxt").output().unwrap();
+    assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stdout));
+}
