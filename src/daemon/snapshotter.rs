@@ -27,6 +27,12 @@ pub struct Generation {
     pub arrays: Vec<Array>,
 }
 
+/// One WAL line, by value.
+struct WalLine {
+    buf: [u8; 256],
+    len: usize,
+}
+
 enum Control {
     Flush(Sender<()>),
     Shutdown(Sender<()>),
@@ -58,6 +64,9 @@ pub struct Snapshotter {
     req_tx: Sender<()>,
     ctl_tx: Sender<Control>,
     wal: Arc<Wal>,
+    /// WAL lines on their way to the WAL thread (fixed size: no allocation).
+    wal_tx: Option<Sender<WalLine>>,
+    wal_thread: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
@@ -83,7 +92,32 @@ impl Snapshotter {
                 .spawn(move || run(pipeline, state, shared, req_rx, ctl_rx))
                 .map_err(|e| crate::Error::io("snapshot thread", e))?
         };
-        Ok(Snapshotter { state, req_tx, ctl_tx, wal, shared, thread: Some(thread) })
+        // The WAL is appended by its own thread, so the hot path never waits
+        // on the file system (a writer can be throttled while snapshots
+        // dirty the page cache).
+        let (wal_tx, wal_rx) = bounded::<WalLine>(4096);
+        let wal_thread = {
+            let wal = wal.clone();
+            std::thread::Builder::new()
+                .name("wtxt-wal".into())
+                .spawn(move || {
+                    background_priority();
+                    for l in wal_rx {
+                        let _ = wal.append(std::str::from_utf8(&l.buf[..l.len]).unwrap_or_default());
+                    }
+                })
+                .map_err(|e| crate::Error::io("wal thread", e))?
+        };
+        Ok(Snapshotter {
+            state,
+            req_tx,
+            ctl_tx,
+            wal,
+            wal_tx: Some(wal_tx),
+            wal_thread: Some(wal_thread),
+            shared,
+            thread: Some(thread),
+        })
     }
 
     /// Publishes a new generation (an RCU store: no lock, no allocation but the `Arc`).
@@ -180,6 +214,11 @@ impl Snapshotter {
     }
 
     fn stop(&mut self) {
+        // Drain the WAL first: its lines precede the snapshots' `done` lines.
+        self.wal_tx.take();
+        if let Some(t) = self.wal_thread.take() {
+            let _ = t.join();
+        }
         if let Some(t) = self.thread.take() {
             let (tx, rx) = bounded(1);
             if self.ctl_tx.send(Control::Shutdown(tx)).is_ok() {
@@ -201,6 +240,18 @@ pub fn pending_requests(ring: &std::path::Path) -> Vec<(u64, Option<PathBuf>)> {
     Wal::pending(ring)
 }
 
+/// Lowers the calling thread's scheduling priority (Linux: per thread, and
+/// inherited by the threads it starts), so background snapshot work yields
+/// the CPU to the training loop.
+fn background_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain syscalls on the calling thread; failure only leaves the priority as it was.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
+}
+
 fn run(
     mut p: Pipeline,
     state: Arc<ArcSwap<Generation>>,
@@ -208,6 +259,7 @@ fn run(
     req_rx: Receiver<()>,
     ctl_rx: Receiver<Control>,
 ) {
+    background_priority();
     let publish = |p: &Pipeline| {
         if let Ok(mut s) = shared.state.lock() {
             let lost = std::mem::take(&mut s.lost);

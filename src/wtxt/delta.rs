@@ -338,19 +338,22 @@ fn create_from<T: Read, W: Write>(
         let head_same = base.is_some_and(|(b, _)| b.head_text() == t.head_text());
         let mut pending_head = Some(t.head_text());
         for _ in 0..layout.chunk_count() {
-            let c = tw.chunk()?;
-            let unchanged =
-                comparable.and_then(|(_, bc)| bc.get(c.ch.ix as usize)).is_some_and(|b| same_chunk(b, &c.ch));
+            // Decide from the ch line; only a changed chunk's lines are copied.
+            let (_, ch, head) = tw.ch_line()?;
+            let unchanged = comparable.and_then(|(_, bc)| bc.get(ch.ix as usize)).is_some_and(|b| same_chunk(b, &ch));
             stats.target_chunks += 1;
             if unchanged {
+                tw.chunk_body::<W>(&ch, None)?;
                 continue;
             }
             if let Some(h) = pending_head.take() {
                 out.write_all(&h).map_err(io)?;
             }
-            out.write_all(&c.text).map_err(io)?;
+            out.write_all(&head).map_err(io)?;
+            out.write_all(b"\n").map_err(io)?;
+            tw.chunk_body(&ch, Some(&mut *out))?;
             stats.changed_chunks += 1;
-            stats.changed_text_bytes += c.text.len() as u64;
+            stats.changed_text_bytes += chunk_text_len(head.len(), &ch);
         }
         tw.expect("endarr")?;
         match pending_head {
@@ -372,6 +375,12 @@ fn create_from<T: Read, W: Write>(
     out.write_all(DELTA_END.as_bytes()).map_err(io)?;
     out.write_all(b"\n").map_err(io)?;
     Ok(stats)
+}
+
+/// Bytes of a chunk's text: its `ch` line, base64 lines and `endch`, each with LF.
+fn chunk_text_len(ch_line: usize, ch: &ChLine) -> u64 {
+    let last = if ch.lines == 0 { 0 } else { crate::wtxt::layout::last_line_width(ch.len) as u64 + 3 };
+    ch_line as u64 + 1 + ch.lines.saturating_sub(1) * 79 + last + "endch\n".len() as u64
 }
 
 /// What `create` put in the delta.
