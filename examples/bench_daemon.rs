@@ -84,7 +84,7 @@ fn main() -> wtxt::Result<()> {
         snap.request_snapshot();
         lat.push(s.elapsed().as_nanos() as u64);
         i += 1;
-        if i as usize >= calls && i % 1024 == 0 && snap.status().snapshots_written >= written_before + 2 {
+        if i as usize >= calls && i.is_multiple_of(1024) && snap.status().snapshots_written >= written_before + 2 {
             break;
         }
     }
