@@ -38,6 +38,8 @@ pub struct PipelineConfig {
     pub recipients: Vec<String>,
     pub rows_per_chunk: u64,
     pub build: String,
+    /// Commit message; `{gen}` and `{sha256_all}` are filled in.
+    pub message: String,
 }
 
 impl PipelineConfig {
@@ -54,6 +56,7 @@ impl PipelineConfig {
             recipients: Vec::new(),
             rows_per_chunk: DEFAULT_ROWS_PER_CHUNK,
             build: "daemon".into(),
+            message: "wtxt snapshot gen={gen} sha256_all={sha256_all}".into(),
         }
     }
 }
@@ -274,7 +277,7 @@ impl Pipeline {
         let sig = git2::Signature::now("wtxt daemon", "wtxt@localhost").map_err(git)?;
         let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
         let parents: Vec<&git2::Commit> = parent.iter().collect();
-        let msg = format!("wtxt snapshot gen={gen:06} sha256_all={}", hex::encode(sha));
+        let msg = self.cfg.message.replace("{gen}", &format!("{gen:06}")).replace("{sha256_all}", &hex::encode(sha));
         repo.commit(Some("HEAD"), &sig, &sig, &msg, &tree, &parents).map_err(git)?;
         Ok(())
     }

@@ -38,6 +38,8 @@ pub struct DaemonConfig {
     pub recipients: Vec<String>,
     pub rows_per_chunk: Option<u64>,
     pub build: Option<String>,
+    /// Commit message template (`{gen}`, `{sha256_all}`).
+    pub message: Option<String>,
 }
 
 impl DaemonConfig {
@@ -61,6 +63,7 @@ impl DaemonConfig {
             recipients: if self.recipients.is_empty() { other.recipients } else { self.recipients },
             rows_per_chunk: self.rows_per_chunk.or(other.rows_per_chunk),
             build: self.build.or(other.build),
+            message: self.message.or(other.message),
         }
     }
 }
@@ -97,6 +100,9 @@ pub fn run(cfg: DaemonConfig) -> Result<()> {
     if let Some(b) = &cfg.build {
         crate::wtxt::syntax::check_token(b, "build").map_err(Error::usage)?;
         pc.build = b.clone();
+    }
+    if let Some(m) = &cfg.message {
+        pc.message = m.clone();
     }
     let pending = pending_requests(&ring);
     let snap = Snapshotter::start(pc, Generation::default())?;

@@ -275,3 +275,40 @@ fn the_python_example_runs_end_to_end() {
         Command::new(env!("CARGO_BIN_EXE_wtxt")).args(["log", "-C"]).arg(&repo).arg("snapshot.wtxt").output().unwrap();
     assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stdout));
 }
+
+#[test]
+fn sigterm_finishes_in_flight_work_and_armored_commits_decrypt_with_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    git(d, &["init", "-q", "-b", "main", "repo"]);
+    let repo = d.join("repo");
+    let key = d.join("key.txt");
+    assert!(Command::new("age-keygen")
+        .arg("-o")
+        .arg(&key)
+        .output()
+        .expect("age-keygen (Debian package age)")
+        .status
+        .success());
+    let r = Command::new("age-keygen").arg("-y").arg(&key).output().unwrap();
+    let recipient = String::from_utf8(r.stdout).unwrap().trim().to_string();
+    let daemon = Daemon::start(
+        &repo,
+        &d.join("s.sock"),
+        &["--recipient", &recipient, "--path-in-repo", "m.wtxt.age", "--message", "train step {gen} ({sha256_all})"],
+    );
+    assert_eq!(daemon.ask(&format!("snapshot {} gen=7", model(d, 7).display())), "ok gen=7 queued");
+    // SIGTERM right away: the queued snapshot is still written and committed.
+    let mut child = daemon.child;
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let msg = git(&repo, &["log", "-1", "--format=%s"]);
+    assert!(msg.starts_with("train step 000007 ("), "{msg}");
+    let armored = std::fs::read(repo.join("m.wtxt.age")).unwrap();
+    assert!(armored.starts_with(b"-----BEGIN AGE ENCRYPTED FILE-----"));
+    let plain = Command::new("age").arg("-d").arg("-i").arg(&key).arg(repo.join("m.wtxt.age")).output().unwrap();
+    assert!(plain.status.success());
+    let l = wtxt::wtxt::load(&plain.stdout[..], plain.stdout.len() as u64, &Default::default()).unwrap();
+    assert_eq!(l.header.meta.gen, 7);
+}

@@ -464,6 +464,9 @@ pub struct DaemonArgs {
     /// Build token written into each snapshot (default daemon).
     #[arg(long, value_name = "TOK")]
     pub build: Option<String>,
+    /// Commit message; {gen} and {sha256_all} are filled in.
+    #[arg(long, value_name = "TEMPLATE")]
+    pub message: Option<String>,
     /// TOML file with any of these settings (flags win).
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,

@@ -246,6 +246,7 @@ fn run(cmd: Command) -> Result<u8> {
                 recipients: a.recipients,
                 rows_per_chunk: a.rows_per_chunk,
                 build: a.build,
+                message: a.message,
             };
             let cfg = match &a.config {
                 Some(p) => flags.or(DaemonConfig::from_file(p)?),
