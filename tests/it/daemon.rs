@@ -14,19 +14,7 @@ use wtxt::daemon::pipeline::PipelineConfig;
 use wtxt::daemon::snapshotter::{Generation, Snapshotter};
 use wtxt::model::{Array, ArrayData, Dtype};
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let o = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use crate::util::git_ok;
 
 /// A generation whose arrays are all filled with its own number.
 fn uniform(gen: u64) -> Generation {
@@ -139,7 +127,7 @@ fn a_failing_remote_parks_pushes_until_it_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let repo = d.join("repo");
-    git(d, &["init", "-q", "-b", "main", "repo"]);
+    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
     let remote = d.join("remote.git"); // does not exist yet: pushes fail
     let daemon = Daemon::start(
         &repo,
@@ -156,7 +144,7 @@ fn a_failing_remote_parks_pushes_until_it_recovers() {
     assert!(st["last_error"].as_str().unwrap().contains("push"), "{st}");
     // The ring keeps what is not pushed.
     assert!(repo.join(".git/wtxt-ring/gen-000001.wtxt").exists());
-    git(d, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
+    git_ok(d, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
     let t = Instant::now();
     loop {
         let st = daemon.status();
@@ -167,7 +155,7 @@ fn a_failing_remote_parks_pushes_until_it_recovers() {
         assert!(t.elapsed() < Duration::from_secs(20), "the resend queue did not drain: {st}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(git(&remote, &["rev-list", "--count", "main"]).trim(), "3", "nothing lost");
+    assert_eq!(git_ok(&remote, &["rev-list", "--count", "main"]).trim(), "3", "nothing lost");
     daemon.stop();
     let log =
         Command::new(env!("CARGO_BIN_EXE_wtxt")).args(["log", "-C"]).arg(&repo).arg("models/m.wtxt").output().unwrap();
@@ -179,7 +167,7 @@ fn kill_9_mid_snapshot_then_restart() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let repo = d.join("repo");
-    git(d, &["init", "-q", "-b", "main", "repo"]);
+    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
     // A model big enough that the kill lands while it is being written.
     let big = d.join("big.npy");
     {
@@ -214,7 +202,7 @@ fn kill_9_mid_snapshot_then_restart() {
             assert!(wtxt::wtxt::load(&bytes[..], bytes.len() as u64, &Default::default()).is_ok(), "{name} is whole");
         }
     }
-    git(&repo, &["fsck", "--no-progress"]);
+    git_ok(&repo, &["fsck", "--no-progress"]);
     // Restart: the unfinished request is redone from its input.
     let daemon = Daemon::start(&repo, &sock, &[]);
     assert_eq!(daemon.ask("flush"), "ok");
@@ -222,7 +210,7 @@ fn kill_9_mid_snapshot_then_restart() {
     assert_eq!(st["last_gen"], 2, "{st}");
     assert_eq!(st["lost"], serde_json::json!([]));
     daemon.stop();
-    git(&repo, &["fsck", "--no-progress"]);
+    git_ok(&repo, &["fsck", "--no-progress"]);
     let log =
         Command::new(env!("CARGO_BIN_EXE_wtxt")).args(["log", "-C"]).arg(&repo).arg("snapshot.wtxt").output().unwrap();
     assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stdout));
@@ -233,8 +221,8 @@ fn kill_9_mid_snapshot_then_restart() {
 fn the_python_example_runs_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    git(d, &["init", "-q", "-b", "main", "repo"]);
-    git(d, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
+    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
+    git_ok(d, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
     let repo = d.join("repo");
     let sock = d.join("s.sock");
     let cfg = d.join("daemon.toml");
@@ -261,7 +249,7 @@ fn the_python_example_runs_end_to_end() {
     assert_eq!(written + st["coalesced"].as_u64().unwrap(), 6, "{st}");
     daemon.stop();
     assert_eq!(
-        git(&d.join("remote.git"), &["rev-list", "--count", "main"]).trim(),
+        git_ok(&d.join("remote.git"), &["rev-list", "--count", "main"]).trim(),
         written.to_string(),
         "every snapshot pushed"
     );
@@ -280,7 +268,7 @@ fn the_python_example_runs_end_to_end() {
 fn sigterm_finishes_in_flight_work_and_armored_commits_decrypt_with_age() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    git(d, &["init", "-q", "-b", "main", "repo"]);
+    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
     let repo = d.join("repo");
     let key = d.join("key.txt");
     assert!(Command::new("age-keygen")
@@ -303,7 +291,7 @@ fn sigterm_finishes_in_flight_work_and_armored_commits_decrypt_with_age() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
-    let msg = git(&repo, &["log", "-1", "--format=%s"]);
+    let msg = git_ok(&repo, &["log", "-1", "--format=%s"]);
     assert!(msg.starts_with("train step 000007 ("), "{msg}");
     let armored = std::fs::read(repo.join("m.wtxt.age")).unwrap();
     assert!(armored.starts_with(b"-----BEGIN AGE ENCRYPTED FILE-----"));

@@ -5,29 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::util::{fixture, snapshot};
+use crate::util::{fixture, git_cmd, snapshot};
 
 struct Repo {
     _dir: tempfile::TempDir,
     root: PathBuf,
     work: PathBuf,
-}
-
-fn git_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new("git");
-    c.current_dir(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .env("GIT_PAGER", "cat")
-        .env_remove("WTXT_MERGE_STRATEGY")
-        .env_remove("SOURCE_DATE_EPOCH");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
 }
 
 impl Repo {
@@ -43,7 +26,7 @@ impl Repo {
     }
 
     fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        git_in(&self.root, args, env)
+        git_cmd(&self.root, args, env)
     }
 
     fn ok(&self, args: &[&str]) -> String {

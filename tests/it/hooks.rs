@@ -1,21 +1,11 @@
 //! hooks/pre-commit in a real Git repository with the real `git` binary.
 
 use std::path::Path;
-use std::process::Command;
 
-use crate::util::{fixture, read};
+use crate::util::{fixture, git_cmd, read};
 
 fn git(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .env("WTXT", env!("CARGO_BIN_EXE_wtxt"))
-        .output()
-        .unwrap()
+    git_cmd(dir, args, &[])
 }
 
 #[test]

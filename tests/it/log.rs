@@ -3,9 +3,8 @@
 //! renames, deletion and re-adding, merges and untrusted keys.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use crate::util::{fixture, wtxt};
+use crate::util::{fixture, git_ok, wtxt};
 
 struct Repo {
     _dir: tempfile::TempDir,
@@ -23,17 +22,7 @@ impl Repo {
     }
 
     fn git(&self, args: &[&str]) -> String {
-        let o = Command::new("git")
-            .current_dir(&self.root)
-            .args(args)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.com")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.com")
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        git_ok(&self.root, args)
     }
 
     /// Snapshots the example model as `rel`, chained to `prev` when given.

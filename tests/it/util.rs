@@ -74,3 +74,30 @@ pub fn snapshot(dir: &Path, name: &str, arrays: &[ArraySpec], extra: &[&str]) ->
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     out
 }
+
+/// Runs the real `git` in `dir` with a fixed identity, no pager and no
+/// inherited wtxt settings; `env` adds variables.
+pub fn git_cmd(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = std::process::Command::new("git");
+    c.current_dir(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .env("GIT_PAGER", "cat")
+        .env("WTXT", env!("CARGO_BIN_EXE_wtxt"))
+        .env_remove("WTXT_MERGE_STRATEGY")
+        .env_remove("SOURCE_DATE_EPOCH");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// `git_cmd` that must succeed; its stdout.
+pub fn git_ok(dir: &Path, args: &[&str]) -> String {
+    let o = git_cmd(dir, args, &[]);
+    assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
