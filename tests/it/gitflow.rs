@@ -233,27 +233,36 @@ fn the_installed_hook_blocks_tampered_unsigned_and_unchained_files() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
+/// Runs `wtxt merge BASE OURS THEIRS -o OUT` plus `extra`, with `env`.
+fn wtxt_merge(sides: [&Path; 3], out: &Path, extra: &[&str], env: &[(&str, &Path)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_wtxt"));
+    c.arg("merge")
+        .args(sides)
+        .arg("-o")
+        .arg(out)
+        .args(extra)
+        .env_remove("WTXT_MERGE_STRATEGY")
+        .env_remove("WTXT_SIGN_KEY");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
 #[test]
 fn merge_decisions_and_signing_without_git() {
     let r = Repo::new();
     let base = r.model("b", &[], None);
     let ours = r.model("o", &[(2, 1.0), (50, 1.0)], Some(&base));
     let theirs = r.model("t", &[(3, 5.0), (51, 5.0)], Some(&base));
+    let sides = [base.as_path(), ours.as_path(), theirs.as_path()];
     let out = r.work.join("out.wtxt");
     let dec = r.work.join("decisions.json");
+    let dec_s = dec.to_str().unwrap();
     // Chunk 0 (rows 0-7) goes to theirs, chunk 6 (rows 48-55) is averaged.
     std::fs::write(&dec, r#"{"chunks": {"w": {"0": "theirs", "6": "average"}}}"#).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_wtxt"))
-        .args(["merge"])
-        .args([&base, &ours, &theirs])
-        .arg("-o")
-        .arg(&out)
-        .arg("--decisions")
-        .arg(&dec)
-        .env("WTXT_SIGN_KEY", fixture("keys/sign.pem"))
-        .env_remove("WTXT_MERGE_STRATEGY")
-        .output()
-        .unwrap();
+    let key = fixture("keys/sign.pem");
+    let o = wtxt_merge(sides, &out, &["--decisions", dec_s], &[("WTXT_SIGN_KEY", key.as_path())]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("2 conflict(s) settled"));
     let v = r.wtxt(&[
@@ -271,27 +280,11 @@ fn merge_decisions_and_signing_without_git() {
     assert_eq!(i["gen"], 2, "gen = max(ours, theirs) + 1");
     // A decision naming a strategy that does not exist is unusable input.
     std::fs::write(&dec, r#"{"arrays": {"w": "mine"}}"#).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_wtxt"))
-        .args(["merge"])
-        .args([&base, &ours, &theirs])
-        .arg("-o")
-        .arg(&out)
-        .arg("--decisions")
-        .arg(&dec)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(wtxt_merge(sides, &out, &["--decisions", dec_s], &[]).status.code(), Some(2));
     // No common ancestor (Git passes an empty base): both sides changed everything.
     let empty = r.work.join("empty");
     std::fs::write(&empty, b"").unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_wtxt"))
-        .args(["merge"])
-        .args([&empty, &ours, &theirs])
-        .arg("-o")
-        .arg(&out)
-        .args(["--strategy", "ours"])
-        .output()
-        .unwrap();
+    let o = wtxt_merge([empty.as_path(), ours.as_path(), theirs.as_path()], &out, &["--strategy", "ours"], &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
