@@ -50,7 +50,18 @@ pub fn read(map: &Arc<Mmap>) -> Result<Vec<Array>> {
                         format!("member {name} declares {size} bytes, over the limit of {MAX_NPZ_MEMBER}"),
                     ));
                 }
-                let mut buf = Vec::with_capacity(size.min(1 << 30) as usize);
+                // Deflate expands at most ~1032:1: a larger claim is a lie.
+                if size > f.compressed_size().saturating_mul(1032).saturating_add(1024) {
+                    return Err(input_at(
+                        at,
+                        format!(
+                            "member {name} claims {size} bytes from {} compressed: not possible with deflate",
+                            f.compressed_size()
+                        ),
+                    ));
+                }
+                // Grow as data comes; reserve only a little up front.
+                let mut buf = Vec::with_capacity(size.min(64 << 20) as usize);
                 // Never inflate past the declared size: a bomb stops here.
                 (&mut f)
                     .take(size + 1)

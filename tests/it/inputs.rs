@@ -98,3 +98,47 @@ fn hostile_npy_and_safetensors_fail_with_one_line() {
         assert!(err.contains(name), "{name}: {err}");
     }
 }
+
+/// Runs `wtxt ARGS` under a 256 MiB address-space limit.
+fn under_memory_limit(args: &str) -> std::process::Output {
+    let bin = env!("CARGO_BIN_EXE_wtxt");
+    std::process::Command::new("sh").arg("-c").arg(format!("ulimit -v 262144 && exec {bin} {args}")).output().unwrap()
+}
+
+#[test]
+fn hostile_inputs_fail_cleanly_under_a_memory_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fx = root().join("fixtures/wtxt");
+    // A WTXT that claims a 1 TB array; an npy that claims 8 GB; a safetensors
+    // header length of 2^40; a zip member that claims 64 GB from 1 KB.
+    let wtxt_text = std::fs::read_to_string(fx.join("expected/defaults.wtxt")).unwrap();
+    let huge =
+        wtxt_text.replacen("shape=8300 order=C bytes=33200", "shape=250000000000 order=C bytes=1000000000000", 1);
+    std::fs::write(d.join("huge.wtxt"), huge).unwrap();
+    std::fs::write(d.join("huge.npy"), npy("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000,), }", 64))
+        .unwrap();
+    let mut st = (1u64 << 40).to_le_bytes().to_vec();
+    st.extend_from_slice(b"{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}");
+    std::fs::write(d.join("huge.safetensors"), st).unwrap();
+    let mut bomb = bomb();
+    let small = (64u64 << 30).min(u32::MAX as u64 - 1) as u32;
+    bomb[22..26].copy_from_slice(&small.to_le_bytes());
+    let cd = bomb.windows(4).rposition(|w| w == b"PK\x01\x02").unwrap();
+    bomb[cd + 24..cd + 28].copy_from_slice(&small.to_le_bytes());
+    std::fs::write(d.join("claims.npz"), bomb).unwrap();
+    let p = |n: &str| d.join(n).display().to_string();
+    for (args, want) in [
+        (format!("verify {}", p("huge.wtxt")), 1),
+        (format!("extract {} -o {}", p("huge.wtxt"), p("o.npz")), 1),
+        (format!("recover {} -o {}", p("huge.wtxt"), p("r.wtxt")), 1),
+        (format!("snapshot {} -o {}", p("huge.npy"), p("o.wtxt")), 2),
+        (format!("snapshot {} -o {}", p("huge.safetensors"), p("o.wtxt")), 2),
+        (format!("snapshot {} -o {}", p("claims.npz"), p("o.wtxt")), 2),
+    ] {
+        let o = under_memory_limit(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(want), "wtxt {args}: {err}");
+        assert!(err.lines().count() <= 1 || args.starts_with("recover"), "wtxt {args}: one line, got {err}");
+    }
+}

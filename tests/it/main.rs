@@ -10,7 +10,8 @@
 //! - `recover`: partial recovery keeps everything intact;
 //! - `hooks`: hooks/pre-commit in a real Git repository;
 //! - `inputs`: real NumPy output and hostile input archives;
-//! - `log`: the Merkle chain through a real Git history.
+//! - `log`: the Merkle chain through a real Git history;
+//! - `mutation`: seeded random damage through every reader, never a panic.
 
 mod age;
 mod cli;
@@ -22,6 +23,7 @@ mod golden;
 mod hooks;
 mod inputs;
 mod log;
+mod mutation;
 mod recover;
 mod roundtrip;
 mod util;

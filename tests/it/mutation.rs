@@ -1,0 +1,189 @@
+//! Seeded random mutations of every fixture through every reader that
+//! exists: bit flips, byte insertions and deletions, truncation at every
+//! line boundary, duplicated and swapped lines, huge numbers in size
+//! fields. A reader may refuse (it must), but never panic. Bounded: a few
+//! thousand cases per reader.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::util::read;
+
+/// A tiny deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn lines(b: &[u8]) -> Vec<&[u8]> {
+    b.split_inclusive(|&c| c == b'\n').collect()
+}
+
+/// One mutation of `base`, chosen by `rng`.
+fn mutate(base: &[u8], rng: &mut Rng) -> Vec<u8> {
+    let mut v = base.to_vec();
+    if v.is_empty() {
+        return vec![rng.next() as u8];
+    }
+    match rng.below(8) {
+        0 => {
+            for _ in 0..1 + rng.below(4) {
+                let i = rng.below(v.len());
+                v[i] ^= 1 << rng.below(8);
+            }
+        }
+        1 => {
+            let i = rng.below(v.len() + 1);
+            v.insert(i.min(v.len()), rng.next() as u8);
+        }
+        2 => {
+            let i = rng.below(v.len());
+            let n = 1 + rng.below(16);
+            v.drain(i..(i + n).min(v.len()));
+        }
+        3 => {
+            let ls = lines(base);
+            let cut: usize = ls[..rng.below(ls.len() + 1)].iter().map(|l| l.len()).sum();
+            v.truncate(cut);
+        }
+        4 => {
+            let ls = lines(base);
+            let i = rng.below(ls.len());
+            let mut out: Vec<u8> = Vec::new();
+            for (k, l) in ls.iter().enumerate() {
+                out.extend_from_slice(l);
+                if k == i {
+                    out.extend_from_slice(l);
+                }
+            }
+            v = out;
+        }
+        5 => {
+            let mut ls = lines(base);
+            if ls.len() > 1 {
+                let (a, b) = (rng.below(ls.len()), rng.below(ls.len()));
+                ls.swap(a, b);
+            }
+            v = ls.concat();
+        }
+        6 => {
+            // A huge number where a number stands.
+            let digits: Vec<usize> = (0..v.len()).filter(|&i| v[i].is_ascii_digit()).collect();
+            if let Some(&i) = digits.get(rng.below(digits.len())) {
+                let huge = ["99999999999999999999", "18446744073709551615", "4294967296", "0"][rng.below(4)];
+                v.splice(i..i + 1, huge.bytes());
+            }
+        }
+        _ => {
+            // Binary headers: overwrite 8 bytes with a huge little-endian length.
+            let i = rng.below(v.len().saturating_sub(8).max(1));
+            let n = [u64::MAX, 1 << 40, 0x7fff_ffff, 12345][rng.below(4)].to_le_bytes();
+            for (k, b) in n.iter().enumerate() {
+                if i + k < v.len() {
+                    v[i + k] = *b;
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Runs `reader` on `count` mutations of `base`; any panic fails with the seed.
+fn never_panics(name: &str, base: &[u8], count: usize, reader: impl Fn(&[u8])) {
+    let mut rng = Rng(0x5eed ^ name.len() as u64 ^ (base.len() as u64) << 20);
+    for case in 0..count {
+        let seed = rng.0;
+        let input = mutate(base, &mut rng);
+        if catch_unwind(AssertUnwindSafe(|| reader(&input))).is_err() {
+            panic!("{name}: the reader panicked on mutation {case} (rng state {seed:#x})");
+        }
+    }
+}
+
+fn verify(b: &[u8]) {
+    let _ = wtxt::wtxt::verify::verify(b, &Default::default(), None);
+}
+
+#[test]
+fn wtxt_readers_never_panic() {
+    for f in
+        ["expected/defaults.wtxt", "expected/ext_dtypes.wtxt", "expected/signed_pkcs8.wtxt", "expected/streaming.wtxt"]
+    {
+        let base = read(f);
+        let n = if base.len() > 10_000 { 400 } else { 2000 };
+        never_panics(&format!("verify {f}"), &base, n, verify);
+        never_panics(&format!("load+canonical {f}"), &base, n / 2, |b| {
+            if let Ok(l) = wtxt::wtxt::load(b, b.len() as u64, &Default::default()) {
+                let _ = wtxt::wtxt::canonical_bytes(&l);
+            }
+        });
+        never_panics(&format!("recover {f}"), &base, n / 2, |b| {
+            let _ = wtxt::wtxt::recover::recover(b, None);
+        });
+        never_panics(&format!("textconv {f}"), &base, n / 2, |b| {
+            let _ = wtxt::git::diff::textconv(b);
+        });
+        let good = base.clone();
+        never_panics(&format!("diff {f}"), &base, n / 4, |b| {
+            let names = wtxt::git::diff::Names { old: std::path::Path::new("a"), new: std::path::Path::new("b") };
+            let _ = wtxt::git::diff::diff(&good[..], b, names);
+        });
+    }
+}
+
+#[test]
+fn delta_and_wsum_readers_never_panic() {
+    for f in ["expected/delta.wtxtdelta", "expected/delta.minimal.wtxtdelta"] {
+        let base = read(f);
+        never_panics(f, &base, 600, |b| {
+            if let Ok(d) = wtxt::wtxt::delta::parse(b) {
+                let _ = wtxt::wtxt::delta::check_chunks(&d);
+                let _ = wtxt::wtxt::delta::minimal_changes(&d);
+                let target = read("expected/delta_base.wtxt");
+                let _ = wtxt::wtxt::delta::apply_extended(&target[..], &d, &mut std::io::sink());
+            }
+        });
+    }
+    let wsum = read("expected/streaming.wsum");
+    never_panics("wsum", &wsum, 3000, |b| {
+        let _ = wtxt::wtxt::syntax::Wsum::parse_file(b);
+    });
+}
+
+#[test]
+fn container_readers_never_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["inputs/single.npy", "inputs/model.npz", "inputs/ext.npz", "inputs/ext.safetensors", "inputs/layout.npz"]
+    {
+        let base = read(f);
+        let path = dir.path().join("x");
+        never_panics(f, &base, 400, |b| {
+            std::fs::write(&path, b).unwrap();
+            let _ = wtxt::convert::load_inputs(&[&path], &Default::default());
+            let _ = wtxt::git::filter::clean(b, dir.path(), "x");
+        });
+    }
+}
+
+#[test]
+fn age_armor_never_panics() {
+    use wtxt::crypto::armor::{decrypt, Unseal};
+    // An armored file made here (X25519: no scrypt cost per case), then mangled.
+    let id = age::x25519::Identity::generate();
+    let seal = wtxt::crypto::armor::Seal::Recipients(vec![Box::new(id.to_public())]);
+    let enc = wtxt::crypto::armor::encrypt(&read("expected/defaults.wtxt")[..], seal, Vec::new()).unwrap();
+    let unseal = Unseal::Identities(vec![Box::new(id)]);
+    never_panics("age armor", &enc, 1000, |b| {
+        if let Ok(mut r) = decrypt(b, &unseal) {
+            let _ = std::io::copy(&mut r, &mut std::io::sink());
+        }
+    });
+}
