@@ -802,3 +802,30 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
     let written = write_wtxt(&merged.arrays, &opts, out, None, &Progress::hidden())?;
     Ok(MergeOutcome { conflicts: merged.conflicts, written: Some(written), gen })
 }
+
+/// Target formats of `wtxt convert`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvertTo {
+    Wtxt,
+    Npz,
+    Safetensors,
+    Volp,
+}
+
+/// `wtxt convert`: any readable input to WTXT (as `snapshot` with its
+/// options) or to another container.
+pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions) -> Result<()> {
+    use crate::convert::{write_arrays_as, OutFormat};
+    if to == ConvertTo::Wtxt {
+        return snapshot(&[input.to_path_buf()], out, o, &Progress::hidden()).map(|_| ());
+    }
+    let verify = VerifyOptions { hmac_key: o.hmac_key.as_ref(), ..Default::default() };
+    let arrays = load_inputs(&[input], &verify)?;
+    let fmt = match to {
+        ConvertTo::Npz => OutFormat::Npz,
+        ConvertTo::Safetensors => OutFormat::Safetensors,
+        ConvertTo::Volp => OutFormat::Volp,
+        ConvertTo::Wtxt => unreachable!("handled above"),
+    };
+    write_arrays_as(&arrays, out, fmt)
+}

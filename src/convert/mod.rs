@@ -4,6 +4,7 @@
 pub mod npy;
 pub mod npz;
 pub mod safetensors;
+pub mod volp;
 
 use std::fs::File;
 use std::path::Path;
@@ -22,6 +23,7 @@ pub enum Format {
     Npy,
     Npz,
     Safetensors,
+    Volp,
     Wtxt,
 }
 
@@ -35,6 +37,9 @@ pub fn detect(b: &[u8]) -> Option<Format> {
     }
     if b.starts_with(b"WTXT 1\n") {
         return Some(Format::Wtxt);
+    }
+    if b.starts_with(volp::MAGIC) {
+        return Some(Format::Volp);
     }
     // safetensors: u64 LE header length, then a JSON object.
     if b.len() >= 10 {
@@ -87,17 +92,53 @@ fn load_one(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
         }
         Some(Format::Npz) => npz::read(&map),
         Some(Format::Safetensors) => safetensors::read(&map),
+        Some(Format::Volp) => volp::read(&map),
         Some(Format::Wtxt) => Ok(crate::wtxt::load(&map[..], len, verify)?.arrays),
-        None => Err(input_at(0, "unrecognized format: expected .npy, .npz (zip), .safetensors or WTXT magic bytes")),
+        None => {
+            Err(input_at(0, "unrecognized format: expected .npy, .npz (zip), .safetensors, VOLP or WTXT magic bytes"))
+        }
     }
 }
 
-/// Output formats for `extract`, chosen by the output's extension.
+/// Formats arrays can be written to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutFormat {
+    Npy,
+    Npz,
+    Safetensors,
+    Volp,
+}
+
+impl OutFormat {
+    /// From an output file's extension (for `extract`).
+    pub fn from_path(out: &Path) -> Result<OutFormat> {
+        let ext = out.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+        Ok(match ext.as_str() {
+            "npy" => OutFormat::Npy,
+            "npz" => OutFormat::Npz,
+            "safetensors" => OutFormat::Safetensors,
+            "volp" => OutFormat::Volp,
+            _ => {
+                return Err(Error::usage(format!(
+                    "{}: output must end in .npy, .npz, .safetensors or .volp",
+                    out.display()
+                )))
+            }
+        })
+    }
+}
+
+/// Writes arrays in the format `extract` picks from the output's extension.
 pub fn write_arrays(arrays: &[Array], out: &Path) -> Result<()> {
-    let ext = out.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    write_arrays_as(arrays, out, OutFormat::from_path(out)?)
+}
+
+/// Writes arrays to `out` in `fmt`, atomically.
+pub fn write_arrays_as(arrays: &[Array], out: &Path, fmt: OutFormat) -> Result<()> {
+    use std::io::Write;
     let mut f = AtomicFile::create(out)?;
-    match ext.as_str() {
-        "npy" => {
+    match fmt {
+        OutFormat::Npy => {
             let [a] = arrays else {
                 return Err(Error::usage(format!(
                     "a .npy holds one array, this selection has {}: use --array NAME or .npz",
@@ -105,23 +146,24 @@ pub fn write_arrays(arrays: &[Array], out: &Path) -> Result<()> {
                 )));
             };
             let mut w = std::io::BufWriter::new(f.file());
-            use std::io::Write;
             w.write_all(&npy::header(a)?).map_err(|e| Error::io(out, e))?;
             w.write_all(a.bytes()).map_err(|e| Error::io(out, e))?;
             w.flush().map_err(|e| Error::io(out, e))?;
         }
-        "npz" => {
+        OutFormat::Npz => {
             npz::write(arrays, std::io::BufWriter::new(f.file()))?
                 .into_inner()
                 .map_err(|e| Error::io(out, e.into_error()))?;
         }
-        "safetensors" => {
+        OutFormat::Safetensors => {
             let mut w = std::io::BufWriter::new(f.file());
             safetensors::write(arrays, &mut w)?;
-            use std::io::Write;
             w.flush().map_err(|e| Error::io(out, e))?;
         }
-        _ => return Err(Error::usage(format!("{}: output must end in .npy, .npz or .safetensors", out.display()))),
+        OutFormat::Volp => {
+            let bytes = volp::write(arrays)?;
+            f.file().write_all(&bytes).map_err(|e| Error::io(out, e))?;
+        }
     }
     f.commit()
 }

@@ -3,6 +3,7 @@
 //! - `gitflow`: install, diff, log, merge and the hook inside real Git;
 //! - `golden`: the independent implementation's vectors, byte for byte;
 //! - `cli`: the real binary's exit codes, messages and JSON;
+//! - `convert`: conversions, checked against the reference writers' files;
 //! - `corruption`: every kind of damage, on every line, is rejected with its line;
 //! - `daemon`: the snapshot daemon under load, with failing remotes, kill -9 and the Python example;
 //! - `delta`: DELTA v2 round trips and failures;
@@ -15,6 +16,7 @@
 
 mod age;
 mod cli;
+mod convert;
 mod corruption;
 mod daemon;
 mod delta;

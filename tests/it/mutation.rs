@@ -171,6 +171,13 @@ fn container_readers_never_panic() {
             let _ = wtxt::git::filter::clean(b, dir.path(), "x");
         });
     }
+    for f in ["volp_float32.volp", "volp_int16_scaled.volp", "volp_uint8.volp"] {
+        let base =
+            std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/peers").join(f)).unwrap();
+        never_panics(f, &base, 1000, |b| {
+            let _ = wtxt::convert::volp::read(b);
+        });
+    }
 }
 
 #[test]

@@ -33,6 +33,8 @@ pub enum Command {
     Delta(DeltaCommand),
     /// Prove the Merkle chain of a WTXT path through Git history.
     Log(LogArgs),
+    /// Convert between WTXT and the containers: npy/npz/safetensors/VOLP in, WTXT/npz/safetensors/VOLP out.
+    Convert(ConvertArgs),
     /// Show what changed between two WTXT files, array by array.
     Diff(DiffArgs),
     /// Three-way merge at chunk granularity (also Git's merge driver).
@@ -470,4 +472,35 @@ pub struct DaemonArgs {
     /// TOML file with any of these settings (flags win).
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ConvertArgs {
+    /// Input (format told by its magic bytes).
+    pub input: PathBuf,
+    /// Output file.
+    #[arg(short, long, value_name = "OUT")]
+    pub output: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum)]
+    pub to: ConvertFormat,
+    /// For --to wtxt: generation number (default 0).
+    #[arg(long, value_name = "N")]
+    pub gen: Option<u64>,
+    /// For --to wtxt: timestamp (default: $SOURCE_DATE_EPOCH, else now).
+    #[arg(long, value_name = "TS")]
+    pub ts: Option<String>,
+    #[command(flatten)]
+    pub hmac: HmacArg,
+    /// For --to wtxt: sign the result.
+    #[arg(long, value_name = "KEY.pem")]
+    pub sign_key: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvertFormat {
+    Wtxt,
+    Npz,
+    Safetensors,
+    Volp,
 }

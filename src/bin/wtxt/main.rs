@@ -195,6 +195,24 @@ fn run(cmd: Command) -> Result<u8> {
             }
             Ok(if ok { 0 } else { 1 })
         }
+        Command::Convert(a) => {
+            let to = match a.to {
+                cli::ConvertFormat::Wtxt => ops::ConvertTo::Wtxt,
+                cli::ConvertFormat::Npz => ops::ConvertTo::Npz,
+                cli::ConvertFormat::Safetensors => ops::ConvertTo::Safetensors,
+                cli::ConvertFormat::Volp => ops::ConvertTo::Volp,
+            };
+            let opts = ops::SnapshotOptions {
+                gen: a.gen,
+                ts: a.ts,
+                hmac_key: hmac_key(&a.hmac.hmac_key)?,
+                sign_key: sign_key(&a.sign_key)?,
+                ..Default::default()
+            };
+            ops::convert(&a.input, &a.output, to, &opts)?;
+            eprintln!("wrote {}", a.output.display());
+            Ok(0)
+        }
         Command::Diff(a) => {
             let d = ops::diff(&a.old, &a.new, unseal(&a.sealed)?.as_ref())?;
             if a.json {

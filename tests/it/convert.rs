@@ -1,0 +1,121 @@
+//! `wtxt convert` against files written by the formats' reference writers
+//! (fixtures/peers, see its README).
+
+use std::path::{Path, PathBuf};
+
+use crate::util::wtxt;
+
+fn peers() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/peers")
+}
+
+fn convert(input: &Path, out: &Path, to: &str) -> std::process::Output {
+    wtxt()
+        .arg("convert")
+        .arg(input)
+        .arg("-o")
+        .arg(out)
+        .args(["--to", to, "--ts", "2026-01-01T00:00:00Z"])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn volp_reference_files_convert_exactly_and_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["volp_float32.volp", "volp_int16_scaled.volp", "volp_uint8.volp"] {
+        let src = peers().join(name);
+        let w = dir.path().join(format!("{name}.wtxt"));
+        let o = convert(&src, &w, "wtxt");
+        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+        let expected: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(peers().join(format!("{name}.expected.json"))).unwrap()).unwrap();
+        let got: serde_json::Value =
+            serde_json::from_slice(&wtxt().arg("inspect").arg(&w).arg("--json").output().unwrap().stdout).unwrap();
+        for t in expected["tensors"].as_array().unwrap() {
+            let a = got["arrays"].as_array().unwrap().iter().find(|a| a["name"] == t["name"]).unwrap();
+            assert_eq!((&a["dtype"], &a["shape"], &a["sha256"]), (&t["dtype"], &t["shape"], &t["sha256"]), "{name}");
+        }
+        // The header is kept, unknown keys and scale/offset included.
+        let loaded = wtxt::wtxt::load(&std::fs::read(&w).unwrap()[..], u64::MAX, &Default::default()).unwrap();
+        let header = loaded.arrays.iter().find(|a| a.name == "__volp_header").unwrap();
+        let h: serde_json::Value = serde_json::from_slice(header.bytes()).unwrap();
+        assert_eq!(h, expected["header"], "{name}");
+        // WTXT -> VOLP -> WTXT is byte-identical.
+        let v = dir.path().join(format!("{name}.again.volp"));
+        assert!(convert(&w, &v, "volp").status.success());
+        let w2 = dir.path().join(format!("{name}.again.wtxt"));
+        assert!(convert(&v, &w2, "wtxt").status.success());
+        assert!(
+            std::fs::read(&w).unwrap() == std::fs::read(&w2).unwrap(),
+            "{name}: WTXT -> VOLP -> WTXT changed bytes"
+        );
+        // And the VOLP written carries the same header bytes and tensor.
+        let back = wtxt::convert::volp::read(&std::fs::read(&v).unwrap()).unwrap();
+        let orig = wtxt::convert::volp::read(&std::fs::read(&src).unwrap()).unwrap();
+        for (x, y) in back.iter().zip(&orig) {
+            assert_eq!((&x.name, x.dtype, &x.shape, x.bytes()), (&y.name, y.dtype, &y.shape, y.bytes()));
+        }
+    }
+}
+
+#[test]
+fn conversions_between_containers_keep_the_tensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/wtxt/expected/ext_dtypes.wtxt");
+    let st = dir.path().join("m.safetensors");
+    assert!(convert(&src, &st, "safetensors").status.success());
+    let npz = dir.path().join("m.npz");
+    let o = convert(&src, &npz, "npz");
+    assert_eq!(o.status.code(), Some(2), "NumPy has no bf16: {}", String::from_utf8_lossy(&o.stderr));
+    let back = dir.path().join("m.wtxt");
+    let o = wtxt()
+        .arg("convert")
+        .arg(&st)
+        .arg("-o")
+        .arg(&back)
+        .args(["--to", "wtxt", "--gen", "5", "--ts", "2026-02-02T12:00:00Z"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(std::fs::read(&back).unwrap() == std::fs::read(&src).unwrap(), "WTXT -> safetensors -> WTXT");
+    let o = convert(&src, &dir.path().join("x.volp"), "volp");
+    assert_eq!(o.status.code(), Some(2), "five tensors do not fit one VOLP");
+}
+
+#[test]
+fn hostile_volp_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read(peers().join("volp_uint8.volp")).unwrap();
+    let header_len = u32::from_le_bytes(good[4..8].try_into().unwrap()) as usize;
+    let header = String::from_utf8(good[8..8 + header_len].to_vec()).unwrap();
+    let body = good[8 + header_len..].to_vec();
+    let make = |h: &str, body: &[u8]| {
+        let mut v = b"VOLP".to_vec();
+        v.extend_from_slice(&(h.len() as u32).to_le_bytes());
+        v.extend_from_slice(h.as_bytes());
+        v.extend_from_slice(body);
+        v
+    };
+    let mut zero_len = good.clone();
+    zero_len[4..8].copy_from_slice(&0u32.to_le_bytes());
+    let mut huge_len = good.clone();
+    huge_len[4..8].copy_from_slice(&(2u32 << 20).to_le_bytes());
+    let bomb = zstd::bulk::compress(&vec![0u8; 1 << 20], 3).unwrap();
+    let cases = [
+        ("zero header length", zero_len),
+        ("header over 1 MiB", huge_len),
+        ("gzip", make(&header.replace("\"zstd\"", "\"gzip\""), &body)),
+        ("version 2", make(&header.replace("\"version\":1", "\"version\":2"), &body)),
+        ("over 256 MiB", make(&header.replace("[1,2,9]", "[1024,1024,1024]"), &body)),
+        ("bomb", make(&header, &bomb)),
+        ("truncated body", make(&header, &body[..body.len() / 2])),
+    ];
+    for (what, bytes) in cases {
+        let p = dir.path().join("x.volp");
+        std::fs::write(&p, &bytes).unwrap();
+        let o = convert(&p, &dir.path().join("o.wtxt"), "wtxt");
+        assert_eq!(o.status.code(), Some(2), "{what}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(!dir.path().join("o.wtxt").exists());
+    }
+}
