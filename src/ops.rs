@@ -115,6 +115,13 @@ pub fn parse_audit(s: &str) -> Result<Audit> {
 
 /// `wtxt snapshot`: reads inputs, writes a canonical WTXT (and WSUM) atomically.
 pub fn snapshot(inputs: &[PathBuf], out: &Path, o: &SnapshotOptions, progress: &Progress) -> Result<Written> {
+    let verify = VerifyOptions { hmac_key: o.hmac_key.as_ref(), ..Default::default() };
+    let arrays = load_inputs(inputs, &verify)?;
+    snapshot_arrays(&arrays, out, o, progress)
+}
+
+/// Writes `arrays` (sorted, unique) as `snapshot` would, with its options.
+pub fn snapshot_arrays(arrays: &[Array], out: &Path, o: &SnapshotOptions, progress: &Progress) -> Result<Written> {
     let (gen, merkle_prev) = match (&o.prev, o.gen) {
         (Some(_), Some(_)) => return Err(Error::usage("give --gen or --prev, not both")),
         (Some(p), None) => chain_from(p)?,
@@ -126,8 +133,6 @@ pub fn snapshot(inputs: &[PathBuf], out: &Path, o: &SnapshotOptions, progress: &
     if rows == 0 {
         return Err(Error::usage("--rows-per-chunk: expected at least 1"));
     }
-    let verify = VerifyOptions { hmac_key: o.hmac_key.as_ref(), ..Default::default() };
-    let arrays = load_inputs(inputs, &verify)?;
     let opts = WriteOptions {
         meta,
         merkle_prev,
@@ -138,7 +143,7 @@ pub fn snapshot(inputs: &[PathBuf], out: &Path, o: &SnapshotOptions, progress: &
         streaming: o.wsum.is_some(),
         carried_hmacs: Vec::new(),
     };
-    write_wtxt(&arrays, &opts, out, o.wsum.as_deref(), progress)
+    write_wtxt(arrays, &opts, out, o.wsum.as_deref(), progress)
 }
 
 /// Writes arrays as WTXT to `out` atomically, and the WSUM when streaming.
@@ -813,19 +818,20 @@ pub enum ConvertTo {
 }
 
 /// `wtxt convert`: any readable input to WTXT (as `snapshot` with its
-/// options) or to another container.
+/// options, plus the container's metadata arrays, so converting back gives
+/// the same file) or to another container.
 pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions) -> Result<()> {
     use crate::convert::{write_arrays_as, OutFormat};
-    if to == ConvertTo::Wtxt {
-        return snapshot(&[input.to_path_buf()], out, o, &Progress::hidden()).map(|_| ());
-    }
     let verify = VerifyOptions { hmac_key: o.hmac_key.as_ref(), ..Default::default() };
-    let arrays = load_inputs(&[input], &verify)?;
-    let fmt = match to {
-        ConvertTo::Npz => OutFormat::Npz,
-        ConvertTo::Safetensors => OutFormat::Safetensors,
-        ConvertTo::Volp => OutFormat::Volp,
-        ConvertTo::Wtxt => unreachable!("handled above"),
-    };
-    write_arrays_as(&arrays, out, fmt)
+    let arrays = crate::convert::load_lossless(input, &verify)?;
+    match to {
+        ConvertTo::Wtxt => snapshot_arrays(&arrays, out, o, &Progress::hidden()).map(|_| ()),
+        ConvertTo::Safetensors if arrays.iter().any(|a| a.name == crate::convert::safetensors::ST_HEADER) => {
+            let bytes = crate::convert::safetensors::arrays_to_safetensors(&arrays)?;
+            write_file(out, &bytes, 0o644)
+        }
+        ConvertTo::Safetensors => write_arrays_as(&arrays, out, OutFormat::Safetensors),
+        ConvertTo::Npz => write_arrays_as(&arrays, out, OutFormat::Npz),
+        ConvertTo::Volp => write_arrays_as(&arrays, out, OutFormat::Volp),
+    }
 }

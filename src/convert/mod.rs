@@ -78,6 +78,30 @@ pub fn load_inputs(paths: &[impl AsRef<Path>], verify: &VerifyOptions) -> Result
     Ok(arrays)
 }
 
+/// Like `load_inputs` for one file, but keeping what the container carries
+/// besides tensors in metadata arrays (`__safetensors_header`,
+/// `__volp_header`), so it can be written back as it was.
+pub fn load_lossless(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
+    let map = map_file(path)?;
+    if detect(&map) == Some(Format::Safetensors) {
+        let mut arrays = safetensors::safetensors_to_arrays(&map).map_err(|e| e.in_file(path))?;
+        sort_arrays(&mut arrays)?;
+        // A file our own writer would produce for these tensors needs no
+        // header array to be rebuilt: leave it out, so WTXT -> safetensors
+        // -> WTXT gives the same bytes too. (Checked below 1 GiB; larger
+        // files keep the header.)
+        if map.len() < 1 << 30 {
+            let tensors: Vec<Array> = arrays.iter().filter(|a| a.name != safetensors::ST_HEADER).cloned().collect();
+            let mut ours = Vec::new();
+            if safetensors::write(&tensors, &mut ours).is_ok() && ours[..] == map[..] {
+                return Ok(tensors);
+            }
+        }
+        return Ok(arrays);
+    }
+    load_inputs(&[path], verify)
+}
+
 fn load_one(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
     let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
     if len == 0 {

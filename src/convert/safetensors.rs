@@ -48,6 +48,9 @@ fn to_st(d: Dtype) -> St {
     }
 }
 
+/// Name of the array that carries a safetensors file's header bytes.
+pub const ST_HEADER: &str = "__safetensors_header";
+
 /// Reads every tensor, each array named by its tensor name (the caller
 /// maps names to WTXT names).
 pub fn read(map: &Arc<Mmap>) -> Result<Vec<Array>> {
@@ -91,4 +94,73 @@ pub fn write<W: Write>(arrays: &[Array], out: &mut W) -> Result<()> {
         .collect::<Result<_>>()?;
     let bytes = safetensors::serialize(views, None).map_err(|e| Error::input(Default::default(), e.to_string()))?;
     out.write_all(&bytes).map_err(|e| Error::io("output", e))
+}
+
+/// The tensors of a safetensors file plus its header bytes, as WTXT arrays.
+pub fn safetensors_to_arrays(content: &[u8]) -> Result<Vec<Array>> {
+    let st = safetensors::SafeTensors::deserialize(content)
+        .map_err(|e| Error::input(Default::default(), format!("not a valid safetensors file: {e}")))?;
+    let n = u64::from_le_bytes(content[..8].try_into().expect("checked")) as usize;
+    let base = content.as_ptr() as usize;
+    let mut arrays = Vec::new();
+    let names: Vec<String> = st.names().into_iter().map(String::from).collect();
+    let mapped = crate::model::assign_names(&names);
+    for (orig, name) in names.iter().zip(mapped) {
+        let v = st.tensor(orig).map_err(|e| Error::input(Default::default(), e.to_string()))?;
+        let dtype = from_st(v.dtype()).ok_or_else(|| {
+            Error::input(Default::default(), format!("tensor {orig}: dtype {:?} has no WTXT equivalent", v.dtype()))
+        })?;
+        let start = v.data().as_ptr() as usize - base;
+        let shape = v.shape().iter().map(|&d| d as u64).collect();
+        arrays.push(Array::new(name, dtype, shape, ArrayData::from(content[start..start + v.data().len()].to_vec()))?);
+    }
+    let header = content[..8 + n].to_vec();
+    arrays.push(Array::new(ST_HEADER, Dtype::U8, vec![header.len() as u64], ArrayData::from(header))?);
+    Ok(arrays)
+}
+
+/// Rebuilds the original safetensors bytes from its header array and tensors.
+pub fn arrays_to_safetensors(arrays: &[Array]) -> Result<Vec<u8>> {
+    let header = arrays
+        .iter()
+        .find(|a| a.name == ST_HEADER)
+        .ok_or_else(|| {
+            Error::input(Default::default(), format!("no {ST_HEADER} array: not made by the safetensors filter"))
+        })?
+        .bytes();
+    let n = header.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize).unwrap_or(usize::MAX);
+    let json = header
+        .get(8..)
+        .filter(|j| j.len() == n)
+        .ok_or_else(|| Error::input(Default::default(), format!("{ST_HEADER}: bad length")))?;
+    let meta: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(json).map_err(|e| Error::input(Default::default(), format!("{ST_HEADER}: {e}")))?;
+    let mut tensors: Vec<(u64, u64, &String)> = Vec::new();
+    for (k, v) in &meta {
+        if k == "__metadata__" {
+            continue;
+        }
+        let offs = v["data_offsets"].as_array().and_then(|o| Some((o.first()?.as_u64()?, o.get(1)?.as_u64()?)));
+        let (a, b) = offs
+            .ok_or_else(|| Error::input(Default::default(), format!("{ST_HEADER}: tensor {k} lacks data_offsets")))?;
+        tensors.push((a, b, k));
+    }
+    tensors.sort();
+    let names: Vec<String> = tensors.iter().map(|t| t.2.clone()).collect();
+    let mut sorted_names = names.clone();
+    sorted_names.sort();
+    let mapped = crate::model::assign_names(&sorted_names);
+    let mut out = header.to_vec();
+    for (a, b, k) in tensors {
+        let wtxt_name = &mapped[sorted_names.iter().position(|x| x == k).expect("present")];
+        let arr = arrays
+            .iter()
+            .find(|x| &x.name == wtxt_name)
+            .ok_or_else(|| Error::input(Default::default(), format!("tensor {k} is missing")))?;
+        if out.len() as u64 - header.len() as u64 != a || arr.bytes().len() as u64 != b - a {
+            return Err(Error::input(Default::default(), format!("tensor {k}: offsets do not match its bytes")));
+        }
+        out.extend_from_slice(arr.bytes());
+    }
+    Ok(out)
 }

@@ -119,3 +119,35 @@ fn hostile_volp_is_refused() {
         assert!(!dir.path().join("o.wtxt").exists());
     }
 }
+
+#[test]
+fn safetensors_round_trips_byte_for_byte_with_names_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["st_all_dtypes.safetensors", "st_name_collisions.safetensors"] {
+        let src = peers().join(name);
+        let w = dir.path().join(format!("{name}.wtxt"));
+        let o = convert(&src, &w, "wtxt");
+        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+        let expected: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(peers().join(format!("{name}.expected.json"))).unwrap()).unwrap();
+        let loaded = wtxt::wtxt::load(&std::fs::read(&w).unwrap()[..], u64::MAX, &Default::default()).unwrap();
+        // Every tensor, under its mapped WTXT name, with the reference's bytes.
+        let originals: Vec<String> =
+            expected["tensors"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+        let mapped = wtxt::model::assign_names(&originals);
+        for (t, m) in expected["tensors"].as_array().unwrap().iter().zip(&mapped) {
+            let a = loaded.arrays.iter().find(|a| &a.name == m).unwrap_or_else(|| panic!("{name}: {m} missing"));
+            use sha2::Digest;
+            assert_eq!(hex::encode(sha2::Sha256::digest(a.bytes())), t["sha256"].as_str().unwrap(), "{name}: {m}");
+            assert_eq!(a.dtype.as_str(), t["dtype"].as_str().unwrap());
+        }
+        // Back to safetensors: the very same bytes (header JSON and padding kept).
+        let back = dir.path().join(format!("{name}.back"));
+        assert!(convert(&w, &back, "safetensors").status.success());
+        assert!(std::fs::read(&back).unwrap() == std::fs::read(&src).unwrap(), "{name}: not byte-identical");
+        // And WTXT -> safetensors -> WTXT is byte-identical too.
+        let w2 = dir.path().join(format!("{name}.2.wtxt"));
+        assert!(convert(&back, &w2, "wtxt").status.success());
+        assert!(std::fs::read(&w2).unwrap() == std::fs::read(&w).unwrap());
+    }
+}
