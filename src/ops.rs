@@ -354,6 +354,8 @@ pub fn extract(
 #[derive(Default)]
 pub struct RecoverOptions {
     pub report: Option<PathBuf>,
+    /// Write only whole arrays (no `NAME__partial` / `NAME__intact`).
+    pub whole_only: bool,
     pub hmac_key: Option<HmacKey>,
     pub sign_key: Option<SecretKey>,
 }
@@ -362,7 +364,7 @@ pub struct RecoverOptions {
 pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryReport> {
     let (_, len) = open(path)?;
     let map = if len == 0 { None } else { Some(map_file(path)?) };
-    let r = scan(map.as_deref().map_or(&[][..], |m| &m[..]), o.hmac_key.as_ref());
+    let r = scan(map.as_deref().map_or(&[][..], |m| &m[..]), o.hmac_key.as_ref(), !o.whole_only);
     let meta = match r.meta.clone() {
         Some(m) => m,
         None => make_meta(0, None, &None, &None, &None, &None)?,

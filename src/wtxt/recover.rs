@@ -81,7 +81,13 @@ struct Candidate {
 }
 
 /// Scans `bytes` (a damaged WTXT) and keeps everything that still checks out.
-pub fn recover(bytes: &[u8], key: Option<&HmacKey>) -> Recovered {
+///
+/// With `keep_partial`, an array that is not whole but has intact chunks is
+/// kept too, as `NAME__partial` (its dtype and shape, damaged ranges
+/// zero-filled) with `NAME__intact` (u8, one per chunk: 1 intact, 0 not),
+/// so no intact byte is lost. Its size is bounded by 4x the file's size
+/// (at least 64 MiB) before anything is allocated.
+pub fn recover(bytes: &[u8], key: Option<&HmacKey>, keep_partial: bool) -> Recovered {
     let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
     let mut meta = None;
     let mut root = None;
@@ -154,11 +160,16 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>) -> Recovered {
     let mut reports = Vec::new();
     let mut rows_per_chunk = None;
     let mut seen = std::collections::BTreeSet::new();
+    let partial_limit = (bytes.len() as u64).saturating_mul(4).max(64 << 20);
+    let mut partials = Vec::new();
     for c in cands {
         let (whole, reason, missing) = assemble(&c, key);
         let name = c.arr.name.clone();
         let duplicate = !seen.insert(name.clone());
         let recovered = whole.is_some() && !duplicate;
+        if keep_partial && !recovered && !duplicate && !c.intact.is_empty() && c.arr.bytes <= partial_limit {
+            partials.extend(partial(&c));
+        }
         if let Some(data) = whole.filter(|_| !duplicate) {
             if let Ok(a) = Array::new(name.clone(), c.arr.dtype, c.arr.shape.clone(), ArrayData::from(data)) {
                 if c.idx.is_some() {
@@ -189,6 +200,13 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>) -> Recovered {
     };
     let recovered_arrays = arrays.len();
     let lost_arrays = reports.len() - recovered_arrays;
+    // Partial arrays go in only where their names are free.
+    for p in partials {
+        if !arrays.iter().any(|a| a.name == p.name) {
+            arrays.push(p);
+        }
+    }
+    arrays.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
     Recovered {
         meta,
         merkle_prev,
@@ -248,6 +266,33 @@ fn check_chunk(ch: &ChLine, body: &[&[u8]]) -> Result<Vec<u8>, String> {
         return Err("sha256 does not match".into());
     }
     Ok(out)
+}
+
+/// `NAME__partial` (intact chunks, zeros elsewhere) and `NAME__intact`.
+fn partial(c: &Candidate) -> Vec<Array> {
+    let rows = c.idx.map_or(1, |i| i.rows_per_chunk);
+    let Ok(layout) = crate::wtxt::layout::Layout::new(c.arr.dtype, &c.arr.shape, rows) else { return Vec::new() };
+    let mut data = vec![0u8; c.arr.bytes as usize];
+    let mut mask = vec![0u8; layout.chunk_count() as usize];
+    for (ix, (f, d)) in &c.intact {
+        if let (Some(m), Some(dst)) =
+            (mask.get_mut(*ix as usize), data.get_mut(f.off as usize..(f.off + f.len) as usize))
+        {
+            if layout.chunk_range(*ix) == (f.off, f.len) {
+                dst.copy_from_slice(d);
+                *m = 1;
+            }
+        }
+    }
+    let base: String = c.arr.name.chars().take(crate::limits::MAX_NAME - "__partial".len()).collect();
+    let n = mask.len() as u64;
+    [
+        Array::new(format!("{base}__partial"), c.arr.dtype, c.arr.shape.clone(), ArrayData::from(data)),
+        Array::new(format!("{base}__intact"), crate::model::Dtype::U8, vec![n], ArrayData::from(mask)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// The whole array's bytes (or why not), and the byte ranges no intact chunk covers.

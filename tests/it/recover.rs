@@ -39,11 +39,29 @@ fn flipped_bits_deleted_lines_and_truncation() {
     assert_eq!(lv_rep["intact_chunks"].as_array().unwrap().len(), 1, "chunk 0 is still intact");
     assert_eq!(lv_rep["damaged_chunks"][0]["ix"], 1);
     let got = arrays_of(&out);
-    assert_eq!(got.len(), orig.len() - 2);
-    for a in &got {
+    // 10 whole arrays, and long_vec's intact chunk kept as a partial array.
+    assert_eq!(got.len(), orig.len() - 2 + 2);
+    for a in got.iter().filter(|a| !a.name.contains("__")) {
         let o = orig.iter().find(|o| o.name == a.name).unwrap();
         assert_eq!(a.bytes(), o.bytes(), "{} changed", a.name);
     }
+    let lv = orig.iter().find(|o| o.name == "long_vec").unwrap();
+    let part = got.iter().find(|a| a.name == "long_vec__partial").unwrap();
+    assert_eq!(&part.bytes()[..32768], &lv.bytes()[..32768], "the intact chunk's bytes are kept");
+    assert!(part.bytes()[32768..].iter().all(|&b| b == 0), "the damaged chunk is zero-filled");
+    assert_eq!(got.iter().find(|a| a.name == "long_vec__intact").unwrap().bytes(), &[1, 0]);
+    assert!(!got.iter().any(|a| a.name.starts_with("tok_embed")), "no intact chunk: nothing to keep");
+    let whole = dir.path().join("whole.wtxt");
+    let o = wtxt()
+        .arg("recover")
+        .arg(dir.path().join("damaged.wtxt"))
+        .arg("-o")
+        .arg(&whole)
+        .arg("--whole-only")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(arrays_of(&std::fs::read(&whole).unwrap()).len(), orig.len() - 2);
     // The HMAC tags of rescued arrays are carried over.
     let r = wtxt()
         .arg("verify")
@@ -53,7 +71,8 @@ fn flipped_bits_deleted_lines_and_truncation() {
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert_eq!(v["ok"], true, "{v}");
-    assert!(v["arrays"].as_array().unwrap().iter().all(|a| a["authenticated"] == true));
+    let whole = v["arrays"].as_array().unwrap().iter().filter(|a| !a["name"].as_str().unwrap().contains("__"));
+    assert!(whole.clone().count() == 10 && whole.into_iter().all(|a| a["authenticated"] == true));
 
     // Truncation in the middle keeps every array before the cut.
     let cut = text.find("arr name=mask_u8").unwrap() + 20;

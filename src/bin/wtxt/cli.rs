@@ -273,6 +273,10 @@ pub struct RecoverArgs {
     /// Write a JSON report of intact and damaged chunks per array.
     #[arg(long, value_name = "JSON")]
     pub report: Option<PathBuf>,
+    /// Keep only whole arrays; by default a damaged array's intact chunks are
+    /// kept as NAME__partial (zeros elsewhere) with NAME__intact (1 per intact chunk).
+    #[arg(long)]
+    pub whole_only: bool,
     #[command(flatten)]
     pub hmac: HmacArg,
     /// Sign the recovered file.

@@ -146,6 +146,7 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Recover(a) => {
             let opts = ops::RecoverOptions {
                 report: a.report,
+                whole_only: a.whole_only,
                 hmac_key: hmac_key(&a.hmac.hmac_key)?,
                 sign_key: sign_key(&a.sign_key)?,
             };
