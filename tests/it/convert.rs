@@ -20,16 +20,22 @@ fn convert(input: &Path, out: &Path, to: &str) -> std::process::Output {
         .unwrap()
 }
 
+/// Converts the peer file `name` to WTXT in `dir`: (source, WTXT, expected JSON).
+fn peer_to_wtxt(dir: &Path, name: &str) -> (PathBuf, PathBuf, serde_json::Value) {
+    let src = peers().join(name);
+    let w = dir.join(format!("{name}.wtxt"));
+    let o = convert(&src, &w, "wtxt");
+    assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+    let expected =
+        serde_json::from_slice(&std::fs::read(peers().join(format!("{name}.expected.json"))).unwrap()).unwrap();
+    (src, w, expected)
+}
+
 #[test]
 fn volp_reference_files_convert_exactly_and_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["volp_float32.volp", "volp_int16_scaled.volp", "volp_uint8.volp"] {
-        let src = peers().join(name);
-        let w = dir.path().join(format!("{name}.wtxt"));
-        let o = convert(&src, &w, "wtxt");
-        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
-        let expected: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(peers().join(format!("{name}.expected.json"))).unwrap()).unwrap();
+        let (src, w, expected) = peer_to_wtxt(dir.path(), name);
         let got: serde_json::Value =
             serde_json::from_slice(&wtxt().arg("inspect").arg(&w).arg("--json").output().unwrap().stdout).unwrap();
         for t in expected["tensors"].as_array().unwrap() {
@@ -124,12 +130,7 @@ fn hostile_volp_is_refused() {
 fn safetensors_round_trips_byte_for_byte_with_names_kept() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["st_all_dtypes.safetensors", "st_name_collisions.safetensors"] {
-        let src = peers().join(name);
-        let w = dir.path().join(format!("{name}.wtxt"));
-        let o = convert(&src, &w, "wtxt");
-        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
-        let expected: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(peers().join(format!("{name}.expected.json"))).unwrap()).unwrap();
+        let (src, w, expected) = peer_to_wtxt(dir.path(), name);
         let loaded = wtxt::wtxt::load(&std::fs::read(&w).unwrap()[..], u64::MAX, &Default::default()).unwrap();
         // Every tensor, under its mapped WTXT name, with the reference's bytes.
         let originals: Vec<String> =
