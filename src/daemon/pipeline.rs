@@ -18,7 +18,7 @@ use crate::model::Array;
 use crate::progress::Progress;
 use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
 use crate::wtxt::read::{read_header, LineReader};
-use crate::wtxt::syntax::{Meta, Root, Timestamp};
+use crate::wtxt::syntax::Root;
 use crate::wtxt::write::WriteOptions;
 
 /// How the pipeline is set up.
@@ -194,14 +194,8 @@ impl Pipeline {
                 self.state.last_gen.unwrap_or(0)
             )));
         }
-        let meta = Meta {
-            schema: "weights/v1".into(),
-            gen,
-            ts: Timestamp::resolve(None).map_err(Error::usage)?,
-            build: self.cfg.build.clone(),
-            host: "cpu".into(),
-            cuda: "off".into(),
-        };
+        // The writer's defaults (schema, host, cuda, ts rule); the build token is checked.
+        let meta = crate::ops::make_meta(gen, None, &None, &Some(self.cfg.build.clone()), &None, &None)?;
         let opts = WriteOptions {
             meta,
             merkle_prev: self.merkle_prev,

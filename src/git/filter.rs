@@ -17,7 +17,7 @@ use crate::crypto::digest::Hash;
 use crate::error::{Error, Result};
 use crate::model::Array;
 
-use crate::wtxt::syntax::{Meta, Root, Timestamp};
+use crate::wtxt::syntax::Root;
 use crate::wtxt::write::{write_snapshot, WriteOptions};
 
 pub use crate::convert::safetensors::ST_HEADER;
@@ -155,14 +155,8 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
         Some((_, g, m)) => (g + 1, *m),
         None => (0, [0; 32]),
     };
-    let meta = Meta {
-        schema: "weights/v1".into(),
-        gen,
-        ts: Timestamp::resolve(None).map_err(Error::usage)?,
-        build: "git-filter".into(),
-        host: "cpu".into(),
-        cuda: "off".into(),
-    };
+    // The writer's defaults (schema, host, cuda, ts rule); the build token is checked.
+    let meta = crate::ops::make_meta(gen, None, &None, &Some("git-filter".into()), &None, &None)?;
     let opts = WriteOptions {
         meta,
         merkle_prev,
