@@ -140,6 +140,12 @@ pub fn check_at(line: u64, message: impl Into<String>) -> Error {
     Error::check(Position::Line(line), message)
 }
 
+/// Shorthand for a failed check at a byte offset (a hash or CRC of a
+/// binary container that does not match).
+pub fn check_byte(byte: u64, message: impl Into<String>) -> Error {
+    Error::check(Position::Byte(byte), message)
+}
+
 /// Shorthand for unusable input at a byte offset.
 pub fn input_at(byte: u64, message: impl Into<String>) -> Error {
     Error::input(Position::Byte(byte), message)

@@ -814,9 +814,8 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConvertTo {
     Wtxt,
-    Npz,
-    Safetensors,
-    Volp,
+    /// A binary container (npy is not offered: it holds one array).
+    Container(crate::convert::OutFormat),
 }
 
 /// `wtxt convert`: any readable input to WTXT (as `snapshot` with its
@@ -828,12 +827,12 @@ pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions) -> 
     let arrays = crate::convert::load_lossless(input, &verify)?;
     match to {
         ConvertTo::Wtxt => snapshot_arrays(&arrays, out, o, &Progress::hidden()).map(|_| ()),
-        ConvertTo::Safetensors if arrays.iter().any(|a| a.name == crate::convert::safetensors::ST_HEADER) => {
+        ConvertTo::Container(OutFormat::Safetensors)
+            if arrays.iter().any(|a| a.name == crate::convert::safetensors::ST_HEADER) =>
+        {
             let bytes = crate::convert::safetensors::arrays_to_safetensors(&arrays)?;
             write_file(out, &bytes, 0o644)
         }
-        ConvertTo::Safetensors => write_arrays_as(&arrays, out, OutFormat::Safetensors),
-        ConvertTo::Npz => write_arrays_as(&arrays, out, OutFormat::Npz),
-        ConvertTo::Volp => write_arrays_as(&arrays, out, OutFormat::Volp),
+        ConvertTo::Container(fmt) => write_arrays_as(&arrays, out, fmt),
     }
 }

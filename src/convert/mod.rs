@@ -2,7 +2,13 @@
 //! loading snapshot inputs into the model, and writing extracted arrays.
 
 pub mod npy;
+pub mod aero;
+pub mod fold;
+pub mod mldf;
+pub mod msgpack;
 pub mod npz;
+pub mod pyjson;
+pub mod rs;
 pub mod safetensors;
 pub mod volp;
 
@@ -20,6 +26,9 @@ use crate::wtxt::verify::VerifyOptions;
 /// A file format, told by its first bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
+    Aero,
+    Fold,
+    Mldf,
     Npy,
     Npz,
     Safetensors,
@@ -41,6 +50,15 @@ pub fn detect(b: &[u8]) -> Option<Format> {
     if b.starts_with(volp::MAGIC) {
         return Some(Format::Volp);
     }
+    if b.starts_with(fold::MAGIC) {
+        return Some(Format::Fold);
+    }
+    if b.starts_with(aero::MAGIC) {
+        return Some(Format::Aero);
+    }
+    if b.starts_with(mldf::MAGIC) {
+        return Some(Format::Mldf);
+    }
     // safetensors: u64 LE header length, then a JSON object.
     if b.len() >= 10 {
         let n = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
@@ -49,6 +67,40 @@ pub fn detect(b: &[u8]) -> Option<Format> {
         }
     }
     None
+}
+
+/// Warnings a reader wants the user to see (a repaired chunk, a newer minor
+/// version); the command prints them on stderr.
+pub type Notes = Vec<String>;
+
+/// Decompresses one zstd payload that must decode to exactly `want` bytes,
+/// never inflating past that: a compression bomb stops at the declared size.
+pub fn zstd_exact(body: &[u8], want: u64) -> std::result::Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut out = Vec::with_capacity(want.min(64 << 20) as usize);
+    let mut dec = zstd::stream::read::Decoder::with_buffer(body).map_err(|e| e.to_string())?;
+    (&mut dec).take(want + 1).read_to_end(&mut out).map_err(|e| format!("not a valid zstd frame: {e}"))?;
+    if out.len() as u64 != want {
+        return Err(format!("decodes to {}{} bytes, {want} declared", out.len(), if out.len() as u64 > want { "+" } else { "" }));
+    }
+    Ok(out)
+}
+
+/// A metadata array: `name` (beginning with `__`) holding `v` as UTF-8 JSON.
+pub fn meta_array(name: &str, v: &serde_json::Value) -> Result<Array> {
+    let bytes = serde_json::to_vec(v).expect("a JSON value serializes");
+    Array::new(name, crate::model::Dtype::U8, vec![bytes.len() as u64], bytes.into())
+}
+
+/// The JSON held by metadata array `name`, if there is one.
+pub fn meta_json(arrays: &[Array], name: &str) -> Result<Option<serde_json::Value>> {
+    let Some(a) = arrays.iter().find(|a| a.name == name) else { return Ok(None) };
+    if a.dtype != crate::model::Dtype::U8 || a.shape.len() != 1 {
+        return Err(Error::input(Default::default(), format!("{name}: expected a rank-1 u8 array of JSON")));
+    }
+    serde_json::from_slice(a.bytes())
+        .map(Some)
+        .map_err(|e| Error::input(Default::default(), format!("{name}: not JSON: {e}")))
 }
 
 /// Maps a whole file read-only.
@@ -83,6 +135,11 @@ pub fn load_inputs(paths: &[impl AsRef<Path>], verify: &VerifyOptions) -> Result
 /// `__volp_header`), so it can be written back as it was.
 pub fn load_lossless(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
     let map = map_file(path)?;
+    if let Some(fmt @ (Format::Fold | Format::Aero | Format::Mldf)) = detect(&map) {
+        let src = npy::Source::Mapped(map);
+        let arrays = read_container(fmt, &src, path)?;
+        return Ok(drop_default_meta(fmt, arrays));
+    }
     if detect(&map) == Some(Format::Safetensors) {
         let mut arrays = safetensors::safetensors_to_arrays(&map).map_err(|e| e.in_file(path))?;
         sort_arrays(&mut arrays)?;
@@ -102,6 +159,60 @@ pub fn load_lossless(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> 
     load_inputs(&[path], verify)
 }
 
+/// Reads a FOLD, AERO or MLDF file with its metadata arrays, printing the
+/// reader's notes (repairs, version warnings) on stderr.
+fn read_container(fmt: Format, src: &npy::Source, path: &Path) -> Result<Vec<Array>> {
+    let mut notes = Notes::new();
+    let arrays = match fmt {
+        Format::Fold => fold::read(src, &mut notes),
+        Format::Aero => aero::read(src, &mut notes),
+        Format::Mldf => mldf::read(src, &mut notes),
+        _ => unreachable!("only containers with metadata arrays"),
+    }
+    .map_err(|e| e.in_file(path))?;
+    for n in notes {
+        eprintln!("wtxt: warning: {}: {n}", path.display());
+    }
+    let mut arrays = arrays;
+    sort_arrays(&mut arrays)?;
+    Ok(arrays)
+}
+
+/// Leaves out the metadata arrays when our writer, given only the tensors,
+/// writes a file that reads back with the same metadata: then nothing is
+/// lost, and WTXT -> container -> WTXT gives the same bytes.
+fn drop_default_meta(fmt: Format, arrays: Vec<Array>) -> Vec<Array> {
+    let (meta, tensors): (Vec<Array>, Vec<Array>) = arrays.into_iter().partition(|a| a.name.starts_with("__"));
+    let rebuilt = match fmt {
+        Format::Fold => fold::write(&tensors),
+        Format::Aero => aero::write(&tensors),
+        Format::Mldf => mldf::write(&tensors),
+        _ => unreachable!("only containers with metadata arrays"),
+    };
+    let reread = rebuilt.and_then(|bytes| {
+        let src = npy::Source::Owned(Arc::new(bytes));
+        let mut notes = Notes::new();
+        match fmt {
+            Format::Fold => fold::read(&src, &mut notes),
+            Format::Aero => aero::read(&src, &mut notes),
+            _ => mldf::read(&src, &mut notes),
+        }
+    });
+    let same = reread.is_ok_and(|again| {
+        let again: Vec<&Array> = again.iter().filter(|a| a.name.starts_with("__")).collect();
+        again.len() == meta.len()
+            && again.iter().all(|a| meta.iter().any(|m| m.name == a.name && m.bytes() == a.bytes()))
+    });
+    if same {
+        tensors
+    } else {
+        let mut all = tensors;
+        all.extend(meta);
+        sort_arrays(&mut all).expect("names were unique");
+        all
+    }
+}
+
 fn load_one(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
     let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
     if len == 0 {
@@ -114,9 +225,14 @@ fn load_one(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
             let n = map.len();
             Ok(vec![npy::read(&stem, &npy::Source::Mapped(map), 0..n)?])
         }
-        Some(Format::Npz) => npz::read(&map),
+        Some(Format::Npz) => npz::read(&npy::Source::Mapped(map)),
         Some(Format::Safetensors) => safetensors::read(&map),
         Some(Format::Volp) => volp::read(&map),
+        // Snapshots take the tensors; `convert` keeps the metadata too.
+        Some(fmt @ (Format::Fold | Format::Aero | Format::Mldf)) => {
+            let arrays = read_container(fmt, &npy::Source::Mapped(map), path)?;
+            Ok(arrays.into_iter().filter(|a| !a.name.starts_with("__")).collect())
+        }
         Some(Format::Wtxt) => Ok(crate::wtxt::load(&map[..], len, verify)?.arrays),
         None => {
             Err(input_at(0, "unrecognized format: expected .npy, .npz (zip), .safetensors, VOLP or WTXT magic bytes"))
@@ -127,6 +243,9 @@ fn load_one(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
 /// Formats arrays can be written to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutFormat {
+    Aero,
+    Fold,
+    Mldf,
     Npy,
     Npz,
     Safetensors,
@@ -142,9 +261,12 @@ impl OutFormat {
             "npz" => OutFormat::Npz,
             "safetensors" => OutFormat::Safetensors,
             "volp" => OutFormat::Volp,
+            "fold" | "mind" => OutFormat::Fold,
+            "aero" => OutFormat::Aero,
+            "mldf" => OutFormat::Mldf,
             _ => {
                 return Err(Error::usage(format!(
-                    "{}: output must end in .npy, .npz, .safetensors or .volp",
+                    "{}: output must end in .npy, .npz, .safetensors, .volp, .fold, .mind, .aero or .mldf",
                     out.display()
                 )))
             }
@@ -184,8 +306,13 @@ pub fn write_arrays_as(arrays: &[Array], out: &Path, fmt: OutFormat) -> Result<(
             safetensors::write(arrays, &mut w)?;
             w.flush().map_err(|e| Error::io(out, e))?;
         }
-        OutFormat::Volp => {
-            let bytes = volp::write(arrays)?;
+        OutFormat::Volp | OutFormat::Fold | OutFormat::Aero | OutFormat::Mldf => {
+            let bytes = match fmt {
+                OutFormat::Volp => volp::write(arrays)?,
+                OutFormat::Fold => fold::write(arrays)?,
+                OutFormat::Aero => aero::write(arrays)?,
+                _ => mldf::write(arrays)?,
+            };
             f.file().write_all(&bytes).map_err(|e| Error::io(out, e))?;
         }
     }

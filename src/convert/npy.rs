@@ -230,7 +230,9 @@ impl Source {
         }
     }
 
-    fn window(&self, r: std::ops::Range<usize>) -> ArrayData {
+    /// The bytes `r` as array data, without copying when they are mapped
+    /// or are the whole buffer.
+    pub fn window(&self, r: std::ops::Range<usize>) -> ArrayData {
         match self {
             Source::Mapped(m) => ArrayData::Mapped(m.clone(), r),
             Source::Owned(v) if r.start == 0 && r.end == v.len() => ArrayData::Owned(v.clone()),

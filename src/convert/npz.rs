@@ -4,7 +4,6 @@
 use std::io::{Cursor, Read, Seek, Write};
 use std::sync::Arc;
 
-use memmap2::Mmap;
 use zip::CompressionMethod;
 
 use crate::convert::npy::{self, Source};
@@ -14,8 +13,8 @@ use crate::model::Array;
 
 /// Reads every member of an `.npz`, each array named by its key (the
 /// caller maps keys to WTXT names).
-pub fn read(map: &Arc<Mmap>) -> Result<Vec<Array>> {
-    let bytes: &[u8] = map;
+pub fn read(src: &Source) -> Result<Vec<Array>> {
+    let bytes: &[u8] = src.bytes();
     let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
         .map_err(|e| input_at(0, format!("not a readable zip archive: {e}")))?;
     if zip.len() > MAX_ARRAYS {
@@ -40,7 +39,7 @@ pub fn read(map: &Arc<Mmap>) -> Result<Vec<Array>> {
                     .ok_or_else(|| input_at(at, format!("member {name} runs past the end of the file")))?;
                 // The CRC of a stored member is checked by reading it through the zip reader.
                 std::io::copy(&mut f, &mut std::io::sink()).map_err(|e| input_at(at, format!("member {name}: {e}")))?;
-                npy::read(&key, &Source::Mapped(map.clone()), start..end).map_err(wrap)?
+                npy::read(&key, src, start..end).map_err(wrap)?
             }
             CompressionMethod::Deflated => {
                 let size = f.size();
@@ -91,16 +90,22 @@ pub fn read(map: &Arc<Mmap>) -> Result<Vec<Array>> {
 /// Writes arrays as an uncompressed `.npz` with fixed timestamps, so the
 /// same arrays give the same bytes.
 pub fn write<W: Write + Seek>(arrays: &[Array], out: W) -> Result<W> {
+    write_keyed(arrays.iter().map(|a| (a.name.as_str(), a)), out)
+}
+
+/// Like [`write`], with each member's key given (a container's original
+/// names, which need not be WTXT names).
+pub fn write_keyed<'a, W: Write + Seek>(arrays: impl IntoIterator<Item = (&'a str, &'a Array)>, out: W) -> Result<W> {
     let mut z = zip::ZipWriter::new(out);
     let zerr = |e: zip::result::ZipError| Error::io("output", std::io::Error::other(e.to_string()));
-    for a in arrays {
+    for (key, a) in arrays {
         let header = npy::header(a)?;
         let size = header.len() as u64 + a.bytes().len() as u64;
         let opts = zip::write::SimpleFileOptions::default()
             .compression_method(CompressionMethod::Stored)
             .last_modified_time(zip::DateTime::default())
             .large_file(size >= u32::MAX as u64);
-        z.start_file(format!("{}.npy", a.name), opts).map_err(zerr)?;
+        z.start_file(format!("{key}.npy"), opts).map_err(zerr)?;
         z.write_all(&header).map_err(|e| Error::io("output", e))?;
         z.write_all(a.bytes()).map_err(|e| Error::io("output", e))?;
     }

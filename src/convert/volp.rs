@@ -85,17 +85,7 @@ pub fn read(b: &[u8]) -> Result<Vec<Array>> {
         .filter(|s| *s <= MAX_BODY)
         .ok_or_else(|| input_at(8, format!("shape {shape:?} exceeds the {MAX_BODY}-byte body limit")))?;
     let body = &b[8 + n..];
-    // Decompress no further than the declared size: a bomb stops here.
-    let mut out = Vec::with_capacity(want as usize);
-    let mut dec = zstd::stream::read::Decoder::new(body).map_err(|e| input_at(8 + n as u64, format!("body: {e}")))?;
-    std::io::Read::read_to_end(&mut std::io::Read::take(&mut dec, want + 1), &mut out)
-        .map_err(|e| input_at(8 + n as u64, format!("body is not a valid zstd frame: {e}")))?;
-    if out.len() as u64 != want {
-        return Err(input_at(
-            8 + n as u64,
-            format!("body decodes to {} bytes, the header's shape needs {want}", out.len()),
-        ));
-    }
+    let out = crate::convert::zstd_exact(body, want).map_err(|m| input_at(8 + n as u64, format!("body: {m}")))?;
     Ok(vec![
         Array::new(TENSOR, dtype, shape, ArrayData::from(out))?,
         Array::new(HEADER, Dtype::U8, vec![n as u64], ArrayData::from(header.to_vec()))?,

@@ -504,7 +504,10 @@ pub struct ConvertArgs {
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConvertFormat {
     Wtxt,
-    Npz,
-    Safetensors,
+    Fold,
+    Aero,
     Volp,
+    Safetensors,
+    Npz,
+    Mldf,
 }

@@ -13,6 +13,7 @@ use wtxt::crypto::mac::HmacKey;
 use wtxt::crypto::sign::{PublicKey, SecretKey, TrustedKeys};
 use wtxt::error::{Error, Result};
 use wtxt::git::{diff, merge};
+use wtxt::convert::OutFormat;
 use wtxt::ops;
 use wtxt::progress::Progress;
 use wtxt::wtxt::verify::{Report, SigStatus};
@@ -199,9 +200,12 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Convert(a) => {
             let to = match a.to {
                 cli::ConvertFormat::Wtxt => ops::ConvertTo::Wtxt,
-                cli::ConvertFormat::Npz => ops::ConvertTo::Npz,
-                cli::ConvertFormat::Safetensors => ops::ConvertTo::Safetensors,
-                cli::ConvertFormat::Volp => ops::ConvertTo::Volp,
+                cli::ConvertFormat::Npz => ops::ConvertTo::Container(OutFormat::Npz),
+                cli::ConvertFormat::Safetensors => ops::ConvertTo::Container(OutFormat::Safetensors),
+                cli::ConvertFormat::Volp => ops::ConvertTo::Container(OutFormat::Volp),
+                cli::ConvertFormat::Fold => ops::ConvertTo::Container(OutFormat::Fold),
+                cli::ConvertFormat::Aero => ops::ConvertTo::Container(OutFormat::Aero),
+                cli::ConvertFormat::Mldf => ops::ConvertTo::Container(OutFormat::Mldf),
             };
             let opts = ops::SnapshotOptions {
                 gen: a.gen,

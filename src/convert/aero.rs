@@ -1,0 +1,692 @@
+//! AERO v0.1 (and v0.2's `hash_b3`): a 96-byte little-endian header, a TOC
+//! of 80-byte entries, a string table, and 16-byte aligned chunk payloads,
+//! each with the BLAKE3 of its uncompressed bytes.
+//!
+//! Read: every limit of the spec and every bound is checked before a byte is
+//! used; every chunk's BLAKE3 (and `hash_b3`, IHSH, PHSH when present) is
+//! verified; tensors are windows of the mapped WTSH shards (no copy). The
+//! header, the chunk list and the content of every chunk but the shards
+//! become the JSON array `__aero` (MessagePack shown as JSON, see
+//! `msgpack.rs`). Write: the chunks `__aero` lists, in its order; without
+//! it, what the reference `AeroWriter.write_model` writes.
+
+use serde_json::{json, Value};
+
+use crate::convert::npy::Source;
+use crate::convert::{meta_array, meta_json, msgpack, pyjson, zstd_exact, Notes};
+use crate::error::{check_byte, input_at, Error, Result};
+use crate::model::{assign_names, Array, Dtype};
+
+/// The magic bytes.
+pub const MAGIC: &[u8] = b"AERO";
+/// Name of the metadata array.
+pub const META: &str = "__aero";
+/// Spec limit: TOC entries.
+pub const MAX_ENTRY_COUNT: u64 = 1_000_000;
+/// Spec limit: string table bytes.
+pub const MAX_STRING_TABLE: u64 = 512 * 1024 * 1024;
+/// Spec limit: a metadata chunk's uncompressed bytes.
+pub const MAX_METADATA_ULEN: u64 = 2 * 1024 * 1024 * 1024;
+/// The reference writer's largest shard.
+const MAX_SHARD_BYTES: u64 = 2 << 30;
+const HEADER_SIZE: u64 = 96;
+const TOC_HEADER: u64 = 16;
+const TOC_ENTRY: u64 = 80;
+const ZSTD: u32 = 0x1;
+const MMAP_CRITICAL: u32 = 0x2;
+const IS_INDEX: u32 = 0x4;
+const PACKED: u64 = 0x8000;
+
+fn le_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn dtype_of(code: u64) -> Option<Dtype> {
+    Some(match code {
+        0 => Dtype::F16,
+        1 => Dtype::F32,
+        2 => Dtype::Bf16,
+        3 => Dtype::F64,
+        4 => Dtype::I8,
+        5 => Dtype::U8,
+        6 => Dtype::I16,
+        7 => Dtype::U16,
+        8 => Dtype::I32,
+        9 => Dtype::U32,
+        10 => Dtype::I64,
+        11 => Dtype::U64,
+        12 => Dtype::Bool,
+        _ => return None,
+    })
+}
+
+fn code_of(d: Dtype) -> u64 {
+    (0..13).find(|&c| dtype_of(c) == Some(d)).expect("every dtype has a code")
+}
+
+/// One TOC entry.
+struct Chunk {
+    fourcc: String,
+    flags: u32,
+    offset: u64,
+    length: u64,
+    ulen: u64,
+    name: String,
+    blake3: [u8; 32],
+    toc_at: u64,
+}
+
+/// Reads an AERO file. Names are WTXT names already.
+pub fn read(src: &Source, _notes: &mut Notes) -> Result<Vec<Array>> {
+    let b = src.bytes();
+    let file_len = b.len() as u64;
+    if file_len < HEADER_SIZE || !b.starts_with(MAGIC) {
+        return Err(input_at(0, "expected the AERO magic and a 96-byte header"));
+    }
+    let (major, minor) = (le_u16(b, 4), le_u16(b, 6));
+    if major != 0 || !(1..=2).contains(&minor) {
+        return Err(input_at(4, format!("version {major}.{minor}: this reader reads AERO 0.1 and 0.2")));
+    }
+    if le_u32(b, 8) as u64 != HEADER_SIZE {
+        return Err(input_at(8, format!("header_size is {}, expected 96", le_u32(b, 8))));
+    }
+    let (toc_off, toc_len, st_off, st_len, file_flags) =
+        (le_u64(b, 12), le_u64(b, 20), le_u64(b, 28), le_u64(b, 36), le_u64(b, 44));
+    if file_flags != 0 {
+        return Err(input_at(44, format!("file_flags is {file_flags:#x}, only 0 is valid")));
+    }
+    if b[68..96].iter().any(|&x| x != 0) {
+        return Err(input_at(68, "reserved header bytes must be zero"));
+    }
+    let fits = |off: u64, len: u64| off.checked_add(len).is_some_and(|e| e <= file_len);
+    if toc_len < TOC_HEADER || !fits(toc_off, toc_len) || toc_off < HEADER_SIZE {
+        return Err(input_at(12, format!("TOC at {toc_off} with {toc_len} bytes does not fit the {file_len}-byte file")));
+    }
+    let count = le_u32(b, toc_off as usize) as u64;
+    if count > MAX_ENTRY_COUNT {
+        return Err(input_at(toc_off, format!("entry_count {count} exceeds the limit of {MAX_ENTRY_COUNT}")));
+    }
+    if toc_len < TOC_HEADER + count * TOC_ENTRY {
+        return Err(input_at(20, format!("toc_length {toc_len} is too short for {count} entries")));
+    }
+    if st_len > MAX_STRING_TABLE || !fits(st_off, st_len) {
+        return Err(input_at(28, format!("string table at {st_off} with {st_len} bytes does not fit (limit {MAX_STRING_TABLE})")));
+    }
+    let strings = &b[st_off as usize..(st_off + st_len) as usize];
+    let mut chunks = Vec::with_capacity(count as usize);
+    for i in 0..count {
+        let at = toc_off + TOC_HEADER + i * TOC_ENTRY;
+        let e = &b[at as usize..(at + TOC_ENTRY) as usize];
+        let fourcc = std::str::from_utf8(&e[..4])
+            .ok()
+            .filter(|f| f.bytes().all(|c| c.is_ascii_graphic()))
+            .ok_or_else(|| input_at(at, format!("TOC entry {i}: fourcc is not 4 ASCII letters")))?
+            .to_string();
+        let (flags, offset, length, ulen) = (le_u32(e, 4), le_u64(e, 8), le_u64(e, 16), le_u64(e, 24));
+        let (name_off, name_len) = (le_u32(e, 32) as u64, le_u32(e, 36) as u64);
+        if le_u64(e, 40) != 0 {
+            return Err(input_at(at + 40, format!("TOC entry {i}: reserved0 must be zero")));
+        }
+        if !fits(offset, length) || offset < HEADER_SIZE {
+            return Err(input_at(at + 8, format!("chunk {i} ({fourcc}) at {offset} with {length} bytes runs past the end of the file")));
+        }
+        if name_off + name_len > st_len {
+            return Err(input_at(at + 32, format!("chunk {i} ({fourcc}): name runs past the string table")));
+        }
+        let name = std::str::from_utf8(&strings[name_off as usize..(name_off + name_len) as usize])
+            .map_err(|_| input_at(st_off + name_off, format!("chunk {i} ({fourcc}): name is not UTF-8")))?
+            .to_string();
+        let blake3: [u8; 32] = e[48..80].try_into().expect("32 bytes");
+        chunks.push(Chunk { fourcc, flags, offset, length, ulen, name, blake3, toc_at: at });
+    }
+    check_overlaps(&chunks, st_off + st_len)?;
+
+    // Verify and decode every chunk; shards stay in the map.
+    let mut payloads: Vec<Option<Vec<u8>>> = Vec::with_capacity(chunks.len());
+    for c in &chunks {
+        let stored = &b[c.offset as usize..(c.offset + c.length) as usize];
+        let what = format!("chunk {:?} ({})", c.name, c.fourcc);
+        if c.fourcc == "WTSH" {
+            if c.flags & ZSTD != 0 || c.length != c.ulen {
+                return Err(input_at(c.toc_at, format!("{what}: weight shards are never compressed")));
+            }
+            if c.offset % 16 != 0 {
+                return Err(input_at(c.toc_at + 8, format!("{what}: offset {} is not 16-byte aligned", c.offset)));
+            }
+            check_blake3(stored, c, &what)?;
+            payloads.push(None);
+            continue;
+        }
+        if c.ulen > MAX_METADATA_ULEN {
+            return Err(input_at(c.toc_at + 24, format!("{what}: {} bytes exceed the metadata limit of {MAX_METADATA_ULEN}", c.ulen)));
+        }
+        let raw = if c.flags & ZSTD != 0 {
+            zstd_exact(stored, c.ulen).map_err(|m| input_at(c.offset, format!("{what}: {m}")))?
+        } else if c.length == c.ulen {
+            stored.to_vec()
+        } else {
+            return Err(input_at(c.toc_at + 24, format!("{what}: uncompressed but ulen {} != length {}", c.ulen, c.length)));
+        };
+        check_blake3(&raw, c, &what)?;
+        payloads.push(Some(raw));
+    }
+
+    let tidx_at = chunks.iter().position(|c| c.fourcc == "TIDX").ok_or_else(|| input_at(toc_off, "no TIDX chunk"))?;
+    let tidx_raw = payloads[tidx_at].as_deref().expect("TIDX is not a shard");
+    let tidx_mp = msgpack::decode(tidx_raw).map_err(|m| input_at(chunks[tidx_at].offset, format!("TIDX: {m}")))?;
+    let tidx = msgpack::to_json(&tidx_mp);
+    let tensors = tidx.get("tensors").and_then(Value::as_array).ok_or_else(|| input_at(chunks[tidx_at].offset, "TIDX: expected a \"tensors\" list"))?;
+    let shard_of = |id: u64| chunks.iter().find(|c| c.fourcc == "WTSH" && c.name == format!("weights.shard{id}"));
+
+    let mut originals = Vec::with_capacity(tensors.len());
+    let mut found = Vec::with_capacity(tensors.len());
+    for (i, t) in tensors.iter().enumerate() {
+        let at = chunks[tidx_at].offset;
+        let bad = |m: String| input_at(at, format!("TIDX tensors[{i}]: {m}"));
+        let name = t.get("name").and_then(Value::as_str).ok_or_else(|| bad("expected a string \"name\"".into()))?;
+        let uint = |k: &str| t.get(k).and_then(Value::as_u64).ok_or_else(|| bad(format!("{name}: expected an unsigned integer {k:?}")));
+        let (code, sid, off, len) = (uint("dtype")?, uint("shard_id")?, uint("data_off")?, uint("data_len")?);
+        let shape: Vec<u64> = t
+            .get("shape")
+            .and_then(Value::as_array)
+            .and_then(|s| s.iter().map(Value::as_u64).collect())
+            .ok_or_else(|| bad(format!("{name}: expected \"shape\" as non-negative integers")))?;
+        let shard = shard_of(sid).ok_or_else(|| bad(format!("{name}: shard weights.shard{sid} does not exist")))?;
+        if off.checked_add(len).is_none_or(|e| e > shard.length) {
+            return Err(bad(format!("{name}: bytes {off}+{len} run past shard weights.shard{sid} ({} bytes)", shard.length)));
+        }
+        let start = (shard.offset + off) as usize;
+        let data = src.window(start..start + len as usize);
+        if let Some(h) = t.get("hash_b3").and_then(Value::as_str).filter(|h| !h.is_empty()) {
+            let have = blake3::hash(data.as_bytes()).to_hex();
+            if have.as_str() != h {
+                return Err(check_byte(start as u64, format!("tensor {name}: hash_b3 is {have}, TIDX says {h}")));
+            }
+        }
+        let (dtype, shape) = if code == PACKED {
+            (Dtype::U8, vec![len])
+        } else {
+            let d = dtype_of(code).ok_or_else(|| bad(format!("{name}: dtype code {code} is not an AERO dtype")))?;
+            (d, shape)
+        };
+        let a = Array::with_original_name(name.to_string(), dtype, shape, data).map_err(|e| bad(e.message().to_string()))?;
+        originals.push(name.to_string());
+        found.push(a);
+    }
+    if originals.iter().collect::<std::collections::HashSet<_>>().len() != originals.len() {
+        return Err(input_at(chunks[tidx_at].offset, "TIDX: two tensors have the same name"));
+    }
+    originals.push(META.to_string());
+    let names = assign_names(&originals);
+
+    let mut out = Vec::with_capacity(found.len() + 1);
+    for (a, n) in found.iter_mut().zip(&names) {
+        a.name = n.clone();
+    }
+    let mut chunk_meta = Vec::with_capacity(chunks.len());
+    for (c, p) in chunks.iter().zip(&payloads) {
+        let mut m = json!({"fourcc": c.fourcc, "name": c.name, "flags": c.flags});
+        match (c.fourcc.as_str(), p) {
+            ("WTSH", _) => {}
+            ("TIDX", _) => {
+                let mut t = tidx.clone();
+                t["tensors"] = json!(found.iter().map(|a| a.name.clone()).collect::<Vec<_>>());
+                m["tidx"] = t;
+                m["tensors"] = Value::Array(tensors.clone());
+            }
+            ("IHSH", Some(p)) => check_ihsh(b, &chunks, p, c)?,
+            ("PHSH", Some(p)) => m["page_size"] = json!(check_phsh(b, &chunks, p, c)?),
+            (_, Some(p)) => content_to_meta(&c.fourcc, p, &mut m),
+            (_, None) => unreachable!("only shards stay unread"),
+        }
+        chunk_meta.push(m);
+    }
+    out.extend(found);
+    let meta = json!({
+        "version": [major, minor],
+        "uuid": hex::encode(&b[52..68]),
+        "chunks": chunk_meta,
+    });
+    out.push(meta_array(META, &meta)?);
+    Ok(out)
+}
+
+fn check_blake3(raw: &[u8], c: &Chunk, what: &str) -> Result<()> {
+    let have = blake3::hash(raw);
+    if have.as_bytes() != &c.blake3 {
+        return Err(check_byte(c.offset, format!("{what}: BLAKE3 is {}, the TOC says {}", have.to_hex(), hex::encode(c.blake3))));
+    }
+    Ok(())
+}
+
+/// Payloads lie after the string table and do not overlap.
+fn check_overlaps(chunks: &[Chunk], control_end: u64) -> Result<()> {
+    let mut spans: Vec<(u64, u64, &str)> =
+        chunks.iter().filter(|c| c.length > 0).map(|c| (c.offset, c.offset + c.length, c.name.as_str())).collect();
+    spans.sort();
+    if let Some(s) = spans.first().filter(|s| s.0 < control_end) {
+        return Err(input_at(s.0, format!("chunk {:?} overlaps the header, TOC or string table", s.2)));
+    }
+    if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
+        return Err(input_at(w[1].0, format!("chunk {:?} overlaps chunk {:?}", w[1].2, w[0].2)));
+    }
+    Ok(())
+}
+
+/// A chunk's content in `__aero`: JSON for MJSN when the Python writer's
+/// bytes come back, MessagePack as JSON when it re-encodes exactly, else hex.
+fn content_to_meta(fourcc: &str, p: &[u8], m: &mut Value) {
+    if fourcc == "MJSN" {
+        if let Ok(v) = serde_json::from_slice::<Value>(p) {
+            if pyjson::dumps(&v, true, true).as_bytes() == p {
+                m["json"] = v;
+                return;
+            }
+        }
+    } else if let Some(j) = msgpack::exact_json(p) {
+        m["msgpack"] = j;
+        return;
+    }
+    m["hex"] = json!(hex::encode(p));
+}
+
+fn meta_to_content(m: &Value) -> std::result::Result<Vec<u8>, String> {
+    if let Some(v) = m.get("json") {
+        return Ok(pyjson::dumps(v, true, true).into_bytes());
+    }
+    if let Some(v) = m.get("msgpack") {
+        return Ok(msgpack::encode(&msgpack::from_json(v)?));
+    }
+    m.get("hex").and_then(Value::as_str).and_then(|h| hex::decode(h).ok()).ok_or_else(|| "a chunk has no json, msgpack or hex content".into())
+}
+
+/// The control region `[0, end)` with every TOC entry's hash zeroed (AIP-0001).
+fn control_digest(b: &[u8], chunks: &[Chunk], ranges: &[(u64, u64)]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    for &(s, e) in ranges {
+        let mut region = b[s as usize..e as usize].to_vec();
+        for c in chunks {
+            let (hs, he) = (c.toc_at + 48, c.toc_at + 80);
+            let (from, to) = (hs.max(s), he.min(e));
+            if from < to {
+                region[(from - s) as usize..(to - s) as usize].fill(0);
+            }
+        }
+        h.update(&region);
+    }
+    *h.finalize().as_bytes()
+}
+
+fn check_ihsh(b: &[u8], chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<()> {
+    let bad = |m: &str| input_at(c.offset, format!("IHSH: {m}"));
+    let v = msgpack::to_json(&msgpack::decode(p).map_err(|m| bad(&m))?);
+    if v.get("algo").and_then(Value::as_str) != Some("blake3-256") {
+        return Err(bad("algo must be \"blake3-256\""));
+    }
+    let ranges: Vec<(u64, u64)> = v
+        .get("covered_ranges")
+        .and_then(Value::as_array)
+        .and_then(|r| r.iter().map(|x| Some((x.get(0)?.as_u64()?, x.get(1)?.as_u64()?))).collect())
+        .filter(|r: &Vec<(u64, u64)>| r.iter().all(|&(s, e)| s <= e && e <= b.len() as u64))
+        .ok_or_else(|| bad("covered_ranges must be [start, end] pairs inside the file"))?;
+    let want = v.get("digest").and_then(|d| d.get("$bin")).and_then(Value::as_str).ok_or_else(|| bad("digest must be 32 bytes"))?;
+    let have = hex::encode(control_digest(b, chunks, &ranges));
+    if have != want {
+        return Err(check_byte(0, format!("IHSH: the control region hashes to {have}, IHSH says {want}")));
+    }
+    Ok(())
+}
+
+fn check_phsh(b: &[u8], chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<u64> {
+    let bad = |m: &str| input_at(c.offset, format!("PHSH {:?}: {m}", c.name));
+    let v = msgpack::to_json(&msgpack::decode(p).map_err(|m| bad(&m))?);
+    let shard_name = v.get("shard_name").and_then(Value::as_str).ok_or_else(|| bad("expected shard_name"))?;
+    let page = v.get("page_size").and_then(Value::as_u64).filter(|&p| p > 0).ok_or_else(|| bad("expected page_size > 0"))?;
+    let shard = chunks.iter().find(|s| s.fourcc == "WTSH" && s.name == shard_name).ok_or_else(|| bad("no such shard"))?;
+    let digests = v.get("digests").and_then(Value::as_array).ok_or_else(|| bad("expected digests"))?;
+    let data = &b[shard.offset as usize..(shard.offset + shard.length) as usize];
+    if digests.len() as u64 != shard.length.div_ceil(page) {
+        return Err(bad("one digest per page expected"));
+    }
+    for (i, (page_bytes, d)) in data.chunks(page as usize).zip(digests).enumerate() {
+        let have = blake3::hash(page_bytes).to_hex();
+        if d.get("$bin").and_then(Value::as_str) != Some(have.as_str()) {
+            return Err(check_byte(shard.offset + i as u64 * page, format!("PHSH {:?}: page {i} does not match", c.name)));
+        }
+    }
+    Ok(page)
+}
+
+/// One chunk to write.
+struct Out {
+    fourcc: String,
+    name: String,
+    flags: u32,
+    raw: Vec<u8>,
+    /// Shard payload, as ranges of arrays' bytes (written without copying).
+    parts: Vec<Part>,
+}
+
+enum Part {
+    Zeros(u64),
+    Array(usize),
+}
+
+/// Writes arrays as AERO, following `__aero` when present.
+pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
+    let meta = meta_json(arrays, META)?;
+    let bad = |m: String| Error::input(Default::default(), format!("{META}: {m}"));
+    let tensors: Vec<&Array> = arrays.iter().filter(|a| a.name != META).collect();
+    let index_of = |n: &str| tensors.iter().position(|a| a.name == n);
+    let (uuid, minor, mut plan) = match &meta {
+        Some(m) => {
+            let uuid = m.get("uuid").and_then(Value::as_str).and_then(|u| hex::decode(u).ok()).filter(|u| u.len() == 16);
+            let uuid = uuid.ok_or_else(|| bad("uuid must be 32 hex digits".into()))?;
+            let minor = m.get("version").and_then(|v| v.get(1)).and_then(Value::as_u64).unwrap_or(1) as u16;
+            let chunks = m.get("chunks").and_then(Value::as_array).cloned().ok_or_else(|| bad("expected \"chunks\"".into()))?;
+            (uuid, minor, chunks)
+        }
+        None => (vec![0u8; 16], 1, default_chunks(&tensors)),
+    };
+    if !plan.iter().any(|c| c.get("fourcc").and_then(Value::as_str) == Some("TIDX")) {
+        return Err(bad("no TIDX chunk".into()));
+    }
+    // Lay out the shards: stored offsets when they still fit, else packed.
+    let tidx_meta = plan.iter_mut().find(|c| c.get("fourcc").and_then(Value::as_str) == Some("TIDX")).expect("checked");
+    let listed: Vec<String> = tidx_meta
+        .get("tidx")
+        .and_then(|t| t.get("tensors"))
+        .and_then(Value::as_array)
+        .map(|l| l.iter().filter_map(|n| n.as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    let mut entries: Vec<Value> = tidx_meta.get("tensors").and_then(Value::as_array).cloned().unwrap_or_default();
+    if entries.len() != listed.len() {
+        return Err(bad("TIDX tensors and their arrays differ in number".into()));
+    }
+    let mut order: Vec<usize> = Vec::with_capacity(tensors.len());
+    for n in &listed {
+        order.push(index_of(n).ok_or_else(|| bad(format!("array {n} is missing")))?);
+    }
+    let last_shard = entries.iter().filter_map(|e| e.get("shard_id").and_then(Value::as_u64)).max();
+    let extra_shard = last_shard.map_or(0, |s| s + 1);
+    for (i, a) in tensors.iter().enumerate() {
+        if !order.contains(&i) {
+            order.push(i);
+            entries.push(json!({"name": a.name, "dtype": code_of(a.dtype), "shape": a.shape, "shard_id": extra_shard, "data_off": 0, "data_len": 0, "flags": 0}));
+        }
+    }
+    let mut shards: std::collections::BTreeMap<u64, Vec<Part>> = Default::default();
+    let mut shard_len: std::collections::BTreeMap<u64, u64> = Default::default();
+    for (e, &ai) in entries.iter_mut().zip(&order) {
+        let a = tensors[ai];
+        let sid = e.get("shard_id").and_then(Value::as_u64).ok_or_else(|| bad(format!("tensor {}: no shard_id", a.name)))?;
+        let len = a.bytes().len() as u64;
+        let end = shard_len.entry(sid).or_insert(0);
+        let want = e.get("data_off").and_then(Value::as_u64).filter(|&o| o >= *end).unwrap_or(*end);
+        let parts = shards.entry(sid).or_default();
+        if want > *end {
+            parts.push(Part::Zeros(want - *end));
+        }
+        parts.push(Part::Array(ai));
+        *end = want + len;
+        let packed = e.get("dtype").and_then(Value::as_u64) == Some(PACKED);
+        if packed && (a.dtype != Dtype::U8 || a.shape.len() != 1) {
+            return Err(bad(format!("tensor {}: a packed tensor must be a rank-1 u8 array", a.name)));
+        }
+        if !packed {
+            e["dtype"] = json!(code_of(a.dtype));
+            e["shape"] = json!(a.shape);
+        }
+        e["data_off"] = json!(want);
+        e["data_len"] = json!(len);
+        if e.get("hash_b3").is_some() {
+            e["hash_b3"] = json!(blake3::hash(a.bytes()).to_hex().as_str());
+        }
+    }
+    let mut tidx = tidx_meta.get("tidx").cloned().unwrap_or_else(|| json!({}));
+    tidx["tensors"] = Value::Array(entries);
+    let tidx_bytes = msgpack::encode(&msgpack::from_json(&tidx).map_err(bad)?);
+    for sid in shards.keys() {
+        let name = format!("weights.shard{sid}");
+        if !plan.iter().any(|c| c.get("name").and_then(Value::as_str) == Some(name.as_str())) {
+            plan.push(json!({"fourcc": "WTSH", "name": name, "flags": MMAP_CRITICAL}));
+        }
+    }
+
+    let mut outs = Vec::with_capacity(plan.len());
+    for c in &plan {
+        let fourcc = c.get("fourcc").and_then(Value::as_str).filter(|f| f.len() == 4).ok_or_else(|| bad("a chunk lacks a 4-letter fourcc".into()))?;
+        let name = c.get("name").and_then(Value::as_str).ok_or_else(|| bad(format!("{fourcc} chunk lacks a name")))?.to_string();
+        let flags = c.get("flags").and_then(Value::as_u64).and_then(|f| u32::try_from(f).ok()).unwrap_or(0);
+        let (raw, parts) = match fourcc {
+            "WTSH" => {
+                let sid = name.strip_prefix("weights.shard").and_then(|s| s.parse::<u64>().ok());
+                (Vec::new(), sid.and_then(|s| shards.remove(&s)).unwrap_or_default())
+            }
+            "TIDX" => (tidx_bytes.clone(), Vec::new()),
+            "IHSH" | "PHSH" => (Vec::new(), Vec::new()),
+            _ => (meta_to_content(c).map_err(|m| bad(format!("chunk {name:?}: {m}")))?, Vec::new()),
+        };
+        outs.push(Out { fourcc: fourcc.to_string(), name, flags, raw, parts });
+    }
+    // PHSH payloads need the shards' bytes; IHSH the finished control region.
+    for (i, c) in plan.iter().enumerate() {
+        if outs[i].fourcc == "PHSH" {
+            let shard_name = outs[i].name.strip_suffix(".phsh").unwrap_or(&outs[i].name).to_string();
+            let page = c.get("page_size").and_then(Value::as_u64).filter(|&p| p > 0).unwrap_or(4 << 20);
+            let shard = outs.iter().find(|o| o.fourcc == "WTSH" && o.name == shard_name).ok_or_else(|| bad(format!("PHSH for missing shard {shard_name}")))?;
+            let bytes = shard_bytes(&shard.parts, &tensors);
+            let digests: Vec<rmpv::Value> = bytes.chunks(page as usize).map(|p| rmpv::Value::Binary(blake3::hash(p).as_bytes().to_vec())).collect();
+            outs[i].raw = msgpack::encode(&rmpv::Value::Map(vec![
+                ("shard_name".into(), shard_name.as_str().into()),
+                ("page_size".into(), page.into()),
+                ("digests".into(), rmpv::Value::Array(digests)),
+            ]));
+        }
+    }
+    assemble(&outs, &tensors, &uuid, minor)
+}
+
+fn shard_bytes(parts: &[Part], tensors: &[&Array]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for p in parts {
+        match p {
+            Part::Zeros(n) => v.resize(v.len() + *n as usize, 0),
+            Part::Array(i) => v.extend_from_slice(tensors[*i].bytes()),
+        }
+    }
+    v
+}
+
+fn align(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+/// Lays out header, TOC, string table and payloads as the reference does.
+fn assemble(outs: &[Out], tensors: &[&Array], uuid: &[u8], minor: u16) -> Result<Vec<u8>> {
+    let n = outs.len() as u64;
+    let mut strings = Vec::new();
+    let mut names = Vec::with_capacity(outs.len());
+    for o in outs {
+        names.push((strings.len() as u32, o.name.len() as u32));
+        strings.extend_from_slice(o.name.as_bytes());
+        strings.push(0);
+    }
+    strings.resize(align(strings.len() as u64, 8) as usize, 0);
+    let toc_len = TOC_HEADER + n * TOC_ENTRY;
+    let st_off = align(HEADER_SIZE + toc_len, 8);
+    let payload_start = align(st_off + strings.len() as u64, 16);
+    // Stored bytes of every non-shard chunk (IHSH filled in last).
+    let stored: Vec<Vec<u8>> = outs
+        .iter()
+        .map(|o| {
+            if o.flags & ZSTD != 0 && o.fourcc != "WTSH" {
+                zstd::bulk::compress(&o.raw, 6).map_err(|e| Error::io("zstd", e))
+            } else {
+                Ok(o.raw.clone())
+            }
+        })
+        .collect::<Result<_>>()?;
+    let ihsh_len = |o: &Out| if o.fourcc == "IHSH" { ihsh_payload(&[0; 32], payload_start).len() as u64 } else { 0 };
+    let mut offsets = Vec::with_capacity(outs.len());
+    let mut cur = payload_start;
+    for (o, s) in outs.iter().zip(&stored) {
+        cur = align(cur, 16);
+        offsets.push(cur);
+        let len = if o.fourcc == "WTSH" { part_len(&o.parts, tensors) } else { s.len() as u64 + ihsh_len(o) };
+        cur += len;
+    }
+    let mut out = Vec::with_capacity(cur as usize);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&minor.to_le_bytes());
+    out.extend_from_slice(&(HEADER_SIZE as u32).to_le_bytes());
+    for v in [HEADER_SIZE, toc_len, st_off, strings.len() as u64, 0] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.extend_from_slice(uuid);
+    out.resize(HEADER_SIZE as usize, 0);
+    out.extend_from_slice(&(n as u32).to_le_bytes());
+    out.resize((HEADER_SIZE + TOC_HEADER) as usize, 0);
+    let mut toc_hash_at = Vec::with_capacity(outs.len());
+    for (i, (o, s)) in outs.iter().zip(&stored).enumerate() {
+        let (len, ulen) = match o.fourcc.as_str() {
+            "WTSH" => (part_len(&o.parts, tensors), part_len(&o.parts, tensors)),
+            "IHSH" => (ihsh_len(o), ihsh_len(o)),
+            _ => (s.len() as u64, o.raw.len() as u64),
+        };
+        out.extend_from_slice(&o.fourcc.as_bytes()[..4]);
+        out.extend_from_slice(&o.flags.to_le_bytes());
+        for v in [offsets[i], len, ulen] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&names[i].0.to_le_bytes());
+        out.extend_from_slice(&names[i].1.to_le_bytes());
+        out.extend_from_slice(&0u64.to_le_bytes());
+        toc_hash_at.push(out.len());
+        out.extend_from_slice(&[0u8; 32]);
+    }
+    out.resize(st_off as usize, 0);
+    out.extend_from_slice(&strings);
+    for (i, (o, s)) in outs.iter().zip(&stored).enumerate() {
+        out.resize(offsets[i] as usize, 0);
+        let start = out.len();
+        match o.fourcc.as_str() {
+            "WTSH" => {
+                let mut h = blake3::Hasher::new();
+                for p in &o.parts {
+                    match p {
+                        Part::Zeros(n) => out.resize(out.len() + *n as usize, 0),
+                        Part::Array(a) => out.extend_from_slice(tensors[*a].bytes()),
+                    }
+                }
+                h.update(&out[start..]);
+                out[toc_hash_at[i]..toc_hash_at[i] + 32].copy_from_slice(h.finalize().as_bytes());
+            }
+            "IHSH" => out.resize(start + ihsh_len(o) as usize, 0),
+            _ => {
+                out.extend_from_slice(s);
+                out[toc_hash_at[i]..toc_hash_at[i] + 32].copy_from_slice(blake3::hash(&o.raw).as_bytes());
+            }
+        }
+    }
+    // IHSH: digest of the control region with all TOC hashes zeroed.
+    for (i, o) in outs.iter().enumerate() {
+        if o.fourcc == "IHSH" {
+            let mut control = out[..payload_start as usize].to_vec();
+            for &at in &toc_hash_at {
+                control[at..at + 32].fill(0);
+            }
+            let payload = ihsh_payload(blake3::hash(&control).as_bytes(), payload_start);
+            let at = offsets[i] as usize;
+            out[at..at + payload.len()].copy_from_slice(&payload);
+            out[toc_hash_at[i]..toc_hash_at[i] + 32].copy_from_slice(blake3::hash(&payload).as_bytes());
+        }
+    }
+    Ok(out)
+}
+
+fn part_len(parts: &[Part], tensors: &[&Array]) -> u64 {
+    parts.iter().map(|p| match p {
+        Part::Zeros(n) => *n,
+        Part::Array(i) => tensors[*i].bytes().len() as u64,
+    }).sum()
+}
+
+/// IHSH payload covering `[0, end)`; its length depends only on `end`, so
+/// it can be laid out before the digest is known.
+fn ihsh_payload(digest: &[u8; 32], end: u64) -> Vec<u8> {
+    msgpack::encode(&rmpv::Value::Map(vec![
+        ("algo".into(), "blake3-256".into()),
+        ("covered_ranges".into(), rmpv::Value::Array(vec![rmpv::Value::Array(vec![0u64.into(), end.into()])])),
+        ("digest".into(), rmpv::Value::Binary(digest.to_vec())),
+    ]))
+}
+
+/// What the reference `write_model` writes for tensors with no `__aero`.
+fn default_chunks(tensors: &[&Array]) -> Vec<Value> {
+    let mut entries = Vec::with_capacity(tensors.len());
+    let mut shard_sizes: Vec<(u64, u64)> = Vec::new();
+    let (mut sid, mut size, mut count) = (0u64, 0u64, 0u64);
+    for a in tensors {
+        let len = a.bytes().len() as u64;
+        if count > 0 && size + len > MAX_SHARD_BYTES {
+            shard_sizes.push((size, count));
+            sid += 1;
+            size = 0;
+            count = 0;
+        }
+        entries.push(json!({"name": a.name, "dtype": code_of(a.dtype), "shape": a.shape, "shard_id": sid, "data_off": size, "data_len": len, "flags": 0}));
+        size += len;
+        count += 1;
+    }
+    if count > 0 || tensors.is_empty() {
+        shard_sizes.push((size, count));
+    }
+    let mut chunks_desc = vec![
+        json!({"role": "json", "fourcc": "MJSN", "toc_index": 0}),
+        json!({"role": "manifest", "fourcc": "MMSG", "toc_index": 1}),
+        json!({"role": "tensors", "fourcc": "TIDX", "toc_index": 2}),
+    ];
+    let mut shard_info = Vec::new();
+    for (i, (size, count)) in shard_sizes.iter().enumerate() {
+        chunks_desc.push(json!({"role": "weights", "fourcc": "WTSH", "toc_index": 3 + i, "shard_id": i}));
+        shard_info.push(json!({"shard_id": i, "toc_index": 3 + i, "size_bytes": size, "tensor_count": count, "mmap_critical": true}));
+    }
+    let manifest = json!({
+        "format": {"name": "AERO", "version": [0, 1]},
+        "model": {"name": "wtxt", "architecture": "unknown"},
+        "chunks": chunks_desc,
+        "shards": shard_info,
+    });
+    let mut out = vec![
+        json!({"fourcc": "MJSN", "name": "meta.json", "flags": 0, "json": {"architecture": "unknown", "model_name": "wtxt"}}),
+        json!({"fourcc": "MMSG", "name": "manifest", "flags": ZSTD, "msgpack": manifest}),
+        json!({"fourcc": "TIDX", "name": "tensors", "flags": IS_INDEX | ZSTD,
+               "tidx": {"tensors": tensors.iter().map(|a| a.name.clone()).collect::<Vec<_>>()}, "tensors": entries}),
+    ];
+    for i in 0..shard_sizes.len() {
+        out.push(json!({"fourcc": "WTSH", "name": format!("weights.shard{i}"), "flags": MMAP_CRITICAL}));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_codes_round_trip() {
+        for d in Dtype::ALL {
+            assert_eq!(dtype_of(code_of(d)), Some(d));
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! FOLD / `.mind` (pyfolds): a 28-byte big-endian header, chunks of
+//! `header(32) + payload + ECC parity`, and a JSON index at the end.
+//!
+//! Read: every chunk is bounds-checked, its Reed-Solomon parity applied
+//! (bytes repaired are reported), its CRC32C, SHA-256, `chunk_hashes` entry
+//! and the index's `manifest_hash` checked, then decompressed to exactly its
+//! declared size. `NPZ0` chunks become typed arrays (named by their keys);
+//! every other chunk (`JSON`, `TSAV`, `STEN`, ...) is kept byte for byte as a
+//! u8 array `__fold_<chunk>`; the index, minus what the writer recomputes,
+//! is the JSON array `__fold` (docs/FORMAT.md, "Metadata arrays").
+//! Write: the chunks `__fold` lists, in its order, with their compression and
+//! ECC; arrays it does not list go into one more `NPZ0` chunk `arrays`.
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::convert::npy::Source;
+use crate::convert::{meta_array, meta_json, npz, pyjson, rs, Notes};
+use crate::error::{check_byte, input_at, Error, Result};
+use crate::model::{assign_names, Array};
+
+/// The magic bytes.
+pub const MAGIC: &[u8] = b"FOLDv1\0\0";
+/// Name of the metadata array.
+pub const META: &str = "__fold";
+/// Spec limit: index bytes.
+pub const MAX_INDEX: u64 = 100 << 20;
+/// Spec limit: a chunk's stored, decoded or parity bytes.
+pub const MAX_CHUNK: u64 = 1 << 30;
+const HEADER_LEN: u64 = 28;
+const CHUNK_HEADER_LEN: u64 = 32;
+/// Index versions this reader was written against.
+const KNOWN_VERSIONS: [&str; 3] = ["1.0.0", "1.1.0", "1.2.0"];
+
+fn be_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn be_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// One chunk as the index describes it.
+struct Entry {
+    name: String,
+    ctype: String,
+    flags: u32,
+    offset: u64,
+    comp_len: u64,
+    uncomp_len: u64,
+    crc32c: u32,
+    sha256: String,
+    ecc: Option<usize>,
+    ecc_len: u64,
+}
+
+fn ecc_of(algo: &str) -> std::result::Result<Option<usize>, String> {
+    if algo == "none" {
+        return Ok(None);
+    }
+    algo.strip_prefix("rs(")
+        .and_then(|s| s.strip_suffix(')'))
+        .and_then(|n| n.parse::<usize>().ok())
+        .filter(|n| (1..255).contains(n))
+        .map(Some)
+        .ok_or_else(|| format!("ecc_algo {algo:?}: expected \"none\" or \"rs(N)\" with N in 1..=254"))
+}
+
+fn ecc_name(ecc: Option<usize>) -> String {
+    ecc.map_or_else(|| "none".into(), |n| format!("rs({n})"))
+}
+
+fn entry(c: &Value, i: usize, at: u64) -> Result<Entry> {
+    let field = |k: &str| c.get(k).ok_or_else(|| input_at(at, format!("index chunks[{i}]: missing {k:?}")));
+    let uint = |k: &str| {
+        field(k)?.as_u64().ok_or_else(|| input_at(at, format!("index chunks[{i}].{k}: expected an unsigned integer")))
+    };
+    let text = |k: &str| {
+        field(k)?.as_str().map(String::from).ok_or_else(|| input_at(at, format!("index chunks[{i}].{k}: expected a string")))
+    };
+    let ctype = text("ctype")?;
+    if ctype.len() != 4 || !ctype.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+        return Err(input_at(at, format!("index chunks[{i}].ctype {ctype:?}: expected 4 ASCII characters")));
+    }
+    let flags = uint("flags")?;
+    if flags > 1 {
+        return Err(input_at(at, format!("index chunks[{i}].flags {flags}: expected 0 (none) or 1 (zstd)")));
+    }
+    if uint("header_len")? != CHUNK_HEADER_LEN {
+        return Err(input_at(at, format!("index chunks[{i}].header_len: expected {CHUNK_HEADER_LEN}")));
+    }
+    let crc = uint("crc32c")?;
+    let ecc = ecc_of(&text("ecc_algo")?).map_err(|m| input_at(at, format!("index chunks[{i}]: {m}")))?;
+    Ok(Entry {
+        name: text("name")?,
+        ctype,
+        flags: flags as u32,
+        offset: uint("offset")?,
+        comp_len: uint("comp_len")?,
+        uncomp_len: uint("uncomp_len")?,
+        crc32c: u32::try_from(crc).map_err(|_| input_at(at, format!("index chunks[{i}].crc32c: over 32 bits")))?,
+        sha256: text("sha256")?,
+        ecc,
+        ecc_len: uint("ecc_len")?,
+    })
+}
+
+/// `"sha256:<hex>"` as pyfolds writes it (a bare hex digest is accepted).
+fn hex_digest(s: &str) -> &str {
+    s.strip_prefix("sha256:").unwrap_or(s)
+}
+
+/// The `manifest_hash` of an index's metadata: SHA-256 of
+/// `json.dumps(metadata minus manifest_hash, sort_keys=True, separators=(",", ":"))`.
+fn manifest_hash(metadata: &Map<String, Value>) -> String {
+    let mut m = metadata.clone();
+    m.shift_remove("manifest_hash");
+    let text = pyjson::dumps(&Value::Object(m), true, true);
+    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
+
+/// Reads a FOLD file: tensors from `NPZ0` chunks, every other chunk and the
+/// index as metadata arrays. Names are WTXT names already.
+pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
+    let b = src.bytes();
+    let file_len = b.len() as u64;
+    if file_len < HEADER_LEN || !b.starts_with(MAGIC) {
+        return Err(input_at(0, "expected the FOLD magic \"FOLDv1\\0\\0\" and a 28-byte header"));
+    }
+    if be_u32(b, 8) as u64 != HEADER_LEN {
+        return Err(input_at(8, format!("header_len is {}, expected 28", be_u32(b, 8))));
+    }
+    let (index_off, index_len) = (be_u64(b, 12), be_u64(b, 20));
+    if index_len > MAX_INDEX {
+        return Err(input_at(20, format!("index_len {index_len} exceeds the limit of {MAX_INDEX} bytes")));
+    }
+    if index_off < HEADER_LEN || index_off.checked_add(index_len) != Some(file_len) {
+        return Err(input_at(
+            12,
+            format!("index at {index_off} with {index_len} bytes: expected it to end the {file_len}-byte file after the header"),
+        ));
+    }
+    let index: Value = serde_json::from_slice(&b[index_off as usize..])
+        .map_err(|e| input_at(index_off, format!("index is not JSON: {e}")))?;
+    let at = index_off;
+    if index.get("format").and_then(Value::as_str) != Some("fold") {
+        return Err(input_at(at, "index: expected \"format\": \"fold\""));
+    }
+    let version = index.get("version").and_then(Value::as_str).unwrap_or("1.0.0").to_string();
+    if !KNOWN_VERSIONS.contains(&version.as_str()) {
+        notes.push(format!("FOLD index version {version} is newer than this reader knows (1.2.0); reading what it understands"));
+    }
+    let metadata = match index.get("metadata") {
+        None => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => return Err(input_at(at, "index: \"metadata\" must be an object")),
+    };
+    let chunk_values = index.get("chunks").and_then(Value::as_array).ok_or_else(|| input_at(at, "index: expected a \"chunks\" list"))?;
+    let entries: Vec<Entry> = chunk_values.iter().enumerate().map(|(i, c)| entry(c, i, at)).collect::<Result<_>>()?;
+    check_layout(&entries, index_off)?;
+    if let Some(want) = metadata.get("manifest_hash") {
+        let have = manifest_hash(&metadata);
+        if want.as_str() != Some(have.as_str()) {
+            return Err(check_byte(at,
+                format!("index: manifest_hash is {want}, the metadata hashes to {have}"),
+            ));
+        }
+    }
+    let chunk_hashes = metadata.get("chunk_hashes").and_then(Value::as_object);
+
+    let mut payloads = Vec::with_capacity(entries.len());
+    for e in &entries {
+        if let Some(h) = chunk_hashes.and_then(|m| m.get(&e.name)) {
+            if h.as_str() != Some(e.sha256.as_str()) {
+                return Err(check_byte(at,
+                    format!("chunk {:?}: metadata.chunk_hashes says {h}, the index says {}", e.name, e.sha256),
+                ));
+            }
+        }
+        payloads.push(chunk_payload(b, e, notes)?);
+    }
+
+    // Name everything: NPZ keys and `__fold_<chunk>` arrays share one pool.
+    let mut originals: Vec<String> = vec![META.to_string()];
+    let mut found: Vec<Vec<Array>> = Vec::with_capacity(entries.len());
+    for (e, p) in entries.iter().zip(&payloads) {
+        if e.ctype == "NPZ0" {
+            let src = Source::Owned(std::sync::Arc::new(p.clone()));
+            let arrays = npz::read(&src).map_err(|err| {
+                input_at(e.offset, format!("chunk {:?} (NPZ0): {}", e.name, err.message()))
+            })?;
+            originals.extend(arrays.iter().map(|a| a.name.clone()));
+            found.push(arrays);
+        } else {
+            originals.push(format!("__fold_{}", e.name));
+            found.push(Vec::new());
+        }
+    }
+    let names = assign_names(&originals);
+    let mut names = names.into_iter().skip(1);
+    let mut out = Vec::new();
+    let mut chunks_meta = Vec::with_capacity(entries.len());
+    for ((e, p), arrays) in entries.iter().zip(payloads).zip(found) {
+        let mut m = json!({"name": e.name, "ctype": e.ctype, "flags": e.flags, "ecc_algo": ecc_name(e.ecc)});
+        if e.ctype == "NPZ0" {
+            let mut listed = Vec::new();
+            for mut a in arrays {
+                let name = names.next().expect("one name per original");
+                listed.push(json!({"key": a.name, "array": name}));
+                a.name = name;
+                out.push(a);
+            }
+            m["arrays"] = Value::Array(listed);
+        } else {
+            let name = names.next().expect("one name per original");
+            m["array"] = json!(name);
+            out.push(Array::new(name, crate::model::Dtype::U8, vec![p.len() as u64], p.into())?);
+        }
+        chunks_meta.push(m);
+    }
+    let mut kept = metadata;
+    let had_hashes = kept.shift_remove("chunk_hashes").is_some();
+    let had_manifest = kept.shift_remove("manifest_hash").is_some();
+    let mut meta = Map::new();
+    meta.insert("version".into(), json!(version));
+    if let Some(t) = index.get("created_at_unix") {
+        meta.insert("created_at_unix".into(), t.clone());
+    }
+    meta.insert("metadata".into(), Value::Object(kept));
+    meta.insert("chunk_hashes".into(), json!(had_hashes));
+    meta.insert("manifest_hash".into(), json!(had_manifest));
+    meta.insert("chunks".into(), Value::Array(chunks_meta));
+    out.push(meta_array(META, &Value::Object(meta))?);
+    Ok(out)
+}
+
+/// Chunks lie between the header and the index, in bounds and without overlap.
+fn check_layout(entries: &[Entry], index_off: u64) -> Result<()> {
+    let mut spans = Vec::with_capacity(entries.len());
+    for e in entries {
+        for (what, v) in [("comp_len", e.comp_len), ("uncomp_len", e.uncomp_len), ("ecc_len", e.ecc_len)] {
+            if v > MAX_CHUNK {
+                return Err(input_at(e.offset, format!("chunk {:?}: {what} {v} exceeds the limit of {MAX_CHUNK}", e.name)));
+            }
+        }
+        let end = e.offset.checked_add(CHUNK_HEADER_LEN + e.comp_len + e.ecc_len).filter(|&end| e.offset >= HEADER_LEN && end <= index_off);
+        let end = end.ok_or_else(|| {
+            input_at(e.offset, format!("chunk {:?} at {} does not fit between the header and the index at {index_off}", e.name, e.offset))
+        })?;
+        spans.push((e.offset, end, &e.name));
+    }
+    spans.sort();
+    if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
+        return Err(input_at(w[1].0, format!("chunk {:?} overlaps chunk {:?}", w[1].2, w[0].2)));
+    }
+    Ok(())
+}
+
+/// One chunk's decoded payload, after ECC, CRC32C, SHA-256 and decompression.
+fn chunk_payload(b: &[u8], e: &Entry, notes: &mut Notes) -> Result<Vec<u8>> {
+    let at = e.offset as usize;
+    let h = &b[at..at + CHUNK_HEADER_LEN as usize];
+    let agree = &h[..4] == e.ctype.as_bytes()
+        && be_u32(h, 4) == e.flags
+        && be_u64(h, 8) == e.uncomp_len
+        && be_u64(h, 16) == e.comp_len
+        && be_u32(h, 24) == e.crc32c
+        && be_u32(h, 28) as u64 == e.ecc_len;
+    if !agree {
+        return Err(check_byte(e.offset,
+            format!("chunk {:?}: its header disagrees with the index", e.name),
+        ));
+    }
+    let start = at + CHUNK_HEADER_LEN as usize;
+    let comp_end = start + e.comp_len as usize;
+    let mut comp = b[start..comp_end].to_vec();
+    let parity = &b[comp_end..comp_end + e.ecc_len as usize];
+    match e.ecc {
+        None if e.ecc_len != 0 => {
+            return Err(input_at(e.offset + 28, format!("chunk {:?}: ecc_len {} without an ECC algorithm", e.name, e.ecc_len)))
+        }
+        None => {}
+        Some(nsym) => match rs::correct(&mut comp, parity, nsym) {
+            Ok(0) => {}
+            Ok(n) => notes.push(format!("FOLD chunk {:?}: repaired {n} corrupted bytes with rs({nsym})", e.name)),
+            Err(rs::RsError::Length { expected, found }) => {
+                return Err(input_at(
+                    e.offset + 28,
+                    format!("chunk {:?}: rs({nsym}) needs {expected} parity bytes for {} bytes, ecc_len is {found}", e.name, e.comp_len),
+                ))
+            }
+            Err(rs::RsError::Uncorrectable { block }) => {
+                return Err(check_byte(e.offset,
+                    format!("chunk {:?}: block {block} has more errors than rs({nsym}) can repair", e.name),
+                ))
+            }
+        },
+    }
+    let crc = crc32c::crc32c(&comp);
+    if crc != e.crc32c {
+        return Err(check_byte(start as u64,
+            format!("chunk {:?}: CRC32C is {crc}, expected {}", e.name, e.crc32c),
+        ));
+    }
+    let sha = hex::encode(Sha256::digest(&comp));
+    if sha != hex_digest(&e.sha256) {
+        return Err(check_byte(start as u64,
+            format!("chunk {:?}: SHA-256 is {sha}, the index says {}", e.name, e.sha256),
+        ));
+    }
+    let raw = match e.flags {
+        1 => crate::convert::zstd_exact(&comp, e.uncomp_len).map_err(|m| input_at(start as u64, format!("chunk {:?}: {m}", e.name)))?,
+        _ => comp,
+    };
+    if raw.len() as u64 != e.uncomp_len {
+        return Err(input_at(start as u64, format!("chunk {:?}: {} bytes, uncomp_len says {}", e.name, raw.len(), e.uncomp_len)));
+    }
+    Ok(raw)
+}
+
+/// Writes arrays as FOLD, following `__fold` when present.
+pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
+    let meta = meta_json(arrays, META)?.unwrap_or_else(|| json!({}));
+    let bad = |m: String| Error::input(Default::default(), format!("{META}: {m}"));
+    let find = |name: &str| {
+        arrays.iter().find(|a| a.name == name).ok_or_else(|| bad(format!("array {name} is missing")))
+    };
+    let mut plan: Vec<(String, String, u32, Option<usize>, Vec<u8>)> = Vec::new();
+    let mut used: std::collections::HashSet<&str> = [META].into_iter().collect();
+    let listed = meta.get("chunks").and_then(Value::as_array).cloned().unwrap_or_default();
+    for c in &listed {
+        let text = |k: &str| c.get(k).and_then(Value::as_str).ok_or_else(|| bad(format!("a chunk lacks {k:?}")));
+        let (name, ctype) = (text("name")?.to_string(), text("ctype")?.to_string());
+        if ctype.len() != 4 {
+            return Err(bad(format!("chunk {name:?}: ctype must be 4 bytes")));
+        }
+        let flags = c.get("flags").and_then(Value::as_u64).filter(|f| *f <= 1).ok_or_else(|| bad(format!("chunk {name:?}: flags must be 0 or 1")))?;
+        let ecc = ecc_of(c.get("ecc_algo").and_then(Value::as_str).unwrap_or("none")).map_err(bad)?;
+        let payload = if ctype == "NPZ0" {
+            let mut members = Vec::new();
+            for m in c.get("arrays").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
+                let (Some(key), Some(arr)) = (m.get("key").and_then(Value::as_str), m.get("array").and_then(Value::as_str)) else {
+                    return Err(bad(format!("chunk {name:?}: each of \"arrays\" needs \"key\" and \"array\"")));
+                };
+                let a = find(arr)?;
+                used.insert(&a.name);
+                members.push((key, a));
+            }
+            npz::write_keyed(members, std::io::Cursor::new(Vec::new()))?.into_inner()
+        } else {
+            let arr = text("array")?;
+            let a = find(arr)?;
+            used.insert(&a.name);
+            a.bytes().to_vec()
+        };
+        plan.push((name, ctype, flags as u32, ecc, payload));
+    }
+    let rest: Vec<&Array> = arrays.iter().filter(|a| !used.contains(a.name.as_str())).collect();
+    if !rest.is_empty() {
+        let payload = npz::write(&rest.into_iter().cloned().collect::<Vec<_>>(), std::io::Cursor::new(Vec::new()))?.into_inner();
+        plan.push(("arrays".into(), "NPZ0".into(), 1, None, payload));
+    }
+
+    let mut out = vec![0u8; HEADER_LEN as usize];
+    let mut index_chunks = Vec::with_capacity(plan.len());
+    let mut hashes = Map::new();
+    for (name, ctype, flags, ecc, payload) in plan {
+        if payload.len() as u64 > MAX_CHUNK {
+            return Err(bad(format!("chunk {name:?}: {} bytes exceed the FOLD limit of {MAX_CHUNK}", payload.len())));
+        }
+        let comp = if flags == 1 {
+            zstd::bulk::compress(&payload, 3).map_err(|e| Error::io("zstd", e))?
+        } else {
+            payload.clone()
+        };
+        let parity = ecc.map(|n| rs::encode(&comp, n)).unwrap_or_default();
+        let crc = crc32c::crc32c(&comp);
+        let sha = format!("sha256:{}", hex::encode(Sha256::digest(&comp)));
+        let offset = out.len();
+        out.extend_from_slice(&ctype.as_bytes()[..4]);
+        out.extend_from_slice(&flags.to_be_bytes());
+        out.extend_from_slice(&(payload.len() as u64).to_be_bytes());
+        out.extend_from_slice(&(comp.len() as u64).to_be_bytes());
+        out.extend_from_slice(&crc.to_be_bytes());
+        out.extend_from_slice(&(parity.len() as u32).to_be_bytes());
+        out.extend_from_slice(&comp);
+        out.extend_from_slice(&parity);
+        hashes.insert(name.clone(), json!(sha));
+        index_chunks.push(json!({
+            "name": name, "ctype": ctype, "flags": flags, "offset": offset, "header_len": CHUNK_HEADER_LEN,
+            "comp_len": comp.len(), "uncomp_len": payload.len(), "crc32c": crc, "sha256": sha,
+            "ecc_algo": ecc_name(ecc), "ecc_len": parity.len(),
+        }));
+    }
+    let mut metadata = meta.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+    if meta.get("chunk_hashes").and_then(Value::as_bool).unwrap_or(true) {
+        metadata.insert("chunk_hashes".into(), Value::Object(hashes));
+    }
+    if meta.get("manifest_hash").and_then(Value::as_bool).unwrap_or(true) {
+        let h = manifest_hash(&metadata);
+        metadata.insert("manifest_hash".into(), json!(h));
+    }
+    let mut index = Map::new();
+    index.insert("format".into(), json!("fold"));
+    index.insert("version".into(), meta.get("version").cloned().unwrap_or_else(|| json!("1.2.0")));
+    index.insert("created_at_unix".into(), meta.get("created_at_unix").cloned().unwrap_or_else(|| json!(0.0)));
+    index.insert("metadata".into(), Value::Object(metadata));
+    index.insert("chunks".into(), Value::Array(index_chunks));
+    let text = pyjson::dumps(&Value::Object(index), false, false);
+    let index_off = out.len() as u64;
+    out.extend_from_slice(text.as_bytes());
+    out[..8].copy_from_slice(MAGIC);
+    out[8..12].copy_from_slice(&(HEADER_LEN as u32).to_be_bytes());
+    out[12..20].copy_from_slice(&index_off.to_be_bytes());
+    out[20..28].copy_from_slice(&(text.len() as u64).to_be_bytes());
+    Ok(out)
+}

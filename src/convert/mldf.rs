@@ -1,0 +1,415 @@
+//! MLDF, the format of the header-design seed: PNG-style magic, a 64-byte
+//! header, 208-byte field descriptors, a per-sample metadata table, a data
+//! region and an allocation table of (pointer, size) pairs.
+//!
+//! The seed leaves the per-type records and arguments open; docs/FORMAT.md
+//! ("MLDF") fixes them. Each field becomes WTXT arrays: INT -> i64 `[n]`,
+//! FLOAT -> f64 `[n]`, NDARRAY -> `[n, *shape]` of its dtype, BYTES and JSON
+//! -> u8 (every sample's bytes, in order) plus u64 `NAME__sizes` `[n]`. The
+//! header and descriptors are kept in the JSON array `__mldf`.
+
+use serde_json::{json, Value};
+
+use crate::convert::npy::Source;
+use crate::convert::{meta_array, meta_json, Notes};
+use crate::error::{input_at, Error, Result};
+use crate::model::{assign_names, Array, Dtype};
+
+/// The magic bytes: the seed's literal `b'\x89MLDF\r\n\x1a\n'`, which is 9
+/// bytes (its comment says 8; its code writes and reads all 9).
+pub const MAGIC: &[u8] = b"\x89MLDF\r\n\x1a\n";
+/// Where the header starts: right after the magic.
+const H: usize = MAGIC.len();
+/// Name of the metadata array.
+pub const META: &str = "__mldf";
+const HEADER: usize = 64;
+const DESC: u64 = 208;
+const ALLOC: u64 = 16;
+const VERSION_MAJOR: u16 = 1;
+const VERSION_MINOR: u16 = 0;
+const LITTLE_ENDIAN: u32 = 0x1;
+const UNSUPPORTED_FLAGS: [(u32, &str); 3] = [(0x2, "compressed"), (0x4, "checksummed"), (0x8, "encrypted")];
+const MAX_NDIM: usize = 14;
+/// Our writer's page size (the data region starts on a page boundary).
+const PAGE: u64 = 4096;
+
+/// Field types this reader and writer handle.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Int = 1,
+    Float = 2,
+    Bytes = 3,
+    Ndarray = 4,
+    Json = 5,
+}
+
+impl Kind {
+    fn from_id(id: u16) -> Option<Kind> {
+        Some(match id {
+            1 => Kind::Int,
+            2 => Kind::Float,
+            3 => Kind::Bytes,
+            4 => Kind::Ndarray,
+            5 => Kind::Json,
+            _ => return None,
+        })
+    }
+
+    /// Size of the field's record in a metadata row.
+    fn record(self) -> u64 {
+        match self {
+            Kind::Int | Kind::Float => 8,
+            _ => 16,
+        }
+    }
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// NDARRAY arguments: dtype (8 bytes, NUL-padded WTXT spelling), ndim (1
+/// byte), 7 zero bytes, then ndim little-endian u64 dims.
+fn parse_ndarray_args(a: &[u8]) -> std::result::Result<(Dtype, Vec<u64>), String> {
+    let name: Vec<u8> = a[..8].iter().copied().take_while(|&c| c != 0).collect();
+    let dtype = Dtype::parse(&name).ok_or_else(|| format!("NDARRAY dtype {:?} is not a WTXT dtype", String::from_utf8_lossy(&name)))?;
+    let ndim = a[8] as usize;
+    if ndim > MAX_NDIM {
+        return Err(format!("NDARRAY ndim {ndim} exceeds {MAX_NDIM}"));
+    }
+    Ok((dtype, (0..ndim).map(|i| u64_at(a, 16 + 8 * i)).collect()))
+}
+
+fn ndarray_args(dtype: Dtype, dims: &[u64]) -> Result<[u8; 128]> {
+    if dims.len() > MAX_NDIM {
+        return Err(Error::input(Default::default(), format!("MLDF: a sample has at most {MAX_NDIM} dims")));
+    }
+    let mut a = [0u8; 128];
+    a[..dtype.as_str().len()].copy_from_slice(dtype.as_str().as_bytes());
+    a[8] = dims.len() as u8;
+    for (i, d) in dims.iter().enumerate() {
+        a[16 + 8 * i..24 + 8 * i].copy_from_slice(&d.to_le_bytes());
+    }
+    Ok(a)
+}
+
+struct Field {
+    name: String,
+    kind: Kind,
+    flags: u16,
+    args: [u8; 128],
+}
+
+/// Reads an MLDF file. Names are WTXT names already.
+pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
+    let b = src.bytes();
+    let len = b.len() as u64;
+    if !b.starts_with(MAGIC) {
+        return Err(input_at(0, "expected the MLDF magic \\x89MLDF\\r\\n\\x1a\\n"));
+    }
+    let h = b.get(H..H + HEADER).ok_or_else(|| input_at(H as u64, "file ends inside the 64-byte header"))?;
+    let (major, minor) = (u16_at(h, 0), u16_at(h, 2));
+    if major > VERSION_MAJOR {
+        return Err(input_at(H as u64, format!("version {major}.{minor} is newer than this reader ({VERSION_MAJOR}.{VERSION_MINOR}): upgrade wtxt")));
+    }
+    if major < VERSION_MAJOR {
+        return Err(input_at(H as u64, format!("version {major}.{minor} is older than this reader's major version {VERSION_MAJOR}")));
+    }
+    if minor > VERSION_MINOR {
+        notes.push(format!("MLDF version {major}.{minor} is newer than this reader ({VERSION_MAJOR}.{VERSION_MINOR}); parts it does not know are ignored"));
+    }
+    let flags = u32_at(h, 4);
+    if flags & LITTLE_ENDIAN == 0 {
+        return Err(input_at(H as u64 + 4, "flags: only little-endian files (flag 0x1) are supported"));
+    }
+    if let Some((_, what)) = UNSUPPORTED_FLAGS.iter().find(|(f, _)| flags & f != 0) {
+        return Err(input_at(H as u64 + 4, format!("flags: {what} data regions are not supported")));
+    }
+    let (n, nf, page_size) = (u64_at(h, 8), u16_at(h, 16) as u64, u32_at(h, 20));
+    let (desc_ptr, meta_ptr, data_ptr, alloc_ptr) = (u64_at(h, 24), u64_at(h, 32), u64_at(h, 40), u64_at(h, 48));
+    desc_ptr.checked_add(nf * DESC).filter(|&e| desc_ptr >= (H + HEADER) as u64 && e <= meta_ptr).ok_or_else(|| input_at(H as u64 + 24, format!("field descriptors at {desc_ptr} ({nf} x {DESC}) must end before the metadata table at {meta_ptr}")))?;
+    if !(meta_ptr <= data_ptr && data_ptr <= alloc_ptr && alloc_ptr <= len) {
+        return Err(input_at(H as u64 + 24, format!("sections out of order or past the end: metadata {meta_ptr}, data {data_ptr}, allocation table {alloc_ptr}, file {len}")));
+    }
+    let mut fields = Vec::with_capacity(nf as usize);
+    let mut row = 0u64;
+    for i in 0..nf {
+        let at = (desc_ptr + i * DESC) as usize;
+        let d = &b[at..at + DESC as usize];
+        let raw_name = &d[..64];
+        let end = raw_name.iter().position(|&c| c == 0).ok_or_else(|| input_at(at as u64, format!("field {i}: name has no NUL terminator")))?;
+        let name = std::str::from_utf8(&raw_name[..end]).map_err(|_| input_at(at as u64, format!("field {i}: name is not UTF-8")))?.to_string();
+        let type_id = u16_at(d, 64);
+        let kind = Kind::from_id(type_id).ok_or_else(|| input_at(at as u64 + 64, format!("field {name:?}: type_id {type_id} is not one of INT 1, FLOAT 2, BYTES 3, NDARRAY 4, JSON 5")))?;
+        let meta_size = u32_at(d, 68) as u64;
+        if meta_size != kind.record() {
+            return Err(input_at(at as u64 + 68, format!("field {name:?}: metadata_size {meta_size}, a {kind:?} record is {} bytes", kind.record())));
+        }
+        row += meta_size;
+        let args: [u8; 128] = d[76..204].try_into().expect("128 bytes");
+        if kind == Kind::Ndarray {
+            parse_ndarray_args(&args).map_err(|m| input_at(at as u64 + 76, format!("field {name:?}: {m}")))?;
+        }
+        fields.push(Field { name, kind, flags: u16_at(d, 66), args });
+    }
+    let table_end = n.checked_mul(row).and_then(|t| t.checked_add(meta_ptr)).filter(|&e| e <= data_ptr);
+    table_end.ok_or_else(|| input_at(H as u64 + 8, format!("{n} samples of {row}-byte rows do not fit before the data region at {data_ptr}")))?;
+    let alloc_len = len - alloc_ptr;
+    if alloc_len % ALLOC != 0 {
+        return Err(input_at(alloc_ptr, format!("allocation table: {alloc_len} bytes is not a whole number of 16-byte entries")));
+    }
+    let mut allocs = Vec::with_capacity((alloc_len / ALLOC) as usize);
+    for i in 0..alloc_len / ALLOC {
+        let at = (alloc_ptr + i * ALLOC) as usize;
+        let (p, s) = (u64_at(b, at), u32_at(b, at + 8) as u64);
+        if p < data_ptr || p.checked_add(s).is_none_or(|e| e > alloc_ptr) {
+            return Err(input_at(at as u64, format!("allocation {i}: {s} bytes at {p} lie outside the data region")));
+        }
+        if let Some(&(lp, ls)) = allocs.last() {
+            if p < lp + ls {
+                return Err(input_at(at as u64, format!("allocation {i} at {p} is out of order or overlaps the one at {lp}")));
+            }
+        }
+        allocs.push((p, s));
+    }
+
+    let mut originals: Vec<String> = vec![META.to_string()];
+    for f in &fields {
+        originals.push(f.name.clone());
+        if matches!(f.kind, Kind::Bytes | Kind::Json) {
+            originals.push(format!("{}__sizes", f.name));
+        }
+    }
+    let names = assign_names(&originals);
+    let mut names = names.into_iter().skip(1);
+    let mut out = Vec::new();
+    let mut fields_meta = Vec::with_capacity(fields.len());
+    let mut col = 0u64;
+    for f in &fields {
+        let record = |s: u64| (meta_ptr + s * row + col) as usize;
+        let blob = |s: u64| -> Result<&[u8]> {
+            let at = record(s);
+            let (p, size) = (u64_at(b, at), u32_at(b, at + 8) as u64);
+            if size == 0 {
+                return Ok(&[]);
+            }
+            match allocs.binary_search_by_key(&p, |a| a.0) {
+                Ok(i) if allocs[i].1 == size => Ok(&b[p as usize..(p + size) as usize]),
+                _ => Err(input_at(at as u64, format!("field {:?} sample {s}: {size} bytes at {p} are not in the allocation table", f.name))),
+            }
+        };
+        let name = names.next().expect("one name per field");
+        let mut m = json!({"name": f.name, "type_id": f.kind as u16, "flags": f.flags, "array": name});
+        let arr = match f.kind {
+            Kind::Int | Kind::Float => {
+                let mut v = Vec::with_capacity((n * 8).min(len) as usize);
+                for s in 0..n {
+                    v.extend_from_slice(&b[record(s)..record(s) + 8]);
+                }
+                let dtype = if f.kind == Kind::Int { Dtype::I64 } else { Dtype::F64 };
+                Array::new(name, dtype, vec![n], v.into())?
+            }
+            Kind::Ndarray => {
+                let (dtype, dims) = parse_ndarray_args(&f.args).expect("checked above");
+                let per = crate::model::byte_size(dtype, &dims).ok_or_else(|| input_at(desc_ptr, format!("field {:?}: shape overflows", f.name)))?;
+                let total = per.checked_mul(n).filter(|&t| t <= alloc_ptr - data_ptr || per == 0);
+                let total = total.ok_or_else(|| input_at(desc_ptr, format!("field {:?}: {n} samples of {per} bytes exceed the data region", f.name)))?;
+                let mut v = Vec::with_capacity(total as usize);
+                for s in 0..n {
+                    let x = blob(s)?;
+                    if x.len() as u64 != per {
+                        return Err(input_at(record(s) as u64, format!("field {:?} sample {s}: {} bytes, a {dtype} {dims:?} sample is {per}", f.name, x.len())));
+                    }
+                    v.extend_from_slice(x);
+                }
+                let mut shape = vec![n];
+                shape.extend(dims);
+                Array::new(name, dtype, shape, v.into())?
+            }
+            Kind::Bytes | Kind::Json => {
+                let mut v = Vec::new();
+                let mut sizes = Vec::with_capacity((n * 8).min(len) as usize);
+                for s in 0..n {
+                    let x = blob(s)?;
+                    if f.kind == Kind::Json && !x.is_empty() {
+                        serde_json::from_slice::<serde::de::IgnoredAny>(x).map_err(|e| input_at(record(s) as u64, format!("field {:?} sample {s}: not JSON: {e}", f.name)))?;
+                    }
+                    v.extend_from_slice(x);
+                    sizes.extend_from_slice(&(x.len() as u64).to_le_bytes());
+                }
+                let sizes_name = names.next().expect("a sizes name");
+                m["sizes"] = json!(sizes_name);
+                out.push(Array::new(sizes_name, Dtype::U64, vec![n], sizes.into())?);
+                Array::new(name, Dtype::U8, vec![v.len() as u64], v.into())?
+            }
+        };
+        if f.args.iter().any(|&x| x != 0) && f.kind != Kind::Ndarray {
+            m["arguments"] = json!(hex::encode(f.args));
+        }
+        out.push(arr);
+        fields_meta.push(m);
+        col += f.kind.record();
+    }
+    let meta = json!({"version": [major, minor], "flags": flags, "page_size": page_size, "num_samples": n, "fields": fields_meta});
+    out.push(meta_array(META, &meta)?);
+    Ok(out)
+}
+
+/// Writes arrays as MLDF, following `__mldf` when present; without it every
+/// array is an NDARRAY field and all must share their first dimension (the
+/// sample count).
+pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
+    let bad = |m: String| Error::input(Default::default(), format!("MLDF: {m}"));
+    let meta = meta_json(arrays, META)?;
+    let find = |n: &str| arrays.iter().find(|a| a.name == n).ok_or_else(|| bad(format!("array {n} is missing")));
+    // (field name, kind, flags, args, data array, sizes array)
+    let mut plan: Vec<(String, Kind, u16, [u8; 128], &Array, Option<&Array>)> = Vec::new();
+    let (flags, page_size) = match &meta {
+        Some(m) => {
+            for f in m.get("fields").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
+                let name = f.get("name").and_then(Value::as_str).ok_or_else(|| bad("a field lacks a name".into()))?;
+                let kind = f.get("type_id").and_then(Value::as_u64).and_then(|t| Kind::from_id(t as u16)).ok_or_else(|| bad(format!("field {name:?}: bad type_id")))?;
+                let a = find(f.get("array").and_then(Value::as_str).unwrap_or_default())?;
+                let sizes = match f.get("sizes").and_then(Value::as_str) {
+                    Some(s) => Some(find(s)?),
+                    None => None,
+                };
+                let mut args = [0u8; 128];
+                if let Some(h) = f.get("arguments").and_then(Value::as_str) {
+                    let v = hex::decode(h).ok().filter(|v| v.len() == 128).ok_or_else(|| bad(format!("field {name:?}: arguments must be 256 hex digits")))?;
+                    args.copy_from_slice(&v);
+                }
+                let fl = f.get("flags").and_then(Value::as_u64).unwrap_or(0) as u16;
+                plan.push((name.to_string(), kind, fl, args, a, sizes));
+            }
+            let flags = m.get("flags").and_then(Value::as_u64).unwrap_or(1) as u32;
+            (flags, m.get("page_size").and_then(Value::as_u64).unwrap_or(PAGE) as u32)
+        }
+        None => {
+            for a in arrays.iter().filter(|a| !a.name.starts_with("__")) {
+                plan.push((a.name.clone(), Kind::Ndarray, 0, [0; 128], a, None));
+            }
+            (LITTLE_ENDIAN, PAGE as u32)
+        }
+    };
+    let n = match plan.first() {
+        None => 0,
+        Some((_, Kind::Bytes | Kind::Json, _, _, _, Some(s))) => s.shape.first().copied().unwrap_or(0),
+        Some((name, _, _, _, a, _)) => *a.shape.first().ok_or_else(|| bad(format!("array {name} is rank 0: a field needs one value per sample")))?,
+    };
+    // Per field: the per-sample blobs (or 8-byte values).
+    let mut samples: Vec<Vec<&[u8]>> = Vec::with_capacity(plan.len());
+    for (name, kind, _, args, a, sizes) in plan.iter_mut() {
+        if a.shape.first() != Some(&n) && !matches!(kind, Kind::Bytes | Kind::Json) {
+            return Err(bad(format!("array {name} has {:?} samples, the file has {n}", a.shape.first())));
+        }
+        let per: Vec<&[u8]> = match kind {
+            Kind::Int | Kind::Float => {
+                let want = if *kind == Kind::Int { Dtype::I64 } else { Dtype::F64 };
+                if a.dtype != want || a.shape.len() != 1 {
+                    return Err(bad(format!("field {name}: expected {want} [{n}]")));
+                }
+                a.bytes().chunks(8).collect()
+            }
+            Kind::Ndarray => {
+                *args = ndarray_args(a.dtype, &a.shape[1..])?;
+                let per = a.bytes().len() / n.max(1) as usize;
+                if n == 0 { Vec::new() } else if per == 0 { vec![&[][..]; n as usize] } else { a.bytes().chunks(per).collect() }
+            }
+            Kind::Bytes | Kind::Json => {
+                let s = sizes.ok_or_else(|| bad(format!("field {name}: no sizes array")))?;
+                if s.dtype != Dtype::U64 || s.shape != [n] {
+                    return Err(bad(format!("field {name}: sizes must be u64 [{n}]")));
+                }
+                let mut at = 0usize;
+                let mut v = Vec::with_capacity(n as usize);
+                for c in s.bytes().chunks(8) {
+                    let len = u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize;
+                    let x = a.bytes().get(at..at + len).ok_or_else(|| bad(format!("field {name}: sizes add up to more than its bytes")))?;
+                    if len > u32::MAX as usize {
+                        return Err(bad(format!("field {name}: a sample over 4 GiB")));
+                    }
+                    v.push(x);
+                    at += len;
+                }
+                if at != a.bytes().len() {
+                    return Err(bad(format!("field {name}: sizes add up to {at}, it holds {}", a.bytes().len())));
+                }
+                v
+            }
+        };
+        samples.push(per);
+    }
+    if plan.len() > u16::MAX as usize {
+        return Err(bad(format!("{} fields exceed 65535", plan.len())));
+    }
+    let align = |x: u64, a: u64| x.div_ceil(a) * a;
+    let row: u64 = plan.iter().map(|p| p.1.record()).sum();
+    let desc_ptr = (MAGIC.len() + HEADER) as u64;
+    let meta_ptr = align(desc_ptr + DESC * plan.len() as u64, 64);
+    let page = (page_size as u64).max(1);
+    let data_ptr = align(meta_ptr + row * n, page);
+    let mut out = vec![0u8; data_ptr as usize];
+    let mut allocs = Vec::new();
+    for s in 0..n as usize {
+        let mut col = 0u64;
+        for ((_, kind, ..), per) in plan.iter().zip(&samples) {
+            let rec = (meta_ptr + s as u64 * row + col) as usize;
+            match kind {
+                Kind::Int | Kind::Float => out[rec..rec + 8].copy_from_slice(per[s]),
+                _ if per[s].is_empty() => {}
+                _ => {
+                    out.resize(align(out.len() as u64, 8) as usize, 0);
+                    let p = out.len() as u64;
+                    out.extend_from_slice(per[s]);
+                    out[rec..rec + 8].copy_from_slice(&p.to_le_bytes());
+                    out[rec + 8..rec + 12].copy_from_slice(&(per[s].len() as u32).to_le_bytes());
+                    allocs.push((p, per[s].len() as u32));
+                }
+            }
+            col += kind.record();
+        }
+    }
+    out.resize(align(out.len() as u64, 8) as usize, 0);
+    let alloc_ptr = out.len() as u64;
+    for (p, size) in allocs {
+        out.extend_from_slice(&p.to_le_bytes());
+        out.extend_from_slice(&size.to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+    }
+    out[..H].copy_from_slice(MAGIC);
+    let mut h = Vec::with_capacity(HEADER);
+    h.extend_from_slice(&VERSION_MAJOR.to_le_bytes());
+    h.extend_from_slice(&VERSION_MINOR.to_le_bytes());
+    h.extend_from_slice(&flags.to_le_bytes());
+    h.extend_from_slice(&n.to_le_bytes());
+    h.extend_from_slice(&(plan.len() as u16).to_le_bytes());
+    h.extend_from_slice(&[0; 2]);
+    h.extend_from_slice(&page_size.to_le_bytes());
+    for p in [desc_ptr, meta_ptr, data_ptr, alloc_ptr] {
+        h.extend_from_slice(&p.to_le_bytes());
+    }
+    h.resize(HEADER, 0);
+    out[H..H + HEADER].copy_from_slice(&h);
+    for (i, (name, kind, fl, args, ..)) in plan.iter().enumerate() {
+        let at = (desc_ptr + DESC * i as u64) as usize;
+        let nb = name.as_bytes();
+        if nb.len() > 63 {
+            return Err(bad(format!("field name {name:?} is over 63 bytes")));
+        }
+        out[at..at + nb.len()].copy_from_slice(nb);
+        out[at + 64..at + 66].copy_from_slice(&(*kind as u16).to_le_bytes());
+        out[at + 66..at + 68].copy_from_slice(&fl.to_le_bytes());
+        out[at + 68..at + 72].copy_from_slice(&(kind.record() as u32).to_le_bytes());
+        out[at + 76..at + 204].copy_from_slice(args);
+    }
+    Ok(out)
+}
