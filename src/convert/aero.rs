@@ -108,7 +108,10 @@ pub fn read(src: &Source, _notes: &mut Notes) -> Result<Vec<Array>> {
     }
     let fits = |off: u64, len: u64| off.checked_add(len).is_some_and(|e| e <= file_len);
     if toc_len < TOC_HEADER || !fits(toc_off, toc_len) || toc_off < HEADER_SIZE {
-        return Err(input_at(12, format!("TOC at {toc_off} with {toc_len} bytes does not fit the {file_len}-byte file")));
+        return Err(input_at(
+            12,
+            format!("TOC at {toc_off} with {toc_len} bytes does not fit the {file_len}-byte file"),
+        ));
     }
     let count = le_u32(b, toc_off as usize) as u64;
     if count > MAX_ENTRY_COUNT {
@@ -118,7 +121,10 @@ pub fn read(src: &Source, _notes: &mut Notes) -> Result<Vec<Array>> {
         return Err(input_at(20, format!("toc_length {toc_len} is too short for {count} entries")));
     }
     if st_len > MAX_STRING_TABLE || !fits(st_off, st_len) {
-        return Err(input_at(28, format!("string table at {st_off} with {st_len} bytes does not fit (limit {MAX_STRING_TABLE})")));
+        return Err(input_at(
+            28,
+            format!("string table at {st_off} with {st_len} bytes does not fit (limit {MAX_STRING_TABLE})"),
+        ));
     }
     let strings = &b[st_off as usize..(st_off + st_len) as usize];
     let mut chunks = Vec::with_capacity(count as usize);
@@ -136,7 +142,10 @@ pub fn read(src: &Source, _notes: &mut Notes) -> Result<Vec<Array>> {
             return Err(input_at(at + 40, format!("TOC entry {i}: reserved0 must be zero")));
         }
         if !fits(offset, length) || offset < HEADER_SIZE {
-            return Err(input_at(at + 8, format!("chunk {i} ({fourcc}) at {offset} with {length} bytes runs past the end of the file")));
+            return Err(input_at(
+                at + 8,
+                format!("chunk {i} ({fourcc}) at {offset} with {length} bytes runs past the end of the file"),
+            ));
         }
         if name_off + name_len > st_len {
             return Err(input_at(at + 32, format!("chunk {i} ({fourcc}): name runs past the string table")));
@@ -166,14 +175,20 @@ pub fn read(src: &Source, _notes: &mut Notes) -> Result<Vec<Array>> {
             continue;
         }
         if c.ulen > MAX_METADATA_ULEN {
-            return Err(input_at(c.toc_at + 24, format!("{what}: {} bytes exceed the metadata limit of {MAX_METADATA_ULEN}", c.ulen)));
+            return Err(input_at(
+                c.toc_at + 24,
+                format!("{what}: {} bytes exceed the metadata limit of {MAX_METADATA_ULEN}", c.ulen),
+            ));
         }
         let raw = if c.flags & ZSTD != 0 {
             zstd_exact(stored, c.ulen).map_err(|m| input_at(c.offset, format!("{what}: {m}")))?
         } else if c.length == c.ulen {
             stored.to_vec()
         } else {
-            return Err(input_at(c.toc_at + 24, format!("{what}: uncompressed but ulen {} != length {}", c.ulen, c.length)));
+            return Err(input_at(
+                c.toc_at + 24,
+                format!("{what}: uncompressed but ulen {} != length {}", c.ulen, c.length),
+            ));
         };
         check_blake3(&raw, c, &what)?;
         payloads.push(Some(raw));
@@ -183,7 +198,10 @@ pub fn read(src: &Source, _notes: &mut Notes) -> Result<Vec<Array>> {
     let tidx_raw = payloads[tidx_at].as_deref().expect("TIDX is not a shard");
     let tidx_mp = msgpack::decode(tidx_raw).map_err(|m| input_at(chunks[tidx_at].offset, format!("TIDX: {m}")))?;
     let tidx = msgpack::to_json(&tidx_mp);
-    let tensors = tidx.get("tensors").and_then(Value::as_array).ok_or_else(|| input_at(chunks[tidx_at].offset, "TIDX: expected a \"tensors\" list"))?;
+    let tensors = tidx
+        .get("tensors")
+        .and_then(Value::as_array)
+        .ok_or_else(|| input_at(chunks[tidx_at].offset, "TIDX: expected a \"tensors\" list"))?;
     let shard_of = |id: u64| chunks.iter().find(|c| c.fourcc == "WTSH" && c.name == format!("weights.shard{id}"));
 
     let mut originals = Vec::with_capacity(tensors.len());
@@ -192,7 +210,9 @@ pub fn read(src: &Source, _notes: &mut Notes) -> Result<Vec<Array>> {
         let at = chunks[tidx_at].offset;
         let bad = |m: String| input_at(at, format!("TIDX tensors[{i}]: {m}"));
         let name = t.get("name").and_then(Value::as_str).ok_or_else(|| bad("expected a string \"name\"".into()))?;
-        let uint = |k: &str| t.get(k).and_then(Value::as_u64).ok_or_else(|| bad(format!("{name}: expected an unsigned integer {k:?}")));
+        let uint = |k: &str| {
+            t.get(k).and_then(Value::as_u64).ok_or_else(|| bad(format!("{name}: expected an unsigned integer {k:?}")))
+        };
         let (code, sid, off, len) = (uint("dtype")?, uint("shard_id")?, uint("data_off")?, uint("data_len")?);
         let shape: Vec<u64> = t
             .get("shape")
@@ -201,7 +221,10 @@ pub fn read(src: &Source, _notes: &mut Notes) -> Result<Vec<Array>> {
             .ok_or_else(|| bad(format!("{name}: expected \"shape\" as non-negative integers")))?;
         let shard = shard_of(sid).ok_or_else(|| bad(format!("{name}: shard weights.shard{sid} does not exist")))?;
         if off.checked_add(len).is_none_or(|e| e > shard.length) {
-            return Err(bad(format!("{name}: bytes {off}+{len} run past shard weights.shard{sid} ({} bytes)", shard.length)));
+            return Err(bad(format!(
+                "{name}: bytes {off}+{len} run past shard weights.shard{sid} ({} bytes)",
+                shard.length
+            )));
         }
         let start = (shard.offset + off) as usize;
         let data = src.window(start..start + len as usize);
@@ -217,7 +240,8 @@ pub fn read(src: &Source, _notes: &mut Notes) -> Result<Vec<Array>> {
             let d = dtype_of(code).ok_or_else(|| bad(format!("{name}: dtype code {code} is not an AERO dtype")))?;
             (d, shape)
         };
-        let a = Array::with_original_name(name.to_string(), dtype, shape, data).map_err(|e| bad(e.message().to_string()))?;
+        let a = Array::with_original_name(name.to_string(), dtype, shape, data)
+            .map_err(|e| bad(e.message().to_string()))?;
         originals.push(name.to_string());
         found.push(a);
     }
@@ -262,7 +286,10 @@ pub fn read(src: &Source, _notes: &mut Notes) -> Result<Vec<Array>> {
 fn check_blake3(raw: &[u8], c: &Chunk, what: &str) -> Result<()> {
     let have = blake3::hash(raw);
     if have.as_bytes() != &c.blake3 {
-        return Err(check_byte(c.offset, format!("{what}: BLAKE3 is {}, the TOC says {}", have.to_hex(), hex::encode(c.blake3))));
+        return Err(check_byte(
+            c.offset,
+            format!("{what}: BLAKE3 is {}, the TOC says {}", have.to_hex(), hex::encode(c.blake3)),
+        ));
     }
     Ok(())
 }
@@ -305,7 +332,10 @@ fn meta_to_content(m: &Value) -> std::result::Result<Vec<u8>, String> {
     if let Some(v) = m.get("msgpack") {
         return Ok(msgpack::encode(&msgpack::from_json(v)?));
     }
-    m.get("hex").and_then(Value::as_str).and_then(|h| hex::decode(h).ok()).ok_or_else(|| "a chunk has no json, msgpack or hex content".into())
+    m.get("hex")
+        .and_then(Value::as_str)
+        .and_then(|h| hex::decode(h).ok())
+        .ok_or_else(|| "a chunk has no json, msgpack or hex content".into())
 }
 
 /// The control region `[0, end)` with every TOC entry's hash zeroed (AIP-0001).
@@ -337,7 +367,11 @@ fn check_ihsh(b: &[u8], chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<()> {
         .and_then(|r| r.iter().map(|x| Some((x.get(0)?.as_u64()?, x.get(1)?.as_u64()?))).collect())
         .filter(|r: &Vec<(u64, u64)>| r.iter().all(|&(s, e)| s <= e && e <= b.len() as u64))
         .ok_or_else(|| bad("covered_ranges must be [start, end] pairs inside the file"))?;
-    let want = v.get("digest").and_then(|d| d.get("$bin")).and_then(Value::as_str).ok_or_else(|| bad("digest must be 32 bytes"))?;
+    let want = v
+        .get("digest")
+        .and_then(|d| d.get("$bin"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("digest must be 32 bytes"))?;
     let have = hex::encode(control_digest(b, chunks, &ranges));
     if have != want {
         return Err(check_byte(0, format!("IHSH: the control region hashes to {have}, IHSH says {want}")));
@@ -349,8 +383,10 @@ fn check_phsh(b: &[u8], chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<u64> {
     let bad = |m: &str| input_at(c.offset, format!("PHSH {:?}: {m}", c.name));
     let v = msgpack::to_json(&msgpack::decode(p).map_err(|m| bad(&m))?);
     let shard_name = v.get("shard_name").and_then(Value::as_str).ok_or_else(|| bad("expected shard_name"))?;
-    let page = v.get("page_size").and_then(Value::as_u64).filter(|&p| p > 0).ok_or_else(|| bad("expected page_size > 0"))?;
-    let shard = chunks.iter().find(|s| s.fourcc == "WTSH" && s.name == shard_name).ok_or_else(|| bad("no such shard"))?;
+    let page =
+        v.get("page_size").and_then(Value::as_u64).filter(|&p| p > 0).ok_or_else(|| bad("expected page_size > 0"))?;
+    let shard =
+        chunks.iter().find(|s| s.fourcc == "WTSH" && s.name == shard_name).ok_or_else(|| bad("no such shard"))?;
     let digests = v.get("digests").and_then(Value::as_array).ok_or_else(|| bad("expected digests"))?;
     let data = &b[shard.offset as usize..(shard.offset + shard.length) as usize];
     if digests.len() as u64 != shard.length.div_ceil(page) {
@@ -359,7 +395,10 @@ fn check_phsh(b: &[u8], chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<u64> {
     for (i, (page_bytes, d)) in data.chunks(page as usize).zip(digests).enumerate() {
         let have = blake3::hash(page_bytes).to_hex();
         if d.get("$bin").and_then(Value::as_str) != Some(have.as_str()) {
-            return Err(check_byte(shard.offset + i as u64 * page, format!("PHSH {:?}: page {i} does not match", c.name)));
+            return Err(check_byte(
+                shard.offset + i as u64 * page,
+                format!("PHSH {:?}: page {i} does not match", c.name),
+            ));
         }
     }
     Ok(page)
@@ -388,10 +427,12 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     let index_of = |n: &str| tensors.iter().position(|a| a.name == n);
     let (uuid, minor, mut plan) = match &meta {
         Some(m) => {
-            let uuid = m.get("uuid").and_then(Value::as_str).and_then(|u| hex::decode(u).ok()).filter(|u| u.len() == 16);
+            let uuid =
+                m.get("uuid").and_then(Value::as_str).and_then(|u| hex::decode(u).ok()).filter(|u| u.len() == 16);
             let uuid = uuid.ok_or_else(|| bad("uuid must be 32 hex digits".into()))?;
             let minor = m.get("version").and_then(|v| v.get(1)).and_then(Value::as_u64).unwrap_or(1) as u16;
-            let chunks = m.get("chunks").and_then(Value::as_array).cloned().ok_or_else(|| bad("expected \"chunks\"".into()))?;
+            let chunks =
+                m.get("chunks").and_then(Value::as_array).cloned().ok_or_else(|| bad("expected \"chunks\"".into()))?;
             (uuid, minor, chunks)
         }
         None => (vec![0u8; 16], 1, default_chunks(&tensors)),
@@ -427,7 +468,8 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     let mut shard_len: std::collections::BTreeMap<u64, u64> = Default::default();
     for (e, &ai) in entries.iter_mut().zip(&order) {
         let a = tensors[ai];
-        let sid = e.get("shard_id").and_then(Value::as_u64).ok_or_else(|| bad(format!("tensor {}: no shard_id", a.name)))?;
+        let sid =
+            e.get("shard_id").and_then(Value::as_u64).ok_or_else(|| bad(format!("tensor {}: no shard_id", a.name)))?;
         let len = a.bytes().len() as u64;
         let end = shard_len.entry(sid).or_insert(0);
         let want = e.get("data_off").and_then(Value::as_u64).filter(|&o| o >= *end).unwrap_or(*end);
@@ -463,8 +505,16 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
 
     let mut outs = Vec::with_capacity(plan.len());
     for c in &plan {
-        let fourcc = c.get("fourcc").and_then(Value::as_str).filter(|f| f.len() == 4).ok_or_else(|| bad("a chunk lacks a 4-letter fourcc".into()))?;
-        let name = c.get("name").and_then(Value::as_str).ok_or_else(|| bad(format!("{fourcc} chunk lacks a name")))?.to_string();
+        let fourcc = c
+            .get("fourcc")
+            .and_then(Value::as_str)
+            .filter(|f| f.len() == 4)
+            .ok_or_else(|| bad("a chunk lacks a 4-letter fourcc".into()))?;
+        let name = c
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad(format!("{fourcc} chunk lacks a name")))?
+            .to_string();
         let flags = c.get("flags").and_then(Value::as_u64).and_then(|f| u32::try_from(f).ok()).unwrap_or(0);
         let (raw, parts) = match fourcc {
             "WTSH" => {
@@ -482,9 +532,13 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
         if outs[i].fourcc == "PHSH" {
             let shard_name = outs[i].name.strip_suffix(".phsh").unwrap_or(&outs[i].name).to_string();
             let page = c.get("page_size").and_then(Value::as_u64).filter(|&p| p > 0).unwrap_or(4 << 20);
-            let shard = outs.iter().find(|o| o.fourcc == "WTSH" && o.name == shard_name).ok_or_else(|| bad(format!("PHSH for missing shard {shard_name}")))?;
+            let shard = outs
+                .iter()
+                .find(|o| o.fourcc == "WTSH" && o.name == shard_name)
+                .ok_or_else(|| bad(format!("PHSH for missing shard {shard_name}")))?;
             let bytes = shard_bytes(&shard.parts, &tensors);
-            let digests: Vec<rmpv::Value> = bytes.chunks(page as usize).map(|p| rmpv::Value::Binary(blake3::hash(p).as_bytes().to_vec())).collect();
+            let digests: Vec<rmpv::Value> =
+                bytes.chunks(page as usize).map(|p| rmpv::Value::Binary(blake3::hash(p).as_bytes().to_vec())).collect();
             outs[i].raw = msgpack::encode(&rmpv::Value::Map(vec![
                 ("shard_name".into(), shard_name.as_str().into()),
                 ("page_size".into(), page.into()),
@@ -615,10 +669,13 @@ fn assemble(outs: &[Out], tensors: &[&Array], uuid: &[u8], minor: u16) -> Result
 }
 
 fn part_len(parts: &[Part], tensors: &[&Array]) -> u64 {
-    parts.iter().map(|p| match p {
-        Part::Zeros(n) => *n,
-        Part::Array(i) => tensors[*i].bytes().len() as u64,
-    }).sum()
+    parts
+        .iter()
+        .map(|p| match p {
+            Part::Zeros(n) => *n,
+            Part::Array(i) => tensors[*i].bytes().len() as u64,
+        })
+        .sum()
 }
 
 /// IHSH payload covering `[0, end)`; its length depends only on `end`, so

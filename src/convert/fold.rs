@@ -76,7 +76,10 @@ fn entry(c: &Value, i: usize, at: u64) -> Result<Entry> {
         field(k)?.as_u64().ok_or_else(|| input_at(at, format!("index chunks[{i}].{k}: expected an unsigned integer")))
     };
     let text = |k: &str| {
-        field(k)?.as_str().map(String::from).ok_or_else(|| input_at(at, format!("index chunks[{i}].{k}: expected a string")))
+        field(k)?
+            .as_str()
+            .map(String::from)
+            .ok_or_else(|| input_at(at, format!("index chunks[{i}].{k}: expected a string")))
     };
     let ctype = text("ctype")?;
     if ctype.len() != 4 || !ctype.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
@@ -148,22 +151,25 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     }
     let version = index.get("version").and_then(Value::as_str).unwrap_or("1.0.0").to_string();
     if !KNOWN_VERSIONS.contains(&version.as_str()) {
-        notes.push(format!("FOLD index version {version} is newer than this reader knows (1.2.0); reading what it understands"));
+        notes.push(format!(
+            "FOLD index version {version} is newer than this reader knows (1.2.0); reading what it understands"
+        ));
     }
     let metadata = match index.get("metadata") {
         None => Map::new(),
         Some(Value::Object(m)) => m.clone(),
         Some(_) => return Err(input_at(at, "index: \"metadata\" must be an object")),
     };
-    let chunk_values = index.get("chunks").and_then(Value::as_array).ok_or_else(|| input_at(at, "index: expected a \"chunks\" list"))?;
+    let chunk_values = index
+        .get("chunks")
+        .and_then(Value::as_array)
+        .ok_or_else(|| input_at(at, "index: expected a \"chunks\" list"))?;
     let entries: Vec<Entry> = chunk_values.iter().enumerate().map(|(i, c)| entry(c, i, at)).collect::<Result<_>>()?;
     check_layout(&entries, index_off)?;
     if let Some(want) = metadata.get("manifest_hash") {
         let have = manifest_hash(&metadata);
         if want.as_str() != Some(have.as_str()) {
-            return Err(check_byte(at,
-                format!("index: manifest_hash is {want}, the metadata hashes to {have}"),
-            ));
+            return Err(check_byte(at, format!("index: manifest_hash is {want}, the metadata hashes to {have}")));
         }
     }
     let chunk_hashes = metadata.get("chunk_hashes").and_then(Value::as_object);
@@ -172,7 +178,8 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     for e in &entries {
         if let Some(h) = chunk_hashes.and_then(|m| m.get(&e.name)) {
             if h.as_str() != Some(e.sha256.as_str()) {
-                return Err(check_byte(at,
+                return Err(check_byte(
+                    at,
                     format!("chunk {:?}: metadata.chunk_hashes says {h}, the index says {}", e.name, e.sha256),
                 ));
             }
@@ -186,9 +193,8 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     for (e, p) in entries.iter().zip(&payloads) {
         if e.ctype == "NPZ0" {
             let src = Source::Owned(std::sync::Arc::new(p.clone()));
-            let arrays = npz::read(&src).map_err(|err| {
-                input_at(e.offset, format!("chunk {:?} (NPZ0): {}", e.name, err.message()))
-            })?;
+            let arrays = npz::read(&src)
+                .map_err(|err| input_at(e.offset, format!("chunk {:?} (NPZ0): {}", e.name, err.message())))?;
             originals.extend(arrays.iter().map(|a| a.name.clone()));
             found.push(arrays);
         } else {
@@ -240,12 +246,24 @@ fn check_layout(entries: &[Entry], index_off: u64) -> Result<()> {
     for e in entries {
         for (what, v) in [("comp_len", e.comp_len), ("uncomp_len", e.uncomp_len), ("ecc_len", e.ecc_len)] {
             if v > MAX_CHUNK {
-                return Err(input_at(e.offset, format!("chunk {:?}: {what} {v} exceeds the limit of {MAX_CHUNK}", e.name)));
+                return Err(input_at(
+                    e.offset,
+                    format!("chunk {:?}: {what} {v} exceeds the limit of {MAX_CHUNK}", e.name),
+                ));
             }
         }
-        let end = e.offset.checked_add(CHUNK_HEADER_LEN + e.comp_len + e.ecc_len).filter(|&end| e.offset >= HEADER_LEN && end <= index_off);
+        let end = e
+            .offset
+            .checked_add(CHUNK_HEADER_LEN + e.comp_len + e.ecc_len)
+            .filter(|&end| e.offset >= HEADER_LEN && end <= index_off);
         let end = end.ok_or_else(|| {
-            input_at(e.offset, format!("chunk {:?} at {} does not fit between the header and the index at {index_off}", e.name, e.offset))
+            input_at(
+                e.offset,
+                format!(
+                    "chunk {:?} at {} does not fit between the header and the index at {index_off}",
+                    e.name, e.offset
+                ),
+            )
         })?;
         spans.push((e.offset, end, &e.name));
     }
@@ -267,9 +285,7 @@ fn chunk_payload(b: &[u8], e: &Entry, notes: &mut Notes) -> Result<Vec<u8>> {
         && be_u32(h, 24) == e.crc32c
         && be_u32(h, 28) as u64 == e.ecc_len;
     if !agree {
-        return Err(check_byte(e.offset,
-            format!("chunk {:?}: its header disagrees with the index", e.name),
-        ));
+        return Err(check_byte(e.offset, format!("chunk {:?}: its header disagrees with the index", e.name)));
     }
     let start = at + CHUNK_HEADER_LEN as usize;
     let comp_end = start + e.comp_len as usize;
@@ -277,7 +293,10 @@ fn chunk_payload(b: &[u8], e: &Entry, notes: &mut Notes) -> Result<Vec<u8>> {
     let parity = &b[comp_end..comp_end + e.ecc_len as usize];
     match e.ecc {
         None if e.ecc_len != 0 => {
-            return Err(input_at(e.offset + 28, format!("chunk {:?}: ecc_len {} without an ECC algorithm", e.name, e.ecc_len)))
+            return Err(input_at(
+                e.offset + 28,
+                format!("chunk {:?}: ecc_len {} without an ECC algorithm", e.name, e.ecc_len),
+            ))
         }
         None => {}
         Some(nsym) => match rs::correct(&mut comp, parity, nsym) {
@@ -286,11 +305,15 @@ fn chunk_payload(b: &[u8], e: &Entry, notes: &mut Notes) -> Result<Vec<u8>> {
             Err(rs::RsError::Length { expected, found }) => {
                 return Err(input_at(
                     e.offset + 28,
-                    format!("chunk {:?}: rs({nsym}) needs {expected} parity bytes for {} bytes, ecc_len is {found}", e.name, e.comp_len),
+                    format!(
+                        "chunk {:?}: rs({nsym}) needs {expected} parity bytes for {} bytes, ecc_len is {found}",
+                        e.name, e.comp_len
+                    ),
                 ))
             }
             Err(rs::RsError::Uncorrectable { block }) => {
-                return Err(check_byte(e.offset,
+                return Err(check_byte(
+                    e.offset,
                     format!("chunk {:?}: block {block} has more errors than rs({nsym}) can repair", e.name),
                 ))
             }
@@ -298,34 +321,45 @@ fn chunk_payload(b: &[u8], e: &Entry, notes: &mut Notes) -> Result<Vec<u8>> {
     }
     let crc = crc32c::crc32c(&comp);
     if crc != e.crc32c {
-        return Err(check_byte(start as u64,
-            format!("chunk {:?}: CRC32C is {crc}, expected {}", e.name, e.crc32c),
-        ));
+        return Err(check_byte(start as u64, format!("chunk {:?}: CRC32C is {crc}, expected {}", e.name, e.crc32c)));
     }
     let sha = hex::encode(Sha256::digest(&comp));
     if sha != hex_digest(&e.sha256) {
-        return Err(check_byte(start as u64,
+        return Err(check_byte(
+            start as u64,
             format!("chunk {:?}: SHA-256 is {sha}, the index says {}", e.name, e.sha256),
         ));
     }
     let raw = match e.flags {
-        1 => crate::convert::zstd_exact(&comp, e.uncomp_len).map_err(|m| input_at(start as u64, format!("chunk {:?}: {m}", e.name)))?,
+        1 => crate::convert::zstd_exact(&comp, e.uncomp_len)
+            .map_err(|m| input_at(start as u64, format!("chunk {:?}: {m}", e.name)))?,
         _ => comp,
     };
     if raw.len() as u64 != e.uncomp_len {
-        return Err(input_at(start as u64, format!("chunk {:?}: {} bytes, uncomp_len says {}", e.name, raw.len(), e.uncomp_len)));
+        return Err(input_at(
+            start as u64,
+            format!("chunk {:?}: {} bytes, uncomp_len says {}", e.name, raw.len(), e.uncomp_len),
+        ));
     }
     Ok(raw)
+}
+
+/// A chunk about to be written: its decoded payload and how to store it.
+struct Planned {
+    name: String,
+    ctype: String,
+    flags: u32,
+    ecc: Option<usize>,
+    payload: Vec<u8>,
 }
 
 /// Writes arrays as FOLD, following `__fold` when present.
 pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     let meta = meta_json(arrays, META)?.unwrap_or_else(|| json!({}));
     let bad = |m: String| Error::input(Default::default(), format!("{META}: {m}"));
-    let find = |name: &str| {
-        arrays.iter().find(|a| a.name == name).ok_or_else(|| bad(format!("array {name} is missing")))
-    };
-    let mut plan: Vec<(String, String, u32, Option<usize>, Vec<u8>)> = Vec::new();
+    let find =
+        |name: &str| arrays.iter().find(|a| a.name == name).ok_or_else(|| bad(format!("array {name} is missing")));
+    let mut plan: Vec<Planned> = Vec::new();
     let mut used: std::collections::HashSet<&str> = [META].into_iter().collect();
     let listed = meta.get("chunks").and_then(Value::as_array).cloned().unwrap_or_default();
     for c in &listed {
@@ -334,12 +368,18 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
         if ctype.len() != 4 {
             return Err(bad(format!("chunk {name:?}: ctype must be 4 bytes")));
         }
-        let flags = c.get("flags").and_then(Value::as_u64).filter(|f| *f <= 1).ok_or_else(|| bad(format!("chunk {name:?}: flags must be 0 or 1")))?;
+        let flags = c
+            .get("flags")
+            .and_then(Value::as_u64)
+            .filter(|f| *f <= 1)
+            .ok_or_else(|| bad(format!("chunk {name:?}: flags must be 0 or 1")))?;
         let ecc = ecc_of(c.get("ecc_algo").and_then(Value::as_str).unwrap_or("none")).map_err(bad)?;
         let payload = if ctype == "NPZ0" {
             let mut members = Vec::new();
             for m in c.get("arrays").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
-                let (Some(key), Some(arr)) = (m.get("key").and_then(Value::as_str), m.get("array").and_then(Value::as_str)) else {
+                let (Some(key), Some(arr)) =
+                    (m.get("key").and_then(Value::as_str), m.get("array").and_then(Value::as_str))
+                else {
                     return Err(bad(format!("chunk {name:?}: each of \"arrays\" needs \"key\" and \"array\"")));
                 };
                 let a = find(arr)?;
@@ -353,18 +393,19 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
             used.insert(&a.name);
             a.bytes().to_vec()
         };
-        plan.push((name, ctype, flags as u32, ecc, payload));
+        plan.push(Planned { name, ctype, flags: flags as u32, ecc, payload });
     }
     let rest: Vec<&Array> = arrays.iter().filter(|a| !used.contains(a.name.as_str())).collect();
     if !rest.is_empty() {
-        let payload = npz::write(&rest.into_iter().cloned().collect::<Vec<_>>(), std::io::Cursor::new(Vec::new()))?.into_inner();
-        plan.push(("arrays".into(), "NPZ0".into(), 1, None, payload));
+        let payload =
+            npz::write(&rest.into_iter().cloned().collect::<Vec<_>>(), std::io::Cursor::new(Vec::new()))?.into_inner();
+        plan.push(Planned { name: "arrays".into(), ctype: "NPZ0".into(), flags: 1, ecc: None, payload });
     }
 
     let mut out = vec![0u8; HEADER_LEN as usize];
     let mut index_chunks = Vec::with_capacity(plan.len());
     let mut hashes = Map::new();
-    for (name, ctype, flags, ecc, payload) in plan {
+    for Planned { name, ctype, flags, ecc, payload } in plan {
         if payload.len() as u64 > MAX_CHUNK {
             return Err(bad(format!("chunk {name:?}: {} bytes exceed the FOLD limit of {MAX_CHUNK}", payload.len())));
         }

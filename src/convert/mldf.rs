@@ -80,7 +80,8 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 /// byte), 7 zero bytes, then ndim little-endian u64 dims.
 fn parse_ndarray_args(a: &[u8]) -> std::result::Result<(Dtype, Vec<u64>), String> {
     let name: Vec<u8> = a[..8].iter().copied().take_while(|&c| c != 0).collect();
-    let dtype = Dtype::parse(&name).ok_or_else(|| format!("NDARRAY dtype {:?} is not a WTXT dtype", String::from_utf8_lossy(&name)))?;
+    let dtype = Dtype::parse(&name)
+        .ok_or_else(|| format!("NDARRAY dtype {:?} is not a WTXT dtype", String::from_utf8_lossy(&name)))?;
     let ndim = a[8] as usize;
     if ndim > MAX_NDIM {
         return Err(format!("NDARRAY ndim {ndim} exceeds {MAX_NDIM}"));
@@ -118,10 +119,18 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     let h = b.get(H..H + HEADER).ok_or_else(|| input_at(H as u64, "file ends inside the 64-byte header"))?;
     let (major, minor) = (u16_at(h, 0), u16_at(h, 2));
     if major > VERSION_MAJOR {
-        return Err(input_at(H as u64, format!("version {major}.{minor} is newer than this reader ({VERSION_MAJOR}.{VERSION_MINOR}): upgrade wtxt")));
+        return Err(input_at(
+            H as u64,
+            format!(
+                "version {major}.{minor} is newer than this reader ({VERSION_MAJOR}.{VERSION_MINOR}): upgrade wtxt"
+            ),
+        ));
     }
     if major < VERSION_MAJOR {
-        return Err(input_at(H as u64, format!("version {major}.{minor} is older than this reader's major version {VERSION_MAJOR}")));
+        return Err(input_at(
+            H as u64,
+            format!("version {major}.{minor} is older than this reader's major version {VERSION_MAJOR}"),
+        ));
     }
     if minor > VERSION_MINOR {
         notes.push(format!("MLDF version {major}.{minor} is newer than this reader ({VERSION_MAJOR}.{VERSION_MINOR}); parts it does not know are ignored"));
@@ -135,7 +144,12 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     }
     let (n, nf, page_size) = (u64_at(h, 8), u16_at(h, 16) as u64, u32_at(h, 20));
     let (desc_ptr, meta_ptr, data_ptr, alloc_ptr) = (u64_at(h, 24), u64_at(h, 32), u64_at(h, 40), u64_at(h, 48));
-    desc_ptr.checked_add(nf * DESC).filter(|&e| desc_ptr >= (H + HEADER) as u64 && e <= meta_ptr).ok_or_else(|| input_at(H as u64 + 24, format!("field descriptors at {desc_ptr} ({nf} x {DESC}) must end before the metadata table at {meta_ptr}")))?;
+    desc_ptr.checked_add(nf * DESC).filter(|&e| desc_ptr >= (H + HEADER) as u64 && e <= meta_ptr).ok_or_else(|| {
+        input_at(
+            H as u64 + 24,
+            format!("field descriptors at {desc_ptr} ({nf} x {DESC}) must end before the metadata table at {meta_ptr}"),
+        )
+    })?;
     if !(meta_ptr <= data_ptr && data_ptr <= alloc_ptr && alloc_ptr <= len) {
         return Err(input_at(H as u64 + 24, format!("sections out of order or past the end: metadata {meta_ptr}, data {data_ptr}, allocation table {alloc_ptr}, file {len}")));
     }
@@ -145,13 +159,26 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
         let at = (desc_ptr + i * DESC) as usize;
         let d = &b[at..at + DESC as usize];
         let raw_name = &d[..64];
-        let end = raw_name.iter().position(|&c| c == 0).ok_or_else(|| input_at(at as u64, format!("field {i}: name has no NUL terminator")))?;
-        let name = std::str::from_utf8(&raw_name[..end]).map_err(|_| input_at(at as u64, format!("field {i}: name is not UTF-8")))?.to_string();
+        let end = raw_name
+            .iter()
+            .position(|&c| c == 0)
+            .ok_or_else(|| input_at(at as u64, format!("field {i}: name has no NUL terminator")))?;
+        let name = std::str::from_utf8(&raw_name[..end])
+            .map_err(|_| input_at(at as u64, format!("field {i}: name is not UTF-8")))?
+            .to_string();
         let type_id = u16_at(d, 64);
-        let kind = Kind::from_id(type_id).ok_or_else(|| input_at(at as u64 + 64, format!("field {name:?}: type_id {type_id} is not one of INT 1, FLOAT 2, BYTES 3, NDARRAY 4, JSON 5")))?;
+        let kind = Kind::from_id(type_id).ok_or_else(|| {
+            input_at(
+                at as u64 + 64,
+                format!("field {name:?}: type_id {type_id} is not one of INT 1, FLOAT 2, BYTES 3, NDARRAY 4, JSON 5"),
+            )
+        })?;
         let meta_size = u32_at(d, 68) as u64;
         if meta_size != kind.record() {
-            return Err(input_at(at as u64 + 68, format!("field {name:?}: metadata_size {meta_size}, a {kind:?} record is {} bytes", kind.record())));
+            return Err(input_at(
+                at as u64 + 68,
+                format!("field {name:?}: metadata_size {meta_size}, a {kind:?} record is {} bytes", kind.record()),
+            ));
         }
         row += meta_size;
         let args: [u8; 128] = d[76..204].try_into().expect("128 bytes");
@@ -161,10 +188,18 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
         fields.push(Field { name, kind, flags: u16_at(d, 66), args });
     }
     let table_end = n.checked_mul(row).and_then(|t| t.checked_add(meta_ptr)).filter(|&e| e <= data_ptr);
-    table_end.ok_or_else(|| input_at(H as u64 + 8, format!("{n} samples of {row}-byte rows do not fit before the data region at {data_ptr}")))?;
+    table_end.ok_or_else(|| {
+        input_at(
+            H as u64 + 8,
+            format!("{n} samples of {row}-byte rows do not fit before the data region at {data_ptr}"),
+        )
+    })?;
     let alloc_len = len - alloc_ptr;
-    if alloc_len % ALLOC != 0 {
-        return Err(input_at(alloc_ptr, format!("allocation table: {alloc_len} bytes is not a whole number of 16-byte entries")));
+    if !alloc_len.is_multiple_of(ALLOC) {
+        return Err(input_at(
+            alloc_ptr,
+            format!("allocation table: {alloc_len} bytes is not a whole number of 16-byte entries"),
+        ));
     }
     let mut allocs = Vec::with_capacity((alloc_len / ALLOC) as usize);
     for i in 0..alloc_len / ALLOC {
@@ -175,7 +210,10 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
         }
         if let Some(&(lp, ls)) = allocs.last() {
             if p < lp + ls {
-                return Err(input_at(at as u64, format!("allocation {i} at {p} is out of order or overlaps the one at {lp}")));
+                return Err(input_at(
+                    at as u64,
+                    format!("allocation {i} at {p} is out of order or overlaps the one at {lp}"),
+                ));
             }
         }
         allocs.push((p, s));
@@ -203,7 +241,10 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
             }
             match allocs.binary_search_by_key(&p, |a| a.0) {
                 Ok(i) if allocs[i].1 == size => Ok(&b[p as usize..(p + size) as usize]),
-                _ => Err(input_at(at as u64, format!("field {:?} sample {s}: {size} bytes at {p} are not in the allocation table", f.name))),
+                _ => Err(input_at(
+                    at as u64,
+                    format!("field {:?} sample {s}: {size} bytes at {p} are not in the allocation table", f.name),
+                )),
             }
         };
         let name = names.next().expect("one name per field");
@@ -219,14 +260,24 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
             }
             Kind::Ndarray => {
                 let (dtype, dims) = parse_ndarray_args(&f.args).expect("checked above");
-                let per = crate::model::byte_size(dtype, &dims).ok_or_else(|| input_at(desc_ptr, format!("field {:?}: shape overflows", f.name)))?;
+                let per = crate::model::byte_size(dtype, &dims)
+                    .ok_or_else(|| input_at(desc_ptr, format!("field {:?}: shape overflows", f.name)))?;
                 let total = per.checked_mul(n).filter(|&t| t <= alloc_ptr - data_ptr || per == 0);
-                let total = total.ok_or_else(|| input_at(desc_ptr, format!("field {:?}: {n} samples of {per} bytes exceed the data region", f.name)))?;
+                let total = total.ok_or_else(|| {
+                    input_at(desc_ptr, format!("field {:?}: {n} samples of {per} bytes exceed the data region", f.name))
+                })?;
                 let mut v = Vec::with_capacity(total as usize);
                 for s in 0..n {
                     let x = blob(s)?;
                     if x.len() as u64 != per {
-                        return Err(input_at(record(s) as u64, format!("field {:?} sample {s}: {} bytes, a {dtype} {dims:?} sample is {per}", f.name, x.len())));
+                        return Err(input_at(
+                            record(s) as u64,
+                            format!(
+                                "field {:?} sample {s}: {} bytes, a {dtype} {dims:?} sample is {per}",
+                                f.name,
+                                x.len()
+                            ),
+                        ));
                     }
                     v.extend_from_slice(x);
                 }
@@ -240,7 +291,9 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
                 for s in 0..n {
                     let x = blob(s)?;
                     if f.kind == Kind::Json && !x.is_empty() {
-                        serde_json::from_slice::<serde::de::IgnoredAny>(x).map_err(|e| input_at(record(s) as u64, format!("field {:?} sample {s}: not JSON: {e}", f.name)))?;
+                        serde_json::from_slice::<serde::de::IgnoredAny>(x).map_err(|e| {
+                            input_at(record(s) as u64, format!("field {:?} sample {s}: not JSON: {e}", f.name))
+                        })?;
                     }
                     v.extend_from_slice(x);
                     sizes.extend_from_slice(&(x.len() as u64).to_le_bytes());
@@ -263,6 +316,17 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     Ok(out)
 }
 
+/// A field about to be written: the array with its values and, for BYTES
+/// and JSON, the array of per-sample sizes.
+struct Planned<'a> {
+    name: String,
+    kind: Kind,
+    flags: u16,
+    args: [u8; 128],
+    data: &'a Array,
+    sizes: Option<&'a Array>,
+}
+
 /// Writes arrays as MLDF, following `__mldf` when present; without it every
 /// array is an NDARRAY field and all must share their first dimension (the
 /// sample count).
@@ -271,12 +335,16 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     let meta = meta_json(arrays, META)?;
     let find = |n: &str| arrays.iter().find(|a| a.name == n).ok_or_else(|| bad(format!("array {n} is missing")));
     // (field name, kind, flags, args, data array, sizes array)
-    let mut plan: Vec<(String, Kind, u16, [u8; 128], &Array, Option<&Array>)> = Vec::new();
+    let mut plan: Vec<Planned> = Vec::new();
     let (flags, page_size) = match &meta {
         Some(m) => {
             for f in m.get("fields").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
                 let name = f.get("name").and_then(Value::as_str).ok_or_else(|| bad("a field lacks a name".into()))?;
-                let kind = f.get("type_id").and_then(Value::as_u64).and_then(|t| Kind::from_id(t as u16)).ok_or_else(|| bad(format!("field {name:?}: bad type_id")))?;
+                let kind = f
+                    .get("type_id")
+                    .and_then(Value::as_u64)
+                    .and_then(|t| Kind::from_id(t as u16))
+                    .ok_or_else(|| bad(format!("field {name:?}: bad type_id")))?;
                 let a = find(f.get("array").and_then(Value::as_str).unwrap_or_default())?;
                 let sizes = match f.get("sizes").and_then(Value::as_str) {
                     Some(s) => Some(find(s)?),
@@ -284,32 +352,48 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
                 };
                 let mut args = [0u8; 128];
                 if let Some(h) = f.get("arguments").and_then(Value::as_str) {
-                    let v = hex::decode(h).ok().filter(|v| v.len() == 128).ok_or_else(|| bad(format!("field {name:?}: arguments must be 256 hex digits")))?;
+                    let v = hex::decode(h)
+                        .ok()
+                        .filter(|v| v.len() == 128)
+                        .ok_or_else(|| bad(format!("field {name:?}: arguments must be 256 hex digits")))?;
                     args.copy_from_slice(&v);
                 }
                 let fl = f.get("flags").and_then(Value::as_u64).unwrap_or(0) as u16;
-                plan.push((name.to_string(), kind, fl, args, a, sizes));
+                plan.push(Planned { name: name.to_string(), kind, flags: fl, args, data: a, sizes });
             }
             let flags = m.get("flags").and_then(Value::as_u64).unwrap_or(1) as u32;
             (flags, m.get("page_size").and_then(Value::as_u64).unwrap_or(PAGE) as u32)
         }
         None => {
             for a in arrays.iter().filter(|a| !a.name.starts_with("__")) {
-                plan.push((a.name.clone(), Kind::Ndarray, 0, [0; 128], a, None));
+                plan.push(Planned {
+                    name: a.name.clone(),
+                    kind: Kind::Ndarray,
+                    flags: 0,
+                    args: [0; 128],
+                    data: a,
+                    sizes: None,
+                });
             }
             (LITTLE_ENDIAN, PAGE as u32)
         }
     };
     let n = match plan.first() {
         None => 0,
-        Some((_, Kind::Bytes | Kind::Json, _, _, _, Some(s))) => s.shape.first().copied().unwrap_or(0),
-        Some((name, _, _, _, a, _)) => *a.shape.first().ok_or_else(|| bad(format!("array {name} is rank 0: a field needs one value per sample")))?,
+        Some(Planned { kind: Kind::Bytes | Kind::Json, sizes: Some(s), .. }) => s.shape.first().copied().unwrap_or(0),
+        Some(Planned { name, data: a, .. }) => *a
+            .shape
+            .first()
+            .ok_or_else(|| bad(format!("array {name} is rank 0: a field needs one value per sample")))?,
     };
     // Per field: the per-sample blobs (or 8-byte values).
     let mut samples: Vec<Vec<&[u8]>> = Vec::with_capacity(plan.len());
-    for (name, kind, _, args, a, sizes) in plan.iter_mut() {
+    for Planned { name, kind, args, data: a, sizes, .. } in plan.iter_mut() {
         if a.shape.first() != Some(&n) && !matches!(kind, Kind::Bytes | Kind::Json) {
-            return Err(bad(format!("array {name} has {:?} samples, the file has {n}", a.shape.first())));
+            return Err(bad(format!(
+                "samples are the first dimension: array {name} has shape {:?}, the first field has {n} samples",
+                a.shape
+            )));
         }
         let per: Vec<&[u8]> = match kind {
             Kind::Int | Kind::Float => {
@@ -322,7 +406,13 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
             Kind::Ndarray => {
                 *args = ndarray_args(a.dtype, &a.shape[1..])?;
                 let per = a.bytes().len() / n.max(1) as usize;
-                if n == 0 { Vec::new() } else if per == 0 { vec![&[][..]; n as usize] } else { a.bytes().chunks(per).collect() }
+                if n == 0 {
+                    Vec::new()
+                } else if per == 0 {
+                    vec![&[][..]; n as usize]
+                } else {
+                    a.bytes().chunks(per).collect()
+                }
             }
             Kind::Bytes | Kind::Json => {
                 let s = sizes.ok_or_else(|| bad(format!("field {name}: no sizes array")))?;
@@ -333,7 +423,10 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
                 let mut v = Vec::with_capacity(n as usize);
                 for c in s.bytes().chunks(8) {
                     let len = u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize;
-                    let x = a.bytes().get(at..at + len).ok_or_else(|| bad(format!("field {name}: sizes add up to more than its bytes")))?;
+                    let x = a
+                        .bytes()
+                        .get(at..at + len)
+                        .ok_or_else(|| bad(format!("field {name}: sizes add up to more than its bytes")))?;
                     if len > u32::MAX as usize {
                         return Err(bad(format!("field {name}: a sample over 4 GiB")));
                     }
@@ -352,7 +445,7 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
         return Err(bad(format!("{} fields exceed 65535", plan.len())));
     }
     let align = |x: u64, a: u64| x.div_ceil(a) * a;
-    let row: u64 = plan.iter().map(|p| p.1.record()).sum();
+    let row: u64 = plan.iter().map(|p| p.kind.record()).sum();
     let desc_ptr = (MAGIC.len() + HEADER) as u64;
     let meta_ptr = align(desc_ptr + DESC * plan.len() as u64, 64);
     let page = (page_size as u64).max(1);
@@ -361,7 +454,7 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     let mut allocs = Vec::new();
     for s in 0..n as usize {
         let mut col = 0u64;
-        for ((_, kind, ..), per) in plan.iter().zip(&samples) {
+        for (Planned { kind, .. }, per) in plan.iter().zip(&samples) {
             let rec = (meta_ptr + s as u64 * row + col) as usize;
             match kind {
                 Kind::Int | Kind::Float => out[rec..rec + 8].copy_from_slice(per[s]),
@@ -399,7 +492,7 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     }
     h.resize(HEADER, 0);
     out[H..H + HEADER].copy_from_slice(&h);
-    for (i, (name, kind, fl, args, ..)) in plan.iter().enumerate() {
+    for (i, Planned { name, kind, flags: fl, args, .. }) in plan.iter().enumerate() {
         let at = (desc_ptr + DESC * i as u64) as usize;
         let nb = name.as_bytes();
         if nb.len() > 63 {

@@ -1,11 +1,11 @@
 //! Inputs and outputs other than WTXT: format detection by magic bytes,
 //! loading snapshot inputs into the model, and writing extracted arrays.
 
-pub mod npy;
 pub mod aero;
 pub mod fold;
 pub mod mldf;
 pub mod msgpack;
+pub mod npy;
 pub mod npz;
 pub mod pyjson;
 pub mod rs;
@@ -81,7 +81,11 @@ pub fn zstd_exact(body: &[u8], want: u64) -> std::result::Result<Vec<u8>, String
     let mut dec = zstd::stream::read::Decoder::with_buffer(body).map_err(|e| e.to_string())?;
     (&mut dec).take(want + 1).read_to_end(&mut out).map_err(|e| format!("not a valid zstd frame: {e}"))?;
     if out.len() as u64 != want {
-        return Err(format!("decodes to {}{} bytes, {want} declared", out.len(), if out.len() as u64 > want { "+" } else { "" }));
+        return Err(format!(
+            "decodes to {}{} bytes, {want} declared",
+            out.len(),
+            if out.len() as u64 > want { "+" } else { "" }
+        ));
     }
     Ok(out)
 }

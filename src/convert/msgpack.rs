@@ -95,7 +95,8 @@ pub fn from_json(v: &Value) -> Result<Mp, String> {
                     _ => return Err("$f64: expected nan, inf or -inf".into()),
                 }),
                 "$ext" => {
-                    let t = x.get(0).and_then(Value::as_i64).and_then(|t| i8::try_from(t).ok()).ok_or("$ext: bad type")?;
+                    let t =
+                        x.get(0).and_then(Value::as_i64).and_then(|t| i8::try_from(t).ok()).ok_or("$ext: bad type")?;
                     Mp::Ext(t, unhex(x.get(1).unwrap_or(&Value::Null))?)
                 }
                 _ => {

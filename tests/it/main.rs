@@ -3,6 +3,7 @@
 //! - `gitflow`: install, diff, log, merge and the hook inside real Git;
 //! - `golden`: the independent implementation's vectors, byte for byte;
 //! - `cli`: the real binary's exit codes, messages and JSON;
+//! - `containers`: FOLD, AERO and MLDF against reference files and independent readers;
 //! - `convert`: conversions, checked against the reference writers' files;
 //! - `corruption`: every kind of damage, on every line, is rejected with its line;
 //! - `daemon`: the snapshot daemon under load, with failing remotes, kill -9 and the Python example;
@@ -16,6 +17,7 @@
 
 mod age;
 mod cli;
+mod containers;
 mod convert;
 mod corruption;
 mod daemon;

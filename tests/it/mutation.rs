@@ -181,6 +181,39 @@ fn container_readers_never_panic() {
 }
 
 #[test]
+fn fold_aero_mldf_readers_never_panic() {
+    use wtxt::convert::{aero, fold, mldf, npy::Source};
+    let peers = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/peers");
+    let owned = |b: &[u8]| Source::Owned(std::sync::Arc::new(b.to_vec()));
+    for f in ["fold_zstd_noecc.fold", "fold_rs32_corrupted.fold", "fold_zstd_rs32_sten.fold"] {
+        let base = std::fs::read(peers.join(f)).unwrap();
+        never_panics(f, &base, 1500, |b| {
+            let _ = fold::read(&owned(b), &mut Vec::new());
+        });
+    }
+    for f in ["aero_hash_b3.aero", "aero_multi_shard.aero"] {
+        let base = std::fs::read(peers.join(f)).unwrap();
+        never_panics(f, &base, 1500, |b| {
+            if let Ok(arrays) = aero::read(&owned(b), &mut Vec::new()) {
+                let _ = aero::write(&arrays);
+            }
+        });
+    }
+    // An MLDF with every field type, written by our writer from its metadata.
+    let seed = wtxt::convert::load_lossless(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mldf/fields.mldf"),
+        &Default::default(),
+    )
+    .unwrap();
+    let base = mldf::write(&seed).unwrap();
+    never_panics("mldf", &base, 3000, |b| {
+        if let Ok(arrays) = mldf::read(&owned(b), &mut Vec::new()) {
+            let _ = mldf::write(&arrays);
+        }
+    });
+}
+
+#[test]
 fn age_armor_never_panics() {
     use wtxt::crypto::armor::{decrypt, Unseal};
     // An armored file made here (X25519: no scrypt cost per case), then mangled.

@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
+use wtxt::convert::OutFormat;
 use wtxt::crypto::armor::{self, Seal, Unseal};
 use wtxt::crypto::mac::HmacKey;
 use wtxt::crypto::sign::{PublicKey, SecretKey, TrustedKeys};
 use wtxt::error::{Error, Result};
 use wtxt::git::{diff, merge};
-use wtxt::convert::OutFormat;
 use wtxt::ops;
 use wtxt::progress::Progress;
 use wtxt::wtxt::verify::{Report, SigStatus};

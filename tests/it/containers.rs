@@ -1,0 +1,302 @@
+//! FOLD, AERO and MLDF: the reference writers' files read exactly, the
+//! files we write checked by independent Python readers (tests/py, using
+//! reedsolo, zstandard, blake3, msgpack and the MLDF seed's NumPy dtypes),
+//! round trips, repairs and damage.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+use crate::util::wtxt;
+
+fn peers() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/peers")
+}
+
+fn py(script: &str, args: &[&Path]) -> String {
+    let o = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py").join(script))
+        .args(args)
+        .output()
+        .expect("python3 is needed");
+    assert!(o.status.success(), "{script}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// Runs `wtxt convert`; returns (exit code, stderr).
+fn convert(input: &Path, out: &Path, to: &str) -> (i32, String) {
+    let o = wtxt()
+        .arg("convert")
+        .arg(input)
+        .arg("-o")
+        .arg(out)
+        .args(["--to", to, "--ts", "2026-01-01T00:00:00Z"])
+        .output()
+        .unwrap();
+    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn load(path: &Path) -> Vec<wtxt::model::Array> {
+    wtxt::wtxt::load(&std::fs::read(path).unwrap()[..], u64::MAX, &Default::default()).unwrap().arrays
+}
+
+fn meta(arrays: &[wtxt::model::Array], name: &str) -> serde_json::Value {
+    serde_json::from_slice(arrays.iter().find(|a| a.name == name).unwrap().bytes()).unwrap()
+}
+
+fn expected(name: &str) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(peers().join(format!("{name}.expected.json"))).unwrap()).unwrap()
+}
+
+/// Every expected tensor is the array `names` maps its original name to,
+/// with the same dtype, shape and bytes.
+fn assert_tensors(name: &str, arrays: &[wtxt::model::Array], names: &[(String, String)]) {
+    for t in expected(name)["tensors"].as_array().unwrap() {
+        let orig = t["name"].as_str().unwrap();
+        let wname = &names.iter().find(|(o, _)| o == orig).unwrap_or_else(|| panic!("{name}: {orig} not kept")).1;
+        let a = arrays.iter().find(|a| &a.name == wname).unwrap();
+        assert_eq!(a.dtype.as_str(), t["dtype"], "{name}: {orig}");
+        assert_eq!(serde_json::json!(a.shape), t["shape"], "{name}: {orig}");
+        assert_eq!(hex::encode(Sha256::digest(a.bytes())), t["sha256"].as_str().unwrap(), "{name}: {orig}");
+    }
+}
+
+/// WTXT -> container -> WTXT gives the same bytes.
+fn assert_wtxt_round_trip(w: &Path, to: &str, dir: &Path) -> PathBuf {
+    let c = dir.join(format!("back.{to}"));
+    assert_eq!(convert(w, &c, to).0, 0);
+    let again = dir.join("again.wtxt");
+    assert_eq!(convert(&c, &again, "wtxt").0, 0);
+    assert!(
+        std::fs::read(w).unwrap() == std::fs::read(&again).unwrap(),
+        "{}: WTXT -> {to} -> WTXT changed",
+        w.display()
+    );
+    c
+}
+
+#[test]
+fn fold_reference_files_read_exactly_repair_and_round_trip() {
+    for name in ["fold_zstd_noecc.fold", "fold_none_rs16.fold", "fold_zstd_rs32_sten.fold", "fold_rs32_corrupted.fold"]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().join("m.wtxt");
+        let (code, err) = convert(&peers().join(name), &w, "wtxt");
+        assert_eq!(code, 0, "{name}: {err}");
+        if name.contains("corrupted") {
+            assert!(err.contains("repaired 10 corrupted bytes with rs(32)"), "{name}: {err}");
+        } else {
+            assert!(!err.contains("repaired"), "{name}: {err}");
+        }
+        let arrays = load(&w);
+        let m = meta(&arrays, "__fold");
+        let mut names = Vec::new();
+        for c in m["chunks"].as_array().unwrap() {
+            for k in c["arrays"].as_array().into_iter().flatten() {
+                names.push((k["key"].as_str().unwrap().to_string(), k["array"].as_str().unwrap().to_string()));
+            }
+        }
+        assert_tensors(name, &arrays, &names);
+        // Every other chunk is kept byte for byte, as the reference reader returns it.
+        let exp = expected(name);
+        for c in exp["chunks"].as_array().unwrap().iter().filter(|c| c["ctype"] != "NPZ0") {
+            let entry = m["chunks"].as_array().unwrap().iter().find(|x| x["name"] == c["name"]).unwrap();
+            assert_eq!(
+                (&entry["ctype"], &entry["flags"], &entry["ecc_algo"]),
+                (&c["ctype"], &c["flags"], &c["ecc_algo"])
+            );
+            let a = arrays.iter().find(|a| a.name == entry["array"].as_str().unwrap()).unwrap();
+            assert!(
+                a.bytes() == std::fs::read(peers().join(c["file"].as_str().unwrap())).unwrap(),
+                "{name}: {}",
+                c["name"]
+            );
+        }
+        for (k, v) in exp["index_metadata"].as_object().unwrap() {
+            assert_eq!(&m["metadata"][k], v, "{name}: metadata.{k}");
+        }
+        // The FOLD we write back passes an independent reader, chunks and tensors intact.
+        let back = assert_wtxt_round_trip(&w, "fold", dir.path());
+        let chunks = peers().join(format!("{name}.chunks"));
+        assert_eq!(py("check_fold.py", &[&back, &peers().join(format!("{name}.expected.json")), &chunks]).trim(), "ok");
+    }
+}
+
+#[test]
+fn fold_damage_beyond_repair_or_outside_ecc_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = std::fs::read(peers().join("fold_rs32_corrupted.fold")).unwrap();
+    let bad = dir.path().join("bad.fold");
+    let out = dir.path().join("o.wtxt");
+    // 7 more wrong bytes in the block that already has 10: 17 > 16.
+    let npz = 214 + 32;
+    let mut b = src.clone();
+    for i in 0..7 {
+        b[npz + 100 + i] ^= 0x55;
+    }
+    std::fs::write(&bad, &b).unwrap();
+    let (code, err) = convert(&bad, &out, "wtxt");
+    assert!(code == 1 || code == 2, "{err}");
+    assert!(!out.exists());
+    // No ECC: one flipped byte is a CRC32C failure, exit 1, nothing written.
+    let mut b = std::fs::read(peers().join("fold_zstd_noecc.fold")).unwrap();
+    b[28 + 32 + 5] ^= 1;
+    std::fs::write(&bad, &b).unwrap();
+    let (code, err) = convert(&bad, &out, "wtxt");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("CRC32C") && err.contains("bad.fold"), "{err}");
+    // A changed metadata value: manifest_hash no longer matches.
+    let mut b = std::fs::read(peers().join("fold_zstd_noecc.fold")).unwrap();
+    let at = b.windows(11).position(|w| w == b"wtxt-golden").unwrap();
+    b[at + 8] = b'3';
+    std::fs::write(&bad, &b).unwrap();
+    let (code, err) = convert(&bad, &out, "wtxt");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("manifest_hash"), "{err}");
+    // Truncated anywhere: refused, never a panic.
+    for cut in (0..src.len()).step_by(97) {
+        std::fs::write(&bad, &src[..cut]).unwrap();
+        let (code, err) = convert(&bad, &out, "wtxt");
+        assert!(code == 1 || code == 2, "cut {cut}: {err}");
+    }
+}
+
+#[test]
+fn aero_reference_files_read_exactly_and_write_back_byte_for_byte() {
+    for name in ["aero_single_shard.aero", "aero_multi_shard.aero", "aero_hash_b3.aero"] {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().join("m.wtxt");
+        let (code, err) = convert(&peers().join(name), &w, "wtxt");
+        assert_eq!(code, 0, "{name}: {err}");
+        let arrays = load(&w);
+        let m = meta(&arrays, "__aero");
+        let tidx = m["chunks"].as_array().unwrap().iter().find(|c| c["fourcc"] == "TIDX").unwrap();
+        let names: Vec<(String, String)> = tidx["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(tidx["tidx"]["tensors"].as_array().unwrap())
+            .map(|(e, n)| (e["name"].as_str().unwrap().to_string(), n.as_str().unwrap().to_string()))
+            .collect();
+        assert_tensors(name, &arrays, &names);
+        let exp = expected(name);
+        assert_eq!(m["uuid"], exp["uuid"]);
+        let mjsn = m["chunks"].as_array().unwrap().iter().find(|c| c["fourcc"] == "MJSN").unwrap();
+        assert_eq!(mjsn["json"]["model_name"], exp["model_name"]);
+        // AERO -> WTXT -> AERO reproduces the reference writer's bytes.
+        let back = assert_wtxt_round_trip(&w, "aero", dir.path());
+        assert!(
+            std::fs::read(&back).unwrap() == std::fs::read(peers().join(name)).unwrap(),
+            "{name}: not byte-identical"
+        );
+        assert_eq!(py("check_aero.py", &[&back, &peers().join(format!("{name}.expected.json"))]).trim(), "ok");
+    }
+}
+
+#[test]
+fn aero_damage_is_refused_with_its_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = std::fs::read(peers().join("aero_hash_b3.aero")).unwrap();
+    let bad = dir.path().join("bad.aero");
+    let out = dir.path().join("o.wtxt");
+    // The last byte of the last shard: its BLAKE3 fails.
+    let mut b = src.clone();
+    let last = b.len() - 1;
+    b[last] ^= 0x40;
+    std::fs::write(&bad, &b).unwrap();
+    let (code, err) = convert(&bad, &out, "wtxt");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("BLAKE3") && err.contains("byte"), "{err}");
+    // A version this reader does not know.
+    let mut b = src.clone();
+    b[4] = 1;
+    std::fs::write(&bad, &b).unwrap();
+    let (code, err) = convert(&bad, &out, "wtxt");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("version 1.1"), "{err}");
+    // A huge entry count is refused before anything is allocated.
+    let mut b = src.clone();
+    b[96..100].copy_from_slice(&u32::MAX.to_le_bytes());
+    std::fs::write(&bad, &b).unwrap();
+    let (code, err) = convert(&bad, &out, "wtxt");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("entry_count"), "{err}");
+    for cut in (0..src.len()).step_by(61) {
+        std::fs::write(&bad, &src[..cut]).unwrap();
+        let (code, err) = convert(&bad, &out, "wtxt");
+        assert!(code == 1 || code == 2, "cut {cut}: {err}");
+        assert!(!out.exists());
+    }
+}
+
+#[test]
+fn tensors_without_metadata_make_plain_aero_fold_and_mldf_that_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = crate::util::fixture("expected/defaults.wtxt");
+    // MLDF holds samples: every array needs the same first dimension.
+    let (code, err) = convert(&w, &dir.path().join("x.mldf"), "mldf");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("samples are the first dimension"), "{err}");
+    for to in ["aero", "fold"] {
+        let c = dir.path().join(format!("m.{to}"));
+        assert_eq!(convert(&w, &c, to).0, 0);
+        let again = dir.path().join(format!("m.{to}.wtxt"));
+        assert_eq!(convert(&c, &again, "wtxt").0, 0);
+        // Nothing but the tensors: no metadata array is needed to write them back.
+        let a = load(&again);
+        assert!(a.iter().all(|a| !a.name.starts_with("__")), "{to}");
+        let orig = load(&w);
+        assert_eq!(a.len(), orig.len(), "{to}");
+        for (x, y) in a.iter().zip(&orig) {
+            assert_eq!((&x.name, x.dtype, &x.shape, x.bytes()), (&y.name, y.dtype, &y.shape, y.bytes()), "{to}");
+        }
+    }
+}
+
+#[test]
+fn arrays_with_a_common_first_dimension_make_mldf_that_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let npz = dir.path().join("s.npz");
+    let script =
+        "import numpy as np, sys; np.savez(sys.argv[1], img=np.arange(24, dtype=np.float32).reshape(2, 3, 4), \
+                  lab=np.array([3, -7]), flag=np.array([True, False]))";
+    assert!(Command::new("python3").args(["-c", script]).arg(&npz).status().unwrap().success());
+    let w = dir.path().join("s.wtxt");
+    assert_eq!(convert(&npz, &w, "wtxt").0, 0);
+    assert_wtxt_round_trip(&w, "mldf", dir.path());
+    assert!(load(&w).iter().all(|a| !a.name.starts_with("__")));
+}
+
+#[test]
+fn mldf_from_the_seed_dtypes_reads_and_writes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("seed.mldf");
+    py("mldf_seed.py", &[Path::new("write"), &seed]);
+    let w = dir.path().join("seed.wtxt");
+    assert_eq!(convert(&seed, &w, "wtxt").0, 0);
+    let arrays = load(&w);
+    let step = arrays.iter().find(|a| a.name == "step").unwrap();
+    let values: Vec<i64> = step.bytes().chunks(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(values, [10, -3, 7]);
+    let tag = arrays.iter().find(|a| a.name == "tag").unwrap();
+    assert_eq!(tag.bytes(), b"alpha\x00\xffbin");
+    let emb = arrays.iter().find(|a| a.name == "emb").unwrap();
+    assert_eq!((emb.dtype.as_str(), &emb.shape[..]), ("f32", &[3, 2, 3][..]));
+    // What we write reads the same in the seed's NumPy reader.
+    let back = assert_wtxt_round_trip(&w, "mldf", dir.path());
+    let read = |p: &Path| py("mldf_seed.py", &[Path::new("read"), p]);
+    assert_eq!(read(&back), read(&seed));
+    // Versions: a newer minor is read with a warning, a newer major refused.
+    let mut b = std::fs::read(&seed).unwrap();
+    b[11] = 3;
+    std::fs::write(&seed, &b).unwrap();
+    let (code, err) = convert(&seed, &dir.path().join("m.wtxt"), "wtxt");
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("warning") && err.contains("1.3"), "{err}");
+    b[9] = 2;
+    std::fs::write(&seed, &b).unwrap();
+    let (code, err) = convert(&seed, &dir.path().join("n.wtxt"), "wtxt");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("newer") && err.contains("seed.mldf"), "{err}");
+}
