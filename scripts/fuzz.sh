@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(verify delta wsum containers recover armor npz)
+[ ${#targets[@]} -gt 0 ] || targets=(verify delta wsum containers recover armor npz fold aero mldf daemon_protocol)
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz
 export RUSTC_BOOTSTRAP=1
 seed() { # target, files...
@@ -23,6 +23,12 @@ seed containers fixtures/wtxt/inputs/single.npy fixtures/wtxt/inputs/ext.safeten
 seed recover fixtures/wtxt/expected/defaults.wtxt fixtures/wtxt/expected/ext_dtypes.wtxt
 seed armor fixtures/wtxt/expected/streaming.wsum
 seed npz fixtures/wtxt/inputs/*.npz fixtures/numpy/*.npz
+seed fold fixtures/peers/*.fold
+seed aero fixtures/peers/*.aero
+seed mldf fixtures/mldf/*.mldf
+mkdir -p fuzz/corpus/daemon_protocol
+printf 'snapshot /tmp/a.npz gen=3\n' >fuzz/corpus/daemon_protocol/snapshot
+printf 'status\n' >fuzz/corpus/daemon_protocol/status
 for t in "${targets[@]}"; do
   echo "== $t (${secs}s)"
   cargo fuzz run --fuzz-dir fuzz -s none "$t" "fuzz/corpus/$t" -- \

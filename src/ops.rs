@@ -833,6 +833,12 @@ pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions) -> 
             let bytes = crate::convert::safetensors::arrays_to_safetensors(&arrays)?;
             write_file(out, &bytes, 0o644)
         }
-        ConvertTo::Container(fmt) => write_arrays_as(&arrays, out, fmt),
+        ConvertTo::Container(fmt) => {
+            let (arrays, dropped) = crate::convert::foreign_metadata(arrays, fmt);
+            if !dropped.is_empty() {
+                eprintln!("wtxt: note: left out metadata of other containers: {}", dropped.join(", "));
+            }
+            write_arrays_as(&arrays, out, fmt)
+        }
     }
 }

@@ -107,6 +107,30 @@ pub fn meta_json(arrays: &[Array], name: &str) -> Result<Option<serde_json::Valu
         .map_err(|e| Error::input(Default::default(), format!("{name}: not JSON: {e}")))
 }
 
+/// The metadata arrays a container's writer reads back: a name is its
+/// own when it equals one of these or starts with one followed by `_`.
+pub fn own_metadata(fmt: OutFormat) -> &'static [&'static str] {
+    match fmt {
+        OutFormat::Aero => &[aero::META],
+        OutFormat::Fold => &[fold::META],
+        OutFormat::Mldf => &[mldf::META],
+        OutFormat::Npz => &[npz::META],
+        OutFormat::Safetensors => &[safetensors::ST_HEADER],
+        OutFormat::Volp => &[volp::HEADER],
+        OutFormat::Npy => &[],
+    }
+}
+
+/// Splits off metadata arrays that belong to other containers (their
+/// names start with `__`), which a writer of `fmt` has no place for.
+pub fn foreign_metadata(arrays: Vec<Array>, fmt: OutFormat) -> (Vec<Array>, Vec<String>) {
+    let own = own_metadata(fmt);
+    let is_own = |n: &str| own.iter().any(|m| n == *m || n.strip_prefix(m).is_some_and(|r| r.starts_with('_')));
+    let (keep, drop): (Vec<Array>, Vec<Array>) =
+        arrays.into_iter().partition(|a| !a.name.starts_with("__") || is_own(&a.name));
+    (keep, drop.into_iter().map(|a| a.name).collect())
+}
+
 /// Maps a whole file read-only.
 pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
     let f = File::open(path).map_err(|e| Error::io(path, e))?;
@@ -143,6 +167,10 @@ pub fn load_lossless(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> 
         let src = npy::Source::Mapped(map);
         let arrays = read_container(fmt, &src, path)?;
         return Ok(drop_default_meta(fmt, arrays));
+    }
+    if detect(&map) == Some(Format::Npz) {
+        let arrays = npz::read(&npy::Source::Mapped(map)).map_err(|e| e.in_file(path))?;
+        return npz::with_key_names(arrays);
     }
     if detect(&map) == Some(Format::Safetensors) {
         let mut arrays = safetensors::safetensors_to_arrays(&map).map_err(|e| e.in_file(path))?;
@@ -301,7 +329,7 @@ pub fn write_arrays_as(arrays: &[Array], out: &Path, fmt: OutFormat) -> Result<(
             w.flush().map_err(|e| Error::io(out, e))?;
         }
         OutFormat::Npz => {
-            npz::write(arrays, std::io::BufWriter::new(f.file()))?
+            npz::write_with_keys(arrays, std::io::BufWriter::new(f.file()))?
                 .into_inner()
                 .map_err(|e| Error::io(out, e.into_error()))?;
         }

@@ -87,6 +87,55 @@ pub fn read(src: &Source) -> Result<Vec<Array>> {
     Ok(out)
 }
 
+/// Name of the metadata array that keeps keys which are not WTXT names.
+pub const META: &str = "__npz";
+
+/// Gives the arrays of an `.npz` WTXT names; when a key had to change, the
+/// keys in archive order go into `__npz` (`{"keys": [{"key", "array"}]}`)
+/// so writing `.npz` again restores them.
+pub fn with_key_names(mut arrays: Vec<Array>) -> Result<Vec<Array>> {
+    let keys: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
+    let mut originals = keys.clone();
+    originals.push(META.to_string());
+    let names = crate::model::assign_names(&originals);
+    let renamed = keys.iter().zip(&names).any(|(k, n)| k != n);
+    for (a, n) in arrays.iter_mut().zip(&names) {
+        a.name = n.clone();
+    }
+    if renamed {
+        let list: Vec<serde_json::Value> =
+            keys.iter().zip(&names).map(|(k, n)| serde_json::json!({"key": k, "array": n})).collect();
+        arrays.push(crate::convert::meta_array(META, &serde_json::json!({ "keys": list }))?);
+    }
+    crate::model::sort_arrays(&mut arrays)?;
+    Ok(arrays)
+}
+
+/// Writes `.npz` with the keys `__npz` names (in its order), then every
+/// other array under its own name.
+pub fn write_with_keys<W: Write + Seek>(arrays: &[Array], out: W) -> Result<W> {
+    let Some(meta) = crate::convert::meta_json(arrays, META)? else {
+        return write(arrays, out);
+    };
+    let bad = || Error::input(Default::default(), format!("{META}: expected {{\"keys\": [{{\"key\", \"array\"}}]}}"));
+    let mut members: Vec<(&str, &Array)> = Vec::new();
+    for k in meta.get("keys").and_then(|k| k.as_array()).ok_or_else(bad)? {
+        let (Some(key), Some(name)) = (k.get("key").and_then(|v| v.as_str()), k.get("array").and_then(|v| v.as_str()))
+        else {
+            return Err(bad());
+        };
+        let a = arrays
+            .iter()
+            .find(|a| a.name == name)
+            .ok_or_else(|| Error::input(Default::default(), format!("{META}: array {name} is missing")))?;
+        members.push((key, a));
+    }
+    let listed: std::collections::HashSet<&str> = members.iter().map(|m| m.1.name.as_str()).collect();
+    let rest: Vec<&Array> = arrays.iter().filter(|a| a.name != META && !listed.contains(a.name.as_str())).collect();
+    members.extend(rest.into_iter().map(|a| (a.name.as_str(), a)));
+    write_keyed(members, out)
+}
+
 /// Writes arrays as an uncompressed `.npz` with fixed timestamps, so the
 /// same arrays give the same bytes.
 pub fn write<W: Write + Seek>(arrays: &[Array], out: W) -> Result<W> {

@@ -168,6 +168,49 @@ fn bind(socket: &Path) -> Result<UnixListener> {
     l.map_err(|e| Error::io(socket, e))
 }
 
+/// Longest request line read from the socket.
+pub const MAX_REQUEST: usize = 4096;
+
+/// One request of the socket protocol (docs/DAEMON.md).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Request {
+    /// `snapshot PATH [gen=N]`
+    Snapshot { path: PathBuf, gen: Option<u64> },
+    /// `status`
+    Status,
+    /// `flush`
+    Flush,
+    /// `shutdown`
+    Shutdown,
+}
+
+/// Parses one request line (the trailing LF optional). Paths may hold
+/// spaces; a last word `gen=N` is the generation.
+pub fn parse_request(line: &[u8]) -> std::result::Result<Request, String> {
+    let line = std::str::from_utf8(line).map_err(|_| "a request is UTF-8 text".to_string())?;
+    let line = line.strip_suffix('\n').unwrap_or(line);
+    let usage = || "expected: snapshot PATH [gen=N] | flush | status | shutdown".to_string();
+    match line.split_once(' ').unwrap_or((line, "")) {
+        ("snapshot", rest) if !rest.is_empty() => {
+            let (path, gen) = match rest.rsplit_once(' ') {
+                Some((p, g)) if g.starts_with("gen=") => {
+                    let n = g["gen=".len()..].parse::<u64>().map_err(|_| "gen= expects a number".to_string())?;
+                    (p, Some(n))
+                }
+                _ => (rest, None),
+            };
+            if path.is_empty() || path.contains('\0') {
+                return Err(usage());
+            }
+            Ok(Request::Snapshot { path: PathBuf::from(path), gen })
+        }
+        ("status", "") => Ok(Request::Status),
+        ("flush", "") => Ok(Request::Flush),
+        ("shutdown", "") => Ok(Request::Shutdown),
+        _ => Err(usage()),
+    }
+}
+
 struct Server {
     snap: Snapshotter,
     next_gen: std::sync::Mutex<u64>,
@@ -198,38 +241,46 @@ impl Server {
     /// Answers one request; true when it asked the daemon to stop.
     fn serve(&self, stream: UnixStream) -> bool {
         let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        let mut line = String::new();
-        let mut r = BufReader::new((&stream).take(4096));
-        if r.read_line(&mut line).is_err() {
+        let mut line = Vec::new();
+        let mut r = BufReader::new((&stream).take(MAX_REQUEST as u64));
+        if r.read_until(b'\n', &mut line).is_err() {
             return false;
         }
-        let line = line.trim_end();
-        let (reply, stop) = match line.split_once(' ').unwrap_or((line, "")) {
-            ("snapshot", rest) if !rest.is_empty() => {
-                let mut parts = rest.rsplitn(2, ' ');
-                let last = parts.next().unwrap_or_default();
-                let (path, gen) = match (last.strip_prefix("gen="), parts.next()) {
-                    (Some(g), Some(p)) => (p, g.parse().ok()),
-                    _ => (rest, None),
-                };
-                let bad_gen = last.starts_with("gen=") && gen.is_none();
-                match (bad_gen, self.snapshot(Path::new(path), gen)) {
-                    (true, _) => ("error gen= expects a number".to_string(), false),
-                    (false, Ok(g)) => (format!("ok gen={g} queued"), false),
-                    (false, Err(e)) => (format!("error {e}"), false),
-                }
-            }
-            ("status", "") => (serde_json::to_string(&self.snap.status()).expect("status serializes"), false),
-            ("flush", "") => {
+        let (reply, stop) = match parse_request(&line) {
+            Err(m) => (format!("error {m}"), false),
+            Ok(Request::Snapshot { path, gen }) => match self.snapshot(&path, gen) {
+                Ok(g) => (format!("ok gen={g} queued"), false),
+                Err(e) => (format!("error {e}"), false),
+            },
+            Ok(Request::Status) => (serde_json::to_string(&self.snap.status()).expect("status serializes"), false),
+            Ok(Request::Flush) => {
                 self.snap.flush();
                 ("ok".to_string(), false)
             }
-            ("shutdown", "") => ("ok".to_string(), true),
-            _ => ("error expected: snapshot PATH [gen=N] | flush | status | shutdown".to_string(), false),
+            Ok(Request::Shutdown) => ("ok".to_string(), true),
         };
         let mut w = &stream;
         let _ = w.write_all(format!("{reply}\n").as_bytes());
         let _ = w.flush();
         stop
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_and_bad_ones_get_a_reason() {
+        let snap = |p: &str, gen| Ok(Request::Snapshot { path: PathBuf::from(p), gen });
+        assert_eq!(parse_request(b"snapshot /a b/c.npz gen=7\n"), snap("/a b/c.npz", Some(7)));
+        assert_eq!(parse_request(b"snapshot /a.npz"), snap("/a.npz", None));
+        assert_eq!(parse_request(b"status\n"), Ok(Request::Status));
+        assert_eq!(parse_request(b"flush"), Ok(Request::Flush));
+        assert_eq!(parse_request(b"shutdown\n"), Ok(Request::Shutdown));
+        assert_eq!(parse_request(b"snapshot /a gen=x"), Err("gen= expects a number".into()));
+        for bad in [&b"snapshot"[..], b"snapshot ", b"status now", b"\xff\xfe", b"", b"snapshot a\0b"] {
+            assert!(parse_request(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -300,3 +300,80 @@ fn mldf_from_the_seed_dtypes_reads_and_writes_back() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("newer") && err.contains("seed.mldf"), "{err}");
 }
+
+#[test]
+fn npz_keys_that_are_not_wtxt_names_come_back_and_foreign_metadata_is_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let npz = dir.path().join("k.npz");
+    let script = "import numpy as np, sys; np.savez(sys.argv[1], **{'layer.0.weight': np.ones(3, np.float32), \
+                  'ok': np.zeros(2), 'a-b': np.arange(4)})";
+    assert!(Command::new("python3").args(["-c", script]).arg(&npz).status().unwrap().success());
+    let w = dir.path().join("k.wtxt");
+    assert_eq!(convert(&npz, &w, "wtxt").0, 0);
+    let arrays = load(&w);
+    let names: Vec<&str> = arrays.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["__npz", "a_b", "layer_0_weight", "ok"]);
+    assert_wtxt_round_trip(&w, "npz", dir.path());
+    let back = dir.path().join("back.npz");
+    let keys = Command::new("python3")
+        .args(["-c", "import numpy as np, sys; print(np.load(sys.argv[1]).files)"])
+        .arg(&back)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&keys.stdout).trim(), "['layer.0.weight', 'ok', 'a-b']");
+    // `__npz` means nothing to AERO: left out, and said so.
+    let (code, err) = convert(&w, &dir.path().join("k.aero"), "aero");
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("left out metadata of other containers: __npz"), "{err}");
+}
+
+#[test]
+fn aero_control_and_page_hashes_and_packed_tensors() {
+    use wtxt::convert::{aero, npy::Source};
+    use wtxt::model::{Array, Dtype};
+    let dir = tempfile::tempdir().unwrap();
+    let src = Source::Owned(std::sync::Arc::new(std::fs::read(peers().join("aero_multi_shard.aero")).unwrap()));
+    let mut arrays = aero::read(&src, &mut Vec::new()).unwrap();
+    let at = arrays.iter().position(|a| a.name == "__aero").unwrap();
+    let mut m: serde_json::Value = serde_json::from_slice(arrays[at].bytes()).unwrap();
+    let chunks = m["chunks"].as_array_mut().unwrap();
+    chunks.insert(0, serde_json::json!({"fourcc": "IHSH", "name": "integrity", "flags": 8}));
+    chunks.push(serde_json::json!({"fourcc": "PHSH", "name": "weights.shard2.phsh", "flags": 8, "page_size": 32}));
+    // meta.ids (u32 [3]) becomes a packed tensor carried as u8 with its quant_params.
+    let tidx = chunks.iter_mut().find(|c| c["fourcc"] == "TIDX").unwrap();
+    let entry = tidx["tensors"].as_array_mut().unwrap().iter_mut().find(|e| e["name"] == "meta.ids").unwrap();
+    entry["dtype"] = serde_json::json!(0x8000);
+    entry["quant_params"] = serde_json::json!({"ggml_type": 2});
+    let ids = arrays.iter().position(|a| a.name == "meta_ids").unwrap();
+    arrays[ids] = Array::new("meta_ids", Dtype::U8, vec![12], arrays[ids].bytes().to_vec().into()).unwrap();
+    arrays[at] = wtxt::convert::meta_array("__aero", &m).unwrap();
+    let bytes = aero::write(&arrays).unwrap();
+    let back = aero::read(&Source::Owned(std::sync::Arc::new(bytes.clone())), &mut Vec::new()).unwrap();
+    let again: serde_json::Value =
+        serde_json::from_slice(back.iter().find(|a| a.name == "__aero").unwrap().bytes()).unwrap();
+    assert_eq!(again, m, "IHSH, PHSH, the packed entry and its quant_params survive");
+    let ids = back.iter().find(|a| a.name == "meta_ids").unwrap();
+    assert_eq!((ids.dtype, &ids.shape[..]), (Dtype::U8, &[12][..]));
+    // An independent reader checks IHSH and PHSH too.
+    let f = dir.path().join("h.aero");
+    std::fs::write(&f, &bytes).unwrap();
+    let mut exp = expected("aero_multi_shard.aero");
+    for t in exp["tensors"].as_array_mut().unwrap().iter_mut().filter(|t| t["name"] == "meta.ids") {
+        t["dtype"] = serde_json::json!("u8");
+        t["shape"] = serde_json::json!([12]);
+    }
+    let e = dir.path().join("h.expected.json");
+    std::fs::write(&e, serde_json::to_vec(&exp).unwrap()).unwrap();
+    assert_eq!(py("check_aero.py", &[&f, &e]).trim(), "ok");
+    // A changed byte in the string table: the layout is no longer what IHSH covers.
+    let st = u64::from_le_bytes(bytes[28..36].try_into().unwrap()) as usize;
+    let mut bad = bytes.clone();
+    bad[st] ^= 0x20;
+    let err = aero::read(&Source::Owned(std::sync::Arc::new(bad)), &mut Vec::new()).unwrap_err();
+    assert!(err.message().contains("IHSH"), "{}", err.message());
+    // A changed shard byte fails its page hash or its chunk BLAKE3.
+    let mut bad = bytes.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert!(aero::read(&Source::Owned(std::sync::Arc::new(bad)), &mut Vec::new()).is_err());
+}

@@ -1,0 +1,14 @@
+//! FOLD / .mind: header, index JSON, Reed-Solomon repair, CRC32C, SHA-256,
+//! zstd; whatever reads must write back and read again to the same arrays.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use wtxt::convert::{fold, npy::Source};
+
+fuzz_target!(|data: &[u8]| {
+    let src = Source::Owned(std::sync::Arc::new(data.to_vec()));
+    if let Ok(arrays) = fold::read(&src, &mut Vec::new()) {
+        let bytes = fold::write(&arrays).expect("what was read can be written");
+        let again = fold::read(&Source::Owned(std::sync::Arc::new(bytes)), &mut Vec::new()).expect("reads back");
+        assert_eq!(again.len(), arrays.len());
+    }
+});
