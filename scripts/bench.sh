@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Times `wtxt snapshot` and `wtxt verify` on a 1 GiB f32 .npy against
 # `openssl dgst -sha256` of the same bytes, in one run, and prints ratios and
-# peak RSS. Usage: scripts/bench.sh [SIZE_MIB] (default 1024).
+# peak RSS; then DELTA v2 and the AERO/safetensors converters.
+# Usage: scripts/bench.sh [SIZE_MIB] (default 1024);
+# SECTIONS="core delta converters" picks parts, RUNS=N the repetitions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mib=${1:-1024}
@@ -27,6 +29,7 @@ out="$work/model.wtxt"
 cat "$npy" > /dev/null
 
 runs=${RUNS:-3}
+want() { [[ " ${SECTIONS:-core delta converters} " == *" $1 "* ]]; }
 measure() { # label, command...: median wall time of $runs runs, max peak RSS
   local label=$1; shift
   : > "$work/times.$label"
@@ -41,6 +44,7 @@ measure() { # label, command...: median wall time of $runs runs, max peak RSS
 }
 
 echo "input: $npy ($mib MiB), $(nproc) cores, median of $runs runs"
+if want core; then
 measure openssl openssl dgst -sha256 "$npy"
 measure cp cp "$npy" "$work/copy.npy"
 measure cpsync sh -c "cp '$npy' '$work/copy.npy' && sync '$work/copy.npy'"
@@ -55,8 +59,10 @@ awk -v s="$t_snapshot" -v v="$t_verify" -v o="$t_openssl" -v c="$t_cp" -v cs="$t
   printf "verify   / openssl(npy) = %.2fx (target <= 2.5x)\n", v / o;
   printf "snapshot / cp(npy)      = %.2fx (snapshot fsyncs; cp+sync: %.2fx)\n", s / c, s / cs }'
 echo "verify peak RSS: $((m_verify / 1024)) MiB (target <= 64 MiB)"
+fi
 
 # --- DELTA v2: a model where 1% of rows changed -----------------------------
+if want delta; then
 dm=${DELTA_MIB:-256}
 pattern=${DELTA_PATTERN:-block}   # block: 1% of rows in one run; spread: every 100th row
 echo
@@ -104,3 +110,28 @@ awk -v c="$t_dcreate" -v a="$t_dapply" -v v="$t_dverify" -v ds="$dsize" -v cb="$
   printf "delta create / verify = %.2fx (target <= 1.5x)\n", c / v;
   printf "delta apply  / verify = %.2fx (target <= 1.5x)\n", a / v;
   printf "delta size %d bytes = %.3fx the changed chunks'"'"' text (target <= 2x), %.1f%% of the target\n", ds, ds / cb, 100 * ds / ts }'
+
+fi
+
+# --- Converters: AERO <-> WTXT and safetensors -> AERO ----------------------
+if want converters; then
+echo
+echo "converters: the same ${mib} MiB f32 tensor as safetensors and AERO"
+st="$work/model_${mib}m.safetensors"
+aero="$work/model_${mib}m.aero"
+[ -f "$st" ] || "$bin" convert "$npy" -o "$st" --to safetensors >/dev/null 2>&1
+[ -f "$aero" ] || "$bin" convert "$st" -o "$aero" --to aero >/dev/null 2>&1
+cat "$st" "$aero" > /dev/null
+measure cpaero cp "$aero" "$work/copy.aero"
+rm -f "$work/copy.aero"
+measure snapst "$bin" snapshot "$st" -o "$work/st.wtxt" --ts 2026-01-01T00:00:00Z
+measure aero2wtxt "$bin" convert "$aero" -o "$work/aero.wtxt" --to wtxt --ts 2026-01-01T00:00:00Z
+cat "$work/aero.wtxt" > /dev/null
+measure wtxt2aero "$bin" convert "$work/aero.wtxt" -o "$work/back.aero" --to aero
+cmp "$aero" "$work/back.aero" && echo "AERO -> WTXT -> AERO gave the same bytes"
+measure st2aero "$bin" convert "$st" -o "$work/st.aero" --to aero
+awk -v a="$t_aero2wtxt" -v s="$t_snapst" -v b="$t_wtxt2aero" -v x="$t_st2aero" -v c="$t_cpaero" 'BEGIN {
+  printf "AERO -> WTXT        / snapshot(safetensors) = %.2fx (target <= 1.2x)\n", a / s;
+  printf "WTXT -> AERO        / cp(aero)              = %.2fx (target <= 3x)\n", b / c;
+  printf "safetensors -> AERO / cp(aero)              = %.2fx (target <= 3x)\n", x / c }'
+fi

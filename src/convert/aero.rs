@@ -10,6 +10,8 @@
 //! `msgpack.rs`). Write: the chunks `__aero` lists, in its order; without
 //! it, what the reference `AeroWriter.write_model` writes.
 
+use std::io::Write;
+
 use serde_json::{json, Value};
 
 use crate::convert::npy::Source;
@@ -229,7 +231,9 @@ pub fn read(src: &Source, _notes: &mut Notes) -> Result<Vec<Array>> {
         let start = (shard.offset + off) as usize;
         let data = src.window(start..start + len as usize);
         if let Some(h) = t.get("hash_b3").and_then(Value::as_str).filter(|h| !h.is_empty()) {
-            let have = blake3::hash(data.as_bytes()).to_hex();
+            let mut hasher = blake3::Hasher::new();
+            hash_into(&mut hasher, data.as_bytes());
+            let have = hasher.finalize().to_hex();
             if have.as_str() != h {
                 return Err(check_byte(start as u64, format!("tensor {name}: hash_b3 is {have}, TIDX says {h}")));
             }
@@ -284,7 +288,9 @@ pub fn read(src: &Source, _notes: &mut Notes) -> Result<Vec<Array>> {
 }
 
 fn check_blake3(raw: &[u8], c: &Chunk, what: &str) -> Result<()> {
-    let have = blake3::hash(raw);
+    let mut h = blake3::Hasher::new();
+    hash_into(&mut h, raw);
+    let have = h.finalize();
     if have.as_bytes() != &c.blake3 {
         return Err(check_byte(
             c.offset,
@@ -419,8 +425,15 @@ enum Part {
     Array(usize),
 }
 
-/// Writes arrays as AERO, following `__aero` when present.
+/// Writes arrays as AERO into memory (see [`write_to`]).
 pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    write_to(arrays, &mut out)?;
+    Ok(out)
+}
+
+/// Writes arrays as AERO, following `__aero` when present.
+pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
     let meta = meta_json(arrays, META)?;
     let bad = |m: String| Error::input(Default::default(), format!("{META}: {m}"));
     let tensors: Vec<&Array> = arrays.iter().filter(|a| a.name != META).collect();
@@ -546,7 +559,7 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
             ]));
         }
     }
-    assemble(&outs, &tensors, &uuid, minor)
+    assemble(&outs, &tensors, &uuid, minor, w)
 }
 
 fn shard_bytes(parts: &[Part], tensors: &[&Array]) -> Vec<u8> {
@@ -564,8 +577,10 @@ fn align(x: u64, a: u64) -> u64 {
     x.div_ceil(a) * a
 }
 
-/// Lays out header, TOC, string table and payloads as the reference does.
-fn assemble(outs: &[Out], tensors: &[&Array], uuid: &[u8], minor: u16) -> Result<Vec<u8>> {
+/// Lays out header, TOC, string table and payloads as the reference does,
+/// and streams them to `w`: tensor bytes go from their arrays (often a
+/// mapped input) to the output without an intermediate copy.
+fn assemble(outs: &[Out], tensors: &[&Array], uuid: &[u8], minor: u16, w: &mut dyn Write) -> Result<()> {
     let n = outs.len() as u64;
     let mut strings = Vec::new();
     let mut names = Vec::with_capacity(outs.len());
@@ -578,94 +593,134 @@ fn assemble(outs: &[Out], tensors: &[&Array], uuid: &[u8], minor: u16) -> Result
     let toc_len = TOC_HEADER + n * TOC_ENTRY;
     let st_off = align(HEADER_SIZE + toc_len, 8);
     let payload_start = align(st_off + strings.len() as u64, 16);
-    // Stored bytes of every non-shard chunk (IHSH filled in last).
-    let stored: Vec<Vec<u8>> = outs
-        .iter()
-        .map(|o| {
-            if o.flags & ZSTD != 0 && o.fourcc != "WTSH" {
-                zstd::bulk::compress(&o.raw, 6).map_err(|e| Error::io("zstd", e))
-            } else {
-                Ok(o.raw.clone())
+    let ihsh_len = ihsh_payload(&[0; 32], payload_start).len() as u64;
+    // Stored bytes, lengths and BLAKE3 of every chunk (IHSH filled in last).
+    let mut stored: Vec<Vec<u8>> = Vec::with_capacity(outs.len());
+    let mut sizes: Vec<(u64, u64)> = Vec::with_capacity(outs.len());
+    let mut hashes: Vec<[u8; 32]> = Vec::with_capacity(outs.len());
+    for o in outs {
+        let (st, len, ulen, hash) = match o.fourcc.as_str() {
+            "WTSH" => {
+                let l = part_len(&o.parts, tensors);
+                (Vec::new(), l, l, hash_parts(&o.parts, tensors))
             }
-        })
-        .collect::<Result<_>>()?;
-    let ihsh_len = |o: &Out| if o.fourcc == "IHSH" { ihsh_payload(&[0; 32], payload_start).len() as u64 } else { 0 };
+            "IHSH" => (Vec::new(), ihsh_len, ihsh_len, [0; 32]),
+            _ if o.flags & ZSTD != 0 => {
+                let c = zstd::bulk::compress(&o.raw, 6).map_err(|e| Error::io("zstd", e))?;
+                let l = c.len() as u64;
+                (c, l, o.raw.len() as u64, *blake3::hash(&o.raw).as_bytes())
+            }
+            _ => (o.raw.clone(), o.raw.len() as u64, o.raw.len() as u64, *blake3::hash(&o.raw).as_bytes()),
+        };
+        stored.push(st);
+        sizes.push((len, ulen));
+        hashes.push(hash);
+    }
     let mut offsets = Vec::with_capacity(outs.len());
     let mut cur = payload_start;
-    for (o, s) in outs.iter().zip(&stored) {
+    for &(len, _) in &sizes {
         cur = align(cur, 16);
         offsets.push(cur);
-        let len = if o.fourcc == "WTSH" { part_len(&o.parts, tensors) } else { s.len() as u64 + ihsh_len(o) };
         cur += len;
     }
-    let mut out = Vec::with_capacity(cur as usize);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&minor.to_le_bytes());
-    out.extend_from_slice(&(HEADER_SIZE as u32).to_le_bytes());
+    let mut control = Vec::with_capacity(payload_start as usize);
+    control.extend_from_slice(MAGIC);
+    control.extend_from_slice(&0u16.to_le_bytes());
+    control.extend_from_slice(&minor.to_le_bytes());
+    control.extend_from_slice(&(HEADER_SIZE as u32).to_le_bytes());
     for v in [HEADER_SIZE, toc_len, st_off, strings.len() as u64, 0] {
-        out.extend_from_slice(&v.to_le_bytes());
+        control.extend_from_slice(&v.to_le_bytes());
     }
-    out.extend_from_slice(uuid);
-    out.resize(HEADER_SIZE as usize, 0);
-    out.extend_from_slice(&(n as u32).to_le_bytes());
-    out.resize((HEADER_SIZE + TOC_HEADER) as usize, 0);
-    let mut toc_hash_at = Vec::with_capacity(outs.len());
-    for (i, (o, s)) in outs.iter().zip(&stored).enumerate() {
-        let (len, ulen) = match o.fourcc.as_str() {
-            "WTSH" => (part_len(&o.parts, tensors), part_len(&o.parts, tensors)),
-            "IHSH" => (ihsh_len(o), ihsh_len(o)),
-            _ => (s.len() as u64, o.raw.len() as u64),
-        };
-        out.extend_from_slice(&o.fourcc.as_bytes()[..4]);
-        out.extend_from_slice(&o.flags.to_le_bytes());
-        for v in [offsets[i], len, ulen] {
-            out.extend_from_slice(&v.to_le_bytes());
+    control.extend_from_slice(uuid);
+    control.resize(HEADER_SIZE as usize, 0);
+    control.extend_from_slice(&(n as u32).to_le_bytes());
+    control.resize((HEADER_SIZE + TOC_HEADER) as usize, 0);
+    let mut hash_at = Vec::with_capacity(outs.len());
+    for (i, o) in outs.iter().enumerate() {
+        control.extend_from_slice(&o.fourcc.as_bytes()[..4]);
+        control.extend_from_slice(&o.flags.to_le_bytes());
+        for v in [offsets[i], sizes[i].0, sizes[i].1] {
+            control.extend_from_slice(&v.to_le_bytes());
         }
-        out.extend_from_slice(&names[i].0.to_le_bytes());
-        out.extend_from_slice(&names[i].1.to_le_bytes());
-        out.extend_from_slice(&0u64.to_le_bytes());
-        toc_hash_at.push(out.len());
-        out.extend_from_slice(&[0u8; 32]);
+        control.extend_from_slice(&names[i].0.to_le_bytes());
+        control.extend_from_slice(&names[i].1.to_le_bytes());
+        control.extend_from_slice(&0u64.to_le_bytes());
+        hash_at.push(control.len());
+        control.extend_from_slice(&[0u8; 32]);
     }
-    out.resize(st_off as usize, 0);
-    out.extend_from_slice(&strings);
-    for (i, (o, s)) in outs.iter().zip(&stored).enumerate() {
-        out.resize(offsets[i] as usize, 0);
-        let start = out.len();
-        match o.fourcc.as_str() {
-            "WTSH" => {
-                let mut h = blake3::Hasher::new();
-                for p in &o.parts {
-                    match p {
-                        Part::Zeros(n) => out.resize(out.len() + *n as usize, 0),
-                        Part::Array(a) => out.extend_from_slice(tensors[*a].bytes()),
-                    }
-                }
-                h.update(&out[start..]);
-                out[toc_hash_at[i]..toc_hash_at[i] + 32].copy_from_slice(h.finalize().as_bytes());
-            }
-            "IHSH" => out.resize(start + ihsh_len(o) as usize, 0),
-            _ => {
-                out.extend_from_slice(s);
-                out[toc_hash_at[i]..toc_hash_at[i] + 32].copy_from_slice(blake3::hash(&o.raw).as_bytes());
-            }
-        }
-    }
-    // IHSH: digest of the control region with all TOC hashes zeroed.
+    control.resize(st_off as usize, 0);
+    control.extend_from_slice(&strings);
+    control.resize(payload_start as usize, 0);
+    // IHSH (AIP-0001): the control region with every TOC hash zeroed.
     for (i, o) in outs.iter().enumerate() {
         if o.fourcc == "IHSH" {
-            let mut control = out[..payload_start as usize].to_vec();
-            for &at in &toc_hash_at {
-                control[at..at + 32].fill(0);
-            }
-            let payload = ihsh_payload(blake3::hash(&control).as_bytes(), payload_start);
-            let at = offsets[i] as usize;
-            out[at..at + payload.len()].copy_from_slice(&payload);
-            out[toc_hash_at[i]..toc_hash_at[i] + 32].copy_from_slice(blake3::hash(&payload).as_bytes());
+            stored[i] = ihsh_payload(blake3::hash(&control).as_bytes(), payload_start);
+            hashes[i] = *blake3::hash(&stored[i]).as_bytes();
         }
     }
-    Ok(out)
+    for (i, h) in hashes.iter().enumerate() {
+        control[hash_at[i]..hash_at[i] + 32].copy_from_slice(h);
+    }
+    let io = |e| Error::io("output", e);
+    w.write_all(&control).map_err(io)?;
+    let mut pos = payload_start;
+    for (i, o) in outs.iter().enumerate() {
+        write_zeros(w, offsets[i] - pos)?;
+        if o.fourcc == "WTSH" {
+            for p in &o.parts {
+                match p {
+                    Part::Zeros(n) => write_zeros(w, *n)?,
+                    Part::Array(a) => w.write_all(tensors[*a].bytes()).map_err(io)?,
+                }
+            }
+        } else {
+            w.write_all(&stored[i]).map_err(io)?;
+        }
+        pos = offsets[i] + sizes[i].0;
+    }
+    Ok(())
+}
+
+fn write_zeros(w: &mut dyn Write, n: u64) -> Result<()> {
+    let zeros = [0u8; 4096];
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(zeros.len() as u64) as usize;
+        w.write_all(&zeros[..k]).map_err(|e| Error::io("output", e))?;
+        left -= k as u64;
+    }
+    Ok(())
+}
+
+/// BLAKE3 of a shard from its parts; large tensors are hashed on all cores.
+fn hash_parts(parts: &[Part], tensors: &[&Array]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    for p in parts {
+        match p {
+            Part::Zeros(n) => {
+                let zeros = [0u8; 4096];
+                let mut left = *n;
+                while left > 0 {
+                    let k = left.min(4096) as usize;
+                    h.update(&zeros[..k]);
+                    left -= k as u64;
+                }
+            }
+            Part::Array(a) => {
+                hash_into(&mut h, tensors[*a].bytes());
+            }
+        }
+    }
+    *h.finalize().as_bytes()
+}
+
+/// Feeds `b` to a BLAKE3 hasher, on all cores when it is large.
+pub fn hash_into(h: &mut blake3::Hasher, b: &[u8]) {
+    if b.len() >= 1 << 20 {
+        h.update_rayon(b);
+    } else {
+        h.update(b);
+    }
 }
 
 fn part_len(parts: &[Part], tensors: &[&Array]) -> u64 {
@@ -686,6 +741,13 @@ fn ihsh_payload(digest: &[u8; 32], end: u64) -> Vec<u8> {
         ("covered_ranges".into(), rmpv::Value::Array(vec![rmpv::Value::Array(vec![0u64.into(), end.into()])])),
         ("digest".into(), rmpv::Value::Binary(digest.to_vec())),
     ]))
+}
+
+/// The `__aero` that reading back [`write`]'s output for `tensors` alone
+/// gives, or `None` when there is none to predict.
+pub fn default_meta(tensors: &[Array]) -> Option<Value> {
+    let refs: Vec<&Array> = tensors.iter().collect();
+    Some(json!({"version": [0, 1], "uuid": hex::encode([0u8; 16]), "chunks": default_chunks(&refs)}))
 }
 
 /// What the reference `write_model` writes for tensors with no `__aero`.

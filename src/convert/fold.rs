@@ -344,6 +344,19 @@ fn chunk_payload(b: &[u8], e: &Entry, notes: &mut Notes) -> Result<Vec<u8>> {
     Ok(raw)
 }
 
+/// The `__fold` that reading back [`write`]'s output for `tensors` alone
+/// gives: one `NPZ0` chunk `arrays` (none when there are no tensors).
+pub fn default_meta(tensors: &[Array]) -> Option<Value> {
+    let members: Vec<Value> = tensors.iter().map(|a| json!({"key": a.name, "array": a.name})).collect();
+    let chunks: Vec<Value> = if members.is_empty() {
+        Vec::new()
+    } else {
+        vec![json!({"name": "arrays", "ctype": "NPZ0", "flags": 1, "ecc_algo": "none", "arrays": members})]
+    };
+    Some(json!({"version": "1.2.0", "created_at_unix": 0.0, "metadata": {}, "chunk_hashes": true,
+                "manifest_hash": true, "chunks": chunks}))
+}
+
 /// A chunk about to be written: its decoded payload and how to store it.
 struct Planned {
     name: String,

@@ -316,6 +316,23 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     Ok(out)
 }
 
+/// The `__mldf` that reading back [`write`]'s output for `tensors` alone
+/// gives (every array an NDARRAY field), or `None` when it cannot write them.
+pub fn default_meta(tensors: &[Array]) -> Option<Value> {
+    let n = match tensors.first() {
+        None => 0,
+        Some(a) => *a.shape.first()?,
+    };
+    if tensors.iter().any(|a| a.shape.first() != Some(&n)) {
+        return None;
+    }
+    let fields: Vec<Value> = tensors
+        .iter()
+        .map(|a| json!({"name": a.name, "type_id": Kind::Ndarray as u16, "flags": 0, "array": a.name}))
+        .collect();
+    Some(json!({"version": [1, 0], "flags": LITTLE_ENDIAN, "page_size": PAGE, "num_samples": n, "fields": fields}))
+}
+
 /// A field about to be written: the array with its values and, for BYTES
 /// and JSON, the array of per-sample sizes.
 struct Planned<'a> {

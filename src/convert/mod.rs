@@ -173,18 +173,15 @@ pub fn load_lossless(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> 
         return npz::with_key_names(arrays);
     }
     if detect(&map) == Some(Format::Safetensors) {
-        let mut arrays = safetensors::safetensors_to_arrays(&map).map_err(|e| e.in_file(path))?;
+        let mut arrays =
+            safetensors::safetensors_to_arrays_in(&npy::Source::Mapped(map.clone())).map_err(|e| e.in_file(path))?;
         sort_arrays(&mut arrays)?;
         // A file our own writer would produce for these tensors needs no
         // header array to be rebuilt: leave it out, so WTXT -> safetensors
-        // -> WTXT gives the same bytes too. (Checked below 1 GiB; larger
-        // files keep the header.)
-        if map.len() < 1 << 30 {
-            let tensors: Vec<Array> = arrays.iter().filter(|a| a.name != safetensors::ST_HEADER).cloned().collect();
-            let mut ours = Vec::new();
-            if safetensors::write(&tensors, &mut ours).is_ok() && ours[..] == map[..] {
-                return Ok(tensors);
-            }
+        // -> WTXT gives the same bytes too.
+        let tensors: Vec<Array> = arrays.iter().filter(|a| a.name != safetensors::ST_HEADER).cloned().collect();
+        if safetensors::is_ours(&map, &tensors) {
+            return Ok(tensors);
         }
         return Ok(arrays);
     }
@@ -210,39 +207,27 @@ fn read_container(fmt: Format, src: &npy::Source, path: &Path) -> Result<Vec<Arr
     Ok(arrays)
 }
 
-/// Leaves out the metadata arrays when our writer, given only the tensors,
-/// writes a file that reads back with the same metadata: then nothing is
-/// lost, and WTXT -> container -> WTXT gives the same bytes.
+/// Leaves out the metadata array when it is exactly what reading back our
+/// writer's output for the tensors alone would give (each container
+/// predicts that without writing): then nothing is lost, and WTXT ->
+/// container -> WTXT gives the same bytes.
 fn drop_default_meta(fmt: Format, arrays: Vec<Array>) -> Vec<Array> {
     let (meta, tensors): (Vec<Array>, Vec<Array>) = arrays.into_iter().partition(|a| a.name.starts_with("__"));
-    let rebuilt = match fmt {
-        Format::Fold => fold::write(&tensors),
-        Format::Aero => aero::write(&tensors),
-        Format::Mldf => mldf::write(&tensors),
+    let predicted = match fmt {
+        Format::Fold => fold::default_meta(&tensors),
+        Format::Aero => aero::default_meta(&tensors),
+        Format::Mldf => mldf::default_meta(&tensors),
         _ => unreachable!("only containers with metadata arrays"),
     };
-    let reread = rebuilt.and_then(|bytes| {
-        let src = npy::Source::Owned(Arc::new(bytes));
-        let mut notes = Notes::new();
-        match fmt {
-            Format::Fold => fold::read(&src, &mut notes),
-            Format::Aero => aero::read(&src, &mut notes),
-            _ => mldf::read(&src, &mut notes),
+    if let ([m], Some(p)) = (&meta[..], predicted) {
+        if m.bytes() == serde_json::to_vec(&p).expect("a JSON value serializes") {
+            return tensors;
         }
-    });
-    let same = reread.is_ok_and(|again| {
-        let again: Vec<&Array> = again.iter().filter(|a| a.name.starts_with("__")).collect();
-        again.len() == meta.len()
-            && again.iter().all(|a| meta.iter().any(|m| m.name == a.name && m.bytes() == a.bytes()))
-    });
-    if same {
-        tensors
-    } else {
-        let mut all = tensors;
-        all.extend(meta);
-        sort_arrays(&mut all).expect("names were unique");
-        all
     }
+    let mut all = tensors;
+    all.extend(meta);
+    sort_arrays(&mut all).expect("names were unique");
+    all
 }
 
 fn load_one(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
@@ -338,11 +323,15 @@ pub fn write_arrays_as(arrays: &[Array], out: &Path, fmt: OutFormat) -> Result<(
             safetensors::write(arrays, &mut w)?;
             w.flush().map_err(|e| Error::io(out, e))?;
         }
-        OutFormat::Volp | OutFormat::Fold | OutFormat::Aero | OutFormat::Mldf => {
+        OutFormat::Aero => {
+            let mut w = std::io::BufWriter::new(f.file());
+            aero::write_to(arrays, &mut w)?;
+            w.flush().map_err(|e| Error::io(out, e))?;
+        }
+        OutFormat::Volp | OutFormat::Fold | OutFormat::Mldf => {
             let bytes = match fmt {
                 OutFormat::Volp => volp::write(arrays)?,
                 OutFormat::Fold => fold::write(arrays)?,
-                OutFormat::Aero => aero::write(arrays)?,
                 _ => mldf::write(arrays)?,
             };
             f.file().write_all(&bytes).map_err(|e| Error::io(out, e))?;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use safetensors::{Dtype as St, SafeTensors};
 
+use crate::convert::npy::Source;
 use crate::error::{input_at, Error, Result};
 use crate::limits::MAX_ARRAYS;
 use crate::model::{Array, ArrayData, Dtype};
@@ -81,23 +82,74 @@ pub fn read(map: &Arc<Mmap>) -> Result<Vec<Array>> {
     Ok(out)
 }
 
-/// Writes arrays as safetensors (names as in WTXT; the crate orders the header).
-pub fn write<W: Write>(arrays: &[Array], out: &mut W) -> Result<()> {
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = arrays
+/// A tensor's dtype and shape without its bytes: lets the crate build the
+/// exact header it would write, without copying any tensor.
+struct Described {
+    dtype: St,
+    shape: Vec<usize>,
+    len: usize,
+}
+
+impl safetensors::View for &Described {
+    fn dtype(&self) -> St {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+        std::borrow::Cow::Borrowed(&[])
+    }
+    fn data_len(&self) -> usize {
+        self.len
+    }
+}
+
+/// The first `8 + n` bytes the crate's `serialize` writes for these arrays
+/// (named as in WTXT), and the arrays in the order their bytes follow.
+pub fn header_of(arrays: &[Array]) -> Result<(Vec<u8>, Vec<&Array>)> {
+    let described: Vec<(String, Described)> = arrays
         .iter()
         .map(|a| {
             let shape = a.shape.iter().map(|&d| d as usize).collect();
-            safetensors::tensor::TensorView::new(to_st(a.dtype), shape, a.bytes())
-                .map(|v| (a.name.clone(), v))
-                .map_err(|e| Error::input(Default::default(), format!("array {}: {e}", a.name)))
+            (a.name.clone(), Described { dtype: to_st(a.dtype), shape, len: a.bytes().len() })
         })
-        .collect::<Result<_>>()?;
-    let bytes = safetensors::serialize(views, None).map_err(|e| Error::input(Default::default(), e.to_string()))?;
-    out.write_all(&bytes).map_err(|e| Error::io("output", e))
+        .collect();
+    let header = safetensors::serialize(described.iter().map(|(n, d)| (n.as_str(), d)), None)
+        .map_err(|e| Error::input(Default::default(), e.to_string()))?;
+    // The crate's order: descending dtype, then name.
+    let mut order: Vec<&Array> = arrays.iter().collect();
+    order.sort_by(|l, r| to_st(r.dtype).cmp(&to_st(l.dtype)).then(l.name.cmp(&r.name)));
+    Ok((header, order))
+}
+
+/// Writes arrays as safetensors, byte for byte what the crate's `serialize`
+/// gives (names as in WTXT), streaming each tensor from where it lives.
+pub fn write<W: Write>(arrays: &[Array], out: &mut W) -> Result<()> {
+    let (header, order) = header_of(arrays)?;
+    out.write_all(&header).map_err(|e| Error::io("output", e))?;
+    for a in order {
+        out.write_all(a.bytes()).map_err(|e| Error::io("output", e))?;
+    }
+    Ok(())
+}
+
+/// True when `file` is exactly what [`write`] gives for `tensors`: the same
+/// header and length (the tensor bytes are the file's own).
+pub fn is_ours(file: &[u8], tensors: &[Array]) -> bool {
+    let Ok((header, _)) = header_of(tensors) else { return false };
+    let total = tensors.iter().map(|a| a.bytes().len()).sum::<usize>() + header.len();
+    file.len() == total && file.starts_with(&header)
 }
 
 /// The tensors of a safetensors file plus its header bytes, as WTXT arrays.
 pub fn safetensors_to_arrays(content: &[u8]) -> Result<Vec<Array>> {
+    safetensors_to_arrays_in(&Source::Owned(Arc::new(content.to_vec())))
+}
+
+/// Like [`safetensors_to_arrays`]; the tensors are windows of `src`.
+pub fn safetensors_to_arrays_in(src: &Source) -> Result<Vec<Array>> {
+    let content = src.bytes();
     let st = safetensors::SafeTensors::deserialize(content)
         .map_err(|e| Error::input(Default::default(), format!("not a valid safetensors file: {e}")))?;
     let n = u64::from_le_bytes(content[..8].try_into().expect("checked")) as usize;
@@ -112,7 +164,7 @@ pub fn safetensors_to_arrays(content: &[u8]) -> Result<Vec<Array>> {
         })?;
         let start = v.data().as_ptr() as usize - base;
         let shape = v.shape().iter().map(|&d| d as u64).collect();
-        arrays.push(Array::new(name, dtype, shape, ArrayData::from(content[start..start + v.data().len()].to_vec()))?);
+        arrays.push(Array::new(name, dtype, shape, src.window(start..start + v.data().len()))?);
     }
     let header = content[..8 + n].to_vec();
     arrays.push(Array::new(ST_HEADER, Dtype::U8, vec![header.len() as u64], ArrayData::from(header))?);
