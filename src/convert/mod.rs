@@ -77,15 +77,23 @@ pub type Notes = Vec<String>;
 /// never inflating past that: a compression bomb stops at the declared size.
 pub fn zstd_exact(body: &[u8], want: u64) -> std::result::Result<Vec<u8>, String> {
     use std::io::Read;
-    let mut out = Vec::with_capacity(want.min(64 << 20) as usize);
     let mut dec = zstd::stream::read::Decoder::with_buffer(body).map_err(|e| e.to_string())?;
-    (&mut dec).take(want + 1).read_to_end(&mut out).map_err(|e| format!("not a valid zstd frame: {e}"))?;
+    let mut out: Vec<u8> = Vec::new();
+    let mut piece = vec![0u8; 1 << 20];
+    loop {
+        let n = dec.read(&mut piece).map_err(|e| format!("not a valid zstd frame: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        if out.len() as u64 + n as u64 > want {
+            return Err(format!("decodes to more than the {want} bytes declared"));
+        }
+        // Grow as data comes, and fail cleanly when memory runs out.
+        out.try_reserve(n).map_err(|_| format!("out of memory after {} of the {want} bytes declared", out.len()))?;
+        out.extend_from_slice(&piece[..n]);
+    }
     if out.len() as u64 != want {
-        return Err(format!(
-            "decodes to {}{} bytes, {want} declared",
-            out.len(),
-            if out.len() as u64 > want { "+" } else { "" }
-        ));
+        return Err(format!("decodes to {} bytes, {want} declared", out.len()));
     }
     Ok(out)
 }

@@ -1,7 +1,7 @@
 //! Snapshot inputs from real writers: NumPy's `savez_compressed` (deflate),
 //! and hostile archives.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
 
 use crate::util::wtxt;
@@ -127,8 +127,14 @@ fn hostile_inputs_fail_cleanly_under_a_memory_limit() {
     let cd = bomb.windows(4).rposition(|w| w == b"PK\x01\x02").unwrap();
     bomb[cd + 24..cd + 28].copy_from_slice(&small.to_le_bytes());
     std::fs::write(d.join("claims.npz"), bomb).unwrap();
+    // FOLD and AERO chunks that really inflate to 1 GiB, the most each spec allows.
+    let gib = zstd_gib();
+    std::fs::write(d.join("bomb.fold"), fold_bomb(&gib)).unwrap();
+    std::fs::write(d.join("bomb.aero"), aero_bomb(&gib)).unwrap();
     let p = |n: &str| d.join(n).display().to_string();
     for (args, want) in [
+        (format!("convert {} -o {} --to wtxt", p("bomb.fold"), p("f.wtxt")), 2),
+        (format!("convert {} -o {} --to wtxt", p("bomb.aero"), p("a.wtxt")), 2),
         (format!("verify {}", p("huge.wtxt")), 1),
         (format!("extract {} -o {}", p("huge.wtxt"), p("o.npz")), 1),
         (format!("recover {} -o {}", p("huge.wtxt"), p("r.wtxt")), 1),
@@ -140,5 +146,67 @@ fn hostile_inputs_fail_cleanly_under_a_memory_limit() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(want), "wtxt {args}: {err}");
         assert!(err.lines().count() <= 1 || args.starts_with("recover"), "wtxt {args}: one line, got {err}");
+        if args.contains("bomb") {
+            assert!(err.contains("out of memory after"), "wtxt {args}: {err}");
+        }
     }
+}
+
+/// 1 GiB of zeros as one zstd frame (a few tens of KB).
+fn zstd_gib() -> Vec<u8> {
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), 1).unwrap();
+    std::io::copy(&mut std::io::repeat(0).take(1 << 30), &mut enc).unwrap();
+    enc.finish().unwrap()
+}
+
+/// A FOLD whose one chunk has a valid CRC32C and SHA-256 and inflates to 1 GiB.
+fn fold_bomb(comp: &[u8]) -> Vec<u8> {
+    use sha2::Digest;
+    let mut b = vec![0u8; 28];
+    b.extend_from_slice(b"JSON");
+    b.extend_from_slice(&1u32.to_be_bytes());
+    b.extend_from_slice(&(1u64 << 30).to_be_bytes());
+    b.extend_from_slice(&(comp.len() as u64).to_be_bytes());
+    b.extend_from_slice(&crc32c::crc32c(comp).to_be_bytes());
+    b.extend_from_slice(&0u32.to_be_bytes());
+    b.extend_from_slice(comp);
+    let index = serde_json::json!({"format": "fold", "version": "1.2.0", "chunks": [{
+        "name": "m", "ctype": "JSON", "flags": 1, "offset": 28, "header_len": 32, "comp_len": comp.len(),
+        "uncomp_len": 1u64 << 30, "crc32c": crc32c::crc32c(comp),
+        "sha256": format!("sha256:{}", hex::encode(sha2::Sha256::digest(comp))), "ecc_algo": "none", "ecc_len": 0}]});
+    let text = serde_json::to_vec(&index).unwrap();
+    let off = b.len() as u64;
+    b.extend_from_slice(&text);
+    b[..8].copy_from_slice(b"FOLDv1\0\0");
+    b[8..12].copy_from_slice(&28u32.to_be_bytes());
+    b[12..20].copy_from_slice(&off.to_be_bytes());
+    b[20..28].copy_from_slice(&(text.len() as u64).to_be_bytes());
+    b
+}
+
+/// An AERO whose metadata chunk inflates to 1 GiB (its BLAKE3 is never reached).
+fn aero_bomb(comp: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(b"AERO");
+    b.extend_from_slice(&0u16.to_le_bytes());
+    b.extend_from_slice(&1u16.to_le_bytes());
+    b.extend_from_slice(&96u32.to_le_bytes());
+    for v in [96u64, 96, 192, 8, 0] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b.resize(96, 0);
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.resize(112, 0);
+    b.extend_from_slice(b"MMSG");
+    b.extend_from_slice(&1u32.to_le_bytes());
+    for v in [208u64, comp.len() as u64, 1 << 30] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b.extend_from_slice(&0u32.to_le_bytes());
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.resize(192, 0);
+    b.extend_from_slice(b"m\0\0\0\0\0\0\0");
+    b.resize(208, 0);
+    b.extend_from_slice(comp);
+    b
 }
