@@ -35,6 +35,8 @@ const HEADER_SIZE: u64 = 96;
 const TOC_HEADER: u64 = 16;
 const TOC_ENTRY: u64 = 80;
 const ZSTD: u32 = 0x1;
+/// The reference writer's zstd level for metadata chunks.
+const ZSTD_LEVEL: i32 = 6;
 const MMAP_CRITICAL: u32 = 0x2;
 const IS_INDEX: u32 = 0x4;
 const PACKED: u64 = 0x8000;
@@ -87,7 +89,18 @@ struct Chunk {
 }
 
 /// Reads an AERO file. Names are WTXT names already.
-pub fn read(src: &Source, _notes: &mut Notes) -> Result<Vec<Array>> {
+pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
+    read_with(src, notes, false)
+}
+
+/// Like [`read`], and where our zstd would not reproduce a compressed
+/// chunk's stored bytes, keeps them (`stored_hex`), so [`write`] gives this
+/// exact file back (the Git filter).
+pub fn read_pinned(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
+    read_with(src, notes, true)
+}
+
+fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
     let b = src.bytes();
     let file_len = b.len() as u64;
     if file_len < HEADER_SIZE || !b.starts_with(MAGIC) {
@@ -275,6 +288,12 @@ pub fn read(src: &Source, _notes: &mut Notes) -> Result<Vec<Array>> {
             (_, Some(p)) => content_to_meta(&c.fourcc, p, &mut m),
             (_, None) => unreachable!("only shards stay unread"),
         }
+        if let (true, Some(p)) = (pin && c.flags & ZSTD != 0, p) {
+            let stored = &b[c.offset as usize..(c.offset + c.length) as usize];
+            if zstd::bulk::compress(p, ZSTD_LEVEL).ok().as_deref() != Some(stored) {
+                m["stored_hex"] = json!(hex::encode(stored));
+            }
+        }
         chunk_meta.push(m);
     }
     out.extend(found);
@@ -416,6 +435,8 @@ struct Out {
     name: String,
     flags: u32,
     raw: Vec<u8>,
+    /// The original stored bytes of a compressed chunk, when pinned.
+    pinned: Option<Vec<u8>>,
     /// Shard payload, as ranges of arrays' bytes (written without copying).
     parts: Vec<Part>,
 }
@@ -538,7 +559,9 @@ pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
             "IHSH" | "PHSH" => (Vec::new(), Vec::new()),
             _ => (meta_to_content(c).map_err(|m| bad(format!("chunk {name:?}: {m}")))?, Vec::new()),
         };
-        outs.push(Out { fourcc: fourcc.to_string(), name, flags, raw, parts });
+        let pinned = c.get("stored_hex").and_then(Value::as_str).and_then(|h| hex::decode(h).ok());
+        let pinned = pinned.filter(|p| zstd_exact(p, raw.len() as u64).ok().as_ref() == Some(&raw));
+        outs.push(Out { fourcc: fourcc.to_string(), name, flags, raw, pinned, parts });
     }
     // PHSH payloads need the shards' bytes; IHSH the finished control region.
     for (i, c) in plan.iter().enumerate() {
@@ -606,7 +629,10 @@ fn assemble(outs: &[Out], tensors: &[&Array], uuid: &[u8], minor: u16, w: &mut d
             }
             "IHSH" => (Vec::new(), ihsh_len, ihsh_len, [0; 32]),
             _ if o.flags & ZSTD != 0 => {
-                let c = zstd::bulk::compress(&o.raw, 6).map_err(|e| Error::io("zstd", e))?;
+                let c = match &o.pinned {
+                    Some(p) => p.clone(),
+                    None => zstd::bulk::compress(&o.raw, ZSTD_LEVEL).map_err(|e| Error::io("zstd", e))?,
+                };
                 let l = c.len() as u64;
                 (c, l, o.raw.len() as u64, *blake3::hash(&o.raw).as_bytes())
             }

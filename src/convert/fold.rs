@@ -28,6 +28,8 @@ pub const MAX_INDEX: u64 = 100 << 20;
 /// Spec limit: a chunk's stored, decoded or parity bytes.
 pub const MAX_CHUNK: u64 = 1 << 30;
 const HEADER_LEN: u64 = 28;
+/// The reference writer's zstd level.
+const ZSTD_LEVEL: i32 = 3;
 const CHUNK_HEADER_LEN: u64 = 32;
 /// Index versions this reader was written against.
 const KNOWN_VERSIONS: [&str; 3] = ["1.0.0", "1.1.0", "1.2.0"];
@@ -125,6 +127,18 @@ fn manifest_hash(metadata: &Map<String, Value>) -> String {
 /// Reads a FOLD file: tensors from `NPZ0` chunks, every other chunk and the
 /// index as metadata arrays. Names are WTXT names already.
 pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
+    read_with(src, notes, false)
+}
+
+/// Like [`read`], and where our writer would not reproduce a chunk's bytes
+/// (numpy's deflate in an NPZ0, another zstd's output), keeps the file's
+/// own: `payload_hex` (the decoded payload) and `stored_hex` (the stored
+/// bytes), so [`write`] gives this exact file back (the Git filter).
+pub fn read_pinned(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
+    read_with(src, notes, true)
+}
+
+fn read_with(src: &Source, notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
     let b = src.bytes();
     let file_len = b.len() as u64;
     if file_len < HEADER_LEN || !b.starts_with(MAGIC) {
@@ -190,7 +204,7 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     // Name everything: NPZ keys and `__fold_<chunk>` arrays share one pool.
     let mut originals: Vec<String> = vec![META.to_string()];
     let mut found: Vec<Vec<Array>> = Vec::with_capacity(entries.len());
-    for (e, p) in entries.iter().zip(&payloads) {
+    for (e, (p, _)) in entries.iter().zip(&payloads) {
         if e.ctype == "NPZ0" {
             let src = Source::Owned(std::sync::Arc::new(p.clone()));
             let arrays = npz::read(&src)
@@ -206,10 +220,18 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     let mut names = names.into_iter().skip(1);
     let mut out = Vec::new();
     let mut chunks_meta = Vec::with_capacity(entries.len());
-    for ((e, p), arrays) in entries.iter().zip(payloads).zip(found) {
+    for ((e, (p, stored)), arrays) in entries.iter().zip(payloads).zip(found) {
         let mut m = json!({"name": e.name, "ctype": e.ctype, "flags": e.flags, "ecc_algo": ecc_name(e.ecc)});
+        if pin {
+            if let Some(stored) = &stored {
+                if zstd::bulk::compress(&p, ZSTD_LEVEL).ok().as_ref() != Some(stored) {
+                    m["stored_hex"] = json!(hex::encode(stored));
+                }
+            }
+        }
         if e.ctype == "NPZ0" {
             let mut listed = Vec::new();
+            let keys: Vec<(String, Array)> = arrays.iter().map(|a| (a.name.clone(), a.clone())).collect();
             for mut a in arrays {
                 let name = names.next().expect("one name per original");
                 listed.push(json!({"key": a.name, "array": name}));
@@ -217,6 +239,13 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
                 out.push(a);
             }
             m["arrays"] = Value::Array(listed);
+            if pin {
+                let ours =
+                    npz::write_keyed(keys.iter().map(|(k, a)| (k.as_str(), a)), std::io::Cursor::new(Vec::new()))?;
+                if ours.into_inner() != p {
+                    m["payload_hex"] = json!(hex::encode(&p));
+                }
+            }
         } else {
             let name = names.next().expect("one name per original");
             m["array"] = json!(name);
@@ -275,7 +304,8 @@ fn check_layout(entries: &[Entry], index_off: u64) -> Result<()> {
 }
 
 /// One chunk's decoded payload, after ECC, CRC32C, SHA-256 and decompression.
-fn chunk_payload(b: &[u8], e: &Entry, notes: &mut Notes) -> Result<Vec<u8>> {
+/// One chunk's decoded payload and, when it was compressed, its stored bytes.
+fn chunk_payload(b: &[u8], e: &Entry, notes: &mut Notes) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
     let at = e.offset as usize;
     let h = &b[at..at + CHUNK_HEADER_LEN as usize];
     let agree = &h[..4] == e.ctype.as_bytes()
@@ -330,10 +360,13 @@ fn chunk_payload(b: &[u8], e: &Entry, notes: &mut Notes) -> Result<Vec<u8>> {
             format!("chunk {:?}: SHA-256 is {sha}, the index says {}", e.name, e.sha256),
         ));
     }
-    let raw = match e.flags {
-        1 => crate::convert::zstd_exact(&comp, e.uncomp_len)
-            .map_err(|m| input_at(start as u64, format!("chunk {:?}: {m}", e.name)))?,
-        _ => comp,
+    let (raw, stored) = match e.flags {
+        1 => {
+            let raw = crate::convert::zstd_exact(&comp, e.uncomp_len)
+                .map_err(|m| input_at(start as u64, format!("chunk {:?}: {m}", e.name)))?;
+            (raw, Some(comp))
+        }
+        _ => (comp, None),
     };
     if raw.len() as u64 != e.uncomp_len {
         return Err(input_at(
@@ -341,7 +374,7 @@ fn chunk_payload(b: &[u8], e: &Entry, notes: &mut Notes) -> Result<Vec<u8>> {
             format!("chunk {:?}: {} bytes, uncomp_len says {}", e.name, raw.len(), e.uncomp_len),
         ));
     }
-    Ok(raw)
+    Ok((raw, stored))
 }
 
 /// The `__fold` that reading back [`write`]'s output for `tensors` alone
@@ -364,6 +397,21 @@ struct Planned {
     flags: u32,
     ecc: Option<usize>,
     payload: Vec<u8>,
+    /// The original stored bytes, when `__fold` pins them.
+    stored: Option<Vec<u8>>,
+}
+
+/// A pinned NPZ0 payload (`payload_hex`) when it still holds exactly these
+/// members, keys and bytes; else `None` and the chunk is re-emitted.
+fn pinned_npz(c: &Value, members: &[(&str, &Array)]) -> Option<Vec<u8>> {
+    let p = hex::decode(c.get("payload_hex")?.as_str()?).ok()?;
+    let held = npz::read(&Source::Owned(std::sync::Arc::new(p.clone()))).ok()?;
+    let same = held.len() == members.len()
+        && held
+            .iter()
+            .zip(members)
+            .all(|(h, (k, a))| h.name == *k && h.dtype == a.dtype && h.shape == a.shape && h.bytes() == a.bytes());
+    same.then_some(p)
 }
 
 /// Writes arrays as FOLD, following `__fold` when present.
@@ -399,31 +447,39 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
                 used.insert(&a.name);
                 members.push((key, a));
             }
-            npz::write_keyed(members, std::io::Cursor::new(Vec::new()))?.into_inner()
+            match pinned_npz(c, &members) {
+                Some(p) => p,
+                None => npz::write_keyed(members, std::io::Cursor::new(Vec::new()))?.into_inner(),
+            }
         } else {
             let arr = text("array")?;
             let a = find(arr)?;
             used.insert(&a.name);
             a.bytes().to_vec()
         };
-        plan.push(Planned { name, ctype, flags: flags as u32, ecc, payload });
+        let stored = c.get("stored_hex").and_then(Value::as_str).and_then(|h| hex::decode(h).ok());
+        let stored =
+            stored.filter(|st| crate::convert::zstd_exact(st, payload.len() as u64).ok().as_ref() == Some(&payload));
+        plan.push(Planned { name, ctype, flags: flags as u32, ecc, payload, stored });
     }
     let rest: Vec<&Array> = arrays.iter().filter(|a| !used.contains(a.name.as_str())).collect();
     if !rest.is_empty() {
         let payload =
             npz::write(&rest.into_iter().cloned().collect::<Vec<_>>(), std::io::Cursor::new(Vec::new()))?.into_inner();
-        plan.push(Planned { name: "arrays".into(), ctype: "NPZ0".into(), flags: 1, ecc: None, payload });
+        plan.push(Planned { name: "arrays".into(), ctype: "NPZ0".into(), flags: 1, ecc: None, payload, stored: None });
     }
 
     let mut out = vec![0u8; HEADER_LEN as usize];
     let mut index_chunks = Vec::with_capacity(plan.len());
     let mut hashes = Map::new();
-    for Planned { name, ctype, flags, ecc, payload } in plan {
+    for Planned { name, ctype, flags, ecc, payload, stored } in plan {
         if payload.len() as u64 > MAX_CHUNK {
             return Err(bad(format!("chunk {name:?}: {} bytes exceed the FOLD limit of {MAX_CHUNK}", payload.len())));
         }
-        let comp = if flags == 1 {
-            zstd::bulk::compress(&payload, 3).map_err(|e| Error::io("zstd", e))?
+        let comp = if let (1, Some(st)) = (flags, stored) {
+            st
+        } else if flags == 1 {
+            zstd::bulk::compress(&payload, ZSTD_LEVEL).map_err(|e| Error::io("zstd", e))?
         } else {
             payload.clone()
         };

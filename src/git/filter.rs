@@ -1,9 +1,11 @@
 //! Binary models in the work tree, WTXT in the repository: Git's long-running
 //! `filter-process` protocol (pkt-line, version 2) with clean and smudge.
 //!
-//! `clean` turns a `.safetensors` file into a canonical WTXT that keeps the
-//! file's header bytes (JSON and padding) in the metadata array
-//! `__safetensors_header`, so `smudge` gives the file back byte for byte.
+//! `clean` turns a `.safetensors`, AERO or FOLD file into a canonical WTXT
+//! whose metadata arrays (`__safetensors_header`: the header bytes; `__aero`
+//! / `__fold` with the original stored bytes of any chunk our writer would
+//! not reproduce) let `smudge` give the file back byte for byte; clean
+//! checks that before it answers, and refuses a file it cannot rebuild.
 //! Clean is chained: when HEAD holds a WTXT version of the path, the new one
 //! continues it (gen + 1, merkle_prev = its merkle_this), and if the tensors
 //! did not change, HEAD's blob is returned as it is, so an unchanged file
@@ -76,8 +78,12 @@ fn flush<W: Write>(w: &mut W) -> Result<()> {
 
 /// Runs the filter process for `format` on stdin/stdout until Git closes it.
 pub fn serve<R: BufRead, W: Write>(format: &str, repo_dir: &Path, mut input: R, mut out: W) -> Result<()> {
-    if format != "safetensors" {
-        return Err(Error::usage(format!("filter-process: unsupported format {format} (supported: safetensors)")));
+    use crate::git::install::FILTER_FORMATS;
+    if !FILTER_FORMATS.contains(&format) {
+        return Err(Error::usage(format!(
+            "filter-process: unsupported format {format} (supported: {})",
+            FILTER_FORMATS.join(", ")
+        )));
     }
     let hello = read_list(&mut input)?;
     if hello.first().map(String::as_str) != Some("git-filter-client") || !hello.iter().any(|l| l == "version=2") {
@@ -137,14 +143,59 @@ pub fn as_wtxt(path_on_disk: &Path, repo_dir: &Path, repo_path: &str) -> Result<
     clean(&bytes, repo_dir, repo_path)
 }
 
-/// safetensors bytes to a canonical WTXT continuing HEAD's version of `path`.
+/// The arrays that rebuild `content` exactly, or `None` when it is not a
+/// container the filter carries (it is then stored as it is).
+fn carried_arrays(content: &[u8]) -> Result<Option<Vec<Array>>> {
+    use crate::convert::{aero, fold, npy::Source, Format};
+    let fmt = crate::convert::detect(content);
+    let mut arrays = match fmt {
+        Some(Format::Safetensors) => safetensors_to_arrays(content)?,
+        Some(Format::Aero | Format::Fold) => {
+            let src = Source::Owned(std::sync::Arc::new(content.to_vec()));
+            let mut notes = Vec::new();
+            let arrays = if fmt == Some(Format::Aero) {
+                aero::read_pinned(&src, &mut notes)?
+            } else {
+                fold::read_pinned(&src, &mut notes)?
+            };
+            if let Some(n) = notes.first() {
+                return Err(Error::input(Default::default(), format!("{n}: fix the file before adding it")));
+            }
+            arrays
+        }
+        _ => return Ok(None),
+    };
+    crate::model::sort_arrays(&mut arrays)?;
+    if rebuild(&arrays)? != content {
+        return Err(Error::input(
+            Default::default(),
+            "this file cannot be rebuilt byte for byte from its tensors and metadata; add it without the filter",
+        ));
+    }
+    Ok(Some(arrays))
+}
+
+/// The container file a filter-made WTXT's arrays stand for.
+fn rebuild(arrays: &[Array]) -> Result<Vec<u8>> {
+    use crate::convert::{aero, fold};
+    if arrays.iter().any(|a| a.name == aero::META) {
+        aero::write(arrays)
+    } else if arrays.iter().any(|a| a.name == fold::META) {
+        fold::write(arrays)
+    } else {
+        arrays_to_safetensors(arrays)
+    }
+}
+
+/// A safetensors, AERO or FOLD file to a canonical WTXT continuing HEAD's
+/// version of `path`; anything else is stored as it is.
 pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
-    if content.starts_with(b"WTXT 1\n") || crate::convert::detect(content) != Some(crate::convert::Format::Safetensors)
-    {
+    if content.starts_with(b"WTXT 1\n") {
         return Ok(content.to_vec());
     }
-    let mut arrays = safetensors_to_arrays(content)?;
-    crate::model::sort_arrays(&mut arrays)?;
+    let Some(arrays) = carried_arrays(content)? else {
+        return Ok(content.to_vec());
+    };
     let head = head_version(repo_dir, path);
     if let Some((blob, _, _)) = &head {
         if same_arrays(blob, &arrays) {
@@ -172,13 +223,13 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
     Ok(out.into_inner())
 }
 
-/// A WTXT made by `clean` back to the safetensors bytes it came from.
+/// A WTXT made by `clean` back to the file it came from.
 pub fn smudge(content: &[u8]) -> Result<Vec<u8>> {
     if !content.starts_with(b"WTXT 1\n") {
         return Ok(content.to_vec());
     }
     let loaded = crate::wtxt::load(content, content.len() as u64, &Default::default())?;
-    arrays_to_safetensors(&loaded.arrays)
+    rebuild(&loaded.arrays)
 }
 
 /// HEAD's WTXT version of `path`: its bytes, gen and merkle_this.

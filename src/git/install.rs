@@ -21,7 +21,16 @@ const BEGIN: &str = "# >>> wtxt (managed by `wtxt git install`; `wtxt git instal
 const END: &str = "# <<< wtxt";
 
 /// Formats the clean/smudge filter can carry.
-pub const FILTER_FORMATS: [&str; 1] = ["safetensors"];
+pub const FILTER_FORMATS: [&str; 3] = ["safetensors", "aero", "fold"];
+
+/// The file name extensions a filter format covers.
+fn extensions(format: &str) -> &'static [&'static str] {
+    match format {
+        "fold" => &["fold", "mind"],
+        "aero" => &["aero"],
+        _ => &["safetensors"],
+    }
+}
 
 /// Where to install.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +87,9 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], exe: &Path) -> Result<
     for f in filters {
         config.push((format!("filter.wtxt-{f}.process"), format!("{w} git filter-process {f}")));
         config.push((format!("filter.wtxt-{f}.required"), "true".to_string()));
-        attributes.push(format!("*.{f} filter=wtxt-{f} diff=wtxt merge=wtxt"));
+        for ext in extensions(f) {
+            attributes.push(format!("*.{ext} filter=wtxt-{f} diff=wtxt merge=wtxt"));
+        }
     }
     let (attributes_file, hooks_dir) = match scope {
         Scope::Local => {

@@ -321,3 +321,60 @@ fn safetensors_filter_stores_wtxt_and_checks_out_the_same_bytes() {
     let d = r.ok(&["diff", "HEAD~1", "HEAD"]);
     assert!(d.contains("element(s) changed"), "{d}");
 }
+
+#[test]
+fn aero_and_fold_filters_store_wtxt_and_check_out_the_reference_bytes() {
+    let r = Repo::new();
+    let o = r.wtxt(&["git", "install", "--filter", "aero", "--filter", "fold"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let attrs = std::fs::read_to_string(r.root.join(".gitattributes")).unwrap();
+    for ext in ["aero", "fold", "mind"] {
+        assert!(attrs.contains(&format!("*.{ext} filter=wtxt-")), "{attrs}");
+    }
+    let peers = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/peers");
+    // Files from the reference writers, numpy's deflate and all (FOLD), kept exactly.
+    let files = [
+        ("aero_hash_b3.aero", "m.aero"),
+        ("aero_multi_shard.aero", "n.aero"),
+        ("fold_zstd_rs32_sten.fold", "s.fold"),
+        ("fold_none_rs16.fold", "t.mind"),
+    ];
+    for (src, dst) in files {
+        std::fs::copy(peers.join(src), r.root.join(dst)).unwrap();
+    }
+    r.commit("models");
+    for (src, dst) in files {
+        let blob = r.ok(&["cat-file", "-p", &format!("HEAD:{dst}")]);
+        assert!(blob.starts_with("WTXT 1\n"), "{dst}: the repository holds WTXT");
+        std::fs::remove_file(r.root.join(dst)).unwrap();
+        r.ok(&["checkout", "--", dst]);
+        assert!(std::fs::read(r.root.join(dst)).unwrap() == std::fs::read(peers.join(src)).unwrap(), "{dst}");
+    }
+    assert_eq!(r.ok(&["status", "--porcelain"]), "");
+    // A changed tensor becomes the next generation, and git diff names it.
+    let path = r.root.join("n.aero");
+    let mut b = std::fs::read(&path).unwrap();
+    let n = b.len();
+    b[n - 2] ^= 0x10; // inside the last shard: its BLAKE3 no longer matches
+    std::fs::write(&path, &b).unwrap();
+    let o = r.run(&["add", "n.aero"], &[]);
+    assert!(!o.status.success(), "a damaged AERO is refused by the filter");
+    let fixed = wtxt::convert::aero::read(
+        &wtxt::convert::npy::Source::Owned(std::sync::Arc::new(
+            std::fs::read(peers.join("aero_multi_shard.aero")).unwrap(),
+        )),
+        &mut Vec::new(),
+    )
+    .unwrap();
+    let mut fixed: Vec<wtxt::model::Array> = fixed;
+    let at = fixed.iter().position(|a| a.name == "head_weight").unwrap();
+    let mut bytes = fixed[at].bytes().to_vec();
+    bytes[0] ^= 0x01;
+    fixed[at] = wtxt::model::Array::new("head_weight", fixed[at].dtype, fixed[at].shape.clone(), bytes.into()).unwrap();
+    std::fs::write(&path, wtxt::convert::aero::write(&fixed).unwrap()).unwrap();
+    r.commit("head changed");
+    let blob = r.ok(&["cat-file", "-p", "HEAD:n.aero"]);
+    assert!(blob.contains("gen=000001"), "chained to HEAD's version");
+    let d = r.ok(&["diff", "HEAD~1", "HEAD", "--", "n.aero"]);
+    assert!(d.contains("head_weight") && d.contains("element(s) changed"), "{d}");
+}
