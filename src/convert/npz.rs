@@ -93,7 +93,11 @@ pub const META: &str = "__npz";
 /// Gives the arrays of an `.npz` WTXT names; when a key had to change, the
 /// keys in archive order go into `__npz` (`{"keys": [{"key", "array"}]}`)
 /// so writing `.npz` again restores them.
-pub fn with_key_names(mut arrays: Vec<Array>) -> Result<Vec<Array>> {
+pub fn with_key_names(arrays: Vec<Array>) -> Result<Vec<Array>> {
+    key_names(arrays, false)
+}
+
+fn key_names(mut arrays: Vec<Array>, always: bool) -> Result<Vec<Array>> {
     let keys: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
     let mut originals = keys.clone();
     originals.push(META.to_string());
@@ -102,13 +106,132 @@ pub fn with_key_names(mut arrays: Vec<Array>) -> Result<Vec<Array>> {
     for (a, n) in arrays.iter_mut().zip(&names) {
         a.name = n.clone();
     }
-    if renamed {
+    if renamed || always {
         let list: Vec<serde_json::Value> =
             keys.iter().zip(&names).map(|(k, n)| serde_json::json!({"key": k, "array": n})).collect();
         arrays.push(crate::convert::meta_array(META, &serde_json::json!({ "keys": list }))?);
     }
     crate::model::sort_arrays(&mut arrays)?;
     Ok(arrays)
+}
+
+/// Name of the array holding the archive minus the tensor bytes spliced
+/// out of it (the Git filter's exact form).
+pub const SKELETON: &str = "__npz_skeleton";
+
+/// Reads an `.npz` so that [`rebuild`] gives these exact bytes back: the
+/// data of every stored, C-order little-endian member is cut out of the
+/// archive (it lives in its array); the rest (zip records, `.npy` headers,
+/// deflated members) is kept in `__npz_skeleton`, and `__npz` says where
+/// each cut was (`"splices": [{"at", "array"}]`).
+pub fn read_pinned(content: &[u8]) -> Result<Vec<Array>> {
+    let src = Source::Owned(Arc::new(content.to_vec()));
+    let keyed = read(&src)?;
+    let keys: Vec<String> = keyed.iter().map(|a| a.name.clone()).collect();
+    let mut arrays = key_names(keyed, true)?;
+    let meta_at = arrays.iter().position(|a| a.name == META).expect("always written");
+    let mut meta = crate::convert::meta_json(&arrays, META)?.expect("present");
+    let name_of = |key: &str| -> Option<String> {
+        let list = meta["keys"].as_array()?;
+        list.iter().find(|k| k["key"] == key).and_then(|k| k["array"].as_str().map(String::from))
+    };
+    let mut zip = zip::ZipArchive::new(Cursor::new(content)).map_err(|e| input_at(0, format!("not a zip: {e}")))?;
+    let mut cuts: Vec<(usize, usize, String, serde_json::Value)> = Vec::new();
+    for i in 0..zip.len() {
+        let f = zip.by_index_raw(i).map_err(|e| input_at(0, format!("zip member {i}: {e}")))?;
+        let Ok(member) = f.name().map(|n| n.to_string()) else { continue };
+        let key = member.strip_suffix(".npy").unwrap_or(&member);
+        let (Some(at), CompressionMethod::Stored, true) =
+            (f.data_start(), f.compression(), keys.iter().any(|k| k == key))
+        else {
+            continue;
+        };
+        let start = at as usize;
+        let Some(body) = content.get(start..start + f.size() as usize) else { continue };
+        let Ok(h) = npy::parse_header(body) else { continue };
+        if !h.big_endian && (!h.fortran_order || h.shape.len() < 2) {
+            if let Some(name) = name_of(key) {
+                // Where the member's CRC-32 stands (local and central headers),
+                // so a changed tensor of the same size gets a correct archive.
+                let crc = serde_json::json!({"member": [start, start + body.len()],
+                    "crc_at": [f.header_start() + 14, f.central_header_start() + 16]});
+                cuts.push((start + h.data_offset, start + body.len(), name, crc));
+            }
+        }
+    }
+    cuts.sort_by_key(|c| c.0);
+    let mut skeleton = Vec::with_capacity(content.len() - cuts.iter().map(|c| c.1 - c.0).sum::<usize>());
+    let mut pos = 0;
+    let mut splices = Vec::with_capacity(cuts.len());
+    for (from, to, name, crc) in cuts {
+        skeleton.extend_from_slice(&content[pos..from]);
+        let mut s = serde_json::json!({"at": from, "array": name, "len": to - from});
+        s["member"] = crc["member"].clone();
+        s["crc_at"] = crc["crc_at"].clone();
+        splices.push(s);
+        pos = to;
+    }
+    skeleton.extend_from_slice(&content[pos..]);
+    meta["splices"] = serde_json::Value::Array(splices);
+    arrays[meta_at] = crate::convert::meta_array(META, &meta)?;
+    let n = skeleton.len() as u64;
+    arrays.push(Array::new(SKELETON, crate::model::Dtype::U8, vec![n], skeleton.into())?);
+    crate::model::sort_arrays(&mut arrays)?;
+    Ok(arrays)
+}
+
+/// The archive [`read_pinned`] read: the skeleton with each array's bytes
+/// put back where they were cut and each such member's CRC-32 recomputed
+/// (a merge may have changed values). When a tensor no longer has its old
+/// size the archive cannot keep its layout: a fresh `.npz` is written.
+pub fn rebuild(arrays: &[Array]) -> Result<Vec<u8>> {
+    let meta = crate::convert::meta_json(arrays, META)?;
+    let resized = meta.as_ref().and_then(|m| m["splices"].as_array()).is_some_and(|list| {
+        list.iter().any(|s| {
+            let a = arrays.iter().find(|a| s["array"] == a.name.as_str());
+            a.map(|a| a.bytes().len() as u64) != s["len"].as_u64()
+        })
+    });
+    if resized {
+        let plain: Vec<Array> = arrays.iter().filter(|a| a.name != SKELETON).cloned().collect();
+        return Ok(write_with_keys(&plain, Cursor::new(Vec::new()))?.into_inner());
+    }
+    let mut out = splice(arrays)?;
+    for s in meta.as_ref().and_then(|m| m["splices"].as_array()).into_iter().flatten() {
+        let range =
+            s["member"].as_array().and_then(|m| Some((m.first()?.as_u64()? as usize, m.get(1)?.as_u64()? as usize)));
+        let Some((a, b)) = range.filter(|&(a, b)| a <= b && b <= out.len()) else { continue };
+        let crc = crc32fast::hash(&out[a..b]).to_le_bytes();
+        for at in s["crc_at"].as_array().into_iter().flatten().filter_map(|x| x.as_u64()) {
+            if let Some(dst) = out.get_mut(at as usize..at as usize + 4) {
+                dst.copy_from_slice(&crc);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn splice(arrays: &[Array]) -> Result<Vec<u8>> {
+    let bad = |m: &str| Error::input(Default::default(), format!("{SKELETON}: {m}"));
+    let skeleton = arrays.iter().find(|a| a.name == SKELETON).ok_or_else(|| bad("missing"))?.bytes();
+    let meta = crate::convert::meta_json(arrays, META)?.ok_or_else(|| bad("no __npz"))?;
+    let splices = meta["splices"].as_array().ok_or_else(|| bad("no splices in __npz"))?;
+    let mut out = Vec::with_capacity(skeleton.len());
+    let mut from = 0usize;
+    for s in splices {
+        let at = s["at"].as_u64().ok_or_else(|| bad("a splice lacks \"at\""))? as usize;
+        let name = s["array"].as_str().ok_or_else(|| bad("a splice lacks \"array\""))?;
+        let a = arrays.iter().find(|a| a.name == name).ok_or_else(|| bad("a spliced array is missing"))?;
+        let take = at
+            .checked_sub(out.len())
+            .filter(|&t| from + t <= skeleton.len())
+            .ok_or_else(|| bad("splices out of order"))?;
+        out.extend_from_slice(&skeleton[from..from + take]);
+        from += take;
+        out.extend_from_slice(a.bytes());
+    }
+    out.extend_from_slice(&skeleton[from..]);
+    Ok(out)
 }
 
 /// Writes `.npz` with the keys `__npz` names (in its order), then every

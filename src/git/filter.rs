@@ -1,11 +1,13 @@
 //! Binary models in the work tree, WTXT in the repository: Git's long-running
 //! `filter-process` protocol (pkt-line, version 2) with clean and smudge.
 //!
-//! `clean` turns a `.safetensors`, AERO or FOLD file into a canonical WTXT
-//! whose metadata arrays (`__safetensors_header`: the header bytes; `__aero`
-//! / `__fold` with the original stored bytes of any chunk our writer would
-//! not reproduce) let `smudge` give the file back byte for byte; clean
-//! checks that before it answers, and refuses a file it cannot rebuild.
+//! `clean` turns a `.safetensors`, `.npz`, AERO or FOLD file into a
+//! canonical WTXT whose metadata arrays (`__safetensors_header`: the header
+//! bytes; `__npz_skeleton`: the archive minus the stored tensors' bytes;
+//! `__aero` / `__fold` with the original stored bytes of any chunk our
+//! writer would not reproduce) let `smudge` give the file back byte for
+//! byte; clean checks that before it answers, and refuses a file it cannot
+//! rebuild.
 //! Clean is chained: when HEAD holds a WTXT version of the path, the new one
 //! continues it (gen + 1, merkle_prev = its merkle_this), and if the tensors
 //! did not change, HEAD's blob is returned as it is, so an unchanged file
@@ -150,6 +152,7 @@ fn carried_arrays(content: &[u8]) -> Result<Option<Vec<Array>>> {
     let fmt = crate::convert::detect(content);
     let mut arrays = match fmt {
         Some(Format::Safetensors) => safetensors_to_arrays(content)?,
+        Some(Format::Npz) => crate::convert::npz::read_pinned(content)?,
         Some(Format::Aero | Format::Fold) => {
             let src = Source::Owned(std::sync::Arc::new(content.to_vec()));
             let mut notes = Vec::new();
@@ -177,8 +180,10 @@ fn carried_arrays(content: &[u8]) -> Result<Option<Vec<Array>>> {
 
 /// The container file a filter-made WTXT's arrays stand for.
 fn rebuild(arrays: &[Array]) -> Result<Vec<u8>> {
-    use crate::convert::{aero, fold};
-    if arrays.iter().any(|a| a.name == aero::META) {
+    use crate::convert::{aero, fold, npz};
+    if arrays.iter().any(|a| a.name == npz::SKELETON) {
+        npz::rebuild(arrays)
+    } else if arrays.iter().any(|a| a.name == aero::META) {
         aero::write(arrays)
     } else if arrays.iter().any(|a| a.name == fold::META) {
         fold::write(arrays)

@@ -21,13 +21,14 @@ const BEGIN: &str = "# >>> wtxt (managed by `wtxt git install`; `wtxt git instal
 const END: &str = "# <<< wtxt";
 
 /// Formats the clean/smudge filter can carry.
-pub const FILTER_FORMATS: [&str; 3] = ["safetensors", "aero", "fold"];
+pub const FILTER_FORMATS: [&str; 4] = ["safetensors", "npz", "aero", "fold"];
 
 /// The file name extensions a filter format covers.
 fn extensions(format: &str) -> &'static [&'static str] {
     match format {
         "fold" => &["fold", "mind"],
         "aero" => &["aero"],
+        "npz" => &["npz"],
         _ => &["safetensors"],
     }
 }

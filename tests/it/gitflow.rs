@@ -378,3 +378,48 @@ fn aero_and_fold_filters_store_wtxt_and_check_out_the_reference_bytes() {
     let d = r.ok(&["diff", "HEAD~1", "HEAD", "--", "n.aero"]);
     assert!(d.contains("head_weight") && d.contains("element(s) changed"), "{d}");
 }
+
+#[test]
+fn npz_filter_keeps_numpy_archives_exactly_and_rebuilds_valid_ones_after_edits() {
+    let r = Repo::new();
+    let o = r.wtxt(&["git", "install", "--filter", "npz"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // np.savez (stored members) and np.savez_compressed (deflated), as numpy writes them.
+    let script = "import numpy as np, sys; \
+        np.savez(sys.argv[1] + '/plain.npz', **{'layer.0.w': np.arange(12, dtype=np.float32).reshape(3, 4), \
+                 'f': np.asfortranarray(np.ones((2, 3))), 'be': np.arange(3, dtype='>i4')}); \
+        np.savez_compressed(sys.argv[1] + '/packed.npz', a=np.arange(100, dtype=np.int16))";
+    let made = std::process::Command::new("python3").args(["-c", script]).arg(&r.root).status().unwrap();
+    assert!(made.success());
+    let originals: Vec<(String, Vec<u8>)> =
+        ["plain.npz", "packed.npz"].iter().map(|n| (n.to_string(), std::fs::read(r.root.join(n)).unwrap())).collect();
+    r.commit("archives");
+    for (name, bytes) in &originals {
+        assert!(r.ok(&["cat-file", "-p", &format!("HEAD:{name}")]).starts_with("WTXT 1\n"), "{name}");
+        std::fs::remove_file(r.root.join(name)).unwrap();
+        r.ok(&["checkout", "--", name]);
+        assert!(&std::fs::read(r.root.join(name)).unwrap() == bytes, "{name}: byte for byte");
+    }
+    assert_eq!(r.ok(&["status", "--porcelain"]), "");
+    // A tensor changed in the WTXT (as a merge would) gives a valid archive: CRC-32 recomputed.
+    let blob = r.ok(&["cat-file", "-p", "HEAD:plain.npz"]);
+    let loaded = wtxt::wtxt::load(blob.as_bytes(), blob.len() as u64, &Default::default()).unwrap();
+    let mut arrays = loaded.arrays;
+    let at = arrays.iter().position(|a| a.name == "layer_0_w").unwrap();
+    let mut b = arrays[at].bytes().to_vec();
+    b[..4].copy_from_slice(&42f32.to_le_bytes());
+    arrays[at] = wtxt::model::Array::new("layer_0_w", arrays[at].dtype, arrays[at].shape.clone(), b.into()).unwrap();
+    let rebuilt = wtxt::convert::npz::rebuild(&arrays).unwrap();
+    let out = r.root.join("edited.npz");
+    std::fs::write(&out, rebuilt).unwrap();
+    let check = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import numpy as np, sys; z = np.load(sys.argv[1]); print(z['layer.0.w'][0, 0], z['f'][1, 2], z['be'][2])",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    assert_eq!(String::from_utf8_lossy(&check.stdout).trim(), "42.0 1.0 2");
+}
