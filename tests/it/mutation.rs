@@ -169,6 +169,9 @@ fn container_readers_never_panic() {
             std::fs::write(&path, b).unwrap();
             let _ = wtxt::convert::load_inputs(&[&path], &Default::default());
             let _ = wtxt::git::filter::clean(b, dir.path(), "x");
+            if let Ok(arrays) = wtxt::convert::npz::read_pinned(b) {
+                let _ = wtxt::convert::npz::rebuild(&arrays);
+            }
         });
     }
     for f in ["volp_float32.volp", "volp_int16_scaled.volp", "volp_uint8.volp"] {
@@ -189,12 +192,15 @@ fn fold_aero_mldf_readers_never_panic() {
         let base = std::fs::read(peers.join(f)).unwrap();
         never_panics(f, &base, 1500, |b| {
             let _ = fold::read(&owned(b), &mut Vec::new());
+            if let Ok(arrays) = fold::read_pinned(&owned(b), &mut Vec::new()) {
+                let _ = fold::write(&arrays);
+            }
         });
     }
     for f in ["aero_hash_b3.aero", "aero_multi_shard.aero"] {
         let base = std::fs::read(peers.join(f)).unwrap();
         never_panics(f, &base, 1500, |b| {
-            if let Ok(arrays) = aero::read(&owned(b), &mut Vec::new()) {
+            if let Ok(arrays) = aero::read_pinned(&owned(b), &mut Vec::new()) {
                 let _ = aero::write(&arrays);
             }
         });
