@@ -123,6 +123,7 @@ aero="$work/model_${mib}m.aero"
 [ -f "$aero" ] || "$bin" convert "$st" -o "$aero" --to aero >/dev/null 2>&1
 cat "$st" "$aero" > /dev/null
 measure cpaero cp "$aero" "$work/copy.aero"
+measure cpsyncaero sh -c "cp '$aero' '$work/copy.aero' && sync '$work/copy.aero'"
 rm -f "$work/copy.aero"
 measure snapst "$bin" snapshot "$st" -o "$work/st.wtxt" --ts 2026-01-01T00:00:00Z
 measure aero2wtxt "$bin" convert "$aero" -o "$work/aero.wtxt" --to wtxt --ts 2026-01-01T00:00:00Z
@@ -130,8 +131,8 @@ cat "$work/aero.wtxt" > /dev/null
 measure wtxt2aero "$bin" convert "$work/aero.wtxt" -o "$work/back.aero" --to aero
 cmp "$aero" "$work/back.aero" && echo "AERO -> WTXT -> AERO gave the same bytes"
 measure st2aero "$bin" convert "$st" -o "$work/st.aero" --to aero
-awk -v a="$t_aero2wtxt" -v s="$t_snapst" -v b="$t_wtxt2aero" -v x="$t_st2aero" -v c="$t_cpaero" 'BEGIN {
+awk -v a="$t_aero2wtxt" -v s="$t_snapst" -v b="$t_wtxt2aero" -v x="$t_st2aero" -v c="$t_cpaero" -v cs="$t_cpsyncaero" 'BEGIN {
   printf "AERO -> WTXT        / snapshot(safetensors) = %.2fx (target <= 1.2x)\n", a / s;
-  printf "WTXT -> AERO        / cp(aero)              = %.2fx (target <= 3x)\n", b / c;
-  printf "safetensors -> AERO / cp(aero)              = %.2fx (target <= 3x)\n", x / c }'
+  printf "WTXT -> AERO        / cp(aero)              = %.2fx (target <= 3x; / cp+sync %.2fx, we fsync)\n", b / c, b / cs;
+  printf "safetensors -> AERO / cp(aero)              = %.2fx (target <= 3x; / cp+sync %.2fx)\n", x / c, x / cs }'
 fi

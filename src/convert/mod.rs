@@ -38,6 +38,11 @@ pub enum Format {
 
 /// Detects a format from magic bytes, never from the file name.
 pub fn detect(b: &[u8]) -> Option<Format> {
+    detect_head(b, b.len() as u64)
+}
+
+/// Detects the format of a file from its first bytes `b` and its length.
+pub fn detect_head(b: &[u8], file_len: u64) -> Option<Format> {
     if b.starts_with(npy::MAGIC) {
         return Some(Format::Npy);
     }
@@ -62,7 +67,7 @@ pub fn detect(b: &[u8]) -> Option<Format> {
     // safetensors: u64 LE header length, then a JSON object.
     if b.len() >= 10 {
         let n = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-        if b[8] == b'{' && n >= 2 && n <= (b.len() - 8) as u64 {
+        if b[8] == b'{' && n >= 2 && n <= file_len - 8 {
             return Some(Format::Safetensors);
         }
     }
@@ -170,6 +175,14 @@ pub fn load_inputs(paths: &[impl AsRef<Path>], verify: &VerifyOptions) -> Result
 /// besides tensors in metadata arrays (`__safetensors_header`,
 /// `__volp_header`), so it can be written back as it was.
 pub fn load_lossless(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
+    let mut head = [0u8; 16];
+    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let file_len = f.metadata().map_err(|e| Error::io(path, e))?.len();
+    let got = std::io::Read::read(&mut f, &mut head).map_err(|e| Error::io(path, e))?;
+    if matches!(detect_head(&head[..got], file_len), Some(Format::Wtxt) | None) {
+        // Streamed by the snapshot loader; never mapped whole.
+        return load_inputs(&[path], verify);
+    }
     let map = map_file(path)?;
     if let Some(fmt @ (Format::Fold | Format::Aero | Format::Mldf)) = detect(&map) {
         let src = npy::Source::Mapped(map);
@@ -241,7 +254,7 @@ fn drop_default_meta(fmt: Format, arrays: Vec<Array>) -> Vec<Array> {
 fn load_one(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
     let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
     if len == 0 {
-        return Err(input_at(0, "empty file: expected .npy, .npz, .safetensors or WTXT"));
+        return Err(input_at(0, "empty file: expected .npy, .npz, .safetensors, FOLD, AERO, VOLP, MLDF or WTXT"));
     }
     let map = map_file(path)?;
     match detect(&map) {
@@ -258,10 +271,16 @@ fn load_one(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
             let arrays = read_container(fmt, &npy::Source::Mapped(map), path)?;
             Ok(arrays.into_iter().filter(|a| !a.name.starts_with("__")).collect())
         }
-        Some(Format::Wtxt) => Ok(crate::wtxt::load(&map[..], len, verify)?.arrays),
-        None => {
-            Err(input_at(0, "unrecognized format: expected .npy, .npz (zip), .safetensors, VOLP or WTXT magic bytes"))
+        Some(Format::Wtxt) => {
+            // Streamed from the file: the decoded arrays are the only copy held.
+            drop(map);
+            let f = File::open(path).map_err(|e| Error::io(path, e))?;
+            Ok(crate::wtxt::load(std::io::BufReader::with_capacity(1 << 20, f), len, verify)?.arrays)
         }
+        None => Err(input_at(
+            0,
+            "unrecognized format: expected .npy, .npz (zip), .safetensors, FOLD, AERO, VOLP, MLDF or WTXT magic bytes",
+        )),
     }
 }
 
