@@ -129,6 +129,13 @@ pub fn sanitize_name(name: &str) -> String {
     out
 }
 
+/// The first name that occurs twice in `originals`, if any (a container
+/// that names two things alike cannot be mapped one to one).
+pub fn first_duplicate(originals: &[String]) -> Option<&str> {
+    let mut seen = std::collections::HashSet::with_capacity(originals.len());
+    originals.iter().find(|n| !seen.insert(n.as_str())).map(String::as_str)
+}
+
 /// Gives every original name a unique WTXT name. Names that are already valid
 /// keep their spelling; the others are sanitized and, where that collides,
 /// get the smallest suffix `_2`, `_3`, ... that is free. Originals are taken

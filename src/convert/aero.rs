@@ -262,10 +262,10 @@ fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> 
         originals.push(name.to_string());
         found.push(a);
     }
-    if originals.iter().collect::<std::collections::HashSet<_>>().len() != originals.len() {
-        return Err(input_at(chunks[tidx_at].offset, "TIDX: two tensors have the same name"));
-    }
     originals.push(META.to_string());
+    if let Some(d) = crate::model::first_duplicate(&originals) {
+        return Err(input_at(chunks[tidx_at].offset, format!("TIDX: two tensors are named {d:?}")));
+    }
     let names = assign_names(&originals);
 
     let mut out = Vec::with_capacity(found.len() + 1);

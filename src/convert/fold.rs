@@ -216,6 +216,9 @@ fn read_with(src: &Source, notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
             found.push(Vec::new());
         }
     }
+    if let Some(d) = crate::model::first_duplicate(&originals) {
+        return Err(input_at(index_off, format!("index: two chunks or NPZ members are named {d:?}")));
+    }
     let names = assign_names(&originals);
     let mut names = names.into_iter().skip(1);
     let mut out = Vec::new();

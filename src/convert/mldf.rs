@@ -226,6 +226,9 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
             originals.push(format!("{}__sizes", f.name));
         }
     }
+    if let Some(d) = crate::model::first_duplicate(&originals) {
+        return Err(input_at(desc_ptr, format!("two fields (or a field and a sizes array) are named {d:?}")));
+    }
     let names = assign_names(&originals);
     let mut names = names.into_iter().skip(1);
     let mut out = Vec::new();

@@ -233,3 +233,19 @@ fn age_armor_never_panics() {
         }
     });
 }
+
+/// Inputs the fuzzers found (fuzz/artifacts): each read must fail or round trip.
+#[test]
+fn fuzz_regressions() {
+    use wtxt::convert::{mldf, npy::Source};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fuzz");
+    for e in std::fs::read_dir(dir.join("mldf")).unwrap() {
+        let b = std::fs::read(e.unwrap().path()).unwrap();
+        if let Ok(arrays) = mldf::read(&Source::Owned(std::sync::Arc::new(b)), &mut Vec::new()) {
+            if let Ok(bytes) = mldf::write(&arrays) {
+                let again = mldf::read(&Source::Owned(std::sync::Arc::new(bytes)), &mut Vec::new()).unwrap();
+                assert_eq!(again.len(), arrays.len());
+            }
+        }
+    }
+}
