@@ -14,6 +14,7 @@ use std::io::Write;
 
 use serde_json::{json, Value};
 
+use crate::convert::bytes::{le_u16, le_u32, le_u64};
 use crate::convert::npy::Source;
 use crate::convert::{meta_array, meta_json, msgpack, pyjson, zstd_exact, Notes};
 use crate::error::{check_byte, input_at, Error, Result};
@@ -40,18 +41,6 @@ const ZSTD_LEVEL: i32 = 6;
 const MMAP_CRITICAL: u32 = 0x2;
 const IS_INDEX: u32 = 0x4;
 const PACKED: u64 = 0x8000;
-
-fn le_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
-}
-
-fn le_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn le_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
 
 fn dtype_of(code: u64) -> Option<Dtype> {
     Some(match code {

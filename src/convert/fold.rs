@@ -14,6 +14,7 @@
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::convert::bytes::{be_u32, be_u64};
 use crate::convert::npy::Source;
 use crate::convert::{meta_array, meta_json, npz, pyjson, rs, Notes};
 use crate::error::{check_byte, input_at, Error, Result};
@@ -33,14 +34,6 @@ const ZSTD_LEVEL: i32 = 3;
 const CHUNK_HEADER_LEN: u64 = 32;
 /// Index versions this reader was written against.
 const KNOWN_VERSIONS: [&str; 3] = ["1.0.0", "1.1.0", "1.2.0"];
-
-fn be_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn be_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
 
 /// One chunk as the index describes it.
 struct Entry {

@@ -10,6 +10,7 @@
 
 use serde_json::{json, Value};
 
+use crate::convert::bytes::{le_u16, le_u32, le_u64};
 use crate::convert::npy::Source;
 use crate::convert::{meta_array, meta_json, Notes};
 use crate::error::{input_at, Error, Result};
@@ -64,18 +65,6 @@ impl Kind {
     }
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
 /// NDARRAY arguments: dtype (8 bytes, NUL-padded WTXT spelling), ndim (1
 /// byte), 7 zero bytes, then ndim little-endian u64 dims.
 fn parse_ndarray_args(a: &[u8]) -> std::result::Result<(Dtype, Vec<u64>), String> {
@@ -86,7 +75,7 @@ fn parse_ndarray_args(a: &[u8]) -> std::result::Result<(Dtype, Vec<u64>), String
     if ndim > MAX_NDIM {
         return Err(format!("NDARRAY ndim {ndim} exceeds {MAX_NDIM}"));
     }
-    Ok((dtype, (0..ndim).map(|i| u64_at(a, 16 + 8 * i)).collect()))
+    Ok((dtype, (0..ndim).map(|i| le_u64(a, 16 + 8 * i)).collect()))
 }
 
 fn ndarray_args(dtype: Dtype, dims: &[u64]) -> Result<[u8; 128]> {
@@ -117,7 +106,7 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
         return Err(input_at(0, "expected the MLDF magic \\x89MLDF\\r\\n\\x1a\\n"));
     }
     let h = b.get(H..H + HEADER).ok_or_else(|| input_at(H as u64, "file ends inside the 64-byte header"))?;
-    let (major, minor) = (u16_at(h, 0), u16_at(h, 2));
+    let (major, minor) = (le_u16(h, 0), le_u16(h, 2));
     if major > VERSION_MAJOR {
         return Err(input_at(
             H as u64,
@@ -135,15 +124,15 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     if minor > VERSION_MINOR {
         notes.push(format!("MLDF version {major}.{minor} is newer than this reader ({VERSION_MAJOR}.{VERSION_MINOR}); parts it does not know are ignored"));
     }
-    let flags = u32_at(h, 4);
+    let flags = le_u32(h, 4);
     if flags & LITTLE_ENDIAN == 0 {
         return Err(input_at(H as u64 + 4, "flags: only little-endian files (flag 0x1) are supported"));
     }
     if let Some((_, what)) = UNSUPPORTED_FLAGS.iter().find(|(f, _)| flags & f != 0) {
         return Err(input_at(H as u64 + 4, format!("flags: {what} data regions are not supported")));
     }
-    let (n, nf, page_size) = (u64_at(h, 8), u16_at(h, 16) as u64, u32_at(h, 20));
-    let (desc_ptr, meta_ptr, data_ptr, alloc_ptr) = (u64_at(h, 24), u64_at(h, 32), u64_at(h, 40), u64_at(h, 48));
+    let (n, nf, page_size) = (le_u64(h, 8), le_u16(h, 16) as u64, le_u32(h, 20));
+    let (desc_ptr, meta_ptr, data_ptr, alloc_ptr) = (le_u64(h, 24), le_u64(h, 32), le_u64(h, 40), le_u64(h, 48));
     desc_ptr.checked_add(nf * DESC).filter(|&e| desc_ptr >= (H + HEADER) as u64 && e <= meta_ptr).ok_or_else(|| {
         input_at(
             H as u64 + 24,
@@ -166,14 +155,14 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
         let name = std::str::from_utf8(&raw_name[..end])
             .map_err(|_| input_at(at as u64, format!("field {i}: name is not UTF-8")))?
             .to_string();
-        let type_id = u16_at(d, 64);
+        let type_id = le_u16(d, 64);
         let kind = Kind::from_id(type_id).ok_or_else(|| {
             input_at(
                 at as u64 + 64,
                 format!("field {name:?}: type_id {type_id} is not one of INT 1, FLOAT 2, BYTES 3, NDARRAY 4, JSON 5"),
             )
         })?;
-        let meta_size = u32_at(d, 68) as u64;
+        let meta_size = le_u32(d, 68) as u64;
         if meta_size != kind.record() {
             return Err(input_at(
                 at as u64 + 68,
@@ -185,7 +174,7 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
         if kind == Kind::Ndarray {
             parse_ndarray_args(&args).map_err(|m| input_at(at as u64 + 76, format!("field {name:?}: {m}")))?;
         }
-        fields.push(Field { name, kind, flags: u16_at(d, 66), args });
+        fields.push(Field { name, kind, flags: le_u16(d, 66), args });
     }
     let table_end = n.checked_mul(row).and_then(|t| t.checked_add(meta_ptr)).filter(|&e| e <= data_ptr);
     table_end.ok_or_else(|| {
@@ -204,7 +193,7 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     let mut allocs = Vec::with_capacity((alloc_len / ALLOC) as usize);
     for i in 0..alloc_len / ALLOC {
         let at = (alloc_ptr + i * ALLOC) as usize;
-        let (p, s) = (u64_at(b, at), u32_at(b, at + 8) as u64);
+        let (p, s) = (le_u64(b, at), le_u32(b, at + 8) as u64);
         if p < data_ptr || p.checked_add(s).is_none_or(|e| e > alloc_ptr) {
             return Err(input_at(at as u64, format!("allocation {i}: {s} bytes at {p} lie outside the data region")));
         }
@@ -238,7 +227,7 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
         let record = |s: u64| (meta_ptr + s * row + col) as usize;
         let blob = |s: u64| -> Result<&[u8]> {
             let at = record(s);
-            let (p, size) = (u64_at(b, at), u32_at(b, at + 8) as u64);
+            let (p, size) = (le_u64(b, at), le_u32(b, at + 8) as u64);
             if size == 0 {
                 return Ok(&[]);
             }

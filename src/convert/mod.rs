@@ -2,6 +2,7 @@
 //! loading snapshot inputs into the model, and writing extracted arrays.
 
 pub mod aero;
+pub mod bytes;
 pub mod fold;
 pub mod mldf;
 pub mod msgpack;

@@ -8,7 +8,6 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
-use crate::util::wtxt;
 
 fn peers() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/peers")
@@ -26,14 +25,7 @@ fn py(script: &str, args: &[&Path]) -> String {
 
 /// Runs `wtxt convert`; returns (exit code, stderr).
 fn convert(input: &Path, out: &Path, to: &str) -> (i32, String) {
-    let o = wtxt()
-        .arg("convert")
-        .arg(input)
-        .arg("-o")
-        .arg(out)
-        .args(["--to", to, "--ts", "2026-01-01T00:00:00Z"])
-        .output()
-        .unwrap();
+    let o = crate::convert::convert(input, out, to);
     (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 

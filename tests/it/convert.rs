@@ -9,7 +9,8 @@ fn peers() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/peers")
 }
 
-fn convert(input: &Path, out: &Path, to: &str) -> std::process::Output {
+/// Runs `wtxt convert INPUT -o OUT --to TO` with a fixed `--ts`.
+pub fn convert(input: &Path, out: &Path, to: &str) -> std::process::Output {
     wtxt()
         .arg("convert")
         .arg(input)
