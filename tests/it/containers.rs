@@ -8,7 +8,6 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
-
 fn peers() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/peers")
 }
