@@ -368,3 +368,27 @@ fn aero_control_and_page_hashes_and_packed_tensors() {
     bad[last] ^= 1;
     assert!(aero::read(&Source::Owned(std::sync::Arc::new(bad)), &mut Vec::new()).is_err());
 }
+
+#[test]
+fn snapshot_takes_the_tensors_of_fold_aero_and_mldf_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mldf = dir.path().join("f.mldf");
+    py("mldf_seed.py", &[Path::new("write"), &mldf]);
+    for (input, some) in [
+        (peers().join("aero_single_shard.aero"), "encoder_embed_weight"),
+        (peers().join("fold_zstd_noecc.fold"), "protection"),
+        (mldf.clone(), "emb"),
+    ] {
+        let out = dir.path().join("s.wtxt");
+        let o = crate::util::wtxt()
+            .arg("snapshot")
+            .arg(&input)
+            .args(["-o", out.to_str().unwrap(), "--ts", "2026-01-01T00:00:00Z"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}: {}", input.display(), String::from_utf8_lossy(&o.stderr));
+        let arrays = load(&out);
+        assert!(arrays.iter().any(|a| a.name == some), "{}", input.display());
+        assert!(arrays.iter().all(|a| !a.name.starts_with("__")), "{}: tensors only", input.display());
+    }
+}
