@@ -412,6 +412,15 @@ fn pinned_npz(c: &Value, members: &[(&str, &Array)]) -> Option<Vec<u8>> {
 
 /// Writes arrays as FOLD, following `__fold` when present.
 pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
+    if let Some(a) = arrays.iter().find(|a| a.dtype == crate::model::Dtype::Bf16) {
+        return Err(Error::input(
+            Default::default(),
+            format!(
+                "FOLD keeps tensors in NPZ0 chunks and NumPy has no bfloat16: array {} is bf16 (use --to aero or safetensors)",
+                a.name
+            ),
+        ));
+    }
     let meta = meta_json(arrays, META)?.unwrap_or_else(|| json!({}));
     let bad = |m: String| Error::input(Default::default(), format!("{META}: {m}"));
     let find =
