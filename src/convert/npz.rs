@@ -101,6 +101,9 @@ fn key_names(mut arrays: Vec<Array>, always: bool) -> Result<Vec<Array>> {
     let keys: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
     let mut originals = keys.clone();
     originals.push(META.to_string());
+    if let Some(d) = crate::model::first_duplicate(&originals) {
+        return Err(input_at(0, format!("two members are named {d:?}")));
+    }
     let names = crate::model::assign_names(&originals);
     let renamed = keys.iter().zip(&names).any(|(k, n)| k != n);
     for (a, n) in arrays.iter_mut().zip(&names) {
