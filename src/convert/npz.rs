@@ -152,7 +152,13 @@ pub fn read_pinned(content: &[u8]) -> Result<Vec<Array>> {
         let start = at as usize;
         let Some(body) = content.get(start..start + f.size() as usize) else { continue };
         let Ok(h) = npy::parse_header(body) else { continue };
-        if !h.big_endian && (!h.fortran_order || h.shape.len() < 2) {
+        // Only members whose CRC-32 stands right in both headers: rebuild
+        // recomputes it, which must give the bytes the archive has.
+        let crc = crc32fast::hash(body).to_le_bytes();
+        let crc_ok = [f.header_start() + 14, f.central_header_start() + 16]
+            .iter()
+            .all(|&at| content.get(at as usize..at as usize + 4) == Some(&crc[..]));
+        if crc_ok && !h.big_endian && (!h.fortran_order || h.shape.len() < 2) {
             if let Some(name) = name_of(key) {
                 // Where the member's CRC-32 stands (local and central headers),
                 // so a changed tensor of the same size gets a correct archive.

@@ -248,4 +248,10 @@ fn fuzz_regressions() {
             }
         }
     }
+    for e in std::fs::read_dir(dir.join("npz")).unwrap() {
+        let b = std::fs::read(e.unwrap().path()).unwrap();
+        if let Ok(arrays) = wtxt::convert::npz::read_pinned(&b) {
+            assert!(wtxt::convert::npz::rebuild(&arrays).unwrap() == b, "the filter's npz form rebuilds exactly");
+        }
+    }
 }
