@@ -270,7 +270,10 @@ fn run(
     let once = |p: &mut Pipeline| {
         let pin = state.load_full();
         if p.state.last_gen == Some(pin.gen) {
-            return; // already written: nothing new since
+            // Already written by an earlier request that pinned a newer
+            // state than its own: this request was folded into it.
+            shared.coalesced.fetch_add(1, Ordering::Relaxed);
+            return;
         }
         if let Err(e) = p.snapshot(pin.gen, &pin.arrays) {
             p.state.last_error = Some(format!("gen {}: {e}", pin.gen));
