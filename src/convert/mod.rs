@@ -176,38 +176,48 @@ pub fn load_inputs(paths: &[impl AsRef<Path>], verify: &VerifyOptions) -> Result
 /// besides tensors in metadata arrays (`__safetensors_header`,
 /// `__volp_header`), so it can be written back as it was.
 pub fn load_lossless(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
-    let mut head = [0u8; 16];
-    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
-    let file_len = f.metadata().map_err(|e| Error::io(path, e))?.len();
-    let got = std::io::Read::read(&mut f, &mut head).map_err(|e| Error::io(path, e))?;
-    if matches!(detect_head(&head[..got], file_len), Some(Format::Wtxt) | None) {
-        // Streamed by the snapshot loader; never mapped whole.
-        return load_inputs(&[path], verify);
-    }
+    let fmt = match sniff(path)? {
+        (Some(fmt @ (Format::Fold | Format::Aero | Format::Mldf | Format::Npz | Format::Safetensors)), _) => fmt,
+        // WTXT, .npy, VOLP: the snapshot loader already keeps everything.
+        _ => return load_inputs(&[path], verify),
+    };
     let map = map_file(path)?;
-    if let Some(fmt @ (Format::Fold | Format::Aero | Format::Mldf)) = detect(&map) {
-        let src = npy::Source::Mapped(map);
-        let arrays = read_container(fmt, &src, path)?;
-        return Ok(drop_default_meta(fmt, arrays));
-    }
-    if detect(&map) == Some(Format::Npz) {
-        let arrays = npz::read(&npy::Source::Mapped(map)).map_err(|e| e.in_file(path))?;
-        return npz::with_key_names(arrays);
-    }
-    if detect(&map) == Some(Format::Safetensors) {
-        let mut arrays =
-            safetensors::safetensors_to_arrays_in(&npy::Source::Mapped(map.clone())).map_err(|e| e.in_file(path))?;
-        sort_arrays(&mut arrays)?;
-        // A file our own writer would produce for these tensors needs no
-        // header array to be rebuilt: leave it out, so WTXT -> safetensors
-        // -> WTXT gives the same bytes too.
-        let tensors: Vec<Array> = arrays.iter().filter(|a| a.name != safetensors::ST_HEADER).cloned().collect();
-        if safetensors::is_ours(&map, &tensors) {
-            return Ok(tensors);
+    match fmt {
+        Format::Npz => {
+            let arrays = npz::read(&npy::Source::Mapped(map)).map_err(|e| e.in_file(path))?;
+            npz::with_key_names(arrays)
         }
-        return Ok(arrays);
+        Format::Safetensors => {
+            let mut arrays = safetensors::safetensors_to_arrays_in(&npy::Source::Mapped(map.clone()))
+                .map_err(|e| e.in_file(path))?;
+            sort_arrays(&mut arrays)?;
+            // A file our own writer would produce for these tensors needs no
+            // header array to be rebuilt: leave it out, so WTXT -> safetensors
+            // -> WTXT gives the same bytes too.
+            let tensors: Vec<Array> = arrays.iter().filter(|a| a.name != safetensors::ST_HEADER).cloned().collect();
+            Ok(if safetensors::is_ours(&map, &tensors) { tensors } else { arrays })
+        }
+        _ => {
+            let arrays = read_container(fmt, &npy::Source::Mapped(map), path)?;
+            Ok(drop_default_meta(fmt, arrays))
+        }
     }
-    load_inputs(&[path], verify)
+}
+
+/// A file's format, from its first 16 bytes, and its length: enough to
+/// choose a reader before mapping (or streaming) the whole file.
+fn sniff(path: &Path) -> Result<(Option<Format>, u64)> {
+    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
+    let mut head = [0u8; 16];
+    let mut got = 0;
+    while got < head.len() {
+        match std::io::Read::read(&mut f, &mut head[got..]).map_err(|e| Error::io(path, e))? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok((detect_head(&head[..got], len), len))
 }
 
 /// Reads a FOLD, AERO or MLDF file with its metadata arrays, printing the
@@ -253,35 +263,37 @@ fn drop_default_meta(fmt: Format, arrays: Vec<Array>) -> Vec<Array> {
 }
 
 fn load_one(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
-    let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
-    if len == 0 {
-        return Err(input_at(0, "empty file: expected .npy, .npz, .safetensors, FOLD, AERO, VOLP, MLDF or WTXT"));
-    }
+    let fmt = match sniff(path)? {
+        (_, 0) => {
+            return Err(input_at(0, "empty file: expected .npy, .npz, .safetensors, FOLD, AERO, VOLP, MLDF or WTXT"))
+        }
+        (Some(Format::Wtxt), len) => {
+            // Streamed from the file: the decoded arrays are the only copy held.
+            let f = File::open(path).map_err(|e| Error::io(path, e))?;
+            return Ok(crate::wtxt::load(std::io::BufReader::with_capacity(1 << 20, f), len, verify)?.arrays);
+        }
+        (Some(fmt), _) => fmt,
+        (None, _) => return Err(input_at(
+            0,
+            "unrecognized format: expected .npy, .npz (zip), .safetensors, FOLD, AERO, VOLP, MLDF or WTXT magic bytes",
+        )),
+    };
     let map = map_file(path)?;
-    match detect(&map) {
-        Some(Format::Npy) => {
+    match fmt {
+        Format::Npy => {
             let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
             let n = map.len();
             Ok(vec![npy::read(&stem, &npy::Source::Mapped(map), 0..n)?])
         }
-        Some(Format::Npz) => npz::read(&npy::Source::Mapped(map)),
-        Some(Format::Safetensors) => safetensors::read(&map),
-        Some(Format::Volp) => volp::read(&map),
+        Format::Npz => npz::read(&npy::Source::Mapped(map)),
+        Format::Safetensors => safetensors::read(&npy::Source::Mapped(map)),
+        Format::Volp => volp::read(&map),
         // Snapshots take the tensors; `convert` keeps the metadata too.
-        Some(fmt @ (Format::Fold | Format::Aero | Format::Mldf)) => {
+        Format::Fold | Format::Aero | Format::Mldf => {
             let arrays = read_container(fmt, &npy::Source::Mapped(map), path)?;
             Ok(arrays.into_iter().filter(|a| !a.name.starts_with("__")).collect())
         }
-        Some(Format::Wtxt) => {
-            // Streamed from the file: the decoded arrays are the only copy held.
-            drop(map);
-            let f = File::open(path).map_err(|e| Error::io(path, e))?;
-            Ok(crate::wtxt::load(std::io::BufReader::with_capacity(1 << 20, f), len, verify)?.arrays)
-        }
-        None => Err(input_at(
-            0,
-            "unrecognized format: expected .npy, .npz (zip), .safetensors, FOLD, AERO, VOLP, MLDF or WTXT magic bytes",
-        )),
+        Format::Wtxt => unreachable!("streamed above"),
     }
 }
 

@@ -4,7 +4,6 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use memmap2::Mmap;
 use safetensors::{Dtype as St, SafeTensors};
 
 use crate::convert::npy::Source;
@@ -53,9 +52,9 @@ fn to_st(d: Dtype) -> St {
 pub const ST_HEADER: &str = "__safetensors_header";
 
 /// Reads every tensor, each array named by its tensor name (the caller
-/// maps names to WTXT names).
-pub fn read(map: &Arc<Mmap>) -> Result<Vec<Array>> {
-    let bytes: &[u8] = map;
+/// maps names to WTXT names); the tensors are windows of `src`.
+pub fn read(src: &Source) -> Result<Vec<Array>> {
+    let bytes = src.bytes();
     let st = SafeTensors::deserialize(bytes).map_err(|e| input_at(0, format!("not a valid safetensors file: {e}")))?;
     let n = u64::from_le_bytes(bytes[..8].try_into().expect("checked by deserialize")) as usize;
     let base = bytes.as_ptr() as usize;
@@ -70,13 +69,8 @@ pub fn read(map: &Arc<Mmap>) -> Result<Vec<Array>> {
         let data = view.data();
         let start = data.as_ptr() as usize - base;
         let shape = view.shape().iter().map(|&d| d as u64).collect();
-        let arr = Array::with_original_name(
-            name.clone(),
-            dtype,
-            shape,
-            ArrayData::Mapped(map.clone(), start..start + data.len()),
-        )
-        .map_err(|e| input_at((8 + n) as u64, format!("tensor {name}: {}", e.message())))?;
+        let arr = Array::with_original_name(name.clone(), dtype, shape, src.window(start..start + data.len()))
+            .map_err(|e| input_at((8 + n) as u64, format!("tensor {name}: {}", e.message())))?;
         out.push(arr);
     }
     Ok(out)
@@ -149,23 +143,13 @@ pub fn safetensors_to_arrays(content: &[u8]) -> Result<Vec<Array>> {
 
 /// Like [`safetensors_to_arrays`]; the tensors are windows of `src`.
 pub fn safetensors_to_arrays_in(src: &Source) -> Result<Vec<Array>> {
-    let content = src.bytes();
-    let st = safetensors::SafeTensors::deserialize(content)
-        .map_err(|e| Error::input(Default::default(), format!("not a valid safetensors file: {e}")))?;
-    let n = u64::from_le_bytes(content[..8].try_into().expect("checked")) as usize;
-    let base = content.as_ptr() as usize;
-    let mut arrays = Vec::new();
-    let names: Vec<String> = st.names().into_iter().map(String::from).collect();
-    let mapped = crate::model::assign_names(&names);
-    for (orig, name) in names.iter().zip(mapped) {
-        let v = st.tensor(orig).map_err(|e| Error::input(Default::default(), e.to_string()))?;
-        let dtype = from_st(v.dtype()).ok_or_else(|| {
-            Error::input(Default::default(), format!("tensor {orig}: dtype {:?} has no WTXT equivalent", v.dtype()))
-        })?;
-        let start = v.data().as_ptr() as usize - base;
-        let shape = v.shape().iter().map(|&d| d as u64).collect();
-        arrays.push(Array::new(name, dtype, shape, src.window(start..start + v.data().len()))?);
+    let mut arrays = read(src)?;
+    let originals: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
+    for (a, name) in arrays.iter_mut().zip(crate::model::assign_names(&originals)) {
+        a.name = name;
     }
+    let content = src.bytes();
+    let n = u64::from_le_bytes(content[..8].try_into().expect("checked by read")) as usize;
     let header = content[..8 + n].to_vec();
     arrays.push(Array::new(ST_HEADER, Dtype::U8, vec![header.len() as u64], ArrayData::from(header))?);
     Ok(arrays)
