@@ -576,13 +576,36 @@ pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
 
 fn shard_bytes(parts: &[Part], tensors: &[&Array]) -> Vec<u8> {
     let mut v = Vec::new();
+    each_piece(parts, tensors, &mut |b| {
+        v.extend_from_slice(b);
+        Ok(())
+    })
+    .expect("collecting into memory does not fail");
+    v
+}
+
+/// Hands a shard's bytes to `f` in order, piece by piece: each tensor's
+/// bytes where they live, gaps as runs of zeros.
+fn each_piece(parts: &[Part], tensors: &[&Array], f: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
     for p in parts {
         match p {
-            Part::Zeros(n) => v.resize(v.len() + *n as usize, 0),
-            Part::Array(i) => v.extend_from_slice(tensors[*i].bytes()),
+            Part::Zeros(n) => each_zero_piece(*n, f)?,
+            Part::Array(i) => f(tensors[*i].bytes())?,
         }
     }
-    v
+    Ok(())
+}
+
+/// Hands `n` zero bytes to `f`, a page at a time.
+fn each_zero_piece(n: u64, f: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+    let zeros = [0u8; 4096];
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(zeros.len() as u64) as usize;
+        f(&zeros[..k])?;
+        left -= k as u64;
+    }
+    Ok(())
 }
 
 fn align(x: u64, a: u64) -> u64 {
@@ -676,33 +699,17 @@ fn assemble(outs: &[Out], tensors: &[&Array], uuid: &[u8], minor: u16, w: &mut d
     for (i, h) in hashes.iter().enumerate() {
         control[hash_at[i]..hash_at[i] + 32].copy_from_slice(h);
     }
-    let io = |e| Error::io("output", e);
-    w.write_all(&control).map_err(io)?;
+    let mut write = |b: &[u8]| w.write_all(b).map_err(|e| Error::io("output", e));
+    write(&control)?;
     let mut pos = payload_start;
     for (i, o) in outs.iter().enumerate() {
-        write_zeros(w, offsets[i] - pos)?;
+        each_zero_piece(offsets[i] - pos, &mut write)?;
         if o.fourcc == "WTSH" {
-            for p in &o.parts {
-                match p {
-                    Part::Zeros(n) => write_zeros(w, *n)?,
-                    Part::Array(a) => w.write_all(tensors[*a].bytes()).map_err(io)?,
-                }
-            }
+            each_piece(&o.parts, tensors, &mut write)?;
         } else {
-            w.write_all(&stored[i]).map_err(io)?;
+            write(&stored[i])?;
         }
         pos = offsets[i] + sizes[i].0;
-    }
-    Ok(())
-}
-
-fn write_zeros(w: &mut dyn Write, n: u64) -> Result<()> {
-    let zeros = [0u8; 4096];
-    let mut left = n;
-    while left > 0 {
-        let k = left.min(zeros.len() as u64) as usize;
-        w.write_all(&zeros[..k]).map_err(|e| Error::io("output", e))?;
-        left -= k as u64;
     }
     Ok(())
 }
@@ -710,22 +717,11 @@ fn write_zeros(w: &mut dyn Write, n: u64) -> Result<()> {
 /// BLAKE3 of a shard from its parts; large tensors are hashed on all cores.
 fn hash_parts(parts: &[Part], tensors: &[&Array]) -> [u8; 32] {
     let mut h = blake3::Hasher::new();
-    for p in parts {
-        match p {
-            Part::Zeros(n) => {
-                let zeros = [0u8; 4096];
-                let mut left = *n;
-                while left > 0 {
-                    let k = left.min(4096) as usize;
-                    h.update(&zeros[..k]);
-                    left -= k as u64;
-                }
-            }
-            Part::Array(a) => {
-                hash_into(&mut h, tensors[*a].bytes());
-            }
-        }
-    }
+    each_piece(parts, tensors, &mut |b| {
+        hash_into(&mut h, b);
+        Ok(())
+    })
+    .expect("hashing does not fail");
     *h.finalize().as_bytes()
 }
 
