@@ -3,26 +3,18 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sha2::{Digest, Sha256};
-use wtxt::model::{Array, ArrayData, Dtype};
+use wtxt::model::Array;
 use wtxt::progress::Progress;
 use wtxt::wtxt::syntax::{Meta, Timestamp};
 use wtxt::wtxt::verify::verify;
 use wtxt::wtxt::write::{write_snapshot, WriteOptions};
 
+mod common;
+
 const MIB: usize = 64;
 
 fn arrays() -> Vec<Array> {
-    let n = MIB << 20;
-    let mut x = 0x9e3779b97f4a7c15u64;
-    let data: Vec<u8> = (0..n / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect();
-    vec![Array::new("w", Dtype::F32, vec![(n / 4096) as u64, 1024], ArrayData::from(data)).unwrap()]
+    vec![common::noise_matrix(MIB)]
 }
 
 fn options() -> WriteOptions<'static> {

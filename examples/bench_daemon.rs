@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use wtxt::daemon::pipeline::PipelineConfig;
 use wtxt::daemon::snapshotter::{Generation, Snapshotter};
-use wtxt::model::{Array, ArrayData, Dtype};
+
+#[path = "../benches/common/mod.rs"]
+mod common;
 
 fn main() -> wtxt::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -16,18 +18,7 @@ fn main() -> wtxt::Result<()> {
     let mib: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(256);
     let calls: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
     let _ = std::fs::remove_dir_all(&ring);
-    let mut x = 0x9e3779b97f4a7c15u64;
-    let data: Vec<u8> = (0..(mib << 20) / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect();
-    let data = Arc::new(data);
-    let rows = (mib << 20) / 4096;
-    let array = Array::new("w", Dtype::F32, vec![rows as u64, 1024], ArrayData::Owned(data))?;
+    let array = common::noise_matrix(mib);
 
     // Direct: the canonical writer on the same state.
     let direct_file = ring.with_extension("direct.wtxt");
