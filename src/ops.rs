@@ -822,17 +822,11 @@ pub enum ConvertTo {
 /// options, plus the container's metadata arrays, so converting back gives
 /// the same file) or to another container.
 pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions) -> Result<()> {
-    use crate::convert::{write_arrays_as, OutFormat};
+    use crate::convert::write_arrays_as;
     let verify = VerifyOptions { hmac_key: o.hmac_key.as_ref(), ..Default::default() };
     let arrays = crate::convert::load_lossless(input, &verify)?;
     match to {
         ConvertTo::Wtxt => snapshot_arrays(&arrays, out, o, &Progress::hidden()).map(|_| ()),
-        ConvertTo::Container(OutFormat::Safetensors)
-            if arrays.iter().any(|a| a.name == crate::convert::safetensors::ST_HEADER) =>
-        {
-            let bytes = crate::convert::safetensors::arrays_to_safetensors(&arrays)?;
-            write_file(out, &bytes, 0o644)
-        }
         ConvertTo::Container(fmt) => {
             let (arrays, dropped) = crate::convert::foreign_metadata(arrays, fmt);
             if !dropped.is_empty() {

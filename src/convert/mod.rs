@@ -340,6 +340,8 @@ pub fn write_arrays(arrays: &[Array], out: &Path) -> Result<()> {
 pub fn write_arrays_as(arrays: &[Array], out: &Path, fmt: OutFormat) -> Result<()> {
     use std::io::Write;
     let mut f = AtomicFile::create(out)?;
+    let has = |name: &str| arrays.iter().any(|a| a.name == name);
+    let mut write_all = |b: &[u8]| f.file().write_all(b).map_err(|e| Error::io(out, e));
     match fmt {
         OutFormat::Npy => {
             let [a] = arrays else {
@@ -352,6 +354,11 @@ pub fn write_arrays_as(arrays: &[Array], out: &Path, fmt: OutFormat) -> Result<(
             w.write_all(&npy::header(a)?).map_err(|e| Error::io(out, e))?;
             w.write_all(a.bytes()).map_err(|e| Error::io(out, e))?;
             w.flush().map_err(|e| Error::io(out, e))?;
+        }
+        // A filter-made WTXT carries the file's exact form: give it back.
+        OutFormat::Npz if has(npz::SKELETON) => write_all(&npz::rebuild(arrays)?)?,
+        OutFormat::Safetensors if has(safetensors::ST_HEADER) => {
+            write_all(&safetensors::arrays_to_safetensors(arrays)?)?
         }
         OutFormat::Npz => {
             npz::write_with_keys(arrays, std::io::BufWriter::new(f.file()))?
@@ -368,14 +375,9 @@ pub fn write_arrays_as(arrays: &[Array], out: &Path, fmt: OutFormat) -> Result<(
             aero::write_to(arrays, &mut w)?;
             w.flush().map_err(|e| Error::io(out, e))?;
         }
-        OutFormat::Volp | OutFormat::Fold | OutFormat::Mldf => {
-            let bytes = match fmt {
-                OutFormat::Volp => volp::write(arrays)?,
-                OutFormat::Fold => fold::write(arrays)?,
-                _ => mldf::write(arrays)?,
-            };
-            f.file().write_all(&bytes).map_err(|e| Error::io(out, e))?;
-        }
+        OutFormat::Volp => write_all(&volp::write(arrays)?)?,
+        OutFormat::Fold => write_all(&fold::write(arrays)?)?,
+        OutFormat::Mldf => write_all(&mldf::write(arrays)?)?,
     }
     f.commit()
 }

@@ -401,6 +401,15 @@ fn npz_filter_keeps_numpy_archives_exactly_and_rebuilds_valid_ones_after_edits()
         assert!(&std::fs::read(r.root.join(name)).unwrap() == bytes, "{name}: byte for byte");
     }
     assert_eq!(r.ok(&["status", "--porcelain"]), "");
+    // `convert` of the stored WTXT gives the archive back too.
+    let stored = r.root.join("stored.wtxt");
+    std::fs::write(&stored, r.ok(&["cat-file", "-p", "HEAD:packed.npz"])).unwrap();
+    let back = r.root.join("back.npz");
+    let o = r.wtxt(&["convert", stored.to_str().unwrap(), "-o", back.to_str().unwrap(), "--to", "npz"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(&back).unwrap() == originals[1].1, "convert --to npz rebuilds the exact archive");
+    std::fs::remove_file(&back).unwrap();
+    std::fs::remove_file(&stored).unwrap();
     // A tensor changed in the WTXT (as a merge would) gives a valid archive: CRC-32 recomputed.
     let blob = r.ok(&["cat-file", "-p", "HEAD:plain.npz"]);
     let loaded = wtxt::wtxt::load(blob.as_bytes(), blob.len() as u64, &Default::default()).unwrap();
