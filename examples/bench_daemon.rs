@@ -23,16 +23,7 @@ fn main() -> wtxt::Result<()> {
     // Direct: the canonical writer on the same state.
     let direct_file = ring.with_extension("direct.wtxt");
     std::fs::create_dir_all(&ring).ok();
-    let opts = wtxt::wtxt::write::WriteOptions {
-        meta: wtxt::ops::make_meta(1, None, &None, &None, &None, &None)?,
-        merkle_prev: [0; 32],
-        rows_per_chunk: 128,
-        hmac_key: None,
-        sign_key: None,
-        audit: None,
-        streaming: false,
-        carried_hmacs: Vec::new(),
-    };
+    let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(1, None)?, 128);
     let mut directs = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();

@@ -117,15 +117,14 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(p) = &self.0.path {
-            write!(f, "{}: ", p.display())?;
+            write!(f, "{}: ", one_line(&p.display().to_string()))?;
         }
         match self.0.pos {
             Position::None => {}
             Position::Line(n) => write!(f, "line {n}: ")?,
             Position::Byte(n) => write!(f, "byte {n}: ")?,
         }
-        // One line, always: a message never carries its own newlines.
-        write!(f, "{}", self.0.message.replace('\n', " "))
+        write!(f, "{}", one_line(&self.0.message))
     }
 }
 
@@ -149,4 +148,39 @@ pub fn check_byte(byte: u64, message: impl Into<String>) -> Error {
 /// Shorthand for unusable input at a byte offset.
 pub fn input_at(byte: u64, message: impl Into<String>) -> Error {
     Error::input(Position::Byte(byte), message)
+}
+
+/// Text from a file, made safe for a one-line message: control bytes,
+/// backslashes and anything outside printable ASCII are written as escapes
+/// (`\x1b`, `\u{e9}`), so a hostile name cannot drive the terminal.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            ' '..='~' => out.push(c),
+            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A message as one printable line: newlines become spaces and other
+/// control bytes (ESC, CR, DEL, ...) `\xNN`, whatever a file put in a name.
+pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| match c {
+            '\n' => " ".to_string(),
+            c if c.is_control() => format!("\\x{:02x}", c as u32),
+            c => c.to_string(),
+        })
+        .collect::<String>()
+        .into()
 }

@@ -116,6 +116,23 @@ pub fn is_valid_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= MAX_NAME && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
+/// Names beginning with `__` belong to wtxt's metadata arrays (`__npz`,
+/// `__safetensors_header`, ...), which writers interpret. A tensor read
+/// from a container may not take one: it would steer a writer (member
+/// names, header bytes) instead of being data.
+pub fn check_tensor_name(name: &str) -> Result<()> {
+    if name.starts_with("__") {
+        return Err(Error::input(
+            Default::default(),
+            format!(
+                "tensor {}: names beginning with `__` are reserved for wtxt's metadata arrays; rename it",
+                crate::error::escape(name)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Maps a container's tensor name to a WTXT name: every byte outside
 /// `[A-Za-z0-9_]` becomes `_`, an empty name becomes `_`, and a name over 255
 /// bytes is cut. Collisions are resolved by [`assign_names`].
@@ -223,12 +240,18 @@ impl Array {
                 format!("array name {name:?} is not [A-Za-z0-9_]+ of at most {MAX_NAME} bytes"),
             ));
         }
-        Array::with_original_name(name, dtype, shape, data)
+        Array::build(name, dtype, shape, data)
     }
 
     /// Like [`Array::new`] but keeps a container's name as it is, for
-    /// readers; [`assign_names`] gives it a WTXT name before writing.
+    /// readers; [`assign_names`] gives it a WTXT name before writing. A
+    /// name wtxt reserves for its metadata arrays is refused.
     pub fn with_original_name(name: String, dtype: Dtype, shape: Vec<u64>, data: ArrayData) -> Result<Array> {
+        check_tensor_name(&name)?;
+        Array::build(name, dtype, shape, data)
+    }
+
+    fn build(name: String, dtype: Dtype, shape: Vec<u64>, data: ArrayData) -> Result<Array> {
         if shape.len() > MAX_RANK {
             return Err(Error::input(
                 Default::default(),

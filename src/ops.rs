@@ -13,14 +13,14 @@ use crate::crypto::armor::{open_maybe_sealed, Seal, Unseal};
 use crate::crypto::digest::{merkle_this, Hash};
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::{SecretKey, TrustedKeys};
-use crate::error::{check_at, Error, Result};
+use crate::error::{check_at, Error, Position, Result};
 use crate::model::Array;
 use crate::progress::Progress;
 use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
-use crate::wtxt::read::{read, read_header, ArrayStart, Header, LineReader, Visitor};
+use crate::wtxt::read::{read, read_head, ArrayStart, Header, LineReader, Visitor};
 use crate::wtxt::recover::{recover as scan, RecoveryReport};
-use crate::wtxt::syntax::{check_token, Audit, ChLine, Meta, Root, SignLine, Timestamp, Wsum};
-use crate::wtxt::verify::{verify, Report, VerifyOptions};
+use crate::wtxt::syntax::{Audit, ChLine, Meta, Root, SignLine, Wsum};
+use crate::wtxt::verify::{check_header, verify, InputTrust, Report, VerifyOptions};
 use crate::wtxt::write::{header_text, write_snapshot, WriteOptions, Written};
 
 /// Options of `wtxt snapshot`.
@@ -37,9 +37,25 @@ pub struct SnapshotOptions {
     pub rows_per_chunk: Option<u64>,
     pub hmac_key: Option<HmacKey>,
     pub sign_key: Option<SecretKey>,
+    /// Keys that WTXT inputs and `prev` must be signed by.
+    pub trusted: Option<TrustedKeys>,
+    /// With an HMAC key, accept input arrays whose hmac is all zeros.
+    pub allow_unauthenticated: bool,
     pub audit: Option<String>,
     /// Write a WTXT-S and its WSUM here.
     pub wsum: Option<PathBuf>,
+}
+
+impl SnapshotOptions {
+    /// What the inputs must prove before this snapshot signs or HMACs them.
+    pub fn trust(&self) -> InputTrust {
+        InputTrust::new(
+            self.hmac_key.as_ref(),
+            self.trusted.as_ref(),
+            self.sign_key.as_ref(),
+            self.allow_unauthenticated,
+        )
+    }
 }
 
 fn open(path: &Path) -> Result<(File, u64)> {
@@ -55,15 +71,29 @@ fn open_input(path: &Path, unseal: Option<&Unseal>) -> Result<(Box<dyn Read>, u6
     Ok((open_maybe_sealed(path, unseal)?, len))
 }
 
-/// Reads only the header of a WTXT file (for `--prev`).
+/// Reads only the header (and `sign` line) of a WTXT file.
 pub fn read_header_file(path: &Path) -> Result<Header> {
     let (f, _) = open(path)?;
-    read_header(&mut LineReader::new(BufReader::new(f))).map_err(|e| e.in_file(path))
+    read_head(&mut LineReader::new(BufReader::new(f))).map_err(|e| e.in_file(path))
 }
 
-/// The chain values `--prev` gives: next gen and merkle_prev.
-fn chain_from(prev: &Path) -> Result<(u64, Hash)> {
+/// The chain values `--prev` gives: next gen and merkle_prev. Nothing
+/// chains from what it did not verify: the header must hold together
+/// (`merkle_this` recomputed) and its signature satisfy `trust`; with an
+/// HMAC key the whole file is verified, arrays included.
+fn chain_from(prev: &Path, trust: &InputTrust) -> Result<(u64, Hash)> {
     let h = read_header_file(prev)?;
+    if h.root != Root::Pending {
+        let opts = trust.options();
+        check_header(&h, &opts).map_err(|p| check_at(p.line, format!("--prev: {}", p.message)).in_file(prev))?;
+        if trust.hmac_key.is_some() {
+            let (f, _) = open(prev)?;
+            let report = verify(BufReader::with_capacity(1 << 20, f), &opts, None).map_err(|e| e.in_file(prev))?;
+            if let Some(p) = report.first_error() {
+                return Err(check_at(p.line, format!("--prev: {}", p.message)).in_file(prev));
+            }
+        }
+    }
     match h.root {
         Root::Final { merkle_this, .. } => {
             let gen = h
@@ -80,31 +110,6 @@ fn chain_from(prev: &Path) -> Result<(u64, Hash)> {
     }
 }
 
-fn token_or(v: &Option<String>, default: &str, what: &str) -> Result<String> {
-    let v = v.clone().unwrap_or_else(|| default.to_string());
-    check_token(&v, what).map_err(|m| Error::usage(format!("--{what}: {m}")))?;
-    Ok(v)
-}
-
-/// Builds the meta line's values from options (gen, ts and tokens checked).
-pub fn make_meta(
-    gen: u64,
-    ts: Option<&str>,
-    schema: &Option<String>,
-    build: &Option<String>,
-    host: &Option<String>,
-    cuda: &Option<String>,
-) -> Result<Meta> {
-    Ok(Meta {
-        schema: token_or(schema, "weights/v1", "schema")?,
-        gen,
-        ts: Timestamp::resolve(ts).map_err(|m| Error::usage(format!("ts: {m}")))?,
-        build: token_or(build, "none", "build")?,
-        host: token_or(host, "cpu", "host")?,
-        cuda: token_or(cuda, "off", "cuda")?,
-    })
-}
-
 /// Parses `--audit 'k=v ...'`.
 pub fn parse_audit(s: &str) -> Result<Audit> {
     if s.len() > crate::limits::MAX_AUDIT {
@@ -115,8 +120,8 @@ pub fn parse_audit(s: &str) -> Result<Audit> {
 
 /// `wtxt snapshot`: reads inputs, writes a canonical WTXT (and WSUM) atomically.
 pub fn snapshot(inputs: &[PathBuf], out: &Path, o: &SnapshotOptions, progress: &Progress) -> Result<Written> {
-    let verify = VerifyOptions { hmac_key: o.hmac_key.as_ref(), ..Default::default() };
-    let arrays = load_inputs(inputs, &verify)?;
+    let trust = o.trust();
+    let arrays = load_inputs(inputs, &trust.options())?;
     snapshot_arrays(&arrays, out, o, progress)
 }
 
@@ -124,24 +129,27 @@ pub fn snapshot(inputs: &[PathBuf], out: &Path, o: &SnapshotOptions, progress: &
 pub fn snapshot_arrays(arrays: &[Array], out: &Path, o: &SnapshotOptions, progress: &Progress) -> Result<Written> {
     let (gen, merkle_prev) = match (&o.prev, o.gen) {
         (Some(_), Some(_)) => return Err(Error::usage("give --gen or --prev, not both")),
-        (Some(p), None) => chain_from(p)?,
+        (Some(p), None) => chain_from(p, &o.trust())?,
         (None, g) => (g.unwrap_or(0), [0; 32]),
     };
-    let meta = make_meta(gen, o.ts.as_deref(), &o.schema, &o.build, &o.host, &o.cuda)?;
+    let meta = Meta::new(gen, o.ts.as_deref())?.with_tokens(
+        o.schema.as_deref(),
+        o.build.as_deref(),
+        o.host.as_deref(),
+        o.cuda.as_deref(),
+    )?;
     let audit = o.audit.as_deref().map(parse_audit).transpose()?;
     let rows = o.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK);
     if rows == 0 {
         return Err(Error::usage("--rows-per-chunk: expected at least 1"));
     }
     let opts = WriteOptions {
-        meta,
         merkle_prev,
-        rows_per_chunk: rows,
         hmac_key: o.hmac_key.as_ref(),
         sign_key: o.sign_key.as_ref(),
         audit,
         streaming: o.wsum.is_some(),
-        carried_hmacs: Vec::new(),
+        ..WriteOptions::new(meta, rows)
     };
     write_wtxt(arrays, &opts, out, o.wsum.as_deref(), progress)
 }
@@ -180,6 +188,8 @@ pub struct VerifyFiles {
     pub trusted: Option<TrustedKeys>,
     pub require_signature: bool,
     pub prev: Option<PathBuf>,
+    /// With an HMAC key, accept arrays whose hmac is all zeros.
+    pub allow_unauthenticated: bool,
     /// Decrypts an age-encrypted input.
     pub unseal: Option<Unseal>,
 }
@@ -203,6 +213,8 @@ pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<
         require_signature: o.require_signature,
         wsum: wsum.as_ref(),
         prev: prev.as_ref(),
+        allow_unauthenticated: o.allow_unauthenticated,
+        refuse_untrusted: false,
     };
     let (f, len) = open_input(path, o.unseal.as_ref())?;
     progress.set_total(len);
@@ -328,17 +340,16 @@ pub fn inspect(path: &Path, unseal: Option<&Unseal>) -> Result<Inspection> {
     })
 }
 
-/// `wtxt extract`: verifies the file, then writes its arrays (or one).
+/// `wtxt extract`: verifies the file under `opts`, then writes its arrays (or one).
 pub fn extract(
     path: &Path,
     out: &Path,
     array: Option<&str>,
-    key: Option<&HmacKey>,
+    opts: &VerifyOptions,
     unseal: Option<&Unseal>,
 ) -> Result<usize> {
     let (f, len) = open_input(path, unseal)?;
-    let opts = VerifyOptions { hmac_key: key, ..Default::default() };
-    let loaded = crate::wtxt::load(BufReader::with_capacity(1 << 20, f), len, &opts).map_err(|e| e.in_file(path))?;
+    let loaded = crate::wtxt::load(BufReader::with_capacity(1 << 20, f), len, opts).map_err(|e| e.in_file(path))?;
     let arrays: Vec<Array> = match array {
         Some(n) => {
             let a = loaded.arrays.into_iter().find(|a| a.name == n);
@@ -354,37 +365,96 @@ pub fn extract(
 #[derive(Default)]
 pub struct RecoverOptions {
     pub report: Option<PathBuf>,
-    /// Write only whole arrays (no `NAME__partial` / `NAME__intact`).
-    pub whole_only: bool,
+    /// Where what survives of damaged arrays goes (.npz or .safetensors).
+    pub partial: Option<PathBuf>,
     pub hmac_key: Option<HmacKey>,
+    /// With an HMAC key, keep arrays whose hmac is all zeros (written unauthenticated).
+    pub allow_unauthenticated: bool,
     pub sign_key: Option<SecretKey>,
 }
 
-/// `wtxt recover`: keeps every array that is still whole and reports the rest.
+/// Refuses two outputs of one command that name the same file: one would
+/// overwrite the other.
+pub fn distinct_outputs(paths: &[&Path]) -> Result<()> {
+    let key = |p: &Path| {
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        (std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()), p.file_name().map(|n| n.to_owned()))
+    };
+    for (i, a) in paths.iter().enumerate() {
+        if let Some(b) = paths[..i].iter().find(|b| key(b) == key(a)) {
+            return Err(Error::usage(format!(
+                "{} and {} are the same file: give each output its own name",
+                b.display(),
+                a.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `wtxt recover`: keeps every array that is still whole and reports the
+/// rest. The output holds only whole arrays of the damaged file; HMAC tags
+/// are written only for arrays authenticated under the key, and the output
+/// is signed only when every array in it was (a damaged file's own
+/// signature cannot vouch for what survives).
 pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryReport> {
+    let mut outs = vec![out];
+    outs.extend(o.report.as_deref());
+    outs.extend(o.partial.as_deref());
+    distinct_outputs(&outs)?;
+    if o.sign_key.is_some() && o.hmac_key.is_none() {
+        return Err(Error::usage(
+            "recover --sign-key needs --hmac-key: only arrays authenticated by the HMAC key may be signed",
+        ));
+    }
     let (_, len) = open(path)?;
     let map = if len == 0 { None } else { Some(map_file(path)?) };
-    let r = scan(map.as_deref().map_or(&[][..], |m| &m[..]), o.hmac_key.as_ref(), !o.whole_only);
+    let bytes = map.as_deref().map_or(&[][..], |m| &m[..]);
+    let key = o.hmac_key.as_ref();
+    let r = scan(bytes, key, o.allow_unauthenticated, o.partial.is_some());
+    if o.sign_key.is_some() {
+        if let Some(a) = r.arrays.iter().find(|a| !r.authenticated.contains(&a.name)) {
+            return Err(Error::check(
+                Default::default(),
+                format!("array {} is not authenticated by the HMAC key: refusing to sign it", a.name),
+            )
+            .in_file(path));
+        }
+    }
     let meta = match r.meta.clone() {
         Some(m) => m,
-        None => make_meta(0, None, &None, &None, &None, &None)?,
+        None => Meta::new(0, None)?,
     };
-    let recovered = r.report.recovered_arrays;
-    let lost = r.report.lost_arrays;
+    // Tags: recomputed for the arrays the key authenticated (the salt follows
+    // the output's gen), carried as they were without a key, zeros otherwise.
+    let carried_hmacs = match key {
+        Some(k) => {
+            let gen = meta.gen_str();
+            r.arrays
+                .iter()
+                .filter(|a| r.authenticated.contains(&a.name))
+                .map(|a| (a.name.clone(), k.compute(&crate::crypto::digest::derive_salt(&gen, &a.name), a.bytes())))
+                .collect()
+        }
+        None => r.carried_hmacs.clone(),
+    };
     let audit = Audit {
-        pairs: vec![("recovered_arrays".into(), recovered.to_string()), ("lost_arrays".into(), lost.to_string())],
+        pairs: vec![
+            ("recovered_arrays".into(), r.report.recovered_arrays.to_string()),
+            ("lost_arrays".into(), r.report.lost_arrays.to_string()),
+        ],
     };
     let opts = WriteOptions {
-        meta,
         merkle_prev: r.merkle_prev.unwrap_or([0; 32]),
-        rows_per_chunk: r.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK),
-        hmac_key: o.hmac_key.as_ref(),
         sign_key: o.sign_key.as_ref(),
         audit: Some(audit),
-        streaming: false,
-        carried_hmacs: r.carried_hmacs.clone(),
+        carried_hmacs,
+        ..WriteOptions::new(meta, r.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK))
     };
     write_wtxt(&r.arrays, &opts, out, None, &Progress::hidden())?;
+    if let Some(p) = &o.partial {
+        write_arrays(&r.partials, p)?;
+    }
     if let Some(p) = &o.report {
         let json = serde_json::to_string_pretty(&r.report).expect("report serializes");
         write_file(p, format!("{json}\n").as_bytes(), 0o644)?;
@@ -392,18 +462,31 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
     Ok(r.report)
 }
 
+/// Options of `wtxt finalize`.
+#[derive(Default)]
+pub struct FinalizeOptions {
+    pub sign_key: Option<SecretKey>,
+    pub prev: Option<PathBuf>,
+    pub rewrite: Option<PathBuf>,
+    /// What the WTXT-S (HMACs) and `prev` (signature) must prove.
+    pub trust: InputTrust,
+}
+
 /// `wtxt finalize`: computes the WSUM of a WTXT-S, optionally rewriting it
 /// as a plain (signed) WTXT whose body is byte-identical.
-pub fn finalize(
-    path: &Path,
-    wsum_out: &Path,
-    sign_key: Option<&SecretKey>,
-    prev: Option<&Path>,
-    rewrite: Option<&Path>,
-) -> Result<Wsum> {
+pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsum> {
+    let (sign_key, prev, rewrite) = (o.sign_key.as_ref(), o.prev.as_deref(), o.rewrite.as_deref());
+    let mut outs = vec![wsum_out];
+    outs.extend(rewrite);
+    distinct_outputs(&outs)?;
     let (f, _) = open(path)?;
-    let report =
-        verify(BufReader::with_capacity(1 << 20, f), &VerifyOptions::default(), None).map_err(|e| e.in_file(path))?;
+    // A WTXT-S carries no signature; its HMACs are checked when a key is given.
+    let opts = VerifyOptions {
+        hmac_key: o.trust.hmac_key.as_ref(),
+        allow_unauthenticated: o.trust.allow_unauthenticated,
+        ..Default::default()
+    };
+    let report = verify(BufReader::with_capacity(1 << 20, f), &opts, None).map_err(|e| e.in_file(path))?;
     let header = report.header.clone().ok_or_else(|| check_at(1, "not a WTXT").in_file(path))?;
     if header.root != Root::Pending {
         return Err(check_at(4, "expected a WTXT-S (root_pending); this file is already final").in_file(path));
@@ -420,7 +503,7 @@ pub fn finalize(
     let merkle_prev = match prev {
         Some(p) => {
             // chain_from gives the next gen: this file's must be at least that.
-            let (next, m) = chain_from(p)?;
+            let (next, m) = chain_from(p, &o.trust)?;
             if header.meta.gen < next {
                 return Err(check_at(
                     2,
@@ -511,8 +594,11 @@ pub struct DeltaApplyOptions {
     pub ts: Option<String>,
     pub build: Option<String>,
     pub hmac_key: Option<HmacKey>,
+    /// With an HMAC key, accept arrays whose hmac is all zeros.
+    pub allow_unauthenticated: bool,
     pub sign_key: Option<SecretKey>,
-    /// When given, the rebuilt target's signature must be valid under these keys.
+    /// When given, the rebuilt target must carry a valid signature by one of
+    /// these keys; a minimal-form delta, which carries none, is refused.
     pub trusted: Option<TrustedKeys>,
     /// Decrypts age-encrypted inputs (base and delta).
     pub unseal: Option<Unseal>,
@@ -535,6 +621,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
             hmac_key: o.hmac_key.as_ref(),
             trusted: o.trusted.as_ref(),
             require_signature: o.trusted.is_some(),
+            allow_unauthenticated: o.allow_unauthenticated,
             ..Default::default()
         };
         // Write the result and prove it in the same pass: the merge feeds
@@ -584,13 +671,19 @@ fn apply_minimal(
     out: &Path,
     o: &DeltaApplyOptions,
 ) -> Result<Report> {
+    if o.trusted.is_some() {
+        return Err(Error::check(
+            Position::Line(1),
+            "a minimal-form delta carries no signature, so no trusted key vouches for its chunks; \
+             apply an extended delta (wtxt delta create) to require one",
+        )
+        .in_file(delta));
+    }
+    // The base is verified under the same rules as any input we sign or HMAC.
+    let trust = InputTrust::new(o.hmac_key.as_ref(), None, o.sign_key.as_ref(), o.allow_unauthenticated);
     let (b, len) = open_input(base, o.unseal.as_ref())?;
-    let loaded = crate::wtxt::load(
-        BufReader::with_capacity(1 << 20, b),
-        len,
-        &VerifyOptions { hmac_key: o.hmac_key.as_ref(), ..Default::default() },
-    )
-    .map_err(|e| e.in_file(base))?;
+    let loaded =
+        crate::wtxt::load(BufReader::with_capacity(1 << 20, b), len, &trust.options()).map_err(|e| e.in_file(base))?;
     let Root::Final { sha256_all, merkle_this: base_this, .. } = loaded.header.root else {
         return Err(check_at(4, "the base is a WTXT-S: finalize it first").in_file(base));
     };
@@ -628,23 +721,17 @@ fn apply_minimal(
         Some(g) => g,
         None => m.gen.checked_add(1).ok_or_else(|| Error::usage("gen overflows"))?,
     };
-    let meta = make_meta(
-        gen,
-        o.ts.as_deref(),
-        &Some(m.schema.clone()),
-        &o.build.clone().or(Some(m.build.clone())),
-        &Some(m.host.clone()),
-        &Some(m.cuda.clone()),
+    let meta = Meta { gen, ts: Meta::new(gen, o.ts.as_deref())?.ts, ..m.clone() }.with_tokens(
+        None,
+        o.build.as_deref(),
+        None,
+        None,
     )?;
     let opts = WriteOptions {
-        meta,
         merkle_prev: base_this,
-        rows_per_chunk: rows,
         hmac_key: o.hmac_key.as_ref(),
         sign_key: o.sign_key.as_ref(),
-        audit: None,
-        streaming: false,
-        carried_hmacs: Vec::new(),
+        ..WriteOptions::new(meta, rows)
     };
     write_wtxt(&arrays, &opts, out, None, &Progress::hidden())?;
     verify_file(out, &VerifyFiles { hmac_key: o.hmac_key.clone(), ..Default::default() }, &Progress::hidden())
@@ -700,13 +787,7 @@ pub fn log(dir: &Path, path: Option<&Path>, trusted: Option<TrustedKeys>) -> Res
     let (repo, rel) = history::open(dir, path)?;
     let trusted = match trusted {
         Some(t) => Some(t),
-        None => match repo.config().and_then(|c| c.get_path("wtxt.trustedKeys")) {
-            Ok(p) => {
-                let p = if p.is_absolute() { p } else { repo.workdir().unwrap_or(Path::new(".")).join(p) };
-                Some(TrustedKeys::from_file(&p)?)
-            }
-            Err(_) => None,
-        },
+        None => crate::git::configured_trusted_keys(&repo)?,
     };
     let paths = match rel {
         Some(p) => vec![p],
@@ -730,7 +811,8 @@ pub struct MergeOptions {
     /// Timestamp of the result; default `SOURCE_DATE_EPOCH`, else the later
     /// of the two sides (so a merge is deterministic).
     pub ts: Option<String>,
-    pub hmac_key: Option<HmacKey>,
+    /// What the three inputs must prove (HMAC key, trusted keys, signer's key).
+    pub trust: InputTrust,
     pub sign_key: Option<SecretKey>,
 }
 
@@ -742,25 +824,26 @@ pub struct MergeOutcome {
     pub gen: u64,
 }
 
-fn load_file(path: &Path, key: Option<&HmacKey>) -> Result<Option<crate::wtxt::Loaded>> {
+fn load_file(path: &Path, opts: &VerifyOptions) -> Result<Option<crate::wtxt::Loaded>> {
     let (f, len) = open(path)?;
     if len == 0 {
         return Ok(None); // Git passes an empty base when there is no common ancestor.
     }
-    crate::wtxt::load(BufReader::with_capacity(1 << 20, f), len, &VerifyOptions { hmac_key: key, ..Default::default() })
-        .map(Some)
-        .map_err(|e| e.in_file(path))
+    crate::wtxt::load(BufReader::with_capacity(1 << 20, f), len, opts).map(Some).map_err(|e| e.in_file(path))
 }
 
 /// `wtxt merge`: three-way at chunk granularity. The result is a canonical
 /// WTXT with gen = max + 1 and merkle_prev = ours' merkle_this; nothing is
 /// written while a conflict is unsettled.
 pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptions) -> Result<MergeOutcome> {
-    let key = o.hmac_key.as_ref();
-    let b = load_file(base, key)?;
-    let ours_l = load_file(ours, key)?.ok_or_else(|| Error::input(Default::default(), "empty file").in_file(ours))?;
+    // Nothing is signed or HMACed that was not verified first: the three
+    // inputs must satisfy the trust policy.
+    let vopts = o.trust.options();
+    let b = load_file(base, &vopts)?;
+    let ours_l =
+        load_file(ours, &vopts)?.ok_or_else(|| Error::input(Default::default(), "empty file").in_file(ours))?;
     let theirs_l =
-        load_file(theirs, key)?.ok_or_else(|| Error::input(Default::default(), "empty file").in_file(theirs))?;
+        load_file(theirs, &vopts)?.ok_or_else(|| Error::input(Default::default(), "empty file").in_file(theirs))?;
     let (Root::Final { merkle_this: ours_this, sha256_all: ours_all, .. }, Root::Final { sha256_all: theirs_all, .. }) =
         (&ours_l.header.root, &theirs_l.header.root)
     else {
@@ -780,14 +863,7 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
         (None, Some(_)) => None,
         (None, None) => Some(om.ts.as_str().max(tm.ts.as_str()).to_string()),
     };
-    let meta = make_meta(
-        gen,
-        ts.as_deref(),
-        &Some(om.schema.clone()),
-        &Some(om.build.clone()),
-        &Some(om.host.clone()),
-        &Some(om.cuda.clone()),
-    )?;
+    let meta = Meta { gen, ts: Meta::new(gen, ts.as_deref())?.ts, ..om.clone() };
     let settled = merged.conflicts.len();
     let audit = Audit {
         pairs: vec![
@@ -797,14 +873,11 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
         ],
     };
     let opts = WriteOptions {
-        meta,
         merkle_prev: *ours_this,
-        rows_per_chunk: rows,
-        hmac_key: key,
+        hmac_key: o.trust.hmac_key.as_ref(),
         sign_key: o.sign_key.as_ref(),
         audit: Some(audit),
-        streaming: false,
-        carried_hmacs: Vec::new(),
+        ..WriteOptions::new(meta, rows)
     };
     let written = write_wtxt(&merged.arrays, &opts, out, None, &Progress::hidden())?;
     Ok(MergeOutcome { conflicts: merged.conflicts, written: Some(written), gen })
@@ -823,8 +896,8 @@ pub enum ConvertTo {
 /// the same file) or to another container.
 pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions) -> Result<()> {
     use crate::convert::write_arrays_as;
-    let verify = VerifyOptions { hmac_key: o.hmac_key.as_ref(), ..Default::default() };
-    let arrays = crate::convert::load_lossless(input, &verify)?;
+    let trust = o.trust();
+    let arrays = crate::convert::load_lossless(input, &trust.options())?;
     match to {
         ConvertTo::Wtxt => snapshot_arrays(&arrays, out, o, &Progress::hidden()).map(|_| ()),
         ConvertTo::Container(fmt) => {

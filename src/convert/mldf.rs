@@ -210,6 +210,7 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
 
     let mut originals: Vec<String> = vec![META.to_string()];
     for f in &fields {
+        crate::model::check_tensor_name(&f.name).map_err(|e| input_at(desc_ptr, e.message().to_string()))?;
         originals.push(f.name.clone());
         if matches!(f.kind, Kind::Bytes | Kind::Json) {
             originals.push(format!("{}__sizes", f.name));

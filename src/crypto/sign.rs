@@ -260,6 +260,13 @@ impl TrustedKeys {
         self.keys.iter().map(|(k, _)| k).find(|k| &k.keyid() == keyid)
     }
 
+    /// Trusts one more key (no-op when its keyid is there already).
+    pub fn add(&mut self, key: PublicKey) {
+        if self.find(&key.keyid()).is_none() {
+            self.keys.push((key, String::new()));
+        }
+    }
+
     /// True when no key is trusted.
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()

@@ -18,6 +18,7 @@ use crate::model::Array;
 use crate::progress::Progress;
 use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
 use crate::wtxt::read::{read_header, LineReader};
+use crate::wtxt::syntax::Meta;
 use crate::wtxt::syntax::Root;
 use crate::wtxt::write::WriteOptions;
 
@@ -98,14 +99,26 @@ impl Wal {
 
     /// Requests without a `done` line: (gen, source path if any).
     pub fn pending(ring: &Path) -> Vec<(u64, Option<PathBuf>)> {
-        let text = std::fs::read_to_string(ring.join("wal.log")).unwrap_or_default();
+        let text = std::fs::read(ring.join("wal.log")).unwrap_or_default();
+        Wal::parse_pending(&String::from_utf8_lossy(&text))
+    }
+
+    /// [`Wal::pending`] of a WAL's text. A torn last line is skipped.
+    pub fn parse_pending(text: &str) -> Vec<(u64, Option<PathBuf>)> {
         let mut req: Vec<(u64, Option<PathBuf>)> = Vec::new();
         let mut done = std::collections::BTreeSet::new();
         for l in text.lines() {
             let field = |k: &str| l.split(' ').find_map(|f| f.strip_prefix(k)).map(str::to_string);
             let gen = field("gen=").and_then(|g| g.parse::<u64>().ok());
+            // `pathhex=` holds the exact bytes; an older `path=` ran to the end of the line.
+            let path = || {
+                field("pathhex=")
+                    .and_then(|h| hex::decode(h).ok())
+                    .map(|b| PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(b)))
+                    .or_else(|| l.split_once(" path=").map(|(_, p)| PathBuf::from(p)))
+            };
             match (l.starts_with("snapshot requested "), l.starts_with("snapshot done "), gen) {
-                (true, _, Some(g)) => req.push((g, field("path=").map(PathBuf::from))),
+                (true, _, Some(g)) => req.push((g, path())),
                 (_, true, Some(g)) => {
                     done.insert(g);
                 }
@@ -195,16 +208,12 @@ impl Pipeline {
             )));
         }
         // The writer's defaults (schema, host, cuda, ts rule); the build token is checked.
-        let meta = crate::ops::make_meta(gen, None, &None, &Some(self.cfg.build.clone()), &None, &None)?;
+        let meta = Meta::new(gen, None)?.with_tokens(None, Some(&self.cfg.build), None, None)?;
         let opts = WriteOptions {
-            meta,
             merkle_prev: self.merkle_prev,
-            rows_per_chunk: self.cfg.rows_per_chunk,
             hmac_key: self.cfg.hmac_key.as_ref(),
             sign_key: self.cfg.sign_key.as_ref(),
-            audit: None,
-            streaming: false,
-            carried_hmacs: Vec::new(),
+            ..WriteOptions::new(meta, self.cfg.rows_per_chunk)
         };
         let file = self.cfg.ring.join(ring_name(gen, "wtxt"));
         let written = crate::ops::write_wtxt(arrays, &opts, &file, None, &Progress::hidden())?;

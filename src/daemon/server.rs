@@ -21,6 +21,7 @@ use crate::convert::load_inputs;
 use crate::daemon::pipeline::PipelineConfig;
 use crate::daemon::snapshotter::{pending_requests, Generation, Snapshotter};
 use crate::error::{Error, Result};
+use crate::wtxt::verify::InputTrust;
 
 /// Settings from flags and/or a TOML file (flags win).
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -34,6 +35,8 @@ pub struct DaemonConfig {
     pub path_in_repo: Option<PathBuf>,
     pub sign_key: Option<PathBuf>,
     pub hmac_key: Option<PathBuf>,
+    /// Keys a WTXT input must be signed by (default: `git config wtxt.trustedKeys` of the repo).
+    pub trusted_keys: Option<PathBuf>,
     #[serde(default)]
     pub recipients: Vec<String>,
     pub rows_per_chunk: Option<u64>,
@@ -60,6 +63,7 @@ impl DaemonConfig {
             path_in_repo: self.path_in_repo.or(other.path_in_repo),
             sign_key: self.sign_key.or(other.sign_key),
             hmac_key: self.hmac_key.or(other.hmac_key),
+            trusted_keys: self.trusted_keys.or(other.trusted_keys),
             recipients: if self.recipients.is_empty() { other.recipients } else { self.recipients },
             rows_per_chunk: self.rows_per_chunk.or(other.rows_per_chunk),
             build: self.build.or(other.build),
@@ -104,10 +108,21 @@ pub fn run(cfg: DaemonConfig) -> Result<()> {
     if let Some(m) = &cfg.message {
         pc.message = m.clone();
     }
+    let trusted = match &cfg.trusted_keys {
+        Some(p) => Some(crate::crypto::sign::TrustedKeys::from_file(p)?),
+        None => crate::git::configured_trusted_keys(&git)?,
+    };
+    // WTXT inputs are verified before the pipeline signs or HMACs them.
+    let trust = InputTrust::new(pc.hmac_key.as_ref(), trusted.as_ref(), pc.sign_key.as_ref(), false);
     let pending = pending_requests(&ring);
     let snap = Snapshotter::start(pc, Generation::default())?;
-    let last = snap.status().last_gen;
-    let state = Arc::new(Server { snap, next_gen: std::sync::Mutex::new(last.map_or(0, |g| g + 1)) });
+    let next = match snap.status().last_gen {
+        None => 0,
+        Some(g) => g
+            .checked_add(1)
+            .ok_or_else(|| Error::input(Default::default(), "the ring's last gen is the largest there is"))?,
+    };
+    let state = Arc::new(Server { snap, trust, next_gen: std::sync::Mutex::new(next) });
 
     // Requests a crash left unfinished: redo those whose input still exists.
     let mut lost = Vec::new();
@@ -131,21 +146,45 @@ pub fn run(cfg: DaemonConfig) -> Result<()> {
         libc::signal(libc::SIGINT, on_term as *const () as libc::sighandler_t);
     }
     listener.set_nonblocking(true).map_err(|e| Error::io(&socket, e))?;
-    while !STOP.load(Ordering::SeqCst) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                let s = state.clone();
-                std::thread::spawn(move || {
+    // A fixed pool serves connections from a bounded queue: idle or
+    // flooding clients cost a queue slot and a timeout, never a thread each.
+    let (conn_tx, conn_rx) = crossbeam_channel::bounded::<UnixStream>(MAX_QUEUED_CONNECTIONS);
+    let mut workers = Vec::new();
+    for i in 0..CONNECTION_WORKERS {
+        let (s, rx) = (state.clone(), conn_rx.clone());
+        let w = std::thread::Builder::new()
+            .name(format!("wtxt-conn-{i}"))
+            .spawn(move || {
+                for stream in rx {
                     if s.serve(stream) {
                         STOP.store(true, Ordering::SeqCst);
                     }
-                });
+                }
+            })
+            .map_err(|e| Error::io("connection thread", e))?;
+        workers.push(w);
+    }
+    let result = loop {
+        if STOP.load(Ordering::SeqCst) {
+            break Ok(());
+        }
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if let Err(crossbeam_channel::TrySendError::Full(stream)) = conn_tx.try_send(stream) {
+                    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+                    let _ = (&stream).write_all(b"error busy: too many connections, try again\n");
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(Error::io(&socket, e)),
+            Err(e) => break Err(Error::io(&socket, e)),
         }
+    };
+    drop(conn_tx);
+    for w in workers {
+        let _ = w.join();
     }
     let _ = std::fs::remove_file(&socket);
+    result?;
     match Arc::try_unwrap(state) {
         Ok(s) => s.snap.shutdown(),
         Err(s) => s.snap.flush(),
@@ -153,19 +192,40 @@ pub fn run(cfg: DaemonConfig) -> Result<()> {
     Ok(())
 }
 
-/// Binds the socket with mode 0600, replacing a stale socket file.
+/// Threads that answer requests.
+pub const CONNECTION_WORKERS: usize = 4;
+
+/// Connections waiting for a worker; one more is answered `error busy` and closed.
+pub const MAX_QUEUED_CONNECTIONS: usize = 64;
+
+/// How long a client may take to send its request line.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Binds the socket with mode 0600, replacing a stale socket (and nothing
+/// else). The socket is made in a private 0700 folder beside the final
+/// name, set to 0600, then renamed into place: no process-wide umask
+/// change while other threads create files.
 fn bind(socket: &Path) -> Result<UnixListener> {
-    if socket.exists() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(m) = std::fs::symlink_metadata(socket) {
+        if !m.file_type().is_socket() {
+            return Err(Error::usage(format!(
+                "{}: exists and is not a socket; refusing to replace it",
+                socket.display()
+            )));
+        }
         if UnixStream::connect(socket).is_ok() {
             return Err(Error::usage(format!("{}: a daemon is already listening there", socket.display())));
         }
         std::fs::remove_file(socket).map_err(|e| Error::io(socket, e))?;
     }
-    // SAFETY: umask only affects this process's file creation mode.
-    let old = unsafe { libc::umask(0o177) };
-    let l = UnixListener::bind(socket);
-    unsafe { libc::umask(old) };
-    l.map_err(|e| Error::io(socket, e))
+    let dir = socket.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let private = tempfile::Builder::new().prefix(".wtxt-sock.").tempdir_in(dir).map_err(|e| Error::io(socket, e))?;
+    let tmp = private.path().join("s");
+    let l = UnixListener::bind(&tmp).map_err(|e| Error::io(socket, e))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).map_err(|e| Error::io(socket, e))?;
+    std::fs::rename(&tmp, socket).map_err(|e| Error::io(socket, e))?;
+    Ok(l)
 }
 
 /// Longest request line read from the socket.
@@ -213,6 +273,8 @@ pub fn parse_request(line: &[u8]) -> std::result::Result<Request, String> {
 
 struct Server {
     snap: Snapshotter,
+    /// What a WTXT input must prove before the pipeline signs or HMACs it.
+    trust: InputTrust,
     next_gen: std::sync::Mutex<u64>,
 }
 
@@ -223,7 +285,7 @@ impl Server {
         if !meta.is_file() {
             return Err(Error::usage(format!("{}: not a readable file", path.display())));
         }
-        let arrays = load_inputs(&[path], &Default::default())?;
+        let arrays = load_inputs(&[path], &self.trust.options())?;
         let mut next = self.next_gen.lock().map_err(|_| Error::usage("state lock poisoned"))?;
         let gen = match gen {
             Some(g) if g < *next => {
@@ -232,15 +294,18 @@ impl Server {
             Some(g) => g,
             None => *next,
         };
+        // The generation after this one must exist too: u64::MAX would wrap.
+        let after = gen.checked_add(1).ok_or_else(|| Error::usage(format!("gen={gen} is the largest there is")))?;
         self.snap.publish(Arc::new(Generation { gen, arrays }));
         self.snap.request_snapshot_from(&std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()));
-        *next = gen + 1;
+        *next = after;
         Ok(gen)
     }
 
     /// Answers one request; true when it asked the daemon to stop.
     fn serve(&self, stream: UnixStream) -> bool {
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
         let mut line = Vec::new();
         let mut r = BufReader::new((&stream).take(MAX_REQUEST as u64));
         if r.read_until(b'\n', &mut line).is_err() {

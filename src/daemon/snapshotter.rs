@@ -157,10 +157,12 @@ impl Snapshotter {
                 let _ = self.wal.append(std::str::from_utf8(&buf[..n]).unwrap_or_default());
             }
             Some(p) => {
+                // The path's exact bytes, hex-encoded: spaces, newlines and
+                // non-UTF-8 names all come back as they were.
                 let _ = self.wal.append(&format!(
-                    "{} path={}",
+                    "{} pathhex={}",
                     std::str::from_utf8(&buf[..n]).unwrap_or_default(),
-                    p.display()
+                    hex::encode(p.as_os_str().as_encoded_bytes())
                 ));
             }
         }

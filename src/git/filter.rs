@@ -21,7 +21,8 @@ use crate::crypto::digest::Hash;
 use crate::error::{Error, Result};
 use crate::model::Array;
 
-use crate::wtxt::syntax::Root;
+use crate::wtxt::syntax::{Meta, Root};
+use crate::wtxt::verify::VerifyOptions;
 use crate::wtxt::write::{write_snapshot, WriteOptions};
 
 pub use crate::convert::safetensors::ST_HEADER;
@@ -201,7 +202,7 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
     let Some(arrays) = carried_arrays(content)? else {
         return Ok(content.to_vec());
     };
-    let head = head_version(repo_dir, path);
+    let head = head_version(repo_dir, path)?;
     if let Some((blob, _, _)) = &head {
         if same_arrays(blob, &arrays) {
             return Ok(blob.clone());
@@ -212,17 +213,8 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
         None => (0, [0; 32]),
     };
     // The writer's defaults (schema, host, cuda, ts rule); the build token is checked.
-    let meta = crate::ops::make_meta(gen, None, &None, &Some("git-filter".into()), &None, &None)?;
-    let opts = WriteOptions {
-        meta,
-        merkle_prev,
-        rows_per_chunk: crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK,
-        hmac_key: None,
-        sign_key: None,
-        audit: None,
-        streaming: false,
-        carried_hmacs: Vec::new(),
-    };
+    let meta = Meta::new(gen, None)?.with_tokens(None, Some("git-filter"), None, None)?;
+    let opts = WriteOptions { merkle_prev, ..WriteOptions::new(meta, crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK) };
     let mut out = std::io::Cursor::new(Vec::with_capacity(content.len() * 4 / 3 + 4096));
     write_snapshot(&arrays, &opts, &mut out, &crate::progress::Progress::hidden())?;
     Ok(out.into_inner())
@@ -237,17 +229,30 @@ pub fn smudge(content: &[u8]) -> Result<Vec<u8>> {
     rebuild(&loaded.arrays)
 }
 
-/// HEAD's WTXT version of `path`: its bytes, gen and merkle_this.
-fn head_version(repo_dir: &Path, path: &str) -> Option<(Vec<u8>, u64, Hash)> {
-    let repo = git2::Repository::discover(repo_dir).ok()?;
-    let tree = repo.head().ok()?.peel_to_tree().ok()?;
-    let blob = repo.find_blob(tree.get_path(Path::new(path)).ok()?.id()).ok()?;
+/// HEAD's WTXT version of `path`: its bytes, gen and merkle_this. Nothing
+/// chains from what it did not verify: the header must hold together and
+/// its signature satisfy `git config wtxt.trustedKeys` when that is set.
+fn head_version(repo_dir: &Path, path: &str) -> Result<Option<(Vec<u8>, u64, Hash)>> {
+    let Ok(repo) = git2::Repository::discover(repo_dir) else { return Ok(None) };
+    let Some(tree) = repo.head().ok().and_then(|h| h.peel_to_tree().ok()) else { return Ok(None) };
+    let Some(blob) = tree.get_path(Path::new(path)).ok().and_then(|e| repo.find_blob(e.id()).ok()) else {
+        return Ok(None);
+    };
     let bytes = blob.content().to_vec();
-    let h = crate::wtxt::read::read_header(&mut crate::wtxt::read::LineReader::new(&bytes[..])).ok()?;
-    match h.root {
-        Root::Final { merkle_this, .. } => Some((bytes, h.meta.gen, merkle_this)),
-        Root::Pending => None,
-    }
+    let Ok(h) = crate::wtxt::read::read_head(&mut crate::wtxt::read::LineReader::new(&bytes[..])) else {
+        return Ok(None);
+    };
+    let Root::Final { merkle_this, .. } = h.root else { return Ok(None) };
+    let trusted = crate::git::configured_trusted_keys(&repo)?;
+    let opts = VerifyOptions { trusted: trusted.as_ref(), require_signature: trusted.is_some(), ..Default::default() };
+    crate::wtxt::verify::check_header(&h, &opts).map_err(|p| {
+        Error::check(
+            crate::error::Position::Line(p.line),
+            format!("HEAD's version fails verification ({}): the new one cannot chain from it", p.message),
+        )
+        .in_file(path)
+    })?;
+    Ok(Some((bytes, h.meta.gen, merkle_this)))
 }
 
 /// True when `blob` (a WTXT) holds exactly these arrays.

@@ -42,13 +42,7 @@ pub fn pre_commit(dir: &Path) -> Result<(usize, Vec<Refusal>)> {
     let repo = Repository::discover(dir).map_err(git_err)?;
     let cfg = repo.config().map_err(git_err)?;
     let require = cfg.get_bool("wtxt.requireSignature").unwrap_or(false);
-    let trusted = match cfg.get_path("wtxt.trustedKeys") {
-        Ok(p) => {
-            let p = if p.is_absolute() { p } else { repo.workdir().unwrap_or(Path::new(".")).join(p) };
-            Some(TrustedKeys::from_file(&p)?)
-        }
-        Err(_) => None,
-    };
+    let trusted = crate::git::configured_trusted_keys(&repo)?;
     if require && trusted.is_none() {
         return Err(Error::usage("wtxt.requireSignature is set but wtxt.trustedKeys names no key file"));
     }

@@ -1,4 +1,9 @@
-//! Git integration: the Merkle chain through history.
+//! Git integration: drivers, filters, hooks and the Merkle chain through history.
+
+use std::path::Path;
+
+use crate::crypto::sign::TrustedKeys;
+use crate::error::Result;
 
 pub mod diff;
 pub mod filter;
@@ -6,3 +11,19 @@ pub mod history;
 pub mod hooks;
 pub mod install;
 pub mod merge;
+
+/// The trusted keys named by `git config wtxt.trustedKeys` of `repo` (a
+/// relative path is taken from the work tree's top), if it names a file.
+pub fn configured_trusted_keys(repo: &git2::Repository) -> Result<Option<TrustedKeys>> {
+    let Ok(p) = repo.config().and_then(|c| c.get_path("wtxt.trustedKeys")) else { return Ok(None) };
+    let p = if p.is_absolute() { p } else { repo.workdir().unwrap_or(Path::new(".")).join(p) };
+    TrustedKeys::from_file(&p).map(Some)
+}
+
+/// [`configured_trusted_keys`] of the repository around `dir`; none outside one.
+pub fn trusted_keys_around(dir: &Path) -> Result<Option<TrustedKeys>> {
+    match git2::Repository::discover(dir) {
+        Ok(repo) => configured_trusted_keys(&repo),
+        Err(_) => Ok(None),
+    }
+}

@@ -86,14 +86,14 @@ pub fn canonical_bytes(loaded: &Loaded) -> Result<Vec<u8>> {
         Root::Pending => ([0; 32], true),
     };
     let opts = write::WriteOptions {
-        meta: loaded.header.meta.clone(),
         merkle_prev,
-        rows_per_chunk: loaded.rows_per_chunk.unwrap_or(layout::DEFAULT_ROWS_PER_CHUNK),
-        hmac_key: None,
-        sign_key: None,
         audit: loaded.report.audit.clone(),
         streaming,
         carried_hmacs: loaded.hmacs.clone(),
+        ..write::WriteOptions::new(
+            loaded.header.meta.clone(),
+            loaded.rows_per_chunk.unwrap_or(layout::DEFAULT_ROWS_PER_CHUNK),
+        )
     };
     let mut out = std::io::Cursor::new(Vec::new());
     write::write_snapshot(&loaded.arrays, &opts, &mut out, &crate::progress::Progress::hidden())?;

@@ -194,6 +194,29 @@ pub fn check_text_line(l: &[u8]) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// Reads the optional `sign` line into `header`; anything else is the first
+/// line of the body, returned with its number.
+fn read_sign<R: Read>(lines: &mut LineReader<R>, header: &mut Header) -> Result<Option<(u64, Vec<u8>)>> {
+    let (n, l) = lines.expect_line("a `sign` line, an `arr` line or `endwtxt`")?;
+    if !l.starts_with(b"sign ") {
+        return Ok(Some((n, l.to_vec())));
+    }
+    if header.root == Root::Pending {
+        return Err(check_at(n, "a WTXT-S (root_pending) carries no `sign` line; its signature is in the WSUM"));
+    }
+    header.sign = Some(SignLine::parse(l).map_err(|m| check_at(n, m))?);
+    header.lines = 5;
+    Ok(None)
+}
+
+/// Reads the header and its `sign` line, if any: all a signature covers,
+/// without reading the arrays (`--prev`, `wtxt log`, chaining in Git).
+pub fn read_head<R: Read>(lines: &mut LineReader<R>) -> Result<Header> {
+    let mut header = read_header(lines)?;
+    read_sign(lines, &mut header)?;
+    Ok(header)
+}
+
 /// Reads just the header of a WTXT file.
 pub fn read_header<R: Read>(lines: &mut LineReader<R>) -> Result<Header> {
     let (n, l) = lines.expect_line("`WTXT 1`")?;
@@ -232,18 +255,7 @@ pub fn read_header<R: Read>(lines: &mut LineReader<R>) -> Result<Header> {
 pub fn read<R: Read, V: Visitor>(input: R, v: &mut V) -> Result<Header> {
     let mut lines = LineReader::new(input);
     let mut header = read_header(&mut lines)?;
-    // The optional `sign` line; anything else is the first line of the body.
-    let mut pending: Option<(u64, Vec<u8>)> = None;
-    let (n, l) = lines.expect_line("a `sign` line, an `arr` line or `endwtxt`")?;
-    if l.starts_with(b"sign ") {
-        if header.root == Root::Pending {
-            return Err(check_at(n, "a WTXT-S (root_pending) carries no `sign` line; its signature is in the WSUM"));
-        }
-        header.sign = Some(SignLine::parse(l).map_err(|m| check_at(n, m))?);
-        header.lines = 5;
-    } else {
-        pending = Some((n, l.to_vec()));
-    }
+    let mut pending = read_sign(&mut lines, &mut header)?;
     v.header(&header)?;
     let ext_ok = header.cap.has(CAP_EXT_DTYPES);
     let mut prev_name: Option<String> = None;

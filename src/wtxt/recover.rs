@@ -6,7 +6,12 @@
 //! when its base64 lines are well formed, every parity nibble holds, and its
 //! bytes match both the CRC32C and the SHA-256 of its `ch` line. An array is
 //! whole when intact chunks tile it and their bytes match the array's SHA-256
-//! (and HMAC, given the key).
+//! (and HMAC, given the key: with a key an array whose tag is all zeros is
+//! not authenticated and counts as lost unless the caller allows it).
+//!
+//! What survives of a damaged array never goes into the recovered file
+//! (cli.md: it holds only arrays the damaged file had, whole and exact); it
+//! is returned apart, for a separate file.
 
 use std::collections::BTreeMap;
 
@@ -55,10 +60,21 @@ pub struct RecoveryReport {
     pub arrays: Vec<ArrayRecovery>,
     /// `ch` blocks found outside any readable `arr` block.
     pub orphan_chunks: u64,
+    /// Arrays whose `arr` line is unreadable or gone: seen only as a mangled
+    /// `arr` line or a run of chunks outside any array. Each counts as lost.
+    pub unnamed_lost: Vec<UnnamedLoss>,
     /// Lines the scanner could not place.
     pub unparsed_lines: u64,
     pub recovered_arrays: usize,
     pub lost_arrays: usize,
+}
+
+/// An array that was lost with its `arr` line.
+#[derive(Clone, Debug, Serialize)]
+pub struct UnnamedLoss {
+    /// The first line where it shows.
+    pub line: u64,
+    pub what: String,
 }
 
 /// What recovery yields: the header values it could read, whole arrays and the report.
@@ -66,7 +82,13 @@ pub struct Recovered {
     pub meta: Option<Meta>,
     pub merkle_prev: Option<[u8; 32]>,
     pub rows_per_chunk: Option<u64>,
+    /// The whole arrays, in name order.
     pub arrays: Vec<Array>,
+    /// Names of the whole arrays whose HMAC held under the key.
+    pub authenticated: Vec<String>,
+    /// What survives of damaged arrays (only with `keep_partial`): `NAME`
+    /// (intact chunks, zeros elsewhere) and `NAME__intact` (u8, 1 per intact chunk).
+    pub partials: Vec<Array>,
     /// HMAC tags carried over for whole arrays whose salt the writer will derive again.
     pub carried_hmacs: Vec<(String, [u8; 32])>,
     pub report: RecoveryReport,
@@ -83,11 +105,11 @@ struct Candidate {
 /// Scans `bytes` (a damaged WTXT) and keeps everything that still checks out.
 ///
 /// With `keep_partial`, an array that is not whole but has intact chunks is
-/// kept too, as `NAME__partial` (its dtype and shape, damaged ranges
+/// returned in `partials` as `NAME` (its dtype and shape, damaged ranges
 /// zero-filled) with `NAME__intact` (u8, one per chunk: 1 intact, 0 not),
 /// so no intact byte is lost. Its size is bounded by 4x the file's size
 /// (at least 64 MiB) before anything is allocated.
-pub fn recover(bytes: &[u8], key: Option<&HmacKey>, keep_partial: bool) -> Recovered {
+pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool, keep_partial: bool) -> Recovered {
     let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
     let mut meta = None;
     let mut root = None;
@@ -102,6 +124,9 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, keep_partial: bool) -> Recov
     let mut cands: Vec<Candidate> = Vec::new();
     let mut current: Option<usize> = None;
     let (mut orphans, mut unparsed) = (0u64, 0u64);
+    let mut unnamed: Vec<UnnamedLoss> = Vec::new();
+    // True while chunks outside any array belong to a loss already counted.
+    let mut in_loss = false;
     let mut i = 0usize;
     while i < lines.len() {
         let l = lines[i];
@@ -110,11 +135,14 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, keep_partial: bool) -> Recov
         if l.starts_with(b"arr ") {
             current = match ArrLine::parse(l) {
                 Ok(arr) => {
+                    in_loss = false;
                     cands.push(Candidate { arr, line: no, idx: None, intact: BTreeMap::new(), damaged: Vec::new() });
                     Some(cands.len() - 1)
                 }
-                Err(_) => {
+                Err(m) => {
                     unparsed += 1;
+                    in_loss = true;
+                    unnamed.push(UnnamedLoss { line: no, what: format!("unreadable arr line: {m}") });
                     None
                 }
             };
@@ -133,6 +161,11 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, keep_partial: bool) -> Recov
             let body = &lines[start..i];
             let (Some(c), Ok(ch)) = (current, ch) else {
                 orphans += 1;
+                if current.is_none() && !in_loss {
+                    in_loss = true;
+                    unnamed
+                        .push(UnnamedLoss { line: no, what: "chunks outside any array (its arr line is gone)".into() });
+                }
                 continue;
             };
             let found = ChunkFound { ix: ch.ix, off: ch.off, len: ch.len, line: no, problem: None };
@@ -156,6 +189,7 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, keep_partial: bool) -> Recov
 
     let gen_str = meta.as_ref().map(Meta::gen_str);
     let mut arrays = Vec::new();
+    let mut authenticated = Vec::new();
     let mut carried = Vec::new();
     let mut reports = Vec::new();
     let mut rows_per_chunk = None;
@@ -163,7 +197,7 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, keep_partial: bool) -> Recov
     let partial_limit = (bytes.len() as u64).saturating_mul(4).max(64 << 20);
     let mut partials = Vec::new();
     for c in cands {
-        let (whole, reason, missing) = assemble(&c, key);
+        let (whole, reason, missing) = assemble(&c, key, allow_unauthenticated);
         let name = c.arr.name.clone();
         let duplicate = !seen.insert(name.clone());
         let recovered = whole.is_some() && !duplicate;
@@ -178,6 +212,9 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, keep_partial: bool) -> Recov
                 let salt_kept = gen_str.as_ref().is_some_and(|g| derive_salt(g, &name) == c.arr.salt);
                 if salt_kept && !c.arr.hmac_is_zero() {
                     carried.push((name.clone(), c.arr.hmac));
+                }
+                if key.is_some() && !c.arr.hmac_is_zero() {
+                    authenticated.push(name.clone());
                 }
                 arrays.push(a);
             }
@@ -199,24 +236,22 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, keep_partial: bool) -> Recov
         _ => None,
     };
     let recovered_arrays = arrays.len();
-    let lost_arrays = reports.len() - recovered_arrays;
-    // Partial arrays go in only where their names are free.
-    for p in partials {
-        if !arrays.iter().any(|a| a.name == p.name) {
-            arrays.push(p);
-        }
-    }
+    let lost_arrays = reports.len() - recovered_arrays + unnamed.len();
     arrays.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+    partials.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
     Recovered {
         meta,
         merkle_prev,
         rows_per_chunk,
         arrays,
+        authenticated,
+        partials,
         carried_hmacs: carried,
         report: RecoveryReport {
             header_intact,
             arrays: reports,
             orphan_chunks: orphans,
+            unnamed_lost: unnamed,
             unparsed_lines: unparsed,
             recovered_arrays,
             lost_arrays,
@@ -268,7 +303,7 @@ fn check_chunk(ch: &ChLine, body: &[&[u8]]) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// `NAME__partial` (intact chunks, zeros elsewhere) and `NAME__intact`.
+/// `NAME` (intact chunks, zeros elsewhere) and `NAME__intact`.
 fn partial(c: &Candidate) -> Vec<Array> {
     let rows = c.idx.map_or(1, |i| i.rows_per_chunk);
     let Ok(layout) = crate::wtxt::layout::Layout::new(c.arr.dtype, &c.arr.shape, rows) else { return Vec::new() };
@@ -284,10 +319,10 @@ fn partial(c: &Candidate) -> Vec<Array> {
             }
         }
     }
-    let base: String = c.arr.name.chars().take(crate::limits::MAX_NAME - "__partial".len()).collect();
+    let base: String = c.arr.name.chars().take(crate::limits::MAX_NAME - "__intact".len()).collect();
     let n = mask.len() as u64;
     [
-        Array::new(format!("{base}__partial"), c.arr.dtype, c.arr.shape.clone(), ArrayData::from(data)),
+        Array::new(c.arr.name.clone(), c.arr.dtype, c.arr.shape.clone(), ArrayData::from(data)),
         Array::new(format!("{base}__intact"), crate::model::Dtype::U8, vec![n], ArrayData::from(mask)),
     ]
     .into_iter()
@@ -299,7 +334,7 @@ fn partial(c: &Candidate) -> Vec<Array> {
 type Assembled = (Option<Vec<u8>>, Option<String>, Vec<(u64, u64)>);
 
 /// Joins intact chunks into the whole array if they tile it and it checks out.
-fn assemble(c: &Candidate, key: Option<&HmacKey>) -> Assembled {
+fn assemble(c: &Candidate, key: Option<&HmacKey>, allow_unauthenticated: bool) -> Assembled {
     let mut by_off: Vec<&(ChunkFound, Vec<u8>)> = c.intact.values().collect();
     by_off.sort_by_key(|(f, _)| f.off);
     let mut missing = Vec::new();
@@ -331,6 +366,11 @@ fn assemble(c: &Candidate, key: Option<&HmacKey>) -> Assembled {
     }
     if key.is_some_and(|k| !c.arr.hmac_is_zero() && k.compute(&c.arr.salt, &data) != c.arr.hmac) {
         return (None, Some("hmac does not match under the given key".into()), missing);
+    }
+    if key.is_some() && c.arr.hmac_is_zero() && !allow_unauthenticated {
+        let why =
+            "not authenticated (hmac is all zeros) although an HMAC key was given; --allow-unauthenticated keeps it";
+        return (None, Some(why.into()), missing);
     }
     (Some(data), None, missing)
 }

@@ -207,6 +207,41 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// The writer's defaults for `gen`: schema `weights/v1`, build `none`,
+    /// host `cpu`, cuda `off`; `ts` as given, else `SOURCE_DATE_EPOCH`, else the clock.
+    pub fn new(gen: u64, ts: Option<&str>) -> crate::Result<Meta> {
+        Ok(Meta {
+            schema: "weights/v1".into(),
+            gen,
+            ts: Timestamp::resolve(ts).map_err(|m| crate::Error::usage(format!("ts: {m}")))?,
+            build: "none".into(),
+            host: "cpu".into(),
+            cuda: "off".into(),
+        })
+    }
+
+    /// Replaces the token fields that are given, each checked.
+    pub fn with_tokens(
+        mut self,
+        schema: Option<&str>,
+        build: Option<&str>,
+        host: Option<&str>,
+        cuda: Option<&str>,
+    ) -> crate::Result<Meta> {
+        for (slot, v, what) in [
+            (&mut self.schema, schema, "schema"),
+            (&mut self.build, build, "build"),
+            (&mut self.host, host, "host"),
+            (&mut self.cuda, cuda, "cuda"),
+        ] {
+            if let Some(v) = v {
+                check_token(v, what).map_err(|m| crate::Error::usage(format!("--{what}: {m}")))?;
+                *slot = v.to_string();
+            }
+        }
+        Ok(self)
+    }
+
     /// `gen` as written: zero-padded to at least 6 digits.
     pub fn gen_str(&self) -> String {
         pad(self.gen, 6)

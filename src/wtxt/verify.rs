@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 
 use crate::crypto::digest::{merkle_this, FastXor, Hash};
 use crate::crypto::mac::{verify_tag, HmacKey, HmacSha256};
-use crate::crypto::sign::TrustedKeys;
+use crate::crypto::sign::{SecretKey, TrustedKeys};
 use crate::error::{Kind, Result};
 use crate::limits::{BLOCK, PIPELINE_DEPTH};
 use crate::wtxt::read::{read, ArrayStart, Header, Visitor};
@@ -37,6 +37,134 @@ pub struct VerifyOptions<'a> {
     /// The previous generation's header: gen must follow it and
     /// `merkle_prev` must equal its `merkle_this`.
     pub prev: Option<&'a Header>,
+    /// With an HMAC key, accept arrays whose `hmac` is all zeros (reported
+    /// unauthenticated). Without it, every array must authenticate: an
+    /// attacker without the key could otherwise change an array and zero its tag.
+    pub allow_unauthenticated: bool,
+    /// Fails a signature by a key not in `trusted`: a command about to sign
+    /// must not pass on what it cannot check.
+    pub refuse_untrusted: bool,
+}
+
+/// What a command that signs, HMACs or chains its output demands of its
+/// WTXT inputs (cli.md "Signing what was not verified"): every array
+/// authenticated when an HMAC key is given; a valid signature by a trusted
+/// key when trusted keys are configured; and, when it signs, no signature
+/// it cannot check (the signer's own key counts as trusted, so a stale
+/// signature of its own is caught as invalid).
+#[derive(Clone, Default)]
+pub struct InputTrust {
+    pub hmac_key: Option<HmacKey>,
+    /// The configured trusted keys plus, when signing, the signer's own.
+    pub trusted: Option<TrustedKeys>,
+    pub require_signature: bool,
+    pub refuse_untrusted: bool,
+    pub allow_unauthenticated: bool,
+}
+
+impl InputTrust {
+    /// The demands for a command with these keys.
+    pub fn new(
+        hmac_key: Option<&HmacKey>,
+        trusted: Option<&TrustedKeys>,
+        sign_key: Option<&SecretKey>,
+        allow_unauthenticated: bool,
+    ) -> InputTrust {
+        let require_signature = trusted.is_some_and(|t| !t.is_empty());
+        let mut keys = trusted.cloned();
+        if let Some(k) = sign_key {
+            keys.get_or_insert_with(TrustedKeys::default).add(k.public());
+        }
+        InputTrust {
+            hmac_key: hmac_key.cloned(),
+            trusted: keys,
+            require_signature,
+            refuse_untrusted: sign_key.is_some(),
+            allow_unauthenticated,
+        }
+    }
+
+    /// The verifier's options that enforce these demands.
+    pub fn options(&self) -> VerifyOptions<'_> {
+        VerifyOptions {
+            hmac_key: self.hmac_key.as_ref(),
+            trusted: self.trusted.as_ref(),
+            require_signature: self.require_signature,
+            allow_unauthenticated: self.allow_unauthenticated,
+            refuse_untrusted: self.refuse_untrusted,
+            ..Default::default()
+        }
+    }
+}
+
+/// What a header alone proves, for a file chained from without reading its
+/// arrays (`--prev`, HEAD's blob in the Git filter): `merkle_this` agrees
+/// with its own fields, and the signature holds under `opts`' keys and
+/// policy. The first failure is returned with its line.
+pub fn check_header(h: &Header, opts: &VerifyOptions) -> std::result::Result<SigStatus, Problem> {
+    let mut problems = Vec::new();
+    let status = match &h.root {
+        Root::Final { sha256_all, merkle_prev, merkle_this: mt, .. } => {
+            let want = merkle_this(merkle_prev, sha256_all, h.meta.ts.as_str(), &h.meta.gen_str(), &h.meta.build);
+            if *mt != want {
+                problems.push(Problem {
+                    line: 4,
+                    message: format!("merkle_this is {}, expected {}", hex::encode(mt), hex::encode(want)),
+                });
+            }
+            signature_status(h.sign.as_ref(), &h.signed_bytes, 5, opts, &mut problems)
+        }
+        Root::Pending => {
+            problems.push(Problem { line: 4, message: "root pending: finalize it first".into() });
+            SigStatus::Absent
+        }
+    };
+    match problems.into_iter().next() {
+        Some(p) => Err(p),
+        None => Ok(status),
+    }
+}
+
+/// The status of a signature (or its absence) under `opts`, with the
+/// problems the policy finds in it.
+fn signature_status(
+    sign: Option<&SignLine>,
+    signed: &[u8],
+    line: u64,
+    opts: &VerifyOptions,
+    problems: &mut Vec<Problem>,
+) -> SigStatus {
+    let status = match sign {
+        None => SigStatus::Absent,
+        Some(s) => match opts.trusted.and_then(|t| t.find(&s.keyid)) {
+            None => SigStatus::Untrusted,
+            Some(k) if k.verify(signed, &s.signature) => SigStatus::Valid,
+            Some(_) => {
+                problems.push(Problem {
+                    line,
+                    message: format!("signature by keyid {} does not verify", hex::encode(s.keyid)),
+                });
+                SigStatus::Invalid
+            }
+        },
+    };
+    let keyid = sign.map(|s| hex::encode(s.keyid)).unwrap_or_default();
+    if opts.require_signature && matches!(status, SigStatus::Absent | SigStatus::Untrusted) {
+        let why = match status {
+            SigStatus::Absent => "the file is not signed".to_string(),
+            _ => format!("keyid {keyid} is not a trusted key"),
+        };
+        problems.push(Problem { line, message: format!("signature required: {why}") });
+    } else if opts.refuse_untrusted && status == SigStatus::Untrusted {
+        problems.push(Problem {
+            line,
+            message: format!(
+                "signed by keyid {keyid}, which no trusted key checks: nothing is signed that was not verified first \
+                 (give --trusted-keys or --pubkey)"
+            ),
+        });
+    }
+    status
 }
 
 /// The outcome for a signature.
@@ -189,6 +317,17 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
                     });
                     a.ok = false;
                 }
+                None if opts.hmac_key.is_some() && !opts.allow_unauthenticated => {
+                    problems.push(Problem {
+                        line: a.line,
+                        message: format!(
+                            "array {}: not authenticated (hmac is all zeros) although an HMAC key was given; \
+                             --allow-unauthenticated accepts it",
+                            a.name
+                        ),
+                    });
+                    a.ok = false;
+                }
                 None => {}
             }
         } else {
@@ -314,30 +453,8 @@ fn check_root(
     report.merkle_this = Some(hex::encode(merkle_this(&merkle_prev, sha_all, ts, &gen, &h.meta.build)));
 
     let sign_line = if report.streaming { root_line } else { 5 };
-    report.signature = match &sign {
-        None => SigStatus::Absent,
-        Some(s) => {
-            report.keyid = Some(hex::encode(s.keyid));
-            match opts.trusted.and_then(|t| t.find(&s.keyid)) {
-                None => SigStatus::Untrusted,
-                Some(k) if k.verify(&signed, &s.signature) => SigStatus::Valid,
-                Some(_) => {
-                    problems.push(Problem {
-                        line: sign_line,
-                        message: format!("signature by keyid {} does not verify", hex::encode(s.keyid)),
-                    });
-                    SigStatus::Invalid
-                }
-            }
-        }
-    };
-    if opts.require_signature && report.signature != SigStatus::Valid && report.signature != SigStatus::Invalid {
-        let why = match report.signature {
-            SigStatus::Absent => "the file is not signed".to_string(),
-            _ => format!("keyid {} is not a trusted key", report.keyid.as_deref().unwrap_or("?")),
-        };
-        problems.push(Problem { line: sign_line, message: format!("signature required: {why}") });
-    }
+    report.keyid = sign.as_ref().map(|s| hex::encode(s.keyid));
+    report.signature = signature_status(sign.as_ref(), &signed, sign_line, opts, problems);
     if let Some(p) = opts.prev {
         match &p.root {
             Root::Final { merkle_this: prev_this, .. } => {

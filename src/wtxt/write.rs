@@ -46,6 +46,22 @@ pub struct WriteOptions<'a> {
     pub carried_hmacs: Vec<(String, Hash)>,
 }
 
+impl<'a> WriteOptions<'a> {
+    /// Options for `meta` with no keys, chain, audit or carried tags.
+    pub fn new(meta: Meta, rows_per_chunk: u64) -> WriteOptions<'a> {
+        WriteOptions {
+            meta,
+            merkle_prev: [0; 32],
+            rows_per_chunk,
+            hmac_key: None,
+            sign_key: None,
+            audit: None,
+            streaming: false,
+            carried_hmacs: Vec::new(),
+        }
+    }
+}
+
 /// What the writer computed.
 #[derive(Clone, Debug)]
 pub struct Written {

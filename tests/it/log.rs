@@ -175,7 +175,12 @@ fn untrusted_signatures_are_flagged_with_trusted_keys() {
     let (code, v) = r.log(&["--trusted-keys", trusted.to_str().unwrap()]);
     assert_eq!(code, 0, "{v}");
     assert!(v["chains"][0]["generations"].as_array().unwrap().iter().all(|g| g["signature"] == "valid"));
-    r.snapshot("s.wtxt", Some(&g1), &["--sign-key", other.to_str().unwrap()]);
+    // Signing with another key chains from g1 only once g1's key is trusted.
+    r.snapshot(
+        "s.wtxt",
+        Some(&g1),
+        &["--sign-key", other.to_str().unwrap(), "--trusted-keys", trusted.to_str().unwrap()],
+    );
     r.commit("g2 by another key");
     let (code, v) = r.log(&["--trusted-keys", trusted.to_str().unwrap()]);
     assert_eq!(code, 1);

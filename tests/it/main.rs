@@ -13,7 +13,8 @@
 //! - `hooks`: hooks/pre-commit in a real Git repository;
 //! - `inputs`: real NumPy output and hostile input archives;
 //! - `log`: the Merkle chain through a real Git history;
-//! - `mutation`: seeded random damage through every reader, never a panic.
+//! - `mutation`: seeded random damage through every reader, never a panic;
+//! - `trust`: nothing signs, HMACs or chains a forged input.
 
 mod age;
 mod cli;
@@ -30,4 +31,5 @@ mod log;
 mod mutation;
 mod recover;
 mod roundtrip;
+mod trust;
 mod util;

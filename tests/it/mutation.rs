@@ -126,7 +126,7 @@ fn wtxt_readers_never_panic() {
             }
         });
         never_panics(&format!("recover {f}"), &base, n / 2, |b| {
-            let _ = wtxt::wtxt::recover::recover(b, None, true);
+            let _ = wtxt::wtxt::recover::recover(b, None, false, true);
         });
         never_panics(&format!("textconv {f}"), &base, n / 2, |b| {
             let _ = wtxt::git::diff::textconv(b);

@@ -131,12 +131,10 @@ pub struct DeltaApplyArgs {
     /// Minimal form: sign the result.
     #[arg(long, value_name = "KEY.pem")]
     pub sign_key: Option<PathBuf>,
-    /// Require the rebuilt target's signature to be valid under this key.
-    #[arg(long, value_name = "PUB.pem", conflicts_with = "trusted_keys")]
-    pub pubkey: Option<PathBuf>,
-    /// Require the rebuilt target's signature to be valid under one of these keys.
-    #[arg(long, value_name = "FILE")]
-    pub trusted_keys: Option<PathBuf>,
+    /// The rebuilt target must carry a valid signature by one of these keys
+    /// (a minimal-form delta, which carries none, is then refused).
+    #[command(flatten)]
+    pub trust: TrustArg,
 }
 
 /// Reading age-encrypted inputs.
@@ -155,9 +153,24 @@ pub struct SealedArg {
 
 #[derive(Args, Debug)]
 pub struct HmacArg {
-    /// HMAC key file (hex, at least 64 digits); else $WTXT_HMAC_KEY.
+    /// HMAC key file (hex, at least 64 digits); else $WTXT_HMAC_KEY. With a
+    /// key, every array read must authenticate.
     #[arg(long, value_name = "FILE")]
     pub hmac_key: Option<PathBuf>,
+    /// With an HMAC key: accept arrays whose hmac is all zeros (reported as unauthenticated).
+    #[arg(long)]
+    pub allow_unauthenticated: bool,
+}
+
+/// The keys whose signatures count.
+#[derive(Args, Debug, Default)]
+pub struct TrustArg {
+    /// Trust this public key (SPKI PEM or ssh-ed25519 line).
+    #[arg(long, value_name = "PUB.pem", conflicts_with = "trusted_keys")]
+    pub pubkey: Option<PathBuf>,
+    /// Trust the keys in this file (`<keyid> <base64 key> [comment]` lines).
+    #[arg(long, value_name = "FILE")]
+    pub trusted_keys: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -197,6 +210,9 @@ pub struct SnapshotArgs {
     /// Ed25519 signing key (PKCS#8 PEM or OpenSSH).
     #[arg(long, value_name = "KEY.pem")]
     pub sign_key: Option<PathBuf>,
+    /// Keys that WTXT inputs and --prev must be signed by.
+    #[command(flatten)]
+    pub trust: TrustArg,
     /// Audit line: 'k=v k2="quoted value" ...'.
     #[arg(long, value_name = "'k=v ...'")]
     pub audit: Option<String>,
@@ -219,12 +235,8 @@ pub struct VerifyArgs {
     pub wsum: Option<PathBuf>,
     #[command(flatten)]
     pub hmac: HmacArg,
-    /// Trust this public key (SPKI PEM or ssh-ed25519 line).
-    #[arg(long, value_name = "PUB.pem", conflicts_with = "trusted_keys")]
-    pub pubkey: Option<PathBuf>,
-    /// Trust the keys in this file (`<keyid> <base64 key> [comment]` lines).
-    #[arg(long, value_name = "FILE")]
-    pub trusted_keys: Option<PathBuf>,
+    #[command(flatten)]
+    pub trust: TrustArg,
     /// Fail unless a trusted key's valid signature is present.
     #[arg(long)]
     pub require_signature: bool,
@@ -273,13 +285,13 @@ pub struct RecoverArgs {
     /// Write a JSON report of intact and damaged chunks per array.
     #[arg(long, value_name = "JSON")]
     pub report: Option<PathBuf>,
-    /// Keep only whole arrays; by default a damaged array's intact chunks are
-    /// kept as NAME__partial (zeros elsewhere) with NAME__intact (1 per intact chunk).
-    #[arg(long)]
-    pub whole_only: bool,
+    /// Write what survives of damaged arrays here (.npz or .safetensors):
+    /// NAME with its intact chunks (zeros elsewhere) and NAME__intact (u8, 1 per intact chunk).
+    #[arg(long, value_name = "PARTIAL.npz")]
+    pub partial: Option<PathBuf>,
     #[command(flatten)]
     pub hmac: HmacArg,
-    /// Sign the recovered file.
+    /// Sign the recovered file (needs --hmac-key: only authenticated arrays are signed).
     #[arg(long, value_name = "KEY.pem")]
     pub sign_key: Option<PathBuf>,
 }
@@ -294,6 +306,12 @@ pub struct FinalizeArgs {
     /// Sign the WSUM (and the rewritten file).
     #[arg(long, value_name = "KEY.pem")]
     pub sign_key: Option<PathBuf>,
+    /// Check the WTXT-S's HMACs first (every array must authenticate).
+    #[command(flatten)]
+    pub hmac: HmacArg,
+    /// Keys that --prev must be signed by.
+    #[command(flatten)]
+    pub trust: TrustArg,
     /// Previous generation: merkle_prev = its merkle_this.
     #[arg(long, value_name = "PREV.wtxt")]
     pub prev: Option<PathBuf>,
@@ -316,12 +334,9 @@ pub struct LogArgs {
     /// Run as if started in DIR.
     #[arg(short = 'C', value_name = "DIR", default_value = ".")]
     pub dir: PathBuf,
-    /// Trust this public key (default: the file of `git config wtxt.trustedKeys`).
-    #[arg(long, value_name = "PUB.pem", conflicts_with = "trusted_keys")]
-    pub pubkey: Option<PathBuf>,
-    /// Trust the keys in this file.
-    #[arg(long, value_name = "FILE")]
-    pub trusted_keys: Option<PathBuf>,
+    /// Trusted keys (default: the file of `git config wtxt.trustedKeys`).
+    #[command(flatten)]
+    pub trust: TrustArg,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -402,6 +417,10 @@ pub struct MergeArgs {
     /// Sign the result (default: the key file named by $WTXT_SIGN_KEY).
     #[arg(long, value_name = "KEY.pem")]
     pub sign_key: Option<PathBuf>,
+    /// Keys the three inputs must be signed by (default: the file of
+    /// `git config wtxt.trustedKeys`, when run inside a repository).
+    #[command(flatten)]
+    pub trust: TrustArg,
     /// The path Git merges (for messages).
     #[arg(long, value_name = "PATH")]
     pub path: Option<String>,
@@ -461,6 +480,9 @@ pub struct DaemonArgs {
     /// HMAC key file (else $WTXT_HMAC_KEY).
     #[arg(long, value_name = "FILE")]
     pub hmac_key: Option<PathBuf>,
+    /// Keys a WTXT input must be signed by (default: `git config wtxt.trustedKeys` of the repo).
+    #[arg(long, value_name = "FILE")]
+    pub trusted_keys: Option<PathBuf>,
     /// Commit age-armored snapshots for this recipient; repeatable.
     #[arg(long = "recipient", value_name = "R")]
     pub recipients: Vec<String>,
@@ -499,6 +521,9 @@ pub struct ConvertArgs {
     /// For --to wtxt: sign the result.
     #[arg(long, value_name = "KEY.pem")]
     pub sign_key: Option<PathBuf>,
+    /// Keys a WTXT input must be signed by.
+    #[command(flatten)]
+    pub trust: TrustArg,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

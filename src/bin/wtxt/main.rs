@@ -16,7 +16,7 @@ use wtxt::error::{Error, Result};
 use wtxt::git::{diff, merge};
 use wtxt::ops;
 use wtxt::progress::Progress;
-use wtxt::wtxt::verify::{Report, SigStatus};
+use wtxt::wtxt::verify::{InputTrust, Report, SigStatus};
 
 use cli::{Cli, Command, DeltaCommand};
 
@@ -69,8 +69,8 @@ fn unseal(a: &cli::SealedArg) -> Result<Option<Unseal>> {
     Ok(Some(Unseal::Identities(ids)))
 }
 
-fn trusted_keys(pubkey: &Option<PathBuf>, file: &Option<PathBuf>) -> Result<Option<TrustedKeys>> {
-    Ok(match (pubkey, file) {
+fn trusted_keys(t: &cli::TrustArg) -> Result<Option<TrustedKeys>> {
+    Ok(match (&t.pubkey, &t.trusted_keys) {
         (Some(p), _) => Some(TrustedKeys::single(PublicKey::from_file(p)?)),
         (None, Some(t)) => Some(TrustedKeys::from_file(t)?),
         (None, None) => None,
@@ -91,6 +91,8 @@ fn run(cmd: Command) -> Result<u8> {
                 rows_per_chunk: a.rows_per_chunk,
                 hmac_key: hmac_key(&a.hmac.hmac_key)?,
                 sign_key: sign_key(&a.sign_key)?,
+                trusted: trusted_keys(&a.trust)?,
+                allow_unauthenticated: a.hmac.allow_unauthenticated,
                 audit: a.audit,
                 wsum: if a.streaming { a.wsum } else { None },
             };
@@ -101,13 +103,14 @@ fn run(cmd: Command) -> Result<u8> {
             Ok(0)
         }
         Command::Verify(a) => {
-            let trusted = trusted_keys(&a.pubkey, &a.trusted_keys)?;
+            let trusted = trusted_keys(&a.trust)?;
             let opts = ops::VerifyFiles {
                 wsum: a.wsum,
                 hmac_key: hmac_key(&a.hmac.hmac_key)?,
                 trusted,
                 require_signature: a.require_signature,
                 prev: a.prev,
+                allow_unauthenticated: a.hmac.allow_unauthenticated,
                 unseal: unseal(&a.sealed)?,
             };
             let progress = Progress::for_terminal("verify");
@@ -122,7 +125,12 @@ fn run(cmd: Command) -> Result<u8> {
                 if let Some(p) = report.first_error() {
                     let more = report.errors.len() - 1;
                     let tail = if more > 0 { format!(" ({more} more; --json lists all)") } else { String::new() };
-                    eprintln!("wtxt: {}: line {}: {}{tail}", a.file.display(), p.line, p.message);
+                    let msg = wtxt::error::one_line(&p.message);
+                    eprintln!(
+                        "wtxt: {}: line {}: {msg}{tail}",
+                        wtxt::error::one_line(&a.file.display().to_string()),
+                        p.line
+                    );
                 }
                 return Ok(1);
             }
@@ -139,16 +147,22 @@ fn run(cmd: Command) -> Result<u8> {
         }
         Command::Extract(a) => {
             let u = unseal(&a.sealed)?;
-            let n =
-                ops::extract(&a.file, &a.output, a.array.as_deref(), hmac_key(&a.hmac.hmac_key)?.as_ref(), u.as_ref())?;
+            let key = hmac_key(&a.hmac.hmac_key)?;
+            let checks = wtxt::wtxt::verify::VerifyOptions {
+                hmac_key: key.as_ref(),
+                allow_unauthenticated: a.hmac.allow_unauthenticated,
+                ..Default::default()
+            };
+            let n = ops::extract(&a.file, &a.output, a.array.as_deref(), &checks, u.as_ref())?;
             eprintln!("wrote {} array(s) to {}", n, a.output.display());
             Ok(0)
         }
         Command::Recover(a) => {
             let opts = ops::RecoverOptions {
                 report: a.report,
-                whole_only: a.whole_only,
+                partial: a.partial,
                 hmac_key: hmac_key(&a.hmac.hmac_key)?,
+                allow_unauthenticated: a.hmac.allow_unauthenticated,
                 sign_key: sign_key(&a.sign_key)?,
             };
             let r = ops::recover(&a.file, &a.output, &opts)?;
@@ -157,7 +171,14 @@ fn run(cmd: Command) -> Result<u8> {
         }
         Command::Finalize(a) => {
             let key = sign_key(&a.sign_key)?;
-            let w = ops::finalize(&a.file, &a.output, key.as_ref(), a.prev.as_deref(), a.rewrite.as_deref())?;
+            let trust = InputTrust::new(
+                hmac_key(&a.hmac.hmac_key)?.as_ref(),
+                trusted_keys(&a.trust)?.as_ref(),
+                key.as_ref(),
+                a.hmac.allow_unauthenticated,
+            );
+            let opts = ops::FinalizeOptions { sign_key: key, prev: a.prev, rewrite: a.rewrite, trust };
+            let w = ops::finalize(&a.file, &a.output, &opts)?;
             eprintln!("wrote {} sha256_all={}", a.output.display(), hex::encode(w.sha256_all));
             Ok(0)
         }
@@ -178,8 +199,9 @@ fn run(cmd: Command) -> Result<u8> {
                 ts: a.ts,
                 build: a.build,
                 hmac_key: hmac_key(&a.hmac.hmac_key)?,
+                allow_unauthenticated: a.hmac.allow_unauthenticated,
                 sign_key: sign_key(&a.sign_key)?,
-                trusted: trusted_keys(&a.pubkey, &a.trusted_keys)?,
+                trusted: trusted_keys(&a.trust)?,
                 unseal: unseal(&a.sealed)?,
             };
             let r = ops::delta_apply(&a.base, &a.delta, &a.output, &opts)?;
@@ -187,7 +209,7 @@ fn run(cmd: Command) -> Result<u8> {
             Ok(0)
         }
         Command::Log(a) => {
-            let chains = ops::log(&a.dir, a.path.as_deref(), trusted_keys(&a.pubkey, &a.trusted_keys)?)?;
+            let chains = ops::log(&a.dir, a.path.as_deref(), trusted_keys(&a.trust)?)?;
             let ok = chains.iter().all(|c| c.ok);
             if a.json {
                 let v = serde_json::json!({ "ok": ok, "chains": chains });
@@ -212,6 +234,8 @@ fn run(cmd: Command) -> Result<u8> {
                 ts: a.ts,
                 hmac_key: hmac_key(&a.hmac.hmac_key)?,
                 sign_key: sign_key(&a.sign_key)?,
+                trusted: trusted_keys(&a.trust)?,
+                allow_unauthenticated: a.hmac.allow_unauthenticated,
                 ..Default::default()
             };
             ops::convert(&a.input, &a.output, to, &opts)?;
@@ -266,6 +290,7 @@ fn run(cmd: Command) -> Result<u8> {
                 path_in_repo: a.path_in_repo,
                 sign_key: a.sign_key,
                 hmac_key: a.hmac_key,
+                trusted_keys: a.trusted_keys,
                 recipients: a.recipients,
                 rows_per_chunk: a.rows_per_chunk,
                 build: a.build,
@@ -323,13 +348,19 @@ fn run(cmd: Command) -> Result<u8> {
                 None => Default::default(),
             };
             let key_path = a.sign_key.clone().or_else(|| std::env::var_os("WTXT_SIGN_KEY").map(PathBuf::from));
-            let opts = ops::MergeOptions {
-                strategy,
-                decisions,
-                ts: a.ts,
-                hmac_key: hmac_key(&a.hmac.hmac_key)?,
-                sign_key: sign_key(&key_path)?,
+            let sign = sign_key(&key_path)?;
+            // As Git's driver the keys come from `git config wtxt.trustedKeys`.
+            let trusted = match trusted_keys(&a.trust)? {
+                Some(t) => Some(t),
+                None => wtxt::git::trusted_keys_around(&std::env::current_dir().map_err(|e| Error::io(".", e))?)?,
             };
+            let trust = InputTrust::new(
+                hmac_key(&a.hmac.hmac_key)?.as_ref(),
+                trusted.as_ref(),
+                sign.as_ref(),
+                a.hmac.allow_unauthenticated,
+            );
+            let opts = ops::MergeOptions { strategy, decisions, ts: a.ts, trust, sign_key: sign };
             let signed = opts.sign_key.is_some();
             let what = a.path.clone().unwrap_or_else(|| a.ours.display().to_string());
             let out = ops::merge(&a.base, &a.ours, &a.theirs, &a.output, &opts)?;

@@ -1,0 +1,228 @@
+//! Nothing signs, HMACs or chains what it did not verify (issue 12,
+//! findings 1-3): every command that writes authenticated output refuses a
+//! forged input, and an HMAC key makes every array authenticate.
+//!
+//! The forged file is made here, as an attacker without the keys would:
+//! one array of a signed, HMAC'd snapshot zeroed, its `hmac` set to zeros,
+//! every digest recomputed, and the old (now stale) `sign` line put back.
+
+use std::path::{Path, PathBuf};
+
+use crate::util::{fixture, git_cmd, read, run};
+
+/// `expected/signed_pkcs8.wtxt` with array `bias` zeroed and unauthenticated.
+pub fn forged(dir: &Path) -> PathBuf {
+    use wtxt::wtxt::write::{write_snapshot, WriteOptions};
+    let orig = read("expected/signed_pkcs8.wtxt");
+    let loaded = wtxt::wtxt::load(&orig[..], orig.len() as u64, &Default::default()).unwrap();
+    let mut arrays = loaded.arrays.clone();
+    let bias = arrays.iter_mut().find(|a| a.name == "bias").unwrap();
+    bias.data = vec![0u8; bias.bytes().len()].into();
+    let wtxt::wtxt::syntax::Root::Final { merkle_prev, .. } = loaded.header.root else { unreachable!() };
+    let opts = WriteOptions {
+        merkle_prev,
+        carried_hmacs: loaded.hmacs.iter().filter(|(n, _)| n != "bias").cloned().collect(),
+        ..WriteOptions::new(loaded.header.meta.clone(), loaded.rows_per_chunk.unwrap_or(128))
+    };
+    let mut out = std::io::Cursor::new(Vec::new());
+    write_snapshot(&arrays, &opts, &mut out, &wtxt::progress::Progress::hidden()).unwrap();
+    // The stale signature of the original goes back in as line 5.
+    let text = String::from_utf8(out.into_inner()).unwrap();
+    let sign = String::from_utf8(orig).unwrap().lines().nth(4).unwrap().to_string();
+    assert!(sign.starts_with("sign "));
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.insert(4, &sign);
+    let p = dir.join("forged.wtxt");
+    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+    p
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn hmac_key_means_every_array_authenticates() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = forged(dir.path());
+    let r = run(&["verify", s(&f), "--hmac-key", "keys/hmac.hex"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("array bias: not authenticated"), "{}", r.stderr);
+    let r = run(&["verify", s(&f), "--hmac-key", "keys/hmac.hex", "--allow-unauthenticated"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("11/12 arrays authenticated"), "{}", r.stdout);
+    // The stale signature is caught as soon as its key is given.
+    let r = run(&["verify", s(&f), "--pubkey", "keys/sign.pem.pub"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let out = dir.path().join("x.npz");
+    let r = run(&["extract", s(&f), "-o", s(&out), "--hmac-key", "keys/hmac.hex"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(!out.exists());
+}
+
+#[test]
+fn merge_snapshot_and_convert_refuse_to_sign_a_forged_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = forged(dir.path());
+    let good = fixture("expected/signed_pkcs8.wtxt");
+    let out = dir.path().join("out.wtxt");
+    for keys in [&["--hmac-key", "keys/hmac.hex", "--sign-key", "keys/sign.pem"][..], &["--sign-key", "keys/sign.pem"]]
+    {
+        let mut args = vec!["merge", s(&good), s(&good), s(&f), "-o", s(&out), "--strategy", "theirs"];
+        args.extend(keys);
+        let r = run(&args);
+        assert_eq!(r.code, 1, "{keys:?}: {}", r.stderr);
+        assert!(r.stderr.contains("forged.wtxt"), "{}", r.stderr);
+        assert!(!out.exists(), "nothing written");
+        let mut args = vec!["snapshot", s(&f), "-o", s(&out)];
+        args.extend(keys);
+        assert_eq!(run(&args).code, 1);
+        let mut args = vec!["convert", s(&f), "-o", s(&out), "--to", "wtxt"];
+        args.extend(keys);
+        assert_eq!(run(&args).code, 1);
+        assert!(!out.exists());
+    }
+    // A signature by a key nobody said to trust is not passed on either.
+    let r = run(&["snapshot", s(&good), "-o", s(&out), "--sign-key", "keys/other.pem"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("no trusted key checks"), "{}", r.stderr);
+    let r =
+        run(&["snapshot", s(&good), "-o", s(&out), "--sign-key", "keys/other.pem", "--pubkey", "keys/sign.pem.pub"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+#[test]
+fn git_merge_with_keys_set_refuses_a_forged_branch() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let key = fixture("keys/sign.pem");
+    let hmac = std::fs::read_to_string(fixture("keys/hmac.hex")).unwrap();
+    let env = [("WTXT_SIGN_KEY", s(&key)), ("WTXT_HMAC_KEY", hmac.trim()), ("WTXT_MERGE_STRATEGY", "theirs")];
+    let git = |args: &[&str]| {
+        let o = git_cmd(&repo, args, &env);
+        (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    assert!(git(&["init", "-q", "-b", "main"]).0);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_wtxt"))
+        .current_dir(&repo)
+        .args(["git", "install", "--local"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    std::fs::copy(fixture("expected/signed_pkcs8.wtxt"), repo.join("model.wtxt")).unwrap();
+    assert!(git(&["add", "-A"]).0);
+    assert!(git(&["commit", "-qm", "signed base"]).0);
+    assert!(git(&["checkout", "-qb", "evil"]).0);
+    std::fs::copy(forged(dir.path()), repo.join("model.wtxt")).unwrap();
+    // As a pushed commit would arrive: the hook is not asked.
+    assert!(git(&["commit", "-qam", "zero bias", "--no-verify"]).0);
+    assert!(git(&["checkout", "-q", "main"]).0);
+    // Main moves on too (a signed, HMAC'd next generation), so Git runs the driver.
+    let next = dir.path().join("next.wtxt");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_wtxt"))
+        .current_dir(fixture(""))
+        .args(["snapshot", "inputs/delta_base.npz", "-o", s(&next), "--prev", s(&repo.join("model.wtxt"))])
+        .args(["--sign-key", "keys/sign.pem", "--hmac-key", "keys/hmac.hex"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::copy(&next, repo.join("model.wtxt")).unwrap();
+    assert!(git(&["commit", "-qam", "gen 4"]).0);
+    let ours = std::fs::read(repo.join("model.wtxt")).unwrap();
+    let (ok, err) = git(&["merge", "-q", "--no-edit", "evil"]);
+    assert!(!ok, "the merge of a forged branch succeeded");
+    assert!(err.contains("forged") || err.contains("not authenticated") || err.contains("does not verify"), "{err}");
+    assert_eq!(std::fs::read(repo.join("model.wtxt")).unwrap(), ours, "ours is left as it was");
+}
+
+#[test]
+fn recover_signs_only_what_the_key_authenticated() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = forged(dir.path());
+    let out = dir.path().join("rec.wtxt");
+    let r = run(&["recover", s(&f), "-o", s(&out), "--sign-key", "keys/sign.pem"]);
+    assert_eq!(r.code, 2, "signing needs the HMAC key: {}", r.stderr);
+    let rep = dir.path().join("rep.json");
+    let r = run(&[
+        "recover",
+        s(&f),
+        "-o",
+        s(&out),
+        "--sign-key",
+        "keys/sign.pem",
+        "--hmac-key",
+        "keys/hmac.hex",
+        "--report",
+        s(&rep),
+    ]);
+    assert_eq!(r.code, 1, "the forged array is lost: {}", r.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&rep).unwrap()).unwrap();
+    assert_eq!(v["lost_arrays"], 1);
+    let r = run(&[
+        "verify",
+        s(&out),
+        "--pubkey",
+        "keys/sign.pem.pub",
+        "--require-signature",
+        "--hmac-key",
+        "keys/hmac.hex",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let names: Vec<&str> = v["arrays"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 11);
+    assert!(!names.contains(&"bias"), "the forged array is not in the signed output");
+    // Two outputs of one command may not name the same file.
+    let r = run(&["recover", s(&f), "-o", s(&out), "--report", s(&out)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+}
+
+#[test]
+fn minimal_deltas_cannot_meet_a_trusted_key_requirement() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.wtxt");
+    let base = fixture("expected/delta_base.wtxt");
+    let d = fixture("expected/delta.minimal.wtxtdelta");
+    let r = run(&["delta", "apply", s(&base), s(&d), "-o", s(&out), "--pubkey", "keys/sign.pem.pub"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("minimal-form delta carries no signature"), "{}", r.stderr);
+    let r = run(&[
+        "delta",
+        "apply",
+        s(&base),
+        s(&d),
+        "-o",
+        s(&out),
+        "--pubkey",
+        "keys/sign.pem.pub",
+        "--sign-key",
+        "keys/sign.pem",
+    ]);
+    assert_eq!(r.code, 1, "our own fresh signature does not vouch for the delta: {}", r.stderr);
+    assert!(!out.exists());
+}
+
+#[test]
+fn finalize_and_prev_are_verified_before_signing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.wsum");
+    // The WTXT-S carries no HMACs: with a key it does not authenticate.
+    let r = run(&["finalize", "expected/streaming.wtxt", "-o", s(&out), "--hmac-key", "keys/hmac.hex"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(!out.exists());
+    let r = run(&["finalize", "expected/streaming.wtxt", "-o", s(&out), "--rewrite", s(&out)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    // A --prev whose merkle_this does not follow from its fields is not chained from.
+    let text = String::from_utf8(read("expected/defaults.wtxt")).unwrap();
+    let i = text.find("merkle_this=").unwrap() + "merkle_this=".len();
+    let mut bad = text.clone();
+    bad.replace_range(i..i + 1, if &text[i..i + 1] == "0" { "1" } else { "0" });
+    let prev = dir.path().join("prev.wtxt");
+    std::fs::write(&prev, bad).unwrap();
+    let o = dir.path().join("next.wtxt");
+    let r = run(&["snapshot", "inputs/model.npz", "-o", s(&o), "--prev", s(&prev)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("prev.wtxt: line 4: --prev: merkle_this"), "{}", r.stderr);
+}
