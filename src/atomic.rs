@@ -1,19 +1,56 @@
-//! Output files that appear whole or not at all: written to a temporary file
+//! Files in and out. Output files appear whole or not at all: written to a temporary file
 //! in the destination's folder, fsynced, then renamed over the final name. A
 //! crash, a full disk or an error never leaves a partial file under that name.
+//!
+//! A destination that exists and is not a regular file (`/dev/null`,
+//! `/dev/stdout`, a FIFO) is never replaced: the output is staged in an
+//! unnamed temporary file and copied to it on commit. Temporary files are
+//! removed when the command fails, and on SIGINT/SIGTERM once
+//! [`remove_temp_files_on_signals`] is installed; only a `kill -9` (or a
+//! power cut) leaves a `.NAME.XXXXXX.tmp` beside the output.
 
 use std::fs::File;
+use std::io::{Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use tempfile::NamedTempFile;
 
 use crate::error::{Error, Result};
 
+/// Temporary files being written, removed by the signal thread.
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn live() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+enum Stage {
+    /// Renamed over a regular file (or a new name) on commit.
+    Rename(NamedTempFile),
+    /// Copied into a device, FIFO or socket on commit.
+    Copy(File),
+}
+
 /// A file being written; dropped without `commit`, it is removed.
 pub struct AtomicFile {
-    tmp: NamedTempFile,
+    /// `None` only once committed.
+    stage: Option<Stage>,
     dest: PathBuf,
     mode: u32,
+}
+
+/// An I/O error without tempfile's added context, which names the
+/// temporary file instead of the path the user gave. The folder is asked
+/// again, so a missing or unwritable folder reports the system's own words.
+fn plain(e: std::io::Error, dir: &Path) -> std::io::Error {
+    if let Err(d) = std::fs::metadata(dir) {
+        return d;
+    }
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied => std::io::Error::from_raw_os_error(libc::EACCES),
+        k => std::io::Error::new(k, k.to_string()),
+    }
 }
 
 impl AtomicFile {
@@ -24,6 +61,15 @@ impl AtomicFile {
 
     /// Starts writing `dest` with the given Unix permissions (0600 for secrets).
     pub fn create_with_mode(dest: &Path, mode: u32) -> Result<AtomicFile> {
+        if let Ok(m) = std::fs::metadata(dest) {
+            if m.is_dir() {
+                return Err(Error::usage(format!("{}: is a folder, expected a file name", dest.display())));
+            }
+            if !m.is_file() {
+                let f = tempfile::tempfile().map_err(|e| Error::io(dest, plain(e, &std::env::temp_dir())))?;
+                return Ok(AtomicFile { stage: Some(Stage::Copy(f)), dest: dest.to_path_buf(), mode });
+            }
+        }
         let dir = match dest.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
@@ -33,34 +79,114 @@ impl AtomicFile {
             .prefix(&format!(".{}.", name.to_string_lossy()))
             .suffix(".tmp")
             .tempfile_in(dir)
-            .map_err(|e| Error::io(dest, e))?;
-        Ok(AtomicFile { tmp, dest: dest.to_path_buf(), mode })
+            .map_err(|e| Error::io(dest, plain(e, dir)))?;
+        live().push(tmp.path().to_path_buf());
+        Ok(AtomicFile { stage: Some(Stage::Rename(tmp)), dest: dest.to_path_buf(), mode })
     }
 
     /// The file to write to.
     pub fn file(&mut self) -> &mut File {
-        self.tmp.as_file_mut()
+        match self.stage.as_mut().expect("not committed") {
+            Stage::Rename(t) => t.as_file_mut(),
+            Stage::Copy(f) => f,
+        }
     }
 
-    /// Flushes to disk and renames into place.
-    pub fn commit(self) -> Result<()> {
-        let dest = self.dest;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(self.tmp.path(), std::fs::Permissions::from_mode(self.mode))
-                .map_err(|e| Error::io(&dest, e))?;
-        }
-        self.tmp.as_file().sync_all().map_err(|e| Error::io(&dest, e))?;
-        self.tmp.persist(&dest).map_err(|e| Error::io(&dest, e.error))?;
-        if let Some(dir) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-            // Make the rename itself durable; a failure here is not worth failing the write.
-            if let Ok(d) = File::open(dir) {
-                let _ = d.sync_all();
+    /// Flushes to disk and renames into place (or copies into a device).
+    pub fn commit(mut self) -> Result<()> {
+        let dest = std::mem::take(&mut self.dest);
+        match self.stage.take().expect("committed once") {
+            Stage::Copy(mut f) => {
+                f.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&dest, e))?;
+                let mut out = std::fs::OpenOptions::new().write(true).open(&dest).map_err(|e| Error::io(&dest, e))?;
+                std::io::copy(&mut f, &mut out).map_err(|e| Error::io(&dest, e))?;
+                Ok(())
+            }
+            Stage::Rename(tmp) => {
+                let tmp_path = tmp.path().to_path_buf();
+                let r = persist(tmp, &dest, self.mode);
+                live().retain(|p| *p != tmp_path);
+                r
             }
         }
-        Ok(())
     }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if let Some(Stage::Rename(t)) = &self.stage {
+            let p = t.path().to_path_buf();
+            live().retain(|x| *x != p);
+        }
+    }
+}
+
+fn persist(tmp: NamedTempFile, dest: &Path, mode: u32) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(mode)).map_err(|e| Error::io(dest, e))?;
+    }
+    tmp.as_file().sync_all().map_err(|e| Error::io(dest, e))?;
+    tmp.persist(dest).map_err(|e| Error::io(dest, e.error))?;
+    if let Some(dir) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+        // Make the rename itself durable; a failure here is not worth failing the write.
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Removes the temporary files of unfinished outputs when SIGINT or SIGTERM
+/// arrives, then exits with 128 + the signal's number, as a shell would
+/// report it. Call once, before any other thread starts: the signals are
+/// blocked in every thread and taken by one waiting thread.
+pub fn remove_temp_files_on_signals() {
+    #[cfg(unix)]
+    // SAFETY: plain libc calls on a local, initialized signal set; the mask is
+    // set before other threads exist, so they all inherit it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return;
+        }
+        let _ = std::thread::Builder::new().name("wtxt-signals".into()).spawn(move || {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` is an initialized signal set owned by this closure.
+            if libc::sigwait(&set, &mut sig) == 0 {
+                for p in live().drain(..) {
+                    let _ = std::fs::remove_file(p);
+                }
+                std::process::exit(128 + sig);
+            }
+        });
+    }
+}
+
+/// Opens an input for reading, naming `path` in any error. Never blocks:
+/// a FIFO that no process writes to reads as empty instead of hanging the
+/// command (opened non-blocking, then switched back to blocking reads).
+pub fn open_input_file(path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    // SAFETY: fcntl on a descriptor this function owns; it only changes its status flags.
+    unsafe {
+        use std::os::fd::AsRawFd;
+        let fd = f.as_raw_fd();
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    Ok(f)
 }
 
 /// Writes `bytes` to `dest` atomically.

@@ -59,7 +59,7 @@ impl SnapshotOptions {
 }
 
 fn open(path: &Path) -> Result<(File, u64)> {
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let f = crate::atomic::open_input_file(path)?;
     let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
     Ok((f, len))
 }
@@ -528,7 +528,7 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
             SignLine { signature: k.sign(text.as_bytes()), keyid: k.public().keyid() }.write(&mut text);
             text.push('\n');
         }
-        let mut src = File::open(path).map_err(|e| Error::io(path, e))?;
+        let mut src = crate::atomic::open_input_file(path)?;
         src.seek(SeekFrom::Start(header.signed_bytes.len() as u64)).map_err(|e| Error::io(path, e))?;
         let mut af = AtomicFile::create(out)?;
         {

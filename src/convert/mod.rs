@@ -13,7 +13,6 @@ pub mod rs;
 pub mod safetensors;
 pub mod volp;
 
-use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -147,7 +146,7 @@ pub fn foreign_metadata(arrays: Vec<Array>, fmt: OutFormat) -> (Vec<Array>, Vec<
 
 /// Maps a whole file read-only.
 pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let f = crate::atomic::open_input_file(path)?;
     // SAFETY: the map is read-only; a file truncated under us by another
     // process can fault, which is the accepted cost of not copying weights.
     // Populated up front: one pass of page-table setup instead of a fault per page.
@@ -160,13 +159,26 @@ pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
 /// [`crate::model::assign_names`]. WTXT inputs are verified first.
 pub fn load_inputs(paths: &[impl AsRef<Path>], verify: &VerifyOptions) -> Result<Vec<Array>> {
     let mut arrays = Vec::new();
+    let mut from: Vec<&Path> = Vec::new();
     for p in paths {
         let p = p.as_ref();
-        arrays.extend(load_one(p, verify).map_err(|e| e.in_file(p))?);
+        let got = load_one(p, verify).map_err(|e| e.in_file(p))?;
+        from.extend(std::iter::repeat_n(p, got.len()));
+        arrays.extend(got);
     }
     let originals: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
     for (a, n) in arrays.iter_mut().zip(assign_names(&originals)) {
         a.name = n;
+    }
+    // Two inputs with an array of one name: say which files.
+    let mut seen: std::collections::HashMap<&str, &Path> = std::collections::HashMap::new();
+    for (a, p) in arrays.iter().zip(&from) {
+        if let Some(q) = seen.insert(a.name.as_str(), p) {
+            return Err(Error::input(
+                Default::default(),
+                format!("array {} comes from both {} and {}", a.name, q.display(), p.display()),
+            ));
+        }
     }
     sort_arrays(&mut arrays)?;
     Ok(arrays)
@@ -185,12 +197,12 @@ pub fn load_lossless(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> 
     match fmt {
         Format::Npz => {
             let arrays = npz::read(&npy::Source::Mapped(map)).map_err(|e| e.in_file(path))?;
-            npz::with_key_names(arrays)
+            npz::with_key_names(arrays).map_err(|e| e.in_file(path))
         }
         Format::Safetensors => {
             let mut arrays = safetensors::safetensors_to_arrays_in(&npy::Source::Mapped(map.clone()))
                 .map_err(|e| e.in_file(path))?;
-            sort_arrays(&mut arrays)?;
+            sort_arrays(&mut arrays).map_err(|e| e.in_file(path))?;
             // A file our own writer would produce for these tensors needs no
             // header array to be rebuilt: leave it out, so WTXT -> safetensors
             // -> WTXT gives the same bytes too.
@@ -207,7 +219,7 @@ pub fn load_lossless(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> 
 /// A file's format, from its first 16 bytes, and its length: enough to
 /// choose a reader before mapping (or streaming) the whole file.
 fn sniff(path: &Path) -> Result<(Option<Format>, u64)> {
-    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut f = crate::atomic::open_input_file(path)?;
     let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
     let mut head = [0u8; 16];
     let mut got = 0;
@@ -235,7 +247,7 @@ fn read_container(fmt: Format, src: &npy::Source, path: &Path) -> Result<Vec<Arr
         eprintln!("wtxt: warning: {}: {n}", path.display());
     }
     let mut arrays = arrays;
-    sort_arrays(&mut arrays)?;
+    sort_arrays(&mut arrays).map_err(|e| e.in_file(path))?;
     Ok(arrays)
 }
 
@@ -269,7 +281,7 @@ fn load_one(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
         }
         (Some(Format::Wtxt), len) => {
             // Streamed from the file: the decoded arrays are the only copy held.
-            let f = File::open(path).map_err(|e| Error::io(path, e))?;
+            let f = crate::atomic::open_input_file(path)?;
             return Ok(crate::wtxt::load(std::io::BufReader::with_capacity(1 << 20, f), len, verify)?.arrays);
         }
         (Some(fmt), _) => fmt,

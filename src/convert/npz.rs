@@ -225,11 +225,17 @@ fn splice(arrays: &[Array]) -> Result<Vec<u8>> {
     let skeleton = arrays.iter().find(|a| a.name == SKELETON).ok_or_else(|| bad("missing"))?.bytes();
     let meta = crate::convert::meta_json(arrays, META)?.ok_or_else(|| bad("no __npz"))?;
     let splices = meta["splices"].as_array().ok_or_else(|| bad("no splices in __npz"))?;
+    // Each array fills one place: a file whose splices reuse bytes would
+    // make a small WTXT rebuild into an archive many times its size.
+    let mut used = std::collections::HashSet::new();
     let mut out = Vec::with_capacity(skeleton.len());
     let mut from = 0usize;
     for s in splices {
         let at = s["at"].as_u64().ok_or_else(|| bad("a splice lacks \"at\""))? as usize;
         let name = s["array"].as_str().ok_or_else(|| bad("a splice lacks \"array\""))?;
+        if !used.insert(name) {
+            return Err(bad(&format!("array {name} is spliced in more than once")));
+        }
         let a = arrays.iter().find(|a| a.name == name).ok_or_else(|| bad("a spliced array is missing"))?;
         let take = at
             .checked_sub(out.len())
@@ -260,12 +266,30 @@ pub fn write_with_keys<W: Write + Seek>(arrays: &[Array], out: W) -> Result<W> {
             .iter()
             .find(|a| a.name == name)
             .ok_or_else(|| Error::input(Default::default(), format!("{META}: array {name} is missing")))?;
+        check_member_key(key)?;
         members.push((key, a));
     }
     let listed: std::collections::HashSet<&str> = members.iter().map(|m| m.1.name.as_str()).collect();
     let rest: Vec<&Array> = arrays.iter().filter(|a| a.name != META && !listed.contains(a.name.as_str())).collect();
     members.extend(rest.into_iter().map(|a| (a.name.as_str(), a)));
     write_keyed(members, out)
+}
+
+/// A member key from metadata becomes a zip entry name: it must not climb
+/// out of the folder an unzip would write to, nor name a folder.
+fn check_member_key(key: &str) -> Result<()> {
+    let bad = key.is_empty()
+        || key.starts_with('/')
+        || key.contains('\\')
+        || key.contains('\0')
+        || key.split('/').any(|part| part.is_empty() || part == "." || part == "..");
+    if bad {
+        return Err(Error::input(
+            Default::default(),
+            format!("{META}: key {} is not a safe archive member name", crate::error::escape(key)),
+        ));
+    }
+    Ok(())
 }
 
 /// Writes arrays as an uncompressed `.npz` with fixed timestamps, so the

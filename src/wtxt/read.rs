@@ -96,11 +96,24 @@ impl<R: Read> LineReader<R> {
                 self.start += p + 1;
                 self.line += 1;
                 if r.len() > MAX_LINE {
+                    if self.line == 1 {
+                        return Err(Error::input(
+                            Position::Line(1),
+                            format!("not a WTXT file: its first line is longer than {MAX_LINE} bytes"),
+                        ));
+                    }
                     return Err(check_at(self.line, format!("line is longer than {MAX_LINE} bytes")));
                 }
                 return Ok(Some(r));
             }
             if self.end - self.start > MAX_LINE {
+                if self.line == 0 {
+                    // No LF in the first 4 KiB: a binary file, not a damaged WTXT.
+                    return Err(Error::input(
+                        Position::Line(1),
+                        format!("not a WTXT file: no line break in its first {MAX_LINE} bytes"),
+                    ));
+                }
                 return Err(check_at(self.line + 1, format!("line is longer than {MAX_LINE} bytes")));
             }
             if self.eof {
@@ -219,7 +232,15 @@ pub fn read_head<R: Read>(lines: &mut LineReader<R>) -> Result<Header> {
 
 /// Reads just the header of a WTXT file.
 pub fn read_header<R: Read>(lines: &mut LineReader<R>) -> Result<Header> {
-    let (n, l) = lines.expect_line("`WTXT 1`")?;
+    // Whatever goes wrong on the first line, the file is not a WTXT at all:
+    // unusable input (exit 2), not a damaged snapshot.
+    let (n, l) = lines.expect_line("`WTXT 1`").map_err(|e| match e.kind() {
+        crate::error::Kind::Check => Error::input(
+            Position::Line(1),
+            format!("not a WTXT file: {}", e.message().trim_start_matches("not a WTXT file: ")),
+        ),
+        _ => e,
+    })?;
     if l != MAGIC.as_bytes() {
         // Not a WTXT at all: unusable input rather than a failed check.
         return Err(Error::input(

@@ -28,6 +28,11 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    // The daemon finishes in-flight work on SIGTERM itself; every other
+    // command removes its unfinished outputs' temporary files and exits.
+    if !matches!(cli.command, Command::Daemon(_)) {
+        wtxt::atomic::remove_temp_files_on_signals();
+    }
     match run(cli.command) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
@@ -326,8 +331,17 @@ fn run(cmd: Command) -> Result<u8> {
             // Git may hand over the smudged work-tree file: clean it first.
             let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
             let name = file.to_string_lossy().into_owned();
-            let bytes = wtxt::git::filter::as_wtxt(&file, &here, &name)?;
-            emit(&diff::textconv(&bytes[..]).map_err(|e| e.in_file(&file))?)?;
+            // A file that is not a readable WTXT is shown as it is: `git show`
+            // must not fail on it.
+            let listing = wtxt::git::filter::as_wtxt(&file, &here, &name)
+                .and_then(|bytes| diff::textconv(&bytes[..]).map_err(|e| e.in_file(&file)));
+            match listing {
+                Ok(text) => emit(&text)?,
+                Err(e) => {
+                    let raw = std::fs::read(&file).map_err(|e| Error::io(&file, e))?;
+                    emit(&format!("wtxt textconv: {e} (shown as it is)\n{}", String::from_utf8_lossy(&raw)))?;
+                }
+            }
             Ok(0)
         }
         Command::Git(cli::GitCommand::DiffDriver { args }) => {
@@ -509,7 +523,12 @@ fn log_text(chains: &[wtxt::git::history::Chain]) -> String {
             let sig = match g.signature {
                 SigStatus::Valid => "signed (valid)".to_string(),
                 SigStatus::Invalid => "signature INVALID".to_string(),
-                SigStatus::Untrusted => format!("signed by {}", g.keyid.as_deref().unwrap_or("?")),
+                SigStatus::Untrusted => {
+                    format!(
+                        "signature not checked (keyid {}; no trusted key for it)",
+                        g.keyid.as_deref().unwrap_or("?")
+                    )
+                }
                 SigStatus::Absent => "unsigned".to_string(),
             };
             let _ = writeln!(
