@@ -45,3 +45,9 @@ pub const MAX_KEY_FILE: u64 = 1 << 20;
 
 /// Largest audit line accepted on the command line (it must fit a WTXT line).
 pub const MAX_AUDIT: usize = MAX_LINE - "audit ".len();
+
+/// Decoded data (an inflated npz member, a zstd chunk, an array read from a
+/// WTXT) larger than this goes to an unnamed temporary file that is mapped,
+/// not to the heap: a file that really holds gigabytes costs file-backed
+/// pages, and the heap stays bounded whatever a file declares.
+pub const SPILL_AT: u64 = 32 << 20;

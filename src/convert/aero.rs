@@ -28,8 +28,14 @@ pub const META: &str = "__aero";
 pub const MAX_ENTRY_COUNT: u64 = 1_000_000;
 /// Spec limit: string table bytes.
 pub const MAX_STRING_TABLE: u64 = 512 * 1024 * 1024;
-/// Spec limit: a metadata chunk's uncompressed bytes.
-pub const MAX_METADATA_ULEN: u64 = 2 * 1024 * 1024 * 1024;
+/// Most tensors a TIDX may list: each costs about 4 KiB of parsed metadata
+/// and bookkeeping on the way to a snapshot, so this keeps a small,
+/// well-compressed TIDX within the heap cap (measured in docs/SECURITY.md).
+pub const MAX_TIDX_TENSORS: usize = 1 << 16;
+
+/// Our limit on a metadata chunk's uncompressed bytes (the spec allows
+/// 2 GiB): metadata is parsed into memory, so it must fit the heap cap.
+pub const MAX_PARSED_METADATA: u64 = 64 << 20;
 /// The reference writer's largest shard.
 const MAX_SHARD_BYTES: u64 = 2 << 30;
 const HEADER_SIZE: u64 = 96;
@@ -163,7 +169,7 @@ fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> 
     check_overlaps(&chunks, st_off + st_len)?;
 
     // Verify and decode every chunk; shards stay in the map.
-    let mut payloads: Vec<Option<Vec<u8>>> = Vec::with_capacity(chunks.len());
+    let mut payloads: Vec<Option<Source>> = Vec::with_capacity(chunks.len());
     for c in &chunks {
         let stored = &b[c.offset as usize..(c.offset + c.length) as usize];
         let what = format!("chunk {:?} ({})", c.name, c.fourcc);
@@ -178,37 +184,47 @@ fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> 
             payloads.push(None);
             continue;
         }
-        if c.ulen > MAX_METADATA_ULEN {
+        // Metadata is parsed into memory: our own limit, below the spec's 2 GiB.
+        if c.ulen > MAX_PARSED_METADATA {
             return Err(input_at(
                 c.toc_at + 24,
-                format!("{what}: {} bytes exceed the metadata limit of {MAX_METADATA_ULEN}", c.ulen),
+                format!("{what}: {} bytes exceed the metadata limit of {MAX_PARSED_METADATA}", c.ulen),
             ));
         }
         let raw = if c.flags & ZSTD != 0 {
             zstd_exact(stored, c.ulen).map_err(|m| input_at(c.offset, format!("{what}: {m}")))?
         } else if c.length == c.ulen {
-            stored.to_vec()
+            src.sub(c.offset as usize..(c.offset + c.length) as usize)
         } else {
             return Err(input_at(
                 c.toc_at + 24,
                 format!("{what}: uncompressed but ulen {} != length {}", c.ulen, c.length),
             ));
         };
-        check_blake3(&raw, c, &what)?;
+        check_blake3(raw.bytes(), c, &what)?;
         payloads.push(Some(raw));
     }
 
     let tidx_at = chunks.iter().position(|c| c.fourcc == "TIDX").ok_or_else(|| input_at(toc_off, "no TIDX chunk"))?;
-    let tidx_raw = payloads[tidx_at].as_deref().expect("TIDX is not a shard");
+    let tidx_raw = payloads[tidx_at].as_ref().map(Source::bytes).expect("TIDX is not a shard");
     let tidx_mp = msgpack::decode(tidx_raw).map_err(|m| input_at(chunks[tidx_at].offset, format!("TIDX: {m}")))?;
     let tidx = msgpack::to_json(&tidx_mp);
-    let tensors = tidx
-        .get("tensors")
-        .and_then(Value::as_array)
-        .ok_or_else(|| input_at(chunks[tidx_at].offset, "TIDX: expected a \"tensors\" list"))?;
+    drop(tidx_mp); // the JSON form is what is kept
+    let mut tidx = tidx;
+    let tensors = match tidx.get_mut("tensors").map(Value::take) {
+        Some(Value::Array(t)) => t,
+        _ => return Err(input_at(chunks[tidx_at].offset, "TIDX: expected a \"tensors\" list")),
+    };
+    if tensors.len() > MAX_TIDX_TENSORS {
+        return Err(input_at(
+            chunks[tidx_at].offset,
+            format!("TIDX: {} tensors exceed the limit of {MAX_TIDX_TENSORS}", tensors.len()),
+        ));
+    }
     let shard_of = |id: u64| chunks.iter().find(|c| c.fourcc == "WTSH" && c.name == format!("weights.shard{id}"));
 
     let mut originals = Vec::with_capacity(tensors.len());
+    let mut placed = Vec::with_capacity(tensors.len());
     let mut found = Vec::with_capacity(tensors.len());
     for (i, t) in tensors.iter().enumerate() {
         let at = chunks[tidx_at].offset;
@@ -231,26 +247,33 @@ fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> 
             )));
         }
         let start = (shard.offset + off) as usize;
-        let data = src.window(start..start + len as usize);
-        if let Some(h) = t.get("hash_b3").and_then(Value::as_str).filter(|h| !h.is_empty()) {
-            let mut hasher = blake3::Hasher::new();
-            hash_into(&mut hasher, data.as_bytes());
-            let have = hasher.finalize().to_hex();
-            if have.as_str() != h {
-                return Err(check_byte(start as u64, format!("tensor {name}: hash_b3 is {have}, TIDX says {h}")));
-            }
-        }
         let (dtype, shape) = if code == PACKED {
             (Dtype::U8, vec![len])
         } else {
             let d = dtype_of(code).ok_or_else(|| bad(format!("{name}: dtype code {code} is not an AERO dtype")))?;
             (d, shape)
         };
-        let a = Array::with_original_name(name.to_string(), dtype, shape, data)
-            .map_err(|e| bad(e.message().to_string()))?;
+        let hash = t.get("hash_b3").and_then(Value::as_str).filter(|h| !h.is_empty());
         originals.push(name.to_string());
+        placed.push((name, dtype, shape, start..start + len as usize, hash));
+    }
+    // Nothing is read, hashed or copied before the tensors are known to be apart.
+    check_tensors_apart(&placed, chunks[tidx_at].offset)?;
+    for (name, dtype, shape, range, hash) in placed {
+        let data = src.window(range.clone());
+        if let Some(h) = hash {
+            let mut hasher = blake3::Hasher::new();
+            hash_into(&mut hasher, data.as_bytes());
+            let have = hasher.finalize().to_hex();
+            if have.as_str() != h {
+                return Err(check_byte(range.start as u64, format!("tensor {name}: hash_b3 is {have}, TIDX says {h}")));
+            }
+        }
+        let a = Array::with_original_name(name.to_string(), dtype, shape, data)
+            .map_err(|e| input_at(chunks[tidx_at].offset, format!("TIDX tensor {name}: {}", e.message())))?;
         found.push(a);
     }
+    let mut tensors_meta = tensors;
     originals.push(META.to_string());
     if let Some(d) = crate::model::first_duplicate(&originals) {
         return Err(input_at(chunks[tidx_at].offset, format!("TIDX: two tensors are named {d:?}")));
@@ -263,14 +286,14 @@ fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> 
     }
     let mut chunk_meta = Vec::with_capacity(chunks.len());
     for (c, p) in chunks.iter().zip(&payloads) {
+        let p = p.as_ref().map(Source::bytes);
         let mut m = json!({"fourcc": c.fourcc, "name": c.name, "flags": c.flags});
         match (c.fourcc.as_str(), p) {
             ("WTSH", _) => {}
             ("TIDX", _) => {
-                let mut t = tidx.clone();
-                t["tensors"] = json!(found.iter().map(|a| a.name.clone()).collect::<Vec<_>>());
-                m["tidx"] = t;
-                m["tensors"] = Value::Array(tensors.clone());
+                tidx["tensors"] = json!(found.iter().map(|a| a.name.clone()).collect::<Vec<_>>());
+                m["tidx"] = std::mem::take(&mut tidx);
+                m["tensors"] = Value::Array(std::mem::take(&mut tensors_meta));
             }
             ("IHSH", Some(p)) => check_ihsh(b, &chunks, p, c)?,
             ("PHSH", Some(p)) => m["page_size"] = json!(check_phsh(b, &chunks, p, c)?),
@@ -293,6 +316,26 @@ fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> 
     });
     out.push(meta_array(META, &meta)?);
     Ok(out)
+}
+
+/// A tensor as TIDX places it: name, dtype, shape, byte range, hash_b3.
+type Placed<'a> = (&'a str, Dtype, Vec<u64>, std::ops::Range<usize>, Option<&'a str>);
+
+/// Refuses tensors that share bytes: a TIDX listing one window many times
+/// would make a small file read (and write) as many times its size.
+fn check_tensors_apart(placed: &[Placed], tidx_at: u64) -> Result<()> {
+    let mut spans: Vec<(usize, usize, &str)> =
+        placed.iter().filter(|p| !p.3.is_empty()).map(|p| (p.3.start, p.3.end, p.0)).collect();
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        if w[1].0 < w[0].1 {
+            return Err(input_at(
+                tidx_at,
+                format!("TIDX: tensors {:?} and {:?} overlap: tensors may not share bytes", w[0].2, w[1].2),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_blake3(raw: &[u8], c: &Chunk, what: &str) -> Result<()> {
@@ -549,7 +592,7 @@ pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
             _ => (meta_to_content(c).map_err(|m| bad(format!("chunk {name:?}: {m}")))?, Vec::new()),
         };
         let pinned = c.get("stored_hex").and_then(Value::as_str).and_then(|h| hex::decode(h).ok());
-        let pinned = pinned.filter(|p| zstd_exact(p, raw.len() as u64).ok().as_ref() == Some(&raw));
+        let pinned = pinned.filter(|p| zstd_exact(p, raw.len() as u64).is_ok_and(|s| s.bytes() == &raw[..]));
         outs.push(Out { fourcc: fourcc.to_string(), name, flags, raw, pinned, parts });
     }
     // PHSH payloads need the shards' bytes; IHSH the finished control region.

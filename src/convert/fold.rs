@@ -191,7 +191,7 @@ fn read_with(src: &Source, notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
                 ));
             }
         }
-        payloads.push(chunk_payload(b, e, notes)?);
+        payloads.push(chunk_payload(src, e, notes)?);
     }
 
     // Name everything: NPZ keys and `__fold_<chunk>` arrays share one pool.
@@ -199,8 +199,7 @@ fn read_with(src: &Source, notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
     let mut found: Vec<Vec<Array>> = Vec::with_capacity(entries.len());
     for (e, (p, _)) in entries.iter().zip(&payloads) {
         if e.ctype == "NPZ0" {
-            let src = Source::Owned(std::sync::Arc::new(p.clone()));
-            let arrays = npz::read(&src)
+            let arrays = npz::read(p)
                 .map_err(|err| input_at(e.offset, format!("chunk {:?} (NPZ0): {}", e.name, err.message())))?;
             originals.extend(arrays.iter().map(|a| a.name.clone()));
             found.push(arrays);
@@ -220,8 +219,8 @@ fn read_with(src: &Source, notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
         let mut m = json!({"name": e.name, "ctype": e.ctype, "flags": e.flags, "ecc_algo": ecc_name(e.ecc)});
         if pin {
             if let Some(stored) = &stored {
-                if zstd::bulk::compress(&p, ZSTD_LEVEL).ok().as_ref() != Some(stored) {
-                    m["stored_hex"] = json!(hex::encode(stored));
+                if zstd::bulk::compress(p.bytes(), ZSTD_LEVEL).ok().as_deref() != Some(stored.bytes()) {
+                    m["stored_hex"] = json!(hex::encode(stored.bytes()));
                 }
             }
         }
@@ -238,14 +237,15 @@ fn read_with(src: &Source, notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
             if pin {
                 let ours =
                     npz::write_keyed(keys.iter().map(|(k, a)| (k.as_str(), a)), std::io::Cursor::new(Vec::new()))?;
-                if ours.into_inner() != p {
-                    m["payload_hex"] = json!(hex::encode(&p));
+                if ours.into_inner() != p.bytes() {
+                    m["payload_hex"] = json!(hex::encode(p.bytes()));
                 }
             }
         } else {
             let name = names.next().expect("one name per original");
             m["array"] = json!(name);
-            out.push(Array::new(name, crate::model::Dtype::U8, vec![p.len() as u64], p.into())?);
+            let n = p.bytes().len();
+            out.push(Array::new(name, crate::model::Dtype::U8, vec![n as u64], p.window(0..n))?);
         }
         chunks_meta.push(m);
     }
@@ -301,7 +301,8 @@ fn check_layout(entries: &[Entry], index_off: u64) -> Result<()> {
 
 /// One chunk's decoded payload, after ECC, CRC32C, SHA-256 and decompression.
 /// One chunk's decoded payload and, when it was compressed, its stored bytes.
-fn chunk_payload(b: &[u8], e: &Entry, notes: &mut Notes) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+fn chunk_payload(src: &Source, e: &Entry, notes: &mut Notes) -> Result<(Source, Option<Source>)> {
+    let b = src.bytes();
     let at = e.offset as usize;
     let h = &b[at..at + CHUNK_HEADER_LEN as usize];
     let agree = &h[..4] == e.ctype.as_bytes()
@@ -315,41 +316,46 @@ fn chunk_payload(b: &[u8], e: &Entry, notes: &mut Notes) -> Result<(Vec<u8>, Opt
     }
     let start = at + CHUNK_HEADER_LEN as usize;
     let comp_end = start + e.comp_len as usize;
-    let mut comp = b[start..comp_end].to_vec();
     let parity = &b[comp_end..comp_end + e.ecc_len as usize];
-    match e.ecc {
+    // Without ECC the stored bytes are read where they lie; a repair works
+    // on a private copy.
+    let comp = match e.ecc {
         None if e.ecc_len != 0 => {
             return Err(input_at(
                 e.offset + 28,
                 format!("chunk {:?}: ecc_len {} without an ECC algorithm", e.name, e.ecc_len),
             ))
         }
-        None => {}
-        Some(nsym) => match rs::correct(&mut comp, parity, nsym) {
-            Ok(0) => {}
-            Ok(n) => notes.push(format!("FOLD chunk {:?}: repaired {n} corrupted bytes with rs({nsym})", e.name)),
-            Err(rs::RsError::Length { expected, found }) => {
-                return Err(input_at(
-                    e.offset + 28,
-                    format!(
-                        "chunk {:?}: rs({nsym}) needs {expected} parity bytes for {} bytes, ecc_len is {found}",
-                        e.name, e.comp_len
-                    ),
-                ))
+        None => src.sub(start..comp_end),
+        Some(nsym) => {
+            let mut copy = crate::convert::spill::Writable::copy_of(&b[start..comp_end])?;
+            match rs::correct(copy.bytes_mut(), parity, nsym) {
+                Ok(0) => {}
+                Ok(n) => notes.push(format!("FOLD chunk {:?}: repaired {n} corrupted bytes with rs({nsym})", e.name)),
+                Err(rs::RsError::Length { expected, found }) => {
+                    return Err(input_at(
+                        e.offset + 28,
+                        format!(
+                            "chunk {:?}: rs({nsym}) needs {expected} parity bytes for {} bytes, ecc_len is {found}",
+                            e.name, e.comp_len
+                        ),
+                    ))
+                }
+                Err(rs::RsError::Uncorrectable { block }) => {
+                    return Err(check_byte(
+                        e.offset,
+                        format!("chunk {:?}: block {block} has more errors than rs({nsym}) can repair", e.name),
+                    ))
+                }
             }
-            Err(rs::RsError::Uncorrectable { block }) => {
-                return Err(check_byte(
-                    e.offset,
-                    format!("chunk {:?}: block {block} has more errors than rs({nsym}) can repair", e.name),
-                ))
-            }
-        },
-    }
-    let crc = crc32c::crc32c(&comp);
+            copy.into_source()?
+        }
+    };
+    let crc = crc32c::crc32c(comp.bytes());
     if crc != e.crc32c {
         return Err(check_byte(start as u64, format!("chunk {:?}: CRC32C is {crc}, expected {}", e.name, e.crc32c)));
     }
-    let sha = hex::encode(Sha256::digest(&comp));
+    let sha = hex::encode(Sha256::digest(comp.bytes()));
     if sha != hex_digest(&e.sha256) {
         return Err(check_byte(
             start as u64,
@@ -358,16 +364,16 @@ fn chunk_payload(b: &[u8], e: &Entry, notes: &mut Notes) -> Result<(Vec<u8>, Opt
     }
     let (raw, stored) = match e.flags {
         1 => {
-            let raw = crate::convert::zstd_exact(&comp, e.uncomp_len)
+            let raw = crate::convert::zstd_exact(comp.bytes(), e.uncomp_len)
                 .map_err(|m| input_at(start as u64, format!("chunk {:?}: {m}", e.name)))?;
             (raw, Some(comp))
         }
         _ => (comp, None),
     };
-    if raw.len() as u64 != e.uncomp_len {
+    if raw.bytes().len() as u64 != e.uncomp_len {
         return Err(input_at(
             start as u64,
-            format!("chunk {:?}: {} bytes, uncomp_len says {}", e.name, raw.len(), e.uncomp_len),
+            format!("chunk {:?}: {} bytes, uncomp_len says {}", e.name, raw.bytes().len(), e.uncomp_len),
         ));
     }
     Ok((raw, stored))
@@ -463,8 +469,8 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
             a.bytes().to_vec()
         };
         let stored = c.get("stored_hex").and_then(Value::as_str).and_then(|h| hex::decode(h).ok());
-        let stored =
-            stored.filter(|st| crate::convert::zstd_exact(st, payload.len() as u64).ok().as_ref() == Some(&payload));
+        let stored = stored
+            .filter(|st| crate::convert::zstd_exact(st, payload.len() as u64).is_ok_and(|s| s.bytes() == &payload[..]));
         plan.push(Planned { name, ctype, flags: flags as u32, ecc, payload, stored });
     }
     let rest: Vec<&Array> = arrays.iter().filter(|a| !used.contains(a.name.as_str())).collect();

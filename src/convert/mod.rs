@@ -11,6 +11,7 @@ pub mod npz;
 pub mod pyjson;
 pub mod rs;
 pub mod safetensors;
+pub mod spill;
 pub mod volp;
 
 use std::path::Path;
@@ -79,28 +80,28 @@ pub fn detect_head(b: &[u8], file_len: u64) -> Option<Format> {
 pub type Notes = Vec<String>;
 
 /// Decompresses one zstd payload that must decode to exactly `want` bytes,
-/// never inflating past that: a compression bomb stops at the declared size.
-pub fn zstd_exact(body: &[u8], want: u64) -> std::result::Result<Vec<u8>, String> {
+/// never inflating past that: a compression bomb stops at the declared
+/// size. Large payloads go to a mapped temporary file ([`spill`]), so the
+/// heap stays small whatever the file declares.
+pub fn zstd_exact(body: &[u8], want: u64) -> std::result::Result<npy::Source, String> {
     use std::io::Read;
     let mut dec = zstd::stream::read::Decoder::with_buffer(body).map_err(|e| e.to_string())?;
-    let mut out: Vec<u8> = Vec::new();
+    let mut out = spill::Spill::with_expected(want).map_err(|e| e.message().to_string())?;
     let mut piece = vec![0u8; 1 << 20];
     loop {
         let n = dec.read(&mut piece).map_err(|e| format!("not a valid zstd frame: {e}"))?;
         if n == 0 {
             break;
         }
-        if out.len() as u64 + n as u64 > want {
+        if out.len() + n as u64 > want {
             return Err(format!("decodes to more than the {want} bytes declared"));
         }
-        // Grow as data comes, and fail cleanly when memory runs out.
-        out.try_reserve(n).map_err(|_| format!("out of memory after {} of the {want} bytes declared", out.len()))?;
-        out.extend_from_slice(&piece[..n]);
+        out.push(&piece[..n]).map_err(|e| e.message().to_string())?;
     }
-    if out.len() as u64 != want {
+    if out.len() != want {
         return Err(format!("decodes to {} bytes, {want} declared", out.len()));
     }
-    Ok(out)
+    out.finish().map_err(|e| e.message().to_string())
 }
 
 /// A metadata array: `name` (beginning with `__`) holding `v` as UTF-8 JSON.

@@ -16,8 +16,104 @@ pub const MAX_DEPTH: usize = 64;
 
 const TAGS: [&str; 6] = ["$bin", "$ext", "$f32", "$f64", "$str", "$map"];
 
-/// Decodes exactly one MessagePack value filling `b`.
+/// Most values (scalars, strings, array items, map keys and values) in one
+/// payload: decoded values live in memory (about 100 bytes each as MessagePack
+/// and JSON trees), so a small, dense payload could otherwise expand to
+/// gigabytes. Counted before anything is decoded.
+pub const MAX_NODES: u64 = 1 << 21;
+
+/// Counts the values in `b` without building them, failing past `limit`.
+pub fn count_nodes(b: &[u8], limit: u64) -> Result<u64, String> {
+    use rmp::Marker as M;
+    let mut rd = b;
+    let mut pending: u64 = 1;
+    let mut seen: u64 = 0;
+    let take = |rd: &mut &[u8], n: u64| -> Result<(), String> {
+        let n = usize::try_from(n).map_err(|_| "length overflows".to_string())?;
+        if rd.len() < n {
+            return Err("MessagePack ends early".into());
+        }
+        *rd = &rd[n..];
+        Ok(())
+    };
+    let be = |rd: &mut &[u8], n: usize| -> Result<u64, String> {
+        if rd.len() < n {
+            return Err("MessagePack ends early".into());
+        }
+        let v = rd[..n].iter().fold(0u64, |a, &x| (a << 8) | x as u64);
+        *rd = &rd[n..];
+        Ok(v)
+    };
+    while pending > 0 {
+        pending -= 1;
+        seen += 1;
+        if seen > limit {
+            return Err(format!("more than {limit} values"));
+        }
+        let m = rmp::decode::read_marker(&mut rd).map_err(|_| "MessagePack ends early".to_string())?;
+        let children = match m {
+            M::FixArray(n) => n as u64,
+            M::FixMap(n) => 2 * n as u64,
+            M::Array16 => be(&mut rd, 2)?,
+            M::Array32 => be(&mut rd, 4)?,
+            M::Map16 => 2 * be(&mut rd, 2)?,
+            M::Map32 => 2 * be(&mut rd, 4)?,
+            M::FixStr(n) => {
+                take(&mut rd, n as u64)?;
+                0
+            }
+            M::Str8 | M::Bin8 => {
+                let n = be(&mut rd, 1)?;
+                take(&mut rd, n)?;
+                0
+            }
+            M::Str16 | M::Bin16 => {
+                let n = be(&mut rd, 2)?;
+                take(&mut rd, n)?;
+                0
+            }
+            M::Str32 | M::Bin32 => {
+                let n = be(&mut rd, 4)?;
+                take(&mut rd, n)?;
+                0
+            }
+            M::U8 | M::I8 => take(&mut rd, 1).map(|_| 0)?,
+            M::U16 | M::I16 => take(&mut rd, 2).map(|_| 0)?,
+            M::U32 | M::I32 | M::F32 => take(&mut rd, 4).map(|_| 0)?,
+            M::U64 | M::I64 | M::F64 => take(&mut rd, 8).map(|_| 0)?,
+            M::FixExt1 => take(&mut rd, 2).map(|_| 0)?,
+            M::FixExt2 => take(&mut rd, 3).map(|_| 0)?,
+            M::FixExt4 => take(&mut rd, 5).map(|_| 0)?,
+            M::FixExt8 => take(&mut rd, 9).map(|_| 0)?,
+            M::FixExt16 => take(&mut rd, 17).map(|_| 0)?,
+            M::Ext8 => {
+                let n = be(&mut rd, 1)?;
+                take(&mut rd, n + 1).map(|_| 0)?
+            }
+            M::Ext16 => {
+                let n = be(&mut rd, 2)?;
+                take(&mut rd, n + 1).map(|_| 0)?
+            }
+            M::Ext32 => {
+                let n = be(&mut rd, 4)?;
+                take(&mut rd, n + 1).map(|_| 0)?
+            }
+            M::Reserved => return Err("reserved MessagePack marker 0xc1".into()),
+            _ => 0,
+        };
+        // Each child needs at least one byte: a length beyond what is left is a lie.
+        if children > rd.len() as u64 {
+            return Err("a length runs past the end of the MessagePack".into());
+        }
+        pending += children;
+    }
+    Ok(seen)
+}
+
+/// Decodes exactly one MessagePack value filling `b`, of at most
+/// [`MAX_NODES`] values.
 pub fn decode(b: &[u8]) -> Result<Mp, String> {
+    count_nodes(b, MAX_NODES)?;
     let mut rd = b;
     let v = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH).map_err(|e| e.to_string())?;
     if !rd.is_empty() {

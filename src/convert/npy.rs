@@ -214,10 +214,12 @@ fn parse_descr(d: &str) -> std::result::Result<(Dtype, bool), String> {
     Ok((dtype, order == b'>' && dtype.size() > 1))
 }
 
-/// Where a `.npy`'s bytes live: a mapped file or memory.
+/// Where a container's bytes live: a mapped file (or a range of one) or memory.
 #[derive(Clone)]
 pub enum Source {
     Mapped(Arc<Mmap>),
+    /// Part of a mapped file (a chunk inside a container).
+    Part(Arc<Mmap>, std::ops::Range<usize>),
     Owned(Arc<Vec<u8>>),
 }
 
@@ -226,6 +228,7 @@ impl Source {
     pub fn bytes(&self) -> &[u8] {
         match self {
             Source::Mapped(m) => m,
+            Source::Part(m, r) => &m[r.clone()],
             Source::Owned(v) => v,
         }
     }
@@ -235,8 +238,19 @@ impl Source {
     pub fn window(&self, r: std::ops::Range<usize>) -> ArrayData {
         match self {
             Source::Mapped(m) => ArrayData::Mapped(m.clone(), r),
+            Source::Part(m, p) => ArrayData::Mapped(m.clone(), p.start + r.start..p.start + r.end),
             Source::Owned(v) if r.start == 0 && r.end == v.len() => ArrayData::Owned(v.clone()),
             Source::Owned(v) => ArrayData::from(v[r].to_vec()),
+        }
+    }
+
+    /// The bytes `r` as a source of their own: no copy when mapped.
+    pub fn sub(&self, r: std::ops::Range<usize>) -> Source {
+        match self {
+            Source::Mapped(m) => Source::Part(m.clone(), r),
+            Source::Part(m, p) => Source::Part(m.clone(), p.start + r.start..p.start + r.end),
+            Source::Owned(v) if r.start == 0 && r.end == v.len() => Source::Owned(v.clone()),
+            Source::Owned(v) => Source::Owned(Arc::new(v[r].to_vec())),
         }
     }
 }

@@ -7,9 +7,34 @@ use std::sync::Arc;
 use zip::CompressionMethod;
 
 use crate::convert::npy::{self, Source};
+use crate::convert::spill::Spill;
 use crate::error::{input_at, Error, Result};
 use crate::limits::{MAX_ARRAYS, MAX_NPZ_MEMBER};
 use crate::model::Array;
+
+/// Refuses an archive whose members share bytes: a central directory that
+/// lists one stored member many times (or members inside each other) would
+/// make a small file read as many times its size. Checked before anything
+/// is read or inflated.
+fn check_members_apart<R: Read + Seek>(zip: &mut zip::ZipArchive<R>) -> Result<()> {
+    let mut spans = Vec::with_capacity(zip.len());
+    for i in 0..zip.len() {
+        let f = zip.by_index_raw(i).map_err(|e| input_at(0, format!("zip member {i}: {e}")))?;
+        let start = f.header_start();
+        let end = f.data_start().unwrap_or(start).saturating_add(f.compressed_size());
+        spans.push((start, end, i));
+    }
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        if w[1].0 < w[0].1 {
+            return Err(input_at(
+                w[1].0,
+                format!("zip members {} and {} overlap: an archive's members may not share bytes", w[0].2, w[1].2),
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// Reads every member of an `.npz`, each array named by its key (the
 /// caller maps keys to WTXT names).
@@ -20,6 +45,7 @@ pub fn read(src: &Source) -> Result<Vec<Array>> {
     if zip.len() > MAX_ARRAYS {
         return Err(input_at(0, format!("{} members exceed the limit of {MAX_ARRAYS}", zip.len())));
     }
+    check_members_apart(&mut zip)?;
     let mut out = Vec::with_capacity(zip.len());
     for i in 0..zip.len() {
         let mut f = zip.by_index(i).map_err(|e| input_at(0, format!("zip member {i}: {e}")))?;
@@ -59,21 +85,19 @@ pub fn read(src: &Source) -> Result<Vec<Array>> {
                         ),
                     ));
                 }
-                // Grow as data comes; reserve only a little up front.
-                let mut buf = Vec::with_capacity(size.min(64 << 20) as usize);
-                // Never inflate past the declared size: a bomb stops here.
-                (&mut f)
-                    .take(size + 1)
-                    .read_to_end(&mut buf)
+                // Never inflate past the declared size: a bomb stops here. A
+                // large member goes to a mapped temporary file, not the heap.
+                let mut buf = Spill::with_expected(size)?;
+                std::io::copy(&mut (&mut f).take(size + 1), &mut buf)
                     .map_err(|e| input_at(at, format!("member {name}: {e}")))?;
-                if buf.len() as u64 != size {
+                if buf.len() != size {
                     return Err(input_at(
                         at,
                         format!("member {name} inflates to more or less than its declared {size} bytes"),
                     ));
                 }
-                let len = buf.len();
-                npy::read(&key, &Source::Owned(Arc::new(buf)), 0..len).map_err(wrap)?
+                let buf = buf.finish()?;
+                npy::read(&key, &buf, 0..size as usize).map_err(wrap)?
             }
             m => {
                 return Err(input_at(

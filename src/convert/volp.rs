@@ -87,7 +87,7 @@ pub fn read(b: &[u8]) -> Result<Vec<Array>> {
     let body = &b[8 + n..];
     let out = crate::convert::zstd_exact(body, want).map_err(|m| input_at(8 + n as u64, format!("body: {m}")))?;
     Ok(vec![
-        Array::new(TENSOR, dtype, shape, ArrayData::from(out))?,
+        Array::new(TENSOR, dtype, shape, out.window(0..out.bytes().len()))?,
         Array::new(HEADER, Dtype::U8, vec![n as u64], ArrayData::from(header.to_vec()))?,
     ])
 }

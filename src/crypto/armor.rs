@@ -99,6 +99,29 @@ pub enum Seal {
     Passphrase(SecretString),
 }
 
+/// The scrypt work factor of passphrase files we write: `N = 2^18`, what
+/// the `age` tool writes, 256 MiB of memory to open.
+pub const SCRYPT_LOG_N: u8 = 18;
+
+/// The highest work factor `age` itself accepts (its default maximum).
+pub const AGE_MAX_LOG_N: u8 = 22;
+
+/// Environment variable that raises the accepted work factor, up to [`AGE_MAX_LOG_N`].
+pub const SCRYPT_MAX_ENV: &str = "WTXT_SCRYPT_MAX_LOG_N";
+
+/// The highest scrypt work factor a passphrase file may ask for: 18 (256
+/// MiB, the heap cap) unless `WTXT_SCRYPT_MAX_LOG_N` says more, never above
+/// the 22 (4 GiB) that `age` accepts. A header asking for more is refused
+/// before any work, instead of making a 600-byte file cost gigabytes.
+pub fn max_scrypt_log_n() -> Result<u8> {
+    match std::env::var(SCRYPT_MAX_ENV) {
+        Err(_) => Ok(SCRYPT_LOG_N),
+        Ok(v) => v.trim().parse::<u8>().ok().filter(|n| (1..=AGE_MAX_LOG_N).contains(n)).ok_or_else(|| {
+            Error::usage(format!("{SCRYPT_MAX_ENV}: expected a number from 1 to {AGE_MAX_LOG_N}, found {v:?}"))
+        }),
+    }
+}
+
 /// Encrypts `input` to `out` as ASCII-armored age.
 pub fn encrypt<R: Read, W: Write>(mut input: R, seal: Seal, out: W) -> Result<W> {
     let enc = match seal {
@@ -109,7 +132,15 @@ pub fn encrypt<R: Read, W: Write>(mut input: R, seal: Seal, out: W) -> Result<W>
             age::Encryptor::with_recipients(rs.iter().map(|r| r.as_ref() as &dyn age::Recipient))
                 .map_err(|e| Error::usage(format!("age: {e}")))?
         }
-        Seal::Passphrase(p) => age::Encryptor::with_user_passphrase(p),
+        Seal::Passphrase(p) => {
+            // The work factor the `age` tool writes, not rage's "1 second on
+            // this machine": a faster machine must not make files that
+            // others (and our own default limit) refuse.
+            let mut r = age::scrypt::Recipient::new(p);
+            r.set_work_factor(SCRYPT_LOG_N);
+            age::Encryptor::with_recipients(std::iter::once(&r as &dyn age::Recipient))
+                .map_err(|e| Error::usage(format!("age: {e}")))?
+        }
     };
     let io = |e: std::io::Error| Error::io("output", e);
     let armored = ArmoredWriter::wrap_output(out, Format::AsciiArmor).map_err(io)?;
@@ -137,8 +168,19 @@ pub fn decrypt<'a, R: BufRead + 'a>(input: R, unseal: &Unseal) -> Result<Box<dyn
             dec.decrypt(ids.iter().map(|i| i.as_ref() as &dyn age::Identity)).map_err(fail)?
         }
         Unseal::Passphrase(p) => {
-            let id = age::scrypt::Identity::new(p.clone());
-            dec.decrypt(std::iter::once(&id as &dyn age::Identity)).map_err(fail)?
+            let mut id = age::scrypt::Identity::new(p.clone());
+            id.set_max_work_factor(max_scrypt_log_n()?);
+            dec.decrypt(std::iter::once(&id as &dyn age::Identity)).map_err(|e| match e {
+                age::DecryptError::ExcessiveWork { required, .. } => Error::input(
+                    Default::default(),
+                    format!(
+                        "age: the passphrase's scrypt work factor 2^{required} is over the accepted 2^{} \
+                         (raise {SCRYPT_MAX_ENV}, at most {AGE_MAX_LOG_N} as age allows)",
+                        max_scrypt_log_n().unwrap_or(SCRYPT_LOG_N)
+                    ),
+                ),
+                e => fail(e),
+            })?
         }
     };
     Ok(Box::new(reader))

@@ -371,3 +371,21 @@ fn push(repo_dir: &Path, remote: &str) -> std::result::Result<(), git2::Error> {
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wal_paths_come_back_exactly() {
+        let odd = "/tmp/a b/c\nd.npz";
+        let text = format!(
+            "snapshot requested gen=3 ts=1 pathhex={}\nsnapshot requested gen=4 ts=2 path=/old style/with space.npz\n",
+            hex::encode(odd)
+        );
+        let p = Wal::parse_pending(&text);
+        assert_eq!(p[0], (3, Some(PathBuf::from(odd))));
+        assert_eq!(p[1], (4, Some(PathBuf::from("/old style/with space.npz"))));
+        assert!(Wal::parse_pending("snapshot requested gen=5 ts=1\nsnapshot done gen=5\n").is_empty());
+    }
+}

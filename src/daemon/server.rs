@@ -171,8 +171,14 @@ pub fn run(cfg: DaemonConfig) -> Result<()> {
         match listener.accept() {
             Ok((stream, _)) => {
                 if let Err(crossbeam_channel::TrySendError::Full(stream)) = conn_tx.try_send(stream) {
+                    // Take what the client sent already, so closing does not reset
+                    // the connection before it reads the answer.
+                    let _ = stream.set_nonblocking(true);
+                    let _ = (&stream).read(&mut [0u8; MAX_REQUEST]);
+                    let _ = stream.set_nonblocking(false);
                     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
                     let _ = (&stream).write_all(b"error busy: too many connections, try again\n");
+                    let _ = stream.shutdown(std::net::Shutdown::Write);
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),

@@ -11,36 +11,50 @@ pub mod write;
 
 use std::io::Read;
 
+use crate::convert::spill::Spill;
 use crate::error::{check_at, Result};
-use crate::model::{Array, ArrayData};
+use crate::model::Array;
 use crate::wtxt::read::{ArrayStart, Header};
 use crate::wtxt::verify::{verify, Report, Sink, VerifyOptions};
 
-/// Collects decoded arrays while a file is verified.
+/// Collects decoded arrays while a file is verified. A large array goes to
+/// a mapped temporary file (see [`crate::convert::spill`]): loading a WTXT
+/// that really holds gigabytes costs file-backed pages, not heap.
 #[derive(Default)]
 pub struct Collect {
-    arrays: Vec<(ArrayStart, Vec<u8>)>,
+    arrays: Vec<(ArrayStart, Option<Spill>)>,
     /// HMAC tags as the file carries them, by array name.
     hmacs: Vec<(String, [u8; 32])>,
     limit: u64,
     rows_per_chunk: Option<u64>,
+    /// The first failure to hold decoded bytes (disk full, no memory).
+    failed: Option<crate::Error>,
 }
 
 impl Sink for Collect {
     fn array(&mut self, a: &ArrayStart) {
-        // `bytes` was checked against the file size by the caller's limit; a
-        // liar is caught by the verifier, the buffer grows only as data comes.
-        let cap = a.arr.bytes.min(self.limit) as usize;
+        // `bytes` is bounded by the file's size first; a liar is caught by
+        // the verifier, and the buffer grows only as data comes.
         self.rows_per_chunk = self.rows_per_chunk.or(a.layout.idx.map(|i| i.rows_per_chunk));
         if !a.arr.hmac_is_zero() {
             self.hmacs.push((a.arr.name.clone(), a.arr.hmac));
         }
-        self.arrays.push((a.clone(), Vec::with_capacity(cap)));
+        let buf = match Spill::with_expected(a.arr.bytes.min(self.limit)) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                self.failed.get_or_insert(e);
+                None
+            }
+        };
+        self.arrays.push((a.clone(), buf));
     }
 
     fn data(&mut self, bytes: &[u8]) {
-        if let Some((_, buf)) = self.arrays.last_mut() {
-            buf.extend_from_slice(bytes);
+        if let Some((_, Some(buf))) = self.arrays.last_mut() {
+            if let Err(e) = buf.push(bytes) {
+                self.failed.get_or_insert(e);
+                self.arrays.last_mut().expect("just used").1 = None;
+            }
         }
     }
 }
@@ -59,16 +73,21 @@ pub struct Loaded {
 /// Reads and verifies a whole WTXT, returning its arrays. Any failed check is
 /// an error naming its line (exit 1); `file_len` bounds pre-allocation.
 pub fn load<R: Read>(input: R, file_len: u64, opts: &VerifyOptions) -> Result<Loaded> {
-    let mut sink = Collect { arrays: Vec::new(), hmacs: Vec::new(), limit: file_len, rows_per_chunk: None };
+    let mut sink = Collect { limit: file_len, ..Default::default() };
     let report = verify(input, opts, Some(&mut sink))?;
     if let Some(p) = report.first_error() {
         return Err(check_at(p.line, p.message.clone()));
+    }
+    if let Some(e) = sink.failed {
+        return Err(e);
     }
     let header = report.header.clone().ok_or_else(|| check_at(1, "no header"))?;
     let mut arrays = Vec::with_capacity(sink.arrays.len());
     for (a, data) in sink.arrays {
         let line = a.line;
-        let arr = Array::new(a.arr.name, a.arr.dtype, a.arr.shape, ArrayData::from(data))
+        let data = data.expect("no failure").finish()?;
+        let n = data.bytes().len();
+        let arr = Array::new(a.arr.name, a.arr.dtype, a.arr.shape, data.window(0..n))
             .map_err(|e| check_at(line, e.message().to_string()))?;
         arrays.push(arr);
     }

@@ -310,6 +310,9 @@ fn ch_line(p: &Plan, ix: u64, sum: Option<&ChunkSum>) -> ChLine {
 }
 
 /// Everything after the header, with placeholder `arr` and `ch` lines.
+/// Raw bytes encoded at a time: whole base64 lines (a multiple of 57), about 1 MiB.
+const ENCODE_PIECE: usize = crate::wtxt::syntax::RAW_PER_LINE * 18396;
+
 fn body_phase<W: Write>(plans: &[Plan], audit: Option<&Audit>, out: &mut W, progress: &Progress) -> Result<Offsets> {
     let mut buf: Vec<u8> = Vec::with_capacity(4 << 20);
     let mut scratch = Vec::new();
@@ -333,13 +336,17 @@ fn body_phase<W: Write>(plans: &[Plan], audit: Option<&Audit>, out: &mut W, prog
             line.clear();
             ch_line(p, ix, None).write(&mut line);
             push(&mut buf, &line);
-            encode_lines(&p.array.bytes()[off as usize..(off + len) as usize], &mut buf, &mut scratch);
-            buf.extend_from_slice(b"endch\n");
-            if buf.len() >= 2 << 20 {
-                out.write_all(&buf).map_err(io_err)?;
-                offsets.len += buf.len() as u64;
-                buf.clear();
+            // In pieces of whole lines: a chunk of wide rows can be hundreds
+            // of MiB, and its text never needs to be held at once.
+            for piece in p.array.bytes()[off as usize..(off + len) as usize].chunks(ENCODE_PIECE) {
+                encode_lines(piece, &mut buf, &mut scratch);
+                if buf.len() >= 2 << 20 {
+                    out.write_all(&buf).map_err(io_err)?;
+                    offsets.len += buf.len() as u64;
+                    buf.clear();
+                }
             }
+            buf.extend_from_slice(b"endch\n");
             progress.inc(len);
         }
         buf.extend_from_slice(b"endarr\n");

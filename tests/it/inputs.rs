@@ -147,7 +147,9 @@ fn hostile_inputs_fail_cleanly_under_a_memory_limit() {
         assert_eq!(o.status.code(), Some(want), "wtxt {args}: {err}");
         assert!(err.lines().count() <= 1 || args.starts_with("recover"), "wtxt {args}: one line, got {err}");
         if args.contains("bomb") {
-            assert!(err.contains("out of memory after"), "wtxt {args}: {err}");
+            // Refused by a limit, or the spill's map does not fit under ulimit -v.
+            let clean = ["out of memory", "Cannot allocate memory", "exceed"];
+            assert!(clean.iter().any(|c| err.contains(c)), "wtxt {args}: {err}");
         }
     }
 }

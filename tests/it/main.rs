@@ -11,6 +11,7 @@
 //! - `roundtrip`: property tests of write -> verify -> read;
 //! - `recover`: partial recovery keeps everything intact;
 //! - `hooks`: hooks/pre-commit in a real Git repository;
+//! - `hostile`: small files that expand to gigabytes, read in bounded heap or refused;
 //! - `inputs`: real NumPy output and hostile input archives;
 //! - `log`: the Merkle chain through a real Git history;
 //! - `mutation`: seeded random damage through every reader, never a panic;
@@ -26,6 +27,7 @@ mod delta;
 mod gitflow;
 mod golden;
 mod hooks;
+mod hostile;
 mod inputs;
 mod log;
 mod mutation;

@@ -1,0 +1,123 @@
+//! Issue 12, finding 4: small hostile files that declare or expand to far
+//! more than the heap cap. Every reader either reads them in bounded heap
+//! (data that is really there goes to mapped temporary files, which are
+//! file-backed pages) or refuses them before inflating anything; always a
+//! clean exit with one line naming the file.
+//!
+//! The files are made by `tests/py/hostile.py`; the heap is the child's
+//! anonymous RSS (`RssAnon` in /proc), sampled while it runs.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// What the hostile files expand to, in MiB: above the 256 MiB cap, so a
+/// reader that held it would fail the bound below.
+const EXPANDS_TO_MIB: u64 = 384;
+
+/// The heap any of these commands may reach (the cap the docs name is
+/// 256 MiB; these files need far less when read right).
+const HEAP_BOUND_KIB: u64 = 128 << 10;
+
+struct Outcome {
+    code: i32,
+    stderr: String,
+    peak_anon_kib: u64,
+}
+
+fn anon_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find_map(|l| l.strip_prefix("RssAnon:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Runs the real binary and samples its anonymous RSS until it exits.
+fn measured(args: &[&str], env: &[(&str, &str)]) -> Outcome {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_wtxt"));
+    c.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().unwrap();
+    let mut peak = 0;
+    let status = loop {
+        if let Some(kib) = anon_kib(child.id()) {
+            peak = peak.max(kib);
+        }
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    Outcome { code: status.code().unwrap_or(-1), stderr, peak_anon_kib: peak }
+}
+
+fn make_files(dir: &Path) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/hostile.py");
+    let o = Command::new("python3").arg(script).arg(dir).arg(EXPANDS_TO_MIB.to_string()).output().unwrap();
+    assert!(o.status.success(), "hostile.py: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn every_reader_stays_in_bounded_heap_or_refuses_early() {
+    let dir = tempfile::tempdir().unwrap();
+    make_files(dir.path());
+    let f = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    // (file, commands, expected exit code, what the message says)
+    let cases: [(&str, u8, &str); 7] = [
+        ("npz_deflated.npz", 0, "wrote"),
+        ("fold_zstd.fold", 0, "wrote"),
+        ("volp_body.volp", 0, "wrote"),
+        ("npz_overlap.npz", 2, "overlap"),
+        ("aero_window.aero", 2, "overlap"),
+        ("aero_tidx.aero", 2, "values"),
+        ("scrypt22.age", 2, "work factor 2^22"),
+    ];
+    for (name, code, says) in cases {
+        let path = f(name);
+        let runs: Vec<Vec<&str>> = if name.ends_with(".age") {
+            vec![vec!["verify", &path, "-p"], vec!["decrypt", &path, "-p", "-o", "/dev/null"]]
+        } else {
+            vec![vec!["snapshot", &path, "-o", "/dev/null"], vec!["convert", &path, "--to", "npz", "-o", "/dev/null"]]
+        };
+        for args in runs {
+            let o = measured(&args, &[("WTXT_PASSPHRASE", "not the passphrase")]);
+            assert_eq!(o.code, code as i32, "{args:?}: {}", o.stderr);
+            assert!(o.stderr.contains(says), "{args:?}: {}", o.stderr);
+            if code != 0 {
+                assert_eq!(o.stderr.lines().count(), 1, "one line: {}", o.stderr);
+                assert!(o.stderr.contains(&path), "names the file: {}", o.stderr);
+            }
+            assert!(
+                o.peak_anon_kib < HEAP_BOUND_KIB,
+                "{args:?}: heap {} KiB for a file that expands to {EXPANDS_TO_MIB} MiB",
+                o.peak_anon_kib
+            );
+        }
+    }
+}
+
+/// A WTXT whose npz exact form splices one 1 MiB array 3000 times: a small
+/// file that would rebuild into a 3 GB archive.
+#[test]
+fn npz_exact_form_may_not_reuse_an_array() {
+    use wtxt::model::{Array, Dtype};
+    let dir = tempfile::tempdir().unwrap();
+    let a = Array::new("a", Dtype::U8, vec![1 << 20], vec![0u8; 1 << 20].into()).unwrap();
+    let skeleton = Array::new("__npz_skeleton", Dtype::U8, vec![4], b"PK\x05\x06".to_vec().into()).unwrap();
+    let splices: Vec<serde_json::Value> =
+        (0..3000).map(|_| serde_json::json!({"at": 0, "array": "a", "len": 1 << 20})).collect();
+    let meta = wtxt::convert::meta_array("__npz", &serde_json::json!({"splices": splices})).unwrap();
+    let path = dir.path().join("splices.wtxt");
+    let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(0, None).unwrap(), 128);
+    wtxt::ops::write_wtxt(&[meta, skeleton, a], &opts, &path, None, &wtxt::progress::Progress::hidden()).unwrap();
+    let out = dir.path().join("out.npz");
+    let o = measured(&["convert", path.to_str().unwrap(), "--to", "npz", "-o", out.to_str().unwrap()], &[]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("spliced in more than once"), "{}", o.stderr);
+    assert!(!out.exists());
+    assert!(o.peak_anon_kib < HEAP_BOUND_KIB, "heap {} KiB", o.peak_anon_kib);
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(wtxt::git::filter::smudge(&bytes).is_err(), "the smudge filter refuses it too");
+}
