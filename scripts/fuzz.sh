@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(verify delta wsum containers recover armor npz fold aero mldf daemon_protocol)
+[ ${#targets[@]} -gt 0 ] || targets=(verify delta wsum containers recover armor npz fold aero mldf daemon_protocol wal merge)
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz
 export RUSTC_BOOTSTRAP=1
 seed() { # target, files...
@@ -26,6 +26,9 @@ seed npz fixtures/wtxt/inputs/*.npz fixtures/numpy/*.npz
 seed fold fixtures/peers/*.fold
 seed aero fixtures/peers/*.aero
 seed mldf fixtures/mldf/*.mldf
+mkdir -p fuzz/corpus/wal fuzz/corpus/merge
+printf 'snapshot requested gen=1 ts=5 pathhex=2f746d702f612e6e707a\nsnapshot done gen=1\n' >fuzz/corpus/wal/seed
+{ cat fixtures/wtxt/expected/hmac.wtxt; printf '\0'; cat fixtures/wtxt/expected/hmac.wtxt; printf '\0'; cat fixtures/wtxt/expected/hmac.wtxt; } >fuzz/corpus/merge/seed
 mkdir -p fuzz/corpus/daemon_protocol
 printf 'snapshot /tmp/a.npz gen=3\n' >fuzz/corpus/daemon_protocol/snapshot
 printf 'status\n' >fuzz/corpus/daemon_protocol/status

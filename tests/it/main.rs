@@ -9,6 +9,7 @@
 //! - `daemon`: the snapshot daemon under load, with failing remotes, kill -9 and the Python example;
 //! - `delta`: DELTA v2 round trips and failures;
 //! - `roundtrip`: property tests of write -> verify -> read;
+//! - `outputs`: devices written through, temp files removed on SIGTERM, reserved names, escaped messages;
 //! - `recover`: partial recovery keeps everything intact;
 //! - `hooks`: hooks/pre-commit in a real Git repository;
 //! - `hostile`: small files that expand to gigabytes, read in bounded heap or refused;
@@ -31,6 +32,7 @@ mod hostile;
 mod inputs;
 mod log;
 mod mutation;
+mod outputs;
 mod recover;
 mod roundtrip;
 mod trust;

@@ -255,3 +255,62 @@ fn fuzz_regressions() {
         }
     }
 }
+
+/// Merge and recover sign and HMAC what they write: whatever a mutated
+/// input looks like, what comes out signed and HMAC'd must have come from
+/// inputs that verified under the same keys (issue 12, finding 1).
+#[test]
+fn merge_and_recover_never_launder_mutated_inputs() {
+    use wtxt::crypto::mac::HmacKey;
+    use wtxt::crypto::sign::{SecretKey, TrustedKeys};
+    use wtxt::wtxt::verify::{InputTrust, VerifyOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let key = HmacKey::from_file(&crate::util::fixture("keys/hmac.hex")).unwrap();
+    let sk = SecretKey::from_file(&crate::util::fixture("keys/sign.pem")).unwrap();
+    let trusted = TrustedKeys::single(sk.public());
+    let good_path = crate::util::fixture("expected/signed_pkcs8.wtxt");
+    let base = read("expected/signed_pkcs8.wtxt");
+    let checks = VerifyOptions {
+        hmac_key: Some(&key),
+        trusted: Some(&trusted),
+        require_signature: true,
+        ..Default::default()
+    };
+    let theirs = dir.path().join("theirs.wtxt");
+    let out = dir.path().join("out.wtxt");
+    let opts = wtxt::ops::MergeOptions {
+        strategy: wtxt::git::merge::Strategy::Theirs,
+        decisions: Default::default(),
+        ts: Some("2026-05-01T00:00:00Z".into()),
+        trust: InputTrust::new(Some(&key), None, Some(&sk), false),
+        sign_key: Some(SecretKey::from_file(&crate::util::fixture("keys/sign.pem")).unwrap()),
+    };
+    never_panics("merge theirs", &base, 150, |b| {
+        std::fs::write(&theirs, b).unwrap();
+        let _ = std::fs::remove_file(&out);
+        if let Ok(m) = wtxt::ops::merge(&good_path, &good_path, &theirs, &out, &opts) {
+            if m.written.is_some() {
+                let r = wtxt::wtxt::verify::verify(b, &checks, None).unwrap();
+                assert!(r.ok, "merge signed a result from an input that does not verify: {:?}", r.errors);
+            }
+        }
+    });
+    let hmac_only = read("expected/hmac.wtxt");
+    never_panics("recover with a key", &hmac_only, 300, |b| {
+        let r = wtxt::wtxt::recover::recover(b, Some(&key), false, false);
+        for a in &r.arrays {
+            assert!(r.authenticated.contains(&a.name), "recover kept {} without authenticating it", a.name);
+        }
+    });
+}
+
+/// The daemon's WAL replay reads whatever a crash left (issue 12, finding 5).
+#[test]
+fn wal_replay_never_panics() {
+    let base = b"snapshot requested gen=1 ts=5 pathhex=2f746d702f6120622e6e707a\nsnapshot done gen=1 sha256_all=00\n\
+snapshot requested gen=2 ts=6 path=/tmp/x y.npz\n"
+        .to_vec();
+    never_panics("wal", &base, 3000, |b| {
+        let _ = wtxt::daemon::pipeline::Wal::parse_pending(&String::from_utf8_lossy(b));
+    });
+}

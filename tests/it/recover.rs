@@ -103,3 +103,20 @@ fn garbage_recovers_nothing_without_panicking() {
     assert_eq!(rep["recovered_arrays"], 0);
     assert!(arrays_of(&out).is_empty());
 }
+
+#[test]
+fn a_mangled_arr_line_counts_as_a_lost_array() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = String::from_utf8(read("expected/defaults.wtxt")).unwrap();
+    let damaged = text.replacen("arr name=bias dtype=f64", "arr name=bias dtype=f6?", 1);
+    let (code, rep, out) = recover(damaged.as_bytes(), dir.path());
+    assert_eq!(code, 1);
+    assert_eq!(rep["lost_arrays"], 1, "{rep}");
+    assert_eq!(rep["unnamed_lost"][0]["what"].as_str().unwrap().contains("unreadable arr line"), true, "{rep}");
+    assert_eq!(arrays_of(&out).len(), 11);
+    // Its arr line gone altogether: its chunks are orphans, and still one loss.
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("arr name=bias ")).collect();
+    let (code, rep, _) = recover((lines.join("\n") + "\n").as_bytes(), dir.path());
+    assert_eq!(code, 1);
+    assert_eq!(rep["lost_arrays"], 1, "{rep}");
+}
