@@ -33,9 +33,17 @@ pub enum Kind {
     Io,
 }
 
+/// Which way an unnamed I/O error went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Read,
+    Write,
+}
+
 #[derive(Debug)]
 struct Inner {
     kind: Kind,
+    side: Option<Side>,
     path: Option<PathBuf>,
     pos: Position,
     message: String,
@@ -51,7 +59,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     fn new(kind: Kind, pos: Position, message: impl Into<String>) -> Self {
-        Error(Box::new(Inner { kind, path: None, pos, message: message.into(), source: None }))
+        Error(Box::new(Inner { kind, side: None, path: None, pos, message: message.into(), source: None }))
     }
 
     /// A failed integrity or format check at `pos`.
@@ -73,6 +81,47 @@ impl Error {
     pub fn io(path: impl AsRef<Path>, err: std::io::Error) -> Self {
         let mut e = Self::new(Kind::Io, Position::None, err.to_string());
         e.0.path = Some(path.as_ref().to_path_buf());
+        e.0.source = Some(err);
+        e
+    }
+
+    /// A read failed on a stream whose file the caller names (with
+    /// [`Error::in_file`] or [`Error::in_files`]): a reader does not know the path.
+    pub fn read_failed(err: std::io::Error) -> Self {
+        Self::unnamed_io(err, Side::Read)
+    }
+
+    /// A write failed on a stream whose file the caller names.
+    pub fn write_failed(err: std::io::Error) -> Self {
+        Self::unnamed_io(err, Side::Write)
+    }
+
+    fn unnamed_io(err: std::io::Error, side: Side) -> Self {
+        let mut e = Self::new(Kind::Io, Position::None, err.to_string());
+        e.0.source = Some(err);
+        e.0.side = Some(side);
+        e
+    }
+
+    /// Names `input` or `output`, by the side an unnamed I/O error came
+    /// from; any other unnamed error is about `input`.
+    pub fn in_files(self, input: impl AsRef<Path>, output: impl AsRef<Path>) -> Self {
+        self.in_input(input).in_file(output)
+    }
+
+    /// Names `input` unless this is a failed write (which is about the
+    /// output, named by whoever knows it).
+    pub fn in_input(self, input: impl AsRef<Path>) -> Self {
+        match self.0.side {
+            Some(Side::Write) => self,
+            _ => self.in_file(input),
+        }
+    }
+
+    /// An I/O failure of something that is not a file (a thread, a pipe, a
+    /// codec): `what` leads the message; a file can still be named later.
+    pub fn io_in(what: &str, err: std::io::Error) -> Self {
+        let mut e = Self::new(Kind::Io, Position::None, format!("{what}: {err}"));
         e.0.source = Some(err);
         e
     }

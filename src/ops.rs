@@ -579,7 +579,8 @@ pub fn delta_create(
             (BufReader::with_capacity(1 << 20, b), base),
             (BufReader::with_capacity(1 << 20, t), target),
             &mut w,
-        )?;
+        )
+        .map_err(|e| e.in_file(out))?;
         w.flush().map_err(|e| Error::io(out, e))?;
         r
     };
@@ -631,7 +632,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
             let checker = s.spawn(|| verify(pr, &vopts, None));
             let mut tee = crate::pipe::Tee(std::io::BufWriter::with_capacity(1 << 20, Writeback::new(f.file())), pw);
             let merged = crate::wtxt::delta::apply_extended(BufReader::with_capacity(1 << 20, b), &parsed, &mut tee)
-                .map_err(|e| e.in_file(base))
+                .map_err(|e| e.in_files(base, out))
                 .and_then(|()| tee.0.flush().map_err(|e| Error::io(out, e)));
             let crate::pipe::Tee(w, pw) = tee;
             drop(w);
@@ -755,7 +756,7 @@ pub fn encrypt(input: &Path, out: &Path, seal: Seal) -> Result<()> {
     let mut af = AtomicFile::create(out)?;
     {
         let w = std::io::BufWriter::new(af.file());
-        let mut w = crate::crypto::armor::encrypt(r, seal, w)?;
+        let mut w = crate::crypto::armor::encrypt(r, seal, w).map_err(|e| e.in_files(input, out))?;
         w.flush().map_err(|e| Error::io(out, e))?;
     }
     af.commit()

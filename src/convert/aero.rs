@@ -686,7 +686,7 @@ fn assemble(outs: &[Out], tensors: &[&Array], uuid: &[u8], minor: u16, w: &mut d
             _ if o.flags & ZSTD != 0 => {
                 let c = match &o.pinned {
                     Some(p) => p.clone(),
-                    None => zstd::bulk::compress(&o.raw, ZSTD_LEVEL).map_err(|e| Error::io("zstd", e))?,
+                    None => zstd::bulk::compress(&o.raw, ZSTD_LEVEL).map_err(|e| Error::io_in("zstd", e))?,
                 };
                 let l = c.len() as u64;
                 (c, l, o.raw.len() as u64, *blake3::hash(&o.raw).as_bytes())
@@ -742,7 +742,7 @@ fn assemble(outs: &[Out], tensors: &[&Array], uuid: &[u8], minor: u16, w: &mut d
     for (i, h) in hashes.iter().enumerate() {
         control[hash_at[i]..hash_at[i] + 32].copy_from_slice(h);
     }
-    let mut write = |b: &[u8]| w.write_all(b).map_err(|e| Error::io("output", e));
+    let mut write = |b: &[u8]| w.write_all(b).map_err(|e| Error::write_failed(e));
     write(&control)?;
     let mut pos = payload_start;
     for (i, o) in outs.iter().enumerate() {

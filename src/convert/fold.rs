@@ -490,7 +490,7 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
         let comp = if let (1, Some(st)) = (flags, stored) {
             st
         } else if flags == 1 {
-            zstd::bulk::compress(&payload, ZSTD_LEVEL).map_err(|e| Error::io("zstd", e))?
+            zstd::bulk::compress(&payload, ZSTD_LEVEL).map_err(|e| Error::io_in("zstd", e))?
         } else {
             payload.clone()
         };

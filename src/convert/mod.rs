@@ -351,6 +351,10 @@ pub fn write_arrays(arrays: &[Array], out: &Path) -> Result<()> {
 
 /// Writes arrays to `out` in `fmt`, atomically.
 pub fn write_arrays_as(arrays: &[Array], out: &Path, fmt: OutFormat) -> Result<()> {
+    write_container(arrays, out, fmt).map_err(|e| e.in_file(out))
+}
+
+fn write_container(arrays: &[Array], out: &Path, fmt: OutFormat) -> Result<()> {
     use std::io::Write;
     let mut f = AtomicFile::create(out)?;
     let has = |name: &str| arrays.iter().any(|a| a.name == name);

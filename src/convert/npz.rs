@@ -326,7 +326,7 @@ pub fn write<W: Write + Seek>(arrays: &[Array], out: W) -> Result<W> {
 /// names, which need not be WTXT names).
 pub fn write_keyed<'a, W: Write + Seek>(arrays: impl IntoIterator<Item = (&'a str, &'a Array)>, out: W) -> Result<W> {
     let mut z = zip::ZipWriter::new(out);
-    let zerr = |e: zip::result::ZipError| Error::io("output", std::io::Error::other(e.to_string()));
+    let zerr = |e: zip::result::ZipError| Error::write_failed(std::io::Error::other(e.to_string()));
     for (key, a) in arrays {
         let header = npy::header(a)?;
         let size = header.len() as u64 + a.bytes().len() as u64;
@@ -335,8 +335,8 @@ pub fn write_keyed<'a, W: Write + Seek>(arrays: impl IntoIterator<Item = (&'a st
             .last_modified_time(zip::DateTime::default())
             .large_file(size >= u32::MAX as u64);
         z.start_file(format!("{key}.npy"), opts).map_err(zerr)?;
-        z.write_all(&header).map_err(|e| Error::io("output", e))?;
-        z.write_all(a.bytes()).map_err(|e| Error::io("output", e))?;
+        z.write_all(&header).map_err(|e| Error::write_failed(e))?;
+        z.write_all(a.bytes()).map_err(|e| Error::write_failed(e))?;
     }
     z.finish().map_err(zerr)
 }

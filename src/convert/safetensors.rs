@@ -121,9 +121,9 @@ pub fn header_of(arrays: &[Array]) -> Result<(Vec<u8>, Vec<&Array>)> {
 /// gives (names as in WTXT), streaming each tensor from where it lives.
 pub fn write<W: Write>(arrays: &[Array], out: &mut W) -> Result<()> {
     let (header, order) = header_of(arrays)?;
-    out.write_all(&header).map_err(|e| Error::io("output", e))?;
+    out.write_all(&header).map_err(|e| Error::write_failed(e))?;
     for a in order {
-        out.write_all(a.bytes()).map_err(|e| Error::io("output", e))?;
+        out.write_all(a.bytes()).map_err(|e| Error::write_failed(e))?;
     }
     Ok(())
 }

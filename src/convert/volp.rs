@@ -130,7 +130,7 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     if header.len() > MAX_HEADER || t.bytes().len() as u64 > MAX_BODY {
         return Err(Error::usage(format!("VOLP limits: header <= {MAX_HEADER} bytes, body <= {MAX_BODY} bytes")));
     }
-    let body = zstd::bulk::compress(t.bytes(), 3).map_err(|e| Error::io("zstd", e))?;
+    let body = zstd::bulk::compress(t.bytes(), 3).map_err(|e| Error::io_in("zstd", e))?;
     let mut out = MAGIC.to_vec();
     out.extend_from_slice(&(header.len() as u32).to_le_bytes());
     out.extend_from_slice(&header);

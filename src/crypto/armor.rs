@@ -142,7 +142,7 @@ pub fn encrypt<R: Read, W: Write>(mut input: R, seal: Seal, out: W) -> Result<W>
                 .map_err(|e| Error::usage(format!("age: {e}")))?
         }
     };
-    let io = |e: std::io::Error| Error::io("output", e);
+    let io = |e: std::io::Error| Error::write_failed(e);
     let armored = ArmoredWriter::wrap_output(out, Format::AsciiArmor).map_err(io)?;
     let mut w = enc.wrap_output(armored).map_err(io)?;
     std::io::copy(&mut input, &mut w).map_err(io)?;

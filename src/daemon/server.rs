@@ -161,7 +161,7 @@ pub fn run(cfg: DaemonConfig) -> Result<()> {
                     }
                 }
             })
-            .map_err(|e| Error::io("connection thread", e))?;
+            .map_err(|e| Error::io_in("connection thread", e))?;
         workers.push(w);
     }
     let result = loop {

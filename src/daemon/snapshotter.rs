@@ -90,7 +90,7 @@ impl Snapshotter {
             std::thread::Builder::new()
                 .name("wtxt-snapshot".into())
                 .spawn(move || run(pipeline, state, shared, req_rx, ctl_rx))
-                .map_err(|e| crate::Error::io("snapshot thread", e))?
+                .map_err(|e| crate::Error::io_in("snapshot thread", e))?
         };
         // The WAL is appended by its own thread, so the hot path never waits
         // on the file system (a writer can be throttled while snapshots
@@ -106,7 +106,7 @@ impl Snapshotter {
                         let _ = wal.append(std::str::from_utf8(&l.buf[..l.len]).unwrap_or_default());
                     }
                 })
-                .map_err(|e| crate::Error::io("wal thread", e))?
+                .map_err(|e| crate::Error::io_in("wal thread", e))?
         };
         Ok(Snapshotter {
             state,

@@ -10,8 +10,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::error::{check_at, Result};
+use crate::error::Result;
 use crate::model::Dtype;
+use crate::wtxt::delta::ChunkText;
 use crate::wtxt::delta::{next_array, wtxt_tail, ArrayText, Walker};
 use crate::wtxt::layout::Layout;
 use crate::wtxt::read::Header;
@@ -76,12 +77,46 @@ pub struct FileDiff {
     /// A short unified diff of the header lines.
     pub header_unified: String,
     pub arrays: Vec<ArrayDiff>,
+    /// Checks that failed in the chunks the diff decoded: the side is
+    /// damaged, and those chunks' values are not compared.
+    pub damage: Vec<Damage>,
+}
+
+/// A failed check on one side of a diff.
+#[derive(Clone, Debug, Serialize)]
+pub struct Damage {
+    /// The file, as named to the diff.
+    pub file: String,
+    pub line: u64,
+    pub array: String,
+    pub message: String,
 }
 
 impl FileDiff {
     /// True when the two files differ in anything but nothing at all.
     pub fn differs(&self) -> bool {
         !self.identical
+    }
+}
+
+/// Decodes one side's chunk; a fault becomes damage on that side.
+fn decode_side(c: &ChunkText, file: &Path, array: &str, damage: &mut Vec<Damage>) -> Option<Vec<u8>> {
+    match crate::wtxt::chunk::decode(&c.ch, c.body()) {
+        Ok(raw) => Some(raw),
+        Err(f) => {
+            let e = crate::wtxt::delta::fault_at(c, &f);
+            let line = match e.position() {
+                crate::error::Position::Line(n) => n,
+                _ => c.line,
+            };
+            damage.push(Damage {
+                file: file.display().to_string(),
+                line,
+                array: array.to_string(),
+                message: e.message().to_string(),
+            });
+            None
+        }
     }
 }
 
@@ -127,6 +162,7 @@ pub fn diff<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
         .to_string();
 
     let mut arrays = Vec::new();
+    let mut damage = Vec::new();
     let mut na = next_array(&mut wa).map_err(|e| e.in_file(names.old))?;
     let mut nb = next_array(&mut wb).map_err(|e| e.in_file(names.new))?;
     loop {
@@ -151,7 +187,7 @@ pub fn diff<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
             }
             std::cmp::Ordering::Equal => {
                 let (x, y) = (na.take().expect("some"), nb.take().expect("some"));
-                arrays.push(compare_array(&mut wa, &x, &mut wb, &y, names)?);
+                arrays.push(compare_array(&mut wa, &x, &mut wb, &y, names, &mut damage)?);
                 na = next_array(&mut wa).map_err(|e| e.in_file(names.old))?;
                 nb = next_array(&mut wb).map_err(|e| e.in_file(names.new))?;
             }
@@ -160,7 +196,7 @@ pub fn diff<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
     wtxt_tail(&mut wa).map_err(|e| e.in_file(names.old))?;
     wtxt_tail(&mut wb).map_err(|e| e.in_file(names.new))?;
     let identical = header.is_empty() && arrays.iter().all(|a| a.status == Status::Unchanged) && ta == tb;
-    Ok(FileDiff { identical, header, header_unified, arrays })
+    Ok(FileDiff { identical, header, header_unified, arrays, damage })
 }
 
 /// The two files' names, for errors.
@@ -272,27 +308,13 @@ pub fn f16_to_f32(h: u16) -> f32 {
     f32::from_bits(bits)
 }
 
-/// Decodes a chunk's base64 text (already checked by the reader's rules).
-fn decode(text: &[u8]) -> Vec<u8> {
-    use base64::Engine;
-    let mut raw = Vec::new();
-    for l in text.split(|&b| b == b'\n').skip(1) {
-        if l.len() < 3 || l == b"endch" {
-            continue;
-        }
-        if let Ok(v) = base64::engine::general_purpose::STANDARD.decode(&l[..l.len() - 2]) {
-            raw.extend_from_slice(&v);
-        }
-    }
-    raw
-}
-
 fn compare_array<A: Read, B: Read>(
     wa: &mut Walker<A>,
     x: &ArrayText,
     wb: &mut Walker<B>,
     y: &ArrayText,
     names: Names,
+    damage: &mut Vec<Damage>,
 ) -> Result<ArrayDiff> {
     let mut d = whole(y, Status::Unchanged);
     if x.arr.dtype != y.arr.dtype || x.arr.shape != y.arr.shape {
@@ -323,15 +345,15 @@ fn compare_array<A: Read, B: Read>(
                 continue;
             }
             d.changed_chunks.push(cb.ch.ix);
-            let (ra, rb) = (decode(&ca.text), decode(&cb.text));
-            if ra.len() != rb.len() {
-                return Err(check_at(cb.line, "chunk lengths differ between the files"));
+            let ra = decode_side(&ca, names.old, &x.arr.name, damage);
+            let rb = decode_side(&cb, names.new, &y.arr.name, damage);
+            if let (Some(ra), Some(rb)) = (ra, rb) {
+                st.compare(cb.ch.off / y.arr.dtype.size() as u64, &ra, &rb);
             }
-            st.compare(cb.ch.off / y.arr.dtype.size() as u64, &ra, &rb);
         }
     } else {
         // Different blocking: align the two byte streams.
-        compare_streams((wa, &la), (wb, &lb), &mut st, &mut d, names)?;
+        compare_streams((wa, &la), (wb, &lb), &mut st, &mut d, names, damage)?;
     }
     wa.expect("endarr").map_err(|e| e.in_file(names.old))?;
     wb.expect("endarr").map_err(|e| e.in_file(names.new))?;
@@ -361,21 +383,37 @@ fn compare_streams<A: Read, B: Read>(
     st: &mut Stats,
     d: &mut ArrayDiff,
     names: Names,
+    damage: &mut Vec<Damage>,
 ) -> Result<()> {
     let size = st.dtype.size() as u64;
+    let before = damage.len();
     let (mut left_a, mut left_b) = (la.chunk_count(), lb.chunk_count());
     let (mut buf_a, mut buf_b): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
     let (mut pos, mut cur_b_ix) = (0u64, 0u64);
     loop {
+        // After damage the two streams no longer align: the rest is read, not compared.
         while buf_a.len() < buf_b.len().max(1) && left_a > 0 {
-            buf_a.extend(decode(&wa.chunk().map_err(|e| e.in_file(names.old))?.text));
+            let c = wa.chunk().map_err(|e| e.in_file(names.old))?;
+            if damage.len() == before {
+                buf_a.extend(decode_side(&c, names.old, &d.name, damage).unwrap_or_default());
+            }
             left_a -= 1;
         }
         while buf_b.len() < buf_a.len().max(1) && left_b > 0 {
             let c = wb.chunk().map_err(|e| e.in_file(names.new))?;
             cur_b_ix = c.ch.ix;
-            buf_b.extend(decode(&c.text));
+            if damage.len() == before {
+                buf_b.extend(decode_side(&c, names.new, &d.name, damage).unwrap_or_default());
+            }
             left_b -= 1;
+        }
+        if damage.len() > before {
+            buf_a.clear();
+            buf_b.clear();
+            if left_a == 0 && left_b == 0 {
+                break;
+            }
+            continue;
         }
         let n = buf_a.len().min(buf_b.len()) / size as usize * size as usize;
         if n == 0 {
@@ -399,6 +437,19 @@ pub fn render(d: &FileDiff, old: &str, new: &str, color: bool) -> String {
     let paint = |code: &str, s: String| if color { format!("\x1b[{code}m{s}\x1b[0m") } else { s };
     let mut s = String::new();
     let _ = writeln!(s, "{}", paint("1", format!("wtxt diff {old} {new}")));
+    for x in &d.damage {
+        let _ = writeln!(
+            s,
+            "{}",
+            paint(
+                "1;31",
+                format!(
+                    "DAMAGED {} line {}: array {}: {} (this side fails verification; its damaged chunks are not compared)",
+                    x.file, x.line, x.array, x.message
+                )
+            )
+        );
+    }
     if d.identical {
         let _ = writeln!(s, "identical");
         return s;

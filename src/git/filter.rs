@@ -31,7 +31,7 @@ use crate::convert::safetensors::{arrays_to_safetensors, safetensors_to_arrays};
 const PKT_MAX: usize = 65516;
 
 fn io(e: std::io::Error) -> Error {
-    Error::io("git filter pipe", e)
+    Error::io_in("git filter pipe", e)
 }
 
 /// Reads one pkt-line: `None` for a flush packet.

@@ -38,6 +38,14 @@ pub struct ChunkText {
     pub text: Vec<u8>,
 }
 
+impl ChunkText {
+    /// The chunk's base64 lines: between its `ch` line and `endch`.
+    pub fn body(&self) -> impl Iterator<Item = &[u8]> {
+        let end = self.text.len() - self.text.ends_with(b"endch\n") as usize * "endch\n".len();
+        self.text[..end].split(|&b| b == b'\n').skip(1).filter(|l| !l.is_empty())
+    }
+}
+
 /// The first line of a delta.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeltaHead {
@@ -157,7 +165,7 @@ impl<R: Read> Walker<R> {
                 return Err(check_at(self.lines.line_no(), "expected a base64 line, a space and a parity nibble"));
             }
             if let Some(o) = out.as_mut() {
-                o.write_all(b).map_err(|e| Error::io("output", e))?;
+                o.write_all(b).map_err(|e| Error::write_failed(e))?;
             }
         }
         let (n2, e) = self.next("`endch`")?;
@@ -165,7 +173,7 @@ impl<R: Read> Walker<R> {
             return Err(check_at(n2, format!("expected `endch` after {} base64 lines", ch.lines)));
         }
         if let Some(o) = out.as_mut() {
-            o.write_all(b"endch\n").map_err(|e| Error::io("output", e))?;
+            o.write_all(b"endch\n").map_err(|e| Error::write_failed(e))?;
         }
         Ok(())
     }
@@ -270,8 +278,8 @@ fn same_chunk(a: &ChLine, b: &ChLine) -> bool {
 pub fn create<B: Read, T: Read, W: Write>(base: (B, &Path), target: (T, &Path), out: &mut W) -> Result<DeltaStats> {
     let (base, base_path) = base;
     let (target, target_path) = target;
-    let in_base = |e: Error| e.in_file(base_path);
-    let in_target = |e: Error| e.in_file(target_path);
+    let in_base = |e: Error| e.in_input(base_path);
+    let in_target = |e: Error| e.in_input(target_path);
     let mut bw = Walker::new(base);
     let base_arrays = (|| -> Result<(Hash, Vec<BaseArray>)> {
         let (bh, _) = bw.wtxt_header()?;
@@ -303,7 +311,7 @@ fn create_from<T: Read, W: Write>(
 ) -> Result<DeltaStats> {
     let (th, theader) = tw.wtxt_header()?;
     let target_sha = final_sha(&th, "the target")?;
-    let io = |e: std::io::Error| Error::io("output", e);
+    let io = |e: std::io::Error| Error::write_failed(e);
     let mut stats = DeltaStats::default();
     let head = DeltaHead { base_sha256_all: base_sha, target_sha256_all: Some(target_sha) };
     out.write_all(head.write().as_bytes()).map_err(io)?;
@@ -554,7 +562,7 @@ pub fn apply_extended<B: Read, W: Write>(base: B, d: &Delta, out: &mut W) -> Res
             "this delta is for another base: its base_sha256_all differs from the base's sha256_all",
         ));
     }
-    let io = |e: std::io::Error| Error::io("output", e);
+    let io = |e: std::io::Error| Error::write_failed(e);
     out.write_all(header_text).map_err(io)?;
     let mut items = d.items.iter().peekable();
     let mut base_cur = next_array(&mut bw)?;
@@ -655,8 +663,8 @@ impl BaseChunks {
         loop {
             match &self.held {
                 Some((ch, head)) if ch.ix == ix && (ch.off, ch.len) == range => {
-                    out.write_all(head).map_err(|e| Error::io("output", e))?;
-                    out.write_all(b"\n").map_err(|e| Error::io("output", e))?;
+                    out.write_all(head).map_err(|e| Error::write_failed(e))?;
+                    out.write_all(b"\n").map_err(|e| Error::write_failed(e))?;
                     let ch = *ch;
                     self.held = None;
                     w.chunk_body(&ch, Some(out))?;
@@ -720,33 +728,17 @@ pub fn check_chunks(d: &Delta) -> Result<()> {
     Ok(())
 }
 
-/// Decodes a chunk's text, checking parity, CRC32C and SHA-256.
+/// Decodes a chunk's text with the one chunk decoder, every check included.
 fn decode_chunk(c: &ChunkText) -> Result<Vec<u8>> {
-    use base64::Engine;
-    use sha2::{Digest, Sha256};
-    let mut raw = Vec::with_capacity(c.ch.len as usize);
-    let text = &c.text[..c.text.len() - "endch\n".len()];
-    for (k, l) in text.split(|&b| b == b'\n').skip(1).filter(|l| !l.is_empty()).enumerate() {
-        let line = c.line + 1 + k as u64;
-        let (b64, nib) = (&l[..l.len() - 2], l[l.len() - 1]);
-        if nib != crate::wtxt::layout::hex_digit(crate::wtxt::layout::parity(b64)) {
-            return Err(check_at(line, "parity nibble does not match the line"));
-        }
-        let v = base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .map_err(|_| check_at(line, "expected canonical base64"))?;
-        raw.extend_from_slice(&v);
+    crate::wtxt::chunk::decode(&c.ch, c.body()).map_err(|f| fault_at(c, &f))
+}
+
+/// A chunk fault as an error on its file line.
+pub fn fault_at(c: &ChunkText, f: &crate::wtxt::chunk::Fault) -> crate::Error {
+    match f.line() {
+        Some(k) => check_at(c.line + 1 + k, f.to_string()),
+        None => check_at(c.line, format!("chunk {}: {f}", c.ch.ix)),
     }
-    if raw.len() as u64 != c.ch.len
-        || crc32c::crc32c(&raw) != c.ch.crc32c
-        || <[u8; 32]>::from(Sha256::digest(&raw)) != c.ch.sha256
-    {
-        return Err(check_at(
-            c.line,
-            format!("chunk {}: its lines do not decode to len, crc32c and sha256 of its ch line", c.ch.ix),
-        ));
-    }
-    Ok(raw)
 }
 
 /// The target header a delta names (extended form).

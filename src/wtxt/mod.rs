@@ -1,6 +1,7 @@
 //! The WTXT 1.1 format: grammar, layout, canonical writer, strict reader and
 //! verifier, recovery and streaming finalization.
 
+pub mod chunk;
 pub mod delta;
 pub mod layout;
 pub mod read;

@@ -9,10 +9,10 @@ use std::ops::Range;
 
 use crate::error::{check_at, Error, Position, Result};
 use crate::limits::{BLOCK, MAX_LINE};
-use crate::wtxt::layout::{hex_digit, last_line_width, parity, Layout};
+use crate::wtxt::chunk::ChunkDecoder;
+use crate::wtxt::layout::Layout;
 use crate::wtxt::syntax::{
-    lossy, ArrLine, Audit, Cap, ChLine, IdxLine, Meta, Root, SignLine, B64_WIDTH, CAP_EXT_DTYPES, END, MAGIC,
-    RAW_PER_LINE,
+    lossy, ArrLine, Audit, Cap, ChLine, IdxLine, Meta, Root, SignLine, CAP_EXT_DTYPES, END, MAGIC, RAW_PER_LINE,
 };
 
 /// The header of a WTXT file.
@@ -143,7 +143,7 @@ impl<R: Read> LineReader<R> {
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io("input", e)),
+                Err(e) => return Err(Error::read_failed(e)),
             }
         }
         Ok(())
@@ -280,7 +280,6 @@ pub fn read<R: Read, V: Visitor>(input: R, v: &mut V) -> Result<Header> {
     v.header(&header)?;
     let ext_ok = header.cap.has(CAP_EXT_DTYPES);
     let mut prev_name: Option<String> = None;
-    let mut decoder = Decoder::default();
     loop {
         let (n, l) = match pending.take() {
             Some(p) => p,
@@ -301,7 +300,7 @@ pub fn read<R: Read, V: Visitor>(input: R, v: &mut V) -> Result<Header> {
                 return Err(check_at(n, format!("dtype {} needs `{CAP_EXT_DTYPES}` in the cap line", arr.dtype)));
             }
             prev_name = Some(arr.name.clone());
-            read_array(&mut lines, n, arr, l, v, &mut decoder)?;
+            read_array(&mut lines, n, arr, l, v)?;
             continue;
         }
         if l.starts_with(b"audit ") {
@@ -321,19 +320,12 @@ pub fn read<R: Read, V: Visitor>(input: R, v: &mut V) -> Result<Header> {
     }
 }
 
-/// Reusable scratch space for decoding.
-#[derive(Default)]
-struct Decoder {
-    staging: Vec<u8>,
-}
-
 fn read_array<R: Read, V: Visitor>(
     lines: &mut LineReader<R>,
     arr_no: u64,
     arr: ArrLine,
     text: Vec<u8>,
     v: &mut V,
-    dec: &mut Decoder,
 ) -> Result<()> {
     let rank = arr.shape.len();
     let (n, l) = lines.expect_line("an `idx` or `ch` line")?;
@@ -375,7 +367,7 @@ fn read_array<R: Read, V: Visitor>(
             ));
         }
         v.chunk(n, &ch);
-        let bad = read_chunk_lines(lines, n, &ch, v, dec)?;
+        let bad = read_chunk_lines(lines, n, &ch, v)?;
         let (n2, l2) = lines.expect_line("`endch`")?;
         if l2 != b"endch" {
             return Err(check_at(
@@ -393,121 +385,46 @@ fn read_array<R: Read, V: Visitor>(
     Ok(())
 }
 
-/// Reads a chunk's base64 lines; returns true if the chunk is damaged.
+/// Reads a chunk's base64 lines through the one chunk decoder, handing the
+/// visitor blocks of at most [`BLOCK`] bytes; returns true if the chunk is
+/// damaged (each fault already reported on its line).
 fn read_chunk_lines<R: Read, V: Visitor>(
     lines: &mut LineReader<R>,
     ch_no: u64,
     ch: &ChLine,
     v: &mut V,
-    dec: &mut Decoder,
 ) -> Result<bool> {
-    let mut bad = false;
-    let mut crc = 0u32;
-    let mut remaining = ch.lines;
+    let mut dec = ChunkDecoder::new(ch, false);
     let per_block = (BLOCK / RAW_PER_LINE) as u64;
-    while remaining > 0 {
-        let batch = remaining.min(per_block);
+    while dec.remaining() > 0 {
+        let batch = dec.remaining().min(per_block);
         let mut out = v.buffer();
         out.clear();
-        dec.staging.clear();
-        let mut first_line = 0;
-        let mut batch_bad = false;
-        for k in 0..batch {
-            let last = remaining - k == 1;
-            let width = if last { last_line_width(ch.len) } else { B64_WIDTH };
+        for _ in 0..batch {
             let Some(r) = lines.next_range()? else {
                 return Err(check_at(
                     lines.line_no() + 1,
-                    format!("file ends inside a chunk: expected {} more base64 lines", remaining - k),
+                    format!("file ends inside a chunk: expected {} more base64 lines", dec.remaining()),
                 ));
             };
             let n = lines.line_no();
-            if k == 0 {
-                first_line = n;
-            }
             let l = lines.bytes(r);
-            if l.len() != width + 2 || l[width] != b' ' {
+            if let Err(f) = dec.line(l, &mut out) {
                 if l == b"endch" || l.starts_with(b"ch ") || l == b"endarr" {
                     return Err(check_at(n, format!("chunk has fewer base64 lines than lines={}", ch.lines)));
                 }
-                return Err(check_at(
-                    n,
-                    format!(
-                        "expected a base64 line of {width} characters, a space and a parity nibble, found {} bytes",
-                        l.len()
-                    ),
-                ));
-            }
-            let (b64, nib) = (&l[..width], l[width + 1]);
-            if nib != hex_digit(parity(b64)) {
-                let msg = if nib.is_ascii_hexdigit() && !nib.is_ascii_uppercase() {
-                    format!(
-                        "parity nibble is {}, the line's characters give {}",
-                        nib as char,
-                        hex_digit(parity(b64)) as char
-                    )
-                } else {
-                    format!("expected a lowercase hex parity nibble, found `{}`", lossy(&[nib], 1))
-                };
-                v.problem(n, msg);
-                batch_bad = true;
-            }
-            if last {
-                // The last line may be padded: decode it strictly (no stray bits).
-                decode_all(&dec.staging, &mut out, first_line, v, &mut batch_bad);
-                dec.staging.clear();
-                let tail = ch.len - (ch.lines - 1) * RAW_PER_LINE as u64;
-                decode_last(b64, tail as usize, &mut out, n, v, &mut batch_bad);
-            } else {
-                dec.staging.extend_from_slice(b64);
+                return Err(check_at(n, f.to_string()));
             }
         }
-        if !dec.staging.is_empty() {
-            decode_all(&dec.staging, &mut out, first_line, v, &mut batch_bad);
-            dec.staging.clear();
-        }
-        crc = crc32c::crc32c_append(crc, &out);
-        bad |= batch_bad;
-        remaining -= batch;
+        dec.flush(&mut out);
         v.data(out);
     }
-    if !bad && crc != ch.crc32c {
-        v.problem(ch_no, format!("chunk {} crc32c is {:08x}, its bytes give {crc:08x}", ch.ix, ch.crc32c));
-        bad = true;
-    }
-    Ok(bad)
-}
-
-/// Decodes full 76-character lines in one call; on failure finds the line.
-fn decode_all<V: Visitor>(staging: &[u8], out: &mut Vec<u8>, first_line: u64, v: &mut V, bad: &mut bool) {
-    if staging.is_empty() {
-        return;
-    }
-    let start = out.len();
-    let n = staging.len() / 4 * 3;
-    out.resize(start + n, 0);
-    if base64_simd::STANDARD.decode(staging, base64_simd::Out::from_slice(&mut out[start..])).is_ok() {
-        return;
-    }
-    for (i, line) in staging.chunks(B64_WIDTH).enumerate() {
-        let o = start + i * RAW_PER_LINE;
-        if base64_simd::STANDARD.decode(line, base64_simd::Out::from_slice(&mut out[o..o + RAW_PER_LINE])).is_err() {
-            v.problem(first_line + i as u64, "expected only base64 characters (A-Z a-z 0-9 + /)".into());
-            *bad = true;
+    let faults = dec.finish(ch, &mut Vec::new());
+    for f in &faults {
+        match f.line() {
+            Some(k) => v.problem(ch_no + 1 + k, f.to_string()),
+            None => v.problem(ch_no, format!("chunk {} {f}", ch.ix)),
         }
     }
-}
-
-/// Decodes the last line of a chunk, which may carry `=` padding, strictly:
-/// it must give exactly `want` bytes with no stray bits.
-fn decode_last<V: Visitor>(b64: &[u8], want: usize, out: &mut Vec<u8>, line: u64, v: &mut V, bad: &mut bool) {
-    use base64::Engine;
-    let start = out.len();
-    out.resize(start + want.max(RAW_PER_LINE), 0);
-    let got = base64::engine::general_purpose::STANDARD.decode_slice(b64, &mut out[start..]);
-    out.truncate(start + want);
-    if !matches!(got, Ok(k) if k == want) {
-        v.problem(line, format!("expected canonical base64 of {want} bytes (right padding, no stray bits)"));
-        *bad = true;
-    }
+    Ok(!faults.is_empty())
 }

@@ -18,11 +18,12 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::convert::spill::Spill;
 use crate::crypto::digest::derive_salt;
 use crate::crypto::mac::HmacKey;
 use crate::model::{Array, ArrayData};
-use crate::wtxt::layout::{hex_digit, last_line_width, parity};
-use crate::wtxt::syntax::{lossy, ArrLine, ChLine, IdxLine, Meta, Root, B64_WIDTH, RAW_PER_LINE};
+use crate::wtxt::chunk;
+use crate::wtxt::syntax::{ArrLine, ChLine, IdxLine, Meta, Root, B64_WIDTH};
 
 /// What was found for one array.
 #[derive(Clone, Debug, Serialize)]
@@ -98,8 +99,39 @@ struct Candidate {
     arr: ArrLine,
     line: u64,
     idx: Option<IdxLine>,
-    intact: BTreeMap<u64, (ChunkFound, Vec<u8>)>,
+    /// Intact chunks by `ix`: where their base64 lines are in the file. Their
+    /// bytes are decoded again when the array is assembled, so the scan
+    /// holds no chunk data.
+    intact: BTreeMap<u64, (ChunkFound, ChLine, std::ops::Range<usize>)>,
     damaged: Vec<ChunkFound>,
+}
+
+/// The lines of `bytes` with their 1-based numbers and byte ranges (LF
+/// excluded), one at a time: the scan never indexes the whole file.
+struct Lines<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    no: u64,
+}
+
+impl<'a> Lines<'a> {
+    fn peek(&self) -> Option<&'a [u8]> {
+        (self.at <= self.bytes.len() && !(self.at == self.bytes.len() && self.no > 0)).then(|| {
+            let rest = &self.bytes[self.at..];
+            &rest[..memchr::memchr(b'\n', rest).unwrap_or(rest.len())]
+        })
+    }
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = (u64, std::ops::Range<usize>, &'a [u8]);
+    fn next(&mut self) -> Option<Self::Item> {
+        let l = self.peek()?;
+        let r = self.at..self.at + l.len();
+        self.at = r.end + 1;
+        self.no += 1;
+        Some((self.no, r, l))
+    }
 }
 
 /// Scans `bytes` (a damaged WTXT) and keeps everything that still checks out.
@@ -110,28 +142,24 @@ struct Candidate {
 /// so no intact byte is lost. Its size is bounded by 4x the file's size
 /// (at least 64 MiB) before anything is allocated.
 pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool, keep_partial: bool) -> Recovered {
-    let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+    let mut lines = Lines { bytes, at: 0, no: 0 };
     let mut meta = None;
     let mut root = None;
-    for l in lines.iter().take(8) {
+    for (_, _, l) in (Lines { bytes, at: 0, no: 0 }).take(8) {
         if l.starts_with(b"meta ") {
             meta = meta.or(Meta::parse(l).ok());
         } else if l.starts_with(b"root ") {
             root = root.or(Root::parse(l).ok());
         }
     }
-    let header_intact = lines.first() == Some(&&b"WTXT 1"[..]) && meta.is_some() && root.is_some();
+    let header_intact = lines.peek() == Some(&b"WTXT 1"[..]) && meta.is_some() && root.is_some();
     let mut cands: Vec<Candidate> = Vec::new();
     let mut current: Option<usize> = None;
     let (mut orphans, mut unparsed) = (0u64, 0u64);
     let mut unnamed: Vec<UnnamedLoss> = Vec::new();
     // True while chunks outside any array belong to a loss already counted.
     let mut in_loss = false;
-    let mut i = 0usize;
-    while i < lines.len() {
-        let l = lines[i];
-        let no = i as u64 + 1;
-        i += 1;
+    while let Some((no, _, l)) = lines.next() {
         if l.starts_with(b"arr ") {
             current = match ArrLine::parse(l) {
                 Ok(arr) => {
@@ -154,11 +182,12 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool,
         } else if l.starts_with(b"ch ") {
             let ch = ChLine::parse(l);
             // Base64 lines follow until anything else.
-            let start = i;
-            while i < lines.len() && looks_like_b64(lines[i]) {
-                i += 1;
+            let start = lines.at.min(bytes.len());
+            let mut end = start;
+            while lines.peek().is_some_and(looks_like_b64) {
+                end = lines.next().expect("peeked").1.end;
             }
-            let body = &lines[start..i];
+            let body = start..end;
             let (Some(c), Ok(ch)) = (current, ch) else {
                 orphans += 1;
                 if current.is_none() && !in_loss {
@@ -169,14 +198,14 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool,
                 continue;
             };
             let found = ChunkFound { ix: ch.ix, off: ch.off, len: ch.len, line: no, problem: None };
-            match check_chunk(&ch, body) {
-                Ok(data) if ch.off.checked_add(ch.len).is_some_and(|e| e <= cands[c].arr.bytes) => {
-                    cands[c].intact.entry(ch.ix).or_insert((found, data));
+            match chunk::decode(&ch, body_lines(bytes, &body)) {
+                Ok(_) if ch.off.checked_add(ch.len).is_some_and(|e| e <= cands[c].arr.bytes) => {
+                    cands[c].intact.entry(ch.ix).or_insert((found, ch, body));
                 }
                 Ok(_) => {
                     cands[c].damaged.push(ChunkFound { problem: Some("chunk lies outside its array".into()), ..found })
                 }
-                Err(p) => cands[c].damaged.push(ChunkFound { problem: Some(p), ..found }),
+                Err(f) => cands[c].damaged.push(ChunkFound { problem: Some(f.to_string()), ..found }),
             }
         } else if l == b"endch" || l == b"endarr" {
             if l == b"endarr" {
@@ -197,15 +226,15 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool,
     let partial_limit = (bytes.len() as u64).saturating_mul(4).max(64 << 20);
     let mut partials = Vec::new();
     for c in cands {
-        let (whole, reason, missing) = assemble(&c, key, allow_unauthenticated);
+        let (whole, reason, missing) = assemble(bytes, &c, key, allow_unauthenticated);
         let name = c.arr.name.clone();
         let duplicate = !seen.insert(name.clone());
         let recovered = whole.is_some() && !duplicate;
         if keep_partial && !recovered && !duplicate && !c.intact.is_empty() && c.arr.bytes <= partial_limit {
-            partials.extend(partial(&c));
+            partials.extend(partial(bytes, &c));
         }
         if let Some(data) = whole.filter(|_| !duplicate) {
-            if let Ok(a) = Array::new(name.clone(), c.arr.dtype, c.arr.shape.clone(), ArrayData::from(data)) {
+            if let Ok(a) = Array::new(name.clone(), c.arr.dtype, c.arr.shape.clone(), data) {
                 if c.idx.is_some() {
                     rows_per_chunk = rows_per_chunk.or(c.idx.map(|i| i.rows_per_chunk));
                 }
@@ -226,7 +255,7 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool,
             line: c.line,
             recovered,
             reason: if duplicate { Some("a second array of the same name".into()) } else { reason },
-            intact_chunks: c.intact.values().map(|(f, _)| f.clone()).collect(),
+            intact_chunks: c.intact.values().map(|(f, _, _)| f.clone()).collect(),
             damaged_chunks: c.damaged,
             missing_ranges: missing,
         });
@@ -266,63 +295,54 @@ fn looks_like_b64(l: &[u8]) -> bool {
         && l[..l.len() - 2].iter().all(|&c| c.is_ascii_alphanumeric() || c == b'+' || c == b'/' || c == b'=')
 }
 
-/// Decodes and checks one chunk's lines.
-fn check_chunk(ch: &ChLine, body: &[&[u8]]) -> Result<Vec<u8>, String> {
-    use base64::Engine;
-    if body.len() as u64 != ch.lines {
-        return Err(format!("expected {} base64 lines, found {}", ch.lines, body.len()));
-    }
-    let mut out = Vec::with_capacity(ch.len as usize);
-    for (k, l) in body.iter().enumerate() {
-        let last = k + 1 == body.len();
-        let width = if last { last_line_width(ch.len) } else { B64_WIDTH };
-        if l.len() != width + 2 {
-            return Err(format!("base64 line {} has {} characters, expected {width}", k + 1, l.len() - 2));
-        }
-        let (b64, nib) = (&l[..width], l[width + 1]);
-        if nib != hex_digit(parity(b64)) {
-            return Err(format!("parity nibble of base64 line {} does not match `{}`", k + 1, lossy(b64, 12)));
-        }
-        let raw = base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .map_err(|_| format!("base64 line {} does not decode", k + 1))?;
-        if !last && raw.len() != RAW_PER_LINE {
-            return Err(format!("base64 line {} is short", k + 1));
-        }
-        out.extend_from_slice(&raw);
-    }
-    if out.len() as u64 != ch.len {
-        return Err(format!("decodes to {} bytes, expected len={}", out.len(), ch.len));
-    }
-    if crc32c::crc32c(&out) != ch.crc32c {
-        return Err("crc32c does not match".into());
-    }
-    if <[u8; 32]>::from(Sha256::digest(&out)) != ch.sha256 {
-        return Err("sha256 does not match".into());
-    }
-    Ok(out)
+/// The base64 lines in `bytes[body]`.
+fn body_lines<'a>(bytes: &'a [u8], body: &std::ops::Range<usize>) -> impl Iterator<Item = &'a [u8]> {
+    bytes[body.clone()].split(|&b| b == b'\n').filter(|l| !l.is_empty())
 }
 
-/// `NAME` (intact chunks, zeros elsewhere) and `NAME__intact`.
-fn partial(c: &Candidate) -> Vec<Array> {
+/// An intact chunk's bytes, decoded again (they checked out in the scan).
+fn chunk_bytes(bytes: &[u8], ch: &ChLine, body: &std::ops::Range<usize>) -> Vec<u8> {
+    chunk::decode(ch, body_lines(bytes, body)).unwrap_or_default()
+}
+
+/// `NAME` (intact chunks, zeros elsewhere) and `NAME__intact`, written
+/// through a spill so a large array costs no heap.
+fn partial(bytes: &[u8], c: &Candidate) -> Vec<Array> {
     let rows = c.idx.map_or(1, |i| i.rows_per_chunk);
     let Ok(layout) = crate::wtxt::layout::Layout::new(c.arr.dtype, &c.arr.shape, rows) else { return Vec::new() };
-    let mut data = vec![0u8; c.arr.bytes as usize];
     let mut mask = vec![0u8; layout.chunk_count() as usize];
-    for (ix, (f, d)) in &c.intact {
-        if let (Some(m), Some(dst)) =
-            (mask.get_mut(*ix as usize), data.get_mut(f.off as usize..(f.off + f.len) as usize))
-        {
-            if layout.chunk_range(*ix) == (f.off, f.len) {
-                dst.copy_from_slice(d);
-                *m = 1;
+    let Ok(mut data) = Spill::with_expected(c.arr.bytes) else { return Vec::new() };
+    let zeros = [0u8; 1 << 16];
+    let fill = |data: &mut Spill, mut n: u64| -> bool {
+        while n > 0 {
+            let k = n.min(zeros.len() as u64);
+            if data.push(&zeros[..k as usize]).is_err() {
+                return false;
             }
+            n -= k;
+        }
+        true
+    };
+    for ix in 0..layout.chunk_count() {
+        let (off, len) = layout.chunk_range(ix);
+        let intact = c.intact.get(&ix).filter(|(f, _, _)| (f.off, f.len) == (off, len));
+        let ok = match intact {
+            Some((_, ch, body)) => {
+                mask[ix as usize] = 1;
+                data.push(&chunk_bytes(bytes, ch, body)).is_ok()
+            }
+            None => fill(&mut data, len),
+        };
+        if !ok {
+            return Vec::new();
         }
     }
+    let Ok(data) = data.finish() else { return Vec::new() };
     let base: String = c.arr.name.chars().take(crate::limits::MAX_NAME - "__intact".len()).collect();
     let n = mask.len() as u64;
+    let size = data.bytes().len();
     [
-        Array::new(c.arr.name.clone(), c.arr.dtype, c.arr.shape.clone(), ArrayData::from(data)),
+        Array::new(c.arr.name.clone(), c.arr.dtype, c.arr.shape.clone(), data.window(0..size)),
         Array::new(format!("{base}__intact"), crate::model::Dtype::U8, vec![n], ArrayData::from(mask)),
     ]
     .into_iter()
@@ -331,15 +351,16 @@ fn partial(c: &Candidate) -> Vec<Array> {
 }
 
 /// The whole array's bytes (or why not), and the byte ranges no intact chunk covers.
-type Assembled = (Option<Vec<u8>>, Option<String>, Vec<(u64, u64)>);
+type Assembled = (Option<ArrayData>, Option<String>, Vec<(u64, u64)>);
 
-/// Joins intact chunks into the whole array if they tile it and it checks out.
-fn assemble(c: &Candidate, key: Option<&HmacKey>, allow_unauthenticated: bool) -> Assembled {
-    let mut by_off: Vec<&(ChunkFound, Vec<u8>)> = c.intact.values().collect();
-    by_off.sort_by_key(|(f, _)| f.off);
+/// Joins intact chunks into the whole array if they tile it and it checks
+/// out (SHA-256, and the HMAC under `key`).
+fn assemble(bytes: &[u8], c: &Candidate, key: Option<&HmacKey>, allow_unauthenticated: bool) -> Assembled {
+    let mut by_off: Vec<&(ChunkFound, ChLine, std::ops::Range<usize>)> = c.intact.values().collect();
+    by_off.sort_by_key(|(f, _, _)| f.off);
     let mut missing = Vec::new();
     let mut at = 0u64;
-    for (f, _) in &by_off {
+    for (f, _, _) in &by_off {
         if f.off > at {
             missing.push((at, f.off));
         }
@@ -354,17 +375,28 @@ fn assemble(c: &Candidate, key: Option<&HmacKey>, allow_unauthenticated: bool) -
     if !missing.is_empty() {
         return (None, Some(format!("{} byte range(s) have no intact chunk", missing.len())), missing);
     }
-    let mut data = Vec::with_capacity(c.arr.bytes as usize);
-    for (f, d) in &by_off {
-        if f.off != data.len() as u64 {
+    let Ok(mut data) = Spill::with_expected(c.arr.bytes) else {
+        return (None, Some("no room to hold the array".into()), missing);
+    };
+    let mut sha = Sha256::new();
+    let mut mac = key.filter(|_| !c.arr.hmac_is_zero()).map(|k| k.start(&c.arr.salt));
+    for (f, ch, body) in &by_off {
+        if f.off != data.len() {
             return (None, Some("intact chunks overlap".into()), missing);
         }
-        data.extend_from_slice(d);
+        let raw = chunk_bytes(bytes, ch, body);
+        sha.update(&raw);
+        if let Some(m) = mac.as_mut() {
+            hmac::Mac::update(m, &raw);
+        }
+        if data.push(&raw).is_err() {
+            return (None, Some("no room to hold the array".into()), missing);
+        }
     }
-    if <[u8; 32]>::from(Sha256::digest(&data)) != c.arr.sha256 {
+    if <[u8; 32]>::from(sha.finalize()) != c.arr.sha256 {
         return (None, Some("chunks are intact but the array's sha256 does not match".into()), missing);
     }
-    if key.is_some_and(|k| !c.arr.hmac_is_zero() && k.compute(&c.arr.salt, &data) != c.arr.hmac) {
+    if mac.is_some_and(|m| !crate::crypto::mac::verify_tag(m, &c.arr.hmac)) {
         return (None, Some("hmac does not match under the given key".into()), missing);
     }
     if key.is_some() && c.arr.hmac_is_zero() && !allow_unauthenticated {
@@ -372,5 +404,11 @@ fn assemble(c: &Candidate, key: Option<&HmacKey>, allow_unauthenticated: bool) -
             "not authenticated (hmac is all zeros) although an HMAC key was given; --allow-unauthenticated keeps it";
         return (None, Some(why.into()), missing);
     }
-    (Some(data), None, missing)
+    match data.finish() {
+        Ok(src) => {
+            let n = src.bytes().len();
+            (Some(src.window(0..n)), None, missing)
+        }
+        Err(_) => (None, Some("no room to hold the array".into()), missing),
+    }
 }

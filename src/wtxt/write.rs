@@ -173,7 +173,7 @@ pub fn write_snapshot<W: Write + Seek>(
 }
 
 fn io_err(e: std::io::Error) -> Error {
-    Error::io("output", e)
+    Error::write_failed(e)
 }
 
 /// The four header lines (and a `sign` line if given), each with its LF.

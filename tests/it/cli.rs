@@ -266,3 +266,24 @@ fn wsum_pair_binds_both_files_and_finalize_follows_prev() {
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+/// Issue 13: a damaged side is named, not taken for a weight update.
+#[test]
+fn diff_names_the_side_that_fails_its_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = String::from_utf8(crate::util::read("expected/delta_base.wtxt")).unwrap();
+    let target = String::from_utf8(crate::util::read("expected/delta_target.wtxt")).unwrap();
+    let (bl, mut tl): (Vec<&str>, Vec<String>) = (base.lines().collect(), target.lines().map(String::from).collect());
+    // The first changed chunk of the target: damage its first base64 line.
+    let dense = tl.iter().position(|l| l.starts_with("arr name=dense ")).unwrap();
+    let at = dense + tl[dense..].iter().position(|l| l.starts_with("ch ") && !bl.contains(&l.as_str())).unwrap() + 1;
+    let c = tl[at].as_bytes()[0];
+    tl[at].replace_range(0..1, if c == b'A' { "B" } else { "A" });
+    let damaged = dir.path().join("damaged.wtxt");
+    std::fs::write(&damaged, tl.join("\n") + "\n").unwrap();
+    let r = crate::util::run(&["diff", "expected/delta_base.wtxt", damaged.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stderr.contains(&format!("damaged.wtxt: line {}: ", at + 1)), "{}", r.stderr);
+    assert!(r.stderr.contains("parity"), "{}", r.stderr);
+    assert!(r.stdout.contains("DAMAGED"), "{}", r.stdout);
+}

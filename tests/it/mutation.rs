@@ -270,12 +270,8 @@ fn merge_and_recover_never_launder_mutated_inputs() {
     let trusted = TrustedKeys::single(sk.public());
     let good_path = crate::util::fixture("expected/signed_pkcs8.wtxt");
     let base = read("expected/signed_pkcs8.wtxt");
-    let checks = VerifyOptions {
-        hmac_key: Some(&key),
-        trusted: Some(&trusted),
-        require_signature: true,
-        ..Default::default()
-    };
+    let checks =
+        VerifyOptions { hmac_key: Some(&key), trusted: Some(&trusted), require_signature: true, ..Default::default() };
     let theirs = dir.path().join("theirs.wtxt");
     let out = dir.path().join("out.wtxt");
     let opts = wtxt::ops::MergeOptions {

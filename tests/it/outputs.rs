@@ -32,6 +32,17 @@ fn devices_are_written_through_and_outputs_never_collide() {
     let r = run(&["finalize", "expected/streaming.wtxt", "-o", s(&a), "--rewrite", s(&a)]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(!a.exists());
+    // A full disk names the output, not "output" or a temporary file.
+    for args in [
+        &["snapshot", "inputs/model.npz", "-o", "/dev/full"][..],
+        &["extract", "expected/defaults.wtxt", "-o", "/dev/full"],
+    ] {
+        let r = run(args);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        if args[0] == "snapshot" {
+            assert!(r.stderr.starts_with("wtxt: /dev/full: No space left"), "{}", r.stderr);
+        }
+    }
     // A missing folder is named as the user gave it, not as a temporary file.
     let r = run(&["snapshot", "inputs/model.npz", "-o", "/nonexistent/dir/x.wtxt"]);
     assert_eq!(r.code, 2);
@@ -65,9 +76,8 @@ fn sigterm_removes_the_temporary_file() {
         .unwrap();
     // Wait until the temporary file exists, then interrupt.
     let t = std::time::Instant::now();
-    let tmp_exists = || {
-        std::fs::read_dir(dir.path()).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".tmp"))
-    };
+    let tmp_exists =
+        || std::fs::read_dir(dir.path()).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".tmp"));
     while !tmp_exists() {
         assert!(t.elapsed() < Duration::from_secs(20), "no temporary file appeared");
         assert!(child.try_wait().unwrap().is_none(), "finished before it could be interrupted");
@@ -86,7 +96,7 @@ fn reserved_names_from_inputs_are_refused_never_interpreted() {
     let dir = tempfile::tempdir().unwrap();
     // A safetensors tensor named __npz would steer the npz writer.
     let mut header = br#"{"__npz":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}"#.to_vec();
-    while header.len() % 8 != 0 {
+    while !header.len().is_multiple_of(8) {
         header.push(b' ');
     }
     let mut st = (header.len() as u64).to_le_bytes().to_vec();
@@ -101,8 +111,8 @@ fn reserved_names_from_inputs_are_refused_never_interpreted() {
     // A WTXT whose __npz names a member outside the archive's folder.
     use wtxt::model::{Array, Dtype};
     let a = Array::new("a", Dtype::U8, vec![3], vec![1, 2, 3].into()).unwrap();
-    let meta =
-        wtxt::convert::meta_array("__npz", &serde_json::json!({"keys": [{"key": "../../evil", "array": "a"}]})).unwrap();
+    let meta = wtxt::convert::meta_array("__npz", &serde_json::json!({"keys": [{"key": "../../evil", "array": "a"}]}))
+        .unwrap();
     let w = dir.path().join("keys.wtxt");
     let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(0, None).unwrap(), 128);
     wtxt::ops::write_wtxt(&[meta, a], &opts, &w, None, &wtxt::progress::Progress::hidden()).unwrap();

@@ -112,7 +112,7 @@ fn a_mangled_arr_line_counts_as_a_lost_array() {
     let (code, rep, out) = recover(damaged.as_bytes(), dir.path());
     assert_eq!(code, 1);
     assert_eq!(rep["lost_arrays"], 1, "{rep}");
-    assert_eq!(rep["unnamed_lost"][0]["what"].as_str().unwrap().contains("unreadable arr line"), true, "{rep}");
+    assert!(rep["unnamed_lost"][0]["what"].as_str().unwrap().contains("unreadable arr line"), "{rep}");
     assert_eq!(arrays_of(&out).len(), 11);
     // Its arr line gone altogether: its chunks are orphans, and still one loss.
     let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("arr name=bias ")).collect();

@@ -259,7 +259,17 @@ fn run(cmd: Command) -> Result<u8> {
                 };
                 emit(&diff::render(&d, &a.old.display().to_string(), &a.new.display().to_string(), color))?;
             }
-            Ok(if a.exit_code && d.differs() { 1 } else { 0 })
+            // A side that fails a check is a failed check, whatever the diff found.
+            for x in &d.damage {
+                eprintln!(
+                    "wtxt: {}: line {}: array {}: {}",
+                    x.file,
+                    x.line,
+                    x.array,
+                    wtxt::error::one_line(&x.message)
+                );
+            }
+            Ok(if !d.damage.is_empty() || (a.exit_code && d.differs()) { 1 } else { 0 })
         }
         Command::Git(cli::GitCommand::Install(a)) => {
             use wtxt::git::install::{self, Scope};
