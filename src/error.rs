@@ -4,6 +4,7 @@
 //! offset) and says what was expected, so the CLI can print it as one line.
 //! The kind decides the exit code in one place: a failed check is 1, unusable
 //! input or bad usage is 2.
+#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -3,6 +3,7 @@
 //! A reader checks a length taken from a file against these before it
 //! allocates anything, so a hostile file can neither crash the process nor make
 //! it eat memory.
+#![forbid(unsafe_code)]
 
 /// Longest WTXT line accepted, LF excluded. The profile's DoS limit; the
 /// longest line a canonical writer emits is an `arr` line with a 255-byte name

@@ -3,6 +3,7 @@
 //! Every input format is read into this model and every output is written
 //! from it. Array bytes are either owned or a window of a memory-mapped file,
 //! so a snapshot of a large `.npy` or `.safetensors` never copies the weights.
+#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::ops::Range;

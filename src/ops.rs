@@ -1,5 +1,6 @@
 //! Whole-file operations, one per command: the CLI parses flags into these
 //! option structs and calls them; everything else lives here and below.
+#![forbid(unsafe_code)]
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
@@ -8,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::atomic::{write_file, AtomicFile, Writeback};
-use crate::convert::{load_inputs, map_file, write_arrays};
+use crate::convert::{load_inputs, map_file, write_arrays, Notes};
 use crate::crypto::armor::{open_maybe_sealed, Seal, Unseal};
 use crate::crypto::digest::{merkle_this, Hash};
 use crate::crypto::mac::HmacKey;
@@ -118,10 +119,17 @@ pub fn parse_audit(s: &str) -> Result<Audit> {
     Audit::parse_pairs(s.as_bytes()).map_err(|m| Error::usage(format!("--audit: {m}")))
 }
 
-/// `wtxt snapshot`: reads inputs, writes a canonical WTXT (and WSUM) atomically.
-pub fn snapshot(inputs: &[PathBuf], out: &Path, o: &SnapshotOptions, progress: &Progress) -> Result<Written> {
+/// `wtxt snapshot`: reads inputs, writes a canonical WTXT (and WSUM)
+/// atomically; readers' warnings go to `notes`.
+pub fn snapshot(
+    inputs: &[PathBuf],
+    out: &Path,
+    o: &SnapshotOptions,
+    progress: &Progress,
+    notes: &mut Notes,
+) -> Result<Written> {
     let trust = o.trust();
-    let arrays = load_inputs(inputs, &trust.options())?;
+    let arrays = load_inputs(inputs, &trust.options(), notes)?;
     snapshot_arrays(&arrays, out, o, progress)
 }
 
@@ -895,16 +903,16 @@ pub enum ConvertTo {
 /// `wtxt convert`: any readable input to WTXT (as `snapshot` with its
 /// options, plus the container's metadata arrays, so converting back gives
 /// the same file) or to another container.
-pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions) -> Result<()> {
+pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions, notes: &mut Notes) -> Result<()> {
     use crate::convert::write_arrays_as;
     let trust = o.trust();
-    let arrays = crate::convert::load_lossless(input, &trust.options())?;
+    let arrays = crate::convert::load_lossless(input, &trust.options(), notes)?;
     match to {
         ConvertTo::Wtxt => snapshot_arrays(&arrays, out, o, &Progress::hidden()).map(|_| ()),
         ConvertTo::Container(fmt) => {
             let (arrays, dropped) = crate::convert::foreign_metadata(arrays, fmt);
             if !dropped.is_empty() {
-                eprintln!("wtxt: note: left out metadata of other containers: {}", dropped.join(", "));
+                notes.push(format!("left out metadata of other containers: {}", dropped.join(", ")));
             }
             write_arrays_as(&arrays, out, fmt)
         }

@@ -1,6 +1,7 @@
 //! An in-process byte pipe between threads, so one pass can write a file and
 //! feed a verifier at the same time (`delta apply` proves its output while
 //! writing it).
+#![forbid(unsafe_code)]
 
 use std::io::{Read, Write};
 

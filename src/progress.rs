@@ -1,6 +1,7 @@
 //! A progress bar for long work: drawn on stderr only when it is a terminal,
 //! and only once the work has run for a second, so short commands and pipes
 //! stay quiet.
+#![forbid(unsafe_code)]
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

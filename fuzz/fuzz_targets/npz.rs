@@ -9,7 +9,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = std::fs::create_dir_all(&dir);
     let p = dir.join("x.npz");
     if std::fs::write(&p, data).is_ok() {
-        let _ = wtxt::convert::load_inputs(&[&p], &Default::default());
+        let _ = wtxt::convert::load_inputs(&[&p], &Default::default(), &mut Vec::new());
     }
     if let Ok(arrays) = wtxt::convert::npz::read_pinned(data) {
         assert_eq!(wtxt::convert::npz::rebuild(&arrays).expect("rebuilds"), data);

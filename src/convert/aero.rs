@@ -9,6 +9,7 @@
 //! become the JSON array `__aero` (MessagePack shown as JSON, see
 //! `msgpack.rs`). Write: the chunks `__aero` lists, in its order; without
 //! it, what the reference `AeroWriter.write_model` writes.
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 
@@ -742,7 +743,7 @@ fn assemble(outs: &[Out], tensors: &[&Array], uuid: &[u8], minor: u16, w: &mut d
     for (i, h) in hashes.iter().enumerate() {
         control[hash_at[i]..hash_at[i] + 32].copy_from_slice(h);
     }
-    let mut write = |b: &[u8]| w.write_all(b).map_err(|e| Error::write_failed(e));
+    let mut write = |b: &[u8]| w.write_all(b).map_err(Error::write_failed);
     write(&control)?;
     let mut pos = payload_start;
     for (i, o) in outs.iter().enumerate() {

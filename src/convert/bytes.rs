@@ -1,5 +1,6 @@
 //! Fixed-width integers at a byte offset, for the binary container readers.
 //! Callers have checked that `at + width` lies inside `b`.
+#![forbid(unsafe_code)]
 
 macro_rules! int_at {
     ($name:ident, $t:ty, $from:ident) => {

@@ -10,6 +10,7 @@
 //! is the JSON array `__fold` (docs/FORMAT.md, "Metadata arrays").
 //! Write: the chunks `__fold` lists, in its order, with their compression and
 //! ECC; arrays it does not list go into one more `NPZ0` chunk `arrays`.
+#![forbid(unsafe_code)]
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};

@@ -7,6 +7,7 @@
 //! FLOAT -> f64 `[n]`, NDARRAY -> `[n, *shape]` of its dtype, BYTES and JSON
 //! -> u8 (every sample's bytes, in order) plus u64 `NAME__sizes` `[n]`. The
 //! header and descriptors are kept in the JSON array `__mldf`.
+#![forbid(unsafe_code)]
 
 use serde_json::{json, Value};
 

@@ -76,7 +76,7 @@ pub fn detect_head(b: &[u8], file_len: u64) -> Option<Format> {
 }
 
 /// Warnings a reader wants the user to see (a repaired chunk, a newer minor
-/// version); the command prints them on stderr.
+/// version, metadata left out); the library never prints: the command does.
 pub type Notes = Vec<String>;
 
 /// Decompresses one zstd payload that must decode to exactly `want` bytes,
@@ -158,12 +158,12 @@ pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
 /// Reads snapshot inputs into arrays with WTXT names, sorted by name.
 /// `.npy` arrays are named after the file stem; other names are mapped with
 /// [`crate::model::assign_names`]. WTXT inputs are verified first.
-pub fn load_inputs(paths: &[impl AsRef<Path>], verify: &VerifyOptions) -> Result<Vec<Array>> {
+pub fn load_inputs(paths: &[impl AsRef<Path>], verify: &VerifyOptions, notes: &mut Notes) -> Result<Vec<Array>> {
     let mut arrays = Vec::new();
     let mut from: Vec<&Path> = Vec::new();
     for p in paths {
         let p = p.as_ref();
-        let got = load_one(p, verify).map_err(|e| e.in_file(p))?;
+        let got = load_one(p, verify, notes).map_err(|e| e.in_file(p))?;
         from.extend(std::iter::repeat_n(p, got.len()));
         arrays.extend(got);
     }
@@ -188,11 +188,11 @@ pub fn load_inputs(paths: &[impl AsRef<Path>], verify: &VerifyOptions) -> Result
 /// Like `load_inputs` for one file, but keeping what the container carries
 /// besides tensors in metadata arrays (`__safetensors_header`,
 /// `__volp_header`), so it can be written back as it was.
-pub fn load_lossless(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
+pub fn load_lossless(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Vec<Array>> {
     let fmt = match sniff(path)? {
         (Some(fmt @ (Format::Fold | Format::Aero | Format::Mldf | Format::Npz | Format::Safetensors)), _) => fmt,
         // WTXT, .npy, VOLP: the snapshot loader already keeps everything.
-        _ => return load_inputs(&[path], verify),
+        _ => return load_inputs(&[path], verify, notes),
     };
     let map = map_file(path)?;
     match fmt {
@@ -211,7 +211,7 @@ pub fn load_lossless(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> 
             Ok(if safetensors::is_ours(&map, &tensors) { tensors } else { arrays })
         }
         _ => {
-            let arrays = read_container(fmt, &npy::Source::Mapped(map), path)?;
+            let arrays = read_container(fmt, &npy::Source::Mapped(map), path, notes)?;
             Ok(drop_default_meta(fmt, arrays))
         }
     }
@@ -233,20 +233,18 @@ fn sniff(path: &Path) -> Result<(Option<Format>, u64)> {
     Ok((detect_head(&head[..got], len), len))
 }
 
-/// Reads a FOLD, AERO or MLDF file with its metadata arrays, printing the
-/// reader's notes (repairs, version warnings) on stderr.
-fn read_container(fmt: Format, src: &npy::Source, path: &Path) -> Result<Vec<Array>> {
-    let mut notes = Notes::new();
+/// Reads a FOLD, AERO or MLDF file with its metadata arrays; the reader's
+/// notes (repairs, version warnings) join `notes`, naming the file.
+fn read_container(fmt: Format, src: &npy::Source, path: &Path, notes: &mut Notes) -> Result<Vec<Array>> {
+    let mut found = Notes::new();
     let arrays = match fmt {
-        Format::Fold => fold::read(src, &mut notes),
-        Format::Aero => aero::read(src, &mut notes),
-        Format::Mldf => mldf::read(src, &mut notes),
+        Format::Fold => fold::read(src, &mut found),
+        Format::Aero => aero::read(src, &mut found),
+        Format::Mldf => mldf::read(src, &mut found),
         _ => unreachable!("only containers with metadata arrays"),
     }
     .map_err(|e| e.in_file(path))?;
-    for n in notes {
-        eprintln!("wtxt: warning: {}: {n}", path.display());
-    }
+    notes.extend(found.into_iter().map(|n| format!("{}: {n}", path.display())));
     let mut arrays = arrays;
     sort_arrays(&mut arrays).map_err(|e| e.in_file(path))?;
     Ok(arrays)
@@ -275,7 +273,7 @@ fn drop_default_meta(fmt: Format, arrays: Vec<Array>) -> Vec<Array> {
     all
 }
 
-fn load_one(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
+fn load_one(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Vec<Array>> {
     let fmt = match sniff(path)? {
         (_, 0) => {
             return Err(input_at(0, "empty file: expected .npy, .npz, .safetensors, FOLD, AERO, VOLP, MLDF or WTXT"))
@@ -303,7 +301,7 @@ fn load_one(path: &Path, verify: &VerifyOptions) -> Result<Vec<Array>> {
         Format::Volp => volp::read(&map),
         // Snapshots take the tensors; `convert` keeps the metadata too.
         Format::Fold | Format::Aero | Format::Mldf => {
-            let arrays = read_container(fmt, &npy::Source::Mapped(map), path)?;
+            let arrays = read_container(fmt, &npy::Source::Mapped(map), path, notes)?;
             Ok(arrays.into_iter().filter(|a| !a.name.starts_with("__")).collect())
         }
         Format::Wtxt => unreachable!("streamed above"),

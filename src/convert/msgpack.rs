@@ -7,6 +7,7 @@
 //! `{"$f64": "nan"|"inf"|"-inf"}`, `{"$str": hex}` (a str that is not
 //! UTF-8) and `{"$map": [[k, v], ...]}` (a map whose keys are not all
 //! distinct strings, or that would read as one of these tags).
+#![forbid(unsafe_code)]
 
 use rmpv::Value as Mp;
 use serde_json::{json, Map, Value};

@@ -1,4 +1,5 @@
 //! NumPy `.npy`: read (v1-v3, any byte order, C or Fortran order) and write (v1/v2).
+#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 

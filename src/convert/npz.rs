@@ -1,5 +1,6 @@
 //! NumPy `.npz`: a zip of `.npy` members, stored or deflated
 //! (`numpy.savez_compressed`). Stored members are read in place from the map.
+#![forbid(unsafe_code)]
 
 use std::io::{Cursor, Read, Seek, Write};
 use std::sync::Arc;
@@ -335,8 +336,8 @@ pub fn write_keyed<'a, W: Write + Seek>(arrays: impl IntoIterator<Item = (&'a st
             .last_modified_time(zip::DateTime::default())
             .large_file(size >= u32::MAX as u64);
         z.start_file(format!("{key}.npy"), opts).map_err(zerr)?;
-        z.write_all(&header).map_err(|e| Error::write_failed(e))?;
-        z.write_all(a.bytes()).map_err(|e| Error::write_failed(e))?;
+        z.write_all(&header).map_err(Error::write_failed)?;
+        z.write_all(a.bytes()).map_err(Error::write_failed)?;
     }
     z.finish().map_err(zerr)
 }

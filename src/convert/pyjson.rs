@@ -1,6 +1,7 @@
 //! JSON text exactly as Python's `json.dumps` writes it with compact
 //! separators, because FOLD's index and `manifest_hash` and AERO's `MJSN`
 //! chunk are defined by the bytes their Python writers produce.
+#![forbid(unsafe_code)]
 
 use serde_json::Value;
 

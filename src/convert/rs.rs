@@ -7,6 +7,7 @@
 //! after another after the payload. Decoding corrects up to `N / 2` wrong
 //! bytes per block and refuses anything it cannot prove correct (the
 //! syndromes of the repaired block must all be zero).
+#![forbid(unsafe_code)]
 
 /// Exponent and logarithm tables of GF(2^8) with polynomial 0x11d.
 struct Gf {

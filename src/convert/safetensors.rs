@@ -1,5 +1,6 @@
 //! safetensors: read in place from the map (the `safetensors` crate validates
 //! the header and offsets) and write.
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::sync::Arc;
@@ -121,9 +122,9 @@ pub fn header_of(arrays: &[Array]) -> Result<(Vec<u8>, Vec<&Array>)> {
 /// gives (names as in WTXT), streaming each tensor from where it lives.
 pub fn write<W: Write>(arrays: &[Array], out: &mut W) -> Result<()> {
     let (header, order) = header_of(arrays)?;
-    out.write_all(&header).map_err(|e| Error::write_failed(e))?;
+    out.write_all(&header).map_err(Error::write_failed)?;
     for a in order {
-        out.write_all(a.bytes()).map_err(|e| Error::write_failed(e))?;
+        out.write_all(a.bytes()).map_err(Error::write_failed)?;
     }
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! as metadata, never applied to the data). Write: that header when present
 //! (it must agree with the tensor), else a minimal one; the body is zstd
 //! level 3. The seed's limits are enforced before anything is allocated.
+#![forbid(unsafe_code)]
 
 use crate::error::{input_at, Error, Result};
 use crate::model::{Array, ArrayData, Dtype};

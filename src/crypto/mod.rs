@@ -1,4 +1,5 @@
 //! Hashing, message authentication and signatures as the profile pins them.
+#![forbid(unsafe_code)]
 
 pub mod armor;
 pub mod digest;

@@ -3,6 +3,7 @@
 //! one, optional age armor, a Git commit with `git2`, a push, and a resend
 //! queue on disk for pushes that failed. A write-ahead log records every
 //! request and every finished snapshot.
+#![forbid(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Write};
@@ -41,6 +42,8 @@ pub struct PipelineConfig {
     pub build: String,
     /// Commit message; `{gen}` and `{sha256_all}` are filled in.
     pub message: String,
+    /// Told at once of every background failure (also kept in `last_error`).
+    pub log: Option<crate::daemon::Log>,
 }
 
 impl PipelineConfig {
@@ -57,6 +60,7 @@ impl PipelineConfig {
             recipients: Vec::new(),
             rows_per_chunk: DEFAULT_ROWS_PER_CHUNK,
             build: "daemon".into(),
+            log: None,
             message: "wtxt snapshot gen={gen} sha256_all={sha256_all}".into(),
         }
     }
@@ -285,6 +289,14 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Records a background failure in `last_error` and tells the log at once.
+    pub fn fail(&mut self, message: String) {
+        if let Some(log) = &self.cfg.log {
+            log(&message);
+        }
+        self.state.last_error = Some(message);
+    }
+
     /// Pushes now; a failure parks the queue and schedules a retry with backoff.
     pub fn push_now(&mut self) {
         let Some(remote) = self.cfg.remote.clone() else {
@@ -302,7 +314,7 @@ impl Pipeline {
                 let _ = self.save_queue();
             }
             Err(e) => {
-                self.state.last_error = Some(format!("push to {remote}: {}", e.message()));
+                self.fail(format!("push to {remote}: {}", e.message()));
                 self.next_retry = Some(Instant::now() + self.backoff);
                 self.backoff = (self.backoff * 2).min(Duration::from_secs(60));
             }

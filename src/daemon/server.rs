@@ -78,8 +78,9 @@ extern "C" fn on_term(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// Runs the daemon until `shutdown` or SIGTERM.
-pub fn run(cfg: DaemonConfig) -> Result<()> {
+/// Runs the daemon until `shutdown` or SIGTERM; background failures and
+/// warnings go to `log`.
+pub fn run(cfg: DaemonConfig, log: crate::daemon::Log) -> Result<()> {
     let repo = cfg.repo.clone().ok_or_else(|| Error::usage("--repo is required"))?;
     let socket = cfg.socket.clone().ok_or_else(|| Error::usage("--socket is required"))?;
     let git = git2::Repository::open(&repo)
@@ -92,6 +93,7 @@ pub fn run(cfg: DaemonConfig) -> Result<()> {
         pc.path_in_repo = p.clone();
     }
     pc.remote = cfg.remote.clone();
+    pc.log = Some(log.clone());
     pc.sign_key = cfg.sign_key.as_deref().map(crate::crypto::sign::SecretKey::from_file).transpose()?;
     pc.hmac_key = crate::crypto::mac::HmacKey::from_file_or_env(cfg.hmac_key.as_deref())?;
     pc.recipients = cfg.recipients.clone();
@@ -122,7 +124,7 @@ pub fn run(cfg: DaemonConfig) -> Result<()> {
             .checked_add(1)
             .ok_or_else(|| Error::input(Default::default(), "the ring's last gen is the largest there is"))?,
     };
-    let state = Arc::new(Server { snap, trust, next_gen: std::sync::Mutex::new(next) });
+    let state = Arc::new(Server { snap, trust, log: log.clone(), next_gen: std::sync::Mutex::new(next) });
 
     // Requests a crash left unfinished: redo those whose input still exists.
     let mut lost = Vec::new();
@@ -130,7 +132,7 @@ pub fn run(cfg: DaemonConfig) -> Result<()> {
         match src.filter(|p| p.exists()) {
             Some(p) => {
                 if let Err(e) = state.snapshot(&p, Some(gen)) {
-                    eprintln!("wtxt daemon: could not redo gen {gen} from {}: {e}", p.display());
+                    log(&format!("could not redo gen {gen} from {}: {e}", p.display()));
                     lost.push(gen);
                 }
             }
@@ -281,6 +283,7 @@ struct Server {
     snap: Snapshotter,
     /// What a WTXT input must prove before the pipeline signs or HMACs it.
     trust: InputTrust,
+    log: crate::daemon::Log,
     next_gen: std::sync::Mutex<u64>,
 }
 
@@ -291,7 +294,11 @@ impl Server {
         if !meta.is_file() {
             return Err(Error::usage(format!("{}: not a readable file", path.display())));
         }
-        let arrays = load_inputs(&[path], &self.trust.options())?;
+        let mut notes = Vec::new();
+        let arrays = load_inputs(&[path], &self.trust.options(), &mut notes)?;
+        for n in notes {
+            (self.log)(&n);
+        }
         let mut next = self.next_gen.lock().map_err(|_| Error::usage("state lock poisoned"))?;
         let gen = match gen {
             Some(g) if g < *next => {

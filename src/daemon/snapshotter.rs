@@ -278,7 +278,7 @@ fn run(
             return;
         }
         if let Err(e) = p.snapshot(pin.gen, &pin.arrays) {
-            p.state.last_error = Some(format!("gen {}: {e}", pin.gen));
+            p.fail(format!("gen {}: {e}", pin.gen));
         }
     };
     loop {

@@ -79,8 +79,15 @@ fn flush<W: Write>(w: &mut W) -> Result<()> {
     w.flush().map_err(io)
 }
 
-/// Runs the filter process for `format` on stdin/stdout until Git closes it.
-pub fn serve<R: BufRead, W: Write>(format: &str, repo_dir: &Path, mut input: R, mut out: W) -> Result<()> {
+/// Runs the filter process for `format` on stdin/stdout until Git closes
+/// it; why a file was refused goes to `log` (Git shows the filter's stderr).
+pub fn serve<R: BufRead, W: Write>(
+    format: &str,
+    repo_dir: &Path,
+    mut input: R,
+    mut out: W,
+    log: &dyn Fn(&str),
+) -> Result<()> {
     use crate::git::install::FILTER_FORMATS;
     if !FILTER_FORMATS.contains(&format) {
         return Err(Error::usage(format!(
@@ -131,7 +138,7 @@ pub fn serve<R: BufRead, W: Write>(format: &str, repo_dir: &Path, mut input: R, 
                 flush(&mut out)?; // status unchanged
             }
             Err(e) => {
-                eprintln!("wtxt filter: {path}: {e}");
+                log(&format!("{path}: {e}"));
                 write_text(&mut out, "status=error")?;
                 flush(&mut out)?;
             }

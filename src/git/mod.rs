@@ -1,4 +1,5 @@
 //! Git integration: drivers, filters, hooks and the Merkle chain through history.
+#![forbid(unsafe_code)]
 
 use std::path::Path;
 

@@ -165,7 +165,7 @@ impl<R: Read> Walker<R> {
                 return Err(check_at(self.lines.line_no(), "expected a base64 line, a space and a parity nibble"));
             }
             if let Some(o) = out.as_mut() {
-                o.write_all(b).map_err(|e| Error::write_failed(e))?;
+                o.write_all(b).map_err(Error::write_failed)?;
             }
         }
         let (n2, e) = self.next("`endch`")?;
@@ -173,7 +173,7 @@ impl<R: Read> Walker<R> {
             return Err(check_at(n2, format!("expected `endch` after {} base64 lines", ch.lines)));
         }
         if let Some(o) = out.as_mut() {
-            o.write_all(b"endch\n").map_err(|e| Error::write_failed(e))?;
+            o.write_all(b"endch\n").map_err(Error::write_failed)?;
         }
         Ok(())
     }
@@ -663,8 +663,8 @@ impl BaseChunks {
         loop {
             match &self.held {
                 Some((ch, head)) if ch.ix == ix && (ch.off, ch.len) == range => {
-                    out.write_all(head).map_err(|e| Error::write_failed(e))?;
-                    out.write_all(b"\n").map_err(|e| Error::write_failed(e))?;
+                    out.write_all(head).map_err(Error::write_failed)?;
+                    out.write_all(b"\n").map_err(Error::write_failed)?;
                     let ch = *ch;
                     self.held = None;
                     w.chunk_body(&ch, Some(out))?;

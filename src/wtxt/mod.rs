@@ -1,5 +1,6 @@
 //! The WTXT 1.1 format: grammar, layout, canonical writer, strict reader and
 //! verifier, recovery and streaming finalization.
+#![forbid(unsafe_code)]
 
 pub mod chunk;
 pub mod delta;

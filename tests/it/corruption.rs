@@ -34,8 +34,14 @@ fn signed_sample() -> Vec<u8> {
         audit: Some("note=\"sample\"".into()),
         ..Default::default()
     };
-    wtxt::ops::snapshot(&[fixture("inputs/ext.safetensors")], &out, &opts, &wtxt::progress::Progress::hidden())
-        .unwrap();
+    wtxt::ops::snapshot(
+        &[fixture("inputs/ext.safetensors")],
+        &out,
+        &opts,
+        &wtxt::progress::Progress::hidden(),
+        &mut Vec::new(),
+    )
+    .unwrap();
     std::fs::read(out).unwrap()
 }
 

@@ -167,7 +167,7 @@ fn container_readers_never_panic() {
         let path = dir.path().join("x");
         never_panics(f, &base, 400, |b| {
             std::fs::write(&path, b).unwrap();
-            let _ = wtxt::convert::load_inputs(&[&path], &Default::default());
+            let _ = wtxt::convert::load_inputs(&[&path], &Default::default(), &mut Vec::new());
             let _ = wtxt::git::filter::clean(b, dir.path(), "x");
             if let Ok(arrays) = wtxt::convert::npz::read_pinned(b) {
                 let _ = wtxt::convert::npz::rebuild(&arrays);
@@ -209,6 +209,7 @@ fn fold_aero_mldf_readers_never_panic() {
     let seed = wtxt::convert::load_lossless(
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mldf/fields.mldf"),
         &Default::default(),
+        &mut Vec::new(),
     )
     .unwrap();
     let base = mldf::write(&seed).unwrap();

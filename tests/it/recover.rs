@@ -57,7 +57,7 @@ fn flipped_bits_deleted_lines_and_truncation() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
-    let parts = wtxt::convert::load_inputs(&[partial.as_path()], &Default::default()).unwrap();
+    let parts = wtxt::convert::load_inputs(&[partial.as_path()], &Default::default(), &mut Vec::new()).unwrap();
     let lv = orig.iter().find(|o| o.name == "long_vec").unwrap();
     let part = parts.iter().find(|a| a.name == "long_vec").unwrap();
     assert_eq!(&part.bytes()[..32768], &lv.bytes()[..32768], "the intact chunk's bytes are kept");

@@ -42,6 +42,13 @@ fn main() -> ExitCode {
     }
 }
 
+/// Prints what the library noted (repairs, versions, metadata left out).
+fn warn(notes: &[String]) {
+    for n in notes {
+        eprintln!("wtxt: warning: {}", wtxt::error::one_line(n));
+    }
+}
+
 /// Writes to stdout; a closed pipe (`wtxt inspect f | head`) is not an error.
 fn emit(text: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
@@ -102,8 +109,11 @@ fn run(cmd: Command) -> Result<u8> {
                 wsum: if a.streaming { a.wsum } else { None },
             };
             let progress = Progress::for_terminal("snapshot");
-            let w = ops::snapshot(&a.inputs, &a.output, &opts, &progress)?;
+            let mut notes = Vec::new();
+            let w = ops::snapshot(&a.inputs, &a.output, &opts, &progress, &mut notes);
             progress.finish();
+            warn(&notes);
+            let w = w?;
             eprintln!("wrote {} ({} bytes) sha256_all={}", a.output.display(), w.len, hex::encode(w.sha256_all));
             Ok(0)
         }
@@ -243,7 +253,10 @@ fn run(cmd: Command) -> Result<u8> {
                 allow_unauthenticated: a.hmac.allow_unauthenticated,
                 ..Default::default()
             };
-            ops::convert(&a.input, &a.output, to, &opts)?;
+            let mut notes = Vec::new();
+            let r = ops::convert(&a.input, &a.output, to, &opts, &mut notes);
+            warn(&notes);
+            r?;
             eprintln!("wrote {}", a.output.display());
             Ok(0)
         }
@@ -315,7 +328,9 @@ fn run(cmd: Command) -> Result<u8> {
                 Some(p) => flags.or(DaemonConfig::from_file(p)?),
                 None => flags,
             };
-            run_daemon(cfg)?;
+            let log: wtxt::daemon::Log =
+                std::sync::Arc::new(|m: &str| eprintln!("wtxt daemon: {}", wtxt::error::one_line(m)));
+            run_daemon(cfg, log)?;
             Ok(0)
         }
         Command::Hook(cli::HookCommand::PreCommit) => {
@@ -334,7 +349,8 @@ fn run(cmd: Command) -> Result<u8> {
             let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
             let stdin = std::io::stdin().lock();
             let stdout = std::io::BufWriter::new(std::io::stdout().lock());
-            wtxt::git::filter::serve(&format, &here, stdin, stdout)?;
+            let log = |m: &str| eprintln!("wtxt filter: {}", wtxt::error::one_line(m));
+            wtxt::git::filter::serve(&format, &here, stdin, stdout, &log)?;
             Ok(0)
         }
         Command::Git(cli::GitCommand::Textconv { file }) => {
