@@ -21,7 +21,7 @@ use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
 use crate::wtxt::read::{read, read_head, ArrayStart, Header, LineReader, Visitor};
 use crate::wtxt::recover::{recover as scan, RecoveryReport};
 use crate::wtxt::syntax::{Audit, ChLine, Meta, Root, SignLine, Wsum};
-use crate::wtxt::verify::{check_header, verify, InputTrust, Report, VerifyOptions};
+use crate::wtxt::verify::{check_header, verify, InputTrust, ProblemKind, Report, VerifyOptions};
 use crate::wtxt::write::{header_text, write_snapshot, WriteOptions, Written};
 
 /// Options of `wtxt snapshot`.
@@ -499,15 +499,11 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
     if header.root != Root::Pending {
         return Err(check_at(4, "expected a WTXT-S (root_pending); this file is already final").in_file(path));
     }
-    if let Some(p) = report.errors.iter().find(|p| p.message != "root pending: give --wsum") {
+    // A WTXT-S verified alone ends with RootPending; anything else failed.
+    if let Some(p) = report.errors.iter().find(|p| p.kind != ProblemKind::RootPending) {
         return Err(check_at(p.line, p.message.clone()).in_file(path));
     }
-    let sha_all: Hash = report
-        .sha256_all
-        .as_deref()
-        .and_then(|s| hex::decode(s).ok())
-        .and_then(|v| v.try_into().ok())
-        .ok_or_else(|| check_at(4, "no root computed").in_file(path))?;
+    let sha_all: Hash = report.sha256_all.ok_or_else(|| check_at(4, "no root computed").in_file(path))?;
     let merkle_prev = match prev {
         Some(p) => {
             // chain_from gives the next gen: this file's must be at least that.
@@ -530,7 +526,12 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
         wsum.sign = Some(SignLine { signature: k.sign(wsum.signed_part().as_bytes()), keyid: k.public().keyid() });
     }
     if let Some(out) = rewrite {
-        let root = Root::Final { sha256_all: sha_all, merkle_prev, merkle_this: mt, fastxor: fastxor_of(&report)? };
+        let root = Root::Final {
+            sha256_all: sha_all,
+            merkle_prev,
+            merkle_this: mt,
+            fastxor: report.fastxor_value().ok_or_else(|| check_at(4, "no fastxor computed").in_file(path))?,
+        };
         let mut text = header_text(&header.meta, &header.cap, &root, None);
         if let Some(k) = sign_key {
             SignLine { signature: k.sign(text.as_bytes()), keyid: k.public().keyid() }.write(&mut text);
@@ -549,10 +550,6 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
     }
     write_file(wsum_out, wsum.to_file().as_bytes(), 0o644)?;
     Ok(wsum)
-}
-
-fn fastxor_of(r: &Report) -> Result<u64> {
-    r.fastxor.as_deref().and_then(|s| u64::from_str_radix(s, 16).ok()).ok_or_else(|| check_at(4, "no fastxor computed"))
 }
 
 /// `wtxt keygen`: a new Ed25519 key (PKCS#8 PEM, mode 0600) and its `.pub`.
@@ -649,7 +646,6 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
         });
         merged?;
         let report = report?;
-        let want = parsed.head.target_sha256_all.map(hex::encode);
         if let Some(p) = report.first_error() {
             return Err(Error::check(
                 Default::default(),
@@ -660,7 +656,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
             )
             .in_file(delta));
         }
-        if report.sha256_all != want {
+        if report.sha256_all != parsed.head.target_sha256_all {
             return Err(Error::check(
                 Default::default(),
                 "the rebuilt target's sha256_all is not the delta's target_sha256_all",

@@ -15,7 +15,7 @@ use git2::{Repository, Status, StatusOptions};
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
 use crate::wtxt::syntax::Root;
-use crate::wtxt::verify::{SigStatus, VerifyOptions};
+use crate::wtxt::verify::{ProblemKind, SigStatus, VerifyOptions};
 
 /// A staged file that fails, with what to do about it.
 #[derive(Clone, Debug)]
@@ -104,17 +104,19 @@ fn check_wtxt(bytes: &[u8], head: Option<&[u8]>, require: bool, trusted: Option<
     let refusal =
         |line: u64, problem: String, fix: &str| Some(Refusal { path: String::new(), line, problem, fix: fix.into() });
     let opts = VerifyOptions { trusted, require_signature: require, ..Default::default() };
-    let loaded = match crate::wtxt::load(bytes, bytes.len() as u64, &opts) {
-        Ok(l) => l,
-        Err(e) => {
-            let fix = if e.message().contains("root pending") {
-                "finalize it first: `wtxt finalize FILE -o FILE.wsum --rewrite FILE`"
-            } else if e.message().contains("signature") {
-                "sign it with a trusted key: `wtxt snapshot ... --sign-key KEY.pem`"
-            } else {
-                "the file is damaged: write it again with `wtxt snapshot`, or `wtxt recover` it"
+    let loaded = match crate::wtxt::load_or_report(bytes, bytes.len() as u64, &opts) {
+        Ok(Ok(l)) => l,
+        Ok(Err(report)) => {
+            let p = report.first_error().expect("a failed report names its problem");
+            let fix = match p.kind {
+                ProblemKind::RootPending => "finalize it first: `wtxt finalize FILE -o FILE.wsum --rewrite FILE`",
+                ProblemKind::Signature => "sign it with a trusted key: `wtxt snapshot ... --sign-key KEY.pem`",
+                _ => "the file is damaged: write it again with `wtxt snapshot`, or `wtxt recover` it",
             };
-            return refusal(line_of(&e), e.message().to_string(), fix);
+            return refusal(p.line, p.message.clone(), fix);
+        }
+        Err(e) => {
+            return refusal(line_of(&e), e.message().to_string(), "not a readable WTXT: write it with `wtxt snapshot`")
         }
     };
     if require && loaded.report.signature != SigStatus::Valid {

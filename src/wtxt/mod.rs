@@ -75,10 +75,26 @@ pub struct Loaded {
 /// Reads and verifies a whole WTXT, returning its arrays. Any failed check is
 /// an error naming its line (exit 1); `file_len` bounds pre-allocation.
 pub fn load<R: Read>(input: R, file_len: u64, opts: &VerifyOptions) -> Result<Loaded> {
+    match load_or_report(input, file_len, opts)? {
+        Ok(l) => Ok(l),
+        Err(report) => {
+            let p = report.first_error().expect("a failed report names its problem");
+            Err(check_at(p.line, p.message.clone()))
+        }
+    }
+}
+
+/// Like [`load`], but a failed check gives back the whole report, whose
+/// problems callers can match by kind.
+pub fn load_or_report<R: Read>(
+    input: R,
+    file_len: u64,
+    opts: &VerifyOptions,
+) -> Result<std::result::Result<Loaded, Report>> {
     let mut sink = Collect { limit: file_len, ..Default::default() };
     let report = verify(input, opts, Some(&mut sink))?;
-    if let Some(p) = report.first_error() {
-        return Err(check_at(p.line, p.message.clone()));
+    if report.first_error().is_some() {
+        return Ok(Err(report));
     }
     if let Some(e) = sink.failed {
         return Err(e);
@@ -93,7 +109,7 @@ pub fn load<R: Read>(input: R, file_len: u64, opts: &VerifyOptions) -> Result<Lo
             .map_err(|e| check_at(line, e.message().to_string()))?;
         arrays.push(arr);
     }
-    Ok(Loaded { header, arrays, report, rows_per_chunk: sink.rows_per_chunk, hmacs: sink.hmacs })
+    Ok(Ok(Loaded { header, arrays, report, rows_per_chunk: sink.rows_per_chunk, hmacs: sink.hmacs }))
 }
 
 /// The canonical bytes of a verified file: what the writer emits for the

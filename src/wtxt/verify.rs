@@ -108,6 +108,7 @@ pub fn check_header(h: &Header, opts: &VerifyOptions) -> std::result::Result<Sig
             let want = merkle_this(merkle_prev, sha256_all, h.meta.ts.as_str(), &h.meta.gen_str(), &h.meta.build);
             if *mt != want {
                 problems.push(Problem {
+                    kind: ProblemKind::Root,
                     line: 4,
                     message: format!("merkle_this is {}, expected {}", hex::encode(mt), hex::encode(want)),
                 });
@@ -115,7 +116,11 @@ pub fn check_header(h: &Header, opts: &VerifyOptions) -> std::result::Result<Sig
             signature_status(h.sign.as_ref(), &h.signed_bytes, 5, opts, &mut problems)
         }
         Root::Pending => {
-            problems.push(Problem { line: 4, message: "root pending: finalize it first".into() });
+            problems.push(Problem {
+                kind: ProblemKind::RootPending,
+                line: 4,
+                message: "root pending: finalize it first".into(),
+            });
             SigStatus::Absent
         }
     };
@@ -141,6 +146,7 @@ fn signature_status(
             Some(k) if k.verify(signed, &s.signature) => SigStatus::Valid,
             Some(_) => {
                 problems.push(Problem {
+                    kind: ProblemKind::Signature,
                     line,
                     message: format!("signature by keyid {} does not verify", hex::encode(s.keyid)),
                 });
@@ -154,9 +160,10 @@ fn signature_status(
             SigStatus::Absent => "the file is not signed".to_string(),
             _ => format!("keyid {keyid} is not a trusted key"),
         };
-        problems.push(Problem { line, message: format!("signature required: {why}") });
+        problems.push(Problem { kind: ProblemKind::Signature, line, message: format!("signature required: {why}") });
     } else if opts.refuse_untrusted && status == SigStatus::Untrusted {
         problems.push(Problem {
+            kind: ProblemKind::Signature,
             line,
             message: format!(
                 "signed by keyid {keyid}, which no trusted key checks: nothing is signed that was not verified first \
@@ -181,9 +188,34 @@ pub enum SigStatus {
     Untrusted,
 }
 
+/// Which check a problem failed; callers match on it, never on the text.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemKind {
+    /// Line rules, grammar, order, layout: the file is not well formed.
+    Structure,
+    /// A chunk's parity, base64, CRC32C or SHA-256.
+    Chunk,
+    /// An array's SHA-256.
+    Array,
+    /// An array's HMAC: wrong, or missing although a key was given.
+    Hmac,
+    /// `sha256_all`, `merkle_this` or `fastxor` of the `root` line.
+    Root,
+    /// A WTXT-S verified without its WSUM.
+    RootPending,
+    /// The WSUM does not match the file.
+    Wsum,
+    /// A signature that fails, is missing or is not checkable as required.
+    Signature,
+    /// The link to the previous generation.
+    Chain,
+}
+
 /// One problem, on a 1-based line.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Problem {
+    pub kind: ProblemKind,
     pub line: u64,
     pub message: String,
 }
@@ -214,11 +246,16 @@ pub struct Report {
     pub streaming: bool,
     pub arrays: Vec<ArrayReport>,
     pub signature: SigStatus,
-    pub keyid: Option<String>,
-    pub sha256_all: Option<String>,
-    pub merkle_prev: Option<String>,
-    pub merkle_this: Option<String>,
-    pub fastxor: Option<String>,
+    #[serde(serialize_with = "as_hex")]
+    pub keyid: Option<[u8; 8]>,
+    #[serde(serialize_with = "as_hex")]
+    pub sha256_all: Option<Hash>,
+    #[serde(serialize_with = "as_hex")]
+    pub merkle_prev: Option<Hash>,
+    #[serde(serialize_with = "as_hex")]
+    pub merkle_this: Option<Hash>,
+    #[serde(serialize_with = "as_hex")]
+    pub fastxor: Option<[u8; 8]>,
     pub errors: Vec<Problem>,
     /// The parsed header, when the file got that far.
     #[serde(skip)]
@@ -228,7 +265,25 @@ pub struct Report {
     pub audit: Option<crate::wtxt::syntax::Audit>,
 }
 
+/// Hashes and ids are bytes in the report and lowercase hex in its JSON.
+fn as_hex<S: serde::Serializer, T: AsRef<[u8]>>(v: &Option<T>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    match v {
+        Some(b) => s.serialize_str(&hex::encode(b)),
+        None => s.serialize_none(),
+    }
+}
+
 impl Report {
+    /// `fastxor` as the number the `root` line shows.
+    pub fn fastxor_value(&self) -> Option<u64> {
+        self.fastxor.map(u64::from_be_bytes)
+    }
+
+    /// The first problem of `kind`, if any.
+    pub fn first_of(&self, kind: ProblemKind) -> Option<&Problem> {
+        self.errors.iter().find(|p| p.kind == kind)
+    }
+
     /// The first error in verification order (the root cause), for one-line messages.
     pub fn first_error(&self) -> Option<&Problem> {
         self.errors.first()
@@ -277,6 +332,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
     chunk_bad.extend(roots.bad_chunks);
     for (ai, ix, line) in chunk_bad {
         problems.push(Problem {
+            kind: ProblemKind::Chunk,
             line,
             message: format!("chunk {ix} of array {}: sha256 does not match its bytes", arrays[ai].name),
         });
@@ -290,7 +346,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
                 crate::error::Position::Line(n) => n,
                 _ => 0,
             };
-            problems.push(Problem { line, message: e.message().to_string() });
+            problems.push(Problem { kind: ProblemKind::Structure, line, message: e.message().to_string() });
             None
         }
     };
@@ -303,6 +359,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
         if let Some((sha, mac_ok)) = digests.arrays.get(i) {
             if *sha != exp.sha256 {
                 problems.push(Problem {
+                    kind: ProblemKind::Array,
                     line: a.line,
                     message: format!("array {}: sha256 does not match its bytes", a.name),
                 });
@@ -312,6 +369,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
                 Some(true) => a.authenticated = true,
                 Some(false) => {
                     problems.push(Problem {
+                        kind: ProblemKind::Hmac,
                         line: a.line,
                         message: format!("array {}: hmac does not match (wrong key or altered data)", a.name),
                     });
@@ -319,6 +377,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
                 }
                 None if opts.hmac_key.is_some() && !opts.allow_unauthenticated => {
                     problems.push(Problem {
+                        kind: ProblemKind::Hmac,
                         line: a.line,
                         message: format!(
                             "array {}: not authenticated (hmac is all zeros) although an HMAC key was given; \
@@ -380,12 +439,13 @@ fn check_root(
     let gen = h.meta.gen_str();
     let ts = h.meta.ts.as_str();
     let root_line = 4;
-    report.sha256_all = Some(hex::encode(sha_all));
-    report.fastxor = Some(format!("{fastxor:016x}"));
+    report.sha256_all = Some(*sha_all);
+    report.fastxor = Some(fastxor.to_be_bytes());
     let (merkle_prev, signed, sign): (Hash, Vec<u8>, Option<SignLine>) = match &h.root {
         Root::Final { sha256_all, merkle_prev, merkle_this: mt, fastxor: fx } => {
             if sha256_all != sha_all {
                 problems.push(Problem {
+                    kind: ProblemKind::Root,
                     line: root_line,
                     message: format!(
                         "sha256_all is {}, the arrays give {}",
@@ -397,12 +457,14 @@ fn check_root(
             let want = merkle_this(merkle_prev, sha256_all, ts, &gen, &h.meta.build);
             if *mt != want {
                 problems.push(Problem {
+                    kind: ProblemKind::Root,
                     line: root_line,
                     message: format!("merkle_this is {}, expected {}", hex::encode(mt), hex::encode(want)),
                 });
             }
             if *fx != fastxor {
                 problems.push(Problem {
+                    kind: ProblemKind::Root,
                     line: root_line,
                     message: format!("fastxor is {fx:016x}, the arrays give {fastxor:016x}"),
                 });
@@ -411,7 +473,11 @@ fn check_root(
                 .wsum
                 .is_some_and(|w| w.sha256_all != *sha256_all || w.merkle_this != *mt || w.merkle_prev != *merkle_prev)
             {
-                problems.push(Problem { line: root_line, message: "the WSUM does not match this file's root".into() });
+                problems.push(Problem {
+                    kind: ProblemKind::Wsum,
+                    line: root_line,
+                    message: "the WSUM does not match this file's root".into(),
+                });
             }
             (*merkle_prev, h.signed_bytes.clone(), h.sign.clone())
         }
@@ -419,12 +485,17 @@ fn check_root(
             report.streaming = true;
             match opts.wsum {
                 None => {
-                    problems.push(Problem { line: root_line, message: "root pending: give --wsum".into() });
+                    problems.push(Problem {
+                        kind: ProblemKind::RootPending,
+                        line: root_line,
+                        message: "root pending: give --wsum".into(),
+                    });
                     return;
                 }
                 Some(w) => {
                     if w.sha256_all != *sha_all {
                         problems.push(Problem {
+                            kind: ProblemKind::Wsum,
                             line: root_line,
                             message: format!(
                                 "WSUM sha256_all is {}, the arrays give {}",
@@ -436,6 +507,7 @@ fn check_root(
                     let want = merkle_this(&w.merkle_prev, &w.sha256_all, ts, &gen, &h.meta.build);
                     if w.merkle_this != want {
                         problems.push(Problem {
+                            kind: ProblemKind::Wsum,
                             line: root_line,
                             message: format!(
                                 "WSUM merkle_this is {}, expected {}",
@@ -449,23 +521,25 @@ fn check_root(
             }
         }
     };
-    report.merkle_prev = Some(hex::encode(merkle_prev));
-    report.merkle_this = Some(hex::encode(merkle_this(&merkle_prev, sha_all, ts, &gen, &h.meta.build)));
+    report.merkle_prev = Some(merkle_prev);
+    report.merkle_this = Some(merkle_this(&merkle_prev, sha_all, ts, &gen, &h.meta.build));
 
     let sign_line = if report.streaming { root_line } else { 5 };
-    report.keyid = sign.as_ref().map(|s| hex::encode(s.keyid));
+    report.keyid = sign.as_ref().map(|s| s.keyid);
     report.signature = signature_status(sign.as_ref(), &signed, sign_line, opts, problems);
     if let Some(p) = opts.prev {
         match &p.root {
             Root::Final { merkle_this: prev_this, .. } => {
                 if h.meta.gen <= p.meta.gen {
                     problems.push(Problem {
+                        kind: ProblemKind::Chain,
                         line: 2,
                         message: format!("gen {} does not follow the previous generation's {}", gen, p.meta.gen_str()),
                     });
                 }
                 if merkle_prev != *prev_this {
                     problems.push(Problem {
+                        kind: ProblemKind::Chain,
                         line: root_line,
                         message: format!(
                             "merkle_prev is {}, the previous generation's merkle_this is {}",
@@ -475,8 +549,11 @@ fn check_root(
                     });
                 }
             }
-            Root::Pending => problems
-                .push(Problem { line: 0, message: "--prev: the previous file is a WTXT-S; finalize it first".into() }),
+            Root::Pending => problems.push(Problem {
+                kind: ProblemKind::Chain,
+                line: 0,
+                message: "--prev: the previous file is a WTXT-S; finalize it first".into(),
+            }),
         }
     }
 }
@@ -581,7 +658,7 @@ impl Visitor for Hashing<'_> {
     }
 
     fn problem(&mut self, line: u64, message: String) {
-        self.problems.push(Problem { line, message });
+        self.problems.push(Problem { kind: ProblemKind::Chunk, line, message });
     }
 
     fn audit(&mut self, _line: u64, a: &crate::wtxt::syntax::Audit) {

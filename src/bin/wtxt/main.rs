@@ -220,7 +220,12 @@ fn run(cmd: Command) -> Result<u8> {
                 unseal: unseal(&a.sealed)?,
             };
             let r = ops::delta_apply(&a.base, &a.delta, &a.output, &opts)?;
-            eprintln!("wrote {} gen {:06} sha256_all={}", a.output.display(), r.gen, r.sha256_all.unwrap_or_default());
+            eprintln!(
+                "wrote {} gen {:06} sha256_all={}",
+                a.output.display(),
+                r.gen,
+                r.sha256_all.map(hex::encode).unwrap_or_default()
+            );
             Ok(0)
         }
         Command::Log(a) => {
@@ -458,6 +463,7 @@ fn run(cmd: Command) -> Result<u8> {
 }
 
 fn summary(file: &Path, r: &Report) -> String {
+    let keyid = r.keyid.map(hex::encode).unwrap_or_default();
     let authed = r.arrays.iter().filter(|a| a.authenticated).count();
     let hmac = if authed == r.arrays.len() && !r.arrays.is_empty() {
         "all arrays authenticated".to_string()
@@ -465,9 +471,9 @@ fn summary(file: &Path, r: &Report) -> String {
         format!("{authed}/{} arrays authenticated", r.arrays.len())
     };
     let sig = match r.signature {
-        SigStatus::Valid => format!("signature valid (keyid {})", r.keyid.as_deref().unwrap_or("")),
+        SigStatus::Valid => format!("signature valid (keyid {keyid})"),
         SigStatus::Untrusted => {
-            format!("signature untrusted (keyid {}; give --pubkey or --trusted-keys)", r.keyid.as_deref().unwrap_or(""))
+            format!("signature untrusted (keyid {keyid}; give --pubkey or --trusted-keys)")
         }
         SigStatus::Absent => "unsigned".to_string(),
         SigStatus::Invalid => "signature INVALID".to_string(),
