@@ -889,11 +889,11 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
 }
 
 /// Target formats of `wtxt convert`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub enum ConvertTo {
     Wtxt,
     /// A binary container (npy is not offered: it holds one array).
-    Container(crate::convert::OutFormat),
+    Container(&'static dyn crate::convert::container::Container),
 }
 
 /// `wtxt convert`: any readable input to WTXT (as `snapshot` with its
@@ -906,7 +906,7 @@ pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions, not
     match to {
         ConvertTo::Wtxt => snapshot_arrays(&arrays, out, o, &Progress::hidden()).map(|_| ()),
         ConvertTo::Container(fmt) => {
-            let (arrays, dropped) = crate::convert::foreign_metadata(arrays, fmt);
+            let (arrays, dropped) = crate::convert::container::foreign_metadata(arrays, fmt);
             if !dropped.is_empty() {
                 notes.push(format!("left out metadata of other containers: {}", dropped.join(", ")));
             }

@@ -120,7 +120,7 @@ pub fn header_of(arrays: &[Array]) -> Result<(Vec<u8>, Vec<&Array>)> {
 
 /// Writes arrays as safetensors, byte for byte what the crate's `serialize`
 /// gives (names as in WTXT), streaming each tensor from where it lives.
-pub fn write<W: Write>(arrays: &[Array], out: &mut W) -> Result<()> {
+pub fn write<W: Write + ?Sized>(arrays: &[Array], out: &mut W) -> Result<()> {
     let (header, order) = header_of(arrays)?;
     out.write_all(&header).map_err(Error::write_failed)?;
     for a in order {

@@ -26,7 +26,7 @@ use crate::wtxt::verify::VerifyOptions;
 use crate::wtxt::write::{write_snapshot, WriteOptions};
 
 pub use crate::convert::safetensors::ST_HEADER;
-use crate::convert::safetensors::{arrays_to_safetensors, safetensors_to_arrays};
+use crate::convert::{container, Input};
 /// Largest pkt-line payload (Git's LARGE_PACKET_DATA_MAX).
 const PKT_MAX: usize = 65516;
 
@@ -156,26 +156,13 @@ pub fn as_wtxt(path_on_disk: &Path, repo_dir: &Path, repo_path: &str) -> Result<
 /// The arrays that rebuild `content` exactly, or `None` when it is not a
 /// container the filter carries (it is then stored as it is).
 fn carried_arrays(content: &[u8]) -> Result<Option<Vec<Array>>> {
-    use crate::convert::{aero, fold, npy::Source, Format};
-    let fmt = crate::convert::detect(content);
-    let mut arrays = match fmt {
-        Some(Format::Safetensors) => safetensors_to_arrays(content)?,
-        Some(Format::Npz) => crate::convert::npz::read_pinned(content)?,
-        Some(Format::Aero | Format::Fold) => {
-            let src = Source::Owned(std::sync::Arc::new(content.to_vec()));
-            let mut notes = Vec::new();
-            let arrays = if fmt == Some(Format::Aero) {
-                aero::read_pinned(&src, &mut notes)?
-            } else {
-                fold::read_pinned(&src, &mut notes)?
-            };
-            if let Some(n) = notes.first() {
-                return Err(Error::input(Default::default(), format!("{n}: fix the file before adding it")));
-            }
-            arrays
-        }
-        _ => return Ok(None),
-    };
+    let Some(Input::Container(c)) = crate::convert::detect(content) else { return Ok(None) };
+    let mut notes = Vec::new();
+    let Some(arrays) = c.read_exact(content, &mut notes) else { return Ok(None) };
+    let mut arrays = arrays?;
+    if let Some(n) = notes.first() {
+        return Err(Error::input(Default::default(), format!("{n}: fix the file before adding it")));
+    }
     crate::model::sort_arrays(&mut arrays)?;
     if rebuild(&arrays)? != content {
         return Err(Error::input(
@@ -186,18 +173,15 @@ fn carried_arrays(content: &[u8]) -> Result<Option<Vec<Array>>> {
     Ok(Some(arrays))
 }
 
-/// The container file a filter-made WTXT's arrays stand for.
+/// The container file a filter-made WTXT's arrays stand for: the format
+/// whose metadata arrays they carry (safetensors, which needs none, else).
 fn rebuild(arrays: &[Array]) -> Result<Vec<u8>> {
-    use crate::convert::{aero, fold, npz};
-    if arrays.iter().any(|a| a.name == npz::SKELETON) {
-        npz::rebuild(arrays)
-    } else if arrays.iter().any(|a| a.name == aero::META) {
-        aero::write(arrays)
-    } else if arrays.iter().any(|a| a.name == fold::META) {
-        fold::write(arrays)
-    } else {
-        arrays_to_safetensors(arrays)
-    }
+    let c = container::by_metadata(arrays)
+        .or_else(|| container::by_name("safetensors"))
+        .expect("safetensors is a container");
+    let mut out = std::io::Cursor::new(Vec::new());
+    c.write(arrays, &mut out)?;
+    Ok(out.into_inner())
 }
 
 /// A safetensors, AERO or FOLD file to a canonical WTXT continuing HEAD's

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use wtxt::convert::OutFormat;
+use wtxt::convert::container;
 use wtxt::crypto::armor::{self, Seal, Unseal};
 use wtxt::crypto::mac::HmacKey;
 use wtxt::crypto::sign::{PublicKey, SecretKey, TrustedKeys};
@@ -242,12 +242,10 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Convert(a) => {
             let to = match a.to {
                 cli::ConvertFormat::Wtxt => ops::ConvertTo::Wtxt,
-                cli::ConvertFormat::Npz => ops::ConvertTo::Container(OutFormat::Npz),
-                cli::ConvertFormat::Safetensors => ops::ConvertTo::Container(OutFormat::Safetensors),
-                cli::ConvertFormat::Volp => ops::ConvertTo::Container(OutFormat::Volp),
-                cli::ConvertFormat::Fold => ops::ConvertTo::Container(OutFormat::Fold),
-                cli::ConvertFormat::Aero => ops::ConvertTo::Container(OutFormat::Aero),
-                cli::ConvertFormat::Mldf => ops::ConvertTo::Container(OutFormat::Mldf),
+                other => {
+                    let name = clap::ValueEnum::to_possible_value(&other).expect("listed").get_name().to_string();
+                    ops::ConvertTo::Container(container::by_name(&name).expect("every --to is a container"))
+                }
             };
             let opts = ops::SnapshotOptions {
                 gen: a.gen,
