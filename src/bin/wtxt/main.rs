@@ -91,373 +91,401 @@ fn trusted_keys(t: &cli::TrustArg) -> Result<Option<TrustedKeys>> {
 
 fn run(cmd: Command) -> Result<u8> {
     match cmd {
-        Command::Snapshot(a) => {
-            let opts = ops::SnapshotOptions {
-                gen: a.gen,
-                prev: a.prev,
-                ts: a.ts,
-                build: a.build,
-                schema: a.schema,
-                host: a.host,
-                cuda: a.cuda,
-                rows_per_chunk: a.rows_per_chunk,
-                hmac_key: hmac_key(&a.hmac.hmac_key)?,
-                sign_key: sign_key(&a.sign_key)?,
-                trusted: trusted_keys(&a.trust)?,
-                allow_unauthenticated: a.hmac.allow_unauthenticated,
-                audit: a.audit,
-                wsum: if a.streaming { a.wsum } else { None },
-            };
-            let progress = Progress::for_terminal("snapshot");
-            let mut notes = Vec::new();
-            let w = ops::snapshot(&a.inputs, &a.output, &opts, &progress, &mut notes);
-            progress.finish();
-            warn(&notes);
-            let w = w?;
-            eprintln!("wrote {} ({} bytes) sha256_all={}", a.output.display(), w.len, hex::encode(w.sha256_all));
-            Ok(0)
+        Command::Snapshot(a) => snapshot(a),
+        Command::Verify(a) => verify(a),
+        Command::Inspect(a) => inspect(a),
+        Command::Extract(a) => extract(a),
+        Command::Recover(a) => recover(a),
+        Command::Finalize(a) => finalize(a),
+        Command::Delta(DeltaCommand::Create(a)) => delta_create(a),
+        Command::Delta(DeltaCommand::Apply(a)) => delta_apply(a),
+        Command::Log(a) => log(a),
+        Command::Convert(a) => convert(a),
+        Command::Diff(a) => diff_files(a),
+        Command::Git(cli::GitCommand::Install(a)) => git_install(a),
+        Command::Daemon(a) => daemon(a),
+        Command::Hook(cli::HookCommand::PreCommit) => pre_commit(),
+        Command::Git(cli::GitCommand::FilterProcess { format }) => filter_process(format),
+        Command::Git(cli::GitCommand::Textconv { file }) => textconv(file),
+        Command::Git(cli::GitCommand::DiffDriver { args }) => diff_driver_cmd(args),
+        Command::Merge(a) => merge(a),
+        Command::Encrypt(a) => encrypt(a),
+        Command::Decrypt(a) => decrypt(a),
+        Command::Keygen(a) => keygen(a),
+    }
+}
+
+fn snapshot(a: cli::SnapshotArgs) -> Result<u8> {
+    let opts = ops::SnapshotOptions {
+        gen: a.gen,
+        prev: a.prev,
+        ts: a.ts,
+        build: a.build,
+        schema: a.schema,
+        host: a.host,
+        cuda: a.cuda,
+        rows_per_chunk: a.rows_per_chunk,
+        hmac_key: hmac_key(&a.hmac.hmac_key)?,
+        sign_key: sign_key(&a.sign_key)?,
+        trusted: trusted_keys(&a.trust)?,
+        allow_unauthenticated: a.hmac.allow_unauthenticated,
+        audit: a.audit,
+        wsum: if a.streaming { a.wsum } else { None },
+    };
+    let progress = Progress::for_terminal("snapshot");
+    let mut notes = Vec::new();
+    let w = ops::snapshot(&a.inputs, &a.output, &opts, &progress, &mut notes);
+    progress.finish();
+    warn(&notes);
+    let w = w?;
+    eprintln!("wrote {} ({} bytes) sha256_all={}", a.output.display(), w.len, hex::encode(w.sha256_all));
+    Ok(0)
+}
+
+fn verify(a: cli::VerifyArgs) -> Result<u8> {
+    let trusted = trusted_keys(&a.trust)?;
+    let opts = ops::VerifyFiles {
+        wsum: a.wsum,
+        hmac_key: hmac_key(&a.hmac.hmac_key)?,
+        trusted,
+        require_signature: a.require_signature,
+        prev: a.prev,
+        allow_unauthenticated: a.hmac.allow_unauthenticated,
+        unseal: unseal(&a.sealed)?,
+    };
+    let progress = Progress::for_terminal("verify");
+    let report = ops::verify_file(&a.file, &opts, &progress)?;
+    progress.finish();
+    if a.json {
+        emit(&format!("{}\n", serde_json::to_string(&report).expect("report serializes")))?;
+    } else if report.ok {
+        emit(&summary(&a.file, &report))?;
+    }
+    if !report.ok {
+        if let Some(p) = report.first_error() {
+            let more = report.errors.len() - 1;
+            let tail = if more > 0 { format!(" ({more} more; --json lists all)") } else { String::new() };
+            let msg = wtxt::error::one_line(&p.message);
+            eprintln!("wtxt: {}: line {}: {msg}{tail}", wtxt::error::one_line(&a.file.display().to_string()), p.line);
         }
-        Command::Verify(a) => {
-            let trusted = trusted_keys(&a.trust)?;
-            let opts = ops::VerifyFiles {
-                wsum: a.wsum,
-                hmac_key: hmac_key(&a.hmac.hmac_key)?,
-                trusted,
-                require_signature: a.require_signature,
-                prev: a.prev,
-                allow_unauthenticated: a.hmac.allow_unauthenticated,
-                unseal: unseal(&a.sealed)?,
-            };
-            let progress = Progress::for_terminal("verify");
-            let report = ops::verify_file(&a.file, &opts, &progress)?;
-            progress.finish();
-            if a.json {
-                emit(&format!("{}\n", serde_json::to_string(&report).expect("report serializes")))?;
-            } else if report.ok {
-                emit(&summary(&a.file, &report))?;
-            }
-            if !report.ok {
-                if let Some(p) = report.first_error() {
-                    let more = report.errors.len() - 1;
-                    let tail = if more > 0 { format!(" ({more} more; --json lists all)") } else { String::new() };
-                    let msg = wtxt::error::one_line(&p.message);
-                    eprintln!(
-                        "wtxt: {}: line {}: {msg}{tail}",
-                        wtxt::error::one_line(&a.file.display().to_string()),
-                        p.line
-                    );
-                }
-                return Ok(1);
-            }
-            Ok(0)
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+fn inspect(a: cli::InspectArgs) -> Result<u8> {
+    let i = ops::inspect(&a.file, unseal(&a.sealed)?.as_ref())?;
+    if a.json {
+        emit(&format!("{}\n", serde_json::to_string(&i).expect("inspection serializes")))?;
+    } else {
+        emit(&inspection_text(&i))?;
+    }
+    Ok(0)
+}
+
+fn extract(a: cli::ExtractArgs) -> Result<u8> {
+    let u = unseal(&a.sealed)?;
+    let key = hmac_key(&a.hmac.hmac_key)?;
+    let checks = wtxt::wtxt::verify::VerifyOptions {
+        hmac_key: key.as_ref(),
+        allow_unauthenticated: a.hmac.allow_unauthenticated,
+        ..Default::default()
+    };
+    let n = ops::extract(&a.file, &a.output, a.array.as_deref(), &checks, u.as_ref())?;
+    eprintln!("wrote {} array(s) to {}", n, a.output.display());
+    Ok(0)
+}
+
+fn recover(a: cli::RecoverArgs) -> Result<u8> {
+    let opts = ops::RecoverOptions {
+        report: a.report,
+        partial: a.partial,
+        hmac_key: hmac_key(&a.hmac.hmac_key)?,
+        allow_unauthenticated: a.hmac.allow_unauthenticated,
+        sign_key: sign_key(&a.sign_key)?,
+    };
+    let r = ops::recover(&a.file, &a.output, &opts)?;
+    eprintln!("recovered {} array(s), lost {}, into {}", r.recovered_arrays, r.lost_arrays, a.output.display());
+    Ok(if r.lost_arrays == 0 && r.header_intact { 0 } else { 1 })
+}
+
+fn finalize(a: cli::FinalizeArgs) -> Result<u8> {
+    let key = sign_key(&a.sign_key)?;
+    let trust = InputTrust::new(
+        hmac_key(&a.hmac.hmac_key)?.as_ref(),
+        trusted_keys(&a.trust)?.as_ref(),
+        key.as_ref(),
+        a.hmac.allow_unauthenticated,
+    );
+    let opts = ops::FinalizeOptions { sign_key: key, prev: a.prev, rewrite: a.rewrite, trust };
+    let w = ops::finalize(&a.file, &a.output, &opts)?;
+    eprintln!("wrote {} sha256_all={}", a.output.display(), hex::encode(w.sha256_all));
+    Ok(0)
+}
+
+fn delta_create(a: cli::DeltaCreateArgs) -> Result<u8> {
+    let s = ops::delta_create(&a.base, &a.target, &a.output, unseal(&a.sealed)?)?;
+    eprintln!(
+        "wrote {}: {} of {} chunks changed ({} bytes of chunk text)",
+        a.output.display(),
+        s.changed_chunks,
+        s.target_chunks,
+        s.changed_text_bytes
+    );
+    Ok(0)
+}
+
+fn delta_apply(a: cli::DeltaApplyArgs) -> Result<u8> {
+    let opts = ops::DeltaApplyOptions {
+        gen: a.gen,
+        ts: a.ts,
+        build: a.build,
+        hmac_key: hmac_key(&a.hmac.hmac_key)?,
+        allow_unauthenticated: a.hmac.allow_unauthenticated,
+        sign_key: sign_key(&a.sign_key)?,
+        trusted: trusted_keys(&a.trust)?,
+        unseal: unseal(&a.sealed)?,
+    };
+    let r = ops::delta_apply(&a.base, &a.delta, &a.output, &opts)?;
+    eprintln!(
+        "wrote {} gen {:06} sha256_all={}",
+        a.output.display(),
+        r.gen,
+        r.sha256_all.map(hex::encode).unwrap_or_default()
+    );
+    Ok(0)
+}
+
+fn log(a: cli::LogArgs) -> Result<u8> {
+    let chains = ops::log(&a.dir, a.path.as_deref(), trusted_keys(&a.trust)?)?;
+    let ok = chains.iter().all(|c| c.ok);
+    if a.json {
+        let v = serde_json::json!({ "ok": ok, "chains": chains });
+        emit(&format!("{v}\n"))?;
+    } else {
+        emit(&log_text(&chains))?;
+    }
+    Ok(if ok { 0 } else { 1 })
+}
+
+fn convert(a: cli::ConvertArgs) -> Result<u8> {
+    let to = match a.to {
+        cli::ConvertFormat::Wtxt => ops::ConvertTo::Wtxt,
+        other => {
+            let name = clap::ValueEnum::to_possible_value(&other).expect("listed").get_name().to_string();
+            ops::ConvertTo::Container(container::by_name(&name).expect("every --to is a container"))
         }
-        Command::Inspect(a) => {
-            let i = ops::inspect(&a.file, unseal(&a.sealed)?.as_ref())?;
-            if a.json {
-                emit(&format!("{}\n", serde_json::to_string(&i).expect("inspection serializes")))?;
-            } else {
-                emit(&inspection_text(&i))?;
-            }
-            Ok(0)
-        }
-        Command::Extract(a) => {
-            let u = unseal(&a.sealed)?;
-            let key = hmac_key(&a.hmac.hmac_key)?;
-            let checks = wtxt::wtxt::verify::VerifyOptions {
-                hmac_key: key.as_ref(),
-                allow_unauthenticated: a.hmac.allow_unauthenticated,
-                ..Default::default()
-            };
-            let n = ops::extract(&a.file, &a.output, a.array.as_deref(), &checks, u.as_ref())?;
-            eprintln!("wrote {} array(s) to {}", n, a.output.display());
-            Ok(0)
-        }
-        Command::Recover(a) => {
-            let opts = ops::RecoverOptions {
-                report: a.report,
-                partial: a.partial,
-                hmac_key: hmac_key(&a.hmac.hmac_key)?,
-                allow_unauthenticated: a.hmac.allow_unauthenticated,
-                sign_key: sign_key(&a.sign_key)?,
-            };
-            let r = ops::recover(&a.file, &a.output, &opts)?;
-            eprintln!("recovered {} array(s), lost {}, into {}", r.recovered_arrays, r.lost_arrays, a.output.display());
-            Ok(if r.lost_arrays == 0 && r.header_intact { 0 } else { 1 })
-        }
-        Command::Finalize(a) => {
-            let key = sign_key(&a.sign_key)?;
-            let trust = InputTrust::new(
-                hmac_key(&a.hmac.hmac_key)?.as_ref(),
-                trusted_keys(&a.trust)?.as_ref(),
-                key.as_ref(),
-                a.hmac.allow_unauthenticated,
-            );
-            let opts = ops::FinalizeOptions { sign_key: key, prev: a.prev, rewrite: a.rewrite, trust };
-            let w = ops::finalize(&a.file, &a.output, &opts)?;
-            eprintln!("wrote {} sha256_all={}", a.output.display(), hex::encode(w.sha256_all));
-            Ok(0)
-        }
-        Command::Delta(DeltaCommand::Create(a)) => {
-            let s = ops::delta_create(&a.base, &a.target, &a.output, unseal(&a.sealed)?)?;
-            eprintln!(
-                "wrote {}: {} of {} chunks changed ({} bytes of chunk text)",
-                a.output.display(),
-                s.changed_chunks,
-                s.target_chunks,
-                s.changed_text_bytes
-            );
-            Ok(0)
-        }
-        Command::Delta(DeltaCommand::Apply(a)) => {
-            let opts = ops::DeltaApplyOptions {
-                gen: a.gen,
-                ts: a.ts,
-                build: a.build,
-                hmac_key: hmac_key(&a.hmac.hmac_key)?,
-                allow_unauthenticated: a.hmac.allow_unauthenticated,
-                sign_key: sign_key(&a.sign_key)?,
-                trusted: trusted_keys(&a.trust)?,
-                unseal: unseal(&a.sealed)?,
-            };
-            let r = ops::delta_apply(&a.base, &a.delta, &a.output, &opts)?;
-            eprintln!(
-                "wrote {} gen {:06} sha256_all={}",
-                a.output.display(),
-                r.gen,
-                r.sha256_all.map(hex::encode).unwrap_or_default()
-            );
-            Ok(0)
-        }
-        Command::Log(a) => {
-            let chains = ops::log(&a.dir, a.path.as_deref(), trusted_keys(&a.trust)?)?;
-            let ok = chains.iter().all(|c| c.ok);
-            if a.json {
-                let v = serde_json::json!({ "ok": ok, "chains": chains });
-                emit(&format!("{v}\n"))?;
-            } else {
-                emit(&log_text(&chains))?;
-            }
-            Ok(if ok { 0 } else { 1 })
-        }
-        Command::Convert(a) => {
-            let to = match a.to {
-                cli::ConvertFormat::Wtxt => ops::ConvertTo::Wtxt,
-                other => {
-                    let name = clap::ValueEnum::to_possible_value(&other).expect("listed").get_name().to_string();
-                    ops::ConvertTo::Container(container::by_name(&name).expect("every --to is a container"))
-                }
-            };
-            let opts = ops::SnapshotOptions {
-                gen: a.gen,
-                ts: a.ts,
-                hmac_key: hmac_key(&a.hmac.hmac_key)?,
-                sign_key: sign_key(&a.sign_key)?,
-                trusted: trusted_keys(&a.trust)?,
-                allow_unauthenticated: a.hmac.allow_unauthenticated,
-                ..Default::default()
-            };
-            let mut notes = Vec::new();
-            let r = ops::convert(&a.input, &a.output, to, &opts, &mut notes);
-            warn(&notes);
-            r?;
-            eprintln!("wrote {}", a.output.display());
-            Ok(0)
-        }
-        Command::Diff(a) => {
-            let d = ops::diff(&a.old, &a.new, unseal(&a.sealed)?.as_ref())?;
-            if a.json {
-                emit(&format!("{}\n", serde_json::to_string(&d).expect("diff serializes")))?;
-            } else {
-                let color = match a.color {
-                    cli::ColorWhen::Always => true,
-                    cli::ColorWhen::Never => false,
-                    cli::ColorWhen::Auto => std::io::stdout().is_terminal(),
-                };
-                emit(&diff::render(&d, &a.old.display().to_string(), &a.new.display().to_string(), color))?;
-            }
-            // A side that fails a check is a failed check, whatever the diff found.
-            for x in &d.damage {
-                eprintln!(
-                    "wtxt: {}: line {}: array {}: {}",
-                    x.file,
-                    x.line,
-                    x.array,
-                    wtxt::error::one_line(&x.message)
-                );
-            }
-            Ok(if !d.damage.is_empty() || (a.exit_code && d.differs()) { 1 } else { 0 })
-        }
-        Command::Git(cli::GitCommand::Install(a)) => {
-            use wtxt::git::install::{self, Scope};
-            let scope = if a.global {
-                Scope::Global
-            } else if a.system {
-                Scope::System
-            } else {
-                Scope::Local
-            };
-            let exe = std::env::current_exe().map_err(|e| Error::io("wtxt", e))?;
-            let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-            let plan = install::plan(&here, scope, &a.filter, &exe)?;
-            if a.manual {
-                emit(&install::describe(&plan))?;
-            } else if a.uninstall {
-                install::uninstall(&here, &plan)?;
-                eprintln!("wtxt: removed the drivers, attributes and hook");
-            } else {
-                install::install(&here, &plan)?;
-                eprintln!("wtxt: installed (attributes in {})", plan.attributes_file.display());
-            }
-            Ok(0)
-        }
-        Command::Daemon(a) => {
-            use wtxt::daemon::server::{run as run_daemon, DaemonConfig};
-            let flags = DaemonConfig {
-                repo: a.repo,
-                socket: a.socket,
-                ring: a.ring,
-                keep: a.keep,
-                remote: a.remote,
-                path_in_repo: a.path_in_repo,
-                sign_key: a.sign_key,
-                hmac_key: a.hmac_key,
-                trusted_keys: a.trusted_keys,
-                recipients: a.recipients,
-                rows_per_chunk: a.rows_per_chunk,
-                build: a.build,
-                message: a.message,
-            };
-            let cfg = match &a.config {
-                Some(p) => flags.or(DaemonConfig::from_file(p)?),
-                None => flags,
-            };
-            let log: wtxt::daemon::Log =
-                std::sync::Arc::new(|m: &str| eprintln!("wtxt daemon: {}", wtxt::error::one_line(m)));
-            run_daemon(cfg, log)?;
-            Ok(0)
-        }
-        Command::Hook(cli::HookCommand::PreCommit) => {
-            let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-            let (n, refusals) = wtxt::git::hooks::pre_commit(&here)?;
-            if refusals.is_empty() {
-                return Ok(0);
-            }
-            for r in &refusals {
-                eprintln!("pre-commit: {r}");
-            }
-            eprintln!("pre-commit: commit blocked: {} of {n} staged WTXT file(s) refused", refusals.len());
-            Ok(1)
-        }
-        Command::Git(cli::GitCommand::FilterProcess { format }) => {
-            let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-            let stdin = std::io::stdin().lock();
-            let stdout = std::io::BufWriter::new(std::io::stdout().lock());
-            let log = |m: &str| eprintln!("wtxt filter: {}", wtxt::error::one_line(m));
-            wtxt::git::filter::serve(&format, &here, stdin, stdout, &log)?;
-            Ok(0)
-        }
-        Command::Git(cli::GitCommand::Textconv { file }) => {
-            // Git may hand over the smudged work-tree file: clean it first.
-            let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-            let name = file.to_string_lossy().into_owned();
-            // A file that is not a readable WTXT is shown as it is: `git show`
-            // must not fail on it.
-            let listing = wtxt::git::filter::as_wtxt(&file, &here, &name)
-                .and_then(|bytes| diff::textconv(&bytes[..]).map_err(|e| e.in_file(&file)));
-            match listing {
-                Ok(text) => emit(&text)?,
-                Err(e) => {
-                    let raw = std::fs::read(&file).map_err(|e| Error::io(&file, e))?;
-                    emit(&format!("wtxt textconv: {e} (shown as it is)\n{}", String::from_utf8_lossy(&raw)))?;
-                }
-            }
-            Ok(0)
-        }
-        Command::Git(cli::GitCommand::DiffDriver { args }) => {
-            emit(&diff_driver(&args))?;
-            // Git treats a failing external diff as fatal: problems are printed instead.
-            Ok(0)
-        }
-        Command::Merge(a) => {
-            let strategy = a
-                .strategy
-                .clone()
-                .or_else(|| std::env::var("WTXT_MERGE_STRATEGY").ok())
-                .unwrap_or_else(|| "fail".into());
-            let strategy = strategy.parse().map_err(Error::usage)?;
-            let decisions = match &a.decisions {
-                Some(p) => merge::Decisions::parse(&wtxt::crypto::mac::read_small_text(p)?)
-                    .map_err(|m| Error::input(Default::default(), m).in_file(p))?,
-                None => Default::default(),
-            };
-            let key_path = a.sign_key.clone().or_else(|| std::env::var_os("WTXT_SIGN_KEY").map(PathBuf::from));
-            let sign = sign_key(&key_path)?;
-            // As Git's driver the keys come from `git config wtxt.trustedKeys`.
-            let trusted = match trusted_keys(&a.trust)? {
-                Some(t) => Some(t),
-                None => wtxt::git::trusted_keys_around(&std::env::current_dir().map_err(|e| Error::io(".", e))?)?,
-            };
-            let trust = InputTrust::new(
-                hmac_key(&a.hmac.hmac_key)?.as_ref(),
-                trusted.as_ref(),
-                sign.as_ref(),
-                a.hmac.allow_unauthenticated,
-            );
-            let opts = ops::MergeOptions { strategy, decisions, ts: a.ts, trust, sign_key: sign };
-            let signed = opts.sign_key.is_some();
-            let what = a.path.clone().unwrap_or_else(|| a.ours.display().to_string());
-            let out = ops::merge(&a.base, &a.ours, &a.theirs, &a.output, &opts)?;
-            let unsettled: Vec<_> = out.conflicts.iter().filter(|c| c.settled_by.is_none()).collect();
-            if !unsettled.is_empty() {
-                eprintln!("wtxt merge: {what}: {} conflict(s) left; ours is untouched. Settle them with --strategy ours|theirs|average or --decisions FILE:", unsettled.len());
-                for c in unsettled {
-                    let at = match (c.chunk, c.rows) {
-                        (Some(ix), Some((r0, r1))) => format!(" chunk {ix} rows {r0}-{}", r1.saturating_sub(1)),
-                        _ => String::new(),
-                    };
-                    eprintln!("  conflict: array {}{at}: {}", c.array, c.what);
-                }
-                return Ok(1);
-            }
-            let w = out.written.expect("written when settled");
-            eprintln!(
-                "wtxt merge: {what}: merged gen {:06} ({} conflict(s) settled), sha256_all={}, {}",
-                out.gen,
-                out.conflicts.len(),
-                hex::encode(w.sha256_all),
-                if signed { "signed" } else { "unsigned (set WTXT_SIGN_KEY or --sign-key to sign merges)" }
-            );
-            Ok(0)
-        }
-        Command::Encrypt(a) => {
-            let seal = if a.passphrase || a.passphrase_file.is_some() {
-                Seal::Passphrase(armor::passphrase(a.passphrase_file.as_deref())?)
-            } else {
-                let mut rs = Vec::new();
-                for r in &a.recipients {
-                    rs.push(armor::parse_recipient(r)?);
-                }
-                for f in &a.recipients_files {
-                    rs.extend(armor::read_recipients_file(f)?);
-                }
-                Seal::Recipients(rs)
-            };
-            ops::encrypt(&a.file, &a.output, seal)?;
-            eprintln!("wrote {}", a.output.display());
-            Ok(0)
-        }
-        Command::Decrypt(a) => {
-            let u = unseal(&a.sealed)?.ok_or_else(|| Error::usage("give -i IDENTITY or -p"))?;
-            ops::decrypt(&a.file, &a.output, &u)?;
-            eprintln!("wrote {}", a.output.display());
-            Ok(0)
-        }
-        Command::Keygen(a) => {
-            let id = ops::keygen(&a.output)?;
-            emit(&format!("{id}\n"))?;
-            Ok(0)
+    };
+    let opts = ops::SnapshotOptions {
+        gen: a.gen,
+        ts: a.ts,
+        hmac_key: hmac_key(&a.hmac.hmac_key)?,
+        sign_key: sign_key(&a.sign_key)?,
+        trusted: trusted_keys(&a.trust)?,
+        allow_unauthenticated: a.hmac.allow_unauthenticated,
+        ..Default::default()
+    };
+    let mut notes = Vec::new();
+    let r = ops::convert(&a.input, &a.output, to, &opts, &mut notes);
+    warn(&notes);
+    r?;
+    eprintln!("wrote {}", a.output.display());
+    Ok(0)
+}
+
+fn diff_files(a: cli::DiffArgs) -> Result<u8> {
+    let d = ops::diff(&a.old, &a.new, unseal(&a.sealed)?.as_ref())?;
+    if a.json {
+        emit(&format!("{}\n", serde_json::to_string(&d).expect("diff serializes")))?;
+    } else {
+        let color = match a.color {
+            cli::ColorWhen::Always => true,
+            cli::ColorWhen::Never => false,
+            cli::ColorWhen::Auto => std::io::stdout().is_terminal(),
+        };
+        emit(&diff::render(&d, &a.old.display().to_string(), &a.new.display().to_string(), color))?;
+    }
+    // A side that fails a check is a failed check, whatever the diff found.
+    for x in &d.damage {
+        eprintln!("wtxt: {}: line {}: array {}: {}", x.file, x.line, x.array, wtxt::error::one_line(&x.message));
+    }
+    Ok(if !d.damage.is_empty() || (a.exit_code && d.differs()) { 1 } else { 0 })
+}
+
+fn git_install(a: cli::InstallArgs) -> Result<u8> {
+    use wtxt::git::install::{self, Scope};
+    let scope = if a.global {
+        Scope::Global
+    } else if a.system {
+        Scope::System
+    } else {
+        Scope::Local
+    };
+    let exe = std::env::current_exe().map_err(|e| Error::io("wtxt", e))?;
+    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    let plan = install::plan(&here, scope, &a.filter, &exe)?;
+    if a.manual {
+        emit(&install::describe(&plan))?;
+    } else if a.uninstall {
+        install::uninstall(&here, &plan)?;
+        eprintln!("wtxt: removed the drivers, attributes and hook");
+    } else {
+        install::install(&here, &plan)?;
+        eprintln!("wtxt: installed (attributes in {})", plan.attributes_file.display());
+    }
+    Ok(0)
+}
+
+fn daemon(a: cli::DaemonArgs) -> Result<u8> {
+    use wtxt::daemon::server::{run as run_daemon, DaemonConfig};
+    let flags = DaemonConfig {
+        repo: a.repo,
+        socket: a.socket,
+        ring: a.ring,
+        keep: a.keep,
+        remote: a.remote,
+        path_in_repo: a.path_in_repo,
+        sign_key: a.sign_key,
+        hmac_key: a.hmac_key,
+        trusted_keys: a.trusted_keys,
+        recipients: a.recipients,
+        rows_per_chunk: a.rows_per_chunk,
+        build: a.build,
+        message: a.message,
+    };
+    let cfg = match &a.config {
+        Some(p) => flags.or(DaemonConfig::from_file(p)?),
+        None => flags,
+    };
+    let log: wtxt::daemon::Log = std::sync::Arc::new(|m: &str| eprintln!("wtxt daemon: {}", wtxt::error::one_line(m)));
+    run_daemon(cfg, log)?;
+    Ok(0)
+}
+
+fn pre_commit() -> Result<u8> {
+    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    let (n, refusals) = wtxt::git::hooks::pre_commit(&here)?;
+    if refusals.is_empty() {
+        return Ok(0);
+    }
+    for r in &refusals {
+        eprintln!("pre-commit: {r}");
+    }
+    eprintln!("pre-commit: commit blocked: {} of {n} staged WTXT file(s) refused", refusals.len());
+    Ok(1)
+}
+
+fn filter_process(format: String) -> Result<u8> {
+    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    let stdin = std::io::stdin().lock();
+    let stdout = std::io::BufWriter::new(std::io::stdout().lock());
+    let log = |m: &str| eprintln!("wtxt filter: {}", wtxt::error::one_line(m));
+    wtxt::git::filter::serve(&format, &here, stdin, stdout, &log)?;
+    Ok(0)
+}
+
+fn textconv(file: PathBuf) -> Result<u8> {
+    // Git may hand over the smudged work-tree file: clean it first.
+    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    let name = file.to_string_lossy().into_owned();
+    // A file that is not a readable WTXT is shown as it is: `git show`
+    // must not fail on it.
+    let listing = wtxt::git::filter::as_wtxt(&file, &here, &name)
+        .and_then(|bytes| diff::textconv(&bytes[..]).map_err(|e| e.in_file(&file)));
+    match listing {
+        Ok(text) => emit(&text)?,
+        Err(e) => {
+            let raw = std::fs::read(&file).map_err(|e| Error::io(&file, e))?;
+            emit(&format!("wtxt textconv: {e} (shown as it is)\n{}", String::from_utf8_lossy(&raw)))?;
         }
     }
+    Ok(0)
+}
+
+fn diff_driver_cmd(args: Vec<String>) -> Result<u8> {
+    emit(&diff_driver(&args))?;
+    // Git treats a failing external diff as fatal: problems are printed instead.
+    Ok(0)
+}
+
+fn merge(a: cli::MergeArgs) -> Result<u8> {
+    let strategy =
+        a.strategy.clone().or_else(|| std::env::var("WTXT_MERGE_STRATEGY").ok()).unwrap_or_else(|| "fail".into());
+    let strategy = strategy.parse().map_err(Error::usage)?;
+    let decisions = match &a.decisions {
+        Some(p) => merge::Decisions::parse(&wtxt::crypto::mac::read_small_text(p)?)
+            .map_err(|m| Error::input(Default::default(), m).in_file(p))?,
+        None => Default::default(),
+    };
+    let key_path = a.sign_key.clone().or_else(|| std::env::var_os("WTXT_SIGN_KEY").map(PathBuf::from));
+    let sign = sign_key(&key_path)?;
+    // As Git's driver the keys come from `git config wtxt.trustedKeys`.
+    let trusted = match trusted_keys(&a.trust)? {
+        Some(t) => Some(t),
+        None => wtxt::git::trusted_keys_around(&std::env::current_dir().map_err(|e| Error::io(".", e))?)?,
+    };
+    let trust = InputTrust::new(
+        hmac_key(&a.hmac.hmac_key)?.as_ref(),
+        trusted.as_ref(),
+        sign.as_ref(),
+        a.hmac.allow_unauthenticated,
+    );
+    let opts = ops::MergeOptions { strategy, decisions, ts: a.ts, trust, sign_key: sign };
+    let signed = opts.sign_key.is_some();
+    let what = a.path.clone().unwrap_or_else(|| a.ours.display().to_string());
+    let out = ops::merge(&a.base, &a.ours, &a.theirs, &a.output, &opts)?;
+    let unsettled: Vec<_> = out.conflicts.iter().filter(|c| c.settled_by.is_none()).collect();
+    if !unsettled.is_empty() {
+        eprintln!("wtxt merge: {what}: {} conflict(s) left; ours is untouched. Settle them with --strategy ours|theirs|average or --decisions FILE:", unsettled.len());
+        for c in unsettled {
+            let at = match (c.chunk, c.rows) {
+                (Some(ix), Some((r0, r1))) => format!(" chunk {ix} rows {r0}-{}", r1.saturating_sub(1)),
+                _ => String::new(),
+            };
+            eprintln!("  conflict: array {}{at}: {}", c.array, c.what);
+        }
+        return Ok(1);
+    }
+    let w = out.written.expect("written when settled");
+    eprintln!(
+        "wtxt merge: {what}: merged gen {:06} ({} conflict(s) settled), sha256_all={}, {}",
+        out.gen,
+        out.conflicts.len(),
+        hex::encode(w.sha256_all),
+        if signed { "signed" } else { "unsigned (set WTXT_SIGN_KEY or --sign-key to sign merges)" }
+    );
+    Ok(0)
+}
+
+fn encrypt(a: cli::EncryptArgs) -> Result<u8> {
+    let seal = if a.passphrase || a.passphrase_file.is_some() {
+        Seal::Passphrase(armor::passphrase(a.passphrase_file.as_deref())?)
+    } else {
+        let mut rs = Vec::new();
+        for r in &a.recipients {
+            rs.push(armor::parse_recipient(r)?);
+        }
+        for f in &a.recipients_files {
+            rs.extend(armor::read_recipients_file(f)?);
+        }
+        Seal::Recipients(rs)
+    };
+    ops::encrypt(&a.file, &a.output, seal)?;
+    eprintln!("wrote {}", a.output.display());
+    Ok(0)
+}
+
+fn decrypt(a: cli::DecryptArgs) -> Result<u8> {
+    let u = unseal(&a.sealed)?.ok_or_else(|| Error::usage("give -i IDENTITY or -p"))?;
+    ops::decrypt(&a.file, &a.output, &u)?;
+    eprintln!("wrote {}", a.output.display());
+    Ok(0)
+}
+
+fn keygen(a: cli::KeygenArgs) -> Result<u8> {
+    let id = ops::keygen(&a.output)?;
+    emit(&format!("{id}\n"))?;
+    Ok(0)
 }
 
 fn summary(file: &Path, r: &Report) -> String {
