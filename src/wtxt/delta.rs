@@ -698,10 +698,51 @@ impl BaseChunks {
     }
 }
 
-/// The minimal form's changes: per array name, (ix, decoded bytes) to replace.
 /// Per array name, the chunks to replace with their decoded bytes.
 pub type ChunkChanges = Vec<(String, Vec<(ChunkText, Vec<u8>)>)>;
 
+/// Applies a minimal-form delta's chunks to `arrays` (the base's, already
+/// verified), array by array: each changed array is rebuilt once, through a
+/// spill, so a large array costs no heap. Every chunk must fit its array's
+/// layout exactly.
+pub fn apply_minimal(arrays: &mut [crate::model::Array], rows_per_chunk: u64, d: &Delta) -> Result<()> {
+    for (name, mut chunks) in minimal_changes(d)? {
+        let a = arrays.iter_mut().find(|a| a.name == name).ok_or_else(|| {
+            Error::check(Default::default(), format!("the delta changes array {name}, which the base lacks"))
+        })?;
+        let layout = Layout::new(a.dtype, &a.shape, rows_per_chunk).map_err(|m| Error::check(Default::default(), m))?;
+        for (c, _) in &chunks {
+            if c.ch.ix >= layout.chunk_count() || layout.chunk_range(c.ch.ix) != (c.ch.off, c.ch.len) {
+                return Err(check_at(
+                    c.line,
+                    format!(
+                        "chunk ix={} off={} len={} does not fit array {name} of the base",
+                        c.ch.ix, c.ch.off, c.ch.len
+                    ),
+                ));
+            }
+        }
+        chunks.sort_by_key(|(c, _)| c.ch.off);
+        let old = a.bytes();
+        let mut out = crate::convert::spill::Spill::with_expected(old.len() as u64)?;
+        let mut at = 0usize;
+        for (c, raw) in &chunks {
+            let off = c.ch.off as usize;
+            if off < at {
+                return Err(check_at(c.line, format!("chunk ix={} of array {name} is given twice", c.ch.ix)));
+            }
+            out.push(&old[at..off])?;
+            out.push(raw)?;
+            at = off + raw.len();
+        }
+        out.push(&old[at..])?;
+        let src = out.finish()?;
+        a.data = src.window(0..old.len());
+    }
+    Ok(())
+}
+
+/// The minimal form's changes, each chunk decoded and checked.
 pub fn minimal_changes(d: &Delta) -> Result<ChunkChanges> {
     let mut out = Vec::new();
     for item in &d.items {

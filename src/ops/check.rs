@@ -1,0 +1,184 @@
+//! `wtxt verify`, `inspect` and `extract`: reading a WTXT and saying what it holds.
+
+use crate::convert::write_arrays;
+use crate::crypto::armor::Unseal;
+use crate::crypto::mac::HmacKey;
+use crate::crypto::sign::TrustedKeys;
+use crate::error::{check_at, Error, Result};
+use crate::model::Array;
+use crate::progress::Progress;
+use crate::wtxt::read::{read, ArrayStart, Visitor};
+use crate::wtxt::syntax::{Audit, ChLine, Root, Wsum};
+use crate::wtxt::verify::{verify, Report, VerifyOptions};
+use serde::Serialize;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+/// Options of `wtxt verify` as files.
+#[derive(Default)]
+pub struct VerifyFiles {
+    pub wsum: Option<PathBuf>,
+    pub hmac_key: Option<HmacKey>,
+    pub trusted: Option<TrustedKeys>,
+    pub require_signature: bool,
+    pub prev: Option<PathBuf>,
+    /// With an HMAC key, accept arrays whose hmac is all zeros.
+    pub allow_unauthenticated: bool,
+    /// Decrypts an age-encrypted input.
+    pub unseal: Option<Unseal>,
+}
+
+/// `wtxt verify`: the report, or an error when a file cannot be read at all.
+pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<Report> {
+    let wsum = match &o.wsum {
+        Some(p) => {
+            let b = std::fs::read(p).map_err(|e| Error::io(p, e))?;
+            if b.len() > 4096 {
+                return Err(Error::input(Default::default(), "expected a one-line WSUM file").in_file(p));
+            }
+            Some(Wsum::parse_file(&b).map_err(|m| check_at(1, m).in_file(p))?)
+        }
+        None => None,
+    };
+    let prev = o.prev.as_deref().map(read_header_file).transpose()?;
+    let opts = VerifyOptions {
+        hmac_key: o.hmac_key.as_ref(),
+        trusted: o.trusted.as_ref(),
+        require_signature: o.require_signature,
+        wsum: wsum.as_ref(),
+        prev: prev.as_ref(),
+        allow_unauthenticated: o.allow_unauthenticated,
+        refuse_untrusted: false,
+    };
+    let (f, len) = open_input(path, o.unseal.as_ref())?;
+    progress.set_total(len);
+    let reader = ProgressRead { inner: f, progress };
+    verify(BufReader::with_capacity(1 << 20, reader), &opts, None).map_err(|e| e.in_file(path))
+}
+
+/// One array as `inspect` shows it.
+#[derive(Serialize, Clone, Debug)]
+pub struct ArrayInfo {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    pub bytes: u64,
+    pub chunks: u64,
+    pub rows_per_chunk: Option<u64>,
+    pub sha256: String,
+    pub hmac: bool,
+    pub line: u64,
+}
+
+/// What `inspect` shows.
+#[derive(Serialize, Clone, Debug)]
+pub struct Inspection {
+    pub schema: String,
+    pub gen: u64,
+    pub ts: String,
+    pub build: String,
+    pub host: String,
+    pub cuda: String,
+    pub cap: Vec<String>,
+    pub streaming: bool,
+    pub sha256_all: Option<String>,
+    pub merkle_prev: Option<String>,
+    pub merkle_this: Option<String>,
+    pub fastxor: Option<String>,
+    pub keyid: Option<String>,
+    pub arrays: Vec<ArrayInfo>,
+    pub audit: Vec<(String, String)>,
+    pub total_bytes: u64,
+}
+
+struct InspectVisitor {
+    arrays: Vec<ArrayInfo>,
+    audit: Vec<(String, String)>,
+    problems: Vec<(u64, String)>,
+}
+
+impl Visitor for InspectVisitor {
+    fn array(&mut self, a: &ArrayStart) -> Result<()> {
+        self.arrays.push(ArrayInfo {
+            name: a.arr.name.clone(),
+            dtype: a.arr.dtype.to_string(),
+            shape: a.arr.shape.clone(),
+            bytes: a.arr.bytes,
+            chunks: a.layout.chunk_count(),
+            rows_per_chunk: a.layout.idx.map(|i| i.rows_per_chunk),
+            sha256: hex::encode(a.arr.sha256),
+            hmac: !a.arr.hmac_is_zero(),
+            line: a.line,
+        });
+        Ok(())
+    }
+    fn chunk(&mut self, _line: u64, _ch: &ChLine) {}
+    fn data(&mut self, _buf: Vec<u8>) {}
+    fn problem(&mut self, line: u64, message: String) {
+        self.problems.push((line, message));
+    }
+    fn audit(&mut self, _line: u64, a: &Audit) {
+        self.audit = a.pairs.clone();
+    }
+}
+
+/// `wtxt inspect`: header and array table. The structure, parity and CRC
+/// are checked on the way (digests are `verify`'s work).
+pub fn inspect(path: &Path, unseal: Option<&Unseal>) -> Result<Inspection> {
+    let (f, _) = open_input(path, unseal)?;
+    let mut v = InspectVisitor { arrays: Vec::new(), audit: Vec::new(), problems: Vec::new() };
+    let h = read(BufReader::with_capacity(1 << 20, f), &mut v).map_err(|e| e.in_file(path))?;
+    if let Some((line, m)) = v.problems.first() {
+        return Err(check_at(*line, m.clone()).in_file(path));
+    }
+    let (sha, prev, this, fx) = match &h.root {
+        Root::Final { sha256_all, merkle_prev, merkle_this, fastxor } => (
+            Some(hex::encode(sha256_all)),
+            Some(hex::encode(merkle_prev)),
+            Some(hex::encode(merkle_this)),
+            Some(format!("{fastxor:016x}")),
+        ),
+        Root::Pending => (None, None, None, None),
+    };
+    Ok(Inspection {
+        schema: h.meta.schema.clone(),
+        gen: h.meta.gen,
+        ts: h.meta.ts.as_str().to_string(),
+        build: h.meta.build.clone(),
+        host: h.meta.host.clone(),
+        cuda: h.meta.cuda.clone(),
+        cap: h.cap.items.clone(),
+        streaming: h.root == Root::Pending,
+        sha256_all: sha,
+        merkle_prev: prev,
+        merkle_this: this,
+        fastxor: fx,
+        keyid: h.sign.as_ref().map(|s| hex::encode(s.keyid)),
+        total_bytes: v.arrays.iter().map(|a| a.bytes).sum(),
+        arrays: v.arrays,
+        audit: v.audit,
+    })
+}
+
+/// `wtxt extract`: verifies the file under `opts`, then writes its arrays (or one).
+pub fn extract(
+    path: &Path,
+    out: &Path,
+    array: Option<&str>,
+    opts: &VerifyOptions,
+    unseal: Option<&Unseal>,
+) -> Result<usize> {
+    let (f, len) = open_input(path, unseal)?;
+    let loaded = crate::wtxt::load(BufReader::with_capacity(1 << 20, f), len, opts).map_err(|e| e.in_file(path))?;
+    let arrays: Vec<Array> = match array {
+        Some(n) => {
+            let a = loaded.arrays.into_iter().find(|a| a.name == n);
+            vec![a.ok_or_else(|| Error::usage(format!("{}: no array named {n}", path.display())))?]
+        }
+        None => loaded.arrays,
+    };
+    write_arrays(&arrays, out)?;
+    Ok(arrays.len())
+}

@@ -1,0 +1,257 @@
+//! Generations: `wtxt finalize` (WTXT-S + WSUM) and `wtxt delta create|apply`.
+
+use crate::atomic::{write_file, AtomicFile, Writeback};
+use crate::crypto::armor::Unseal;
+use crate::crypto::digest::{merkle_this, Hash};
+use crate::crypto::mac::HmacKey;
+use crate::crypto::sign::{SecretKey, TrustedKeys};
+use crate::error::{check_at, Error, Position, Result};
+use crate::progress::Progress;
+use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
+use crate::wtxt::syntax::{Meta, Root, SignLine, Wsum};
+use crate::wtxt::verify::{verify, InputTrust, ProblemKind, Report, VerifyOptions};
+use crate::wtxt::write::{header_text, WriteOptions};
+use std::io::{BufReader, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+/// Options of `wtxt finalize`.
+#[derive(Default)]
+pub struct FinalizeOptions {
+    pub sign_key: Option<SecretKey>,
+    pub prev: Option<PathBuf>,
+    pub rewrite: Option<PathBuf>,
+    /// What the WTXT-S (HMACs) and `prev` (signature) must prove.
+    pub trust: InputTrust,
+}
+
+/// `wtxt finalize`: computes the WSUM of a WTXT-S, optionally rewriting it
+/// as a plain (signed) WTXT whose body is byte-identical.
+pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsum> {
+    let (sign_key, prev, rewrite) = (o.sign_key.as_ref(), o.prev.as_deref(), o.rewrite.as_deref());
+    let mut outs = vec![wsum_out];
+    outs.extend(rewrite);
+    distinct_outputs(&outs)?;
+    let (f, _) = open(path)?;
+    // A WTXT-S carries no signature; its HMACs are checked when a key is given.
+    let opts = VerifyOptions {
+        hmac_key: o.trust.hmac_key.as_ref(),
+        allow_unauthenticated: o.trust.allow_unauthenticated,
+        ..Default::default()
+    };
+    let report = verify(BufReader::with_capacity(1 << 20, f), &opts, None).map_err(|e| e.in_file(path))?;
+    let header = report.header.clone().ok_or_else(|| check_at(1, "not a WTXT").in_file(path))?;
+    if header.root != Root::Pending {
+        return Err(check_at(4, "expected a WTXT-S (root_pending); this file is already final").in_file(path));
+    }
+    // A WTXT-S verified alone ends with RootPending; anything else failed.
+    if let Some(p) = report.errors.iter().find(|p| p.kind != ProblemKind::RootPending) {
+        return Err(check_at(p.line, p.message.clone()).in_file(path));
+    }
+    let sha_all: Hash = report.sha256_all.ok_or_else(|| check_at(4, "no root computed").in_file(path))?;
+    let merkle_prev = match prev {
+        Some(p) => {
+            // chain_from gives the next gen: this file's must be at least that.
+            let (next, m) = chain_from(p, &o.trust)?;
+            if header.meta.gen < next {
+                return Err(check_at(
+                    2,
+                    format!("gen {} does not follow --prev (expected {next} or later)", header.meta.gen_str()),
+                )
+                .in_file(path));
+            }
+            m
+        }
+        None => [0; 32],
+    };
+    let gen = header.meta.gen_str();
+    let mt = merkle_this(&merkle_prev, &sha_all, header.meta.ts.as_str(), &gen, &header.meta.build);
+    let mut wsum = Wsum { sha256_all: sha_all, merkle_prev, merkle_this: mt, sign: None };
+    if let Some(k) = sign_key {
+        wsum.sign = Some(SignLine { signature: k.sign(wsum.signed_part().as_bytes()), keyid: k.public().keyid() });
+    }
+    if let Some(out) = rewrite {
+        let root = Root::Final {
+            sha256_all: sha_all,
+            merkle_prev,
+            merkle_this: mt,
+            fastxor: report.fastxor_value().ok_or_else(|| check_at(4, "no fastxor computed").in_file(path))?,
+        };
+        let mut text = header_text(&header.meta, &header.cap, &root, None);
+        if let Some(k) = sign_key {
+            SignLine { signature: k.sign(text.as_bytes()), keyid: k.public().keyid() }.write(&mut text);
+            text.push('\n');
+        }
+        let mut src = crate::atomic::open_input_file(path)?;
+        src.seek(SeekFrom::Start(header.signed_bytes.len() as u64)).map_err(|e| Error::io(path, e))?;
+        let mut af = AtomicFile::create(out)?;
+        {
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, af.file());
+            w.write_all(text.as_bytes()).map_err(|e| Error::io(out, e))?;
+            std::io::copy(&mut src, &mut w).map_err(|e| Error::io(out, e))?;
+            w.flush().map_err(|e| Error::io(out, e))?;
+        }
+        af.commit()?;
+    }
+    write_file(wsum_out, wsum.to_file().as_bytes(), 0o644)?;
+    Ok(wsum)
+}
+
+/// `wtxt delta create`: the extended DELTA v2 from `base` to `target`. The
+/// target is verified strictly first; the base is read for its chunk lines.
+pub fn delta_create(
+    base: &Path,
+    target: &Path,
+    out: &Path,
+    unseal: Option<Unseal>,
+) -> Result<crate::wtxt::delta::DeltaStats> {
+    let vf = VerifyFiles { unseal, ..Default::default() };
+    let report = verify_file(target, &vf, &Progress::hidden())?;
+    if let Some(p) = report.first_error() {
+        return Err(check_at(p.line, p.message.clone()).in_file(target));
+    }
+    let (b, _) = open_input(base, vf.unseal.as_ref())?;
+    let (t, _) = open_input(target, vf.unseal.as_ref())?;
+    let mut f = AtomicFile::create(out)?;
+    let stats = {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
+        let r = crate::wtxt::delta::create(
+            (BufReader::with_capacity(1 << 20, b), base),
+            (BufReader::with_capacity(1 << 20, t), target),
+            &mut w,
+        )
+        .map_err(|e| e.in_file(out))?;
+        w.flush().map_err(|e| Error::io(out, e))?;
+        r
+    };
+    f.commit()?;
+    Ok(stats)
+}
+
+/// Options of `wtxt delta apply` (gen, ts, build and keys serve the minimal form).
+#[derive(Default)]
+pub struct DeltaApplyOptions {
+    pub gen: Option<u64>,
+    pub ts: Option<String>,
+    pub build: Option<String>,
+    pub hmac_key: Option<HmacKey>,
+    /// With an HMAC key, accept arrays whose hmac is all zeros.
+    pub allow_unauthenticated: bool,
+    pub sign_key: Option<SecretKey>,
+    /// When given, the rebuilt target must carry a valid signature by one of
+    /// these keys; a minimal-form delta, which carries none, is refused.
+    pub trusted: Option<TrustedKeys>,
+    /// Decrypts age-encrypted inputs (base and delta).
+    pub unseal: Option<Unseal>,
+}
+
+/// `wtxt delta apply`: rebuilds the target from `base` and the delta. The
+/// result is verified before it is renamed into place; the base is only read.
+pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions) -> Result<Report> {
+    let (d, _) = open_input(delta, o.unseal.as_ref())?;
+    let parsed = crate::wtxt::delta::parse(d).map_err(|e| e.in_file(delta))?;
+    if parsed.is_extended() {
+        if o.gen.is_some() || o.ts.is_some() || o.build.is_some() || o.sign_key.is_some() {
+            return Err(Error::usage(
+                "--gen, --ts, --build and --sign-key serve the minimal form; this delta carries its target header",
+            ));
+        }
+        let (b, _) = open_input(base, o.unseal.as_ref())?;
+        let mut f = AtomicFile::create(out)?;
+        let vopts = VerifyOptions {
+            hmac_key: o.hmac_key.as_ref(),
+            trusted: o.trusted.as_ref(),
+            require_signature: o.trusted.is_some(),
+            allow_unauthenticated: o.allow_unauthenticated,
+            ..Default::default()
+        };
+        // Write the result and prove it in the same pass: the merge feeds
+        // the file and, through a pipe, the strict verifier on other threads.
+        let (pw, pr) = crate::pipe::pipe();
+        let (merged, report) = std::thread::scope(|s| {
+            let checker = s.spawn(|| verify(pr, &vopts, None));
+            let mut tee = crate::pipe::Tee(std::io::BufWriter::with_capacity(1 << 20, Writeback::new(f.file())), pw);
+            let merged = crate::wtxt::delta::apply_extended(BufReader::with_capacity(1 << 20, b), &parsed, &mut tee)
+                .map_err(|e| e.in_files(base, out))
+                .and_then(|()| tee.0.flush().map_err(|e| Error::io(out, e)));
+            let crate::pipe::Tee(w, pw) = tee;
+            drop(w);
+            pw.close();
+            (merged, checker.join().expect("verifier thread"))
+        });
+        merged?;
+        let report = report?;
+        if let Some(p) = report.first_error() {
+            return Err(Error::check(
+                Default::default(),
+                format!(
+                    "the rebuilt target fails verification (line {}: {}); base or delta is damaged",
+                    p.line, p.message
+                ),
+            )
+            .in_file(delta));
+        }
+        if report.sha256_all != parsed.head.target_sha256_all {
+            return Err(Error::check(
+                Default::default(),
+                "the rebuilt target's sha256_all is not the delta's target_sha256_all",
+            )
+            .in_file(delta));
+        }
+        f.commit()?;
+        return Ok(report);
+    }
+    apply_minimal(base, delta, &parsed, out, o)
+}
+
+fn apply_minimal(
+    base: &Path,
+    delta: &Path,
+    d: &crate::wtxt::delta::Delta,
+    out: &Path,
+    o: &DeltaApplyOptions,
+) -> Result<Report> {
+    if o.trusted.is_some() {
+        return Err(Error::check(
+            Position::Line(1),
+            "a minimal-form delta carries no signature, so no trusted key vouches for its chunks; \
+             apply an extended delta (wtxt delta create) to require one",
+        )
+        .in_file(delta));
+    }
+    // The base is verified under the same rules as any input we sign or HMAC.
+    let trust = InputTrust::new(o.hmac_key.as_ref(), None, o.sign_key.as_ref(), o.allow_unauthenticated);
+    let (b, len) = open_input(base, o.unseal.as_ref())?;
+    let loaded =
+        crate::wtxt::load(BufReader::with_capacity(1 << 20, b), len, &trust.options()).map_err(|e| e.in_file(base))?;
+    let Root::Final { sha256_all, merkle_this: base_this, .. } = loaded.header.root else {
+        return Err(check_at(4, "the base is a WTXT-S: finalize it first").in_file(base));
+    };
+    if sha256_all != d.head.base_sha256_all {
+        return Err(check_at(1, "this delta is for another base: base_sha256_all differs from the base's sha256_all")
+            .in_file(delta));
+    }
+    let rows = loaded.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK);
+    let mut arrays = loaded.arrays;
+    crate::wtxt::delta::apply_minimal(&mut arrays, rows, d).map_err(|e| e.in_file(delta))?;
+    let m = &loaded.header.meta;
+    let gen = match o.gen {
+        Some(g) => g,
+        None => m.gen.checked_add(1).ok_or_else(|| Error::usage("gen overflows"))?,
+    };
+    let meta = Meta { gen, ts: Meta::new(gen, o.ts.as_deref())?.ts, ..m.clone() }.with_tokens(
+        None,
+        o.build.as_deref(),
+        None,
+        None,
+    )?;
+    let opts = WriteOptions {
+        merkle_prev: base_this,
+        hmac_key: o.hmac_key.as_ref(),
+        sign_key: o.sign_key.as_ref(),
+        ..WriteOptions::new(meta, rows)
+    };
+    write_wtxt(&arrays, &opts, out, None, &Progress::hidden())?;
+    verify_file(out, &VerifyFiles { hmac_key: o.hmac_key.clone(), ..Default::default() }, &Progress::hidden())
+}

@@ -1,0 +1,117 @@
+//! Git-side commands: `wtxt log`, `diff` and `merge`.
+
+use crate::crypto::armor::Unseal;
+use crate::crypto::sign::{SecretKey, TrustedKeys};
+use crate::error::{Error, Result};
+use crate::progress::Progress;
+use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
+use crate::wtxt::syntax::{Audit, Meta, Root};
+use crate::wtxt::verify::{InputTrust, VerifyOptions};
+use crate::wtxt::write::{WriteOptions, Written};
+use std::io::BufReader;
+use std::path::Path;
+
+use super::*;
+
+/// `wtxt log`: the chain of each path (or of every `*.wtxt` in HEAD).
+/// Trusted keys default to the file named by `git config wtxt.trustedKeys`.
+pub fn log(dir: &Path, path: Option<&Path>, trusted: Option<TrustedKeys>) -> Result<Vec<crate::git::history::Chain>> {
+    use crate::git::history;
+    let (repo, rel) = history::open(dir, path)?;
+    let trusted = match trusted {
+        Some(t) => Some(t),
+        None => crate::git::configured_trusted_keys(&repo)?,
+    };
+    let paths = match rel {
+        Some(p) => vec![p],
+        None => history::wtxt_paths(&repo)?,
+    };
+    let opts = history::LogOptions { trusted };
+    paths.iter().map(|p| history::chain(&repo, p, &opts)).collect()
+}
+
+/// `wtxt diff`: the semantic difference of two WTXT files (either may be age-encrypted).
+pub fn diff(old: &Path, new: &Path, unseal: Option<&Unseal>) -> Result<crate::git::diff::FileDiff> {
+    let (a, _) = open_input(old, unseal)?;
+    let (b, _) = open_input(new, unseal)?;
+    crate::git::diff::diff(a, b, crate::git::diff::Names { old, new })
+}
+
+/// Options of `wtxt merge`.
+pub struct MergeOptions {
+    pub strategy: crate::git::merge::Strategy,
+    pub decisions: crate::git::merge::Decisions,
+    /// Timestamp of the result; default `SOURCE_DATE_EPOCH`, else the later
+    /// of the two sides (so a merge is deterministic).
+    pub ts: Option<String>,
+    /// What the three inputs must prove (HMAC key, trusted keys, signer's key).
+    pub trust: InputTrust,
+    pub sign_key: Option<SecretKey>,
+}
+
+/// What `merge` did.
+pub struct MergeOutcome {
+    pub conflicts: Vec<crate::git::merge::Conflict>,
+    /// Written only when every conflict was settled.
+    pub written: Option<Written>,
+    pub gen: u64,
+}
+
+fn load_file(path: &Path, opts: &VerifyOptions) -> Result<Option<crate::wtxt::Loaded>> {
+    let (f, len) = open(path)?;
+    if len == 0 {
+        return Ok(None); // Git passes an empty base when there is no common ancestor.
+    }
+    crate::wtxt::load(BufReader::with_capacity(1 << 20, f), len, opts).map(Some).map_err(|e| e.in_file(path))
+}
+
+/// `wtxt merge`: three-way at chunk granularity. The result is a canonical
+/// WTXT with gen = max + 1 and merkle_prev = ours' merkle_this; nothing is
+/// written while a conflict is unsettled.
+pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptions) -> Result<MergeOutcome> {
+    // Nothing is signed or HMACed that was not verified first: the three
+    // inputs must satisfy the trust policy.
+    let vopts = o.trust.options();
+    let b = load_file(base, &vopts)?;
+    let ours_l =
+        load_file(ours, &vopts)?.ok_or_else(|| Error::input(Default::default(), "empty file").in_file(ours))?;
+    let theirs_l =
+        load_file(theirs, &vopts)?.ok_or_else(|| Error::input(Default::default(), "empty file").in_file(theirs))?;
+    let (Root::Final { merkle_this: ours_this, sha256_all: ours_all, .. }, Root::Final { sha256_all: theirs_all, .. }) =
+        (&ours_l.header.root, &theirs_l.header.root)
+    else {
+        return Err(Error::check(Default::default(), "cannot merge a WTXT-S: finalize it first"));
+    };
+    let rows = ours_l.rows_per_chunk.or(theirs_l.rows_per_chunk).unwrap_or(DEFAULT_ROWS_PER_CHUNK);
+    let base_arrays = b.as_ref().map_or(&[][..], |l| &l.arrays[..]);
+    let merged =
+        crate::git::merge::merge(base_arrays, &ours_l.arrays, &theirs_l.arrays, rows, o.strategy, &o.decisions)?;
+    let (om, tm) = (&ours_l.header.meta, &theirs_l.header.meta);
+    let gen = om.gen.max(tm.gen).checked_add(1).ok_or_else(|| Error::usage("gen overflows"))?;
+    if merged.unsettled().next().is_some() {
+        return Ok(MergeOutcome { conflicts: merged.conflicts, written: None, gen });
+    }
+    let ts = match (&o.ts, std::env::var_os("SOURCE_DATE_EPOCH")) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(_)) => None,
+        (None, None) => Some(om.ts.as_str().max(tm.ts.as_str()).to_string()),
+    };
+    let meta = Meta { gen, ts: Meta::new(gen, ts.as_deref())?.ts, ..om.clone() };
+    let settled = merged.conflicts.len();
+    let audit = Audit {
+        pairs: vec![
+            ("merge_ours".into(), hex::encode(&ours_all[..8])),
+            ("merge_theirs".into(), hex::encode(&theirs_all[..8])),
+            ("settled_conflicts".into(), settled.to_string()),
+        ],
+    };
+    let opts = WriteOptions {
+        merkle_prev: *ours_this,
+        hmac_key: o.trust.hmac_key.as_ref(),
+        sign_key: o.sign_key.as_ref(),
+        audit: Some(audit),
+        ..WriteOptions::new(meta, rows)
+    };
+    let written = write_wtxt(&merged.arrays, &opts, out, None, &Progress::hidden())?;
+    Ok(MergeOutcome { conflicts: merged.conflicts, written: Some(written), gen })
+}

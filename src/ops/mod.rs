@@ -1,0 +1,143 @@
+//! Whole-file operations, one per command, by family: the CLI parses flags
+//! into these option structs and calls them; the format's own logic lives
+//! in [`crate::wtxt`], the containers' in [`crate::convert`].
+#![forbid(unsafe_code)]
+
+mod check;
+mod generations;
+mod history;
+mod recover;
+mod secrets;
+mod snapshot;
+
+pub use check::*;
+pub use generations::*;
+pub use history::*;
+pub use recover::*;
+pub use secrets::*;
+pub use snapshot::*;
+
+use crate::atomic::{write_file, AtomicFile, Writeback};
+use crate::crypto::armor::{open_maybe_sealed, Unseal};
+use crate::crypto::digest::Hash;
+use crate::error::{check_at, Error, Result};
+use crate::model::Array;
+use crate::progress::Progress;
+use crate::wtxt::read::{read_head, Header, LineReader};
+use crate::wtxt::syntax::Root;
+use crate::wtxt::verify::{check_header, verify, InputTrust};
+use crate::wtxt::write::{write_snapshot, WriteOptions, Written};
+use std::fs::File;
+use std::io::{BufReader, Read, Write};
+use std::path::Path;
+
+fn open(path: &Path) -> Result<(File, u64)> {
+    let f = crate::atomic::open_input_file(path)?;
+    let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
+    Ok((f, len))
+}
+
+/// Opens an input that may be age-encrypted (decrypted on the fly with
+/// `unseal`); the length is the file's, an upper bound of the plaintext's.
+fn open_input(path: &Path, unseal: Option<&Unseal>) -> Result<(Box<dyn Read>, u64)> {
+    let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
+    Ok((open_maybe_sealed(path, unseal)?, len))
+}
+
+/// Reads only the header (and `sign` line) of a WTXT file.
+pub fn read_header_file(path: &Path) -> Result<Header> {
+    let (f, _) = open(path)?;
+    read_head(&mut LineReader::new(BufReader::new(f))).map_err(|e| e.in_file(path))
+}
+
+/// The chain values `--prev` gives: next gen and merkle_prev. Nothing
+/// chains from what it did not verify: the header must hold together
+/// (`merkle_this` recomputed) and its signature satisfy `trust`; with an
+/// HMAC key the whole file is verified, arrays included.
+fn chain_from(prev: &Path, trust: &InputTrust) -> Result<(u64, Hash)> {
+    let h = read_header_file(prev)?;
+    if h.root != Root::Pending {
+        let opts = trust.options();
+        check_header(&h, &opts).map_err(|p| check_at(p.line, format!("--prev: {}", p.message)).in_file(prev))?;
+        if trust.hmac_key.is_some() {
+            let (f, _) = open(prev)?;
+            let report = verify(BufReader::with_capacity(1 << 20, f), &opts, None).map_err(|e| e.in_file(prev))?;
+            if let Some(p) = report.first_error() {
+                return Err(check_at(p.line, format!("--prev: {}", p.message)).in_file(prev));
+            }
+        }
+    }
+    match h.root {
+        Root::Final { merkle_this, .. } => {
+            let gen = h
+                .meta
+                .gen
+                .checked_add(1)
+                .ok_or_else(|| Error::input(Default::default(), "gen overflows").in_file(prev))?;
+            Ok((gen, merkle_this))
+        }
+        Root::Pending => {
+            Err(check_at(4, "previous generation is a WTXT-S: finalize it first (wtxt finalize --rewrite)")
+                .in_file(prev))
+        }
+    }
+}
+
+/// Writes arrays as WTXT to `out` atomically, and the WSUM when streaming.
+pub fn write_wtxt(
+    arrays: &[Array],
+    opts: &WriteOptions,
+    out: &Path,
+    wsum: Option<&Path>,
+    progress: &Progress,
+) -> Result<Written> {
+    let mut f = AtomicFile::create(out)?;
+    let written = {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, Writeback::new(f.file()));
+        let r = write_snapshot(arrays, opts, &mut w, progress).map_err(|e| e.in_file(out))?;
+        w.flush().map_err(|e| Error::io(out, e))?;
+        r
+    };
+    let wsum_text = match (&written.wsum, wsum) {
+        (Some(w), Some(_)) => Some(w.to_file()),
+        _ => None,
+    };
+    f.commit()?;
+    if let (Some(text), Some(p)) = (wsum_text, wsum) {
+        write_file(p, text.as_bytes(), 0o644)?;
+    }
+    Ok(written)
+}
+
+/// Counts bytes read for the progress bar.
+struct ProgressRead<'a, R> {
+    inner: R,
+    progress: &'a Progress,
+}
+
+impl<R: Read> Read for ProgressRead<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.progress.inc(n as u64);
+        Ok(n)
+    }
+}
+
+/// Refuses two outputs of one command that name the same file: one would
+/// overwrite the other.
+pub fn distinct_outputs(paths: &[&Path]) -> Result<()> {
+    let key = |p: &Path| {
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        (std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()), p.file_name().map(|n| n.to_owned()))
+    };
+    for (i, a) in paths.iter().enumerate() {
+        if let Some(b) = paths[..i].iter().find(|b| key(b) == key(a)) {
+            return Err(Error::usage(format!(
+                "{} and {} are the same file: give each output its own name",
+                b.display(),
+                a.display()
+            )));
+        }
+    }
+    Ok(())
+}

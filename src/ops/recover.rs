@@ -1,0 +1,97 @@
+//! `wtxt recover`: what survives of a damaged WTXT, signed only when authenticated.
+
+use crate::atomic::write_file;
+use crate::convert::{map_file, write_arrays};
+use crate::crypto::mac::HmacKey;
+use crate::crypto::sign::SecretKey;
+use crate::error::{Error, Result};
+use crate::progress::Progress;
+use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
+use crate::wtxt::recover::{recover as scan, RecoveryReport};
+use crate::wtxt::syntax::{Audit, Meta};
+use crate::wtxt::write::WriteOptions;
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+/// Options of `wtxt recover`.
+#[derive(Default)]
+pub struct RecoverOptions {
+    pub report: Option<PathBuf>,
+    /// Where what survives of damaged arrays goes (.npz or .safetensors).
+    pub partial: Option<PathBuf>,
+    pub hmac_key: Option<HmacKey>,
+    /// With an HMAC key, keep arrays whose hmac is all zeros (written unauthenticated).
+    pub allow_unauthenticated: bool,
+    pub sign_key: Option<SecretKey>,
+}
+
+/// `wtxt recover`: keeps every array that is still whole and reports the
+/// rest. The output holds only whole arrays of the damaged file; HMAC tags
+/// are written only for arrays authenticated under the key, and the output
+/// is signed only when every array in it was (a damaged file's own
+/// signature cannot vouch for what survives).
+pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryReport> {
+    let mut outs = vec![out];
+    outs.extend(o.report.as_deref());
+    outs.extend(o.partial.as_deref());
+    distinct_outputs(&outs)?;
+    if o.sign_key.is_some() && o.hmac_key.is_none() {
+        return Err(Error::usage(
+            "recover --sign-key needs --hmac-key: only arrays authenticated by the HMAC key may be signed",
+        ));
+    }
+    let (_, len) = open(path)?;
+    let map = if len == 0 { None } else { Some(map_file(path)?) };
+    let bytes = map.as_deref().map_or(&[][..], |m| &m[..]);
+    let key = o.hmac_key.as_ref();
+    let r = scan(bytes, key, o.allow_unauthenticated, o.partial.is_some());
+    if o.sign_key.is_some() {
+        if let Some(a) = r.arrays.iter().find(|a| !r.authenticated.contains(&a.name)) {
+            return Err(Error::check(
+                Default::default(),
+                format!("array {} is not authenticated by the HMAC key: refusing to sign it", a.name),
+            )
+            .in_file(path));
+        }
+    }
+    let meta = match r.meta.clone() {
+        Some(m) => m,
+        None => Meta::new(0, None)?,
+    };
+    // Tags: recomputed for the arrays the key authenticated (the salt follows
+    // the output's gen), carried as they were without a key, zeros otherwise.
+    let carried_hmacs = match key {
+        Some(k) => {
+            let gen = meta.gen_str();
+            r.arrays
+                .iter()
+                .filter(|a| r.authenticated.contains(&a.name))
+                .map(|a| (a.name.clone(), k.compute(&crate::crypto::digest::derive_salt(&gen, &a.name), a.bytes())))
+                .collect()
+        }
+        None => r.carried_hmacs.clone(),
+    };
+    let audit = Audit {
+        pairs: vec![
+            ("recovered_arrays".into(), r.report.recovered_arrays.to_string()),
+            ("lost_arrays".into(), r.report.lost_arrays.to_string()),
+        ],
+    };
+    let opts = WriteOptions {
+        merkle_prev: r.merkle_prev.unwrap_or([0; 32]),
+        sign_key: o.sign_key.as_ref(),
+        audit: Some(audit),
+        carried_hmacs,
+        ..WriteOptions::new(meta, r.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK))
+    };
+    write_wtxt(&r.arrays, &opts, out, None, &Progress::hidden())?;
+    if let Some(p) = &o.partial {
+        write_arrays(&r.partials, p)?;
+    }
+    if let Some(p) = &o.report {
+        let json = serde_json::to_string_pretty(&r.report).expect("report serializes");
+        write_file(p, format!("{json}\n").as_bytes(), 0o644)?;
+    }
+    Ok(r.report)
+}

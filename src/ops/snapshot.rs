@@ -1,0 +1,129 @@
+//! `wtxt snapshot` and `wtxt convert`: inputs of any format to a canonical
+//! WTXT, or to another container.
+
+use crate::convert::{load_inputs, Notes};
+use crate::crypto::mac::HmacKey;
+use crate::crypto::sign::{SecretKey, TrustedKeys};
+use crate::error::{Error, Result};
+use crate::model::Array;
+use crate::progress::Progress;
+use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
+use crate::wtxt::syntax::{Audit, Meta};
+use crate::wtxt::verify::InputTrust;
+use crate::wtxt::write::{WriteOptions, Written};
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+/// Options of `wtxt snapshot`.
+#[derive(Default)]
+pub struct SnapshotOptions {
+    pub gen: Option<u64>,
+    /// The previous generation: gen = its gen + 1, merkle_prev = its merkle_this.
+    pub prev: Option<PathBuf>,
+    pub ts: Option<String>,
+    pub build: Option<String>,
+    pub schema: Option<String>,
+    pub host: Option<String>,
+    pub cuda: Option<String>,
+    pub rows_per_chunk: Option<u64>,
+    pub hmac_key: Option<HmacKey>,
+    pub sign_key: Option<SecretKey>,
+    /// Keys that WTXT inputs and `prev` must be signed by.
+    pub trusted: Option<TrustedKeys>,
+    /// With an HMAC key, accept input arrays whose hmac is all zeros.
+    pub allow_unauthenticated: bool,
+    pub audit: Option<String>,
+    /// Write a WTXT-S and its WSUM here.
+    pub wsum: Option<PathBuf>,
+}
+
+impl SnapshotOptions {
+    /// What the inputs must prove before this snapshot signs or HMACs them.
+    pub fn trust(&self) -> InputTrust {
+        InputTrust::new(
+            self.hmac_key.as_ref(),
+            self.trusted.as_ref(),
+            self.sign_key.as_ref(),
+            self.allow_unauthenticated,
+        )
+    }
+}
+
+/// Parses `--audit 'k=v ...'`.
+pub fn parse_audit(s: &str) -> Result<Audit> {
+    if s.len() > crate::limits::MAX_AUDIT {
+        return Err(Error::usage(format!("--audit: longer than {} bytes", crate::limits::MAX_AUDIT)));
+    }
+    Audit::parse_pairs(s.as_bytes()).map_err(|m| Error::usage(format!("--audit: {m}")))
+}
+
+/// `wtxt snapshot`: reads inputs, writes a canonical WTXT (and WSUM)
+/// atomically; readers' warnings go to `notes`.
+pub fn snapshot(
+    inputs: &[PathBuf],
+    out: &Path,
+    o: &SnapshotOptions,
+    progress: &Progress,
+    notes: &mut Notes,
+) -> Result<Written> {
+    let trust = o.trust();
+    let arrays = load_inputs(inputs, &trust.options(), notes)?;
+    snapshot_arrays(&arrays, out, o, progress)
+}
+
+/// Writes `arrays` (sorted, unique) as `snapshot` would, with its options.
+pub fn snapshot_arrays(arrays: &[Array], out: &Path, o: &SnapshotOptions, progress: &Progress) -> Result<Written> {
+    let (gen, merkle_prev) = match (&o.prev, o.gen) {
+        (Some(_), Some(_)) => return Err(Error::usage("give --gen or --prev, not both")),
+        (Some(p), None) => chain_from(p, &o.trust())?,
+        (None, g) => (g.unwrap_or(0), [0; 32]),
+    };
+    let meta = Meta::new(gen, o.ts.as_deref())?.with_tokens(
+        o.schema.as_deref(),
+        o.build.as_deref(),
+        o.host.as_deref(),
+        o.cuda.as_deref(),
+    )?;
+    let audit = o.audit.as_deref().map(parse_audit).transpose()?;
+    let rows = o.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK);
+    if rows == 0 {
+        return Err(Error::usage("--rows-per-chunk: expected at least 1"));
+    }
+    let opts = WriteOptions {
+        merkle_prev,
+        hmac_key: o.hmac_key.as_ref(),
+        sign_key: o.sign_key.as_ref(),
+        audit,
+        streaming: o.wsum.is_some(),
+        ..WriteOptions::new(meta, rows)
+    };
+    write_wtxt(arrays, &opts, out, o.wsum.as_deref(), progress)
+}
+
+/// Target formats of `wtxt convert`.
+#[derive(Clone, Copy)]
+pub enum ConvertTo {
+    Wtxt,
+    /// A binary container (npy is not offered: it holds one array).
+    Container(&'static dyn crate::convert::container::Container),
+}
+
+/// `wtxt convert`: any readable input to WTXT (as `snapshot` with its
+/// options, plus the container's metadata arrays, so converting back gives
+/// the same file) or to another container.
+pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions, notes: &mut Notes) -> Result<()> {
+    use crate::convert::write_arrays_as;
+    let trust = o.trust();
+    let arrays = crate::convert::load_lossless(input, &trust.options(), notes)?;
+    match to {
+        ConvertTo::Wtxt => snapshot_arrays(&arrays, out, o, &Progress::hidden()).map(|_| ()),
+        ConvertTo::Container(fmt) => {
+            let (arrays, dropped) = crate::convert::container::foreign_metadata(arrays, fmt);
+            if !dropped.is_empty() {
+                notes.push(format!("left out metadata of other containers: {}", dropped.join(", ")));
+            }
+            write_arrays_as(&arrays, out, fmt)
+        }
+    }
+}
