@@ -2,15 +2,15 @@
 
 use crate::atomic::{write_file, AtomicFile, Writeback};
 use crate::crypto::armor::Unseal;
-use crate::crypto::digest::{merkle_this, Hash};
+use crate::crypto::digest::Hash;
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::{SecretKey, TrustedKeys};
 use crate::error::{check_at, Error, Position, Result};
 use crate::progress::Progress;
 use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
-use crate::wtxt::syntax::{Meta, Root, SignLine, Wsum};
+use crate::wtxt::syntax::{Meta, Root, Wsum};
 use crate::wtxt::verify::{verify, InputTrust, ProblemKind, Report, VerifyOptions};
-use crate::wtxt::write::{header_text, WriteOptions};
+use crate::wtxt::write::WriteOptions;
 use std::io::{BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -65,24 +65,11 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
         }
         None => [0; 32],
     };
-    let gen = header.meta.gen_str();
-    let mt = merkle_this(&merkle_prev, &sha_all, header.meta.ts.as_str(), &gen, &header.meta.build);
-    let mut wsum = Wsum { sha256_all: sha_all, merkle_prev, merkle_this: mt, sign: None };
-    if let Some(k) = sign_key {
-        wsum.sign = Some(SignLine { signature: k.sign(wsum.signed_part().as_bytes()), keyid: k.public().keyid() });
-    }
+    let fastxor = report.fastxor_value().ok_or_else(|| check_at(4, "no fastxor computed").in_file(path))?;
+    let fin = crate::wtxt::write::finalize(&header, sha_all, fastxor, merkle_prev, sign_key);
+    let wsum = fin.wsum;
     if let Some(out) = rewrite {
-        let root = Root::Final {
-            sha256_all: sha_all,
-            merkle_prev,
-            merkle_this: mt,
-            fastxor: report.fastxor_value().ok_or_else(|| check_at(4, "no fastxor computed").in_file(path))?,
-        };
-        let mut text = header_text(&header.meta, &header.cap, &root, None);
-        if let Some(k) = sign_key {
-            SignLine { signature: k.sign(text.as_bytes()), keyid: k.public().keyid() }.write(&mut text);
-            text.push('\n');
-        }
+        let text = fin.header;
         let mut src = crate::atomic::open_input_file(path)?;
         src.seek(SeekFrom::Start(header.signed_bytes.len() as u64)).map_err(|e| Error::io(path, e))?;
         let mut af = AtomicFile::create(out)?;

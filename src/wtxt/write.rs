@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::model::Array;
 use crate::progress::Progress;
 use crate::wtxt::layout::{encode_lines, Layout};
+use crate::wtxt::read::Header;
 use crate::wtxt::syntax::{lines_for, ArrLine, Audit, Cap, ChLine, Meta, Root, SignLine, Wsum, END, MAGIC};
 
 /// What the writer needs besides the arrays.
@@ -170,6 +171,31 @@ pub fn write_snapshot<W: Write + Seek>(
         w
     });
     Ok(Written { sha256_all, merkle_this: merkle, fastxor, wsum, len: header_len as u64 + body_len })
+}
+
+/// What finalizing a WTXT-S gives: its WSUM and the header of the plain
+/// WTXT it becomes (`root` filled in, and `sign` when a key is given).
+pub struct Finalized {
+    pub wsum: Wsum,
+    pub header: String,
+}
+
+/// Finalizes a WTXT-S whose arrays give `sha256_all` and `fastxor`
+/// (verified by the caller), chained to `merkle_prev`.
+pub fn finalize(h: &Header, sha256_all: Hash, fastxor: u64, merkle_prev: Hash, key: Option<&SecretKey>) -> Finalized {
+    let mt = merkle_this(&merkle_prev, &sha256_all, h.meta.ts.as_str(), &h.meta.gen_str(), &h.meta.build);
+    let mut wsum = Wsum { sha256_all, merkle_prev, merkle_this: mt, sign: None };
+    let sign = |k: &SecretKey, text: &[u8]| SignLine { signature: k.sign(text), keyid: k.public().keyid() };
+    if let Some(k) = key {
+        wsum.sign = Some(sign(k, wsum.signed_part().as_bytes()));
+    }
+    let root = Root::Final { sha256_all, merkle_prev, merkle_this: mt, fastxor };
+    let mut header = header_text(&h.meta, &h.cap, &root, None);
+    if let Some(k) = key {
+        sign(k, header.as_bytes()).write(&mut header);
+        header.push('\n');
+    }
+    Finalized { wsum, header }
 }
 
 fn io_err(e: std::io::Error) -> Error {
