@@ -174,11 +174,7 @@ fn kill_9_mid_snapshot_then_restart() {
     {
         let mut f = std::fs::File::create(&big).unwrap();
         let dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (16384, 1024), }";
-        let mut h = b"\x93NUMPY\x01\x00\x76\x00".to_vec();
-        h.extend_from_slice(dict.as_bytes());
-        h.resize(127, b' ');
-        h.push(b'\n');
-        f.write_all(&h).unwrap();
+        f.write_all(&crate::util::npy_header(dict)).unwrap();
         let row: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
         for _ in 0..16384 {
             f.write_all(&row).unwrap();

@@ -67,10 +67,7 @@ fn a_compression_bomb_is_refused_not_inflated() {
 
 /// A v1 `.npy` with this header dict (padded to 128 bytes) and `data` zero bytes.
 fn npy(dict: &str, data: usize) -> Vec<u8> {
-    let mut v = b"\x93NUMPY\x01\x00\x76\x00".to_vec();
-    v.extend_from_slice(dict.as_bytes());
-    v.resize(128, b' ');
-    v[127] = b'\n';
+    let mut v = crate::util::npy_header(dict);
     v.resize(128 + data, 0);
     v
 }

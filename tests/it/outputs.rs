@@ -58,11 +58,7 @@ fn sigterm_removes_the_temporary_file() {
         use std::io::Write;
         let mut f = std::fs::File::create(&big).unwrap();
         let dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (67108864,), }";
-        let mut h = b"\x93NUMPY\x01\x00\x76\x00".to_vec();
-        h.extend_from_slice(dict.as_bytes());
-        h.resize(127, b' ');
-        h.push(b'\n');
-        f.write_all(&h).unwrap();
+        f.write_all(&crate::util::npy_header(dict)).unwrap();
         f.set_len(127 + 1 + (256 << 20)).unwrap();
     }
     let out = dir.path().join("out.wtxt");

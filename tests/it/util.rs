@@ -101,3 +101,12 @@ pub fn git_ok(dir: &Path, args: &[&str]) -> String {
     assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
+
+/// A `.npy` v1 header of 128 bytes for the dict `dict` (data follows it).
+pub fn npy_header(dict: &str) -> Vec<u8> {
+    let mut v = b"\x93NUMPY\x01\x00\x76\x00".to_vec();
+    v.extend_from_slice(dict.as_bytes());
+    v.resize(128, b' ');
+    v[127] = b'\n';
+    v
+}

@@ -81,6 +81,17 @@ fn unseal(a: &cli::SealedArg) -> Result<Option<Unseal>> {
     Ok(Some(Unseal::Identities(ids)))
 }
 
+/// Snapshot options with the keys of `--hmac-key`, `--sign-key` and the trust flags.
+fn keyed(hmac: &cli::HmacArg, sign: &Option<PathBuf>, trust: &cli::TrustArg) -> Result<ops::SnapshotOptions> {
+    Ok(ops::SnapshotOptions {
+        hmac_key: hmac_key(&hmac.hmac_key)?,
+        allow_unauthenticated: hmac.allow_unauthenticated,
+        sign_key: sign_key(sign)?,
+        trusted: trusted_keys(trust)?,
+        ..Default::default()
+    })
+}
+
 fn trusted_keys(t: &cli::TrustArg) -> Result<Option<TrustedKeys>> {
     Ok(match (&t.pubkey, &t.trusted_keys) {
         (Some(p), _) => Some(TrustedKeys::single(PublicKey::from_file(p)?)),
@@ -125,12 +136,9 @@ fn snapshot(a: cli::SnapshotArgs) -> Result<u8> {
         host: a.host,
         cuda: a.cuda,
         rows_per_chunk: a.rows_per_chunk,
-        hmac_key: hmac_key(&a.hmac.hmac_key)?,
-        sign_key: sign_key(&a.sign_key)?,
-        trusted: trusted_keys(&a.trust)?,
-        allow_unauthenticated: a.hmac.allow_unauthenticated,
         audit: a.audit,
         wsum: if a.streaming { a.wsum } else { None },
+        ..keyed(&a.hmac, &a.sign_key, &a.trust)?
     };
     let progress = Progress::for_terminal("snapshot");
     let mut notes = Vec::new();
@@ -276,15 +284,7 @@ fn convert(a: cli::ConvertArgs) -> Result<u8> {
             ops::ConvertTo::Container(container::by_name(&name).expect("every --to is a container"))
         }
     };
-    let opts = ops::SnapshotOptions {
-        gen: a.gen,
-        ts: a.ts,
-        hmac_key: hmac_key(&a.hmac.hmac_key)?,
-        sign_key: sign_key(&a.sign_key)?,
-        trusted: trusted_keys(&a.trust)?,
-        allow_unauthenticated: a.hmac.allow_unauthenticated,
-        ..Default::default()
-    };
+    let opts = ops::SnapshotOptions { gen: a.gen, ts: a.ts, ..keyed(&a.hmac, &a.sign_key, &a.trust)? };
     let mut notes = Vec::new();
     let r = ops::convert(&a.input, &a.output, to, &opts, &mut notes);
     warn(&notes);
