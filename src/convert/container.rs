@@ -8,7 +8,7 @@ use std::io::{Seek, Write};
 use serde_json::Value;
 
 use crate::convert::npy::Source;
-use crate::convert::{aero, fold, mldf, npy, npz, safetensors, volp, Notes};
+use crate::convert::{aero, fold, mldf, names, npy, npz, safetensors, volp, Notes};
 use crate::error::{Error, Result};
 use crate::model::Array;
 
@@ -160,10 +160,15 @@ impl Container for Npz {
         if arrays.iter().any(|a| a.name == npz::SKELETON) {
             return into_vec(out, &npz::rebuild(arrays)?);
         }
-        npz::write_with_keys(arrays, out).map(|_| ())
+        if arrays.iter().any(|a| a.name == npz::META) {
+            return npz::write_with_keys(arrays, out).map(|_| ());
+        }
+        // The inputs' own names as the archive's keys, as a snapshot kept them.
+        let (tensors, kept) = names::split(arrays)?;
+        npz::write_keyed(tensors.into_iter().map(|a| (kept.original(&a.name), a)), out).map(|_| ())
     }
     fn metadata(&self) -> &'static [&'static str] {
-        &[npz::META]
+        &[npz::META, names::NAMES]
     }
     fn read_exact(&self, content: &[u8], _: &mut Notes) -> Option<Result<Vec<Array>>> {
         Some(npz::read_pinned(content))
@@ -194,17 +199,26 @@ impl Container for Safetensors {
         let tensors: Vec<Array> = arrays.iter().filter(|a| a.name != safetensors::ST_HEADER).cloned().collect();
         Ok(if safetensors::is_ours(src.bytes(), &tensors) { tensors } else { arrays })
     }
+    /// The tensors, and the file's `__metadata__` in `__names` for `extract`.
     fn read_tensors(&self, src: &Source, _: &str, _: &mut Notes) -> Result<Vec<Array>> {
-        safetensors::read(src)
+        let mut tensors = safetensors::read(src)?;
+        if let Some(metadata) = safetensors::metadata(src)? {
+            let kept = names::OriginalNames { metadata: Some(metadata), ..Default::default() };
+            tensors.push(kept.to_array()?);
+        }
+        Ok(tensors)
     }
     fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
         if arrays.iter().any(|a| a.name == safetensors::ST_HEADER) {
             return into_vec(out, &safetensors::arrays_to_safetensors(arrays)?);
         }
-        safetensors::write(arrays, out)
+        // The inputs' own names and `__metadata__`, as a snapshot kept them.
+        let (tensors, kept) = names::split(arrays)?;
+        let named: Vec<(&str, &Array)> = tensors.iter().map(|a| (kept.original(&a.name), *a)).collect();
+        safetensors::write_named(&named, kept.metadata.as_ref(), out)
     }
     fn metadata(&self) -> &'static [&'static str] {
-        &[safetensors::ST_HEADER]
+        &[safetensors::ST_HEADER, names::NAMES]
     }
     fn read_exact(&self, content: &[u8], _: &mut Notes) -> Option<Result<Vec<Array>>> {
         Some(safetensors::safetensors_to_arrays(content))

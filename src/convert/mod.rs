@@ -7,6 +7,7 @@ pub mod container;
 pub mod fold;
 pub mod mldf;
 pub mod msgpack;
+pub mod names;
 pub mod npy;
 pub mod npz;
 pub mod pyjson;
@@ -108,15 +109,30 @@ pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
 pub fn load_inputs(paths: &[impl AsRef<Path>], verify: &VerifyOptions, notes: &mut Notes) -> Result<Vec<Array>> {
     let mut arrays = Vec::new();
     let mut from: Vec<&Path> = Vec::new();
+    let mut kept = names::OriginalNames::default();
     for p in paths {
         let p = p.as_ref();
         let got = load_one(p, verify, notes).map_err(|e| e.in_file(p))?;
+        if let Some(n) = names::OriginalNames::of(&got).map_err(|e| e.in_file(p))? {
+            if let Some(why) = kept.merge(n) {
+                notes.push(format!("{}: {why}", p.display()));
+            }
+        }
+        let got: Vec<Array> = got.into_iter().filter(|a| a.name != names::NAMES).collect();
         from.extend(std::iter::repeat_n(p, got.len()));
         arrays.extend(got);
     }
     let originals: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
     for (a, n) in arrays.iter_mut().zip(assign_names(&originals)) {
+        if a.name != n {
+            kept.names.insert(n.clone(), std::mem::take(&mut a.name));
+        }
         a.name = n;
+    }
+    // What extract needs to give the inputs' own names (and metadata) back.
+    if !kept.is_empty() {
+        arrays.push(kept.to_array()?);
+        from.push(Path::new("(the inputs' names)"));
     }
     // Two inputs with an array of one name: say which files.
     let mut seen: std::collections::HashMap<&str, &Path> = std::collections::HashMap::new();

@@ -52,6 +52,13 @@ fn to_st(d: Dtype) -> St {
 /// Name of the array that carries a safetensors file's header bytes.
 pub const ST_HEADER: &str = "__safetensors_header";
 
+/// The file's `__metadata__`, if it has one.
+pub fn metadata(src: &Source) -> Result<Option<std::collections::BTreeMap<String, String>>> {
+    let (_, m) = SafeTensors::read_metadata(src.bytes())
+        .map_err(|e| input_at(0, format!("not a valid safetensors file: {e}")))?;
+    Ok(m.metadata().as_ref().map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()))
+}
+
 /// Reads every tensor, each array named by its tensor name (the caller
 /// maps names to WTXT names); the tensors are windows of `src`.
 pub fn read(src: &Source) -> Result<Vec<Array>> {
@@ -103,25 +110,60 @@ impl safetensors::View for &Described {
 /// The first `8 + n` bytes the crate's `serialize` writes for these arrays
 /// (named as in WTXT), and the arrays in the order their bytes follow.
 pub fn header_of(arrays: &[Array]) -> Result<(Vec<u8>, Vec<&Array>)> {
-    let described: Vec<(String, Described)> = arrays
+    header_named(&arrays.iter().map(|a| (a.name.as_str(), a)).collect::<Vec<_>>(), None)
+}
+
+/// Like [`header_of`] with each tensor's name given, and `__metadata__`.
+fn header_named<'a>(
+    named: &[(&str, &'a Array)],
+    metadata: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<(Vec<u8>, Vec<&'a Array>)> {
+    let described: Vec<(&str, Described)> = named
         .iter()
-        .map(|a| {
+        .map(|(n, a)| {
             let shape = a.shape.iter().map(|&d| d as usize).collect();
-            (a.name.clone(), Described { dtype: to_st(a.dtype), shape, len: a.bytes().len() })
+            (*n, Described { dtype: to_st(a.dtype), shape, len: a.bytes().len() })
         })
         .collect();
-    let header = safetensors::serialize(described.iter().map(|(n, d)| (n.as_str(), d)), None)
+    let header = safetensors::serialize(described.iter().map(|(n, d)| (*n, d)), None)
         .map_err(|e| Error::input(Default::default(), e.to_string()))?;
+    // The crate writes `__metadata__` from a HashMap, in no fixed order: put
+    // it in ourselves, keys sorted (as Python's safetensors writes them), so
+    // the same dict always gives the same bytes.
+    let header = match metadata {
+        None => header,
+        Some(m) => {
+            let json = std::str::from_utf8(&header[8..]).expect("the crate writes UTF-8").trim_end();
+            let rest = json.strip_prefix('{').expect("a JSON object");
+            let sep = if rest.starts_with('}') { "" } else { "," };
+            let meta = serde_json::to_string(m).expect("strings serialize");
+            let mut text = format!("{{\"__metadata__\":{meta}{sep}{rest}").into_bytes();
+            text.resize(text.len().next_multiple_of(8), b' ');
+            let mut h = (text.len() as u64).to_le_bytes().to_vec();
+            h.extend_from_slice(&text);
+            h
+        }
+    };
     // The crate's order: descending dtype, then name.
-    let mut order: Vec<&Array> = arrays.iter().collect();
-    order.sort_by(|l, r| to_st(r.dtype).cmp(&to_st(l.dtype)).then(l.name.cmp(&r.name)));
-    Ok((header, order))
+    let mut order: Vec<&(&str, &Array)> = named.iter().collect();
+    order.sort_by(|l, r| to_st(r.1.dtype).cmp(&to_st(l.1.dtype)).then(l.0.cmp(r.0)));
+    Ok((header, order.into_iter().map(|(_, a)| *a).collect()))
 }
 
 /// Writes arrays as safetensors, byte for byte what the crate's `serialize`
 /// gives (names as in WTXT), streaming each tensor from where it lives.
 pub fn write<W: Write + ?Sized>(arrays: &[Array], out: &mut W) -> Result<()> {
-    let (header, order) = header_of(arrays)?;
+    write_named(&arrays.iter().map(|a| (a.name.as_str(), a)).collect::<Vec<_>>(), None, out)
+}
+
+/// Writes tensors under the names given, with `__metadata__`: what
+/// the Python `safetensors` library writes for the same dict.
+pub fn write_named<W: Write + ?Sized>(
+    named: &[(&str, &Array)],
+    metadata: Option<&std::collections::BTreeMap<String, String>>,
+    out: &mut W,
+) -> Result<()> {
+    let (header, order) = header_named(named, metadata)?;
     out.write_all(&header).map_err(Error::write_failed)?;
     for a in order {
         out.write_all(a.bytes()).map_err(Error::write_failed)?;

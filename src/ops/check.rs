@@ -1,6 +1,6 @@
 //! `wtxt verify`, `inspect` and `extract`: reading a WTXT and saying what it holds.
 
-use crate::convert::write_arrays;
+use crate::convert::{write_arrays, Notes};
 use crate::crypto::armor::Unseal;
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::TrustedKeys;
@@ -163,22 +163,39 @@ pub fn inspect(path: &Path, unseal: Option<&Unseal>) -> Result<Inspection> {
 }
 
 /// `wtxt extract`: verifies the file under `opts`, then writes its arrays (or one).
+///
+/// The output gets the inputs' own names (and a safetensors file's
+/// `__metadata__`) back where the snapshot kept them; `--array` takes the
+/// WTXT name or the original one. Metadata arrays the output format has no
+/// place for are left out, and said so in `notes`.
 pub fn extract(
     path: &Path,
     out: &Path,
     array: Option<&str>,
     opts: &VerifyOptions,
     unseal: Option<&Unseal>,
+    notes: &mut Notes,
 ) -> Result<usize> {
+    use crate::convert::container;
+    use crate::convert::names::{OriginalNames, NAMES};
     let (f, len) = open_input(path, unseal)?;
     let loaded = crate::wtxt::load(BufReader::with_capacity(1 << 20, f), len, opts).map_err(|e| e.in_file(path))?;
+    let kept = OriginalNames::of(&loaded.arrays).map_err(|e| e.in_file(path))?.unwrap_or_default();
     let arrays: Vec<Array> = match array {
         Some(n) => {
-            let a = loaded.arrays.into_iter().find(|a| a.name == n);
-            vec![a.ok_or_else(|| Error::usage(format!("{}: no array named {n}", path.display())))?]
+            let want = kept.wtxt_name(n);
+            let a = loaded.arrays.iter().find(|a| a.name == n || a.name == want).cloned();
+            let a = a.ok_or_else(|| Error::usage(format!("{}: no array named {n}", path.display())))?;
+            let names = loaded.arrays.into_iter().filter(|x| x.name == NAMES);
+            std::iter::once(a).chain(names).collect()
         }
         None => loaded.arrays,
     };
+    let to = container::by_extension(out)?;
+    let (arrays, dropped) = container::foreign_metadata(arrays, to);
+    if !dropped.is_empty() && dropped.iter().any(|d| d != NAMES) {
+        notes.push(format!("left out metadata a .{} has no place for: {}", to.extensions()[0], dropped.join(", ")));
+    }
     write_arrays(&arrays, out)?;
-    Ok(arrays.len())
+    Ok(arrays.iter().filter(|a| !a.name.starts_with("__")).count())
 }

@@ -153,3 +153,44 @@ fn safetensors_round_trips_byte_for_byte_with_names_kept() {
         assert!(std::fs::read(&w2).unwrap() == std::fs::read(&w).unwrap());
     }
 }
+
+/// Issue 14 (1): a snapshot keeps the inputs' own names and a safetensors
+/// file's `__metadata__`; extract gives them back exactly.
+#[test]
+fn hugging_face_names_and_metadata_come_back_on_extract() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/peers/st_all_dtypes.safetensors");
+    let w = dir.path().join("m.wtxt");
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let r = crate::util::run(&["snapshot", &s(&st), "-o", &s(&w)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let back = dir.path().join("back.safetensors");
+    assert_eq!(crate::util::run(&["extract", &s(&w), "-o", &s(&back)]).code, 0);
+    assert_eq!(std::fs::read(&back).unwrap(), std::fs::read(&st).unwrap(), "byte for byte, metadata included");
+    // One array by its original name.
+    let one = dir.path().join("one.safetensors");
+    let r = crate::util::run(&["extract", &s(&w), "--array", "encoder.block.0.attn.qkv.bias", "-o", &s(&one)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let b = std::fs::read(&one).unwrap();
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&b[8..8 + n]).unwrap();
+    assert!(header.get("encoder.block.0.attn.qkv.bias").is_some(), "{header}");
+    assert_eq!(header["__metadata__"]["format"], "pt");
+    // An npz with dotted keys, from NumPy, back to NumPy with the same keys.
+    let npz = dir.path().join("dotted.npz");
+    let code = format!(
+        "import numpy as np; np.savez({:?}, **{{'model.layers.0.weight': np.arange(6, dtype='f4').reshape(2, 3), 'lm_head.bias': np.ones(3)}})",
+        s(&npz)
+    );
+    assert!(std::process::Command::new("python3").args(["-c", &code]).status().unwrap().success());
+    let w2 = dir.path().join("d.wtxt");
+    assert_eq!(crate::util::run(&["snapshot", &s(&npz), "-o", &s(&w2)]).code, 0);
+    let out = dir.path().join("out.npz");
+    assert_eq!(crate::util::run(&["extract", &s(&w2), "-o", &s(&out)]).code, 0);
+    let check = format!(
+        "import numpy as np; z = np.load({:?}); assert sorted(z.keys()) == ['lm_head.bias', 'model.layers.0.weight'], list(z.keys()); assert (z['model.layers.0.weight'] == np.arange(6).reshape(2, 3)).all()",
+        s(&out)
+    );
+    let o = std::process::Command::new("python3").args(["-c", &check]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -199,7 +199,10 @@ fn extract(a: cli::ExtractArgs) -> Result<u8> {
         allow_unauthenticated: a.hmac.allow_unauthenticated,
         ..Default::default()
     };
-    let n = ops::extract(&a.file, &a.output, a.array.as_deref(), &checks, u.as_ref())?;
+    let mut notes = Vec::new();
+    let n = ops::extract(&a.file, &a.output, a.array.as_deref(), &checks, u.as_ref(), &mut notes);
+    warn(&notes);
+    let n = n?;
     eprintln!("wrote {} array(s) to {}", n, a.output.display());
     Ok(0)
 }

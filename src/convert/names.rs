@@ -1,0 +1,84 @@
+//! Original names and metadata (profile, "Original names and metadata").
+//!
+//! WTXT names are `[A-Za-z0-9_]+`; Hugging Face names are not
+//! (`transformer.h.0.attn.c_attn.bias`). A snapshot maps them
+//! (`model::assign_names`) and keeps what `extract` needs to give them back,
+//! with a safetensors file's `__metadata__`, in one metadata array,
+//! `__names`: UTF-8 JSON `{"names": {WTXT name: original}, "metadata":
+//! {key: value}}` (keys sorted, either part left out when empty). It is
+//! written only when some name was mapped or an input had metadata, so a
+//! snapshot of inputs whose names fit and carry no metadata is byte for
+//! byte what it was before.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::model::Array;
+
+/// The metadata array's name.
+pub const NAMES: &str = "__names";
+
+/// What `__names` holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OriginalNames {
+    /// WTXT name -> the input's own name, for every name that was mapped.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub names: BTreeMap<String, String>,
+    /// A safetensors file's `__metadata__`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+impl OriginalNames {
+    /// Nothing to keep.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty() && self.metadata.is_none()
+    }
+
+    /// The `__names` among `arrays`, if any.
+    pub fn of(arrays: &[Array]) -> Result<Option<OriginalNames>> {
+        let Some(a) = arrays.iter().find(|a| a.name == NAMES) else { return Ok(None) };
+        serde_json::from_slice(a.bytes()).map(Some).map_err(|e| {
+            Error::input(Default::default(), format!("{NAMES}: expected {{\"names\", \"metadata\"}}: {e}"))
+        })
+    }
+
+    /// As the metadata array.
+    pub fn to_array(&self) -> Result<Array> {
+        crate::convert::meta_array(NAMES, &serde_json::to_value(self).expect("names serialize"))
+    }
+
+    /// The name `wtxt_name` had in its input.
+    pub fn original<'a>(&'a self, wtxt_name: &'a str) -> &'a str {
+        self.names.get(wtxt_name).map_or(wtxt_name, String::as_str)
+    }
+
+    /// The WTXT name of an array its input called `original`.
+    pub fn wtxt_name<'a>(&'a self, original: &'a str) -> &'a str {
+        self.names.iter().find(|(_, o)| *o == original).map_or(original, |(w, _)| w.as_str())
+    }
+
+    /// Adds another input's names and metadata; metadata that disagrees
+    /// with what is kept already is reported, not merged.
+    pub fn merge(&mut self, other: OriginalNames) -> Option<String> {
+        self.names.extend(other.names);
+        match (&mut self.metadata, other.metadata) {
+            (_, None) => None,
+            (None, Some(m)) => {
+                self.metadata = Some(m);
+                None
+            }
+            (Some(a), Some(b)) if *a == b => None,
+            (Some(_), Some(_)) => Some("two inputs carry different metadata: the first is kept".into()),
+        }
+    }
+}
+
+/// Splits `__names` off `arrays`: the tensors, and what it held.
+pub fn split(arrays: &[Array]) -> Result<(Vec<&Array>, OriginalNames)> {
+    let names = OriginalNames::of(arrays)?.unwrap_or_default();
+    Ok((arrays.iter().filter(|a| a.name != NAMES).collect(), names))
+}
