@@ -314,7 +314,7 @@ impl Pipeline {
                 let _ = self.save_queue();
             }
             Err(e) => {
-                self.fail(format!("push to {remote}: {}", e.message()));
+                self.fail(format!("push to {remote}: {e}"));
                 self.next_retry = Some(Instant::now() + self.backoff);
                 self.backoff = (self.backoff * 2).min(Duration::from_secs(60));
             }
@@ -357,30 +357,63 @@ impl Pipeline {
     }
 }
 
-/// Pushes HEAD's branch to `remote` (a name, a path or a file:// URL).
-fn push(repo_dir: &Path, remote: &str) -> std::result::Result<(), git2::Error> {
-    let repo = git2::Repository::open(repo_dir)?;
-    let head = repo.head()?;
-    let branch = head.name()?.to_string();
-    let mut r = match repo.find_remote(remote) {
-        Ok(r) => r,
-        Err(_) => repo.remote_anonymous(remote)?,
-    };
-    let rejected = std::cell::RefCell::new(None);
-    let mut cb = git2::RemoteCallbacks::new();
-    cb.push_update_reference(|name, status| {
-        if let Some(s) = status {
-            *rejected.borrow_mut() = Some(format!("{name}: {s}"));
-        }
-        Ok(())
+/// How long one push may take before it is given up (and retried later).
+pub const PUSH_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Pushes HEAD's branch to `remote` with the `git` binary: any transport
+/// `git push` knows (ssh://, user@host:path, https://, git://, paths), with
+/// the user's own authentication (ssh agent and keys, `core.sshCommand`,
+/// credential helpers, `insteadOf`). It never prompts (no terminal, no
+/// stdin); a failure returns git's own words.
+fn push(repo_dir: &Path, remote: &str) -> std::result::Result<(), String> {
+    let branch = git2::Repository::open(repo_dir)
+        .and_then(|r| r.head().and_then(|h| h.name().map(String::from)))
+        .map_err(|e| format!("cannot read HEAD: {}", e.message()))?;
+    let mut child = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo_dir)
+        .args(["push", "--porcelain", "--", remote, &format!("HEAD:{branch}")])
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    // Read stderr on its own thread so a chatty git never blocks on a full pipe.
+    let mut err = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
     });
-    let mut opts = git2::PushOptions::new();
-    opts.remote_callbacks(cb);
-    r.push(&[format!("{branch}:{branch}")], Some(&mut opts))?;
-    drop(opts);
-    match rejected.into_inner() {
-        Some(m) => Err(git2::Error::from_str(&format!("rejected {m}"))),
-        None => Ok(()),
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Ok(s),
+            Ok(None) if start.elapsed() > PUSH_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break Err(format!("no answer in {} s", PUSH_TIMEOUT.as_secs()));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => break Err(e.to_string()),
+        }
+    };
+    let stderr = reader.join().unwrap_or_default();
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => {
+            // Git's whole answer (the cause usually comes first), on one line.
+            let said: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+            let mut said = crate::error::one_line(&said.join(" / ")).into_owned();
+            if said.len() > 1000 {
+                let cut = (0..=1000).rev().find(|&i| said.is_char_boundary(i)).unwrap_or(0);
+                said.truncate(cut);
+                said.push_str(" ...");
+            }
+            Err(format!("git push exited {}: {said}", s.code().unwrap_or(-1)))
+        }
+        Err(m) => Err(m),
     }
 }
 

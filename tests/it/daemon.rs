@@ -76,6 +76,11 @@ struct Daemon {
 
 impl Daemon {
     fn start(repo: &Path, socket: &Path, extra: &[&str]) -> Daemon {
+        Daemon::start_with(repo, socket, extra, &[], Stdio::null())
+    }
+
+    /// With extra environment (how `git` reaches a remote) and stderr going to `stderr`.
+    fn start_with(repo: &Path, socket: &Path, extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Daemon {
         let child = Command::new(env!("CARGO_BIN_EXE_wtxt"))
             .arg("daemon")
             .arg("--repo")
@@ -83,8 +88,9 @@ impl Daemon {
             .arg("--socket")
             .arg(socket)
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let t = Instant::now();
@@ -347,4 +353,148 @@ fn idle_floods_huge_gens_and_regular_files_do_not_break_the_daemon() {
     assert_eq!(daemon.ask("flush"), "ok");
     daemon.stop();
     assert!(!sock.exists(), "the socket is removed on shutdown");
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released for the server).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A server this test started; stopped however the test ends.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for_port(port: u16) {
+    let t = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(10), "no server on 127.0.0.1:{port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Snapshots two generations through the daemon to `remote` and checks
+/// they arrived; `env` tells `git` how to reach it.
+fn pushes_arrive(d: &Path, remote_url: &str, bare: &Path, env: &[(&str, &str)]) {
+    let repo = d.join("repo");
+    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
+    let daemon = Daemon::start_with(&repo, &d.join("s.sock"), &["--remote", remote_url], env, Stdio::null());
+    for g in 1..=2 {
+        assert_eq!(daemon.ask(&format!("snapshot {} gen={g}", model(d, g).display())), format!("ok gen={g} queued"));
+        assert_eq!(daemon.ask("flush"), "ok");
+    }
+    let st = daemon.status();
+    assert_eq!(st["resend_queue"], 0, "{st}");
+    assert_eq!(st["pushed_gen"], 2, "{st}");
+    assert!(st["last_error"].is_null(), "{st}");
+    daemon.stop();
+    assert_eq!(git_ok(bare, &["rev-list", "--count", "main"]).trim(), "2");
+}
+
+/// Issue 11: the daemon pushes over ssh with the user's own key, through a
+/// real `sshd` on loopback.
+#[test]
+fn pushes_over_ssh_to_a_real_sshd_on_loopback() {
+    let sshd = Path::new("/usr/sbin/sshd");
+    assert!(sshd.exists(), "this test needs Debian's openssh-server (.ci/run installs it)");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let keygen = |p: &Path| {
+        let o = Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(p).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    keygen(&d.join("host_key"));
+    keygen(&d.join("user_key"));
+    std::fs::copy(d.join("user_key.pub"), d.join("authorized_keys")).unwrap();
+    let port = free_port();
+    let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout).unwrap().trim().to_string();
+    let config = format!(
+        "Port {port}\nListenAddress 127.0.0.1\nHostKey {h}\nAuthorizedKeysFile {a}\nPidFile {p}\nStrictModes no\n\
+         UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
+         AllowUsers {user}\n",
+        h = d.join("host_key").display(),
+        a = d.join("authorized_keys").display(),
+        p = d.join("sshd.pid").display(),
+    );
+    std::fs::write(d.join("sshd_config"), config).unwrap();
+    // sshd wants its privilege-separation folder.
+    let _ = std::fs::create_dir_all("/run/sshd");
+    let _server = Server(
+        Command::new(sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(d.join("sshd_config"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(port);
+    let bare = d.join("remote.git");
+    git_ok(d, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
+    let ssh = format!(
+        "ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR",
+        d.join("user_key").display()
+    );
+    let url = format!("ssh://{user}@127.0.0.1:{port}{}", bare.display());
+    pushes_arrive(d, &url, &bare, &[("GIT_SSH_COMMAND", &ssh)]);
+}
+
+/// Issue 11: and over git:// to a real `git daemon` on loopback.
+#[test]
+fn pushes_over_git_protocol_to_a_real_git_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let served = d.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    git_ok(&served, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
+    let port = free_port();
+    let _server = Server(
+        Command::new("git")
+            .arg("daemon")
+            .args(["--reuseaddr", "--export-all", "--enable=receive-pack", "--listen=127.0.0.1"])
+            .arg(format!("--port={port}"))
+            .arg(format!("--base-path={}", served.display()))
+            .arg(&served)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(port);
+    pushes_arrive(d, &format!("git://127.0.0.1:{port}/remote.git"), &served.join("remote.git"), &[]);
+}
+
+/// Issue 11: a push that fails is said at once on stderr, with the remote's
+/// answer, and in `status.last_error`; the generation waits in the queue.
+#[test]
+fn a_failing_push_is_logged_at_once_with_the_remotes_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let repo = d.join("repo");
+    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
+    let log = d.join("daemon.err");
+    let url = format!("ssh://nobody@127.0.0.1:{}/nowhere.git", free_port());
+    let ssh = "ssh -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5";
+    let daemon = Daemon::start_with(
+        &repo,
+        &d.join("s.sock"),
+        &["--remote", &url],
+        &[("GIT_SSH_COMMAND", ssh)],
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    assert_eq!(daemon.ask(&format!("snapshot {} gen=1", model(d, 1).display())), "ok gen=1 queued");
+    assert_eq!(daemon.ask("flush"), "ok");
+    let st = daemon.status();
+    assert_eq!(st["resend_queue"], 1, "{st}");
+    let err = st["last_error"].as_str().unwrap().to_string();
+    assert!(err.contains("push to ssh://") && err.contains("git push exited"), "{err}");
+    assert!(err.contains("Connection refused") || err.contains("connect"), "the remote's answer: {err}");
+    daemon.stop();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("wtxt daemon: push to ssh://"), "stderr: {logged}");
 }
