@@ -51,6 +51,8 @@ pub struct Plan {
     /// The hooks folder (local scope only).
     pub hooks_dir: Option<PathBuf>,
     pub hook: String,
+    /// File name extensions the installed filters carry.
+    pub filtered: Vec<&'static str>,
 }
 
 fn git_err(e: git2::Error) -> Error {
@@ -126,6 +128,7 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], exe: &Path) -> Result<
         attributes,
         hooks_dir,
         hook: HOOK.replace("${WTXT:-wtxt}", &format!("${{WTXT:-{w}}}")),
+        filtered: filters.iter().flat_map(|f| extensions(f).iter().copied()).collect(),
     })
 }
 
@@ -209,7 +212,9 @@ fn with_block(text: &str, lines: Option<&[String]>) -> String {
 }
 
 /// Writes the plan.
-pub fn install(dir: &Path, p: &Plan) -> Result<()> {
+/// Wires everything in; then, inside a repository, checks out again the
+/// filtered files its work tree holds in clean form (returned).
+pub fn install(dir: &Path, p: &Plan) -> Result<Vec<String>> {
     let mut cfg = open_config(dir, p.scope)?;
     for (k, v) in &p.config {
         cfg.set_str(k, v).map_err(git_err)?;
@@ -237,7 +242,51 @@ pub fn install(dir: &Path, p: &Plan) -> Result<()> {
         }
         write_file(&hook, p.hook.as_bytes(), 0o755)?;
     }
-    Ok(())
+    smudge_clean_files(dir, &p.filtered)
+}
+
+/// Files a filter now carries that the work tree holds in clean form (WTXT
+/// text where the binary belongs: the repository was cloned before the
+/// filter was installed) are checked out again through the filter, as `git
+/// lfs install` followed by a checkout would. Only files exactly as
+/// committed are touched; an edited one is left alone.
+fn smudge_clean_files(dir: &Path, exts: &[&str]) -> Result<Vec<String>> {
+    let Ok(repo) = Repository::discover(dir) else { return Ok(Vec::new()) };
+    let Some(work) = repo.workdir().map(Path::to_path_buf) else { return Ok(Vec::new()) };
+    let index = repo.index().map_err(git_err)?;
+    let mut stale = Vec::new();
+    for e in index.iter() {
+        let path = String::from_utf8_lossy(&e.path).into_owned();
+        let ext = Path::new(&path).extension().and_then(|x| x.to_str()).unwrap_or("").to_ascii_lowercase();
+        if !exts.contains(&ext.as_str()) {
+            continue;
+        }
+        let Ok(on_disk) = std::fs::read(work.join(&path)) else { continue };
+        let committed = repo.find_blob(e.id).map(|b| b.content() == on_disk).unwrap_or(false);
+        if on_disk.starts_with(b"WTXT 1\n") && committed {
+            stale.push(path);
+        }
+    }
+    if stale.is_empty() {
+        return Ok(stale);
+    }
+    for p in &stale {
+        std::fs::remove_file(work.join(p)).map_err(|e| Error::io(work.join(p), e))?;
+    }
+    let o = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&work)
+        .args(["checkout", "--"])
+        .args(&stale)
+        .output()
+        .map_err(|e| Error::io_in("git checkout", e))?;
+    if !o.status.success() {
+        return Err(Error::input(
+            Default::default(),
+            format!("git checkout of the filtered files failed: {}", String::from_utf8_lossy(&o.stderr).trim()),
+        ));
+    }
+    Ok(stale)
 }
 
 /// Reverses `install`.

@@ -128,10 +128,15 @@ impl Visitor for InspectVisitor {
 /// are checked on the way (digests are `verify`'s work).
 pub fn inspect(path: &Path, unseal: Option<&Unseal>) -> Result<Inspection> {
     let (f, _) = open_input(path, unseal)?;
+    inspect_reader(BufReader::with_capacity(1 << 20, f)).map_err(|e| e.in_file(path))
+}
+
+/// [`inspect`] of a WTXT read from `input` (a Git blob, say).
+pub fn inspect_reader<R: std::io::Read>(input: R) -> Result<Inspection> {
     let mut v = InspectVisitor { arrays: Vec::new(), audit: Vec::new(), problems: Vec::new() };
-    let h = read(BufReader::with_capacity(1 << 20, f), &mut v).map_err(|e| e.in_file(path))?;
+    let h = read(input, &mut v)?;
     if let Some((line, m)) = v.problems.first() {
-        return Err(check_at(*line, m.clone()).in_file(path));
+        return Err(check_at(*line, m.clone()));
     }
     let (sha, prev, this, fx) = match &h.root {
         Root::Final { sha256_all, merkle_prev, merkle_this, fastxor } => (

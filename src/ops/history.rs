@@ -115,3 +115,48 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
     let written = write_wtxt(&merged.arrays, &opts, out, None, &Progress::hidden())?;
     Ok(MergeOutcome { conflicts: merged.conflicts, written: Some(written), gen })
 }
+
+/// What Git's external diff shows: `args` are Git's `PATH OLD OLD-HEX
+/// OLD-MODE NEW NEW-HEX NEW-MODE` (a side that does not exist is
+/// /dev/null). Each side is the blob Git names when the repository around
+/// `here` has it: in a filter repository the work-tree file is the smudged
+/// container, and cleaning it again would invent a header (a new gen, a new
+/// ts) that is in no commit. Otherwise (an uncommitted work-tree side) the
+/// file, cleaned if a filter made it. Problems are printed, never returned.
+pub fn diff_driver(args: &[String], here: &Path, color: bool) -> String {
+    use crate::git::diff::{render, Names};
+    let [path, old, old_hex, _, new, new_hex, _] = args else {
+        return "wtxt: the diff driver takes 7 arguments\n".into();
+    };
+    let head = format!("diff --wtxt a/{path} b/{path}\n");
+    let repo = git2::Repository::discover(here).ok();
+    let side = |file: &str, hex: &str| -> Result<Vec<u8>> {
+        let blob = repo.as_ref().and_then(|r| {
+            let oid = git2::Oid::from_str(hex).ok().filter(|o| !o.is_zero())?;
+            r.find_blob(oid).ok().map(|b| b.content().to_vec())
+        });
+        match blob {
+            Some(b) => Ok(b),
+            None => crate::git::filter::as_wtxt(Path::new(file), here, path),
+        }
+    };
+    let summary = |file: &str, hex: &str, what: &str| match side(file, hex).and_then(|b| inspect_reader(&b[..])) {
+        Ok(i) => format!("{head}{what} {path}: gen {:06}, {} arrays, {} bytes\n", i.gen, i.arrays.len(), i.total_bytes),
+        Err(e) => format!("{head}{what} {path}: {}\n", e.message()),
+    };
+    if old == "/dev/null" {
+        return summary(new, new_hex, "new file");
+    }
+    if new == "/dev/null" {
+        return summary(old, old_hex, "deleted file");
+    }
+    let (a, b) = (format!("a/{path}"), format!("b/{path}"));
+    let d = side(old, old_hex).and_then(|x| {
+        let y = side(new, new_hex)?;
+        crate::git::diff::diff(&x[..], &y[..], Names { old: Path::new(&a), new: Path::new(&b) })
+    });
+    match d {
+        Ok(d) => format!("{head}{}", render(&d, &a, &b, color)),
+        Err(e) => format!("{head}wtxt diff: {e} (use git diff --no-ext-diff --no-textconv for the text)\n"),
+    }
+}

@@ -320,6 +320,29 @@ fn safetensors_filter_stores_wtxt_and_checks_out_the_same_bytes() {
     assert!(std::fs::read(&path).unwrap() == changed);
     let d = r.ok(&["diff", "HEAD~1", "HEAD"]);
     assert!(d.contains("element(s) changed"), "{d}");
+    // The driver reads the committed blobs (issue 11): gen 0 -> 1 as
+    // committed, not a header made up by cleaning the work tree again.
+    assert!(d.contains("header gen: 000000 -> 000001"), "{d}");
+    assert!(!d.contains("000002"), "{d}");
+    // A clone made before install holds WTXT text under model.safetensors;
+    // install checks it out again through the filter, and says so.
+    let clone = r.root.parent().unwrap().join("clone");
+    r.ok(&["clone", "-q", r.root.to_str().unwrap(), clone.to_str().unwrap()]);
+    let cloned = clone.join("model.safetensors");
+    assert!(std::fs::read(&cloned).unwrap().starts_with(b"WTXT 1\n"));
+    let o = Command::new(env!("CARGO_BIN_EXE_wtxt"))
+        .current_dir(&clone)
+        .args(["git", "install", "--filter", "safetensors"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("checked out 1 file(s) again"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(std::fs::read(&cloned).unwrap() == changed, "the binary is back");
+    assert_eq!(String::from_utf8_lossy(&git_cmd(&clone, &["status", "--porcelain"], &[]).stdout), "");
 }
 
 #[test]

@@ -333,8 +333,15 @@ fn git_install(a: cli::InstallArgs) -> Result<u8> {
         install::uninstall(&here, &plan)?;
         eprintln!("wtxt: removed the drivers, attributes and hook");
     } else {
-        install::install(&here, &plan)?;
+        let again = install::install(&here, &plan)?;
         eprintln!("wtxt: installed (attributes in {})", plan.attributes_file.display());
+        if !again.is_empty() {
+            eprintln!(
+                "wtxt: checked out {} file(s) again through the filter (they were in their stored WTXT form): {}",
+                again.len(),
+                again.join(", ")
+            );
+        }
     }
     Ok(0)
 }
@@ -611,34 +618,9 @@ fn log_text(chains: &[wtxt::git::history::Chain]) -> String {
     s
 }
 
-/// Git's external diff: `PATH OLD OLD-HEX OLD-MODE NEW NEW-HEX NEW-MODE`;
-/// a side that does not exist is /dev/null.
+/// Git's external diff, which never fails (Git treats that as fatal).
 fn diff_driver(args: &[String]) -> String {
-    let [path, old, _, _, new, _, _] = args else { return "wtxt: the diff driver takes 7 arguments\n".into() };
     let color = std::env::var_os("GIT_PAGER_IN_USE").is_none() && std::io::stdout().is_terminal();
-    let head = format!("diff --wtxt a/{path} b/{path}\n");
-    let summary = |p: &str, what: &str| match ops::inspect(Path::new(p), None) {
-        Ok(i) => format!("{head}{what} {path}: gen {:06}, {} arrays, {} bytes\n", i.gen, i.arrays.len(), i.total_bytes),
-        Err(e) => format!("{head}{what} {path}: {}\n", e.message()),
-    };
-    match (old.as_str(), new.as_str()) {
-        ("/dev/null", n) => summary(n, "new file"),
-        (o, "/dev/null") => summary(o, "deleted file"),
-        (o, n) => {
-            let here = std::env::current_dir().unwrap_or_default();
-            let sides = wtxt::git::filter::as_wtxt(Path::new(o), &here, path)
-                .and_then(|a| Ok((a, wtxt::git::filter::as_wtxt(Path::new(n), &here, path)?)));
-            let d = sides.and_then(|(a, b)| {
-                diff::diff(
-                    &a[..],
-                    &b[..],
-                    diff::Names { old: Path::new(&format!("a/{path}")), new: Path::new(&format!("b/{path}")) },
-                )
-            });
-            match d {
-                Ok(d) => format!("{head}{}", diff::render(&d, &format!("a/{path}"), &format!("b/{path}"), color)),
-                Err(e) => format!("{head}wtxt diff: {e} (use git diff --no-ext-diff --no-textconv for the text)\n"),
-            }
-        }
-    }
+    let here = std::env::current_dir().unwrap_or_default();
+    ops::diff_driver(args, &here, color)
 }
