@@ -122,16 +122,7 @@ pub fn load_inputs(paths: &[impl AsRef<Path>], verify: &VerifyOptions, notes: &m
         from.extend(std::iter::repeat_n(p, got.len()));
         arrays.extend(got);
     }
-    let originals: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
-    for (a, n) in arrays.iter_mut().zip(assign_names(&originals)) {
-        if a.name != n {
-            kept.names.insert(n.clone(), std::mem::take(&mut a.name));
-        }
-        a.name = n;
-    }
-    // What extract needs to give the inputs' own names (and metadata) back.
-    if !kept.is_empty() {
-        arrays.push(kept.to_array()?);
+    if names::give_wtxt_names(&mut arrays, &mut kept)? {
         from.push(Path::new("(the inputs' names)"));
     }
     // Two inputs with an array of one name: say which files.

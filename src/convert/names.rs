@@ -82,3 +82,21 @@ pub fn split(arrays: &[Array]) -> Result<(Vec<&Array>, OriginalNames)> {
     let names = OriginalNames::of(arrays)?.unwrap_or_default();
     Ok((arrays.iter().filter(|a| a.name != NAMES).collect(), names))
 }
+
+/// Gives every array a WTXT name (`model::assign_names`), recording each
+/// mapped name in `kept`; when `kept` then holds anything, appends it as
+/// `__names` and returns true.
+pub fn give_wtxt_names(arrays: &mut Vec<Array>, kept: &mut OriginalNames) -> Result<bool> {
+    let originals: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
+    for (a, n) in arrays.iter_mut().zip(crate::model::assign_names(&originals)) {
+        if a.name != n {
+            kept.names.insert(n.clone(), std::mem::take(&mut a.name));
+        }
+        a.name = n;
+    }
+    if kept.is_empty() {
+        return Ok(false);
+    }
+    arrays.push(kept.to_array()?);
+    Ok(true)
+}

@@ -274,6 +274,11 @@ fn as_hex<S: serde::Serializer, T: AsRef<[u8]>>(v: &Option<T>, s: S) -> std::res
 }
 
 impl Report {
+    /// The report as `verify --json` prints it.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a report serializes")
+    }
+
     /// `fastxor` as the number the `root` line shows.
     pub fn fastxor_value(&self) -> Option<u64> {
         self.fastxor.map(u64::from_be_bytes)

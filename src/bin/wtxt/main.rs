@@ -165,7 +165,7 @@ fn verify(a: cli::VerifyArgs) -> Result<u8> {
     let report = ops::verify_file(&a.file, &opts, &progress)?;
     progress.finish();
     if a.json {
-        emit(&format!("{}\n", serde_json::to_string(&report).expect("report serializes")))?;
+        emit(&format!("{}\n", report.to_json()))?;
     } else if report.ok {
         emit(&summary(&a.file, &report))?;
     }

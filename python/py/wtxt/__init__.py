@@ -1,0 +1,169 @@
+"""WTXT snapshots of ML weights from Python, in process.
+
+`save_file`, `load_file`, `load_metadata` and `verify` mirror
+`safetensors.numpy`: a dict of NumPy arrays under their own names (dotted
+Hugging Face names included) goes into a deterministic, self-checking WTXT
+file and comes back the same. Everything runs in the Rust library; this
+module only moves arrays across and turns failures into `wtxt.Error` and
+`wtxt.VerifyError`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _rust
+
+__all__ = ["Error", "VerifyError", "Report", "save_file", "load_file", "load_metadata", "verify"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Error(Exception):
+    """A `wtxt` failure: unusable input, a bad argument, or an I/O error."""
+
+
+class VerifyError(Error):
+    """A file failed a check (damage, a wrong key, a bad signature).
+
+    `line` is the 1-based line of the WTXT file at fault, when there is one.
+    """
+
+    def __init__(self, message: str, line: Optional[int] = None):
+        super().__init__(message)
+        self.line = line
+
+
+def _call(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except _rust.WtxtError as e:
+        kind, line, message = e.args
+        if kind == "check":
+            raise VerifyError(message, line) from None
+        raise Error(message) from None
+
+
+# WTXT dtypes and the NumPy dtypes they are (little-endian, as stored).
+_TO_NUMPY = {
+    "f64": "<f8", "f32": "<f4", "f16": "<f2", "i64": "<i8", "u64": "<u8", "i32": "<i4", "u32": "<u4",
+    "i16": "<i2", "u16": "<u2", "i8": "|i1", "u8": "|u1", "bool": "|b1",
+}
+_FROM_NUMPY = {np.dtype(v).str: k for k, v in _TO_NUMPY.items()}
+
+
+def _bfloat16():
+    try:
+        import ml_dtypes  # optional: bf16 arrays come back as ml_dtypes.bfloat16
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _wtxt_dtype(a: np.ndarray, name: str) -> str:
+    bf16 = _bfloat16()
+    if bf16 is not None and a.dtype == bf16:
+        return "bf16"
+    d = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
+    key = d.str if d.itemsize > 1 else d.str.replace("<", "|").replace(">", "|")
+    if key not in _FROM_NUMPY:
+        raise Error(f"tensor {name!r}: dtype {a.dtype} has no WTXT equivalent "
+                    f"(supported: {', '.join(sorted(_TO_NUMPY))}, bf16 with ml_dtypes)")
+    return _FROM_NUMPY[key]
+
+
+def _to_bytes(name: str, a) -> Tuple[str, str, List[int], bytes]:
+    if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray):
+        a = np.from_dlpack(a)  # e.g. a CPU torch tensor, without importing torch
+    if not isinstance(a, np.ndarray):
+        raise Error(f"tensor {name!r}: expected a NumPy array (or anything with __dlpack__), found {type(a).__name__}")
+    if a.dtype.hasobject:
+        raise Error(f"tensor {name!r}: object arrays cannot be saved")
+    dtype = _wtxt_dtype(a, name)
+    if dtype != "bf16":
+        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+    # tobytes gives C order whatever the array's strides: views are copied, not refused.
+    return name, dtype, [int(d) for d in a.shape], a.tobytes(order="C")
+
+
+def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: Optional[Dict[str, str]] = None,
+              prev: Optional[PathLike] = None, sign_key: Optional[PathLike] = None,
+              hmac_key: Optional[PathLike] = None, part_size: Optional[int] = None) -> str:
+    """Writes `tensors` as a canonical WTXT at `filename` (atomically).
+
+    Names need not be WTXT names: they are mapped, and kept so that
+    `load_file` (and `wtxt extract`) give them back. `metadata` is a
+    safetensors-style dict of strings. `prev` chains to a previous
+    generation; `sign_key` (Ed25519 PEM or OpenSSH) signs, `hmac_key` (a hex
+    key file) authenticates every array. Returns `sha256_all` as hex.
+    """
+    if part_size is not None:
+        raise Error("part_size: split snapshots are not supported by this version")
+    if not isinstance(tensors, Mapping):
+        raise Error(f"expected a dict of arrays, found {type(tensors).__name__}")
+    if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise Error("metadata: expected a dict of str to str")
+    items = [_to_bytes(str(k), v) for k, v in tensors.items()]
+    p = lambda x: None if x is None else os.fspath(x)
+    return _call(_rust.save, items, os.fspath(filename), metadata, p(prev), p(sign_key), p(hmac_key))
+
+
+def _from_bytes(dtype: str, shape: List[int], data: bytes) -> np.ndarray:
+    if dtype == "bf16":
+        bf16 = _bfloat16()
+        return np.frombuffer(data, dtype=bf16 if bf16 is not None else "<u2").reshape(shape).copy()
+    return np.frombuffer(data, dtype=_TO_NUMPY[dtype]).reshape(shape).copy()
+
+
+def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
+              require_signature: bool = False, trusted_keys: Optional[PathLike] = None) -> Dict[str, np.ndarray]:
+    """Reads and verifies `filename`: a dict of arrays under their original names.
+
+    Every check runs; with `hmac_key` every array must authenticate, with
+    `pubkey` or `trusted_keys` a signature must hold (and be there with
+    `require_signature`). A failed check raises `VerifyError` with its line.
+    """
+    p = lambda x: None if x is None else os.fspath(x)
+    tensors, _ = _call(_rust.load, os.fspath(filename), p(hmac_key), p(pubkey), p(trusted_keys), require_signature)
+    return {name: _from_bytes(dtype, shape, data) for name, dtype, shape, data in tensors}
+
+
+def load_metadata(filename: PathLike) -> Dict[str, str]:
+    """The safetensors-style metadata saved with `filename` (empty if none)."""
+    _, metadata = _call(_rust.load, os.fspath(filename))
+    return dict(metadata or {})
+
+
+@dataclass
+class Report:
+    """What `verify` found: `ok`, `gen`, `signature` (valid, invalid,
+    absent or untrusted) and `errors`, a list of (line, message)."""
+
+    ok: bool
+    gen: int
+    signature: str
+    errors: List[Tuple[int, str]] = field(default_factory=list)
+    arrays: List[dict] = field(default_factory=list)
+    sha256_all: Optional[str] = None
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def verify(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
+           trusted_keys: Optional[PathLike] = None, require_signature: bool = False,
+           wsum: Optional[PathLike] = None, prev: Optional[PathLike] = None,
+           allow_unauthenticated: bool = False) -> Report:
+    """`wtxt verify` of `filename`, as a `Report` (a failed check is in the
+    report, not raised; an unreadable file raises `Error`)."""
+    p = lambda x: None if x is None else os.fspath(x)
+    text = _call(_rust.verify, os.fspath(filename), p(hmac_key), p(pubkey), p(trusted_keys), require_signature,
+                 p(wsum), p(prev), allow_unauthenticated)
+    r = json.loads(text)
+    return Report(ok=r["ok"], gen=r["gen"], signature=r["signature"],
+                  errors=[(e["line"], e["message"]) for e in r["errors"]], arrays=r["arrays"],
+                  sha256_all=r.get("sha256_all"))

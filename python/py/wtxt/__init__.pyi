@@ -1,0 +1,51 @@
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+PathLike = Union[str, os.PathLike[str]]
+
+class Error(Exception): ...
+
+class VerifyError(Error):
+    line: Optional[int]
+    def __init__(self, message: str, line: Optional[int] = ...) -> None: ...
+
+@dataclass
+class Report:
+    ok: bool
+    gen: int
+    signature: str
+    errors: List[Tuple[int, str]]
+    arrays: List[dict]
+    sha256_all: Optional[str]
+    def __bool__(self) -> bool: ...
+
+def save_file(
+    tensors: Mapping[str, np.ndarray],
+    filename: PathLike,
+    metadata: Optional[Dict[str, str]] = ...,
+    prev: Optional[PathLike] = ...,
+    sign_key: Optional[PathLike] = ...,
+    hmac_key: Optional[PathLike] = ...,
+    part_size: Optional[int] = ...,
+) -> str: ...
+def load_file(
+    filename: PathLike,
+    hmac_key: Optional[PathLike] = ...,
+    pubkey: Optional[PathLike] = ...,
+    require_signature: bool = ...,
+    trusted_keys: Optional[PathLike] = ...,
+) -> Dict[str, np.ndarray]: ...
+def load_metadata(filename: PathLike) -> Dict[str, str]: ...
+def verify(
+    filename: PathLike,
+    hmac_key: Optional[PathLike] = ...,
+    pubkey: Optional[PathLike] = ...,
+    trusted_keys: Optional[PathLike] = ...,
+    require_signature: bool = ...,
+    wsum: Optional[PathLike] = ...,
+    prev: Optional[PathLike] = ...,
+    allow_unauthenticated: bool = ...,
+) -> Report: ...

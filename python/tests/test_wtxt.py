@@ -1,0 +1,156 @@
+"""The `wtxt` Python package against the real CLI and real files.
+
+Run by scripts/test.sh (the README's test command) after
+`python3 -m pip install ./python`."""
+import calendar
+import json
+import os
+import pathlib
+import shutil
+import struct
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import wtxt
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "fixtures" / "wtxt"
+CLI = os.environ.get("WTXT_BIN") or shutil.which("wtxt") or str(ROOT / "target" / "debug" / "wtxt")
+
+
+def cli(*args, env=None):
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, env=env, cwd=FIXTURES)
+
+
+@pytest.fixture(autouse=True)
+def fixed_time(monkeypatch):
+    # The golden vectors' timestamp, for byte-for-byte comparisons.
+    ts = calendar.timegm(time.strptime("2026-02-02T12:00:00Z", "%Y-%m-%dT%H:%M:%SZ"))
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(ts))
+
+
+ALL = {
+    "f64": np.array([1.5, -2.0], dtype="<f8"),
+    "f32": np.arange(6, dtype="<f4").reshape(2, 3),
+    "f16": np.array([0.5, 1.0, -3.0], dtype="<f2"),
+    "i64": np.array([-(2**62), 5], dtype="<i8"),
+    "u64": np.array([2**63 + 7], dtype="<u8"),
+    "i32": np.array([[1, -2], [3, -4]], dtype="<i4"),
+    "u32": np.array([4000000000], dtype="<u4"),
+    "i16": np.array([-300], dtype="<i2"),
+    "u16": np.array([65000, 1], dtype="<u2"),
+    "i8": np.array([-128, 127], dtype="i1"),
+    "u8": np.array([255, 0], dtype="u1"),
+    "bool": np.array([True, False, True]),
+    "rank0": np.array(3.25, dtype="<f8"),
+    "empty": np.zeros((0, 4), dtype="<f4"),
+    "model.layers.0.self_attn.q_proj.weight": np.arange(8, dtype="<f4").reshape(2, 4),
+}
+
+
+def test_every_dtype_rank0_zero_size_and_dotted_names_round_trip(tmp_path):
+    f = tmp_path / "m.wtxt"
+    wtxt.save_file(ALL, f, metadata={"format": "pt", "step": "10"})
+    back = wtxt.load_file(f)
+    assert sorted(back) == sorted(ALL)
+    for k, v in ALL.items():
+        assert back[k].dtype == v.dtype and back[k].shape == v.shape, k
+        assert np.array_equal(back[k], v), k
+    assert wtxt.load_metadata(f) == {"format": "pt", "step": "10"}
+    assert wtxt.verify(f).ok
+
+
+def test_bf16_comes_back_as_bits_or_ml_dtypes(tmp_path):
+    f = tmp_path / "ext.wtxt"
+    r = cli("snapshot", "inputs/ext.safetensors", "-o", f)
+    assert r.returncode == 0, r.stderr
+    back = wtxt.load_file(f)
+    try:
+        import ml_dtypes  # noqa: F401
+        assert back["act_bf16"].dtype.name == "bfloat16"
+    except ImportError:
+        assert back["act_bf16"].dtype == np.dtype("<u2")
+
+
+def test_python_writes_the_golden_vector_byte_for_byte(tmp_path):
+    # The golden `defaults` case is `wtxt snapshot inputs/model.npz` at this ts.
+    with np.load(FIXTURES / "inputs" / "model.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    f = tmp_path / "py.wtxt"
+    wtxt.save_file(arrays, f)
+    assert f.read_bytes() == (FIXTURES / "expected" / "defaults.wtxt").read_bytes()
+
+
+def test_what_python_writes_the_cli_reads_with_its_names(tmp_path):
+    f = tmp_path / "m.wtxt"
+    wtxt.save_file({"transformer.h.0.attn.c_attn.bias": np.ones(3, "<f4")}, f, metadata={"format": "pt"})
+    out = tmp_path / "m.safetensors"
+    r = cli("extract", f, "-o", out)
+    assert r.returncode == 0, r.stderr
+    b = out.read_bytes()
+    (n,) = struct.unpack("<Q", b[:8])
+    header = json.loads(b[8:8 + n])
+    assert "transformer.h.0.attn.c_attn.bias" in header and header["__metadata__"] == {"format": "pt"}
+    # And what the CLI writes, Python reads.
+    cf = tmp_path / "cli.wtxt"
+    assert cli("snapshot", out, "-o", cf).returncode == 0
+    assert list(wtxt.load_file(cf)) == ["transformer.h.0.attn.c_attn.bias"]
+
+
+def test_a_damaged_line_raises_verify_error_with_its_line(tmp_path):
+    f = tmp_path / "m.wtxt"
+    wtxt.save_file({"w": np.arange(100, dtype="<f4")}, f)
+    lines = f.read_bytes().split(b"\n")
+    k = next(i for i, l in enumerate(lines) if l.startswith(b"ch ")) + 1
+    lines[k] = (b"B" if lines[k][:1] == b"A" else b"A") + lines[k][1:]
+    f.write_bytes(b"\n".join(lines))
+    with pytest.raises(wtxt.VerifyError) as e:
+        wtxt.load_file(f)
+    assert e.value.line == k + 1
+    report = wtxt.verify(f)
+    assert not report.ok and report.errors[0][0] == k + 1
+
+
+def test_keys_and_signatures(tmp_path):
+    f = tmp_path / "s.wtxt"
+    keys = FIXTURES / "keys"
+    wtxt.save_file({"w": np.ones(4)}, f, sign_key=keys / "sign.pem", hmac_key=keys / "hmac.hex")
+    assert wtxt.load_file(f, hmac_key=keys / "hmac.hex", pubkey=keys / "sign.pem.pub", require_signature=True)
+    assert wtxt.verify(f, pubkey=keys / "sign.pem.pub").signature == "valid"
+    with pytest.raises(wtxt.VerifyError):
+        wtxt.load_file(f, pubkey=keys / "other.pem.pub", require_signature=True)
+    g = tmp_path / "g1.wtxt"
+    wtxt.save_file({"w": np.zeros(4)}, g, prev=f)
+    assert wtxt.verify(g, prev=f).gen == 1
+
+
+def test_bad_input_raises_and_writes_nothing(tmp_path):
+    f = tmp_path / "x.wtxt"
+    for bad, why in [
+        ({"a": [1, 2, 3]}, "expected a NumPy array"),
+        ({"a": np.array([object()], dtype=object)}, "object"),
+        ({"a": np.array(["s"])}, "no WTXT equivalent"),
+        ({"__npz": np.ones(2)}, "reserved"),
+        ("not a dict", "expected a dict"),
+    ]:
+        with pytest.raises(wtxt.Error, match=why):
+            wtxt.save_file(bad, f)
+        assert not f.exists()
+    with pytest.raises(wtxt.Error, match="split snapshots"):
+        wtxt.save_file({"a": np.ones(2)}, f, part_size=1 << 20)
+    with pytest.raises(wtxt.Error):
+        wtxt.load_file(tmp_path / "missing.wtxt")
+
+
+def test_views_big_endian_and_colliding_names_are_kept_right(tmp_path):
+    base = np.arange(24, dtype="<f8").reshape(4, 6)
+    arrays = {"view": base[:, ::2], "big": np.arange(3, dtype=">i4"), "a.b": np.ones(1), "a_b": np.zeros(1)}
+    f = tmp_path / "v.wtxt"
+    wtxt.save_file(arrays, f)
+    back = wtxt.load_file(f)
+    assert np.array_equal(back["view"], base[:, ::2]) and back["view"].flags.c_contiguous
+    assert np.array_equal(back["big"], [0, 1, 2]) and back["big"].dtype == np.dtype("<i4")
+    assert back["a.b"][0] == 1 and back["a_b"][0] == 0
