@@ -47,6 +47,11 @@ pub const MAX_KEY_FILE: u64 = 1 << 20;
 /// Largest audit line accepted on the command line (it must fit a WTXT line).
 pub const MAX_AUDIT: usize = MAX_LINE - "audit ".len();
 
+/// Most tensor bytes a writer that builds its whole output in memory (FOLD,
+/// MLDF, VOLP) may take: the heap cap. Larger outputs are refused with a
+/// pointer to the formats that stream (safetensors, npz, AERO).
+pub const MAX_IN_MEMORY_OUTPUT: u64 = 256 << 20;
+
 /// Decoded data (an inflated npz member, a zstd chunk, an array read from a
 /// WTXT) larger than this goes to an unnamed temporary file that is mapped,
 /// not to the heap: a file that really holds gigabytes costs file-backed

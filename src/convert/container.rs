@@ -46,6 +46,12 @@ pub trait Container: Sync {
         None
     }
 
+    /// True when the writer builds the whole file in memory (its output is
+    /// then capped at [`crate::limits::MAX_IN_MEMORY_OUTPUT`]).
+    fn writes_in_memory(&self) -> bool {
+        false
+    }
+
     /// True when `name` is one of this format's metadata arrays.
     fn owns(&self, name: &str) -> bool {
         self.metadata().iter().any(|m| name == *m || name.strip_prefix(m).is_some_and(|r| r.starts_with('_')))
@@ -227,6 +233,9 @@ impl Container for Safetensors {
 
 struct Volp;
 impl Container for Volp {
+    fn writes_in_memory(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "volp"
     }
@@ -254,6 +263,9 @@ impl Container for Volp {
 
 struct Fold;
 impl Container for Fold {
+    fn writes_in_memory(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "fold"
     }
@@ -304,6 +316,9 @@ impl Container for Aero {
 
 struct Mldf;
 impl Container for Mldf {
+    fn writes_in_memory(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "mldf"
     }

@@ -209,6 +209,19 @@ pub fn write_arrays(arrays: &[Array], out: &Path) -> Result<()> {
 
 /// Writes arrays to `out` as `to`, atomically.
 pub fn write_arrays_as(arrays: &[Array], out: &Path, to: &dyn Container) -> Result<()> {
+    let total: u64 = arrays.iter().map(|a| a.bytes().len() as u64).sum();
+    if to.writes_in_memory() && total > crate::limits::MAX_IN_MEMORY_OUTPUT {
+        return Err(Error::input(
+            Default::default(),
+            format!(
+                "{total} bytes of tensors: the {} writer builds the file in memory and takes at most {} \
+                 (the heap cap); write .safetensors, .npz or .aero, which stream",
+                to.name(),
+                crate::limits::MAX_IN_MEMORY_OUTPUT
+            ),
+        )
+        .in_file(out));
+    }
     let mut f = AtomicFile::create(out)?;
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());

@@ -98,6 +98,25 @@ fn every_reader_stays_in_bounded_heap_or_refuses_early() {
     }
 }
 
+/// Writers differ: safetensors, npz and AERO stream what a small file
+/// expands to; FOLD and MLDF, which build the file in memory, refuse more
+/// than the heap cap instead of allocating it.
+#[test]
+fn container_outputs_stream_or_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    make_files(dir.path());
+    let fold = dir.path().join("fold_zstd.fold");
+    let fold = fold.to_str().unwrap();
+    for (to, code) in [("aero", 0), ("safetensors", 0), ("fold", 2), ("mldf", 2)] {
+        let o = measured(&["convert", fold, "--to", to, "-o", "/dev/null"], &[]);
+        assert_eq!(o.code, code, "--to {to}: {}", o.stderr);
+        if code == 2 {
+            assert!(o.stderr.contains("builds the file in memory"), "{}", o.stderr);
+        }
+        assert!(o.peak_anon_kib < HEAP_BOUND_KIB, "--to {to}: heap {} KiB", o.peak_anon_kib);
+    }
+}
+
 /// A WTXT whose npz exact form splices one 1 MiB array 3000 times: a small
 /// file that would rebuild into a 3 GB archive.
 #[test]
