@@ -220,6 +220,13 @@ pub struct Problem {
     pub message: String,
 }
 
+impl Problem {
+    /// A problem of `kind` on `line`.
+    pub fn at(kind: ProblemKind, line: u64, message: impl Into<String>) -> Problem {
+        Problem { kind, line, message: message.into() }
+    }
+}
+
 /// The outcome for one array.
 #[derive(Clone, Debug, Serialize)]
 pub struct ArrayReport {
@@ -441,125 +448,99 @@ fn check_root(
     report: &mut Report,
     problems: &mut Vec<Problem>,
 ) {
-    let gen = h.meta.gen_str();
-    let ts = h.meta.ts.as_str();
-    let root_line = 4;
     report.sha256_all = Some(*sha_all);
     report.fastxor = Some(fastxor.to_be_bytes());
-    let (merkle_prev, signed, sign): (Hash, Vec<u8>, Option<SignLine>) = match &h.root {
-        Root::Final { sha256_all, merkle_prev, merkle_this: mt, fastxor: fx } => {
-            if sha256_all != sha_all {
-                problems.push(Problem {
-                    kind: ProblemKind::Root,
-                    line: root_line,
-                    message: format!(
-                        "sha256_all is {}, the arrays give {}",
-                        hex::encode(sha256_all),
-                        hex::encode(sha_all)
-                    ),
-                });
-            }
-            let want = merkle_this(merkle_prev, sha256_all, ts, &gen, &h.meta.build);
-            if *mt != want {
-                problems.push(Problem {
-                    kind: ProblemKind::Root,
-                    line: root_line,
-                    message: format!("merkle_this is {}, expected {}", hex::encode(mt), hex::encode(want)),
-                });
-            }
-            if *fx != fastxor {
-                problems.push(Problem {
-                    kind: ProblemKind::Root,
-                    line: root_line,
-                    message: format!("fastxor is {fx:016x}, the arrays give {fastxor:016x}"),
-                });
-            }
-            if opts
-                .wsum
-                .is_some_and(|w| w.sha256_all != *sha256_all || w.merkle_this != *mt || w.merkle_prev != *merkle_prev)
-            {
-                problems.push(Problem {
-                    kind: ProblemKind::Wsum,
-                    line: root_line,
-                    message: "the WSUM does not match this file's root".into(),
-                });
-            }
-            (*merkle_prev, h.signed_bytes.clone(), h.sign.clone())
-        }
-        Root::Pending => {
+    let (merkle_prev, signed, sign) = match (&h.root, opts.wsum) {
+        (Root::Final { .. }, _) => check_final_root(h, sha_all, fastxor, opts.wsum, problems),
+        (Root::Pending, None) => {
             report.streaming = true;
-            match opts.wsum {
-                None => {
-                    problems.push(Problem {
-                        kind: ProblemKind::RootPending,
-                        line: root_line,
-                        message: "root pending: give --wsum".into(),
-                    });
-                    return;
-                }
-                Some(w) => {
-                    if w.sha256_all != *sha_all {
-                        problems.push(Problem {
-                            kind: ProblemKind::Wsum,
-                            line: root_line,
-                            message: format!(
-                                "WSUM sha256_all is {}, the arrays give {}",
-                                hex::encode(w.sha256_all),
-                                hex::encode(sha_all)
-                            ),
-                        });
-                    }
-                    let want = merkle_this(&w.merkle_prev, &w.sha256_all, ts, &gen, &h.meta.build);
-                    if w.merkle_this != want {
-                        problems.push(Problem {
-                            kind: ProblemKind::Wsum,
-                            line: root_line,
-                            message: format!(
-                                "WSUM merkle_this is {}, expected {}",
-                                hex::encode(w.merkle_this),
-                                hex::encode(want)
-                            ),
-                        });
-                    }
-                    (w.merkle_prev, w.signed_part().into_bytes(), w.sign.clone())
-                }
-            }
+            problems.push(Problem::at(ProblemKind::RootPending, ROOT_LINE, "root pending: give --wsum"));
+            return;
+        }
+        (Root::Pending, Some(w)) => {
+            report.streaming = true;
+            check_pending_root(h, sha_all, w, problems)
         }
     };
+    let (ts, gen) = (h.meta.ts.as_str(), h.meta.gen_str());
     report.merkle_prev = Some(merkle_prev);
     report.merkle_this = Some(merkle_this(&merkle_prev, sha_all, ts, &gen, &h.meta.build));
-
-    let sign_line = if report.streaming { root_line } else { 5 };
+    let sign_line = if report.streaming { ROOT_LINE } else { 5 };
     report.keyid = sign.as_ref().map(|s| s.keyid);
     report.signature = signature_status(sign.as_ref(), &signed, sign_line, opts, problems);
     if let Some(p) = opts.prev {
-        match &p.root {
-            Root::Final { merkle_this: prev_this, .. } => {
-                if h.meta.gen <= p.meta.gen {
-                    problems.push(Problem {
-                        kind: ProblemKind::Chain,
-                        line: 2,
-                        message: format!("gen {} does not follow the previous generation's {}", gen, p.meta.gen_str()),
-                    });
-                }
-                if merkle_prev != *prev_this {
-                    problems.push(Problem {
-                        kind: ProblemKind::Chain,
-                        line: root_line,
-                        message: format!(
-                            "merkle_prev is {}, the previous generation's merkle_this is {}",
-                            hex::encode(merkle_prev),
-                            hex::encode(prev_this)
-                        ),
-                    });
-                }
-            }
-            Root::Pending => problems.push(Problem {
-                kind: ProblemKind::Chain,
-                line: 0,
-                message: "--prev: the previous file is a WTXT-S; finalize it first".into(),
-            }),
-        }
+        check_chain(h, &merkle_prev, p, problems);
+    }
+}
+
+/// The `root` line's number.
+const ROOT_LINE: u64 = 4;
+
+/// What the signature covers, and the chain value, of a checked root.
+type RootParts = (Hash, Vec<u8>, Option<SignLine>);
+
+/// A plain WTXT's `root` line against what its arrays give (and its WSUM, if one is given).
+fn check_final_root(
+    h: &Header,
+    sha_all: &Hash,
+    fastxor: u64,
+    wsum: Option<&Wsum>,
+    problems: &mut Vec<Problem>,
+) -> RootParts {
+    let Root::Final { sha256_all, merkle_prev, merkle_this: mt, fastxor: fx } = &h.root else {
+        unreachable!("called for a final root")
+    };
+    if sha256_all != sha_all {
+        let m = format!("sha256_all is {}, the arrays give {}", hex::encode(sha256_all), hex::encode(sha_all));
+        problems.push(Problem::at(ProblemKind::Root, ROOT_LINE, m));
+    }
+    let want = merkle_this(merkle_prev, sha256_all, h.meta.ts.as_str(), &h.meta.gen_str(), &h.meta.build);
+    if *mt != want {
+        let m = format!("merkle_this is {}, expected {}", hex::encode(mt), hex::encode(want));
+        problems.push(Problem::at(ProblemKind::Root, ROOT_LINE, m));
+    }
+    if *fx != fastxor {
+        let m = format!("fastxor is {fx:016x}, the arrays give {fastxor:016x}");
+        problems.push(Problem::at(ProblemKind::Root, ROOT_LINE, m));
+    }
+    if wsum.is_some_and(|w| w.sha256_all != *sha256_all || w.merkle_this != *mt || w.merkle_prev != *merkle_prev) {
+        problems.push(Problem::at(ProblemKind::Wsum, ROOT_LINE, "the WSUM does not match this file's root"));
+    }
+    (*merkle_prev, h.signed_bytes.clone(), h.sign.clone())
+}
+
+/// A WTXT-S's WSUM against what its arrays give.
+fn check_pending_root(h: &Header, sha_all: &Hash, w: &Wsum, problems: &mut Vec<Problem>) -> RootParts {
+    if w.sha256_all != *sha_all {
+        let m = format!("WSUM sha256_all is {}, the arrays give {}", hex::encode(w.sha256_all), hex::encode(sha_all));
+        problems.push(Problem::at(ProblemKind::Wsum, ROOT_LINE, m));
+    }
+    let want = merkle_this(&w.merkle_prev, &w.sha256_all, h.meta.ts.as_str(), &h.meta.gen_str(), &h.meta.build);
+    if w.merkle_this != want {
+        let m = format!("WSUM merkle_this is {}, expected {}", hex::encode(w.merkle_this), hex::encode(want));
+        problems.push(Problem::at(ProblemKind::Wsum, ROOT_LINE, m));
+    }
+    (w.merkle_prev, w.signed_part().into_bytes(), w.sign.clone())
+}
+
+/// The link to the previous generation `p` (`--prev`).
+fn check_chain(h: &Header, merkle_prev: &Hash, p: &Header, problems: &mut Vec<Problem>) {
+    let Root::Final { merkle_this: prev_this, .. } = &p.root else {
+        let m = "--prev: the previous file is a WTXT-S; finalize it first";
+        problems.push(Problem::at(ProblemKind::Chain, 0, m));
+        return;
+    };
+    if h.meta.gen <= p.meta.gen {
+        let m = format!("gen {} does not follow the previous generation's {}", h.meta.gen_str(), p.meta.gen_str());
+        problems.push(Problem::at(ProblemKind::Chain, 2, m));
+    }
+    if merkle_prev != prev_this {
+        let m = format!(
+            "merkle_prev is {}, the previous generation's merkle_this is {}",
+            hex::encode(merkle_prev),
+            hex::encode(prev_this)
+        );
+        problems.push(Problem::at(ProblemKind::Chain, ROOT_LINE, m));
     }
 }
 
