@@ -134,14 +134,22 @@ impl<'a> Iterator for Lines<'a> {
     }
 }
 
-/// Scans `bytes` (a damaged WTXT) and keeps everything that still checks out.
-///
-/// With `keep_partial`, an array that is not whole but has intact chunks is
-/// returned in `partials` as `NAME` (its dtype and shape, damaged ranges
-/// zero-filled) with `NAME__intact` (u8, one per chunk: 1 intact, 0 not),
-/// so no intact byte is lost. Its size is bounded by 4x the file's size
-/// (at least 64 MiB) before anything is allocated.
-pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool, keep_partial: bool) -> Recovered {
+/// What one pass over a damaged file finds: the header values it could
+/// read and every array's intact and damaged chunks (where they lie, not
+/// their bytes).
+struct Scan {
+    meta: Option<Meta>,
+    root: Option<Root>,
+    header_intact: bool,
+    cands: Vec<Candidate>,
+    orphans: u64,
+    unparsed: u64,
+    unnamed: Vec<UnnamedLoss>,
+}
+
+/// Resynchronizes on every `arr` and `ch` line; checks each chunk with the
+/// one chunk decoder.
+fn scan(bytes: &[u8]) -> Scan {
     let mut lines = Lines { bytes, at: 0, no: 0 };
     let mut meta = None;
     let mut root = None;
@@ -215,7 +223,18 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool,
             unparsed += 1;
         }
     }
+    Scan { meta, root, header_intact, cands, orphans, unparsed, unnamed }
+}
 
+/// Scans `bytes` (a damaged WTXT) and keeps everything that still checks out.
+///
+/// With `keep_partial`, an array that is not whole but has intact chunks is
+/// returned in `partials` as `NAME` (its dtype and shape, damaged ranges
+/// zero-filled) with `NAME__intact` (u8, one per chunk: 1 intact, 0 not),
+/// so no intact byte is lost. Its size is bounded by 4x the file's size
+/// (at least 64 MiB) before anything is allocated.
+pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool, keep_partial: bool) -> Recovered {
+    let Scan { meta, root, header_intact, cands, orphans, unparsed, unnamed } = scan(bytes);
     let gen_str = meta.as_ref().map(Meta::gen_str);
     let mut arrays = Vec::new();
     let mut authenticated = Vec::new();
