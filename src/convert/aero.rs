@@ -96,8 +96,9 @@ pub fn read_pinned(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     read_with(src, notes, true)
 }
 
-fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
-    let b = src.bytes();
+/// The header and the TOC: every chunk's place, checked against the file,
+/// the spec's limits and each other, before anything is read.
+fn read_toc(b: &[u8]) -> Result<(u16, u16, Vec<Chunk>)> {
     let file_len = b.len() as u64;
     if file_len < HEADER_SIZE || !b.starts_with(MAGIC) {
         return Err(input_at(0, "expected the AERO magic and a 96-byte header"));
@@ -168,10 +169,14 @@ fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> 
         chunks.push(Chunk { fourcc, flags, offset, length, ulen, name, blake3, toc_at: at });
     }
     check_overlaps(&chunks, st_off + st_len)?;
+    Ok((major, minor, chunks))
+}
 
-    // Verify and decode every chunk; shards stay in the map.
+/// Verifies and decodes every chunk but the shards, which stay in the map.
+fn decode_chunks(src: &Source, chunks: &[Chunk]) -> Result<Vec<Option<Source>>> {
+    let b = src.bytes();
     let mut payloads: Vec<Option<Source>> = Vec::with_capacity(chunks.len());
-    for c in &chunks {
+    for c in chunks {
         let stored = &b[c.offset as usize..(c.offset + c.length) as usize];
         let what = format!("chunk {:?} ({})", c.name, c.fourcc);
         if c.fourcc == "WTSH" {
@@ -205,6 +210,15 @@ fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> 
         check_blake3(raw.bytes(), c, &what)?;
         payloads.push(Some(raw));
     }
+
+    Ok(payloads)
+}
+
+fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
+    let b = src.bytes();
+    let (major, minor, chunks) = read_toc(b)?;
+    let toc_off = le_u64(b, 12);
+    let payloads = decode_chunks(src, &chunks)?;
 
     let tidx_at = chunks.iter().position(|c| c.fourcc == "TIDX").ok_or_else(|| input_at(toc_off, "no TIDX chunk"))?;
     let tidx_raw = payloads[tidx_at].as_ref().map(Source::bytes).expect("TIDX is not a shard");
