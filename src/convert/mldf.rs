@@ -99,6 +99,67 @@ struct Field {
     args: [u8; 128],
 }
 
+/// The field descriptors, each checked, and the metadata row size.
+fn read_fields(b: &[u8], desc_ptr: u64, nf: u64) -> Result<(Vec<Field>, u64)> {
+    let mut fields = Vec::with_capacity(nf as usize);
+    let mut row = 0u64;
+    for i in 0..nf {
+        let at = (desc_ptr + i * DESC) as usize;
+        let d = &b[at..at + DESC as usize];
+        let raw_name = &d[..64];
+        let end = raw_name
+            .iter()
+            .position(|&c| c == 0)
+            .ok_or_else(|| input_at(at as u64, format!("field {i}: name has no NUL terminator")))?;
+        let name = std::str::from_utf8(&raw_name[..end])
+            .map_err(|_| input_at(at as u64, format!("field {i}: name is not UTF-8")))?
+            .to_string();
+        let type_id = le_u16(d, 64);
+        let kind = Kind::from_id(type_id).ok_or_else(|| {
+            input_at(
+                at as u64 + 64,
+                format!("field {name:?}: type_id {type_id} is not one of INT 1, FLOAT 2, BYTES 3, NDARRAY 4, JSON 5"),
+            )
+        })?;
+        let meta_size = le_u32(d, 68) as u64;
+        if meta_size != kind.record() {
+            return Err(input_at(
+                at as u64 + 68,
+                format!("field {name:?}: metadata_size {meta_size}, a {kind:?} record is {} bytes", kind.record()),
+            ));
+        }
+        row += meta_size;
+        let args: [u8; 128] = d[76..204].try_into().expect("128 bytes");
+        if kind == Kind::Ndarray {
+            parse_ndarray_args(&args).map_err(|m| input_at(at as u64 + 76, format!("field {name:?}: {m}")))?;
+        }
+        fields.push(Field { name, kind, flags: le_u16(d, 66), args });
+    }
+    Ok((fields, row))
+}
+
+/// The allocation table: blobs inside the data region, in order, apart.
+fn read_allocs(b: &[u8], alloc_ptr: u64, alloc_len: u64, data_ptr: u64) -> Result<Vec<(u64, u64)>> {
+    let mut allocs = Vec::with_capacity((alloc_len / ALLOC) as usize);
+    for i in 0..alloc_len / ALLOC {
+        let at = (alloc_ptr + i * ALLOC) as usize;
+        let (p, s) = (le_u64(b, at), le_u32(b, at + 8) as u64);
+        if p < data_ptr || p.checked_add(s).is_none_or(|e| e > alloc_ptr) {
+            return Err(input_at(at as u64, format!("allocation {i}: {s} bytes at {p} lie outside the data region")));
+        }
+        if let Some(&(lp, ls)) = allocs.last() {
+            if p < lp + ls {
+                return Err(input_at(
+                    at as u64,
+                    format!("allocation {i} at {p} is out of order or overlaps the one at {lp}"),
+                ));
+            }
+        }
+        allocs.push((p, s));
+    }
+    Ok(allocs)
+}
+
 /// Reads an MLDF file. Names are WTXT names already.
 pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     let b = src.bytes();
@@ -143,40 +204,7 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     if !(meta_ptr <= data_ptr && data_ptr <= alloc_ptr && alloc_ptr <= len) {
         return Err(input_at(H as u64 + 24, format!("sections out of order or past the end: metadata {meta_ptr}, data {data_ptr}, allocation table {alloc_ptr}, file {len}")));
     }
-    let mut fields = Vec::with_capacity(nf as usize);
-    let mut row = 0u64;
-    for i in 0..nf {
-        let at = (desc_ptr + i * DESC) as usize;
-        let d = &b[at..at + DESC as usize];
-        let raw_name = &d[..64];
-        let end = raw_name
-            .iter()
-            .position(|&c| c == 0)
-            .ok_or_else(|| input_at(at as u64, format!("field {i}: name has no NUL terminator")))?;
-        let name = std::str::from_utf8(&raw_name[..end])
-            .map_err(|_| input_at(at as u64, format!("field {i}: name is not UTF-8")))?
-            .to_string();
-        let type_id = le_u16(d, 64);
-        let kind = Kind::from_id(type_id).ok_or_else(|| {
-            input_at(
-                at as u64 + 64,
-                format!("field {name:?}: type_id {type_id} is not one of INT 1, FLOAT 2, BYTES 3, NDARRAY 4, JSON 5"),
-            )
-        })?;
-        let meta_size = le_u32(d, 68) as u64;
-        if meta_size != kind.record() {
-            return Err(input_at(
-                at as u64 + 68,
-                format!("field {name:?}: metadata_size {meta_size}, a {kind:?} record is {} bytes", kind.record()),
-            ));
-        }
-        row += meta_size;
-        let args: [u8; 128] = d[76..204].try_into().expect("128 bytes");
-        if kind == Kind::Ndarray {
-            parse_ndarray_args(&args).map_err(|m| input_at(at as u64 + 76, format!("field {name:?}: {m}")))?;
-        }
-        fields.push(Field { name, kind, flags: le_u16(d, 66), args });
-    }
+    let (fields, row) = read_fields(b, desc_ptr, nf)?;
     let table_end = n.checked_mul(row).and_then(|t| t.checked_add(meta_ptr)).filter(|&e| e <= data_ptr);
     table_end.ok_or_else(|| {
         input_at(
@@ -191,23 +219,7 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
             format!("allocation table: {alloc_len} bytes is not a whole number of 16-byte entries"),
         ));
     }
-    let mut allocs = Vec::with_capacity((alloc_len / ALLOC) as usize);
-    for i in 0..alloc_len / ALLOC {
-        let at = (alloc_ptr + i * ALLOC) as usize;
-        let (p, s) = (le_u64(b, at), le_u32(b, at + 8) as u64);
-        if p < data_ptr || p.checked_add(s).is_none_or(|e| e > alloc_ptr) {
-            return Err(input_at(at as u64, format!("allocation {i}: {s} bytes at {p} lie outside the data region")));
-        }
-        if let Some(&(lp, ls)) = allocs.last() {
-            if p < lp + ls {
-                return Err(input_at(
-                    at as u64,
-                    format!("allocation {i} at {p} is out of order or overlaps the one at {lp}"),
-                ));
-            }
-        }
-        allocs.push((p, s));
-    }
+    let allocs = read_allocs(b, alloc_ptr, alloc_len, data_ptr)?;
 
     let mut originals: Vec<String> = vec![META.to_string()];
     for f in &fields {
