@@ -353,11 +353,12 @@ struct Planned<'a> {
 /// Writes arrays as MLDF, following `__mldf` when present; without it every
 /// array is an NDARRAY field and all must share their first dimension (the
 /// sample count).
-pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
+/// The fields to write, with the file's flags and page size: from `__mldf`
+/// when present, else every array an NDARRAY field.
+fn plan_fields(arrays: &[Array]) -> Result<(Vec<Planned<'_>>, u32, u32)> {
     let bad = |m: String| Error::input(Default::default(), format!("MLDF: {m}"));
     let meta = meta_json(arrays, META)?;
     let find = |n: &str| arrays.iter().find(|a| a.name == n).ok_or_else(|| bad(format!("array {n} is missing")));
-    // (field name, kind, flags, args, data array, sizes array)
     let mut plan: Vec<Planned> = Vec::new();
     let (flags, page_size) = match &meta {
         Some(m) => {
@@ -401,6 +402,12 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
             (LITTLE_ENDIAN, PAGE as u32)
         }
     };
+    Ok((plan, flags, page_size))
+}
+
+pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
+    let bad = |m: String| Error::input(Default::default(), format!("MLDF: {m}"));
+    let (mut plan, flags, page_size) = plan_fields(arrays)?;
     let n = match plan.first() {
         None => 0,
         Some(Planned { kind: Kind::Bytes | Kind::Json, sizes: Some(s), .. }) => s.shape.first().copied().unwrap_or(0),
