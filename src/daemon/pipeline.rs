@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::model::Array;
 use crate::progress::Progress;
 use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
-use crate::wtxt::read::{read_header, LineReader};
+use crate::wtxt::read::{read_head, LineReader};
 use crate::wtxt::syntax::Meta;
 use crate::wtxt::syntax::Root;
 use crate::wtxt::write::WriteOptions;
@@ -176,7 +176,17 @@ impl Pipeline {
         let mut merkle_prev = [0; 32];
         if let Some((g, p)) = &newest {
             let f = File::open(p).map_err(|e| Error::io(p, e))?;
-            let h = read_header(&mut LineReader::new(BufReader::new(f))).map_err(|e| e.in_file(p))?;
+            let h = read_head(&mut LineReader::new(BufReader::new(f))).map_err(|e| e.in_file(p))?;
+            // The chain continues from this file: its header must hold
+            // together, and a signature by our own key must verify.
+            let trust = crate::wtxt::verify::InputTrust::new(None, None, cfg.sign_key.as_ref(), false);
+            crate::wtxt::verify::check_header(&h, &trust.options()).map_err(|pr| {
+                Error::check(
+                    crate::error::Position::Line(pr.line),
+                    format!("the ring's newest snapshot: {}", pr.message),
+                )
+                .in_file(p)
+            })?;
             if let Root::Final { merkle_this, sha256_all, .. } = h.root {
                 merkle_prev = merkle_this;
                 state.last_sha256_all = Some(hex::encode(sha256_all));

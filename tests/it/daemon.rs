@@ -498,3 +498,39 @@ fn a_failing_push_is_logged_at_once_with_the_remotes_answer() {
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("wtxt daemon: push to ssh://"), "stderr: {logged}");
 }
+
+/// Nothing chains from what it did not verify: on restart the daemon checks
+/// the header of the ring's newest snapshot before continuing its chain.
+#[test]
+fn a_tampered_ring_file_stops_the_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let repo = d.join("repo");
+    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
+    let key = crate::util::fixture("keys/sign.pem");
+    let sock = d.join("s.sock");
+    let daemon = Daemon::start(&repo, &sock, &["--sign-key", key.to_str().unwrap()]);
+    assert_eq!(daemon.ask(&format!("snapshot {} gen=1", model(d, 1).display())), "ok gen=1 queued");
+    assert_eq!(daemon.ask("flush"), "ok");
+    daemon.stop();
+    let ring_file = repo.join(".git/wtxt-ring/gen-000001.wtxt");
+    let text = std::fs::read_to_string(&ring_file).unwrap();
+    let i = text.find("merkle_this=").unwrap() + "merkle_this=".len();
+    let mut bad = text.clone();
+    bad.replace_range(i..i + 1, if &text[i..i + 1] == "0" { "1" } else { "0" });
+    std::fs::write(&ring_file, bad).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_wtxt"))
+        .args(["daemon", "--repo"])
+        .arg(&repo)
+        .arg("--socket")
+        .arg(&sock)
+        .args(["--sign-key", key.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("the ring's newest snapshot"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
