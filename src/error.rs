@@ -200,25 +200,6 @@ pub fn input_at(byte: u64, message: impl Into<String>) -> Error {
     Error::input(Position::Byte(byte), message)
 }
 
-/// Text from a file, made safe for a one-line message: control bytes,
-/// backslashes and anything outside printable ASCII are written as escapes
-/// (`\x1b`, `\u{e9}`), so a hostile name cannot drive the terminal.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            ' '..='~' => out.push(c),
-            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// A message as one printable line: newlines become spaces and other
 /// control bytes (ESC, CR, DEL, ...) `\xNN`, whatever a file put in a name.
 pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {

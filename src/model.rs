@@ -125,10 +125,7 @@ pub fn check_tensor_name(name: &str) -> Result<()> {
     if name.starts_with("__") {
         return Err(Error::input(
             Default::default(),
-            format!(
-                "tensor {}: names beginning with `__` are reserved for wtxt's metadata arrays; rename it",
-                crate::error::escape(name)
-            ),
+            format!("tensor {name:?}: names beginning with `__` are reserved for wtxt's metadata arrays; rename it"),
         ));
     }
     Ok(())

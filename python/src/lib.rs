@@ -15,7 +15,7 @@ use pyo3::types::PyBytes;
 
 use wtxt::convert::names::{self, OriginalNames};
 use wtxt::crypto::mac::HmacKey;
-use wtxt::crypto::sign::{PublicKey, SecretKey, TrustedKeys};
+use wtxt::crypto::sign::{SecretKey, TrustedKeys};
 use wtxt::error::{Kind, Position};
 use wtxt::model::{Array, ArrayData, Dtype};
 
@@ -41,11 +41,7 @@ fn hmac(path: Option<PathBuf>) -> Result<Option<HmacKey>, wtxt::Error> {
 }
 
 fn trusted(pubkey: Option<PathBuf>, trusted_keys: Option<PathBuf>) -> Result<Option<TrustedKeys>, wtxt::Error> {
-    Ok(match (pubkey, trusted_keys) {
-        (Some(p), _) => Some(TrustedKeys::single(PublicKey::from_file(&p)?)),
-        (None, Some(t)) => Some(TrustedKeys::from_file(&t)?),
-        (None, None) => None,
-    })
+    TrustedKeys::from_flags(pubkey.as_deref(), trusted_keys.as_deref())
 }
 
 type Tensor = (String, String, Vec<u64>, Vec<u8>);

@@ -146,10 +146,7 @@ pub fn load_lossless(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> 
     match sniff(path)? {
         (Some(Input::Container(c)), len) if len > 0 => {
             let src = npy::Source::Mapped(map_file(path)?);
-            let mut found = Notes::new();
-            let read = c.read(&src, &stem_of(path), &mut found);
-            notes.extend(found.into_iter().map(|n| format!("{}: {n}", path.display())));
-            let mut arrays = read.map_err(|e| e.in_file(path))?;
+            let mut arrays = noted(path, notes, |n| c.read(&src, &stem_of(path), n)).map_err(|e| e.in_file(path))?;
             let originals: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
             for (a, n) in arrays.iter_mut().zip(assign_names(&originals)) {
                 a.name = n;
@@ -177,6 +174,14 @@ fn sniff(path: &Path) -> Result<(Option<Input>, u64)> {
     Ok((detect_head(&head[..got], len), len))
 }
 
+/// Runs a reader, its notes joining `notes` with the file's name.
+fn noted<T>(path: &Path, notes: &mut Notes, read: impl FnOnce(&mut Notes) -> T) -> T {
+    let mut found = Notes::new();
+    let r = read(&mut found);
+    notes.extend(found.into_iter().map(|n| format!("{}: {n}", path.display())));
+    r
+}
+
 fn stem_of(path: &Path) -> String {
     path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
@@ -190,10 +195,8 @@ fn load_one(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Ve
             Ok(crate::wtxt::load(std::io::BufReader::with_capacity(1 << 20, f), len, verify)?.arrays)
         }
         (Some(Input::Container(c)), _) => {
-            let mut found = Notes::new();
-            let arrays = c.read_tensors(&npy::Source::Mapped(map_file(path)?), &stem_of(path), &mut found);
-            notes.extend(found.into_iter().map(|n| format!("{}: {n}", path.display())));
-            arrays
+            let src = npy::Source::Mapped(map_file(path)?);
+            noted(path, notes, |n| c.read_tensors(&src, &stem_of(path), n))
         }
         (None, _) => Err(input_at(
             0,

@@ -309,10 +309,7 @@ fn check_member_key(key: &str) -> Result<()> {
         || key.contains('\0')
         || key.split('/').any(|part| part.is_empty() || part == "." || part == "..");
     if bad {
-        return Err(Error::input(
-            Default::default(),
-            format!("{META}: key {} is not a safe archive member name", crate::error::escape(key)),
-        ));
+        return Err(Error::input(Default::default(), format!("{META}: key {key:?} is not a safe archive member name")));
     }
     Ok(())
 }

@@ -255,6 +255,16 @@ impl TrustedKeys {
         Ok(TrustedKeys { keys })
     }
 
+    /// The keys of `--pubkey` (one key file) or else `--trusted-keys` (a
+    /// trusted-keys file), if either is given.
+    pub fn from_flags(pubkey: Option<&Path>, file: Option<&Path>) -> Result<Option<TrustedKeys>> {
+        Ok(match (pubkey, file) {
+            (Some(p), _) => Some(TrustedKeys::single(PublicKey::from_file(p)?)),
+            (None, Some(t)) => Some(TrustedKeys::from_file(t)?),
+            (None, None) => None,
+        })
+    }
+
     /// The trusted key with this keyid, if any.
     pub fn find(&self, keyid: &[u8; 8]) -> Option<&PublicKey> {
         self.keys.iter().map(|(k, _)| k).find(|k| &k.keyid() == keyid)

@@ -58,13 +58,17 @@ fn chain_from(prev: &Path, trust: &InputTrust) -> Result<(u64, Hash)> {
     let h = read_header_file(prev)?;
     if h.root != Root::Pending {
         let opts = trust.options();
-        check_header(&h, &opts).map_err(|p| check_at(p.line, format!("--prev: {}", p.message)).in_file(prev))?;
-        if trust.hmac_key.is_some() {
+        // With a key the whole file is verified (its header included);
+        // without one, the header is all that can be proven.
+        let first = if trust.hmac_key.is_some() {
             let (f, _) = open(prev)?;
             let report = verify(BufReader::with_capacity(1 << 20, f), &opts, None).map_err(|e| e.in_file(prev))?;
-            if let Some(p) = report.first_error() {
-                return Err(check_at(p.line, format!("--prev: {}", p.message)).in_file(prev));
-            }
+            report.errors.into_iter().next()
+        } else {
+            check_header(&h, &opts).err()
+        };
+        if let Some(p) = first {
+            return Err(check_at(p.line, format!("--prev: {}", p.message)).in_file(prev));
         }
     }
     match h.root {

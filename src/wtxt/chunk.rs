@@ -184,11 +184,6 @@ impl ChunkDecoder {
         }
     }
 
-    /// True when a line fault was recorded so far.
-    pub fn damaged(&self) -> bool {
-        !self.faults.is_empty()
-    }
-
     /// Ends the chunk: every fault found, in line order, then what the
     /// whole chunk gets wrong (line count, CRC32C, SHA-256). The CRC and
     /// SHA-256 are judged only when every line was sound.

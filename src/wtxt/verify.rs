@@ -104,23 +104,12 @@ impl InputTrust {
 pub fn check_header(h: &Header, opts: &VerifyOptions) -> std::result::Result<SigStatus, Problem> {
     let mut problems = Vec::new();
     let status = match &h.root {
-        Root::Final { sha256_all, merkle_prev, merkle_this: mt, .. } => {
-            let want = merkle_this(merkle_prev, sha256_all, h.meta.ts.as_str(), &h.meta.gen_str(), &h.meta.build);
-            if *mt != want {
-                problems.push(Problem {
-                    kind: ProblemKind::Root,
-                    line: 4,
-                    message: format!("merkle_this is {}, expected {}", hex::encode(mt), hex::encode(want)),
-                });
-            }
+        Root::Final { .. } => {
+            check_merkle_this(h, &mut problems);
             signature_status(h.sign.as_ref(), &h.signed_bytes, 5, opts, &mut problems)
         }
         Root::Pending => {
-            problems.push(Problem {
-                kind: ProblemKind::RootPending,
-                line: 4,
-                message: "root pending: finalize it first".into(),
-            });
+            problems.push(Problem::at(ProblemKind::RootPending, ROOT_LINE, "root pending: finalize it first"));
             SigStatus::Absent
         }
     };
@@ -289,11 +278,6 @@ impl Report {
     /// `fastxor` as the number the `root` line shows.
     pub fn fastxor_value(&self) -> Option<u64> {
         self.fastxor.map(u64::from_be_bytes)
-    }
-
-    /// The first problem of `kind`, if any.
-    pub fn first_of(&self, kind: ProblemKind) -> Option<&Problem> {
-        self.errors.iter().find(|p| p.kind == kind)
     }
 
     /// The first error in verification order (the root cause), for one-line messages.
@@ -494,11 +478,7 @@ fn check_final_root(
         let m = format!("sha256_all is {}, the arrays give {}", hex::encode(sha256_all), hex::encode(sha_all));
         problems.push(Problem::at(ProblemKind::Root, ROOT_LINE, m));
     }
-    let want = merkle_this(merkle_prev, sha256_all, h.meta.ts.as_str(), &h.meta.gen_str(), &h.meta.build);
-    if *mt != want {
-        let m = format!("merkle_this is {}, expected {}", hex::encode(mt), hex::encode(want));
-        problems.push(Problem::at(ProblemKind::Root, ROOT_LINE, m));
-    }
+    check_merkle_this(h, problems);
     if *fx != fastxor {
         let m = format!("fastxor is {fx:016x}, the arrays give {fastxor:016x}");
         problems.push(Problem::at(ProblemKind::Root, ROOT_LINE, m));
@@ -507,6 +487,16 @@ fn check_final_root(
         problems.push(Problem::at(ProblemKind::Wsum, ROOT_LINE, "the WSUM does not match this file's root"));
     }
     (*merkle_prev, h.signed_bytes.clone(), h.sign.clone())
+}
+
+/// A final `root` line's `merkle_this` against its own fields.
+fn check_merkle_this(h: &Header, problems: &mut Vec<Problem>) {
+    let Root::Final { sha256_all, merkle_prev, merkle_this: mt, .. } = &h.root else { return };
+    let want = merkle_this(merkle_prev, sha256_all, h.meta.ts.as_str(), &h.meta.gen_str(), &h.meta.build);
+    if *mt != want {
+        let m = format!("merkle_this is {}, expected {}", hex::encode(mt), hex::encode(want));
+        problems.push(Problem::at(ProblemKind::Root, ROOT_LINE, m));
+    }
 }
 
 /// A WTXT-S's WSUM against what its arrays give.

@@ -11,7 +11,7 @@ use clap::Parser;
 use wtxt::convert::container;
 use wtxt::crypto::armor::{self, Seal, Unseal};
 use wtxt::crypto::mac::HmacKey;
-use wtxt::crypto::sign::{PublicKey, SecretKey, TrustedKeys};
+use wtxt::crypto::sign::{SecretKey, TrustedKeys};
 use wtxt::error::{Error, Result};
 use wtxt::git::{diff, merge};
 use wtxt::ops;
@@ -93,11 +93,7 @@ fn keyed(hmac: &cli::HmacArg, sign: &Option<PathBuf>, trust: &cli::TrustArg) -> 
 }
 
 fn trusted_keys(t: &cli::TrustArg) -> Result<Option<TrustedKeys>> {
-    Ok(match (&t.pubkey, &t.trusted_keys) {
-        (Some(p), _) => Some(TrustedKeys::single(PublicKey::from_file(p)?)),
-        (None, Some(t)) => Some(TrustedKeys::from_file(t)?),
-        (None, None) => None,
-    })
+    TrustedKeys::from_flags(t.pubkey.as_deref(), t.trusted_keys.as_deref())
 }
 
 fn run(cmd: Command) -> Result<u8> {
