@@ -34,6 +34,7 @@ fn options() -> WriteOptions<'static> {
         audit: None,
         streaming: false,
         carried_hmacs: Vec::new(),
+        part_size: Default::default(),
     }
 }
 

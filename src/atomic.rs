@@ -92,6 +92,25 @@ impl AtomicFile {
         }
     }
 
+    /// The file being written, shared.
+    pub fn file_ref(&self) -> &File {
+        match self.stage.as_ref().expect("not committed") {
+            Stage::Rename(t) => t.as_file(),
+            Stage::Copy(f) => f,
+        }
+    }
+
+    /// True when the destination is a device, FIFO or socket (written
+    /// through on commit, never replaced).
+    pub fn is_device(&self) -> bool {
+        matches!(self.stage, Some(Stage::Copy(_)))
+    }
+
+    /// The destination.
+    pub fn dest(&self) -> &Path {
+        &self.dest
+    }
+
     /// Flushes to disk and renames into place (or copies into a device).
     pub fn commit(mut self) -> Result<()> {
         let dest = std::mem::take(&mut self.dest);

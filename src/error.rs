@@ -98,6 +98,14 @@ impl Error {
     }
 
     fn unnamed_io(err: std::io::Error, side: Side) -> Self {
+        // A reader of ours that fails with an `Error` of its own (a split
+        // snapshot's part that does not match its head) gives that back.
+        if err.get_ref().is_some_and(|e| e.is::<Error>()) {
+            if let Some(Ok(e)) = err.into_inner().map(|b| b.downcast::<Error>()) {
+                return *e;
+            }
+            unreachable!("checked to hold an Error");
+        }
         let mut e = Self::new(Kind::Io, Position::None, err.to_string());
         e.0.source = Some(err);
         e.0.side = Some(side);
@@ -131,6 +139,19 @@ impl Error {
     pub fn in_file(mut self, path: impl AsRef<Path>) -> Self {
         if self.0.path.is_none() {
             self.0.path = Some(path.as_ref().to_path_buf());
+        }
+        self
+    }
+
+    /// Moves an error on line `n` of a text that was joined from several
+    /// files (a split snapshot) to the file and line it came from:
+    /// `locate(n)` gives the file (`None`: the first one) and its line.
+    pub fn relocated(mut self, locate: impl Fn(u64) -> Option<(Option<PathBuf>, u64)>) -> Self {
+        if let (Position::Line(n), None) = (self.0.pos, &self.0.path) {
+            if let Some((file, line)) = locate(n) {
+                self.0.pos = Position::Line(line);
+                self.0.path = file;
+            }
         }
         self
     }

@@ -189,10 +189,10 @@ fn stem_of(path: &Path) -> String {
 fn load_one(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Vec<Array>> {
     match sniff(path)? {
         (_, 0) => Err(input_at(0, "empty file: expected .npy, .npz, .safetensors, FOLD, AERO, VOLP, MLDF or WTXT")),
-        (Some(Input::Wtxt), len) => {
-            // Streamed from the file: the decoded arrays are the only copy held.
-            let f = crate::atomic::open_input_file(path)?;
-            Ok(crate::wtxt::load(std::io::BufReader::with_capacity(1 << 20, f), len, verify)?.arrays)
+        (Some(Input::Wtxt), _) => {
+            // Streamed (a split snapshot joined): the decoded arrays are the only copy held.
+            let mut input = crate::wtxt::input::WtxtIn::open(path, None)?;
+            Ok(crate::wtxt::load(input.text(), input.len, verify).map_err(|e| input.blame(e))?.arrays)
         }
         (Some(Input::Container(c)), _) => {
             let src = npy::Source::Mapped(map_file(path)?);

@@ -123,7 +123,7 @@ pub fn max_scrypt_log_n() -> Result<u8> {
 }
 
 /// Encrypts `input` to `out` as ASCII-armored age.
-pub fn encrypt<R: Read, W: Write>(mut input: R, seal: Seal, out: W) -> Result<W> {
+pub fn encrypt<R: Read, W: Write>(mut input: R, seal: &Seal, out: W) -> Result<W> {
     let enc = match seal {
         Seal::Recipients(rs) => {
             if rs.is_empty() {
@@ -136,7 +136,7 @@ pub fn encrypt<R: Read, W: Write>(mut input: R, seal: Seal, out: W) -> Result<W>
             // The work factor the `age` tool writes, not rage's "1 second on
             // this machine": a faster machine must not make files that
             // others (and our own default limit) refuse.
-            let mut r = age::scrypt::Recipient::new(p);
+            let mut r = age::scrypt::Recipient::new(p.clone());
             r.set_work_factor(SCRYPT_LOG_N);
             age::Encryptor::with_recipients(std::iter::once(&r as &dyn age::Recipient))
                 .map_err(|e| Error::usage(format!("age: {e}")))?

@@ -52,10 +52,13 @@ pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<
         allow_unauthenticated: o.allow_unauthenticated,
         refuse_untrusted: false,
     };
-    let (f, len) = open_input(path, o.unseal.as_ref())?;
-    progress.set_total(len);
-    let reader = ProgressRead { inner: f, progress };
-    verify(BufReader::with_capacity(1 << 20, reader), &opts, None).map_err(|e| e.in_file(path))
+    // A split snapshot's faulty parts are reported with the rest, first.
+    let mut input = WtxtIn::open_lenient(path, o.unseal.as_ref())?;
+    progress.set_total(input.len);
+    let reader = ProgressRead { inner: input.text(), progress };
+    let mut report = verify(BufReader::with_capacity(1 << 20, reader), &opts, None).map_err(|e| input.blame(e))?;
+    input.locate_report(&mut report);
+    Ok(report)
 }
 
 /// One array as `inspect` shows it.
@@ -127,8 +130,8 @@ impl Visitor for InspectVisitor {
 /// `wtxt inspect`: header and array table. The structure, parity and CRC
 /// are checked on the way (digests are `verify`'s work).
 pub fn inspect(path: &Path, unseal: Option<&Unseal>) -> Result<Inspection> {
-    let (f, _) = open_input(path, unseal)?;
-    inspect_reader(BufReader::with_capacity(1 << 20, f)).map_err(|e| e.in_file(path))
+    let mut input = WtxtIn::open(path, unseal)?;
+    inspect_reader(input.text()).map_err(|e| input.blame(e))
 }
 
 /// [`inspect`] of a WTXT read from `input` (a Git blob, say).
@@ -183,8 +186,8 @@ pub fn extract(
 ) -> Result<usize> {
     use crate::convert::container;
     use crate::convert::names::{OriginalNames, NAMES};
-    let (f, len) = open_input(path, unseal)?;
-    let loaded = crate::wtxt::load(BufReader::with_capacity(1 << 20, f), len, opts).map_err(|e| e.in_file(path))?;
+    let mut input = WtxtIn::open(path, unseal)?;
+    let loaded = crate::wtxt::load(input.text(), input.len, opts).map_err(|e| input.blame(e))?;
     let kept = OriginalNames::of(&loaded.arrays).map_err(|e| e.in_file(path))?.unwrap_or_default();
     let arrays: Vec<Array> = match array {
         Some(n) => {

@@ -8,10 +8,11 @@ use crate::crypto::sign::{SecretKey, TrustedKeys};
 use crate::error::{check_at, Error, Position, Result};
 use crate::progress::Progress;
 use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
+use crate::wtxt::split::PartSize;
 use crate::wtxt::syntax::{Meta, Root, Wsum};
 use crate::wtxt::verify::{verify, InputTrust, ProblemKind, Report, VerifyOptions};
 use crate::wtxt::write::WriteOptions;
-use std::io::{BufReader, Seek, SeekFrom, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::*;
@@ -24,6 +25,8 @@ pub struct FinalizeOptions {
     pub rewrite: Option<PathBuf>,
     /// What the WTXT-S (HMACs) and `prev` (signature) must prove.
     pub trust: InputTrust,
+    /// Largest file of the rewritten WTXT (split above it).
+    pub part_size: PartSize,
 }
 
 /// `wtxt finalize`: computes the WSUM of a WTXT-S, optionally rewriting it
@@ -33,21 +36,22 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
     let mut outs = vec![wsum_out];
     outs.extend(rewrite);
     distinct_outputs(&outs)?;
-    let (f, _) = open(path)?;
+    let mut input = WtxtIn::open(path, None)?;
     // A WTXT-S carries no signature; its HMACs are checked when a key is given.
     let opts = VerifyOptions {
         hmac_key: o.trust.hmac_key.as_ref(),
         allow_unauthenticated: o.trust.allow_unauthenticated,
         ..Default::default()
     };
-    let report = verify(BufReader::with_capacity(1 << 20, f), &opts, None).map_err(|e| e.in_file(path))?;
+    let mut report = verify(input.text(), &opts, None).map_err(|e| input.blame(e))?;
+    input.locate_report(&mut report);
     let header = report.header.clone().ok_or_else(|| check_at(1, "not a WTXT").in_file(path))?;
     if header.root != Root::Pending {
         return Err(check_at(4, "expected a WTXT-S (root_pending); this file is already final").in_file(path));
     }
     // A WTXT-S verified alone ends with RootPending; anything else failed.
     if let Some(p) = report.errors.iter().find(|p| p.kind != ProblemKind::RootPending) {
-        return Err(check_at(p.line, p.message.clone()).in_file(path));
+        return Err(p.to_error().in_file(path));
     }
     let sha_all: Hash = report.sha256_all.ok_or_else(|| check_at(4, "no root computed").in_file(path))?;
     let merkle_prev = match prev {
@@ -70,8 +74,13 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
     let wsum = fin.wsum;
     if let Some(out) = rewrite {
         let text = fin.header;
-        let mut src = crate::atomic::open_input_file(path)?;
-        src.seek(SeekFrom::Start(header.signed_bytes.len() as u64)).map_err(|e| Error::io(path, e))?;
+        // The body is copied as the verified text has it (joined, for a
+        // split WTXT-S); the result is stored split by `o.part_size`.
+        let mut input = WtxtIn::open(path, None)?;
+        let mut src = input.text();
+        let skip = header.signed_bytes.len() as u64;
+        std::io::copy(&mut (&mut src).take(skip), &mut std::io::sink())
+            .map_err(|e| input.blame(Error::read_failed(e)))?;
         let mut af = AtomicFile::create(out)?;
         {
             let mut w = std::io::BufWriter::with_capacity(1 << 20, af.file());
@@ -79,7 +88,7 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
             std::io::copy(&mut src, &mut w).map_err(|e| Error::io(out, e))?;
             w.flush().map_err(|e| Error::io(out, e))?;
         }
-        af.commit()?;
+        store(af, o.part_size)?;
     }
     write_file(wsum_out, wsum.to_file().as_bytes(), 0o644)?;
     Ok(wsum)
@@ -96,19 +105,14 @@ pub fn delta_create(
     let vf = VerifyFiles { unseal, ..Default::default() };
     let report = verify_file(target, &vf, &Progress::hidden())?;
     if let Some(p) = report.first_error() {
-        return Err(check_at(p.line, p.message.clone()).in_file(target));
+        return Err(p.to_error().in_file(target));
     }
-    let (b, _) = open_input(base, vf.unseal.as_ref())?;
-    let (t, _) = open_input(target, vf.unseal.as_ref())?;
+    let mut b = WtxtIn::open(base, vf.unseal.as_ref())?;
+    let mut t = WtxtIn::open(target, vf.unseal.as_ref())?;
     let mut f = AtomicFile::create(out)?;
     let stats = {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
-        let r = crate::wtxt::delta::create(
-            (BufReader::with_capacity(1 << 20, b), base),
-            (BufReader::with_capacity(1 << 20, t), target),
-            &mut w,
-        )
-        .map_err(|e| e.in_file(out))?;
+        let r = crate::wtxt::delta::create((b.text(), base), (t.text(), target), &mut w).map_err(|e| e.in_file(out))?;
         w.flush().map_err(|e| Error::io(out, e))?;
         r
     };
@@ -131,6 +135,8 @@ pub struct DeltaApplyOptions {
     pub trusted: Option<TrustedKeys>,
     /// Decrypts age-encrypted inputs (base and delta).
     pub unseal: Option<Unseal>,
+    /// Largest file of the result (split above it).
+    pub part_size: PartSize,
 }
 
 /// `wtxt delta apply`: rebuilds the target from `base` and the delta. The
@@ -144,7 +150,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
                 "--gen, --ts, --build and --sign-key serve the minimal form; this delta carries its target header",
             ));
         }
-        let (b, _) = open_input(base, o.unseal.as_ref())?;
+        let mut b = WtxtIn::open(base, o.unseal.as_ref())?;
         let mut f = AtomicFile::create(out)?;
         let vopts = VerifyOptions {
             hmac_key: o.hmac_key.as_ref(),
@@ -159,8 +165,8 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
         let (merged, report) = std::thread::scope(|s| {
             let checker = s.spawn(|| verify(pr, &vopts, None));
             let mut tee = crate::pipe::Tee(std::io::BufWriter::with_capacity(1 << 20, Writeback::new(f.file())), pw);
-            let merged = crate::wtxt::delta::apply_extended(BufReader::with_capacity(1 << 20, b), &parsed, &mut tee)
-                .map_err(|e| e.in_files(base, out))
+            let merged = crate::wtxt::delta::apply_extended(b.text(), &parsed, &mut tee)
+                .map_err(|e| b.blame_input(e).in_file(out))
                 .and_then(|()| tee.0.flush().map_err(|e| Error::io(out, e)));
             let crate::pipe::Tee(w, pw) = tee;
             drop(w);
@@ -186,7 +192,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
             )
             .in_file(delta));
         }
-        f.commit()?;
+        store(f, o.part_size)?;
         return Ok(report);
     }
     apply_minimal(base, delta, &parsed, out, o)
@@ -209,9 +215,8 @@ fn apply_minimal(
     }
     // The base is verified under the same rules as any input we sign or HMAC.
     let trust = InputTrust::new(o.hmac_key.as_ref(), None, o.sign_key.as_ref(), o.allow_unauthenticated);
-    let (b, len) = open_input(base, o.unseal.as_ref())?;
-    let loaded =
-        crate::wtxt::load(BufReader::with_capacity(1 << 20, b), len, &trust.options()).map_err(|e| e.in_file(base))?;
+    let mut b = WtxtIn::open(base, o.unseal.as_ref())?;
+    let loaded = crate::wtxt::load(b.text(), b.len, &trust.options()).map_err(|e| b.blame(e))?;
     let Root::Final { sha256_all, merkle_this: base_this, .. } = loaded.header.root else {
         return Err(check_at(4, "the base is a WTXT-S: finalize it first").in_file(base));
     };
@@ -237,6 +242,7 @@ fn apply_minimal(
         merkle_prev: base_this,
         hmac_key: o.hmac_key.as_ref(),
         sign_key: o.sign_key.as_ref(),
+        part_size: o.part_size,
         ..WriteOptions::new(meta, rows)
     };
     write_wtxt(&arrays, &opts, out, None, &Progress::hidden())?;

@@ -8,7 +8,6 @@ use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
 use crate::wtxt::syntax::{Audit, Meta, Root};
 use crate::wtxt::verify::{InputTrust, VerifyOptions};
 use crate::wtxt::write::{WriteOptions, Written};
-use std::io::BufReader;
 use std::path::Path;
 
 use super::*;
@@ -32,9 +31,8 @@ pub fn log(dir: &Path, path: Option<&Path>, trusted: Option<TrustedKeys>) -> Res
 
 /// `wtxt diff`: the semantic difference of two WTXT files (either may be age-encrypted).
 pub fn diff(old: &Path, new: &Path, unseal: Option<&Unseal>) -> Result<crate::git::diff::FileDiff> {
-    let (a, _) = open_input(old, unseal)?;
-    let (b, _) = open_input(new, unseal)?;
-    crate::git::diff::diff(a, b, crate::git::diff::Names { old, new })
+    let (mut a, mut b) = (WtxtIn::open(old, unseal)?, WtxtIn::open(new, unseal)?);
+    crate::git::diff::diff(a.text(), b.text(), crate::git::diff::Names { old, new })
 }
 
 /// Options of `wtxt merge`.
@@ -47,6 +45,8 @@ pub struct MergeOptions {
     /// What the three inputs must prove (HMAC key, trusted keys, signer's key).
     pub trust: InputTrust,
     pub sign_key: Option<SecretKey>,
+    /// Largest file of the result (split above it).
+    pub part_size: crate::wtxt::split::PartSize,
 }
 
 /// What `merge` did.
@@ -58,11 +58,11 @@ pub struct MergeOutcome {
 }
 
 fn load_file(path: &Path, opts: &VerifyOptions) -> Result<Option<crate::wtxt::Loaded>> {
-    let (f, len) = open(path)?;
-    if len == 0 {
+    let mut input = WtxtIn::open(path, None)?;
+    if input.len == 0 {
         return Ok(None); // Git passes an empty base when there is no common ancestor.
     }
-    crate::wtxt::load(BufReader::with_capacity(1 << 20, f), len, opts).map(Some).map_err(|e| e.in_file(path))
+    crate::wtxt::load(input.text(), input.len, opts).map(Some).map_err(|e| input.blame(e))
 }
 
 /// `wtxt merge`: three-way at chunk granularity. The result is a canonical
@@ -110,6 +110,7 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
         hmac_key: o.trust.hmac_key.as_ref(),
         sign_key: o.sign_key.as_ref(),
         audit: Some(audit),
+        part_size: o.part_size,
         ..WriteOptions::new(meta, rows)
     };
     let written = write_wtxt(&merged.arrays, &opts, out, None, &Progress::hidden())?;

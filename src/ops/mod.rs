@@ -6,6 +6,7 @@
 mod check;
 mod generations;
 mod history;
+mod parts;
 mod recover;
 mod secrets;
 mod snapshot;
@@ -13,6 +14,7 @@ mod snapshot;
 pub use check::*;
 pub use generations::*;
 pub use history::*;
+pub use parts::*;
 pub use recover::*;
 pub use secrets::*;
 pub use snapshot::*;
@@ -23,6 +25,7 @@ use crate::crypto::digest::Hash;
 use crate::error::{check_at, Error, Result};
 use crate::model::Array;
 use crate::progress::Progress;
+use crate::wtxt::input::WtxtIn;
 use crate::wtxt::read::{read_head, Header, LineReader};
 use crate::wtxt::syntax::Root;
 use crate::wtxt::verify::{check_header, verify, InputTrust};
@@ -61,14 +64,17 @@ fn chain_from(prev: &Path, trust: &InputTrust) -> Result<(u64, Hash)> {
         // With a key the whole file is verified (its header included);
         // without one, the header is all that can be proven.
         let first = if trust.hmac_key.is_some() {
-            let (f, _) = open(prev)?;
-            let report = verify(BufReader::with_capacity(1 << 20, f), &opts, None).map_err(|e| e.in_file(prev))?;
+            let mut input = WtxtIn::open(prev, None)?;
+            let report = verify(input.text(), &opts, None);
+            let mut report = report.map_err(|e| input.blame(e))?;
+            input.locate_report(&mut report);
             report.errors.into_iter().next()
         } else {
             check_header(&h, &opts).err()
         };
         if let Some(p) = first {
-            return Err(check_at(p.line, format!("--prev: {}", p.message)).in_file(prev));
+            let file = p.file.map(std::path::PathBuf::from).unwrap_or_else(|| prev.to_path_buf());
+            return Err(check_at(p.line, format!("--prev: {}", p.message)).in_file(file));
         }
     }
     match h.root {
@@ -87,7 +93,8 @@ fn chain_from(prev: &Path, trust: &InputTrust) -> Result<(u64, Hash)> {
     }
 }
 
-/// Writes arrays as WTXT to `out` atomically, and the WSUM when streaming.
+/// Writes arrays as WTXT to `out` atomically (split when larger than
+/// `opts.part_size`), and the WSUM when streaming.
 pub fn write_wtxt(
     arrays: &[Array],
     opts: &WriteOptions,
@@ -106,7 +113,7 @@ pub fn write_wtxt(
         (Some(w), Some(_)) => Some(w.to_file()),
         _ => None,
     };
-    f.commit()?;
+    store(f, opts.part_size)?;
     if let (Some(text), Some(p)) = (wsum_text, wsum) {
         write_file(p, text.as_bytes(), 0o644)?;
     }

@@ -24,6 +24,8 @@ pub struct RecoverOptions {
     /// With an HMAC key, keep arrays whose hmac is all zeros (written unauthenticated).
     pub allow_unauthenticated: bool,
     pub sign_key: Option<SecretKey>,
+    /// Largest file of the output (split above it).
+    pub part_size: crate::wtxt::split::PartSize,
 }
 
 /// `wtxt recover`: keeps every array that is still whole and reports the
@@ -41,11 +43,23 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
             "recover --sign-key needs --hmac-key: only arrays authenticated by the HMAC key may be signed",
         ));
     }
-    let (_, len) = open(path)?;
-    let map = if len == 0 { None } else { Some(map_file(path)?) };
-    let bytes = map.as_deref().map_or(&[][..], |m| &m[..]);
+    // A split snapshot is joined into an unnamed temporary file first, going
+    // on past missing or damaged parts: recovery works on what is there.
+    let mut input = WtxtIn::open_lenient(path, None)?;
+    let text = match (input.len, input.is_split()) {
+        (0, _) => None,
+        (_, false) => Some(crate::convert::npy::Source::Mapped(map_file(path)?)),
+        (len, true) => {
+            let mut spill = crate::convert::spill::Spill::with_expected(len)?;
+            std::io::copy(&mut input.text(), &mut spill).map_err(|e| input.blame(Error::read_failed(e)))?;
+            Some(spill.finish()?)
+        }
+    };
+    let faults = input.faults();
+    let bytes = text.as_ref().map_or(&[][..], |m| m.bytes());
     let key = o.hmac_key.as_ref();
-    let r = scan(bytes, key, o.allow_unauthenticated, o.partial.is_some());
+    let mut r = scan(bytes, key, o.allow_unauthenticated, o.partial.is_some());
+    r.report.part_faults = faults.iter().map(|e| e.to_string()).collect();
     if o.sign_key.is_some() {
         if let Some(a) = r.arrays.iter().find(|a| !r.authenticated.contains(&a.name)) {
             return Err(Error::check(
@@ -83,6 +97,7 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
         sign_key: o.sign_key.as_ref(),
         audit: Some(audit),
         carried_hmacs,
+        part_size: o.part_size,
         ..WriteOptions::new(meta, r.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK))
     };
     write_wtxt(&r.arrays, &opts, out, None, &Progress::hidden())?;

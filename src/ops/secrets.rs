@@ -4,7 +4,7 @@ use crate::atomic::{write_file, AtomicFile};
 use crate::crypto::armor::{Seal, Unseal};
 use crate::crypto::sign::SecretKey;
 use crate::error::{Error, Result};
-use std::io::{BufReader, Write};
+use std::io::{BufReader, Seek, Write};
 use std::path::Path;
 
 use super::*;
@@ -25,11 +25,34 @@ fn is_wtxt_text(head: &[u8]) -> bool {
 }
 
 /// `wtxt encrypt`: wraps a WTXT (or delta, or WSUM) in age ASCII armor.
+/// A split snapshot is encrypted file by file: the head to `out`, each part
+/// to `out`'s parts folder, so every file stays under the part size and
+/// `-i IDENTITY` reads the set as it reads a plain one.
 pub fn encrypt(input: &Path, out: &Path, seal: Seal) -> Result<()> {
+    let parts = split_parts(input)?;
+    for ix in 1..=parts {
+        let name = crate::wtxt::split::part_name(ix);
+        let dir = crate::wtxt::split::parts_dir(out);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        encrypt_one(&crate::wtxt::split::parts_dir(input).join(&name), &dir.join(&name), &seal, true)?;
+    }
+    encrypt_one(input, out, &seal, false)
+}
+
+/// The number of parts when `path` is the head of a split snapshot, else 0.
+fn split_parts(path: &Path) -> Result<u64> {
+    let (f, _) = open(path)?;
+    match crate::wtxt::split::open(Box::new(f)).map_err(|e| e.in_file(path))? {
+        crate::wtxt::split::Opened::Split(h) => Ok(h.parts.len() as u64),
+        crate::wtxt::split::Opened::Single(_) => Ok(0),
+    }
+}
+
+fn encrypt_one(input: &Path, out: &Path, seal: &Seal, part: bool) -> Result<()> {
     let (f, _) = open(input)?;
     let mut r = BufReader::with_capacity(1 << 20, f);
     let head = std::io::BufRead::fill_buf(&mut r).map_err(|e| Error::io(input, e))?;
-    if !is_wtxt_text(head) {
+    if !(is_wtxt_text(head) || (part && head.starts_with(b"WTXT part "))) {
         return Err(
             Error::input(crate::error::Position::Line(1), "expected a WTXT, WTXT-DELTA or WSUM file").in_file(input)
         );
@@ -43,8 +66,38 @@ pub fn encrypt(input: &Path, out: &Path, seal: Seal) -> Result<()> {
     af.commit()
 }
 
-/// `wtxt decrypt`: the plaintext of an age file, written atomically.
+/// `wtxt decrypt`: the plaintext of an age file, written atomically; for an
+/// encrypted split snapshot, its parts too (from `input`'s parts folder to
+/// `out`'s).
 pub fn decrypt(input: &Path, out: &Path, unseal: &Unseal) -> Result<()> {
+    let head = decrypt_one(input, out, unseal)?;
+    let mut f = head.try_clone()?;
+    f.seek(std::io::SeekFrom::Start(0)).map_err(|e| Error::io(out, e))?;
+    if let crate::wtxt::split::Opened::Split(h) = crate::wtxt::split::open(Box::new(f)).map_err(|e| e.in_file(out))? {
+        let (from, to) = (crate::wtxt::split::parts_dir(input), crate::wtxt::split::parts_dir(out));
+        std::fs::create_dir_all(&to).map_err(|e| Error::io(&to, e))?;
+        for p in &h.parts {
+            let name = crate::wtxt::split::part_name(p.ix);
+            decrypt_one(&from.join(&name), &to.join(&name), unseal)?.commit()?;
+        }
+    }
+    head.commit()
+}
+
+/// A decrypted file, staged; the caller commits it.
+struct Staged(AtomicFile, std::path::PathBuf);
+
+impl Staged {
+    fn try_clone(&self) -> Result<std::fs::File> {
+        self.0.file_ref().try_clone().map_err(|e| Error::io(&self.1, e))
+    }
+
+    fn commit(self) -> Result<()> {
+        self.0.commit()
+    }
+}
+
+fn decrypt_one(input: &Path, out: &Path, unseal: &Unseal) -> Result<Staged> {
     let (f, _) = open(input)?;
     let mut plain =
         crate::crypto::armor::decrypt(BufReader::with_capacity(1 << 20, f), unseal).map_err(|e| e.in_file(input))?;
@@ -59,5 +112,5 @@ pub fn decrypt(input: &Path, out: &Path, unseal: &Unseal) -> Result<()> {
         })?;
         w.flush().map_err(|e| Error::io(out, e))?;
     }
-    af.commit()
+    Ok(Staged(af, out.to_path_buf()))
 }

@@ -36,6 +36,8 @@ pub struct SnapshotOptions {
     pub audit: Option<String>,
     /// Write a WTXT-S and its WSUM here.
     pub wsum: Option<PathBuf>,
+    /// Largest file of the output (split above it).
+    pub part_size: crate::wtxt::split::PartSize,
 }
 
 impl SnapshotOptions {
@@ -96,6 +98,7 @@ pub fn snapshot_arrays(arrays: &[Array], out: &Path, o: &SnapshotOptions, progre
         sign_key: o.sign_key.as_ref(),
         audit,
         streaming: o.wsum.is_some(),
+        part_size: o.part_size,
         ..WriteOptions::new(meta, rows)
     };
     write_wtxt(arrays, &opts, out, o.wsum.as_deref(), progress)

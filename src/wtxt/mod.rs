@@ -4,9 +4,11 @@
 
 pub mod chunk;
 pub mod delta;
+pub mod input;
 pub mod layout;
 pub mod read;
 pub mod recover;
+pub mod split;
 pub mod syntax;
 pub mod verify;
 pub mod write;
@@ -79,7 +81,7 @@ pub fn load<R: Read>(input: R, file_len: u64, opts: &VerifyOptions) -> Result<Lo
         Ok(l) => Ok(l),
         Err(report) => {
             let p = report.first_error().expect("a failed report names its problem");
-            Err(check_at(p.line, p.message.clone()))
+            Err(p.to_error())
         }
     }
 }

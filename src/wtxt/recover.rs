@@ -68,6 +68,10 @@ pub struct RecoveryReport {
     pub unparsed_lines: u64,
     pub recovered_arrays: usize,
     pub lost_arrays: usize,
+    /// Parts of a split snapshot that were missing or did not match the
+    /// head (their chunks are still checked one by one).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub part_faults: Vec<String>,
 }
 
 /// An array that was lost with its `arr` line.
@@ -303,6 +307,7 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool,
             unparsed_lines: unparsed,
             recovered_arrays,
             lost_arrays,
+            part_faults: Vec::new(),
         },
     }
 }

@@ -135,6 +135,7 @@ fn signature_status(
             Some(k) if k.verify(signed, &s.signature) => SigStatus::Valid,
             Some(_) => {
                 problems.push(Problem {
+                    file: None,
                     kind: ProblemKind::Signature,
                     line,
                     message: format!("signature by keyid {} does not verify", hex::encode(s.keyid)),
@@ -149,9 +150,15 @@ fn signature_status(
             SigStatus::Absent => "the file is not signed".to_string(),
             _ => format!("keyid {keyid} is not a trusted key"),
         };
-        problems.push(Problem { kind: ProblemKind::Signature, line, message: format!("signature required: {why}") });
+        problems.push(Problem {
+            file: None,
+            kind: ProblemKind::Signature,
+            line,
+            message: format!("signature required: {why}"),
+        });
     } else if opts.refuse_untrusted && status == SigStatus::Untrusted {
         problems.push(Problem {
+            file: None,
             kind: ProblemKind::Signature,
             line,
             message: format!(
@@ -199,6 +206,8 @@ pub enum ProblemKind {
     Signature,
     /// The link to the previous generation.
     Chain,
+    /// A part of a split snapshot: missing, or not the one its head lists.
+    Part,
 }
 
 /// One problem, on a 1-based line.
@@ -207,12 +216,38 @@ pub struct Problem {
     pub kind: ProblemKind,
     pub line: u64,
     pub message: String,
+    /// The part file of a split snapshot the line is in (`None`: the file given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
 }
 
 impl Problem {
     /// A problem of `kind` on `line`.
     pub fn at(kind: ProblemKind, line: u64, message: impl Into<String>) -> Problem {
-        Problem { kind, line, message: message.into() }
+        Problem { kind, line, message: message.into(), file: None }
+    }
+
+    /// The problem as an error of kind check, naming its part file if any.
+    pub fn to_error(&self) -> crate::Error {
+        let e = crate::error::check_at(self.line, self.message.clone());
+        match &self.file {
+            Some(f) => e.in_file(f),
+            None => e,
+        }
+    }
+
+    /// A part of a split snapshot that is missing or does not match its head.
+    pub fn from_part_fault(e: crate::Error) -> Problem {
+        Problem::from_error(ProblemKind::Part, e)
+    }
+
+    /// A failed check as a problem of `kind`, keeping its file and line.
+    pub fn from_error(kind: ProblemKind, e: crate::Error) -> Problem {
+        let line = match e.position() {
+            crate::error::Position::Line(n) => n,
+            _ => 0,
+        };
+        Problem { kind, line, message: e.message().to_string(), file: e.path().map(|p| p.display().to_string()) }
     }
 }
 
@@ -328,6 +363,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
     chunk_bad.extend(roots.bad_chunks);
     for (ai, ix, line) in chunk_bad {
         problems.push(Problem {
+            file: None,
             kind: ProblemKind::Chunk,
             line,
             message: format!("chunk {ix} of array {}: sha256 does not match its bytes", arrays[ai].name),
@@ -338,11 +374,9 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
         Ok(h) => Some(h),
         Err(e) if e.kind() == Kind::Io || e.kind() == Kind::Input => return Err(e),
         Err(e) => {
-            let line = match e.position() {
-                crate::error::Position::Line(n) => n,
-                _ => 0,
-            };
-            problems.push(Problem { kind: ProblemKind::Structure, line, message: e.message().to_string() });
+            // A reader's own failure (a split snapshot's part) names its file.
+            let kind = if e.path().is_some() { ProblemKind::Part } else { ProblemKind::Structure };
+            problems.push(Problem::from_error(kind, e));
             None
         }
     };
@@ -355,6 +389,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
         if let Some((sha, mac_ok)) = digests.arrays.get(i) {
             if *sha != exp.sha256 {
                 problems.push(Problem {
+                    file: None,
                     kind: ProblemKind::Array,
                     line: a.line,
                     message: format!("array {}: sha256 does not match its bytes", a.name),
@@ -365,6 +400,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
                 Some(true) => a.authenticated = true,
                 Some(false) => {
                     problems.push(Problem {
+                        file: None,
                         kind: ProblemKind::Hmac,
                         line: a.line,
                         message: format!("array {}: hmac does not match (wrong key or altered data)", a.name),
@@ -373,6 +409,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
                 }
                 None if opts.hmac_key.is_some() && !opts.allow_unauthenticated => {
                     problems.push(Problem {
+                        file: None,
                         kind: ProblemKind::Hmac,
                         line: a.line,
                         message: format!(
@@ -634,7 +671,7 @@ impl Visitor for Hashing<'_> {
     }
 
     fn problem(&mut self, line: u64, message: String) {
-        self.problems.push(Problem { kind: ProblemKind::Chunk, line, message });
+        self.problems.push(Problem { file: None, kind: ProblemKind::Chunk, line, message });
     }
 
     fn audit(&mut self, _line: u64, a: &crate::wtxt::syntax::Audit) {

@@ -226,7 +226,7 @@ fn age_armor_never_panics() {
     // An armored file made here (X25519: no scrypt cost per case), then mangled.
     let id = age::x25519::Identity::generate();
     let seal = wtxt::crypto::armor::Seal::Recipients(vec![Box::new(id.to_public())]);
-    let enc = wtxt::crypto::armor::encrypt(&read("expected/defaults.wtxt")[..], seal, Vec::new()).unwrap();
+    let enc = wtxt::crypto::armor::encrypt(&read("expected/defaults.wtxt")[..], &seal, Vec::new()).unwrap();
     let unseal = Unseal::Identities(vec![Box::new(id)]);
     never_panics("age armor", &enc, 1000, |b| {
         if let Ok(mut r) = decrypt(b, &unseal) {
@@ -281,6 +281,7 @@ fn merge_and_recover_never_launder_mutated_inputs() {
         ts: Some("2026-05-01T00:00:00Z".into()),
         trust: InputTrust::new(Some(&key), None, Some(&sk), false),
         sign_key: Some(SecretKey::from_file(&crate::util::fixture("keys/sign.pem")).unwrap()),
+        part_size: Default::default(),
     };
     never_panics("merge theirs", &base, 150, |b| {
         std::fs::write(&theirs, b).unwrap();

@@ -46,6 +46,7 @@ fn write(arrays: &[Array], rows: u64, gen: u64) -> Vec<u8> {
         audit: None,
         streaming: false,
         carried_hmacs: Vec::new(),
+        part_size: Default::default(),
     };
     let mut out = std::io::Cursor::new(Vec::new());
     write_snapshot(arrays, &opts, &mut out, &Progress::hidden()).unwrap();

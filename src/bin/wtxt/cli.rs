@@ -51,6 +51,30 @@ pub enum Command {
     Encrypt(EncryptArgs),
     /// Decrypt an age-encrypted WTXT.
     Decrypt(DecryptArgs),
+    /// Store a WTXT as a split snapshot: head at OUT, parts of at most --part-size in OUT.parts/.
+    Split(SplitArgs),
+    /// Join a split snapshot into one file (the exact inverse of split).
+    Join(JoinArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SplitArgs {
+    /// The WTXT (one file, or the head of a split snapshot).
+    pub file: PathBuf,
+    /// The head to write; parts go to OUT.parts/.
+    #[arg(short, long, value_name = "OUT.wtxt")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub parts: PartSizeArg,
+}
+
+#[derive(Args, Debug)]
+pub struct JoinArgs {
+    /// The head of a split snapshot.
+    pub file: PathBuf,
+    /// The single file to write.
+    #[arg(short, long, value_name = "OUT.wtxt")]
+    pub output: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -135,6 +159,8 @@ pub struct DeltaApplyArgs {
     /// (a minimal-form delta, which carries none, is then refused).
     #[command(flatten)]
     pub trust: TrustArg,
+    #[command(flatten)]
+    pub parts: PartSizeArg,
 }
 
 /// Reading age-encrypted inputs.
@@ -160,6 +186,15 @@ pub struct HmacArg {
     /// With an HMAC key: accept arrays whose hmac is all zeros (reported as unauthenticated).
     #[arg(long)]
     pub allow_unauthenticated: bool,
+}
+
+/// How large the files of a written snapshot may be.
+#[derive(Args, Debug, Default)]
+pub struct PartSizeArg {
+    /// Store a snapshot whose text exceeds SIZE (bytes, or K/M/G for KiB/MiB/GiB)
+    /// split: the head at OUT, parts in OUT.parts/ (default 45M; `none`: one file).
+    #[arg(long, value_name = "SIZE|none")]
+    pub part_size: Option<wtxt::wtxt::split::PartSize>,
 }
 
 /// The keys whose signatures count.
@@ -222,6 +257,8 @@ pub struct SnapshotArgs {
     /// Where the WSUM of a streaming snapshot goes.
     #[arg(long, value_name = "OUT.wsum", requires = "streaming")]
     pub wsum: Option<PathBuf>,
+    #[command(flatten)]
+    pub parts: PartSizeArg,
 }
 
 #[derive(Args, Debug)]
@@ -294,6 +331,8 @@ pub struct RecoverArgs {
     /// Sign the recovered file (needs --hmac-key: only authenticated arrays are signed).
     #[arg(long, value_name = "KEY.pem")]
     pub sign_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub parts: PartSizeArg,
 }
 
 #[derive(Args, Debug)]
@@ -318,6 +357,8 @@ pub struct FinalizeArgs {
     /// Also write the finalized plain WTXT here.
     #[arg(long, value_name = "OUT.wtxt")]
     pub rewrite: Option<PathBuf>,
+    #[command(flatten)]
+    pub parts: PartSizeArg,
 }
 
 #[derive(Args, Debug)]
@@ -424,6 +465,8 @@ pub struct MergeArgs {
     /// The path Git merges (for messages).
     #[arg(long, value_name = "PATH")]
     pub path: Option<String>,
+    #[command(flatten)]
+    pub parts: PartSizeArg,
 }
 
 #[derive(Args, Debug)]
@@ -498,6 +541,8 @@ pub struct DaemonArgs {
     /// TOML file with any of these settings (flags win).
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub parts: PartSizeArg,
 }
 
 #[derive(Args, Debug)]
@@ -524,6 +569,8 @@ pub struct ConvertArgs {
     /// Keys a WTXT input must be signed by.
     #[command(flatten)]
     pub trust: TrustArg,
+    #[command(flatten)]
+    pub parts: PartSizeArg,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

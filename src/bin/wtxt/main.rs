@@ -119,6 +119,20 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Encrypt(a) => encrypt(a),
         Command::Decrypt(a) => decrypt(a),
         Command::Keygen(a) => keygen(a),
+        Command::Split(a) => {
+            let n = ops::restore(&a.file, &a.output, a.parts.part_size.unwrap_or_default())?;
+            eprintln!(
+                "wrote {} as {}",
+                a.output.display(),
+                if n == 0 { "one file (it fits in a part)".into() } else { format!("a head and {n} parts") }
+            );
+            Ok(0)
+        }
+        Command::Join(a) => {
+            ops::restore(&a.file, &a.output, wtxt::wtxt::split::PartSize::Whole)?;
+            eprintln!("wrote {}", a.output.display());
+            Ok(0)
+        }
     }
 }
 
@@ -134,6 +148,7 @@ fn snapshot(a: cli::SnapshotArgs) -> Result<u8> {
         rows_per_chunk: a.rows_per_chunk,
         audit: a.audit,
         wsum: if a.streaming { a.wsum } else { None },
+        part_size: a.parts.part_size.unwrap_or_default(),
         ..keyed(&a.hmac, &a.sign_key, &a.trust)?
     };
     let progress = Progress::for_terminal("snapshot");
@@ -170,7 +185,9 @@ fn verify(a: cli::VerifyArgs) -> Result<u8> {
             let more = report.errors.len() - 1;
             let tail = if more > 0 { format!(" ({more} more; --json lists all)") } else { String::new() };
             let msg = wtxt::error::one_line(&p.message);
-            eprintln!("wtxt: {}: line {}: {msg}{tail}", wtxt::error::one_line(&a.file.display().to_string()), p.line);
+            let file = p.file.clone().unwrap_or_else(|| a.file.display().to_string());
+            let at = if p.line > 0 { format!("line {}: ", p.line) } else { String::new() };
+            eprintln!("wtxt: {}: {at}{msg}{tail}", wtxt::error::one_line(&file));
         }
         return Ok(1);
     }
@@ -210,6 +227,7 @@ fn recover(a: cli::RecoverArgs) -> Result<u8> {
         hmac_key: hmac_key(&a.hmac.hmac_key)?,
         allow_unauthenticated: a.hmac.allow_unauthenticated,
         sign_key: sign_key(&a.sign_key)?,
+        part_size: a.parts.part_size.unwrap_or_default(),
     };
     let r = ops::recover(&a.file, &a.output, &opts)?;
     eprintln!("recovered {} array(s), lost {}, into {}", r.recovered_arrays, r.lost_arrays, a.output.display());
@@ -224,7 +242,8 @@ fn finalize(a: cli::FinalizeArgs) -> Result<u8> {
         key.as_ref(),
         a.hmac.allow_unauthenticated,
     );
-    let opts = ops::FinalizeOptions { sign_key: key, prev: a.prev, rewrite: a.rewrite, trust };
+    let part_size = a.parts.part_size.unwrap_or_default();
+    let opts = ops::FinalizeOptions { sign_key: key, prev: a.prev, rewrite: a.rewrite, trust, part_size };
     let w = ops::finalize(&a.file, &a.output, &opts)?;
     eprintln!("wrote {} sha256_all={}", a.output.display(), hex::encode(w.sha256_all));
     Ok(0)
@@ -252,6 +271,7 @@ fn delta_apply(a: cli::DeltaApplyArgs) -> Result<u8> {
         sign_key: sign_key(&a.sign_key)?,
         trusted: trusted_keys(&a.trust)?,
         unseal: unseal(&a.sealed)?,
+        part_size: a.parts.part_size.unwrap_or_default(),
     };
     let r = ops::delta_apply(&a.base, &a.delta, &a.output, &opts)?;
     eprintln!(
@@ -283,7 +303,8 @@ fn convert(a: cli::ConvertArgs) -> Result<u8> {
             ops::ConvertTo::Container(container::by_name(&name).expect("every --to is a container"))
         }
     };
-    let opts = ops::SnapshotOptions { gen: a.gen, ts: a.ts, ..keyed(&a.hmac, &a.sign_key, &a.trust)? };
+    let part_size = a.parts.part_size.unwrap_or_default();
+    let opts = ops::SnapshotOptions { gen: a.gen, ts: a.ts, part_size, ..keyed(&a.hmac, &a.sign_key, &a.trust)? };
     let mut notes = Vec::new();
     let r = ops::convert(&a.input, &a.output, to, &opts, &mut notes);
     warn(&notes);
@@ -436,7 +457,8 @@ fn merge(a: cli::MergeArgs) -> Result<u8> {
         sign.as_ref(),
         a.hmac.allow_unauthenticated,
     );
-    let opts = ops::MergeOptions { strategy, decisions, ts: a.ts, trust, sign_key: sign };
+    let part_size = a.parts.part_size.unwrap_or_default();
+    let opts = ops::MergeOptions { strategy, decisions, ts: a.ts, trust, sign_key: sign, part_size };
     let signed = opts.sign_key.is_some();
     let what = a.path.clone().unwrap_or_else(|| a.ours.display().to_string());
     let out = ops::merge(&a.base, &a.ours, &a.theirs, &a.output, &opts)?;

@@ -1,0 +1,137 @@
+//! Storing a written text as a split snapshot when it exceeds the part size
+//! (reading one is [`crate::wtxt::input`]'s).
+#![forbid(unsafe_code)]
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use crate::atomic::AtomicFile;
+use crate::error::{Error, Result};
+use crate::wtxt::split::{self, part_ix, part_name, parts_dir, PartLine, PartSink, PartSize};
+
+/// Puts a written single-file text in place: at `af`'s destination as it
+/// is when it fits in `size`, else split, the head there and the parts in
+/// the folder next to it. Returns the number of parts (0: one file).
+pub fn store(mut af: AtomicFile, size: PartSize) -> Result<usize> {
+    let out = af.dest().to_path_buf();
+    let len = af.file().metadata().map_err(|e| Error::io(&out, e))?.len();
+    let dir = parts_dir(&out);
+    match size.limit() {
+        Some(limit) if len > limit && !af.is_device() => {
+            let mut text = af.file().try_clone().map_err(|e| Error::io(&out, e))?;
+            text.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&out, e))?;
+            std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+            let mut sink = PartDir { dir: dir.clone() };
+            let head = split::split(BufReader::with_capacity(1 << 20, text), limit, &mut sink)
+                .map_err(|e| e.in_files(&out, &dir))?;
+            let count = head.split(|&b| b == b'\n').filter(|l| l.starts_with(b"part ")).count();
+            let mut h = AtomicFile::create(&out)?;
+            h.file().write_all(&head).map_err(|e| Error::io(&out, e))?;
+            h.commit()?;
+            drop(af);
+            remove_stale_parts(&dir, count as u64)?;
+            Ok(count)
+        }
+        _ => {
+            af.commit()?;
+            if dir.is_dir() {
+                remove_stale_parts(&dir, 0)?;
+                let _ = std::fs::remove_dir(&dir);
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// Removes part files numbered above `count`: a head with fewer parts than
+/// the last one replaced them.
+fn remove_stale_parts(dir: &Path, count: u64) -> Result<()> {
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let name = entry.file_name();
+        if part_ix(&name.to_string_lossy()).is_some_and(|ix| ix > count) {
+            std::fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes parts into a folder, each atomically; a part whose file already
+/// holds exactly these bytes is left alone (its mtime too, so Git does not
+/// read it again).
+struct PartDir {
+    dir: PathBuf,
+}
+
+struct PartFile {
+    af: AtomicFile,
+    w: std::io::BufWriter<File>,
+}
+
+impl Write for PartFile {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.w.write(b)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.w.flush()
+    }
+}
+
+impl PartSink for PartDir {
+    type W = PartFile;
+
+    fn open(&mut self, ix: u64) -> Result<PartFile> {
+        let path = self.dir.join(part_name(ix));
+        let mut af = AtomicFile::create(&path)?;
+        let f = af.file().try_clone().map_err(|e| Error::io(&path, e))?;
+        Ok(PartFile { af, w: std::io::BufWriter::with_capacity(1 << 20, f) })
+    }
+
+    fn close(&mut self, mut p: PartFile, part: &PartLine) -> Result<()> {
+        let path = self.dir.join(part_name(part.ix));
+        p.w.flush().map_err(|e| Error::io(&path, e))?;
+        if same_file(&path, part) {
+            return Ok(()); // dropping the AtomicFile removes the copy
+        }
+        p.af.commit()
+    }
+}
+
+/// True when `path` already holds the part's bytes.
+fn same_file(path: &Path, part: &PartLine) -> bool {
+    use sha2::{Digest, Sha256};
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.len() == part.bytes => {}
+        _ => return false,
+    }
+    let Ok(mut f) = File::open(path) else { return false };
+    let mut sha = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => sha.update(&buf[..n]),
+            Err(_) => return false,
+        }
+    }
+    <[u8; 32]>::from(sha.finalize()) == part.sha256
+}
+
+/// `wtxt split` and `wtxt join`: the same snapshot stored in the other form
+/// (split by `size`, or one file with [`PartSize::Whole`]). The bytes are
+/// copied, never decoded: joining then splitting again gives back the very
+/// same files. Each part is checked against its head on the way.
+pub fn restore(input: &Path, out: &Path, size: PartSize) -> Result<usize> {
+    let mut src = crate::wtxt::input::WtxtIn::open(input, None)?;
+    let mut af = AtomicFile::create(out)?;
+    {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, af.file());
+        std::io::copy(&mut src.text(), &mut w).map_err(|e| match e.kind() {
+            std::io::ErrorKind::Other => src.blame(Error::read_failed(e)),
+            _ => Error::io(out, e),
+        })?;
+        w.flush().map_err(|e| Error::io(out, e))?;
+    }
+    store(af, size)
+}

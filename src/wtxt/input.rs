@@ -1,0 +1,117 @@
+//! The one way a WTXT file is opened for reading: a single file, or a split
+//! snapshot's head joined with its parts, read as the single file it
+//! stands for, with errors moved to the part and line they are about.
+#![forbid(unsafe_code)]
+
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use crate::crypto::armor::{open_maybe_sealed, Unseal};
+use crate::error::{Error, Result};
+use crate::wtxt::split::{self, parts_dir, Joined, PartFiles};
+use crate::wtxt::verify::Report;
+
+/// A WTXT input: a single file, or a split snapshot's head joined with its
+/// parts and read as the single file it stands for.
+pub struct WtxtIn<'a> {
+    reader: Box<dyn Read + 'a>,
+    /// Bytes the reader will give at most (progress, size bounds).
+    pub len: u64,
+    path: PathBuf,
+    map: Option<split::SharedMap>,
+    faults: Option<split::SharedFaults>,
+}
+
+impl<'a> WtxtIn<'a> {
+    /// Opens `path` (decrypting with `unseal` when it is an age file). A
+    /// part that is missing or does not match the head stops the read,
+    /// naming the part.
+    pub fn open(path: &Path, unseal: Option<&'a Unseal>) -> Result<WtxtIn<'a>> {
+        WtxtIn::open_with(path, unseal, false)
+    }
+
+    /// As [`WtxtIn::open`], but faulty parts are recorded (see
+    /// [`WtxtIn::faults`]) and reading goes on: for verify's full report
+    /// and for recover.
+    pub fn open_lenient(path: &Path, unseal: Option<&'a Unseal>) -> Result<WtxtIn<'a>> {
+        WtxtIn::open_with(path, unseal, true)
+    }
+
+    fn open_with(path: &Path, unseal: Option<&'a Unseal>, lenient: bool) -> Result<WtxtIn<'a>> {
+        let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
+        let raw = open_maybe_sealed(path, unseal)?;
+        match split::open(raw).map_err(|e| e.in_file(path))? {
+            split::Opened::Single(reader) => {
+                Ok(WtxtIn { reader, len, path: path.to_path_buf(), map: None, faults: None })
+            }
+            split::Opened::Split(head) => {
+                let faults = lenient.then(Default::default);
+                let source = Box::new(PartFiles { dir: parts_dir(path), unseal });
+                let joined = Joined::new(head, source, faults.clone());
+                let len = len + joined.parts_len();
+                let map = Some(joined.map());
+                Ok(WtxtIn { reader: Box::new(joined), len, path: path.to_path_buf(), map, faults })
+            }
+        }
+    }
+
+    /// The text, buffered; the input keeps what names errors.
+    pub fn text(&mut self) -> BufReader<Box<dyn Read + 'a>> {
+        BufReader::with_capacity(1 << 20, std::mem::replace(&mut self.reader, Box::new(std::io::empty())))
+    }
+
+    /// True for a split snapshot.
+    pub fn is_split(&self) -> bool {
+        self.map.is_some()
+    }
+
+    /// Names the file an error is about: the part (and its line) for a line
+    /// that came from a part, else the head.
+    pub fn blame(&self, e: Error) -> Error {
+        match &self.map {
+            Some(m) => {
+                let m = m.lock().expect("line map");
+                e.relocated(|n| m.locate(n)).in_file(&self.path)
+            }
+            None => e.in_file(&self.path),
+        }
+    }
+
+    /// As [`WtxtIn::blame`], for an error that may be about an output too.
+    pub fn blame_input(&self, e: Error) -> Error {
+        match &self.map {
+            Some(m) => {
+                let m = m.lock().expect("line map");
+                e.relocated(|n| m.locate(n)).in_input(&self.path)
+            }
+            None => e.in_input(&self.path),
+        }
+    }
+
+    /// The faults of parts met so far (lenient reads only).
+    pub fn faults(&self) -> Vec<Error> {
+        self.faults.as_ref().map(|f| std::mem::take(&mut *f.lock().expect("faults"))).unwrap_or_default()
+    }
+
+    /// Gives every problem of `report` its part file and line, and puts
+    /// the faults of parts first: they are the cause of what follows.
+    pub fn locate_report(&self, report: &mut Report) {
+        let Some(m) = &self.map else { return };
+        {
+            let m = m.lock().expect("line map");
+            for p in &mut report.errors {
+                if let Some((file, line)) = m.locate(p.line) {
+                    p.line = line;
+                    p.file = file.map(|f| f.display().to_string());
+                }
+            }
+        }
+        let faults = self.faults();
+        if !faults.is_empty() {
+            report.ok = false;
+            let mut first: Vec<_> = faults.into_iter().map(crate::wtxt::verify::Problem::from_part_fault).collect();
+            first.append(&mut report.errors);
+            report.errors = first;
+        }
+    }
+}

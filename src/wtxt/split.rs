@@ -1,0 +1,813 @@
+//! Split snapshots: a head file plus part files, so that no file of a large
+//! snapshot reaches Git's `core.bigFileThreshold` (512 MiB, above which Git
+//! stores every version whole) or a host's per-file limit (GitHub: 100 MB).
+//!
+//! Splitting is a storage form of the single file, not a new identity. The
+//! head keeps the single file's header lines, `sign`, `audit` and `endwtxt`
+//! byte for byte and lists the parts (`part` lines) where the arrays were;
+//! each part holds a run of the single file's array lines verbatim between
+//! a framing line and `endpart`. Joining (the head up to its part lines,
+//! each part's body in turn, then the head's tail) gives the single file
+//! byte for byte: that is how every reader reads a split snapshot, so every
+//! check of the single file applies unchanged, and split/join are exact
+//! inverses. Cut points follow from the arrays' names, dtypes, shapes,
+//! `rows_per_chunk` and the part size only, never from values: a generation
+//! that changes values rewrites the parts holding changed chunks, and the
+//! head. Grammar: docs/FORMAT.md section 18.
+#![forbid(unsafe_code)]
+
+use std::collections::VecDeque;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+
+use crate::crypto::digest::Hash;
+use crate::error::{check_at, Error, Position, Result};
+use crate::limits::MAX_LINE;
+use crate::wtxt::layout::Layout;
+use crate::wtxt::read::LineReader;
+use crate::wtxt::syntax::{dec, hexn, lines_for, lossy, padded, shape_str, ArrLine, ChLine, Fields, IdxLine, PResult};
+
+/// Default part size: 45 MiB (47,185,920 bytes) keeps every file under
+/// GitHub's 50 MB warning, with room to spare.
+pub const DEFAULT_PART_SIZE: u64 = 45 << 20;
+
+/// Smallest part size accepted: a part must hold its framing and a chunk.
+pub const MIN_PART_SIZE: u64 = 4096;
+
+/// File name extension of parts.
+pub const PART_EXT: &str = "wtxtpart";
+
+/// Most parts one head may list (4.5 TB at the default part size); bounds
+/// the head a reader holds in memory.
+pub const MAX_PARTS: u64 = 100_000;
+
+/// Largest head read into memory (a full `MAX_PARTS` table fits).
+const MAX_HEAD: u64 = 16 << 20;
+
+const PART_MAGIC: &str = "WTXT part ix=";
+const PART_END: &[u8] = b"endpart\n";
+/// `WTXT part ix=NNNNNN` LF.
+const PART_FIRST_LEN: u64 = PART_MAGIC.len() as u64 + 7;
+
+/// How large the files of a snapshot may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartSize {
+    /// Always one file (`--part-size none`).
+    Whole,
+    /// Split when the text would exceed this many bytes.
+    Max(u64),
+}
+
+impl Default for PartSize {
+    fn default() -> Self {
+        PartSize::Max(DEFAULT_PART_SIZE)
+    }
+}
+
+impl std::str::FromStr for PartSize {
+    type Err = String;
+
+    /// `none`, or bytes with an optional `K`/`M`/`G` suffix (KiB, MiB, GiB).
+    fn from_str(s: &str) -> std::result::Result<PartSize, String> {
+        if s == "none" {
+            return Ok(PartSize::Whole);
+        }
+        let (digits, shift) = match s.as_bytes().last() {
+            Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
+            Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
+            Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
+            _ => (s, 0),
+        };
+        let n: u64 =
+            digits.parse().ok().filter(|_| digits.bytes().all(|b| b.is_ascii_digit())).ok_or_else(|| {
+                format!("part size `{s}`: expected bytes with an optional K, M or G suffix, or `none`")
+            })?;
+        let bytes = n.checked_mul(1 << shift).ok_or_else(|| format!("part size `{s}` overflows"))?;
+        if bytes < MIN_PART_SIZE {
+            return Err(format!("part size `{s}`: expected at least {MIN_PART_SIZE} bytes"));
+        }
+        Ok(PartSize::Max(bytes))
+    }
+}
+
+impl PartSize {
+    /// The largest file allowed, if any.
+    pub fn limit(self) -> Option<u64> {
+        match self {
+            PartSize::Whole => None,
+            PartSize::Max(n) => Some(n),
+        }
+    }
+}
+
+/// A head's `part` line: which part, and what binds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartLine {
+    /// 1-based position.
+    pub ix: u64,
+    /// Size of the part file.
+    pub bytes: u64,
+    /// Lines of the part file, framing included.
+    pub lines: u64,
+    /// SHA-256 of the part file.
+    pub sha256: Hash,
+}
+
+impl PartLine {
+    /// The line, without LF.
+    pub fn to_line(&self) -> String {
+        format!("part ix={:06} bytes={} lines={} sha256={}", self.ix, self.bytes, self.lines, hex::encode(self.sha256))
+    }
+
+    /// Parses a `part` line.
+    pub fn parse(line: &[u8]) -> PResult<PartLine> {
+        let mut f = Fields::new(line, "part")?;
+        let ix = padded(f.next("ix")?, 6, "ix")?;
+        let bytes = dec(f.next("bytes")?, "bytes")?;
+        let lines = dec(f.next("lines")?, "lines")?;
+        let sha256 = hexn::<32>(f.next("sha256")?, "sha256")?;
+        f.end()?;
+        Ok(PartLine { ix, bytes, lines, sha256 })
+    }
+}
+
+/// The folder holding the parts of the head at `head`: `model.wtxt` keeps
+/// its parts in `model.wtxt.parts/`.
+pub fn parts_dir(head: &Path) -> PathBuf {
+    let mut s = head.as_os_str().to_owned();
+    s.push(".parts");
+    PathBuf::from(s)
+}
+
+/// The file name of part `ix` inside the parts folder.
+pub fn part_name(ix: u64) -> String {
+    format!("{ix:06}.{PART_EXT}")
+}
+
+/// The part number of a file name written by [`part_name`].
+pub fn part_ix(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(PART_EXT)?.strip_suffix('.')?;
+    (stem.len() == 6 && stem.bytes().all(|b| b.is_ascii_digit())).then(|| stem.parse().ok()).flatten()
+}
+
+/// Where parts are written while a snapshot is split.
+pub trait PartSink {
+    type W: Write;
+    /// Starts part `ix`.
+    fn open(&mut self, ix: u64) -> Result<Self::W>;
+    /// Part `ix` is complete: `part` describes what was written to `w`.
+    fn close(&mut self, w: Self::W, part: &PartLine) -> Result<()>;
+}
+
+/// A part being written, hashed and counted as it goes.
+struct PartOut<W> {
+    inner: W,
+    sha: Sha256,
+    bytes: u64,
+    lines: u64,
+}
+
+impl<W: Write> PartOut<W> {
+    fn line(&mut self, l: &[u8]) -> Result<()> {
+        self.raw(l)?;
+        self.raw(b"\n")?;
+        self.lines += 1;
+        Ok(())
+    }
+
+    fn raw(&mut self, b: &[u8]) -> Result<()> {
+        self.inner.write_all(b).map_err(Error::write_failed)?;
+        self.sha.update(b);
+        self.bytes += b.len() as u64;
+        Ok(())
+    }
+}
+
+/// Cuts the single-file text read from `input` into parts of at most
+/// `size` bytes, written to `sink`; returns the head's bytes. The input is
+/// read once, line by line; lines are copied, not decoded.
+pub fn split<R: Read, S: PartSink>(input: R, size: u64, sink: &mut S) -> Result<Vec<u8>> {
+    let mut s = Splitter { lines: LineReader::new(input), size, sink, cur: None, parts: Vec::new(), peeked: None };
+    let mut head = Vec::with_capacity(1024);
+    for what in ["`WTXT 1`", "the `meta` line", "the `cap` line", "the `root` line"] {
+        let (_, l) = s.lines.expect_line(what)?;
+        head.extend_from_slice(l);
+        head.push(b'\n');
+    }
+    let mut tail = Vec::new();
+    loop {
+        let (n, l) = s.next("an `arr`, `audit` or `endwtxt` line")?;
+        if l.starts_with(b"sign ") && s.parts.is_empty() && s.cur.is_none() {
+            head.extend_from_slice(&l);
+            head.push(b'\n');
+        } else if l.starts_with(b"arr ") {
+            s.array(n, &l)?;
+        } else if l.starts_with(b"audit ") || l == b"endwtxt" {
+            tail.extend_from_slice(&l);
+            tail.push(b'\n');
+            if l != b"endwtxt" {
+                let (_, e) = s.next("`endwtxt`")?;
+                if e != b"endwtxt" {
+                    return Err(check_at(n + 1, format!("expected `endwtxt`, found `{}`", lossy(&e, 40))));
+                }
+                tail.extend_from_slice(b"endwtxt\n");
+            }
+            if s.lines.next_range()?.is_some() {
+                return Err(check_at(s.lines.line_no(), "text after `endwtxt`"));
+            }
+            break;
+        } else {
+            return Err(check_at(n, format!("expected an `arr` line, found `{}`", lossy(&l, 40))));
+        }
+    }
+    s.finish_part()?;
+    if s.parts.is_empty() {
+        return Err(Error::input(Position::None, "a snapshot without arrays is never split"));
+    }
+    for p in &s.parts {
+        head.extend_from_slice(p.to_line().as_bytes());
+        head.push(b'\n');
+    }
+    head.extend_from_slice(&tail);
+    Ok(head)
+}
+
+struct Splitter<'s, R, S: PartSink> {
+    lines: LineReader<R>,
+    size: u64,
+    sink: &'s mut S,
+    cur: Option<PartOut<S::W>>,
+    parts: Vec<PartLine>,
+    peeked: Option<(u64, Vec<u8>)>,
+}
+
+impl<R: Read, S: PartSink> Splitter<'_, R, S> {
+    fn next(&mut self, what: &str) -> Result<(u64, Vec<u8>)> {
+        if let Some(p) = self.peeked.take() {
+            return Ok(p);
+        }
+        let (n, l) = self.lines.expect_line(what)?;
+        Ok((n, l.to_vec()))
+    }
+
+    /// Copies the next `count` lines (base64) as they are.
+    fn copy_lines(&mut self, count: u64) -> Result<()> {
+        for _ in 0..count {
+            let r = self.lines.next_range()?.ok_or_else(|| check_at(self.lines.line_no() + 1, "file ends early"))?;
+            let cur = self.cur.as_mut().expect("a part is open");
+            cur.line(self.lines.bytes(r))?;
+        }
+        Ok(())
+    }
+
+    fn used(&self) -> Option<u64> {
+        self.cur.as_ref().map(|c| c.bytes)
+    }
+
+    fn start_part(&mut self, cont: Option<&str>) -> Result<()> {
+        self.finish_part()?;
+        let ix = self.parts.len() as u64 + 1;
+        if ix > MAX_PARTS {
+            return Err(Error::input(Position::None, format!("more than {MAX_PARTS} parts: use a larger --part-size")));
+        }
+        let inner = self.sink.open(ix)?;
+        let mut p = PartOut { inner, sha: Sha256::new(), bytes: 0, lines: 0 };
+        p.line(format!("{PART_MAGIC}{ix:06}").as_bytes())?;
+        if let Some(c) = cont {
+            p.line(c.as_bytes())?;
+        }
+        self.cur = Some(p);
+        Ok(())
+    }
+
+    fn finish_part(&mut self) -> Result<()> {
+        if let Some(mut p) = self.cur.take() {
+            p.line(&PART_END[..PART_END.len() - 1])?;
+            let line = PartLine {
+                ix: self.parts.len() as u64 + 1,
+                bytes: p.bytes,
+                lines: p.lines,
+                sha256: p.sha.finalize().into(),
+            };
+            if line.bytes > self.size {
+                return Err(Error::input(
+                    Position::Line(self.lines.line_no()),
+                    format!("a part would exceed {} bytes: the input is not canonical WTXT", self.size),
+                ));
+            }
+            self.sink.close(p.inner, &line)?;
+            self.parts.push(line);
+        }
+        Ok(())
+    }
+
+    /// One array: where it is cut follows from its layout alone.
+    fn array(&mut self, n: u64, arr_text: &[u8]) -> Result<()> {
+        let arr = ArrLine::parse(arr_text).map_err(|m| check_at(n, m))?;
+        let (n2, l2) = self.next("an `idx` or `ch` line")?;
+        let idx = if l2.starts_with(b"idx ") {
+            Some((IdxLine::parse(&l2).map_err(|m| check_at(n2, m))?, l2))
+        } else {
+            self.peeked = Some((n2, l2));
+            None
+        };
+        let layout = Layout::new(arr.dtype, &arr.shape, idx.as_ref().map_or(1, |(i, _)| i.rows_per_chunk))
+            .map_err(|m| check_at(n, m))?;
+        if layout.idx.is_some() != idx.is_some() {
+            return Err(check_at(n + 1, "the `idx` line does not match the array's rank"));
+        }
+        let cont = format!("cont name={} dtype={} shape={}", arr.name, arr.dtype, shape_str(&arr.shape));
+        let lead = arr_text.len() as u64 + 1 + idx.as_ref().map_or(0, |(_, l)| l.len() as u64 + 1);
+        let cuts = self.plan(&array_units(lead, &layout), cont.len() as u64 + 1)?;
+        if cuts[0] || self.cur.is_none() {
+            self.start_part(None)?;
+        }
+        let cur = self.cur.as_mut().expect("a part is open");
+        cur.line(arr_text)?;
+        if let Some((_, text)) = &idx {
+            cur.line(text)?;
+        }
+        loop {
+            let (m, l) = self.next("a `ch` or `endarr` line")?;
+            if l == b"endarr" {
+                self.cur.as_mut().expect("open").line(&l)?;
+                return Ok(());
+            }
+            let ch = ChLine::parse(&l).map_err(|e| check_at(m, e))?;
+            if ch.ix > 0 && cuts.get(ch.ix as usize).copied().unwrap_or(false) {
+                self.start_part(Some(&cont))?;
+            }
+            self.cur.as_mut().expect("open").line(&l)?;
+            self.copy_lines(ch.lines)?;
+            let (e, end) = self.next("`endch`")?;
+            if end != b"endch" {
+                return Err(check_at(e, format!("expected `endch`, found `{}`", lossy(&end, 40))));
+            }
+            self.cur.as_mut().expect("open").line(&end)?;
+        }
+    }
+
+    /// Before which of the array's chunks a new part starts (`[0]`: before
+    /// the array itself). An array that fits in a part is never cut.
+    fn plan(&self, units: &[u64], cont_len: u64) -> Result<Vec<bool>> {
+        let total: u64 = units.iter().sum();
+        let frame = PART_FIRST_LEN + PART_END.len() as u64;
+        let mut cuts = vec![false; units.len()];
+        let used = self.used();
+        if used.is_some_and(|u| u + total + PART_END.len() as u64 <= self.size) {
+            return Ok(cuts);
+        }
+        if frame + total <= self.size {
+            cuts[0] = true;
+            return Ok(cuts);
+        }
+        // Larger than a part: cut at chunk boundaries.
+        let mut used = used.unwrap_or(u64::MAX / 2);
+        for (i, &u) in units.iter().enumerate() {
+            if used + u + PART_END.len() as u64 > self.size {
+                cuts[i] = true;
+                used = if i == 0 { PART_FIRST_LEN } else { PART_FIRST_LEN + cont_len };
+                if used + u + PART_END.len() as u64 > self.size {
+                    return Err(Error::usage(format!(
+                        "a chunk of {u} bytes of text does not fit in a part of {} bytes: \
+                         give a larger --part-size or a smaller --rows-per-chunk",
+                        self.size
+                    )));
+                }
+            }
+            used += u;
+        }
+        Ok(cuts)
+    }
+}
+
+/// The text size of each chunk of an array, as a canonical writer lays it
+/// out: the first includes the `arr` and `idx` lines (`lead` bytes), the
+/// last `endarr`.
+fn array_units(lead: u64, layout: &Layout) -> Vec<u64> {
+    let count = layout.chunk_count();
+    let mut scratch = String::with_capacity(200);
+    (0..count)
+        .map(|ix| {
+            let (off, len) = layout.chunk_range(ix);
+            scratch.clear();
+            ChLine { ix, off, len, sha256: [0; 32], crc32c: 0, lines: lines_for(len) }.write(&mut scratch);
+            let full = len / 57;
+            let rest = len % 57;
+            let b64 = full * (76 + 3) + if rest > 0 { rest.div_ceil(3) * 4 + 3 } else { 0 };
+            let mut u = scratch.len() as u64 + 1 + b64 + "endch\n".len() as u64;
+            if ix == 0 {
+                u += lead;
+            }
+            if ix + 1 == count {
+                u += "endarr\n".len() as u64;
+            }
+            u
+        })
+        .collect()
+}
+
+/// Where the parts of a head are read from: files next to it, or blobs in
+/// a Git tree or index.
+pub trait PartSource {
+    /// Opens part `ix` (a reader that owns what it reads).
+    fn open(&self, ix: u64) -> Result<Box<dyn Read>>;
+    /// The path that names part `ix` in messages.
+    fn name(&self, ix: u64) -> PathBuf;
+}
+
+/// Part files in the folder next to the head.
+pub struct PartFiles<'a> {
+    pub dir: PathBuf,
+    pub unseal: Option<&'a crate::crypto::armor::Unseal>,
+}
+
+impl PartSource for PartFiles<'_> {
+    fn open(&self, ix: u64) -> Result<Box<dyn Read>> {
+        let p = self.name(ix);
+        match std::fs::symlink_metadata(&p) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Err(Error::check(Position::None, "missing part: the head lists it, the folder does not have it")
+                    .in_file(&p))
+            }
+            _ => crate::crypto::armor::open_maybe_sealed(&p, self.unseal),
+        }
+    }
+
+    fn name(&self, ix: u64) -> PathBuf {
+        self.dir.join(part_name(ix))
+    }
+}
+
+/// The head of a split snapshot, parsed.
+pub struct Head {
+    /// The header lines and `sign`, as in the single file.
+    pub prefix: Vec<u8>,
+    pub parts: Vec<PartLine>,
+    /// Head line of the first `part` line.
+    pub first_part_line: u64,
+    /// `audit` (if any) and `endwtxt`.
+    pub tail: Vec<u8>,
+}
+
+/// Reads the start of a WTXT file: a head when the line after the header
+/// (and `sign`) is a `part` line, else the single file, returned unread.
+pub enum Opened<'a> {
+    Single(Box<dyn Read + 'a>),
+    Split(Head),
+}
+
+/// Looks at the first lines of `input` to tell a head from a single file.
+pub fn open<'a>(input: Box<dyn Read + 'a>) -> Result<Opened<'a>> {
+    let mut r = BufReader::with_capacity(1 << 16, input);
+    let mut seen = Vec::with_capacity(1024);
+    let mut starts = Vec::with_capacity(6);
+    for _ in 0..6 {
+        starts.push(seen.len());
+        let n = (&mut r).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut seen).map_err(Error::read_failed)?;
+        if n == 0 || seen.last() != Some(&b'\n') {
+            break;
+        }
+    }
+    let line = |i: usize| -> &[u8] { starts.get(i).map_or(&[][..], |&s| &seen[s..]) };
+    let part_at = if line(4).starts_with(b"sign ") { 5 } else { 4 };
+    if !line(part_at).starts_with(b"part ") || !line(0).starts_with(b"WTXT 1\n") {
+        return Ok(Opened::Single(Box::new(io::Cursor::new(seen).chain(r))));
+    }
+    let prefix = seen[..starts[part_at]].to_vec();
+    let mut rest = seen[starts[part_at]..].to_vec();
+    r.take(MAX_HEAD).read_to_end(&mut rest).map_err(Error::read_failed)?;
+    if rest.len() as u64 >= MAX_HEAD {
+        return Err(Error::input(Position::None, format!("a head larger than {MAX_HEAD} bytes")));
+    }
+    parse_head(prefix, &rest, part_at as u64 + 1).map(Opened::Split)
+}
+
+fn parse_head(prefix: Vec<u8>, rest: &[u8], first: u64) -> Result<Head> {
+    if rest.last() != Some(&b'\n') {
+        return Err(check_at(first, "the head ends inside a line (truncated?): expected `endwtxt`"));
+    }
+    let mut parts = Vec::new();
+    let mut tail = Vec::new();
+    for (i, l) in rest[..rest.len() - 1].split(|&b| b == b'\n').enumerate() {
+        let n = first + i as u64;
+        if !tail.is_empty() && tail.ends_with(b"endwtxt\n") {
+            return Err(check_at(n, "text after `endwtxt`"));
+        }
+        if l.starts_with(b"part ") && tail.is_empty() {
+            let p = PartLine::parse(l).map_err(|m| check_at(n, m))?;
+            if p.ix != parts.len() as u64 + 1 || p.ix > MAX_PARTS {
+                return Err(check_at(n, format!("expected part ix={:06}, found ix={:06}", parts.len() + 1, p.ix)));
+            }
+            parts.push(p);
+        } else if (l.starts_with(b"audit ") && tail.is_empty()) || l == b"endwtxt" {
+            crate::wtxt::read::check_text_line(l).map_err(|m| check_at(n, m))?;
+            tail.extend_from_slice(l);
+            tail.push(b'\n');
+        } else {
+            return Err(check_at(n, format!("expected a `part`, `audit` or `endwtxt` line, found `{}`", lossy(l, 40))));
+        }
+    }
+    if !tail.ends_with(b"endwtxt\n") {
+        return Err(check_at(first + parts.len() as u64, "file ends early: expected `endwtxt`"));
+    }
+    Ok(Head { prefix, parts, first_part_line: first, tail })
+}
+
+/// Where a line of the joined text comes from, for messages.
+#[derive(Default, Debug)]
+pub struct LineMap {
+    prefix_lines: u64,
+    /// (first joined line, body lines, part file, its line of the first body line)
+    parts: Vec<(u64, u64, PathBuf, u64)>,
+    head_lines_before_tail: u64,
+    all_opened: bool,
+    total_parts: usize,
+}
+
+impl LineMap {
+    /// The part file (`None`: the head) and its line for line `n` of the
+    /// joined text; `None` when `n` is the head's line `n`.
+    pub fn locate(&self, n: u64) -> Option<(Option<PathBuf>, u64)> {
+        if n <= self.prefix_lines {
+            return None;
+        }
+        for (start, count, path, local) in &self.parts {
+            if n >= *start && n < start + count {
+                return Some((Some(path.clone()), local + (n - start)));
+            }
+        }
+        let after = self.parts.last().map_or(self.prefix_lines + 1, |(s, c, _, _)| s + c);
+        if self.all_opened && n >= after {
+            // The head's tail: its lines follow the part lines.
+            return Some((None, self.head_lines_before_tail + (n - after) + 1));
+        }
+        None
+    }
+}
+
+/// A shared [`LineMap`], filled in as parts are opened.
+pub type SharedMap = Arc<Mutex<LineMap>>;
+
+/// Faults of parts found while joining (missing, truncated, not matching
+/// the head), when the reader is told to go on past them.
+pub type SharedFaults = Arc<Mutex<Vec<Error>>>;
+
+/// Reads a split snapshot as the single file it stands for, checking each
+/// part against the head (size, lines, SHA-256, framing) as it goes.
+pub struct Joined<'a> {
+    queue: VecDeque<Segment>,
+    parts: Vec<PartLine>,
+    source: Box<dyn PartSource + 'a>,
+    current: Option<PartReader>,
+    map: SharedMap,
+    /// `None`: a faulty part stops the read. `Some`: faults are recorded
+    /// and the part's body is still given (recover, verify's full report).
+    faults: Option<SharedFaults>,
+    joined_lines: u64,
+    head_first_part_line: u64,
+}
+
+enum Segment {
+    Bytes(io::Cursor<Vec<u8>>),
+    Part(usize),
+}
+
+impl<'a> Joined<'a> {
+    /// Joins `head` with the parts `source` gives.
+    pub fn new(head: Head, source: Box<dyn PartSource + 'a>, faults: Option<SharedFaults>) -> Joined<'a> {
+        let prefix_lines = head.prefix.iter().filter(|&&b| b == b'\n').count() as u64;
+        let mut queue = VecDeque::with_capacity(head.parts.len() + 2);
+        queue.push_back(Segment::Bytes(io::Cursor::new(head.prefix)));
+        queue.extend((0..head.parts.len()).map(Segment::Part));
+        queue.push_back(Segment::Bytes(io::Cursor::new(head.tail)));
+        let map = LineMap {
+            prefix_lines,
+            head_lines_before_tail: head.first_part_line + head.parts.len() as u64 - 1,
+            total_parts: head.parts.len(),
+            ..Default::default()
+        };
+        Joined {
+            queue,
+            parts: head.parts,
+            source,
+            current: None,
+            map: Arc::new(Mutex::new(map)),
+            faults,
+            joined_lines: prefix_lines,
+            head_first_part_line: head.first_part_line,
+        }
+    }
+
+    /// The line map, to name a part and its line in messages.
+    pub fn map(&self) -> SharedMap {
+        self.map.clone()
+    }
+
+    /// Total size of the parts, as the head says.
+    pub fn parts_len(&self) -> u64 {
+        self.parts.iter().map(|p| p.bytes).sum()
+    }
+
+    fn fault(&self, e: Error) -> io::Result<()> {
+        match &self.faults {
+            Some(f) => {
+                f.lock().expect("faults").push(e);
+                Ok(())
+            }
+            None => Err(io::Error::other(e)),
+        }
+    }
+
+    fn open_part(&mut self, i: usize) -> io::Result<Option<PartReader>> {
+        let p = self.parts[i];
+        let name = self.source.name(p.ix);
+        let head_line = self.head_first_part_line + i as u64;
+        let inner = match self.source.open(p.ix) {
+            Ok(r) => r,
+            Err(e) => {
+                self.fault(e.in_file(&name))?;
+                return Ok(None);
+            }
+        };
+        let mut pr = PartReader::new(inner, p, name.clone(), head_line);
+        let cont = match pr.read_framing() {
+            Ok(c) => c,
+            Err(e) => {
+                self.fault(e)?;
+                return Ok(None);
+            }
+        };
+        let body_lines = p.lines.saturating_sub(2 + cont as u64);
+        let mut m = self.map.lock().expect("map");
+        m.parts.push((self.joined_lines + 1, body_lines, name, 2 + cont as u64));
+        m.all_opened = m.parts.len() == m.total_parts;
+        self.joined_lines += body_lines;
+        Ok(Some(pr))
+    }
+}
+
+impl Read for Joined<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if let Some(cur) = &mut self.current {
+                match cur.read(buf) {
+                    Ok(0) => {
+                        let cur = self.current.take().expect("current");
+                        if let Err(e) = cur.finish() {
+                            self.fault(e)?;
+                        }
+                        continue;
+                    }
+                    Ok(n) => return Ok(n),
+                    Err(e) => {
+                        let name = cur.name.clone();
+                        self.current = None;
+                        let e = Error::read_failed(e).in_file(name);
+                        self.fault(e)?;
+                        continue;
+                    }
+                }
+            }
+            match self.queue.front_mut() {
+                None => return Ok(0),
+                Some(Segment::Bytes(c)) => {
+                    let n = c.read(buf)?;
+                    if n > 0 {
+                        return Ok(n);
+                    }
+                    self.queue.pop_front();
+                }
+                Some(Segment::Part(i)) => {
+                    let i = *i;
+                    self.queue.pop_front();
+                    self.current = self.open_part(i)?;
+                }
+            }
+        }
+    }
+}
+
+/// One part's body, with its framing checked and its bytes hashed.
+struct PartReader {
+    inner: BufReader<Box<dyn Read>>,
+    want: PartLine,
+    name: PathBuf,
+    head_line: u64,
+    sha: Sha256,
+    bytes: u64,
+    lines: u64,
+    /// The last bytes read, held back until EOF shows whether they are `endpart`.
+    held: Vec<u8>,
+    /// Body bytes read with the framing, given first.
+    pending: io::Cursor<Vec<u8>>,
+    eof: bool,
+}
+
+impl PartReader {
+    fn new(inner: Box<dyn Read>, want: PartLine, name: PathBuf, head_line: u64) -> PartReader {
+        PartReader {
+            inner: BufReader::with_capacity(1 << 20, inner),
+            want,
+            name,
+            head_line,
+            sha: Sha256::new(),
+            bytes: 0,
+            lines: 0,
+            held: Vec::with_capacity(PART_END.len() * 2),
+            pending: io::Cursor::new(Vec::new()),
+            eof: false,
+        }
+    }
+
+    fn take_line(&mut self) -> Result<Vec<u8>> {
+        let mut l = Vec::new();
+        (&mut self.inner).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut l).map_err(Error::read_failed)?;
+        self.sha.update(&l);
+        self.bytes += l.len() as u64;
+        self.lines += l.iter().filter(|&&b| b == b'\n').count() as u64;
+        Ok(l)
+    }
+
+    /// Checks the first line (and reads `cont`); true when a `cont` line is there.
+    fn read_framing(&mut self) -> Result<bool> {
+        let first = self.take_line()?;
+        let want = format!("{PART_MAGIC}{:06}\n", self.want.ix);
+        if first != want.as_bytes() {
+            return Err(check_at(
+                1,
+                format!(
+                    "expected `{}`, found `{}`: not part {} of this head",
+                    want.trim_end(),
+                    lossy(first.strip_suffix(b"\n").unwrap_or(&first), 40),
+                    self.want.ix
+                ),
+            )
+            .in_file(&self.name));
+        }
+        let second = self.take_line()?;
+        if second.starts_with(b"cont ") {
+            return Ok(true);
+        }
+        self.held = second;
+        Ok(false)
+    }
+
+    /// At EOF: the part must end with `endpart` and match the head.
+    fn finish(mut self) -> Result<()> {
+        let fail = |what: String| {
+            Err(Error::check(
+                Position::None,
+                format!("part {:06} does not match the head (line {}): {what}", self.want.ix, self.head_line),
+            )
+            .in_file(&self.name))
+        };
+        if self.held != PART_END {
+            return fail("it does not end with `endpart` (truncated?)".into());
+        }
+        let sha: Hash = std::mem::take(&mut self.sha).finalize().into();
+        if self.bytes != self.want.bytes || self.lines != self.want.lines {
+            return fail(format!(
+                "{} bytes in {} lines, the head says {} in {} (truncated or changed?)",
+                self.bytes, self.lines, self.want.bytes, self.want.lines
+            ));
+        }
+        if sha != self.want.sha256 {
+            return fail("its SHA-256 differs: it was changed, or comes from another generation".into());
+        }
+        Ok(())
+    }
+}
+
+impl Read for PartReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = self.pending.read(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        if self.eof {
+            return Ok(0);
+        }
+        // Keep the last PART_END.len() bytes back: they may be `endpart`.
+        let chunk = self.inner.fill_buf()?;
+        if chunk.is_empty() {
+            self.eof = true;
+            return Ok(0);
+        }
+        let m = chunk.len().min(1 << 20);
+        let data = chunk[..m].to_vec();
+        self.inner.consume(m);
+        self.sha.update(&data);
+        self.bytes += m as u64;
+        self.lines += memchr::memchr_iter(b'\n', &data).count() as u64;
+        self.held.extend_from_slice(&data);
+        let keep = PART_END.len().min(self.held.len());
+        let give = self.held.len() - keep;
+        let body: Vec<u8> = self.held.drain(..give).collect();
+        self.pending = io::Cursor::new(body);
+        self.read(out)
+    }
+}
