@@ -44,6 +44,8 @@ pub struct PipelineConfig {
     pub message: String,
     /// Told at once of every background failure (also kept in `last_error`).
     pub log: Option<crate::daemon::Log>,
+    /// Largest file of a snapshot (split above it), in the ring and the repository.
+    pub part_size: crate::wtxt::split::PartSize,
 }
 
 impl PipelineConfig {
@@ -62,6 +64,7 @@ impl PipelineConfig {
             build: "daemon".into(),
             log: None,
             message: "wtxt snapshot gen={gen} sha256_all={sha256_all}".into(),
+            part_size: Default::default(),
         }
     }
 }
@@ -227,6 +230,7 @@ impl Pipeline {
             merkle_prev: self.merkle_prev,
             hmac_key: self.cfg.hmac_key.as_ref(),
             sign_key: self.cfg.sign_key.as_ref(),
+            part_size: self.cfg.part_size,
             ..WriteOptions::new(meta, self.cfg.rows_per_chunk)
         };
         let file = self.cfg.ring.join(ring_name(gen, "wtxt"));
@@ -265,10 +269,10 @@ impl Pipeline {
         let out = self.cfg.ring.join(ring_name(gen, "wtxtdelta"));
         let mut f = crate::atomic::AtomicFile::create(&out)?;
         {
-            let b = BufReader::with_capacity(1 << 20, File::open(prev).map_err(|e| Error::io(prev, e))?);
-            let t = BufReader::with_capacity(1 << 20, File::open(file).map_err(|e| Error::io(file, e))?);
+            let mut b = crate::wtxt::input::WtxtIn::open(prev, None)?;
+            let mut t = crate::wtxt::input::WtxtIn::open(file, None)?;
             let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
-            crate::wtxt::delta::create((b, prev), (t, file), &mut w)?;
+            crate::wtxt::delta::create((b.text(), prev), (t.text(), file), &mut w)?;
             w.flush().map_err(|e| Error::io(&out, e))?;
         }
         f.commit()
@@ -282,12 +286,14 @@ impl Pipeline {
         if let Some(d) = dest.parent() {
             std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
         }
-        // Atomic in the work tree too.
-        let mut f = crate::atomic::AtomicFile::create(&dest)?;
-        std::io::copy(&mut File::open(file).map_err(|e| Error::io(file, e))?, f.file())
-            .map_err(|e| Error::io(&dest, e))?;
-        f.commit()?;
+        // Atomic in the work tree too; a split snapshot's parts first.
+        let parts = crate::ops::copy_snapshot(file, &dest)?;
         let mut index = repo.index().map_err(git)?;
+        let parts_rel = crate::wtxt::split::parts_dir(&self.cfg.path_in_repo);
+        index.remove_dir(&parts_rel, 0).map_err(git)?;
+        for ix in 1..=parts {
+            index.add_path(&parts_rel.join(crate::wtxt::split::part_name(ix))).map_err(git)?;
+        }
         index.add_path(&self.cfg.path_in_repo).map_err(git)?;
         index.write().map_err(git)?;
         let tree = repo.find_tree(index.write_tree().map_err(git)?).map_err(git)?;
@@ -361,6 +367,7 @@ impl Pipeline {
         for g in gens.into_iter().take(excess).filter(|g| *g < unpushed_from) {
             for ext in ["wtxt", "wtxtdelta", "wtxt.age"] {
                 let _ = std::fs::remove_file(self.cfg.ring.join(ring_name(g, ext)));
+                let _ = std::fs::remove_dir_all(crate::wtxt::split::parts_dir(&self.cfg.ring.join(ring_name(g, ext))));
             }
         }
         Ok(())

@@ -43,6 +43,8 @@ pub struct DaemonConfig {
     pub build: Option<String>,
     /// Commit message template (`{gen}`, `{sha256_all}`).
     pub message: Option<String>,
+    /// Largest file of a snapshot: `"45M"` (the default), bytes with K/M/G, or `"none"`.
+    pub part_size: Option<String>,
 }
 
 impl DaemonConfig {
@@ -68,6 +70,7 @@ impl DaemonConfig {
             rows_per_chunk: self.rows_per_chunk.or(other.rows_per_chunk),
             build: self.build.or(other.build),
             message: self.message.or(other.message),
+            part_size: self.part_size.or(other.part_size),
         }
     }
 }
@@ -102,6 +105,9 @@ pub fn run(cfg: DaemonConfig, log: crate::daemon::Log) -> Result<()> {
     }
     if let Some(r) = cfg.rows_per_chunk {
         pc.rows_per_chunk = r.max(1);
+    }
+    if let Some(s) = &cfg.part_size {
+        pc.part_size = s.parse().map_err(|m| Error::usage(format!("part_size: {m}")))?;
     }
     if let Some(b) = &cfg.build {
         crate::wtxt::syntax::check_token(b, "build").map_err(Error::usage)?;

@@ -135,3 +135,34 @@ pub fn restore(input: &Path, out: &Path, size: PartSize) -> Result<usize> {
     }
     store(af, size)
 }
+
+/// Copies a stored snapshot (one file, or a head and its parts, plain or
+/// age-armored file by file) to `dest`: parts first, each atomically and
+/// only when its bytes differ, then the head; parts `dest` had beyond the
+/// new count are removed. Returns the number of parts.
+pub fn copy_snapshot(src: &Path, dest: &Path) -> Result<u64> {
+    let (from, to) = (parts_dir(src), parts_dir(dest));
+    let mut count = 0;
+    if from.is_dir() {
+        std::fs::create_dir_all(&to).map_err(|e| Error::io(&to, e))?;
+        while from.join(part_name(count + 1)).is_file() {
+            count += 1;
+            let name = part_name(count);
+            let (a, b) = (from.join(&name), to.join(&name));
+            if std::fs::read(&b).ok() != Some(std::fs::read(&a).map_err(|e| Error::io(&a, e))?) {
+                copy_file(&a, &b)?;
+            }
+        }
+    }
+    if to.is_dir() {
+        remove_stale_parts(&to, count)?;
+    }
+    copy_file(src, dest)?;
+    Ok(count)
+}
+
+fn copy_file(from: &Path, to: &Path) -> Result<()> {
+    let mut f = AtomicFile::create(to)?;
+    std::io::copy(&mut File::open(from).map_err(|e| Error::io(from, e))?, f.file()).map_err(|e| Error::io(to, e))?;
+    f.commit()
+}

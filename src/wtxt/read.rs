@@ -235,7 +235,7 @@ pub fn read_header<R: Read>(lines: &mut LineReader<R>) -> Result<Header> {
     // Whatever goes wrong on the first line, the file is not a WTXT at all:
     // unusable input (exit 2), not a damaged snapshot.
     let (n, l) = lines.expect_line("`WTXT 1`").map_err(|e| match e.kind() {
-        crate::error::Kind::Check => Error::input(
+        crate::error::Kind::Check if e.path().is_none() => Error::input(
             Position::Line(1),
             format!("not a WTXT file: {}", e.message().trim_start_matches("not a WTXT file: ")),
         ),

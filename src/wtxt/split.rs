@@ -417,6 +417,11 @@ pub trait PartSource {
     fn open(&self, ix: u64) -> Result<Box<dyn Read>>;
     /// The path that names part `ix` in messages.
     fn name(&self, ix: u64) -> PathBuf;
+    /// Parts present beyond the `count` the head lists (a stray part is
+    /// as suspect as a missing one).
+    fn unlisted(&self, _count: u64) -> Vec<PathBuf> {
+        Vec::new()
+    }
 }
 
 /// Part files in the folder next to the head.
@@ -439,6 +444,17 @@ impl PartSource for PartFiles<'_> {
 
     fn name(&self, ix: u64) -> PathBuf {
         self.dir.join(part_name(ix))
+    }
+
+    fn unlisted(&self, count: u64) -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        let mut extra: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| part_ix(&e.file_name().to_string_lossy()).is_some_and(|ix| ix > count))
+            .map(|e| e.path())
+            .collect();
+        extra.sort();
+        extra
     }
 }
 
@@ -685,6 +701,15 @@ impl Read for Joined<'_> {
                     let i = *i;
                     self.queue.pop_front();
                     self.current = self.open_part(i)?;
+                    if i + 1 == self.parts.len() {
+                        for p in self.source.unlisted(self.parts.len() as u64) {
+                            let e = Error::check(
+                                Position::None,
+                                format!("a part the head does not list (it lists {})", self.parts.len()),
+                            );
+                            self.fault(e.in_file(p))?;
+                        }
+                    }
                 }
             }
         }

@@ -9,6 +9,7 @@
 //! - `daemon`: the snapshot daemon under load, with failing remotes, kill -9 and the Python example;
 //! - `delta`: DELTA v2 round trips and failures;
 //! - `roundtrip`: property tests of write -> verify -> read;
+//! - `split`: split snapshots: one identity, exact join/split, every command, bad parts;
 //! - `outputs`: devices written through, temp files removed on SIGTERM, reserved names, escaped messages;
 //! - `recover`: partial recovery keeps everything intact;
 //! - `hooks`: hooks/pre-commit in a real Git repository;
@@ -35,5 +36,6 @@ mod mutation;
 mod outputs;
 mod recover;
 mod roundtrip;
+mod split;
 mod trust;
 mod util;

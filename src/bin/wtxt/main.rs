@@ -379,6 +379,10 @@ fn daemon(a: cli::DaemonArgs) -> Result<u8> {
         rows_per_chunk: a.rows_per_chunk,
         build: a.build,
         message: a.message,
+        part_size: a.parts.part_size.map(|p| match p {
+            wtxt::wtxt::split::PartSize::Whole => "none".to_string(),
+            wtxt::wtxt::split::PartSize::Max(n) => n.to_string(),
+        }),
     };
     let cfg = match &a.config {
         Some(p) => flags.or(DaemonConfig::from_file(p)?),

@@ -1,0 +1,337 @@
+//! Split snapshots: the same identity split or not, join and split exact
+//! inverses, every command on a head, and every kind of bad part refused
+//! with the part's name, nothing written.
+
+use std::path::{Path, PathBuf};
+
+use crate::util::{snapshot, wtxt, ArraySpec};
+
+fn f32s(n: usize, seed: u32) -> Vec<u8> {
+    (0..n as u32).flat_map(|i| ((i.wrapping_mul(2654435761) ^ seed) as f32 / 1e9).to_le_bytes()).collect()
+}
+
+/// About 1.3 MB of text: a big matrix cut across parts, small arrays around it.
+fn model(seed: u32) -> Vec<ArraySpec<'static>> {
+    vec![
+        ("a_bias", "f32", vec![1000], f32s(1000, seed)),
+        ("emb", "f32", vec![1000, 240], f32s(240_000, seed)),
+        ("small", "f32", vec![10], f32s(10, seed)),
+        ("w", "f32", vec![300, 100], f32s(30_000, seed)),
+    ]
+}
+
+fn ok(args: &[&std::ffi::OsStr]) -> String {
+    let o = wtxt().args(args).output().unwrap();
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn fails(args: &[&std::ffi::OsStr]) -> (i32, String) {
+    let o = wtxt().args(args).output().unwrap();
+    (o.status.code().unwrap(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+macro_rules! a {
+    ($($x:expr),*) => { &[$(std::ffi::OsStr::new(&$x)),*] };
+}
+
+fn parts(head: &Path) -> Vec<PathBuf> {
+    let dir = PathBuf::from(format!("{}.parts", head.display()));
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    v.sort();
+    v
+}
+
+fn root_line(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap().lines().nth(3).unwrap().to_string()
+}
+
+#[test]
+fn split_or_not_is_one_identity_and_join_split_are_exact_inverses() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let one = snapshot(d, "one", &model(1), &["--part-size", "none"]);
+    let head = d.join("split.wtxt");
+    ok(a!("snapshot", d.join("one.npz"), "-o", &head, "--ts", "2026-03-01T00:00:00Z", "--part-size", "256K"));
+    assert_eq!(root_line(&one), root_line(&head), "same sha256_all, merkle_this and fastxor");
+    let ps = parts(&head);
+    assert!(ps.len() >= 5, "{} parts", ps.len());
+    for p in ps.iter().chain([&head]) {
+        assert!(std::fs::metadata(p).unwrap().len() <= 256 << 10, "{} is larger than the part size", p.display());
+        let text = std::fs::read(p).unwrap();
+        assert!(text.iter().all(|&b| b == b'\n' || (0x20..0x7f).contains(&b)), "ASCII lines");
+    }
+    // join(split) == single file; split(join) == the same head and parts.
+    let joined = d.join("joined.wtxt");
+    ok(a!("join", &head, "-o", &joined));
+    assert_eq!(std::fs::read(&joined).unwrap(), std::fs::read(&one).unwrap());
+    let again = d.join("again.wtxt");
+    ok(a!("split", &joined, "-o", &again, "--part-size", "256K"));
+    assert_eq!(std::fs::read(&again).unwrap(), std::fs::read(&head).unwrap());
+    for (x, y) in parts(&again).iter().zip(&ps) {
+        assert_eq!(std::fs::read(x).unwrap(), std::fs::read(y).unwrap());
+    }
+    // A snapshot that fits in one part is written exactly as before.
+    let small = snapshot(d, "small", &model(1)[2..3], &[]);
+    let plain = snapshot(d, "plain", &model(1)[2..3], &["--part-size", "none"]);
+    assert_eq!(std::fs::read(&small).unwrap(), std::fs::read(&plain).unwrap());
+    assert!(!d.join("small.wtxt.parts").exists());
+}
+
+#[test]
+fn cut_points_follow_shapes_so_a_new_generation_rewrites_only_changed_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let g0 = snapshot(d, "g0", &model(1), &["--part-size", "256K"]);
+    let mut m = model(1);
+    m[1].3[500_000..500_004].copy_from_slice(&7f32.to_le_bytes()); // one row in the middle of `emb`
+    let g1 = snapshot(d, "g1", &m, &["--part-size", "256K", "--prev", g0.to_str().unwrap()]);
+    let (p0, p1) = (parts(&g0), parts(&g1));
+    assert_eq!(p0.len(), p1.len(), "cut points depend on shapes only");
+    let same = p0.iter().zip(&p1).filter(|(x, y)| std::fs::read(x).unwrap() == std::fs::read(y).unwrap()).count();
+    // Parts holding only `emb` chunks that did not change are identical;
+    // parts holding an `arr` line change with the gen (its salt does).
+    // Here: the parts of `a_bias`, of `emb`'s arr line, of the changed
+    // chunk, and of `small` and `w`.
+    assert!(same >= p0.len() - 4, "{same} of {} parts unchanged", p0.len());
+    ok(a!("verify", &g1, "--prev", &g0));
+    // Writing the same snapshot again leaves unchanged part files alone.
+    let before: Vec<_> = p1.iter().map(|p| std::fs::metadata(p).unwrap().modified().unwrap()).collect();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    snapshot(d, "g1", &m, &["--part-size", "256K", "--prev", g0.to_str().unwrap()]);
+    let after: Vec<_> = p1.iter().map(|p| std::fs::metadata(p).unwrap().modified().unwrap()).collect();
+    assert_eq!(before, after);
+    // Shrinking the snapshot removes the parts its head no longer lists.
+    snapshot(d, "g1", &m[..2], &["--part-size", "256K"]);
+    ok(a!("verify", &g1));
+    assert!(parts(&g1).len() < p1.len());
+}
+
+#[test]
+fn every_command_takes_a_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = "256K";
+    let g0 = snapshot(d, "g0", &model(1), &["--part-size", s]);
+    let mut m = model(1);
+    m[1].3[4..8].copy_from_slice(&3f32.to_le_bytes());
+    let g1 = snapshot(d, "g1", &m, &["--part-size", s, "--prev", g0.to_str().unwrap()]);
+    // A chain may pass from one form to the other.
+    let single = snapshot(d, "single", &m, &["--part-size", "none", "--prev", g0.to_str().unwrap()]);
+    assert_eq!(root_line(&single), root_line(&g1));
+    let out = ok(a!("inspect", &g1, "--json"));
+    assert!(out.contains("\"name\":\"emb\""), "{out}");
+    let diff = ok(a!("diff", &g0, &g1));
+    assert!(diff.contains("emb") && diff.contains("1 element(s) changed"), "{diff}");
+    // extract, convert
+    let npz = d.join("x.npz");
+    ok(a!("extract", &g1, "-o", &npz));
+    let back = d.join("back.wtxt");
+    ok(a!(
+        "convert",
+        &npz,
+        "-o",
+        &back,
+        "--to",
+        "wtxt",
+        "--part-size",
+        s,
+        "--gen",
+        "1",
+        "--ts",
+        "2026-03-01T00:00:00Z"
+    ));
+    ok(a!("verify", &back));
+    // delta create/apply rebuild the same head and parts
+    let delta = d.join("d.wtxtdelta");
+    ok(a!("delta", "create", &g0, &g1, "-o", &delta));
+    let rebuilt = d.join("rebuilt.wtxt");
+    ok(a!("delta", "apply", &g0, &delta, "-o", &rebuilt, "--part-size", s));
+    assert_eq!(std::fs::read(&rebuilt).unwrap(), std::fs::read(&g1).unwrap());
+    for (x, y) in parts(&rebuilt).iter().zip(&parts(&g1)) {
+        assert_eq!(std::fs::read(x).unwrap(), std::fs::read(y).unwrap());
+    }
+    // merge
+    let merged = d.join("merged.wtxt");
+    ok(a!("merge", &g0, &g1, &g0, "-o", &merged, "--part-size", s, "--ts", "2026-03-02T00:00:00Z"));
+    ok(a!("verify", &merged));
+    assert!(!parts(&merged).is_empty());
+    // streaming + finalize --rewrite
+    let ws = d.join("ws.wtxt");
+    ok(a!("snapshot", &npz, "-o", &ws, "--streaming", "--wsum", d.join("ws.wsum"), "--part-size", s));
+    ok(a!("verify", &ws, "--wsum", d.join("ws.wsum")));
+    let fin = d.join("fin.wtxt");
+    ok(a!("finalize", &ws, "-o", d.join("fin.wsum"), "--rewrite", &fin, "--part-size", s));
+    ok(a!("verify", &fin));
+    // recover of an intact split snapshot keeps everything
+    let rec = d.join("rec.wtxt");
+    ok(a!("recover", &g1, "-o", &rec, "--part-size", "none"));
+    ok(a!("verify", &rec));
+}
+
+#[test]
+fn encrypted_split_snapshots_stay_split_and_read_with_an_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let id = d.join("id.txt");
+    let k = std::process::Command::new("age-keygen").arg("-o").arg(&id).output().unwrap();
+    assert!(k.status.success());
+    let text = std::fs::read_to_string(&id).unwrap();
+    let recipient = text.lines().find_map(|l| l.strip_prefix("# public key: ")).unwrap().to_string();
+    let g0 = snapshot(d, "g0", &model(1), &["--part-size", "256K"]);
+    let enc = d.join("enc.wtxt");
+    ok(a!("encrypt", "-r", &recipient, &g0, "-o", &enc));
+    assert_eq!(parts(&enc).len(), parts(&g0).len());
+    // The real `age` opens every part.
+    let plain = std::process::Command::new("age").arg("-d").arg("-i").arg(&id).arg(&parts(&enc)[1]).output().unwrap();
+    assert_eq!(plain.stdout, std::fs::read(&parts(&g0)[1]).unwrap());
+    ok(a!("verify", "-i", &id, &enc));
+    let dec = d.join("dec.wtxt");
+    ok(a!("decrypt", "-i", &id, &enc, "-o", &dec));
+    assert_eq!(std::fs::read(&dec).unwrap(), std::fs::read(&g0).unwrap());
+    for (x, y) in parts(&dec).iter().zip(&parts(&g0)) {
+        assert_eq!(std::fs::read(x).unwrap(), std::fs::read(y).unwrap());
+    }
+}
+
+/// Each damage: verify and extract exit 1 naming the part, nothing written.
+#[test]
+fn bad_parts_fail_with_the_part_named_and_nothing_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let g0 = snapshot(d, "g0", &model(1), &["--part-size", "256K"]);
+    let mut m = model(1);
+    m[0].3[0] ^= 1;
+    m[1].3[0] ^= 1;
+    let g1 = snapshot(d, "g1", &m, &["--part-size", "256K", "--prev", g0.to_str().unwrap()]);
+    let pdir = d.join("g1.wtxt.parts");
+    let keep = d.join("keep");
+    std::fs::create_dir(&keep).unwrap();
+    for p in parts(&g1) {
+        std::fs::copy(&p, keep.join(p.file_name().unwrap())).unwrap();
+    }
+    let restore = || {
+        for p in std::fs::read_dir(&pdir).unwrap() {
+            std::fs::remove_file(p.unwrap().path()).unwrap();
+        }
+        for p in std::fs::read_dir(&keep).unwrap() {
+            let p = p.unwrap().path();
+            std::fs::copy(&p, pdir.join(p.file_name().unwrap())).unwrap();
+        }
+    };
+    let p = |i: u32| pdir.join(format!("{i:06}.wtxtpart"));
+    type Damage<'a> = (&'a str, Box<dyn Fn() + 'a>, &'a str);
+    let cases: Vec<Damage> = vec![
+        ("missing", Box::new(|| std::fs::remove_file(p(2)).unwrap()), "000002.wtxtpart"),
+        ("renamed", Box::new(|| std::fs::rename(p(3), pdir.join("000003.old")).unwrap()), "000003.wtxtpart"),
+        (
+            "extra",
+            Box::new(|| {
+                std::fs::copy(p(1), p(99)).unwrap();
+            }),
+            "000099.wtxtpart",
+        ),
+        (
+            "truncated",
+            Box::new(|| {
+                let b = std::fs::read(p(2)).unwrap();
+                std::fs::write(p(2), &b[..b.len() / 2]).unwrap();
+            }),
+            "000002.wtxtpart",
+        ),
+        (
+            "swapped",
+            Box::new(|| {
+                let (x, y) = (std::fs::read(p(2)).unwrap(), std::fs::read(p(3)).unwrap());
+                std::fs::write(p(2), y).unwrap();
+                std::fs::write(p(3), x).unwrap();
+            }),
+            "000002.wtxtpart",
+        ),
+        (
+            "from another generation",
+            Box::new(|| {
+                std::fs::copy(d.join("g0.wtxt.parts/000001.wtxtpart"), p(1)).unwrap();
+            }),
+            "000001.wtxtpart",
+        ),
+        (
+            "one byte changed",
+            Box::new(|| {
+                let mut b = std::fs::read(p(3)).unwrap();
+                let i = b.len() / 2;
+                b[i] = if b[i] == b'A' { b'B' } else { b'A' };
+                std::fs::write(p(3), b).unwrap();
+            }),
+            "000003.wtxtpart",
+        ),
+        ("head without parts", Box::new(|| std::fs::remove_dir_all(&pdir).unwrap()), "000001.wtxtpart"),
+    ];
+    for (what, damage, named) in cases {
+        restore();
+        assert_eq!(std::fs::read_dir(&pdir).unwrap().count(), std::fs::read_dir(&keep).unwrap().count());
+        ok(a!("verify", &g1));
+        damage();
+        let (code, err) = fails(a!("verify", &g1));
+        assert_eq!(code, 1, "{what}: {err}");
+        assert!(err.contains(named), "{what}: expected {named} in: {err}");
+        let out = d.join("out.npz");
+        let (code, err) = fails(a!("extract", &g1, "-o", &out));
+        assert_eq!(code, 1, "{what}: {err}");
+        assert!(err.contains(named), "{what}: expected {named} in: {err}");
+        assert!(!out.exists(), "{what}: output written");
+        let json = wtxt().args(["verify", "--json"]).arg(&g1).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert_eq!(v["ok"], false, "{what}");
+        if !pdir.exists() {
+            std::fs::create_dir(&pdir).unwrap();
+        }
+    }
+}
+
+#[test]
+fn damage_inside_a_part_is_located_to_part_and_line_and_recover_works_per_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let g = snapshot(d, "g", &model(1), &["--part-size", "256K"]);
+    let target = parts(&g)[2].clone();
+    let mut text = std::fs::read(&target).unwrap();
+    // Damage a base64 character on line 10 of the part.
+    let line_start = text.split(|&b| b == b'\n').take(9).map(|l| l.len() + 1).sum::<usize>();
+    text[line_start + 3] = if text[line_start + 3] == b'A' { b'B' } else { b'A' };
+    std::fs::write(&target, &text).unwrap();
+    let json = wtxt().args(["verify", "--json"]).arg(&g).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let errors = v["errors"].as_array().unwrap();
+    let name = target.display().to_string();
+    assert!(
+        errors.iter().any(|e| e["file"] == name.as_str() && e["line"] == 10),
+        "expected {name} line 10 in {errors:?}"
+    );
+    let rec = d.join("rec.wtxt");
+    let report = d.join("rep.json");
+    let o = wtxt().args(["recover"]).arg(&g).arg("-o").arg(&rec).arg("--report").arg(&report).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    ok(a!("verify", &rec));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["lost_arrays"], 1, "{r}");
+    assert_eq!(r["recovered_arrays"], 3, "{r}");
+    assert!(r["part_faults"][0].as_str().unwrap().contains(&name), "{r}");
+}
+
+#[test]
+fn part_size_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    snapshot(d, "m", &model(1)[..1], &[]);
+    for bad in ["12", "1X", "-5", ""] {
+        let (code, err) = fails(a!("snapshot", d.join("m.npz"), "-o", d.join("o.wtxt"), "--part-size", bad));
+        assert_eq!(code, 2, "{bad}: {err}");
+    }
+    // A chunk larger than a part: a usage error naming the way out.
+    let big = snapshot(d, "big", &[("m", "f32", vec![1000, 100], f32s(100_000, 1))], &["--part-size", "none"]);
+    let (code, err) = fails(a!("split", &big, "-o", d.join("s.wtxt"), "--part-size", "8K"));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--rows-per-chunk"), "{err}");
+    assert!(!d.join("s.wtxt").exists());
+}
