@@ -80,6 +80,9 @@ pub struct FileDiff {
     /// Checks that failed in the chunks the diff decoded: the side is
     /// damaged, and those chunks' values are not compared.
     pub damage: Vec<Damage>,
+    /// Facts about the files besides arrays (a split snapshot's parts).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// A failed check on one side of a diff.
@@ -100,7 +103,7 @@ impl FileDiff {
 }
 
 /// Decodes one side's chunk; a fault becomes damage on that side.
-fn decode_side(c: &ChunkText, file: &Path, array: &str, damage: &mut Vec<Damage>) -> Option<Vec<u8>> {
+pub(crate) fn decode_side(c: &ChunkText, file: &Path, array: &str, damage: &mut Vec<Damage>) -> Option<Vec<u8>> {
     match crate::wtxt::chunk::decode(&c.ch, c.body()) {
         Ok(raw) => Some(raw),
         Err(f) => {
@@ -148,18 +151,7 @@ pub fn diff<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
     let (mut wa, mut wb) = (Walker::new(a), Walker::new(b));
     let (ha, ta) = wa.wtxt_header().map_err(|e| e.in_file(names.old))?;
     let (hb, tb) = wb.wtxt_header().map_err(|e| e.in_file(names.new))?;
-    let header: Vec<FieldChange> = header_fields(&ha)
-        .into_iter()
-        .zip(header_fields(&hb))
-        .filter(|(x, y)| x.1 != y.1)
-        .map(|((f, old), (_, new))| FieldChange { field: f.to_string(), old, new })
-        .collect();
-    let (sa, sb) = (String::from_utf8_lossy(&ta), String::from_utf8_lossy(&tb));
-    let header_unified = similar::TextDiff::from_lines(sa.as_ref(), sb.as_ref())
-        .unified_diff()
-        .context_radius(1)
-        .header("old header", "new header")
-        .to_string();
+    let (header, header_unified) = header_changes(&ha, &ta, &hb, &tb);
 
     let mut arrays = Vec::new();
     let mut damage = Vec::new();
@@ -196,7 +188,25 @@ pub fn diff<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
     wtxt_tail(&mut wa).map_err(|e| e.in_file(names.old))?;
     wtxt_tail(&mut wb).map_err(|e| e.in_file(names.new))?;
     let identical = header.is_empty() && arrays.iter().all(|a| a.status == Status::Unchanged) && ta == tb;
-    Ok(FileDiff { identical, header, header_unified, arrays, damage })
+    Ok(FileDiff { identical, header, header_unified, arrays, damage, notes: Vec::new() })
+}
+
+/// The header fields that differ, and a short unified diff of the header
+/// lines (`ta`, `tb`: their text).
+pub(crate) fn header_changes(ha: &Header, ta: &[u8], hb: &Header, tb: &[u8]) -> (Vec<FieldChange>, String) {
+    let header: Vec<FieldChange> = header_fields(ha)
+        .into_iter()
+        .zip(header_fields(hb))
+        .filter(|(x, y)| x.1 != y.1)
+        .map(|((f, old), (_, new))| FieldChange { field: f.to_string(), old, new })
+        .collect();
+    let (sa, sb) = (String::from_utf8_lossy(ta), String::from_utf8_lossy(tb));
+    let unified = similar::TextDiff::from_lines(sa.as_ref(), sb.as_ref())
+        .unified_diff()
+        .context_radius(1)
+        .header("old header", "new header")
+        .to_string();
+    (header, unified)
 }
 
 /// The two files' names, for errors.
@@ -232,7 +242,8 @@ fn skip_array<R: Read>(w: &mut Walker<R>, x: &ArrayText) -> Result<()> {
 }
 
 /// Element-wise statistics of one array.
-struct Stats {
+/// Running comparison of one array's elements.
+pub(crate) struct Stats {
     dtype: Dtype,
     row_elems: u64,
     rows: Vec<(u64, u64)>,
@@ -244,6 +255,34 @@ struct Stats {
 }
 
 impl Stats {
+    pub(crate) fn new(dtype: Dtype, row_elems: u64) -> Stats {
+        Stats {
+            dtype,
+            row_elems,
+            rows: Vec::new(),
+            truncated: false,
+            changed: 0,
+            max_abs: 0.0,
+            max_rel: 0.0,
+            sum_sq: 0.0,
+        }
+    }
+
+    /// Puts the figures into `d` (status `Changed` when any element changed).
+    pub(crate) fn finish(self, d: &mut ArrayDiff, dtype: Dtype) {
+        d.changed_elements = self.changed;
+        d.changed_rows = self.rows;
+        d.rows_truncated = self.truncated;
+        if self.changed > 0 {
+            d.status = Status::Changed;
+            if dtype.is_float() {
+                d.max_abs = Some(self.max_abs);
+                d.max_rel = Some(self.max_rel);
+                d.l2 = Some(self.sum_sq.sqrt());
+            }
+        }
+    }
+
     fn add_row(&mut self, row: u64) {
         let full = self.rows.len() >= MAX_RANGES;
         match self.rows.last_mut() {
@@ -255,7 +294,7 @@ impl Stats {
     }
 
     /// Compares `old` and `new`, equal-length byte runs starting at element `first`.
-    fn compare(&mut self, first: u64, old: &[u8], new: &[u8]) {
+    pub(crate) fn compare(&mut self, first: u64, old: &[u8], new: &[u8]) {
         let size = self.dtype.size();
         for (k, (x, y)) in old.chunks_exact(size).zip(new.chunks_exact(size)).enumerate() {
             if x == y {
@@ -327,16 +366,7 @@ fn compare_array<A: Read, B: Read>(
     }
     let (la, lb) = (x.layout()?, y.layout()?);
     let row_elems = if y.arr.shape.len() >= 2 { y.arr.shape[1..].iter().product() } else { 1 };
-    let mut st = Stats {
-        dtype: y.arr.dtype,
-        row_elems,
-        rows: Vec::new(),
-        truncated: false,
-        changed: 0,
-        max_abs: 0.0,
-        max_rel: 0.0,
-        sum_sq: 0.0,
-    };
+    let mut st = Stats::new(y.arr.dtype, row_elems);
     if la == lb {
         for _ in 0..la.chunk_count() {
             let ca = wa.chunk().map_err(|e| e.in_file(names.old))?;
@@ -357,17 +387,8 @@ fn compare_array<A: Read, B: Read>(
     }
     wa.expect("endarr").map_err(|e| e.in_file(names.old))?;
     wb.expect("endarr").map_err(|e| e.in_file(names.new))?;
-    d.changed_elements = st.changed;
-    d.changed_rows = st.rows;
-    d.rows_truncated = st.truncated;
-    if st.changed > 0 {
-        d.status = Status::Changed;
-        if y.arr.dtype.is_float() {
-            d.max_abs = Some(st.max_abs);
-            d.max_rel = Some(st.max_rel);
-            d.l2 = Some(st.sum_sq.sqrt());
-        }
-    } else if x.arr_text != y.arr_text {
+    st.finish(&mut d, y.arr.dtype);
+    if d.status == Status::Unchanged && x.arr_text != y.arr_text {
         d.status = Status::Rewrapped;
     }
     Ok(d)
@@ -456,6 +477,9 @@ pub fn render(d: &FileDiff, old: &str, new: &str, color: bool) -> String {
     }
     for f in &d.header {
         let _ = writeln!(s, "{} {}: {} -> {}", paint("36", "header".into()), f.field, short(&f.old), short(&f.new));
+    }
+    for n in &d.notes {
+        let _ = writeln!(s, "{} {n}", paint("36", "split".into()));
     }
     let (mut unchanged, mut rewrapped) = (0, 0);
     let ty_of = |dtype: &str, shape: &[u64]| {

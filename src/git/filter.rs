@@ -190,6 +190,13 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
     if content.starts_with(b"WTXT 1\n") {
         return Ok(content.to_vec());
     }
+    // One file is one blob: a WTXT over the part size would be a blob Git
+    // stores without deltas and hosts refuse. Its text is at least 4/3 of
+    // the raw bytes, so this is known before anything is decoded.
+    let limit = crate::wtxt::split::DEFAULT_PART_SIZE;
+    if content.len() as u64 / 3 * 4 > limit {
+        return Err(too_large(content.len() as u64 / 3 * 4, path));
+    }
     let Some(arrays) = carried_arrays(content)? else {
         return Ok(content.to_vec());
     };
@@ -208,7 +215,23 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
     let opts = WriteOptions { merkle_prev, ..WriteOptions::new(meta, crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK) };
     let mut out = std::io::Cursor::new(Vec::with_capacity(content.len() * 4 / 3 + 4096));
     write_snapshot(&arrays, &opts, &mut out, &crate::progress::Progress::hidden())?;
-    Ok(out.into_inner())
+    let text = out.into_inner();
+    if text.len() as u64 > limit {
+        return Err(too_large(text.len() as u64, path));
+    }
+    Ok(text)
+}
+
+/// Why a filtered file is refused at `git add`, and the workflow that works.
+fn too_large(text: u64, path: &str) -> Error {
+    Error::input(
+        Default::default(),
+        format!(
+            "{path}: its WTXT would be {} MiB, over the {} MiB part size a Git filter may store as one blob;              commit it as a split snapshot instead (every file under the part size):              `wtxt snapshot {path} -o {path}.wtxt --prev <last>.wtxt`, then `git add {path}.wtxt {path}.wtxt.parts`              (and leave {path} out of Git, or untrack it with `git rm --cached {path}`)",
+            text >> 20,
+            crate::wtxt::split::DEFAULT_PART_SIZE >> 20
+        ),
+    )
 }
 
 /// A WTXT made by `clean` back to the file it came from.

@@ -14,6 +14,8 @@ use git2::{Repository, Status, StatusOptions};
 
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
+use crate::git::parts::{check_part, classify, Blob};
+use crate::wtxt::split::{part_ix, part_name, parts_dir, Head};
 use crate::wtxt::syntax::Root;
 use crate::wtxt::verify::{ProblemKind, SigStatus, VerifyOptions};
 
@@ -55,9 +57,15 @@ pub fn pre_commit(dir: &Path) -> Result<(usize, Vec<Refusal>)> {
         .iter()
         .filter(|e| e.status().intersects(Status::INDEX_NEW | Status::INDEX_MODIFIED | Status::INDEX_RENAMED))
         .filter_map(|e| e.path().ok().map(PathBuf::from))
-        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("wtxt" | "wtxtdelta")))
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("wtxt" | "wtxtdelta" | "wtxtpart")))
         .collect();
+    // A staged part is checked with its head, staged or not: a commit that
+    // changes a part but not its head fails there.
+    let heads_of_parts: Vec<PathBuf> = staged.iter().filter_map(|p| head_of_part(p)).collect();
+    staged.retain(|p| p.extension().and_then(|e| e.to_str()) != Some("wtxtpart"));
+    staged.extend(heads_of_parts);
     staged.sort();
+    staged.dedup();
     let mut refusals = Vec::new();
     for path in &staged {
         let Some(entry) = index.get_path(path, 0) else { continue };
@@ -80,6 +88,13 @@ pub fn pre_commit(dir: &Path) -> Result<(usize, Vec<Refusal>)> {
             .and_then(|t| t.get_path(path).ok())
             .and_then(|e| repo.find_blob(e.id()).ok())
             .filter(|b| b.id() != entry.id);
+        if let Blob::Head(h) = classify(blob.content()) {
+            let s = Split { repo: &repo, index: &index, head_tree: head_tree.as_ref(), path };
+            if let Some(r) = s.check(&h, head.as_ref().map(|b| b.content()), require, trusted.as_ref()) {
+                refusals.push(Refusal { path: if r.path.is_empty() { shown.clone() } else { r.path.clone() }, ..r });
+            }
+            continue;
+        }
         if let Some(r) = check_wtxt(blob.content(), head.as_ref().map(|b| b.content()), require, trusted.as_ref()) {
             refusals.push(Refusal { path: shown.clone(), ..r });
         }
@@ -137,20 +152,25 @@ fn check_wtxt(bytes: &[u8], head: Option<&[u8]>, require: bool, trusted: Option<
         }
         Err(e) => return refusal(0, e.message().to_string(), "write it again with `wtxt snapshot`"),
     }
-    let head = head?;
+    chain_refusal(&loaded.header, head?)
+}
+
+/// Why `header` does not continue HEAD's version `head` (a single file or a head).
+fn chain_refusal(header: &crate::wtxt::read::Header, head: &[u8]) -> Option<Refusal> {
+    let refusal =
+        |line: u64, problem: String, fix: &str| Some(Refusal { path: String::new(), line, problem, fix: fix.into() });
     let Ok(prev) = crate::wtxt::read::read_header(&mut crate::wtxt::read::LineReader::new(head)) else {
         return None; // HEAD's version is not a WTXT: nothing to continue
     };
-    let (Root::Final { merkle_this: prev_this, .. }, Root::Final { merkle_prev, .. }) =
-        (&prev.root, &loaded.header.root)
+    let (Root::Final { merkle_this: prev_this, .. }, Root::Final { merkle_prev, .. }) = (&prev.root, &header.root)
     else {
         return None;
     };
     let fix = "write it with `--prev` set to HEAD's version: `git show HEAD:PATH > prev.wtxt; wtxt snapshot ... --prev prev.wtxt`";
-    if loaded.header.meta.gen <= prev.meta.gen {
+    if header.meta.gen <= prev.meta.gen {
         return refusal(
             2,
-            format!("gen {} does not follow HEAD's {}", loaded.header.meta.gen_str(), prev.meta.gen_str()),
+            format!("gen {} does not follow HEAD's {}", header.meta.gen_str(), prev.meta.gen_str()),
             fix,
         );
     }
@@ -158,4 +178,97 @@ fn check_wtxt(bytes: &[u8], head: Option<&[u8]>, require: bool, trusted: Option<
         return refusal(4, "merkle_prev is not HEAD's merkle_this".into(), fix);
     }
     None
+}
+
+/// The head a part path belongs to: `m.wtxt.parts/000003.wtxtpart` -> `m.wtxt`.
+fn head_of_part(p: &Path) -> Option<PathBuf> {
+    part_ix(&p.file_name()?.to_string_lossy())?;
+    let dir = p.parent()?.to_string_lossy().into_owned();
+    dir.strip_suffix(".parts").map(PathBuf::from)
+}
+
+/// A staged split snapshot: its head, and its parts in the index.
+struct Split<'r> {
+    repo: &'r Repository,
+    index: &'r git2::Index,
+    head_tree: Option<&'r git2::Tree<'r>>,
+    path: &'r Path,
+}
+
+impl Split<'_> {
+    /// The head holds together (signature, chain), the index holds exactly
+    /// the parts it lists with the bytes it binds, and every part that
+    /// differs from HEAD's is checked chunk by chunk. Parts the commit does
+    /// not change were checked when they were committed.
+    fn check(&self, h: &Head, prev: Option<&[u8]>, require: bool, trusted: Option<&TrustedKeys>) -> Option<Refusal> {
+        let refusal = |path: String, line: u64, problem: String, fix: &str| {
+            Some(Refusal { path, line, problem, fix: fix.into() })
+        };
+        let damaged = "the file is damaged: write it again with `wtxt snapshot`, or `wtxt recover` it";
+        let header = match h.header() {
+            Ok(x) => x,
+            Err(e) => return refusal(String::new(), line_of(&e), e.message().to_string(), damaged),
+        };
+        let opts = VerifyOptions { trusted, require_signature: require, ..Default::default() };
+        if let Err(p) = crate::wtxt::verify::check_header(&header, &opts) {
+            let fix = match p.kind {
+                ProblemKind::RootPending => "finalize it first: `wtxt finalize FILE -o FILE.wsum --rewrite FILE`",
+                ProblemKind::Signature => "sign it with a trusted key: `wtxt snapshot ... --sign-key KEY.pem`",
+                _ => damaged,
+            };
+            return refusal(String::new(), p.line, p.message, fix);
+        }
+        if let Some(r) = prev.and_then(|b| chain_refusal(&header, b)) {
+            return Some(r);
+        }
+        let prev_parts = prev.and_then(|b| match classify(b) {
+            Blob::Head(p) => Some(p.parts),
+            _ => None,
+        });
+        let dir = parts_dir(self.path);
+        let add = format!("stage the head and its parts together: `git add {} {}`", self.path.display(), dir.display());
+        for p in &h.parts {
+            let part = dir.join(part_name(p.ix));
+            let shown = part.display().to_string();
+            let Some(entry) = self.index.get_path(&part, 0) else {
+                return refusal(shown, 0, "missing from the commit: the head lists it".into(), &add);
+            };
+            let in_head_commit = self.head_tree.and_then(|t| t.get_path(&part).ok()).map(|e| e.id());
+            let was = prev_parts.as_ref().and_then(|v| v.get(p.ix as usize - 1));
+            if in_head_commit == Some(entry.id) && was.is_some_and(|w| (w.bytes, w.sha256) == (p.bytes, p.sha256)) {
+                continue; // unchanged since HEAD, where it was checked
+            }
+            let Ok(blob) = self.repo.find_blob(entry.id) else {
+                return refusal(shown, 0, "its blob is missing".into(), &add);
+            };
+            let bytes = blob.content();
+            let sha: crate::crypto::digest::Hash = crate::crypto::digest::sha256(bytes);
+            if bytes.len() as u64 != p.bytes || sha != p.sha256 {
+                return refusal(
+                    shown,
+                    0,
+                    format!(
+                        "does not match the head (line {}): a part changed without its head, or the other way round",
+                        h.first_part_line + p.ix - 1
+                    ),
+                    &add,
+                );
+            }
+            if let Err(e) = check_part(bytes, &part) {
+                return refusal(shown, line_of(&e), e.message().to_string(), damaged);
+            }
+        }
+        // No part beyond those the head lists.
+        let prefix = format!("{}/", dir.display());
+        let extra = self.index.iter().find_map(|e| {
+            let p = String::from_utf8_lossy(&e.path).into_owned();
+            let ix = part_ix(p.strip_prefix(&prefix)?)?;
+            (ix > h.parts.len() as u64).then_some(p)
+        });
+        if let Some(p) = extra {
+            let fix = format!("remove it: `git rm --cached {p}`");
+            return refusal(p, 0, format!("a part the head does not list (it lists {})", h.parts.len()), &fix);
+        }
+        None
+    }
 }

@@ -84,6 +84,9 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], exe: &Path) -> Result<
     ];
     let mut attributes = vec![
         "*.wtxt text eol=lf diff=wtxt merge=wtxt".to_string(),
+        // Parts of split snapshots: diffed chunk by chunk; merged by
+        // `wtxt merge` on their heads, so Git never merges one alone.
+        "*.wtxtpart text eol=lf diff=wtxt merge=binary".to_string(),
         "*.wtxtdelta text eol=lf diff".to_string(),
         "*.wsum text eol=lf".to_string(),
     ];

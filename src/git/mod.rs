@@ -12,6 +12,7 @@ pub mod history;
 pub mod hooks;
 pub mod install;
 pub mod merge;
+pub mod parts;
 
 /// The trusted keys named by `git config wtxt.trustedKeys` of `repo` (a
 /// relative path is taken from the work tree's top), if it names a file.

@@ -154,7 +154,14 @@ pub fn diff_driver(args: &[String], here: &Path, color: bool) -> String {
     let (a, b) = (format!("a/{path}"), format!("b/{path}"));
     let d = side(old, old_hex).and_then(|x| {
         let y = side(new, new_hex)?;
-        crate::git::diff::diff(&x[..], &y[..], Names { old: Path::new(&a), new: Path::new(&b) })
+        let names = Names { old: Path::new(&a), new: Path::new(&b) };
+        // A split snapshot's head and parts are Git files of their own, each diffed from its blob.
+        use crate::git::parts::{classify, diff_heads, diff_parts, Blob};
+        match (classify(&x), classify(&y)) {
+            (Blob::Head(hx), Blob::Head(hy)) => diff_heads(&hx, &hy, names),
+            (Blob::Part, Blob::Part) => diff_parts(&x, &y, names),
+            _ => crate::git::diff::diff(&x[..], &y[..], names),
+        }
     });
     match d {
         Ok(d) => format!("{head}{}", render(&d, &a, &b, color)),

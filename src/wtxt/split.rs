@@ -469,6 +469,16 @@ pub struct Head {
     pub tail: Vec<u8>,
 }
 
+impl Head {
+    /// The header lines and `sign`, parsed (signature not checked).
+    pub fn header(&self) -> Result<crate::wtxt::read::Header> {
+        // What follows the header in the joined text is an `arr` line; a
+        // stand-in end lets the reader see that no `sign` line is left.
+        let text = [&self.prefix[..], b"endwtxt\n"].concat();
+        crate::wtxt::read::read_head(&mut LineReader::new(&text[..]))
+    }
+}
+
 /// Reads the start of a WTXT file: a head when the line after the header
 /// (and `sign`) is a `part` line, else the single file, returned unread.
 pub enum Opened<'a> {

@@ -455,3 +455,78 @@ fn npz_filter_keeps_numpy_archives_exactly_and_rebuilds_valid_ones_after_edits()
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
     assert_eq!(String::from_utf8_lossy(&check.stdout).trim(), "42.0 1.0 2");
 }
+
+/// A split snapshot in Git: writes `m.wtxt` and `m.wtxt.parts/` straight
+/// into the repository with 64 KiB parts.
+fn split_model(r: &Repo, gen: u64, rows: &[(usize, f32)]) -> Output {
+    let mut w = vec![0f32; 4096 * 16];
+    for &(row, v) in rows {
+        w[row * 16..row * 16 + 16].iter_mut().for_each(|x| *x = v);
+    }
+    let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let list = vec![wtxt::model::Array::new("w", wtxt::model::Dtype::F32, vec![4096, 16], bytes.into()).unwrap()];
+    let npz = r.work.join(format!("s{gen}.npz"));
+    wtxt::convert::npz::write(&list, std::fs::File::create(&npz).unwrap()).unwrap();
+    let head = r.root.join("m.wtxt");
+    let mut args = vec!["snapshot".to_string(), npz.display().to_string(), "-o".into(), head.display().to_string()];
+    args.extend(["--part-size".into(), "64K".into(), "--rows-per-chunk".into(), "64".into()]);
+    args.extend(["--ts".into(), "2026-03-01T00:00:00Z".into()]);
+    if gen > 0 {
+        // Chain to the committed head (its parts are in the work tree too).
+        let prev = r.work.join("prev.wtxt");
+        let o = r.wtxt(&["join", head.to_str().unwrap(), "-o", prev.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        args.extend(["--prev".into(), prev.display().to_string()]);
+    }
+    Command::new(env!("CARGO_BIN_EXE_wtxt")).current_dir(&r.root).args(&args).output().unwrap()
+}
+
+#[test]
+fn split_snapshots_commit_diff_and_log_part_by_part() {
+    let r = Repo::new();
+    assert!(r.wtxt(&["git", "install"]).status.success());
+    let attrs = std::fs::read_to_string(r.root.join(".gitattributes")).unwrap();
+    assert!(attrs.contains("*.wtxtpart"), "{attrs}");
+    assert!(split_model(&r, 0, &[]).status.success());
+    let parts = std::fs::read_dir(r.root.join("m.wtxt.parts")).unwrap().count();
+    assert!(parts >= 4, "{parts} parts");
+    r.commit("g0");
+    assert!(split_model(&r, 1, &[(1000, 2.5)]).status.success());
+    r.commit("g1");
+    // git diff: the head's header, which parts changed, and inside the
+    // changed part which rows, from the chunks that differ.
+    let d = r.ok(&["diff", "HEAD~1", "HEAD"]);
+    assert!(d.contains("header gen: 000000 -> 000001"), "{d}");
+    assert!(d.contains("split parts changed:"), "{d}");
+    assert!(d.contains("~ w f32[4096,16]: 16 element(s) changed in 1 chunk(s) [15], rows 1000"), "{d}");
+    let changed = r.ok(&["diff", "--name-only", "HEAD~1", "HEAD"]);
+    assert!(changed.lines().count() < parts, "only some parts change: {changed}");
+    let log = r.ok(&["log", "-p", "-1"]);
+    assert!(log.contains("+  w chunk 15 rows 960-1023"), "{log}");
+    // wtxt log reads the heads.
+    let o = r.wtxt(&["log", "m.wtxt"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("000001") && out.contains("000000"), "{out}");
+    // The hook: a part changed without its head is refused, naming the part.
+    let part = r.root.join("m.wtxt.parts/000002.wtxtpart");
+    let good = std::fs::read(&part).unwrap();
+    let mut bad = good.clone();
+    let i = bad.len() / 2;
+    bad[i] = if bad[i] == b'A' { b'B' } else { b'A' };
+    std::fs::write(&part, &bad).unwrap();
+    r.ok(&["add", "-A", "."]);
+    let o = r.run(&["commit", "-qm", "part only"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("m.wtxt.parts/000002.wtxtpart"), "{err}");
+    std::fs::write(&part, &good).unwrap();
+    r.ok(&["add", "-A", "."]);
+    // A new head whose parts are not staged is refused too.
+    assert!(split_model(&r, 2, &[(5, 1.0)]).status.success());
+    r.ok(&["add", "m.wtxt"]);
+    let o = r.run(&["commit", "-qm", "head only"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("does not match the head"), "{err}");
+    r.ok(&["add", "-A", "."]);
+    let o = r.run(&["commit", "-qm", "g2"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -1,0 +1,241 @@
+//! Git's view of split snapshots. Git diffs, shows and stores a head and
+//! each part as files of their own, so each is read from its own blob: a
+//! head diff shows the header and which parts changed; a part diff compares
+//! chunk hashes and decodes only the chunks that differ. No Git-side
+//! command holds more than two parts.
+#![forbid(unsafe_code)]
+
+use std::path::Path;
+
+use crate::error::{check_at, Result};
+use crate::git::diff::{header_changes, ArrayDiff, FileDiff, Names, Stats, Status};
+use crate::model::Dtype;
+use crate::wtxt::delta::{ChunkText, Walker};
+use crate::wtxt::split::{self, Head, PartLine};
+use crate::wtxt::syntax::{parse_shape, ArrLine, Fields};
+
+/// What a blob of a WTXT path holds.
+pub enum Blob {
+    /// The head of a split snapshot.
+    Head(Head),
+    /// A part of one.
+    Part,
+    /// Anything else (a single-file WTXT, or not a WTXT).
+    Other,
+}
+
+/// Tells a head or a part from anything else by its first lines.
+pub fn classify(bytes: &[u8]) -> Blob {
+    if bytes.starts_with(b"WTXT part ix=") {
+        return Blob::Part;
+    }
+    match split::open(Box::new(bytes)) {
+        Ok(split::Opened::Split(h)) => Blob::Head(h),
+        _ => Blob::Other,
+    }
+}
+
+/// The difference of two heads: header fields, and which parts changed
+/// (their own diffs say how).
+pub fn diff_heads(old: &Head, new: &Head, names: Names) -> Result<FileDiff> {
+    let read = |h: &Head, p: &Path| h.header().map_err(|e| e.in_file(p));
+    let (ha, hb) = (read(old, names.old)?, read(new, names.new)?);
+    let (header, header_unified) = header_changes(&ha, &old.prefix, &hb, &new.prefix);
+    let mut notes = Vec::new();
+    let list = |v: Vec<u64>| v.iter().map(|ix| format!("{ix:06}")).collect::<Vec<_>>().join(", ");
+    let same = |a: &PartLine, b: &PartLine| (a.bytes, a.sha256) == (b.bytes, b.sha256);
+    let changed: Vec<u64> = old.parts.iter().zip(&new.parts).filter(|(a, b)| !same(a, b)).map(|(_, b)| b.ix).collect();
+    if !changed.is_empty() {
+        notes.push(format!("parts changed: {} (of {})", list(changed), new.parts.len()));
+    }
+    if new.parts.len() > old.parts.len() {
+        notes.push(format!("parts added: {}", list(new.parts[old.parts.len()..].iter().map(|p| p.ix).collect())));
+    }
+    if old.parts.len() > new.parts.len() {
+        notes.push(format!("parts removed: {}", list(old.parts[new.parts.len()..].iter().map(|p| p.ix).collect())));
+    }
+    if old.tail != new.tail {
+        notes.push("audit line changed".into());
+    }
+    let identical = header.is_empty() && notes.is_empty();
+    Ok(FileDiff { identical, header, header_unified, arrays: Vec::new(), damage: Vec::new(), notes })
+}
+
+/// The run of one array inside a part.
+struct Section {
+    name: String,
+    dtype: Dtype,
+    shape: Vec<u64>,
+    /// The `arr` line, when the array starts in this part.
+    arr_text: Option<Vec<u8>>,
+    chunks: Vec<ChunkText>,
+}
+
+/// Reads a part's arrays and chunks (chunks are not decoded).
+fn scan(bytes: &[u8], file: &Path) -> Result<Vec<Section>> {
+    let mut w = Walker::new(bytes);
+    let (_, first) = w.next("`WTXT part`").map_err(|e| e.in_file(file))?;
+    if !first.starts_with(b"WTXT part ix=") {
+        return Err(check_at(1, "expected `WTXT part ix=...`: not a part").in_file(file));
+    }
+    let mut out: Vec<Section> = Vec::new();
+    loop {
+        let (n, l) = w.next("a `cont`, `arr`, `ch`, `endarr` or `endpart` line").map_err(|e| e.in_file(file))?;
+        if l == b"endpart" {
+            w.expect_eof().map_err(|e| e.in_file(file))?;
+            return Ok(out);
+        }
+        if l.starts_with(b"cont ") {
+            let mut f = Fields::new(&l, "cont").map_err(|m| check_at(n, m).in_file(file))?;
+            let parsed = (|| {
+                let name = String::from_utf8_lossy(f.next("name")?).into_owned();
+                let dtype = Dtype::parse(f.next("dtype")?).ok_or("dtype: unknown")?;
+                let shape = parse_shape(f.next("shape")?)?;
+                f.end()?;
+                Ok::<_, String>(Section { name, dtype, shape, arr_text: None, chunks: Vec::new() })
+            })();
+            out.push(parsed.map_err(|m| check_at(n, m).in_file(file))?);
+        } else if l.starts_with(b"arr ") {
+            let a = ArrLine::parse(&l).map_err(|m| check_at(n, m).in_file(file))?;
+            out.push(Section { name: a.name, dtype: a.dtype, shape: a.shape, arr_text: Some(l), chunks: Vec::new() });
+        } else if l.starts_with(b"ch ") {
+            let (line, text) = (n, l);
+            let ch = crate::wtxt::syntax::ChLine::parse(&text).map_err(|m| check_at(line, m).in_file(file))?;
+            // The Walker re-reads the chunk from its `ch` line: put it back.
+            let mut body = Vec::with_capacity(text.len() + ch.lines as usize * 80 + 6);
+            body.extend_from_slice(&text);
+            body.push(b'\n');
+            for _ in 0..ch.lines {
+                let (_, b) = w.next("a base64 line").map_err(|e| e.in_file(file))?;
+                body.extend_from_slice(&b);
+                body.push(b'\n');
+            }
+            w.expect("endch").map_err(|e| e.in_file(file))?;
+            body.extend_from_slice(b"endch\n");
+            let s = out.last_mut().ok_or_else(|| check_at(line, "a chunk outside any array").in_file(file))?;
+            s.chunks.push(ChunkText { ch, line, text: body });
+        } else if l != b"endarr" && !l.starts_with(b"idx ") {
+            return Err(check_at(n, "expected a `cont`, `arr`, `idx`, `ch`, `endarr` or `endpart` line").in_file(file));
+        }
+    }
+}
+
+/// The difference of two parts at the same place of a split snapshot:
+/// chunks whose hashes differ are decoded and compared, the rest is not.
+pub fn diff_parts(old: &[u8], new: &[u8], names: Names) -> Result<FileDiff> {
+    let (a, b) = (scan(old, names.old)?, scan(new, names.new)?);
+    let mut arrays = Vec::new();
+    let mut damage = Vec::new();
+    for y in &b {
+        let Some(x) = a.iter().find(|x| x.name == y.name) else {
+            arrays.push(section_diff(y, Status::Added));
+            continue;
+        };
+        let mut d = section_diff(y, Status::Unchanged);
+        if (x.dtype, &x.shape) != (y.dtype, &y.shape) {
+            d.status = if x.dtype != y.dtype { Status::DtypeChanged } else { Status::Reshaped };
+            d.old_dtype = Some(x.dtype.to_string());
+            d.old_shape = Some(x.shape.clone());
+            arrays.push(d);
+            continue;
+        }
+        let row_elems = if y.shape.len() >= 2 { y.shape[1..].iter().product() } else { 1 };
+        let mut st = Stats::new(y.dtype, row_elems);
+        for cb in &y.chunks {
+            match x.chunks.iter().find(|c| c.ch.ix == cb.ch.ix) {
+                Some(ca) if (ca.ch.len, ca.ch.sha256) == (cb.ch.len, cb.ch.sha256) => {}
+                Some(ca) => {
+                    d.changed_chunks.push(cb.ch.ix);
+                    let ra = crate::git::diff::decode_side(ca, names.old, &y.name, &mut damage);
+                    let rb = crate::git::diff::decode_side(cb, names.new, &y.name, &mut damage);
+                    if let (Some(ra), Some(rb)) = (ra, rb) {
+                        st.compare(cb.ch.off / y.dtype.size() as u64, &ra, &rb);
+                    }
+                }
+                // Cut points follow shapes: with equal shapes the same chunks are here.
+                None => d.changed_chunks.push(cb.ch.ix),
+            }
+        }
+        st.finish(&mut d, y.dtype);
+        if d.status == Status::Unchanged && x.arr_text != y.arr_text {
+            d.status = Status::Rewrapped;
+        }
+        arrays.push(d);
+    }
+    for x in a.iter().filter(|x| !b.iter().any(|y| y.name == x.name)) {
+        arrays.push(section_diff(x, Status::Removed));
+    }
+    let identical = old == new;
+    Ok(FileDiff { identical, header: Vec::new(), header_unified: String::new(), arrays, damage, notes: Vec::new() })
+}
+
+fn section_diff(s: &Section, status: Status) -> ArrayDiff {
+    ArrayDiff {
+        name: s.name.clone(),
+        status,
+        dtype: s.dtype.to_string(),
+        shape: s.shape.clone(),
+        old_dtype: None,
+        old_shape: None,
+        changed_chunks: Vec::new(),
+        changed_rows: Vec::new(),
+        rows_truncated: false,
+        changed_elements: 0,
+        max_abs: None,
+        max_rel: None,
+        l2: None,
+    }
+}
+
+/// Line-per-fact text of a head or a part for `textconv`: the head's
+/// header fields and part table; a part's chunks with their row ranges and
+/// digests, so a line diff shows which rows changed.
+pub fn textconv(bytes: &[u8], file: &Path) -> Result<String> {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    match classify(bytes) {
+        Blob::Head(h) => {
+            s.push_str(&String::from_utf8_lossy(&h.prefix));
+            for p in &h.parts {
+                let _ = writeln!(s, "{}", p.to_line());
+            }
+            s.push_str(&String::from_utf8_lossy(&h.tail));
+        }
+        _ => {
+            for sec in scan(bytes, file)? {
+                let row = if sec.shape.len() >= 2 {
+                    sec.shape[1..].iter().product::<u64>() * sec.dtype.size() as u64
+                } else {
+                    sec.dtype.size() as u64
+                };
+                let unit = if sec.shape.len() >= 2 { "rows" } else { "elements" };
+                let shape = crate::wtxt::syntax::shape_str(&sec.shape);
+                let _ = writeln!(s, "array {} {}[{shape}]", sec.name, sec.dtype);
+                for c in &sec.chunks {
+                    let (r0, r1) = (c.ch.off / row.max(1), (c.ch.off + c.ch.len).div_ceil(row.max(1)));
+                    let _ = writeln!(
+                        s,
+                        "  {} chunk {} {unit} {r0}-{} sha256={}",
+                        sec.name,
+                        c.ch.ix,
+                        r1.saturating_sub(1),
+                        hex::encode(&c.ch.sha256[..8])
+                    );
+                }
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// Checks every chunk of a part (line rules, parity, base64, CRC32C,
+/// SHA-256), as the verifier checks a single file's chunks.
+pub fn check_part(bytes: &[u8], file: &Path) -> Result<()> {
+    for sec in scan(bytes, file)? {
+        for c in &sec.chunks {
+            crate::wtxt::chunk::decode(&c.ch, c.body())
+                .map_err(|f| crate::wtxt::delta::fault_at(c, &f).in_file(file))?;
+        }
+    }
+    Ok(())
+}
