@@ -50,7 +50,7 @@ type Tensor = (String, String, Vec<u64>, Vec<u8>);
 /// canonical WTXT at `path`; names that are not WTXT names and `metadata`
 /// are kept for `load` (and `wtxt extract`). Returns `sha256_all` as hex.
 #[pyfunction]
-#[pyo3(signature = (tensors, path, metadata=None, prev=None, sign_key=None, hmac_key=None, gen=None, ts=None))]
+#[pyo3(signature = (tensors, path, metadata=None, prev=None, sign_key=None, hmac_key=None, gen=None, ts=None, part_size=None))]
 #[allow(clippy::too_many_arguments)]
 fn save(
     py: Python<'_>,
@@ -62,8 +62,13 @@ fn save(
     hmac_key: Option<PathBuf>,
     gen: Option<u64>,
     ts: Option<String>,
+    part_size: Option<String>,
 ) -> PyResult<String> {
     py.allow_threads(|| {
+        let part_size = match part_size {
+            Some(s) => s.parse().map_err(|m| wtxt::Error::usage(format!("part_size: {m}")))?,
+            None => Default::default(),
+        };
         let mut arrays = Vec::with_capacity(tensors.len());
         for (name, dtype, shape, bytes) in tensors {
             let dt = Dtype::parse(dtype.as_bytes())
@@ -82,6 +87,7 @@ fn save(
             ts,
             hmac_key: hmac(hmac_key)?,
             sign_key: sign_key.as_deref().map(SecretKey::from_file).transpose()?,
+            part_size,
             ..Default::default()
         };
         let w = wtxt::ops::snapshot_arrays(&arrays, &path, &opts, &wtxt::progress::Progress::hidden())?;
@@ -121,10 +127,9 @@ fn load(
                 require_signature,
                 ..Default::default()
             };
-            let f = wtxt::atomic::open_input_file(&path)?;
-            let len = f.metadata().map_err(|e| wtxt::Error::io(&path, e))?.len();
-            let loaded =
-                wtxt::wtxt::load(BufReader::with_capacity(1 << 20, f), len, &opts).map_err(|e| e.in_file(&path))?;
+            // A split snapshot's head is read with its parts.
+            let mut input = wtxt::wtxt::input::WtxtIn::open(&path, None)?;
+            let loaded = wtxt::wtxt::load(input.text(), input.len, &opts).map_err(|e| input.blame(e))?;
             let kept = OriginalNames::of(&loaded.arrays)?.unwrap_or_default();
             Ok((loaded.arrays, kept))
         })

@@ -154,3 +154,27 @@ def test_views_big_endian_and_colliding_names_are_kept_right(tmp_path):
     assert np.array_equal(back["view"], base[:, ::2]) and back["view"].flags.c_contiguous
     assert np.array_equal(back["big"], [0, 1, 2]) and back["big"].dtype == np.dtype("<i4")
     assert back["a.b"][0] == 1 and back["a_b"][0] == 0
+
+
+def test_split_snapshots_save_and_load_with_the_cli(tmp_path):
+    rng = np.random.default_rng(3)
+    tensors = {"model.embed.weight": rng.standard_normal((600, 128)).astype(np.float32),
+               "model.norm.bias": np.arange(7, dtype=np.float32)}
+    head = tmp_path / "m.wtxt"
+    single = tmp_path / "one.wtxt"
+    sha_split = wtxt.save_file(tensors, head, part_size="64K")
+    sha_one = wtxt.save_file(tensors, single, part_size="none")
+    assert sha_split == sha_one
+    parts = sorted((tmp_path / "m.wtxt.parts").iterdir())
+    assert len(parts) >= 4 and all(p.stat().st_size <= 64 << 10 for p in parts)
+    back = wtxt.load_file(head)
+    assert back.keys() == tensors.keys()
+    for k in tensors:
+        assert np.array_equal(back[k], tensors[k])
+    joined = tmp_path / "joined.wtxt"
+    subprocess.run([CLI, "join", str(head), "-o", str(joined)], check=True, capture_output=True)
+    assert joined.read_bytes() == single.read_bytes()
+    parts[1].write_bytes(parts[1].read_bytes()[:-10])
+    with pytest.raises(wtxt.VerifyError) as e:
+        wtxt.load_file(head)
+    assert "000002.wtxtpart" in str(e.value)

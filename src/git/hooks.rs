@@ -227,6 +227,7 @@ impl Split<'_> {
         });
         let dir = parts_dir(self.path);
         let add = format!("stage the head and its parts together: `git add {} {}`", self.path.display(), dir.display());
+        let mut todo = Vec::new();
         for p in &h.parts {
             let part = dir.join(part_name(p.ix));
             let shown = part.display().to_string();
@@ -238,25 +239,33 @@ impl Split<'_> {
             if in_head_commit == Some(entry.id) && was.is_some_and(|w| (w.bytes, w.sha256) == (p.bytes, p.sha256)) {
                 continue; // unchanged since HEAD, where it was checked
             }
-            let Ok(blob) = self.repo.find_blob(entry.id) else {
-                return refusal(shown, 0, "its blob is missing".into(), &add);
-            };
-            let bytes = blob.content();
-            let sha: crate::crypto::digest::Hash = crate::crypto::digest::sha256(bytes);
-            if bytes.len() as u64 != p.bytes || sha != p.sha256 {
-                return refusal(
-                    shown,
-                    0,
-                    format!(
-                        "does not match the head (line {}): a part changed without its head, or the other way round",
-                        h.first_part_line + p.ix - 1
-                    ),
-                    &add,
-                );
+            todo.push((*p, entry.id, part));
+        }
+        // The changed parts, checked on every core (each worker opens the
+        // repository for itself: a git2 handle is not shared between threads).
+        let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(todo.len()).max(1);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let found: std::sync::Mutex<Vec<(u64, Refusal)>> = Default::default();
+        let git_dir = self.repo.path().to_path_buf();
+        std::thread::scope(|s| {
+            let (todo, add, next, found, git_dir) = (&todo, &add, &next, &found, &git_dir);
+            for _ in 0..workers {
+                s.spawn(move || {
+                    let Ok(repo) = Repository::open(git_dir) else { return };
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((p, oid, part)) = todo.get(i) else { return };
+                        if let Some(r) = check_staged_part(&repo, *oid, p, part, h, add, damaged) {
+                            found.lock().expect("refusals").push((p.ix, r));
+                        }
+                    }
+                });
             }
-            if let Err(e) = check_part(bytes, &part) {
-                return refusal(shown, line_of(&e), e.message().to_string(), damaged);
-            }
+        });
+        let mut found = found.into_inner().expect("refusals");
+        found.sort_by_key(|(ix, _)| *ix);
+        if let Some((_, r)) = found.into_iter().next() {
+            return Some(r);
         }
         // No part beyond those the head lists.
         let prefix = format!("{}/", dir.display());
@@ -270,5 +279,35 @@ impl Split<'_> {
             return refusal(p, 0, format!("a part the head does not list (it lists {})", h.parts.len()), &fix);
         }
         None
+    }
+}
+
+/// Why a staged part may not be committed: its blob does not match the
+/// head's table, or one of its chunks fails a check.
+fn check_staged_part(
+    repo: &Repository,
+    oid: git2::Oid,
+    p: &crate::wtxt::split::PartLine,
+    part: &Path,
+    h: &Head,
+    add: &str,
+    damaged: &str,
+) -> Option<Refusal> {
+    let shown = part.display().to_string();
+    let refusal =
+        |line: u64, problem: String, fix: &str| Some(Refusal { path: shown.clone(), line, problem, fix: fix.into() });
+    let Ok(blob) = repo.find_blob(oid) else {
+        return refusal(0, "its blob is missing".into(), add);
+    };
+    let bytes = blob.content();
+    if bytes.len() as u64 != p.bytes || crate::crypto::digest::sha256(bytes) != p.sha256 {
+        let line = h.first_part_line + p.ix - 1;
+        let what =
+            format!("does not match the head (line {line}): a part changed without its head, or the other way round");
+        return refusal(0, what, add);
+    }
+    match check_part(bytes, part) {
+        Ok(()) => None,
+        Err(e) => refusal(line_of(&e), e.message().to_string(), damaged),
     }
 }

@@ -10,9 +10,9 @@ use std::path::Path;
 use crate::error::{check_at, Result};
 use crate::git::diff::{header_changes, ArrayDiff, FileDiff, Names, Stats, Status};
 use crate::model::Dtype;
-use crate::wtxt::delta::{ChunkText, Walker};
+use crate::wtxt::delta::ChunkText;
 use crate::wtxt::split::{self, Head, PartLine};
-use crate::wtxt::syntax::{parse_shape, ArrLine, Fields};
+use crate::wtxt::syntax::{parse_shape, ArrLine, ChLine, Fields};
 
 /// What a blob of a WTXT path holds.
 pub enum Blob {
@@ -68,25 +68,29 @@ struct Section {
     shape: Vec<u64>,
     /// The `arr` line, when the array starts in this part.
     arr_text: Option<Vec<u8>>,
-    chunks: Vec<ChunkText>,
+    /// Each chunk's line, its line number and where its text (from `ch`
+    /// to `endch`) is in the part: chunks are compared by their `ch` lines
+    /// and copied out only to decode the ones that differ.
+    chunks: Vec<(ChLine, u64, std::ops::Range<usize>)>,
 }
 
 /// Reads a part's arrays and chunks (chunks are not decoded).
 fn scan(bytes: &[u8], file: &Path) -> Result<Vec<Section>> {
-    let mut w = Walker::new(bytes);
-    let (_, first) = w.next("`WTXT part`").map_err(|e| e.in_file(file))?;
-    if !first.starts_with(b"WTXT part ix=") {
-        return Err(check_at(1, "expected `WTXT part ix=...`: not a part").in_file(file));
+    let at = |n: u64, m: String| check_at(n, m).in_file(file);
+    let mut lines = Lines { bytes, pos: 0, n: 0 };
+    match lines.next() {
+        Some((_, first)) if first.starts_with(b"WTXT part ix=") => {}
+        _ => return Err(at(1, "expected `WTXT part ix=...`: not a part".into())),
     }
     let mut out: Vec<Section> = Vec::new();
     loop {
-        let (n, l) = w.next("a `cont`, `arr`, `ch`, `endarr` or `endpart` line").map_err(|e| e.in_file(file))?;
+        let start = lines.pos;
+        let (n, l) = lines.next().ok_or_else(|| at(lines.n + 1, "file ends early: expected `endpart`".into()))?;
         if l == b"endpart" {
-            w.expect_eof().map_err(|e| e.in_file(file))?;
             return Ok(out);
         }
         if l.starts_with(b"cont ") {
-            let mut f = Fields::new(&l, "cont").map_err(|m| check_at(n, m).in_file(file))?;
+            let mut f = Fields::new(l, "cont").map_err(|m| at(n, m))?;
             let parsed = (|| {
                 let name = String::from_utf8_lossy(f.next("name")?).into_owned();
                 let dtype = Dtype::parse(f.next("dtype")?).ok_or("dtype: unknown")?;
@@ -94,28 +98,25 @@ fn scan(bytes: &[u8], file: &Path) -> Result<Vec<Section>> {
                 f.end()?;
                 Ok::<_, String>(Section { name, dtype, shape, arr_text: None, chunks: Vec::new() })
             })();
-            out.push(parsed.map_err(|m| check_at(n, m).in_file(file))?);
+            out.push(parsed.map_err(|m| at(n, m))?);
         } else if l.starts_with(b"arr ") {
-            let a = ArrLine::parse(&l).map_err(|m| check_at(n, m).in_file(file))?;
-            out.push(Section { name: a.name, dtype: a.dtype, shape: a.shape, arr_text: Some(l), chunks: Vec::new() });
+            let a = ArrLine::parse(l).map_err(|m| at(n, m))?;
+            let text = Some(l.to_vec());
+            out.push(Section { name: a.name, dtype: a.dtype, shape: a.shape, arr_text: text, chunks: Vec::new() });
         } else if l.starts_with(b"ch ") {
-            let (line, text) = (n, l);
-            let ch = crate::wtxt::syntax::ChLine::parse(&text).map_err(|m| check_at(line, m).in_file(file))?;
-            // The Walker re-reads the chunk from its `ch` line: put it back.
-            let mut body = Vec::with_capacity(text.len() + ch.lines as usize * 80 + 6);
-            body.extend_from_slice(&text);
-            body.push(b'\n');
+            let ch = ChLine::parse(l).map_err(|m| at(n, m))?;
+            // Skip the base64 lines to `endch` (a count that lies is caught here).
             for _ in 0..ch.lines {
-                let (_, b) = w.next("a base64 line").map_err(|e| e.in_file(file))?;
-                body.extend_from_slice(&b);
-                body.push(b'\n');
+                lines.next().ok_or_else(|| at(lines.n + 1, "file ends early: expected a base64 line".into()))?;
             }
-            w.expect("endch").map_err(|e| e.in_file(file))?;
-            body.extend_from_slice(b"endch\n");
-            let s = out.last_mut().ok_or_else(|| check_at(line, "a chunk outside any array").in_file(file))?;
-            s.chunks.push(ChunkText { ch, line, text: body });
+            match lines.next() {
+                Some((_, b"endch")) => {}
+                other => return Err(at(other.map_or(lines.n + 1, |(m, _)| m), "expected `endch`".into())),
+            }
+            let s = out.last_mut().ok_or_else(|| at(n, "a chunk outside any array".into()))?;
+            s.chunks.push((ch, n, start..lines.pos));
         } else if l != b"endarr" && !l.starts_with(b"idx ") {
-            return Err(check_at(n, "expected a `cont`, `arr`, `idx`, `ch`, `endarr` or `endpart` line").in_file(file));
+            return Err(at(n, "expected a `cont`, `arr`, `idx`, `ch`, `endarr` or `endpart` line".into()));
         }
     }
 }
@@ -141,19 +142,24 @@ pub fn diff_parts(old: &[u8], new: &[u8], names: Names) -> Result<FileDiff> {
         }
         let row_elems = if y.shape.len() >= 2 { y.shape[1..].iter().product() } else { 1 };
         let mut st = Stats::new(y.dtype, row_elems);
+        let text = |bytes: &[u8], (ch, line, r): &(ChLine, u64, std::ops::Range<usize>)| ChunkText {
+            ch: *ch,
+            line: *line,
+            text: bytes[r.clone()].to_vec(),
+        };
         for cb in &y.chunks {
-            match x.chunks.iter().find(|c| c.ch.ix == cb.ch.ix) {
-                Some(ca) if (ca.ch.len, ca.ch.sha256) == (cb.ch.len, cb.ch.sha256) => {}
+            match x.chunks.iter().find(|c| c.0.ix == cb.0.ix) {
+                Some(ca) if (ca.0.len, ca.0.sha256) == (cb.0.len, cb.0.sha256) => {}
                 Some(ca) => {
-                    d.changed_chunks.push(cb.ch.ix);
-                    let ra = crate::git::diff::decode_side(ca, names.old, &y.name, &mut damage);
-                    let rb = crate::git::diff::decode_side(cb, names.new, &y.name, &mut damage);
+                    d.changed_chunks.push(cb.0.ix);
+                    let ra = crate::git::diff::decode_side(&text(old, ca), names.old, &y.name, &mut damage);
+                    let rb = crate::git::diff::decode_side(&text(new, cb), names.new, &y.name, &mut damage);
                     if let (Some(ra), Some(rb)) = (ra, rb) {
-                        st.compare(cb.ch.off / y.dtype.size() as u64, &ra, &rb);
+                        st.compare(cb.0.off / y.dtype.size() as u64, &ra, &rb);
                     }
                 }
                 // Cut points follow shapes: with equal shapes the same chunks are here.
-                None => d.changed_chunks.push(cb.ch.ix),
+                None => d.changed_chunks.push(cb.0.ix),
             }
         }
         st.finish(&mut d, y.dtype);
@@ -211,15 +217,15 @@ pub fn textconv(bytes: &[u8], file: &Path) -> Result<String> {
                 let unit = if sec.shape.len() >= 2 { "rows" } else { "elements" };
                 let shape = crate::wtxt::syntax::shape_str(&sec.shape);
                 let _ = writeln!(s, "array {} {}[{shape}]", sec.name, sec.dtype);
-                for c in &sec.chunks {
-                    let (r0, r1) = (c.ch.off / row.max(1), (c.ch.off + c.ch.len).div_ceil(row.max(1)));
+                for (ch, _, _) in &sec.chunks {
+                    let (r0, r1) = (ch.off / row.max(1), (ch.off + ch.len).div_ceil(row.max(1)));
                     let _ = writeln!(
                         s,
                         "  {} chunk {} {unit} {r0}-{} sha256={}",
                         sec.name,
-                        c.ch.ix,
+                        ch.ix,
                         r1.saturating_sub(1),
-                        hex::encode(&c.ch.sha256[..8])
+                        hex::encode(&ch.sha256[..8])
                     );
                 }
             }
@@ -229,13 +235,57 @@ pub fn textconv(bytes: &[u8], file: &Path) -> Result<String> {
 }
 
 /// Checks every chunk of a part (line rules, parity, base64, CRC32C,
-/// SHA-256), as the verifier checks a single file's chunks.
+/// SHA-256), as the verifier checks a single file's chunks. Lines are
+/// slices of `bytes`, never copied.
 pub fn check_part(bytes: &[u8], file: &Path) -> Result<()> {
-    for sec in scan(bytes, file)? {
-        for c in &sec.chunks {
-            crate::wtxt::chunk::decode(&c.ch, c.body())
-                .map_err(|f| crate::wtxt::delta::fault_at(c, &f).in_file(file))?;
+    let at = |n: u64, m: String| check_at(n, m).in_file(file);
+    let mut lines = Lines { bytes, pos: 0, n: 0 };
+    let (_, first) = lines.next().ok_or_else(|| at(1, "empty part".into()))?;
+    if !first.starts_with(b"WTXT part ix=") {
+        return Err(at(1, "expected `WTXT part ix=...`: not a part".into()));
+    }
+    loop {
+        let (n, l) = lines.next().ok_or_else(|| at(lines.n + 1, "file ends early: expected `endpart`".into()))?;
+        crate::wtxt::read::check_text_line(l).map_err(|m| at(n, m))?;
+        if l == b"endpart" {
+            return match lines.next() {
+                None => Ok(()),
+                Some((m, _)) => Err(at(m, "text after `endpart`".into())),
+            };
+        }
+        if l.starts_with(b"ch ") {
+            let ch = crate::wtxt::syntax::ChLine::parse(l).map_err(|m| at(n, m))?;
+            let body = (&mut lines).take(ch.lines as usize).map(|(_, b)| b);
+            if let Err(f) = crate::wtxt::chunk::decode(&ch, body) {
+                let line = n + 1 + f.line().unwrap_or(0);
+                return Err(at(line, format!("chunk {}: {f}", ch.ix)));
+            }
+            match lines.next() {
+                Some((_, b"endch")) => {}
+                other => return Err(at(other.map_or(lines.n + 1, |(m, _)| m), "expected `endch`".into())),
+            }
+        } else if l.starts_with(b"arr ") {
+            ArrLine::parse(l).map_err(|m| at(n, m))?;
+        } else if !(l.starts_with(b"cont ") || l.starts_with(b"idx ") || l == b"endarr") {
+            return Err(at(n, "expected a `cont`, `arr`, `idx`, `ch`, `endarr` or `endpart` line".into()));
         }
     }
-    Ok(())
+}
+
+/// The lines of a byte slice, numbered from 1, without their LF.
+struct Lines<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    n: u64,
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = (u64, &'a [u8]);
+    fn next(&mut self) -> Option<(u64, &'a [u8])> {
+        let rest = &self.bytes[self.pos..];
+        let end = memchr::memchr(b'\n', rest)?;
+        self.pos += end + 1;
+        self.n += 1;
+        Some((self.n, &rest[..end]))
+    }
 }

@@ -132,6 +132,14 @@ pub fn diff_driver(args: &[String], here: &Path, color: bool) -> String {
     let head = format!("diff --wtxt a/{path} b/{path}\n");
     let repo = git2::Repository::discover(here).ok();
     let side = |file: &str, hex: &str| -> Result<Vec<u8>> {
+        // The file Git wrote holds the blob's bytes unless a filter smudged
+        // them (a container in the work tree): WTXT text is taken as it is,
+        // without reading the object store again.
+        if let Ok(b) = std::fs::read(file) {
+            if b.starts_with(b"WTXT ") {
+                return Ok(b);
+            }
+        }
         let blob = repo.as_ref().and_then(|r| {
             let oid = git2::Oid::from_str(hex).ok().filter(|o| !o.is_zero())?;
             r.find_blob(oid).ok().map(|b| b.content().to_vec())

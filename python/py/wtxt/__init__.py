@@ -99,17 +99,19 @@ def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: O
     `load_file` (and `wtxt extract`) give them back. `metadata` is a
     safetensors-style dict of strings. `prev` chains to a previous
     generation; `sign_key` (Ed25519 PEM or OpenSSH) signs, `hmac_key` (a hex
-    key file) authenticates every array. Returns `sha256_all` as hex.
+    key file) authenticates every array. A snapshot whose text exceeds
+    `part_size` (bytes, or a str such as "45M" or "none"; default 45 MiB) is
+    written split: `filename` is the head, the parts go to
+    `filename + ".parts/"`. Returns `sha256_all` as hex.
     """
-    if part_size is not None:
-        raise Error("part_size: split snapshots are not supported by this version")
     if not isinstance(tensors, Mapping):
         raise Error(f"expected a dict of arrays, found {type(tensors).__name__}")
     if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise Error("metadata: expected a dict of str to str")
     items = [_to_bytes(str(k), v) for k, v in tensors.items()]
     p = lambda x: None if x is None else os.fspath(x)
-    return _call(_rust.save, items, os.fspath(filename), metadata, p(prev), p(sign_key), p(hmac_key))
+    size = None if part_size is None else str(part_size)
+    return _call(_rust.save, items, os.fspath(filename), metadata, p(prev), p(sign_key), p(hmac_key), None, None, size)
 
 
 def _from_bytes(dtype: str, shape: List[int], data: bytes) -> np.ndarray:

@@ -29,7 +29,7 @@ def save_file(
     prev: Optional[PathLike] = ...,
     sign_key: Optional[PathLike] = ...,
     hmac_key: Optional[PathLike] = ...,
-    part_size: Optional[int] = ...,
+    part_size: Optional[Union[int, str]] = ...,
 ) -> str: ...
 def load_file(
     filename: PathLike,
