@@ -7,18 +7,18 @@
 # `git diff HEAD~1 HEAD` (time, peak RSS of git and its drivers),
 # `wtxt log`, the pre-commit hook against `wtxt verify`.
 # Usage: BENCH_DIR=/tmp/bench-work scripts/git_at_scale.sh [GIB] [GENS]
+# (REUSE=1 measures the repositories a previous run made.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gib=${1:-1}
 gens=${2:-5}
 work=${BENCH_DIR:-bench-work}/git-at-scale
-rm -rf "$work"
 mkdir -p "$work/models"
 cargo build --release --quiet
 bin=$PWD/target/release/wtxt
 export WTXT="$bin"
 
-python3 - "$work/models" "$gib" "$gens" <<'PY'
+[ -n "${REUSE:-}" ] && [ -f "$work/models/changed_bytes" ] || python3 - "$work/models" "$gib" "$gens" <<'PY'
 import os, random, sys
 import numpy as np
 out, gib, gens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -47,35 +47,49 @@ measure() { # label, command...: prints "label: seconds s, peak RSS MiB"
   printf '%-44s %6.2f s  %6d MiB\n' "$label" "$secs" $((kib / 1024))
 }
 
-for form in split single; do
-  repo="$work/$form"
+build_repo() { # form: commits the generations (no timing but the snapshots')
+  local form=$1 repo="$work/$1"
+  rm -rf "$repo"
   git init -q -b main "$repo"
   (cd "$repo" && "$bin" git install > /dev/null)
-  size_flag=()
+  local size_flag=()
   [ "$form" = single ] && size_flag=(--part-size none)
-  echo "== $form: $gib GiB raw, $gens generations, 1% of the rows of 3 matrices changed per generation"
   for g in $(seq 0 $((gens - 1))); do
     chain=(--gen 0)
     if [ "$g" -gt 0 ]; then
       "$bin" join "$repo/model.wtxt" -o "$work/prev.wtxt" 2> /dev/null
       chain=(--prev "$work/prev.wtxt")
     fi
-    measure "gen $g: wtxt snapshot" "$bin" snapshot "$work/models/gen$g.npz" -o "$repo/model.wtxt" \
+    measure "$form gen $g: wtxt snapshot" "$bin" snapshot "$work/models/gen$g.npz" -o "$repo/model.wtxt" \
       "${chain[@]}" --ts "2026-01-01T00:0$g:00Z" "${size_flag[@]}"
     git -C "$repo" add -A
-    if [ "$g" -gt 0 ]; then
-      (cd "$repo" && measure "gen $g: pre-commit hook" "$bin" hook pre-commit)
-      measure "gen $g: wtxt verify (whole snapshot)" "$bin" verify "$repo/model.wtxt"
-    fi
     git -C "$repo" -c user.name=bench -c user.email=b@example.com commit -q --no-verify -m "gen $g"
   done
   git -C "$repo" gc -q
-  pack=$(git -C "$repo" count-objects -v | awk '/size-pack/ { print $2 * 1024 }')
-  largest=$(git -C "$repo" cat-file --batch-all-objects --batch-check='%(objecttype) %(objectsize)' | awk '$1 == "blob" && $2 > m { m = $2 } END { print m }')
+}
+
+measure_repo() { # form: the figures, on the repository build_repo made
+  local form=$1 repo="$work/$1"
+  echo "== $form: $gib GiB raw, $gens generations, 1% of the rows of 3 matrices changed per generation"
+  pack=$(git -C "$repo" count-objects -v | awk '/size-pack/ { printf "%d\n", $2 * 1024 }')
+  largest=$(git -C "$repo" cat-file --batch-all-objects --batch-check='%(objecttype) %(objectsize)' | awk '$1 == "blob" && $2 > m { m = $2 } END { printf "%d\n", m }')
   echo "  .git pack after gc: $((pack >> 20)) MiB = $(python3 -c "print(f'{$pack / ($raw + $changed):.2f}')")x (raw + changed bytes: $(((raw + changed) >> 20)) MiB)"
-  echo "  largest blob: $((largest >> 20)) MiB ($largest bytes)"
+  echo "  largest blob: $((largest >> 20)) MiB ($largest bytes); files changed by the last commit: $(git -C "$repo" diff --name-only HEAD~1 HEAD | wc -l) of $(git -C "$repo" ls-files | wc -l)"
+  # The last generation staged again on top of the one before, for the hook.
+  git -C "$repo" reset -q --soft HEAD~1
+  (cd "$repo" && measure "pre-commit hook (last generation staged)" "$bin" hook pre-commit)
+  git -C "$repo" -c user.name=bench -c user.email=b@example.com commit -q --no-verify -C ORIG_HEAD
+  measure "wtxt verify (the whole snapshot)" "$bin" verify "$repo/model.wtxt"
   (cd "$repo" && measure "git diff HEAD~1 HEAD" git diff HEAD~1 HEAD)
+  (cd "$repo" && measure "git diff (no driver: Git's own cost)" git -c diff.wtxt.command=true diff HEAD~1 HEAD)
   (cd "$repo" && measure "git log -p -1" git log -p -1)
   (cd "$repo" && measure "wtxt log ($gens generations)" "$bin" log model.wtxt)
   (cd "$repo" && touch model.wtxt && measure "git status after touch" git status --short)
+}
+
+for form in split single; do
+  [ -n "${REUSE:-}" ] && [ -d "$work/$form" ] || build_repo "$form"
+done
+for form in split single; do
+  measure_repo "$form"
 done

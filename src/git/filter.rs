@@ -187,8 +187,8 @@ fn rebuild(arrays: &[Array]) -> Result<Vec<u8>> {
 /// A safetensors, AERO or FOLD file to a canonical WTXT continuing HEAD's
 /// version of `path`; anything else is stored as it is.
 pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
-    if content.starts_with(b"WTXT 1\n") {
-        return Ok(content.to_vec());
+    if content.starts_with(b"WTXT ") {
+        return Ok(content.to_vec()); // a WTXT, a head or a part: stored as it is
     }
     // One file is one blob: a WTXT over the part size would be a blob Git
     // stores without deltas and hosts refuse. Its text is at least 4/3 of

@@ -453,9 +453,12 @@ fn pushes_over_git_protocol_to_a_real_git_daemon() {
     std::fs::create_dir_all(&served).unwrap();
     git_ok(&served, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
     let port = free_port();
+    // `git daemon` runs `git-daemon` as a child: start that one directly,
+    // so stopping the server stops the process that listens.
+    let exec = Command::new("git").arg("--exec-path").output().unwrap();
+    let exec_path = String::from_utf8(exec.stdout).unwrap().trim().to_string();
     let _server = Server(
-        Command::new("git")
-            .arg("daemon")
+        Command::new(std::path::Path::new(&exec_path).join("git-daemon"))
             .args(["--reuseaddr", "--export-all", "--enable=receive-pack", "--listen=127.0.0.1"])
             .arg(format!("--port={port}"))
             .arg(format!("--base-path={}", served.display()))
