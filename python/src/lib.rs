@@ -6,7 +6,6 @@
 //! or written.
 
 use std::collections::BTreeMap;
-use std::io::BufReader;
 use std::path::PathBuf;
 
 use pyo3::exceptions::PyException;
