@@ -16,6 +16,8 @@ use wtxt::convert::names::{self, OriginalNames};
 use wtxt::crypto::mac::HmacKey;
 use wtxt::crypto::sign::{SecretKey, TrustedKeys};
 use wtxt::error::{Kind, Position};
+use wtxt::daemon::server::DaemonConfig;
+use wtxt::daemon::snapshotter::{Generation, Outcomes, Snapshotter};
 use wtxt::model::{Array, ArrayData, Dtype};
 
 pyo3::create_exception!(_rust, WtxtError, PyException, "kind, line (or None), message");
@@ -68,18 +70,8 @@ fn save(
             Some(s) => s.parse().map_err(|m| wtxt::Error::usage(format!("part_size: {m}")))?,
             None => Default::default(),
         };
-        let mut arrays = Vec::with_capacity(tensors.len());
-        for (name, dtype, shape, bytes) in tensors {
-            let dt = Dtype::parse(dtype.as_bytes())
-                .ok_or_else(|| wtxt::Error::usage(format!("tensor {name}: unknown dtype {dtype}")))?;
-            arrays.push(Array::with_original_name(name, dt, shape, ArrayData::from(bytes))?);
-        }
-        if let Some(d) = wtxt::model::first_duplicate(&arrays.iter().map(|a| a.name.clone()).collect::<Vec<_>>()) {
-            return Err(wtxt::Error::usage(format!("two tensors are named {d:?}")));
-        }
-        let mut kept = OriginalNames { metadata, ..Default::default() };
-        names::give_wtxt_names(&mut arrays, &mut kept)?;
-        wtxt::model::sort_arrays(&mut arrays)?;
+        let tensors = tensors.into_iter().map(|(name, dtype, shape, bytes)| (name, dtype, shape, ArrayData::from(bytes)));
+        let arrays = named_arrays(tensors, metadata)?;
         let opts = wtxt::ops::SnapshotOptions {
             gen,
             prev,
@@ -93,6 +85,161 @@ fn save(
         Ok(hex_of(&w.sha256_all))
     })
     .map_err(raise)
+}
+
+/// Arrays under WTXT names, sorted, with what gives the original names
+/// (and `metadata`) back; two tensors of one name are refused.
+fn named_arrays(
+    tensors: impl Iterator<Item = (String, String, Vec<u64>, ArrayData)>,
+    metadata: Option<BTreeMap<String, String>>,
+) -> Result<Vec<Array>, wtxt::Error> {
+    let mut arrays = Vec::new();
+    for (name, dtype, shape, data) in tensors {
+        let dt = Dtype::parse(dtype.as_bytes())
+            .ok_or_else(|| wtxt::Error::usage(format!("tensor {name}: unknown dtype {dtype}")))?;
+        arrays.push(Array::with_original_name(name, dt, shape, data)?);
+    }
+    if let Some(d) = wtxt::model::first_duplicate(&arrays.iter().map(|a| a.name.clone()).collect::<Vec<_>>()) {
+        return Err(wtxt::Error::usage(format!("two tensors are named {d:?}")));
+    }
+    let mut kept = OriginalNames { metadata, ..Default::default() };
+    names::give_wtxt_names(&mut arrays, &mut kept)?;
+    wtxt::model::sort_arrays(&mut arrays)?;
+    Ok(arrays)
+}
+
+/// An array's memory as NumPy reports it: (address, length in bytes).
+type Staged = (String, String, Vec<u64>, usize, usize);
+
+/// The snapshot daemon's pipeline inside the process (ring, delta, age,
+/// commit, push, resend queue); `wtxt.Snapshotter` is its Python face.
+#[pyclass(name = "Snapshotter", module = "wtxt._rust")]
+struct PySnapshotter {
+    inner: std::sync::Mutex<Option<Snapshotter>>,
+    outcomes: std::sync::Arc<Outcomes>,
+    next_gen: std::sync::atomic::AtomicU64,
+}
+
+impl PySnapshotter {
+    fn with<T>(&self, f: impl FnOnce(&Snapshotter) -> T) -> PyResult<T> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        match g.as_ref() {
+            Some(s) => Ok(f(s)),
+            None => Err(raise(wtxt::Error::usage("the Snapshotter is closed"))),
+        }
+    }
+}
+
+#[pymethods]
+impl PySnapshotter {
+    #[new]
+    #[pyo3(signature = (repo, path_in_repo, remote=None, sign_key=None, hmac_key=None, ring=None, part_size=None, recipients=Vec::new(), keep=None, build=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        repo: PathBuf,
+        path_in_repo: PathBuf,
+        remote: Option<String>,
+        sign_key: Option<PathBuf>,
+        hmac_key: Option<PathBuf>,
+        ring: Option<PathBuf>,
+        part_size: Option<String>,
+        recipients: Vec<String>,
+        keep: Option<usize>,
+        build: Option<String>,
+    ) -> PyResult<PySnapshotter> {
+        py.allow_threads(|| {
+            let cfg = DaemonConfig {
+                repo: Some(repo),
+                path_in_repo: Some(path_in_repo),
+                remote,
+                sign_key,
+                hmac_key,
+                ring,
+                part_size,
+                recipients,
+                keep,
+                build: Some(build.unwrap_or_else(|| "python".into())),
+                ..Default::default()
+            };
+            // Background failures reach Python through the futures and status().
+            let (pc, _) = cfg.pipeline(std::sync::Arc::new(|_: &str| {}))?;
+            let snap = Snapshotter::start(pc, Generation::default())?;
+            let next = snap.next_gen()?;
+            Ok(PySnapshotter {
+                outcomes: snap.outcomes(),
+                inner: std::sync::Mutex::new(Some(snap)),
+                next_gen: std::sync::atomic::AtomicU64::new(next),
+            })
+        })
+        .map_err(raise)
+    }
+
+    /// Stages one copy of the arrays (the GIL released while copying) and
+    /// publishes it as the next generation, which it returns.
+    #[pyo3(signature = (tensors, metadata=None))]
+    fn publish(&self, py: Python<'_>, tensors: Vec<Staged>, metadata: Option<BTreeMap<String, String>>) -> PyResult<u64> {
+        self.with(|_| ())?;
+        let gen = self.next_gen.load(std::sync::atomic::Ordering::SeqCst);
+        let arrays = py
+            .allow_threads(|| {
+                let copies = tensors.into_iter().map(|(name, dtype, shape, addr, len)| {
+                    // SAFETY: the Python side passes the address and length
+                    // NumPy reports for a C-contiguous array it keeps alive
+                    // for the whole call, so the memory is valid for `len`
+                    // bytes; it is only read, and copied before we return.
+                    let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+                    (name, dtype, shape, ArrayData::from(bytes.to_vec()))
+                });
+                named_arrays(copies, metadata)
+            })
+            .map_err(raise)?;
+        self.with(|s| s.publish(std::sync::Arc::new(Generation { gen, arrays })))?;
+        self.next_gen.store(gen + 1, std::sync::atomic::Ordering::SeqCst);
+        Ok(gen)
+    }
+
+    /// Asks for a snapshot of the newest generation; returns at once with
+    /// that generation (nothing is hashed, written or pushed here).
+    fn request(&self) -> PyResult<u64> {
+        self.with(|s| s.request_snapshot())
+    }
+
+    /// Waits (the GIL released) for the snapshot that answers a request of
+    /// generation `gen`: (gen, commit, pushed, error), or None if the
+    /// Snapshotter closed first or `timeout` seconds passed.
+    #[pyo3(signature = (gen, timeout=None))]
+    fn wait(&self, py: Python<'_>, gen: u64, timeout: Option<f64>) -> Option<(u64, Option<String>, bool, Option<String>)> {
+        let outcomes = self.outcomes.clone();
+        let timeout = timeout.map(|t| std::time::Duration::from_secs_f64(t.max(0.0)));
+        py.allow_threads(move || outcomes.wait_for(gen, timeout)).map(|o| (o.gen, o.commit, o.pushed, o.error))
+    }
+
+    /// Waits until every request so far is written, committed and pushed
+    /// (or parked in the resend queue, which is retried first).
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        match g.as_ref() {
+            Some(s) => {
+                py.allow_threads(|| s.flush());
+                Ok(())
+            }
+            None => Err(raise(wtxt::Error::usage("the Snapshotter is closed"))),
+        }
+    }
+
+    /// The daemon's `status`, as JSON text.
+    fn status(&self) -> PyResult<String> {
+        self.with(|s| s.status().to_json())
+    }
+
+    /// Finishes what is queued and stops the background threads.
+    fn close(&self, py: Python<'_>) {
+        let snap = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(s) = snap {
+            py.allow_threads(move || s.shutdown());
+        }
+    }
 }
 
 fn hex_of(b: &[u8]) -> String {
@@ -181,5 +328,6 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(save, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
+    m.add_class::<PySnapshotter>()?;
     Ok(())
 }

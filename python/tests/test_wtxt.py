@@ -179,3 +179,82 @@ def test_split_snapshots_save_and_load_with_the_cli(tmp_path):
     with pytest.raises(wtxt.VerifyError) as e:
         wtxt.load_file(head)
     assert "000002.wtxtpart" in str(e.value)
+
+
+def _git(*args, cwd=None):
+    return subprocess.run(["git", *map(str, args)], cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+
+def _repos(tmp_path):
+    repo, remote = tmp_path / "repo", tmp_path / "remote.git"
+    _git("init", "-q", "-b", "main", repo)
+    _git("init", "-q", "--bare", "-b", "main", remote)
+    return repo, remote
+
+
+def test_snapshotter_commits_and_pushes_what_was_published(tmp_path):
+    repo, remote = _repos(tmp_path)
+    state = {"transformer.h.0.attn.c_attn.weight": np.ones((300, 64), np.float32),
+             "step": np.array(0, np.int64)}
+    futures = []
+    with wtxt.Snapshotter(repo, path_in_repo="model.wtxt", remote=str(remote), part_size="64K") as snap:
+        for step in range(3):
+            state["step"][...] = step
+            state["transformer.h.0.attn.c_attn.weight"][:] = step
+            assert snap.publish(state) == step
+            futures.append(snap.request_snapshot())
+            # Changed right after publish: the snapshot holds the published values.
+            state["transformer.h.0.attn.c_attn.weight"][:] = -99
+        infos = [f.result(timeout=60) for f in futures]
+        snap.flush()
+        status = snap.status()
+    assert infos[-1].gen == 2 and infos[-1].commit
+    assert all(i.pushed for i in infos) and [i.gen for i in infos] == sorted(i.gen for i in infos)
+    assert status["last_gen"] == 2 and status["resend_queue"] == 0 and status["last_error"] is None
+    assert _git("rev-parse", "main", cwd=remote).strip() == infos[-1].commit
+    back = wtxt.load_file(repo / "model.wtxt")
+    assert back["step"] == 2 and (back["transformer.h.0.attn.c_attn.weight"] == 2).all()
+    parts = _git("ls-files", cwd=repo).split()
+    assert "model.wtxt" in parts and any(p.startswith("model.wtxt.parts/") for p in parts)
+    assert wtxt.verify(repo / "model.wtxt").ok
+
+
+def test_a_failing_remote_fails_the_future_and_the_queue_drains_when_it_is_back(tmp_path):
+    repo, remote = _repos(tmp_path)
+    later = tmp_path / "later.git"
+    with wtxt.Snapshotter(repo, remote=str(later)) as snap:
+        snap.publish({"w": np.zeros(4, np.float32)})
+        with pytest.raises(wtxt.Error, match="committed but not pushed"):
+            snap.request_snapshot().result(timeout=60)
+        st = snap.status()
+        assert st["resend_queue"] == 1 and "push to" in st["last_error"]
+        os.rename(remote, later)  # the remote comes back
+        snap.flush()
+        assert snap.status()["resend_queue"] == 0
+        snap.publish({"w": np.ones(4, np.float32)})
+        assert snap.request_snapshot().result(timeout=60).pushed
+    assert len(_git("log", "--oneline", "main", cwd=later).splitlines()) == 2
+
+
+def test_snapshotter_refuses_bad_input_and_keeps_working(tmp_path):
+    repo, _ = _repos(tmp_path)
+    snap = wtxt.Snapshotter(repo)
+    for bad, why in [({"a": [1, 2]}, "expected a NumPy array"),
+                     ({"a": np.array([object()], dtype=object)}, "object"),
+                     ({1: np.ones(2)}, "names must be str"),
+                     ("x", "expected a dict")]:
+        with pytest.raises(wtxt.Error, match=why):
+            snap.publish(bad)
+    # A strided view and a big-endian array are staged as C-order little-endian copies.
+    base = np.arange(24, dtype=">f4").reshape(4, 6)
+    snap.publish({"view": base[:, ::2], "be": base})
+    info = snap.request_snapshot().result(timeout=60)
+    assert info.gen == 0 and info.commit
+    back = wtxt.load_file(repo / "model.wtxt")
+    assert (back["view"] == base[:, ::2]).all() and (back["be"] == base).all()
+    snap.close()
+    with pytest.raises(wtxt.Error, match="closed"):
+        snap.publish({"a": np.ones(2)})
+    with pytest.raises(wtxt.Error, match="closed"):
+        snap.request_snapshot()
+    snap.close()  # twice is fine

@@ -81,6 +81,8 @@ pub struct PipelineState {
     pub last_error: Option<String>,
     /// Requests found in the WAL without a `done` whose state could not be had.
     pub lost: Vec<u64>,
+    /// The commit of the last snapshot (hex).
+    pub last_commit: Option<String>,
 }
 
 /// The write-ahead log: one line per request and per finished snapshot.
@@ -255,7 +257,7 @@ impl Pipeline {
         self.state.last_sha256_all = Some(hex::encode(written.sha256_all));
         self.state.snapshots_written += 1;
         if let Some(repo) = self.cfg.repo.clone() {
-            self.commit(&repo, &committed, gen, &written.sha256_all)?;
+            self.state.last_commit = Some(self.commit(&repo, &committed, gen, &written.sha256_all)?);
             self.state.resend_queue.push(gen);
             self.save_queue()?;
             self.push_now();
@@ -278,7 +280,7 @@ impl Pipeline {
         f.commit()
     }
 
-    fn commit(&self, repo_dir: &Path, file: &Path, gen: u64, sha: &Hash) -> Result<()> {
+    fn commit(&self, repo_dir: &Path, file: &Path, gen: u64, sha: &Hash) -> Result<String> {
         let git = |e: git2::Error| Error::input(Default::default(), format!("git: {}", e.message()));
         let repo = git2::Repository::open(repo_dir).map_err(git)?;
         let work = repo.workdir().ok_or_else(|| Error::usage("--repo must be a work tree, not a bare repository"))?;
@@ -301,8 +303,13 @@ impl Pipeline {
         let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
         let parents: Vec<&git2::Commit> = parent.iter().collect();
         let msg = self.cfg.message.replace("{gen}", &format!("{gen:06}")).replace("{sha256_all}", &hex::encode(sha));
-        repo.commit(Some("HEAD"), &sig, &sig, &msg, &tree, &parents).map_err(git)?;
-        Ok(())
+        let oid = repo.commit(Some("HEAD"), &sig, &sig, &msg, &tree, &parents).map_err(git)?;
+        Ok(oid.to_string())
+    }
+
+    /// True when snapshots are pushed to a remote.
+    pub fn pushes(&self) -> bool {
+        self.cfg.remote.is_some() && self.cfg.repo.is_some()
     }
 
     /// Records a background failure in `last_error` and tells the log at once.

@@ -75,6 +75,48 @@ impl DaemonConfig {
     }
 }
 
+
+impl DaemonConfig {
+    /// The pipeline these settings describe (repository, ring, keys, part
+    /// size, ...), as the daemon and Python's in-process `Snapshotter` run it,
+    /// and the repository opened.
+    pub fn pipeline(&self, log: crate::daemon::Log) -> Result<(PipelineConfig, git2::Repository)> {
+        let cfg = self;
+        let repo = cfg.repo.clone().ok_or_else(|| Error::usage("--repo is required"))?;
+        let git = git2::Repository::open(&repo)
+            .map_err(|e| Error::usage(format!("--repo {}: {}", repo.display(), e.message())))?;
+        let ring = cfg.ring.clone().unwrap_or_else(|| git.path().join("wtxt-ring"));
+        let mut pc = PipelineConfig::new(&ring);
+        pc.keep = cfg.keep.unwrap_or(8);
+        pc.repo = Some(repo.clone());
+        if let Some(p) = &cfg.path_in_repo {
+            pc.path_in_repo = p.clone();
+        }
+        pc.remote = cfg.remote.clone();
+        pc.log = Some(log.clone());
+        pc.sign_key = cfg.sign_key.as_deref().map(crate::crypto::sign::SecretKey::from_file).transpose()?;
+        pc.hmac_key = crate::crypto::mac::HmacKey::from_file_or_env(cfg.hmac_key.as_deref())?;
+        pc.recipients = cfg.recipients.clone();
+        for r in &pc.recipients {
+            crate::crypto::armor::parse_recipient(r)?;
+        }
+        if let Some(r) = cfg.rows_per_chunk {
+            pc.rows_per_chunk = r.max(1);
+        }
+        if let Some(s) = &cfg.part_size {
+            pc.part_size = s.parse().map_err(|m| Error::usage(format!("part_size: {m}")))?;
+        }
+        if let Some(b) = &cfg.build {
+            crate::wtxt::syntax::check_token(b, "build").map_err(Error::usage)?;
+            pc.build = b.clone();
+        }
+        if let Some(m) = &cfg.message {
+            pc.message = m.clone();
+        }
+        Ok((pc, git))
+    }
+}
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_term(_: libc::c_int) {
@@ -84,38 +126,9 @@ extern "C" fn on_term(_: libc::c_int) {
 /// Runs the daemon until `shutdown` or SIGTERM; background failures and
 /// warnings go to `log`.
 pub fn run(cfg: DaemonConfig, log: crate::daemon::Log) -> Result<()> {
-    let repo = cfg.repo.clone().ok_or_else(|| Error::usage("--repo is required"))?;
     let socket = cfg.socket.clone().ok_or_else(|| Error::usage("--socket is required"))?;
-    let git = git2::Repository::open(&repo)
-        .map_err(|e| Error::usage(format!("--repo {}: {}", repo.display(), e.message())))?;
-    let ring = cfg.ring.clone().unwrap_or_else(|| git.path().join("wtxt-ring"));
-    let mut pc = PipelineConfig::new(&ring);
-    pc.keep = cfg.keep.unwrap_or(8);
-    pc.repo = Some(repo.clone());
-    if let Some(p) = &cfg.path_in_repo {
-        pc.path_in_repo = p.clone();
-    }
-    pc.remote = cfg.remote.clone();
-    pc.log = Some(log.clone());
-    pc.sign_key = cfg.sign_key.as_deref().map(crate::crypto::sign::SecretKey::from_file).transpose()?;
-    pc.hmac_key = crate::crypto::mac::HmacKey::from_file_or_env(cfg.hmac_key.as_deref())?;
-    pc.recipients = cfg.recipients.clone();
-    for r in &pc.recipients {
-        crate::crypto::armor::parse_recipient(r)?;
-    }
-    if let Some(r) = cfg.rows_per_chunk {
-        pc.rows_per_chunk = r.max(1);
-    }
-    if let Some(s) = &cfg.part_size {
-        pc.part_size = s.parse().map_err(|m| Error::usage(format!("part_size: {m}")))?;
-    }
-    if let Some(b) = &cfg.build {
-        crate::wtxt::syntax::check_token(b, "build").map_err(Error::usage)?;
-        pc.build = b.clone();
-    }
-    if let Some(m) = &cfg.message {
-        pc.message = m.clone();
-    }
+    let (pc, git) = cfg.pipeline(log.clone())?;
+    let ring = pc.ring.clone();
     let trusted = match &cfg.trusted_keys {
         Some(p) => Some(crate::crypto::sign::TrustedKeys::from_file(p)?),
         None => crate::git::configured_trusted_keys(&git)?,
@@ -124,12 +137,7 @@ pub fn run(cfg: DaemonConfig, log: crate::daemon::Log) -> Result<()> {
     let trust = InputTrust::new(pc.hmac_key.as_ref(), trusted.as_ref(), pc.sign_key.as_ref(), false);
     let pending = pending_requests(&ring);
     let snap = Snapshotter::start(pc, Generation::default())?;
-    let next = match snap.status().last_gen {
-        None => 0,
-        Some(g) => g
-            .checked_add(1)
-            .ok_or_else(|| Error::input(Default::default(), "the ring's last gen is the largest there is"))?,
-    };
+    let next = snap.next_gen()?;
     let state = Arc::new(Server { snap, trust, log: log.clone(), next_gen: std::sync::Mutex::new(next) });
 
     // Requests a crash left unfinished: redo those whose input still exists.
@@ -336,7 +344,7 @@ impl Server {
                 Ok(g) => (format!("ok gen={g} queued"), false),
                 Err(e) => (format!("error {e}"), false),
             },
-            Ok(Request::Status) => (serde_json::to_string(&self.snap.status()).expect("status serializes"), false),
+            Ok(Request::Status) => (self.snap.status().to_json(), false),
             Ok(Request::Flush) => {
                 self.snap.flush();
                 ("ok".to_string(), false)

@@ -42,6 +42,67 @@ struct Shared {
     coalesced: AtomicU64,
     requested: AtomicU64,
     state: Mutex<PipelineState>,
+    outcomes: Arc<Outcomes>,
+}
+
+/// What became of one snapshot: written and committed (`commit`), pushed,
+/// or why not. A request is answered by the first snapshot of its
+/// generation or a later one (requests coalesce).
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    pub gen: u64,
+    pub commit: Option<String>,
+    pub pushed: bool,
+    /// Set when the snapshot failed, or was committed but not pushed.
+    pub error: Option<String>,
+}
+
+/// The outcomes of recent snapshots, for whoever waits on a request.
+#[derive(Default)]
+pub struct Outcomes {
+    list: Mutex<(std::collections::VecDeque<Outcome>, bool)>,
+    changed: std::sync::Condvar,
+}
+
+/// Outcomes kept for waiters (older requests were answered long ago).
+const OUTCOMES_KEPT: usize = 4096;
+
+impl Outcomes {
+    fn record(&self, o: Outcome) {
+        let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        l.0.push_back(o);
+        if l.0.len() > OUTCOMES_KEPT {
+            l.0.pop_front();
+        }
+        self.changed.notify_all();
+    }
+
+    fn close(&self) {
+        self.list.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits for the outcome of the first snapshot of generation `gen` or
+    /// later; `None` when the snapshotter stopped first or `timeout` passed.
+    pub fn wait_for(&self, gen: u64, timeout: Option<Duration>) -> Option<Outcome> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(o) = l.0.iter().find(|o| o.gen >= gen) {
+                return Some(o.clone());
+            }
+            if l.1 {
+                return None;
+            }
+            l = match deadline {
+                None => self.changed.wait(l).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.checked_duration_since(Instant::now())?;
+                    self.changed.wait_timeout(l, left).unwrap_or_else(|e| e.into_inner()).0
+                }
+            };
+        }
+    }
 }
 
 /// What `status` reports.
@@ -56,6 +117,13 @@ pub struct Status {
     pub snapshots_written: u64,
     pub pushed_gen: Option<u64>,
     pub lost: Vec<u64>,
+}
+
+impl Status {
+    /// The status as one JSON object (the daemon's `status` reply).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a status serializes")
+    }
 }
 
 /// Publishes generations and snapshots them in the background.
@@ -80,6 +148,7 @@ impl Snapshotter {
             coalesced: AtomicU64::new(0),
             requested: AtomicU64::new(0),
             state: Mutex::new(pipeline.state.clone()),
+            outcomes: Arc::new(Outcomes::default()),
         });
         let state = Arc::new(ArcSwap::from_pointee(initial));
         // Capacity 1: a request waiting is enough; more fold into it.
@@ -202,6 +271,21 @@ impl Snapshotter {
         }
     }
 
+    /// The generation after the last one snapshotted (0 for a new ring).
+    pub fn next_gen(&self) -> Result<u64> {
+        match self.status().last_gen {
+            None => Ok(0),
+            Some(g) => g.checked_add(1).ok_or_else(|| {
+                crate::Error::input(Default::default(), "the ring's last gen is the largest there is")
+            }),
+        }
+    }
+
+    /// Where the outcomes of snapshots are posted (shareable with waiters).
+    pub fn outcomes(&self) -> Arc<Outcomes> {
+        self.shared.outcomes.clone()
+    }
+
     /// Records generations a restart could not redo.
     pub fn report_lost(&self, gens: &[u64]) {
         if let Ok(mut s) = self.shared.state.lock() {
@@ -228,6 +312,7 @@ impl Snapshotter {
             }
             let _ = t.join();
         }
+        self.shared.outcomes.close();
     }
 }
 
@@ -277,9 +362,23 @@ fn run(
             shared.coalesced.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        if let Err(e) = p.snapshot(pin.gen, &pin.arrays) {
-            p.fail(format!("gen {}: {e}", pin.gen));
-        }
+        let outcome = match p.snapshot(pin.gen, &pin.arrays) {
+            Err(e) => {
+                let message = format!("gen {}: {e}", pin.gen);
+                p.fail(message.clone());
+                Outcome { gen: pin.gen, commit: None, pushed: false, error: Some(message) }
+            }
+            Ok(()) => {
+                let pushed = p.state.pushed_gen.is_some_and(|g| g >= pin.gen);
+                let commit = p.state.last_commit.clone();
+                let error = (p.pushes() && !pushed).then(|| {
+                    let why = p.state.last_error.clone().unwrap_or_default();
+                    format!("gen {} is committed but not pushed ({why}); it waits in the resend queue", pin.gen)
+                });
+                Outcome { gen: pin.gen, commit, pushed, error }
+            }
+        };
+        shared.outcomes.record(outcome);
     };
     loop {
         let wait = p.retry_due().map_or(Duration::from_secs(1), |t| t.saturating_duration_since(Instant::now()));

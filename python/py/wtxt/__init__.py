@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
@@ -18,7 +21,8 @@ import numpy as np
 
 from . import _rust
 
-__all__ = ["Error", "VerifyError", "Report", "save_file", "load_file", "load_metadata", "verify"]
+__all__ = ["Error", "VerifyError", "Report", "save_file", "load_file", "load_metadata", "verify", "Snapshotter",
+           "SnapshotInfo"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -76,7 +80,11 @@ def _wtxt_dtype(a: np.ndarray, name: str) -> str:
     return _FROM_NUMPY[key]
 
 
-def _to_bytes(name: str, a) -> Tuple[str, str, List[int], bytes]:
+def _as_array(name: str, a) -> Tuple[str, np.ndarray]:
+    """`a` as a C-contiguous little-endian NumPy array and its WTXT dtype
+    (a copy only when it is not one already)."""
+    if not isinstance(name, str):
+        raise Error(f"tensor names must be str, found {type(name).__name__}")
     if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray):
         a = np.from_dlpack(a)  # e.g. a CPU torch tensor, without importing torch
     if not isinstance(a, np.ndarray):
@@ -86,7 +94,12 @@ def _to_bytes(name: str, a) -> Tuple[str, str, List[int], bytes]:
     dtype = _wtxt_dtype(a, name)
     if dtype != "bf16":
         a = a.astype(a.dtype.newbyteorder("<"), copy=False)
-    # tobytes gives C order whatever the array's strides: views are copied, not refused.
+    # Views, transposes and slices are copied into C order, not refused.
+    return dtype, a if a.flags.c_contiguous else a.copy(order="C")
+
+
+def _to_bytes(name: str, a) -> Tuple[str, str, List[int], bytes]:
+    dtype, a = _as_array(name, a)
     return name, dtype, [int(d) for d in a.shape], a.tobytes(order="C")
 
 
@@ -169,3 +182,121 @@ def verify(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Opti
     return Report(ok=r["ok"], gen=r["gen"], signature=r["signature"],
                   errors=[(e["line"], e["message"]) for e in r["errors"]], arrays=r["arrays"],
                   sha256_all=r.get("sha256_all"))
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """What a snapshot request came to: the generation written (a later one
+    when requests coalesced), its commit, and whether it reached the remote."""
+
+    gen: int
+    commit: Optional[str]
+    pushed: bool
+
+
+class Snapshotter:
+    """The snapshot daemon's pipeline inside the training process.
+
+    `publish(state)` stages one copy of the arrays and returns; the copy is
+    made with the GIL released. `request_snapshot()` returns a
+    `concurrent.futures.Future` at once: hashing, writing the WTXT (split
+    above `part_size`), the delta, age encryption (`recipients`), the commit
+    and the push (`remote`, with the user's own git authentication) happen on
+    background threads. The future gives a `SnapshotInfo`, or raises
+    `wtxt.Error` when the snapshot failed or was committed but not pushed
+    (the push is retried from the resend queue). `flush()` waits for all of
+    it; `status()` is the daemon's status dict. Use it as a context manager,
+    or call `close()`.
+    """
+
+    def __init__(self, repo: PathLike, path_in_repo: PathLike = "model.wtxt", remote: Optional[str] = None,
+                 sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
+                 ring: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
+                 recipients: Optional[List[str]] = None, keep: Optional[int] = None):
+        p = lambda x: None if x is None else os.fspath(x)
+        self._inner = _call(_rust.Snapshotter, os.fspath(repo), os.fspath(path_in_repo), remote, p(sign_key),
+                            p(hmac_key), p(ring), None if part_size is None else str(part_size),
+                            list(recipients or []), keep)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pending: "queue.Queue[Optional[Tuple[int, Future]]]" = queue.Queue()
+        self._watcher = threading.Thread(target=self._watch, name="wtxt-snapshot-futures", daemon=True)
+        self._watcher.start()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise Error("the Snapshotter is closed")
+
+    def publish(self, state: Mapping[str, np.ndarray], metadata: Optional[Dict[str, str]] = None) -> int:
+        """Stages a copy of `state` (a dict of arrays, torch tensors through
+        DLPack) as the next generation, which it returns. The arrays may be
+        changed as soon as this returns: the snapshot holds these values."""
+        self._check_open()
+        if not isinstance(state, Mapping):
+            raise Error(f"expected a dict of arrays, found {type(state).__name__}")
+        staged, keep = [], []
+        for name, a in state.items():
+            dtype, arr = _as_array(name, a)
+            keep.append(arr)  # alive until the copy is made
+            staged.append((name, dtype, [int(d) for d in arr.shape], arr.__array_interface__["data"][0], arr.nbytes))
+        gen = _call(self._inner.publish, staged, metadata)
+        del keep
+        return gen
+
+    def request_snapshot(self) -> "Future[SnapshotInfo]":
+        """Asks for a snapshot of the last published state; returns a future
+        at once (never waits on hashing, writing, Git or the network)."""
+        self._check_open()
+        gen = _call(self._inner.request)
+        fut: "Future[SnapshotInfo]" = Future()
+        fut.set_running_or_notify_cancel()
+        self._pending.put((gen, fut))
+        return fut
+
+    def _watch(self) -> None:
+        while True:
+            item = self._pending.get()
+            if item is None:
+                return
+            gen, fut = item
+            try:
+                r = self._inner.wait(gen)
+            except Exception as e:  # noqa: BLE001 - the future carries it
+                fut.set_exception(Error(str(e)))
+                continue
+            if r is None:
+                fut.set_exception(Error(f"the Snapshotter closed before generation {gen} was snapshotted"))
+                continue
+            done_gen, commit, pushed, error = r
+            if error:
+                fut.set_exception(Error(error))
+            else:
+                fut.set_result(SnapshotInfo(gen=done_gen, commit=commit, pushed=pushed))
+
+    def flush(self) -> None:
+        """Waits until every request so far is written, committed and pushed
+        (a failed push is retried once more and stays in the resend queue)."""
+        self._check_open()
+        _call(self._inner.flush)
+
+    def status(self) -> Dict[str, object]:
+        """The daemon's status: last_gen, queue_depth, coalesced, resend_queue,
+        last_error, snapshots_written, pushed_gen, ..."""
+        self._check_open()
+        return json.loads(_call(self._inner.status))
+
+    def close(self) -> None:
+        """Finishes queued snapshots and stops the background threads."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._inner.close()
+        self._pending.put(None)
+        self._watcher.join()
+
+    def __enter__(self) -> "Snapshotter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
