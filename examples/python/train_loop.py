@@ -1,85 +1,75 @@
 #!/usr/bin/env python3
-"""A training loop that feeds `wtxt daemon` (standard library + numpy).
+"""A NumPy training loop that snapshots its state into Git, in process.
 
-Every step it "trains" (nudges the weights), publishes the state as an .npz
-(written to a temporary name, then renamed, so the daemon never sees half a
-file) and, every --every steps, asks the daemon for a snapshot of it:
+    python3 -m pip install ./python            # once, from the repository root
+    git init -q /tmp/run && git init -q --bare /tmp/run-remote.git
+    python3 examples/python/train_loop.py --repo /tmp/run --remote /tmp/run-remote.git
 
-    wtxt daemon --repo REPO --socket /tmp/wtxt.sock &
-    python3 examples/python/train_loop.py --socket /tmp/wtxt.sock --steps 50 --every 10
-
-The daemon writes the canonical WTXT into its ring, commits it with the
-Merkle chain, pushes it, and answers at once: the loop never waits on it.
+Every step "trains" (nudges the weights); every --every steps it publishes
+the state and requests a snapshot. `publish` stages one copy of the arrays
+and returns; hashing, writing the WTXT (split into parts past 45 MiB), the
+commit and the push run on background threads, so the loop only pays for
+the copy. Futures report each snapshot (gen, commit, pushed) as it lands.
 """
 
 import argparse
-import json
-import os
-import socket
-import sys
+import time
 
 import numpy as np
 
-
-def ask(sock_path, line):
-    """One request, one reply line (the daemon's protocol)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.connect(sock_path)
-        s.sendall((line + "\n").encode())
-        s.shutdown(socket.SHUT_WR)
-        reply = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            reply += chunk
-    return reply.decode().strip()
+import wtxt
 
 
-def publish(state, path):
-    """Writes the state atomically: temp file, fsync, rename."""
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        np.savez(f, **state)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--socket", required=True)
-    p.add_argument("--steps", type=int, default=50)
-    p.add_argument("--every", type=int, default=10)
-    p.add_argument("--dir", default=".", help="where the published states go")
-    args = p.parse_args()
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repo", required=True, help="Git work tree the snapshots are committed to")
+    ap.add_argument("--remote", help="remote (name, path or URL) to push to")
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--every", type=int, default=10, help="snapshot every N steps")
+    ap.add_argument("--mib", type=int, default=16, help="size of the state in MiB of float32")
+    ap.add_argument("--sign-key", help="Ed25519 key (PEM or OpenSSH) to sign every snapshot")
+    args = ap.parse_args()
 
     rng = np.random.default_rng(0)
+    rows = args.mib * 256
     state = {
-        "embed": rng.standard_normal((1000, 64), dtype=np.float32),
-        "w1": rng.standard_normal((64, 64), dtype=np.float32),
-        "b1": np.zeros(64, dtype=np.float32),
-        "step": np.array(0, dtype=np.int64),
+        "model.embed_tokens.weight": rng.standard_normal((rows, 1024), dtype=np.float32),
+        "model.norm.weight": np.ones(1024, np.float32),
+        "optimizer.step": np.array(0, np.int64),
     }
-    os.makedirs(args.dir, exist_ok=True)
-    for step in range(1, args.steps + 1):
-        # "Training": a few rows of the embedding and the dense layer move.
-        rows = rng.integers(0, state["embed"].shape[0], size=8)
-        state["embed"][rows] -= 0.01 * rng.standard_normal((8, 64), dtype=np.float32)
-        state["w1"] -= 0.001 * rng.standard_normal((64, 64), dtype=np.float32)
-        state["step"] = np.array(step, dtype=np.int64)
-        path = os.path.join(os.path.abspath(args.dir), f"state-{step % 2}.npz")
-        publish(state, path)
-        if step % args.every == 0:
-            reply = ask(args.socket, f"snapshot {path} gen={step}")
-            if not reply.startswith("ok "):
-                sys.exit(f"daemon refused step {step}: {reply}")
-            print(f"step {step}: {reply}")
-    print("flush:", ask(args.socket, "flush"))
-    status = json.loads(ask(args.socket, "status"))
-    print(json.dumps(status))
-    if status["last_error"] or status["resend_queue"]:
-        sys.exit(f"daemon reports a problem: {status}")
+    pending = []
+    blocked = []
+    with wtxt.Snapshotter(args.repo, path_in_repo="model.wtxt", remote=args.remote, sign_key=args.sign_key) as snap:
+        for step in range(1, args.steps + 1):
+            # "Training": a small update of a few rows.
+            rows_hit = rng.integers(0, rows, 8)
+            state["model.embed_tokens.weight"][rows_hit] *= np.float32(0.999)
+            state["optimizer.step"][...] = step
+            if step % args.every == 0:
+                t = time.perf_counter()
+                snap.publish(state)
+                pending.append(snap.request_snapshot())
+                blocked.append(time.perf_counter() - t)
+            for f in [f for f in pending if f.done()]:
+                pending.remove(f)
+                try:
+                    info = f.result()
+                    print(f"step {step}: gen {info.gen} committed {info.commit[:12]}, pushed={info.pushed}")
+                except wtxt.Error as e:
+                    print(f"step {step}: snapshot failed: {e}")
+        snap.flush()
+        for f in pending:
+            try:
+                info = f.result()
+                print(f"gen {info.gen} committed {info.commit[:12]}, pushed={info.pushed}")
+            except wtxt.Error as e:
+                print(f"snapshot failed: {e}")
+        print("status:", snap.status())
+    if blocked:
+        print(f"the loop was blocked {1000 * np.median(blocked):.1f} ms per snapshot (median of {len(blocked)})")
+    back = wtxt.load_file(f"{args.repo}/model.wtxt")
+    assert int(back["optimizer.step"]) == args.steps - args.steps % args.every
+    print("the last snapshot verifies and loads under the original names:", sorted(back)[:2], "...")
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ use pyo3::types::PyBytes;
 use wtxt::convert::names::{self, OriginalNames};
 use wtxt::crypto::mac::HmacKey;
 use wtxt::crypto::sign::{SecretKey, TrustedKeys};
-use wtxt::error::{Kind, Position};
 use wtxt::daemon::server::DaemonConfig;
 use wtxt::daemon::snapshotter::{Generation, Outcomes, Snapshotter};
+use wtxt::error::{Kind, Position};
 use wtxt::model::{Array, ArrayData, Dtype};
 
 pyo3::create_exception!(_rust, WtxtError, PyException, "kind, line (or None), message");
@@ -70,7 +70,8 @@ fn save(
             Some(s) => s.parse().map_err(|m| wtxt::Error::usage(format!("part_size: {m}")))?,
             None => Default::default(),
         };
-        let tensors = tensors.into_iter().map(|(name, dtype, shape, bytes)| (name, dtype, shape, ArrayData::from(bytes)));
+        let tensors =
+            tensors.into_iter().map(|(name, dtype, shape, bytes)| (name, dtype, shape, ArrayData::from(bytes)));
         let arrays = named_arrays(tensors, metadata)?;
         let opts = wtxt::ops::SnapshotOptions {
             gen,
@@ -118,6 +119,22 @@ struct PySnapshotter {
     inner: std::sync::Mutex<Option<Snapshotter>>,
     outcomes: std::sync::Arc<Outcomes>,
     next_gen: std::sync::atomic::AtomicU64,
+    /// The generation the last publish replaced: once the snapshot thread no
+    /// longer holds it, its buffers take the next copy (no fresh pages to
+    /// fault in, which costs more than the copy itself).
+    replaced: std::sync::Mutex<Option<std::sync::Arc<Generation>>>,
+}
+
+/// Buffers of a generation nothing else holds, to copy the next one into.
+fn reclaim(g: Option<std::sync::Arc<Generation>>) -> Vec<Vec<u8>> {
+    let Some(g) = g.and_then(|g| std::sync::Arc::try_unwrap(g).ok()) else { return Vec::new() };
+    g.arrays
+        .into_iter()
+        .filter_map(|a| match a.data {
+            ArrayData::Owned(v) => std::sync::Arc::try_unwrap(v).ok(),
+            _ => None,
+        })
+        .collect()
 }
 
 impl PySnapshotter {
@@ -170,6 +187,7 @@ impl PySnapshotter {
                 outcomes: snap.outcomes(),
                 inner: std::sync::Mutex::new(Some(snap)),
                 next_gen: std::sync::atomic::AtomicU64::new(next),
+                replaced: std::sync::Mutex::new(None),
             })
         })
         .map_err(raise)
@@ -178,9 +196,15 @@ impl PySnapshotter {
     /// Stages one copy of the arrays (the GIL released while copying) and
     /// publishes it as the next generation, which it returns.
     #[pyo3(signature = (tensors, metadata=None))]
-    fn publish(&self, py: Python<'_>, tensors: Vec<Staged>, metadata: Option<BTreeMap<String, String>>) -> PyResult<u64> {
+    fn publish(
+        &self,
+        py: Python<'_>,
+        tensors: Vec<Staged>,
+        metadata: Option<BTreeMap<String, String>>,
+    ) -> PyResult<u64> {
         self.with(|_| ())?;
         let gen = self.next_gen.load(std::sync::atomic::Ordering::SeqCst);
+        let mut spare = reclaim(self.replaced.lock().unwrap_or_else(|e| e.into_inner()).take());
         let arrays = py
             .allow_threads(|| {
                 let copies = tensors.into_iter().map(|(name, dtype, shape, addr, len)| {
@@ -189,12 +213,21 @@ impl PySnapshotter {
                     // for the whole call, so the memory is valid for `len`
                     // bytes; it is only read, and copied before we return.
                     let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
-                    (name, dtype, shape, ArrayData::from(bytes.to_vec()))
+                    let copy = match spare.iter().position(|b| b.len() == len) {
+                        Some(i) => {
+                            let mut b = spare.swap_remove(i);
+                            b.copy_from_slice(bytes);
+                            b
+                        }
+                        None => bytes.to_vec(),
+                    };
+                    (name, dtype, shape, ArrayData::from(copy))
                 });
                 named_arrays(copies, metadata)
             })
             .map_err(raise)?;
-        self.with(|s| s.publish(std::sync::Arc::new(Generation { gen, arrays })))?;
+        let old = self.with(|s| s.swap(std::sync::Arc::new(Generation { gen, arrays })))?;
+        *self.replaced.lock().unwrap_or_else(|e| e.into_inner()) = Some(old);
         self.next_gen.store(gen + 1, std::sync::atomic::Ordering::SeqCst);
         Ok(gen)
     }
@@ -209,7 +242,12 @@ impl PySnapshotter {
     /// generation `gen`: (gen, commit, pushed, error), or None if the
     /// Snapshotter closed first or `timeout` seconds passed.
     #[pyo3(signature = (gen, timeout=None))]
-    fn wait(&self, py: Python<'_>, gen: u64, timeout: Option<f64>) -> Option<(u64, Option<String>, bool, Option<String>)> {
+    fn wait(
+        &self,
+        py: Python<'_>,
+        gen: u64,
+        timeout: Option<f64>,
+    ) -> Option<(u64, Option<String>, bool, Option<String>)> {
         let outcomes = self.outcomes.clone();
         let timeout = timeout.map(|t| std::time::Duration::from_secs_f64(t.max(0.0)));
         py.allow_threads(move || outcomes.wait_for(gen, timeout)).map(|o| (o.gen, o.commit, o.pushed, o.error))

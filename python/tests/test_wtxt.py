@@ -258,3 +258,17 @@ def test_snapshotter_refuses_bad_input_and_keeps_working(tmp_path):
     with pytest.raises(wtxt.Error, match="closed"):
         snap.request_snapshot()
     snap.close()  # twice is fine
+
+
+def test_torch_state_dicts_round_trip(tmp_path):
+    torch = pytest.importorskip("torch")  # torch is optional: the helper exists when it is importable
+    import wtxt.torch as wt
+
+    sd = {"layer.weight": torch.randn(4, 3), "layer.bias": torch.zeros(3, dtype=torch.bfloat16),
+          "steps": torch.tensor(7)}
+    f = tmp_path / "m.wtxt"
+    wt.save_state_dict(sd, f)
+    back = wt.load_state_dict(f)
+    assert back.keys() == sd.keys()
+    for k in sd:
+        assert back[k].dtype == sd[k].dtype and torch.equal(back[k], sd[k])

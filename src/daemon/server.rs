@@ -75,7 +75,6 @@ impl DaemonConfig {
     }
 }
 
-
 impl DaemonConfig {
     /// The pipeline these settings describe (repository, ring, keys, part
     /// size, ...), as the daemon and Python's in-process `Snapshotter` run it,

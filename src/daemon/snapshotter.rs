@@ -195,6 +195,12 @@ impl Snapshotter {
         self.state.store(g);
     }
 
+    /// Publishes `g` and gives back the generation it replaces (whose
+    /// buffers a caller may reuse once nothing else holds it).
+    pub fn swap(&self, g: Arc<Generation>) -> Arc<Generation> {
+        self.state.swap(g)
+    }
+
     /// The generation now published.
     pub fn current(&self) -> Arc<Generation> {
         self.state.load_full()
@@ -275,9 +281,9 @@ impl Snapshotter {
     pub fn next_gen(&self) -> Result<u64> {
         match self.status().last_gen {
             None => Ok(0),
-            Some(g) => g.checked_add(1).ok_or_else(|| {
-                crate::Error::input(Default::default(), "the ring's last gen is the largest there is")
-            }),
+            Some(g) => g
+                .checked_add(1)
+                .ok_or_else(|| crate::Error::input(Default::default(), "the ring's last gen is the largest there is")),
         }
     }
 

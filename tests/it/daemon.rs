@@ -235,7 +235,7 @@ fn the_python_example_runs_end_to_end() {
     )
     .unwrap();
     let daemon = Daemon::start(&repo, &sock, &["--config", cfg.to_str().unwrap()]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/train_loop.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/socket_client.py");
     let o = Command::new("python3")
         .arg(script)
         .args(["--socket", sock.to_str().unwrap(), "--steps", "30", "--every", "5", "--dir"])

@@ -121,7 +121,12 @@ def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: O
         raise Error(f"expected a dict of arrays, found {type(tensors).__name__}")
     if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise Error("metadata: expected a dict of str to str")
-    items = [_to_bytes(str(k), v) for k, v in tensors.items()]
+    items = [_to_bytes(k, v) for k, v in tensors.items()]
+    return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size)
+
+
+def _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size) -> str:
+    """Saves (name, WTXT dtype, shape, bytes) items: `save_file` and `wtxt.torch` share it."""
     p = lambda x: None if x is None else os.fspath(x)
     size = None if part_size is None else str(part_size)
     return _call(_rust.save, items, os.fspath(filename), metadata, p(prev), p(sign_key), p(hmac_key), None, None, size)

@@ -1,4 +1,5 @@
 import os
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
@@ -49,3 +50,30 @@ def verify(
     prev: Optional[PathLike] = ...,
     allow_unauthenticated: bool = ...,
 ) -> Report: ...
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    gen: int
+    commit: Optional[str]
+    pushed: bool
+
+class Snapshotter:
+    def __init__(
+        self,
+        repo: PathLike,
+        path_in_repo: PathLike = ...,
+        remote: Optional[str] = ...,
+        sign_key: Optional[PathLike] = ...,
+        hmac_key: Optional[PathLike] = ...,
+        ring: Optional[PathLike] = ...,
+        part_size: Optional[Union[int, str]] = ...,
+        recipients: Optional[List[str]] = ...,
+        keep: Optional[int] = ...,
+    ) -> None: ...
+    def publish(self, state: Mapping[str, np.ndarray], metadata: Optional[Dict[str, str]] = ...) -> int: ...
+    def request_snapshot(self) -> Future[SnapshotInfo]: ...
+    def flush(self) -> None: ...
+    def status(self) -> Dict[str, object]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Snapshotter: ...
+    def __exit__(self, *exc: object) -> None: ...

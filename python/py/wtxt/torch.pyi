@@ -1,0 +1,23 @@
+import os
+from typing import Dict, Mapping, Optional, Union
+
+import torch
+
+PathLike = Union[str, os.PathLike[str]]
+
+def save_state_dict(
+    state_dict: Mapping[str, torch.Tensor],
+    filename: PathLike,
+    metadata: Optional[Dict[str, str]] = ...,
+    prev: Optional[PathLike] = ...,
+    sign_key: Optional[PathLike] = ...,
+    hmac_key: Optional[PathLike] = ...,
+    part_size: Optional[Union[int, str]] = ...,
+) -> str: ...
+def load_state_dict(
+    filename: PathLike,
+    device: Union[str, torch.device] = ...,
+    hmac_key: Optional[PathLike] = ...,
+    pubkey: Optional[PathLike] = ...,
+    require_signature: bool = ...,
+) -> Dict[str, torch.Tensor]: ...
