@@ -472,6 +472,55 @@ fn pushes_over_git_protocol_to_a_real_git_daemon() {
     pushes_arrive(d, &format!("git://127.0.0.1:{port}/remote.git"), &served.join("remote.git"), &[]);
 }
 
+/// Issue 11: and over https, to real `git http-backend` behind TLS and
+/// Basic authentication: the daemon's `git push` trusts the certificate and
+/// finds the password the way the user's git does (`GIT_SSL_CAINFO`, and a
+/// credential helper from its config).
+#[test]
+fn pushes_over_https_with_the_users_credential_helper() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let served = d.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    git_ok(&served, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
+    git_ok(&served.join("remote.git"), &["config", "http.receivepack", "true"]);
+    let o = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+        .arg(d.join("key.pem"))
+        .arg("-out")
+        .arg(d.join("cert.pem"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let port = free_port();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/https_git_server.py");
+    let _server = Server(
+        Command::new("python3")
+            .arg(script)
+            .arg(port.to_string())
+            .arg(&served)
+            .arg(d.join("cert.pem"))
+            .arg(d.join("key.pem"))
+            .arg("pusher:s3cret")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(port);
+    let creds = d.join("credentials");
+    std::fs::write(&creds, format!("https://pusher:s3cret@127.0.0.1:{port}\n")).unwrap();
+    let (ca, helper) = (d.join("cert.pem").display().to_string(), format!("store --file={}", creds.display()));
+    let env = [
+        ("GIT_SSL_CAINFO", ca.as_str()),
+        ("GIT_CONFIG_COUNT", "1"),
+        ("GIT_CONFIG_KEY_0", "credential.helper"),
+        ("GIT_CONFIG_VALUE_0", helper.as_str()),
+    ];
+    pushes_arrive(d, &format!("https://127.0.0.1:{port}/remote.git"), &served.join("remote.git"), &env);
+}
+
 /// Issue 11: a push that fails is said at once on stderr, with the remote's
 /// answer, and in `status.last_error`; the generation waits in the queue.
 #[test]
