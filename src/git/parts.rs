@@ -289,3 +289,30 @@ impl<'a> Iterator for Lines<'a> {
         Some((self.n, &rest[..end]))
     }
 }
+
+/// The parts of a head as blobs of one Git tree (`PATH.parts/NNNNNN.wtxtpart`
+/// next to the head's path), read one at a time.
+pub struct TreeParts {
+    pub repo: git2::Repository,
+    pub tree: git2::Oid,
+    /// The parts' folder inside the tree.
+    pub dir: std::path::PathBuf,
+}
+
+impl crate::wtxt::split::PartSource for TreeParts {
+    fn open(&self, ix: u64) -> Result<Box<dyn std::io::Read>> {
+        let path = self.name(ix);
+        let missing = || {
+            crate::error::Error::check(Default::default(), "missing part: the head lists it, the commit does not have it")
+                .in_file(&path)
+        };
+        let tree = self.repo.find_tree(self.tree).map_err(|_| missing())?;
+        let entry = tree.get_path(&path).map_err(|_| missing())?;
+        let blob = self.repo.find_blob(entry.id()).map_err(|_| missing())?;
+        Ok(Box::new(std::io::Cursor::new(blob.content().to_vec())))
+    }
+
+    fn name(&self, ix: u64) -> std::path::PathBuf {
+        self.dir.join(crate::wtxt::split::part_name(ix))
+    }
+}

@@ -166,3 +166,38 @@ fn copy_file(from: &Path, to: &Path) -> Result<()> {
     std::io::copy(&mut File::open(from).map_err(|e| Error::io(from, e))?, f.file()).map_err(|e| Error::io(to, e))?;
     f.commit()
 }
+
+/// `wtxt git export REV PATH -o OUT`: the snapshot at PATH in revision REV
+/// of the repository around `dir`, head and parts read from that commit,
+/// written to OUT (split by `size`): what a merge of split snapshots, which
+/// Git's drivers see only file by file, starts from.
+pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) -> Result<usize> {
+    let git = |e: git2::Error| Error::input(Default::default(), format!("git: {}", e.message()));
+    let repo = git2::Repository::discover(dir).map_err(git)?;
+    let (tree_id, bytes) = {
+        let tree = repo.revparse_single(rev).and_then(|o| o.peel_to_tree()).map_err(git)?;
+        let no = || Error::usage(format!("{rev}: no {} in that commit", path.display()));
+        let entry = tree.get_path(path).map_err(|_| no())?;
+        (tree.id(), repo.find_blob(entry.id()).map_err(git)?.content().to_vec())
+    };
+    let shown = PathBuf::from(format!("{rev}:{}", path.display()));
+    let mut af = AtomicFile::create(out)?;
+    {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, af.file());
+        let copy = |r: &mut dyn Read, w: &mut dyn Write| {
+            std::io::copy(r, w).map_err(|e| match e.kind() {
+                std::io::ErrorKind::Other => Error::read_failed(e).in_file(&shown),
+                _ => Error::io(out, e),
+            })
+        };
+        match split::open(Box::new(std::io::Cursor::new(bytes))).map_err(|e| e.in_file(&shown))? {
+            split::Opened::Single(mut r) => copy(&mut r, &mut w)?,
+            split::Opened::Split(head) => {
+                let parts = crate::git::parts::TreeParts { repo, tree: tree_id, dir: parts_dir(path) };
+                copy(&mut split::Joined::new(head, Box::new(parts), None), &mut w)?
+            }
+        };
+        w.flush().map_err(|e| Error::io(out, e))?;
+    }
+    store(af, size)
+}

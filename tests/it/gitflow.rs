@@ -529,4 +529,54 @@ fn split_snapshots_commit_diff_and_log_part_by_part() {
     r.ok(&["add", "-A", "."]);
     let o = r.run(&["commit", "-qm", "g2"], &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Any revision's snapshot, head and parts from that commit.
+    let old = r.work.join("g1-export.wtxt");
+    let o = r.wtxt(&["git", "export", "HEAD~1", "m.wtxt", "-o", old.to_str().unwrap(), "--part-size", "none"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(r.wtxt(&["verify", old.to_str().unwrap()]).status.success());
+    let i = r.wtxt(&["inspect", old.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&i.stdout).contains("gen 000001"));
+}
+
+/// Git merges files one by one and cannot see a split snapshot whole: a
+/// merge that changes the model on both sides stops on a conflict, and the
+/// documented workflow (export the three versions, `wtxt merge`, add)
+/// settles it and passes the hook.
+#[test]
+fn split_snapshots_merge_through_export_and_wtxt_merge() {
+    let r = Repo::new();
+    assert!(r.wtxt(&["git", "install"]).status.success());
+    assert!(split_model(&r, 0, &[]).status.success());
+    r.commit("g0");
+    r.ok(&["checkout", "-q", "-b", "side"]);
+    assert!(split_model(&r, 1, &[(10, 1.0)]).status.success());
+    r.commit("side");
+    r.ok(&["checkout", "-q", "main"]);
+    assert!(split_model(&r, 1, &[(3000, 2.0)]).status.success());
+    r.commit("main");
+    let o = r.run(&["merge", "-q", "side"], &[]);
+    assert!(!o.status.success(), "both sides changed the model: a conflict");
+    let base = r.ok(&["merge-base", "HEAD", "MERGE_HEAD"]).trim().to_string();
+    for (rev, out) in [(base.as_str(), "base.wtxt"), ("HEAD", "ours.wtxt"), ("MERGE_HEAD", "theirs.wtxt")] {
+        let o = r.wtxt(&["git", "export", rev, "m.wtxt", "-o", r.work.join(out).to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let w = |f: &str| r.work.join(f).display().to_string();
+    let o = r.wtxt(&[
+        "merge",
+        &w("base.wtxt"),
+        &w("ours.wtxt"),
+        &w("theirs.wtxt"),
+        "-o",
+        r.root.join("m.wtxt").to_str().unwrap(),
+        "--part-size",
+        "64K",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    r.ok(&["add", "-A", "."]);
+    let o = r.run(&["commit", "-qm", "merged"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let d = r.wtxt(&["diff", &w("ours.wtxt"), r.root.join("m.wtxt").to_str().unwrap()]);
+    let d = String::from_utf8_lossy(&d.stdout);
+    assert!(d.contains("rows 10") && !d.contains("rows 3000"), "theirs' row 10 came in, ours' row 3000 stayed: {d}");
 }

@@ -413,6 +413,17 @@ pub enum ColorWhen {
 pub enum GitCommand {
     /// Install the diff and merge drivers, attributes, filters and the pre-commit hook.
     Install(InstallArgs),
+    /// Write the snapshot at PATH in revision REV (head and parts from that commit) to OUT.
+    Export {
+        /// A revision: HEAD, MERGE_HEAD, a branch, a commit...
+        rev: String,
+        /// The snapshot's path in the repository.
+        path: PathBuf,
+        #[arg(short, long, value_name = "OUT.wtxt")]
+        output: PathBuf,
+        #[command(flatten)]
+        parts: PartSizeArg,
+    },
     /// Git's long-running clean/smudge filter (filter.wtxt-FORMAT.process).
     #[command(hide = true)]
     FilterProcess {

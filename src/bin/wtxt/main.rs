@@ -115,6 +115,12 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Git(cli::GitCommand::FilterProcess { format }) => filter_process(format),
         Command::Git(cli::GitCommand::Textconv { file }) => textconv(file),
         Command::Git(cli::GitCommand::DiffDriver { args }) => diff_driver_cmd(args),
+        Command::Git(cli::GitCommand::Export { rev, path, output, parts }) => {
+            let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+            let n = ops::export(&here, &rev, &path, &output, parts.part_size.unwrap_or_default())?;
+            eprintln!("wrote {rev}:{} to {}{}", path.display(), output.display(), if n > 0 { format!(" ({n} parts)") } else { String::new() });
+            Ok(0)
+        }
         Command::Merge(a) => merge(a),
         Command::Encrypt(a) => encrypt(a),
         Command::Decrypt(a) => decrypt(a),
