@@ -303,8 +303,11 @@ impl crate::wtxt::split::PartSource for TreeParts {
     fn open(&self, ix: u64) -> Result<Box<dyn std::io::Read>> {
         let path = self.name(ix);
         let missing = || {
-            crate::error::Error::check(Default::default(), "missing part: the head lists it, the commit does not have it")
-                .in_file(&path)
+            crate::error::Error::check(
+                Default::default(),
+                "missing part: the head lists it, the commit does not have it",
+            )
+            .in_file(&path)
         };
         let tree = self.repo.find_tree(self.tree).map_err(|_| missing())?;
         let entry = tree.get_path(&path).map_err(|_| missing())?;

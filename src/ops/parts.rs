@@ -22,7 +22,7 @@ pub fn store(mut af: AtomicFile, size: PartSize) -> Result<usize> {
             let mut text = af.file().try_clone().map_err(|e| Error::io(&out, e))?;
             text.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&out, e))?;
             std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-            let mut sink = PartDir { dir: dir.clone() };
+            let mut sink = PartDir { dir: dir.clone(), old: old_parts(&out) };
             let head = split::split(BufReader::with_capacity(1 << 20, text), limit, &mut sink)
                 .map_err(|e| e.in_files(&out, &dir))?;
             let count = head.split(|&b| b == b'\n').filter(|l| l.starts_with(b"part ")).count();
@@ -62,6 +62,18 @@ fn remove_stale_parts(dir: &Path, count: u64) -> Result<()> {
 /// read it again).
 struct PartDir {
     dir: PathBuf,
+    /// The part table of the head being replaced: only a part it lists with
+    /// the same hash can be unchanged, so only those files are read again.
+    old: Vec<PartLine>,
+}
+
+/// The part table of the head at `out`, if it is one.
+fn old_parts(out: &Path) -> Vec<PartLine> {
+    let Ok(f) = File::open(out) else { return Vec::new() };
+    match split::open(Box::new(f)) {
+        Ok(split::Opened::Split(h)) => h.parts,
+        _ => Vec::new(),
+    }
 }
 
 struct PartFile {
@@ -91,7 +103,9 @@ impl PartSink for PartDir {
     fn close(&mut self, mut p: PartFile, part: &PartLine) -> Result<()> {
         let path = self.dir.join(part_name(part.ix));
         p.w.flush().map_err(|e| Error::io(&path, e))?;
-        if same_file(&path, part) {
+        let listed =
+            self.old.get(part.ix as usize - 1).is_some_and(|o| (o.bytes, o.sha256) == (part.bytes, part.sha256));
+        if listed && same_file(&path, part) {
             return Ok(()); // dropping the AtomicFile removes the copy
         }
         p.af.commit()

@@ -818,31 +818,44 @@ impl PartReader {
 }
 
 impl Read for PartReader {
+    /// Reads straight into `out`, keeping the last bytes back until EOF
+    /// shows whether they are `endpart`: no copy but those few bytes.
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         let n = self.pending.read(out)?;
         if n > 0 {
             return Ok(n);
         }
-        if self.eof {
-            return Ok(0);
+        let keep = PART_END.len();
+        if self.eof || out.len() <= keep {
+            if self.eof {
+                return Ok(0);
+            }
+            // A tiny buffer: go through `pending`.
+            let mut buf = vec![0u8; 64 << 10];
+            let m = self.read(&mut buf)?;
+            buf.truncate(m);
+            self.pending = io::Cursor::new(buf);
+            return self.pending.read(out);
         }
-        // Keep the last PART_END.len() bytes back: they may be `endpart`.
-        let chunk = self.inner.fill_buf()?;
-        if chunk.is_empty() {
-            self.eof = true;
-            return Ok(0);
+        loop {
+            let h = self.held.len();
+            out[..h].copy_from_slice(&self.held);
+            let n = self.inner.read(&mut out[h..])?;
+            if n == 0 {
+                self.eof = true;
+                return Ok(0); // `held` stays for the check at `finish`
+            }
+            let fresh = &out[h..h + n];
+            self.sha.update(fresh);
+            self.bytes += n as u64;
+            self.lines += memchr::memchr_iter(b'\n', fresh).count() as u64;
+            let total = h + n;
+            let give = total.saturating_sub(keep);
+            self.held.clear();
+            self.held.extend_from_slice(&out[give..total]);
+            if give > 0 {
+                return Ok(give);
+            }
         }
-        let m = chunk.len().min(1 << 20);
-        let data = chunk[..m].to_vec();
-        self.inner.consume(m);
-        self.sha.update(&data);
-        self.bytes += m as u64;
-        self.lines += memchr::memchr_iter(b'\n', &data).count() as u64;
-        self.held.extend_from_slice(&data);
-        let keep = PART_END.len().min(self.held.len());
-        let give = self.held.len() - keep;
-        let body: Vec<u8> = self.held.drain(..give).collect();
-        self.pending = io::Cursor::new(body);
-        self.read(out)
     }
 }

@@ -118,7 +118,12 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Git(cli::GitCommand::Export { rev, path, output, parts }) => {
             let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
             let n = ops::export(&here, &rev, &path, &output, parts.part_size.unwrap_or_default())?;
-            eprintln!("wrote {rev}:{} to {}{}", path.display(), output.display(), if n > 0 { format!(" ({n} parts)") } else { String::new() });
+            eprintln!(
+                "wrote {rev}:{} to {}{}",
+                path.display(),
+                output.display(),
+                if n > 0 { format!(" ({n} parts)") } else { String::new() }
+            );
             Ok(0)
         }
         Command::Merge(a) => merge(a),
