@@ -370,14 +370,36 @@ impl Pipeline {
             .collect();
         gens.sort_unstable();
         let unpushed_from = self.state.resend_queue.first().copied().unwrap_or(u64::MAX);
-        let excess = gens.len().saturating_sub(self.cfg.keep.max(1));
-        for g in gens.into_iter().take(excess).filter(|g| *g < unpushed_from) {
-            for ext in ["wtxt", "wtxtdelta", "wtxt.age"] {
-                let _ = std::fs::remove_file(self.cfg.ring.join(ring_name(g, ext)));
-                let _ = std::fs::remove_dir_all(crate::wtxt::split::parts_dir(&self.cfg.ring.join(ring_name(g, ext))));
+        let newest = gens.last().copied();
+        // While pushes fail, the ring keeps deltas, not full copies: an
+        // unpushed generation with a delta from the one before is dropped
+        // to that delta (the commit holds it whole, and it can be rebuilt
+        // from the last full copy and the deltas after it).
+        let base = gens.iter().rev().find(|g| **g < unpushed_from).copied();
+        for &g in gens.iter().filter(|g| **g >= unpushed_from && Some(**g) != newest) {
+            if self.cfg.ring.join(ring_name(g, "wtxtdelta")).exists() && gens.first() != Some(&g) {
+                self.remove_ring(g, &["wtxt", "wtxt.age"]);
             }
         }
+        let excess = gens.len().saturating_sub(self.cfg.keep.max(1));
+        // Pushed ones beyond `keep` go, but the full copy deltas start from.
+        for g in gens
+            .into_iter()
+            .take(excess)
+            .filter(|g| *g < unpushed_from && (unpushed_from == u64::MAX || Some(*g) != base))
+        {
+            self.remove_ring(g, &["wtxt", "wtxtdelta", "wtxt.age"]);
+        }
         Ok(())
+    }
+
+    /// Removes generation `g`'s ring files of the given kinds (with parts).
+    fn remove_ring(&self, g: u64, exts: &[&str]) {
+        for ext in exts {
+            let f = self.cfg.ring.join(ring_name(g, ext));
+            let _ = std::fs::remove_file(&f);
+            let _ = std::fs::remove_dir_all(crate::wtxt::split::parts_dir(&f));
+        }
     }
 }
 

@@ -551,6 +551,55 @@ fn a_failing_push_is_logged_at_once_with_the_remotes_answer() {
     assert!(logged.contains("wtxt daemon: push to ssh://"), "stderr: {logged}");
 }
 
+/// Issue 11: while pushes fail, the ring keeps deltas against the last full
+/// copy, not a full copy per generation; each dropped one rebuilds exactly
+/// from the deltas, and once the remote is back everything arrives.
+#[test]
+fn an_unreachable_remote_fills_the_ring_with_deltas_not_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let repo = d.join("repo");
+    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
+    let remote = d.join("later.git");
+    let daemon =
+        Daemon::start_with(&repo, &d.join("s.sock"), &["--remote", remote.to_str().unwrap()], &[], Stdio::null());
+    for g in 1..=4 {
+        assert_eq!(daemon.ask(&format!("snapshot {} gen={g}", model(d, g).display())), format!("ok gen={g} queued"));
+        assert_eq!(daemon.ask("flush"), "ok");
+    }
+    assert_eq!(daemon.status()["resend_queue"], 4);
+    let ring = repo.join(".git/wtxt-ring");
+    let has = |f: &str| ring.join(f).exists();
+    assert!(has("gen-000001.wtxt") && has("gen-000004.wtxt"), "the first and the newest stay whole");
+    for g in 2..=3 {
+        assert!(!has(&format!("gen-00000{g}.wtxt")), "gen {g}: no full copy while unpushed");
+        assert!(has(&format!("gen-00000{g}.wtxtdelta")), "gen {g}: its delta");
+    }
+    // The dropped generations rebuild exactly from the deltas.
+    let mut prev = ring.join("gen-000001.wtxt");
+    for g in 2..=3 {
+        let out = d.join(format!("rebuilt{g}.wtxt"));
+        let o = crate::util::wtxt()
+            .args(["delta", "apply"])
+            .arg(&prev)
+            .arg(ring.join(format!("gen-00000{g}.wtxtdelta")))
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let committed = git_ok(&repo, &["show", &format!("HEAD~{}:snapshot.wtxt", 4 - g)]);
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), committed, "gen {g}");
+        prev = out;
+    }
+    git_ok(d, &["init", "-q", "--bare", "-b", "main", "later.git"]);
+    assert_eq!(daemon.ask("flush"), "ok");
+    let st = daemon.status();
+    assert_eq!(st["resend_queue"], 0, "{st}");
+    daemon.stop();
+    assert_eq!(git_ok(&remote, &["rev-list", "--count", "main"]).trim(), "4");
+}
+
 /// Nothing chains from what it did not verify: on restart the daemon checks
 /// the header of the ring's newest snapshot before continuing its chain.
 #[test]
