@@ -121,6 +121,16 @@ impl Daemon {
     }
 }
 
+/// A test that fails midway still stops its daemon.
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn model(dir: &Path, gen: u64) -> PathBuf {
     let p = dir.join(format!("state{gen}.npz"));
     let g = uniform(gen);
@@ -192,9 +202,9 @@ fn kill_9_mid_snapshot_then_restart() {
     assert_eq!(daemon.ask("flush"), "ok");
     assert_eq!(daemon.ask(&format!("snapshot {} gen=2", big.display())), "ok gen=2 queued");
     std::thread::sleep(Duration::from_millis(150));
-    let mut child = daemon.child;
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    let mut daemon = daemon;
+    daemon.child.kill().unwrap(); // SIGKILL
+    daemon.child.wait().unwrap();
     // No partial file under a final name; the repository is sound.
     let ring = repo.join(".git/wtxt-ring");
     for e in std::fs::read_dir(&ring).unwrap() {
@@ -290,9 +300,9 @@ fn sigterm_finishes_in_flight_work_and_armored_commits_decrypt_with_age() {
     );
     assert_eq!(daemon.ask(&format!("snapshot {} gen=7", model(d, 7).display())), "ok gen=7 queued");
     // SIGTERM right away: the queued snapshot is still written and committed.
-    let mut child = daemon.child;
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
+    let mut daemon = daemon;
+    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGTERM) };
+    let status = daemon.child.wait().unwrap();
     assert!(status.success(), "{status:?}");
     let msg = git_ok(&repo, &["log", "-1", "--format=%s"]);
     assert!(msg.starts_with("train step 000007 ("), "{msg}");
