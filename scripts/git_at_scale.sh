@@ -5,7 +5,9 @@
 # part size) and into another as single files (--part-size none). For each:
 # .git after `git gc` against raw + changed bytes, the largest blob,
 # `git diff HEAD~1 HEAD` (time, peak RSS of git and its drivers),
-# `wtxt log`, the pre-commit hook against `wtxt verify`.
+# `wtxt log`, the pre-commit hook against `wtxt verify`; then, on the split
+# snapshots, delta create/apply, a three-way merge, and the daemon pushing two
+# generations over ssh to a real sshd on 127.0.0.1 (stopped at the end).
 # Usage: BENCH_DIR=/tmp/bench-work scripts/git_at_scale.sh [GIB] [GENS]
 # (REUSE=1 measures the repositories a previous run made.)
 set -euo pipefail
@@ -93,3 +95,56 @@ done
 for form in split single; do
   measure_repo "$form"
 done
+
+# The rest of the commands at this size, on split snapshots.
+echo "== split snapshots at $gib GiB: delta, merge, and the daemon pushing over ssh"
+repo="$work/split"
+for g in 2 3 4; do
+  (cd "$repo" && "$bin" git export "HEAD~$((gens - 1 - g))" model.wtxt -o "$work/g$g.wtxt" 2> /dev/null)
+done
+measure "wtxt delta create (gen 3 -> gen 4)" "$bin" delta create "$work/g3.wtxt" "$work/g4.wtxt" -o "$work/d.wtxtdelta"
+echo "  delta: $(($(stat -c %s "$work/d.wtxtdelta") >> 20)) MiB"
+measure "wtxt delta apply" "$bin" delta apply "$work/g3.wtxt" "$work/d.wtxtdelta" -o "$work/rebuilt.wtxt"
+cmp "$work/rebuilt.wtxt" "$work/g4.wtxt" && diff -r "$work/rebuilt.wtxt.parts" "$work/g4.wtxt.parts" \
+  && echo "  rebuilt head and parts: byte-identical to gen 4"
+measure "wtxt merge (base gen 2, gen 3, gen 4; theirs)" "$bin" merge "$work/g2.wtxt" "$work/g3.wtxt" "$work/g4.wtxt" \
+  -o "$work/merged.wtxt" --strategy theirs
+measure "wtxt verify (merged)" "$bin" verify "$work/merged.wtxt"
+
+ssh_dir="$work/ssh"
+rm -rf "$ssh_dir" "$work/remote.git" "$work/daemon-repo" "$work/d.sock"
+mkdir -p "$ssh_dir" /run/sshd
+ssh-keygen -q -t ed25519 -N "" -f "$ssh_dir/host_key"
+ssh-keygen -q -t ed25519 -N "" -f "$ssh_dir/user_key"
+cp "$ssh_dir/user_key.pub" "$ssh_dir/authorized_keys"
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+printf '%s\n' "Port $port" "ListenAddress 127.0.0.1" "HostKey $ssh_dir/host_key" \
+  "AuthorizedKeysFile $ssh_dir/authorized_keys" "PidFile $ssh_dir/sshd.pid" "StrictModes no" "UsePAM no" \
+  "PasswordAuthentication no" "KbdInteractiveAuthentication no" "PermitRootLogin prohibit-password" \
+  > "$ssh_dir/sshd_config"
+/usr/sbin/sshd -D -e -f "$ssh_dir/sshd_config" 2> "$ssh_dir/sshd.log" &
+sshd_pid=$!
+git init -q --bare -b main "$work/remote.git"
+git init -q -b main "$work/daemon-repo"
+export GIT_SSH_COMMAND="ssh -i $ssh_dir/user_key -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR"
+"$bin" daemon --repo "$work/daemon-repo" --socket "$work/d.sock" --path-in-repo model.wtxt \
+  --remote "ssh://$(id -un)@127.0.0.1:$port$work/remote.git" 2> "$work/daemon.err" &
+daemon_pid=$!
+trap 'kill $daemon_pid $sshd_pid 2> /dev/null || true' EXIT
+while [ ! -S "$work/d.sock" ]; do sleep 0.1; done
+ask() {
+  python3 -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall((sys.argv[2] + "\n").encode())
+s.shutdown(socket.SHUT_WR); print(s.recv(65536).decode().strip())' "$work/d.sock" "$1"
+}
+start=$(date +%s.%N)
+for g in 0 1; do ask "snapshot $work/models/gen$g.npz gen=$((g + 1))" > /dev/null; done
+ask flush > /dev/null
+echo "  daemon: 2 generations snapshotted, committed and pushed over ssh in $(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')") s"
+echo "  status: $(ask status)"
+ask shutdown > /dev/null
+wait $daemon_pid || true
+kill $sshd_pid 2> /dev/null || true
+trap - EXIT
+largest=$(git -C "$work/remote.git" cat-file --batch-all-objects --batch-check='%(objecttype) %(objectsize)' | awk '$1 == "blob" && $2 > m { m = $2 } END { printf "%d\n", m }')
+echo "  remote: $(git -C "$work/remote.git" rev-list --count main) commits; largest blob $((largest >> 20)) MiB"
