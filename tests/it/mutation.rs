@@ -312,3 +312,65 @@ snapshot requested gen=2 ts=6 path=/tmp/x y.npz\n"
         let _ = wtxt::daemon::pipeline::Wal::parse_pending(&String::from_utf8_lossy(b));
     });
 }
+
+/// Split snapshots: a mutated head, or a mutated part under a sound head,
+/// through the joining reader (verify, load, recover's lenient read), the
+/// Git side's part scanner and chunk check, and splitting itself.
+#[test]
+fn split_readers_never_panic() {
+    use wtxt::wtxt::split;
+    let dir = tempfile::tempdir().unwrap();
+    let single = read("expected/defaults.wtxt");
+    let head_path = dir.path().join("h.wtxt");
+    let _ = std::fs::remove_file(&head_path);
+    // Split the golden vector into small parts with the library's own code.
+    struct Mem(Vec<Vec<u8>>);
+    impl split::PartSink for Mem {
+        type W = Vec<u8>;
+        fn open(&mut self, _ix: u64) -> wtxt::Result<Vec<u8>> {
+            Ok(Vec::new())
+        }
+        fn close(&mut self, w: Vec<u8>, _p: &split::PartLine) -> wtxt::Result<()> {
+            self.0.push(w);
+            Ok(())
+        }
+    }
+    let mut parts = Mem(Vec::new());
+    let head = split::split(&single[..], 48 << 10, &mut parts).unwrap();
+    assert!(parts.0.len() >= 2, "{} parts", parts.0.len());
+    let write_set = |h: &[u8], ps: &[Vec<u8>]| {
+        let pdir = split::parts_dir(&head_path);
+        let _ = std::fs::remove_dir_all(&pdir);
+        std::fs::create_dir_all(&pdir).unwrap();
+        for (i, p) in ps.iter().enumerate() {
+            std::fs::write(pdir.join(split::part_name(i as u64 + 1)), p).unwrap();
+        }
+        std::fs::write(&head_path, h).unwrap();
+    };
+    let read_set = || {
+        if let Ok(mut input) = wtxt::wtxt::input::WtxtIn::open_lenient(&head_path, None) {
+            let _ = wtxt::wtxt::verify::verify(input.text(), &Default::default(), None);
+            let _ = input.faults();
+        }
+        if let Ok(mut input) = wtxt::wtxt::input::WtxtIn::open(&head_path, None) {
+            let _ = wtxt::wtxt::load(input.text(), 1 << 20, &Default::default()).map_err(|e| input.blame(e));
+        }
+    };
+    never_panics("split head", &head, 300, |h| {
+        write_set(h, &parts.0);
+        read_set();
+    });
+    never_panics("split part", &parts.0[1], 300, |p| {
+        let mut ps = parts.0.clone();
+        ps[1] = p.to_vec();
+        write_set(&head, &ps);
+        read_set();
+        let _ = wtxt::git::parts::check_part(p, std::path::Path::new("p"));
+        let names = wtxt::git::diff::Names { old: std::path::Path::new("a"), new: std::path::Path::new("b") };
+        let _ = wtxt::git::parts::diff_parts(&parts.0[1], p, names);
+        let _ = wtxt::git::parts::textconv(p, std::path::Path::new("p"));
+    });
+    never_panics("split input", &single, 300, |b| {
+        let _ = split::split(b, 48 << 10, &mut Mem(Vec::new()));
+    });
+}
