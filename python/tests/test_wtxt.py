@@ -272,3 +272,28 @@ def test_torch_state_dicts_round_trip(tmp_path):
     assert back.keys() == sd.keys()
     for k in sd:
         assert back[k].dtype == sd[k].dtype and torch.equal(back[k], sd[k])
+
+
+class _DLPackOnly:
+    """A tensor from another library, seen only through DLPack (as a CPU torch tensor is)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, **kw):
+        return self._a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_dlpack_tensors_are_saved_and_published_without_torch(tmp_path):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    f = tmp_path / "d.wtxt"
+    wtxt.save_file({"layer.weight": _DLPackOnly(a)}, f)
+    assert (wtxt.load_file(f)["layer.weight"] == a).all()
+    repo, _ = _repos(tmp_path)
+    with wtxt.Snapshotter(repo) as snap:
+        snap.publish({"layer.weight": _DLPackOnly(a)})
+        assert snap.request_snapshot().result(timeout=60).gen == 0
+    assert (wtxt.load_file(repo / "model.wtxt")["layer.weight"] == a).all()
