@@ -580,3 +580,24 @@ fn split_snapshots_merge_through_export_and_wtxt_merge() {
     let d = String::from_utf8_lossy(&d.stdout);
     assert!(d.contains("rows 10") && !d.contains("rows 3000"), "theirs' row 10 came in, ours' row 3000 stayed: {d}");
 }
+
+/// A filter stores one blob per file: a model whose WTXT would exceed the
+/// part size is refused at `git add`, with the split workflow named, and
+/// nothing over the limit enters the repository.
+#[test]
+fn a_filtered_model_too_large_for_one_blob_is_refused_at_add() {
+    let r = Repo::new();
+    assert!(r.wtxt(&["git", "install", "--filter", "safetensors"]).status.success());
+    // 36 MiB of f32: its WTXT would be about 50 MiB, over 45 MiB.
+    let n = 36usize << 18;
+    let header = format!(r#"{{"w":{{"dtype":"F32","shape":[{n}],"data_offsets":[0,{}]}}}}"#, n * 4);
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header.as_bytes());
+    file.resize(file.len() + n * 4, 0);
+    std::fs::write(r.root.join("big.safetensors"), &file).unwrap();
+    let o = r.run(&["add", "big.safetensors"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "refused at git add");
+    assert!(err.contains("part size") && err.contains("wtxt snapshot big.safetensors"), "{err}");
+    assert!(r.run(&["cat-file", "-e", ":big.safetensors"], &[]).status.code() != Some(0), "nothing staged");
+}
