@@ -217,20 +217,27 @@ pub struct Names<'a> {
 }
 
 fn whole(x: &ArrayText, status: Status) -> ArrayDiff {
-    ArrayDiff {
-        name: x.arr.name.clone(),
-        status,
-        dtype: x.arr.dtype.to_string(),
-        shape: x.arr.shape.clone(),
-        old_dtype: None,
-        old_shape: None,
-        changed_chunks: Vec::new(),
-        changed_rows: Vec::new(),
-        rows_truncated: false,
-        changed_elements: 0,
-        max_abs: None,
-        max_rel: None,
-        l2: None,
+    ArrayDiff::new(&x.arr.name, status, x.arr.dtype, &x.arr.shape)
+}
+
+impl ArrayDiff {
+    /// An array's difference with no figures yet.
+    pub(crate) fn new(name: &str, status: Status, dtype: Dtype, shape: &[u64]) -> ArrayDiff {
+        ArrayDiff {
+            name: name.to_string(),
+            status,
+            dtype: dtype.to_string(),
+            shape: shape.to_vec(),
+            old_dtype: None,
+            old_shape: None,
+            changed_chunks: Vec::new(),
+            changed_rows: Vec::new(),
+            rows_truncated: false,
+            changed_elements: 0,
+            max_abs: None,
+            max_rel: None,
+            l2: None,
+        }
     }
 }
 

@@ -176,21 +176,7 @@ pub fn diff_parts(old: &[u8], new: &[u8], names: Names) -> Result<FileDiff> {
 }
 
 fn section_diff(s: &Section, status: Status) -> ArrayDiff {
-    ArrayDiff {
-        name: s.name.clone(),
-        status,
-        dtype: s.dtype.to_string(),
-        shape: s.shape.clone(),
-        old_dtype: None,
-        old_shape: None,
-        changed_chunks: Vec::new(),
-        changed_rows: Vec::new(),
-        rows_truncated: false,
-        changed_elements: 0,
-        max_abs: None,
-        max_rel: None,
-        l2: None,
-    }
+    ArrayDiff::new(&s.name, status, s.dtype, &s.shape)
 }
 
 /// Line-per-fact text of a head or a part for `textconv`: the head's

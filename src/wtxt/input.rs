@@ -68,23 +68,21 @@ impl<'a> WtxtIn<'a> {
     /// Names the file an error is about: the part (and its line) for a line
     /// that came from a part, else the head.
     pub fn blame(&self, e: Error) -> Error {
-        match &self.map {
-            Some(m) => {
-                let m = m.lock().expect("line map");
-                e.relocated(|n| m.locate(n)).in_file(&self.path)
-            }
-            None => e.in_file(&self.path),
-        }
+        self.relocate(e).in_file(&self.path)
     }
 
     /// As [`WtxtIn::blame`], for an error that may be about an output too.
     pub fn blame_input(&self, e: Error) -> Error {
+        self.relocate(e).in_input(&self.path)
+    }
+
+    fn relocate(&self, e: Error) -> Error {
         match &self.map {
             Some(m) => {
                 let m = m.lock().expect("line map");
-                e.relocated(|n| m.locate(n)).in_input(&self.path)
+                e.relocated(|n| m.locate(n))
             }
-            None => e.in_input(&self.path),
+            None => e,
         }
     }
 
