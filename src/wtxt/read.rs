@@ -241,6 +241,12 @@ pub fn read_header<R: Read>(lines: &mut LineReader<R>) -> Result<Header> {
         ),
         _ => e,
     })?;
+    if l.starts_with(b"WTXT part ix=") {
+        return Err(Error::input(
+            Position::Line(n),
+            "this is a part of a split snapshot: give its head (the file next to the `.parts` folder)",
+        ));
+    }
     if l != MAGIC.as_bytes() {
         // Not a WTXT at all: unusable input rather than a failed check.
         return Err(Error::input(

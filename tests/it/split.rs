@@ -71,6 +71,10 @@ fn split_or_not_is_one_identity_and_join_split_are_exact_inverses() {
     for (x, y) in parts(&again).iter().zip(&ps) {
         assert_eq!(std::fs::read(x).unwrap(), std::fs::read(y).unwrap());
     }
+    // A part given where a snapshot is expected says what to give instead.
+    let (code, err) = fails(a!("verify", &ps[0]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("give its head"), "{err}");
     // A snapshot that fits in one part is written exactly as before.
     let small = snapshot(d, "small", &model(1)[2..3], &[]);
     let plain = snapshot(d, "plain", &model(1)[2..3], &["--part-size", "none"]);
