@@ -86,8 +86,12 @@ fn scan(bytes: &[u8], file: &Path) -> Result<Vec<Section>> {
     loop {
         let start = lines.pos;
         let (n, l) = lines.next().ok_or_else(|| at(lines.n + 1, "file ends early: expected `endpart`".into()))?;
+        crate::wtxt::read::check_text_line(l).map_err(|m| at(n, m))?;
         if l == b"endpart" {
-            return Ok(out);
+            return match lines.next() {
+                None => Ok(out),
+                Some((m, _)) => Err(at(m, "text after `endpart`".into())),
+            };
         }
         if l.starts_with(b"cont ") {
             let mut f = Fields::new(l, "cont").map_err(|m| at(n, m))?;
@@ -221,41 +225,20 @@ pub fn textconv(bytes: &[u8], file: &Path) -> Result<String> {
 }
 
 /// Checks every chunk of a part (line rules, parity, base64, CRC32C,
-/// SHA-256), as the verifier checks a single file's chunks. Lines are
-/// slices of `bytes`, never copied.
+/// SHA-256), as the verifier checks a single file's chunks: the part is
+/// read as `diff_parts` reads it, then each chunk decoded from its lines in
+/// place (never copied).
 pub fn check_part(bytes: &[u8], file: &Path) -> Result<()> {
-    let at = |n: u64, m: String| check_at(n, m).in_file(file);
-    let mut lines = Lines { bytes, pos: 0, n: 0 };
-    let (_, first) = lines.next().ok_or_else(|| at(1, "empty part".into()))?;
-    if !first.starts_with(b"WTXT part ix=") {
-        return Err(at(1, "expected `WTXT part ix=...`: not a part".into()));
-    }
-    loop {
-        let (n, l) = lines.next().ok_or_else(|| at(lines.n + 1, "file ends early: expected `endpart`".into()))?;
-        crate::wtxt::read::check_text_line(l).map_err(|m| at(n, m))?;
-        if l == b"endpart" {
-            return match lines.next() {
-                None => Ok(()),
-                Some((m, _)) => Err(at(m, "text after `endpart`".into())),
-            };
-        }
-        if l.starts_with(b"ch ") {
-            let ch = crate::wtxt::syntax::ChLine::parse(l).map_err(|m| at(n, m))?;
-            let body = (&mut lines).take(ch.lines as usize).map(|(_, b)| b);
-            if let Err(f) = crate::wtxt::chunk::decode(&ch, body) {
-                let line = n + 1 + f.line().unwrap_or(0);
-                return Err(at(line, format!("chunk {}: {f}", ch.ix)));
+    for sec in scan(bytes, file)? {
+        for (ch, n, r) in &sec.chunks {
+            // The chunk's text runs from its `ch` line to `endch`: the lines between.
+            let body = Lines { bytes: &bytes[r.clone()], pos: 0, n: 0 }.skip(1).take(ch.lines as usize).map(|(_, b)| b);
+            if let Err(f) = crate::wtxt::chunk::decode(ch, body) {
+                return Err(check_at(n + 1 + f.line().unwrap_or(0), format!("chunk {}: {f}", ch.ix)).in_file(file));
             }
-            match lines.next() {
-                Some((_, b"endch")) => {}
-                other => return Err(at(other.map_or(lines.n + 1, |(m, _)| m), "expected `endch`".into())),
-            }
-        } else if l.starts_with(b"arr ") {
-            ArrLine::parse(l).map_err(|m| at(n, m))?;
-        } else if !(l.starts_with(b"cont ") || l.starts_with(b"idx ") || l == b"endarr") {
-            return Err(at(n, "expected a `cont`, `arr`, `idx`, `ch`, `endarr` or `endpart` line".into()));
         }
     }
+    Ok(())
 }
 
 /// The lines of a byte slice, numbered from 1, without their LF.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::crypto::armor::{open_maybe_sealed, Unseal};
 use crate::error::{Error, Result};
 use crate::wtxt::split::{self, parts_dir, Joined, PartFiles};
-use crate::wtxt::verify::Report;
+use crate::wtxt::verify::{Problem, ProblemKind, Report};
 
 /// A WTXT input: a single file, or a split snapshot's head joined with its
 /// parts and read as the single file it stands for.
@@ -107,7 +107,7 @@ impl<'a> WtxtIn<'a> {
         let faults = self.faults();
         if !faults.is_empty() {
             report.ok = false;
-            let mut first: Vec<_> = faults.into_iter().map(crate::wtxt::verify::Problem::from_part_fault).collect();
+            let mut first: Vec<_> = faults.into_iter().map(|e| Problem::from_error(ProblemKind::Part, e)).collect();
             first.append(&mut report.errors);
             report.errors = first;
         }

@@ -550,7 +550,6 @@ pub struct LineMap {
     /// (first joined line, body lines, part file, its line of the first body line)
     parts: Vec<(u64, u64, PathBuf, u64)>,
     head_lines_before_tail: u64,
-    all_opened: bool,
     total_parts: usize,
 }
 
@@ -567,7 +566,7 @@ impl LineMap {
             }
         }
         let after = self.parts.last().map_or(self.prefix_lines + 1, |(s, c, _, _)| s + c);
-        if self.all_opened && n >= after {
+        if self.parts.len() == self.total_parts && n >= after {
             // The head's tail: its lines follow the part lines.
             return Some((None, self.head_lines_before_tail + (n - after) + 1));
         }
@@ -670,7 +669,6 @@ impl<'a> Joined<'a> {
         let body_lines = p.lines.saturating_sub(2 + cont as u64);
         let mut m = self.map.lock().expect("map");
         m.parts.push((self.joined_lines + 1, body_lines, name, 2 + cont as u64));
-        m.all_opened = m.parts.len() == m.total_parts;
         self.joined_lines += body_lines;
         Ok(Some(pr))
     }

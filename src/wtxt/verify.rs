@@ -236,11 +236,6 @@ impl Problem {
         }
     }
 
-    /// A part of a split snapshot that is missing or does not match its head.
-    pub fn from_part_fault(e: crate::Error) -> Problem {
-        Problem::from_error(ProblemKind::Part, e)
-    }
-
     /// A failed check as a problem of `kind`, keeping its file and line.
     pub fn from_error(kind: ProblemKind, e: crate::Error) -> Problem {
         let line = match e.position() {
