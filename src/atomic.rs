@@ -30,6 +30,8 @@ enum Stage {
     Rename(NamedTempFile),
     /// Copied into a device, FIFO or socket on commit.
     Copy(File),
+    /// Written, on disk and closed, waiting under its temporary name.
+    Parked(tempfile::TempPath),
 }
 
 /// A file being written; dropped without `commit`, it is removed.
@@ -89,6 +91,7 @@ impl AtomicFile {
         match self.stage.as_mut().expect("not committed") {
             Stage::Rename(t) => t.as_file_mut(),
             Stage::Copy(f) => f,
+            Stage::Parked(_) => panic!("a parked file is not written to"),
         }
     }
 
@@ -97,6 +100,26 @@ impl AtomicFile {
         match self.stage.as_ref().expect("not committed") {
             Stage::Rename(t) => t.as_file(),
             Stage::Copy(f) => f,
+            Stage::Parked(_) => panic!("a parked file is not written to"),
+        }
+    }
+
+    /// Closes the file, which waits under its temporary name for
+    /// [`AtomicFile::commit`] (which puts it on disk then). Many outputs
+    /// that must appear together (a split snapshot's parts) can wait so
+    /// without holding a descriptor each. A device destination stays open.
+    pub fn park(&mut self) {
+        match self.stage.take() {
+            Some(Stage::Rename(tmp)) => self.stage = Some(Stage::Parked(tmp.into_temp_path())),
+            other => self.stage = other,
+        }
+    }
+
+    /// Where a parked file waits (to write more into it).
+    pub fn parked_path(&self) -> Option<&Path> {
+        match &self.stage {
+            Some(Stage::Parked(t)) => Some(t),
+            _ => None,
         }
     }
 
@@ -123,9 +146,19 @@ impl AtomicFile {
             }
             Stage::Rename(tmp) => {
                 let tmp_path = tmp.path().to_path_buf();
-                let r = persist(tmp, &dest, self.mode);
+                let r = seal(tmp.as_file(), tmp.path(), &dest, self.mode)
+                    .and_then(|()| tmp.persist(&dest).map(drop).map_err(|e| Error::io(&dest, e.error)));
                 live().retain(|p| *p != tmp_path);
-                r
+                r.map(|()| sync_parent(&dest))
+            }
+            Stage::Parked(tmp) => {
+                let tmp_path = tmp.to_path_buf();
+                let r = File::open(&tmp)
+                    .map_err(|e| Error::io(&dest, e))
+                    .and_then(|f| seal(&f, &tmp, &dest, self.mode))
+                    .and_then(|()| tmp.persist(&dest).map_err(|e| Error::io(&dest, e.error)));
+                live().retain(|p| *p != tmp_path);
+                r.map(|()| sync_parent(&dest))
             }
         }
     }
@@ -133,28 +166,33 @@ impl AtomicFile {
 
 impl Drop for AtomicFile {
     fn drop(&mut self) {
-        if let Some(Stage::Rename(t)) = &self.stage {
-            let p = t.path().to_path_buf();
-            live().retain(|x| *x != p);
-        }
+        let p = match &self.stage {
+            Some(Stage::Rename(t)) => t.path().to_path_buf(),
+            Some(Stage::Parked(t)) => t.to_path_buf(),
+            _ => return,
+        };
+        live().retain(|x| *x != p);
     }
 }
 
-fn persist(tmp: NamedTempFile, dest: &Path, mode: u32) -> Result<()> {
+/// Gives the temporary file its final mode and puts it on disk.
+fn seal(file: &File, tmp: &Path, dest: &Path, mode: u32) -> Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(mode)).map_err(|e| Error::io(dest, e))?;
+        std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(mode)).map_err(|e| Error::io(dest, e))?;
     }
-    tmp.as_file().sync_all().map_err(|e| Error::io(dest, e))?;
-    tmp.persist(dest).map_err(|e| Error::io(dest, e.error))?;
+    file.sync_all().map_err(|e| Error::io(dest, e))
+}
+
+/// Makes a rename into `dest`'s folder durable; a failure here is not
+/// worth failing the write.
+fn sync_parent(dest: &Path) {
     if let Some(dir) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-        // Make the rename itself durable; a failure here is not worth failing the write.
         if let Ok(d) = File::open(dir) {
             let _ = d.sync_all();
         }
     }
-    Ok(())
 }
 
 /// Removes the temporary files of unfinished outputs when SIGINT or SIGTERM
@@ -184,6 +222,12 @@ pub fn remove_temp_files_on_signals() {
             }
         });
     }
+}
+
+/// True when `dest` exists and is not a regular file or folder (a device,
+/// FIFO or socket: written through, never replaced).
+pub fn is_device(dest: &Path) -> bool {
+    std::fs::metadata(dest).is_ok_and(|m| !m.is_file() && !m.is_dir())
 }
 
 /// Opens an input for reading, naming `path` in any error. Never blocks:
@@ -219,17 +263,17 @@ pub fn write_file(dest: &Path, bytes: &[u8], mode: u32) -> Result<()> {
 /// A file writer that starts the kernel's writeback of each 32 MiB it writes,
 /// so the final fsync of a large output finds most of it on disk already
 /// instead of flushing everything at the end.
-pub struct Writeback<'a> {
-    file: &'a mut File,
+pub struct Writeback<F> {
+    file: F,
     pos: u64,
     kicked: u64,
 }
 
-impl<'a> Writeback<'a> {
+impl<F: std::os::fd::AsFd> Writeback<F> {
     const STEP: u64 = 32 << 20;
 
-    /// Wraps a file positioned at its start.
-    pub fn new(file: &'a mut File) -> Writeback<'a> {
+    /// Wraps a file (`File` or `&mut File`) positioned at its start.
+    pub fn new(file: F) -> Writeback<F> {
         Writeback { file, pos: 0, kicked: 0 }
     }
 
@@ -242,7 +286,7 @@ impl<'a> Writeback<'a> {
                 // schedules writeback (SYNC_FILE_RANGE_WRITE) and never blocks on I/O completion.
                 unsafe {
                     libc::sync_file_range(
-                        self.file.as_raw_fd(),
+                        self.file.as_fd().as_raw_fd(),
                         self.kicked as libc::off64_t,
                         (self.pos - self.kicked) as libc::off64_t,
                         libc::SYNC_FILE_RANGE_WRITE,
@@ -254,7 +298,7 @@ impl<'a> Writeback<'a> {
     }
 }
 
-impl std::io::Write for Writeback<'_> {
+impl<F: std::os::fd::AsFd + std::io::Write> std::io::Write for Writeback<F> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.file.write(buf)?;
         self.pos += n as u64;
@@ -267,7 +311,7 @@ impl std::io::Write for Writeback<'_> {
     }
 }
 
-impl std::io::Seek for Writeback<'_> {
+impl<F: std::os::fd::AsFd + std::io::Seek> std::io::Seek for Writeback<F> {
     fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
         self.pos = self.file.seek(to)?;
         // Writeback resumes from wherever sequential writing continues.

@@ -1,6 +1,6 @@
 //! Generations: `wtxt finalize` (WTXT-S + WSUM) and `wtxt delta create|apply`.
 
-use crate::atomic::{write_file, AtomicFile, Writeback};
+use crate::atomic::{write_file, AtomicFile};
 use crate::crypto::armor::Unseal;
 use crate::crypto::digest::Hash;
 use crate::crypto::mac::HmacKey;
@@ -81,14 +81,10 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
         let skip = header.signed_bytes.len() as u64;
         std::io::copy(&mut (&mut src).take(skip), &mut std::io::sink())
             .map_err(|e| input.blame(Error::read_failed(e)))?;
-        let mut af = AtomicFile::create(out)?;
-        {
-            let mut w = std::io::BufWriter::with_capacity(1 << 20, af.file());
-            w.write_all(text.as_bytes()).map_err(|e| Error::io(out, e))?;
-            std::io::copy(&mut src, &mut w).map_err(|e| Error::io(out, e))?;
-            w.flush().map_err(|e| Error::io(out, e))?;
-        }
-        store(af, o.part_size)?;
+        let mut w = SnapshotOut::create(out, o.part_size)?;
+        w.write_all(text.as_bytes()).map_err(Error::write_failed)?;
+        copy_text(&mut src, &mut w).map_err(|e| e.either(|e| input.blame(e), |e| e.in_file(out)))?;
+        w.finish()?;
     }
     write_file(wsum_out, wsum.to_file().as_bytes(), 0o644)?;
     Ok(wsum)
@@ -151,7 +147,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
             ));
         }
         let mut b = WtxtIn::open(base, o.unseal.as_ref())?;
-        let mut f = AtomicFile::create(out)?;
+        let mut f = SnapshotOut::create(out, o.part_size)?;
         let vopts = VerifyOptions {
             hmac_key: o.hmac_key.as_ref(),
             trusted: o.trusted.as_ref(),
@@ -164,13 +160,10 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
         let (pw, pr) = crate::pipe::pipe();
         let (merged, report) = std::thread::scope(|s| {
             let checker = s.spawn(|| verify(pr, &vopts, None));
-            let mut tee = crate::pipe::Tee(std::io::BufWriter::with_capacity(1 << 20, Writeback::new(f.file())), pw);
+            let mut tee = crate::pipe::Tee(&mut f, pw);
             let merged = crate::wtxt::delta::apply_extended(b.text(), &parsed, &mut tee)
-                .map_err(|e| b.blame_input(e).in_file(out))
-                .and_then(|()| tee.0.flush().map_err(|e| Error::io(out, e)));
-            let crate::pipe::Tee(w, pw) = tee;
-            drop(w);
-            pw.close();
+                .map_err(|e| b.blame_input(e).in_file(out));
+            tee.1.close();
             (merged, checker.join().expect("verifier thread"))
         });
         merged?;
@@ -192,7 +185,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
             )
             .in_file(delta));
         }
-        store(f, o.part_size)?;
+        f.finish()?;
         return Ok(report);
     }
     apply_minimal(base, delta, &parsed, out, o)

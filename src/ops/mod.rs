@@ -19,7 +19,7 @@ pub use recover::*;
 pub use secrets::*;
 pub use snapshot::*;
 
-use crate::atomic::{write_file, AtomicFile, Writeback};
+use crate::atomic::write_file;
 use crate::crypto::armor::{open_maybe_sealed, Unseal};
 use crate::crypto::digest::Hash;
 use crate::error::{check_at, Error, Result};
@@ -29,9 +29,9 @@ use crate::wtxt::input::WtxtIn;
 use crate::wtxt::read::{read_head, Header, LineReader};
 use crate::wtxt::syntax::Root;
 use crate::wtxt::verify::{check_header, verify, InputTrust};
-use crate::wtxt::write::{write_snapshot, WriteOptions, Written};
+use crate::wtxt::write::{text_shape, write_snapshot, WriteOptions, Written};
 use std::fs::File;
-use std::io::{BufReader, Read, Write};
+use std::io::{BufReader, Read};
 use std::path::Path;
 
 fn open(path: &Path) -> Result<(File, u64)> {
@@ -102,18 +102,29 @@ pub fn write_wtxt(
     wsum: Option<&Path>,
     progress: &Progress,
 ) -> Result<Written> {
-    let mut f = AtomicFile::create(out)?;
-    let written = {
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, Writeback::new(f.file()));
-        let r = write_snapshot(arrays, opts, &mut w, progress).map_err(|e| e.in_file(out))?;
-        w.flush().map_err(|e| Error::io(out, e))?;
-        r
+    // The cut points follow from sizes alone: a split snapshot is written
+    // straight into its parts, in one pass like a single file.
+    let spans = match opts.part_size.limit() {
+        Some(limit) if !crate::atomic::is_device(out) => {
+            crate::wtxt::split::place_parts(&text_shape(arrays, opts)?, limit).map_err(|e| e.in_file(out))?
+        }
+        _ => None,
+    };
+    let written = if let Some(spans) = spans {
+        let mut w = PartedOut::create(out, spans)?;
+        let written = write_snapshot(arrays, opts, &mut w, progress).map_err(|e| e.in_file(out))?;
+        w.finish()?;
+        written
+    } else {
+        let mut w = SnapshotOut::create(out, crate::wtxt::split::PartSize::Whole)?;
+        let written = write_snapshot(arrays, opts, &mut w, progress).map_err(|e| e.in_file(out))?;
+        w.finish()?;
+        written
     };
     let wsum_text = match (&written.wsum, wsum) {
         (Some(w), Some(_)) => Some(w.to_file()),
         _ => None,
     };
-    store(f, opts.part_size)?;
     if let (Some(text), Some(p)) = (wsum_text, wsum) {
         write_file(p, text.as_bytes(), 0o644)?;
     }

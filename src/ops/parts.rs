@@ -3,44 +3,322 @@
 #![forbid(unsafe_code)]
 
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use crate::atomic::AtomicFile;
+use crate::atomic::{AtomicFile, Writeback};
 use crate::error::{Error, Result};
 use crate::wtxt::split::{self, part_ix, part_name, parts_dir, PartLine, PartSink, PartSize};
 
-/// Puts a written single-file text in place: at `af`'s destination as it
-/// is when it fits in `size`, else split, the head there and the parts in
-/// the folder next to it. Returns the number of parts (0: one file).
-pub fn store(mut af: AtomicFile, size: PartSize) -> Result<usize> {
-    let out = af.dest().to_path_buf();
-    let len = af.file().metadata().map_err(|e| Error::io(&out, e))?.len();
-    let dir = parts_dir(&out);
-    match size.limit() {
-        Some(limit) if len > limit && !af.is_device() => {
-            let mut text = af.file().try_clone().map_err(|e| Error::io(&out, e))?;
-            text.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&out, e))?;
-            std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-            let mut sink = PartDir { dir: dir.clone(), old: old_parts(&out) };
-            let head = split::split(BufReader::with_capacity(1 << 20, text), limit, &mut sink)
-                .map_err(|e| e.in_files(&out, &dir))?;
-            let count = head.split(|&b| b == b'\n').filter(|l| l.starts_with(b"part ")).count();
-            let mut h = AtomicFile::create(&out)?;
-            h.file().write_all(&head).map_err(|e| Error::io(&out, e))?;
-            h.commit()?;
-            drop(af);
-            remove_stale_parts(&dir, count as u64)?;
-            Ok(count)
-        }
-        _ => {
+/// A snapshot's text on its way to `out`: one file while it fits the part
+/// size; once it outgrows it, cut into parts as it streams, on a thread of
+/// its own that also hashes them. A split snapshot so costs one pass, like
+/// a single file. Nothing appears under a final name before
+/// [`SnapshotOut::finish`]: the parts wait under temporary names, then
+/// they are renamed into place and the head last; parts that already hold
+/// the same bytes are left untouched (Git does not read them again).
+pub struct SnapshotOut {
+    out: PathBuf,
+    limit: Option<u64>,
+    /// The single form: the whole text until it passes `limit`.
+    single: Option<(AtomicFile, std::io::BufWriter<Writeback<File>>)>,
+    written: u64,
+    split: Option<Splitting>,
+}
+
+struct Splitting {
+    pipe: crate::pipe::PipeWriter,
+    cutter: std::thread::JoinHandle<Result<(Vec<u8>, PartDir)>>,
+}
+
+impl SnapshotOut {
+    /// Starts writing the snapshot at `out`, split by `size`.
+    pub fn create(out: &Path, size: PartSize) -> Result<SnapshotOut> {
+        let mut af = AtomicFile::create(out)?;
+        // A device or FIFO takes the single form: it has no folder of parts.
+        let limit = if af.is_device() { None } else { size.limit() };
+        let file = af.file().try_clone().map_err(|e| Error::io(out, e))?;
+        let w = std::io::BufWriter::with_capacity(1 << 20, Writeback::new(file));
+        Ok(SnapshotOut { out: out.to_path_buf(), limit, single: Some((af, w)), written: 0, split: None })
+    }
+
+    /// The text outgrew the part size: from here on it is cut into parts,
+    /// starting with what the single file already holds.
+    fn start_split(&mut self, limit: u64) -> Result<()> {
+        let out = self.out.clone();
+        let dir = parts_dir(&out);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let mut sink = PartDir { dir, old: old_parts(&out), parked: Vec::new() };
+        let (mut pipe, text) = crate::pipe::pipe();
+        let cutter = std::thread::Builder::new()
+            .name("wtxt-split".into())
+            .spawn(move || {
+                let head = split::split(text, limit, &mut sink)?;
+                Ok((head, sink))
+            })
+            .map_err(|e| Error::io_in("starting the part writer", e))?;
+        let (af, mut w) = self.single.take().expect("single until split");
+        w.flush().map_err(|e| Error::io(&out, e))?;
+        drop(w);
+        let mut start = af.file_ref().try_clone().map_err(|e| Error::io(&out, e))?;
+        start.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&out, e))?;
+        std::io::copy(&mut (&mut start).take(self.written), &mut pipe).map_err(|e| Error::io(&out, e))?;
+        drop(af); // the single form is not wanted: its temporary file goes
+        self.split = Some(Splitting { pipe, cutter });
+        Ok(())
+    }
+
+    /// Puts the snapshot in place. Returns the number of parts (0: one file).
+    pub fn finish(mut self) -> Result<usize> {
+        let out = self.out.clone();
+        let dir = parts_dir(&out);
+        let Some(Splitting { pipe, cutter }) = self.split.take() else {
+            let (af, mut w) = self.single.take().expect("single until split");
+            w.flush().map_err(|e| Error::io(&out, e))?;
+            drop(w);
             af.commit()?;
             if dir.is_dir() {
                 remove_stale_parts(&dir, 0)?;
                 let _ = std::fs::remove_dir(&dir);
             }
-            Ok(0)
+            return Ok(0);
+        };
+        pipe.close();
+        let (head, sink) = cutter
+            .join()
+            .map_err(|_| Error::io_in("the part writer", std::io::Error::other("stopped unexpectedly")))?
+            .map_err(|e| e.in_files(&out, &dir))?;
+        let count = head.split(|&b| b == b'\n').filter(|l| l.starts_with(b"part ")).count();
+        for part in sink.parked {
+            part.commit()?;
         }
+        let mut h = AtomicFile::create(&out)?;
+        h.file().write_all(&head).map_err(|e| Error::io(&out, e))?;
+        h.commit()?;
+        remove_stale_parts(&dir, count as u64)?;
+        Ok(count)
+    }
+
+    fn put(&mut self, b: &[u8]) -> Result<()> {
+        if self.split.is_none() {
+            if let Some(limit) = self.limit.filter(|&l| self.written + b.len() as u64 > l) {
+                self.start_split(limit)?;
+            }
+        }
+        match (&mut self.split, &mut self.single) {
+            (Some(s), _) => s.pipe.write_all(b).map_err(Error::write_failed)?,
+            (None, Some((_, w))) => w.write_all(b).map_err(|e| Error::io(&self.out, e))?,
+            (None, None) => unreachable!("single until split"),
+        }
+        self.written += b.len() as u64;
+        Ok(())
+    }
+}
+
+/// A split snapshot written in place by [`crate::wtxt::write::write_snapshot`],
+/// whose cut points are known before it starts (they follow from sizes
+/// alone, [`split::place_parts`]): each write, the writer's patches too,
+/// lands straight in the part file that holds that offset of the single
+/// text, and the head's lines stay in memory. One pass over the weights;
+/// the parts are hashed at the end, in parallel.
+pub struct PartedOut {
+    out: PathBuf,
+    dir: PathBuf,
+    spans: Vec<split::PartSpan>,
+    /// Each part's file, parked (closed) until `finish`.
+    files: Vec<AtomicFile>,
+    /// Bytes before the part's share of the text (its opening lines).
+    opening: Vec<u64>,
+    /// The part file written last, kept open.
+    open: Option<(usize, File)>,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    pos: u64,
+}
+
+impl PartedOut {
+    /// Starts the parts `spans` of the snapshot at `out`.
+    pub fn create(out: &Path, spans: Vec<split::PartSpan>) -> Result<PartedOut> {
+        use std::os::unix::fs::FileExt;
+        let dir = parts_dir(out);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let mut files = Vec::with_capacity(spans.len());
+        let mut opening = Vec::with_capacity(spans.len());
+        for s in &spans {
+            let path = dir.join(part_name(s.ix));
+            let mut af = AtomicFile::create(&path)?;
+            let first = s.opening();
+            let f = af.file();
+            f.write_all(&first).map_err(|e| Error::io(&path, e))?;
+            f.write_all_at(split::PartSpan::closing(), first.len() as u64 + s.end - s.start)
+                .map_err(|e| Error::io(&path, e))?;
+            af.park();
+            files.push(af);
+            opening.push(first.len() as u64);
+        }
+        Ok(PartedOut {
+            out: out.to_path_buf(),
+            dir,
+            spans,
+            files,
+            opening,
+            open: None,
+            head: Vec::new(),
+            tail: Vec::new(),
+            pos: 0,
+        })
+    }
+
+    fn put(&mut self, mut b: &[u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let (body_start, body_end) = (self.spans[0].start, self.spans[self.spans.len() - 1].end);
+        while !b.is_empty() {
+            let n = if self.pos < body_start || self.pos >= body_end {
+                let (buf, at, room) = if self.pos < body_start {
+                    (&mut self.head, self.pos, body_start - self.pos)
+                } else {
+                    (&mut self.tail, self.pos - body_end, u64::MAX)
+                };
+                let n = (b.len() as u64).min(room) as usize;
+                let at = at as usize;
+                if buf.len() < at + n {
+                    buf.resize(at + n, 0);
+                }
+                buf[at..at + n].copy_from_slice(&b[..n]);
+                n
+            } else {
+                let k = self.spans.partition_point(|s| s.end <= self.pos);
+                let span = &self.spans[k];
+                let n = (b.len() as u64).min(span.end - self.pos) as usize;
+                let path = self.files[k].parked_path().expect("parked").to_path_buf();
+                if self.open.as_ref().is_none_or(|(i, _)| *i != k) {
+                    let f = std::fs::OpenOptions::new().write(true).open(&path).map_err(|e| Error::io(&path, e))?;
+                    self.open = Some((k, f));
+                }
+                let (_, f) = self.open.as_ref().expect("just opened");
+                f.write_all_at(&b[..n], self.opening[k] + self.pos - span.start).map_err(|e| Error::io(&path, e))?;
+                n
+            };
+            self.pos += n as u64;
+            b = &b[n..];
+        }
+        Ok(())
+    }
+
+    /// Hashes the parts, then puts them in place (a part whose file already
+    /// holds the same bytes is left alone) and the head last. Returns the
+    /// number of parts.
+    pub fn finish(mut self) -> Result<usize> {
+        self.open = None;
+        let paths: Vec<PathBuf> = self.files.iter().map(|f| f.parked_path().expect("parked").to_path_buf()).collect();
+        let lines = hash_parts(&paths)?;
+        let old = old_parts(&self.out);
+        let count = lines.len();
+        let mut head = std::mem::take(&mut self.head);
+        for (part, af) in lines.iter().zip(self.files.drain(..)) {
+            let path = self.dir.join(part_name(part.ix));
+            let listed =
+                old.get(part.ix as usize - 1).is_some_and(|o| (o.bytes, o.sha256) == (part.bytes, part.sha256));
+            if !(listed && same_file(&path, part)) {
+                af.commit()?;
+            }
+            head.extend_from_slice(part.to_line().as_bytes());
+            head.push(b'\n');
+        }
+        head.extend_from_slice(&self.tail);
+        let mut h = AtomicFile::create(&self.out)?;
+        h.file().write_all(&head).map_err(|e| Error::io(&self.out, e))?;
+        h.commit()?;
+        remove_stale_parts(&self.dir, count as u64)?;
+        Ok(count)
+    }
+}
+
+/// Each part file's `part` line (size, lines, SHA-256), read back on every core.
+fn hash_parts(paths: &[PathBuf]) -> Result<Vec<PartLine>> {
+    use sha2::{Digest, Sha256};
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let found: Vec<std::sync::Mutex<Option<Result<PartLine>>>> = paths.iter().map(|_| Default::default()).collect();
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(paths.len()).max(1);
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| {
+                let mut buf = vec![0u8; 1 << 20];
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(path) = paths.get(i) else { return };
+                    let got = (|| {
+                        let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
+                        let (mut sha, mut bytes, mut lines) = (Sha256::new(), 0u64, 0u64);
+                        loop {
+                            let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
+                            if n == 0 {
+                                break;
+                            }
+                            sha.update(&buf[..n]);
+                            bytes += n as u64;
+                            lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+                        }
+                        Ok(PartLine { ix: i as u64 + 1, bytes, lines, sha256: sha.finalize().into() })
+                    })();
+                    *found[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(got);
+                }
+            });
+        }
+    });
+    found.into_iter().map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()).expect("every part hashed")).collect()
+}
+
+impl Write for PartedOut {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.put(b).map_err(std::io::Error::other)?;
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Seek for PartedOut {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        self.pos = match to {
+            SeekFrom::Start(p) => p,
+            _ => return Err(std::io::Error::other("a split snapshot is written by absolute offsets")),
+        };
+        Ok(self.pos)
+    }
+}
+
+impl Seek for SnapshotOut {
+    /// Only the single form seeks (it is never split when it does): a
+    /// writer that patches its text writes splits through [`PartedOut`].
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        match (&mut self.single, self.limit) {
+            (Some((_, w)), None) => w.seek(to),
+            _ => Err(std::io::Error::other("a snapshot being split is written in order")),
+        }
+    }
+}
+
+impl Drop for SnapshotOut {
+    /// Unfinished: the part writer stops and its parts' temporary files go.
+    fn drop(&mut self) {
+        if let Some(Splitting { pipe, cutter }) = self.split.take() {
+            drop(pipe);
+            let _ = cutter.join();
+        }
+    }
+}
+
+impl Write for SnapshotOut {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.put(b).map_err(std::io::Error::other)?;
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -65,6 +343,8 @@ struct PartDir {
     /// The part table of the head being replaced: only a part it lists with
     /// the same hash can be unchanged, so only those files are read again.
     old: Vec<PartLine>,
+    /// Parts written, waiting to be renamed into place.
+    parked: Vec<AtomicFile>,
 }
 
 /// The part table of the head at `out`, if it is one.
@@ -108,7 +388,10 @@ impl PartSink for PartDir {
         if listed && same_file(&path, part) {
             return Ok(()); // dropping the AtomicFile removes the copy
         }
-        p.af.commit()
+        drop(p.w);
+        p.af.park();
+        self.parked.push(p.af);
+        Ok(())
     }
 }
 
@@ -138,16 +421,9 @@ fn same_file(path: &Path, part: &PartLine) -> bool {
 /// same files. Each part is checked against its head on the way.
 pub fn restore(input: &Path, out: &Path, size: PartSize) -> Result<usize> {
     let mut src = crate::wtxt::input::WtxtIn::open(input, None)?;
-    let mut af = AtomicFile::create(out)?;
-    {
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, af.file());
-        std::io::copy(&mut src.text(), &mut w).map_err(|e| match e.kind() {
-            std::io::ErrorKind::Other => src.blame(Error::read_failed(e)),
-            _ => Error::io(out, e),
-        })?;
-        w.flush().map_err(|e| Error::io(out, e))?;
-    }
-    store(af, size)
+    let mut w = SnapshotOut::create(out, size)?;
+    copy_text(&mut src.text(), &mut w).map_err(|e| e.either(|e| src.blame(e), |e| e.in_file(out)))?;
+    w.finish()
 }
 
 /// Copies a stored snapshot (one file, or a head and its parts, plain or
@@ -195,23 +471,47 @@ pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) ->
         (tree.id(), repo.find_blob(entry.id()).map_err(git)?.content().to_vec())
     };
     let shown = PathBuf::from(format!("{rev}:{}", path.display()));
-    let mut af = AtomicFile::create(out)?;
-    {
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, af.file());
-        let copy = |r: &mut dyn Read, w: &mut dyn Write| {
-            std::io::copy(r, w).map_err(|e| match e.kind() {
-                std::io::ErrorKind::Other => Error::read_failed(e).in_file(&shown),
-                _ => Error::io(out, e),
-            })
-        };
-        match split::open(Box::new(std::io::Cursor::new(bytes))).map_err(|e| e.in_file(&shown))? {
-            split::Opened::Single(mut r) => copy(&mut r, &mut w)?,
-            split::Opened::Split(head) => {
-                let parts = crate::git::parts::TreeParts { repo, tree: tree_id, dir: parts_dir(path) };
-                copy(&mut split::Joined::new(head, Box::new(parts), None), &mut w)?
-            }
-        };
-        w.flush().map_err(|e| Error::io(out, e))?;
+    let mut w = SnapshotOut::create(out, size)?;
+    let copied = match split::open(Box::new(std::io::Cursor::new(bytes))).map_err(|e| e.in_file(&shown))? {
+        split::Opened::Single(mut r) => copy_text(&mut r, &mut w),
+        split::Opened::Split(head) => {
+            let parts = crate::git::parts::TreeParts { repo, tree: tree_id, dir: parts_dir(path) };
+            copy_text(&mut split::Joined::new(head, Box::new(parts), None), &mut w)
+        }
+    };
+    copied.map_err(|e| e.either(|e| e.in_file(&shown), |e| e.in_file(out)))?;
+    w.finish()
+}
+
+/// Which side of a copy failed.
+pub enum CopyError {
+    Read(Error),
+    Write(Error),
+}
+
+impl CopyError {
+    /// Names the side that failed.
+    pub fn either(self, read: impl FnOnce(Error) -> Error, write: impl FnOnce(Error) -> Error) -> Error {
+        match self {
+            CopyError::Read(e) => read(e),
+            CopyError::Write(e) => write(e),
+        }
     }
-    store(af, size)
+}
+
+/// Copies a text into a snapshot being written, telling a failed read
+/// (the input's fault, named by the caller) from a failed write.
+pub fn copy_text(r: &mut dyn Read, w: &mut SnapshotOut) -> std::result::Result<u64, CopyError> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0;
+    loop {
+        let got = match r.read(&mut buf) {
+            Ok(0) => return Ok(n),
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(CopyError::Read(Error::read_failed(e))),
+        };
+        w.put(&buf[..got]).map_err(CopyError::Write)?;
+        n += got as u64;
+    }
 }

@@ -319,7 +319,7 @@ impl<R: Read, S: PartSink> Splitter<'_, R, S> {
         if layout.idx.is_some() != idx.is_some() {
             return Err(check_at(n + 1, "the `idx` line does not match the array's rank"));
         }
-        let cont = format!("cont name={} dtype={} shape={}", arr.name, arr.dtype, shape_str(&arr.shape));
+        let cont = cont_line(&arr.name, arr.dtype, &arr.shape);
         let lead = arr_text.len() as u64 + 1 + idx.as_ref().map_or(0, |(_, l)| l.len() as u64 + 1);
         let cuts = self.plan(&array_units(lead, &layout), cont.len() as u64 + 1)?;
         if cuts[0] || self.cur.is_none() {
@@ -350,38 +350,125 @@ impl<R: Read, S: PartSink> Splitter<'_, R, S> {
         }
     }
 
-    /// Before which of the array's chunks a new part starts (`[0]`: before
-    /// the array itself). An array that fits in a part is never cut.
     fn plan(&self, units: &[u64], cont_len: u64) -> Result<Vec<bool>> {
-        let total: u64 = units.iter().sum();
-        let frame = PART_FIRST_LEN + PART_END.len() as u64;
-        let mut cuts = vec![false; units.len()];
-        let used = self.used();
-        if used.is_some_and(|u| u + total + PART_END.len() as u64 <= self.size) {
-            return Ok(cuts);
-        }
-        if frame + total <= self.size {
-            cuts[0] = true;
-            return Ok(cuts);
-        }
-        // Larger than a part: cut at chunk boundaries.
-        let mut used = used.unwrap_or(u64::MAX / 2);
-        for (i, &u) in units.iter().enumerate() {
-            if used + u + PART_END.len() as u64 > self.size {
-                cuts[i] = true;
-                used = if i == 0 { PART_FIRST_LEN } else { PART_FIRST_LEN + cont_len };
-                if used + u + PART_END.len() as u64 > self.size {
-                    return Err(Error::usage(format!(
-                        "a chunk of {u} bytes of text does not fit in a part of {} bytes: \
-                         give a larger --part-size or a smaller --rows-per-chunk",
-                        self.size
-                    )));
-                }
-            }
-            used += u;
-        }
-        Ok(cuts)
+        cuts(self.size, self.used(), units, cont_len)
     }
+}
+
+/// Before which of an array's chunks a new part starts (`[0]`: before the
+/// array itself), given the bytes `used` of the open part (`None`: none is
+/// open) and each chunk's text size. An array that fits in a part is never
+/// cut; a larger one is cut at chunk boundaries.
+fn cuts(size: u64, used: Option<u64>, units: &[u64], cont_len: u64) -> Result<Vec<bool>> {
+    let total: u64 = units.iter().sum();
+    let frame = PART_FIRST_LEN + PART_END.len() as u64;
+    let mut cuts = vec![false; units.len()];
+    if used.is_some_and(|u| u + total + PART_END.len() as u64 <= size) {
+        return Ok(cuts);
+    }
+    if frame + total <= size {
+        cuts[0] = true;
+        return Ok(cuts);
+    }
+    let mut used = used.unwrap_or(u64::MAX / 2);
+    for (i, &u) in units.iter().enumerate() {
+        if used + u + PART_END.len() as u64 > size {
+            cuts[i] = true;
+            used = if i == 0 { PART_FIRST_LEN } else { PART_FIRST_LEN + cont_len };
+            if used + u + PART_END.len() as u64 > size {
+                return Err(Error::usage(format!(
+                    "a chunk of {u} bytes of text does not fit in a part of {size} bytes: \
+                     give a larger --part-size or a smaller --rows-per-chunk"
+                )));
+            }
+        }
+        used += u;
+    }
+    Ok(cuts)
+}
+
+/// The `cont` line that opens a part continuing an array.
+pub fn cont_line(name: &str, dtype: crate::model::Dtype, shape: &[u64]) -> String {
+    format!("cont name={name} dtype={dtype} shape={}", shape_str(shape))
+}
+
+/// The sizes of a single-file text, known before it is written.
+pub struct TextShape {
+    /// Bytes of the header lines (`sign` included).
+    pub header: u64,
+    /// Each array, in order.
+    pub arrays: Vec<ArrayText>,
+    /// Bytes of the `audit` and `endwtxt` lines.
+    pub tail: u64,
+}
+
+/// An array's text: its `arr` and `idx` lines (`lead` bytes), its chunks.
+pub struct ArrayText {
+    pub lead: u64,
+    pub layout: Layout,
+    /// The array's [`cont_line`].
+    pub cont: String,
+}
+
+/// A part of a split snapshot placed before it is written: the range of
+/// the single text it holds and the lines that frame it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartSpan {
+    pub ix: u64,
+    /// Offsets in the single text.
+    pub start: u64,
+    pub end: u64,
+    /// The `cont` line when the part continues an array.
+    pub cont: Option<String>,
+}
+
+impl PartSpan {
+    /// The part file's first lines.
+    pub fn opening(&self) -> Vec<u8> {
+        let mut o = format!("{PART_MAGIC}{:06}\n", self.ix).into_bytes();
+        if let Some(c) = &self.cont {
+            o.extend_from_slice(c.as_bytes());
+            o.push(b'\n');
+        }
+        o
+    }
+
+    /// The part file's last line.
+    pub fn closing() -> &'static [u8] {
+        PART_END
+    }
+}
+
+/// Where the parts of the text `shape` describes go when it is split by
+/// `size`: the same cuts [`split`] makes when it reads that text. `None`
+/// when the text fits in one file.
+pub fn place_parts(shape: &TextShape, size: u64) -> Result<Option<Vec<PartSpan>>> {
+    let mut pos = shape.header;
+    let mut used: Option<u64> = None;
+    let mut spans: Vec<PartSpan> = Vec::new();
+    for a in &shape.arrays {
+        let units = array_units(a.lead, &a.layout);
+        let cont_len = a.cont.len() as u64 + 1;
+        for (i, (&u, cut)) in units.iter().zip(cuts(size, used, &units, cont_len)?).enumerate() {
+            if cut {
+                if let Some(last) = spans.last_mut() {
+                    last.end = pos;
+                }
+                let ix = spans.len() as u64 + 1;
+                if ix > MAX_PARTS {
+                    return Err(Error::usage(format!("more than {MAX_PARTS} parts: use a larger --part-size")));
+                }
+                spans.push(PartSpan { ix, start: pos, end: pos, cont: (i > 0).then(|| a.cont.clone()) });
+                used = Some(PART_FIRST_LEN + if i > 0 { cont_len } else { 0 });
+            }
+            used = used.map(|x| x + u);
+            pos += u;
+        }
+    }
+    if let Some(last) = spans.last_mut() {
+        last.end = pos;
+    }
+    Ok((pos + shape.tail > size && !spans.is_empty()).then_some(spans))
 }
 
 /// The text size of each chunk of an array, as a canonical writer lays it

@@ -109,21 +109,13 @@ pub fn write_snapshot<W: Write + Seek>(
         ));
     }
     let gen = opts.meta.gen_str();
-    let mut plans = Vec::with_capacity(arrays.len());
-    let mut total_chunks = 0usize;
-    for a in arrays {
-        let layout = Layout::new(a.dtype, &a.shape, opts.rows_per_chunk)
-            .map_err(|m| Error::input(Default::default(), format!("array {}: {m}", a.name)))?;
-        plans.push(Plan { array: a, layout, salt: derive_salt(&gen, &a.name), first_chunk: total_chunks });
-        total_chunks += layout.chunk_count() as usize;
-    }
+    let (plans, total_chunks) = plan_arrays(arrays, opts)?;
     let raw_total: u64 = arrays.iter().map(|a| a.bytes().len() as u64).sum();
     progress.set_total(raw_total * 2);
 
     let cap = Cap::for_profile(arrays.iter().any(|a| a.dtype.is_extension()));
     let signs_file = opts.sign_key.is_some() && !opts.streaming;
-    let header_len =
-        header_text(&opts.meta, &cap, &placeholder_root(opts.streaming), signs_file.then(placeholder_sign)).len();
+    let header_len = header_len(arrays, opts);
     out.seek(SeekFrom::Start(header_len as u64)).map_err(io_err)?;
 
     let sums = Sums::new(plans.len(), total_chunks);
@@ -175,6 +167,57 @@ pub fn write_snapshot<W: Write + Seek>(
         w
     });
     Ok(Written { sha256_all, merkle_this: merkle, fastxor, wsum, len: header_len as u64 + body_len })
+}
+
+fn plan_arrays<'a>(arrays: &'a [Array], opts: &WriteOptions) -> Result<(Vec<Plan<'a>>, usize)> {
+    let gen = opts.meta.gen_str();
+    let mut plans = Vec::with_capacity(arrays.len());
+    let mut total_chunks = 0usize;
+    for a in arrays {
+        let layout = Layout::new(a.dtype, &a.shape, opts.rows_per_chunk)
+            .map_err(|m| Error::input(Default::default(), format!("array {}: {m}", a.name)))?;
+        plans.push(Plan { array: a, layout, salt: derive_salt(&gen, &a.name), first_chunk: total_chunks });
+        total_chunks += layout.chunk_count() as usize;
+    }
+    Ok((plans, total_chunks))
+}
+
+fn header_len(arrays: &[Array], opts: &WriteOptions) -> usize {
+    let cap = Cap::for_profile(arrays.iter().any(|a| a.dtype.is_extension()));
+    let signs_file = opts.sign_key.is_some() && !opts.streaming;
+    header_text(&opts.meta, &cap, &placeholder_root(opts.streaming), signs_file.then(placeholder_sign)).len()
+}
+
+/// The sizes of the text [`write_snapshot`] will write for `arrays`, known
+/// before a byte is written (every line has a fixed width): what a writer
+/// of split snapshots needs to put each part's bytes straight in its file.
+pub fn text_shape(arrays: &[Array], opts: &WriteOptions) -> Result<crate::wtxt::split::TextShape> {
+    let (plans, _) = plan_arrays(arrays, opts)?;
+    let arrays_text = plans
+        .iter()
+        .map(|p| {
+            let idx = p.layout.idx.map_or(0, |i| {
+                let mut l = String::new();
+                i.write(&mut l);
+                l.len() as u64 + 1
+            });
+            crate::wtxt::split::ArrayText {
+                lead: placeholder_arr(p).to_line().len() as u64 + 1 + idx,
+                layout: p.layout,
+                cont: crate::wtxt::split::cont_line(&p.array.name, p.array.dtype, &p.array.shape),
+            }
+        })
+        .collect();
+    let audit = opts.audit.as_ref().map_or(0, |a| {
+        let mut l = String::new();
+        a.write(&mut l);
+        l.len() as u64 + 1
+    });
+    Ok(crate::wtxt::split::TextShape {
+        header: header_len(arrays, opts) as u64,
+        arrays: arrays_text,
+        tail: audit + END.len() as u64 + 1,
+    })
 }
 
 /// What finalizing a WTXT-S gives: its WSUM and the header of the plain

@@ -339,3 +339,33 @@ fn part_size_is_checked() {
     assert!(err.contains("--rows-per-chunk"), "{err}");
     assert!(!d.join("s.wtxt").exists());
 }
+
+#[test]
+fn parts_written_directly_are_the_cut_of_the_single_text() {
+    // `snapshot` writes a split snapshot straight into its parts (the cut
+    // points are known before writing); `split` cuts a finished text as it
+    // streams. Both must give the same files, signed, audited, at any size.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let key = d.join("k.pem");
+    ok(a!("keygen", "-o", &key));
+    let extra = ["--sign-key", key.to_str().unwrap(), "--audit", "run=7 by=ci", "--rows-per-chunk", "16"];
+    let one = snapshot(d, "one", &model(3), &[&extra[..], &["--part-size", "none"]].concat());
+    for size in ["40K", "100K", "256K", "1M"] {
+        let direct = snapshot(d, "direct", &model(3), &[&extra[..], &["--part-size", size]].concat());
+        let cut = d.join("cut.wtxt");
+        ok(a!("split", &one, "-o", &cut, "--part-size", size));
+        assert_eq!(std::fs::read(&direct).unwrap(), std::fs::read(&cut).unwrap(), "head at {size}");
+        let (pd, pc) = (parts(&direct), parts(&cut));
+        assert_eq!(pd.len(), pc.len(), "parts at {size}");
+        for (x, y) in pd.iter().zip(&pc) {
+            assert_eq!(std::fs::read(x).unwrap(), std::fs::read(y).unwrap(), "{} at {size}", x.display());
+        }
+        ok(a!("verify", &direct));
+    }
+    // A chunk larger than a part: refused before anything is written.
+    let (code, err) = fails(a!("snapshot", d.join("one.npz"), "-o", d.join("no.wtxt"), "--part-size", "8K"));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("does not fit in a part"), "{err}");
+    assert!(!d.join("no.wtxt").exists() && !d.join("no.wtxt.parts").exists());
+}
