@@ -363,6 +363,18 @@ fn parts_written_directly_are_the_cut_of_the_single_text() {
         }
         ok(a!("verify", &direct));
     }
+    // A text that breaks off halfway leaves the split snapshot already
+    // there as it was: new parts wait under temporary names until the end.
+    let cut = d.join("cut.wtxt");
+    let before: Vec<Vec<u8>> = parts(&cut).iter().chain([&cut]).map(|p| std::fs::read(p).unwrap()).collect();
+    let text = std::fs::read_to_string(&one).unwrap();
+    let at = text.rfind("\nch ix=").unwrap();
+    let bad = d.join("bad.wtxt");
+    std::fs::write(&bad, format!("{}\nxx{}", &text[..at], &text[at + 3..])).unwrap();
+    let (code, err) = fails(a!("split", &bad, "-o", &cut, "--part-size", "40K"));
+    assert_ne!(code, 0, "{err}");
+    let after: Vec<Vec<u8>> = parts(&cut).iter().chain([&cut]).map(|p| std::fs::read(p).unwrap()).collect();
+    assert!(before == after, "the existing split snapshot was changed");
     // A chunk larger than a part: refused before anything is written.
     let (code, err) = fails(a!("snapshot", d.join("one.npz"), "-o", d.join("no.wtxt"), "--part-size", "8K"));
     assert_eq!(code, 2, "{err}");
