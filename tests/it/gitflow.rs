@@ -520,6 +520,16 @@ fn split_snapshots_commit_diff_and_log_part_by_part() {
     assert!(!o.status.success() && err.contains("m.wtxt.parts/000002.wtxtpart"), "{err}");
     std::fs::write(&part, &good).unwrap();
     r.ok(&["add", "-A", "."]);
+    // A part file the head does not list is refused, named.
+    let stray = r.root.join(format!("m.wtxt.parts/{:06}.wtxtpart", parts + 1));
+    std::fs::write(&stray, &good).unwrap();
+    r.ok(&["add", "-A", "."]);
+    let o = r.run(&["commit", "-qm", "extra part"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let name = format!("m.wtxt.parts/{:06}.wtxtpart", parts + 1);
+    assert!(!o.status.success() && err.contains(&name) && err.contains("does not list"), "{err}");
+    std::fs::remove_file(&stray).unwrap();
+    r.ok(&["add", "-A", "."]);
     // A new head whose parts are not staged is refused too.
     assert!(split_model(&r, 2, &[(5, 1.0)]).status.success());
     r.ok(&["add", "m.wtxt"]);
