@@ -1,5 +1,7 @@
-//! Storing a written text as a split snapshot when it exceeds the part size
-//! (reading one is [`crate::wtxt::input`]'s).
+//! Writing snapshots that may be split: [`PartedOut`] for the writer, which
+//! knows its cut points in advance, [`SnapshotOut`] for texts copied in
+//! order; `wtxt split`/`join`, `git export` and the daemon's copies (reading
+//! a split snapshot is [`crate::wtxt::input`]'s).
 #![forbid(unsafe_code)]
 
 use std::fs::File;

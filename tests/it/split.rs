@@ -381,3 +381,68 @@ fn parts_written_directly_are_the_cut_of_the_single_text() {
     assert!(err.contains("does not fit in a part"), "{err}");
     assert!(!d.join("no.wtxt").exists() && !d.join("no.wtxt.parts").exists());
 }
+
+mod placed {
+    use proptest::prelude::*;
+    use wtxt::model::{Array, Dtype};
+    use wtxt::wtxt::split::{self, PartLine, PartSink};
+    use wtxt::wtxt::write::{text_shape, write_snapshot, WriteOptions};
+
+    struct Mem(Vec<Vec<u8>>);
+    impl PartSink for Mem {
+        type W = Vec<u8>;
+        fn open(&mut self, _ix: u64) -> wtxt::Result<Vec<u8>> {
+            Ok(Vec::new())
+        }
+        fn close(&mut self, w: Vec<u8>, _p: &PartLine) -> wtxt::Result<()> {
+            self.0.push(w);
+            Ok(())
+        }
+    }
+
+    fn arrays() -> impl Strategy<Value = Vec<(Dtype, Vec<u64>)>> {
+        let dtype = prop::sample::select(vec![Dtype::F32, Dtype::U8, Dtype::I16, Dtype::F64]);
+        let shape = prop::collection::vec(1u64..40, 1..4);
+        prop::collection::vec((dtype, shape), 1..6)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+        /// The parts the writer places before writing are exactly the cuts
+        /// the streaming splitter makes in the finished text.
+        #[test]
+        fn placed_parts_are_the_streaming_cuts(specs in arrays(), rows in 1u64..9, size in 4096u64..24_000) {
+            let list: Vec<Array> = specs
+                .iter()
+                .enumerate()
+                .map(|(i, (d, s))| {
+                    let n = s.iter().product::<u64>() as usize * d.size();
+                    let bytes: Vec<u8> = (0..n).map(|k| (k * 31 + i) as u8).collect();
+                    Array::new(format!("a{i}"), *d, s.clone(), bytes.into()).unwrap()
+                })
+                .collect();
+            let meta = wtxt::wtxt::syntax::Meta::new(3, Some("2026-01-01T00:00:00Z")).unwrap();
+            let opts = WriteOptions::new(meta, rows);
+            let mut text = std::io::Cursor::new(Vec::new());
+            write_snapshot(&list, &opts, &mut text, &wtxt::progress::Progress::hidden()).unwrap();
+            let text = text.into_inner();
+            let placed = split::place_parts(&text_shape(&list, &opts).unwrap(), size);
+            let mut mem = Mem(Vec::new());
+            let streamed = split::split(&text[..], size, &mut mem);
+            match placed {
+                Err(_) => prop_assert!(streamed.is_err()),
+                Ok(None) => prop_assert!(text.len() as u64 <= size),
+                Ok(Some(spans)) => {
+                    prop_assert!(streamed.is_ok());
+                    prop_assert_eq!(spans.len(), mem.0.len());
+                    for (s, part) in spans.iter().zip(&mem.0) {
+                        let mut want = s.opening();
+                        want.extend_from_slice(&text[s.start as usize..s.end as usize]);
+                        want.extend_from_slice(split::PartSpan::closing());
+                        prop_assert!(&want == part, "part {}", s.ix);
+                    }
+                }
+            }
+        }
+    }
+}
