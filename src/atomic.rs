@@ -195,6 +195,50 @@ fn sync_parent(dest: &Path) {
     }
 }
 
+/// Folders made for outputs being written (a split snapshot's parts folder),
+/// removed with the temporary files when a command fails or is stopped.
+static LIVE_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn live_dirs() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    LIVE_DIRS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A folder an output needs: made if missing, and then removed again
+/// (when empty) unless the output is committed ([`OutputDir::keep`]).
+pub struct OutputDir {
+    made: Option<PathBuf>,
+}
+
+impl OutputDir {
+    /// Makes `dir` (one level: its parent must exist) unless it is there.
+    pub fn create(dir: &Path) -> Result<OutputDir> {
+        match std::fs::create_dir(dir) {
+            Ok(()) => {
+                live_dirs().push(dir.to_path_buf());
+                Ok(OutputDir { made: Some(dir.to_path_buf()) })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(OutputDir { made: None }),
+            Err(e) => Err(Error::io(dir, e)),
+        }
+    }
+
+    /// The output is in place: the folder stays.
+    pub fn keep(mut self) {
+        if let Some(d) = self.made.take() {
+            live_dirs().retain(|x| *x != d);
+        }
+    }
+}
+
+impl Drop for OutputDir {
+    fn drop(&mut self) {
+        if let Some(d) = self.made.take() {
+            live_dirs().retain(|x| *x != d);
+            let _ = std::fs::remove_dir(&d);
+        }
+    }
+}
+
 /// Removes the temporary files of unfinished outputs when SIGINT or SIGTERM
 /// arrives, then exits with 128 + the signal's number, as a shell would
 /// report it. Call once, before any other thread starts: the signals are
@@ -217,6 +261,9 @@ pub fn remove_temp_files_on_signals() {
             if libc::sigwait(&set, &mut sig) == 0 {
                 for p in live().drain(..) {
                     let _ = std::fs::remove_file(p);
+                }
+                for d in live_dirs().drain(..) {
+                    let _ = std::fs::remove_dir(d); // only when empty
                 }
                 std::process::exit(128 + sig);
             }

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use crate::atomic::{AtomicFile, Writeback};
+use crate::atomic::{AtomicFile, OutputDir, Writeback};
 use crate::error::{Error, Result};
 use crate::wtxt::split::{self, part_ix, part_name, parts_dir, PartLine, PartSink, PartSize};
 
@@ -31,6 +31,7 @@ pub struct SnapshotOut {
 struct Splitting {
     pipe: crate::pipe::PipeWriter,
     cutter: std::thread::JoinHandle<Result<(Vec<u8>, PartDir)>>,
+    made: OutputDir,
 }
 
 impl SnapshotOut {
@@ -49,7 +50,7 @@ impl SnapshotOut {
     fn start_split(&mut self, limit: u64) -> Result<()> {
         let out = self.out.clone();
         let dir = parts_dir(&out);
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let made = OutputDir::create(&dir)?;
         let mut sink = PartDir { dir, old: old_parts(&out), parked: Vec::new() };
         let (mut pipe, text) = crate::pipe::pipe();
         let cutter = std::thread::Builder::new()
@@ -66,7 +67,7 @@ impl SnapshotOut {
         start.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&out, e))?;
         std::io::copy(&mut (&mut start).take(self.written), &mut pipe).map_err(|e| Error::io(&out, e))?;
         drop(af); // the single form is not wanted: its temporary file goes
-        self.split = Some(Splitting { pipe, cutter });
+        self.split = Some(Splitting { pipe, cutter, made });
         Ok(())
     }
 
@@ -74,7 +75,7 @@ impl SnapshotOut {
     pub fn finish(mut self) -> Result<usize> {
         let out = self.out.clone();
         let dir = parts_dir(&out);
-        let Some(Splitting { pipe, cutter }) = self.split.take() else {
+        let Some(Splitting { pipe, cutter, made }) = self.split.take() else {
             let (af, mut w) = self.single.take().expect("single until split");
             w.flush().map_err(|e| Error::io(&out, e))?;
             drop(w);
@@ -97,6 +98,7 @@ impl SnapshotOut {
         let mut h = AtomicFile::create(&out)?;
         h.file().write_all(&head).map_err(|e| Error::io(&out, e))?;
         h.commit()?;
+        made.keep();
         remove_stale_parts(&dir, count as u64)?;
         Ok(count)
     }
@@ -125,6 +127,8 @@ impl SnapshotOut {
 /// the parts are hashed at the end, in parallel.
 pub struct PartedOut {
     out: PathBuf,
+    /// The head, created first: its folder is checked as for a single file.
+    head_file: AtomicFile,
     dir: PathBuf,
     spans: Vec<split::PartSpan>,
     /// Each part's file, parked (closed) until `finish`.
@@ -136,14 +140,17 @@ pub struct PartedOut {
     head: Vec<u8>,
     tail: Vec<u8>,
     pos: u64,
+    /// Last, so that it is dropped after the parts' temporary files.
+    made: Option<OutputDir>,
 }
 
 impl PartedOut {
     /// Starts the parts `spans` of the snapshot at `out`.
     pub fn create(out: &Path, spans: Vec<split::PartSpan>) -> Result<PartedOut> {
         use std::os::unix::fs::FileExt;
+        let head_file = AtomicFile::create(out)?;
         let dir = parts_dir(out);
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let made = Some(OutputDir::create(&dir)?);
         let mut files = Vec::with_capacity(spans.len());
         let mut opening = Vec::with_capacity(spans.len());
         for s in &spans {
@@ -160,7 +167,9 @@ impl PartedOut {
         }
         Ok(PartedOut {
             out: out.to_path_buf(),
+            head_file,
             dir,
+            made,
             spans,
             files,
             opening,
@@ -228,10 +237,11 @@ impl PartedOut {
             head.push(b'\n');
         }
         head.extend_from_slice(&self.tail);
-        let mut h = AtomicFile::create(&self.out)?;
-        h.file().write_all(&head).map_err(|e| Error::io(&self.out, e))?;
-        h.commit()?;
-        remove_stale_parts(&self.dir, count as u64)?;
+        let PartedOut { out, mut head_file, dir, made, .. } = self;
+        head_file.file().write_all(&head).map_err(|e| Error::io(&out, e))?;
+        head_file.commit()?;
+        made.expect("kept once").keep();
+        remove_stale_parts(&dir, count as u64)?;
         Ok(count)
     }
 }
@@ -306,9 +316,10 @@ impl Seek for SnapshotOut {
 impl Drop for SnapshotOut {
     /// Unfinished: the part writer stops and its parts' temporary files go.
     fn drop(&mut self) {
-        if let Some(Splitting { pipe, cutter }) = self.split.take() {
+        if let Some(Splitting { pipe, cutter, made }) = self.split.take() {
             drop(pipe);
-            let _ = cutter.join();
+            let _ = cutter.join(); // its parked parts go with it, then the folder
+            drop(made);
         }
     }
 }

@@ -51,40 +51,49 @@ fn devices_are_written_through_and_outputs_never_collide() {
 
 #[test]
 fn sigterm_removes_the_temporary_file() {
-    let dir = tempfile::tempdir().unwrap();
-    // 256 MiB of f32: long enough to be caught mid-write.
-    let big = dir.path().join("big.npy");
-    {
-        use std::io::Write;
-        let mut f = std::fs::File::create(&big).unwrap();
-        let dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (67108864,), }";
-        f.write_all(&crate::util::npy_header(dict)).unwrap();
-        f.set_len(127 + 1 + (256 << 20)).unwrap();
+    // One file, and a split snapshot (its parts wait in a folder of their own).
+    for extra in [&["--part-size", "none"][..], &[]] {
+        let dir = tempfile::tempdir().unwrap();
+        // 256 MiB of f32: long enough to be caught mid-write.
+        let big = dir.path().join("big.npy");
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&big).unwrap();
+            let dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (67108864,), }";
+            f.write_all(&crate::util::npy_header(dict)).unwrap();
+            f.set_len(127 + 1 + (256 << 20)).unwrap();
+        }
+        let out = dir.path().join("out.wtxt");
+        let parts = dir.path().join("out.wtxt.parts");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wtxt"))
+            .arg("snapshot")
+            .arg(&big)
+            .arg("-o")
+            .arg(&out)
+            .args(extra)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Wait until the temporary files exist, then interrupt.
+        let t = std::time::Instant::now();
+        let tmp_in = |d: &std::path::Path| {
+            std::fs::read_dir(d)
+                .is_ok_and(|mut r| r.any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".tmp")))
+        };
+        let writing = || tmp_in(dir.path()) && (extra.is_empty() == tmp_in(&parts));
+        while !writing() {
+            assert!(t.elapsed() < Duration::from_secs(20), "no temporary file appeared");
+            assert!(child.try_wait().unwrap().is_none(), "finished before it could be interrupted");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // SAFETY: a plain kill(2) on our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+        assert!(!tmp_in(dir.path()), "the temporary file is gone");
+        assert!(!parts.exists(), "the parts folder it made is gone");
+        assert!(!out.exists(), "nothing under the final name");
     }
-    let out = dir.path().join("out.wtxt");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wtxt"))
-        .arg("snapshot")
-        .arg(&big)
-        .arg("-o")
-        .arg(&out)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    // Wait until the temporary file exists, then interrupt.
-    let t = std::time::Instant::now();
-    let tmp_exists =
-        || std::fs::read_dir(dir.path()).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".tmp"));
-    while !tmp_exists() {
-        assert!(t.elapsed() < Duration::from_secs(20), "no temporary file appeared");
-        assert!(child.try_wait().unwrap().is_none(), "finished before it could be interrupted");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    // SAFETY: a plain kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
-    assert!(!tmp_exists(), "the temporary file is gone");
-    assert!(!out.exists(), "nothing under the final name");
 }
 
 #[test]
