@@ -13,6 +13,7 @@
 
 use std::io::Write;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::convert::bytes::{le_u16, le_u32, le_u64};
@@ -48,6 +49,55 @@ const ZSTD_LEVEL: i32 = 6;
 const MMAP_CRITICAL: u32 = 0x2;
 const IS_INDEX: u32 = 0x4;
 const PACKED: u64 = 0x8000;
+
+/// `__aero`: what reading kept of a file besides its tensors, so that
+/// writing gives the file back.
+#[derive(Serialize, Deserialize)]
+struct AeroMeta {
+    /// `[major, minor]`.
+    #[serde(default)]
+    version: Vec<u64>,
+    uuid: String,
+    chunks: Vec<ChunkMeta>,
+}
+
+/// One chunk, in file order. Serialized in this field order, which is the
+/// order `__aero` has always had (its bytes are part of snapshots).
+#[derive(Serialize, Deserialize, Default)]
+struct ChunkMeta {
+    fourcc: String,
+    name: String,
+    #[serde(default)]
+    flags: u32,
+    /// TIDX: the index's own keys, its tensor list given as array names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tidx: Option<Value>,
+    /// TIDX: the tensor entries as the file had them. They stay JSON
+    /// objects: keys this reader does not know, and the file's key order,
+    /// must come back byte for byte in the MessagePack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tensors: Option<Vec<Value>>,
+    /// PHSH: bytes per hashed page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    page_size: Option<u64>,
+    /// Content: JSON (MJSN as the Python writer dumps it), MessagePack
+    /// shown as JSON (when it re-encodes exactly), else hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    json: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    msgpack: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hex: Option<String>,
+    /// The stored (compressed) bytes, when our zstd would not give them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stored_hex: Option<String>,
+}
+
+impl ChunkMeta {
+    fn new(fourcc: &str, name: impl Into<String>, flags: u32) -> ChunkMeta {
+        ChunkMeta { fourcc: fourcc.to_string(), name: name.into(), flags, ..Default::default() }
+    }
+}
 
 fn dtype_of(code: u64) -> Option<Dtype> {
     Some(match code {
@@ -302,34 +352,31 @@ fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> 
     let mut chunk_meta = Vec::with_capacity(chunks.len());
     for (c, p) in chunks.iter().zip(&payloads) {
         let p = p.as_ref().map(Source::bytes);
-        let mut m = json!({"fourcc": c.fourcc, "name": c.name, "flags": c.flags});
+        let mut m = ChunkMeta::new(&c.fourcc, c.name.clone(), c.flags);
         match (c.fourcc.as_str(), p) {
             ("WTSH", _) => {}
             ("TIDX", _) => {
                 tidx["tensors"] = json!(found.iter().map(|a| a.name.clone()).collect::<Vec<_>>());
-                m["tidx"] = std::mem::take(&mut tidx);
-                m["tensors"] = Value::Array(std::mem::take(&mut tensors_meta));
+                m.tidx = Some(std::mem::take(&mut tidx));
+                m.tensors = Some(std::mem::take(&mut tensors_meta));
             }
             ("IHSH", Some(p)) => check_ihsh(b, &chunks, p, c)?,
-            ("PHSH", Some(p)) => m["page_size"] = json!(check_phsh(b, &chunks, p, c)?),
+            ("PHSH", Some(p)) => m.page_size = Some(check_phsh(b, &chunks, p, c)?),
             (_, Some(p)) => content_to_meta(&c.fourcc, p, &mut m),
             (_, None) => unreachable!("only shards stay unread"),
         }
         if let (true, Some(p)) = (pin && c.flags & ZSTD != 0, p) {
             let stored = &b[c.offset as usize..(c.offset + c.length) as usize];
             if zstd::bulk::compress(p, ZSTD_LEVEL).ok().as_deref() != Some(stored) {
-                m["stored_hex"] = json!(hex::encode(stored));
+                m.stored_hex = Some(hex::encode(stored));
             }
         }
         chunk_meta.push(m);
     }
     out.extend(found);
-    let meta = json!({
-        "version": [major, minor],
-        "uuid": hex::encode(&b[52..68]),
-        "chunks": chunk_meta,
-    });
-    out.push(meta_array(META, &meta)?);
+    let meta =
+        AeroMeta { version: vec![major as u64, minor as u64], uuid: hex::encode(&b[52..68]), chunks: chunk_meta };
+    out.push(meta_array(META, &serde_json::to_value(&meta).expect("metadata serializes"))?);
     Ok(out)
 }
 
@@ -382,30 +429,30 @@ fn check_overlaps(chunks: &[Chunk], control_end: u64) -> Result<()> {
 
 /// A chunk's content in `__aero`: JSON for MJSN when the Python writer's
 /// bytes come back, MessagePack as JSON when it re-encodes exactly, else hex.
-fn content_to_meta(fourcc: &str, p: &[u8], m: &mut Value) {
+fn content_to_meta(fourcc: &str, p: &[u8], m: &mut ChunkMeta) {
     if fourcc == "MJSN" {
         if let Ok(v) = serde_json::from_slice::<Value>(p) {
             if pyjson::dumps(&v, true, true).as_bytes() == p {
-                m["json"] = v;
+                m.json = Some(v);
                 return;
             }
         }
     } else if let Some(j) = msgpack::exact_json(p) {
-        m["msgpack"] = j;
+        m.msgpack = Some(j);
         return;
     }
-    m["hex"] = json!(hex::encode(p));
+    m.hex = Some(hex::encode(p));
 }
 
-fn meta_to_content(m: &Value) -> std::result::Result<Vec<u8>, String> {
-    if let Some(v) = m.get("json") {
+fn meta_to_content(m: &ChunkMeta) -> std::result::Result<Vec<u8>, String> {
+    if let Some(v) = &m.json {
         return Ok(pyjson::dumps(v, true, true).into_bytes());
     }
-    if let Some(v) = m.get("msgpack") {
+    if let Some(v) = &m.msgpack {
         return Ok(msgpack::encode(&msgpack::from_json(v)?));
     }
-    m.get("hex")
-        .and_then(Value::as_str)
+    m.hex
+        .as_deref()
         .and_then(|h| hex::decode(h).ok())
         .ok_or_else(|| "a chunk has no json, msgpack or hex content".into())
 }
@@ -493,6 +540,9 @@ enum Part {
     Array(usize),
 }
 
+/// Each shard's pieces, by shard id.
+type Shards = std::collections::BTreeMap<u64, Vec<Part>>;
+
 /// Writes arrays as AERO into memory (see [`write_to`]).
 pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
@@ -502,119 +552,50 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
 
 /// Writes arrays as AERO, following `__aero` when present.
 pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
-    let meta = meta_json(arrays, META)?;
     let bad = |m: String| Error::input(Default::default(), format!("{META}: {m}"));
+    let meta: Option<AeroMeta> =
+        meta_json(arrays, META)?.map(serde_json::from_value).transpose().map_err(|e| bad(e.to_string()))?;
     let tensors: Vec<&Array> = arrays.iter().filter(|a| a.name != META).collect();
-    let index_of = |n: &str| tensors.iter().position(|a| a.name == n);
-    let (uuid, minor, mut plan) = match &meta {
+    let (uuid, minor, mut plan) = match meta {
         Some(m) => {
-            let uuid =
-                m.get("uuid").and_then(Value::as_str).and_then(|u| hex::decode(u).ok()).filter(|u| u.len() == 16);
+            let uuid = hex::decode(&m.uuid).ok().filter(|u| u.len() == 16);
             let uuid = uuid.ok_or_else(|| bad("uuid must be 32 hex digits".into()))?;
-            let minor = m.get("version").and_then(|v| v.get(1)).and_then(Value::as_u64).unwrap_or(1) as u16;
-            let chunks =
-                m.get("chunks").and_then(Value::as_array).cloned().ok_or_else(|| bad("expected \"chunks\"".into()))?;
-            (uuid, minor, chunks)
+            (uuid, m.version.get(1).copied().unwrap_or(1) as u16, m.chunks)
         }
         None => (vec![0u8; 16], 1, default_chunks(&tensors)),
     };
-    if !plan.iter().any(|c| c.get("fourcc").and_then(Value::as_str) == Some("TIDX")) {
-        return Err(bad("no TIDX chunk".into()));
-    }
-    // Lay out the shards: stored offsets when they still fit, else packed.
-    let tidx_meta = plan.iter_mut().find(|c| c.get("fourcc").and_then(Value::as_str) == Some("TIDX")).expect("checked");
-    let listed: Vec<String> = tidx_meta
-        .get("tidx")
-        .and_then(|t| t.get("tensors"))
-        .and_then(Value::as_array)
-        .map(|l| l.iter().filter_map(|n| n.as_str().map(String::from)).collect())
-        .unwrap_or_default();
-    let mut entries: Vec<Value> = tidx_meta.get("tensors").and_then(Value::as_array).cloned().unwrap_or_default();
-    if entries.len() != listed.len() {
-        return Err(bad("TIDX tensors and their arrays differ in number".into()));
-    }
-    let mut order: Vec<usize> = Vec::with_capacity(tensors.len());
-    for n in &listed {
-        order.push(index_of(n).ok_or_else(|| bad(format!("array {n} is missing")))?);
-    }
-    let last_shard = entries.iter().filter_map(|e| e.get("shard_id").and_then(Value::as_u64)).max();
-    let extra_shard = last_shard.map_or(0, |s| s + 1);
-    for (i, a) in tensors.iter().enumerate() {
-        if !order.contains(&i) {
-            order.push(i);
-            entries.push(json!({"name": a.name, "dtype": code_of(a.dtype), "shape": a.shape, "shard_id": extra_shard, "data_off": 0, "data_len": 0, "flags": 0}));
-        }
-    }
-    let mut shards: std::collections::BTreeMap<u64, Vec<Part>> = Default::default();
-    let mut shard_len: std::collections::BTreeMap<u64, u64> = Default::default();
-    for (e, &ai) in entries.iter_mut().zip(&order) {
-        let a = tensors[ai];
-        let sid =
-            e.get("shard_id").and_then(Value::as_u64).ok_or_else(|| bad(format!("tensor {}: no shard_id", a.name)))?;
-        let len = a.bytes().len() as u64;
-        let end = shard_len.entry(sid).or_insert(0);
-        let want = e.get("data_off").and_then(Value::as_u64).filter(|&o| o >= *end).unwrap_or(*end);
-        let parts = shards.entry(sid).or_default();
-        if want > *end {
-            parts.push(Part::Zeros(want - *end));
-        }
-        parts.push(Part::Array(ai));
-        *end = want + len;
-        let packed = e.get("dtype").and_then(Value::as_u64) == Some(PACKED);
-        if packed && (a.dtype != Dtype::U8 || a.shape.len() != 1) {
-            return Err(bad(format!("tensor {}: a packed tensor must be a rank-1 u8 array", a.name)));
-        }
-        if !packed {
-            e["dtype"] = json!(code_of(a.dtype));
-            e["shape"] = json!(a.shape);
-        }
-        e["data_off"] = json!(want);
-        e["data_len"] = json!(len);
-        if e.get("hash_b3").is_some() {
-            e["hash_b3"] = json!(blake3::hash(a.bytes()).to_hex().as_str());
-        }
-    }
-    let mut tidx = tidx_meta.get("tidx").cloned().unwrap_or_else(|| json!({}));
-    tidx["tensors"] = Value::Array(entries);
-    let tidx_bytes = msgpack::encode(&msgpack::from_json(&tidx).map_err(bad)?);
+    let tidx = plan.iter_mut().find(|c| c.fourcc == "TIDX").ok_or_else(|| bad("no TIDX chunk".into()))?;
+    let (mut shards, tidx_bytes) = place_tensors(tidx, &tensors).map_err(bad)?;
     for sid in shards.keys() {
         let name = format!("weights.shard{sid}");
-        if !plan.iter().any(|c| c.get("name").and_then(Value::as_str) == Some(name.as_str())) {
-            plan.push(json!({"fourcc": "WTSH", "name": name, "flags": MMAP_CRITICAL}));
+        if !plan.iter().any(|c| c.name == name) {
+            plan.push(ChunkMeta::new("WTSH", name, MMAP_CRITICAL));
         }
     }
 
     let mut outs = Vec::with_capacity(plan.len());
     for c in &plan {
-        let fourcc = c
-            .get("fourcc")
-            .and_then(Value::as_str)
-            .filter(|f| f.len() == 4)
-            .ok_or_else(|| bad("a chunk lacks a 4-letter fourcc".into()))?;
-        let name = c
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad(format!("{fourcc} chunk lacks a name")))?
-            .to_string();
-        let flags = c.get("flags").and_then(Value::as_u64).and_then(|f| u32::try_from(f).ok()).unwrap_or(0);
-        let (raw, parts) = match fourcc {
+        if c.fourcc.len() != 4 {
+            return Err(bad("a chunk lacks a 4-letter fourcc".into()));
+        }
+        let (raw, parts) = match c.fourcc.as_str() {
             "WTSH" => {
-                let sid = name.strip_prefix("weights.shard").and_then(|s| s.parse::<u64>().ok());
+                let sid = c.name.strip_prefix("weights.shard").and_then(|s| s.parse::<u64>().ok());
                 (Vec::new(), sid.and_then(|s| shards.remove(&s)).unwrap_or_default())
             }
             "TIDX" => (tidx_bytes.clone(), Vec::new()),
             "IHSH" | "PHSH" => (Vec::new(), Vec::new()),
-            _ => (meta_to_content(c).map_err(|m| bad(format!("chunk {name:?}: {m}")))?, Vec::new()),
+            _ => (meta_to_content(c).map_err(|m| bad(format!("chunk {:?}: {m}", c.name)))?, Vec::new()),
         };
-        let pinned = c.get("stored_hex").and_then(Value::as_str).and_then(|h| hex::decode(h).ok());
+        let pinned = c.stored_hex.as_deref().and_then(|h| hex::decode(h).ok());
         let pinned = pinned.filter(|p| zstd_exact(p, raw.len() as u64).is_ok_and(|s| s.bytes() == &raw[..]));
-        outs.push(Out { fourcc: fourcc.to_string(), name, flags, raw, pinned, parts });
+        outs.push(Out { fourcc: c.fourcc.clone(), name: c.name.clone(), flags: c.flags, raw, pinned, parts });
     }
     // PHSH payloads need the shards' bytes; IHSH the finished control region.
     for (i, c) in plan.iter().enumerate() {
         if outs[i].fourcc == "PHSH" {
             let shard_name = outs[i].name.strip_suffix(".phsh").unwrap_or(&outs[i].name).to_string();
-            let page = c.get("page_size").and_then(Value::as_u64).filter(|&p| p > 0).unwrap_or(4 << 20);
+            let page = c.page_size.filter(|&p| p > 0).unwrap_or(4 << 20);
             let shard = outs
                 .iter()
                 .find(|o| o.fourcc == "WTSH" && o.name == shard_name)
@@ -630,6 +611,67 @@ pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
         }
     }
     assemble(&outs, &tensors, &uuid, minor, w)
+}
+
+/// Lays the tensors out in their shards (at the offsets TIDX gives when
+/// they still fit, else packed) and updates TIDX's entries to match;
+/// returns each shard's pieces and the TIDX chunk's MessagePack.
+fn place_tensors(tidx: &ChunkMeta, tensors: &[&Array]) -> std::result::Result<(Shards, Vec<u8>), String> {
+    let index_of = |n: &str| tensors.iter().position(|a| a.name == n);
+    let listed: Vec<String> = tidx
+        .tidx
+        .as_ref()
+        .and_then(|t| t.get("tensors"))
+        .and_then(Value::as_array)
+        .map(|l| l.iter().filter_map(|n| n.as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    let mut entries: Vec<Value> = tidx.tensors.clone().unwrap_or_default();
+    if entries.len() != listed.len() {
+        return Err("TIDX tensors and their arrays differ in number".into());
+    }
+    let mut order: Vec<usize> = Vec::with_capacity(tensors.len());
+    for n in &listed {
+        order.push(index_of(n).ok_or_else(|| format!("array {n} is missing"))?);
+    }
+    let last_shard = entries.iter().filter_map(|e| e.get("shard_id").and_then(Value::as_u64)).max();
+    let extra_shard = last_shard.map_or(0, |s| s + 1);
+    for (i, a) in tensors.iter().enumerate() {
+        if !order.contains(&i) {
+            order.push(i);
+            entries.push(json!({"name": a.name, "dtype": code_of(a.dtype), "shape": a.shape, "shard_id": extra_shard, "data_off": 0, "data_len": 0, "flags": 0}));
+        }
+    }
+    let mut shards: Shards = Default::default();
+    let mut shard_len: std::collections::BTreeMap<u64, u64> = Default::default();
+    for (e, &ai) in entries.iter_mut().zip(&order) {
+        let a = tensors[ai];
+        let sid = e.get("shard_id").and_then(Value::as_u64).ok_or_else(|| format!("tensor {}: no shard_id", a.name))?;
+        let len = a.bytes().len() as u64;
+        let end = shard_len.entry(sid).or_insert(0);
+        let want = e.get("data_off").and_then(Value::as_u64).filter(|&o| o >= *end).unwrap_or(*end);
+        let parts = shards.entry(sid).or_default();
+        if want > *end {
+            parts.push(Part::Zeros(want - *end));
+        }
+        parts.push(Part::Array(ai));
+        *end = want + len;
+        let packed = e.get("dtype").and_then(Value::as_u64) == Some(PACKED);
+        if packed && (a.dtype != Dtype::U8 || a.shape.len() != 1) {
+            return Err(format!("tensor {}: a packed tensor must be a rank-1 u8 array", a.name));
+        }
+        if !packed {
+            e["dtype"] = json!(code_of(a.dtype));
+            e["shape"] = json!(a.shape);
+        }
+        e["data_off"] = json!(want);
+        e["data_len"] = json!(len);
+        if e.get("hash_b3").is_some() {
+            e["hash_b3"] = json!(blake3::hash(a.bytes()).to_hex().as_str());
+        }
+    }
+    let mut t = tidx.tidx.clone().unwrap_or_else(|| json!({}));
+    t["tensors"] = Value::Array(entries);
+    Ok((shards, msgpack::encode(&msgpack::from_json(&t)?)))
 }
 
 fn shard_bytes(parts: &[Part], tensors: &[&Array]) -> Vec<u8> {
@@ -816,11 +858,12 @@ fn ihsh_payload(digest: &[u8; 32], end: u64) -> Vec<u8> {
 /// gives, or `None` when there is none to predict.
 pub fn default_meta(tensors: &[Array]) -> Option<Value> {
     let refs: Vec<&Array> = tensors.iter().collect();
-    Some(json!({"version": [0, 1], "uuid": hex::encode([0u8; 16]), "chunks": default_chunks(&refs)}))
+    let meta = AeroMeta { version: vec![0, 1], uuid: hex::encode([0u8; 16]), chunks: default_chunks(&refs) };
+    Some(serde_json::to_value(&meta).expect("metadata serializes"))
 }
 
 /// What the reference `write_model` writes for tensors with no `__aero`.
-fn default_chunks(tensors: &[&Array]) -> Vec<Value> {
+fn default_chunks(tensors: &[&Array]) -> Vec<ChunkMeta> {
     let mut entries = Vec::with_capacity(tensors.len());
     let mut shard_sizes: Vec<(u64, u64)> = Vec::new();
     let (mut sid, mut size, mut count) = (0u64, 0u64, 0u64);
@@ -855,14 +898,21 @@ fn default_chunks(tensors: &[&Array]) -> Vec<Value> {
         "chunks": chunks_desc,
         "shards": shard_info,
     });
+    let names: Vec<String> = tensors.iter().map(|a| a.name.clone()).collect();
     let mut out = vec![
-        json!({"fourcc": "MJSN", "name": "meta.json", "flags": 0, "json": {"architecture": "unknown", "model_name": "wtxt"}}),
-        json!({"fourcc": "MMSG", "name": "manifest", "flags": ZSTD, "msgpack": manifest}),
-        json!({"fourcc": "TIDX", "name": "tensors", "flags": IS_INDEX | ZSTD,
-               "tidx": {"tensors": tensors.iter().map(|a| a.name.clone()).collect::<Vec<_>>()}, "tensors": entries}),
+        ChunkMeta {
+            json: Some(json!({"architecture": "unknown", "model_name": "wtxt"})),
+            ..ChunkMeta::new("MJSN", "meta.json", 0)
+        },
+        ChunkMeta { msgpack: Some(manifest), ..ChunkMeta::new("MMSG", "manifest", ZSTD) },
+        ChunkMeta {
+            tidx: Some(json!({ "tensors": names })),
+            tensors: Some(entries),
+            ..ChunkMeta::new("TIDX", "tensors", IS_INDEX | ZSTD)
+        },
     ];
     for i in 0..shard_sizes.len() {
-        out.push(json!({"fourcc": "WTSH", "name": format!("weights.shard{i}"), "flags": MMAP_CRITICAL}));
+        out.push(ChunkMeta::new("WTSH", format!("weights.shard{i}"), MMAP_CRITICAL));
     }
     out
 }

@@ -133,53 +133,8 @@ pub fn read_pinned(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
 }
 
 fn read_with(src: &Source, notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
-    let b = src.bytes();
-    let file_len = b.len() as u64;
-    if file_len < HEADER_LEN || !b.starts_with(MAGIC) {
-        return Err(input_at(0, "expected the FOLD magic \"FOLDv1\\0\\0\" and a 28-byte header"));
-    }
-    if be_u32(b, 8) as u64 != HEADER_LEN {
-        return Err(input_at(8, format!("header_len is {}, expected 28", be_u32(b, 8))));
-    }
-    let (index_off, index_len) = (be_u64(b, 12), be_u64(b, 20));
-    if index_len > MAX_INDEX {
-        return Err(input_at(20, format!("index_len {index_len} exceeds the limit of {MAX_INDEX} bytes")));
-    }
-    if index_off < HEADER_LEN || index_off.checked_add(index_len) != Some(file_len) {
-        return Err(input_at(
-            12,
-            format!("index at {index_off} with {index_len} bytes: expected it to end the {file_len}-byte file after the header"),
-        ));
-    }
-    let index: Value = serde_json::from_slice(&b[index_off as usize..])
-        .map_err(|e| input_at(index_off, format!("index is not JSON: {e}")))?;
-    let at = index_off;
-    if index.get("format").and_then(Value::as_str) != Some("fold") {
-        return Err(input_at(at, "index: expected \"format\": \"fold\""));
-    }
-    let version = index.get("version").and_then(Value::as_str).unwrap_or("1.0.0").to_string();
-    if !KNOWN_VERSIONS.contains(&version.as_str()) {
-        notes.push(format!(
-            "FOLD index version {version} is newer than this reader knows (1.2.0); reading what it understands"
-        ));
-    }
-    let metadata = match index.get("metadata") {
-        None => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
-        Some(_) => return Err(input_at(at, "index: \"metadata\" must be an object")),
-    };
-    let chunk_values = index
-        .get("chunks")
-        .and_then(Value::as_array)
-        .ok_or_else(|| input_at(at, "index: expected a \"chunks\" list"))?;
-    let entries: Vec<Entry> = chunk_values.iter().enumerate().map(|(i, c)| entry(c, i, at)).collect::<Result<_>>()?;
-    check_layout(&entries, index_off)?;
-    if let Some(want) = metadata.get("manifest_hash") {
-        let have = manifest_hash(&metadata);
-        if want.as_str() != Some(have.as_str()) {
-            return Err(check_byte(at, format!("index: manifest_hash is {want}, the metadata hashes to {have}")));
-        }
-    }
+    let Index { at, index, version, metadata, entries } = read_index(src.bytes(), notes)?;
+    let index_off = at;
     let chunk_hashes = metadata.get("chunk_hashes").and_then(Value::as_object);
 
     let mut payloads = Vec::with_capacity(entries.len());
@@ -264,6 +219,67 @@ fn read_with(src: &Source, notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
     meta.insert("chunks".into(), Value::Array(chunks_meta));
     out.push(meta_array(META, &Value::Object(meta))?);
     Ok(out)
+}
+
+/// The JSON index at the end of a FOLD file, checked: its place, format,
+/// chunk entries laid out apart, and the manifest hash.
+struct Index {
+    /// Where the index starts.
+    at: u64,
+    index: Value,
+    version: String,
+    metadata: Map<String, Value>,
+    entries: Vec<Entry>,
+}
+
+fn read_index(b: &[u8], notes: &mut Notes) -> Result<Index> {
+    let file_len = b.len() as u64;
+    if file_len < HEADER_LEN || !b.starts_with(MAGIC) {
+        return Err(input_at(0, "expected the FOLD magic \"FOLDv1\\0\\0\" and a 28-byte header"));
+    }
+    if be_u32(b, 8) as u64 != HEADER_LEN {
+        return Err(input_at(8, format!("header_len is {}, expected 28", be_u32(b, 8))));
+    }
+    let (index_off, index_len) = (be_u64(b, 12), be_u64(b, 20));
+    if index_len > MAX_INDEX {
+        return Err(input_at(20, format!("index_len {index_len} exceeds the limit of {MAX_INDEX} bytes")));
+    }
+    if index_off < HEADER_LEN || index_off.checked_add(index_len) != Some(file_len) {
+        return Err(input_at(
+            12,
+            format!("index at {index_off} with {index_len} bytes: expected it to end the {file_len}-byte file after the header"),
+        ));
+    }
+    let index: Value = serde_json::from_slice(&b[index_off as usize..])
+        .map_err(|e| input_at(index_off, format!("index is not JSON: {e}")))?;
+    let at = index_off;
+    if index.get("format").and_then(Value::as_str) != Some("fold") {
+        return Err(input_at(at, "index: expected \"format\": \"fold\""));
+    }
+    let version = index.get("version").and_then(Value::as_str).unwrap_or("1.0.0").to_string();
+    if !KNOWN_VERSIONS.contains(&version.as_str()) {
+        notes.push(format!(
+            "FOLD index version {version} is newer than this reader knows (1.2.0); reading what it understands"
+        ));
+    }
+    let metadata = match index.get("metadata") {
+        None => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => return Err(input_at(at, "index: \"metadata\" must be an object")),
+    };
+    let chunk_values = index
+        .get("chunks")
+        .and_then(Value::as_array)
+        .ok_or_else(|| input_at(at, "index: expected a \"chunks\" list"))?;
+    let entries: Vec<Entry> = chunk_values.iter().enumerate().map(|(i, c)| entry(c, i, at)).collect::<Result<_>>()?;
+    check_layout(&entries, index_off)?;
+    if let Some(want) = metadata.get("manifest_hash") {
+        let have = manifest_hash(&metadata);
+        if want.as_str() != Some(have.as_str()) {
+            return Err(check_byte(at, format!("index: manifest_hash is {want}, the metadata hashes to {have}")));
+        }
+    }
+    Ok(Index { at, index, version, metadata, entries })
 }
 
 /// Chunks lie between the header and the index, in bounds and without overlap.

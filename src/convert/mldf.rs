@@ -163,6 +163,80 @@ fn read_allocs(b: &[u8], alloc_ptr: u64, alloc_len: u64, data_ptr: u64) -> Resul
 /// Reads an MLDF file. Names are WTXT names already.
 pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     let b = src.bytes();
+    let h = read_header(b, notes)?;
+    let (fields, row) = read_fields(b, h.desc_ptr, h.nf)?;
+    let table_end = h.n.checked_mul(row).and_then(|t| t.checked_add(h.meta_ptr)).filter(|&e| e <= h.data_ptr);
+    table_end.ok_or_else(|| {
+        input_at(
+            H as u64 + 8,
+            format!("{} samples of {row}-byte rows do not fit before the data region at {}", h.n, h.data_ptr),
+        )
+    })?;
+    let alloc_len = b.len() as u64 - h.alloc_ptr;
+    if !alloc_len.is_multiple_of(ALLOC) {
+        return Err(input_at(
+            h.alloc_ptr,
+            format!("allocation table: {alloc_len} bytes is not a whole number of 16-byte entries"),
+        ));
+    }
+    let allocs = read_allocs(b, h.alloc_ptr, alloc_len, h.data_ptr)?;
+
+    let mut originals: Vec<String> = vec![META.to_string()];
+    for f in &fields {
+        crate::model::check_tensor_name(&f.name).map_err(|e| input_at(h.desc_ptr, e.message().to_string()))?;
+        originals.push(f.name.clone());
+        if matches!(f.kind, Kind::Bytes | Kind::Json) {
+            originals.push(format!("{}__sizes", f.name));
+        }
+    }
+    if let Some(d) = crate::model::first_duplicate(&originals) {
+        return Err(input_at(h.desc_ptr, format!("two fields (or a field and a sizes array) are named {d:?}")));
+    }
+    let mut names = assign_names(&originals).into_iter().skip(1);
+    let table = Table { b, h: &h, row, allocs: &allocs };
+    let mut out = Vec::new();
+    let mut fields_meta = Vec::with_capacity(fields.len());
+    let mut col = 0u64;
+    for f in &fields {
+        let name = names.next().expect("one name per field");
+        let mut m = json!({"name": f.name, "type_id": f.kind as u16, "flags": f.flags, "array": name});
+        let sizes_name = matches!(f.kind, Kind::Bytes | Kind::Json).then(|| names.next().expect("a sizes name"));
+        let (arr, sizes) = table.column(f, col, name, sizes_name)?;
+        if let Some(sizes) = sizes {
+            m["sizes"] = json!(sizes.name);
+            out.push(sizes);
+        }
+        if f.args.iter().any(|&x| x != 0) && f.kind != Kind::Ndarray {
+            m["arguments"] = json!(hex::encode(f.args));
+        }
+        out.push(arr);
+        fields_meta.push(m);
+        col += f.kind.record();
+    }
+    let meta = json!({"version": [h.major, h.minor], "flags": h.flags, "page_size": h.page_size, "num_samples": h.n, "fields": fields_meta});
+    out.push(meta_array(META, &meta)?);
+    Ok(out)
+}
+
+/// The 64-byte header after the magic.
+struct Header {
+    major: u16,
+    minor: u16,
+    flags: u32,
+    /// Samples.
+    n: u64,
+    /// Fields.
+    nf: u64,
+    page_size: u32,
+    desc_ptr: u64,
+    meta_ptr: u64,
+    data_ptr: u64,
+    alloc_ptr: u64,
+}
+
+/// Reads and checks the header: a version this reader knows, little-endian
+/// data without unsupported regions, sections in order inside the file.
+fn read_header(b: &[u8], notes: &mut Notes) -> Result<Header> {
     let len = b.len() as u64;
     if !b.starts_with(MAGIC) {
         return Err(input_at(0, "expected the MLDF magic \\x89MLDF\\r\\n\\x1a\\n"));
@@ -204,80 +278,68 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     if !(meta_ptr <= data_ptr && data_ptr <= alloc_ptr && alloc_ptr <= len) {
         return Err(input_at(H as u64 + 24, format!("sections out of order or past the end: metadata {meta_ptr}, data {data_ptr}, allocation table {alloc_ptr}, file {len}")));
     }
-    let (fields, row) = read_fields(b, desc_ptr, nf)?;
-    let table_end = n.checked_mul(row).and_then(|t| t.checked_add(meta_ptr)).filter(|&e| e <= data_ptr);
-    table_end.ok_or_else(|| {
-        input_at(
-            H as u64 + 8,
-            format!("{n} samples of {row}-byte rows do not fit before the data region at {data_ptr}"),
-        )
-    })?;
-    let alloc_len = len - alloc_ptr;
-    if !alloc_len.is_multiple_of(ALLOC) {
-        return Err(input_at(
-            alloc_ptr,
-            format!("allocation table: {alloc_len} bytes is not a whole number of 16-byte entries"),
-        ));
-    }
-    let allocs = read_allocs(b, alloc_ptr, alloc_len, data_ptr)?;
+    Ok(Header { major, minor, flags, n, nf, page_size, desc_ptr, meta_ptr, data_ptr, alloc_ptr })
+}
 
-    let mut originals: Vec<String> = vec![META.to_string()];
-    for f in &fields {
-        crate::model::check_tensor_name(&f.name).map_err(|e| input_at(desc_ptr, e.message().to_string()))?;
-        originals.push(f.name.clone());
-        if matches!(f.kind, Kind::Bytes | Kind::Json) {
-            originals.push(format!("{}__sizes", f.name));
+/// The sample table (one row of records per sample) and what its records
+/// point to, checked against the allocation table.
+struct Table<'a> {
+    b: &'a [u8],
+    h: &'a Header,
+    row: u64,
+    allocs: &'a [(u64, u64)],
+}
+
+impl Table<'_> {
+    /// Where sample `s`'s record of the field at column `col` is.
+    fn record(&self, s: u64, col: u64) -> usize {
+        (self.h.meta_ptr + s * self.row + col) as usize
+    }
+
+    /// The bytes a variable-size record points to: an allocation exactly.
+    fn blob(&self, f: &Field, s: u64, col: u64) -> Result<&[u8]> {
+        let at = self.record(s, col);
+        let (p, size) = (le_u64(self.b, at), le_u32(self.b, at + 8) as u64);
+        if size == 0 {
+            return Ok(&[]);
+        }
+        match self.allocs.binary_search_by_key(&p, |a| a.0) {
+            Ok(i) if self.allocs[i].1 == size => Ok(&self.b[p as usize..(p + size) as usize]),
+            _ => Err(input_at(
+                at as u64,
+                format!("field {:?} sample {s}: {size} bytes at {p} are not in the allocation table", f.name),
+            )),
         }
     }
-    if let Some(d) = crate::model::first_duplicate(&originals) {
-        return Err(input_at(desc_ptr, format!("two fields (or a field and a sizes array) are named {d:?}")));
-    }
-    let names = assign_names(&originals);
-    let mut names = names.into_iter().skip(1);
-    let mut out = Vec::new();
-    let mut fields_meta = Vec::with_capacity(fields.len());
-    let mut col = 0u64;
-    for f in &fields {
-        let record = |s: u64| (meta_ptr + s * row + col) as usize;
-        let blob = |s: u64| -> Result<&[u8]> {
-            let at = record(s);
-            let (p, size) = (le_u64(b, at), le_u32(b, at + 8) as u64);
-            if size == 0 {
-                return Ok(&[]);
-            }
-            match allocs.binary_search_by_key(&p, |a| a.0) {
-                Ok(i) if allocs[i].1 == size => Ok(&b[p as usize..(p + size) as usize]),
-                _ => Err(input_at(
-                    at as u64,
-                    format!("field {:?} sample {s}: {size} bytes at {p} are not in the allocation table", f.name),
-                )),
-            }
-        };
-        let name = names.next().expect("one name per field");
-        let mut m = json!({"name": f.name, "type_id": f.kind as u16, "flags": f.flags, "array": name});
-        let arr = match f.kind {
+
+    /// A field's samples as one array (and, for BYTES and JSON, the array
+    /// of each sample's size, named `sizes_name`).
+    fn column(&self, f: &Field, col: u64, name: String, sizes_name: Option<String>) -> Result<(Array, Option<Array>)> {
+        let (n, len) = (self.h.n, self.b.len() as u64);
+        match f.kind {
             Kind::Int | Kind::Float => {
                 let mut v = Vec::with_capacity((n * 8).min(len) as usize);
                 for s in 0..n {
-                    v.extend_from_slice(&b[record(s)..record(s) + 8]);
+                    v.extend_from_slice(&self.b[self.record(s, col)..self.record(s, col) + 8]);
                 }
                 let dtype = if f.kind == Kind::Int { Dtype::I64 } else { Dtype::F64 };
-                Array::new(name, dtype, vec![n], v.into())?
+                Ok((Array::new(name, dtype, vec![n], v.into())?, None))
             }
             Kind::Ndarray => {
-                let (dtype, dims) = parse_ndarray_args(&f.args).expect("checked above");
+                let (dtype, dims) = parse_ndarray_args(&f.args).expect("checked when read");
+                let at = self.h.desc_ptr;
                 let per = crate::model::byte_size(dtype, &dims)
-                    .ok_or_else(|| input_at(desc_ptr, format!("field {:?}: shape overflows", f.name)))?;
-                let total = per.checked_mul(n).filter(|&t| t <= alloc_ptr - data_ptr || per == 0);
+                    .ok_or_else(|| input_at(at, format!("field {:?}: shape overflows", f.name)))?;
+                let total = per.checked_mul(n).filter(|&t| t <= self.h.alloc_ptr - self.h.data_ptr || per == 0);
                 let total = total.ok_or_else(|| {
-                    input_at(desc_ptr, format!("field {:?}: {n} samples of {per} bytes exceed the data region", f.name))
+                    input_at(at, format!("field {:?}: {n} samples of {per} bytes exceed the data region", f.name))
                 })?;
                 let mut v = Vec::with_capacity(total as usize);
                 for s in 0..n {
-                    let x = blob(s)?;
+                    let x = self.blob(f, s, col)?;
                     if x.len() as u64 != per {
                         return Err(input_at(
-                            record(s) as u64,
+                            self.record(s, col) as u64,
                             format!(
                                 "field {:?} sample {s}: {} bytes, a {dtype} {dims:?} sample is {per}",
                                 f.name,
@@ -289,37 +351,30 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
                 }
                 let mut shape = vec![n];
                 shape.extend(dims);
-                Array::new(name, dtype, shape, v.into())?
+                Ok((Array::new(name, dtype, shape, v.into())?, None))
             }
             Kind::Bytes | Kind::Json => {
                 let mut v = Vec::new();
                 let mut sizes = Vec::with_capacity((n * 8).min(len) as usize);
                 for s in 0..n {
-                    let x = blob(s)?;
+                    let x = self.blob(f, s, col)?;
                     if f.kind == Kind::Json && !x.is_empty() {
                         serde_json::from_slice::<serde::de::IgnoredAny>(x).map_err(|e| {
-                            input_at(record(s) as u64, format!("field {:?} sample {s}: not JSON: {e}", f.name))
+                            input_at(
+                                self.record(s, col) as u64,
+                                format!("field {:?} sample {s}: not JSON: {e}", f.name),
+                            )
                         })?;
                     }
                     v.extend_from_slice(x);
                     sizes.extend_from_slice(&(x.len() as u64).to_le_bytes());
                 }
-                let sizes_name = names.next().expect("a sizes name");
-                m["sizes"] = json!(sizes_name);
-                out.push(Array::new(sizes_name, Dtype::U64, vec![n], sizes.into())?);
-                Array::new(name, Dtype::U8, vec![v.len() as u64], v.into())?
+                let sizes_name = sizes_name.expect("BYTES and JSON fields have a sizes array");
+                let sizes = Array::new(sizes_name, Dtype::U64, vec![n], sizes.into())?;
+                Ok((Array::new(name, Dtype::U8, vec![v.len() as u64], v.into())?, Some(sizes)))
             }
-        };
-        if f.args.iter().any(|&x| x != 0) && f.kind != Kind::Ndarray {
-            m["arguments"] = json!(hex::encode(f.args));
         }
-        out.push(arr);
-        fields_meta.push(m);
-        col += f.kind.record();
     }
-    let meta = json!({"version": [major, minor], "flags": flags, "page_size": page_size, "num_samples": n, "fields": fields_meta});
-    out.push(meta_array(META, &meta)?);
-    Ok(out)
 }
 
 /// The `__mldf` that reading back [`write`]'s output for `tensors` alone
@@ -350,9 +405,64 @@ struct Planned<'a> {
     sizes: Option<&'a Array>,
 }
 
-/// Writes arrays as MLDF, following `__mldf` when present; without it every
-/// array is an NDARRAY field and all must share their first dimension (the
-/// sample count).
+/// A field's samples, in order: 8-byte values, equal slices of an
+/// NDARRAY, or the blobs its sizes array cuts (`n` samples each).
+fn field_samples<'a>(p: &mut Planned<'a>, n: u64) -> Result<Vec<&'a [u8]>> {
+    let bad = |m: String| Error::input(Default::default(), format!("MLDF: {m}"));
+    let Planned { name, kind, args, data: a, sizes, .. } = p;
+    let a: &'a Array = a;
+    if a.shape.first() != Some(&n) && !matches!(kind, Kind::Bytes | Kind::Json) {
+        return Err(bad(format!(
+            "samples are the first dimension: array {name} has shape {:?}, the first field has {n} samples",
+            a.shape
+        )));
+    }
+    Ok(match kind {
+        Kind::Int | Kind::Float => {
+            let want = if *kind == Kind::Int { Dtype::I64 } else { Dtype::F64 };
+            if a.dtype != want || a.shape.len() != 1 {
+                return Err(bad(format!("field {name}: expected {want} [{n}]")));
+            }
+            a.bytes().chunks(8).collect()
+        }
+        Kind::Ndarray => {
+            *args = ndarray_args(a.dtype, &a.shape[1..])?;
+            let per = a.bytes().len() / n.max(1) as usize;
+            if n == 0 {
+                Vec::new()
+            } else if per == 0 {
+                vec![&[][..]; n as usize]
+            } else {
+                a.bytes().chunks(per).collect()
+            }
+        }
+        Kind::Bytes | Kind::Json => {
+            let s = sizes.ok_or_else(|| bad(format!("field {name}: no sizes array")))?;
+            if s.dtype != Dtype::U64 || s.shape != [n] {
+                return Err(bad(format!("field {name}: sizes must be u64 [{n}]")));
+            }
+            let mut at = 0usize;
+            let mut v = Vec::with_capacity(n as usize);
+            for c in s.bytes().chunks(8) {
+                let len = u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize;
+                let x = a
+                    .bytes()
+                    .get(at..at + len)
+                    .ok_or_else(|| bad(format!("field {name}: sizes add up to more than its bytes")))?;
+                if len > u32::MAX as usize {
+                    return Err(bad(format!("field {name}: a sample over 4 GiB")));
+                }
+                v.push(x);
+                at += len;
+            }
+            if at != a.bytes().len() {
+                return Err(bad(format!("field {name}: sizes add up to {at}, it holds {}", a.bytes().len())));
+            }
+            v
+        }
+    })
+}
+
 /// The fields to write, with the file's flags and page size: from `__mldf`
 /// when present, else every array an NDARRAY field.
 fn plan_fields(arrays: &[Array]) -> Result<(Vec<Planned<'_>>, u32, u32)> {
@@ -405,6 +515,9 @@ fn plan_fields(arrays: &[Array]) -> Result<(Vec<Planned<'_>>, u32, u32)> {
     Ok((plan, flags, page_size))
 }
 
+/// Writes arrays as MLDF, following `__mldf` when present; without it every
+/// array is an NDARRAY field and all must share their first dimension (the
+/// sample count).
 pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     let bad = |m: String| Error::input(Default::default(), format!("MLDF: {m}"));
     let (mut plan, flags, page_size) = plan_fields(arrays)?;
@@ -418,58 +531,8 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     };
     // Per field: the per-sample blobs (or 8-byte values).
     let mut samples: Vec<Vec<&[u8]>> = Vec::with_capacity(plan.len());
-    for Planned { name, kind, args, data: a, sizes, .. } in plan.iter_mut() {
-        if a.shape.first() != Some(&n) && !matches!(kind, Kind::Bytes | Kind::Json) {
-            return Err(bad(format!(
-                "samples are the first dimension: array {name} has shape {:?}, the first field has {n} samples",
-                a.shape
-            )));
-        }
-        let per: Vec<&[u8]> = match kind {
-            Kind::Int | Kind::Float => {
-                let want = if *kind == Kind::Int { Dtype::I64 } else { Dtype::F64 };
-                if a.dtype != want || a.shape.len() != 1 {
-                    return Err(bad(format!("field {name}: expected {want} [{n}]")));
-                }
-                a.bytes().chunks(8).collect()
-            }
-            Kind::Ndarray => {
-                *args = ndarray_args(a.dtype, &a.shape[1..])?;
-                let per = a.bytes().len() / n.max(1) as usize;
-                if n == 0 {
-                    Vec::new()
-                } else if per == 0 {
-                    vec![&[][..]; n as usize]
-                } else {
-                    a.bytes().chunks(per).collect()
-                }
-            }
-            Kind::Bytes | Kind::Json => {
-                let s = sizes.ok_or_else(|| bad(format!("field {name}: no sizes array")))?;
-                if s.dtype != Dtype::U64 || s.shape != [n] {
-                    return Err(bad(format!("field {name}: sizes must be u64 [{n}]")));
-                }
-                let mut at = 0usize;
-                let mut v = Vec::with_capacity(n as usize);
-                for c in s.bytes().chunks(8) {
-                    let len = u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize;
-                    let x = a
-                        .bytes()
-                        .get(at..at + len)
-                        .ok_or_else(|| bad(format!("field {name}: sizes add up to more than its bytes")))?;
-                    if len > u32::MAX as usize {
-                        return Err(bad(format!("field {name}: a sample over 4 GiB")));
-                    }
-                    v.push(x);
-                    at += len;
-                }
-                if at != a.bytes().len() {
-                    return Err(bad(format!("field {name}: sizes add up to {at}, it holds {}", a.bytes().len())));
-                }
-                v
-            }
-        };
-        samples.push(per);
+    for p in plan.iter_mut() {
+        samples.push(field_samples(p, n)?);
     }
     if plan.len() > u16::MAX as usize {
         return Err(bad(format!("{} fields exceed 65535", plan.len())));

@@ -328,7 +328,7 @@ pub trait Sink {
 /// error only when reading fails; every failed check is in the report.
 pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sink>) -> Result<Report> {
     let (pool_tx, pool_rx) = unbounded::<Vec<u8>>();
-    let (read_result, vis, digests, roots) = std::thread::scope(|s| {
+    let (read_result, vis, mut digests, roots) = std::thread::scope(|s| {
         let (tx_a, rx_a) = bounded::<Msg>(PIPELINE_DEPTH);
         let (tx_b, rx_b) = bounded::<Msg>(PIPELINE_DEPTH);
         let key = opts.hmac_key;
@@ -354,7 +354,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
         (r, vis, a, b)
     });
     let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, .. } = vis;
-    let mut chunk_bad = digests.bad_chunks;
+    let mut chunk_bad = std::mem::take(&mut digests.bad_chunks);
     chunk_bad.extend(roots.bad_chunks);
     for (ai, ix, line) in chunk_bad {
         problems.push(Problem {
@@ -379,51 +379,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
     // order, so the first one names the root cause, not its consequences.
     problems.sort_by_key(|p| p.line);
     let complete = header.is_some();
-    for (i, (a, exp)) in arrays.iter_mut().zip(&expected).enumerate() {
-        a.bad_chunks.sort_unstable();
-        if let Some((sha, mac_ok)) = digests.arrays.get(i) {
-            if *sha != exp.sha256 {
-                problems.push(Problem {
-                    file: None,
-                    kind: ProblemKind::Array,
-                    line: a.line,
-                    message: format!("array {}: sha256 does not match its bytes", a.name),
-                });
-                a.ok = false;
-            }
-            match mac_ok {
-                Some(true) => a.authenticated = true,
-                Some(false) => {
-                    problems.push(Problem {
-                        file: None,
-                        kind: ProblemKind::Hmac,
-                        line: a.line,
-                        message: format!("array {}: hmac does not match (wrong key or altered data)", a.name),
-                    });
-                    a.ok = false;
-                }
-                None if opts.hmac_key.is_some() && !opts.allow_unauthenticated => {
-                    problems.push(Problem {
-                        file: None,
-                        kind: ProblemKind::Hmac,
-                        line: a.line,
-                        message: format!(
-                            "array {}: not authenticated (hmac is all zeros) although an HMAC key was given; \
-                             --allow-unauthenticated accepts it",
-                            a.name
-                        ),
-                    });
-                    a.ok = false;
-                }
-                None => {}
-            }
-        } else {
-            a.ok = false;
-        }
-        if !a.bad_chunks.is_empty() {
-            a.ok = false;
-        }
-    }
+    judge_arrays(&mut arrays, &expected, &digests, opts, &mut problems);
 
     let mut report = Report {
         ok: false,
@@ -453,6 +409,51 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
     report.ok = complete && problems.is_empty();
     report.errors = problems;
     Ok(report)
+}
+
+/// Each array's verdict from its recomputed SHA-256 and HMAC against what
+/// its `arr` line says, and from its chunks' faults.
+fn judge_arrays(
+    arrays: &mut [ArrayReport],
+    expected: &[Expect],
+    digests: &ArrayDigests,
+    opts: &VerifyOptions,
+    problems: &mut Vec<Problem>,
+) {
+    let mut fail = |a: &mut ArrayReport, kind: ProblemKind, message: String| {
+        problems.push(Problem { file: None, kind, line: a.line, message });
+        a.ok = false;
+    };
+    for (i, (a, exp)) in arrays.iter_mut().zip(expected).enumerate() {
+        a.bad_chunks.sort_unstable();
+        let Some((sha, mac_ok)) = digests.arrays.get(i) else {
+            a.ok = false;
+            continue;
+        };
+        if *sha != exp.sha256 {
+            let m = format!("array {}: sha256 does not match its bytes", a.name);
+            fail(a, ProblemKind::Array, m);
+        }
+        match mac_ok {
+            Some(true) => a.authenticated = true,
+            Some(false) => {
+                let m = format!("array {}: hmac does not match (wrong key or altered data)", a.name);
+                fail(a, ProblemKind::Hmac, m);
+            }
+            None if opts.hmac_key.is_some() && !opts.allow_unauthenticated => {
+                let m = format!(
+                    "array {}: not authenticated (hmac is all zeros) although an HMAC key was given; \
+                     --allow-unauthenticated accepts it",
+                    a.name
+                );
+                fail(a, ProblemKind::Hmac, m);
+            }
+            None => {}
+        }
+        if !a.bad_chunks.is_empty() {
+            a.ok = false;
+        }
+    }
 }
 
 /// Root, Merkle link, fastxor, WSUM, signature and chain checks.
