@@ -8,6 +8,7 @@
 //! `merkle_prev` = HEAD's `merkle_this`. For a `.wtxtdelta`: its structure and
 //! every chunk it carries (parity, CRC32C, SHA-256).
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use git2::{Repository, Status, StatusOptions};
@@ -239,7 +240,7 @@ impl Split<'_> {
             if in_head_commit == Some(entry.id) && was.is_some_and(|w| (w.bytes, w.sha256) == (p.bytes, p.sha256)) {
                 continue; // unchanged since HEAD, where it was checked
             }
-            todo.push((*p, entry.id, part));
+            todo.push((*p, Recorded::of(&entry), part));
         }
         // The changed parts, checked on every core (each worker opens the
         // repository for itself: a git2 handle is not shared between threads).
@@ -247,6 +248,9 @@ impl Split<'_> {
         let next = std::sync::atomic::AtomicUsize::new(0);
         let found: std::sync::Mutex<Vec<(u64, Refusal)>> = Default::default();
         let git_dir = self.repo.path().to_path_buf();
+        let index_written = std::fs::metadata(git_dir.join("index")).ok().map(|m| (m.mtime(), m.mtime_nsec()));
+        let workdir = self.repo.workdir().map(Path::to_path_buf);
+        let (index_written, workdir) = (&index_written, &workdir);
         std::thread::scope(|s| {
             let (todo, add, next, found, git_dir) = (&todo, &add, &next, &found, &git_dir);
             for _ in 0..workers {
@@ -254,8 +258,9 @@ impl Split<'_> {
                     let Ok(repo) = Repository::open(git_dir) else { return };
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some((p, oid, part)) = todo.get(i) else { return };
-                        if let Some(r) = check_staged_part(&repo, *oid, p, part, h, add, damaged) {
+                        let Some((p, rec, part)) = todo.get(i) else { return };
+                        let clean = workdir.as_ref().and_then(|w| rec.clean_copy(&w.join(part), *index_written));
+                        if let Some(r) = check_staged_part(&repo, rec.id, clean, p, part, h, add, damaged) {
                             found.lock().expect("refusals").push((p.ix, r));
                         }
                     }
@@ -282,11 +287,59 @@ impl Split<'_> {
     }
 }
 
-/// Why a staged part may not be committed: its blob does not match the
-/// head's table, or one of its chunks fails a check.
+/// What the index recorded of a work-tree file when it was staged.
+struct Recorded {
+    id: git2::Oid,
+    size: u32,
+    mtime: (i32, u32),
+    ctime: (i32, u32),
+    ino: u32,
+    dev: u32,
+}
+
+impl Recorded {
+    fn of(e: &git2::IndexEntry) -> Recorded {
+        Recorded {
+            id: e.id,
+            size: e.file_size,
+            mtime: (e.mtime.seconds(), e.mtime.nanoseconds()),
+            ctime: (e.ctime.seconds(), e.ctime.nanoseconds()),
+            ino: e.ino,
+            dev: e.dev,
+        }
+    }
+
+    /// The work-tree file's bytes when Git's index says they are the staged
+    /// ones, as `git status` decides it: the same size, modification and
+    /// change times (the kernel sets the change time; no one can put it
+    /// back), inode (and device, where recorded) as at `git add`, and modified
+    /// before the index was written (not "racily clean"). Reading it
+    /// spares inflating the blob; any doubt gives `None` (read the blob).
+    fn clean_copy(&self, path: &Path, index_written: Option<(i64, i64)>) -> Option<Vec<u8>> {
+        let m = std::fs::symlink_metadata(path).ok()?;
+        let same = m.is_file()
+            && m.size() as u32 == self.size
+            && (m.mtime() as i32, m.mtime_nsec() as u32) == self.mtime
+            && (m.ctime() as i32, m.ctime_nsec() as u32) == self.ctime
+            && m.ino() as u32 == self.ino
+            && (self.dev == 0 || m.dev() as u32 == self.dev) // libgit2 records none
+            && index_written.is_some_and(|w| (m.mtime(), m.mtime_nsec()) < w);
+        if !same {
+            return None;
+        }
+        let bytes = std::fs::read(path).ok()?;
+        (bytes.len() as u64 == m.size()).then_some(bytes)
+    }
+}
+
+/// Why a staged part may not be committed: its bytes do not match the
+/// head's table, or one of its chunks fails a check. `clean` is the
+/// work-tree copy when the index vouches for it, else the blob is read.
+#[allow(clippy::too_many_arguments)]
 fn check_staged_part(
     repo: &Repository,
     oid: git2::Oid,
+    clean: Option<Vec<u8>>,
     p: &crate::wtxt::split::PartLine,
     part: &Path,
     h: &Head,
@@ -296,10 +349,17 @@ fn check_staged_part(
     let shown = part.display().to_string();
     let refusal =
         |line: u64, problem: String, fix: &str| Some(Refusal { path: shown.clone(), line, problem, fix: fix.into() });
-    let Ok(blob) = repo.find_blob(oid) else {
-        return refusal(0, "its blob is missing".into(), add);
+    let blob;
+    let bytes = match &clean {
+        Some(b) => &b[..],
+        None => {
+            let Ok(b) = repo.find_blob(oid) else {
+                return refusal(0, "its blob is missing".into(), add);
+            };
+            blob = b;
+            blob.content()
+        }
     };
-    let bytes = blob.content();
     if bytes.len() as u64 != p.bytes || crate::crypto::digest::sha256(bytes) != p.sha256 {
         let line = h.first_part_line + p.ix - 1;
         let what =
@@ -309,5 +369,36 @@ fn check_staged_part(
     match check_part(bytes, part) {
         Ok(()) => None,
         Err(e) => refusal(line_of(&e), e.message().to_string(), damaged),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_work_tree_copy_is_used_only_while_the_index_vouches_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let file = dir.path().join("p.wtxtpart");
+        std::fs::write(&file, b"staged bytes\n").unwrap();
+        // Past the file system's timestamp granularity, so the entry is not racily clean.
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let mut index = repo.index().unwrap();
+        index.add_path(Path::new("p.wtxtpart")).unwrap();
+        index.write().unwrap();
+        let written = |repo: &Repository| {
+            let m = std::fs::metadata(repo.path().join("index")).unwrap();
+            Some((m.mtime(), m.mtime_nsec()))
+        };
+        let rec = Recorded::of(&index.get_path(Path::new("p.wtxtpart"), 0).unwrap());
+        assert_eq!(rec.clean_copy(&file, written(&repo)).as_deref(), Some(&b"staged bytes\n"[..]));
+        // Written again, even with the same bytes: the change time moved, so the blob is read.
+        std::fs::write(&file, b"staged bytes\n").unwrap();
+        assert_eq!(rec.clean_copy(&file, written(&repo)), None);
+        // Racily clean (changed as late as the index was written): the blob is read.
+        let rec = Recorded::of(&index.get_path(Path::new("p.wtxtpart"), 0).unwrap());
+        let m = std::fs::metadata(&file).unwrap();
+        assert_eq!(rec.clean_copy(&file, Some((m.mtime(), m.mtime_nsec()))), None);
     }
 }

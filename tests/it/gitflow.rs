@@ -518,7 +518,12 @@ fn split_snapshots_commit_diff_and_log_part_by_part() {
     let o = r.run(&["commit", "-qm", "part only"], &[]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("m.wtxt.parts/000002.wtxtpart"), "{err}");
+    // The staged bytes are judged, not the work tree's: with the good part
+    // back in the work tree but the damaged one staged, still refused.
     std::fs::write(&part, &good).unwrap();
+    let o = r.run(&["commit", "-qm", "part only"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("m.wtxt.parts/000002.wtxtpart"), "{err}");
     r.ok(&["add", "-A", "."]);
     // A part file the head does not list is refused, named.
     let stray = r.root.join(format!("m.wtxt.parts/{:06}.wtxtpart", parts + 1));
