@@ -77,12 +77,16 @@ impl AtomicFile {
             _ => Path::new("."),
         };
         let name = dest.file_name().ok_or_else(|| Error::usage(format!("{}: not a file name", dest.display())))?;
+        // Created under the lock the signal thread drains with: a signal
+        // never finds the file made but not yet listed.
+        let mut listed = live();
         let tmp = tempfile::Builder::new()
             .prefix(&format!(".{}.", name.to_string_lossy()))
             .suffix(".tmp")
             .tempfile_in(dir)
             .map_err(|e| Error::io(dest, plain(e, dir)))?;
-        live().push(tmp.path().to_path_buf());
+        listed.push(tmp.path().to_path_buf());
+        drop(listed);
         Ok(AtomicFile { stage: Some(Stage::Rename(tmp)), dest: dest.to_path_buf(), mode })
     }
 
@@ -212,9 +216,10 @@ pub struct OutputDir {
 impl OutputDir {
     /// Makes `dir` (one level: its parent must exist) unless it is there.
     pub fn create(dir: &Path) -> Result<OutputDir> {
+        let mut listed = live_dirs();
         match std::fs::create_dir(dir) {
             Ok(()) => {
-                live_dirs().push(dir.to_path_buf());
+                listed.push(dir.to_path_buf());
                 Ok(OutputDir { made: Some(dir.to_path_buf()) })
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(OutputDir { made: None }),
@@ -259,10 +264,14 @@ pub fn remove_temp_files_on_signals() {
             let mut sig: libc::c_int = 0;
             // SAFETY: `set` is an initialized signal set owned by this closure.
             if libc::sigwait(&set, &mut sig) == 0 {
-                for p in live().drain(..) {
+                // Both locks are held until the exit: no thread can list a
+                // new temporary file or folder after they were removed.
+                let mut files = live();
+                let mut dirs = live_dirs();
+                for p in files.drain(..) {
                     let _ = std::fs::remove_file(p);
                 }
-                for d in live_dirs().drain(..) {
+                for d in dirs.drain(..) {
                     let _ = std::fs::remove_dir(d); // only when empty
                 }
                 std::process::exit(128 + sig);

@@ -12,6 +12,7 @@
 //! ECC; arrays it does not list go into one more `NPZ0` chunk `arrays`.
 #![forbid(unsafe_code)]
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -35,6 +36,67 @@ const ZSTD_LEVEL: i32 = 3;
 const CHUNK_HEADER_LEN: u64 = 32;
 /// Index versions this reader was written against.
 const KNOWN_VERSIONS: [&str; 3] = ["1.0.0", "1.1.0", "1.2.0"];
+
+/// `__fold`: what reading kept of a file besides its tensors, so that
+/// writing gives the file back. Fields in the order `__fold` has always had
+/// (its bytes are part of snapshots).
+#[derive(Serialize, Deserialize)]
+struct FoldMeta {
+    #[serde(default = "latest_version")]
+    version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    created_at_unix: Option<Value>,
+    /// The index's `metadata`, less the hashes the writer computes.
+    #[serde(default)]
+    metadata: Map<String, Value>,
+    /// Whether the file carried `chunk_hashes` and `manifest_hash`.
+    #[serde(default = "yes")]
+    chunk_hashes: bool,
+    #[serde(default = "yes")]
+    manifest_hash: bool,
+    #[serde(default)]
+    chunks: Vec<ChunkMeta>,
+}
+
+fn latest_version() -> String {
+    "1.2.0".into()
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One chunk, in file order.
+#[derive(Serialize, Deserialize)]
+struct ChunkMeta {
+    name: String,
+    ctype: String,
+    flags: u64,
+    #[serde(default = "no_ecc")]
+    ecc_algo: String,
+    /// The stored (compressed) bytes, when our zstd would not give them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stored_hex: Option<String>,
+    /// NPZ0: each member's key and the array holding it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    arrays: Option<Vec<Member>>,
+    /// NPZ0: the payload, when our NPZ writer would not give it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    payload_hex: Option<String>,
+    /// Any other chunk: the array holding its payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    array: Option<String>,
+}
+
+fn no_ecc() -> String {
+    "none".into()
+}
+
+#[derive(Serialize, Deserialize)]
+struct Member {
+    key: String,
+    array: String,
+}
 
 /// One chunk as the index describes it.
 struct Entry {
@@ -172,11 +234,20 @@ fn read_with(src: &Source, notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
     let mut out = Vec::new();
     let mut chunks_meta = Vec::with_capacity(entries.len());
     for ((e, (p, stored)), arrays) in entries.iter().zip(payloads).zip(found) {
-        let mut m = json!({"name": e.name, "ctype": e.ctype, "flags": e.flags, "ecc_algo": ecc_name(e.ecc)});
+        let mut m = ChunkMeta {
+            name: e.name.clone(),
+            ctype: e.ctype.clone(),
+            flags: e.flags as u64,
+            ecc_algo: ecc_name(e.ecc),
+            stored_hex: None,
+            arrays: None,
+            payload_hex: None,
+            array: None,
+        };
         if pin {
             if let Some(stored) = &stored {
                 if zstd::bulk::compress(p.bytes(), ZSTD_LEVEL).ok().as_deref() != Some(stored.bytes()) {
-                    m["stored_hex"] = json!(hex::encode(stored.bytes()));
+                    m.stored_hex = Some(hex::encode(stored.bytes()));
                 }
             }
         }
@@ -185,39 +256,37 @@ fn read_with(src: &Source, notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
             let keys: Vec<(String, Array)> = arrays.iter().map(|a| (a.name.clone(), a.clone())).collect();
             for mut a in arrays {
                 let name = names.next().expect("one name per original");
-                listed.push(json!({"key": a.name, "array": name}));
-                a.name = name;
+                listed.push(Member { key: std::mem::replace(&mut a.name, name.clone()), array: name });
                 out.push(a);
             }
-            m["arrays"] = Value::Array(listed);
+            m.arrays = Some(listed);
             if pin {
                 let ours =
                     npz::write_keyed(keys.iter().map(|(k, a)| (k.as_str(), a)), std::io::Cursor::new(Vec::new()))?;
                 if ours.into_inner() != p.bytes() {
-                    m["payload_hex"] = json!(hex::encode(p.bytes()));
+                    m.payload_hex = Some(hex::encode(p.bytes()));
                 }
             }
         } else {
             let name = names.next().expect("one name per original");
-            m["array"] = json!(name);
+            m.array = Some(name.clone());
             let n = p.bytes().len();
             out.push(Array::new(name, crate::model::Dtype::U8, vec![n as u64], p.window(0..n))?);
         }
         chunks_meta.push(m);
     }
     let mut kept = metadata;
-    let had_hashes = kept.shift_remove("chunk_hashes").is_some();
-    let had_manifest = kept.shift_remove("manifest_hash").is_some();
-    let mut meta = Map::new();
-    meta.insert("version".into(), json!(version));
-    if let Some(t) = index.get("created_at_unix") {
-        meta.insert("created_at_unix".into(), t.clone());
-    }
-    meta.insert("metadata".into(), Value::Object(kept));
-    meta.insert("chunk_hashes".into(), json!(had_hashes));
-    meta.insert("manifest_hash".into(), json!(had_manifest));
-    meta.insert("chunks".into(), Value::Array(chunks_meta));
-    out.push(meta_array(META, &Value::Object(meta))?);
+    let chunk_hashes = kept.shift_remove("chunk_hashes").is_some();
+    let manifest_hash = kept.shift_remove("manifest_hash").is_some();
+    let meta = FoldMeta {
+        version,
+        created_at_unix: index.get("created_at_unix").cloned(),
+        metadata: kept,
+        chunk_hashes,
+        manifest_hash,
+        chunks: chunks_meta,
+    };
+    out.push(meta_array(META, &serde_json::to_value(&meta).expect("metadata serializes"))?);
     Ok(out)
 }
 
@@ -399,14 +468,30 @@ fn chunk_payload(src: &Source, e: &Entry, notes: &mut Notes) -> Result<(Source, 
 /// The `__fold` that reading back [`write`]'s output for `tensors` alone
 /// gives: one `NPZ0` chunk `arrays` (none when there are no tensors).
 pub fn default_meta(tensors: &[Array]) -> Option<Value> {
-    let members: Vec<Value> = tensors.iter().map(|a| json!({"key": a.name, "array": a.name})).collect();
-    let chunks: Vec<Value> = if members.is_empty() {
+    let members: Vec<Member> = tensors.iter().map(|a| Member { key: a.name.clone(), array: a.name.clone() }).collect();
+    let chunks = if members.is_empty() {
         Vec::new()
     } else {
-        vec![json!({"name": "arrays", "ctype": "NPZ0", "flags": 1, "ecc_algo": "none", "arrays": members})]
+        vec![ChunkMeta {
+            name: "arrays".into(),
+            ctype: "NPZ0".into(),
+            flags: 1,
+            ecc_algo: no_ecc(),
+            stored_hex: None,
+            arrays: Some(members),
+            payload_hex: None,
+            array: None,
+        }]
     };
-    Some(json!({"version": "1.2.0", "created_at_unix": 0.0, "metadata": {}, "chunk_hashes": true,
-                "manifest_hash": true, "chunks": chunks}))
+    let meta = FoldMeta {
+        version: latest_version(),
+        created_at_unix: Some(json!(0.0)),
+        metadata: Map::new(),
+        chunk_hashes: true,
+        manifest_hash: true,
+        chunks,
+    };
+    Some(serde_json::to_value(&meta).expect("metadata serializes"))
 }
 
 /// A chunk about to be written: its decoded payload and how to store it.
@@ -422,8 +507,8 @@ struct Planned {
 
 /// A pinned NPZ0 payload (`payload_hex`) when it still holds exactly these
 /// members, keys and bytes; else `None` and the chunk is re-emitted.
-fn pinned_npz(c: &Value, members: &[(&str, &Array)]) -> Option<Vec<u8>> {
-    let p = hex::decode(c.get("payload_hex")?.as_str()?).ok()?;
+fn pinned_npz(c: &ChunkMeta, members: &[(&str, &Array)]) -> Option<Vec<u8>> {
+    let p = hex::decode(c.payload_hex.as_deref()?).ok()?;
     let held = npz::read(&Source::Owned(std::sync::Arc::new(p.clone()))).ok()?;
     let same = held.len() == members.len()
         && held
@@ -431,6 +516,66 @@ fn pinned_npz(c: &Value, members: &[(&str, &Array)]) -> Option<Vec<u8>> {
             .zip(members)
             .all(|(h, (k, a))| h.name == *k && h.dtype == a.dtype && h.shape == a.shape && h.bytes() == a.bytes());
     same.then_some(p)
+}
+
+/// Why chunks could not be planned: `__fold` is wrong, or an array is.
+enum PlanError {
+    Meta(String),
+    Other(Error),
+}
+
+impl From<Error> for PlanError {
+    fn from(e: Error) -> PlanError {
+        PlanError::Other(e)
+    }
+}
+
+/// The chunks to write: those `__fold` lists, in its order, with their
+/// payloads; then any arrays it does not place, in one NPZ0 chunk.
+fn plan_chunks(arrays: &[Array], listed: &[ChunkMeta]) -> std::result::Result<Vec<Planned>, PlanError> {
+    let find = |name: &str| {
+        arrays.iter().find(|a| a.name == name).ok_or_else(|| PlanError::Meta(format!("array {name} is missing")))
+    };
+    let mut plan: Vec<Planned> = Vec::new();
+    let mut used: std::collections::HashSet<&str> = [META].into_iter().collect();
+    for c in listed {
+        let name = &c.name;
+        if c.ctype.len() != 4 {
+            return Err(PlanError::Meta(format!("chunk {name:?}: ctype must be 4 bytes")));
+        }
+        if c.flags > 1 {
+            return Err(PlanError::Meta(format!("chunk {name:?}: flags must be 0 or 1")));
+        }
+        let ecc = ecc_of(&c.ecc_algo).map_err(PlanError::Meta)?;
+        let payload = if c.ctype == "NPZ0" {
+            let mut members = Vec::new();
+            for m in c.arrays.as_deref().unwrap_or(&[]) {
+                let a = find(&m.array)?;
+                used.insert(&a.name);
+                members.push((m.key.as_str(), a));
+            }
+            match pinned_npz(c, &members) {
+                Some(p) => p,
+                None => npz::write_keyed(members, std::io::Cursor::new(Vec::new()))?.into_inner(),
+            }
+        } else {
+            let arr = c.array.as_deref().ok_or_else(|| PlanError::Meta(format!("chunk {name:?} lacks \"array\"")))?;
+            let a = find(arr)?;
+            used.insert(&a.name);
+            a.bytes().to_vec()
+        };
+        let stored = c.stored_hex.as_deref().and_then(|h| hex::decode(h).ok());
+        let stored = stored
+            .filter(|st| crate::convert::zstd_exact(st, payload.len() as u64).is_ok_and(|s| s.bytes() == &payload[..]));
+        plan.push(Planned { name: name.clone(), ctype: c.ctype.clone(), flags: c.flags as u32, ecc, payload, stored });
+    }
+    let rest: Vec<&Array> = arrays.iter().filter(|a| !used.contains(a.name.as_str())).collect();
+    if !rest.is_empty() {
+        let payload =
+            npz::write(&rest.into_iter().cloned().collect::<Vec<_>>(), std::io::Cursor::new(Vec::new()))?.into_inner();
+        plan.push(Planned { name: "arrays".into(), ctype: "NPZ0".into(), flags: 1, ecc: None, payload, stored: None });
+    }
+    Ok(plan)
 }
 
 /// Writes arrays as FOLD, following `__fold` when present.
@@ -444,59 +589,21 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
             ),
         ));
     }
-    let meta = meta_json(arrays, META)?.unwrap_or_else(|| json!({}));
     let bad = |m: String| Error::input(Default::default(), format!("{META}: {m}"));
-    let find =
-        |name: &str| arrays.iter().find(|a| a.name == name).ok_or_else(|| bad(format!("array {name} is missing")));
-    let mut plan: Vec<Planned> = Vec::new();
-    let mut used: std::collections::HashSet<&str> = [META].into_iter().collect();
-    let listed = meta.get("chunks").and_then(Value::as_array).cloned().unwrap_or_default();
-    for c in &listed {
-        let text = |k: &str| c.get(k).and_then(Value::as_str).ok_or_else(|| bad(format!("a chunk lacks {k:?}")));
-        let (name, ctype) = (text("name")?.to_string(), text("ctype")?.to_string());
-        if ctype.len() != 4 {
-            return Err(bad(format!("chunk {name:?}: ctype must be 4 bytes")));
-        }
-        let flags = c
-            .get("flags")
-            .and_then(Value::as_u64)
-            .filter(|f| *f <= 1)
-            .ok_or_else(|| bad(format!("chunk {name:?}: flags must be 0 or 1")))?;
-        let ecc = ecc_of(c.get("ecc_algo").and_then(Value::as_str).unwrap_or("none")).map_err(bad)?;
-        let payload = if ctype == "NPZ0" {
-            let mut members = Vec::new();
-            for m in c.get("arrays").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
-                let (Some(key), Some(arr)) =
-                    (m.get("key").and_then(Value::as_str), m.get("array").and_then(Value::as_str))
-                else {
-                    return Err(bad(format!("chunk {name:?}: each of \"arrays\" needs \"key\" and \"array\"")));
-                };
-                let a = find(arr)?;
-                used.insert(&a.name);
-                members.push((key, a));
-            }
-            match pinned_npz(c, &members) {
-                Some(p) => p,
-                None => npz::write_keyed(members, std::io::Cursor::new(Vec::new()))?.into_inner(),
-            }
-        } else {
-            let arr = text("array")?;
-            let a = find(arr)?;
-            used.insert(&a.name);
-            a.bytes().to_vec()
-        };
-        let stored = c.get("stored_hex").and_then(Value::as_str).and_then(|h| hex::decode(h).ok());
-        let stored = stored
-            .filter(|st| crate::convert::zstd_exact(st, payload.len() as u64).is_ok_and(|s| s.bytes() == &payload[..]));
-        plan.push(Planned { name, ctype, flags: flags as u32, ecc, payload, stored });
-    }
-    let rest: Vec<&Array> = arrays.iter().filter(|a| !used.contains(a.name.as_str())).collect();
-    if !rest.is_empty() {
-        let payload =
-            npz::write(&rest.into_iter().cloned().collect::<Vec<_>>(), std::io::Cursor::new(Vec::new()))?.into_inner();
-        plan.push(Planned { name: "arrays".into(), ctype: "NPZ0".into(), flags: 1, ecc: None, payload, stored: None });
-    }
-
+    let meta: Option<FoldMeta> =
+        meta_json(arrays, META)?.map(serde_json::from_value).transpose().map_err(|e| bad(e.to_string()))?;
+    let meta = meta.unwrap_or(FoldMeta {
+        version: latest_version(),
+        created_at_unix: None,
+        metadata: Map::new(),
+        chunk_hashes: true,
+        manifest_hash: true,
+        chunks: Vec::new(),
+    });
+    let plan = plan_chunks(arrays, &meta.chunks).map_err(|e| match e {
+        PlanError::Meta(m) => bad(m),
+        PlanError::Other(e) => e,
+    })?;
     let mut out = vec![0u8; HEADER_LEN as usize];
     let mut index_chunks = Vec::with_capacity(plan.len());
     let mut hashes = Map::new();
@@ -530,18 +637,18 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
             "ecc_algo": ecc_name(ecc), "ecc_len": parity.len(),
         }));
     }
-    let mut metadata = meta.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
-    if meta.get("chunk_hashes").and_then(Value::as_bool).unwrap_or(true) {
+    let mut metadata = meta.metadata;
+    if meta.chunk_hashes {
         metadata.insert("chunk_hashes".into(), Value::Object(hashes));
     }
-    if meta.get("manifest_hash").and_then(Value::as_bool).unwrap_or(true) {
+    if meta.manifest_hash {
         let h = manifest_hash(&metadata);
         metadata.insert("manifest_hash".into(), json!(h));
     }
     let mut index = Map::new();
     index.insert("format".into(), json!("fold"));
-    index.insert("version".into(), meta.get("version").cloned().unwrap_or_else(|| json!("1.2.0")));
-    index.insert("created_at_unix".into(), meta.get("created_at_unix").cloned().unwrap_or_else(|| json!(0.0)));
+    index.insert("version".into(), json!(meta.version));
+    index.insert("created_at_unix".into(), meta.created_at_unix.unwrap_or_else(|| json!(0.0)));
     index.insert("metadata".into(), Value::Object(metadata));
     index.insert("chunks".into(), Value::Array(index_chunks));
     let text = pyjson::dumps(&Value::Object(index), false, false);
