@@ -384,6 +384,8 @@ fn run(
                 Outcome { gen: pin.gen, commit, pushed, error }
             }
         };
+        // The state first: whoever the outcome wakes sees it in `status`.
+        publish(p);
         shared.outcomes.record(outcome);
     };
     loop {
