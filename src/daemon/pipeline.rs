@@ -403,8 +403,11 @@ impl Pipeline {
     }
 }
 
-/// How long one push may take before it is given up (and retried later).
-pub const PUSH_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a push may go without a word from git (no progress at all)
+/// before it is given up and retried later. A large first push takes many
+/// minutes (GBs to pack and send), so the limit is on silence, not on the
+/// whole push: git reports progress every second while it works.
+pub const PUSH_STALL: Duration = Duration::from_secs(600);
 
 /// Pushes HEAD's branch to `remote` with the `git` binary: any transport
 /// `git push` knows (ssh://, user@host:path, https://, git://, paths), with
@@ -412,34 +415,48 @@ pub const PUSH_TIMEOUT: Duration = Duration::from_secs(600);
 /// credential helpers, `insteadOf`). It never prompts (no terminal, no
 /// stdin); a failure returns git's own words.
 fn push(repo_dir: &Path, remote: &str) -> std::result::Result<(), String> {
-    let branch = git2::Repository::open(repo_dir)
-        .and_then(|r| r.head().and_then(|h| h.name().map(String::from)))
+    let repo = git2::Repository::open(repo_dir).map_err(|e| format!("cannot open the repository: {}", e.message()))?;
+    let branch = repo
+        .head()
+        .and_then(|h| h.name().map(String::from))
         .map_err(|e| format!("cannot read HEAD: {}", e.message()))?;
-    let mut child = std::process::Command::new("git")
-        .arg("-C")
-        .arg(repo_dir)
-        .args(["push", "--porcelain", "--", remote, &format!("HEAD:{branch}")])
+    let mut cmd = std::process::Command::new("git");
+    cmd.arg("-C").arg(repo_dir);
+    for (key, value) in pack_settings(&repo) {
+        cmd.arg("-c").arg(format!("{key}={value}"));
+    }
+    let mut child = cmd
+        .args(["push", "--progress", "--porcelain", "--", remote, &format!("HEAD:{branch}")])
         .env("GIT_TERMINAL_PROMPT", "0")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot run git: {e}"))?;
-    // Read stderr on its own thread so a chatty git never blocks on a full pipe.
+    // Read stderr on its own thread so a chatty git never blocks on a full
+    // pipe; every byte (progress included) says git is still working.
     let mut err = child.stderr.take().expect("piped");
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
+    let heard_by_reader = heard.clone();
     let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut err, &mut s);
-        s
+        let mut said = Said::default();
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = std::io::Read::read(&mut err, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            *heard_by_reader.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+            said.take(&buf[..n]);
+        }
+        said.finish()
     });
-    let start = Instant::now();
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break Ok(s),
-            Ok(None) if start.elapsed() > PUSH_TIMEOUT => {
+            Ok(None) if heard.lock().unwrap_or_else(|p| p.into_inner()).elapsed() > PUSH_STALL => {
                 let _ = child.kill();
                 let _ = child.wait();
-                break Err(format!("no answer in {} s", PUSH_TIMEOUT.as_secs()));
+                break Err(format!("git push said nothing for {} s: stopped", PUSH_STALL.as_secs()));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => break Err(e.to_string()),
@@ -450,7 +467,7 @@ fn push(repo_dir: &Path, remote: &str) -> std::result::Result<(), String> {
         Ok(s) if s.success() => Ok(()),
         Ok(s) => {
             // Git's whole answer (the cause usually comes first), on one line.
-            let said: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+            let said: Vec<&str> = stderr.iter().map(|l| l.trim()).filter(|l| !l.is_empty()).collect();
             let mut said = crate::error::one_line(&said.join(" / ")).into_owned();
             if said.len() > 1000 {
                 let cut = (0..=1000).rev().find(|&i| said.is_char_boundary(i)).unwrap_or(0);
@@ -463,9 +480,82 @@ fn push(repo_dir: &Path, remote: &str) -> std::result::Result<(), String> {
     }
 }
 
+/// What git said on stderr, less its progress meters: a line ended by a
+/// lone carriage return is redrawn in place, so only lines ended by a line
+/// feed (or CR LF, as ssh ends its own) are kept, the last [`Said::KEEP`].
+#[derive(Default)]
+struct Said {
+    lines: std::collections::VecDeque<String>,
+    cur: Vec<u8>,
+    /// A carriage return was read: a line feed next ends the line, anything
+    /// else means the line was a progress meter, redrawn.
+    cr: bool,
+}
+
+impl Said {
+    const KEEP: usize = 200;
+
+    fn take(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if std::mem::take(&mut self.cr) && b != b'\n' {
+                self.cur.clear();
+            }
+            match b {
+                b'\r' => self.cr = true,
+                b'\n' => {
+                    if self.lines.len() == Self::KEEP {
+                        self.lines.pop_front();
+                    }
+                    self.lines.push_back(String::from_utf8_lossy(&self.cur).into_owned());
+                    self.cur.clear();
+                }
+                _ if self.cur.len() < 4096 => self.cur.push(b),
+                _ => {}
+            }
+        }
+    }
+
+    fn finish(mut self) -> Vec<String> {
+        if !self.cur.is_empty() {
+            let last = String::from_utf8_lossy(&self.cur).into_owned();
+            self.lines.push_back(last);
+        }
+        self.lines.into()
+    }
+}
+
+/// Pack settings for pushing snapshot text, each used only where the
+/// user's Git configuration does not set it: see docs/DAEMON.md (pushes).
+const PACK_DEFAULTS: [(&str, &str); 0] = [];
+
+/// The [`PACK_DEFAULTS`] the user's configuration leaves unset.
+fn pack_settings(repo: &git2::Repository) -> Vec<(&'static str, &'static str)> {
+    let cfg = repo.config().ok();
+    PACK_DEFAULTS.iter().copied().filter(|(k, _)| cfg.as_ref().is_none_or(|c| c.get_entry(k).is_err())).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_meters_are_left_out_of_what_git_said() {
+        let mut s = Said::default();
+        s.take(
+            b"Writing objects:  10% (1/10)\rWriting objects: 100% (10/10), done.\nerror: failed to push some refs\n",
+        );
+        s.take(b"ssh: connect to host 127.0.0.1 port 9: Connection refused\r");
+        s.take(b"\nremote: oops\r");
+        assert_eq!(
+            s.finish(),
+            vec![
+                "Writing objects: 100% (10/10), done.",
+                "error: failed to push some refs",
+                "ssh: connect to host 127.0.0.1 port 9: Connection refused",
+                "remote: oops",
+            ]
+        );
+    }
 
     #[test]
     fn wal_paths_come_back_exactly() {
