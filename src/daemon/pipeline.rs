@@ -525,8 +525,13 @@ impl Said {
 }
 
 /// Pack settings for pushing snapshot text, each used only where the
-/// user's Git configuration does not set it: see docs/DAEMON.md (pushes).
-const PACK_DEFAULTS: [(&str, &str); 0] = [];
+/// user's Git configuration does not set it. `pack.window=2`: parts are
+/// random-looking text of 45 MiB that only delta well against their own
+/// previous version, which Git's delta search sorts right next to them (same
+/// path); the default window of 10 tries 8 more hopeless candidates per
+/// part at about a second each. Measured at 1 GiB: the first push 535 s ->
+/// 160 s, the next generation's thin pack the same 1.55 MB (docs/DAEMON.md).
+const PACK_DEFAULTS: [(&str, &str); 1] = [("pack.window", "2")];
 
 /// The [`PACK_DEFAULTS`] the user's configuration leaves unset.
 fn pack_settings(repo: &git2::Repository) -> Vec<(&'static str, &'static str)> {
@@ -537,6 +542,19 @@ fn pack_settings(repo: &git2::Repository) -> Vec<(&'static str, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pack_defaults_yield_to_the_users_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let ours = pack_settings(&repo);
+        // Unless this machine's own configuration sets it already.
+        if repo.config().unwrap().get_entry("pack.window").is_err() {
+            assert_eq!(ours, vec![("pack.window", "2")]);
+        }
+        repo.config().unwrap().open_level(git2::ConfigLevel::Local).unwrap().set_i32("pack.window", 7).unwrap();
+        assert!(pack_settings(&repo).is_empty(), "the repository's own setting wins");
+    }
 
     #[test]
     fn progress_meters_are_left_out_of_what_git_said() {
