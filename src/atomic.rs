@@ -316,6 +316,26 @@ pub fn write_file(dest: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     f.commit()
 }
 
+/// Starts the kernel's writeback of `len` bytes of `file` from `from` (0:
+/// to its end) without waiting for it, so that a later fsync finds them on
+/// disk already instead of flushing everything at the end.
+pub fn start_writeback(file: &impl std::os::fd::AsFd, from: u64, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain syscall on an open descriptor the caller owns; it only
+        // schedules writeback (SYNC_FILE_RANGE_WRITE) and never blocks on I/O completion.
+        unsafe {
+            libc::sync_file_range(
+                file.as_fd().as_raw_fd(),
+                from as libc::off64_t,
+                len as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
+    }
+}
+
 /// A file writer that starts the kernel's writeback of each 32 MiB it writes,
 /// so the final fsync of a large output finds most of it on disk already
 /// instead of flushing everything at the end.
@@ -335,20 +355,7 @@ impl<F: std::os::fd::AsFd> Writeback<F> {
 
     fn kick(&mut self) {
         if self.pos >= self.kicked + Self::STEP {
-            #[cfg(target_os = "linux")]
-            {
-                use std::os::fd::AsRawFd;
-                // SAFETY: a plain syscall on an open descriptor we own; it only
-                // schedules writeback (SYNC_FILE_RANGE_WRITE) and never blocks on I/O completion.
-                unsafe {
-                    libc::sync_file_range(
-                        self.file.as_fd().as_raw_fd(),
-                        self.kicked as libc::off64_t,
-                        (self.pos - self.kicked) as libc::off64_t,
-                        libc::SYNC_FILE_RANGE_WRITE,
-                    );
-                }
-            }
+            start_writeback(&self.file, self.kicked, self.pos - self.kicked);
             self.kicked = self.pos;
         }
     }

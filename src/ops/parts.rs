@@ -203,6 +203,11 @@ impl PartedOut {
                 let n = (b.len() as u64).min(span.end - self.pos) as usize;
                 let path = self.files[k].parked_path().expect("parked").to_path_buf();
                 if self.open.as_ref().is_none_or(|(i, _)| *i != k) {
+                    // Moving on from a part the body filled: its writeback
+                    // starts now, so the fsync at the end finds it on disk.
+                    if let Some((_, done)) = self.open.take().filter(|(i, _)| *i < k) {
+                        crate::atomic::start_writeback(&done, 0, 0);
+                    }
                     let f = std::fs::OpenOptions::new().write(true).open(&path).map_err(|e| Error::io(&path, e))?;
                     self.open = Some((k, f));
                 }
@@ -396,6 +401,7 @@ impl PartSink for PartDir {
     fn close(&mut self, mut p: PartFile, part: &PartLine) -> Result<()> {
         let path = self.dir.join(part_name(part.ix));
         p.w.flush().map_err(|e| Error::io(&path, e))?;
+        crate::atomic::start_writeback(p.w.get_ref(), 0, 0);
         let listed =
             self.old.get(part.ix as usize - 1).is_some_and(|o| (o.bytes, o.sha256) == (part.bytes, part.sha256));
         if listed && same_file(&path, part) {

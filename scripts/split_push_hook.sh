@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# How git's pack settings change the daemon's pushes of split snapshots:
-# a MIB MiB f32 model's split snapshot pushed to a local bare repository,
-# then the next generation (a few hundred random rows changed), for Git's
-# defaults and the settings in docs/DAEMON.md; then the size of the second
-# generation's thin pack for pack.window 2, 10 and 0. Not a test: minutes
-# per run at 1 GiB.
-# Usage: BENCH_DIR=/tmp/bench-work scripts/push_settings.sh [MIB] (default 1024)
+# A MIB MiB f32 model's split snapshot and its next generation (a few
+# hundred random rows changed, so every part changes) in Git: the
+# pre-commit hook on the staged generation against `wtxt verify` of it;
+# then how git's pack settings change pushes (Git's defaults and the
+# settings in docs/DAEMON.md) to a local bare repository, and the size of
+# the second generation's thin pack for pack.window 2, 10 and 0. Not a
+# test: minutes per run at 1 GiB.
+# Usage: BENCH_DIR=/tmp/bench-work scripts/split_push_hook.sh [MIB] (default 1024)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mib=${1:-1024}
-work=${BENCH_DIR:-bench-work}/push-settings
+work=${BENCH_DIR:-bench-work}/split-push-hook
 mkdir -p "$work"
 cargo build --release --quiet
 bin=$PWD/target/release/wtxt
@@ -48,7 +49,14 @@ for v in default window2 window0; do
     git remote add origin "../remote-$v"
     first=$(secs git "${cfg[@]}" push -q origin HEAD:main)
     rm -rf model.wtxt.parts && cp ../g1.wtxt model.wtxt && cp -r ../g1.wtxt.parts model.wtxt.parts
-    git add -A && git commit -qm g1
+    git add -A
+    if [ "$v" = default ]; then
+      for _ in 1 2 3; do
+        /usr/bin/time -f "pre-commit hook %e s, %M KiB" "$bin" hook pre-commit
+        /usr/bin/time -f "wtxt verify     %e s, %M KiB" "$bin" verify model.wtxt > /dev/null
+      done
+    fi
+    git commit -qm g1
     second=$(secs git "${cfg[@]}" push -q origin HEAD:main)
     printf '%-8s first push %7.1f s   second push (%s files changed) %7.1f s\n' "$v" "$first" \
       "$(git diff --name-only HEAD~1 HEAD | wc -l)" "$second"
