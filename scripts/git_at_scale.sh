@@ -9,7 +9,8 @@
 # snapshots, delta create/apply, a three-way merge, and the daemon pushing two
 # generations over ssh to a real sshd on 127.0.0.1 (stopped at the end).
 # Usage: BENCH_DIR=/tmp/bench-work scripts/git_at_scale.sh [GIB] [GENS]
-# (REUSE=1 measures the repositories a previous run made.)
+# (REUSE=1 measures the repositories a previous run made; FORMS=split
+# leaves the single-file repository out.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gib=${1:-1}
@@ -89,10 +90,11 @@ measure_repo() { # form: the figures, on the repository build_repo made
   (cd "$repo" && touch model.wtxt && measure "git status after touch" git status --short)
 }
 
-for form in split single; do
+forms=${FORMS:-split single}
+for form in $forms; do
   [ -n "${REUSE:-}" ] && [ -d "$work/$form" ] || build_repo "$form"
 done
-for form in split single; do
+for form in $forms; do
   measure_repo "$form"
 done
 
