@@ -286,41 +286,14 @@ fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> 
             format!("TIDX: {} tensors exceed the limit of {MAX_TIDX_TENSORS}", tensors.len()),
         ));
     }
-    let shard_of = |id: u64| chunks.iter().find(|c| c.fourcc == "WTSH" && c.name == format!("weights.shard{id}"));
-
     let mut originals = Vec::with_capacity(tensors.len());
     let mut placed = Vec::with_capacity(tensors.len());
     let mut found = Vec::with_capacity(tensors.len());
     for (i, t) in tensors.iter().enumerate() {
-        let at = chunks[tidx_at].offset;
-        let bad = |m: String| input_at(at, format!("TIDX tensors[{i}]: {m}"));
-        let name = t.get("name").and_then(Value::as_str).ok_or_else(|| bad("expected a string \"name\"".into()))?;
-        let uint = |k: &str| {
-            t.get(k).and_then(Value::as_u64).ok_or_else(|| bad(format!("{name}: expected an unsigned integer {k:?}")))
-        };
-        let (code, sid, off, len) = (uint("dtype")?, uint("shard_id")?, uint("data_off")?, uint("data_len")?);
-        let shape: Vec<u64> = t
-            .get("shape")
-            .and_then(Value::as_array)
-            .and_then(|s| s.iter().map(Value::as_u64).collect())
-            .ok_or_else(|| bad(format!("{name}: expected \"shape\" as non-negative integers")))?;
-        let shard = shard_of(sid).ok_or_else(|| bad(format!("{name}: shard weights.shard{sid} does not exist")))?;
-        if off.checked_add(len).is_none_or(|e| e > shard.length) {
-            return Err(bad(format!(
-                "{name}: bytes {off}+{len} run past shard weights.shard{sid} ({} bytes)",
-                shard.length
-            )));
-        }
-        let start = (shard.offset + off) as usize;
-        let (dtype, shape) = if code == PACKED {
-            (Dtype::U8, vec![len])
-        } else {
-            let d = dtype_of(code).ok_or_else(|| bad(format!("{name}: dtype code {code} is not an AERO dtype")))?;
-            (d, shape)
-        };
-        let hash = t.get("hash_b3").and_then(Value::as_str).filter(|h| !h.is_empty());
-        originals.push(name.to_string());
-        placed.push((name, dtype, shape, start..start + len as usize, hash));
+        let p = place_tensor(t, &chunks)
+            .map_err(|m| input_at(chunks[tidx_at].offset, format!("TIDX tensors[{i}]: {m}")))?;
+        originals.push(p.0.to_string());
+        placed.push(p);
     }
     // Nothing is read, hashed or copied before the tensors are known to be apart.
     check_tensors_apart(&placed, chunks[tidx_at].offset)?;
@@ -378,6 +351,34 @@ fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> 
         AeroMeta { version: vec![major as u64, minor as u64], uuid: hex::encode(&b[52..68]), chunks: chunk_meta };
     out.push(meta_array(META, &serde_json::to_value(&meta).expect("metadata serializes"))?);
     Ok(out)
+}
+
+/// Where TIDX puts one tensor: checked against its shard's bounds.
+fn place_tensor<'a>(t: &'a Value, chunks: &[Chunk]) -> std::result::Result<Placed<'a>, String> {
+    let name = t.get("name").and_then(Value::as_str).ok_or("expected a string \"name\"")?;
+    let uint =
+        |k: &str| t.get(k).and_then(Value::as_u64).ok_or_else(|| format!("{name}: expected an unsigned integer {k:?}"));
+    let (code, sid, off, len) = (uint("dtype")?, uint("shard_id")?, uint("data_off")?, uint("data_len")?);
+    let shape: Vec<u64> = t
+        .get("shape")
+        .and_then(Value::as_array)
+        .and_then(|s| s.iter().map(Value::as_u64).collect())
+        .ok_or_else(|| format!("{name}: expected \"shape\" as non-negative integers"))?;
+    let shard = chunks
+        .iter()
+        .find(|c| c.fourcc == "WTSH" && c.name == format!("weights.shard{sid}"))
+        .ok_or_else(|| format!("{name}: shard weights.shard{sid} does not exist"))?;
+    if off.checked_add(len).is_none_or(|e| e > shard.length) {
+        return Err(format!("{name}: bytes {off}+{len} run past shard weights.shard{sid} ({} bytes)", shard.length));
+    }
+    let start = (shard.offset + off) as usize;
+    let (dtype, shape) = if code == PACKED {
+        (Dtype::U8, vec![len])
+    } else {
+        (dtype_of(code).ok_or_else(|| format!("{name}: dtype code {code} is not an AERO dtype"))?, shape)
+    };
+    let hash = t.get("hash_b3").and_then(Value::as_str).filter(|h| !h.is_empty());
+    Ok((name, dtype, shape, start..start + len as usize, hash))
 }
 
 /// A tensor as TIDX places it: name, dtype, shape, byte range, hash_b3.
