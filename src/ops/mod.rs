@@ -104,14 +104,16 @@ pub fn write_wtxt(
 ) -> Result<Written> {
     // The cut points follow from sizes alone: a split snapshot is written
     // straight into its parts, in one pass like a single file.
-    let spans = match opts.part_size.limit() {
+    let placed = match opts.part_size.limit() {
         Some(limit) if !crate::atomic::is_device(out) => {
-            crate::wtxt::split::place_parts(&text_shape(arrays, opts)?, limit).map_err(|e| e.in_file(out))?
+            let shape = text_shape(arrays, opts)?;
+            let spans = crate::wtxt::split::place_parts(&shape, limit).map_err(|e| e.in_file(out))?;
+            spans.map(|s| (s, shape.tail))
         }
         _ => None,
     };
-    let written = if let Some(spans) = spans {
-        let mut w = PartedOut::create(out, spans)?;
+    let written = if let Some((spans, tail)) = placed {
+        let mut w = PartedOut::create(out, spans, tail)?;
         let written = write_snapshot(arrays, opts, &mut w, progress).map_err(|e| e.in_file(out))?;
         w.finish()?;
         written

@@ -140,13 +140,17 @@ pub struct PartedOut {
     head: Vec<u8>,
     tail: Vec<u8>,
     pos: u64,
+    /// How far the writer got into each part's range, and the tail's
+    /// planned size: checked before anything is put in place.
+    filled: Vec<u64>,
+    tail_len: u64,
     /// Last, so that it is dropped after the parts' temporary files.
     made: Option<OutputDir>,
 }
 
 impl PartedOut {
     /// Starts the parts `spans` of the snapshot at `out`.
-    pub fn create(out: &Path, spans: Vec<split::PartSpan>) -> Result<PartedOut> {
+    pub fn create(out: &Path, spans: Vec<split::PartSpan>, tail_len: u64) -> Result<PartedOut> {
         use std::os::unix::fs::FileExt;
         let head_file = AtomicFile::create(out)?;
         let dir = parts_dir(out);
@@ -165,6 +169,7 @@ impl PartedOut {
             files.push(af);
             opening.push(first.len() as u64);
         }
+        let spans_len = spans.len();
         Ok(PartedOut {
             out: out.to_path_buf(),
             head_file,
@@ -177,6 +182,8 @@ impl PartedOut {
             head: Vec::new(),
             tail: Vec::new(),
             pos: 0,
+            filled: vec![0; spans_len],
+            tail_len,
         })
     }
 
@@ -213,6 +220,7 @@ impl PartedOut {
                 }
                 let (_, f) = self.open.as_ref().expect("just opened");
                 f.write_all_at(&b[..n], self.opening[k] + self.pos - span.start).map_err(|e| Error::io(&path, e))?;
+                self.filled[k] = self.filled[k].max(self.pos + n as u64 - span.start);
                 n
             };
             self.pos += n as u64;
@@ -226,6 +234,15 @@ impl PartedOut {
     /// number of parts.
     pub fn finish(mut self) -> Result<usize> {
         self.open = None;
+        // The writer's text must fill exactly the places planned for it.
+        let whole = self.spans.iter().zip(&self.filled).all(|(s, &f)| f == s.end - s.start);
+        if !whole || self.head.len() as u64 != self.spans[0].start || self.tail.len() as u64 != self.tail_len {
+            return Err(Error::input(
+                Default::default(),
+                "the text written does not match the parts planned for it (a bug: please report it)",
+            )
+            .in_file(&self.out));
+        }
         let paths: Vec<PathBuf> = self.files.iter().map(|f| f.parked_path().expect("parked").to_path_buf()).collect();
         let lines = hash_parts(&paths)?;
         let old = old_parts(&self.out);
