@@ -252,7 +252,7 @@ impl PartedOut {
             let path = self.dir.join(part_name(part.ix));
             let listed =
                 old.get(part.ix as usize - 1).is_some_and(|o| (o.bytes, o.sha256) == (part.bytes, part.sha256));
-            if !(listed && same_file(&path, part)) {
+            if !(listed && same_file(&path, af.parked_path().expect("parked"))) {
                 af.commit()?;
             }
             head.extend_from_slice(part.to_line().as_bytes());
@@ -419,36 +419,38 @@ impl PartSink for PartDir {
         let path = self.dir.join(part_name(part.ix));
         p.w.flush().map_err(|e| Error::io(&path, e))?;
         crate::atomic::start_writeback(p.w.get_ref(), 0, 0);
-        let listed =
-            self.old.get(part.ix as usize - 1).is_some_and(|o| (o.bytes, o.sha256) == (part.bytes, part.sha256));
-        if listed && same_file(&path, part) {
-            return Ok(()); // dropping the AtomicFile removes the copy
-        }
         drop(p.w);
         p.af.park();
+        let listed =
+            self.old.get(part.ix as usize - 1).is_some_and(|o| (o.bytes, o.sha256) == (part.bytes, part.sha256));
+        if listed && same_file(&path, p.af.parked_path().expect("parked")) {
+            return Ok(()); // dropping the AtomicFile removes the copy
+        }
         self.parked.push(p.af);
         Ok(())
     }
 }
 
-/// True when `path` already holds the part's bytes.
-fn same_file(path: &Path, part: &PartLine) -> bool {
-    use sha2::{Digest, Sha256};
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_file() && m.len() == part.bytes => {}
-        _ => return false,
+/// True when the file at `path` holds exactly the bytes of the new part
+/// waiting at `new` (compared, not hashed: both are usually in the page
+/// cache, and a comparison costs a fraction of SHA-256).
+fn same_file(path: &Path, new: &Path) -> bool {
+    let (Ok(a), Ok(b)) = (std::fs::metadata(path), std::fs::metadata(new)) else { return false };
+    if !a.is_file() || a.len() != b.len() {
+        return false;
     }
-    let Ok(mut f) = File::open(path) else { return false };
-    let mut sha = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
+    let (Ok(mut x), Ok(mut y)) = (File::open(path), File::open(new)) else { return false };
+    let (mut bx, mut by) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
     loop {
-        match f.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => sha.update(&buf[..n]),
+        let n = match x.read(&mut bx) {
+            Ok(0) => return y.read(&mut by).is_ok_and(|m| m == 0),
+            Ok(n) => n,
             Err(_) => return false,
+        };
+        if y.read_exact(&mut by[..n]).is_err() || bx[..n] != by[..n] {
+            return false;
         }
     }
-    <[u8; 32]>::from(sha.finalize()) == part.sha256
 }
 
 /// `wtxt split` and `wtxt join`: the same snapshot stored in the other form
