@@ -6,36 +6,10 @@ use libfuzzer_sys::fuzz_target;
 use std::io::Read;
 use wtxt::wtxt::split;
 
-struct Mem(Vec<Vec<u8>>);
-impl split::PartSink for Mem {
-    type W = Vec<u8>;
-    fn open(&mut self, _ix: u64) -> wtxt::Result<Vec<u8>> {
-        Ok(Vec::new())
-    }
-    fn close(&mut self, w: Vec<u8>, _p: &split::PartLine) -> wtxt::Result<()> {
-        self.0.push(w);
-        Ok(())
-    }
-}
-
-/// Parts held in memory, for joining.
-struct Held(Vec<Vec<u8>>);
-impl split::PartSource for Held {
-    fn open(&self, ix: u64) -> wtxt::Result<Box<dyn Read>> {
-        match self.0.get(ix as usize - 1) {
-            Some(p) => Ok(Box::new(std::io::Cursor::new(p.clone()))),
-            None => Err(wtxt::Error::check(Default::default(), "missing part")),
-        }
-    }
-    fn name(&self, ix: u64) -> std::path::PathBuf {
-        split::part_name(ix).into()
-    }
-}
-
 fuzz_target!(|data: &[u8]| {
     // As a head, its parts being the same bytes.
     if let Ok(split::Opened::Split(h)) = split::open(Box::new(data)) {
-        let parts = Held(vec![data.to_vec(); h.parts.len().min(4)]);
+        let parts = vec![data.to_vec(); h.parts.len().min(4)];
         let mut joined = split::Joined::new(h, Box::new(parts), Some(Default::default()));
         let _ = wtxt::wtxt::verify::verify(&mut joined, &Default::default(), None);
     }
@@ -46,10 +20,10 @@ fuzz_target!(|data: &[u8]| {
     let names = wtxt::git::diff::Names { old: p, new: p };
     let _ = wtxt::git::parts::diff_parts(data, data, names);
     // As a text to split: what splits joins back to the same bytes.
-    let mut sink = Mem(Vec::new());
+    let mut sink: Vec<Vec<u8>> = Vec::new();
     if let Ok(head) = split::split(data, 8192, &mut sink) {
         if let Ok(split::Opened::Split(h)) = split::open(Box::new(&head[..])) {
-            let mut joined = split::Joined::new(h, Box::new(Held(sink.0)), None);
+            let mut joined = split::Joined::new(h, Box::new(sink), None);
             let mut back = Vec::new();
             joined.read_to_end(&mut back).expect("a split made here joins");
             assert_eq!(back, data, "join(split(x)) == x");

@@ -92,15 +92,7 @@ impl SnapshotOut {
             .map_err(|_| Error::io_in("the part writer", std::io::Error::other("stopped unexpectedly")))?
             .map_err(|e| e.in_files(&out, &dir))?;
         let count = head.split(|&b| b == b'\n').filter(|l| l.starts_with(b"part ")).count();
-        for part in sink.parked {
-            part.commit()?;
-        }
-        let mut h = AtomicFile::create(&out)?;
-        h.file().write_all(&head).map_err(|e| Error::io(&out, e))?;
-        h.commit()?;
-        made.keep();
-        remove_stale_parts(&dir, count as u64)?;
-        Ok(count)
+        install(sink.parked, AtomicFile::create(&out)?, &head, made, count)
     }
 
     fn put(&mut self, b: &[u8]) -> Result<()> {
@@ -208,18 +200,18 @@ impl PartedOut {
                 let k = self.spans.partition_point(|s| s.end <= self.pos);
                 let span = &self.spans[k];
                 let n = (b.len() as u64).min(span.end - self.pos) as usize;
-                let path = self.files[k].parked_path().expect("parked").to_path_buf();
+                let path = || self.files[k].parked_path().expect("parked");
                 if self.open.as_ref().is_none_or(|(i, _)| *i != k) {
                     // Moving on from a part the body filled: its writeback
                     // starts now, so the fsync at the end finds it on disk.
                     if let Some((_, done)) = self.open.take().filter(|(i, _)| *i < k) {
                         crate::atomic::start_writeback(&done, 0, 0);
                     }
-                    let f = std::fs::OpenOptions::new().write(true).open(&path).map_err(|e| Error::io(&path, e))?;
+                    let f = std::fs::OpenOptions::new().write(true).open(path()).map_err(|e| Error::io(path(), e))?;
                     self.open = Some((k, f));
                 }
                 let (_, f) = self.open.as_ref().expect("just opened");
-                f.write_all_at(&b[..n], self.opening[k] + self.pos - span.start).map_err(|e| Error::io(&path, e))?;
+                f.write_all_at(&b[..n], self.opening[k] + self.pos - span.start).map_err(|e| Error::io(path(), e))?;
                 self.filled[k] = self.filled[k].max(self.pos + n as u64 - span.start);
                 n
             };
@@ -246,25 +238,18 @@ impl PartedOut {
         let paths: Vec<PathBuf> = self.files.iter().map(|f| f.parked_path().expect("parked").to_path_buf()).collect();
         let lines = hash_parts(&paths)?;
         let old = old_parts(&self.out);
-        let count = lines.len();
         let mut head = std::mem::take(&mut self.head);
+        let mut changed = Vec::with_capacity(lines.len());
         for (part, af) in lines.iter().zip(self.files.drain(..)) {
-            let path = self.dir.join(part_name(part.ix));
-            let listed =
-                old.get(part.ix as usize - 1).is_some_and(|o| (o.bytes, o.sha256) == (part.bytes, part.sha256));
-            if !(listed && same_file(&path, af.parked_path().expect("parked"))) {
-                af.commit()?;
+            if !unchanged(&old, part, &self.dir, af.parked_path().expect("parked")) {
+                changed.push(af);
             }
             head.extend_from_slice(part.to_line().as_bytes());
             head.push(b'\n');
         }
         head.extend_from_slice(&self.tail);
-        let PartedOut { out, mut head_file, dir, made, .. } = self;
-        head_file.file().write_all(&head).map_err(|e| Error::io(&out, e))?;
-        head_file.commit()?;
-        made.expect("kept once").keep();
-        remove_stale_parts(&dir, count as u64)?;
-        Ok(count)
+        let PartedOut { head_file, made, .. } = self;
+        install(changed, head_file, &head, made.expect("kept once"), lines.len())
     }
 }
 
@@ -417,18 +402,46 @@ impl PartSink for PartDir {
 
     fn close(&mut self, mut p: PartFile, part: &PartLine) -> Result<()> {
         let path = self.dir.join(part_name(part.ix));
-        p.w.flush().map_err(|e| Error::io(&path, e))?;
-        crate::atomic::start_writeback(p.w.get_ref(), 0, 0);
-        drop(p.w);
+        let file = p.w.into_inner().map_err(|e| Error::io(&path, e.into_error()))?;
         p.af.park();
-        let listed =
-            self.old.get(part.ix as usize - 1).is_some_and(|o| (o.bytes, o.sha256) == (part.bytes, part.sha256));
-        if listed && same_file(&path, p.af.parked_path().expect("parked")) {
+        if unchanged(&self.old, part, &self.dir, p.af.parked_path().expect("parked")) {
             return Ok(()); // dropping the AtomicFile removes the copy
         }
+        // Kept: its writeback starts now, so the fsync at the end finds it on disk.
+        crate::atomic::start_writeback(&file, 0, 0);
         self.parked.push(p.af);
         Ok(())
     }
+}
+
+/// True when the part file in `dir` already holds the new part waiting at
+/// `new`: the head it belongs to lists the part with the same size and
+/// hash, and the file holds those very bytes. The new copy is then not
+/// needed, and the old file stays untouched (Git does not read it again).
+fn unchanged(old: &[PartLine], part: &PartLine, dir: &Path, new: &Path) -> bool {
+    let listed = old.get(part.ix as usize - 1).is_some_and(|o| (o.bytes, o.sha256) == (part.bytes, part.sha256));
+    listed && same_file(&dir.join(part_name(part.ix)), new)
+}
+
+/// Puts a written split snapshot in place: its changed parts (waiting
+/// under temporary names), then the head, which holds `count` parts; then
+/// parts numbered past them go, and the parts folder is kept.
+fn install(
+    changed: Vec<AtomicFile>,
+    mut head_file: AtomicFile,
+    head: &[u8],
+    made: OutputDir,
+    count: usize,
+) -> Result<usize> {
+    for part in changed {
+        part.commit()?;
+    }
+    let out = head_file.dest().to_path_buf();
+    head_file.file().write_all(head).map_err(|e| Error::io(&out, e))?;
+    head_file.commit()?;
+    made.keep();
+    remove_stale_parts(&parts_dir(&out), count as u64)?;
+    Ok(count)
 }
 
 /// True when the file at `path` holds exactly the bytes of the new part

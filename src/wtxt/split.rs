@@ -162,6 +162,31 @@ pub trait PartSink {
     fn close(&mut self, w: Self::W, part: &PartLine) -> Result<()>;
 }
 
+/// Parts held in memory, in order: a sink to cut a text into and a source
+/// to join it from again (what tests and fuzzing use).
+impl PartSink for Vec<Vec<u8>> {
+    type W = Vec<u8>;
+    fn open(&mut self, _ix: u64) -> Result<Vec<u8>> {
+        Ok(Vec::new())
+    }
+    fn close(&mut self, w: Vec<u8>, _part: &PartLine) -> Result<()> {
+        self.push(w);
+        Ok(())
+    }
+}
+
+impl PartSource for Vec<Vec<u8>> {
+    fn open(&self, ix: u64) -> Result<Box<dyn Read>> {
+        match ix.checked_sub(1).and_then(|i| self.get(i as usize)) {
+            Some(p) => Ok(Box::new(io::Cursor::new(p.clone()))),
+            None => Err(Error::check(Position::None, format!("part {ix} is missing"))),
+        }
+    }
+    fn name(&self, ix: u64) -> PathBuf {
+        part_name(ix).into()
+    }
+}
+
 /// A part being written, hashed and counted as it goes.
 struct PartOut<W> {
     inner: W,

@@ -324,20 +324,9 @@ fn split_readers_never_panic() {
     let head_path = dir.path().join("h.wtxt");
     let _ = std::fs::remove_file(&head_path);
     // Split the golden vector into small parts with the library's own code.
-    struct Mem(Vec<Vec<u8>>);
-    impl split::PartSink for Mem {
-        type W = Vec<u8>;
-        fn open(&mut self, _ix: u64) -> wtxt::Result<Vec<u8>> {
-            Ok(Vec::new())
-        }
-        fn close(&mut self, w: Vec<u8>, _p: &split::PartLine) -> wtxt::Result<()> {
-            self.0.push(w);
-            Ok(())
-        }
-    }
-    let mut parts = Mem(Vec::new());
+    let mut parts: Vec<Vec<u8>> = Vec::new();
     let head = split::split(&single[..], 48 << 10, &mut parts).unwrap();
-    assert!(parts.0.len() >= 2, "{} parts", parts.0.len());
+    assert!(parts.len() >= 2, "{} parts", parts.len());
     let write_set = |h: &[u8], ps: &[Vec<u8>]| {
         let pdir = split::parts_dir(&head_path);
         let _ = std::fs::remove_dir_all(&pdir);
@@ -357,43 +346,34 @@ fn split_readers_never_panic() {
         }
     };
     never_panics("split head", &head, 300, |h| {
-        write_set(h, &parts.0);
+        write_set(h, &parts);
         read_set();
     });
-    never_panics("split part", &parts.0[1], 300, |p| {
-        let mut ps = parts.0.clone();
+    never_panics("split part", &parts[1], 300, |p| {
+        let mut ps = parts.clone();
         ps[1] = p.to_vec();
         write_set(&head, &ps);
         read_set();
         let _ = wtxt::git::parts::check_part(p, std::path::Path::new("p"));
         let names = wtxt::git::diff::Names { old: std::path::Path::new("a"), new: std::path::Path::new("b") };
-        let _ = wtxt::git::parts::diff_parts(&parts.0[1], p, names);
+        let _ = wtxt::git::parts::diff_parts(&parts[1], p, names);
         let _ = wtxt::git::parts::textconv(p, std::path::Path::new("p"));
     });
     never_panics("split input", &single, 300, |b| {
-        let _ = split::split(b, 48 << 10, &mut Mem(Vec::new()));
+        let _ = split::split(b, 48 << 10, &mut Vec::<Vec<u8>>::new());
     });
     // What the `split` fuzz target found: joining with small reads (as
     // `read_to_end` starts) panicked on a part's long first body line.
-    struct Held(Vec<Vec<u8>>);
-    impl split::PartSource for Held {
-        fn open(&self, ix: u64) -> wtxt::Result<Box<dyn std::io::Read>> {
-            Ok(Box::new(std::io::Cursor::new(self.0[ix as usize - 1].clone())))
-        }
-        fn name(&self, ix: u64) -> std::path::PathBuf {
-            split::part_name(ix).into()
-        }
-    }
     let found = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fuzz/split");
     let mut texts = vec![single.clone()];
     texts.extend(std::fs::read_dir(found).unwrap().map(|e| std::fs::read(e.unwrap().path()).unwrap()));
     for text in texts {
         for size in [8 << 10, 48 << 10] {
-            let mut sink = Mem(Vec::new());
+            let mut sink: Vec<Vec<u8>> = Vec::new();
             let Ok(head) = split::split(&text[..], size, &mut sink) else { continue };
             let Ok(split::Opened::Split(h)) = split::open(Box::new(&head[..])) else { panic!("a head") };
             let mut back = Vec::new();
-            std::io::Read::read_to_end(&mut split::Joined::new(h, Box::new(Held(sink.0)), None), &mut back).unwrap();
+            std::io::Read::read_to_end(&mut split::Joined::new(h, Box::new(sink), None), &mut back).unwrap();
             assert!(back == text, "join(split(x)) == x");
         }
     }

@@ -385,20 +385,8 @@ fn parts_written_directly_are_the_cut_of_the_single_text() {
 mod placed {
     use proptest::prelude::*;
     use wtxt::model::{Array, Dtype};
-    use wtxt::wtxt::split::{self, PartLine, PartSink};
+    use wtxt::wtxt::split;
     use wtxt::wtxt::write::{text_shape, write_snapshot, WriteOptions};
-
-    struct Mem(Vec<Vec<u8>>);
-    impl PartSink for Mem {
-        type W = Vec<u8>;
-        fn open(&mut self, _ix: u64) -> wtxt::Result<Vec<u8>> {
-            Ok(Vec::new())
-        }
-        fn close(&mut self, w: Vec<u8>, _p: &PartLine) -> wtxt::Result<()> {
-            self.0.push(w);
-            Ok(())
-        }
-    }
 
     fn arrays() -> impl Strategy<Value = Vec<(Dtype, Vec<u64>)>> {
         let dtype = prop::sample::select(vec![Dtype::F32, Dtype::U8, Dtype::I16, Dtype::F64]);
@@ -427,15 +415,15 @@ mod placed {
             write_snapshot(&list, &opts, &mut text, &wtxt::progress::Progress::hidden()).unwrap();
             let text = text.into_inner();
             let placed = split::place_parts(&text_shape(&list, &opts).unwrap(), size);
-            let mut mem = Mem(Vec::new());
+            let mut mem: Vec<Vec<u8>> = Vec::new();
             let streamed = split::split(&text[..], size, &mut mem);
             match placed {
                 Err(_) => prop_assert!(streamed.is_err()),
                 Ok(None) => prop_assert!(text.len() as u64 <= size),
                 Ok(Some(spans)) => {
                     prop_assert!(streamed.is_ok());
-                    prop_assert_eq!(spans.len(), mem.0.len());
-                    for (s, part) in spans.iter().zip(&mem.0) {
+                    prop_assert_eq!(spans.len(), mem.len());
+                    for (s, part) in spans.iter().zip(&mem) {
                         let mut want = s.opening();
                         want.extend_from_slice(&text[s.start as usize..s.end as usize]);
                         want.extend_from_slice(split::PartSpan::closing());
