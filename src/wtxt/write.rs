@@ -113,8 +113,7 @@ pub fn write_snapshot<W: Write + Seek>(
     let raw_total: u64 = arrays.iter().map(|a| a.bytes().len() as u64).sum();
     progress.set_total(raw_total * 2);
 
-    let cap = Cap::for_profile(arrays.iter().any(|a| a.dtype.is_extension()));
-    let signs_file = opts.sign_key.is_some() && !opts.streaming;
+    let (cap, signs_file) = cap_and_sign(arrays, opts);
     let header_len = header_len(arrays, opts);
     out.seek(SeekFrom::Start(header_len as u64)).map_err(io_err)?;
 
@@ -182,9 +181,16 @@ fn plan_arrays<'a>(arrays: &'a [Array], opts: &WriteOptions) -> Result<(Vec<Plan
     Ok((plans, total_chunks))
 }
 
-fn header_len(arrays: &[Array], opts: &WriteOptions) -> usize {
+/// The `cap` line, and whether the file carries a `sign` line (a
+/// streaming write signs its WSUM instead).
+fn cap_and_sign(arrays: &[Array], opts: &WriteOptions) -> (Cap, bool) {
     let cap = Cap::for_profile(arrays.iter().any(|a| a.dtype.is_extension()));
-    let signs_file = opts.sign_key.is_some() && !opts.streaming;
+    (cap, opts.sign_key.is_some() && !opts.streaming)
+}
+
+/// Bytes of the header lines, placeholders in place of the root and sign.
+fn header_len(arrays: &[Array], opts: &WriteOptions) -> usize {
+    let (cap, signs_file) = cap_and_sign(arrays, opts);
     header_text(&opts.meta, &cap, &placeholder_root(opts.streaming), signs_file.then(placeholder_sign)).len()
 }
 
