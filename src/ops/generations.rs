@@ -146,7 +146,10 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
                 "--gen, --ts, --build and --sign-key serve the minimal form; this delta carries its target header",
             ));
         }
-        let mut b = WtxtIn::open(base, o.unseal.as_ref())?;
+        // The base's parts are not hashed as they are read: the target is
+        // verified whole below, which proves every byte taken from them;
+        // only when that fails are they checked, to name the culprit.
+        let mut b = WtxtIn::open_unhashed(base, o.unseal.as_ref())?;
         let mut f = SnapshotOut::create(out, o.part_size)?;
         let vopts = VerifyOptions {
             hmac_key: o.hmac_key.as_ref(),
@@ -166,8 +169,17 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
             tee.1.close();
             (merged, checker.join().expect("verifier thread"))
         });
-        merged?;
+        let bad_base = || WtxtIn::find_bad_part(base, o.unseal.as_ref());
+        if let Err(e) = merged {
+            return Err(bad_base().unwrap_or(e));
+        }
         let report = report?;
+        if let Some(e) = (report.first_error().is_some() || report.sha256_all != parsed.head.target_sha256_all)
+            .then(bad_base)
+            .flatten()
+        {
+            return Err(e);
+        }
         if let Some(p) = report.first_error() {
             return Err(Error::check(
                 Default::default(),

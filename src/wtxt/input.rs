@@ -27,17 +27,36 @@ impl<'a> WtxtIn<'a> {
     /// part that is missing or does not match the head stops the read,
     /// naming the part.
     pub fn open(path: &Path, unseal: Option<&'a Unseal>) -> Result<WtxtIn<'a>> {
-        WtxtIn::open_with(path, unseal, false)
+        WtxtIn::open_with(path, unseal, false, true)
     }
 
     /// As [`WtxtIn::open`], but faulty parts are recorded (see
     /// [`WtxtIn::faults`]) and reading goes on: for verify's full report
     /// and for recover.
     pub fn open_lenient(path: &Path, unseal: Option<&'a Unseal>) -> Result<WtxtIn<'a>> {
-        WtxtIn::open_with(path, unseal, true)
+        WtxtIn::open_with(path, unseal, true, true)
     }
 
-    fn open_with(path: &Path, unseal: Option<&'a Unseal>, lenient: bool) -> Result<WtxtIn<'a>> {
+    /// As [`WtxtIn::open`], but a split snapshot's parts are not hashed
+    /// (see [`Joined::without_part_hashes`]): for a caller that proves
+    /// every byte it reads by other means, and calls [`WtxtIn::find_bad_part`]
+    /// when that proof fails.
+    pub fn open_unhashed(path: &Path, unseal: Option<&'a Unseal>) -> Result<WtxtIn<'a>> {
+        WtxtIn::open_with(path, unseal, false, false)
+    }
+
+    /// Reads `path` through with every part checked against its head, and
+    /// returns the first part that fails (`None` for a single file or a
+    /// set whose parts all match): names the culprit after an unhashed read.
+    pub fn find_bad_part(path: &Path, unseal: Option<&Unseal>) -> Option<Error> {
+        let mut input = WtxtIn::open(path, unseal).ok()?;
+        if !input.is_split() {
+            return None;
+        }
+        std::io::copy(&mut input.text(), &mut std::io::sink()).err().map(|e| Error::read_failed(e).in_file(path))
+    }
+
+    fn open_with(path: &Path, unseal: Option<&'a Unseal>, lenient: bool, hash_parts: bool) -> Result<WtxtIn<'a>> {
         let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
         let raw = open_maybe_sealed(path, unseal)?;
         match split::open(raw).map_err(|e| e.in_file(path))? {
@@ -47,7 +66,10 @@ impl<'a> WtxtIn<'a> {
             split::Opened::Split(head) => {
                 let faults = lenient.then(Default::default);
                 let source = Box::new(PartFiles { dir: parts_dir(path), unseal });
-                let joined = Joined::new(head, source, faults.clone());
+                let mut joined = Joined::new(head, source, faults.clone());
+                if !hash_parts {
+                    joined = joined.without_part_hashes();
+                }
                 let len = len + joined.parts_len();
                 let map = Some(joined.map());
                 Ok(WtxtIn { reader: Box::new(joined), len, path: path.to_path_buf(), map, faults })

@@ -704,6 +704,9 @@ pub struct Joined<'a> {
     /// `None`: a faulty part stops the read. `Some`: faults are recorded
     /// and the part's body is still given (recover, verify's full report).
     faults: Option<SharedFaults>,
+    /// False when the reader's output is proven whole afterwards (see
+    /// [`Joined::without_part_hashes`]).
+    hash_parts: bool,
     joined_lines: u64,
     head_first_part_line: u64,
 }
@@ -734,9 +737,21 @@ impl<'a> Joined<'a> {
             current: None,
             map: Arc::new(Mutex::new(map)),
             faults,
+            hash_parts: true,
             joined_lines: prefix_lines,
             head_first_part_line: head.first_part_line,
         }
+    }
+
+    /// Leaves the parts' SHA-256 unchecked (framing, size and line count
+    /// are still checked). Only for a reader that proves everything it
+    /// took from the parts by other means: `delta apply` verifies the
+    /// target it builds against the delta's `target_sha256_all`, which
+    /// covers every byte a part gave, and hashing the base's parts again
+    /// would cost a third of a verify.
+    pub fn without_part_hashes(mut self) -> Joined<'a> {
+        self.hash_parts = false;
+        self
     }
 
     /// The line map, to name a part and its line in messages.
@@ -770,7 +785,7 @@ impl<'a> Joined<'a> {
                 return Ok(None);
             }
         };
-        let mut pr = PartReader::new(inner, p, name.clone(), head_line);
+        let mut pr = PartReader::new(inner, p, name.clone(), head_line, self.hash_parts);
         let cont = match pr.read_framing() {
             Ok(c) => c,
             Err(e) => {
@@ -842,7 +857,8 @@ struct PartReader {
     want: PartLine,
     name: PathBuf,
     head_line: u64,
-    sha: Sha256,
+    /// `None` when the part's hash is not checked.
+    sha: Option<Sha256>,
     bytes: u64,
     lines: u64,
     /// The last bytes read, held back until EOF shows whether they are `endpart`.
@@ -853,13 +869,13 @@ struct PartReader {
 }
 
 impl PartReader {
-    fn new(inner: Box<dyn Read>, want: PartLine, name: PathBuf, head_line: u64) -> PartReader {
+    fn new(inner: Box<dyn Read>, want: PartLine, name: PathBuf, head_line: u64, hash: bool) -> PartReader {
         PartReader {
             inner: BufReader::with_capacity(1 << 20, inner),
             want,
             name,
             head_line,
-            sha: Sha256::new(),
+            sha: hash.then(Sha256::new),
             bytes: 0,
             lines: 0,
             held: Vec::with_capacity(PART_END.len() * 2),
@@ -871,7 +887,9 @@ impl PartReader {
     fn take_line(&mut self) -> Result<Vec<u8>> {
         let mut l = Vec::new();
         (&mut self.inner).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut l).map_err(Error::read_failed)?;
-        self.sha.update(&l);
+        if let Some(h) = &mut self.sha {
+            h.update(&l);
+        }
         self.bytes += l.len() as u64;
         self.lines += l.iter().filter(|&&b| b == b'\n').count() as u64;
         Ok(l)
@@ -919,14 +937,14 @@ impl PartReader {
         if self.held != PART_END {
             return fail("it does not end with `endpart` (truncated?)".into());
         }
-        let sha: Hash = std::mem::take(&mut self.sha).finalize().into();
+        let sha: Option<Hash> = self.sha.take().map(|h| h.finalize().into());
         if self.bytes != self.want.bytes || self.lines != self.want.lines {
             return fail(format!(
                 "{} bytes in {} lines, the head says {} in {} (truncated or changed?)",
                 self.bytes, self.lines, self.want.bytes, self.want.lines
             ));
         }
-        if sha != self.want.sha256 {
+        if sha.is_some_and(|s| s != self.want.sha256) {
             return fail("its SHA-256 differs: it was changed, or comes from another generation".into());
         }
         Ok(())
@@ -962,7 +980,9 @@ impl Read for PartReader {
                 return Ok(0); // `held` stays for the check at `finish`
             }
             let fresh = &out[h..h + n];
-            self.sha.update(fresh);
+            if let Some(h) = &mut self.sha {
+                h.update(fresh);
+            }
             self.bytes += n as u64;
             self.lines += memchr::memchr_iter(b'\n', fresh).count() as u64;
             let total = h + n;

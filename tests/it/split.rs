@@ -208,6 +208,11 @@ fn bad_parts_fail_with_the_part_named_and_nothing_written() {
     m[0].3[0] ^= 1;
     m[1].3[0] ^= 1;
     let g1 = snapshot(d, "g1", &m, &["--part-size", "256K", "--prev", g0.to_str().unwrap()]);
+    let mut m2 = m.clone();
+    m2[0].3[1] ^= 1;
+    let g2 = snapshot(d, "g2", &m2, &["--part-size", "256K", "--prev", g1.to_str().unwrap()]);
+    let delta = d.join("g1g2.wtxtdelta");
+    ok(a!("delta", "create", &g1, &g2, "-o", &delta));
     let pdir = d.join("g1.wtxt.parts");
     let keep = d.join("keep");
     std::fs::create_dir(&keep).unwrap();
@@ -284,6 +289,13 @@ fn bad_parts_fail_with_the_part_named_and_nothing_written() {
         assert_eq!(code, 1, "{what}: {err}");
         assert!(err.contains(named), "{what}: expected {named} in: {err}");
         assert!(!out.exists(), "{what}: output written");
+        // delta apply reads its base's parts without hashing them (the
+        // target it builds is verified whole), and still names the part.
+        let rebuilt = d.join("rebuilt.wtxt");
+        let (code, err) = fails(a!("delta", "apply", &g1, &delta, "-o", &rebuilt, "--part-size", "256K"));
+        assert_eq!(code, 1, "{what}: {err}");
+        assert!(err.contains(named), "{what}: expected {named} in: {err}");
+        assert!(!rebuilt.exists() && !d.join("rebuilt.wtxt.parts").exists(), "{what}: output written");
         let json = wtxt().args(["verify", "--json"]).arg(&g1).output().unwrap();
         let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
         assert_eq!(v["ok"], false, "{what}");
