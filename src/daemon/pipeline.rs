@@ -157,24 +157,54 @@ fn ring_name(gen: u64, ext: &str) -> String {
     format!("gen-{gen:06}.{ext}")
 }
 
+/// The ring's newest snapshot (removing temporary files a crash left).
+fn newest_in_ring(ring: &Path) -> Result<Option<(u64, PathBuf)>> {
+    let mut newest: Option<(u64, PathBuf)> = None;
+    for e in std::fs::read_dir(ring).map_err(|e| Error::io(ring, e))?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') && name.ends_with(".tmp") {
+            let _ = std::fs::remove_file(e.path()); // a write a crash interrupted
+            continue;
+        }
+        if let Some(g) = name.strip_prefix("gen-").and_then(|r| r.strip_suffix(".wtxt")).and_then(|g| g.parse().ok()) {
+            if newest.as_ref().is_none_or(|(n, _)| g > *n) {
+                newest = Some((g, e.path()));
+            }
+        }
+    }
+    Ok(newest)
+}
+
+/// The `gen` of the snapshot committed at `path` in HEAD of `repo`
+/// (`None` without one, or when it is not plain WTXT, e.g. age-armored).
+fn committed_gen(repo: &Path, path: &Path) -> Option<u64> {
+    let repo = git2::Repository::open(repo).ok()?;
+    let tree = repo.head().ok()?.peel_to_tree().ok()?;
+    let blob = tree.get_path(path).ok()?.to_object(&repo).ok()?.peel_to_blob().ok()?;
+    let meta = blob.content().split(|&b| b == b'\n').nth(1)?;
+    crate::wtxt::syntax::Meta::parse(meta).ok().map(|m| m.gen)
+}
+
 impl Pipeline {
     /// Opens the ring (cleaning temp files a crash left), finds where the
     /// chain stands and reloads the resend queue.
     pub fn open(cfg: PipelineConfig) -> Result<Pipeline> {
         std::fs::create_dir_all(&cfg.ring).map_err(|e| Error::io(&cfg.ring, e))?;
-        let mut newest: Option<(u64, PathBuf)> = None;
-        for e in std::fs::read_dir(&cfg.ring).map_err(|e| Error::io(&cfg.ring, e))?.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') && name.ends_with(".tmp") {
-                let _ = std::fs::remove_file(e.path()); // a write a crash interrupted
-                continue;
-            }
-            if let Some(g) =
-                name.strip_prefix("gen-").and_then(|r| r.strip_suffix(".wtxt")).and_then(|g| g.parse().ok())
-            {
-                if newest.as_ref().is_none_or(|(n, _)| g > *n) {
-                    newest = Some((g, e.path()));
+        let mut newest = newest_in_ring(&cfg.ring)?;
+        // A crash between writing a generation to the ring and committing
+        // it leaves the ring ahead of the repository: that generation never
+        // happened (its request is still pending and is redone), so the
+        // chain must not continue from it.
+        if let (Some((g, _)), Some(committed)) =
+            (&newest, cfg.repo.as_deref().and_then(|r| committed_gen(r, &cfg.path_in_repo)))
+        {
+            if *g > committed {
+                for ext in ["wtxt", "wtxt.age", "wtxtdelta"] {
+                    let f = cfg.ring.join(ring_name(*g, ext));
+                    let _ = std::fs::remove_file(&f);
+                    let _ = std::fs::remove_dir_all(crate::wtxt::split::parts_dir(&f));
                 }
+                newest = newest_in_ring(&cfg.ring)?;
             }
         }
         let mut state = PipelineState::default();

@@ -142,6 +142,11 @@ pub fn run(cfg: DaemonConfig, log: crate::daemon::Log) -> Result<()> {
     // Requests a crash left unfinished: redo those whose input still exists.
     let mut lost = Vec::new();
     for (gen, src) in pending {
+        if gen < next {
+            // Its snapshot was committed before the crash; only the WAL's
+            // `done` line was not written (a push was under way).
+            continue;
+        }
         match src.filter(|p| p.exists()) {
             Some(p) => {
                 if let Err(e) = state.snapshot(&p, Some(gen)) {

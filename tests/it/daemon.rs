@@ -178,6 +178,48 @@ fn a_failing_remote_parks_pushes_until_it_recovers() {
     assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stdout));
 }
 
+/// The crash window `kill_9_mid_snapshot_then_restart` hits only by luck:
+/// the generation reached the ring, not the repository. The restart must
+/// redo it from its input and commit it, not chain on from the ring's copy.
+#[test]
+fn a_generation_in_the_ring_but_not_committed_is_redone_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let repo = d.join("repo");
+    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
+    let sock = d.join("s.sock");
+    let daemon = Daemon::start(&repo, &sock, &[]);
+    assert_eq!(daemon.ask(&format!("snapshot {} gen=1", model(d, 1).display())), "ok gen=1 queued");
+    assert_eq!(daemon.ask("flush"), "ok");
+    daemon.stop();
+    // What the crash left: gen 2 requested and written to the ring, no commit.
+    let ring = repo.join(".git/wtxt-ring");
+    let input = model(d, 2);
+    let o = crate::util::wtxt()
+        .arg("snapshot")
+        .arg(&input)
+        .arg("-o")
+        .arg(ring.join("gen-000002.wtxt"))
+        .arg("--prev")
+        .arg(ring.join("gen-000001.wtxt"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut wal = std::fs::OpenOptions::new().append(true).open(ring.join("wal.log")).unwrap();
+    let path = std::fs::canonicalize(&input).unwrap();
+    writeln!(wal, "snapshot requested gen=2 ts=1 pathhex={}", hex::encode(path.as_os_str().as_encoded_bytes()))
+        .unwrap();
+    drop(wal);
+    let daemon = Daemon::start(&repo, &sock, &[]);
+    assert_eq!(daemon.ask("flush"), "ok");
+    let st = daemon.status();
+    assert_eq!((&st["last_gen"], &st["lost"]), (&serde_json::json!(2), &serde_json::json!([])), "{st}");
+    daemon.stop();
+    assert_eq!(git_ok(&repo, &["rev-list", "--count", "main"]).trim(), "2");
+    let log = crate::util::wtxt().args(["log", "-C"]).arg(&repo).arg("snapshot.wtxt").output().unwrap();
+    assert!(String::from_utf8_lossy(&log.stdout).contains("2 generation(s), chain OK"), "{:?}", log);
+}
+
 #[test]
 fn kill_9_mid_snapshot_then_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -211,8 +253,10 @@ fn kill_9_mid_snapshot_then_restart() {
         let p = e.unwrap().path();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
         if name.ends_with(".wtxt") {
-            let bytes = std::fs::read(&p).unwrap();
-            assert!(wtxt::wtxt::load(&bytes[..], bytes.len() as u64, &Default::default()).is_ok(), "{name} is whole");
+            // A 64 MiB model is kept split (head and parts) when its
+            // snapshot finished before the kill: verify reads either form.
+            let v = crate::util::wtxt().arg("verify").arg(&p).output().unwrap();
+            assert!(v.status.success(), "{name} is whole: {}", String::from_utf8_lossy(&v.stderr));
         }
     }
     git_ok(&repo, &["fsck", "--no-progress"]);
