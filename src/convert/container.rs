@@ -216,7 +216,7 @@ impl Container for Safetensors {
     }
     fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
         if arrays.iter().any(|a| a.name == safetensors::ST_HEADER) {
-            return into_vec(out, &safetensors::arrays_to_safetensors(arrays)?);
+            return safetensors::write_pinned(arrays, out);
         }
         // The inputs' own names and `__metadata__`, as a snapshot kept them.
         let (tensors, kept) = names::split(arrays)?;

@@ -4,6 +4,7 @@
 pub mod aero;
 pub mod bytes;
 pub mod container;
+pub mod direct;
 pub mod fold;
 pub mod mldf;
 pub mod msgpack;
@@ -107,12 +108,21 @@ pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
 /// `.npy` arrays are named after the file stem; other names are mapped with
 /// [`crate::model::assign_names`]. WTXT inputs are verified first.
 pub fn load_inputs(paths: &[impl AsRef<Path>], verify: &VerifyOptions, notes: &mut Notes) -> Result<Vec<Array>> {
+    let mut loaded = Vec::with_capacity(paths.len());
+    for p in paths {
+        let p = p.as_ref();
+        loaded.push((p, load_one(p, verify, notes).map_err(|e| e.in_file(p))?));
+    }
+    gather(loaded, notes)
+}
+
+/// The arrays of loaded inputs as one snapshot's: original names merged
+/// and WTXT names given, sorted, no name twice.
+pub fn gather(loaded: Vec<(&Path, Vec<Array>)>, notes: &mut Notes) -> Result<Vec<Array>> {
     let mut arrays = Vec::new();
     let mut from: Vec<&Path> = Vec::new();
     let mut kept = names::OriginalNames::default();
-    for p in paths {
-        let p = p.as_ref();
-        let got = load_one(p, verify, notes).map_err(|e| e.in_file(p))?;
+    for (p, got) in loaded {
         if let Some(n) = names::OriginalNames::of(&got).map_err(|e| e.in_file(p))? {
             if let Some(why) = kept.merge(n) {
                 notes.push(format!("{}: {why}", p.display()));

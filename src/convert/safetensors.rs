@@ -198,8 +198,10 @@ pub fn safetensors_to_arrays_in(src: &Source) -> Result<Vec<Array>> {
     Ok(arrays)
 }
 
-/// Rebuilds the original safetensors bytes from its header array and tensors.
-pub fn arrays_to_safetensors(arrays: &[Array]) -> Result<Vec<u8>> {
+/// Writes the original safetensors bytes from its header array and
+/// tensors, streaming: the header, then each tensor's bytes where the
+/// header's offsets put them (checked before anything is written).
+pub fn write_pinned<W: Write + ?Sized>(arrays: &[Array], w: &mut W) -> Result<()> {
     let header = arrays
         .iter()
         .find(|a| a.name == ST_HEADER)
@@ -229,17 +231,23 @@ pub fn arrays_to_safetensors(arrays: &[Array]) -> Result<Vec<u8>> {
     let mut sorted_names = names.clone();
     sorted_names.sort();
     let mapped = crate::model::assign_names(&sorted_names);
-    let mut out = header.to_vec();
+    let mut order = Vec::with_capacity(tensors.len());
+    let mut at = 0u64;
     for (a, b, k) in tensors {
         let wtxt_name = &mapped[sorted_names.iter().position(|x| x == k).expect("present")];
         let arr = arrays
             .iter()
             .find(|x| &x.name == wtxt_name)
             .ok_or_else(|| Error::input(Default::default(), format!("tensor {k} is missing")))?;
-        if out.len() as u64 - header.len() as u64 != a || arr.bytes().len() as u64 != b - a {
+        if at != a || arr.bytes().len() as u64 != b - a {
             return Err(Error::input(Default::default(), format!("tensor {k}: offsets do not match its bytes")));
         }
-        out.extend_from_slice(arr.bytes());
+        at = b;
+        order.push(arr);
     }
-    Ok(out)
+    w.write_all(header).map_err(Error::write_failed)?;
+    for arr in order {
+        w.write_all(arr.bytes()).map_err(Error::write_failed)?;
+    }
+    Ok(())
 }

@@ -186,24 +186,41 @@ pub fn extract(
 ) -> Result<usize> {
     use crate::convert::container;
     use crate::convert::names::{OriginalNames, NAMES};
-    let mut input = WtxtIn::open(path, unseal)?;
-    let loaded = crate::wtxt::load(input.text(), input.len, opts).map_err(|e| input.blame(e))?;
-    let kept = OriginalNames::of(&loaded.arrays).map_err(|e| e.in_file(path))?.unwrap_or_default();
-    let arrays: Vec<Array> = match array {
-        Some(n) => {
-            let want = kept.wtxt_name(n);
-            let a = loaded.arrays.iter().find(|a| a.name == n || a.name == want).cloned();
-            let a = a.ok_or_else(|| Error::usage(format!("{}: no array named {n}", path.display())))?;
-            let names = loaded.arrays.into_iter().filter(|x| x.name == NAMES);
-            std::iter::once(a).chain(names).collect()
-        }
-        None => loaded.arrays,
-    };
     let to = container::by_extension(out)?;
-    let (arrays, dropped) = container::foreign_metadata(arrays, to);
+    // The same choice for the decoded arrays and, first, for the stand-ins
+    // the direct path plans with: it depends on names and metadata only.
+    let choose = |all: Vec<Array>| -> crate::convert::direct::Chosen<(usize, Vec<String>)> {
+        let kept = OriginalNames::of(&all).map_err(|e| e.in_file(path))?.unwrap_or_default();
+        let arrays: Vec<Array> = match array {
+            Some(n) => {
+                let want = kept.wtxt_name(n);
+                let a = all.iter().find(|a| a.name == n || a.name == want).cloned();
+                let a = a.ok_or_else(|| Error::usage(format!("{}: no array named {n}", path.display())))?;
+                let names = all.into_iter().filter(|x| x.name == NAMES);
+                std::iter::once(a).chain(names).collect()
+            }
+            None => all,
+        };
+        let (arrays, dropped) = container::foreign_metadata(arrays, to);
+        let count = arrays.iter().filter(|a| !a.name.starts_with("__")).count();
+        Ok((arrays, (count, dropped)))
+    };
+    let direct = match unseal {
+        None => crate::convert::direct::write_direct(path, opts, to, out, &choose)?,
+        Some(_) => None,
+    };
+    let (count, dropped) = match direct {
+        Some((chosen, _)) => chosen,
+        None => {
+            let mut input = WtxtIn::open(path, unseal)?;
+            let loaded = crate::wtxt::load(input.text(), input.len, opts).map_err(|e| input.blame(e))?;
+            let (arrays, chosen) = choose(loaded.arrays)?;
+            write_arrays(&arrays, out)?;
+            chosen
+        }
+    };
     if !dropped.is_empty() && dropped.iter().any(|d| d != NAMES) {
         notes.push(format!("left out metadata a .{} has no place for: {}", to.extensions()[0], dropped.join(", ")));
     }
-    write_arrays(&arrays, out)?;
-    Ok(arrays.iter().filter(|a| !a.name.starts_with("__")).count())
+    Ok(count)
 }

@@ -118,15 +118,35 @@ pub enum ConvertTo {
 pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions, notes: &mut Notes) -> Result<()> {
     use crate::convert::write_arrays_as;
     let trust = o.trust();
+    if let ConvertTo::Container(fmt) = to {
+        // A WTXT goes straight into the container's layout (when it can).
+        let prepare = |arrays: Vec<Array>| -> crate::convert::direct::Chosen<(Vec<String>, Notes)> {
+            let mut found = Notes::new();
+            let arrays = crate::convert::gather(vec![(input, arrays)], &mut found)?;
+            let (arrays, dropped) = crate::convert::container::foreign_metadata(arrays, fmt);
+            Ok((arrays, (dropped, found)))
+        };
+        if let Some(((dropped, found), _)) =
+            crate::convert::direct::write_direct(input, &trust.options(), fmt, out, &prepare)?
+        {
+            notes.extend(found);
+            note_dropped(&dropped, notes);
+            return Ok(());
+        }
+    }
     let arrays = crate::convert::load_lossless(input, &trust.options(), notes)?;
     match to {
         ConvertTo::Wtxt => snapshot_arrays(&arrays, out, o, &Progress::hidden()).map(|_| ()),
         ConvertTo::Container(fmt) => {
             let (arrays, dropped) = crate::convert::container::foreign_metadata(arrays, fmt);
-            if !dropped.is_empty() {
-                notes.push(format!("left out metadata of other containers: {}", dropped.join(", ")));
-            }
+            note_dropped(&dropped, notes);
             write_arrays_as(&arrays, out, fmt)
         }
+    }
+}
+
+fn note_dropped(dropped: &[String], notes: &mut Notes) {
+    if !dropped.is_empty() {
+        notes.push(format!("left out metadata of other containers: {}", dropped.join(", ")));
     }
 }

@@ -194,3 +194,85 @@ fn hugging_face_names_and_metadata_come_back_on_extract() {
     let o = std::process::Command::new("python3").args(["-c", &check]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// WTXT -> container goes straight into the container's layout (the
+/// tensors decoded to their places in the output) where the layout allows,
+/// and gives the very bytes the ordinary path (decode all, then write)
+/// gives, for every container and both forms of WTXT.
+#[test]
+fn wtxt_is_written_straight_into_each_container_with_the_same_bytes() {
+    use wtxt::convert::container::{foreign_metadata, CONTAINERS};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let inputs = [
+        "aero_hash_b3.aero",
+        "aero_multi_shard.aero",
+        "aero_single_shard.aero",
+        "fold_zstd_rs32_sten.fold",
+        "st_all_dtypes.safetensors",
+        "st_name_collisions.safetensors",
+        "volp_int16_scaled.volp",
+    ];
+    let mut routes = std::collections::HashMap::new();
+    for name in inputs {
+        let src = peers().join(name);
+        let stem = name;
+        for form in ["none", "16K"] {
+            let w = d.join(format!("{stem}.{form}.wtxt"));
+            let o = wtxt()
+                .arg("convert")
+                .arg(&src)
+                .arg("-o")
+                .arg(&w)
+                .args(["--to", "wtxt", "--ts", "2026-01-01T00:00:00Z", "--part-size", form])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+            for fmt in CONTAINERS.iter().filter(|c| c.name() != "npy") {
+                let plain = d.join(format!("{stem}.{form}.plain.{}", fmt.name()));
+                let mut notes = Vec::new();
+                let arrays = wtxt::convert::load_lossless(&w, &Default::default(), &mut notes).unwrap();
+                let (arrays, _) = foreign_metadata(arrays, *fmt);
+                let ordinary = wtxt::convert::write_arrays_as(&arrays, &plain, *fmt);
+                let out = d.join(format!("{stem}.{form}.{}", fmt.name()));
+                let o = convert(&w, &out, fmt.name());
+                match ordinary {
+                    Err(_) => assert!(!o.status.success(), "{name} -> {}: only one path failed", fmt.name()),
+                    Ok(()) => {
+                        assert!(o.status.success(), "{name} -> {}: {}", fmt.name(), String::from_utf8_lossy(&o.stderr));
+                        assert!(
+                            std::fs::read(&plain).unwrap() == std::fs::read(&out).unwrap(),
+                            "{name} ({form}) -> {}: the direct path changed bytes",
+                            fmt.name()
+                        );
+                    }
+                }
+                let taken = wtxt::convert::direct::write_direct(&w, &Default::default(), *fmt, &out, &|a| {
+                    Ok((foreign_metadata(wtxt::convert::gather(vec![(&w, a)], &mut Vec::new())?, *fmt).0, ()))
+                });
+                if let Ok(Some(((), route))) = taken {
+                    assert!(std::fs::read(&plain).unwrap() == std::fs::read(&out).unwrap());
+                    routes.insert((name, form, fmt.name()), route);
+                }
+            }
+        }
+    }
+    use wtxt::convert::direct::Route::*;
+    for form in ["none", "16K"] {
+        for name in inputs.iter().filter(|n| !n.starts_with("aero_hash")) {
+            // safetensors and AERO store each tensor's bytes whole: always in place.
+            for to in ["safetensors", "aero"] {
+                assert_eq!(routes.get(&(name, form, to)), Some(&InPlace), "{name} ({form}) -> {to}");
+            }
+        }
+        // A file of one tensor is an .npz of one member, in place too.
+        assert_eq!(routes.get(&("volp_int16_scaled.volp", form, "npz")), Some(&InPlace));
+        // AERO's index of per-tensor BLAKE3 hashes is compressed, so its
+        // size moves with the values: written again, the same bytes.
+        assert_eq!(routes.get(&("aero_hash_b3.aero", form, "aero")), Some(&Rewritten));
+        // FOLD, VOLP and MLDF transform the bytes: the ordinary path.
+        for to in ["fold", "volp", "mldf"] {
+            assert_eq!(routes.get(&("st_all_dtypes.safetensors", form, to)), None, "{to}");
+        }
+    }
+}

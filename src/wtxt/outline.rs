@@ -1,0 +1,135 @@
+//! A quick outline of a WTXT on disk: every array's `arr` line, and the
+//! bytes of the few arrays a caller asks for (metadata arrays), read while
+//! seeking over every other chunk's base64 lines instead of decoding them.
+//!
+//! Nothing here is trusted. A converter plans an output layout from the
+//! outline (where each tensor's bytes will go) before the strict reader
+//! runs; the strict reader then checks every byte, and what it announces
+//! must agree with the outline or the plan is dropped. A file that does not
+//! outline cleanly (damaged, encrypted, not canonical) gives `None`, and the
+//! caller reads it the ordinary way, whose errors are the ones reported.
+#![forbid(unsafe_code)]
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Cursor, Seek};
+use std::path::Path;
+
+use crate::limits::MAX_LINE;
+use crate::wtxt::chunk;
+use crate::wtxt::layout::last_line_width;
+use crate::wtxt::split::{self, part_name, parts_dir};
+use crate::wtxt::syntax::{ArrLine, ChLine, B64_WIDTH};
+
+/// One array of the outline.
+pub struct Outlined {
+    pub arr: ArrLine,
+    /// The array's bytes, for the arrays the caller asked for.
+    pub data: Option<Vec<u8>>,
+}
+
+/// Something the outline reads lines from and skips bytes in.
+trait Segment: BufRead + Seek {}
+impl<T: BufRead + Seek> Segment for T {}
+
+/// Outlines the single file or split snapshot at `path`. `wanted` picks
+/// the arrays whose bytes are decoded; together they may hold at most
+/// `max_wanted` bytes. `None` when the file does not outline cleanly.
+pub fn outline(path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> Option<Vec<Outlined>> {
+    let file = File::open(path).ok()?;
+    let mut first = BufReader::with_capacity(1 << 16, file);
+    let mut segments: Vec<Box<dyn Segment>> = Vec::new();
+    let head = {
+        let start = first.fill_buf().ok()?;
+        start.starts_with(b"WTXT 1\n")
+    };
+    if !head {
+        return None;
+    }
+    match split::open(Box::new(File::open(path).ok()?)).ok()? {
+        split::Opened::Single(_) => segments.push(Box::new(first)),
+        split::Opened::Split(h) => {
+            let dir = parts_dir(path);
+            segments.push(Box::new(Cursor::new(h.prefix)));
+            for p in &h.parts {
+                let f = File::open(dir.join(part_name(p.ix))).ok()?;
+                segments.push(Box::new(BufReader::with_capacity(1 << 16, f)));
+            }
+            segments.push(Box::new(Cursor::new(h.tail)));
+        }
+    }
+    let mut out: Vec<Outlined> = Vec::new();
+    let mut budget = max_wanted;
+    for mut seg in segments {
+        scan(&mut *seg, &mut out, wanted, &mut budget)?;
+    }
+    Some(out)
+}
+
+/// Reads one segment's lines, skipping the chunks of arrays not wanted.
+fn scan(r: &mut dyn Segment, out: &mut Vec<Outlined>, wanted: &dyn Fn(&str) -> bool, budget: &mut u64) -> Option<()> {
+    let mut line = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        let n = read_line(r, &mut line, MAX_LINE)?;
+        if n == 0 {
+            return Some(());
+        }
+        let l = line.strip_suffix(b"\n")?;
+        if l.starts_with(b"arr ") {
+            let arr = ArrLine::parse(l).ok()?;
+            let data = if wanted(&arr.name) {
+                *budget = budget.checked_sub(arr.bytes)?;
+                Some(Vec::with_capacity(arr.bytes as usize))
+            } else {
+                None
+            };
+            out.push(Outlined { arr, data });
+        } else if l.starts_with(b"ch ") {
+            let ch = ChLine::parse(l).ok()?;
+            match out.last_mut().and_then(|a| a.data.as_mut()) {
+                Some(data) => data.extend(read_chunk(r, &ch)?),
+                None => skip_chunk(r, &ch)?,
+            }
+        }
+        // Every other line (header, part framing, idx, endarr, audit) says
+        // nothing the outline needs.
+    }
+}
+
+/// Decodes a wanted chunk's lines and its `endch` strictly.
+fn read_chunk(r: &mut dyn Segment, ch: &ChLine) -> Option<Vec<u8>> {
+    let mut lines = Vec::with_capacity(ch.lines as usize);
+    for _ in 0..ch.lines {
+        let mut l = Vec::with_capacity(B64_WIDTH + 3);
+        read_line(r, &mut l, MAX_LINE)?;
+        l.pop().filter(|&c| c == b'\n')?;
+        lines.push(l);
+    }
+    let data = chunk::decode(ch, lines.iter().map(|l| &l[..])).ok()?;
+    expect_endch(r)?;
+    Some(data)
+}
+
+/// Seeks over a chunk's base64 lines: their sizes follow from `len` alone
+/// (full lines of 76 characters, the last of the remainder, each with a
+/// space, a parity nibble and an LF).
+fn skip_chunk(r: &mut dyn Segment, ch: &ChLine) -> Option<()> {
+    let body = match ch.lines {
+        0 => 0,
+        k => (k - 1) * (B64_WIDTH as u64 + 3) + last_line_width(ch.len) as u64 + 3,
+    };
+    r.seek_relative(i64::try_from(body).ok()?).ok()?;
+    expect_endch(r)
+}
+
+fn expect_endch(r: &mut dyn Segment) -> Option<()> {
+    let mut l = Vec::with_capacity(8);
+    read_line(r, &mut l, 8)?;
+    (l == b"endch\n").then_some(())
+}
+
+/// Appends one line (at most `max` bytes and its LF) to `out`.
+fn read_line(r: &mut dyn Segment, out: &mut Vec<u8>, max: usize) -> Option<usize> {
+    let mut limited = std::io::Read::take(r, max as u64 + 1);
+    limited.read_until(b'\n', out).ok()
+}
