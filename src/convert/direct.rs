@@ -137,7 +137,9 @@ struct Plan {
 /// Runs the writer on stand-ins and returns where each chosen tensor's
 /// bytes go, or `None` when some tensor is not stored as its own bytes.
 fn plan<T>(outlined: &[Outlined], to: &dyn Container, prepare: &dyn Fn(Vec<Array>) -> Chosen<T>) -> Option<Plan> {
-    let total: u64 = outlined.iter().filter(|o| o.data.is_none()).map(|o| o.arr.bytes).sum();
+    // Declared sizes (not yet checked by anyone) are added with care.
+    let total = outlined.iter().filter(|o| o.data.is_none()).try_fold(0u64, |t, o| t.checked_add(o.arr.bytes))?;
+    usize::try_from(total).ok()?;
     // Untouched anonymous pages read as the shared zero page: no memory.
     let zeros = Arc::new(MmapOptions::new().len(total.max(1) as usize).map_anon().ok()?.make_read_only().ok()?);
     let mut at = 0u64;

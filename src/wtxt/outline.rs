@@ -86,9 +86,15 @@ fn scan(r: &mut dyn Segment, out: &mut Vec<Outlined>, wanted: &dyn Fn(&str) -> b
             out.push(Outlined { arr, data });
         } else if l.starts_with(b"ch ") {
             let ch = ChLine::parse(l).ok()?;
-            match out.last_mut().and_then(|a| a.data.as_mut()) {
-                Some(data) => data.extend(read_chunk(r, &ch)?),
-                None => skip_chunk(r, &ch)?,
+            match out.last_mut() {
+                Some(Outlined { arr, data: Some(data) }) => {
+                    // What the `arr` line declares bounds what is held.
+                    if ch.len > arr.bytes - data.len() as u64 {
+                        return None;
+                    }
+                    data.extend(read_chunk(r, &ch)?)
+                }
+                _ => skip_chunk(r, &ch)?,
             }
         }
         // Every other line (header, part framing, idx, endarr, audit) says
@@ -116,7 +122,7 @@ fn read_chunk(r: &mut dyn Segment, ch: &ChLine) -> Option<Vec<u8>> {
 fn skip_chunk(r: &mut dyn Segment, ch: &ChLine) -> Option<()> {
     let body = match ch.lines {
         0 => 0,
-        k => (k - 1) * (B64_WIDTH as u64 + 3) + last_line_width(ch.len) as u64 + 3,
+        k => (k - 1).checked_mul(B64_WIDTH as u64 + 3)?.checked_add(last_line_width(ch.len) as u64 + 3)?,
     };
     r.seek_relative(i64::try_from(body).ok()?).ok()?;
     expect_endch(r)
@@ -132,4 +138,45 @@ fn expect_endch(r: &mut dyn Segment) -> Option<()> {
 fn read_line(r: &mut dyn Segment, out: &mut Vec<u8>, max: usize) -> Option<usize> {
     let mut limited = std::io::Read::take(r, max as u64 + 1);
     limited.read_until(b'\n', out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hostile file cannot make the outline allocate or overflow: sizes
+    /// it declares are checked before they are used, and a file that does
+    /// not outline cleanly gives `None`.
+    #[test]
+    fn declared_sizes_are_bounded_before_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let head = "WTXT 1\n";
+        let arr = |name: &str, shape: &str, bytes: u64| {
+            format!(
+                "arr name={name} dtype=u8 shape={shape} order=C bytes={bytes} sha256={z} hmac={z} salt=0000000000000000\n",
+                z = "0".repeat(64)
+            )
+        };
+        let ch = |len: u64| {
+            let lines = len.div_ceil(57);
+            format!(
+                "ch ix=000000 off=000000000000 len={len} sha256={} crc32c=00000000 b64=on width=76 lines={lines}\n",
+                "0".repeat(64)
+            )
+        };
+        let huge = 1u64 << 62;
+        let cases = [
+            // A metadata array past the budget.
+            format!("{head}{}", arr("__m", &huge.to_string(), huge)),
+            // A chunk longer than its (small, wanted) array.
+            format!("{head}{}{}", arr("__m", "4", 4), ch(huge)),
+            // A skipped chunk whose body length overflows.
+            format!("{head}{}{}", arr("w", &u64::MAX.to_string(), u64::MAX), ch(u64::MAX)),
+        ];
+        for (i, text) in cases.iter().enumerate() {
+            let p = dir.path().join(format!("{i}.wtxt"));
+            std::fs::write(&p, text).unwrap();
+            assert!(outline(&p, &|n| n.starts_with("__"), 1 << 20).is_none(), "case {i}");
+        }
+    }
 }
