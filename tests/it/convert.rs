@@ -11,12 +11,18 @@ fn peers() -> PathBuf {
 
 /// Runs `wtxt convert INPUT -o OUT --to TO` with a fixed `--ts`.
 pub fn convert(input: &Path, out: &Path, to: &str) -> std::process::Output {
+    convert_with(input, out, to, &[])
+}
+
+/// [`convert`] with more options.
+fn convert_with(input: &Path, out: &Path, to: &str, extra: &[&str]) -> std::process::Output {
     wtxt()
         .arg("convert")
         .arg(input)
         .arg("-o")
         .arg(out)
         .args(["--to", to, "--ts", "2026-01-01T00:00:00Z"])
+        .args(extra)
         .output()
         .unwrap()
 }
@@ -219,14 +225,7 @@ fn wtxt_is_written_straight_into_each_container_with_the_same_bytes() {
         let stem = name;
         for form in ["none", "16K"] {
             let w = d.join(format!("{stem}.{form}.wtxt"));
-            let o = wtxt()
-                .arg("convert")
-                .arg(&src)
-                .arg("-o")
-                .arg(&w)
-                .args(["--to", "wtxt", "--ts", "2026-01-01T00:00:00Z", "--part-size", form])
-                .output()
-                .unwrap();
+            let o = convert_with(&src, &w, "wtxt", &["--part-size", form]);
             assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
             for fmt in CONTAINERS.iter().filter(|c| c.name() != "npy") {
                 let plain = d.join(format!("{stem}.{form}.plain.{}", fmt.name()));

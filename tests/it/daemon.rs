@@ -131,6 +131,14 @@ impl Drop for Daemon {
     }
 }
 
+/// A temporary folder holding a fresh repository `repo` (branch `main`).
+fn new_repo() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    git_ok(dir.path(), &["init", "-q", "-b", "main", "repo"]);
+    let repo = dir.path().join("repo");
+    (dir, repo)
+}
+
 fn model(dir: &Path, gen: u64) -> PathBuf {
     let p = dir.join(format!("state{gen}.npz"));
     let g = uniform(gen);
@@ -140,10 +148,8 @@ fn model(dir: &Path, gen: u64) -> PathBuf {
 
 #[test]
 fn a_failing_remote_parks_pushes_until_it_recovers() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, repo) = new_repo();
     let d = dir.path();
-    let repo = d.join("repo");
-    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
     let remote = d.join("remote.git"); // does not exist yet: pushes fail
     let daemon = Daemon::start(
         &repo,
@@ -183,10 +189,8 @@ fn a_failing_remote_parks_pushes_until_it_recovers() {
 /// redo it from its input and commit it, not chain on from the ring's copy.
 #[test]
 fn a_generation_in_the_ring_but_not_committed_is_redone_after_a_crash() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, repo) = new_repo();
     let d = dir.path();
-    let repo = d.join("repo");
-    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
     let sock = d.join("s.sock");
     let daemon = Daemon::start(&repo, &sock, &[]);
     assert_eq!(daemon.ask(&format!("snapshot {} gen=1", model(d, 1).display())), "ok gen=1 queued");
@@ -222,10 +226,8 @@ fn a_generation_in_the_ring_but_not_committed_is_redone_after_a_crash() {
 
 #[test]
 fn kill_9_mid_snapshot_then_restart() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, repo) = new_repo();
     let d = dir.path();
-    let repo = d.join("repo");
-    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
     // A model big enough that the kill lands while it is being written; its
     // name has a space, which the WAL must keep (the replay once cut it there).
     let big = d.join("big model.npy");
@@ -360,10 +362,8 @@ fn sigterm_finishes_in_flight_work_and_armored_commits_decrypt_with_age() {
 
 #[test]
 fn idle_floods_huge_gens_and_regular_files_do_not_break_the_daemon() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, repo) = new_repo();
     let d = dir.path();
-    let repo = d.join("repo");
-    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
     // --socket naming a regular file: refused, and the file is left alone.
     let precious = d.join("precious.txt");
     std::fs::write(&precious, "keep me").unwrap();
@@ -579,10 +579,8 @@ fn pushes_over_https_with_the_users_credential_helper() {
 /// answer, and in `status.last_error`; the generation waits in the queue.
 #[test]
 fn a_failing_push_is_logged_at_once_with_the_remotes_answer() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, repo) = new_repo();
     let d = dir.path();
-    let repo = d.join("repo");
-    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
     let log = d.join("daemon.err");
     let url = format!("ssh://nobody@127.0.0.1:{}/nowhere.git", free_port());
     let ssh = "ssh -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5";
@@ -610,10 +608,8 @@ fn a_failing_push_is_logged_at_once_with_the_remotes_answer() {
 /// from the deltas, and once the remote is back everything arrives.
 #[test]
 fn an_unreachable_remote_fills_the_ring_with_deltas_not_copies() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, repo) = new_repo();
     let d = dir.path();
-    let repo = d.join("repo");
-    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
     let remote = d.join("later.git");
     let daemon =
         Daemon::start_with(&repo, &d.join("s.sock"), &["--remote", remote.to_str().unwrap()], &[], Stdio::null());
@@ -658,10 +654,8 @@ fn an_unreachable_remote_fills_the_ring_with_deltas_not_copies() {
 /// the header of the ring's newest snapshot before continuing its chain.
 #[test]
 fn a_tampered_ring_file_stops_the_restart() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, repo) = new_repo();
     let d = dir.path();
-    let repo = d.join("repo");
-    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
     let key = crate::util::fixture("keys/sign.pem");
     let sock = d.join("s.sock");
     let daemon = Daemon::start(&repo, &sock, &["--sign-key", key.to_str().unwrap()]);
