@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(verify delta wsum containers recover armor npz fold aero mldf daemon_protocol wal merge split)
+[ ${#targets[@]} -gt 0 ] || targets=(verify delta wsum containers recover armor npz fold aero mldf daemon_protocol wal merge split direct)
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz
 export RUSTC_BOOTSTRAP=1
 seed() { # target, files...
@@ -22,6 +22,7 @@ seed wsum fixtures/wtxt/expected/streaming.wsum
 seed containers fixtures/wtxt/inputs/single.npy fixtures/wtxt/inputs/ext.safetensors fixtures/peers/*.safetensors fixtures/peers/*.volp
 seed recover fixtures/wtxt/expected/defaults.wtxt fixtures/wtxt/expected/ext_dtypes.wtxt
 seed split fixtures/wtxt/expected/defaults.wtxt fixtures/wtxt/expected/ext_dtypes.wtxt
+seed direct fixtures/wtxt/expected/*.wtxt
 seed armor fixtures/wtxt/expected/streaming.wsum
 seed npz fixtures/wtxt/inputs/*.npz fixtures/numpy/*.npz
 seed fold fixtures/peers/*.fold
