@@ -78,9 +78,23 @@ impl OriginalNames {
 }
 
 /// Splits `__names` off `arrays`: the tensors, and what it held.
+/// Two arrays may not end up under one original name (a `__names` that
+/// maps two arrays to one name, or one to another's): the containers that
+/// give names back need them unique.
 pub fn split(arrays: &[Array]) -> Result<(Vec<&Array>, OriginalNames)> {
     let names = OriginalNames::of(arrays)?.unwrap_or_default();
-    Ok((arrays.iter().filter(|a| a.name != NAMES).collect(), names))
+    let tensors: Vec<&Array> = arrays.iter().filter(|a| a.name != NAMES).collect();
+    let mut seen: std::collections::HashMap<&str, &str> = std::collections::HashMap::with_capacity(tensors.len());
+    for a in &tensors {
+        let given = names.original(&a.name);
+        if let Some(other) = seen.insert(given, &a.name) {
+            return Err(Error::input(
+                Default::default(),
+                format!("{NAMES}: arrays {other} and {} would be both named {given:?}", a.name),
+            ));
+        }
+    }
+    Ok((tensors, names))
 }
 
 /// Gives every array a WTXT name (`model::assign_names`), recording each

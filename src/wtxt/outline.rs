@@ -77,6 +77,11 @@ fn scan(r: &mut dyn Segment, out: &mut Vec<Outlined>, wanted: &dyn Fn(&str) -> b
         let l = line.strip_suffix(b"\n")?;
         if l.starts_with(b"arr ") {
             let arr = ArrLine::parse(l).ok()?;
+            // Names in strictly ascending byte order, as the strict reader
+            // requires: writers planned with the outline never see a name twice.
+            if out.last().is_some_and(|o| o.arr.name.as_bytes() >= arr.name.as_bytes()) {
+                return None;
+            }
             let data = if wanted(&arr.name) {
                 *budget = budget.checked_sub(arr.bytes)?;
                 Some(Vec::with_capacity(arr.bytes as usize))

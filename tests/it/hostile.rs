@@ -140,3 +140,29 @@ fn npz_exact_form_may_not_reuse_an_array() {
     let bytes = std::fs::read(&path).unwrap();
     assert!(wtxt::git::filter::smudge(&bytes).is_err(), "the smudge filter refuses it too");
 }
+
+/// A verified WTXT whose `__names` gives two arrays one original name (or
+/// an array the name of another) cannot be written as a container whose
+/// names must be unique: exit 2 naming the name, never a panic (the
+/// safetensors crate indexes out of bounds on a repeated name; found by
+/// the `direct` fuzz target).
+#[test]
+fn original_names_that_collide_are_refused_by_every_writer() {
+    use wtxt::model::{Array, Dtype};
+    let dir = tempfile::tempdir().unwrap();
+    for (i, names) in [serde_json::json!({"a": "x", "b": "x"}), serde_json::json!({"a": "b"})].iter().enumerate() {
+        let a = Array::new("a", Dtype::F32, vec![2], vec![0u8; 8].into()).unwrap();
+        let b = Array::new("b", Dtype::F32, vec![1], vec![0u8; 4].into()).unwrap();
+        let meta = wtxt::convert::meta_array("__names", &serde_json::json!({ "names": names })).unwrap();
+        let path = dir.path().join(format!("{i}.wtxt"));
+        let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(0, None).unwrap(), 128);
+        wtxt::ops::write_wtxt(&[meta, a, b], &opts, &path, None, &wtxt::progress::Progress::hidden()).unwrap();
+        for ext in ["safetensors", "npz"] {
+            let out = dir.path().join(format!("{i}.{ext}"));
+            let o = measured(&["extract", path.to_str().unwrap(), "-o", out.to_str().unwrap()], &[]);
+            assert_eq!(o.code, 2, "{names} -> {ext}: {}", o.stderr);
+            assert!(o.stderr.contains("both named"), "{names} -> {ext}: {}", o.stderr);
+            assert!(!out.exists());
+        }
+    }
+}
