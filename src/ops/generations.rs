@@ -81,9 +81,23 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
         let skip = header.signed_bytes.len() as u64;
         std::io::copy(&mut (&mut src).take(skip), &mut std::io::sink())
             .map_err(|e| input.blame(Error::read_failed(e)))?;
+        // The rewritten file is verified as it is written: the input could
+        // change between the pass that verified it and this copy.
         let mut w = SnapshotOut::create(out, o.part_size)?;
-        w.write_all(text.as_bytes()).map_err(Error::write_failed)?;
-        copy_text(&mut src, &mut w).map_err(|e| e.either(|e| input.blame(e), |e| e.in_file(out)))?;
+        let ((), written) = write_verified(&mut w, &opts, |w| {
+            w.write_all(text.as_bytes()).map_err(Error::write_failed)?;
+            copy_text(&mut src, w).map(|_| ()).map_err(|e| e.either(|e| input.blame(e), |e| e.in_file(out)))
+        })?;
+        if let Some(p) = written.first_error() {
+            return Err(p.to_error().in_file(path));
+        }
+        if written.sha256_all != Some(sha_all) {
+            return Err(check_at(
+                4,
+                "the file changed while it was finalized: its body no longer gives the sha256_all computed",
+            )
+            .in_file(path));
+        }
         w.finish()?;
     }
     write_file(wsum_out, wsum.to_file().as_bytes(), 0o644)?;
@@ -158,22 +172,14 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
             allow_unauthenticated: o.allow_unauthenticated,
             ..Default::default()
         };
-        // Write the result and prove it in the same pass: the merge feeds
-        // the file and, through a pipe, the strict verifier on other threads.
-        let (pw, pr) = crate::pipe::pipe();
-        let (merged, report) = std::thread::scope(|s| {
-            let checker = s.spawn(|| verify(pr, &vopts, None));
-            let mut tee = crate::pipe::Tee(&mut f, pw);
-            let merged = crate::wtxt::delta::apply_extended(b.text(), &parsed, &mut tee)
-                .map_err(|e| b.blame_input(e).in_file(out));
-            tee.1.close();
-            (merged, checker.join().expect("verifier thread"))
+        // Write the result and prove it in the same pass.
+        let mut text = b.text();
+        let merged = write_verified(&mut f, &vopts, |w| {
+            crate::wtxt::delta::apply_extended(&mut text, &parsed, &mut &mut *w)
+                .map_err(|e| b.blame_input(e).in_file(out))
         });
         let bad_base = || WtxtIn::find_bad_part(base, o.unseal.as_ref());
-        if let Err(e) = merged {
-            return Err(bad_base().unwrap_or(e));
-        }
-        let report = report?;
+        let ((), report) = merged.map_err(|e| bad_base().unwrap_or(e))?;
         if let Some(e) = (report.first_error().is_some() || report.sha256_all != parsed.head.target_sha256_all)
             .then(bad_base)
             .flatten()

@@ -552,7 +552,7 @@ impl CopyError {
 
 /// Copies a text into a snapshot being written, telling a failed read
 /// (the input's fault, named by the caller) from a failed write.
-pub fn copy_text(r: &mut dyn Read, w: &mut SnapshotOut) -> std::result::Result<u64, CopyError> {
+pub fn copy_text(r: &mut dyn Read, w: &mut dyn Write) -> std::result::Result<u64, CopyError> {
     let mut buf = vec![0u8; 1 << 20];
     let mut n = 0;
     loop {
@@ -562,7 +562,27 @@ pub fn copy_text(r: &mut dyn Read, w: &mut SnapshotOut) -> std::result::Result<u
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(CopyError::Read(Error::read_failed(e))),
         };
-        w.put(&buf[..got]).map_err(CopyError::Write)?;
+        w.write_all(&buf[..got]).map_err(|e| CopyError::Write(Error::write_failed(e)))?;
         n += got as u64;
     }
+}
+
+/// Writes a snapshot while the strict verifier reads the very same bytes on
+/// another thread, so what is put in place is what was proven, not only the
+/// input it was made from (`delta apply`, `finalize --rewrite`). The caller
+/// judges the report before [`SnapshotOut::finish`].
+pub fn write_verified<T>(
+    out: &mut SnapshotOut,
+    opts: &crate::wtxt::verify::VerifyOptions,
+    write: impl FnOnce(&mut dyn Write) -> Result<T>,
+) -> Result<(T, crate::wtxt::verify::Report)> {
+    let (pw, pr) = crate::pipe::pipe();
+    let (wrote, report) = std::thread::scope(|s| {
+        let checker = s.spawn(|| crate::wtxt::verify::verify(pr, opts, None));
+        let mut tee = crate::pipe::Tee(&mut *out, pw);
+        let wrote = write(&mut tee);
+        tee.1.close();
+        (wrote, checker.join().expect("verifier thread"))
+    });
+    Ok((wrote?, report?))
 }
