@@ -43,7 +43,11 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
         allow_unauthenticated: o.trust.allow_unauthenticated,
         ..Default::default()
     };
-    let mut report = verify(input.text(), &opts, None).map_err(|e| input.blame(e))?;
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| Error::io_in("drawing a key", std::io::Error::other(e.to_string())))?;
+    let mut verified = Fingerprint::new(input.text(), &key);
+    let mut report = verify(&mut verified, &opts, None).map_err(|e| input.blame(e))?;
+    let verified = verified.finish();
     input.locate_report(&mut report);
     let header = report.header.clone().ok_or_else(|| check_at(1, "not a WTXT").in_file(path))?;
     if header.root != Root::Pending {
@@ -77,31 +81,47 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
         // The body is copied as the verified text has it (joined, for a
         // split WTXT-S); the result is stored split by `o.part_size`.
         let mut input = WtxtIn::open(path, None)?;
-        let mut src = input.text();
+        let mut src = Fingerprint::new(input.text(), &key);
         let skip = header.signed_bytes.len() as u64;
         std::io::copy(&mut (&mut src).take(skip), &mut std::io::sink())
             .map_err(|e| input.blame(Error::read_failed(e)))?;
-        // The rewritten file is verified as it is written: the input could
-        // change between the pass that verified it and this copy.
         let mut w = SnapshotOut::create(out, o.part_size)?;
-        let ((), written) = write_verified(&mut w, &opts, |w| {
-            w.write_all(text.as_bytes()).map_err(Error::write_failed)?;
-            copy_text(&mut src, w).map(|_| ()).map_err(|e| e.either(|e| input.blame(e), |e| e.in_file(out)))
-        })?;
-        if let Some(p) = written.first_error() {
-            return Err(p.to_error().in_file(path));
-        }
-        if written.sha256_all != Some(sha_all) {
-            return Err(check_at(
-                4,
-                "the file changed while it was finalized: its body no longer gives the sha256_all computed",
-            )
-            .in_file(path));
+        w.write_all(text.as_bytes()).map_err(Error::write_failed)?;
+        copy_text(&mut src, &mut w).map_err(|e| e.either(|e| input.blame(e), |e| e.in_file(out)))?;
+        // The input is read twice: what is copied must be what was verified.
+        if src.finish() != verified {
+            return Err(Error::check(Position::None, "the file changed while it was finalized").in_file(path));
         }
         w.finish()?;
     }
     write_file(wsum_out, wsum.to_file().as_bytes(), 0o644)?;
     Ok(wsum)
+}
+
+/// Reads through `inner`, feeding every byte to BLAKE3 keyed with a key
+/// drawn for this run: a fingerprint of what was read that a file changed
+/// in between cannot be made to match.
+struct Fingerprint<R> {
+    inner: R,
+    hash: blake3::Hasher,
+}
+
+impl<R: Read> Fingerprint<R> {
+    fn new(inner: R, key: &[u8; 32]) -> Fingerprint<R> {
+        Fingerprint { inner, hash: blake3::Hasher::new_keyed(key) }
+    }
+
+    fn finish(self) -> blake3::Hash {
+        self.hash.finalize()
+    }
+}
+
+impl<R: Read> Read for Fingerprint<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
 }
 
 /// `wtxt delta create`: the extended DELTA v2 from `base` to `target`. The
