@@ -74,12 +74,21 @@ pub fn write_direct<T>(
     let dest = AtomicFile::create(out)?;
     let file = dest.file_ref().try_clone().map_err(|e| Error::io(out, e))?;
     let mut input = WtxtIn::open(path, None)?;
-    let mut sink =
-        Place { file: &file, outlined: &outlined, place: &place, next: 0, at: None, meta: Vec::new(), failed: None };
+    let mut sink = Place {
+        file: &file,
+        out,
+        outlined: &outlined,
+        place: &place,
+        next: 0,
+        at: None,
+        meta: Vec::new(),
+        failed: None,
+    };
     let report = verify(input.text(), opts, Some(&mut sink)).map_err(|e| input.blame(e))?;
     if let Some(p) = report.first_error() {
         return Err(input.blame(p.to_error()));
     }
+    // A failed write names the output already; the rest is the input's.
     let meta = sink.finish().map_err(|e| e.in_file(path))?;
 
     // The tensors are in place: hand them to the writer as windows of the output.
@@ -229,6 +238,7 @@ fn seek_to(pos: u64, end: u64, to: SeekFrom) -> std::io::Result<u64> {
 /// arrays kept, and every array checked against the outline.
 struct Place<'a> {
     file: &'a File,
+    out: &'a Path,
     outlined: &'a [Outlined],
     place: &'a HashMap<String, Range<u64>>,
     next: usize,
@@ -286,7 +296,7 @@ impl Sink for Place<'_> {
         } else if let Some(at) = self.at {
             match self.file.write_all_at(bytes, at) {
                 Ok(()) => self.at = Some(at + bytes.len() as u64),
-                Err(e) => self.fail(Error::write_failed(e)),
+                Err(e) => self.fail(Error::io(self.out, e)),
             }
         }
     }
