@@ -171,7 +171,8 @@ fn plan<T>(outlined: &[Outlined], to: &dyn Container, prepare: &dyn Fn(Vec<Array
     to.write(&chosen, &mut rec).ok()?;
     let mut place = HashMap::new();
     for a in chosen.iter().filter(|a| !a.name.starts_with("__") && !a.bytes().is_empty()) {
-        let from = a.bytes().as_ptr() as usize - rec.base;
+        // A tensor `prepare` made anew (not a stand-in) has no place.
+        let from = (a.bytes().as_ptr() as usize).checked_sub(rec.base).filter(|f| f + a.bytes().len() <= rec.len)?;
         let to = from + a.bytes().len();
         // Every byte written exactly once, at one shift from the stand-in.
         let pieces: Vec<&(u64, Range<usize>)> = rec.seen.iter().filter(|(_, r)| r.start < to && r.end > from).collect();
