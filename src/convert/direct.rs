@@ -123,13 +123,7 @@ pub fn write_direct<T>(
         (Ok(()), None) => {
             // The layout moved with the values: write the ordinary way,
             // from the bytes already decoded.
-            let mut again = AtomicFile::create(out)?;
-            {
-                let mut bw = std::io::BufWriter::with_capacity(1 << 20, again.file());
-                to.write(&arrays, &mut bw).map_err(|e| e.in_file(out))?;
-                bw.flush().map_err(|e| Error::io(out, e))?;
-            }
-            again.commit()?;
+            crate::convert::write_arrays_as(&arrays, out, to)?;
             Ok(Some((extra, Route::Rewritten)))
         }
     }

@@ -157,6 +157,15 @@ fn ring_name(gen: u64, ext: &str) -> String {
     format!("gen-{gen:06}.{ext}")
 }
 
+/// Removes generation `g`'s ring files of the given kinds (with parts).
+fn remove_ring(ring: &Path, g: u64, exts: &[&str]) {
+    for ext in exts {
+        let f = ring.join(ring_name(g, ext));
+        let _ = std::fs::remove_file(&f);
+        let _ = std::fs::remove_dir_all(crate::wtxt::split::parts_dir(&f));
+    }
+}
+
 /// The ring's newest snapshot (removing temporary files a crash left).
 fn newest_in_ring(ring: &Path) -> Result<Option<(u64, PathBuf)>> {
     let mut newest: Option<(u64, PathBuf)> = None;
@@ -199,11 +208,7 @@ impl Pipeline {
             (&newest, cfg.repo.as_deref().and_then(|r| committed_gen(r, &cfg.path_in_repo)))
         {
             if *g > committed {
-                for ext in ["wtxt", "wtxt.age", "wtxtdelta"] {
-                    let f = cfg.ring.join(ring_name(*g, ext));
-                    let _ = std::fs::remove_file(&f);
-                    let _ = std::fs::remove_dir_all(crate::wtxt::split::parts_dir(&f));
-                }
+                remove_ring(&cfg.ring, *g, &["wtxt", "wtxtdelta", "wtxt.age"]);
                 newest = newest_in_ring(&cfg.ring)?;
             }
         }
@@ -408,7 +413,7 @@ impl Pipeline {
         let base = gens.iter().rev().find(|g| **g < unpushed_from).copied();
         for &g in gens.iter().filter(|g| **g >= unpushed_from && Some(**g) != newest) {
             if self.cfg.ring.join(ring_name(g, "wtxtdelta")).exists() && gens.first() != Some(&g) {
-                self.remove_ring(g, &["wtxt", "wtxt.age"]);
+                remove_ring(&self.cfg.ring, g, &["wtxt", "wtxt.age"]);
             }
         }
         let excess = gens.len().saturating_sub(self.cfg.keep.max(1));
@@ -418,18 +423,9 @@ impl Pipeline {
             .take(excess)
             .filter(|g| *g < unpushed_from && (unpushed_from == u64::MAX || Some(*g) != base))
         {
-            self.remove_ring(g, &["wtxt", "wtxtdelta", "wtxt.age"]);
+            remove_ring(&self.cfg.ring, g, &["wtxt", "wtxtdelta", "wtxt.age"]);
         }
         Ok(())
-    }
-
-    /// Removes generation `g`'s ring files of the given kinds (with parts).
-    fn remove_ring(&self, g: u64, exts: &[&str]) {
-        for ext in exts {
-            let f = self.cfg.ring.join(ring_name(g, ext));
-            let _ = std::fs::remove_file(&f);
-            let _ = std::fs::remove_dir_all(crate::wtxt::split::parts_dir(&f));
-        }
     }
 }
 

@@ -569,7 +569,7 @@ pub fn copy_text(r: &mut dyn Read, w: &mut dyn Write) -> std::result::Result<u64
 
 /// Writes a snapshot while the strict verifier reads the very same bytes on
 /// another thread, so what is put in place is what was proven, not only the
-/// input it was made from (`delta apply`, `finalize --rewrite`). The caller
+/// input it was made from (`delta apply`). The caller
 /// judges the report before [`SnapshotOut::finish`].
 pub fn write_verified<T>(
     out: &mut SnapshotOut,
