@@ -3,7 +3,7 @@
 //! Every input format is read into this model and every output is written
 //! from it. Array bytes are either owned or a window of a memory-mapped file,
 //! so a snapshot of a large `.npy` or `.safetensors` never copies the weights.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 use std::fmt;
 use std::ops::Range;
@@ -188,9 +188,14 @@ pub fn assign_names(originals: &[String]) -> Vec<String> {
 pub enum ArrayData {
     /// Bytes the process holds.
     Owned(Arc<Vec<u8>>),
-    /// A range of a mapped file (already C order, little-endian).
+    /// A range of a mapped file (already C order, little-endian). The map is
+    /// read-only and either shared with a file or anonymous and never
+    /// written, so dropping its pages never changes what it reads.
     Mapped(Arc<Mmap>, Range<usize>),
 }
+
+/// How much of a mapped array [`ArrayData::each_window`] keeps resident.
+const WINDOW: usize = 16 << 20;
 
 impl ArrayData {
     /// The raw bytes.
@@ -199,6 +204,35 @@ impl ArrayData {
             ArrayData::Owned(v) => v,
             ArrayData::Mapped(m, r) => &m[r.clone()],
         }
+    }
+
+    /// Hands the bytes to `f` in order, in windows. A mapped array's window
+    /// is dropped from this process once `f` is done with it (the data
+    /// stays in the page cache), so writing or hashing a 1 GiB mapped array
+    /// keeps a window resident, not the array.
+    pub fn each_window(&self, f: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        self.each_window_of(WINDOW, f)
+    }
+
+    fn each_window_of(&self, window: usize, f: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        let (m, r) = match self {
+            ArrayData::Owned(v) => return f(v),
+            ArrayData::Mapped(m, r) => (m, r),
+        };
+        let mut at = r.start;
+        while at < r.end {
+            let end = r.end.min(at + window);
+            f(&m[at..end])?;
+            #[allow(unsafe_code)]
+            // SAFETY: the map is read-only and shared with a file, or
+            // anonymous and never written (the variant's contract): after
+            // MADV_DONTNEED the next read faults in the same bytes, so a
+            // borrow of them elsewhere still sees what it saw. It is a hint;
+            // a failure only leaves the pages resident.
+            let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, end - at) };
+            at = end;
+        }
+        Ok(())
     }
 }
 
@@ -286,6 +320,34 @@ pub fn sort_arrays(arrays: &mut [Array]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mapped_array_reads_the_same_in_windows_and_after_them() {
+        use std::io::Write;
+        let want: Vec<u8> = (0..3 * 4096 + 17).map(|i| (i * 7 % 251) as u8).collect();
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&want).unwrap();
+        let m = Arc::new(map_of(&f));
+        let data = ArrayData::Mapped(m, 100..want.len());
+        let mut got = Vec::new();
+        let mut calls = 0;
+        data.each_window_of(4096, &mut |b| {
+            assert!(b.len() <= 4096);
+            got.extend_from_slice(b);
+            calls += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(calls, 3);
+        assert_eq!(got, want[100..]);
+        assert_eq!(data.as_bytes(), &want[100..], "dropped pages fault the same bytes back in");
+    }
+
+    #[allow(unsafe_code)]
+    fn map_of(f: &std::fs::File) -> Mmap {
+        // SAFETY: the file is unnamed and this test's alone.
+        unsafe { Mmap::map(f) }.unwrap()
+    }
 
     #[test]
     fn dtype_round_trip() {

@@ -667,7 +667,14 @@ fn place_tensors(tidx: &ChunkMeta, tensors: &[&Array]) -> std::result::Result<(S
         e["data_off"] = json!(want);
         e["data_len"] = json!(len);
         if e.get("hash_b3").is_some() {
-            e["hash_b3"] = json!(blake3::hash(a.bytes()).to_hex().as_str());
+            let mut h = blake3::Hasher::new();
+            a.data
+                .each_window(&mut |b| {
+                    hash_into(&mut h, b);
+                    Ok(())
+                })
+                .map_err(|e| e.to_string())?;
+            e["hash_b3"] = json!(h.finalize().to_hex().as_str());
         }
     }
     let mut t = tidx.tidx.clone().unwrap_or_else(|| json!({}));
@@ -691,7 +698,7 @@ fn each_piece(parts: &[Part], tensors: &[&Array], f: &mut dyn FnMut(&[u8]) -> Re
     for p in parts {
         match p {
             Part::Zeros(n) => each_zero_piece(*n, f)?,
-            Part::Array(i) => f(tensors[*i].bytes())?,
+            Part::Array(i) => tensors[*i].data.each_window(f)?,
         }
     }
     Ok(())

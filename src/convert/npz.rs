@@ -334,7 +334,7 @@ pub fn write_keyed<'a, W: Write + Seek>(arrays: impl IntoIterator<Item = (&'a st
             .large_file(size >= u32::MAX as u64);
         z.start_file(format!("{key}.npy"), opts).map_err(zerr)?;
         z.write_all(&header).map_err(Error::write_failed)?;
-        z.write_all(a.bytes()).map_err(Error::write_failed)?;
+        a.data.each_window(&mut |b| z.write_all(b).map_err(Error::write_failed))?;
     }
     z.finish().map_err(zerr)
 }

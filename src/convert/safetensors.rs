@@ -166,7 +166,7 @@ pub fn write_named<W: Write + ?Sized>(
     let (header, order) = header_named(named, metadata)?;
     out.write_all(&header).map_err(Error::write_failed)?;
     for a in order {
-        out.write_all(a.bytes()).map_err(Error::write_failed)?;
+        a.data.each_window(&mut |b| out.write_all(b).map_err(Error::write_failed))?;
     }
     Ok(())
 }
@@ -247,7 +247,7 @@ pub fn write_pinned<W: Write + ?Sized>(arrays: &[Array], w: &mut W) -> Result<()
     }
     w.write_all(header).map_err(Error::write_failed)?;
     for arr in order {
-        w.write_all(arr.bytes()).map_err(Error::write_failed)?;
+        arr.data.each_window(&mut |b| w.write_all(b).map_err(Error::write_failed))?;
     }
     Ok(())
 }
