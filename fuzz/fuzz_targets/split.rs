@@ -16,9 +16,9 @@ fuzz_target!(|data: &[u8]| {
     // As a part.
     let p = std::path::Path::new("p");
     let _ = wtxt::git::parts::check_part(data, p);
-    let _ = wtxt::git::parts::textconv(data, p);
+    let _ = wtxt::git::parts::textconv(&data, p);
     let names = wtxt::git::diff::Names { old: p, new: p };
-    let _ = wtxt::git::parts::diff_parts(data, data, names);
+    let _ = wtxt::git::parts::diff_parts(&data, &data, names);
     // As a text to split: what splits joins back to the same bytes.
     let mut sink: Vec<Vec<u8>> = Vec::new();
     if let Ok(head) = split::split(data, 8192, &mut sink) {

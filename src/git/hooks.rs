@@ -89,7 +89,7 @@ pub fn pre_commit(dir: &Path) -> Result<(usize, Vec<Refusal>)> {
             .and_then(|t| t.get_path(path).ok())
             .and_then(|e| repo.find_blob(e.id()).ok())
             .filter(|b| b.id() != entry.id);
-        if let Blob::Head(h) = classify(blob.content()) {
+        if let Ok(Blob::Head(h)) = classify(&blob.content()) {
             let s = Split { repo: &repo, index: &index, head_tree: head_tree.as_ref(), path };
             if let Some(r) = s.check(&h, head.as_ref().map(|b| b.content()), require, trusted.as_ref()) {
                 refusals.push(Refusal { path: if r.path.is_empty() { shown.clone() } else { r.path.clone() }, ..r });
@@ -222,8 +222,8 @@ impl Split<'_> {
         if let Some(r) = prev.and_then(|b| chain_refusal(&header, b)) {
             return Some(r);
         }
-        let prev_parts = prev.and_then(|b| match classify(b) {
-            Blob::Head(p) => Some(p.parts),
+        let prev_parts = prev.and_then(|b| match classify(&b) {
+            Ok(Blob::Head(p)) => Some(p.parts),
             _ => None,
         });
         let dir = parts_dir(self.path);

@@ -1,16 +1,22 @@
 //! Git's view of split snapshots. Git diffs, shows and stores a head and
 //! each part as files of their own, so each is read from its own blob: a
 //! head diff shows the header and which parts changed; a part diff compares
-//! chunk hashes and decodes only the chunks that differ. No Git-side
-//! command holds more than two parts.
+//! chunk hashes and decodes only the chunks that differ. Parts and single
+//! files are streamed: what is held is their chunk lines and the chunks
+//! being compared, never a whole part.
 #![forbid(unsafe_code)]
 
+use std::fs::File;
+use std::io::Read;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use crate::error::{check_at, Result};
-use crate::git::diff::{header_changes, ArrayDiff, FileDiff, Names, Stats, Status};
+use crate::error::{check_at, Error, Result};
+use crate::git::diff::{decode_side, header_changes, ArrayDiff, FileDiff, Names, Stats, Status};
 use crate::model::Dtype;
 use crate::wtxt::delta::ChunkText;
+use crate::wtxt::read::LineReader;
 use crate::wtxt::split::{self, Head, PartLine};
 use crate::wtxt::syntax::{parse_shape, ArrLine, ChLine, Fields};
 
@@ -24,15 +30,110 @@ pub enum Blob {
     Other,
 }
 
-/// Tells a head or a part from anything else by its first lines.
-pub fn classify(bytes: &[u8]) -> Blob {
-    if bytes.starts_with(b"WTXT part ix=") {
-        return Blob::Part;
+/// Tells a head or a part from anything else by its first lines (the
+/// rest is not read).
+pub fn classify(text: &dyn Text) -> Result<Blob> {
+    let mut first = [0u8; 13];
+    let n = text.stream().take(13).read(&mut first).map_err(Error::read_failed)?;
+    if first[..n] == *b"WTXT part ix=" {
+        return Ok(Blob::Part);
     }
-    match split::open(Box::new(bytes)) {
+    Ok(match split::open(text.stream()) {
         Ok(split::Opened::Split(h)) => Blob::Head(h),
         _ => Blob::Other,
+    })
+}
+
+/// A WTXT text Git hands over, in memory (a blob) or in a file (a
+/// temporary file, the work tree), read as a stream or by range so that a
+/// part or a single file is never held whole.
+pub trait Text {
+    /// The text from its start.
+    fn stream(&self) -> Box<dyn Read + '_>;
+    /// The bytes in `r`.
+    fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>>;
+}
+
+impl Text for &[u8] {
+    fn stream(&self) -> Box<dyn Read + '_> {
+        Box::new(*self)
     }
+    fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>> {
+        let (lo, hi) = (r.start.min(self.len() as u64) as usize, r.end.min(self.len() as u64) as usize);
+        Ok(self[lo..hi].to_vec())
+    }
+}
+
+impl Text for Vec<u8> {
+    fn stream(&self) -> Box<dyn Read + '_> {
+        Box::new(&self[..])
+    }
+    fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>> {
+        (&self[..]).range(r)
+    }
+}
+
+impl Text for File {
+    fn stream(&self) -> Box<dyn Read + '_> {
+        Box::new(At { file: self, pos: 0 })
+    }
+    fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>> {
+        let mut v = vec![0; (r.end - r.start) as usize];
+        self.read_exact_at(&mut v, r.start)?;
+        Ok(v)
+    }
+}
+
+/// Reads a file from a position of its own (the handle's is left alone).
+struct At<'a> {
+    file: &'a File,
+    pos: u64,
+}
+
+impl Read for At<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// Opens `path` as a [`Text`] when it starts as WTXT text does (`WTXT `);
+/// `None` for anything else (a container a filter smudged).
+pub fn open_text(path: &Path) -> Result<Option<File>> {
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut magic = [0u8; 5];
+    let n = At { file: &f, pos: 0 }.take(5).read(&mut magic).map_err(|e| Error::io(path, e))?;
+    Ok((magic[..n] == *b"WTXT ").then_some(f))
+}
+
+/// True when two texts hold the same bytes, compared a block at a time.
+fn same_bytes(a: &dyn Text, b: &dyn Text) -> std::io::Result<bool> {
+    let (mut ra, mut rb) = (a.stream(), b.stream());
+    let (mut ba, mut bb) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    loop {
+        let n = fill(&mut ra, &mut ba)?;
+        if n != fill(&mut rb, &mut bb)? || ba[..n] != bb[..n] {
+            return Ok(false);
+        }
+        if n < ba.len() {
+            return Ok(true);
+        }
+    }
+}
+
+/// Reads until `buf` is full or the input ends.
+fn fill(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 /// The difference of two heads: header fields, and which parts changed
@@ -70,31 +171,37 @@ struct Section {
     arr_text: Option<Vec<u8>>,
     /// Each chunk's line, its line number and where its text (from `ch`
     /// to `endch`) is in the part: chunks are compared by their `ch` lines
-    /// and copied out only to decode the ones that differ.
-    chunks: Vec<(ChLine, u64, std::ops::Range<usize>)>,
+    /// and read again only to decode the ones that differ.
+    chunks: Vec<(ChLine, u64, Range<u64>)>,
 }
 
-/// Reads a part's arrays and chunks (chunks are not decoded).
-fn scan(bytes: &[u8], file: &Path) -> Result<Vec<Section>> {
+/// Reads a part's arrays and chunks, streaming (chunks are not decoded):
+/// what it keeps is each chunk's `ch` line and where its text is.
+fn scan(text: &dyn Text, file: &Path) -> Result<Vec<Section>> {
     let at = |n: u64, m: String| check_at(n, m).in_file(file);
-    let mut lines = Lines { bytes, pos: 0, n: 0 };
-    match lines.next() {
+    let mut lines = LineReader::new(text.stream());
+    let next = |lines: &mut LineReader<_>| -> Result<Option<(u64, Vec<u8>)>> {
+        let r = lines.next_range().map_err(|e| e.in_file(file))?;
+        Ok(r.map(|r| (lines.line_no(), lines.bytes(r).to_vec())))
+    };
+    match next(&mut lines)? {
         Some((_, first)) if first.starts_with(b"WTXT part ix=") => {}
         _ => return Err(at(1, "expected `WTXT part ix=...`: not a part".into())),
     }
     let mut out: Vec<Section> = Vec::new();
     loop {
-        let start = lines.pos;
-        let (n, l) = lines.next().ok_or_else(|| at(lines.n + 1, "file ends early: expected `endpart`".into()))?;
-        crate::wtxt::read::check_text_line(l).map_err(|m| at(n, m))?;
+        let start = lines.offset();
+        let ended = lines.line_no() + 1;
+        let (n, l) = next(&mut lines)?.ok_or_else(|| at(ended, "file ends early: expected `endpart`".into()))?;
+        crate::wtxt::read::check_text_line(&l).map_err(|m| at(n, m))?;
         if l == b"endpart" {
-            return match lines.next() {
+            return match next(&mut lines)? {
                 None => Ok(out),
                 Some((m, _)) => Err(at(m, "text after `endpart`".into())),
             };
         }
         if l.starts_with(b"cont ") {
-            let mut f = Fields::new(l, "cont").map_err(|m| at(n, m))?;
+            let mut f = Fields::new(&l, "cont").map_err(|m| at(n, m))?;
             let parsed = (|| {
                 let name = String::from_utf8_lossy(f.next("name")?).into_owned();
                 let dtype = Dtype::parse(f.next("dtype")?).ok_or("dtype: unknown")?;
@@ -104,21 +211,25 @@ fn scan(bytes: &[u8], file: &Path) -> Result<Vec<Section>> {
             })();
             out.push(parsed.map_err(|m| at(n, m))?);
         } else if l.starts_with(b"arr ") {
-            let a = ArrLine::parse(l).map_err(|m| at(n, m))?;
-            let text = Some(l.to_vec());
-            out.push(Section { name: a.name, dtype: a.dtype, shape: a.shape, arr_text: text, chunks: Vec::new() });
+            let a = ArrLine::parse(&l).map_err(|m| at(n, m))?;
+            out.push(Section { name: a.name, dtype: a.dtype, shape: a.shape, arr_text: Some(l), chunks: Vec::new() });
         } else if l.starts_with(b"ch ") {
-            let ch = ChLine::parse(l).map_err(|m| at(n, m))?;
+            let ch = ChLine::parse(&l).map_err(|m| at(n, m))?;
             // Skip the base64 lines to `endch` (a count that lies is caught here).
             for _ in 0..ch.lines {
-                lines.next().ok_or_else(|| at(lines.n + 1, "file ends early: expected a base64 line".into()))?;
+                let ended = lines.line_no() + 1;
+                lines
+                    .next_range()
+                    .map_err(|e| e.in_file(file))?
+                    .ok_or_else(|| at(ended, "file ends early: expected a base64 line".into()))?;
             }
-            match lines.next() {
-                Some((_, b"endch")) => {}
-                other => return Err(at(other.map_or(lines.n + 1, |(m, _)| m), "expected `endch`".into())),
+            let ended = lines.line_no() + 1;
+            match next(&mut lines)? {
+                Some((_, e)) if e == b"endch" => {}
+                other => return Err(at(other.map_or(ended, |(m, _)| m), "expected `endch`".into())),
             }
             let s = out.last_mut().ok_or_else(|| at(n, "a chunk outside any array".into()))?;
-            s.chunks.push((ch, n, start..lines.pos));
+            s.chunks.push((ch, n, start..lines.offset()));
         } else if l != b"endarr" && !l.starts_with(b"idx ") {
             return Err(at(n, "expected a `cont`, `arr`, `idx`, `ch`, `endarr` or `endpart` line".into()));
         }
@@ -127,7 +238,7 @@ fn scan(bytes: &[u8], file: &Path) -> Result<Vec<Section>> {
 
 /// The difference of two parts at the same place of a split snapshot:
 /// chunks whose hashes differ are decoded and compared, the rest is not.
-pub fn diff_parts(old: &[u8], new: &[u8], names: Names) -> Result<FileDiff> {
+pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDiff> {
     let (a, b) = (scan(old, names.old)?, scan(new, names.new)?);
     let mut arrays = Vec::new();
     let mut damage = Vec::new();
@@ -146,18 +257,16 @@ pub fn diff_parts(old: &[u8], new: &[u8], names: Names) -> Result<FileDiff> {
         }
         let row_elems = if y.shape.len() >= 2 { y.shape[1..].iter().product() } else { 1 };
         let mut st = Stats::new(y.dtype, row_elems);
-        let text = |bytes: &[u8], (ch, line, r): &(ChLine, u64, std::ops::Range<usize>)| ChunkText {
-            ch: *ch,
-            line: *line,
-            text: bytes[r.clone()].to_vec(),
+        let text = |t: &dyn Text, file: &Path, (ch, line, r): &(ChLine, u64, Range<u64>)| -> Result<ChunkText> {
+            Ok(ChunkText { ch: *ch, line: *line, text: t.range(r.clone()).map_err(|e| Error::io(file, e))? })
         };
         for cb in &y.chunks {
             match x.chunks.iter().find(|c| c.0.ix == cb.0.ix) {
                 Some(ca) if (ca.0.len, ca.0.sha256) == (cb.0.len, cb.0.sha256) => {}
                 Some(ca) => {
                     d.changed_chunks.push(cb.0.ix);
-                    let ra = crate::git::diff::decode_side(&text(old, ca), names.old, &y.name, &mut damage);
-                    let rb = crate::git::diff::decode_side(&text(new, cb), names.new, &y.name, &mut damage);
+                    let ra = decode_side(&text(old, names.old, ca)?, names.old, &y.name, &mut damage);
+                    let rb = decode_side(&text(new, names.new, cb)?, names.new, &y.name, &mut damage);
                     if let (Some(ra), Some(rb)) = (ra, rb) {
                         st.compare(cb.0.off / y.dtype.size() as u64, &ra, &rb);
                     }
@@ -175,7 +284,10 @@ pub fn diff_parts(old: &[u8], new: &[u8], names: Names) -> Result<FileDiff> {
     for x in a.iter().filter(|x| !b.iter().any(|y| y.name == x.name)) {
         arrays.push(section_diff(x, Status::Removed));
     }
-    let identical = old == new;
+    // Equal chunk lines do not make equal text (framing, a damaged base64
+    // line): the bytes decide, read again only when nothing else differs.
+    let unchanged = arrays.iter().all(|d| d.status == Status::Unchanged) && damage.is_empty();
+    let identical = unchanged && same_bytes(old, new).map_err(|e| Error::io(names.new, e))?;
     Ok(FileDiff { identical, header: Vec::new(), header_unified: String::new(), arrays, damage, notes: Vec::new() })
 }
 
@@ -183,13 +295,14 @@ fn section_diff(s: &Section, status: Status) -> ArrayDiff {
     ArrayDiff::new(&s.name, status, s.dtype, &s.shape)
 }
 
-/// Line-per-fact text of a head or a part for `textconv`: the head's
-/// header fields and part table; a part's chunks with their row ranges and
-/// digests, so a line diff shows which rows changed.
-pub fn textconv(bytes: &[u8], file: &Path) -> Result<String> {
+/// Line-per-fact text of a head, a part or a single file for `textconv`:
+/// the head's header fields and part table; a part's chunks with their row
+/// ranges and digests, so a line diff shows which rows changed. A part or
+/// a single file is streamed, never held whole.
+pub fn textconv(text: &dyn Text, file: &Path) -> Result<String> {
     use std::fmt::Write as _;
     let mut s = String::new();
-    match classify(bytes) {
+    match classify(text)? {
         Blob::Head(h) => {
             s.push_str(&String::from_utf8_lossy(&h.prefix));
             for p in &h.parts {
@@ -197,8 +310,9 @@ pub fn textconv(bytes: &[u8], file: &Path) -> Result<String> {
             }
             s.push_str(&String::from_utf8_lossy(&h.tail));
         }
-        _ => {
-            for sec in scan(bytes, file)? {
+        Blob::Other => return crate::git::diff::textconv(text.stream()).map_err(|e| e.in_file(file)),
+        Blob::Part => {
+            for sec in scan(text, file)? {
                 let row = if sec.shape.len() >= 2 {
                     sec.shape[1..].iter().product::<u64>() * sec.dtype.size() as u64
                 } else {
@@ -229,10 +343,11 @@ pub fn textconv(bytes: &[u8], file: &Path) -> Result<String> {
 /// read as `diff_parts` reads it, then each chunk decoded from its lines in
 /// place (never copied).
 pub fn check_part(bytes: &[u8], file: &Path) -> Result<()> {
-    for sec in scan(bytes, file)? {
+    for sec in scan(&bytes, file)? {
         for (ch, n, r) in &sec.chunks {
             // The chunk's text runs from its `ch` line to `endch`: the lines between.
-            let body = Lines { bytes: &bytes[r.clone()], pos: 0, n: 0 }.skip(1).take(ch.lines as usize).map(|(_, b)| b);
+            let r = r.start as usize..r.end as usize;
+            let body = Lines { bytes: &bytes[r], pos: 0, n: 0 }.skip(1).take(ch.lines as usize).map(|(_, b)| b);
             if let Err(f) = crate::wtxt::chunk::decode(ch, body) {
                 return Err(check_at(n + 1 + f.line().unwrap_or(0), format!("chunk {}: {f}", ch.ix)).in_file(file));
             }

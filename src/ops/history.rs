@@ -126,30 +126,29 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
 /// file, cleaned if a filter made it. Problems are printed, never returned.
 pub fn diff_driver(args: &[String], here: &Path, color: bool) -> String {
     use crate::git::diff::{render, Names};
+    use crate::git::parts::{classify, diff_heads, diff_parts, open_text, Blob, Text};
     let [path, old, old_hex, _, new, new_hex, _] = args else {
         return "wtxt: the diff driver takes 7 arguments\n".into();
     };
     let head = format!("diff --wtxt a/{path} b/{path}\n");
     let repo = git2::Repository::discover(here).ok();
-    let side = |file: &str, hex: &str| -> Result<Vec<u8>> {
-        // The file Git wrote holds the blob's bytes unless a filter smudged
-        // them (a container in the work tree): WTXT text is taken as it is,
-        // without reading the object store again.
-        if let Ok(b) = std::fs::read(file) {
-            if b.starts_with(b"WTXT ") {
-                return Ok(b);
-            }
+    // A side is the file Git wrote when it holds WTXT text (read as a
+    // stream, so a part or a single file is never held whole), else the
+    // blob it names (a filter smudged the file into a container).
+    let side = |file: &str, hex: &str| -> Result<Box<dyn Text>> {
+        if let Ok(Some(f)) = open_text(Path::new(file)) {
+            return Ok(Box::new(f));
         }
         let blob = repo.as_ref().and_then(|r| {
             let oid = git2::Oid::from_str(hex).ok().filter(|o| !o.is_zero())?;
             r.find_blob(oid).ok().map(|b| b.content().to_vec())
         });
         match blob {
-            Some(b) => Ok(b),
-            None => crate::git::filter::as_wtxt(Path::new(file), here, path),
+            Some(b) => Ok(Box::new(b)),
+            None => Ok(Box::new(crate::git::filter::as_wtxt(Path::new(file), here, path)?)),
         }
     };
-    let summary = |file: &str, hex: &str, what: &str| match side(file, hex).and_then(|b| inspect_reader(&b[..])) {
+    let summary = |file: &str, hex: &str, what: &str| match side(file, hex).and_then(|t| inspect_reader(t.stream())) {
         Ok(i) => format!("{head}{what} {path}: gen {:06}, {} arrays, {} bytes\n", i.gen, i.arrays.len(), i.total_bytes),
         Err(e) => format!("{head}{what} {path}: {}\n", e.message()),
     };
@@ -164,11 +163,10 @@ pub fn diff_driver(args: &[String], here: &Path, color: bool) -> String {
         let y = side(new, new_hex)?;
         let names = Names { old: Path::new(&a), new: Path::new(&b) };
         // A split snapshot's head and parts are Git files of their own, each diffed from its blob.
-        use crate::git::parts::{classify, diff_heads, diff_parts, Blob};
-        match (classify(&x), classify(&y)) {
+        match (classify(&*x)?, classify(&*y)?) {
             (Blob::Head(hx), Blob::Head(hy)) => diff_heads(&hx, &hy, names),
-            (Blob::Part, Blob::Part) => diff_parts(&x, &y, names),
-            _ => crate::git::diff::diff(&x[..], &y[..], names),
+            (Blob::Part, Blob::Part) => diff_parts(&*x, &*y, names),
+            _ => crate::git::diff::diff(x.stream(), y.stream(), names),
         }
     });
     match d {

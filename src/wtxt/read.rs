@@ -75,12 +75,19 @@ pub struct LineReader<R> {
     end: usize,
     eof: bool,
     line: u64,
+    /// Bytes of the input already moved out of `buf`.
+    consumed: u64,
 }
 
 impl<R: Read> LineReader<R> {
     /// Wraps a reader.
     pub fn new(inner: R) -> Self {
-        LineReader { inner, buf: vec![0; (1 << 20) + MAX_LINE + 1], start: 0, end: 0, eof: false, line: 0 }
+        LineReader { inner, buf: vec![0; (1 << 20) + MAX_LINE + 1], start: 0, end: 0, eof: false, line: 0, consumed: 0 }
+    }
+
+    /// The input's offset of the next line (where the last one's LF ended).
+    pub fn offset(&self) -> u64 {
+        self.consumed + self.start as u64
     }
 
     /// 1-based number of the line last returned.
@@ -127,6 +134,7 @@ impl<R: Read> LineReader<R> {
     }
 
     fn fill(&mut self) -> Result<()> {
+        self.consumed += self.start as u64;
         self.buf.copy_within(self.start..self.end, 0);
         self.end -= self.start;
         self.start = 0;

@@ -553,6 +553,30 @@ fn split_snapshots_commit_diff_and_log_part_by_part() {
     assert!(String::from_utf8_lossy(&i.stdout).contains("gen 000001"));
 }
 
+/// The diff driver streams parts: equal chunk lines are not enough to call
+/// two parts identical, their bytes are compared when nothing else differs.
+#[test]
+fn part_diff_reads_parts_as_streams_and_calls_identical_only_equal_bytes() {
+    let r = Repo::new();
+    assert!(split_model(&r, 0, &[]).status.success());
+    let part = r.root.join("m.wtxt.parts/000002.wtxtpart");
+    let text = std::fs::read_to_string(&part).unwrap();
+    let (same, renumbered) = (r.work.join("same.wtxtpart"), r.work.join("renumbered.wtxtpart"));
+    std::fs::write(&same, &text).unwrap();
+    std::fs::write(&renumbered, text.replacen("WTXT part ix=000002", "WTXT part ix=000003", 1)).unwrap();
+    let zero = "0".repeat(40);
+    let driver = |new: &std::path::Path| {
+        let (old, new) = (part.to_str().unwrap(), new.to_str().unwrap());
+        let o =
+            r.wtxt(&["git", "diff-driver", "m.wtxt.parts/000002.wtxtpart", old, &zero, "100644", new, &zero, "100644"]);
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert!(driver(&same).contains("identical"), "{}", driver(&same));
+    let d = driver(&renumbered);
+    assert!(!d.contains("identical") && d.contains("unchanged values"), "same chunks, other framing: {d}");
+}
+
 /// Git merges files one by one and cannot see a split snapshot whole: a
 /// merge that changes the model on both sides stops on a conflict, and the
 /// documented workflow (export the three versions, `wtxt merge`, add)

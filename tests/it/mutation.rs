@@ -356,8 +356,8 @@ fn split_readers_never_panic() {
         read_set();
         let _ = wtxt::git::parts::check_part(p, std::path::Path::new("p"));
         let names = wtxt::git::diff::Names { old: std::path::Path::new("a"), new: std::path::Path::new("b") };
-        let _ = wtxt::git::parts::diff_parts(&parts[1], p, names);
-        let _ = wtxt::git::parts::textconv(p, std::path::Path::new("p"));
+        let _ = wtxt::git::parts::diff_parts(&parts[1], &p, names);
+        let _ = wtxt::git::parts::textconv(&p, std::path::Path::new("p"));
     });
     never_panics("split input", &single, 300, |b| {
         let _ = split::split(b, 48 << 10, &mut Vec::<Vec<u8>>::new());

@@ -432,11 +432,11 @@ fn textconv(file: PathBuf) -> Result<u8> {
     let name = file.to_string_lossy().into_owned();
     // A file that is not a readable WTXT is shown as it is: `git show`
     // must not fail on it.
-    let listing =
-        wtxt::git::filter::as_wtxt(&file, &here, &name).and_then(|bytes| match wtxt::git::parts::classify(&bytes) {
-            wtxt::git::parts::Blob::Other => diff::textconv(&bytes[..]).map_err(|e| e.in_file(&file)),
-            _ => wtxt::git::parts::textconv(&bytes, &file),
-        });
+    // WTXT text is streamed; anything else is cleaned first.
+    let listing = match wtxt::git::parts::open_text(&file) {
+        Ok(Some(f)) => wtxt::git::parts::textconv(&f, &file),
+        _ => wtxt::git::filter::as_wtxt(&file, &here, &name).and_then(|b| wtxt::git::parts::textconv(&b, &file)),
+    };
     match listing {
         Ok(text) => emit(&text)?,
         Err(e) => {
