@@ -84,19 +84,21 @@ pub fn pre_commit(dir: &Path) -> Result<(usize, Vec<Refusal>)> {
             }
             continue;
         }
+        // HEAD's version, for the chain: a head whole, of a single file
+        // only its start (the header), never a whole large blob.
         let head = head_tree
             .as_ref()
             .and_then(|t| t.get_path(path).ok())
-            .and_then(|e| repo.find_blob(e.id()).ok())
-            .filter(|b| b.id() != entry.id);
+            .filter(|e| e.id() != entry.id)
+            .and_then(|e| crate::git::history::blob_prefix(&repo, e.id(), crate::wtxt::split::MAX_HEAD + 1).ok());
         if let Ok(Blob::Head(h)) = classify(&blob.content()) {
             let s = Split { repo: &repo, index: &index, head_tree: head_tree.as_ref(), path };
-            if let Some(r) = s.check(&h, head.as_ref().map(|b| b.content()), require, trusted.as_ref()) {
+            if let Some(r) = s.check(&h, head.as_deref(), require, trusted.as_ref()) {
                 refusals.push(Refusal { path: if r.path.is_empty() { shown.clone() } else { r.path.clone() }, ..r });
             }
             continue;
         }
-        if let Some(r) = check_wtxt(blob.content(), head.as_ref().map(|b| b.content()), require, trusted.as_ref()) {
+        if let Some(r) = check_wtxt(blob.content(), head.as_deref(), require, trusted.as_ref()) {
             refusals.push(Refusal { path: shown.clone(), ..r });
         }
     }

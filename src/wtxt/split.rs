@@ -45,7 +45,7 @@ pub const PART_EXT: &str = "wtxtpart";
 pub const MAX_PARTS: u64 = 100_000;
 
 /// Largest head read into memory (a full `MAX_PARTS` table fits).
-const MAX_HEAD: u64 = 16 << 20;
+pub const MAX_HEAD: u64 = 16 << 20;
 
 const PART_MAGIC: &str = "WTXT part ix=";
 const PART_END: &[u8] = b"endpart\n";
