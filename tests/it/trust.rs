@@ -226,3 +226,42 @@ fn finalize_and_prev_are_verified_before_signing() {
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains("prev.wtxt: line 4: --prev: merkle_this"), "{}", r.stderr);
 }
+
+/// `finalize --rewrite` reads its input twice, to verify it and to copy
+/// it: a file replaced between the two reads is refused and nothing is
+/// written. `strace` holds the second open back (fault injection) while
+/// the test swaps the file, so the race is made to happen every run.
+#[test]
+fn finalize_refuses_a_file_replaced_between_its_two_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n);
+    std::fs::write(p("s.wtxt"), read("expected/streaming.wtxt")).unwrap();
+    let (other, other_wsum) = (p("other.wtxt"), p("other.wsum"));
+    let r =
+        run(&["snapshot", "inputs/model.npz", "-o", s(&other), "--gen", "7", "--streaming", "--wsum", s(&other_wsum)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let child = std::process::Command::new("strace")
+        .args(["-q", "-o", s(&p("strace.log")), "-P", s(&p("s.wtxt")), "-e", "trace=openat"])
+        .args(["-e", "inject=openat:delay_enter=5000000:when=2", env!("CARGO_BIN_EXE_wtxt"), "finalize"])
+        .args([s(&p("s.wtxt")), "-o", s(&p("f.wsum")), "--rewrite", s(&p("f.wtxt"))])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("strace (Debian package strace) runs this test");
+    // The first open is logged once it returned; the verify of a few KB
+    // is done well within the second before the swap, and the second open
+    // waits 5 s.
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(p("strace.log")).unwrap_or_default().contains("openat(") {
+        assert!(t0.elapsed().as_secs() < 60, "the first open never came");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    std::fs::rename(p("other.wtxt"), p("s.wtxt")).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("s.wtxt: the file changed while it was finalized"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(!p("f.wsum").exists() && !p("f.wtxt").exists(), "nothing written: {left:?}");
+    assert!(left.iter().all(|n| !n.to_string_lossy().ends_with(".tmp")), "no temporary file left: {left:?}");
+}
