@@ -86,7 +86,7 @@ struct Version {
 pub fn open(dir: &Path, path: Option<&Path>) -> Result<(Repository, Option<PathBuf>)> {
     let repo =
         Repository::discover(dir).map_err(|e| Error::usage(format!("not in a Git repository: {}", e.message())))?;
-    let root = repo.workdir().ok_or_else(|| Error::usage("a bare repository: run wtxt log inside a work tree"))?;
+    let root = repo.workdir().ok_or_else(|| Error::usage("a bare repository: run this inside a work tree"))?;
     let root = root.canonicalize().map_err(|e| Error::io(root, e))?;
     let rel = match path {
         None => None,
@@ -105,6 +105,52 @@ pub fn open(dir: &Path, path: Option<&Path>) -> Result<(Repository, Option<PathB
         }
     };
     Ok((repo, rel))
+}
+
+/// A merge, cherry-pick, revert or rebase that stopped on a conflict:
+/// the two versions it combines with HEAD's.
+pub struct InProgress {
+    /// `merge`, `cherry-pick`, `revert` or `rebase`.
+    pub operation: &'static str,
+    /// The common ancestor (none when the histories share none).
+    pub base: Option<Oid>,
+    /// The other side.
+    pub theirs: Oid,
+}
+
+/// What Git is in the middle of, from the refs it leaves while stopped
+/// (`MERGE_HEAD`, `CHERRY_PICK_HEAD`, `REVERT_HEAD`, `REBASE_HEAD`): a
+/// merge combines HEAD and MERGE_HEAD over their merge base; a
+/// cherry-pick or a rebase step applies a commit's change (base: its
+/// parent); a revert applies one backwards.
+pub fn in_progress(repo: &Repository) -> Result<InProgress> {
+    let commit = |name: &str| repo.revparse_single(name).ok().and_then(|o| o.peel_to_commit().ok());
+    if let Some(t) = commit("MERGE_HEAD") {
+        let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(git_err)?;
+        let bases = match repo.merge_bases(head.id(), t.id()) {
+            Ok(b) => b.iter().copied().collect::<Vec<_>>(),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Vec::new(),
+            Err(e) => return Err(git_err(e)),
+        };
+        if bases.len() > 1 {
+            return Err(Error::usage(format!(
+                "HEAD and MERGE_HEAD have {} merge bases (a criss-cross merge): export the versions with `wtxt git export` and `wtxt merge` them",
+                bases.len()
+            )));
+        }
+        return Ok(InProgress { operation: "merge", base: bases.first().copied(), theirs: t.id() });
+    }
+    for (name, operation) in [("CHERRY_PICK_HEAD", "cherry-pick"), ("REBASE_HEAD", "rebase"), ("REVERT_HEAD", "revert")]
+    {
+        let Some(c) = commit(name) else { continue };
+        let parent = c.parent_id(0).ok();
+        if operation != "revert" {
+            return Ok(InProgress { operation, base: parent, theirs: c.id() });
+        }
+        let parent = parent.ok_or_else(|| Error::usage(format!("{name} has no parent to revert to")))?;
+        return Ok(InProgress { operation, base: Some(c.id()), theirs: parent });
+    }
+    Err(Error::usage("no merge, cherry-pick, revert or rebase is in progress"))
 }
 
 /// Every `*.wtxt` path in HEAD's tree.

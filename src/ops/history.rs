@@ -8,7 +8,8 @@ use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
 use crate::wtxt::syntax::{Audit, Meta, Root};
 use crate::wtxt::verify::{InputTrust, VerifyOptions};
 use crate::wtxt::write::{WriteOptions, Written};
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use super::*;
 
@@ -115,6 +116,71 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
     };
     let written = write_wtxt(&merged.arrays, &opts, out, None, &Progress::hidden())?;
     Ok(MergeOutcome { conflicts: merged.conflicts, written: Some(written), gen })
+}
+
+/// What `wtxt git resolve` merged, and from where.
+pub struct Resolved {
+    pub outcome: MergeOutcome,
+    /// `merge`, `cherry-pick`, `revert` or `rebase`.
+    pub operation: &'static str,
+    /// The other side's commit, abbreviated.
+    pub theirs: String,
+}
+
+/// `wtxt git resolve PATH`: Git merges a split snapshot's head and parts
+/// file by file, which cannot merge the model. The snapshot's three
+/// versions (head and parts from the commits of the operation in
+/// progress) are exported, merged whole by [`merge`] (the same checks,
+/// strategies and signing), written to PATH and staged with `git add`.
+/// Nothing is written or staged while a conflict is unsettled.
+pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
+    use crate::git::history;
+    let (repo, rel) = history::open(dir, Some(path))?;
+    let rel = rel.expect("a path was given");
+    let work = repo.workdir().expect("history::open refuses bare repositories").to_path_buf();
+    let op = history::in_progress(&repo)?;
+    let tmp = tempfile::Builder::new()
+        .prefix("wtxt-resolve")
+        .tempdir_in(repo.path())
+        .map_err(|e| Error::io(repo.path(), e))?;
+    let has = |c: git2::Oid| repo.find_commit(c).and_then(|c| c.tree()).is_ok_and(|t| t.get_path(&rel).is_ok());
+    let side = |c: Option<git2::Oid>, name: &str| -> Result<PathBuf> {
+        let out = tmp.path().join(format!("{name}.wtxt"));
+        match c.filter(|&c| has(c)) {
+            Some(c) => {
+                export(&work, &c.to_string(), &rel, &out, crate::wtxt::split::PartSize::Whole)?;
+            }
+            // No common version: an empty base, as Git gives its drivers.
+            None if name == "base" => crate::atomic::write_file(&out, b"", 0o600)?,
+            None => return Err(Error::usage(format!("{}: not in {name}'s commit: nothing to merge", rel.display()))),
+        }
+        Ok(out)
+    };
+    let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(|e| Error::usage(e.message().to_string()))?;
+    let (base, ours, theirs) =
+        (side(op.base, "base")?, side(Some(head.id()), "ours")?, side(Some(op.theirs), "theirs")?);
+    let target = work.join(&rel);
+    let outcome = merge(&base, &ours, &theirs, &target, o)?;
+    if outcome.written.is_some() {
+        let parts = crate::wtxt::split::parts_dir(&rel);
+        let index = repo.index().map_err(|e| Error::usage(e.message().to_string()))?;
+        let listed = index.iter().any(|e| Path::new(std::ffi::OsStr::from_bytes(&e.path)).starts_with(&parts));
+        let mut add = std::process::Command::new("git");
+        add.arg("-C").arg(&work).args(["add", "-A", "--"]).arg(&rel);
+        if listed || work.join(&parts).exists() {
+            add.arg(&parts);
+        }
+        let o = add.output().map_err(|e| Error::io_in("running git add", e))?;
+        if !o.status.success() {
+            return Err(Error::input(
+                Default::default(),
+                format!("git add: {}", String::from_utf8_lossy(&o.stderr).trim()),
+            )
+            .in_file(&target));
+        }
+    }
+    let theirs = op.theirs.to_string()[..10].to_string();
+    Ok(Resolved { outcome, operation: op.operation, theirs })
 }
 
 /// What Git's external diff shows: `args` are Git's `PATH OLD OLD-HEX

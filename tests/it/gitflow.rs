@@ -578,11 +578,12 @@ fn part_diff_reads_parts_as_streams_and_calls_identical_only_equal_bytes() {
 }
 
 /// Git merges files one by one and cannot see a split snapshot whole: a
-/// merge that changes the model on both sides stops on a conflict, and the
-/// documented workflow (export the three versions, `wtxt merge`, add)
-/// settles it and passes the hook.
+/// merge that changes the model on both sides stops on a conflict, and
+/// `wtxt git resolve` merges the three versions whole from their commits,
+/// writes and stages the result, which passes the hook. The same for a
+/// cherry-pick; a conflict left unsettled writes and stages nothing.
 #[test]
-fn split_snapshots_merge_through_export_and_wtxt_merge() {
+fn split_snapshots_merge_through_wtxt_git_resolve() {
     let r = Repo::new();
     assert!(r.wtxt(&["git", "install"]).status.success());
     assert!(split_model(&r, 0, &[]).status.success());
@@ -593,31 +594,47 @@ fn split_snapshots_merge_through_export_and_wtxt_merge() {
     r.ok(&["checkout", "-q", "main"]);
     assert!(split_model(&r, 1, &[(3000, 2.0)]).status.success());
     r.commit("main");
+    let ours = r.work.join("ours.wtxt");
+    assert!(r.wtxt(&["git", "export", "HEAD", "m.wtxt", "-o", ours.to_str().unwrap()]).status.success());
     let o = r.run(&["merge", "-q", "side"], &[]);
     assert!(!o.status.success(), "both sides changed the model: a conflict");
-    let base = r.ok(&["merge-base", "HEAD", "MERGE_HEAD"]).trim().to_string();
-    for (rev, out) in [(base.as_str(), "base.wtxt"), ("HEAD", "ours.wtxt"), ("MERGE_HEAD", "theirs.wtxt")] {
-        let o = r.wtxt(&["git", "export", rev, "m.wtxt", "-o", r.work.join(out).to_str().unwrap()]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    }
-    let w = |f: &str| r.work.join(f).display().to_string();
-    let o = r.wtxt(&[
-        "merge",
-        &w("base.wtxt"),
-        &w("ours.wtxt"),
-        &w("theirs.wtxt"),
-        "-o",
-        r.root.join("m.wtxt").to_str().unwrap(),
-        "--part-size",
-        "64K",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    r.ok(&["add", "-A", "."]);
+    let told = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
+    assert!(told.contains("wtxt git resolve m.wtxt"), "the merge driver names the command: {told}");
+    let o = r.wtxt(&["git", "resolve", "m.wtxt", "--part-size", "64K"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("(merge of ") && err.contains("staged m.wtxt"), "{err}");
+    let status = r.ok(&["status", "--porcelain"]);
+    assert!(!status.lines().any(|l| l.starts_with("UU") || l.starts_with("AA")), "nothing left unmerged: {status}");
     let o = r.run(&["commit", "-qm", "merged"], &[]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let d = r.wtxt(&["diff", &w("ours.wtxt"), r.root.join("m.wtxt").to_str().unwrap()]);
+    assert!(o.status.success(), "the hook passes the result: {}", String::from_utf8_lossy(&o.stderr));
+    let d = r.wtxt(&["diff", ours.to_str().unwrap(), r.root.join("m.wtxt").to_str().unwrap()]);
     let d = String::from_utf8_lossy(&d.stdout);
     assert!(d.contains("rows 10") && !d.contains("rows 3000"), "theirs' row 10 came in, ours' row 3000 stayed: {d}");
+
+    // A cherry-pick whose change touches the row the merge brought in: with
+    // the default strategy (fail) nothing is written or staged; with
+    // `--strategy theirs` it is settled.
+    r.ok(&["checkout", "-q", "-b", "pick", "HEAD~1"]);
+    assert!(split_model(&r, 2, &[(10, 5.0)]).status.success());
+    r.commit("pick");
+    r.ok(&["checkout", "-q", "main"]);
+    assert!(!r.run(&["cherry-pick", "pick"], &[]).status.success());
+    let before = std::fs::read(r.root.join("m.wtxt")).unwrap();
+    let o = r.wtxt(&["git", "resolve", "m.wtxt", "--part-size", "64K"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("cherry-pick of") && err.contains("conflict: array w"), "{err}");
+    assert_eq!(std::fs::read(r.root.join("m.wtxt")).unwrap(), before, "the work tree is untouched");
+    assert!(r.ok(&["status", "--porcelain"]).lines().any(|l| l.starts_with("UU")), "still unmerged");
+    let o = r.wtxt(&["git", "resolve", "m.wtxt", "--part-size", "64K", "--strategy", "theirs"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = r.run(&["-c", "core.editor=true", "cherry-pick", "--continue"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Outside of any of these, it says so.
+    let o = r.wtxt(&["git", "resolve", "m.wtxt"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no merge, cherry-pick, revert or rebase is in progress"));
 }
 
 /// A filter stores one blob per file: a model whose WTXT would exceed the

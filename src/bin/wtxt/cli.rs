@@ -424,6 +424,16 @@ pub enum GitCommand {
         #[command(flatten)]
         parts: PartSizeArg,
     },
+    /// Settle the snapshot at PATH that a merge, cherry-pick, revert or
+    /// rebase in progress left conflicted (Git merges a split snapshot's
+    /// files one by one): its three versions are merged whole, written to
+    /// PATH and staged.
+    Resolve {
+        /// The snapshot's path (its head, for a split snapshot).
+        path: PathBuf,
+        #[command(flatten)]
+        how: MergeHow,
+    },
     /// Git's long-running clean/smudge filter (filter.wtxt-FORMAT.process).
     #[command(hide = true)]
     FilterProcess {
@@ -455,6 +465,17 @@ pub struct MergeArgs {
     /// Output (may be OURS, as Git's driver does; untouched on conflict).
     #[arg(short, long, value_name = "OUT")]
     pub output: PathBuf,
+    /// The path Git merges (for messages).
+    #[arg(long, value_name = "PATH")]
+    pub path: Option<String>,
+    #[command(flatten)]
+    pub how: MergeHow,
+}
+
+/// How a merge settles conflicts, what its inputs must prove and how its
+/// result is written: shared by `merge` and `git resolve`.
+#[derive(Args, Debug)]
+pub struct MergeHow {
     /// How to settle conflicting chunks (default: $WTXT_MERGE_STRATEGY, else fail).
     #[arg(long, value_name = "fail|ours|theirs|average")]
     pub strategy: Option<String>,
@@ -473,9 +494,6 @@ pub struct MergeArgs {
     /// `git config wtxt.trustedKeys`, when run inside a repository).
     #[command(flatten)]
     pub trust: TrustArg,
-    /// The path Git merges (for messages).
-    #[arg(long, value_name = "PATH")]
-    pub path: Option<String>,
     #[command(flatten)]
     pub parts: PartSizeArg,
 }

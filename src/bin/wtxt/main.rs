@@ -115,6 +115,7 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Git(cli::GitCommand::FilterProcess { format }) => filter_process(format),
         Command::Git(cli::GitCommand::Textconv { file }) => textconv(file),
         Command::Git(cli::GitCommand::DiffDriver { args }) => diff_driver_cmd(args),
+        Command::Git(cli::GitCommand::Resolve { path, how }) => git_resolve(path, how),
         Command::Git(cli::GitCommand::Export { rev, path, output, parts }) => {
             let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
             let n = ops::export(&here, &rev, &path, &output, parts.part_size.unwrap_or_default())?;
@@ -454,6 +455,37 @@ fn diff_driver_cmd(args: Vec<String>) -> Result<u8> {
 }
 
 fn merge(a: cli::MergeArgs) -> Result<u8> {
+    // As Git's driver on a split snapshot's head: Git hands over the head
+    // alone (and each part alone), which cannot be merged file by file.
+    if let Some(p) = &a.path {
+        use wtxt::git::parts::{classify, open_text, Blob};
+        if let Ok(Some(f)) = open_text(&a.ours) {
+            if let Ok(Blob::Head(_)) = classify(&f) {
+                eprintln!("wtxt merge: {p} is a split snapshot: Git merges its head and parts one by one, which cannot merge the model; run `wtxt git resolve {p}` to merge it whole");
+                return Ok(1);
+            }
+        }
+    }
+    let opts = merge_options(&a.how)?;
+    let what = a.path.clone().unwrap_or_else(|| a.ours.display().to_string());
+    let out = ops::merge(&a.base, &a.ours, &a.theirs, &a.output, &opts)?;
+    Ok(merge_told(&what, &out, opts.sign_key.is_some(), "ours is untouched"))
+}
+
+fn git_resolve(path: PathBuf, how: cli::MergeHow) -> Result<u8> {
+    let opts = merge_options(&how)?;
+    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    let r = ops::resolve(&here, &path, &opts)?;
+    let what = format!("{} ({} of {})", path.display(), r.operation, r.theirs);
+    let code = merge_told(&what, &r.outcome, opts.sign_key.is_some(), "the work tree is untouched");
+    if code == 0 {
+        eprintln!("wtxt git resolve: staged {}; commit to conclude", path.display());
+    }
+    Ok(code)
+}
+
+/// The options of a merge from its command line.
+fn merge_options(a: &cli::MergeHow) -> Result<ops::MergeOptions> {
     let strategy =
         a.strategy.clone().or_else(|| std::env::var("WTXT_MERGE_STRATEGY").ok()).unwrap_or_else(|| "fail".into());
     let strategy = strategy.parse().map_err(Error::usage)?;
@@ -476,13 +508,14 @@ fn merge(a: cli::MergeArgs) -> Result<u8> {
         a.hmac.allow_unauthenticated,
     );
     let part_size = a.parts.part_size.unwrap_or_default();
-    let opts = ops::MergeOptions { strategy, decisions, ts: a.ts, trust, sign_key: sign, part_size };
-    let signed = opts.sign_key.is_some();
-    let what = a.path.clone().unwrap_or_else(|| a.ours.display().to_string());
-    let out = ops::merge(&a.base, &a.ours, &a.theirs, &a.output, &opts)?;
+    Ok(ops::MergeOptions { strategy, decisions, ts: a.ts.clone(), trust, sign_key: sign, part_size })
+}
+
+/// Tells how a merge ended: the conflicts left (exit 1), or what was written.
+fn merge_told(what: &str, out: &ops::MergeOutcome, signed: bool, untouched: &str) -> u8 {
     let unsettled: Vec<_> = out.conflicts.iter().filter(|c| c.settled_by.is_none()).collect();
     if !unsettled.is_empty() {
-        eprintln!("wtxt merge: {what}: {} conflict(s) left; ours is untouched. Settle them with --strategy ours|theirs|average or --decisions FILE:", unsettled.len());
+        eprintln!("wtxt merge: {what}: {} conflict(s) left; {untouched}. Settle them with --strategy ours|theirs|average or --decisions FILE:", unsettled.len());
         for c in unsettled {
             let at = match (c.chunk, c.rows) {
                 (Some(ix), Some((r0, r1))) => format!(" chunk {ix} rows {r0}-{}", r1.saturating_sub(1)),
@@ -490,9 +523,9 @@ fn merge(a: cli::MergeArgs) -> Result<u8> {
             };
             eprintln!("  conflict: array {}{at}: {}", c.array, c.what);
         }
-        return Ok(1);
+        return 1;
     }
-    let w = out.written.expect("written when settled");
+    let w = out.written.as_ref().expect("written when settled");
     eprintln!(
         "wtxt merge: {what}: merged gen {:06} ({} conflict(s) settled), sha256_all={}, {}",
         out.gen,
@@ -500,7 +533,7 @@ fn merge(a: cli::MergeArgs) -> Result<u8> {
         hex::encode(w.sha256_all),
         if signed { "signed" } else { "unsigned (set WTXT_SIGN_KEY or --sign-key to sign merges)" }
     );
-    Ok(0)
+    0
 }
 
 fn encrypt(a: cli::EncryptArgs) -> Result<u8> {
