@@ -46,6 +46,9 @@ pub enum Scope {
 pub struct Plan {
     pub scope: Scope,
     pub config: Vec<(String, String)>,
+    /// Settings written only where the scope has none (a value of the
+    /// user's is kept), and removed only while they are still ours.
+    pub defaults: Vec<(String, String)>,
     pub attributes_file: PathBuf,
     pub attributes: Vec<String>,
     /// The hooks folder (local scope only).
@@ -66,6 +69,10 @@ fn shell_word(s: &str) -> String {
         format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
+
+/// Caps on Git's own memory in a repository of large snapshots.
+const MEMORY_CAPS: [(&str, &str); 3] =
+    [("core.packedGitWindowSize", "32m"), ("core.packedGitLimit", "96m"), ("core.deltaBaseCacheLimit", "32m")];
 
 /// Works out what to write for `scope` from the repository around `dir`.
 pub fn plan(dir: &Path, scope: Scope, filters: &[String], exe: &Path) -> Result<Plan> {
@@ -124,9 +131,18 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], exe: &Path) -> Result<
         }
         Scope::System => (PathBuf::from("/etc/gitattributes"), None),
     };
+    // Git maps up to 1 GiB of pack per window and caches 96 MiB of delta
+    // bases: `git diff` of a 1 GiB split snapshot peaked at 750 MiB of
+    // which its drivers used a few. These bound it (198 MiB, same time;
+    // docs/PERFORMANCE.md). Local only: other repositories keep Git's own.
+    let defaults = match scope {
+        Scope::Local => MEMORY_CAPS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        _ => Vec::new(),
+    };
     Ok(Plan {
         scope,
         config,
+        defaults,
         attributes_file,
         attributes,
         hooks_dir,
@@ -165,6 +181,9 @@ pub fn describe(p: &Plan) -> String {
     let mut s = String::from("# Git configuration:\n");
     for (k, v) in &p.config {
         s.push_str(&format!("git config {flag} {k} {}\n", shell_word(v)));
+    }
+    for (k, v) in &p.defaults {
+        s.push_str(&format!("git config {flag} {k} {} # unless set already\n", shell_word(v)));
     }
     s.push_str(&format!("\n# In {}:\n{BEGIN}\n", p.attributes_file.display()));
     for a in &p.attributes {
@@ -221,6 +240,11 @@ pub fn install(dir: &Path, p: &Plan) -> Result<Vec<String>> {
     let mut cfg = open_config(dir, p.scope)?;
     for (k, v) in &p.config {
         cfg.set_str(k, v).map_err(git_err)?;
+    }
+    for (k, v) in &p.defaults {
+        if cfg.get_entry(k).is_err() {
+            cfg.set_str(k, v).map_err(git_err)?;
+        }
     }
     let old = std::fs::read_to_string(&p.attributes_file).unwrap_or_default();
     if let Some(parent) = p.attributes_file.parent() {
@@ -295,7 +319,9 @@ fn smudge_clean_files(dir: &Path, exts: &[&str]) -> Result<Vec<String>> {
 /// Reverses `install`.
 pub fn uninstall(dir: &Path, p: &Plan) -> Result<()> {
     let mut cfg = open_config(dir, p.scope)?;
-    for (k, _) in &p.config {
+    let ours = p.defaults.iter().filter(|(k, v)| cfg.get_string(k).is_ok_and(|have| have == *v));
+    let ours: Vec<_> = ours.cloned().collect();
+    for (k, _) in p.config.iter().chain(&ours) {
         match cfg.remove(k) {
             Ok(()) => {}
             Err(e) if e.code() == git2::ErrorCode::NotFound => {}

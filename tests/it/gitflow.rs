@@ -79,6 +79,8 @@ fn install_is_idempotent_chains_hooks_and_uninstalls() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
+    // A setting of the user's is kept; the caps on Git's memory come in where there are none.
+    r.ok(&["config", "core.deltaBaseCacheLimit", "200m"]);
     let manual = r.wtxt(&["git", "install", "--manual"]);
     assert!(String::from_utf8_lossy(&manual.stdout).contains("merge.wtxt.driver"));
     assert!(!r.root.join(".gitattributes").exists(), "--manual writes nothing");
@@ -89,6 +91,9 @@ fn install_is_idempotent_chains_hooks_and_uninstalls() {
     let attrs = std::fs::read_to_string(r.root.join(".gitattributes")).unwrap();
     assert_eq!(attrs.matches("*.wtxt text eol=lf diff=wtxt merge=wtxt").count(), 1, "{attrs}");
     assert!(r.ok(&["config", "merge.wtxt.driver"]).contains("merge %O %A %B -o %A"));
+    assert_eq!(r.ok(&["config", "core.packedGitLimit"]).trim(), "96m");
+    assert_eq!(r.ok(&["config", "core.packedGitWindowSize"]).trim(), "32m");
+    assert_eq!(r.ok(&["config", "core.deltaBaseCacheLimit"]).trim(), "200m", "the user's own value stays");
     assert!(std::fs::read_to_string(&hook).unwrap().contains("wtxt-managed-hook"));
     assert!(r.root.join(".git/hooks/pre-commit.wtxt-chained").exists());
     // The chained hook still runs.
@@ -98,6 +103,8 @@ fn install_is_idempotent_chains_hooks_and_uninstalls() {
     let o = r.wtxt(&["git", "install", "--uninstall"]);
     assert!(o.status.success());
     assert!(r.run(&["config", "merge.wtxt.driver"], &[]).status.code() == Some(1));
+    assert!(r.run(&["config", "core.packedGitLimit"], &[]).status.code() == Some(1), "ours is removed");
+    assert_eq!(r.ok(&["config", "core.deltaBaseCacheLimit"]).trim(), "200m", "the user's is not");
     assert!(!std::fs::read_to_string(&hook).unwrap().contains("wtxt-managed-hook"), "the foreign hook is back");
     assert!(std::fs::read_to_string(r.root.join(".gitattributes")).map_or(true, |a| !a.contains("wtxt")));
 }
