@@ -10,21 +10,24 @@
 # generations over ssh to a real sshd on 127.0.0.1 (stopped at the end).
 # Usage: BENCH_DIR=/tmp/bench-work scripts/git_at_scale.sh [GIB] [GENS]
 # (REUSE=1 measures the repositories a previous run made; FORMS=split
-# leaves the single-file repository out.)
+# leaves the single-file repository out; CHANGE=block changes a contiguous
+# 1% of the rows instead of random ones (the case where few chunks change),
+# in a folder of its own; REST=0 stops after the repository figures.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gib=${1:-1}
 gens=${2:-5}
-work=${BENCH_DIR:-bench-work}/git-at-scale
+change=${CHANGE:-random}
+work=${BENCH_DIR:-bench-work}/git-at-scale${CHANGE:+-$change}
 mkdir -p "$work/models"
 cargo build --release --quiet
 bin=$PWD/target/release/wtxt
 export WTXT="$bin"
 
-[ -n "${REUSE:-}" ] && [ -f "$work/models/changed_bytes" ] || python3 - "$work/models" "$gib" "$gens" <<'PY'
+[ -n "${REUSE:-}" ] && [ -f "$work/models/changed_bytes" ] || python3 - "$work/models" "$gib" "$gens" "$change" <<'PY'
 import os, random, sys
 import numpy as np
-out, gib, gens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, gib, gens, change = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 mats, cols = 8, 4096
 rows = (gib << 30) // (mats * cols * 4)
 rng = np.random.default_rng(7)
@@ -34,7 +37,11 @@ changed = 0
 for g in range(gens):
     if g:
         for name in pick.sample(sorted(state), 3):
-            rs = pick.sample(range(rows), rows // 100)
+            if change == "block":
+                start = pick.randrange(rows - rows // 100)
+                rs = list(range(start, start + rows // 100))
+            else:
+                rs = pick.sample(range(rows), rows // 100)
             state[name][rs] += np.float32(0.01)
             changed += len(rs) * cols * 4
     np.savez(f"{out}/gen{g}.npz", **{k.replace(".", "_"): v for k, v in state.items()})
@@ -73,7 +80,7 @@ build_repo() { # form: commits the generations (no timing but the snapshots')
 
 measure_repo() { # form: the figures, on the repository build_repo made
   local form=$1 repo="$work/$1"
-  echo "== $form: $gib GiB raw, $gens generations, 1% of the rows of 3 matrices changed per generation"
+  echo "== $form: $gib GiB raw, $gens generations, 1% of the rows of 3 matrices changed per generation ($change rows)"
   pack=$(git -C "$repo" count-objects -v | awk '/size-pack/ { printf "%d\n", $2 * 1024 }')
   largest=$(git -C "$repo" cat-file --batch-all-objects --batch-check='%(objecttype) %(objectsize)' | awk '$1 == "blob" && $2 > m { m = $2 } END { printf "%d\n", m }')
   echo "  .git pack after gc: $((pack >> 20)) MiB = $(python3 -c "print(f'{$pack / ($raw + $changed):.2f}')")x (raw + changed bytes: $(((raw + changed) >> 20)) MiB)"
@@ -98,6 +105,7 @@ for form in $forms; do
   measure_repo "$form"
 done
 
+[ "${REST:-1}" = 0 ] && exit 0
 # The rest of the commands at this size, on split snapshots.
 echo "== split snapshots at $gib GiB: delta, merge, and the daemon pushing over ssh"
 repo="$work/split"

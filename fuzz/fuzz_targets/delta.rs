@@ -5,9 +5,11 @@ use libfuzzer_sys::fuzz_target;
 const BASE: &[u8] = include_bytes!("../../fixtures/wtxt/expected/delta_base.wtxt");
 
 fuzz_target!(|data: &[u8]| {
+    let _ = wtxt::wtxt::delta::check(data);
     if let Ok(d) = wtxt::wtxt::delta::parse(data) {
-        let _ = wtxt::wtxt::delta::check_chunks(&d);
         let _ = wtxt::wtxt::delta::minimal_changes(&d);
-        let _ = wtxt::wtxt::delta::apply_extended(BASE, &d, &mut std::io::sink());
+    }
+    if let Ok(mut d) = wtxt::wtxt::delta::DeltaReader::open(data) {
+        let _ = wtxt::wtxt::delta::apply_extended(BASE, &mut d, "d".as_ref(), &mut std::io::sink());
     }
 });

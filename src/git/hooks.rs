@@ -113,8 +113,7 @@ fn line_of(e: &Error) -> u64 {
 }
 
 fn check_delta(bytes: &[u8]) -> Result<()> {
-    let d = crate::wtxt::delta::parse(bytes)?;
-    crate::wtxt::delta::check_chunks(&d)
+    crate::wtxt::delta::check(bytes)
 }
 
 /// The first reason `bytes` may not be committed, if any.

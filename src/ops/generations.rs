@@ -173,8 +173,9 @@ pub struct DeltaApplyOptions {
 /// result is verified before it is renamed into place; the base is only read.
 pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions) -> Result<Report> {
     let (d, _) = open_input(delta, o.unseal.as_ref())?;
-    let parsed = crate::wtxt::delta::parse(d).map_err(|e| e.in_file(delta))?;
-    if parsed.is_extended() {
+    let mut reader = crate::wtxt::delta::DeltaReader::open(d).map_err(|e| e.in_file(delta))?;
+    if reader.is_extended() {
+        let target_sha256_all = reader.head.target_sha256_all;
         if o.gen.is_some() || o.ts.is_some() || o.build.is_some() || o.sign_key.is_some() {
             return Err(Error::usage(
                 "--gen, --ts, --build and --sign-key serve the minimal form; this delta carries its target header",
@@ -195,14 +196,13 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
         // Write the result and prove it in the same pass.
         let mut text = b.text();
         let merged = write_verified(&mut f, &vopts, |w| {
-            crate::wtxt::delta::apply_extended(&mut text, &parsed, &mut &mut *w)
+            crate::wtxt::delta::apply_extended(&mut text, &mut reader, delta, &mut &mut *w)
                 .map_err(|e| b.blame_input(e).in_file(out))
         });
         let bad_base = || WtxtIn::find_bad_part(base, o.unseal.as_ref());
         let ((), report) = merged.map_err(|e| bad_base().unwrap_or(e))?;
-        if let Some(e) = (report.first_error().is_some() || report.sha256_all != parsed.head.target_sha256_all)
-            .then(bad_base)
-            .flatten()
+        if let Some(e) =
+            (report.first_error().is_some() || report.sha256_all != target_sha256_all).then(bad_base).flatten()
         {
             return Err(e);
         }
@@ -216,7 +216,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
             )
             .in_file(delta));
         }
-        if report.sha256_all != parsed.head.target_sha256_all {
+        if report.sha256_all != target_sha256_all {
             return Err(Error::check(
                 Default::default(),
                 "the rebuilt target's sha256_all is not the delta's target_sha256_all",
@@ -226,6 +226,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
         f.finish()?;
         return Ok(report);
     }
+    let parsed = reader.collect().map_err(|e| e.in_file(delta))?;
     apply_minimal(base, delta, &parsed, out, o)
 }
 

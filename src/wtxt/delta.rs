@@ -399,18 +399,12 @@ pub struct DeltaStats {
     pub changed_text_bytes: u64,
 }
 
-/// One item of a delta body, in name order.
-enum Item {
-    Del(String),
-    Arr { line: u64, name: String, head: Option<Box<ArrayText>>, chunks: Vec<ChunkText> },
-}
-
-/// A parsed delta: head, target header text (extended), items and audit.
+/// A whole delta in memory, for the minimal form: the seed's patch,
+/// applied to decoded arrays (the extended form streams instead).
 pub struct Delta {
     pub head: DeltaHead,
-    target_header: Option<(Header, Vec<u8>)>,
-    items: Vec<Item>,
-    audit: Option<Vec<u8>>,
+    /// The changed arrays with their chunks, in name order.
+    arrays: Vec<(String, Vec<ChunkText>)>,
 }
 
 impl Delta {
@@ -420,101 +414,210 @@ impl Delta {
     }
 }
 
-/// Reads and checks a delta's structure. Chunk texts are held in memory:
-/// a delta carries only changed chunks.
-pub fn parse<R: Read>(input: R) -> Result<Delta> {
-    let mut w = Walker::new(input);
-    let (n, l) = w.next(&format!("`{MAGIC}`"))?;
-    if !l.starts_with(MAGIC.as_bytes()) {
-        return Err(Error::input(crate::error::Position::Line(n), format!("expected `{MAGIC} ...`: not a WTXT delta")));
+/// A delta read as a stream: its first line and the target's header when
+/// opened, then one item and one chunk at a time, every structural rule
+/// checked as it comes. Applying an extended delta this way holds one
+/// chunk, whatever the delta's size (a fine-tune that changes every weight
+/// makes a delta as large as the model).
+pub struct DeltaReader<R> {
+    w: Walker<R>,
+    pub head: DeltaHead,
+    target_header: Option<(Header, Vec<u8>)>,
+    /// The last item's name (items come in byte-wise name order, once).
+    prev: Option<String>,
+    audit: Option<Vec<u8>>,
+    done: bool,
+    /// The array whose chunks are being read: its layout (extended form)
+    /// and the last chunk's `ix`.
+    open: Option<(Option<Layout>, Option<u64>)>,
+}
+
+/// An item's first lines; an array's chunks follow through
+/// [`DeltaReader::next_chunk`].
+pub enum ItemHead {
+    Del(String),
+    Arr { line: u64, name: String, head: Option<Box<ArrayText>> },
+}
+
+impl ItemHead {
+    fn name(&self) -> &str {
+        match self {
+            ItemHead::Del(n) | ItemHead::Arr { name: n, .. } => n,
+        }
     }
-    let head = DeltaHead::parse(&l).map_err(|m| check_at(n, m))?;
-    let target_header = if head.target_sha256_all.is_some() {
-        // The target's header lines, exactly as the target WTXT has them.
-        let mut text = b"WTXT 1\n".to_vec();
-        let mut take = |what: &str| -> Result<(u64, Vec<u8>)> {
-            let (n, l) = w.next(what)?;
-            text.extend_from_slice(&l);
-            text.push(b'\n');
-            Ok((n, l))
+}
+
+impl<R: Read> DeltaReader<R> {
+    /// Reads the first line and, in the extended form, the target's header.
+    pub fn open(input: R) -> Result<Self> {
+        let mut w = Walker::new(input);
+        let (n, l) = w.next(&format!("`{MAGIC}`"))?;
+        if !l.starts_with(MAGIC.as_bytes()) {
+            return Err(Error::input(
+                crate::error::Position::Line(n),
+                format!("expected `{MAGIC} ...`: not a WTXT delta"),
+            ));
+        }
+        let head = DeltaHead::parse(&l).map_err(|m| check_at(n, m))?;
+        let target_header = match head.target_sha256_all {
+            Some(_) => Some(target_header_lines(&mut w)?),
+            None => None,
         };
-        let (nm, lm) = take("the target `meta` line")?;
-        let meta = Meta::parse(&lm).map_err(|m| check_at(nm, m))?;
-        let (nc, lc) = take("the target `cap` line")?;
-        let cap = Cap::parse(&lc).map_err(|m| check_at(nc, m))?;
-        let (nr, lr) = take("the target `root` line")?;
-        let root = Root::parse(&lr).map_err(|m| check_at(nr, m))?;
-        if root == Root::Pending {
-            return Err(check_at(nr, "a delta's target must have a final root"));
+        Ok(DeltaReader { w, head, target_header, prev: None, audit: None, done: false, open: None })
+    }
+
+    /// True for the extended form.
+    pub fn is_extended(&self) -> bool {
+        self.head.target_sha256_all.is_some()
+    }
+
+    /// The next item, `None` after `enddelta` (and the end of the file).
+    /// The chunks of an array not read through are passed over.
+    pub fn next_item(&mut self) -> Result<Option<ItemHead>> {
+        while self.next_chunk()?.is_some() {}
+        if self.done {
+            return Ok(None);
         }
-        let signed_bytes = text.clone();
-        let mut sign = None;
-        if w.peek("a `sign` line or an array")?.starts_with(b"sign ") {
-            let (ns, ls) = w.next("a `sign` line")?;
-            sign = Some(SignLine::parse(&ls).map_err(|m| check_at(ns, m))?);
-            text.extend_from_slice(&ls);
-            text.push(b'\n');
-        }
-        let lines = if sign.is_some() { 5 } else { 4 };
-        Some((Header { meta, cap, root, sign, signed_bytes, lines }, text))
-    } else {
-        None
-    };
-    let extended = target_header.is_some();
-    let mut items = Vec::new();
-    let mut prev: Option<String> = None;
-    let mut audit = None;
-    loop {
-        let (n, l) = w.next("an `arr` or `delarr` line, or `enddelta`")?;
-        if l == DELTA_END.as_bytes() {
-            break;
-        }
-        if extended && l.starts_with(b"audit ") {
-            crate::wtxt::syntax::Audit::parse(&l).map_err(|m| check_at(n, m))?;
-            audit = Some(l);
-            let (n2, l2) = w.next("`enddelta`")?;
-            if l2 != DELTA_END.as_bytes() {
-                return Err(check_at(n2, "expected `enddelta` after the audit line"));
+        let extended = self.is_extended();
+        let (n, l) = self.w.next("an `arr` or `delarr` line, or `enddelta`")?;
+        if l == DELTA_END.as_bytes() || (extended && l.starts_with(b"audit ")) {
+            if l != DELTA_END.as_bytes() {
+                crate::wtxt::syntax::Audit::parse(&l).map_err(|m| check_at(n, m))?;
+                self.audit = Some(l);
+                let (n2, l2) = self.w.next("`enddelta`")?;
+                if l2 != DELTA_END.as_bytes() {
+                    return Err(check_at(n2, "expected `enddelta` after the audit line"));
+                }
             }
-            break;
+            self.w.expect_eof()?;
+            self.done = true;
+            return Ok(None);
         }
-        let (name, item) = if let Some(rest) = l.strip_prefix(b"delarr name=") {
+        let item = if let Some(rest) = l.strip_prefix(b"delarr name=") {
             if !extended {
                 return Err(check_at(n, "`delarr` needs the extended form (target_sha256_all)"));
             }
-            let name = name_of(rest, n)?;
-            (name.clone(), Item::Del(name))
+            ItemHead::Del(name_of(rest, n)?)
         } else if extended && l.starts_with(b"arr ") {
-            let a = arr_head(&mut w, n, l)?;
-            let layout = a.layout()?;
-            let chunks = delta_chunks(&mut w, &layout)?;
-            (a.arr.name.clone(), Item::Arr { line: n, name: a.arr.name.clone(), head: Some(Box::new(a)), chunks })
+            let a = arr_head(&mut self.w, n, l)?;
+            self.open = Some((Some(a.layout()?), None));
+            ItemHead::Arr { line: n, name: a.arr.name.clone(), head: Some(Box::new(a)) }
         } else if let (false, Some(rest)) = (extended, l.strip_prefix(b"arr name=")) {
-            let name = name_of(rest, n)?;
-            let mut chunks = Vec::new();
-            while w.peek("a `ch` line or `endarr`")?.starts_with(b"ch ") {
-                chunks.push(w.chunk()?);
-            }
-            w.expect("endarr")?;
-            check_increasing(&chunks)?;
-            (name.clone(), Item::Arr { line: n, name, head: None, chunks })
+            self.open = Some((None, None));
+            ItemHead::Arr { line: n, name: name_of(rest, n)?, head: None }
         } else {
             return Err(check_at(
                 n,
                 format!("expected an `arr` or `delarr` line, or `{DELTA_END}`, found `{}`", lossy(&l, 40)),
             ));
         };
-        if prev.as_ref().is_some_and(|p| p.as_bytes() >= name.as_bytes()) {
-            return Err(check_at(
-                n,
-                format!("`{name}` must come after `{}` in byte-wise name order, once", prev.unwrap_or_default()),
-            ));
+        let name = item.name();
+        if let Some(p) = self.prev.as_ref().filter(|p| p.as_bytes() >= name.as_bytes()) {
+            return Err(check_at(n, format!("`{name}` must come after `{p}` in byte-wise name order, once")));
         }
-        prev = Some(name);
-        items.push(item);
+        self.prev = Some(name.to_string());
+        Ok(Some(item))
     }
-    w.expect_eof()?;
-    Ok(Delta { head, target_header, items, audit })
+
+    /// The open array's next chunk (increasing `ix`, fitting its layout in
+    /// the extended form), `None` at its `endarr`.
+    pub fn next_chunk(&mut self) -> Result<Option<ChunkText>> {
+        let Some((layout, last)) = &mut self.open else { return Ok(None) };
+        if !self.w.peek("a `ch` line or `endarr`")?.starts_with(b"ch ") {
+            self.w.expect("endarr")?;
+            self.open = None;
+            return Ok(None);
+        }
+        let c = self.w.chunk()?;
+        if let Some(layout) = layout {
+            if c.ch.ix >= layout.chunk_count() || layout.chunk_range(c.ch.ix) != (c.ch.off, c.ch.len) {
+                return Err(check_at(
+                    c.line,
+                    format!("chunk ix={} off={} len={} does not fit the array's layout", c.ch.ix, c.ch.off, c.ch.len),
+                ));
+            }
+        }
+        if last.is_some_and(|l| c.ch.ix <= l) {
+            return Err(check_at(c.line, "chunks must come in increasing ix, once each"));
+        }
+        *last = Some(c.ch.ix);
+        Ok(Some(c))
+    }
+
+    /// The target's `audit` line, once the items are read.
+    pub fn audit(&self) -> Option<&[u8]> {
+        self.audit.as_deref()
+    }
+
+    /// The target's header lines as text (extended form).
+    pub fn target_text(&self) -> Option<&[u8]> {
+        self.target_header.as_ref().map(|(_, t)| &t[..])
+    }
+
+    /// Reads the rest: every changed array with its chunks, in memory.
+    pub fn collect(mut self) -> Result<Delta> {
+        let mut arrays = Vec::new();
+        while let Some(item) = self.next_item()? {
+            if let ItemHead::Arr { name, .. } = item {
+                let mut chunks = Vec::new();
+                while let Some(c) = self.next_chunk()? {
+                    chunks.push(c);
+                }
+                arrays.push((name, chunks));
+            }
+        }
+        Ok(Delta { head: self.head, arrays })
+    }
+}
+
+/// The target's header lines of an extended delta, exactly as the target
+/// WTXT has them.
+fn target_header_lines<R: Read>(w: &mut Walker<R>) -> Result<(Header, Vec<u8>)> {
+    let mut text = b"WTXT 1\n".to_vec();
+    let mut take = |w: &mut Walker<R>, what: &str| -> Result<(u64, Vec<u8>)> {
+        let (n, l) = w.next(what)?;
+        text.extend_from_slice(&l);
+        text.push(b'\n');
+        Ok((n, l))
+    };
+    let (nm, lm) = take(w, "the target `meta` line")?;
+    let meta = Meta::parse(&lm).map_err(|m| check_at(nm, m))?;
+    let (nc, lc) = take(w, "the target `cap` line")?;
+    let cap = Cap::parse(&lc).map_err(|m| check_at(nc, m))?;
+    let (nr, lr) = take(w, "the target `root` line")?;
+    let root = Root::parse(&lr).map_err(|m| check_at(nr, m))?;
+    if root == Root::Pending {
+        return Err(check_at(nr, "a delta's target must have a final root"));
+    }
+    let signed_bytes = text.clone();
+    let mut sign = None;
+    if w.peek("a `sign` line or an array")?.starts_with(b"sign ") {
+        let (ns, ls) = w.next("a `sign` line")?;
+        sign = Some(SignLine::parse(&ls).map_err(|m| check_at(ns, m))?);
+        text.extend_from_slice(&ls);
+        text.push(b'\n');
+    }
+    let lines = if sign.is_some() { 5 } else { 4 };
+    Ok((Header { meta, cap, root, sign, signed_bytes, lines }, text))
+}
+
+/// Reads and checks a whole delta, chunk texts in memory: for the minimal
+/// form, applied to decoded arrays. Applying the extended form and checking
+/// a delta stream instead ([`DeltaReader`], [`check`]).
+pub fn parse<R: Read>(input: R) -> Result<Delta> {
+    DeltaReader::open(input)?.collect()
+}
+
+/// Checks a delta's structure and every chunk it carries (parity, base64,
+/// CRC32C, SHA-256), one chunk in memory at a time.
+pub fn check<R: Read>(input: R) -> Result<()> {
+    let mut d = DeltaReader::open(input)?;
+    while d.next_item()?.is_some() {
+        while let Some(c) = d.next_chunk()? {
+            decode_chunk(&c)?;
+        }
+    }
+    Ok(())
 }
 
 fn name_of(v: &[u8], line: u64) -> Result<String> {
@@ -525,35 +628,16 @@ fn name_of(v: &[u8], line: u64) -> Result<String> {
     Ok(s)
 }
 
-/// The chunks of a delta array (a subset, in increasing `ix`, each fitting the layout).
-fn delta_chunks<R: Read>(w: &mut Walker<R>, layout: &Layout) -> Result<Vec<ChunkText>> {
-    let mut chunks = Vec::new();
-    while w.peek("a `ch` line or `endarr`")?.starts_with(b"ch ") {
-        let c = w.chunk()?;
-        if c.ch.ix >= layout.chunk_count() || layout.chunk_range(c.ch.ix) != (c.ch.off, c.ch.len) {
-            return Err(check_at(
-                c.line,
-                format!("chunk ix={} off={} len={} does not fit the array's layout", c.ch.ix, c.ch.off, c.ch.len),
-            ));
-        }
-        chunks.push(c);
-    }
-    w.expect("endarr")?;
-    check_increasing(&chunks)?;
-    Ok(chunks)
-}
-
-fn check_increasing(chunks: &[ChunkText]) -> Result<()> {
-    match chunks.windows(2).find(|p| p[0].ch.ix >= p[1].ch.ix) {
-        Some(p) => Err(check_at(p[1].line, "chunks must come in increasing ix, once each")),
-        None => Ok(()),
-    }
-}
-
 /// Applies an extended delta to `base`, writing the target's text to `out`.
 /// The caller verifies the result against `target_sha256_all`.
-pub fn apply_extended<B: Read, W: Write>(base: B, d: &Delta, out: &mut W) -> Result<()> {
-    let (_, header_text) = d.target_header.as_ref().ok_or_else(|| Error::usage("not an extended delta"))?;
+/// The delta is read as a stream (`d`'s errors come named by `delta`).
+pub fn apply_extended<B: Read, D: Read, W: Write>(
+    base: B,
+    d: &mut DeltaReader<D>,
+    delta: &Path,
+    out: &mut W,
+) -> Result<()> {
+    let header_text = d.target_text().ok_or_else(|| Error::usage("not an extended delta"))?.to_vec();
     let mut bw = Walker::new(base);
     let (bh, _) = bw.wtxt_header()?;
     if final_sha(&bh, "the base")? != d.head.base_sha256_all {
@@ -563,16 +647,14 @@ pub fn apply_extended<B: Read, W: Write>(base: B, d: &Delta, out: &mut W) -> Res
         ));
     }
     let io = |e: std::io::Error| Error::write_failed(e);
-    out.write_all(header_text).map_err(io)?;
-    let mut items = d.items.iter().peekable();
+    out.write_all(&header_text).map_err(io)?;
+    let in_delta = |e: Error| e.in_file(delta);
+    let mut item = d.next_item().map_err(in_delta)?;
     let mut base_cur = next_array(&mut bw)?;
     loop {
         // Names in order: the smaller of the next base array and the next item.
         let bname = base_cur.as_ref().map(|a| a.arr.name.clone());
-        let iname = items.peek().map(|i| match i {
-            Item::Del(n) => n.clone(),
-            Item::Arr { name, .. } => name.clone(),
-        });
+        let iname = item.as_ref().map(|i| i.name().to_string());
         match (bname, iname) {
             (None, None) => break,
             (Some(b), i) if i.as_ref().is_none_or(|i| b.as_bytes() < i.as_bytes()) => {
@@ -590,7 +672,7 @@ pub fn apply_extended<B: Read, W: Write>(base: B, d: &Delta, out: &mut W) -> Res
                 base_cur = next_array(&mut bw)?;
             }
             (b, Some(i)) => {
-                let item = items.next().expect("peeked");
+                let this = item.take().expect("named");
                 let in_base = b.as_deref() == Some(i.as_str());
                 let base_arr = if in_base { base_cur.take() } else { None };
                 // The base array's chunks, read one at a time as the target needs them.
@@ -601,27 +683,29 @@ pub fn apply_extended<B: Read, W: Write>(base: B, d: &Delta, out: &mut W) -> Res
                     },
                     held: None,
                 };
-                match item {
-                    Item::Del(n) if !in_base => {
+                match this {
+                    ItemHead::Del(n) if !in_base => {
                         return Err(Error::check(
                             Default::default(),
                             format!("delta removes array {n}, which the base lacks"),
                         ))
                     }
-                    Item::Del(_) => {}
-                    Item::Arr { line, name, head, chunks } => {
+                    ItemHead::Del(_) => {}
+                    ItemHead::Arr { line, name, head } => {
                         let head = head.as_ref().expect("extended arrays carry their head");
                         out.write_all(&head.head_text()).map_err(io)?;
                         let layout = head.layout()?;
-                        let mut given = chunks.iter().peekable();
+                        // One chunk of the delta at a time, in increasing ix.
+                        let mut given = d.next_chunk().map_err(in_delta)?;
                         for ix in 0..layout.chunk_count() {
-                            if given.peek().is_some_and(|c| c.ch.ix == ix) {
-                                out.write_all(&given.next().expect("peeked").text).map_err(io)?;
+                            if let Some(c) = given.take_if(|c| c.ch.ix == ix) {
+                                out.write_all(&c.text).map_err(io)?;
+                                given = d.next_chunk().map_err(in_delta)?;
                                 continue;
                             }
                             if !base_chunks.copy(&mut bw, ix, layout.chunk_range(ix), out)? {
                                 return Err(check_at(
-                                    *line,
+                                    line,
                                     format!("array {name}: chunk {ix} is neither in the delta nor in the base"),
                                 ));
                             }
@@ -635,12 +719,13 @@ pub fn apply_extended<B: Read, W: Write>(base: B, d: &Delta, out: &mut W) -> Res
                 if in_base {
                     base_cur = next_array(&mut bw)?;
                 }
+                item = d.next_item().map_err(in_delta)?;
             }
             (Some(_), None) => unreachable!("handled by the first arm"),
         }
     }
     wtxt_tail(&mut bw)?;
-    if let Some(a) = &d.audit {
+    if let Some(a) = d.audit() {
         out.write_all(a).map_err(io)?;
         out.write_all(b"\n").map_err(io)?;
     }
@@ -745,8 +830,7 @@ pub fn apply_minimal(arrays: &mut [crate::model::Array], rows_per_chunk: u64, d:
 /// The minimal form's changes, each chunk decoded and checked.
 pub fn minimal_changes(d: &Delta) -> Result<ChunkChanges> {
     let mut out = Vec::new();
-    for item in &d.items {
-        let Item::Arr { name, chunks, .. } = item else { continue };
+    for (name, chunks) in &d.arrays {
         let mut decoded = Vec::new();
         for c in chunks {
             let raw = decode_chunk(c)?;
@@ -755,18 +839,6 @@ pub fn minimal_changes(d: &Delta) -> Result<ChunkChanges> {
         out.push((name.clone(), decoded));
     }
     Ok(out)
-}
-
-/// Checks every chunk a delta carries (parity, base64, CRC32C, SHA-256).
-pub fn check_chunks(d: &Delta) -> Result<()> {
-    for item in &d.items {
-        if let Item::Arr { chunks, .. } = item {
-            for c in chunks {
-                decode_chunk(c)?;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Decodes a chunk's text with the one chunk decoder, every check included.
@@ -780,9 +852,4 @@ pub fn fault_at(c: &ChunkText, f: &crate::wtxt::chunk::Fault) -> crate::Error {
         Some(k) => check_at(c.line + 1 + k, f.to_string()),
         None => check_at(c.line, format!("chunk {}: {f}", c.ch.ix)),
     }
-}
-
-/// The target header a delta names (extended form).
-pub fn target_header(d: &Delta) -> Option<&Header> {
-    d.target_header.as_ref().map(|(h, _)| h)
 }
