@@ -118,16 +118,29 @@ pub struct InProgress {
     pub theirs: Oid,
 }
 
-/// What Git is in the middle of, from the refs it leaves while stopped
-/// (`MERGE_HEAD`, `CHERRY_PICK_HEAD`, `REVERT_HEAD`, `REBASE_HEAD`): a
-/// merge combines HEAD and MERGE_HEAD over their merge base; a
-/// cherry-pick or a rebase step applies a commit's change (base: its
-/// parent); a revert applies one backwards.
+/// What Git is in the middle of (`Repository::state`, from the files Git
+/// keeps while stopped), and the refs it leaves for it (`MERGE_HEAD`,
+/// `CHERRY_PICK_HEAD`, `REVERT_HEAD`, `REBASE_HEAD`; a finished operation
+/// may leave its ref behind, so the state decides which counts): a merge
+/// combines HEAD and MERGE_HEAD over their merge base; a cherry-pick or a
+/// rebase step applies a commit's change (base: its parent); a revert
+/// applies one backwards.
 pub fn in_progress(repo: &Repository) -> Result<InProgress> {
-    let commit = |name: &str| repo.revparse_single(name).ok().and_then(|o| o.peel_to_commit().ok());
-    if let Some(t) = commit("MERGE_HEAD") {
+    use git2::RepositoryState as S;
+    let (name, operation) = match repo.state() {
+        S::Merge => ("MERGE_HEAD", "merge"),
+        S::CherryPick | S::CherryPickSequence => ("CHERRY_PICK_HEAD", "cherry-pick"),
+        S::Revert | S::RevertSequence => ("REVERT_HEAD", "revert"),
+        S::Rebase | S::RebaseInteractive | S::RebaseMerge | S::ApplyMailboxOrRebase => ("REBASE_HEAD", "rebase"),
+        _ => return Err(Error::usage("no merge, cherry-pick, revert or rebase is in progress")),
+    };
+    let c = repo
+        .revparse_single(name)
+        .and_then(|o| o.peel_to_commit())
+        .map_err(|_| Error::usage(format!("a {operation} is in progress but {name} names no commit")))?;
+    if operation == "merge" {
         let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(git_err)?;
-        let bases = match repo.merge_bases(head.id(), t.id()) {
+        let bases = match repo.merge_bases(head.id(), c.id()) {
             Ok(b) => b.iter().copied().collect::<Vec<_>>(),
             Err(e) if e.code() == git2::ErrorCode::NotFound => Vec::new(),
             Err(e) => return Err(git_err(e)),
@@ -138,19 +151,14 @@ pub fn in_progress(repo: &Repository) -> Result<InProgress> {
                 bases.len()
             )));
         }
-        return Ok(InProgress { operation: "merge", base: bases.first().copied(), theirs: t.id() });
+        return Ok(InProgress { operation, base: bases.first().copied(), theirs: c.id() });
     }
-    for (name, operation) in [("CHERRY_PICK_HEAD", "cherry-pick"), ("REBASE_HEAD", "rebase"), ("REVERT_HEAD", "revert")]
-    {
-        let Some(c) = commit(name) else { continue };
-        let parent = c.parent_id(0).ok();
-        if operation != "revert" {
-            return Ok(InProgress { operation, base: parent, theirs: c.id() });
-        }
-        let parent = parent.ok_or_else(|| Error::usage(format!("{name} has no parent to revert to")))?;
-        return Ok(InProgress { operation, base: Some(c.id()), theirs: parent });
+    let parent = c.parent_id(0).ok();
+    if operation != "revert" {
+        return Ok(InProgress { operation, base: parent, theirs: c.id() });
     }
-    Err(Error::usage("no merge, cherry-pick, revert or rebase is in progress"))
+    let parent = parent.ok_or_else(|| Error::usage(format!("{name} has no parent to revert to")))?;
+    Ok(InProgress { operation, base: Some(c.id()), theirs: parent })
 }
 
 /// Every `*.wtxt` path in HEAD's tree.

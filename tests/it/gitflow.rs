@@ -644,6 +644,58 @@ fn split_snapshots_merge_through_wtxt_git_resolve() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("no merge, cherry-pick, revert or rebase is in progress"));
 }
 
+/// `wtxt git resolve` in the other operations Git stops in: a rebase step
+/// (REBASE_HEAD: the commit's parent, HEAD, the commit) and a revert
+/// (REVERT_HEAD: the commit, HEAD, its parent), each then continued.
+#[test]
+fn git_resolve_settles_a_rebase_step_and_a_revert() {
+    let r = Repo::new();
+    assert!(r.wtxt(&["git", "install"]).status.success());
+    let w = |gen: u64, rows: &[(usize, f32)], msg: &str| {
+        assert!(split_model(&r, gen, rows).status.success());
+        r.commit(msg);
+    };
+    let resolve = || {
+        let o = r.wtxt(&["git", "resolve", "m.wtxt", "--part-size", "64K"]);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{err}");
+        err
+    };
+    // Which rows differ from generation 0 (all zeros) at `rev`.
+    let export = |rev: &str, name: &str| {
+        let out = r.work.join(name);
+        assert!(r.wtxt(&["git", "export", rev, "m.wtxt", "-o", out.to_str().unwrap()]).status.success());
+        out
+    };
+    let rows = |rev: &str| {
+        let (zero, now) = (r.work.join("zero.wtxt"), export(rev, "now.wtxt"));
+        let d = r.wtxt(&["diff", zero.to_str().unwrap(), now.to_str().unwrap()]);
+        String::from_utf8_lossy(&d.stdout).into_owned()
+    };
+    w(0, &[], "g0");
+    export("HEAD", "zero.wtxt");
+    r.ok(&["checkout", "-q", "-b", "side"]);
+    w(1, &[(10, 1.0)], "side");
+    r.ok(&["checkout", "-q", "main"]);
+    w(1, &[(3000, 2.0)], "main");
+    // Rebase side onto main: its one step stops on the model.
+    r.ok(&["checkout", "-q", "side"]);
+    assert!(!r.run(&["rebase", "main"], &[]).status.success());
+    assert!(resolve().contains("(rebase of "));
+    let o = r.run(&["-c", "core.editor=true", "rebase", "--continue"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let d = rows("HEAD");
+    assert!(d.contains("rows 10,3000;"), "both changes after the rebase: {d}");
+    // Revert the rebased step (row 10) on top of a later change (row 200, another chunk).
+    w(3, &[(10, 1.0), (200, 4.0), (3000, 2.0)], "later");
+    assert!(!r.run(&["revert", "--no-edit", "HEAD~1"], &[]).status.success());
+    assert!(resolve().contains("(revert of "));
+    let o = r.run(&["-c", "core.editor=true", "revert", "--continue"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let d = rows("HEAD");
+    assert!(d.contains("rows 200,3000;"), "row 10 reverted, the later change kept: {d}");
+}
+
 /// A filter stores one blob per file: a model whose WTXT would exceed the
 /// part size is refused at `git add`, with the split workflow named, and
 /// nothing over the limit enters the repository.
