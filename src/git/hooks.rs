@@ -40,8 +40,16 @@ fn git_err(e: git2::Error) -> Error {
     Error::input(Default::default(), format!("git: {}", e.message()))
 }
 
+/// What the hook found: how many staged WTXT files it checked, why some
+/// may not be committed, and warnings that do not stop the commit.
+pub struct Checked {
+    pub staged: usize,
+    pub refusals: Vec<Refusal>,
+    pub notes: Vec<String>,
+}
+
 /// Checks every staged WTXT file of the repository around `dir`.
-pub fn pre_commit(dir: &Path) -> Result<(usize, Vec<Refusal>)> {
+pub fn pre_commit(dir: &Path) -> Result<Checked> {
     let repo = Repository::discover(dir).map_err(git_err)?;
     let cfg = repo.config().map_err(git_err)?;
     let require = cfg.get_bool("wtxt.requireSignature").unwrap_or(false);
@@ -68,8 +76,31 @@ pub fn pre_commit(dir: &Path) -> Result<(usize, Vec<Refusal>)> {
     staged.sort();
     staged.dedup();
     let mut refusals = Vec::new();
+    let mut notes = Vec::new();
+    let odb = repo.odb().map_err(git_err)?;
+    // The size a team keeps files under (`git config wtxt.partSize`, as `--part-size`).
+    let part_size = match cfg.get_string("wtxt.partSize") {
+        Ok(v) => v.parse().map_err(|e: String| Error::usage(format!("git config wtxt.partSize: {e}")))?,
+        Err(_) => crate::wtxt::split::PartSize::default(),
+    };
     for path in &staged {
         let Some(entry) = index.get_path(path, 0) else { continue };
+        // A single file past the part size (written with `--part-size none`)
+        // is the user's choice, but Git and the hosts pay for it: said, not refused.
+        if let (Ok((size, _)), Some(limit)) = (odb.read_header(entry.id), part_size.limit()) {
+            // (A head is a few KB: only a single file gets here.)
+            if size as u64 > limit && path.extension().is_some_and(|e| e == "wtxt") {
+                notes.push(format!(
+                    "{}: {} bytes in one file, over the part size ({limit}): Git stores a file over \
+                     core.bigFileThreshold (512 MiB) whole in every version, and GitHub refuses files over 100 MB; \
+                     store it split with `wtxt split {} -o {}`",
+                    path.display(),
+                    size,
+                    path.display(),
+                    path.display()
+                ));
+            }
+        }
         let blob = repo.find_blob(entry.id).map_err(git_err)?;
         let shown = path.display().to_string();
         let refuse = |line: u64, problem: String, fix: &str| Refusal {
@@ -102,7 +133,7 @@ pub fn pre_commit(dir: &Path) -> Result<(usize, Vec<Refusal>)> {
             refusals.push(Refusal { path: shown.clone(), ..r });
         }
     }
-    Ok((staged.len(), refusals))
+    Ok(Checked { staged: staged.len(), refusals, notes })
 }
 
 fn line_of(e: &Error) -> u64 {

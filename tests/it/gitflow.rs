@@ -696,6 +696,50 @@ fn git_resolve_settles_a_rebase_step_and_a_revert() {
     assert!(d.contains("rows 200,3000;"), "row 10 reverted, the later change kept: {d}");
 }
 
+/// A single-file snapshot over the part size (`--part-size none`) is the
+/// user's choice: the hook commits it but says what it costs and how to
+/// store it split; `git config wtxt.partSize` sets the size a team keeps to.
+#[test]
+fn the_hook_warns_of_a_single_file_over_the_part_size() {
+    let r = Repo::new();
+    assert!(r.wtxt(&["git", "install"]).status.success());
+    assert!(split_model(&r, 0, &[]).status.success());
+    std::fs::remove_dir_all(r.root.join("m.wtxt.parts")).unwrap();
+    let npz = r.work.join("s0.npz");
+    let o = r.wtxt(&[
+        "snapshot",
+        npz.to_str().unwrap(),
+        "-o",
+        r.root.join("m.wtxt").to_str().unwrap(),
+        "--part-size",
+        "none",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    r.ok(&["add", "-A", "."]);
+    r.ok(&["config", "wtxt.partSize", "64K"]);
+    let o = r.run(&["commit", "-qm", "one file"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "a warning, not a refusal: {err}");
+    assert!(
+        err.contains("m.wtxt:")
+            && err.contains("over the part size (65536)")
+            && err.contains("wtxt split m.wtxt -o m.wtxt"),
+        "{err}"
+    );
+    // Under the default part size (45M) the next generation says nothing.
+    r.ok(&["config", "--unset", "wtxt.partSize"]);
+    let prev = r.work.join("prev.wtxt");
+    std::fs::copy(r.root.join("m.wtxt"), &prev).unwrap();
+    let head = r.root.join("m.wtxt");
+    let (npz, head, prev) = (npz.to_str().unwrap(), head.to_str().unwrap(), prev.to_str().unwrap());
+    let o = r.wtxt(&["snapshot", npz, "-o", head, "--part-size", "none", "--prev", prev]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    r.ok(&["add", "-A", "."]);
+    let o = r.run(&["commit", "-qm", "next"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && !err.contains("warning"), "{err}");
+}
+
 /// A filter stores one blob per file: a model whose WTXT would exceed the
 /// part size is refused at `git add`, with the split workflow named, and
 /// nothing over the limit enters the repository.

@@ -407,7 +407,10 @@ fn daemon(a: cli::DaemonArgs) -> Result<u8> {
 
 fn pre_commit() -> Result<u8> {
     let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-    let (n, refusals) = wtxt::git::hooks::pre_commit(&here)?;
+    let wtxt::git::hooks::Checked { staged: n, refusals, notes } = wtxt::git::hooks::pre_commit(&here)?;
+    for note in &notes {
+        eprintln!("pre-commit: warning: {note}");
+    }
     if refusals.is_empty() {
         return Ok(0);
     }
