@@ -607,6 +607,17 @@ fn split_snapshots_merge_through_wtxt_git_resolve() {
     assert!(!o.status.success(), "both sides changed the model: a conflict");
     let told = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
     assert!(told.contains("wtxt git resolve m.wtxt"), "the merge driver names the command: {told}");
+    // Split heads with their parts next to them merge as they are, --path or not.
+    let side = |rev: &str, name: &str| {
+        let out = r.work.join(name);
+        let o = r.wtxt(&["git", "export", rev, "m.wtxt", "-o", out.to_str().unwrap(), "--part-size", "64K"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out.to_str().unwrap().to_string()
+    };
+    let (b, o, t) = (side("HEAD~1", "b.wtxt"), side("HEAD", "o.wtxt"), side("side", "t.wtxt"));
+    let out = r.work.join("by-hand.wtxt");
+    let o = r.wtxt(&["merge", &b, &o, &t, "-o", out.to_str().unwrap(), "--path", "m.wtxt", "--part-size", "64K"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = r.wtxt(&["git", "resolve", "m.wtxt", "--part-size", "64K"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");

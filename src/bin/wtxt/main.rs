@@ -459,8 +459,10 @@ fn diff_driver_cmd(args: Vec<String>) -> Result<u8> {
 
 fn merge(a: cli::MergeArgs) -> Result<u8> {
     // As Git's driver on a split snapshot's head: Git hands over the head
-    // alone (and each part alone), which cannot be merged file by file.
-    if let Some(p) = &a.path {
+    // alone in a temporary file (and each part alone), which cannot be
+    // merged file by file.
+    let no_parts = !wtxt::wtxt::split::parts_dir(&a.ours).exists();
+    if let (Some(p), true) = (&a.path, no_parts) {
         use wtxt::git::parts::{classify, open_text, Blob};
         if let Ok(Some(f)) = open_text(&a.ours) {
             if let Ok(Blob::Head(_)) = classify(&f) {
