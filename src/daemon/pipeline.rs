@@ -316,7 +316,7 @@ impl Pipeline {
     }
 
     fn commit(&self, repo_dir: &Path, file: &Path, gen: u64, sha: &Hash) -> Result<String> {
-        let git = |e: git2::Error| Error::input(Default::default(), format!("git: {}", e.message()));
+        let git = crate::git::git_err;
         let repo = git2::Repository::open(repo_dir).map_err(git)?;
         let work = repo.workdir().ok_or_else(|| Error::usage("--repo must be a work tree, not a bare repository"))?;
         let dest = work.join(&self.cfg.path_in_repo);

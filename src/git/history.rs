@@ -19,6 +19,7 @@ use serde::Serialize;
 use crate::crypto::digest::merkle_this;
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
+use crate::git::git_err;
 use crate::wtxt::read::{read_header, Header, LineReader};
 use crate::wtxt::syntax::{Root, SignLine};
 use crate::wtxt::verify::SigStatus;
@@ -173,10 +174,6 @@ pub fn wtxt_paths(repo: &Repository) -> Result<Vec<PathBuf>> {
     })
     .map_err(git_err)?;
     Ok(out)
-}
-
-fn git_err(e: git2::Error) -> Error {
-    Error::input(Default::default(), format!("git: {}", e.message()))
 }
 
 fn blob_at(tree: &Tree, path: &Path) -> Option<Oid> {

@@ -15,6 +15,7 @@ use git2::{Repository, Status, StatusOptions};
 
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
+use crate::git::git_err;
 use crate::git::parts::{check_part, classify, Blob};
 use crate::wtxt::split::{part_ix, part_name, parts_dir, Head};
 use crate::wtxt::syntax::Root;
@@ -34,10 +35,6 @@ impl std::fmt::Display for Refusal {
         let at = if self.line > 0 { format!(" line {}", self.line) } else { String::new() };
         write!(f, "{}:{at}: {} (fix: {})", self.path, self.problem, self.fix)
     }
-}
-
-fn git_err(e: git2::Error) -> Error {
-    Error::input(Default::default(), format!("git: {}", e.message()))
 }
 
 /// What the hook found: how many staged WTXT files it checked, why some

@@ -12,6 +12,7 @@ use git2::{Config, ConfigLevel, Repository};
 
 use crate::atomic::write_file;
 use crate::error::{Error, Result};
+use crate::git::git_err;
 
 /// The hook script (`hooks/pre-commit` in the source tree).
 pub const HOOK: &str = include_str!("../../hooks/pre-commit");
@@ -56,10 +57,6 @@ pub struct Plan {
     pub hook: String,
     /// File name extensions the installed filters carry.
     pub filtered: Vec<&'static str>,
-}
-
-fn git_err(e: git2::Error) -> Error {
-    Error::input(Default::default(), format!("git: {}", e.message()))
 }
 
 fn shell_word(s: &str) -> String {

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::crypto::sign::TrustedKeys;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 pub mod diff;
 pub mod filter;
@@ -13,6 +13,11 @@ pub mod hooks;
 pub mod install;
 pub mod merge;
 pub mod parts;
+
+/// A libgit2 failure as unusable input, naming Git.
+pub fn git_err(e: git2::Error) -> Error {
+    Error::input(Default::default(), format!("git: {}", e.message()))
+}
 
 /// The trusted keys named by `git config wtxt.trustedKeys` of `repo` (a
 /// relative path is taken from the work tree's top), if it names a file.

@@ -156,14 +156,14 @@ pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
         }
         Ok(out)
     };
-    let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(|e| Error::usage(e.message().to_string()))?;
+    let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(crate::git::git_err)?;
     let (base, ours, theirs) =
         (side(op.base, "base")?, side(Some(head.id()), "ours")?, side(Some(op.theirs), "theirs")?);
     let target = work.join(&rel);
     let outcome = merge(&base, &ours, &theirs, &target, o)?;
     if outcome.written.is_some() {
         let parts = crate::wtxt::split::parts_dir(&rel);
-        let index = repo.index().map_err(|e| Error::usage(e.message().to_string()))?;
+        let index = repo.index().map_err(crate::git::git_err)?;
         let listed = index.iter().any(|e| Path::new(std::ffi::OsStr::from_bytes(&e.path)).starts_with(&parts));
         let mut add = std::process::Command::new("git");
         add.arg("-C").arg(&work).args(["add", "-A", "--"]).arg(&rel);

@@ -513,7 +513,7 @@ fn copy_file(from: &Path, to: &Path) -> Result<()> {
 /// written to OUT (split by `size`): what a merge of split snapshots, which
 /// Git's drivers see only file by file, starts from.
 pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) -> Result<usize> {
-    let git = |e: git2::Error| Error::input(Default::default(), format!("git: {}", e.message()));
+    let git = crate::git::git_err;
     let repo = git2::Repository::discover(dir).map_err(git)?;
     let (tree_id, bytes) = {
         let tree = repo.revparse_single(rev).and_then(|o| o.peel_to_tree()).map_err(git)?;
