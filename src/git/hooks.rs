@@ -74,31 +74,29 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
     staged.dedup();
     let mut refusals = Vec::new();
     let mut notes = Vec::new();
-    let odb = repo.odb().map_err(git_err)?;
     // The size a team keeps files under (`git config wtxt.partSize`, as `--part-size`).
-    let part_size = match cfg.get_string("wtxt.partSize") {
+    let part_size: crate::wtxt::split::PartSize = match cfg.get_string("wtxt.partSize") {
         Ok(v) => v.parse().map_err(|e: String| Error::usage(format!("git config wtxt.partSize: {e}")))?,
-        Err(_) => crate::wtxt::split::PartSize::default(),
+        Err(_) => Default::default(),
     };
     for path in &staged {
         let Some(entry) = index.get_path(path, 0) else { continue };
-        // A single file past the part size (written with `--part-size none`)
-        // is the user's choice, but Git and the hosts pay for it: said, not refused.
-        if let (Ok((size, _)), Some(limit)) = (odb.read_header(entry.id), part_size.limit()) {
-            // (A head is a few KB: only a single file gets here.)
-            if size as u64 > limit && path.extension().is_some_and(|e| e == "wtxt") {
-                notes.push(format!(
-                    "{}: {} bytes in one file, over the part size ({limit}): Git stores a file over \
-                     core.bigFileThreshold (512 MiB) whole in every version, and GitHub refuses files over 100 MB; \
-                     store it split with `wtxt split {} -o {}`",
-                    path.display(),
-                    size,
-                    path.display(),
-                    path.display()
-                ));
-            }
-        }
         let blob = repo.find_blob(entry.id).map_err(git_err)?;
+        // A single file past the part size (written with `--part-size none`)
+        // is the user's choice, but Git and the hosts pay for it: said, not
+        // refused. (A head is a few KB: only a single file gets here.)
+        let size = blob.size() as u64;
+        let over = part_size.limit().filter(|&limit| size > limit);
+        if let (Some(limit), true) = (over, path.extension().is_some_and(|e| e == "wtxt")) {
+            notes.push(format!(
+                "{}: {size} bytes in one file, over the part size ({limit}): Git stores a file over \
+                 core.bigFileThreshold (512 MiB) whole in every version, and GitHub refuses files over 100 MB; \
+                 store it split with `wtxt split {} -o {}`",
+                path.display(),
+                path.display(),
+                path.display()
+            ));
+        }
         let shown = path.display().to_string();
         let refuse = |line: u64, problem: String, fix: &str| Refusal {
             path: shown.clone(),
