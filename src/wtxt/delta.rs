@@ -422,7 +422,8 @@ impl Delta {
 pub struct DeltaReader<R> {
     w: Walker<R>,
     pub head: DeltaHead,
-    target_header: Option<(Header, Vec<u8>)>,
+    /// The target's header lines (extended form), checked, as text.
+    target_header: Option<Vec<u8>>,
     /// The last item's name (items come in byte-wise name order, once).
     prev: Option<String>,
     audit: Option<Vec<u8>>,
@@ -551,7 +552,7 @@ impl<R: Read> DeltaReader<R> {
 
     /// The target's header lines as text (extended form).
     pub fn target_text(&self) -> Option<&[u8]> {
-        self.target_header.as_ref().map(|(_, t)| &t[..])
+        self.target_header.as_deref()
     }
 
     /// Reads the rest: every changed array with its chunks, in memory.
@@ -571,34 +572,26 @@ impl<R: Read> DeltaReader<R> {
 }
 
 /// The target's header lines of an extended delta, exactly as the target
-/// WTXT has them.
-fn target_header_lines<R: Read>(w: &mut Walker<R>) -> Result<(Header, Vec<u8>)> {
+/// WTXT has them, each checked by its parser.
+fn target_header_lines<R: Read>(w: &mut Walker<R>) -> Result<Vec<u8>> {
     let mut text = b"WTXT 1\n".to_vec();
-    let mut take = |w: &mut Walker<R>, what: &str| -> Result<(u64, Vec<u8>)> {
+    let mut take = |w: &mut Walker<R>, what: &str, check: &dyn Fn(&[u8]) -> std::result::Result<(), String>| {
         let (n, l) = w.next(what)?;
+        check(&l).map_err(|m| check_at(n, m))?;
         text.extend_from_slice(&l);
         text.push(b'\n');
-        Ok((n, l))
+        Ok::<_, Error>(())
     };
-    let (nm, lm) = take(w, "the target `meta` line")?;
-    let meta = Meta::parse(&lm).map_err(|m| check_at(nm, m))?;
-    let (nc, lc) = take(w, "the target `cap` line")?;
-    let cap = Cap::parse(&lc).map_err(|m| check_at(nc, m))?;
-    let (nr, lr) = take(w, "the target `root` line")?;
-    let root = Root::parse(&lr).map_err(|m| check_at(nr, m))?;
-    if root == Root::Pending {
-        return Err(check_at(nr, "a delta's target must have a final root"));
-    }
-    let signed_bytes = text.clone();
-    let mut sign = None;
+    take(w, "the target `meta` line", &|l| Meta::parse(l).map(drop))?;
+    take(w, "the target `cap` line", &|l| Cap::parse(l).map(drop))?;
+    take(w, "the target `root` line", &|l| match Root::parse(l)? {
+        Root::Pending => Err("a delta's target must have a final root".into()),
+        _ => Ok(()),
+    })?;
     if w.peek("a `sign` line or an array")?.starts_with(b"sign ") {
-        let (ns, ls) = w.next("a `sign` line")?;
-        sign = Some(SignLine::parse(&ls).map_err(|m| check_at(ns, m))?);
-        text.extend_from_slice(&ls);
-        text.push(b'\n');
+        take(w, "a `sign` line", &|l| SignLine::parse(l).map(drop))?;
     }
-    let lines = if sign.is_some() { 5 } else { 4 };
-    Ok((Header { meta, cap, root, sign, signed_bytes, lines }, text))
+    Ok(text)
 }
 
 /// Reads and checks a whole delta, chunk texts in memory: for the minimal
