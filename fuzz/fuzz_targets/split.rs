@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     }
     // As a part.
     let p = std::path::Path::new("p");
-    let _ = wtxt::git::parts::check_part(data, p);
+    let _ = wtxt::git::parts::check_part(data, p, &[]);
     let _ = wtxt::git::parts::textconv(&data, p);
     let names = wtxt::git::diff::Names { old: p, new: p };
     let _ = wtxt::git::parts::diff_parts(&data, &data, names);

@@ -249,8 +249,8 @@ impl Split<'_> {
         if let Some(r) = prev.and_then(|b| chain_refusal(&header, b)) {
             return Some(r);
         }
-        let prev_parts = prev.and_then(|b| match classify(&b) {
-            Ok(Blob::Head(p)) => Some(p.parts),
+        let prev_head = prev.and_then(|b| match classify(&b) {
+            Ok(Blob::Head(p)) => Some(p),
             _ => None,
         });
         let dir = parts_dir(self.path);
@@ -263,9 +263,10 @@ impl Split<'_> {
                 return refusal(shown, 0, "missing from the commit: the head lists it".into(), &add);
             };
             let in_head_commit = self.head_tree.and_then(|t| t.get_path(&part).ok()).map(|e| e.id());
-            let was = prev_parts.as_ref().and_then(|v| v.get(p.ix as usize - 1));
-            if in_head_commit == Some(entry.id) && was.is_some_and(|w| (w.bytes, w.sha256) == (p.bytes, p.sha256)) {
-                continue; // unchanged since HEAD, where it was checked
+            let was = prev_head.as_ref().and_then(|v| Some((v.parts.get(p.ix as usize - 1)?, v.begins(p.ix))));
+            let same = was.is_some_and(|(w, b)| (w.bytes, w.sha256) == (p.bytes, p.sha256) && b == h.begins(p.ix));
+            if in_head_commit == Some(entry.id) && same {
+                continue; // unchanged since HEAD, where it was checked, and listed with the same arrays
             }
             todo.push((*p, Recorded::of(&entry), part));
         }
@@ -388,12 +389,12 @@ fn check_staged_part(
         }
     };
     if bytes.len() as u64 != p.bytes || crate::crypto::digest::sha256(bytes) != p.sha256 {
-        let line = h.first_part_line + p.ix - 1;
+        let line = h.part_line(p.ix);
         let what =
             format!("does not match the head (line {line}): a part changed without its head, or the other way round");
         return refusal(0, what, add);
     }
-    match check_part(bytes, part) {
+    match check_part(bytes, part, h.arrs.get(p.ix as usize - 1).map_or(&[][..], |a| &a[..])) {
         Ok(()) => None,
         Err(e) => refusal(line_of(&e), e.message().to_string(), damaged),
     }

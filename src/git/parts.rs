@@ -155,6 +155,7 @@ pub fn diff_heads(old: &Head, new: &Head, names: Names) -> Result<FileDiff> {
     if old.parts.len() > new.parts.len() {
         notes.push(format!("parts removed: {}", list(old.parts[new.parts.len()..].iter().map(|p| p.ix).collect())));
     }
+    notes.extend(arr_changes(old, new));
     if old.tail != new.tail {
         notes.push("audit line changed".into());
     }
@@ -162,13 +163,47 @@ pub fn diff_heads(old: &Head, new: &Head, names: Names) -> Result<FileDiff> {
     Ok(FileDiff { identical, header, header_unified, arrays: Vec::new(), damage: Vec::new(), notes })
 }
 
+/// What the heads' `arr` lines say changed: arrays whose values (their
+/// SHA-256), dtype or shape differ, added or removed; arrays whose line
+/// changed with the same values (a new salt, as every generation has) are
+/// only counted.
+fn arr_changes(old: &Head, new: &Head) -> Vec<String> {
+    let lines = |h: &Head| -> Vec<ArrLine> { h.arrs.iter().flatten().filter_map(|l| ArrLine::parse(l).ok()).collect() };
+    let (a, b) = (lines(old), lines(new));
+    let find = |v: &[ArrLine], name: &str| v.iter().position(|x| x.name == name);
+    let key = |x: &ArrLine| (x.dtype, x.shape.clone(), x.sha256);
+    let (mut changed, mut added, mut rewrapped) = (Vec::new(), Vec::new(), 0);
+    for y in &b {
+        match find(&a, &y.name).map(|i| &a[i]) {
+            None => added.push(y.name.as_str()),
+            Some(x) if key(x) != key(y) => changed.push(y.name.as_str()),
+            Some(x) if x != y => rewrapped += 1,
+            Some(_) => {}
+        }
+    }
+    let removed: Vec<&str> = a.iter().filter(|x| find(&b, &x.name).is_none()).map(|x| x.name.as_str()).collect();
+    let mut notes = Vec::new();
+    for (what, names) in [("changed", changed), ("added", added), ("removed", removed)] {
+        if !names.is_empty() {
+            notes.push(format!("arrays {what}: {}", names.join(", ")));
+        }
+    }
+    if rewrapped > 0 {
+        notes.push(format!("{rewrapped} array(s) with the same values and a new `arr` line (salt, HMAC)"));
+    }
+    notes
+}
+
 /// The run of one array inside a part.
 struct Section {
     name: String,
     dtype: Dtype,
     shape: Vec<u64>,
-    /// The `arr` line, when the array starts in this part.
+    /// The `arr` line, when the array starts in a part written before
+    /// `arr` lines moved to the head.
     arr_text: Option<Vec<u8>>,
+    /// The line of the `begin` line, when the array starts in this part.
+    begin: Option<u64>,
     /// Each chunk's line, its line number and where its text (from `ch`
     /// to `endch`) is in the part: chunks are compared by their `ch` lines
     /// and read again only to decode the ones that differ.
@@ -200,19 +235,22 @@ fn scan(text: &dyn Text, file: &Path) -> Result<Vec<Section>> {
                 Some((m, _)) => Err(at(m, "text after `endpart`".into())),
             };
         }
-        if l.starts_with(b"cont ") {
-            let mut f = Fields::new(&l, "cont").map_err(|m| at(n, m))?;
+        if l.starts_with(b"cont ") || l.starts_with(b"begin ") {
+            let kind = if l.starts_with(b"cont ") { "cont" } else { "begin" };
+            let mut f = Fields::new(&l, kind).map_err(|m| at(n, m))?;
             let parsed = (|| {
                 let name = String::from_utf8_lossy(f.next("name")?).into_owned();
                 let dtype = Dtype::parse(f.next("dtype")?).ok_or("dtype: unknown")?;
                 let shape = parse_shape(f.next("shape")?)?;
                 f.end()?;
-                Ok::<_, String>(Section { name, dtype, shape, arr_text: None, chunks: Vec::new() })
+                let begin = (kind == "begin").then_some(n);
+                Ok::<_, String>(Section { name, dtype, shape, arr_text: None, begin, chunks: Vec::new() })
             })();
             out.push(parsed.map_err(|m| at(n, m))?);
         } else if l.starts_with(b"arr ") {
             let a = ArrLine::parse(&l).map_err(|m| at(n, m))?;
-            out.push(Section { name: a.name, dtype: a.dtype, shape: a.shape, arr_text: Some(l), chunks: Vec::new() });
+            let (name, dtype, shape) = (a.name, a.dtype, a.shape);
+            out.push(Section { name, dtype, shape, arr_text: Some(l), begin: None, chunks: Vec::new() });
         } else if l.starts_with(b"ch ") {
             let ch = ChLine::parse(&l).map_err(|m| at(n, m))?;
             // Skip the base64 lines to `endch` (a count that lies is caught here).
@@ -231,7 +269,7 @@ fn scan(text: &dyn Text, file: &Path) -> Result<Vec<Section>> {
             let s = out.last_mut().ok_or_else(|| at(n, "a chunk outside any array".into()))?;
             s.chunks.push((ch, n, start..lines.offset()));
         } else if l != b"endarr" && !l.starts_with(b"idx ") {
-            return Err(at(n, "expected a `cont`, `arr`, `idx`, `ch`, `endarr` or `endpart` line".into()));
+            return Err(at(n, "expected a `cont`, `begin`, `idx`, `ch`, `endarr` or `endpart` line".into()));
         }
     }
 }
@@ -303,13 +341,7 @@ pub fn textconv(text: &dyn Text, file: &Path) -> Result<String> {
     use std::fmt::Write as _;
     let mut s = String::new();
     match classify(text)? {
-        Blob::Head(h) => {
-            s.push_str(&String::from_utf8_lossy(&h.prefix));
-            for p in &h.parts {
-                let _ = writeln!(s, "{}", p.to_line());
-            }
-            s.push_str(&String::from_utf8_lossy(&h.tail));
-        }
+        Blob::Head(h) => s.push_str(&String::from_utf8_lossy(&h.to_bytes())),
         Blob::Other => return crate::git::diff::textconv(text.stream()).map_err(|e| e.in_file(file)),
         Blob::Part => {
             for sec in scan(text, file)? {
@@ -339,11 +371,25 @@ pub fn textconv(text: &dyn Text, file: &Path) -> Result<String> {
 }
 
 /// Checks every chunk of a part (line rules, parity, base64, CRC32C,
-/// SHA-256), as the verifier checks a single file's chunks: the part is
-/// read as `diff_parts` reads it, then each chunk decoded from its lines in
-/// place (never copied).
-pub fn check_part(bytes: &[u8], file: &Path) -> Result<()> {
-    for sec in scan(&bytes, file)? {
+/// SHA-256), as the verifier checks a single file's chunks, and that its
+/// `begin` lines name the arrays its head lists for it (`arrs`, the `arr`
+/// lines): the part is read as `diff_parts` reads it, then each chunk
+/// decoded from its lines in place (never copied).
+pub fn check_part(bytes: &[u8], file: &Path, arrs: &[Vec<u8>]) -> Result<()> {
+    let sections = scan(&bytes, file)?;
+    let begins: Vec<(&Section, u64)> = sections.iter().filter_map(|s| Some((s, s.begin?))).collect();
+    if begins.len() != arrs.len() {
+        let m = format!("{} `begin` line(s), the head lists {} array(s) for this part", begins.len(), arrs.len());
+        return Err(check_at(begins.get(arrs.len()).map_or(0, |b| b.1), m).in_file(file));
+    }
+    for ((sec, n), arr) in begins.iter().zip(arrs) {
+        let a = ArrLine::parse(arr).map_err(|m| check_at(0, m))?;
+        if (&a.name, a.dtype, &a.shape) != (&sec.name, sec.dtype, &sec.shape) {
+            let m = format!("`begin name={}` stands where the head lists `arr name={}`", sec.name, a.name);
+            return Err(check_at(*n, m).in_file(file));
+        }
+    }
+    for sec in sections {
         for (ch, n, r) in &sec.chunks {
             // The chunk's text runs from its `ch` line to `endch`: the lines between.
             let r = r.start as usize..r.end as usize;

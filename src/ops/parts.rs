@@ -115,8 +115,9 @@ impl SnapshotOut {
 /// whose cut points are known before it starts (they follow from sizes
 /// alone, [`split::place_parts`]): each write, the writer's patches too,
 /// lands straight in the part file that holds that offset of the single
-/// text, and the head's lines stay in memory. One pass over the weights;
-/// the parts are hashed at the end, in parallel.
+/// text (an `arr` line: in the head, its `begin` line being in the part),
+/// and the head's lines stay in memory. One pass over the weights; the
+/// parts are hashed at the end, in parallel.
 pub struct PartedOut {
     out: PathBuf,
     /// The head, created first: its folder is checked as for a single file.
@@ -127,6 +128,11 @@ pub struct PartedOut {
     files: Vec<AtomicFile>,
     /// Bytes before the part's share of the text (its opening lines).
     opening: Vec<u64>,
+    /// Each part's `arr` lines, for the head, as the writer gives them.
+    arrs: Vec<Vec<Vec<u8>>>,
+    /// How much shorter the part is than its range of the single text
+    /// before each of its `arr` slots (`begin` lines are shorter).
+    shrink: Vec<Vec<u64>>,
     /// The part file written last, kept open.
     open: Option<(usize, File)>,
     head: Vec<u8>,
@@ -149,19 +155,28 @@ impl PartedOut {
         let made = Some(OutputDir::create(&dir)?);
         let mut files = Vec::with_capacity(spans.len());
         let mut opening = Vec::with_capacity(spans.len());
+        let mut shrink = Vec::with_capacity(spans.len());
         for s in &spans {
             let path = dir.join(part_name(s.ix));
             let mut af = AtomicFile::create(&path)?;
             let first = s.opening();
             let f = af.file();
             f.write_all(&first).map_err(|e| Error::io(&path, e))?;
-            f.write_all_at(split::PartSpan::closing(), first.len() as u64 + s.end - s.start)
-                .map_err(|e| Error::io(&path, e))?;
+            let mut less = vec![0u64];
+            for a in &s.arrs {
+                let at = first.len() as u64 + a.at - s.start - less.last().expect("one");
+                f.write_all_at(format!("{}\n", a.begin).as_bytes(), at).map_err(|e| Error::io(&path, e))?;
+                less.push(less.last().expect("one") + a.len - a.begin.len() as u64 - 1);
+            }
+            let end = first.len() as u64 + s.end - s.start - less.last().expect("one");
+            f.write_all_at(split::PartSpan::closing(), end).map_err(|e| Error::io(&path, e))?;
             af.park();
             files.push(af);
             opening.push(first.len() as u64);
+            shrink.push(less);
         }
         let spans_len = spans.len();
+        let arrs = spans.iter().map(|s| vec![Vec::new(); s.arrs.len()]).collect();
         Ok(PartedOut {
             out: out.to_path_buf(),
             head_file,
@@ -170,6 +185,8 @@ impl PartedOut {
             spans,
             files,
             opening,
+            arrs,
+            shrink,
             open: None,
             head: Vec::new(),
             tail: Vec::new(),
@@ -199,7 +216,23 @@ impl PartedOut {
             } else {
                 let k = self.spans.partition_point(|s| s.end <= self.pos);
                 let span = &self.spans[k];
-                let n = (b.len() as u64).min(span.end - self.pos) as usize;
+                let j = span.arrs.partition_point(|a| a.at <= self.pos);
+                if let Some(a) = span.arrs.get(j.wrapping_sub(1)).filter(|a| self.pos < a.at + a.len) {
+                    // An `arr` line: it goes to the head.
+                    let n = (b.len() as u64).min(a.at + a.len - self.pos) as usize;
+                    let (buf, at) = (&mut self.arrs[k][j - 1], (self.pos - a.at) as usize);
+                    if buf.len() < at + n {
+                        buf.resize(at + n, 0);
+                    }
+                    buf[at..at + n].copy_from_slice(&b[..n]);
+                    self.filled[k] = self.filled[k].max(self.pos + n as u64 - span.start);
+                    self.pos += n as u64;
+                    b = &b[n..];
+                    continue;
+                }
+                let until = span.arrs.get(j).map_or(span.end, |a| a.at);
+                let n = (b.len() as u64).min(until - self.pos) as usize;
+                let local = self.opening[k] + self.pos - span.start - self.shrink[k][j];
                 let path = || self.files[k].parked_path().expect("parked");
                 if self.open.as_ref().is_none_or(|(i, _)| *i != k) {
                     // Moving on from a part the body filled: its writeback
@@ -211,7 +244,7 @@ impl PartedOut {
                     self.open = Some((k, f));
                 }
                 let (_, f) = self.open.as_ref().expect("just opened");
-                f.write_all_at(&b[..n], self.opening[k] + self.pos - span.start).map_err(|e| Error::io(path(), e))?;
+                f.write_all_at(&b[..n], local).map_err(|e| Error::io(path(), e))?;
                 self.filled[k] = self.filled[k].max(self.pos + n as u64 - span.start);
                 n
             };
@@ -228,7 +261,16 @@ impl PartedOut {
         self.open = None;
         // The writer's text must fill exactly the places planned for it.
         let whole = self.spans.iter().zip(&self.filled).all(|(s, &f)| f == s.end - s.start);
-        if !whole || self.head.len() as u64 != self.spans[0].start || self.tail.len() as u64 != self.tail_len {
+        let arrs_whole = self
+            .spans
+            .iter()
+            .zip(&self.arrs)
+            .all(|(s, got)| s.arrs.iter().zip(got).all(|(a, l)| l.len() as u64 == a.len && l.ends_with(b"\n")));
+        if !whole
+            || !arrs_whole
+            || self.head.len() as u64 != self.spans[0].start
+            || self.tail.len() as u64 != self.tail_len
+        {
             return Err(Error::input(
                 Default::default(),
                 "the text written does not match the parts planned for it (a bug: please report it)",
@@ -238,16 +280,16 @@ impl PartedOut {
         let paths: Vec<PathBuf> = self.files.iter().map(|f| f.parked_path().expect("parked").to_path_buf()).collect();
         let lines = hash_parts(&paths)?;
         let old = old_parts(&self.out);
-        let mut head = std::mem::take(&mut self.head);
         let mut changed = Vec::with_capacity(lines.len());
         for (part, af) in lines.iter().zip(self.files.drain(..)) {
             if !unchanged(&old, part, &self.dir, af.parked_path().expect("parked")) {
                 changed.push(af);
             }
-            head.extend_from_slice(part.to_line().as_bytes());
-            head.push(b'\n');
         }
-        head.extend_from_slice(&self.tail);
+        for l in self.arrs.iter_mut().flatten() {
+            l.pop(); // its LF: the head writes its lines
+        }
+        let head = split::head_bytes(&self.head, &lines, &self.arrs, &self.tail);
         let PartedOut { head_file, made, .. } = self;
         install(changed, head_file, &head, made.expect("kept once"), lines.len())
     }

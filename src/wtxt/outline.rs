@@ -10,6 +10,7 @@
 //! caller reads it the ordinary way, whose errors are the ones reported.
 #![forbid(unsafe_code)]
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Cursor, Seek};
 use std::path::Path;
@@ -27,6 +28,9 @@ pub struct Outlined {
     pub data: Option<Vec<u8>>,
 }
 
+/// The `arr` lines a part's `begin` lines stand for, in order.
+type ArrLines = VecDeque<Vec<u8>>;
+
 /// Something the outline reads lines from and skips bytes in.
 trait Segment: BufRead + Seek {}
 impl<T: BufRead + Seek> Segment for T {}
@@ -37,7 +41,7 @@ impl<T: BufRead + Seek> Segment for T {}
 pub fn outline(path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> Option<Vec<Outlined>> {
     let file = File::open(path).ok()?;
     let mut first = BufReader::with_capacity(1 << 16, file);
-    let mut segments: Vec<Box<dyn Segment>> = Vec::new();
+    let mut segments: Vec<(Box<dyn Segment>, ArrLines)> = Vec::new();
     let head = {
         let start = first.fill_buf().ok()?;
         start.starts_with(b"WTXT 1\n")
@@ -46,27 +50,37 @@ pub fn outline(path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> O
         return None;
     }
     match split::open(Box::new(File::open(path).ok()?)).ok()? {
-        split::Opened::Single(_) => segments.push(Box::new(first)),
+        split::Opened::Single(_) => segments.push((Box::new(first), VecDeque::new())),
         split::Opened::Split(h) => {
             let dir = parts_dir(path);
-            segments.push(Box::new(Cursor::new(h.prefix)));
-            for p in &h.parts {
+            segments.push((Box::new(Cursor::new(h.prefix)), VecDeque::new()));
+            for (p, arrs) in h.parts.iter().zip(h.arrs) {
                 let f = File::open(dir.join(part_name(p.ix))).ok()?;
-                segments.push(Box::new(BufReader::with_capacity(1 << 16, f)));
+                segments.push((Box::new(BufReader::with_capacity(1 << 16, f)), arrs.into()));
             }
-            segments.push(Box::new(Cursor::new(h.tail)));
+            segments.push((Box::new(Cursor::new(h.tail)), VecDeque::new()));
         }
     }
     let mut out: Vec<Outlined> = Vec::new();
     let mut budget = max_wanted;
-    for mut seg in segments {
-        scan(&mut *seg, &mut out, wanted, &mut budget)?;
+    for (mut seg, mut arrs) in segments {
+        scan(&mut *seg, &mut arrs, &mut out, wanted, &mut budget)?;
+        if !arrs.is_empty() {
+            return None;
+        }
     }
     Some(out)
 }
 
-/// Reads one segment's lines, skipping the chunks of arrays not wanted.
-fn scan(r: &mut dyn Segment, out: &mut Vec<Outlined>, wanted: &dyn Fn(&str) -> bool, budget: &mut u64) -> Option<()> {
+/// Reads one segment's lines, skipping the chunks of arrays not wanted;
+/// a part's `begin` line stands for the next of `arrs`.
+fn scan(
+    r: &mut dyn Segment,
+    arrs: &mut ArrLines,
+    out: &mut Vec<Outlined>,
+    wanted: &dyn Fn(&str) -> bool,
+    budget: &mut u64,
+) -> Option<()> {
     let mut line = Vec::with_capacity(256);
     loop {
         line.clear();
@@ -74,7 +88,15 @@ fn scan(r: &mut dyn Segment, out: &mut Vec<Outlined>, wanted: &dyn Fn(&str) -> b
         if n == 0 {
             return Some(());
         }
-        let l = line.strip_suffix(b"\n")?;
+        let mut l = line.strip_suffix(b"\n")?.to_vec();
+        if l.starts_with(b"begin ") {
+            let arr = arrs.pop_front()?;
+            if split::begin_for(&arr).ok()?.as_bytes() != l {
+                return None;
+            }
+            l = arr;
+        }
+        let l = &l[..];
         if l.starts_with(b"arr ") {
             let arr = ArrLine::parse(l).ok()?;
             // Names in strictly ascending byte order, as the strict reader

@@ -3,17 +3,21 @@
 //! stores every version whole) or a host's per-file limit (GitHub: 100 MB).
 //!
 //! Splitting is a storage form of the single file, not a new identity. The
-//! head keeps the single file's header lines, `sign`, `audit` and `endwtxt`
-//! byte for byte and lists the parts (`part` lines) where the arrays were;
-//! each part holds a run of the single file's array lines verbatim between
-//! a framing line and `endpart`. Joining (the head up to its part lines,
-//! each part's body in turn, then the head's tail) gives the single file
-//! byte for byte: that is how every reader reads a split snapshot, so every
+//! head keeps the single file's header lines, `sign`, every `arr` line,
+//! `audit` and `endwtxt` byte for byte and lists the parts (`part` lines)
+//! where the arrays' chunks are; each part holds a run of the single file's
+//! array lines verbatim between a framing line and `endpart`, except that
+//! an array's `arr` line is replaced by a `begin` line that carries no
+//! value (name, dtype, shape). The `arr` line holds the salt, which changes
+//! with every generation, and the array's hashes: kept in the head, a part
+//! changes only when one of its chunks does. Joining (the head up to its
+//! part lines, each part's body with its `begin` lines replaced by the
+//! head's `arr` lines, then the head's tail) gives the single file byte
+//! for byte: that is how every reader reads a split snapshot, so every
 //! check of the single file applies unchanged, and split/join are exact
 //! inverses. Cut points follow from the arrays' names, dtypes, shapes,
-//! `rows_per_chunk` and the part size only, never from values: a generation
-//! that changes values rewrites the parts holding changed chunks, and the
-//! head. Grammar: docs/FORMAT.md section 18.
+//! `rows_per_chunk` and the part size only, never from values. Grammar:
+//! docs/FORMAT.md section 18.
 #![forbid(unsafe_code)]
 
 use std::collections::VecDeque;
@@ -215,7 +219,15 @@ impl<W: Write> PartOut<W> {
 /// `size` bytes, written to `sink`; returns the head's bytes. The input is
 /// read once, line by line; lines are copied, not decoded.
 pub fn split<R: Read, S: PartSink>(input: R, size: u64, sink: &mut S) -> Result<Vec<u8>> {
-    let mut s = Splitter { lines: LineReader::new(input), size, sink, cur: None, parts: Vec::new(), peeked: None };
+    let mut s = Splitter {
+        lines: LineReader::new(input),
+        size,
+        sink,
+        cur: None,
+        parts: Vec::new(),
+        arrs: Vec::new(),
+        peeked: None,
+    };
     let mut head = Vec::with_capacity(1024);
     for what in ["`WTXT 1`", "the `meta` line", "the `cap` line", "the `root` line"] {
         let (_, l) = s.lines.expect_line(what)?;
@@ -252,12 +264,39 @@ pub fn split<R: Read, S: PartSink>(input: R, size: u64, sink: &mut S) -> Result<
     if s.parts.is_empty() {
         return Err(Error::input(Position::None, "a snapshot without arrays is never split"));
     }
-    for p in &s.parts {
+    let head = head_bytes(&head, &s.parts, &s.arrs, &tail);
+    check_head_size(head.len() as u64, size)?;
+    Ok(head)
+}
+
+/// The head's bytes: the header lines, each `part` line followed by the
+/// `arr` lines (without LF) of the arrays that begin in that part, the tail.
+pub fn head_bytes(prefix: &[u8], parts: &[PartLine], arrs: &[Vec<Vec<u8>>], tail: &[u8]) -> Vec<u8> {
+    let arr_bytes: usize = arrs.iter().flatten().map(|a| a.len() + 1).sum();
+    let mut head = Vec::with_capacity(prefix.len() + parts.len() * 120 + arr_bytes + tail.len());
+    head.extend_from_slice(prefix);
+    for (i, p) in parts.iter().enumerate() {
         head.extend_from_slice(p.to_line().as_bytes());
         head.push(b'\n');
+        for a in arrs.get(i).into_iter().flatten() {
+            head.extend_from_slice(a);
+            head.push(b'\n');
+        }
     }
-    head.extend_from_slice(&tail);
-    Ok(head)
+    head.extend_from_slice(tail);
+    head
+}
+
+/// The head is a file of the set too: it holds every `arr` line, so a
+/// snapshot of very many arrays needs parts large enough for its head.
+fn check_head_size(len: u64, size: u64) -> Result<()> {
+    if len > size {
+        return Err(Error::usage(format!(
+            "the head (the header and every array's `arr` line) would be {len} bytes, \
+             more than the part size of {size}: give a larger --part-size"
+        )));
+    }
+    Ok(())
 }
 
 struct Splitter<'s, R, S: PartSink> {
@@ -266,6 +305,8 @@ struct Splitter<'s, R, S: PartSink> {
     sink: &'s mut S,
     cur: Option<PartOut<S::W>>,
     parts: Vec<PartLine>,
+    /// The `arr` lines of the arrays that begin in each part, for the head.
+    arrs: Vec<Vec<Vec<u8>>>,
     peeked: Option<(u64, Vec<u8>)>,
 }
 
@@ -305,6 +346,7 @@ impl<R: Read, S: PartSink> Splitter<'_, R, S> {
             p.line(c.as_bytes())?;
         }
         self.cur = Some(p);
+        self.arrs.push(Vec::new());
         Ok(())
     }
 
@@ -345,13 +387,15 @@ impl<R: Read, S: PartSink> Splitter<'_, R, S> {
             return Err(check_at(n + 1, "the `idx` line does not match the array's rank"));
         }
         let cont = cont_line(&arr.name, arr.dtype, &arr.shape);
-        let lead = arr_text.len() as u64 + 1 + idx.as_ref().map_or(0, |(_, l)| l.len() as u64 + 1);
+        let begin = begin_line(&arr.name, arr.dtype, &arr.shape);
+        let lead = begin.len() as u64 + 1 + idx.as_ref().map_or(0, |(_, l)| l.len() as u64 + 1);
         let cuts = self.plan(&array_units(lead, &layout), cont.len() as u64 + 1)?;
         if cuts[0] || self.cur.is_none() {
             self.start_part(None)?;
         }
+        self.arrs.last_mut().expect("a part is open").push(arr_text.to_vec());
         let cur = self.cur.as_mut().expect("a part is open");
-        cur.line(arr_text)?;
+        cur.line(begin.as_bytes())?;
         if let Some((_, text)) = &idx {
             cur.line(text)?;
         }
@@ -417,6 +461,18 @@ pub fn cont_line(name: &str, dtype: crate::model::Dtype, shape: &[u64]) -> Strin
     format!("cont name={name} dtype={dtype} shape={}", shape_str(shape))
 }
 
+/// The `begin` line that stands in a part where an array's `arr` line is in
+/// the single file (the `arr` line itself is in the head).
+pub fn begin_line(name: &str, dtype: crate::model::Dtype, shape: &[u64]) -> String {
+    format!("begin name={name} dtype={dtype} shape={}", shape_str(shape))
+}
+
+/// The `begin` line that stands for the `arr` line `arr` (without LF).
+pub(crate) fn begin_for(arr: &[u8]) -> PResult<String> {
+    let a = ArrLine::parse(arr)?;
+    Ok(begin_line(&a.name, a.dtype, &a.shape))
+}
+
 /// The sizes of a single-file text, known before it is written.
 pub struct TextShape {
     /// Bytes of the header lines (`sign` included).
@@ -430,9 +486,12 @@ pub struct TextShape {
 /// An array's text: its `arr` and `idx` lines (`lead` bytes), its chunks.
 pub struct ArrayText {
     pub lead: u64,
+    /// Bytes of the `arr` line, LF included (it goes to the head).
+    pub arr_len: u64,
     pub layout: Layout,
-    /// The array's [`cont_line`].
+    /// The array's [`cont_line`] and [`begin_line`].
     pub cont: String,
+    pub begin: String,
 }
 
 /// A part of a split snapshot placed before it is written: the range of
@@ -445,6 +504,20 @@ pub struct PartSpan {
     pub end: u64,
     /// The `cont` line when the part continues an array.
     pub cont: Option<String>,
+    /// The `arr` lines in the range: they go to the head, and a `begin`
+    /// line takes each one's place in the part.
+    pub arrs: Vec<ArrSlot>,
+}
+
+/// Where an `arr` line is in the single text, and what stands for it in a part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArrSlot {
+    /// Offset of the `arr` line in the single text.
+    pub at: u64,
+    /// Its bytes, LF included.
+    pub len: u64,
+    /// The [`begin_line`] in its place, without LF.
+    pub begin: String,
 }
 
 impl PartSpan {
@@ -469,36 +542,73 @@ impl PartSpan {
 /// when the text fits in one file.
 pub fn place_parts(shape: &TextShape, size: u64) -> Result<Option<Vec<PartSpan>>> {
     let mut pos = shape.header;
+    // The open part's bytes and lines so far (`None`: no part is open).
     let mut used: Option<u64> = None;
+    let mut lines = 0;
     let mut spans: Vec<PartSpan> = Vec::new();
+    let mut head = shape.header + shape.tail;
+    let part_line = |bytes: u64, lines: u64| {
+        PartLine { ix: 1, bytes: bytes + PART_END.len() as u64, lines: lines + 1, sha256: [0; 32] }.to_line().len()
+            as u64
+            + 1
+    };
     for a in &shape.arrays {
-        let units = array_units(a.lead, &a.layout);
+        let begin_len = a.begin.len() as u64 + 1;
+        let units = array_units(a.lead - a.arr_len + begin_len, &a.layout);
         let cont_len = a.cont.len() as u64 + 1;
+        head += a.arr_len;
         for (i, (&u, cut)) in units.iter().zip(cuts(size, used, &units, cont_len)?).enumerate() {
             if cut {
                 if let Some(last) = spans.last_mut() {
                     last.end = pos;
+                    head += part_line(used.unwrap_or(0), lines);
                 }
                 let ix = spans.len() as u64 + 1;
                 if ix > MAX_PARTS {
                     return Err(Error::usage(format!("more than {MAX_PARTS} parts: use a larger --part-size")));
                 }
-                spans.push(PartSpan { ix, start: pos, end: pos, cont: (i > 0).then(|| a.cont.clone()) });
+                let cont = (i > 0).then(|| a.cont.clone());
+                spans.push(PartSpan { ix, start: pos, end: pos, cont, arrs: Vec::new() });
                 used = Some(PART_FIRST_LEN + if i > 0 { cont_len } else { 0 });
+                lines = 1 + (i > 0) as u64;
+            }
+            let last = spans.last_mut().expect("the first chunk opens a part");
+            if i == 0 {
+                last.arrs.push(ArrSlot { at: pos, len: a.arr_len, begin: a.begin.clone() });
             }
             used = used.map(|x| x + u);
-            pos += u;
+            lines += unit_lines(&a.layout, i as u64);
+            pos += u + if i == 0 { a.arr_len - begin_len } else { 0 };
         }
     }
     if let Some(last) = spans.last_mut() {
         last.end = pos;
+        head += part_line(used.unwrap_or(0), lines);
     }
-    Ok((pos + shape.tail > size && !spans.is_empty()).then_some(spans))
+    if pos + shape.tail <= size || spans.is_empty() {
+        return Ok(None);
+    }
+    check_head_size(head, size)?;
+    Ok(Some(spans))
+}
+
+/// Lines of chunk `ix`'s text as [`array_units`] counts it: `ch`, base64,
+/// `endch`; the first also the `begin` (and `idx`) line, the last `endarr`.
+fn unit_lines(layout: &Layout, ix: u64) -> u64 {
+    let (_, len) = layout.chunk_range(ix);
+    let mut n = 2 + lines_for(len);
+    if ix == 0 {
+        n += 1 + layout.idx.is_some() as u64;
+    }
+    if ix + 1 == layout.chunk_count() {
+        n += 1;
+    }
+    n
 }
 
 /// The text size of each chunk of an array, as a canonical writer lays it
-/// out: the first includes the `arr` and `idx` lines (`lead` bytes), the
-/// last `endarr`.
+/// out: the first includes the `begin` (or `arr`) and `idx` lines (`lead`
+/// bytes), the last `endarr`.
 fn array_units(lead: u64, layout: &Layout) -> Vec<u64> {
     let count = layout.chunk_count();
     let mut scratch = String::with_capacity(200);
@@ -575,13 +685,32 @@ pub struct Head {
     /// The header lines and `sign`, as in the single file.
     pub prefix: Vec<u8>,
     pub parts: Vec<PartLine>,
-    /// Head line of the first `part` line.
-    pub first_part_line: u64,
+    /// The `arr` lines (without LF) listed under each `part` line: the
+    /// arrays that begin in that part, in order.
+    pub arrs: Vec<Vec<Vec<u8>>>,
+    /// Head line of each `part` line.
+    pub part_lines: Vec<u64>,
     /// `audit` (if any) and `endwtxt`.
     pub tail: Vec<u8>,
 }
 
 impl Head {
+    /// The head's line that lists part `ix` (1-based).
+    pub fn part_line(&self, ix: u64) -> u64 {
+        self.part_lines.get((ix as usize).wrapping_sub(1)).copied().unwrap_or(0)
+    }
+
+    /// The `begin` lines part `ix` must hold, for the arrays the head lists under it.
+    pub fn begins(&self, ix: u64) -> Vec<String> {
+        let arrs = self.arrs.get((ix as usize).wrapping_sub(1)).map_or(&[][..], |a| &a[..]);
+        arrs.iter().map(|a| begin_for(a).unwrap_or_default()).collect()
+    }
+
+    /// The head's bytes, as [`head_bytes`] writes them.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        head_bytes(&self.prefix, &self.parts, &self.arrs, &self.tail)
+    }
+
     /// The header lines and `sign`, parsed (signature not checked).
     pub fn header(&self) -> Result<crate::wtxt::read::Header> {
         // What follows the header in the joined text is an `arr` line; a
@@ -629,9 +758,11 @@ fn parse_head(prefix: Vec<u8>, rest: &[u8], first: u64) -> Result<Head> {
         return Err(check_at(first, "the head ends inside a line (truncated?): expected `endwtxt`"));
     }
     let mut parts = Vec::new();
+    let mut arrs: Vec<Vec<Vec<u8>>> = Vec::new();
+    let mut part_lines = Vec::new();
     let mut tail = Vec::new();
-    for (i, l) in rest[..rest.len() - 1].split(|&b| b == b'\n').enumerate() {
-        let n = first + i as u64;
+    let mut n = first;
+    for l in rest[..rest.len() - 1].split(|&b| b == b'\n') {
         if !tail.is_empty() && tail.ends_with(b"endwtxt\n") {
             return Err(check_at(n, "text after `endwtxt`"));
         }
@@ -641,18 +772,26 @@ fn parse_head(prefix: Vec<u8>, rest: &[u8], first: u64) -> Result<Head> {
                 return Err(check_at(n, format!("expected part ix={:06}, found ix={:06}", parts.len() + 1, p.ix)));
             }
             parts.push(p);
+            part_lines.push(n);
+            arrs.push(Vec::new());
+        } else if l.starts_with(b"arr ") && tail.is_empty() && !parts.is_empty() {
+            crate::wtxt::read::check_text_line(l).map_err(|m| check_at(n, m))?;
+            begin_for(l).map_err(|m| check_at(n, m))?;
+            arrs.last_mut().expect("after a part line").push(l.to_vec());
         } else if (l.starts_with(b"audit ") && tail.is_empty()) || l == b"endwtxt" {
             crate::wtxt::read::check_text_line(l).map_err(|m| check_at(n, m))?;
             tail.extend_from_slice(l);
             tail.push(b'\n');
         } else {
-            return Err(check_at(n, format!("expected a `part`, `audit` or `endwtxt` line, found `{}`", lossy(l, 40))));
+            let what = "expected a `part`, `arr`, `audit` or `endwtxt` line";
+            return Err(check_at(n, format!("{what}, found `{}`", lossy(l, 40))));
         }
+        n += 1;
     }
     if !tail.ends_with(b"endwtxt\n") {
-        return Err(check_at(first + parts.len() as u64, "file ends early: expected `endwtxt`"));
+        return Err(check_at(n, "file ends early: expected `endwtxt`"));
     }
-    Ok(Head { prefix, parts, first_part_line: first, tail })
+    Ok(Head { prefix, parts, arrs, part_lines, tail })
 }
 
 /// Where a line of the joined text comes from, for messages.
@@ -661,6 +800,8 @@ pub struct LineMap {
     prefix_lines: u64,
     /// (first joined line, body lines, part file, its line of the first body line)
     parts: Vec<(u64, u64, PathBuf, u64)>,
+    /// (joined line, head line) of each `arr` line put in for a `begin` line.
+    arrs: Vec<(u64, u64)>,
     head_lines_before_tail: u64,
     total_parts: usize,
 }
@@ -671,6 +812,9 @@ impl LineMap {
     pub fn locate(&self, n: u64) -> Option<(Option<PathBuf>, u64)> {
         if n <= self.prefix_lines {
             return None;
+        }
+        if let Ok(i) = self.arrs.binary_search_by_key(&n, |&(j, _)| j) {
+            return Some((None, self.arrs[i].1));
         }
         for (start, count, path, local) in &self.parts {
             if n >= *start && n < start + count {
@@ -698,6 +842,9 @@ pub type SharedFaults = Arc<Mutex<Vec<Error>>>;
 pub struct Joined<'a> {
     queue: VecDeque<Segment>,
     parts: Vec<PartLine>,
+    /// Each part's `arr` lines, taken by its reader.
+    arrs: Vec<VecDeque<Vec<u8>>>,
+    part_lines: Vec<u64>,
     source: Box<dyn PartSource + 'a>,
     current: Option<PartReader>,
     map: SharedMap,
@@ -708,7 +855,6 @@ pub struct Joined<'a> {
     /// [`Joined::without_part_hashes`]).
     hash_parts: bool,
     joined_lines: u64,
-    head_first_part_line: u64,
 }
 
 enum Segment {
@@ -720,26 +866,24 @@ impl<'a> Joined<'a> {
     /// Joins `head` with the parts `source` gives.
     pub fn new(head: Head, source: Box<dyn PartSource + 'a>, faults: Option<SharedFaults>) -> Joined<'a> {
         let prefix_lines = head.prefix.iter().filter(|&&b| b == b'\n').count() as u64;
+        let arr_count: usize = head.arrs.iter().map(Vec::len).sum();
+        let head_lines_before_tail = head.part_line(1) + (head.parts.len() + arr_count) as u64 - 1;
         let mut queue = VecDeque::with_capacity(head.parts.len() + 2);
         queue.push_back(Segment::Bytes(io::Cursor::new(head.prefix)));
         queue.extend((0..head.parts.len()).map(Segment::Part));
         queue.push_back(Segment::Bytes(io::Cursor::new(head.tail)));
-        let map = LineMap {
-            prefix_lines,
-            head_lines_before_tail: head.first_part_line + head.parts.len() as u64 - 1,
-            total_parts: head.parts.len(),
-            ..Default::default()
-        };
+        let map = LineMap { prefix_lines, head_lines_before_tail, total_parts: head.parts.len(), ..Default::default() };
         Joined {
             queue,
             parts: head.parts,
+            arrs: head.arrs.into_iter().map(VecDeque::from).collect(),
+            part_lines: head.part_lines,
             source,
             current: None,
             map: Arc::new(Mutex::new(map)),
             faults,
             hash_parts: true,
             joined_lines: prefix_lines,
-            head_first_part_line: head.first_part_line,
         }
     }
 
@@ -777,7 +921,7 @@ impl<'a> Joined<'a> {
     fn open_part(&mut self, i: usize) -> io::Result<Option<PartReader>> {
         let p = self.parts[i];
         let name = self.source.name(p.ix);
-        let head_line = self.head_first_part_line + i as u64;
+        let head_line = self.part_lines[i];
         let inner = match self.source.open(p.ix) {
             Ok(r) => r,
             Err(e) => {
@@ -793,9 +937,18 @@ impl<'a> Joined<'a> {
                 return Ok(None);
             }
         };
-        let body_lines = p.lines.saturating_sub(2 + cont as u64);
+        let first_body = 2 + cont as u64;
+        pr.splice = Splice {
+            arrs: std::mem::take(&mut self.arrs[i]),
+            next_head_line: head_line + 1,
+            map: self.map.clone(),
+            joined_start: self.joined_lines + 1,
+            first_body,
+            ..Default::default()
+        };
+        let body_lines = p.lines.saturating_sub(first_body);
         let mut m = self.map.lock().expect("map");
-        m.parts.push((self.joined_lines + 1, body_lines, name, 2 + cont as u64));
+        m.parts.push((self.joined_lines + 1, body_lines, name, first_body));
         self.joined_lines += body_lines;
         Ok(Some(pr))
     }
@@ -813,7 +966,12 @@ impl Read for Joined<'_> {
                         }
                         continue;
                     }
-                    Ok(n) => return Ok(n),
+                    Ok(n) => {
+                        for e in std::mem::take(&mut cur.splice.faults) {
+                            self.fault(e)?;
+                        }
+                        return Ok(n);
+                    }
                     Err(e) => {
                         let name = cur.name.clone();
                         self.current = None;
@@ -866,6 +1024,59 @@ struct PartReader {
     /// Body bytes read with the framing, given first.
     pending: io::Cursor<Vec<u8>>,
     eof: bool,
+    /// Puts the head's `arr` lines in place of the `begin` lines.
+    splice: Splice,
+}
+
+/// The state of putting `arr` lines in for `begin` lines as a part's body
+/// streams. The body is given as read, straight into the caller's buffer;
+/// only from a line that may be a `begin` line on are bytes held here
+/// (`carry`), until the line is whole.
+#[derive(Default)]
+struct Splice {
+    /// The `arr` lines still to come in this part.
+    arrs: VecDeque<Vec<u8>>,
+    /// The head's line of the next of them.
+    next_head_line: u64,
+    map: SharedMap,
+    /// The joined text's line of the body's first line, and that line's
+    /// number in the part.
+    joined_start: u64,
+    first_body: u64,
+    /// True when the next byte given starts a line.
+    mid_line: bool,
+    /// Body bytes read, not yet given; they start where a `begin` line may.
+    carry: Vec<u8>,
+    /// An `arr` line being given.
+    out: io::Cursor<Vec<u8>>,
+    /// `begin` lines that do not match the head.
+    faults: Vec<Error>,
+}
+
+const BEGIN: &[u8] = b"begin ";
+
+/// Where in `s` the first line that is, or may turn out to be, a `begin`
+/// line starts (`s.len()` when none). `line_start`: `s` starts a line.
+fn begin_at(s: &[u8], line_start: bool) -> usize {
+    let maybe = |p: usize| {
+        let t = &s[p..];
+        if t.len() >= BEGIN.len() {
+            t.starts_with(BEGIN)
+        } else {
+            BEGIN.starts_with(t)
+        }
+    };
+    if line_start && maybe(0) && !s.is_empty() {
+        return 0;
+    }
+    if let Some(i) = memchr::memmem::find(s, b"\nbegin ") {
+        return i + 1;
+    }
+    // A line cut off at the end of `s` may be the start of one.
+    match memchr::memrchr(b'\n', s) {
+        Some(i) if i + 1 < s.len() && maybe(i + 1) => i + 1,
+        _ => s.len(),
+    }
 }
 
 impl PartReader {
@@ -881,6 +1092,7 @@ impl PartReader {
             held: Vec::with_capacity(PART_END.len() * 2),
             pending: io::Cursor::new(Vec::new()),
             eof: false,
+            splice: Splice::default(),
         }
     }
 
@@ -937,6 +1149,13 @@ impl PartReader {
         if self.held != PART_END {
             return fail("it does not end with `endpart` (truncated?)".into());
         }
+        if !self.splice.arrs.is_empty() {
+            return fail(format!(
+                "the head lists {} more array(s) beginning in it (line {}) than it has `begin` lines",
+                self.splice.arrs.len(),
+                self.splice.next_head_line
+            ));
+        }
         let sha: Option<Hash> = self.sha.take().map(|h| h.finalize().into());
         if self.bytes != self.want.bytes || self.lines != self.want.lines {
             return fail(format!(
@@ -952,9 +1171,115 @@ impl PartReader {
 }
 
 impl Read for PartReader {
-    /// Reads straight into `out`, keeping the last bytes back until EOF
-    /// shows whether they are `endpart`: no copy but those few bytes.
+    /// The body with the head's `arr` lines in place of its `begin` lines.
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let n = self.splice.out.read(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            if !self.splice.carry.is_empty() {
+                match self.give_carry(out)? {
+                    0 => continue,
+                    n => return Ok(n),
+                }
+            }
+            let n = self.read_body(out)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            let k = begin_at(&out[..n], !self.splice.mid_line);
+            if k == n {
+                self.splice.mid_line = out[n - 1] != b'\n';
+                return Ok(n);
+            }
+            self.splice.carry.extend_from_slice(&out[k..n]);
+            if k > 0 {
+                self.splice.mid_line = false; // `out[k - 1]` is LF
+                return Ok(k);
+            }
+        }
+    }
+}
+
+impl PartReader {
+    /// Gives what `carry` holds: the line at its start whole when it is a
+    /// `begin` line (its `arr` line goes to `splice.out`; returns 0), else
+    /// the bytes up to the next line that may be one.
+    fn give_carry(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let line_start = !self.splice.mid_line;
+        // Read on until the line at the start is whole, or cannot be `begin`.
+        while line_start && memchr::memchr(b'\n', &self.splice.carry).is_none() {
+            let c = &self.splice.carry;
+            if (c.len() >= BEGIN.len() && !c.starts_with(BEGIN)) || c.len() > MAX_LINE {
+                break;
+            }
+            let mut more = vec![0u8; 1 << 16];
+            let m = self.read_body(&mut more)?;
+            if m == 0 {
+                break;
+            }
+            self.splice.carry.extend_from_slice(&more[..m]);
+        }
+        let c = &self.splice.carry;
+        if line_start && c.starts_with(BEGIN) {
+            if let Some(e) = memchr::memchr(b'\n', c) {
+                let line = c[..e].to_vec();
+                // Its line in the part: those read, less those not given yet.
+                let ahead = [&self.held[..], &self.pending.get_ref()[self.pending.position() as usize..], c]
+                    .iter()
+                    .map(|b| memchr::memchr_iter(b'\n', b).count() as u64)
+                    .sum::<u64>();
+                self.splice.carry.drain(..=e);
+                self.put_arr(&line, self.lines - ahead + 1);
+                return Ok(0);
+            }
+        }
+        // Not a `begin` line (or the part ends inside it): the line goes as
+        // it is, and what follows up to the next line that may be one.
+        let e = memchr::memchr(b'\n', c).map_or(c.len(), |e| e + 1);
+        let give = e + begin_at(&c[e..], true);
+        let m = give.min(out.len());
+        out[..m].copy_from_slice(&c[..m]);
+        self.splice.mid_line = out[m - 1] != b'\n';
+        self.splice.carry.drain(..m);
+        Ok(m)
+    }
+
+    /// The `arr` line for the `begin` line `line` (line `local` of the part).
+    fn put_arr(&mut self, line: &[u8], local: u64) {
+        let sp = &mut self.splice;
+        let joined = sp.joined_start + local.saturating_sub(sp.first_body);
+        let mut text = match sp.arrs.pop_front() {
+            Some(arr) => {
+                let want = begin_for(&arr).unwrap_or_default();
+                if line != want.as_bytes() {
+                    let m = format!(
+                        "expected `{}` (the array the head lists on its line {}), found `{}`",
+                        lossy(want.as_bytes(), 60),
+                        sp.next_head_line,
+                        lossy(line, 60)
+                    );
+                    sp.faults.push(check_at(local, m).in_file(&self.name));
+                }
+                sp.map.lock().expect("map").arrs.push((joined, sp.next_head_line));
+                sp.next_head_line += 1;
+                arr
+            }
+            None => {
+                let m = format!("`{}`: the head lists no more arrays beginning in this part", lossy(line, 60));
+                sp.faults.push(check_at(local, m).in_file(&self.name));
+                line.to_vec()
+            }
+        };
+        text.push(b'\n');
+        sp.out = io::Cursor::new(text);
+        sp.mid_line = false;
+    }
+
+    /// Reads the body straight into `out`, keeping the last bytes back
+    /// until EOF shows whether they are `endpart`: no copy but those few bytes.
+    fn read_body(&mut self, out: &mut [u8]) -> io::Result<usize> {
         let n = self.pending.read(out)?;
         if n > 0 {
             return Ok(n);
@@ -966,7 +1291,7 @@ impl Read for PartReader {
             }
             // A tiny buffer: go through `pending`.
             let mut buf = vec![0u8; 64 << 10];
-            let m = self.read(&mut buf)?;
+            let m = self.read_body(&mut buf)?;
             buf.truncate(m);
             self.pending = io::Cursor::new(buf);
             return self.pending.read(out);

@@ -207,10 +207,14 @@ pub fn text_shape(arrays: &[Array], opts: &WriteOptions) -> Result<crate::wtxt::
                 i.write(&mut l);
                 l.len() as u64 + 1
             });
+            let arr_len = placeholder_arr(p).to_line().len() as u64 + 1;
+            let (name, dtype, shape) = (&p.array.name, p.array.dtype, &p.array.shape);
             crate::wtxt::split::ArrayText {
-                lead: placeholder_arr(p).to_line().len() as u64 + 1 + idx,
+                lead: arr_len + idx,
+                arr_len,
                 layout: p.layout,
-                cont: crate::wtxt::split::cont_line(&p.array.name, p.array.dtype, &p.array.shape),
+                cont: crate::wtxt::split::cont_line(name, dtype, shape),
+                begin: crate::wtxt::split::begin_line(name, dtype, shape),
             }
         })
         .collect();

@@ -93,11 +93,10 @@ fn cut_points_follow_shapes_so_a_new_generation_rewrites_only_changed_parts() {
     let (p0, p1) = (parts(&g0), parts(&g1));
     assert_eq!(p0.len(), p1.len(), "cut points depend on shapes only");
     let same = p0.iter().zip(&p1).filter(|(x, y)| std::fs::read(x).unwrap() == std::fs::read(y).unwrap()).count();
-    // Parts holding only `emb` chunks that did not change are identical;
-    // parts holding an `arr` line change with the gen (its salt does).
-    // Here: the parts of `a_bias`, of `emb`'s arr line, of the changed
-    // chunk, and of `small` and `w`.
-    assert!(same >= p0.len() - 4, "{same} of {} parts unchanged", p0.len());
+    // Only the part holding the changed chunk differs: the `arr` lines,
+    // which change with every gen (the salt does), are in the head.
+    assert_eq!(same, p0.len() - 1, "parts unchanged, of {}", p0.len());
+    assert_ne!(std::fs::read(&g0).unwrap(), std::fs::read(&g1).unwrap(), "the head changed");
     ok(a!("verify", &g1, "--prev", &g0));
     // Writing the same snapshot again leaves unchanged part files alone.
     let before: Vec<_> = p1.iter().map(|p| std::fs::metadata(p).unwrap().modified().unwrap()).collect();
@@ -447,8 +446,15 @@ mod placed {
                     prop_assert!(streamed.is_ok());
                     prop_assert_eq!(spans.len(), mem.len());
                     for (s, part) in spans.iter().zip(&mem) {
+                        // The range of the single text, each `arr` line replaced by its `begin` line.
                         let mut want = s.opening();
-                        want.extend_from_slice(&text[s.start as usize..s.end as usize]);
+                        let mut at = s.start as usize;
+                        for a in &s.arrs {
+                            want.extend_from_slice(&text[at..a.at as usize]);
+                            want.extend_from_slice(format!("{}\n", a.begin).as_bytes());
+                            at = (a.at + a.len) as usize;
+                        }
+                        want.extend_from_slice(&text[at..s.end as usize]);
                         want.extend_from_slice(split::PartSpan::closing());
                         prop_assert!(&want == part, "part {}", s.ix);
                     }
@@ -464,8 +470,14 @@ fn a_text_that_does_not_fill_its_planned_parts_is_never_put_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("m.wtxt");
     let spans = vec![
-        wtxt::wtxt::split::PartSpan { ix: 1, start: 10, end: 20, cont: None },
-        wtxt::wtxt::split::PartSpan { ix: 2, start: 20, end: 30, cont: Some("cont name=a dtype=u8 shape=30".into()) },
+        wtxt::wtxt::split::PartSpan { ix: 1, start: 10, end: 20, cont: None, arrs: vec![] },
+        wtxt::wtxt::split::PartSpan {
+            ix: 2,
+            start: 20,
+            end: 30,
+            cont: Some("cont name=a dtype=u8 shape=30".into()),
+            arrs: vec![],
+        },
     ];
     let mut w = wtxt::ops::PartedOut::create(&out, spans.clone(), 8).unwrap();
     w.write_all(&[b'x'; 10 + 10 + 5]).unwrap(); // stops inside the second part, no tail
@@ -479,4 +491,89 @@ fn a_text_that_does_not_fill_its_planned_parts_is_never_put_in_place() {
     assert_eq!(w.finish().unwrap(), 2);
     let second = std::fs::read_to_string(dir.path().join("m.wtxt.parts/000002.wtxtpart")).unwrap();
     assert_eq!(second, "WTXT part ix=000002\ncont name=a dtype=u8 shape=30\nyyyyyyyyyyendpart\n");
+}
+
+/// The head keeps every `arr` line; a part keeps a `begin` line in each
+/// one's place. Each is checked against the other, and an error about an
+/// `arr` line names the head and its line there.
+#[test]
+fn arr_lines_in_the_head_and_begin_lines_in_parts_are_checked_against_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let g = snapshot(d, "g", &model(1), &["--part-size", "256K"]);
+    let head = std::fs::read_to_string(&g).unwrap();
+    let line_of = |prefix: &str| head.lines().position(|l| l.starts_with(prefix)).unwrap() + 1;
+    let small = line_of("arr name=small ");
+    assert!(small > line_of("part ix=000002 "), "`small` begins in a later part");
+    for p in parts(&g) {
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(!text.contains("\narr "), "{}: no `arr` line in a part", p.display());
+    }
+    let check = |what: &str, named: &str, at: String| {
+        let (code, err) = fails(a!("verify", &g));
+        assert_eq!(code, 1, "{what}: {err}");
+        assert!(err.contains(named) && err.contains(&at), "{what}: expected {named} and {at} in: {err}");
+        let out = d.join("out.safetensors");
+        let (code, err) = fails(a!("extract", &g, "-o", &out));
+        assert_eq!(code, 1, "{what}: {err}");
+        assert!(!out.exists(), "{what}: output written");
+        std::fs::write(&g, &head).unwrap();
+    };
+    // A changed `arr` line: named at its line in the head.
+    let l = head.lines().nth(small - 1).unwrap();
+    let i = l.find("sha256=").unwrap() + 7;
+    let changed = format!("{}{}{}", &l[..i], if &l[i..=i] == "0" { "1" } else { "0" }, &l[i + 1..]);
+    let changed = head.replacen(l, &changed, 1);
+    std::fs::write(&g, changed).unwrap();
+    check("changed arr line", "g.wtxt", format!("line {small}"));
+    // An `arr` line listed under another part than the one holding its `begin` line.
+    let mut lines: Vec<&str> = head.lines().collect();
+    let moved = lines.remove(small - 1);
+    let before = lines.iter().position(|l| l.starts_with("part ix=000002 ")).unwrap();
+    lines.insert(before, moved);
+    std::fs::write(&g, lines.join("\n") + "\n").unwrap();
+    check("arr line under another part", ".wtxtpart", "begin".into());
+    // A `begin` line naming another array, with the table made to match.
+    let holder =
+        parts(&g).into_iter().find(|p| std::fs::read_to_string(p).unwrap().contains("begin name=small ")).unwrap();
+    let keep = std::fs::read(&holder).unwrap();
+    let bent = String::from_utf8(keep.clone()).unwrap().replace("begin name=small ", "begin name=smalx ");
+    let sha = |b: &[u8]| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b));
+    std::fs::write(&holder, &bent).unwrap();
+    std::fs::write(&g, head.replace(&sha(&keep), &sha(bent.as_bytes()))).unwrap();
+    let n = bent.lines().position(|l| l.starts_with("begin name=smalx")).unwrap() + 1;
+    let (code, err) = fails(a!("verify", &g));
+    assert_eq!(code, 1, "{err}");
+    let name = holder.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(err.contains(&name) && err.contains(&format!("line {n}")), "{err}");
+    std::fs::write(&holder, keep).unwrap();
+    std::fs::write(&g, &head).unwrap();
+    ok(a!("verify", &g));
+}
+
+/// Split snapshots written before the `arr` lines moved to the head (their
+/// parts hold `arr` lines, their head none) still read, verify and join.
+#[test]
+fn split_snapshots_of_the_earlier_form_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/split-v0");
+    let old = d.join("old.wtxt");
+    std::fs::copy(fx.join("old.wtxt"), &old).unwrap();
+    std::fs::create_dir(d.join("old.wtxt.parts")).unwrap();
+    for p in parts(&fx.join("old.wtxt")) {
+        std::fs::copy(&p, d.join("old.wtxt.parts").join(p.file_name().unwrap())).unwrap();
+    }
+    ok(a!("verify", &old));
+    let joined = d.join("joined.wtxt");
+    ok(a!("join", &old, "-o", &joined));
+    let single = std::fs::read(fx.join("old-single.wtxt")).unwrap();
+    assert_eq!(std::fs::read(&joined).unwrap(), single);
+    // Split again, it takes today's form, the same single file joined.
+    let again = d.join("again.wtxt");
+    ok(a!("split", &joined, "-o", &again, "--part-size", "8K"));
+    assert!(std::fs::read_to_string(&again).unwrap().contains("\narr name=bias "));
+    let back = d.join("back.wtxt");
+    ok(a!("join", &again, "-o", &back));
+    assert_eq!(std::fs::read(&back).unwrap(), single);
 }
