@@ -1,31 +1,48 @@
-//! Split snapshots: any bytes as a head (parsed, then joined with a part
-//! made of the same bytes), as a part (scanned, diffed, chunk-checked), and
-//! as a text to split, never panic; a text that splits joins back exactly.
+//! Split snapshots: any bytes as a head (parsed, then joined with parts:
+//! the bytes after the first NUL, else the same bytes), as a part
+//! (scanned, diffed, chunk-checked), and as a text to split, never panic; a
+//! text that splits joins back exactly, read in any size of pieces.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use std::io::Read;
 use wtxt::wtxt::split;
 
 fuzz_target!(|data: &[u8]| {
-    // As a head, its parts being the same bytes.
-    if let Ok(split::Opened::Split(h)) = split::open(Box::new(data)) {
-        let parts = vec![data.to_vec(); h.parts.len().min(4)];
-        let mut joined = split::Joined::new(h, Box::new(parts), Some(Default::default()));
-        let _ = wtxt::wtxt::verify::verify(&mut joined, &Default::default(), None);
+    // As a head, with parts.
+    let (head, part) = match data.iter().position(|&b| b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, data),
+    };
+    for lenient in [true, false] {
+        if let Ok(split::Opened::Split(h)) = split::open(Box::new(head)) {
+            let parts = vec![part.to_vec(); h.parts.len().min(4)];
+            let faults = lenient.then(Default::default);
+            let mut joined = split::Joined::new(h, Box::new(parts), faults);
+            let _ = wtxt::wtxt::verify::verify(&mut joined, &Default::default(), None);
+        }
     }
     // As a part.
     let p = std::path::Path::new("p");
-    let _ = wtxt::git::parts::check_part(data, p, &[]);
-    let _ = wtxt::git::parts::textconv(&data, p);
+    let _ = wtxt::git::parts::check_part(part, p, &[]);
+    let _ = wtxt::git::parts::textconv(&part, p);
     let names = wtxt::git::diff::Names { old: p, new: p };
-    let _ = wtxt::git::parts::diff_parts(&data, &data, names);
-    // As a text to split: what splits joins back to the same bytes.
+    let _ = wtxt::git::parts::diff_parts(&part, &part, names);
+    // As a text to split: what splits joins back to the same bytes, whatever
+    // the size of the reads (the `begin` lines are spliced across them).
     let mut sink: Vec<Vec<u8>> = Vec::new();
     if let Ok(head) = split::split(data, 8192, &mut sink) {
         if let Ok(split::Opened::Split(h)) = split::open(Box::new(&head[..])) {
             let mut joined = split::Joined::new(h, Box::new(sink), None);
             let mut back = Vec::new();
-            joined.read_to_end(&mut back).expect("a split made here joins");
+            let sizes = [1usize, 3, 7, 64, 4096, 5, 65536];
+            let mut buf = vec![0u8; 65536];
+            for i in 0.. {
+                let n = joined.read(&mut buf[..sizes[i % sizes.len()]]).expect("a split made here joins");
+                if n == 0 {
+                    break;
+                }
+                back.extend_from_slice(&buf[..n]);
+            }
             assert_eq!(back, data, "join(split(x)) == x");
         }
     }

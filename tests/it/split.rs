@@ -443,8 +443,21 @@ mod placed {
                 Err(_) => prop_assert!(streamed.is_err()),
                 Ok(None) => prop_assert!(text.len() as u64 <= size),
                 Ok(Some(spans)) => {
-                    prop_assert!(streamed.is_ok());
+                    let head = streamed.unwrap();
                     prop_assert_eq!(spans.len(), mem.len());
+                    // Joined back in reads of any size (the head's `arr`
+                    // lines are spliced in across them): the same text.
+                    let Ok(split::Opened::Split(h)) = split::open(Box::new(&head[..])) else { panic!("a head") };
+                    let mut joined = split::Joined::new(h, Box::new(mem.clone()), None);
+                    let (mut back, mut buf) = (Vec::new(), vec![0u8; 4096]);
+                    for i in 0usize.. {
+                        let n = std::io::Read::read(&mut joined, &mut buf[..[1, 2, 5, 9, 77, 4096][i % 6]]).unwrap();
+                        if n == 0 {
+                            break;
+                        }
+                        back.extend_from_slice(&buf[..n]);
+                    }
+                    prop_assert!(back == text, "join(split(text)) == text");
                     for (s, part) in spans.iter().zip(&mem) {
                         // The range of the single text, each `arr` line replaced by its `begin` line.
                         let mut want = s.opening();
