@@ -394,7 +394,7 @@ fn check_staged_part(
             format!("does not match the head (line {line}): a part changed without its head, or the other way round");
         return refusal(0, what, add);
     }
-    match check_part(bytes, part, h.arrs.get(p.ix as usize - 1).map_or(&[][..], |a| &a[..])) {
+    match check_part(bytes, part, &h.begins(p.ix)) {
         Ok(()) => None,
         Err(e) => refusal(line_of(&e), e.message().to_string(), damaged),
     }

@@ -372,20 +372,20 @@ pub fn textconv(text: &dyn Text, file: &Path) -> Result<String> {
 
 /// Checks every chunk of a part (line rules, parity, base64, CRC32C,
 /// SHA-256), as the verifier checks a single file's chunks, and that its
-/// `begin` lines name the arrays its head lists for it (`arrs`, the `arr`
-/// lines): the part is read as `diff_parts` reads it, then each chunk
-/// decoded from its lines in place (never copied).
-pub fn check_part(bytes: &[u8], file: &Path, arrs: &[Vec<u8>]) -> Result<()> {
+/// `begin` lines are those its head lists for it (`begins`, from
+/// [`Head::begins`]): the part is read as `diff_parts` reads it, then each
+/// chunk decoded from its lines in place (never copied).
+pub fn check_part(bytes: &[u8], file: &Path, begins: &[String]) -> Result<()> {
     let sections = scan(&bytes, file)?;
-    let begins: Vec<(&Section, u64)> = sections.iter().filter_map(|s| Some((s, s.begin?))).collect();
-    if begins.len() != arrs.len() {
-        let m = format!("{} `begin` line(s), the head lists {} array(s) for this part", begins.len(), arrs.len());
-        return Err(check_at(begins.get(arrs.len()).map_or(0, |b| b.1), m).in_file(file));
+    let found: Vec<(String, u64)> =
+        sections.iter().filter_map(|s| Some((split::begin_line(&s.name, s.dtype, &s.shape), s.begin?))).collect();
+    if found.len() != begins.len() {
+        let m = format!("{} `begin` line(s), the head lists {} array(s) for this part", found.len(), begins.len());
+        return Err(check_at(found.get(begins.len()).map_or(0, |b| b.1), m).in_file(file));
     }
-    for ((sec, n), arr) in begins.iter().zip(arrs) {
-        let a = ArrLine::parse(arr).map_err(|m| check_at(0, m))?;
-        if (&a.name, a.dtype, &a.shape) != (&sec.name, sec.dtype, &sec.shape) {
-            let m = format!("`begin name={}` stands where the head lists `arr name={}`", sec.name, a.name);
+    for ((got, n), want) in found.iter().zip(begins) {
+        if got != want {
+            let m = format!("expected `{want}` (the array the head lists here), found `{got}`");
             return Err(check_at(*n, m).in_file(file));
         }
     }

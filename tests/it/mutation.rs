@@ -357,7 +357,7 @@ fn split_readers_never_panic() {
         write_set(&head, &ps);
         read_set();
         let arrs = split::open(Box::new(&head[..])).ok().and_then(|o| match o {
-            split::Opened::Split(h) => h.arrs.get(1).cloned(),
+            split::Opened::Split(h) => Some(h.begins(2)),
             _ => None,
         });
         let _ = wtxt::git::parts::check_part(p, std::path::Path::new("p"), &arrs.unwrap_or_default());
