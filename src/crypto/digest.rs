@@ -1,6 +1,11 @@
-//! The profile's derived values: salts, the Merkle link, key ids and `fastxor`.
+//! The profile's derived values (salts, the Merkle link, key ids and
+//! `fastxor`), and fingerprints of what a command read.
+
+use std::io::Read;
 
 use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
 
 /// A SHA-256 digest.
 pub type Hash = [u8; 32];
@@ -91,6 +96,49 @@ fn xor_words(data: &[u8]) -> u64 {
     let mut tail = [0u8; 8];
     tail[..rem.len()].copy_from_slice(rem);
     x ^ u64::from_le_bytes(tail)
+}
+
+/// A key drawn for one run, for [`Fingerprint`]s that are compared with
+/// each other and never leave the process.
+pub fn fingerprint_key() -> Result<[u8; 32]> {
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| Error::io_in("drawing a key", std::io::Error::other(e.to_string())))?;
+    Ok(key)
+}
+
+/// Reads through `inner`, feeding every byte to BLAKE3 keyed with a key of
+/// [`fingerprint_key`]: two texts with the same fingerprint are the same
+/// bytes, and no one who cannot see the key can make them match otherwise.
+/// It proves a text read twice did not change in between, or that a text
+/// equals one written elsewhere, without holding either.
+pub struct Fingerprint<R> {
+    inner: R,
+    hash: blake3::Hasher,
+}
+
+impl<R: Read> Fingerprint<R> {
+    pub fn new(inner: R, key: &[u8; 32]) -> Fingerprint<R> {
+        Fingerprint { inner, hash: blake3::Hasher::new_keyed(key) }
+    }
+
+    /// The fingerprint of what was read.
+    pub fn finish(self) -> blake3::Hash {
+        self.hash.finalize()
+    }
+
+    /// Reads the rest, then gives the fingerprint of all of it.
+    pub fn finish_reading(mut self) -> std::io::Result<blake3::Hash> {
+        std::io::copy(&mut self, &mut std::io::sink())?;
+        Ok(self.finish())
+    }
+}
+
+impl<R: Read> Read for Fingerprint<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
 }
 
 #[cfg(test)]

@@ -199,55 +199,11 @@ fn path_in_parent(repo: &Repository, parent: &Tree, child: &Tree, path: &Path) -
     Ok(path.to_path_buf())
 }
 
-/// The first `n` bytes of a blob (a header needs at most 5 lines of at
-/// most 4096 bytes). Streamed from the object database when libgit2 can
-/// (loose objects), else by `git cat-file`, which streams a packed blob
-/// stored whole (every blob over `core.bigFileThreshold` is: a single-file
-/// snapshot of a large model). libgit2 alone would inflate all of it.
-pub(crate) fn blob_prefix(repo: &Repository, blob: Oid, n: u64) -> std::result::Result<Vec<u8>, String> {
-    if let Ok(odb) = repo.odb() {
-        if let Ok((r, _, _)) = odb.reader(blob) {
-            return Ok(read_some(r, n));
-        }
-    }
-    if let Some(h) = head_by_git(repo, blob, n) {
-        return Ok(h);
-    }
-    let b = repo.find_blob(blob).map_err(|e| e.message().to_string())?;
-    let c = b.content();
-    Ok(c[..c.len().min(n as usize)].to_vec())
-}
-
-/// Up to `n` bytes of `r` (fewer at its end or on an error).
-fn read_some(r: impl std::io::Read, n: u64) -> Vec<u8> {
-    let mut buf = Vec::new();
-    let _ = std::io::Read::read_to_end(&mut r.take(n), &mut buf);
-    buf
-}
-
-/// The first `n` bytes of a blob from `git cat-file`, which is stopped
-/// once they are read; `None` when Git is not there or gives nothing.
-fn head_by_git(repo: &Repository, blob: Oid, n: u64) -> Option<Vec<u8>> {
-    use std::process::{Command, Stdio};
-    let mut child = Command::new("git")
-        .arg("--git-dir")
-        .arg(repo.path())
-        .args(["cat-file", "blob", &blob.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let head = read_some(child.stdout.take()?, n);
-    let _ = child.kill();
-    let _ = child.wait();
-    (!head.is_empty()).then_some(head)
-}
-
 fn read_version(repo: &Repository, commit: Oid, blob: Oid) -> Version {
-    let head = match blob_prefix(repo, blob, 5 * 4097) {
+    // A header needs at most 5 lines of at most 4096 bytes.
+    let head = match crate::git::blob::prefix(repo, blob, 5 * 4097) {
         Ok(h) => h,
-        Err(e) => return Version { commit, header: None, error: Some(e) },
+        Err(e) => return Version { commit, header: None, error: Some(e.message().to_string()) },
     };
     // Only complete lines: the header is parsed from what was read.
     let cut = head.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
@@ -417,29 +373,4 @@ fn check(commit: &Commit, path: &Path, cur: &Version, prevs: &[Version], opts: &
         }
     }
     g
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn git_gives_the_start_of_a_packed_blob() {
-        let dir = tempfile::tempdir().unwrap();
-        let git = |args: &[&str]| {
-            let o = std::process::Command::new("git").arg("-C").arg(dir.path()).args(args).output().unwrap();
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        };
-        git(&["init", "-q"]);
-        let text: Vec<u8> = (0..200_000u32).flat_map(|i| format!("line {i}\n").into_bytes()).collect();
-        std::fs::write(dir.path().join("f"), &text).unwrap();
-        git(&["add", "f"]);
-        git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "f"]);
-        git(&["-c", "core.bigFileThreshold=1k", "gc", "-q"]);
-        let repo = Repository::open(dir.path()).unwrap();
-        let oid = repo.head().unwrap().peel_to_tree().unwrap().get_name("f").unwrap().id();
-        assert!(repo.odb().unwrap().reader(oid).is_err(), "libgit2 cannot stream a packed blob");
-        assert_eq!(head_by_git(&repo, oid, 100).unwrap(), text[..100]);
-        assert_eq!(blob_prefix(&repo, oid, 5000).unwrap(), text[..5000]);
-    }
 }

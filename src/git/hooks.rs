@@ -8,11 +8,13 @@
 //! `merkle_prev` = HEAD's `merkle_this`. For a `.wtxtdelta`: its structure and
 //! every chunk it carries (parity, CRC32C, SHA-256).
 
+use std::io::{Read, Seek};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use git2::{Repository, Status, StatusOptions};
 
+use crate::crypto::digest::{fingerprint_key, Fingerprint};
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
 use crate::git::git_err;
@@ -81,11 +83,13 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
     };
     for path in &staged {
         let Some(entry) = index.get_path(path, 0) else { continue };
-        let blob = repo.find_blob(entry.id).map_err(git_err)?;
+        // The staged blob is streamed, never inflated whole: a single file
+        // may hold a whole model.
+        let open = || crate::git::blob::reader(&repo, entry.id).map(std::io::BufReader::new);
         // A single file past the part size (written with `--part-size none`)
         // is the user's choice, but Git and the hosts pay for it: said, not
         // refused. (A head is a few KB: only a single file gets here.)
-        let size = blob.size() as u64;
+        let size = crate::git::blob::size(&repo, entry.id)?;
         let over = part_size.limit().filter(|&limit| size > limit);
         if let (Some(limit), true) = (over, path.extension().is_some_and(|e| e == "wtxt")) {
             notes.push(format!(
@@ -105,7 +109,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
             fix: fix.to_string(),
         };
         if path.extension().and_then(|e| e.to_str()) == Some("wtxtdelta") {
-            if let Err(e) = check_delta(blob.content()) {
+            if let Err(e) = open().and_then(check_delta) {
                 refusals.push(refuse(line_of(&e), e.message().to_string(), "re-create it with `wtxt delta create`"));
             }
             continue;
@@ -116,15 +120,32 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
             .as_ref()
             .and_then(|t| t.get_path(path).ok())
             .filter(|e| e.id() != entry.id)
-            .and_then(|e| crate::git::history::blob_prefix(&repo, e.id(), crate::wtxt::split::MAX_HEAD + 1).ok());
-        if let Ok(Blob::Head(h)) = classify(&blob.content()) {
+            .and_then(|e| crate::git::blob::prefix(&repo, e.id(), crate::wtxt::split::MAX_HEAD + 1).ok());
+        // A head is told from a single file by its start (a head is whole in it).
+        let start = crate::git::blob::prefix(&repo, entry.id, crate::wtxt::split::MAX_HEAD + 1)?;
+        if let Ok(Blob::Head(h)) = classify(&start) {
             let s = Split { repo: &repo, index: &index, head_tree: head_tree.as_ref(), path };
             if let Some(r) = s.check(&h, head.as_deref(), require, trusted.as_ref()) {
                 refusals.push(Refusal { path: if r.path.is_empty() { shown.clone() } else { r.path.clone() }, ..r });
             }
             continue;
         }
-        if let Some(r) = check_wtxt(blob.content(), head.as_deref(), require, trusted.as_ref()) {
+        // The work-tree copy when the index vouches for it before and after
+        // it is read, else the blob.
+        let rec = Recorded::of(&entry);
+        let on_disk = repo.workdir().map(|w| w.join(path)).filter(|p| rec.vouched(p, index_written(&repo)));
+        let mut verdict = None;
+        if let Some(p) = &on_disk {
+            let from_file = || -> Result<Box<dyn Read>> {
+                Ok(Box::new(std::io::BufReader::new(std::fs::File::open(p).map_err(|e| Error::io(p, e))?)))
+            };
+            let v = check_wtxt(&from_file, size, head.as_deref(), require, trusted.as_ref());
+            verdict = rec.vouched(p, index_written(&repo)).then_some(v);
+        }
+        let from_blob = || -> Result<Box<dyn Read + '_>> { Ok(Box::new(open()?)) };
+        let verdict =
+            verdict.unwrap_or_else(|| check_wtxt(&from_blob, size, head.as_deref(), require, trusted.as_ref()));
+        if let Some(r) = verdict {
             refusals.push(Refusal { path: shown.clone(), ..r });
         }
     }
@@ -138,29 +159,38 @@ fn line_of(e: &Error) -> u64 {
     }
 }
 
-fn check_delta(bytes: &[u8]) -> Result<()> {
-    crate::wtxt::delta::check(bytes)
+fn check_delta(input: impl Read) -> Result<()> {
+    crate::wtxt::delta::check(input)
 }
 
-/// The first reason `bytes` may not be committed, if any.
-fn check_wtxt(bytes: &[u8], head: Option<&[u8]>, require: bool, trusted: Option<&TrustedKeys>) -> Option<Refusal> {
+/// The first reason the staged text `open` gives (`len` bytes) may not be
+/// committed, if any.
+fn check_wtxt<R: Read>(
+    open: &dyn Fn() -> Result<R>,
+    len: u64,
+    head: Option<&[u8]>,
+    require: bool,
+    trusted: Option<&TrustedKeys>,
+) -> Option<Refusal> {
     let refusal =
         |line: u64, problem: String, fix: &str| Some(Refusal { path: String::new(), line, problem, fix: fix.into() });
+    let unreadable = "not a readable WTXT: write it with `wtxt snapshot`";
     let opts = VerifyOptions { trusted, require_signature: require, ..Default::default() };
-    let loaded = match crate::wtxt::load_or_report(bytes, bytes.len() as u64, &opts) {
-        Ok(Ok(l)) => l,
-        Ok(Err(report)) => {
-            let p = report.first_error().expect("a failed report names its problem");
-            let fix = match p.kind {
-                ProblemKind::RootPending => "finalize it first: `wtxt finalize FILE -o FILE.wsum --rewrite FILE`",
-                ProblemKind::Signature => "sign it with a trusted key: `wtxt snapshot ... --sign-key KEY.pem`",
-                _ => "the file is damaged: write it again with `wtxt snapshot`, or `wtxt recover` it",
-            };
-            return refusal(p.line, p.message.clone(), fix);
-        }
-        Err(e) => {
-            return refusal(line_of(&e), e.message().to_string(), "not a readable WTXT: write it with `wtxt snapshot`")
-        }
+    // Read once, fingerprinted as it is verified; compared below with the
+    // writer's text for the same arrays.
+    let read = |key: &[u8; 32]| -> Result<(std::result::Result<crate::wtxt::Loaded, _>, blake3::Hash)> {
+        let mut staged = Fingerprint::new(open()?, key);
+        let loaded = crate::wtxt::load_or_report(&mut staged, len, &opts)?;
+        Ok((loaded, staged.finish_reading().map_err(Error::read_failed)?))
+    };
+    let key = match fingerprint_key() {
+        Ok(k) => k,
+        Err(e) => return refusal(0, e.message().to_string(), "try again"),
+    };
+    let (loaded, staged) = match read(&key) {
+        Ok((Ok(l), fp)) => (l, fp),
+        Ok((Err(report), _)) => return report_refusal(&report),
+        Err(e) => return refusal(line_of(&e), e.message().to_string(), unreadable),
     };
     if require && loaded.report.signature != SigStatus::Valid {
         return refusal(
@@ -169,9 +199,9 @@ fn check_wtxt(bytes: &[u8], head: Option<&[u8]>, require: bool, trusted: Option<
             "sign it with a trusted key",
         );
     }
-    match crate::wtxt::canonical_bytes(&loaded) {
-        Ok(c) if c[..] == *crate::wtxt::without_sign_line(bytes) => {}
-        Ok(_) => {
+    match is_canonical(&loaded, &key, staged) {
+        Ok(true) => {}
+        Ok(false) => {
             return refusal(
                 0,
                 "not in canonical form (re-emitting changes its bytes)".into(),
@@ -181,6 +211,42 @@ fn check_wtxt(bytes: &[u8], head: Option<&[u8]>, require: bool, trusted: Option<
         Err(e) => return refusal(0, e.message().to_string(), "write it again with `wtxt snapshot`"),
     }
     chain_refusal(&loaded.header, head?)
+}
+
+/// Why a file that failed verification may not be committed.
+fn report_refusal(report: &crate::wtxt::verify::Report) -> Option<Refusal> {
+    let p = report.first_error().expect("a failed report names its problem");
+    let fix = match p.kind {
+        ProblemKind::RootPending => "finalize it first: `wtxt finalize FILE -o FILE.wsum --rewrite FILE`",
+        ProblemKind::Signature => "sign it with a trusted key: `wtxt snapshot ... --sign-key KEY.pem`",
+        _ => "the file is damaged: write it again with `wtxt snapshot`, or `wtxt recover` it",
+    };
+    Some(Refusal { path: String::new(), line: p.line, problem: p.message.clone(), fix: fix.into() })
+}
+
+/// Whether the writer re-emits the staged text (fingerprinted as `staged`
+/// with `key`) byte for byte. A signature needs the key, so the staged
+/// `sign` line is put where the writer would put it. The text goes to an
+/// unnamed temporary file: neither side is held whole.
+fn is_canonical(loaded: &crate::wtxt::Loaded, key: &[u8; 32], staged: blake3::Hash) -> Result<bool> {
+    let tmp = std::env::temp_dir();
+    let mut canonical = std::io::BufWriter::new(tempfile::tempfile().map_err(|e| Error::io(&tmp, e))?);
+    crate::wtxt::write_canonical(loaded, &mut canonical)?;
+    let mut canonical = canonical.into_inner().map_err(|e| Error::io(&tmp, e.into_error()))?;
+    canonical.rewind().map_err(|e| Error::io(&tmp, e))?;
+    let mut canonical = std::io::BufReader::new(canonical);
+    // Lines 1-4, the staged `sign` line, the rest.
+    let mut start = vec![0; loaded.header.signed_bytes.len()];
+    if canonical.read_exact(&mut start).is_err() {
+        return Ok(false);
+    }
+    let mut sign = String::new();
+    if let Some(s) = &loaded.header.sign {
+        s.write(&mut sign);
+        sign.push('\n');
+    }
+    let text = std::io::Cursor::new(start).chain(sign.as_bytes()).chain(canonical);
+    Ok(Fingerprint::new(text, key).finish_reading().map_err(|e| Error::io(&tmp, e))? == staged)
 }
 
 /// Why `header` does not continue HEAD's version `head` (a single file or a head).
@@ -276,7 +342,7 @@ impl Split<'_> {
         let next = std::sync::atomic::AtomicUsize::new(0);
         let found: std::sync::Mutex<Vec<(u64, Refusal)>> = Default::default();
         let git_dir = self.repo.path().to_path_buf();
-        let index_written = std::fs::metadata(git_dir.join("index")).ok().map(|m| (m.mtime(), m.mtime_nsec()));
+        let index_written = index_written(self.repo);
         let workdir = self.repo.workdir().map(Path::to_path_buf);
         let (index_written, workdir) = (&index_written, &workdir);
         std::thread::scope(|s| {
@@ -337,27 +403,36 @@ impl Recorded {
         }
     }
 
-    /// The work-tree file's bytes when Git's index says they are the staged
-    /// ones, as `git status` decides it: the same size, modification and
-    /// change times (the kernel sets the change time; no one can put it
-    /// back), inode (and device, where recorded) as at `git add`, and modified
-    /// before the index was written (not "racily clean"). Reading it
-    /// spares inflating the blob; any doubt gives `None` (read the blob).
-    fn clean_copy(&self, path: &Path, index_written: Option<(i64, i64)>) -> Option<Vec<u8>> {
-        let m = std::fs::symlink_metadata(path).ok()?;
-        let same = m.is_file()
+    /// Whether the work-tree file holds the staged bytes, as `git status`
+    /// decides it: the same size, modification and change times (the kernel
+    /// sets the change time; no one can put it back), inode (and device,
+    /// where recorded) as at `git add`, and modified before the index was
+    /// written (not "racily clean"). Reading it spares inflating the blob.
+    fn vouched(&self, path: &Path, index_written: Option<(i64, i64)>) -> bool {
+        let Ok(m) = std::fs::symlink_metadata(path) else { return false };
+        m.is_file()
             && m.size() as u32 == self.size
             && (m.mtime() as i32, m.mtime_nsec() as u32) == self.mtime
             && (m.ctime() as i32, m.ctime_nsec() as u32) == self.ctime
             && m.ino() as u32 == self.ino
             && (self.dev == 0 || m.dev() as u32 == self.dev) // libgit2 records none
-            && index_written.is_some_and(|w| (m.mtime(), m.mtime_nsec()) < w);
-        if !same {
+            && index_written.is_some_and(|w| (m.mtime(), m.mtime_nsec()) < w)
+    }
+
+    /// The work-tree file's bytes while the index vouches for them, before
+    /// and after the read; any doubt gives `None` (read the blob).
+    fn clean_copy(&self, path: &Path, index_written: Option<(i64, i64)>) -> Option<Vec<u8>> {
+        if !self.vouched(path, index_written) {
             return None;
         }
         let bytes = std::fs::read(path).ok()?;
-        (bytes.len() as u64 == m.size()).then_some(bytes)
+        self.vouched(path, index_written).then_some(bytes)
     }
+}
+
+/// When the index was last written (see [`Recorded::vouched`]).
+fn index_written(repo: &Repository) -> Option<(i64, i64)> {
+    std::fs::metadata(repo.path().join("index")).ok().map(|m| (m.mtime(), m.mtime_nsec()))
 }
 
 /// Why a staged part may not be committed: its bytes do not match the

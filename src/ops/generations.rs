@@ -2,7 +2,7 @@
 
 use crate::atomic::{write_file, AtomicFile};
 use crate::crypto::armor::Unseal;
-use crate::crypto::digest::Hash;
+use crate::crypto::digest::{fingerprint_key, Fingerprint, Hash};
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::{SecretKey, TrustedKeys};
 use crate::error::{check_at, Error, Position, Result};
@@ -43,8 +43,7 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
         allow_unauthenticated: o.trust.allow_unauthenticated,
         ..Default::default()
     };
-    let mut key = [0u8; 32];
-    getrandom::fill(&mut key).map_err(|e| Error::io_in("drawing a key", std::io::Error::other(e.to_string())))?;
+    let key = fingerprint_key()?;
     let mut verified = Fingerprint::new(input.text(), &key);
     let mut report = verify(&mut verified, &opts, None).map_err(|e| input.blame(e))?;
     let verified = verified.finish();
@@ -96,32 +95,6 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
     }
     write_file(wsum_out, wsum.to_file().as_bytes(), 0o644)?;
     Ok(wsum)
-}
-
-/// Reads through `inner`, feeding every byte to BLAKE3 keyed with a key
-/// drawn for this run: a fingerprint of what was read that a file changed
-/// in between cannot be made to match.
-struct Fingerprint<R> {
-    inner: R,
-    hash: blake3::Hasher,
-}
-
-impl<R: Read> Fingerprint<R> {
-    fn new(inner: R, key: &[u8; 32]) -> Fingerprint<R> {
-        Fingerprint { inner, hash: blake3::Hasher::new_keyed(key) }
-    }
-
-    fn finish(self) -> blake3::Hash {
-        self.hash.finalize()
-    }
-}
-
-impl<R: Read> Read for Fingerprint<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hash.update(&buf[..n]);
-        Ok(n)
-    }
 }
 
 /// `wtxt delta create`: the extended DELTA v2 from `base` to `target`. The

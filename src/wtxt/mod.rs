@@ -120,6 +120,14 @@ pub fn load_or_report<R: Read>(
 /// canonical when these equal its own bytes, its `sign` line set aside
 /// (a signature needs the key; it covers the header, which must match).
 pub fn canonical_bytes(loaded: &Loaded) -> Result<Vec<u8>> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    write_canonical(loaded, &mut out)?;
+    Ok(out.into_inner())
+}
+
+/// Writes [`canonical_bytes`] to `out` (empty, at position 0), for a file
+/// too large to hold twice.
+pub fn write_canonical<W: std::io::Write + std::io::Seek>(loaded: &Loaded, out: &mut W) -> Result<()> {
     use crate::wtxt::syntax::Root;
     let (merkle_prev, streaming) = match &loaded.header.root {
         Root::Final { merkle_prev, .. } => (*merkle_prev, false),
@@ -135,9 +143,8 @@ pub fn canonical_bytes(loaded: &Loaded) -> Result<Vec<u8>> {
             loaded.rows_per_chunk.unwrap_or(layout::DEFAULT_ROWS_PER_CHUNK),
         )
     };
-    let mut out = std::io::Cursor::new(Vec::new());
-    write::write_snapshot(&loaded.arrays, &opts, &mut out, &crate::progress::Progress::hidden())?;
-    Ok(out.into_inner())
+    write::write_snapshot(&loaded.arrays, &opts, out, &crate::progress::Progress::hidden())?;
+    Ok(())
 }
 
 /// `bytes` without its `sign` line (line 5), if it has one.

@@ -45,3 +45,37 @@ fn pre_commit_blocks_damaged_and_unsigned_snapshots() {
     let r = git(d, &["commit", "-qm", "signed"]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
 }
+
+/// A file that verifies but is not what the writer emits (here its `cap`
+/// values reordered, which no hash covers) is refused; the staged blob is
+/// what counts, packed or loose, not the work tree.
+#[test]
+fn pre_commit_refuses_a_verifying_file_that_is_not_canonical() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert!(git(d, &["init", "-q"]).status.success());
+    // Blobs over the threshold go straight into a pack at `git add`.
+    assert!(git(d, &["config", "core.bigFileThreshold", "1k"]).status.success());
+    let hook = d.join(".git/hooks/pre-commit");
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks/pre-commit"), &hook).unwrap();
+    let good = read("expected/defaults.wtxt");
+    let text = String::from_utf8(good.clone()).unwrap();
+    let reordered = text.replacen(
+        "cap ext=crc32c,line_parity,arr_hmac,delta_v2,row_blocking\n",
+        "cap ext=crc32c,line_parity,arr_hmac,row_blocking,delta_v2\n",
+        1,
+    );
+    assert_ne!(reordered, text);
+    std::fs::write(d.join("m.wtxt"), &reordered).unwrap();
+    let v = crate::util::wtxt().arg("verify").arg(d.join("m.wtxt")).output().unwrap();
+    assert!(v.status.success(), "it verifies: {}", String::from_utf8_lossy(&v.stderr));
+    git(d, &["add", "m.wtxt"]);
+    // The work tree is put right after `git add`: the staged bytes are checked.
+    std::fs::write(d.join("m.wtxt"), &good).unwrap();
+    let r = git(d, &["commit", "-qm", "reordered"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("m.wtxt") && err.contains("not in canonical form"), "{err}");
+    git(d, &["add", "m.wtxt"]);
+    let r = git(d, &["commit", "-qm", "canonical"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+}
