@@ -19,6 +19,18 @@ use crate::git::diff::to_f64;
 use crate::model::{Array, ArrayData, Dtype};
 use crate::wtxt::layout::Layout;
 
+/// True when `ours` is a split snapshot's head handed over without its
+/// parts, as Git's merge driver gets it: Git merges a head and each part
+/// as files of their own, which cannot merge the model
+/// (`wtxt git resolve` merges it whole).
+pub fn is_lone_head(ours: &std::path::Path) -> bool {
+    use crate::git::parts::{classify, open_text, Blob};
+    if crate::wtxt::split::parts_dir(ours).exists() {
+        return false;
+    }
+    matches!(open_text(ours), Ok(Some(f)) if matches!(classify(&f), Ok(Blob::Head(_))))
+}
+
 /// How to settle a conflict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

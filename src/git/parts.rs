@@ -16,7 +16,7 @@ use crate::error::{check_at, Error, Result};
 use crate::git::diff::{decode_side, header_changes, ArrayDiff, FileDiff, Names, Stats, Status};
 use crate::model::Dtype;
 use crate::wtxt::delta::ChunkText;
-use crate::wtxt::read::LineReader;
+use crate::wtxt::read::{LineReader, SliceLines};
 use crate::wtxt::split::{self, Head, PartLine};
 use crate::wtxt::syntax::{parse_shape, ArrLine, ChLine, Fields};
 
@@ -393,31 +393,13 @@ pub fn check_part(bytes: &[u8], file: &Path, begins: &[String]) -> Result<()> {
         for (ch, n, r) in &sec.chunks {
             // The chunk's text runs from its `ch` line to `endch`: the lines between.
             let r = r.start as usize..r.end as usize;
-            let body = Lines { bytes: &bytes[r], pos: 0, n: 0 }.skip(1).take(ch.lines as usize).map(|(_, b)| b);
+            let body = SliceLines::new(&bytes[r]).skip(1).take(ch.lines as usize).map(|(_, _, b)| b);
             if let Err(f) = crate::wtxt::chunk::decode(ch, body) {
                 return Err(check_at(n + 1 + f.line().unwrap_or(0), format!("chunk {}: {f}", ch.ix)).in_file(file));
             }
         }
     }
     Ok(())
-}
-
-/// The lines of a byte slice, numbered from 1, without their LF.
-struct Lines<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-    n: u64,
-}
-
-impl<'a> Iterator for Lines<'a> {
-    type Item = (u64, &'a [u8]);
-    fn next(&mut self) -> Option<(u64, &'a [u8])> {
-        let rest = &self.bytes[self.pos..];
-        let end = memchr::memchr(b'\n', rest)?;
-        self.pos += end + 1;
-        self.n += 1;
-        Some((self.n, &rest[..end]))
-    }
 }
 
 /// The parts of a head as blobs of one Git tree (`PATH.parts/NNNNNN.wtxtpart`

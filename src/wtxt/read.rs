@@ -196,6 +196,46 @@ fn memchr(hay: &[u8]) -> Option<usize> {
     memchr::memchr(b'\n', hay)
 }
 
+/// The lines of a byte slice held in memory, with their 1-based numbers
+/// and byte ranges (LF excluded), one at a time; the last line may lack
+/// its LF. For texts already in memory (a part, a damaged file being
+/// recovered); [`LineReader`] reads a stream.
+pub struct SliceLines<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    no: u64,
+}
+
+impl<'a> SliceLines<'a> {
+    pub fn new(bytes: &'a [u8]) -> SliceLines<'a> {
+        SliceLines { bytes, at: 0, no: 0 }
+    }
+
+    /// The next line, not taken.
+    pub fn peek(&self) -> Option<&'a [u8]> {
+        (self.at <= self.bytes.len() && !(self.at == self.bytes.len() && self.no > 0)).then(|| {
+            let rest = &self.bytes[self.at..];
+            &rest[..memchr(rest).unwrap_or(rest.len())]
+        })
+    }
+
+    /// Where the next line starts.
+    pub fn offset(&self) -> usize {
+        self.at
+    }
+}
+
+impl<'a> Iterator for SliceLines<'a> {
+    type Item = (u64, Range<usize>, &'a [u8]);
+    fn next(&mut self) -> Option<Self::Item> {
+        let l = self.peek()?;
+        let r = self.at..self.at + l.len();
+        self.at = r.end + 1;
+        self.no += 1;
+        Some((self.no, r, l))
+    }
+}
+
 /// The rules every non-base64 line obeys: printable ASCII, not empty, no trailing space.
 pub fn check_text_line(l: &[u8]) -> std::result::Result<(), String> {
     if l.is_empty() {

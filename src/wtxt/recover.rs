@@ -23,6 +23,7 @@ use crate::crypto::digest::derive_salt;
 use crate::crypto::mac::HmacKey;
 use crate::model::{Array, ArrayData};
 use crate::wtxt::chunk;
+use crate::wtxt::read::SliceLines;
 use crate::wtxt::syntax::{ArrLine, ChLine, IdxLine, Meta, Root, B64_WIDTH};
 
 /// What was found for one array.
@@ -110,34 +111,6 @@ struct Candidate {
     damaged: Vec<ChunkFound>,
 }
 
-/// The lines of `bytes` with their 1-based numbers and byte ranges (LF
-/// excluded), one at a time: the scan never indexes the whole file.
-struct Lines<'a> {
-    bytes: &'a [u8],
-    at: usize,
-    no: u64,
-}
-
-impl<'a> Lines<'a> {
-    fn peek(&self) -> Option<&'a [u8]> {
-        (self.at <= self.bytes.len() && !(self.at == self.bytes.len() && self.no > 0)).then(|| {
-            let rest = &self.bytes[self.at..];
-            &rest[..memchr::memchr(b'\n', rest).unwrap_or(rest.len())]
-        })
-    }
-}
-
-impl<'a> Iterator for Lines<'a> {
-    type Item = (u64, std::ops::Range<usize>, &'a [u8]);
-    fn next(&mut self) -> Option<Self::Item> {
-        let l = self.peek()?;
-        let r = self.at..self.at + l.len();
-        self.at = r.end + 1;
-        self.no += 1;
-        Some((self.no, r, l))
-    }
-}
-
 /// What one pass over a damaged file finds: the header values it could
 /// read and every array's intact and damaged chunks (where they lie, not
 /// their bytes).
@@ -154,10 +127,10 @@ struct Scan {
 /// Resynchronizes on every `arr` and `ch` line; checks each chunk with the
 /// one chunk decoder.
 fn scan(bytes: &[u8]) -> Scan {
-    let mut lines = Lines { bytes, at: 0, no: 0 };
+    let mut lines = SliceLines::new(bytes);
     let mut meta = None;
     let mut root = None;
-    for (_, _, l) in (Lines { bytes, at: 0, no: 0 }).take(8) {
+    for (_, _, l) in (SliceLines::new(bytes)).take(8) {
         if l.starts_with(b"meta ") {
             meta = meta.or(Meta::parse(l).ok());
         } else if l.starts_with(b"root ") {
@@ -194,7 +167,7 @@ fn scan(bytes: &[u8]) -> Scan {
         } else if l.starts_with(b"ch ") {
             let ch = ChLine::parse(l);
             // Base64 lines follow until anything else.
-            let start = lines.at.min(bytes.len());
+            let start = lines.offset().min(bytes.len());
             let mut end = start;
             while lines.peek().is_some_and(looks_like_b64) {
                 end = lines.next().expect("peeked").1.end;

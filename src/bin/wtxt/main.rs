@@ -458,18 +458,9 @@ fn diff_driver_cmd(args: Vec<String>) -> Result<u8> {
 }
 
 fn merge(a: cli::MergeArgs) -> Result<u8> {
-    // As Git's driver on a split snapshot's head: Git hands over the head
-    // alone in a temporary file (and each part alone), which cannot be
-    // merged file by file.
-    let no_parts = !wtxt::wtxt::split::parts_dir(&a.ours).exists();
-    if let (Some(p), true) = (&a.path, no_parts) {
-        use wtxt::git::parts::{classify, open_text, Blob};
-        if let Ok(Some(f)) = open_text(&a.ours) {
-            if let Ok(Blob::Head(_)) = classify(&f) {
-                eprintln!("wtxt merge: {p} is a split snapshot: Git merges its head and parts one by one, which cannot merge the model; run `wtxt git resolve {p}` to merge it whole");
-                return Ok(1);
-            }
-        }
+    if let (Some(p), true) = (&a.path, wtxt::git::merge::is_lone_head(&a.ours)) {
+        eprintln!("wtxt merge: {p} is a split snapshot: Git merges its head and parts one by one, which cannot merge the model; run `wtxt git resolve {p}` to merge it whole");
+        return Ok(1);
     }
     let opts = merge_options(&a.how)?;
     let what = a.path.clone().unwrap_or_else(|| a.ours.display().to_string());
