@@ -12,7 +12,7 @@ use std::io::{Read, Seek};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use git2::{Repository, Status, StatusOptions};
+use git2::{Repository, Status, StatusOptions, StatusShow};
 
 use crate::crypto::digest::{fingerprint_key, Fingerprint};
 use crate::crypto::sign::TrustedKeys;
@@ -58,8 +58,11 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
     }
     let index = repo.index().map_err(git_err)?;
     let head_tree = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+    // What is staged: HEAD's tree against the index only. The work tree is
+    // not compared (libgit2 would read and hash every file whose stat
+    // changed, whole: a touched 1.4 GB snapshot cost 4 GB and 30 s).
     let mut opts = StatusOptions::new();
-    opts.include_untracked(false).include_ignored(false);
+    opts.show(StatusShow::Index).include_untracked(false).include_ignored(false);
     let statuses = repo.statuses(Some(&mut opts)).map_err(git_err)?;
     let mut staged: Vec<PathBuf> = statuses
         .iter()

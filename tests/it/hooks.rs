@@ -79,3 +79,36 @@ fn pre_commit_refuses_a_verifying_file_that_is_not_canonical() {
     let r = git(d, &["commit", "-qm", "canonical"]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
 }
+
+/// The hook reads what is staged, never the rest of the work tree: a
+/// tracked file changed but not staged (it could be a whole model) is not
+/// opened. `strace` logs every open of that one path.
+#[test]
+fn pre_commit_does_not_read_unstaged_work_tree_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert!(git(d, &["init", "-q"]).status.success());
+    std::fs::write(d.join("data.bin"), vec![b'a'; 4096]).unwrap();
+    git(d, &["add", "data.bin"]);
+    assert!(git(d, &["commit", "-qm", "data"]).status.success());
+    // Same size, other bytes, a later mtime: only hashing it would tell.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::fs::write(d.join("data.bin"), vec![b'b'; 4096]).unwrap();
+    std::fs::write(d.join("m.wtxt"), read("expected/defaults.wtxt")).unwrap();
+    git(d, &["add", "m.wtxt"]);
+    let log = d.join("strace.log");
+    let o = std::process::Command::new("strace")
+        .arg("-f")
+        .arg("-q")
+        .arg("-o")
+        .arg(&log)
+        .arg("-P")
+        .arg(d.join("data.bin"))
+        .args(["-e", "trace=open,openat,openat2", env!("CARGO_BIN_EXE_wtxt"), "hook", "pre-commit"])
+        .current_dir(d)
+        .output()
+        .expect("strace (Debian package strace) runs this test");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let opened = std::fs::read_to_string(&log).unwrap();
+    assert!(!opened.contains("data.bin"), "the unstaged file was read:\n{opened}");
+}
