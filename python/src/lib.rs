@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::PyByteArray;
 
 use wtxt::convert::names::{self, OriginalNames};
 use wtxt::crypto::mac::HmacKey;
@@ -19,6 +19,7 @@ use wtxt::daemon::server::DaemonConfig;
 use wtxt::daemon::snapshotter::{Generation, Outcomes, Snapshotter};
 use wtxt::error::{Kind, Position};
 use wtxt::model::{Array, ArrayData, Dtype};
+use wtxt::wtxt::Keep;
 
 pyo3::create_exception!(_rust, WtxtError, PyException, "kind, line (or None), message");
 
@@ -45,17 +46,46 @@ fn trusted(pubkey: Option<PathBuf>, trusted_keys: Option<PathBuf>) -> Result<Opt
     TrustedKeys::from_flags(pubkey.as_deref(), trusted_keys.as_deref())
 }
 
-type Tensor = (String, String, Vec<u64>, Vec<u8>);
+/// An array's memory as NumPy reports it: (name, WTXT dtype, shape,
+/// address, length in bytes) of a C-contiguous little-endian array the
+/// Python side keeps alive for the whole call.
+type Staged = (String, String, Vec<u64>, usize, usize);
 
-/// Writes `tensors` (name, dtype, shape, little-endian C-order bytes) as a
-/// canonical WTXT at `path`; names that are not WTXT names and `metadata`
+/// Copies a staged array's bytes (into a buffer of `spare` of the same
+/// length when there is one: its pages are already faulted in).
+fn copy_staged(
+    (name, dtype, shape, addr, len): Staged,
+    spare: &mut Vec<Vec<u8>>,
+) -> (String, String, Vec<u64>, ArrayData) {
+    if len == 0 {
+        // NumPy may give an empty array no address at all.
+        return (name, dtype, shape, ArrayData::from(Vec::new()));
+    }
+    // SAFETY: the Python side passes the address and length NumPy reports
+    // for a C-contiguous array it keeps alive for the whole call, so the
+    // memory is valid for `len` bytes; it is only read, and copied before
+    // the call returns.
+    let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+    let copy = match spare.iter().position(|b| b.len() == len) {
+        Some(i) => {
+            let mut b = spare.swap_remove(i);
+            b.copy_from_slice(bytes);
+            b
+        }
+        None => bytes.to_vec(),
+    };
+    (name, dtype, shape, ArrayData::from(copy))
+}
+
+/// Writes `tensors` (staged NumPy arrays, copied once with the GIL
+/// released) as a canonical WTXT at `path`; names that are not WTXT names and `metadata`
 /// are kept for `load` (and `wtxt extract`). Returns `sha256_all` as hex.
 #[pyfunction]
 #[pyo3(signature = (tensors, path, metadata=None, prev=None, sign_key=None, hmac_key=None, gen=None, ts=None, part_size=None))]
 #[allow(clippy::too_many_arguments)]
 fn save(
     py: Python<'_>,
-    tensors: Vec<Tensor>,
+    tensors: Vec<Staged>,
     path: PathBuf,
     metadata: Option<BTreeMap<String, String>>,
     prev: Option<PathBuf>,
@@ -70,9 +100,8 @@ fn save(
             Some(s) => s.parse().map_err(|m| wtxt::Error::usage(format!("part_size: {m}")))?,
             None => Default::default(),
         };
-        let tensors =
-            tensors.into_iter().map(|(name, dtype, shape, bytes)| (name, dtype, shape, ArrayData::from(bytes)));
-        let arrays = named_arrays(tensors, metadata)?;
+        let mut none = Vec::new();
+        let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut none)), metadata)?;
         let opts = wtxt::ops::SnapshotOptions {
             gen,
             prev,
@@ -108,9 +137,6 @@ fn named_arrays(
     wtxt::model::sort_arrays(&mut arrays)?;
     Ok(arrays)
 }
-
-/// An array's memory as NumPy reports it: (address, length in bytes).
-type Staged = (String, String, Vec<u64>, usize, usize);
 
 /// The snapshot daemon's pipeline inside the process (ring, delta, age,
 /// commit, push, resend queue); `wtxt.Snapshotter` is its Python face.
@@ -206,25 +232,7 @@ impl PySnapshotter {
         let gen = self.next_gen.load(std::sync::atomic::Ordering::SeqCst);
         let mut spare = reclaim(self.replaced.lock().unwrap_or_else(|e| e.into_inner()).take());
         let arrays = py
-            .allow_threads(|| {
-                let copies = tensors.into_iter().map(|(name, dtype, shape, addr, len)| {
-                    // SAFETY: the Python side passes the address and length
-                    // NumPy reports for a C-contiguous array it keeps alive
-                    // for the whole call, so the memory is valid for `len`
-                    // bytes; it is only read, and copied before we return.
-                    let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
-                    let copy = match spare.iter().position(|b| b.len() == len) {
-                        Some(i) => {
-                            let mut b = spare.swap_remove(i);
-                            b.copy_from_slice(bytes);
-                            b
-                        }
-                        None => bytes.to_vec(),
-                    };
-                    (name, dtype, shape, ArrayData::from(copy))
-                });
-                named_arrays(copies, metadata)
-            })
+            .allow_threads(|| named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut spare)), metadata))
             .map_err(raise)?;
         let old = self.with(|s| s.swap(std::sync::Arc::new(Generation { gen, arrays })))?;
         *self.replaced.lock().unwrap_or_else(|e| e.into_inner()) = Some(old);
@@ -285,14 +293,16 @@ fn hex_of(b: &[u8]) -> String {
 }
 
 /// A verified WTXT's tensors under their original names (metadata arrays
-/// left out), and the metadata kept with them.
-type LoadedTensors = (Vec<(String, String, Vec<u64>, Py<PyBytes>)>, Option<BTreeMap<String, String>>);
+/// left out), each in a `bytearray` NumPy can use in place, and the
+/// metadata kept with them.
+type LoadedTensors = (Vec<(String, String, Vec<u64>, Py<PyByteArray>)>, Option<BTreeMap<String, String>>);
 
 /// Reads and verifies `path` (every check; with `hmac_key` every array must
 /// authenticate; with `pubkey`/`trusted_keys` a signature must hold, and
-/// must be there with `require_signature`).
+/// must be there with `require_signature`). With `metadata_only` every
+/// array is still verified but only the metadata is kept.
 #[pyfunction]
-#[pyo3(signature = (path, hmac_key=None, pubkey=None, trusted_keys=None, require_signature=false))]
+#[pyo3(signature = (path, hmac_key=None, pubkey=None, trusted_keys=None, require_signature=false, metadata_only=false))]
 fn load(
     py: Python<'_>,
     path: PathBuf,
@@ -300,6 +310,7 @@ fn load(
     pubkey: Option<PathBuf>,
     trusted_keys: Option<PathBuf>,
     require_signature: bool,
+    metadata_only: bool,
 ) -> PyResult<LoadedTensors> {
     let (arrays, kept) = py
         .allow_threads(|| {
@@ -313,17 +324,22 @@ fn load(
             };
             // A split snapshot's head is read with its parts.
             let mut input = wtxt::wtxt::input::WtxtIn::open(&path, None)?;
-            let loaded = wtxt::wtxt::load(input.text(), input.len, &opts).map_err(|e| input.blame(e))?;
+            // On the heap: the arrays end up there anyway, and a temporary
+            // file would cost another pass over fresh pages.
+            let keep = if metadata_only { Keep::Metadata } else { Keep::InMemory };
+            let loaded = wtxt::wtxt::load_keeping(input.text(), input.len, &opts, keep).map_err(|e| input.blame(e))?;
             let kept = OriginalNames::of(&loaded.arrays)?.unwrap_or_default();
             Ok((loaded.arrays, kept))
         })
         .map_err(raise)?;
+    // One copy each into memory Python owns, each array freed after its
+    // copy: the peak is the arrays plus the largest one.
     let tensors = arrays
-        .iter()
+        .into_iter()
         .filter(|a| !a.name.starts_with("__"))
         .map(|a| {
             let name = kept.original(&a.name).to_string();
-            (name, a.dtype.as_str().to_string(), a.shape.clone(), PyBytes::new(py, a.bytes()).unbind())
+            (name, a.dtype.as_str().to_string(), a.shape.clone(), PyByteArray::new(py, a.bytes()).unbind())
         })
         .collect();
     Ok((tensors, kept.metadata.clone()))

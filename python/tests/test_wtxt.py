@@ -61,6 +61,11 @@ def test_every_dtype_rank0_zero_size_and_dotted_names_round_trip(tmp_path):
         assert np.array_equal(back[k], v), k
     assert wtxt.load_metadata(f) == {"format": "pt", "step": "10"}
     assert wtxt.verify(f).ok
+    # The arrays are NumPy's own, writable, and share nothing with a second load.
+    a = back["f32"]
+    assert a.flags.writeable
+    a[0, 0] = 99
+    assert wtxt.load_file(f)["f32"][0, 0] == 0
 
 
 def test_bf16_comes_back_as_bits_or_ml_dtypes(tmp_path):
@@ -109,6 +114,10 @@ def test_a_damaged_line_raises_verify_error_with_its_line(tmp_path):
     f.write_bytes(b"\n".join(lines))
     with pytest.raises(wtxt.VerifyError) as e:
         wtxt.load_file(f)
+    assert e.value.line == k + 1
+    # Asking for the metadata alone still verifies every array.
+    with pytest.raises(wtxt.VerifyError) as e:
+        wtxt.load_metadata(f)
     assert e.value.line == k + 1
     report = wtxt.verify(f)
     assert not report.ok and report.errors[0][0] == k + 1

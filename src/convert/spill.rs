@@ -18,13 +18,25 @@ pub struct Spill {
     mem: Vec<u8>,
     file: Option<std::io::BufWriter<File>>,
     len: u64,
+    /// Past this many bytes the buffer moves to disk.
+    spill_at: u64,
 }
 
 impl Spill {
     /// A buffer for about `expected` bytes: a larger one starts on disk.
     pub fn with_expected(expected: u64) -> Result<Spill> {
-        let mut s = Spill { mem: Vec::new(), file: None, len: 0 };
-        if expected > SPILL_AT {
+        Spill::starting(expected, SPILL_AT)
+    }
+
+    /// A buffer for about `expected` bytes that stays in memory whatever its
+    /// size, for a caller that wants the bytes on the heap anyway.
+    pub fn in_memory(expected: u64) -> Result<Spill> {
+        Spill::starting(expected, u64::MAX)
+    }
+
+    fn starting(expected: u64, spill_at: u64) -> Result<Spill> {
+        let mut s = Spill { mem: Vec::new(), file: None, len: 0, spill_at };
+        if expected > spill_at {
             s.move_to_disk()?;
         } else {
             s.mem.try_reserve_exact(expected as usize).map_err(|_| out_of_memory(expected))?;
@@ -53,7 +65,7 @@ impl Spill {
 
     /// Appends bytes.
     pub fn push(&mut self, b: &[u8]) -> Result<()> {
-        if self.file.is_none() && self.len + b.len() as u64 > SPILL_AT {
+        if self.file.is_none() && self.len + b.len() as u64 > self.spill_at {
             self.move_to_disk()?;
         }
         match &mut self.file {

@@ -22,12 +22,31 @@ use crate::model::Array;
 use crate::wtxt::read::{ArrayStart, Header};
 use crate::wtxt::verify::{verify, Report, Sink, VerifyOptions};
 
-/// Collects decoded arrays while a file is verified. A large array goes to
-/// a mapped temporary file (see [`crate::convert::spill`]): loading a WTXT
-/// that really holds gigabytes costs file-backed pages, not heap.
+/// Which decoded arrays a load keeps, and where. Every array is verified
+/// whatever is kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Keep {
+    /// Every array; a large one in a mapped temporary file, so loading a
+    /// WTXT that really holds gigabytes costs file-backed pages, not heap.
+    #[default]
+    Spilled,
+    /// Every array on the heap, for a caller that wants them there (the
+    /// Python package hands them to NumPy); bounded by the file's size.
+    InMemory,
+    /// Only the metadata arrays (names starting `__`: original names,
+    /// foreign metadata); the others are checked and dropped.
+    Metadata,
+}
+
+/// Collects decoded arrays while a file is verified (see [`Keep`]).
 #[derive(Default)]
 pub struct Collect {
     arrays: Vec<(ArrayStart, Option<Spill>)>,
+    keep: Keep,
+    /// The array being read is not kept.
+    skipping: bool,
+    /// Bytes reserved so far for the arrays kept.
+    reserved: u64,
     /// HMAC tags as the file carries them, by array name.
     hmacs: Vec<(String, [u8; 32])>,
     limit: u64,
@@ -38,13 +57,25 @@ pub struct Collect {
 
 impl Sink for Collect {
     fn array(&mut self, a: &ArrayStart) {
-        // `bytes` is bounded by the file's size first; a liar is caught by
-        // the verifier, and the buffer grows only as data comes.
+        // A liar is caught by the verifier; a buffer grows only as data comes.
         self.rows_per_chunk = self.rows_per_chunk.or(a.layout.idx.map(|i| i.rows_per_chunk));
         if !a.arr.hmac_is_zero() {
             self.hmacs.push((a.arr.name.clone(), a.arr.hmac));
         }
-        let buf = match Spill::with_expected(a.arr.bytes.min(self.limit)) {
+        self.skipping = self.keep == Keep::Metadata && !a.arr.name.starts_with("__");
+        if self.skipping {
+            return;
+        }
+        // All arrays together are bounded by the file's size (decoded bytes
+        // are fewer than their text): what one declares cannot reserve more
+        // than is left of it.
+        let expected = a.arr.bytes.min(self.limit.saturating_sub(self.reserved));
+        self.reserved += expected;
+        let buf = match self.keep {
+            Keep::InMemory => Spill::in_memory(expected),
+            _ => Spill::with_expected(expected),
+        };
+        let buf = match buf {
             Ok(b) => Some(b),
             Err(e) => {
                 self.failed.get_or_insert(e);
@@ -55,6 +86,9 @@ impl Sink for Collect {
     }
 
     fn data(&mut self, bytes: &[u8]) {
+        if self.skipping {
+            return;
+        }
         if let Some((_, Some(buf))) = self.arrays.last_mut() {
             if let Err(e) = buf.push(bytes) {
                 self.failed.get_or_insert(e);
@@ -78,7 +112,12 @@ pub struct Loaded {
 /// Reads and verifies a whole WTXT, returning its arrays. Any failed check is
 /// an error naming its line (exit 1); `file_len` bounds pre-allocation.
 pub fn load<R: Read>(input: R, file_len: u64, opts: &VerifyOptions) -> Result<Loaded> {
-    match load_or_report(input, file_len, opts)? {
+    load_keeping(input, file_len, opts, Keep::Spilled)
+}
+
+/// [`load`], keeping what `keep` says of the arrays.
+pub fn load_keeping<R: Read>(input: R, file_len: u64, opts: &VerifyOptions, keep: Keep) -> Result<Loaded> {
+    match load_or_report_keeping(input, file_len, opts, keep)? {
         Ok(l) => Ok(l),
         Err(report) => {
             let p = report.first_error().expect("a failed report names its problem");
@@ -94,7 +133,16 @@ pub fn load_or_report<R: Read>(
     file_len: u64,
     opts: &VerifyOptions,
 ) -> Result<std::result::Result<Loaded, Report>> {
-    let mut sink = Collect { limit: file_len, ..Default::default() };
+    load_or_report_keeping(input, file_len, opts, Keep::Spilled)
+}
+
+fn load_or_report_keeping<R: Read>(
+    input: R,
+    file_len: u64,
+    opts: &VerifyOptions,
+    keep: Keep,
+) -> Result<std::result::Result<Loaded, Report>> {
+    let mut sink = Collect { limit: file_len, keep, ..Default::default() };
     let report = verify(input, opts, Some(&mut sink))?;
     if report.first_error().is_some() {
         return Ok(Err(report));

@@ -98,9 +98,11 @@ def _as_array(name: str, a) -> Tuple[str, np.ndarray]:
     return dtype, a if a.flags.c_contiguous else a.copy(order="C")
 
 
-def _to_bytes(name: str, a) -> Tuple[str, str, List[int], bytes]:
+def _staged(name: str, a) -> Tuple[Tuple[str, str, List[int], int, int], np.ndarray]:
+    """What the Rust side copies `a` from: (name, WTXT dtype, shape, address,
+    length), and the C-contiguous array to keep alive until it has."""
     dtype, a = _as_array(name, a)
-    return name, dtype, [int(d) for d in a.shape], a.tobytes(order="C")
+    return (name, dtype, [int(d) for d in a.shape], a.__array_interface__["data"][0], a.nbytes), a
 
 
 def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: Optional[Dict[str, str]] = None,
@@ -121,22 +123,25 @@ def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: O
         raise Error(f"expected a dict of arrays, found {type(tensors).__name__}")
     if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise Error("metadata: expected a dict of str to str")
-    items = [_to_bytes(k, v) for k, v in tensors.items()]
+    items = [_staged(k, v) for k, v in tensors.items()]
     return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size)
 
 
 def _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size) -> str:
-    """Saves (name, WTXT dtype, shape, bytes) items: `save_file` and `wtxt.torch` share it."""
+    """Saves `_staged` items (the arrays stay alive in `items` while the Rust
+    side copies them): `save_file` and `wtxt.torch` share it."""
     p = lambda x: None if x is None else os.fspath(x)
     size = None if part_size is None else str(part_size)
-    return _call(_rust.save, items, os.fspath(filename), metadata, p(prev), p(sign_key), p(hmac_key), None, None, size)
+    staged = [s for s, _ in items]
+    return _call(_rust.save, staged, os.fspath(filename), metadata, p(prev), p(sign_key), p(hmac_key), None, None, size)
 
 
-def _from_bytes(dtype: str, shape: List[int], data: bytes) -> np.ndarray:
+def _from_bytes(dtype: str, shape: List[int], data: bytearray) -> np.ndarray:
+    """The array over `data` itself (a bytearray: writable, no copy)."""
     if dtype == "bf16":
         bf16 = _bfloat16()
-        return np.frombuffer(data, dtype=bf16 if bf16 is not None else "<u2").reshape(shape).copy()
-    return np.frombuffer(data, dtype=_TO_NUMPY[dtype]).reshape(shape).copy()
+        return np.frombuffer(data, dtype=bf16 if bf16 is not None else "<u2").reshape(shape)
+    return np.frombuffer(data, dtype=_TO_NUMPY[dtype]).reshape(shape)
 
 
 def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
@@ -154,7 +159,8 @@ def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: O
 
 def load_metadata(filename: PathLike) -> Dict[str, str]:
     """The safetensors-style metadata saved with `filename` (empty if none)."""
-    _, metadata = _call(_rust.load, os.fspath(filename))
+    # Every array is verified; only the metadata is kept.
+    _, metadata = _call(_rust.load, os.fspath(filename), metadata_only=True)
     return dict(metadata or {})
 
 
@@ -239,14 +245,8 @@ class Snapshotter:
         self._check_open()
         if not isinstance(state, Mapping):
             raise Error(f"expected a dict of arrays, found {type(state).__name__}")
-        staged, keep = [], []
-        for name, a in state.items():
-            dtype, arr = _as_array(name, a)
-            keep.append(arr)  # alive until the copy is made
-            staged.append((name, dtype, [int(d) for d in arr.shape], arr.__array_interface__["data"][0], arr.nbytes))
-        gen = _call(self._inner.publish, staged, metadata)
-        del keep
-        return gen
+        items = [_staged(name, a) for name, a in state.items()]  # the arrays alive until copied
+        return _call(self._inner.publish, [s for s, _ in items], metadata)
 
     def request_snapshot(self) -> "Future[SnapshotInfo]":
         """Asks for a snapshot of the last published state; returns a future

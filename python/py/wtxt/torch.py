@@ -17,19 +17,20 @@ from typing import Dict, Mapping, Optional, Union
 import numpy as np
 import torch
 
-from . import _TO_NUMPY, Error, _call, _rust, _save_items, _to_bytes
+from . import _TO_NUMPY, Error, _call, _rust, _save_items, _staged
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
 def _item(name: str, t: torch.Tensor):
     if not isinstance(t, torch.Tensor):
-        return _to_bytes(name, t)
+        return _staged(name, t)
     t = t.detach().to("cpu").contiguous()
     if t.dtype == torch.bfloat16:
         # NumPy has no bfloat16: the bits travel as int16.
-        return name, "bf16", list(t.shape), t.view(torch.int16).numpy().tobytes()
-    return _to_bytes(name, t.numpy())
+        bits = t.view(torch.int16).numpy()
+        return (name, "bf16", list(t.shape), bits.__array_interface__["data"][0], bits.nbytes), bits
+    return _staged(name, t.numpy())
 
 
 def save_state_dict(state_dict: Mapping[str, torch.Tensor], filename: PathLike,
@@ -49,10 +50,11 @@ def load_state_dict(filename: PathLike, device: Union[str, torch.device] = "cpu"
     tensors, _ = _call(_rust.load, os.fspath(filename), p(hmac_key), p(pubkey), None, require_signature)
     out = {}
     for name, dtype, shape, data in tensors:
+        # `data` is a bytearray: the tensors use its memory, no copy.
         if dtype == "bf16":
-            t = torch.from_numpy(np.frombuffer(data, "<i2").copy()).view(torch.bfloat16)
+            t = torch.from_numpy(np.frombuffer(data, "<i2")).view(torch.bfloat16)
         else:
-            a = np.frombuffer(data, _TO_NUMPY[dtype]).copy()
+            a = np.frombuffer(data, _TO_NUMPY[dtype])
             try:
                 t = torch.from_numpy(a)
             except TypeError as e:  # unsigned dtypes older torch lacks
