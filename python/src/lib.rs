@@ -100,8 +100,8 @@ fn save(
             Some(s) => s.parse().map_err(|m| wtxt::Error::usage(format!("part_size: {m}")))?,
             None => Default::default(),
         };
-        let mut none = Vec::new();
-        let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut none)), metadata)?;
+        let mut no_spare = Vec::new();
+        let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut no_spare)), metadata)?;
         let opts = wtxt::ops::SnapshotOptions {
             gen,
             prev,
