@@ -13,7 +13,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::error::{check_at, Error, Result};
-use crate::git::diff::{decode_side, header_changes, ArrayDiff, FileDiff, Names, Stats, Status};
+use crate::git::diff::{decode_pair, header_changes, ArrayDiff, FileDiff, Names, Stats, Status};
 use crate::model::Dtype;
 use crate::wtxt::delta::ChunkText;
 use crate::wtxt::read::{LineReader, SliceLines};
@@ -47,7 +47,7 @@ pub fn classify(text: &dyn Text) -> Result<Blob> {
 /// A WTXT text Git hands over, in memory (a blob) or in a file (a
 /// temporary file, the work tree), read as a stream or by range so that a
 /// part or a single file is never held whole.
-pub trait Text {
+pub trait Text: Sync {
     /// The text from its start.
     fn stream(&self) -> Box<dyn Read + '_>;
     /// The bytes in `r`.
@@ -277,7 +277,14 @@ fn scan(text: &dyn Text, file: &Path) -> Result<Vec<Section>> {
 /// The difference of two parts at the same place of a split snapshot:
 /// chunks whose hashes differ are decoded and compared, the rest is not.
 pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDiff> {
-    let (a, b) = (scan(old, names.old)?, scan(new, names.new)?);
+    // The two sides are read at once: Git waits for the driver, so the
+    // second core is free.
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| scan(old, names.old));
+        let b = scan(new, names.new);
+        (a.join().expect("scan thread"), b)
+    });
+    let (a, b) = (a?, b?);
     let mut arrays = Vec::new();
     let mut damage = Vec::new();
     for y in &b {
@@ -303,8 +310,8 @@ pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDi
                 Some(ca) if (ca.0.len, ca.0.sha256) == (cb.0.len, cb.0.sha256) => {}
                 Some(ca) => {
                     d.changed_chunks.push(cb.0.ix);
-                    let ra = decode_side(&text(old, names.old, ca)?, names.old, &y.name, &mut damage);
-                    let rb = decode_side(&text(new, names.new, cb)?, names.new, &y.name, &mut damage);
+                    let (ta, tb) = (text(old, names.old, ca)?, text(new, names.new, cb)?);
+                    let (ra, rb) = decode_pair(&ta, &tb, names, &y.name, &mut damage);
                     if let (Some(ra), Some(rb)) = (ra, rb) {
                         st.compare(cb.0.off / y.dtype.size() as u64, &ra, &rb);
                     }
