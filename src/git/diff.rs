@@ -123,9 +123,13 @@ pub(crate) fn decode_side(c: &ChunkText, file: &Path, array: &str, damage: &mut 
     }
 }
 
-/// Decodes both sides of a changed chunk at once (Git waits while its
-/// driver runs, so the second core is free); faults become damage, the old
-/// side's first.
+/// Chunk text (both sides) from which decoding in two threads pays for
+/// the thread: a model of many small arrays must not spawn one per chunk.
+const DECODE_IN_TWO: usize = 256 << 10;
+
+/// Decodes both sides of a changed chunk, at once when they are large (Git
+/// waits while its driver runs, so the second core is free); faults become
+/// damage, the old side's first.
 pub(crate) fn decode_pair(
     a: &ChunkText,
     b: &ChunkText,
@@ -133,6 +137,10 @@ pub(crate) fn decode_pair(
     array: &str,
     damage: &mut Vec<Damage>,
 ) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    if a.text.len() + b.text.len() < DECODE_IN_TWO {
+        let ra = decode_side(a, names.old, array, damage);
+        return (ra, decode_side(b, names.new, array, damage));
+    }
     let (mut damage_a, mut damage_b) = (Vec::new(), Vec::new());
     let (ra, rb) = std::thread::scope(|s| {
         let ra = s.spawn(|| decode_side(a, names.old, array, &mut damage_a));

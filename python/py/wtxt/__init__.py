@@ -101,7 +101,11 @@ def _as_array(name: str, a) -> Tuple[str, np.ndarray]:
 def _staged(name: str, a) -> Tuple[Tuple[str, str, List[int], int, int], np.ndarray]:
     """What the Rust side copies `a` from: (name, WTXT dtype, shape, address,
     length), and the C-contiguous array to keep alive until it has."""
-    dtype, a = _as_array(name, a)
+    return _staged_as(name, *_as_array(name, a))
+
+
+def _staged_as(name: str, dtype: str, a: np.ndarray) -> Tuple[Tuple[str, str, List[int], int, int], np.ndarray]:
+    """`_staged` of a C-contiguous little-endian `a` holding `dtype`'s bits."""
     return (name, dtype, [int(d) for d in a.shape], a.__array_interface__["data"][0], a.nbytes), a
 
 

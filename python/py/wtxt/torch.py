@@ -17,7 +17,7 @@ from typing import Dict, Mapping, Optional, Union
 import numpy as np
 import torch
 
-from . import _TO_NUMPY, Error, _call, _rust, _save_items, _staged
+from . import _TO_NUMPY, Error, _call, _rust, _save_items, _staged, _staged_as
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -28,8 +28,7 @@ def _item(name: str, t: torch.Tensor):
     t = t.detach().to("cpu").contiguous()
     if t.dtype == torch.bfloat16:
         # NumPy has no bfloat16: the bits travel as int16.
-        bits = t.view(torch.int16).numpy()
-        return (name, "bf16", list(t.shape), bits.__array_interface__["data"][0], bits.nbytes), bits
+        return _staged_as(name, "bf16", t.view(torch.int16).numpy())
     return _staged(name, t.numpy())
 
 
