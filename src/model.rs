@@ -117,12 +117,17 @@ pub fn is_valid_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= MAX_NAME && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-/// Names beginning with `__` belong to wtxt's metadata arrays (`__npz`,
-/// `__safetensors_header`, ...), which writers interpret. A tensor read
-/// from a container may not take one: it would steer a writer (member
-/// names, header bytes) instead of being data.
+/// True for the names of wtxt's metadata arrays (`__npz`,
+/// `__safetensors_header`, ...): those beginning with `__`. Writers
+/// interpret them; they are not tensors. The one place this rule is spelled.
+pub fn is_metadata_name(name: &str) -> bool {
+    name.starts_with("__")
+}
+
+/// A tensor read from a container may not take a metadata name: it would
+/// steer a writer (member names, header bytes) instead of being data.
 pub fn check_tensor_name(name: &str) -> Result<()> {
-    if name.starts_with("__") {
+    if is_metadata_name(name) {
         return Err(Error::input(
             Default::default(),
             format!("tensor {name:?}: names beginning with `__` are reserved for wtxt's metadata arrays; rename it"),
@@ -262,6 +267,11 @@ pub struct Array {
 }
 
 impl Array {
+    /// True for wtxt's metadata arrays, false for tensors ([`is_metadata_name`]).
+    pub fn is_metadata(&self) -> bool {
+        is_metadata_name(&self.name)
+    }
+
     /// Builds an array, checking the name, the rank and that the byte count
     /// matches dtype and shape.
     pub fn new(name: impl Into<String>, dtype: Dtype, shape: Vec<u64>, data: ArrayData) -> Result<Array> {

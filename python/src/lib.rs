@@ -336,7 +336,7 @@ fn load(
     // copy: the peak is the arrays plus the largest one.
     let tensors = arrays
         .into_iter()
-        .filter(|a| !a.name.starts_with("__"))
+        .filter(|a| !a.is_metadata())
         .map(|a| {
             let name = kept.original(&a.name).to_string();
             (name, a.dtype.as_str().to_string(), a.shape.clone(), PyByteArray::new(py, a.bytes()).unbind())

@@ -32,7 +32,7 @@ pub trait Container: Sync {
     fn read(&self, src: &Source, stem: &str, notes: &mut Notes) -> Result<Vec<Array>>;
     /// The tensors a snapshot takes, under the names the file gives them.
     fn read_tensors(&self, src: &Source, stem: &str, notes: &mut Notes) -> Result<Vec<Array>> {
-        Ok(self.read(src, stem, notes)?.into_iter().filter(|a| !a.name.starts_with("__")).collect())
+        Ok(self.read(src, stem, notes)?.into_iter().filter(|a| !a.is_metadata()).collect())
     }
     /// Writes `arrays` (honouring this format's metadata arrays) to `out`.
     fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()>;
@@ -89,8 +89,7 @@ pub fn by_metadata(arrays: &[Array]) -> Option<&'static dyn Container> {
 /// Splits off metadata arrays that belong to other containers (their
 /// names start with `__`), which `to` has no place for.
 pub fn foreign_metadata(arrays: Vec<Array>, to: &dyn Container) -> (Vec<Array>, Vec<String>) {
-    let (keep, drop): (Vec<Array>, Vec<Array>) =
-        arrays.into_iter().partition(|a| !a.name.starts_with("__") || to.owns(&a.name));
+    let (keep, drop): (Vec<Array>, Vec<Array>) = arrays.into_iter().partition(|a| !a.is_metadata() || to.owns(&a.name));
     (keep, drop.into_iter().map(|a| a.name).collect())
 }
 
@@ -99,7 +98,7 @@ pub fn foreign_metadata(arrays: Vec<Array>, to: &dyn Container) -> (Vec<Array>, 
 /// predicts that without writing): then nothing is lost, and WTXT ->
 /// container -> WTXT gives the same bytes.
 fn drop_default_meta(arrays: Vec<Array>, predict: fn(&[Array]) -> Option<Value>) -> Result<Vec<Array>> {
-    let (meta, tensors): (Vec<Array>, Vec<Array>) = arrays.into_iter().partition(|a| a.name.starts_with("__"));
+    let (meta, tensors): (Vec<Array>, Vec<Array>) = arrays.into_iter().partition(|a| a.is_metadata());
     if let ([m], Some(p)) = (&meta[..], predict(&tensors)) {
         if m.bytes() == serde_json::to_vec(&p).expect("a JSON value serializes") {
             return Ok(tensors);

@@ -67,7 +67,7 @@ pub fn write_direct<T>(
     if to.writes_in_memory() {
         return Ok(None);
     }
-    let Some(outlined) = outline(path, &|n| n.starts_with("__"), MAX_METADATA) else { return Ok(None) };
+    let Some(outlined) = outline(path, &crate::model::is_metadata_name, MAX_METADATA) else { return Ok(None) };
     let Some(Plan { place, zeros, stand_in }) = plan(&outlined, to, prepare) else { return Ok(None) };
 
     // Decode, checking everything, into the output's places.
@@ -108,7 +108,7 @@ pub fn write_direct<T>(
         arrays.push(Array::new(o.arr.name.clone(), o.arr.dtype, o.arr.shape.clone(), data)?);
     }
     let (arrays, extra) = prepare(arrays).map_err(|e| e.in_file(path))?;
-    if arrays.iter().any(|a| !a.name.starts_with("__") && !a.bytes().is_empty() && !place.contains_key(&a.name)) {
+    if arrays.iter().any(|a| !a.is_metadata() && !a.bytes().is_empty() && !place.contains_key(&a.name)) {
         return Err(Error::io_in("planning the output", std::io::Error::other("a tensor was chosen without a place")));
     }
     let mut w = InPlace { file: &file, span: span.clone(), map: &map, pos: 0, covered: Vec::new(), refused: false };
@@ -164,7 +164,7 @@ fn plan<T>(outlined: &[Outlined], to: &dyn Container, prepare: &dyn Fn(Vec<Array
     let mut rec = Recorder { base: zeros.as_ptr() as usize, len: total as usize, pos: 0, end: 0, seen: Vec::new() };
     to.write(&chosen, &mut rec).ok()?;
     let mut place = HashMap::new();
-    for a in chosen.iter().filter(|a| !a.name.starts_with("__") && !a.bytes().is_empty()) {
+    for a in chosen.iter().filter(|a| !a.is_metadata() && !a.bytes().is_empty()) {
         // A tensor `prepare` made anew (not a stand-in) has no place.
         let from = (a.bytes().as_ptr() as usize).checked_sub(rec.base).filter(|f| f + a.bytes().len() <= rec.len)?;
         let to = from + a.bytes().len();

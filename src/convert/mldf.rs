@@ -499,7 +499,7 @@ fn plan_fields(arrays: &[Array]) -> Result<(Vec<Planned<'_>>, u32, u32)> {
             (flags, m.get("page_size").and_then(Value::as_u64).unwrap_or(PAGE) as u32)
         }
         None => {
-            for a in arrays.iter().filter(|a| !a.name.starts_with("__")) {
+            for a in arrays.iter().filter(|a| !a.is_metadata()) {
                 plan.push(Planned {
                     name: a.name.clone(),
                     kind: Kind::Ndarray,

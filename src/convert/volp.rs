@@ -96,7 +96,7 @@ pub fn read(b: &[u8]) -> Result<Vec<Array>> {
 /// Writes arrays as VOLP: exactly one tensor (`volume`, or the only
 /// non-metadata array) plus, optionally, `__volp_header`.
 pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
-    let data: Vec<&Array> = arrays.iter().filter(|a| !a.name.starts_with("__")).collect();
+    let data: Vec<&Array> = arrays.iter().filter(|a| !a.is_metadata()).collect();
     let t = match data[..] {
         [one] => one,
         _ => return Err(Error::usage(format!("VOLP holds one tensor, this snapshot has {}", data.len()))),

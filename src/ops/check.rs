@@ -202,7 +202,7 @@ pub fn extract(
             None => all,
         };
         let (arrays, dropped) = container::foreign_metadata(arrays, to);
-        let count = arrays.iter().filter(|a| !a.name.starts_with("__")).count();
+        let count = arrays.iter().filter(|a| !a.is_metadata()).count();
         Ok((arrays, (count, dropped)))
     };
     let direct = match unseal {

@@ -62,7 +62,7 @@ impl Sink for Collect {
         if !a.arr.hmac_is_zero() {
             self.hmacs.push((a.arr.name.clone(), a.arr.hmac));
         }
-        self.skipping = self.keep == Keep::Metadata && !a.arr.name.starts_with("__");
+        self.skipping = self.keep == Keep::Metadata && !crate::model::is_metadata_name(&a.arr.name);
         if self.skipping {
             return;
         }

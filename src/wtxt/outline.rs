@@ -203,7 +203,7 @@ mod tests {
         for (i, text) in cases.iter().enumerate() {
             let p = dir.path().join(format!("{i}.wtxt"));
             std::fs::write(&p, text).unwrap();
-            assert!(outline(&p, &|n| n.starts_with("__"), 1 << 20).is_none(), "case {i}");
+            assert!(outline(&p, &crate::model::is_metadata_name, 1 << 20).is_none(), "case {i}");
         }
     }
 }
