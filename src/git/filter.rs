@@ -79,6 +79,21 @@ fn flush<W: Write>(w: &mut W) -> Result<()> {
     w.flush().map_err(io)
 }
 
+/// Reads a file's content packets up to the flush, keeping the first
+/// `keep` bytes. The rest is read and dropped (Git sends it all before it
+/// reads an answer), so a file refused for its size costs no memory.
+/// Returns the bytes kept and the content's whole length.
+fn read_content<R: Read>(r: &mut R, keep: usize) -> Result<(Vec<u8>, u64)> {
+    let mut content = Vec::new();
+    let mut total = 0u64;
+    while let Some(p) = read_pkt(r)? {
+        total += p.len() as u64;
+        let room = keep.saturating_sub(content.len());
+        content.extend_from_slice(&p[..p.len().min(room)]);
+    }
+    Ok((content, total))
+}
+
 /// Runs the filter process for `format` on stdin/stdout until Git closes
 /// it; why a file was refused goes to `log` (Git shows the filter's stderr).
 pub fn serve<R: BufRead, W: Write>(
@@ -120,11 +135,13 @@ pub fn serve<R: BufRead, W: Write>(
         header.extend(read_list(&mut input)?);
         let command = header.iter().find_map(|l| l.strip_prefix("command=")).unwrap_or_default().to_string();
         let path = header.iter().find_map(|l| l.strip_prefix("pathname=")).unwrap_or_default().to_string();
-        let mut content = Vec::new();
-        while let Some(p) = read_pkt(&mut input)? {
-            content.extend_from_slice(&p);
-        }
+        // Clean keeps no more than a file it could store.
+        let keep = if command == "clean" { crate::wtxt::split::DEFAULT_PART_SIZE as usize + 1 } else { usize::MAX };
+        let (content, total) = read_content(&mut input, keep)?;
         let result = match command.as_str() {
+            "clean" if total > content.len() as u64 => {
+                Err(over_part_size(&content, total, &path).expect("over the part size"))
+            }
             "clean" => clean(&content, repo_dir, &path),
             "smudge" => smudge(&content),
             c => Err(Error::usage(format!("filter protocol: unknown command {c}"))),
@@ -148,8 +165,17 @@ pub fn serve<R: BufRead, W: Write>(
 
 /// A file as WTXT: itself when it is one, else what `clean` stores for it
 /// (Git hands drivers the smudged work-tree file when it matches a side).
+/// A file too large to be stored is refused before it is read.
 pub fn as_wtxt(path_on_disk: &Path, repo_dir: &Path, repo_path: &str) -> Result<Vec<u8>> {
-    let bytes = std::fs::read(path_on_disk).map_err(|e| Error::io(path_on_disk, e))?;
+    let failed = |e| Error::io(path_on_disk, e);
+    let mut f = std::fs::File::open(path_on_disk).map_err(failed)?;
+    let len = f.metadata().map_err(failed)?.len();
+    let mut bytes = Vec::new();
+    (&mut f).take(5).read_to_end(&mut bytes).map_err(failed)?;
+    if let Some(e) = over_part_size(&bytes, len, repo_path) {
+        return Err(e);
+    }
+    f.read_to_end(&mut bytes).map_err(failed)?;
     clean(&bytes, repo_dir, repo_path)
 }
 
@@ -187,16 +213,13 @@ fn rebuild(arrays: &[Array]) -> Result<Vec<u8>> {
 /// A safetensors, AERO or FOLD file to a canonical WTXT continuing HEAD's
 /// version of `path`; anything else is stored as it is.
 pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
+    if let Some(e) = over_part_size(content, content.len() as u64, path) {
+        return Err(e);
+    }
     if content.starts_with(b"WTXT ") {
         return Ok(content.to_vec()); // a WTXT, a head or a part: stored as it is
     }
-    // One file is one blob: a WTXT over the part size would be a blob Git
-    // stores without deltas and hosts refuse. Its text is at least 4/3 of
-    // the raw bytes, so this is known before anything is decoded.
     let limit = crate::wtxt::split::DEFAULT_PART_SIZE;
-    if content.len() as u64 / 3 * 4 > limit {
-        return Err(too_large(content.len() as u64 / 3 * 4, path));
-    }
     let Some(arrays) = carried_arrays(content)? else {
         return Ok(content.to_vec());
     };
@@ -222,12 +245,26 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
     Ok(text)
 }
 
+/// One file is one blob: a WTXT over the part size would be a blob Git
+/// stores without deltas and hosts refuse. A file whose content starts
+/// with `start` and has `total` bytes is refused when its WTXT (the file
+/// itself when it is one; else at least 4/3 of its bytes, so this is known
+/// before anything is decoded) would exceed the part size.
+fn over_part_size(start: &[u8], total: u64, path: &str) -> Option<Error> {
+    let text = if start.starts_with(b"WTXT ") { total } else { total / 3 * 4 };
+    (text > crate::wtxt::split::DEFAULT_PART_SIZE).then(|| too_large(text, path))
+}
+
 /// Why a filtered file is refused at `git add`, and the workflow that works.
+/// (The filter names the file before the message.)
 fn too_large(text: u64, path: &str) -> Error {
     Error::input(
         Default::default(),
         format!(
-            "{path}: its WTXT would be {} MiB, over the {} MiB part size a Git filter may store as one blob;              commit it as a split snapshot instead (every file under the part size):              `wtxt snapshot {path} -o {path}.wtxt --prev <last>.wtxt`, then `git add {path}.wtxt {path}.wtxt.parts`              (and leave {path} out of Git, or untrack it with `git rm --cached {path}`)",
+            "its WTXT would be {} MiB, over the {} MiB part size a Git filter may store as one blob; \
+             commit it as a split snapshot instead (every file under the part size): \
+             `wtxt snapshot {path} -o {path}.wtxt --prev <last>.wtxt`, then `git add {path}.wtxt {path}.wtxt.parts` \
+             (and leave {path} out of Git, or untrack it with `git rm --cached {path}`)",
             text >> 20,
             crate::wtxt::split::DEFAULT_PART_SIZE >> 20
         ),
@@ -285,4 +322,71 @@ fn same_arrays(blob: &[u8], arrays: &[Array]) -> bool {
                 && l.shape == a.shape
                 && l.sha256 == <[u8; 32]>::from(Sha256::digest(a.bytes()))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    fn pkt(out: &mut Vec<u8>, data: &[u8]) {
+        write_pkt(out, data).unwrap();
+    }
+
+    fn request(out: &mut Vec<u8>, command: &str, content: &[u8]) {
+        pkt(out, format!("command={command}\n").as_bytes());
+        pkt(out, b"pathname=m.safetensors\n");
+        out.extend_from_slice(b"0000");
+        pkt(out, content);
+        out.extend_from_slice(b"0000");
+    }
+
+    /// Files over the part size are refused whether or not they are WTXT,
+    /// the refused content is read past (not kept) so the next request is
+    /// answered, and a WTXT under the part size passes as it is.
+    #[test]
+    fn clean_refuses_what_would_be_a_blob_over_the_part_size_and_stays_in_step() {
+        let limit = crate::wtxt::split::DEFAULT_PART_SIZE as usize;
+        let mut input = Vec::new();
+        for l in ["git-filter-client\n", "version=2\n"] {
+            pkt(&mut input, l.as_bytes());
+        }
+        input.extend_from_slice(b"0000");
+        pkt(&mut input, b"capability=clean\n");
+        input.extend_from_slice(b"0000");
+        let mut wtxt = b"WTXT 1\n".to_vec();
+        wtxt.resize(limit + 10, b'x');
+        let mut raw = vec![7u8; limit / 4 * 3 + 8]; // its WTXT would be over the limit
+        request(&mut input, "clean", &wtxt); // read past: more than is kept
+        request(&mut input, "clean", &raw); // refused in memory
+        wtxt.truncate(limit - 10);
+        request(&mut input, "clean", &wtxt); // under the limit: stored as it is
+        raw.truncate(100);
+        request(&mut input, "clean", &raw); // not a container: stored as it is
+        let (mut out, log) = (Vec::new(), RefCell::new(Vec::new()));
+        let dir = tempfile::tempdir().unwrap();
+        serve("safetensors", dir.path(), &input[..], &mut out, &|m| log.borrow_mut().push(m.to_string())).unwrap();
+        let log = log.into_inner();
+        assert_eq!(log.len(), 2, "{log:?}");
+        for m in &log {
+            assert!(m.starts_with("m.safetensors: its WTXT would be ") && m.contains("wtxt snapshot m.safetensors"), "{m}");
+            assert!(!m.contains("  "), "one line, single spaces: {m}");
+        }
+        let mut r = &out[..];
+        assert_eq!(read_list(&mut r).unwrap(), ["git-filter-server", "version=2"]);
+        assert_eq!(read_list(&mut r).unwrap(), ["capability=clean"]);
+        for _ in 0..2 {
+            assert_eq!(read_list(&mut r).unwrap(), ["status=error"]);
+        }
+        for expected in [&wtxt, &raw] {
+            assert_eq!(read_list(&mut r).unwrap(), ["status=success"]);
+            let mut got = Vec::new();
+            while let Some(p) = read_pkt(&mut r).unwrap() {
+                got.extend_from_slice(&p);
+            }
+            assert!(got == *expected, "stored as it is");
+            assert!(read_list(&mut r).unwrap().is_empty());
+        }
+        assert!(r.is_empty());
+    }
 }
