@@ -369,7 +369,10 @@ mod tests {
         let log = log.into_inner();
         assert_eq!(log.len(), 2, "{log:?}");
         for m in &log {
-            assert!(m.starts_with("m.safetensors: its WTXT would be ") && m.contains("wtxt snapshot m.safetensors"), "{m}");
+            assert!(
+                m.starts_with("m.safetensors: its WTXT would be ") && m.contains("wtxt snapshot m.safetensors"),
+                "{m}"
+            );
             assert!(!m.contains("  "), "one line, single spaces: {m}");
         }
         let mut r = &out[..];
