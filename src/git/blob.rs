@@ -158,6 +158,24 @@ impl Drop for Batch {
     }
 }
 
+/// The blob as a [`Text`](crate::git::parts::Text): in memory up to
+/// [`INFLATE_WHOLE`], else streamed by Git into an unnamed temporary file,
+/// so that a large blob is never held whole.
+pub fn text(repo: &Repository, blob: Oid) -> Result<Box<dyn crate::git::parts::Text>> {
+    text_inflating(repo, blob, INFLATE_WHOLE)
+}
+
+fn text_inflating(repo: &Repository, blob: Oid, whole: u64) -> Result<Box<dyn crate::git::parts::Text>> {
+    if size(repo, blob)? <= whole {
+        let b = repo.find_blob(blob).map_err(git_err)?;
+        return Ok(Box::new(b.content().to_vec()));
+    }
+    let failed = |e| Error::io_in(&format!("a temporary copy of blob {blob}"), e);
+    let mut f = tempfile::tempfile().map_err(failed)?;
+    std::io::copy(&mut reader_inflating(repo, blob, whole)?, &mut f).map_err(failed)?;
+    Ok(Box::new(f))
+}
+
 /// `git cat-file blob`'s output; a non-zero exit is an error once the
 /// output ends (a short blob is never taken for the whole one). Dropped
 /// early, the process is stopped.
@@ -211,6 +229,12 @@ mod tests {
             let mut all = Vec::new();
             reader_inflating(&repo, oid, whole).unwrap().read_to_end(&mut all).unwrap();
             assert!(all == text);
+            // As a Text: in memory, or a temporary copy Git streamed.
+            let t = text_inflating(&repo, oid, whole).unwrap();
+            let mut all = Vec::new();
+            t.stream().read_to_end(&mut all).unwrap();
+            assert!(all == text);
+            assert_eq!(t.range(10..20).unwrap(), text[10..20]);
         }
         // A blob Git does not have: an error, not an empty stream.
         let missing = Oid::from_str("0123456789012345678901234567890123456789").unwrap();

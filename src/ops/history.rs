@@ -207,10 +207,10 @@ pub fn diff_driver(args: &[String], here: &Path, color: bool) -> String {
         }
         let blob = repo.as_ref().and_then(|r| {
             let oid = git2::Oid::from_str(hex).ok().filter(|o| !o.is_zero())?;
-            r.find_blob(oid).ok().map(|b| b.content().to_vec())
+            crate::git::blob::size(r, oid).is_ok().then_some((r, oid))
         });
         match blob {
-            Some(b) => Ok(Box::new(b)),
+            Some((r, oid)) => crate::git::blob::text(r, oid),
             None => Ok(Box::new(crate::git::filter::as_wtxt(Path::new(file), here, path)?)),
         }
     };
