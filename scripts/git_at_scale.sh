@@ -20,42 +20,17 @@ gens=${2:-5}
 change=${CHANGE:-random}
 work=${BENCH_DIR:-bench-work}/git-at-scale${CHANGE:+-$change}
 mkdir -p "$work/models"
+work=$(cd "$work" && pwd) # absolute: commands below run inside the repositories
 cargo build --release --quiet
 bin=$PWD/target/release/wtxt
 export WTXT="$bin"
 
-[ -n "${REUSE:-}" ] && [ -f "$work/models/changed_bytes" ] || python3 - "$work/models" "$gib" "$gens" "$change" <<'PY'
-import os, random, sys
-import numpy as np
-out, gib, gens, change = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-mats, cols = 8, 4096
-rows = (gib << 30) // (mats * cols * 4)
-rng = np.random.default_rng(7)
-state = {f"transformer.h.{i}.mlp.c_fc.weight": rng.standard_normal((rows, cols), dtype=np.float32) for i in range(mats)}
-pick = random.Random(7)
-changed = 0
-for g in range(gens):
-    if g:
-        for name in pick.sample(sorted(state), 3):
-            if change == "block":
-                start = pick.randrange(rows - rows // 100)
-                rs = list(range(start, start + rows // 100))
-            else:
-                rs = pick.sample(range(rows), rows // 100)
-            state[name][rs] += np.float32(0.01)
-            changed += len(rs) * cols * 4
-    np.savez(f"{out}/gen{g}.npz", **{k.replace(".", "_"): v for k, v in state.items()})
-open(f"{out}/changed_bytes", "w").write(str(changed))
-PY
+[ -n "${REUSE:-}" ] && [ -f "$work/models/changed_bytes" ] ||
+  python3 scripts/make_generations.py "$work/models" $((gib * 1024)) "$gens" 8 4096 "$change"
 raw=$((gib << 30))
 changed=$(cat "$work/models/changed_bytes")
 
-measure() { # label, command...: prints "label: seconds s, peak RSS MiB"
-  local label=$1; shift
-  /usr/bin/time -f "%e %M" -o "$work/time.out" "$@" > /dev/null 2> "$work/cmd.err" || { cat "$work/cmd.err"; return 1; }
-  read -r secs kib < "$work/time.out"
-  printf '%-44s %6.2f s  %6d MiB\n' "$label" "$secs" $((kib / 1024))
-}
+. scripts/measure.sh
 
 build_repo() { # form: commits the generations (no timing but the snapshots')
   local form=$1 repo="$work/$1"

@@ -17,31 +17,14 @@ gens=${2:-5}
 work=${BENCH_DIR:-bench-work}/git-filter
 rm -rf "$work"
 mkdir -p "$work/models"
+work=$(cd "$work" && pwd) # absolute: commands below run inside the repositories
 cargo build --release --quiet
 bin=$PWD/target/release/wtxt
 
-python3 - "$work/models" "$mib" "$gens" <<'PY'
-import random, sys
-import numpy as np
-out, mib, gens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-mats, cols = 4, 1024
-rows = (mib << 20) // (mats * cols * 4)
-rng = np.random.default_rng(7)
-state = {f"h_{i}_mlp_weight": rng.standard_normal((rows, cols), dtype=np.float32) for i in range(mats)}
-pick = random.Random(7)
-changed = 0
-for g in range(gens):
-    if g:
-        for name in pick.sample(sorted(state), 3):
-            rs = pick.sample(range(rows), max(1, rows // 100))
-            state[name][rs] += np.float32(0.01)
-            changed += len(rs) * cols * 4
-    np.savez(f"{out}/gen{g}.npz", **state)
-open(f"{out}/changed_bytes", "w").write(str(changed))
+python3 scripts/make_generations.py "$work/models" "$mib" "$gens" 4 1024
 # 32x larger: the model the filter must refuse.
-big = rng.standard_normal(((mib * 32) << 20) // 4, dtype=np.float32)
-np.savez(f"{out}/big.npz", w=big)
-PY
+python3 -c 'import sys, numpy as np; np.savez(sys.argv[1], w=np.random.default_rng(7).standard_normal(int(sys.argv[2]) << 18, dtype=np.float32))' \
+  "$work/models/big.npz" $((mib * 32))
 for g in $(seq 0 $((gens - 1))); do
   "$bin" convert "$work/models/gen$g.npz" -o "$work/models/gen$g.safetensors" --to safetensors 2> /dev/null
 done
@@ -49,12 +32,7 @@ done
 raw=$((mib << 20))
 changed=$(cat "$work/models/changed_bytes")
 
-measure() { # label, command...: prints "label: seconds s, peak RSS MiB"
-  local label=$1; shift
-  /usr/bin/time -f "%e %M" -o "$work/time.out" "$@" > /dev/null 2> "$work/cmd.err" || { cat "$work/cmd.err"; return 1; }
-  read -r secs kib < "$work/time.out"
-  printf '%-44s %6.2f s  %6d MiB\n' "$label" "$secs" $((kib / 1024))
-}
+. scripts/measure.sh
 
 repo="$work/repo"
 git init -q -b main "$repo"

@@ -206,19 +206,28 @@ impl Drop for CatFile {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_large_packed_blob_streams_through_git() {
+    /// A repository where file `f` was committed once per version, then
+    /// packed by `git gc` with `gc_config`.
+    fn repo_of(versions: &[Vec<u8>], gc_config: &[&str]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let git = |args: &[&str]| {
             let o = Command::new("git").arg("-C").arg(dir.path()).args(args).output().unwrap();
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         };
         git(&["init", "-q"]);
+        for text in versions {
+            std::fs::write(dir.path().join("f"), text).unwrap();
+            git(&["add", "f"]);
+            git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "f"]);
+        }
+        git(&[gc_config, &["gc", "-q"]].concat());
+        dir
+    }
+
+    #[test]
+    fn a_large_packed_blob_streams_through_git() {
         let text: Vec<u8> = (0..200_000u32).flat_map(|i| format!("line {i}\n").into_bytes()).collect();
-        std::fs::write(dir.path().join("f"), &text).unwrap();
-        git(&["add", "f"]);
-        git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "f"]);
-        git(&["-c", "core.bigFileThreshold=1k", "gc", "-q"]);
+        let dir = repo_of(std::slice::from_ref(&text), &["-c", "core.bigFileThreshold=1k"]);
         let repo = Repository::open(dir.path()).unwrap();
         let oid = repo.head().unwrap().peel_to_tree().unwrap().get_name("f").unwrap().id();
         assert!(repo.odb().unwrap().reader(oid).is_err(), "libgit2 cannot stream a packed blob");
@@ -243,26 +252,17 @@ mod tests {
 
     #[test]
     fn prefixes_of_a_packed_delta_chain_come_from_one_git_process() {
-        let dir = tempfile::tempdir().unwrap();
-        let git = |args: &[&str]| {
-            let o = Command::new("git").arg("-C").arg(dir.path()).args(args).output().unwrap();
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        };
-        git(&["init", "-q"]);
         // Over libgit2's 1 MiB cache: four versions a few lines apart, packed
         // as a delta chain.
-        let mut versions = Vec::new();
-        for v in 0..4u32 {
-            let text: Vec<u8> = (0..150_000u32)
-                .flat_map(|i| format!("v{} line {i}\n", if i % 1000 == 7 { v } else { 0 }).into_bytes())
-                .collect();
-            assert!(text.len() as u64 > LIBGIT2_CACHES);
-            std::fs::write(dir.path().join("f"), &text).unwrap();
-            git(&["add", "f"]);
-            git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "f"]);
-            versions.push(text);
-        }
-        git(&["gc", "-q"]);
+        let versions: Vec<Vec<u8>> = (0..4u32)
+            .map(|v| {
+                (0..150_000u32)
+                    .flat_map(|i| format!("v{} line {i}\n", if i % 1000 == 7 { v } else { 0 }).into_bytes())
+                    .collect()
+            })
+            .collect();
+        assert!(versions.iter().all(|t| t.len() as u64 > LIBGIT2_CACHES));
+        let dir = repo_of(&versions, &[]);
         let repo = Repository::open(dir.path()).unwrap();
         let oids: Vec<Oid> = (0..4).map(|back| repo.revparse_single(&format!("HEAD~{back}:f")).unwrap().id()).collect();
         let mut p = Prefixes::new(&repo);
