@@ -7,10 +7,11 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use numpy::PyArray1;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::PyByteArray;
 
 use wtxt::convert::names::{self, OriginalNames};
 use wtxt::crypto::mac::HmacKey;
@@ -293,9 +294,10 @@ fn hex_of(b: &[u8]) -> String {
 }
 
 /// A verified WTXT's tensors under their original names (metadata arrays
-/// left out), each in a `bytearray` NumPy can use in place, and the
-/// metadata kept with them.
-type LoadedTensors = (Vec<(String, String, Vec<u64>, Py<PyByteArray>)>, Option<BTreeMap<String, String>>);
+/// left out), each as a flat NumPy `uint8` array over the bytes the
+/// decoder wrote (no copy: NumPy owns the Rust buffer), and the metadata
+/// kept with them.
+type LoadedTensors = (Vec<(String, String, Vec<u64>, Py<PyArray1<u8>>)>, Option<BTreeMap<String, String>>);
 
 /// Reads and verifies `path` (every check; with `hmac_key` every array must
 /// authenticate; with `pubkey`/`trusted_keys` a signature must hold, and
@@ -332,14 +334,18 @@ fn load(
             Ok((loaded.arrays, kept))
         })
         .map_err(raise)?;
-    // One copy each into memory Python owns, each array freed after its
-    // copy: the peak is the arrays plus the largest one.
+    // Each decoded buffer is handed to NumPy as it is: the heap holds the
+    // arrays once, and nothing is copied.
     let tensors = arrays
         .into_iter()
         .filter(|a| !a.is_metadata())
         .map(|a| {
             let name = kept.original(&a.name).to_string();
-            (name, a.dtype.as_str().to_string(), a.shape.clone(), PyByteArray::new(py, a.bytes()).unbind())
+            let bytes = match a.data {
+                ArrayData::Owned(v) => Arc::try_unwrap(v).unwrap_or_else(|shared| shared.to_vec()),
+                mapped => mapped.as_bytes().to_vec(),
+            };
+            (name, a.dtype.as_str().to_string(), a.shape, PyArray1::from_vec(py, bytes).unbind())
         })
         .collect();
     Ok((tensors, kept.metadata.clone()))

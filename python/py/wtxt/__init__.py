@@ -140,12 +140,13 @@ def _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size) 
     return _call(_rust.save, staged, os.fspath(filename), metadata, p(prev), p(sign_key), p(hmac_key), None, None, size)
 
 
-def _from_bytes(dtype: str, shape: List[int], data: bytearray) -> np.ndarray:
-    """The array over `data` itself (a bytearray: writable, no copy)."""
+def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
+    """The array over `data` itself: the flat uint8 array the decoder filled
+    (writable, no copy)."""
     if dtype == "bf16":
         bf16 = _bfloat16()
-        return np.frombuffer(data, dtype=bf16 if bf16 is not None else "<u2").reshape(shape)
-    return np.frombuffer(data, dtype=_TO_NUMPY[dtype]).reshape(shape)
+        return data.view(bf16 if bf16 is not None else "<u2").reshape(shape)
+    return data.view(_TO_NUMPY[dtype]).reshape(shape)
 
 
 def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,

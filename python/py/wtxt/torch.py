@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 from typing import Dict, Mapping, Optional, Union
 
-import numpy as np
 import torch
 
 from . import _TO_NUMPY, Error, _call, _rust, _save_items, _staged, _staged_as
@@ -49,11 +48,12 @@ def load_state_dict(filename: PathLike, device: Union[str, torch.device] = "cpu"
     tensors, _ = _call(_rust.load, os.fspath(filename), p(hmac_key), p(pubkey), None, require_signature)
     out = {}
     for name, dtype, shape, data in tensors:
-        # `data` is a bytearray: the tensors use its memory, no copy.
+        # `data` is the flat uint8 array the decoder filled: the tensors use
+        # its memory, no copy.
         if dtype == "bf16":
-            t = torch.from_numpy(np.frombuffer(data, "<i2")).view(torch.bfloat16)
+            t = torch.from_numpy(data.view("<i2")).view(torch.bfloat16)
         else:
-            a = np.frombuffer(data, _TO_NUMPY[dtype])
+            a = data.view(_TO_NUMPY[dtype])
             try:
                 t = torch.from_numpy(a)
             except TypeError as e:  # unsigned dtypes older torch lacks
