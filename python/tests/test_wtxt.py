@@ -68,6 +68,25 @@ def test_every_dtype_rank0_zero_size_and_dotted_names_round_trip(tmp_path):
     assert wtxt.load_file(f)["f32"][0, 0] == 0
 
 
+def test_load_file_holds_each_array_once(tmp_path):
+    # The decoded bytes become the NumPy array's memory: a copy on the way
+    # (a bytearray, bytes) would double the peak. Measured in a fresh
+    # process, against the array's own size.
+    f = tmp_path / "big.wtxt"
+    wtxt.save_file({"w": np.ones((1 << 15, 1024), dtype="<f4")}, f)  # 128 MiB
+    # VmHWM, not ru_maxrss: the latter keeps what the forking pytest held.
+    code = (
+        "import re, sys, wtxt\n"
+        "hwm = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+        "before = hwm()\n"
+        "w = wtxt.load_file(sys.argv[1])['w']\n"
+        "assert w.shape == (1 << 15, 1024) and w[-1, -1] == 1\n"
+        "print((hwm() - before) >> 10)\n"
+    )
+    grown = int(subprocess.run(["python3", "-c", code, str(f)], capture_output=True, text=True, check=True).stdout)
+    assert grown < 128 * 3 // 2, f"peak grew by {grown} MiB for a 128 MiB array"
+
+
 def test_bf16_comes_back_as_bits_or_ml_dtypes(tmp_path):
     f = tmp_path / "ext.wtxt"
     r = cli("snapshot", "inputs/ext.safetensors", "-o", f)
