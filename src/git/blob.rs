@@ -75,14 +75,15 @@ pub fn prefix(repo: &Repository, blob: Oid, n: u64) -> Result<Vec<u8>> {
 /// bases only this small (its pack cache takes no object over 1 MiB).
 const LIBGIT2_CACHES: u64 = 1 << 20;
 
-/// The first bytes of many blobs, as `wtxt log` reads every version of a
-/// file. Git packs the versions of a file as a delta chain; libgit2, which
-/// caches no base over 1 MiB, would rebuild each version from the chain's
-/// start (5 generations of a 44 MB filtered model: 15 inflates, 3.3 s).
-/// Blobs between that and [`INFLATE_WHOLE`] are asked of one `git cat-file
-/// --batch`, whose delta-base cache, sized for one such blob, keeps the
-/// last base: each older version costs one delta, not a chain.
-pub struct Prefixes<'r> {
+/// Many blobs of one repository: the headers of every version of a file
+/// (`wtxt log`), both sides of a diff. Git packs the versions of a file
+/// as a delta chain; libgit2, which caches no base over 1 MiB, would
+/// rebuild each version from the chain's start (5 generations of a 44 MB
+/// filtered model: 15 inflates, 3.3 s). Blobs between that and
+/// [`INFLATE_WHOLE`] are asked of one `git cat-file --batch`, whose
+/// delta-base cache, sized for one such blob, keeps the last base: each
+/// older version costs one delta, not a chain.
+pub struct Blobs<'r> {
     repo: &'r Repository,
     batch: Option<Batch>,
 }
@@ -93,9 +94,9 @@ struct Batch {
     output: BufReader<ChildStdout>,
 }
 
-impl<'r> Prefixes<'r> {
-    pub fn new(repo: &'r Repository) -> Prefixes<'r> {
-        Prefixes { repo, batch: None }
+impl<'r> Blobs<'r> {
+    pub fn new(repo: &'r Repository) -> Blobs<'r> {
+        Blobs { repo, batch: None }
     }
 
     /// The first `n` bytes of `blob` (fewer when it is shorter).
@@ -104,28 +105,44 @@ impl<'r> Prefixes<'r> {
         if whole <= LIBGIT2_CACHES || whole > INFLATE_WHOLE {
             return prefix(self.repo, blob, n);
         }
-        let failed = |e: std::io::Error| Error::input(Default::default(), format!("git cat-file --batch: {e}"));
+        self.ask(blob, n).unwrap_or_else(|| prefix(self.repo, blob, n))
+    }
+
+    /// The blob as a [`Text`](crate::git::parts::Text): in memory up to
+    /// [`INFLATE_WHOLE`], else streamed by Git into an unnamed temporary
+    /// file, so that a large blob is never held whole.
+    pub fn text(&mut self, blob: Oid) -> Result<Box<dyn crate::git::parts::Text>> {
+        let whole = size(self.repo, blob)?;
+        if whole > LIBGIT2_CACHES && whole <= INFLATE_WHOLE {
+            if let Some(bytes) = self.ask(blob, u64::MAX) {
+                return Ok(Box::new(bytes?));
+            }
+        }
+        text_inflating(self.repo, blob, INFLATE_WHOLE)
+    }
+
+    /// The first `n` bytes of `blob` from `git cat-file --batch`; `None`
+    /// when there is no `git` to run (libgit2 still reads it, only slower).
+    fn ask(&mut self, blob: Oid, n: u64) -> Option<Result<Vec<u8>>> {
         if self.batch.is_none() {
-            let child = Command::new("git")
+            let mut child = Command::new("git")
                 .arg("--git-dir")
                 .arg(self.repo.path())
                 .args(["-c", &format!("core.deltaBaseCacheLimit={INFLATE_WHOLE}"), "cat-file", "--batch"])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
-                .spawn();
-            // Without a `git` to run, libgit2 still reads it, only slower.
-            let Ok(mut child) = child else { return prefix(self.repo, blob, n) };
+                .spawn()
+                .ok()?;
             let input = child.stdin.take().expect("piped");
             let output = BufReader::new(child.stdout.take().expect("piped"));
             self.batch = Some(Batch { child, input, output });
         }
-        let b = self.batch.as_mut().expect("started");
-        let answer = b.ask(blob, n);
+        let answer = self.batch.as_mut().expect("started").ask(blob, n);
         if answer.is_err() {
             self.batch = None; // out of step with Git: a later call starts again
         }
-        answer.map_err(failed)
+        Some(answer.map_err(|e| Error::input(Default::default(), format!("git cat-file --batch: {e}"))))
     }
 }
 
@@ -159,13 +176,7 @@ impl Drop for Batch {
     }
 }
 
-/// The blob as a [`Text`](crate::git::parts::Text): in memory up to
-/// [`INFLATE_WHOLE`], else streamed by Git into an unnamed temporary file,
-/// so that a large blob is never held whole.
-pub fn text(repo: &Repository, blob: Oid) -> Result<Box<dyn crate::git::parts::Text>> {
-    text_inflating(repo, blob, INFLATE_WHOLE)
-}
-
+/// [`Blobs::text`] with `whole` for [`INFLATE_WHOLE`].
 fn text_inflating(repo: &Repository, blob: Oid, whole: u64) -> Result<Box<dyn crate::git::parts::Text>> {
     if size(repo, blob)? <= whole {
         let b = repo.find_blob(blob).map_err(git_err)?;
@@ -266,13 +277,17 @@ mod tests {
         let dir = repo_of(&versions, &[]);
         let repo = Repository::open(dir.path()).unwrap();
         let oids: Vec<Oid> = (0..4).map(|back| repo.revparse_single(&format!("HEAD~{back}:f")).unwrap().id()).collect();
-        let mut p = Prefixes::new(&repo);
+        let mut p = Blobs::new(&repo);
         let missing = Oid::from_str("0123456789012345678901234567890123456789").unwrap();
         for (back, oid) in oids.iter().enumerate() {
             assert_eq!(p.prefix(*oid, 3000).unwrap(), versions[3 - back][..3000], "HEAD~{back}");
             assert!(p.prefix(missing, 10).is_err(), "a blob Git does not have is an error");
         }
         assert!(p.batch.is_some(), "asked of git cat-file --batch");
+        // Whole blobs, from the same process.
+        let mut all = Vec::new();
+        p.text(oids[1]).unwrap().stream().read_to_end(&mut all).unwrap();
+        assert!(all == versions[2]);
         // Longer than the blob: the whole blob.
         assert_eq!(p.prefix(oids[0], u64::MAX).unwrap(), versions[3]);
     }

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::crypto::digest::merkle_this;
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
-use crate::git::blob::Prefixes;
+use crate::git::blob::Blobs;
 use crate::git::git_err;
 use crate::wtxt::read::{read_header, Header, LineReader};
 use crate::wtxt::syntax::{Root, SignLine};
@@ -200,7 +200,7 @@ fn path_in_parent(repo: &Repository, parent: &Tree, child: &Tree, path: &Path) -
     Ok(path.to_path_buf())
 }
 
-fn read_version(blobs: &mut Prefixes, commit: Oid, blob: Oid) -> Version {
+fn read_version(blobs: &mut Blobs, commit: Oid, blob: Oid) -> Version {
     // A header needs at most 5 lines of at most 4096 bytes.
     let head = match blobs.prefix(blob, 5 * 4097) {
         Ok(h) => h,
@@ -245,7 +245,7 @@ pub fn chain(repo: &Repository, path: &Path, opts: &LogOptions) -> Result<Chain>
     let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(git_err)?;
     let mut paths: HashMap<Oid, PathBuf> = HashMap::from([(head.id(), path.to_path_buf())]);
     let mut cache: HashMap<Oid, Version> = HashMap::new();
-    let mut blobs = Prefixes::new(repo);
+    let mut blobs = Blobs::new(repo);
     let mut generations = Vec::new();
     for oid in walk {
         let oid = oid.map_err(git_err)?;

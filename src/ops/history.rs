@@ -198,6 +198,9 @@ pub fn diff_driver(args: &[String], here: &Path, color: bool) -> String {
     };
     let head = format!("diff --wtxt a/{path} b/{path}\n");
     let repo = git2::Repository::discover(here).ok();
+    // Both sides' blobs from one reader: the older one is usually a delta
+    // on the newer, whose base it then keeps.
+    let blobs = repo.as_ref().map(|r| std::cell::RefCell::new(crate::git::blob::Blobs::new(r)));
     // A side is the file Git wrote when it holds WTXT text (read as a
     // stream, so a part or a single file is never held whole), else the
     // blob it names (a filter smudged the file into a container).
@@ -205,12 +208,12 @@ pub fn diff_driver(args: &[String], here: &Path, color: bool) -> String {
         if let Ok(Some(f)) = open_text(Path::new(file)) {
             return Ok(Box::new(f));
         }
-        let blob = repo.as_ref().and_then(|r| {
+        let blob = repo.as_ref().zip(blobs.as_ref()).and_then(|(r, b)| {
             let oid = git2::Oid::from_str(hex).ok().filter(|o| !o.is_zero())?;
-            crate::git::blob::size(r, oid).is_ok().then_some((r, oid))
+            crate::git::blob::size(r, oid).is_ok().then_some((b, oid))
         });
         match blob {
-            Some((r, oid)) => crate::git::blob::text(r, oid),
+            Some((b, oid)) => b.borrow_mut().text(oid),
             None => Ok(Box::new(crate::git::filter::as_wtxt(Path::new(file), here, path)?)),
         }
     };
