@@ -599,11 +599,22 @@ fn short(v: &str) -> String {
 /// `git show`): header fields, then per array its type and digest, then per
 /// chunk its row range and digest, so a line diff shows which rows changed.
 pub fn textconv<R: Read>(input: R) -> Result<String> {
+    listing(input, true)
+}
+
+/// [`textconv`] without the header fields (and the audit line), for a WTXT
+/// made here from a filter's smudged file: its arrays and chunks are the
+/// committed ones (clean is canonical), its header would be invented.
+pub fn textconv_arrays<R: Read>(input: R) -> Result<String> {
+    listing(input, false)
+}
+
+fn listing<R: Read>(input: R, header: bool) -> Result<String> {
     use std::fmt::Write as _;
     let mut w = Walker::new(input);
     let (h, _) = w.wtxt_header()?;
     let mut s = String::new();
-    for (k, v) in header_fields(&h) {
+    for (k, v) in header_fields(&h).into_iter().filter(|_| header) {
         let _ = writeln!(s, "{k} {v}");
     }
     while let Some(a) = next_array(&mut w)? {
@@ -633,7 +644,7 @@ pub fn textconv<R: Read>(input: R) -> Result<String> {
         }
         w.expect("endarr")?;
     }
-    if let Some(audit) = wtxt_tail(&mut w)? {
+    if let Some(audit) = wtxt_tail(&mut w)?.filter(|_| header) {
         let _ = writeln!(s, "{}", String::from_utf8_lossy(&audit));
     }
     Ok(s)

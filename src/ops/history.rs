@@ -183,6 +183,22 @@ pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
     Ok(Resolved { outcome, operation: op.operation, theirs })
 }
 
+/// What Git's `textconv` shows for `file` (`git log -p`, `git show`): the
+/// listing of a WTXT (a single file, a head, a part). Git passes no blob
+/// name here, and in a filter repository `file` is the smudged container:
+/// cleaning it gives the committed arrays and chunks (clean is canonical)
+/// but a header of its own (gen, ts, hashes) that is in no commit, so
+/// that header is left out and a line says so.
+pub fn textconv(file: &Path, here: &Path) -> Result<String> {
+    use crate::git::parts::open_text;
+    if let Some(f) = open_text(file)? {
+        return crate::git::parts::textconv(&f, file);
+    }
+    let wtxt = crate::git::filter::as_wtxt(file, here, &file.to_string_lossy())?;
+    let arrays = crate::git::diff::textconv_arrays(&wtxt[..]).map_err(|e| e.in_file(file))?;
+    Ok(format!("(a filter's file: the committed header is not shown; `wtxt log` or `git diff` show it)\n{arrays}"))
+}
+
 /// What Git's external diff shows: `args` are Git's `PATH OLD OLD-HEX
 /// OLD-MODE NEW NEW-HEX NEW-MODE` (a side that does not exist is
 /// /dev/null). Each side is the blob Git names when the repository around

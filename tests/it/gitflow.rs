@@ -331,6 +331,15 @@ fn safetensors_filter_stores_wtxt_and_checks_out_the_same_bytes() {
     // committed, not a header made up by cleaning the work tree again.
     assert!(d.contains("header gen: 000000 -> 000001"), "{d}");
     assert!(!d.contains("000002"), "{d}");
+    // textconv (`git log -p`, `git show`) gets no blob name, only the
+    // smudged file: it lists the committed chunks and invents no header.
+    let shown = r.ok(&["show", "--textconv", "HEAD~1:model.safetensors"]);
+    assert!(shown.contains("the committed header is not shown"), "{shown}");
+    assert!(shown.contains("\n  __safetensors_header chunk 0 "), "{shown}");
+    assert!(!shown.contains("\ngen ") && !shown.contains("\nts ") && !shown.contains("sha256_all"), "{shown}");
+    let p = r.ok(&["log", "-p", "-1", "HEAD"]);
+    assert!(p.lines().any(|l| l.starts_with('-') && l.contains(" chunk ")), "the changed chunk shows: {p}");
+    assert!(!p.lines().any(|l| l.starts_with(['-', '+']) && l.contains(" ts ")), "{p}");
     // A clone made before install holds WTXT text under model.safetensors;
     // install checks it out again through the filter, and says so.
     let clone = r.root.parent().unwrap().join("clone");

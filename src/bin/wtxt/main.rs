@@ -431,17 +431,10 @@ fn filter_process(format: String) -> Result<u8> {
 }
 
 fn textconv(file: PathBuf) -> Result<u8> {
-    // Git may hand over the smudged work-tree file: clean it first.
     let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-    let name = file.to_string_lossy().into_owned();
     // A file that is not a readable WTXT is shown as it is: `git show`
     // must not fail on it.
-    // WTXT text is streamed; anything else is cleaned first.
-    let listing = match wtxt::git::parts::open_text(&file) {
-        Ok(Some(f)) => wtxt::git::parts::textconv(&f, &file),
-        _ => wtxt::git::filter::as_wtxt(&file, &here, &name).and_then(|b| wtxt::git::parts::textconv(&b, &file)),
-    };
-    match listing {
+    match ops::textconv(&file, &here) {
         Ok(text) => emit(&text)?,
         Err(e) => {
             let raw = std::fs::read(&file).map_err(|e| Error::io(&file, e))?;
