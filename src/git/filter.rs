@@ -223,14 +223,9 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
     let Some(arrays) = carried_arrays(content)? else {
         return Ok(content.to_vec());
     };
-    let head = head_version(repo_dir, path)?;
-    if let Some((blob, _, _)) = &head {
-        if same_arrays(blob, &arrays) {
-            return Ok(blob.clone());
-        }
-    }
-    let (gen, merkle_prev) = match &head {
-        Some((_, g, m)) => (g + 1, *m),
+    let (gen, merkle_prev) = match head_version(repo_dir, path)? {
+        Some((blob, _, _)) if same_arrays(&blob, &arrays) => return Ok(blob),
+        Some((_, g, m)) => (g + 1, m),
         None => (0, [0; 32]),
     };
     // The writer's defaults (schema, host, cuda, ts rule); the build token is checked.
@@ -309,11 +304,10 @@ fn head_version(repo_dir: &Path, path: &str) -> Result<Option<(Vec<u8>, u64, Has
 /// True when `blob` (a WTXT) holds exactly these arrays.
 fn same_arrays(blob: &[u8], arrays: &[Array]) -> bool {
     use sha2::{Digest, Sha256};
-    let text = String::from_utf8_lossy(blob);
-    let lines: Vec<crate::wtxt::syntax::ArrLine> = text
-        .lines()
-        .filter(|l| l.starts_with("arr "))
-        .filter_map(|l| crate::wtxt::syntax::ArrLine::parse(l.as_bytes()).ok())
+    let lines: Vec<crate::wtxt::syntax::ArrLine> = blob
+        .split(|&b| b == b'\n')
+        .filter(|l| l.starts_with(b"arr "))
+        .filter_map(|l| crate::wtxt::syntax::ArrLine::parse(l).ok())
         .collect();
     lines.len() == arrays.len()
         && lines.iter().zip(arrays).all(|(l, a)| {
