@@ -140,7 +140,8 @@ pub fn serve<R: BufRead, W: Write>(
         let (content, total) = read_content(&mut input, keep)?;
         let result = match command.as_str() {
             "clean" if total > content.len() as u64 => {
-                Err(over_part_size(&content, total, &path).expect("over the part size"))
+                // More than the part size arrived: over it however it is counted.
+                Err(over_part_size(&content, total, &path).unwrap_or_else(|| too_large(total, &path)))
             }
             "clean" => clean(&content, repo_dir, &path),
             "smudge" => smudge(&content),
