@@ -614,8 +614,10 @@ fn listing<R: Read>(input: R, header: bool) -> Result<String> {
     let mut w = Walker::new(input);
     let (h, _) = w.wtxt_header()?;
     let mut s = String::new();
-    for (k, v) in header_fields(&h).into_iter().filter(|_| header) {
-        let _ = writeln!(s, "{k} {v}");
+    if header {
+        for (k, v) in header_fields(&h) {
+            let _ = writeln!(s, "{k} {v}");
+        }
     }
     while let Some(a) = next_array(&mut w)? {
         let layout = a.layout()?;
@@ -644,6 +646,7 @@ fn listing<R: Read>(input: R, header: bool) -> Result<String> {
         }
         w.expect("endarr")?;
     }
+    // The tail is read (and checked) either way; its audit line is header.
     if let Some(audit) = wtxt_tail(&mut w)?.filter(|_| header) {
         let _ = writeln!(s, "{}", String::from_utf8_lossy(&audit));
     }
