@@ -156,7 +156,7 @@ pub fn serve<R: BufRead, W: Write>(
                 flush(&mut out)?; // status unchanged
             }
             Err(e) => {
-                log(&format!("{path}: {e}"));
+                log(&e.in_file(&path).to_string());
                 write_text(&mut out, "status=error")?;
                 flush(&mut out)?;
             }

@@ -6,7 +6,9 @@
 //! signature by a trusted key when `wtxt.requireSignature` is set (keys from
 //! `wtxt.trustedKeys`); and, when HEAD has the file, `gen` = HEAD's + 1 and
 //! `merkle_prev` = HEAD's `merkle_this`. For a `.wtxtdelta`: its structure and
-//! every chunk it carries (parity, CRC32C, SHA-256).
+//! every chunk it carries (parity, CRC32C, SHA-256). A file a `wtxt-*` filter
+//! carries is checked as a `.wtxt` from its staged blob (the clean filter's
+//! output); its work-tree copy is the smudged binary, never read.
 
 use std::io::{Read, Seek};
 use std::os::unix::fs::MetadataExt;
@@ -68,7 +70,10 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
         .iter()
         .filter(|e| e.status().intersects(Status::INDEX_NEW | Status::INDEX_MODIFIED | Status::INDEX_RENAMED))
         .filter_map(|e| e.path().ok().map(PathBuf::from))
-        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("wtxt" | "wtxtdelta" | "wtxtpart")))
+        .filter(|p| {
+            matches!(p.extension().and_then(|e| e.to_str()), Some("wtxt" | "wtxtdelta" | "wtxtpart"))
+                || wtxt_filter(&repo, p).is_some()
+        })
         .collect();
     // A staged part is checked with its head, staged or not: a commit that
     // changes a part but not its head fails there.
@@ -124,6 +129,25 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
             .and_then(|t| t.get_path(path).ok())
             .filter(|e| e.id() != entry.id)
             .and_then(|e| crate::git::blob::prefix(&repo, e.id(), crate::wtxt::split::MAX_HEAD + 1).ok());
+        // A file a wtxt filter carries: its blob is the clean filter's WTXT,
+        // checked as a single file; its work-tree copy is the smudged binary.
+        let from_blob = || -> Result<Box<dyn Read + '_>> { Ok(Box::new(open()?)) };
+        if let Some(filter) = wtxt_filter(&repo, path) {
+            if require {
+                refusals.push(refuse(
+                    0,
+                    format!("wtxt.requireSignature is set, and the {filter} filter does not sign"),
+                    "keep signed snapshots as .wtxt files: `wtxt snapshot ... --sign-key KEY.pem`",
+                ));
+            } else if let Some(r) = check_wtxt(&from_blob, size, head.as_deref(), false, trusted.as_ref()) {
+                let fix = format!(
+                    "stage it through the filter: `wtxt git install --filter {}` where it is missing, then `git add {shown}`",
+                    filter.strip_prefix("wtxt-").unwrap_or(&filter)
+                );
+                refusals.push(Refusal { path: shown.clone(), fix, ..r });
+            }
+            continue;
+        }
         // A head is told from a single file by its start (a head is whole in it).
         let start = crate::git::blob::prefix(&repo, entry.id, crate::wtxt::split::MAX_HEAD + 1)?;
         if let Ok(Blob::Head(h)) = classify(&start) {
@@ -145,7 +169,6 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
             let v = check_wtxt(&from_file, size, head.as_deref(), require, trusted.as_ref());
             verdict = rec.vouched(p, index_written(&repo)).then_some(v);
         }
-        let from_blob = || -> Result<Box<dyn Read + '_>> { Ok(Box::new(open()?)) };
         let verdict =
             verdict.unwrap_or_else(|| check_wtxt(&from_blob, size, head.as_deref(), require, trusted.as_ref()));
         if let Some(r) = verdict {
@@ -153,6 +176,12 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
         }
     }
     Ok(Checked { staged: staged.len(), refusals, notes })
+}
+
+/// The wtxt filter (`wtxt-FORMAT`) Git's attributes give `path`, if any.
+fn wtxt_filter(repo: &Repository, path: &Path) -> Option<String> {
+    let filter = repo.get_attr(path, "filter", git2::AttrCheckFlags::FILE_THEN_INDEX).ok()??;
+    filter.starts_with("wtxt-").then(|| filter.to_string())
 }
 
 fn line_of(e: &Error) -> u64 {

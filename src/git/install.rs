@@ -6,6 +6,7 @@
 //! `wtxt` did not write is never overwritten: it is kept as
 //! `pre-commit.wtxt-chained` and run first. `--uninstall` reverses all of it.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use git2::{Config, ConfigLevel, Repository};
@@ -285,9 +286,13 @@ fn smudge_clean_files(dir: &Path, exts: &[&str]) -> Result<Vec<String>> {
         if !exts.contains(&ext.as_str()) {
             continue;
         }
-        let Ok(on_disk) = std::fs::read(work.join(&path)) else { continue };
-        let committed = repo.find_blob(e.id).map(|b| b.content() == on_disk).unwrap_or(false);
-        if on_disk.starts_with(b"WTXT 1\n") && committed {
+        // By its first bytes, then by its object name (hashed as a stream):
+        // a filtered file can be large, and is never read whole here.
+        let file = work.join(&path);
+        let mut start = [0u8; 7];
+        let wtxt =
+            std::fs::File::open(&file).and_then(|mut f| f.read_exact(&mut start)).is_ok() && &start == b"WTXT 1\n";
+        if wtxt && git2::Oid::hash_file(git2::ObjectType::Blob, &file).is_ok_and(|id| id == e.id) {
             stale.push(path);
         }
     }

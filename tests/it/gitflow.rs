@@ -780,3 +780,60 @@ fn a_filtered_model_too_large_for_one_blob_is_refused_at_add() {
     assert!(err.contains("part size") && err.contains("wtxt snapshot big.safetensors"), "{err}");
     assert!(r.run(&["cat-file", "-e", ":big.safetensors"], &[]).status.code() != Some(0), "nothing staged");
 }
+
+#[test]
+fn the_hook_checks_what_a_filter_stores() {
+    let r = Repo::new();
+    assert!(r.wtxt(&["git", "install", "--filter", "safetensors"]).status.success());
+    let path = r.root.join("model.safetensors");
+    let original = std::fs::read(fixture("inputs/ext.safetensors")).unwrap();
+    std::fs::write(&path, &original).unwrap();
+    r.commit("model v0");
+    let mut changed = original.clone();
+    let n = changed.len();
+    changed[n - 1] ^= 1;
+    std::fs::write(&path, &changed).unwrap();
+    r.commit("model v1");
+    // Staged past the filter: the binary itself, as a clone without
+    // `wtxt git install` would store it.
+    let stage = |oid: &str| r.ok(&["update-index", "--cacheinfo", &format!("100644,{oid},model.safetensors")]);
+    let raw = r.ok(&["hash-object", "-w", "--no-filters", "model.safetensors"]);
+    stage(raw.trim());
+    let o = r.run(&["commit", "-qm", "raw"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a raw binary under a filtered path is refused");
+    assert!(err.contains("model.safetensors") && err.contains("git install --filter safetensors"), "{err}");
+    // A WTXT that does not continue HEAD's: the first generation again.
+    let old = r.ok(&["rev-parse", "HEAD~1:model.safetensors"]);
+    stage(old.trim());
+    let o = r.run(&["commit", "-qm", "old"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("does not follow HEAD"), "{err}");
+    // Through the filter again, the next generation passes.
+    changed[n - 2] ^= 1;
+    std::fs::write(&path, &changed).unwrap();
+    r.commit("model v2");
+    assert!(r.ok(&["cat-file", "-p", "HEAD:model.safetensors"]).contains("gen=000002"));
+    // The filter does not sign. Where signatures are required, a changed
+    // file is refused at `git add` already: HEAD's version, which it would
+    // chain from, is not signed by a trusted key (the file named once).
+    let trusted = fixture("keys/trusted_keys");
+    r.ok(&["config", "wtxt.requireSignature", "true"]);
+    r.ok(&["config", "wtxt.trustedKeys", trusted.to_str().unwrap()]);
+    changed[n - 3] ^= 1;
+    std::fs::write(&path, &changed).unwrap();
+    let o = r.run(&["add", "model.safetensors"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("HEAD's version fails verification"), "{err}");
+    assert!(!err.contains("model.safetensors: model.safetensors"), "{err}");
+    // A new filtered file, which chains from nothing, is refused by the hook.
+    let fresh = Repo::new();
+    assert!(fresh.wtxt(&["git", "install", "--filter", "safetensors"]).status.success());
+    fresh.ok(&["config", "wtxt.requireSignature", "true"]);
+    fresh.ok(&["config", "wtxt.trustedKeys", trusted.to_str().unwrap()]);
+    std::fs::write(fresh.root.join("model.safetensors"), &original).unwrap();
+    fresh.ok(&["add", "model.safetensors"]);
+    let o = fresh.run(&["commit", "-qm", "unsigned"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("filter does not sign"), "{err}");
+}
