@@ -225,7 +225,7 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
         return Ok(content.to_vec());
     };
     let (gen, merkle_prev) = match head_version(repo_dir, path)? {
-        Some((blob, _, _)) if same_arrays(&blob, &arrays) => return Ok(blob),
+        Some((Some(blob), _, _)) if same_arrays(&blob, &arrays) => return Ok(blob),
         Some((_, g, m)) => (g + 1, m),
         None => (0, [0; 32]),
     };
@@ -276,16 +276,18 @@ pub fn smudge(content: &[u8]) -> Result<Vec<u8>> {
     rebuild(&loaded.arrays)
 }
 
-/// HEAD's WTXT version of `path`: its bytes, gen and merkle_this. Nothing
-/// chains from what it did not verify: the header must hold together and
-/// its signature satisfy `git config wtxt.trustedKeys` when that is set.
-fn head_version(repo_dir: &Path, path: &str) -> Result<Option<(Vec<u8>, u64, Hash)>> {
+/// HEAD's WTXT version of `path`: its bytes (when a filter could have
+/// stored it: at most the part size; of a larger blob only the header is
+/// read), gen and merkle_this. Nothing chains from what it did not verify:
+/// the header must hold together and its signature satisfy `git config
+/// wtxt.trustedKeys` when that is set.
+fn head_version(repo_dir: &Path, path: &str) -> Result<Option<(Option<Vec<u8>>, u64, Hash)>> {
     let Ok(repo) = git2::Repository::discover(repo_dir) else { return Ok(None) };
     let Some(tree) = repo.head().ok().and_then(|h| h.peel_to_tree().ok()) else { return Ok(None) };
-    let Some(blob) = tree.get_path(Path::new(path)).ok().and_then(|e| repo.find_blob(e.id()).ok()) else {
-        return Ok(None);
-    };
-    let bytes = blob.content().to_vec();
+    let Some(id) = tree.get_path(Path::new(path)).ok().map(|e| e.id()) else { return Ok(None) };
+    let size = crate::git::blob::size(&repo, id)?;
+    let whole = size <= crate::wtxt::split::DEFAULT_PART_SIZE;
+    let bytes = crate::git::blob::prefix(&repo, id, if whole { size } else { crate::wtxt::split::MAX_HEAD + 1 })?;
     let Ok(h) = crate::wtxt::read::read_head(&mut crate::wtxt::read::LineReader::new(&bytes[..])) else {
         return Ok(None);
     };
@@ -299,7 +301,7 @@ fn head_version(repo_dir: &Path, path: &str) -> Result<Option<(Vec<u8>, u64, Has
         )
         .in_file(path)
     })?;
-    Ok(Some((bytes, h.meta.gen, merkle_this)))
+    Ok(Some((whole.then_some(bytes), h.meta.gen, merkle_this)))
 }
 
 /// True when `blob` (a WTXT) holds exactly these arrays.
