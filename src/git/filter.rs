@@ -225,8 +225,8 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
         return Ok(content.to_vec());
     };
     let (gen, merkle_prev) = match head_version(repo_dir, path)? {
-        Some((Some(blob), _, _)) if same_arrays(&blob, &arrays) => return Ok(blob),
-        Some((_, g, m)) => (g + 1, m),
+        Some(HeadVersion { bytes: Some(blob), .. }) if same_arrays(&blob, &arrays) => return Ok(blob),
+        Some(v) => (v.gen + 1, v.merkle_this),
         None => (0, [0; 32]),
     };
     // The writer's defaults (schema, host, cuda, ts rule); the build token is checked.
@@ -276,12 +276,19 @@ pub fn smudge(content: &[u8]) -> Result<Vec<u8>> {
     rebuild(&loaded.arrays)
 }
 
-/// HEAD's WTXT version of `path`: its bytes (when a filter could have
-/// stored it: at most the part size; of a larger blob only the header is
-/// read), gen and merkle_this. Nothing chains from what it did not verify:
+/// HEAD's WTXT version of a filtered path.
+struct HeadVersion {
+    /// Its bytes, when a filter could have stored it (at most the part size).
+    bytes: Option<Vec<u8>>,
+    gen: u64,
+    merkle_this: Hash,
+}
+
+/// HEAD's WTXT version of `path` (of a blob over the part size only the
+/// header is read). Nothing chains from what it did not verify:
 /// the header must hold together and its signature satisfy `git config
 /// wtxt.trustedKeys` when that is set.
-fn head_version(repo_dir: &Path, path: &str) -> Result<Option<(Option<Vec<u8>>, u64, Hash)>> {
+fn head_version(repo_dir: &Path, path: &str) -> Result<Option<HeadVersion>> {
     let Ok(repo) = git2::Repository::discover(repo_dir) else { return Ok(None) };
     let Some(tree) = repo.head().ok().and_then(|h| h.peel_to_tree().ok()) else { return Ok(None) };
     let Some(id) = tree.get_path(Path::new(path)).ok().map(|e| e.id()) else { return Ok(None) };
@@ -301,7 +308,7 @@ fn head_version(repo_dir: &Path, path: &str) -> Result<Option<(Option<Vec<u8>>, 
         )
         .in_file(path)
     })?;
-    Ok(Some((whole.then_some(bytes), h.meta.gen, merkle_this)))
+    Ok(Some(HeadVersion { bytes: whole.then_some(bytes), gen: h.meta.gen, merkle_this }))
 }
 
 /// True when `blob` (a WTXT) holds exactly these arrays.
