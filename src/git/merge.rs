@@ -14,9 +14,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::convert::spill::Spill;
 use crate::error::{Error, Result};
 use crate::git::diff::to_f64;
-use crate::model::{Array, ArrayData, Dtype};
+use crate::model::{Array, Dtype};
 use crate::wtxt::layout::Layout;
 
 /// True when `ours` is a split snapshot's head handed over without its
@@ -168,12 +169,7 @@ pub fn merge(
                     }
                     Strategy::Average => match (o, t) {
                         (Some(x), Some(y)) if x.dtype == y.dtype && x.shape == y.shape && x.dtype.is_float() => {
-                            arrays.push(Array::new(
-                                name,
-                                x.dtype,
-                                x.shape.clone(),
-                                ArrayData::from(average(x.dtype, x.bytes(), y.bytes())),
-                            )?);
+                            arrays.push(averaged(x, y)?);
                             Some(s)
                         }
                         _ => None,
@@ -213,31 +209,32 @@ fn merge_chunks(
 ) -> Result<Array> {
     let layout = Layout::new(o.dtype, &o.shape, rows_per_chunk).map_err(|m| Error::input(Default::default(), m))?;
     let row_bytes = layout.idx.map_or(o.dtype.size() as u64, |i| i.row_size.max(1));
-    let mut out = o.bytes().to_vec();
+    // Built chunk by chunk, on disk past the spill size: an array can be
+    // far larger than the memory a merge driver may take.
+    let mut out = Spill::with_expected(o.bytes().len() as u64)?;
     for ix in 0..layout.chunk_count() {
         let (off, len) = layout.chunk_range(ix);
         let r = off as usize..(off + len) as usize;
         let (cb, co, ct) = (&b.bytes()[r.clone()], &o.bytes()[r.clone()], &t.bytes()[r.clone()]);
         if co == ct || ct == cb {
-            continue; // ours already holds it
+            out.push(co)?; // ours already holds it
+            continue;
         }
         if co == cb {
-            out[r].copy_from_slice(ct);
+            out.push(ct)?;
             continue;
         }
         let s = decisions.for_chunk(&o.name, ix, strategy);
         let settled = match s {
-            Strategy::Ours => Some(s),
-            Strategy::Theirs => {
-                out[r].copy_from_slice(ct);
-                Some(s)
-            }
-            Strategy::Average if o.dtype.is_float() => {
-                out[r].copy_from_slice(&average(o.dtype, co, ct));
-                Some(s)
-            }
+            Strategy::Ours | Strategy::Theirs => Some(s),
+            Strategy::Average if o.dtype.is_float() => Some(s),
             Strategy::Average | Strategy::Fail => None,
         };
+        match settled {
+            Some(Strategy::Theirs) => out.push(ct)?,
+            Some(Strategy::Average) => out.push(&average(o.dtype, co, ct))?,
+            _ => out.push(co)?,
+        }
         conflicts.push(Conflict {
             array: o.name.clone(),
             chunk: Some(ix),
@@ -250,7 +247,30 @@ fn merge_chunks(
             settled_by: settled,
         });
     }
-    Array::new(o.name.clone(), o.dtype, o.shape.clone(), ArrayData::from(out))
+    finish(o, out)
+}
+
+/// An array like `like` holding what `out` was given (all of its bytes).
+fn finish(like: &Array, out: Spill) -> Result<Array> {
+    let len = like.bytes().len();
+    if out.len() != len as u64 {
+        return Err(Error::input(
+            Default::default(),
+            format!("array {}: merged {} of its {len} bytes", like.name, out.len()),
+        ));
+    }
+    Array::new(like.name.clone(), like.dtype, like.shape.clone(), out.finish()?.window(0..len))
+}
+
+/// The element-wise mean of two whole float arrays of one dtype and shape,
+/// a window at a time (never a whole array on the heap).
+fn averaged(x: &Array, y: &Array) -> Result<Array> {
+    let step = (1 << 20) / x.dtype.size() * x.dtype.size();
+    let mut out = Spill::with_expected(x.bytes().len() as u64)?;
+    for (a, b) in x.bytes().chunks(step).zip(y.bytes().chunks(step)) {
+        out.push(&average(x.dtype, a, b))?;
+    }
+    finish(x, out)
 }
 
 /// Element-wise mean of two float runs, in their dtype.
@@ -319,6 +339,7 @@ fn f32_to_f16(f: f32) -> u16 {
 mod tests {
     use super::*;
     use crate::git::diff::f16_to_f32;
+    use crate::model::ArrayData;
 
     #[test]
     fn half_precision_round_trips() {
@@ -354,5 +375,39 @@ mod tests {
         let m = merge(&[base], &[ours], &[theirs], 1, Strategy::Average, &Decisions::default()).unwrap();
         assert_eq!(m.unsettled().count(), 0);
         assert_eq!(m.arrays[0].bytes(), arr("w", &[1.0, 2.0, 0.0, 3.0]).bytes());
+    }
+
+    #[test]
+    fn a_merged_array_past_the_spill_size_is_built_on_disk() {
+        // 40 MiB: chunk-merged and whole-array averaged results are mapped
+        // temporary files, not a heap copy of the array.
+        let n = 10 << 20;
+        let base = arr("w", &vec![0.0; n]);
+        let mut o = vec![0.0; n];
+        o[0] = 1.0;
+        let mut t = vec![0.0; n];
+        t[n - 1] = 3.0;
+        let (ours, theirs) = (arr("w", &o), arr("w", &t));
+        let m = merge(
+            std::slice::from_ref(&base),
+            std::slice::from_ref(&ours),
+            std::slice::from_ref(&theirs),
+            1 << 16,
+            Strategy::Fail,
+            &Decisions::default(),
+        )
+        .unwrap();
+        assert_eq!(m.unsettled().count(), 0);
+        assert!(matches!(m.arrays[0].data, ArrayData::Mapped(..)));
+        o[n - 1] = 3.0;
+        assert_eq!(m.arrays[0].bytes(), arr("w", &o).bytes());
+        // Changed whole on both sides (another shape): averaged.
+        let wide = |v: f32| {
+            let b: Vec<u8> = std::iter::repeat_n(v.to_le_bytes(), n).flatten().collect();
+            Array::new("w", Dtype::F32, vec![1, n as u64], b.into()).unwrap()
+        };
+        let m = merge(&[base], &[wide(1.0)], &[wide(3.0)], 1 << 16, Strategy::Average, &Decisions::default()).unwrap();
+        assert!(matches!(m.arrays[0].data, ArrayData::Mapped(..)));
+        assert_eq!(m.arrays[0].bytes(), wide(2.0).bytes());
     }
 }
