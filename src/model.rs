@@ -211,6 +211,16 @@ impl ArrayData {
         }
     }
 
+    /// True when both are the very same bytes in memory (one buffer, or one
+    /// range of one map): equal without reading them.
+    pub fn is_same_buffer(&self, other: &ArrayData) -> bool {
+        match (self, other) {
+            (ArrayData::Owned(a), ArrayData::Owned(b)) => Arc::ptr_eq(a, b),
+            (ArrayData::Mapped(a, r), ArrayData::Mapped(b, q)) => Arc::ptr_eq(a, b) && r == q,
+            _ => false,
+        }
+    }
+
     /// Hands the bytes to `f` in order, in windows. A mapped array's window
     /// is dropped from this process once `f` is done with it (the data
     /// stays in the page cache), so writing or hashing a 1 GiB mapped array

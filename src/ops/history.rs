@@ -58,12 +58,14 @@ pub struct MergeOutcome {
     pub gen: u64,
 }
 
-fn load_file(path: &Path, opts: &VerifyOptions) -> Result<Option<crate::wtxt::Loaded>> {
+/// One side of a merge, verified whole; arrays equal to one of `known`'s
+/// (by verified SHA-256) are shared with it, not held again.
+fn load_side(path: &Path, opts: &VerifyOptions, known: &[&crate::wtxt::Loaded]) -> Result<Option<crate::wtxt::Loaded>> {
     let mut input = WtxtIn::open(path, None)?;
     if input.len == 0 {
         return Ok(None); // Git passes an empty base when there is no common ancestor.
     }
-    crate::wtxt::load(input.text(), input.len, opts).map(Some).map_err(|e| input.blame(e))
+    crate::wtxt::load_reusing(input.text(), input.len, opts, known).map(Some).map_err(|e| input.blame(e))
 }
 
 /// `wtxt merge`: three-way at chunk granularity. The result is a canonical
@@ -72,12 +74,12 @@ fn load_file(path: &Path, opts: &VerifyOptions) -> Result<Option<crate::wtxt::Lo
 pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptions) -> Result<MergeOutcome> {
     // Nothing is signed or HMACed that was not verified first: the three
     // inputs must satisfy the trust policy.
+    // Each side is held once: most arrays of three generations are equal.
     let vopts = o.trust.options();
-    let b = load_file(base, &vopts)?;
-    let ours_l =
-        load_file(ours, &vopts)?.ok_or_else(|| Error::input(Default::default(), "empty file").in_file(ours))?;
-    let theirs_l =
-        load_file(theirs, &vopts)?.ok_or_else(|| Error::input(Default::default(), "empty file").in_file(theirs))?;
+    let empty = |p: &Path| Error::input(Default::default(), "empty file").in_file(p);
+    let ours_l = load_side(ours, &vopts, &[])?.ok_or_else(|| empty(ours))?;
+    let theirs_l = load_side(theirs, &vopts, &[&ours_l])?.ok_or_else(|| empty(theirs))?;
+    let b = load_side(base, &vopts, &[&ours_l, &theirs_l])?;
     let (Root::Final { merkle_this: ours_this, sha256_all: ours_all, .. }, Root::Final { sha256_all: theirs_all, .. }) =
         (&ours_l.header.root, &theirs_l.header.root)
     else {

@@ -17,6 +17,7 @@ pub mod write;
 use std::io::Read;
 
 use crate::convert::spill::Spill;
+use crate::crypto::digest::Hash;
 use crate::error::{check_at, Result};
 use crate::model::Array;
 use crate::wtxt::read::{ArrayStart, Header};
@@ -38,10 +39,19 @@ pub enum Keep {
     Metadata,
 }
 
+/// Where a loaded array's bytes go: its own buffer (`None` after a failure
+/// to hold them), or an array already held with the same bytes.
+enum Held {
+    Own(Option<Spill>),
+    Known(Array),
+}
+
 /// Collects decoded arrays while a file is verified (see [`Keep`]).
 #[derive(Default)]
 pub struct Collect {
-    arrays: Vec<(ArrayStart, Option<Spill>)>,
+    arrays: Vec<(ArrayStart, Held)>,
+    /// Verified arrays of other files, with their SHA-256 (see [`load_reusing`]).
+    known: Vec<(Array, Hash)>,
     keep: Keep,
     /// The array being read is not kept.
     skipping: bool,
@@ -66,6 +76,16 @@ impl Sink for Collect {
         if self.skipping {
             return;
         }
+        let same = |(k, h): &&(Array, Hash)| {
+            k.name == a.arr.name && k.dtype == a.arr.dtype && k.shape == a.arr.shape && *h == a.arr.sha256
+        };
+        if let Some((k, _)) = self.known.iter().find(same) {
+            // Verified like any other, but not held twice: once the file
+            // verifies, equal SHA-256 means equal bytes.
+            self.arrays.push((a.clone(), Held::Known(k.clone())));
+            self.skipping = true;
+            return;
+        }
         // All arrays together are bounded by the file's size (decoded bytes
         // are fewer than their text): what one declares cannot reserve more
         // than is left of it.
@@ -82,17 +102,17 @@ impl Sink for Collect {
                 None
             }
         };
-        self.arrays.push((a.clone(), buf));
+        self.arrays.push((a.clone(), Held::Own(buf)));
     }
 
     fn data(&mut self, bytes: &[u8]) {
         if self.skipping {
             return;
         }
-        if let Some((_, Some(buf))) = self.arrays.last_mut() {
-            if let Err(e) = buf.push(bytes) {
+        if let Some((_, Held::Own(held))) = self.arrays.last_mut() {
+            if let Some(Err(e)) = held.as_mut().map(|buf| buf.push(bytes)) {
                 self.failed.get_or_insert(e);
-                self.arrays.last_mut().expect("just used").1 = None;
+                *held = None;
             }
         }
     }
@@ -107,6 +127,8 @@ pub struct Loaded {
     pub rows_per_chunk: Option<u64>,
     /// HMAC tags as the file carries them, by array name.
     pub hmacs: Vec<(String, [u8; 32])>,
+    /// Each array's SHA-256 (its `arr` line's, verified), as `arrays`.
+    pub digests: Vec<Hash>,
 }
 
 /// Reads and verifies a whole WTXT, returning its arrays. Any failed check is
@@ -136,13 +158,32 @@ pub fn load_or_report<R: Read>(
     load_or_report_keeping(input, file_len, opts, Keep::Spilled)
 }
 
+/// [`load`] for a file that may share arrays with files already loaded
+/// (the sides of a merge): an array with the same name, dtype, shape and
+/// SHA-256 as one of `known` is verified in full, then handed back as the
+/// known one instead of being held a second time.
+pub fn load_reusing<R: Read>(input: R, file_len: u64, opts: &VerifyOptions, known: &[&Loaded]) -> Result<Loaded> {
+    let known = known.iter().flat_map(|l| l.arrays.iter().cloned().zip(l.digests.iter().copied())).collect();
+    match load_with(input, opts, Collect { limit: file_len, known, ..Default::default() })? {
+        Ok(l) => Ok(l),
+        Err(report) => Err(report.first_error().expect("a failed report names its problem").to_error()),
+    }
+}
+
 fn load_or_report_keeping<R: Read>(
     input: R,
     file_len: u64,
     opts: &VerifyOptions,
     keep: Keep,
 ) -> Result<std::result::Result<Loaded, Report>> {
-    let mut sink = Collect { limit: file_len, keep, ..Default::default() };
+    load_with(input, opts, Collect { limit: file_len, keep, ..Default::default() })
+}
+
+fn load_with<R: Read>(
+    input: R,
+    opts: &VerifyOptions,
+    mut sink: Collect,
+) -> Result<std::result::Result<Loaded, Report>> {
     let report = verify(input, opts, Some(&mut sink))?;
     if report.first_error().is_some() {
         return Ok(Err(report));
@@ -152,15 +193,22 @@ fn load_or_report_keeping<R: Read>(
     }
     let header = report.header.clone().ok_or_else(|| check_at(1, "no header"))?;
     let mut arrays = Vec::with_capacity(sink.arrays.len());
-    for (a, data) in sink.arrays {
+    let mut digests = Vec::with_capacity(sink.arrays.len());
+    for (a, held) in sink.arrays {
         let line = a.line;
-        let data = data.expect("no failure").finish()?;
-        let n = data.bytes().len();
-        let arr = Array::new(a.arr.name, a.arr.dtype, a.arr.shape, data.window(0..n))
-            .map_err(|e| check_at(line, e.message().to_string()))?;
+        digests.push(a.arr.sha256);
+        let arr = match held {
+            Held::Known(k) => k,
+            Held::Own(data) => {
+                let data = data.expect("no failure").finish()?;
+                let n = data.bytes().len();
+                Array::new(a.arr.name, a.arr.dtype, a.arr.shape, data.window(0..n))
+                    .map_err(|e| check_at(line, e.message().to_string()))?
+            }
+        };
         arrays.push(arr);
     }
-    Ok(Ok(Loaded { header, arrays, report, rows_per_chunk: sink.rows_per_chunk, hmacs: sink.hmacs }))
+    Ok(Ok(Loaded { header, arrays, report, rows_per_chunk: sink.rows_per_chunk, hmacs: sink.hmacs, digests }))
 }
 
 /// The canonical bytes of a verified file: what the writer emits for the
@@ -211,4 +259,46 @@ pub fn without_sign_line(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
         return v.into();
     }
     bytes.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Dtype;
+
+    fn text(arrays: &[Array]) -> Vec<u8> {
+        let meta = syntax::Meta::new(0, Some("2026-01-01T00:00:00Z")).unwrap();
+        let mut out = std::io::Cursor::new(Vec::new());
+        write::write_snapshot(
+            arrays,
+            &write::WriteOptions::new(meta, 4),
+            &mut out,
+            &crate::progress::Progress::hidden(),
+        )
+        .unwrap();
+        out.into_inner()
+    }
+
+    fn arr(name: &str, fill: u8) -> Array {
+        Array::new(name, Dtype::U8, vec![64, 4], vec![fill; 256].into()).unwrap()
+    }
+
+    #[test]
+    fn a_load_shares_the_arrays_a_known_file_holds_and_still_checks_them() {
+        let a = text(&[arr("a", 1), arr("b", 2)]);
+        let b = text(&[arr("a", 1), arr("b", 3)]);
+        let first = load(&a[..], a.len() as u64, &Default::default()).unwrap();
+        let second = load_reusing(&b[..], b.len() as u64, &Default::default(), &[&first]).unwrap();
+        assert!(second.arrays[0].data.is_same_buffer(&first.arrays[0].data), "equal: shared");
+        assert!(!second.arrays[1].data.is_same_buffer(&first.arrays[1].data));
+        assert_eq!(second.arrays[1].bytes(), &[3; 256][..]);
+        assert_eq!(second.digests[0], first.digests[0]);
+        assert_ne!(second.digests[1], first.digests[1]);
+        // A shared array is verified all the same: damage in it fails the load.
+        let body = b.windows(13).position(|w| w == b"\nch ix=000000").unwrap() + 1;
+        let line = body + b[body..].iter().position(|&c| c == b'\n').unwrap() + 1;
+        let mut bad = b.clone();
+        bad[line] = if bad[line] == b'A' { b'B' } else { b'A' };
+        assert!(load_reusing(&bad[..], bad.len() as u64, &Default::default(), &[&first]).is_err());
+    }
 }
