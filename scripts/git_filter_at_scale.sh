@@ -46,7 +46,7 @@ echo "== filter workflow: $mib MiB raw safetensors, $gens generations, 1% of the
 for g in $(seq 0 $((gens - 1))); do
   cp "../models/gen$g.safetensors" model.safetensors
   measure "gen $g: git add (clean filter)" git add model.safetensors
-  git commit -q -m "gen $g"
+  measure "gen $g: git commit (the hook checks the staged blob)" git commit -q -m "gen $g"
 done
 git gc -q
 pack=$(git count-objects -v | awk '/size-pack/ { printf "%d\n", $2 * 1024 }')
