@@ -139,13 +139,12 @@ pub fn load<R: Read>(input: R, file_len: u64, opts: &VerifyOptions) -> Result<Lo
 
 /// [`load`], keeping what `keep` says of the arrays.
 pub fn load_keeping<R: Read>(input: R, file_len: u64, opts: &VerifyOptions, keep: Keep) -> Result<Loaded> {
-    match load_or_report_keeping(input, file_len, opts, keep)? {
-        Ok(l) => Ok(l),
-        Err(report) => {
-            let p = report.first_error().expect("a failed report names its problem");
-            Err(p.to_error())
-        }
-    }
+    first_error(load_or_report_keeping(input, file_len, opts, keep)?)
+}
+
+/// A failed report as the error of its first problem.
+fn first_error(loaded: std::result::Result<Loaded, Report>) -> Result<Loaded> {
+    loaded.map_err(|report| report.first_error().expect("a failed report names its problem").to_error())
 }
 
 /// Like [`load`], but a failed check gives back the whole report, whose
@@ -164,10 +163,7 @@ pub fn load_or_report<R: Read>(
 /// known one instead of being held a second time.
 pub fn load_reusing<R: Read>(input: R, file_len: u64, opts: &VerifyOptions, known: &[&Loaded]) -> Result<Loaded> {
     let known = known.iter().flat_map(|l| l.arrays.iter().cloned().zip(l.digests.iter().copied())).collect();
-    match load_with(input, opts, Collect { limit: file_len, known, ..Default::default() })? {
-        Ok(l) => Ok(l),
-        Err(report) => Err(report.first_error().expect("a failed report names its problem").to_error()),
-    }
+    first_error(load_with(input, opts, Collect { limit: file_len, known, ..Default::default() })?)
 }
 
 fn load_or_report_keeping<R: Read>(
