@@ -34,6 +34,11 @@ printf 'snapshot requested gen=1 ts=5 pathhex=2f746d702f612e6e707a\nsnapshot don
 mkdir -p fuzz/corpus/daemon_protocol
 printf 'snapshot /tmp/a.npz gen=3\n' >fuzz/corpus/daemon_protocol/snapshot
 printf 'status\n' >fuzz/corpus/daemon_protocol/status
+# Built first, unfiltered: a target that no longer compiles stops the run
+# here instead of vanishing from the filtered output below.
+for t in "${targets[@]}"; do
+  cargo fuzz build --fuzz-dir fuzz -s none "$t"
+done
 for t in "${targets[@]}"; do
   echo "== $t (${secs}s)"
   cargo fuzz run --fuzz-dir fuzz -s none "$t" "fuzz/corpus/$t" -- \
