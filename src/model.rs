@@ -238,6 +238,19 @@ impl ArrayData {
         while at < r.end {
             let end = r.end.min(at + window);
             f(&m[at..end])?;
+            self.release(at - r.start..end - r.start);
+            at = end;
+        }
+        Ok(())
+    }
+
+    /// Drops the bytes `range` (of this array) from the process when they
+    /// are mapped: they stay in the page cache and are read again on the
+    /// next use. For a reader done with part of a large array.
+    pub fn release(&self, range: Range<usize>) {
+        let ArrayData::Mapped(m, r) = self else { return };
+        let (at, end) = (r.start + range.start, r.end.min(r.start + range.end));
+        if at < end {
             #[allow(unsafe_code)]
             // SAFETY: the map is read-only and shared with a file, or
             // anonymous and never written (the variant's contract): after
@@ -245,9 +258,7 @@ impl ArrayData {
             // borrow of them elsewhere still sees what it saw. It is a hint;
             // a failure only leaves the pages resident.
             let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, end - at) };
-            at = end;
         }
-        Ok(())
     }
 }
 

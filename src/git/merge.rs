@@ -218,34 +218,37 @@ fn merge_chunks(
         let (cb, co, ct) = (&b.bytes()[r.clone()], &o.bytes()[r.clone()], &t.bytes()[r.clone()]);
         if co == ct || ct == cb {
             out.push(co)?; // ours already holds it
-            continue;
-        }
-        if co == cb {
+        } else if co == cb {
             out.push(ct)?;
-            continue;
+        } else {
+            let s = decisions.for_chunk(&o.name, ix, strategy);
+            let settled = match s {
+                Strategy::Ours | Strategy::Theirs => Some(s),
+                Strategy::Average if o.dtype.is_float() => Some(s),
+                Strategy::Average | Strategy::Fail => None,
+            };
+            match settled {
+                Some(Strategy::Theirs) => out.push(ct)?,
+                Some(Strategy::Average) => out.push(&average(o.dtype, co, ct))?,
+                _ => out.push(co)?,
+            }
+            conflicts.push(Conflict {
+                array: o.name.clone(),
+                chunk: Some(ix),
+                rows: Some((off / row_bytes, (off + len).div_ceil(row_bytes))),
+                what: if s == Strategy::Average && settled.is_none() {
+                    format!("both sides changed this chunk; average needs a float dtype, not {}", o.dtype)
+                } else {
+                    "both sides changed this chunk differently".into()
+                },
+                settled_by: settled,
+            });
         }
-        let s = decisions.for_chunk(&o.name, ix, strategy);
-        let settled = match s {
-            Strategy::Ours | Strategy::Theirs => Some(s),
-            Strategy::Average if o.dtype.is_float() => Some(s),
-            Strategy::Average | Strategy::Fail => None,
-        };
-        match settled {
-            Some(Strategy::Theirs) => out.push(ct)?,
-            Some(Strategy::Average) => out.push(&average(o.dtype, co, ct))?,
-            _ => out.push(co)?,
+        // Merged: each side's chunk leaves the process (three mapped sides
+        // of a large array are not held whole).
+        for side in [b, o, t] {
+            side.data.release(r.clone());
         }
-        conflicts.push(Conflict {
-            array: o.name.clone(),
-            chunk: Some(ix),
-            rows: Some((off / row_bytes, (off + len).div_ceil(row_bytes))),
-            what: if s == Strategy::Average && settled.is_none() {
-                format!("both sides changed this chunk; average needs a float dtype, not {}", o.dtype)
-            } else {
-                "both sides changed this chunk differently".into()
-            },
-            settled_by: settled,
-        });
     }
     finish(o, out)
 }
@@ -267,8 +270,10 @@ fn finish(like: &Array, out: Spill) -> Result<Array> {
 fn averaged(x: &Array, y: &Array) -> Result<Array> {
     let step = (1 << 20) / x.dtype.size() * x.dtype.size();
     let mut out = Spill::with_expected(x.bytes().len() as u64)?;
-    for (a, b) in x.bytes().chunks(step).zip(y.bytes().chunks(step)) {
+    for (i, (a, b)) in x.bytes().chunks(step).zip(y.bytes().chunks(step)).enumerate() {
         out.push(&average(x.dtype, a, b))?;
+        x.data.release(i * step..(i + 1) * step);
+        y.data.release(i * step..(i + 1) * step);
     }
     finish(x, out)
 }
