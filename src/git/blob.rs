@@ -63,10 +63,14 @@ impl Read for Inflated<'_> {
     }
 }
 
-/// The first `n` bytes of a blob (fewer when it is shorter), without
-/// inflating the rest.
+/// The first `n` bytes of a blob (fewer when it is shorter), into a buffer
+/// sized once (the filter and the hook take whole 44 MB blobs this way). A
+/// blob streamed by Git is read no further than `n`.
 pub fn prefix(repo: &Repository, blob: Oid, n: u64) -> Result<Vec<u8>> {
+    let want = n.min(size(repo, blob)?);
     let mut buf = Vec::new();
+    buf.try_reserve_exact(want as usize)
+        .map_err(|_| Error::input(Default::default(), format!("out of memory holding {want} bytes of blob {blob}")))?;
     reader(repo, blob)?.take(n).read_to_end(&mut buf).map_err(Error::read_failed)?;
     Ok(buf)
 }
