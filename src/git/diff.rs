@@ -543,19 +543,13 @@ pub fn render(d: &FileDiff, old: &str, new: &str, color: bool) -> String {
                 continue;
             }
             Status::Changed => {
-                let rows: Vec<String> = a
-                    .changed_rows
-                    .iter()
-                    .map(|(x, y)| if y - x == 1 { x.to_string() } else { format!("{x}-{}", y - 1) })
-                    .collect();
-                let more = if a.rows_truncated { ", ..." } else { "" };
+                let chunks = ranges_text(&runs(&a.changed_chunks), false);
                 let mut t = format!(
-                    "~ {} {ty}: {} element(s) changed in {} chunk(s) [{}], rows {}{more}",
+                    "~ {} {ty}: {} element(s) changed in {} chunk(s) [{chunks}], rows {}",
                     a.name,
                     a.changed_elements,
                     a.changed_chunks.len(),
-                    a.changed_chunks.iter().map(u64::to_string).collect::<Vec<_>>().join(","),
-                    rows.join(",")
+                    ranges_text(&a.changed_rows, a.rows_truncated)
                 );
                 if let (Some(m), Some(r), Some(l)) = (a.max_abs, a.max_rel, a.l2) {
                     let _ = write!(t, "; max|d| {m:.3e}, max rel {r:.3e}, L2 {l:.3e}");
@@ -583,6 +577,34 @@ pub fn render(d: &FileDiff, old: &str, new: &str, color: bool) -> String {
             };
             let _ = writeln!(s, "{l}");
         }
+    }
+    s
+}
+
+/// Sorted indices as half-open runs of consecutive ones.
+fn runs(ix: &[u64]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &i in ix {
+        match out.last_mut() {
+            Some(r) if r.1 == i => r.1 = i + 1,
+            _ => out.push((i, i + 1)),
+        }
+    }
+    out
+}
+
+/// `a,b-c,...`: at most [`MAX_RANGES`] half-open ranges, then `, ...` when
+/// more were left out (here or by whoever built the list), so that a change
+/// that touches thousands of chunks stays one readable line.
+fn ranges_text(ranges: &[(u64, u64)], more: bool) -> String {
+    let shown = ranges.len().min(MAX_RANGES);
+    let mut s = ranges[..shown]
+        .iter()
+        .map(|(x, y)| if y - x == 1 { x.to_string() } else { format!("{x}-{}", y - 1) })
+        .collect::<Vec<_>>()
+        .join(",");
+    if more || shown < ranges.len() {
+        s.push_str(", ...");
     }
     s
 }
@@ -664,5 +686,15 @@ mod tests {
         }
         assert!(f16_to_f32(0x7e00).is_nan());
         assert_eq!(f16_to_f32(0x7c00), f32::INFINITY);
+    }
+
+    #[test]
+    fn a_long_list_of_changed_chunks_is_shown_as_capped_runs() {
+        assert_eq!(ranges_text(&runs(&[0, 1, 2, 5, 7, 8]), false), "0-2,5,7-8");
+        let every_other: Vec<u64> = (0..1000).map(|i| 2 * i).collect();
+        let text = ranges_text(&runs(&every_other), false);
+        assert_eq!(text.split(',').count(), MAX_RANGES + 1, "{text}");
+        assert!(text.ends_with(&format!("{}, ...", 2 * (MAX_RANGES - 1))), "{text}");
+        assert_eq!(ranges_text(&[(3, 4)], true), "3, ...");
     }
 }
