@@ -64,10 +64,15 @@ pub fn write_direct<T>(
     out: &Path,
     prepare: &dyn Fn(Vec<Array>) -> Chosen<T>,
 ) -> Result<Option<(T, Route)>> {
+    let Some(outlined) = outline(path, &crate::model::is_metadata_name, MAX_METADATA) else { return Ok(None) };
     if to.writes_in_memory() {
+        // Refused now, from the declared sizes, rather than after decoding
+        // and checking gigabytes (the ordinary path checks again).
+        if let Some((chosen, _)) = stand_ins(&outlined).and_then(|s| prepare(s.arrays).ok()) {
+            crate::convert::fits_in_memory(&chosen, to, out)?;
+        }
         return Ok(None);
     }
-    let Some(outlined) = outline(path, &crate::model::is_metadata_name, MAX_METADATA) else { return Ok(None) };
     let Some(Plan { place, zeros, stand_in }) = plan(&outlined, to, prepare) else { return Ok(None) };
 
     // Decode, checking everything, into the output's places.
@@ -140,27 +145,8 @@ struct Plan {
 /// Runs the writer on stand-ins and returns where each chosen tensor's
 /// bytes go, or `None` when some tensor is not stored as its own bytes.
 fn plan<T>(outlined: &[Outlined], to: &dyn Container, prepare: &dyn Fn(Vec<Array>) -> Chosen<T>) -> Option<Plan> {
-    // Declared sizes (not yet checked by anyone) are added with care.
-    let total = outlined.iter().filter(|o| o.data.is_none()).try_fold(0u64, |t, o| t.checked_add(o.arr.bytes))?;
-    usize::try_from(total).ok()?;
-    // Untouched anonymous pages read as the shared zero page: no memory.
-    let zeros = Arc::new(MmapOptions::new().len(total.max(1) as usize).map_anon().ok()?.make_read_only().ok()?);
-    let mut at = 0u64;
-    let mut stand_ins = Vec::with_capacity(outlined.len());
-    let mut stand_in = HashMap::new();
-    for o in outlined {
-        let data = match &o.data {
-            Some(d) => ArrayData::from(d.clone()),
-            None => {
-                let r = at as usize..(at + o.arr.bytes) as usize;
-                at += o.arr.bytes;
-                stand_in.insert(o.arr.name.clone(), r.clone());
-                ArrayData::Mapped(zeros.clone(), r)
-            }
-        };
-        stand_ins.push(Array::new(o.arr.name.clone(), o.arr.dtype, o.arr.shape.clone(), data).ok()?);
-    }
-    let (chosen, _) = prepare(stand_ins).ok()?;
+    let StandIns { arrays, zeros, stand_in, total } = stand_ins(outlined)?;
+    let (chosen, _) = prepare(arrays).ok()?;
     let mut rec = Recorder { base: zeros.as_ptr() as usize, len: total as usize, pos: 0, end: 0, seen: Vec::new() };
     to.write(&chosen, &mut rec).ok()?;
     let mut place = HashMap::new();
@@ -185,6 +171,39 @@ fn plan<T>(outlined: &[Outlined], to: &dyn Container, prepare: &dyn Fn(Vec<Array
         place.insert(a.name.clone(), start..start + a.bytes().len() as u64);
     }
     Some(Plan { place, zeros, stand_in })
+}
+
+/// The outlined arrays with zero pages standing in for every tensor.
+struct StandIns {
+    arrays: Vec<Array>,
+    zeros: Arc<Mmap>,
+    /// Each tensor's range in `zeros`, by name.
+    stand_in: HashMap<String, Range<usize>>,
+    total: u64,
+}
+
+fn stand_ins(outlined: &[Outlined]) -> Option<StandIns> {
+    // Declared sizes (not yet checked by anyone) are added with care.
+    let total = outlined.iter().filter(|o| o.data.is_none()).try_fold(0u64, |t, o| t.checked_add(o.arr.bytes))?;
+    usize::try_from(total).ok()?;
+    // Untouched anonymous pages read as the shared zero page: no memory.
+    let zeros = Arc::new(MmapOptions::new().len(total.max(1) as usize).map_anon().ok()?.make_read_only().ok()?);
+    let mut at = 0u64;
+    let mut arrays = Vec::with_capacity(outlined.len());
+    let mut stand_in = HashMap::new();
+    for o in outlined {
+        let data = match &o.data {
+            Some(d) => ArrayData::from(d.clone()),
+            None => {
+                let r = at as usize..(at + o.arr.bytes) as usize;
+                at += o.arr.bytes;
+                stand_in.insert(o.arr.name.clone(), r.clone());
+                ArrayData::Mapped(zeros.clone(), r)
+            }
+        };
+        arrays.push(Array::new(o.arr.name.clone(), o.arr.dtype, o.arr.shape.clone(), data).ok()?);
+    }
+    Some(StandIns { arrays, zeros, stand_in, total })
 }
 
 /// Notes where the writer puts bytes that come from the stand-ins' pages.

@@ -215,13 +215,9 @@ fn load_one(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Ve
     }
 }
 
-/// Writes arrays in the format `extract` picks from the output's extension.
-pub fn write_arrays(arrays: &[Array], out: &Path) -> Result<()> {
-    write_arrays_as(arrays, out, container::by_extension(out)?)
-}
-
-/// Writes arrays to `out` as `to`, atomically.
-pub fn write_arrays_as(arrays: &[Array], out: &Path, to: &dyn Container) -> Result<()> {
+/// Refuses arrays too large for a writer that builds its file in memory
+/// (FOLD, MLDF, VOLP): the heap stays bounded whatever the input holds.
+pub(crate) fn fits_in_memory(arrays: &[Array], to: &dyn Container, out: &Path) -> Result<()> {
     let total: u64 = arrays.iter().map(|a| a.bytes().len() as u64).sum();
     if to.writes_in_memory() && total > crate::limits::MAX_IN_MEMORY_OUTPUT {
         return Err(Error::input(
@@ -235,6 +231,17 @@ pub fn write_arrays_as(arrays: &[Array], out: &Path, to: &dyn Container) -> Resu
         )
         .in_file(out));
     }
+    Ok(())
+}
+
+/// Writes arrays in the format `extract` picks from the output's extension.
+pub fn write_arrays(arrays: &[Array], out: &Path) -> Result<()> {
+    write_arrays_as(arrays, out, container::by_extension(out)?)
+}
+
+/// Writes arrays to `out` as `to`, atomically.
+pub fn write_arrays_as(arrays: &[Array], out: &Path, to: &dyn Container) -> Result<()> {
+    fits_in_memory(arrays, to, out)?;
     let mut f = AtomicFile::create(out)?;
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
