@@ -99,8 +99,11 @@ pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
     let f = crate::atomic::open_input_file(path)?;
     // SAFETY: the map is read-only; a file truncated under us by another
     // process can fault, which is the accepted cost of not copying weights.
-    // Populated up front: one pass of page-table setup instead of a fault per page.
-    let m = unsafe { memmap2::MmapOptions::new().populate().map(&f) }.map_err(|e| Error::io(path, e))?;
+    // Not populated up front: that made every input wholly resident (a
+    // 4.2 GiB safetensors held 4.4 GB of RSS through a snapshot), where the
+    // WTXT writer drops the pages it is done with; faulting them in as read
+    // costs about as much (docs/PERFORMANCE.md, session 13).
+    let m = unsafe { memmap2::MmapOptions::new().map(&f) }.map_err(|e| Error::io(path, e))?;
     Ok(Arc::new(m))
 }
 

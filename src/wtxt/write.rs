@@ -8,7 +8,10 @@
 //! array digests (and HMACs), `sha256_all`, `fastxor` and the chunk sums;
 //! with more cores the chunk sums spread over them.
 //!
-//! Inputs are only read (often a memory map), never copied whole.
+//! Inputs are only read (often a memory map), never copied whole; each
+//! reader drops the mapped pages it is done with, so a snapshot of a model
+//! of many GB keeps windows of it resident, not the model (a page another
+//! reader still needs is faulted in again from the page cache).
 
 use std::io::{Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -328,6 +331,7 @@ fn hash_jobs(plans: &[Plan], total_chunks: usize, opts: &WriteOptions, sums: &Su
         let (off, len) = p.layout.chunk_range(ix);
         let raw = &p.array.bytes()[off as usize..(off + len) as usize];
         let _ = sums.chunks[c].set(ChunkSum { sha256: Sha256::digest(raw).into(), crc32c: crc32c::crc32c(raw) });
+        p.array.data.release(off as usize..(off + len) as usize);
         progress.inc(len);
     }
 }
@@ -338,15 +342,17 @@ fn root_job(plans: &[Plan], opts: &WriteOptions, sums: &Sums) {
     let mut all = Sha256::new();
     let mut fx = FastXor::default();
     for (i, p) in plans.iter().enumerate() {
-        let raw = p.array.bytes();
         let mut sha = Sha256::new();
         let mut mac = opts.hmac_key.map(|k| k.start(&p.salt));
-        for block in raw.chunks(256 << 10) {
-            sha.update(block);
-            if let Some(m) = mac.as_mut() {
-                hmac::Mac::update(m, block);
+        let _ = p.array.data.each_window(&mut |window| {
+            for block in window.chunks(256 << 10) {
+                sha.update(block);
+                if let Some(m) = mac.as_mut() {
+                    hmac::Mac::update(m, block);
+                }
             }
-        }
+            Ok(())
+        });
         let carried = opts.carried_hmacs.iter().find(|(n, _)| *n == p.array.name).map(|(_, h)| *h);
         let line = ArrLine {
             name: p.array.name.clone(),
@@ -358,8 +364,13 @@ fn root_job(plans: &[Plan], opts: &WriteOptions, sums: &Sums) {
             salt: p.salt,
         };
         all.update(line.to_line().as_bytes());
-        all.update(raw);
-        fx.update(raw);
+        let _ = p.array.data.each_window(&mut |window| {
+            for block in window.chunks(256 << 10) {
+                all.update(block);
+                fx.update(block);
+            }
+            Ok(())
+        });
         let _ = sums.arr_lines[i].set(line);
     }
     let _ = sums.root.set((all.finalize().into(), fx.value()));
@@ -430,6 +441,7 @@ fn body_phase<W: Write>(plans: &[Plan], audit: Option<&Audit>, out: &mut W, prog
                 }
             }
             buf.extend_from_slice(b"endch\n");
+            p.array.data.release(off as usize..(off + len) as usize);
             progress.inc(len);
         }
         buf.extend_from_slice(b"endarr\n");

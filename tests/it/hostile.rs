@@ -23,25 +23,56 @@ struct Outcome {
     code: i32,
     stderr: String,
     peak_anon_kib: u64,
+    /// Pages of the file `watch` names that the process had mapped in.
+    peak_watched_kib: u64,
 }
 
-fn anon_kib(pid: u32) -> Option<u64> {
+/// A `kB` field of /proc/PID/status.
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find_map(|l| l.strip_prefix("RssAnon:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    s.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The resident kB of the process's maps of `path` (/proc/PID/smaps).
+fn mapped_kib(pid: u32, path: &Path) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let name = path.to_str()?;
+    let mut total = 0;
+    let mut in_map = false;
+    for l in s.lines() {
+        // A map's header line starts with its address range, `a-b perms ...`.
+        if l.split_whitespace()
+            .next()
+            .is_some_and(|f| f.contains('-') && f.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+        {
+            in_map = l.ends_with(name);
+        } else if let Some(v) = l.strip_prefix("Rss:").filter(|_| in_map) {
+            total += v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()?;
+        }
+    }
+    Some(total)
 }
 
 /// Runs the real binary and samples its anonymous RSS until it exits.
 fn measured(args: &[&str], env: &[(&str, &str)]) -> Outcome {
+    measured_watching(args, env, None)
+}
+
+/// [`measured`], also sampling how much of the file `watch` it has mapped in.
+fn measured_watching(args: &[&str], env: &[(&str, &str)], watch: Option<&Path>) -> Outcome {
     let mut c = Command::new(env!("CARGO_BIN_EXE_wtxt"));
     c.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
     for (k, v) in env {
         c.env(k, v);
     }
     let mut child = c.spawn().unwrap();
-    let mut peak = 0;
+    let (mut peak, mut peak_watched) = (0, 0);
     let status = loop {
-        if let Some(kib) = anon_kib(child.id()) {
+        if let Some(kib) = status_kib(child.id(), "RssAnon:") {
             peak = peak.max(kib);
+        }
+        if let Some(kib) = watch.and_then(|w| mapped_kib(child.id(), w)) {
+            peak_watched = peak_watched.max(kib);
         }
         if let Some(s) = child.try_wait().unwrap() {
             break s;
@@ -50,7 +81,7 @@ fn measured(args: &[&str], env: &[(&str, &str)]) -> Outcome {
     };
     let mut stderr = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    Outcome { code: status.code().unwrap_or(-1), stderr, peak_anon_kib: peak }
+    Outcome { code: status.code().unwrap_or(-1), stderr, peak_anon_kib: peak, peak_watched_kib: peak_watched }
 }
 
 fn make_files(dir: &Path) {
@@ -115,6 +146,31 @@ fn container_outputs_stream_or_refuse() {
         }
         assert!(o.peak_anon_kib < HEAP_BOUND_KIB, "--to {to}: heap {} KiB", o.peak_anon_kib);
     }
+}
+
+/// A snapshot reads its input through a map, three times over (chunk sums,
+/// array digests and `sha256_all`, the text): each reader drops the pages
+/// it is done with, so a model of many GB is never wholly resident. Here a
+/// 96 MiB input may have at most a third of itself mapped in at once.
+#[test]
+fn a_snapshot_keeps_windows_of_its_input_resident_not_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let npy = dir.path().join("m.npy");
+    let rows = 96 * 256; // rows of 1024 f32
+    let header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, 1024), }}");
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    let pad = (64 - (10 + header.len() + 1) % 64) % 64;
+    bytes.extend_from_slice(&((header.len() + pad + 1) as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend(std::iter::repeat_n(b' ', pad));
+    bytes.push(b'\n');
+    bytes.extend((0..rows * 1024 * 4).map(|i: usize| (i.wrapping_mul(2654435761) >> 13) as u8));
+    std::fs::write(&npy, bytes).unwrap();
+    let out = dir.path().join("m.wtxt");
+    let o = measured_watching(&["snapshot", npy.to_str().unwrap(), "-o", out.to_str().unwrap()], &[], Some(&npy));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.peak_watched_kib > 0, "the input was never seen mapped");
+    assert!(o.peak_watched_kib < 32 << 10, "input pages resident at once: {} KiB", o.peak_watched_kib);
 }
 
 /// A WTXT whose npz exact form splices one 1 MiB array 3000 times: a small
