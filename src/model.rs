@@ -314,6 +314,12 @@ impl Array {
         Array::build(name, dtype, shape, data)
     }
 
+    /// The same array under a container's own name (a writer's view; the
+    /// bytes are shared, not copied).
+    pub fn renamed(&self, name: &str) -> Array {
+        Array { name: name.to_string(), ..self.clone() }
+    }
+
     fn build(name: String, dtype: Dtype, shape: Vec<u64>, data: ArrayData) -> Result<Array> {
         if shape.len() > MAX_RANK {
             return Err(Error::input(

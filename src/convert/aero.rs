@@ -134,16 +134,36 @@ struct Chunk {
     toc_at: u64,
 }
 
-/// Reads an AERO file. Names are WTXT names already.
+/// Reads an AERO file. Names are WTXT names already; the file's own are
+/// kept in `__aero`.
 pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
-    read_with(src, notes, false)
+    read_with(src, notes, Read::Mapped)
+}
+
+/// The tensors of an AERO file under the names the file gives them
+/// (`layer.0.weight`), for a snapshot to map and keep in `__names`.
+pub fn read_tensors(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
+    let arrays = read_with(src, notes, Read::OwnNames)?;
+    Ok(arrays.into_iter().filter(|a| a.name != META).collect())
+}
+
+/// How [`read_with`] reads: whether it pins stored bytes, and which names
+/// the tensors get.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// WTXT names.
+    Mapped,
+    /// WTXT names, and stored chunk bytes our zstd would not reproduce.
+    Pinned,
+    /// The file's own names.
+    OwnNames,
 }
 
 /// Like [`read`], and where our zstd would not reproduce a compressed
 /// chunk's stored bytes, keeps them (`stored_hex`), so [`write`] gives this
 /// exact file back (the Git filter).
 pub fn read_pinned(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
-    read_with(src, notes, true)
+    read_with(src, notes, Read::Pinned)
 }
 
 /// The header and the TOC: every chunk's place, checked against the file,
@@ -264,7 +284,7 @@ fn decode_chunks(src: &Source, chunks: &[Chunk]) -> Result<Vec<Option<Source>>> 
     Ok(payloads)
 }
 
-fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
+fn read_with(src: &Source, _notes: &mut Notes, how: Read) -> Result<Vec<Array>> {
     let b = src.bytes();
     let (major, minor, chunks) = read_toc(b)?;
     let toc_off = le_u64(b, 12);
@@ -319,8 +339,10 @@ fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> 
     let names = assign_names(&originals);
 
     let mut out = Vec::with_capacity(found.len() + 1);
-    for (a, n) in found.iter_mut().zip(&names) {
-        a.name = n.clone();
+    if how != Read::OwnNames {
+        for (a, n) in found.iter_mut().zip(&names) {
+            a.name = n.clone();
+        }
     }
     let mut chunk_meta = Vec::with_capacity(chunks.len());
     for (c, p) in chunks.iter().zip(&payloads) {
@@ -338,7 +360,7 @@ fn read_with(src: &Source, _notes: &mut Notes, pin: bool) -> Result<Vec<Array>> 
             (_, Some(p)) => content_to_meta(&c.fourcc, p, &mut m),
             (_, None) => unreachable!("only shards stay unread"),
         }
-        if let (true, Some(p)) = (pin && c.flags & ZSTD != 0, p) {
+        if let (true, Some(p)) = (how == Read::Pinned && c.flags & ZSTD != 0, p) {
             let stored = &b[c.offset as usize..(c.offset + c.length) as usize];
             if zstd::bulk::compress(p, ZSTD_LEVEL).ok().as_deref() != Some(stored) {
                 m.stored_hex = Some(hex::encode(stored));

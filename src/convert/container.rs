@@ -302,11 +302,22 @@ impl Container for Aero {
     fn read(&self, src: &Source, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
         drop_default_meta(aero::read(src, notes)?, aero::default_meta)
     }
+    fn read_tensors(&self, src: &Source, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
+        aero::read_tensors(src, notes)
+    }
     fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
-        aero::write_to(arrays, out)
+        let (tensors, kept) = names::split(arrays)?;
+        // A file's exact form (`__aero`) names its tensors itself; else the
+        // inputs' own names, as a snapshot kept them.
+        let named = if tensors.iter().any(|a| a.name == aero::META) {
+            tensors.into_iter().cloned().collect::<Vec<Array>>()
+        } else {
+            tensors.into_iter().map(|a| a.renamed(kept.original(&a.name))).collect()
+        };
+        aero::write_to(&named, out)
     }
     fn metadata(&self) -> &'static [&'static str] {
-        &[aero::META]
+        &[aero::META, names::NAMES]
     }
     fn read_exact(&self, content: &[u8], notes: &mut Notes) -> Option<Result<Vec<Array>>> {
         Some(aero::read_pinned(&Source::Owned(std::sync::Arc::new(content.to_vec())), notes))

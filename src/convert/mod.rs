@@ -156,8 +156,22 @@ pub fn gather(loaded: Vec<(&Path, Vec<Array>)>, notes: &mut Notes) -> Result<Vec
 /// besides tensors in metadata arrays (`__safetensors_header`, `__aero`,
 /// ...), so it can be written back as it was.
 pub fn load_lossless(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Vec<Array>> {
+    load_for(path, None, verify, notes)
+}
+
+/// What `convert` writes as `to` (`None`: WTXT): everything, from a file of
+/// that very format or a WTXT ([`load_lossless`]); from a container of
+/// another format, its tensors under WTXT names with their own names kept
+/// in `__names`, as a snapshot takes them, since the other format's exact
+/// form is of no use to `to` but the names are.
+pub fn load_for(
+    path: &Path,
+    to: Option<&dyn container::Container>,
+    verify: &VerifyOptions,
+    notes: &mut Notes,
+) -> Result<Vec<Array>> {
     match sniff(path)? {
-        (Some(Input::Container(c)), len) if len > 0 => {
+        (Some(Input::Container(c)), len) if len > 0 && to.is_none_or(|t| t.name() == c.name()) => {
             let src = npy::Source::Mapped(map_file(path)?);
             let mut arrays = noted(path, notes, |n| c.read(&src, &stem_of(path), n)).map_err(|e| e.in_file(path))?;
             let originals: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();

@@ -134,7 +134,11 @@ pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions, not
             return Ok(());
         }
     }
-    let arrays = crate::convert::load_lossless(input, &trust.options(), notes)?;
+    let target = match to {
+        ConvertTo::Wtxt => None,
+        ConvertTo::Container(fmt) => Some(fmt),
+    };
+    let arrays = crate::convert::load_for(input, target, &trust.options(), notes)?;
     match to {
         ConvertTo::Wtxt => snapshot_arrays(&arrays, out, o, &Progress::hidden()).map(|_| ()),
         ConvertTo::Container(fmt) => {

@@ -389,6 +389,64 @@ fn snapshot_takes_the_tensors_of_fold_aero_and_mldf_inputs() {
         assert!(o.status.success(), "{}: {}", input.display(), String::from_utf8_lossy(&o.stderr));
         let arrays = load(&out);
         assert!(arrays.iter().any(|a| a.name == some), "{}", input.display());
-        assert!(arrays.iter().all(|a| !a.is_metadata()), "{}: tensors only", input.display());
+        // Tensors, and `__names` where a name was mapped (the profile's
+        // "Original names"): the AERO's names have dots.
+        assert!(arrays.iter().all(|a| !a.is_metadata() || a.name == "__names"), "{}: tensors only", input.display());
     }
+    let out = dir.path().join("aero.wtxt");
+    let o = crate::util::wtxt()
+        .args(["snapshot", peers().join("aero_single_shard.aero").to_str().unwrap(), "-o", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let names = meta(&load(&out), "__names");
+    assert_eq!(names["names"]["encoder_embed_weight"], "encoder.embed.weight", "{names}");
+}
+
+/// A Hugging Face name (`model.layers.0.weight`) survives safetensors ->
+/// AERO, directly or through a snapshot (both give the same file, checked
+/// by the independent reader), and AERO -> safetensors.
+#[test]
+fn aero_written_from_safetensors_keeps_the_original_names() {
+    use wtxt::convert::npy::Source;
+    use wtxt::model::{Array, Dtype};
+    let dir = tempfile::tempdir().unwrap();
+    let st = dir.path().join("m.safetensors");
+    let w = Array::new("w", Dtype::F32, vec![4, 4], (0..64u8).collect::<Vec<u8>>().into()).unwrap();
+    let b = Array::new("b", Dtype::F32, vec![2], vec![7u8; 8].into()).unwrap();
+    let named = [("model.layers.0.weight", &w), ("lm_head.bias", &b)];
+    let mut bytes = std::io::Cursor::new(Vec::new());
+    wtxt::convert::safetensors::write_named(&named, None, &mut bytes).unwrap();
+    std::fs::write(&st, bytes.into_inner()).unwrap();
+
+    let direct = dir.path().join("direct.aero");
+    let (code, err) = convert(&st, &direct, "aero");
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("left out"), "nothing is lost: {err}");
+    let snap = dir.path().join("m.wtxt");
+    let o =
+        crate::util::wtxt().args(["snapshot", st.to_str().unwrap(), "-o", snap.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let via = dir.path().join("via.aero");
+    assert_eq!(convert(&snap, &via, "aero").0, 0);
+    assert_eq!(std::fs::read(&direct).unwrap(), std::fs::read(&via).unwrap());
+
+    let tensors: Vec<serde_json::Value> = named
+        .iter()
+        .map(|(n, a)| {
+            serde_json::json!({"name": n, "dtype": "f32", "shape": a.shape, "sha256": hex::encode(Sha256::digest(a.bytes()))})
+        })
+        .collect();
+    let e = dir.path().join("expected.json");
+    let expected = serde_json::json!({"uuid": "0".repeat(32), "model_name": "wtxt", "tensors": tensors});
+    std::fs::write(&e, serde_json::to_vec(&expected).unwrap()).unwrap();
+    assert_eq!(py("check_aero.py", &[&direct, &e]).trim(), "ok");
+
+    let back = dir.path().join("back.safetensors");
+    assert_eq!(convert(&direct, &back, "safetensors").0, 0);
+    let got =
+        wtxt::convert::safetensors::read(&Source::Owned(std::sync::Arc::new(std::fs::read(&back).unwrap()))).unwrap();
+    let mut names: Vec<&str> = got.iter().map(|a| a.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["lm_head.bias", "model.layers.0.weight"]);
 }
