@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 
 use crate::convert::bytes::{le_u16, le_u32, le_u64};
 use crate::convert::npy::Source;
+use crate::convert::ReadAs;
 use crate::convert::{meta_array, meta_json, msgpack, pyjson, zstd_exact, Notes};
 use crate::error::{check_byte, input_at, Error, Result};
 use crate::model::{assign_names, Array, Dtype};
@@ -137,33 +138,21 @@ struct Chunk {
 /// Reads an AERO file. Names are WTXT names already; the file's own are
 /// kept in `__aero`.
 pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
-    read_with(src, notes, Read::Mapped)
+    read_with(src, notes, ReadAs::Mapped)
 }
 
 /// The tensors of an AERO file under the names the file gives them
 /// (`layer.0.weight`), for a snapshot to map and keep in `__names`.
 pub fn read_tensors(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
-    let arrays = read_with(src, notes, Read::OwnNames)?;
+    let arrays = read_with(src, notes, ReadAs::OwnNames)?;
     Ok(arrays.into_iter().filter(|a| a.name != META).collect())
-}
-
-/// How [`read_with`] reads: whether it pins stored bytes, and which names
-/// the tensors get.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Read {
-    /// WTXT names.
-    Mapped,
-    /// WTXT names, and stored chunk bytes our zstd would not reproduce.
-    Pinned,
-    /// The file's own names.
-    OwnNames,
 }
 
 /// Like [`read`], and where our zstd would not reproduce a compressed
 /// chunk's stored bytes, keeps them (`stored_hex`), so [`write`] gives this
 /// exact file back (the Git filter).
 pub fn read_pinned(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
-    read_with(src, notes, Read::Pinned)
+    read_with(src, notes, ReadAs::Pinned)
 }
 
 /// The header and the TOC: every chunk's place, checked against the file,
@@ -284,7 +273,7 @@ fn decode_chunks(src: &Source, chunks: &[Chunk]) -> Result<Vec<Option<Source>>> 
     Ok(payloads)
 }
 
-fn read_with(src: &Source, _notes: &mut Notes, how: Read) -> Result<Vec<Array>> {
+fn read_with(src: &Source, _notes: &mut Notes, how: ReadAs) -> Result<Vec<Array>> {
     let b = src.bytes();
     let (major, minor, chunks) = read_toc(b)?;
     let toc_off = le_u64(b, 12);
@@ -339,7 +328,7 @@ fn read_with(src: &Source, _notes: &mut Notes, how: Read) -> Result<Vec<Array>> 
     let names = assign_names(&originals);
 
     let mut out = Vec::with_capacity(found.len() + 1);
-    if how != Read::OwnNames {
+    if how != ReadAs::OwnNames {
         for (a, n) in found.iter_mut().zip(&names) {
             a.name = n.clone();
         }
@@ -360,7 +349,7 @@ fn read_with(src: &Source, _notes: &mut Notes, how: Read) -> Result<Vec<Array>> 
             (_, Some(p)) => content_to_meta(&c.fourcc, p, &mut m),
             (_, None) => unreachable!("only shards stay unread"),
         }
-        if let (true, Some(p)) = (how == Read::Pinned && c.flags & ZSTD != 0, p) {
+        if let (true, Some(p)) = (how == ReadAs::Pinned && c.flags & ZSTD != 0, p) {
             let stored = &b[c.offset as usize..(c.offset + c.length) as usize];
             if zstd::bulk::compress(p, ZSTD_LEVEL).ok().as_deref() != Some(stored) {
                 m.stored_hex = Some(hex::encode(stored));

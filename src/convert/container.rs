@@ -110,6 +110,18 @@ fn drop_default_meta(arrays: Vec<Array>, predict: fn(&[Array]) -> Option<Value>)
     Ok(all)
 }
 
+/// The arrays for a writer that names tensors freely (AERO, FOLD): under
+/// the inputs' own names, as a snapshot kept them in `__names`, unless they
+/// carry the format's exact form (`exact`), which names them itself.
+fn with_original_names(arrays: &[Array], exact: &str) -> Result<Vec<Array>> {
+    let (tensors, kept) = names::split(arrays)?;
+    Ok(if tensors.iter().any(|a| a.name == exact) {
+        tensors.into_iter().cloned().collect()
+    } else {
+        tensors.into_iter().map(|a| a.renamed(kept.original(&a.name))).collect()
+    })
+}
+
 fn into_vec(out: &mut dyn WriteSeek, bytes: &[u8]) -> Result<()> {
     out.write_all(bytes).map_err(Error::write_failed)
 }
@@ -277,11 +289,14 @@ impl Container for Fold {
     fn read(&self, src: &Source, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
         drop_default_meta(fold::read(src, notes)?, fold::default_meta)
     }
+    fn read_tensors(&self, src: &Source, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
+        fold::read_tensors(src, notes)
+    }
     fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
-        into_vec(out, &fold::write(arrays)?)
+        into_vec(out, &fold::write(&with_original_names(arrays, fold::META)?)?)
     }
     fn metadata(&self) -> &'static [&'static str] {
-        &[fold::META]
+        &[fold::META, names::NAMES]
     }
     fn read_exact(&self, content: &[u8], notes: &mut Notes) -> Option<Result<Vec<Array>>> {
         Some(fold::read_pinned(&Source::Owned(std::sync::Arc::new(content.to_vec())), notes))
@@ -306,15 +321,7 @@ impl Container for Aero {
         aero::read_tensors(src, notes)
     }
     fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
-        let (tensors, kept) = names::split(arrays)?;
-        // A file's exact form (`__aero`) names its tensors itself; else the
-        // inputs' own names, as a snapshot kept them.
-        let named = if tensors.iter().any(|a| a.name == aero::META) {
-            tensors.into_iter().cloned().collect::<Vec<Array>>()
-        } else {
-            tensors.into_iter().map(|a| a.renamed(kept.original(&a.name))).collect()
-        };
-        aero::write_to(&named, out)
+        aero::write_to(&with_original_names(arrays, aero::META)?, out)
     }
     fn metadata(&self) -> &'static [&'static str] {
         &[aero::META, names::NAMES]

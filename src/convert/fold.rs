@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 
 use crate::convert::bytes::{be_u32, be_u64};
 use crate::convert::npy::Source;
-use crate::convert::{meta_array, meta_json, npz, pyjson, rs, Notes};
+use crate::convert::{meta_array, meta_json, npz, pyjson, rs, Notes, ReadAs};
 use crate::error::{check_byte, input_at, Error, Result};
 use crate::model::{assign_names, Array};
 
@@ -183,7 +183,13 @@ fn manifest_hash(metadata: &Map<String, Value>) -> String {
 /// Reads a FOLD file: tensors from `NPZ0` chunks, every other chunk and the
 /// index as metadata arrays. Names are WTXT names already.
 pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
-    read_with(src, notes, false)
+    read_with(src, notes, ReadAs::Mapped)
+}
+
+/// The tensors of a FOLD file under their NPZ keys (`layer.0.weight`), for
+/// a snapshot to map and keep in `__names`.
+pub fn read_tensors(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
+    Ok(read_with(src, notes, ReadAs::OwnNames)?.into_iter().filter(|a| !a.is_metadata()).collect())
 }
 
 /// Like [`read`], and where our writer would not reproduce a chunk's bytes
@@ -191,10 +197,11 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
 /// own: `payload_hex` (the decoded payload) and `stored_hex` (the stored
 /// bytes), so [`write`] gives this exact file back (the Git filter).
 pub fn read_pinned(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
-    read_with(src, notes, true)
+    read_with(src, notes, ReadAs::Pinned)
 }
 
-fn read_with(src: &Source, notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
+fn read_with(src: &Source, notes: &mut Notes, how: ReadAs) -> Result<Vec<Array>> {
+    let pin = how == ReadAs::Pinned;
     let Index { at, index, version, metadata, entries } = read_index(src.bytes(), notes)?;
     let index_off = at;
     let chunk_hashes = metadata.get("chunk_hashes").and_then(Value::as_object);
@@ -256,7 +263,9 @@ fn read_with(src: &Source, notes: &mut Notes, pin: bool) -> Result<Vec<Array>> {
             let keys: Vec<(String, Array)> = arrays.iter().map(|a| (a.name.clone(), a.clone())).collect();
             for mut a in arrays {
                 let name = names.next().expect("one name per original");
-                listed.push(Member { key: std::mem::replace(&mut a.name, name.clone()), array: name });
+                let key =
+                    if how == ReadAs::OwnNames { a.name.clone() } else { std::mem::replace(&mut a.name, name.clone()) };
+                listed.push(Member { key, array: name });
                 out.push(a);
             }
             m.arrays = Some(listed);

@@ -52,6 +52,19 @@ pub fn detect_head(b: &[u8], file_len: u64) -> Option<Input> {
 /// version, metadata left out); the library never prints: the command does.
 pub type Notes = Vec<String>;
 
+/// How a container reader that maps names (AERO, FOLD) reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadAs {
+    /// Tensors under WTXT names, the file's own kept in its metadata array.
+    Mapped,
+    /// As `Mapped`, also keeping stored bytes our encoders would not
+    /// reproduce (the Git filter's exact form).
+    Pinned,
+    /// Tensors under the file's own names, for a snapshot to map and keep
+    /// in `__names`.
+    OwnNames,
+}
+
 /// Decompresses one zstd payload that must decode to exactly `want` bytes,
 /// never inflating past that: a compression bomb stops at the declared
 /// size. Large payloads go to a mapped temporary file ([`spill`]), so the

@@ -404,10 +404,10 @@ fn snapshot_takes_the_tensors_of_fold_aero_and_mldf_inputs() {
 }
 
 /// A Hugging Face name (`model.layers.0.weight`) survives safetensors ->
-/// AERO, directly or through a snapshot (both give the same file, checked
-/// by the independent reader), and AERO -> safetensors.
+/// AERO or FOLD, directly or through a snapshot (both give the same file,
+/// checked by the independent readers), and back to safetensors.
 #[test]
-fn aero_written_from_safetensors_keeps_the_original_names() {
+fn aero_and_fold_written_from_safetensors_keep_the_original_names() {
     use wtxt::convert::npy::Source;
     use wtxt::model::{Array, Dtype};
     let dir = tempfile::tempdir().unwrap();
@@ -418,18 +418,10 @@ fn aero_written_from_safetensors_keeps_the_original_names() {
     let mut bytes = std::io::Cursor::new(Vec::new());
     wtxt::convert::safetensors::write_named(&named, None, &mut bytes).unwrap();
     std::fs::write(&st, bytes.into_inner()).unwrap();
-
-    let direct = dir.path().join("direct.aero");
-    let (code, err) = convert(&st, &direct, "aero");
-    assert_eq!(code, 0, "{err}");
-    assert!(!err.contains("left out"), "nothing is lost: {err}");
     let snap = dir.path().join("m.wtxt");
     let o =
         crate::util::wtxt().args(["snapshot", st.to_str().unwrap(), "-o", snap.to_str().unwrap()]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let via = dir.path().join("via.aero");
-    assert_eq!(convert(&snap, &via, "aero").0, 0);
-    assert_eq!(std::fs::read(&direct).unwrap(), std::fs::read(&via).unwrap());
 
     let tensors: Vec<serde_json::Value> = named
         .iter()
@@ -438,15 +430,39 @@ fn aero_written_from_safetensors_keeps_the_original_names() {
         })
         .collect();
     let e = dir.path().join("expected.json");
-    let expected = serde_json::json!({"uuid": "0".repeat(32), "model_name": "wtxt", "tensors": tensors});
+    let expected = serde_json::json!({
+        "uuid": "0".repeat(32), "model_name": "wtxt", "tensors": tensors, "chunks": [], "index_metadata": {}
+    });
     std::fs::write(&e, serde_json::to_vec(&expected).unwrap()).unwrap();
-    assert_eq!(py("check_aero.py", &[&direct, &e]).trim(), "ok");
+    for to in ["aero", "fold"] {
+        let direct = dir.path().join(format!("direct.{to}"));
+        let (code, err) = convert(&st, &direct, to);
+        assert_eq!(code, 0, "{err}");
+        assert!(!err.contains("left out"), "--to {to}: nothing is lost: {err}");
+        let via = dir.path().join(format!("via.{to}"));
+        assert_eq!(convert(&snap, &via, to).0, 0);
+        assert_eq!(std::fs::read(&direct).unwrap(), std::fs::read(&via).unwrap(), "--to {to}");
+        let checked = match to {
+            "aero" => py("check_aero.py", &[&direct, &e]),
+            _ => py("check_fold.py", &[&direct, &e, dir.path()]),
+        };
+        assert_eq!(checked.trim(), "ok");
+        // A snapshot of that file keeps the names too.
+        let again = dir.path().join("again.wtxt");
+        let o = crate::util::wtxt()
+            .args(["snapshot", direct.to_str().unwrap(), "-o", again.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let kept = meta(&load(&again), "__names");
+        assert_eq!(kept["names"]["model_layers_0_weight"], "model.layers.0.weight", "--to {to}: {kept}");
 
-    let back = dir.path().join("back.safetensors");
-    assert_eq!(convert(&direct, &back, "safetensors").0, 0);
-    let got =
-        wtxt::convert::safetensors::read(&Source::Owned(std::sync::Arc::new(std::fs::read(&back).unwrap()))).unwrap();
-    let mut names: Vec<&str> = got.iter().map(|a| a.name.as_str()).collect();
-    names.sort();
-    assert_eq!(names, ["lm_head.bias", "model.layers.0.weight"]);
+        let back = dir.path().join("back.safetensors");
+        assert_eq!(convert(&direct, &back, "safetensors").0, 0);
+        let got = wtxt::convert::safetensors::read(&Source::Owned(std::sync::Arc::new(std::fs::read(&back).unwrap())))
+            .unwrap();
+        let mut names: Vec<&str> = got.iter().map(|a| a.name.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["lm_head.bias", "model.layers.0.weight"], "--to {to}");
+    }
 }
