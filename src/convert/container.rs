@@ -52,6 +52,12 @@ pub trait Container: Sync {
         false
     }
 
+    /// False when the writer transforms tensors' bytes (compresses them):
+    /// they cannot then be decoded straight into their places in the output.
+    fn stores_tensors_verbatim(&self) -> bool {
+        true
+    }
+
     /// True when `name` is one of this format's metadata arrays.
     fn owns(&self, name: &str) -> bool {
         self.metadata().iter().any(|m| name == *m || name.strip_prefix(m).is_some_and(|r| r.starts_with('_')))
@@ -274,8 +280,8 @@ impl Container for Volp {
 
 struct Fold;
 impl Container for Fold {
-    fn writes_in_memory(&self) -> bool {
-        true
+    fn stores_tensors_verbatim(&self) -> bool {
+        false
     }
     fn name(&self) -> &'static str {
         "fold"
@@ -293,7 +299,7 @@ impl Container for Fold {
         fold::read_tensors(src, notes)
     }
     fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
-        into_vec(out, &fold::write(&with_original_names(arrays, fold::META)?)?)
+        fold::write_to(&with_original_names(arrays, fold::META)?, out)
     }
     fn metadata(&self) -> &'static [&'static str] {
         &[fold::META, names::NAMES]

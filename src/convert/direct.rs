@@ -73,6 +73,9 @@ pub fn write_direct<T>(
         }
         return Ok(None);
     }
+    if !to.stores_tensors_verbatim() {
+        return Ok(None);
+    }
     let Some(Plan { place, zeros, stand_in }) = plan(&outlined, to, prepare) else { return Ok(None) };
 
     // Decode, checking everything, into the output's places.

@@ -9,15 +9,21 @@
 //! u8 array `__fold_<chunk>`; the index, minus what the writer recomputes,
 //! is the JSON array `__fold` (docs/FORMAT.md, "Metadata arrays").
 //! Write: the chunks `__fold` lists, in its order, with their compression and
-//! ECC; arrays it does not list go into one more `NPZ0` chunk `arrays`.
+//! ECC; arrays it does not list go into more `NPZ0` chunks (`arrays`,
+//! `arrays_1`, ...: a chunk holds at most 1 GiB). Streamed: memory stays
+//! bounded whatever the model's size.
 #![forbid(unsafe_code)]
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
+use std::io::{SeekFrom, Write};
+
 use crate::convert::bytes::{be_u32, be_u64};
-use crate::convert::npy::Source;
+use crate::convert::container::WriteSeek;
+use crate::convert::npy::{self, Source};
+use crate::convert::spill::Spill;
 use crate::convert::{meta_array, meta_json, npz, pyjson, rs, Notes, ReadAs};
 use crate::error::{check_byte, input_at, Error, Result};
 use crate::model::{assign_names, Array};
@@ -474,24 +480,27 @@ fn chunk_payload(src: &Source, e: &Entry, notes: &mut Notes) -> Result<(Source, 
     Ok((raw, stored))
 }
 
-/// The `__fold` that reading back [`write`]'s output for `tensors` alone
-/// gives: one `NPZ0` chunk `arrays` (none when there are no tensors).
+/// The `__fold` that reading back [`write_to`]'s output for `tensors` alone
+/// gives: `NPZ0` chunks `arrays`, `arrays_1`, ... (none when there are no
+/// tensors; `None` when they do not fit FOLD's chunks).
 pub fn default_meta(tensors: &[Array]) -> Option<Value> {
-    let members: Vec<Member> = tensors.iter().map(|a| Member { key: a.name.clone(), array: a.name.clone() }).collect();
-    let chunks = if members.is_empty() {
-        Vec::new()
-    } else {
-        vec![ChunkMeta {
-            name: "arrays".into(),
+    let members: Vec<(&str, &Array)> = tensors.iter().map(|a| (a.name.as_str(), a)).collect();
+    let groups = npz_groups(members, MAX_CHUNK).ok()?;
+    let names = rest_chunk_names(&[]);
+    let chunks = groups
+        .into_iter()
+        .zip(names)
+        .map(|(g, name)| ChunkMeta {
+            name,
             ctype: "NPZ0".into(),
             flags: 1,
             ecc_algo: no_ecc(),
             stored_hex: None,
-            arrays: Some(members),
+            arrays: Some(g.iter().map(|(k, a)| Member { key: k.to_string(), array: a.name.clone() }).collect()),
             payload_hex: None,
             array: None,
-        }]
-    };
+        })
+        .collect();
     let meta = FoldMeta {
         version: latest_version(),
         created_at_unix: Some(json!(0.0)),
@@ -503,13 +512,75 @@ pub fn default_meta(tensors: &[Array]) -> Option<Value> {
     Some(serde_json::to_value(&meta).expect("metadata serializes"))
 }
 
-/// A chunk about to be written: its decoded payload and how to store it.
-struct Planned {
+/// The most an NPZ member can add to an archive besides its array's bytes:
+/// the `.npy` header, the key twice (local and central headers, `.npy`
+/// added), the fixed header fields and their Zip64 extras.
+fn npz_member_bound(key: &str, a: &Array) -> Result<u64> {
+    Ok(npy::header(a)?.len() as u64 + 2 * (key.len() as u64 + 4) + 30 + 20 + 46 + 28 + a.bytes().len() as u64)
+}
+
+/// An archive's own bytes: its end records, Zip64 ones included.
+const NPZ_TRAILER_BOUND: u64 = 22 + 56 + 20;
+
+/// Members cut, in order, into archives of at most `limit` bytes each: a
+/// FOLD chunk may hold 1 GiB ([`MAX_CHUNK`]), so a larger model takes
+/// several `NPZ0` chunks. A member that alone exceeds the limit cannot be
+/// stored in FOLD at all.
+fn npz_groups<'a>(members: Vec<(&'a str, &'a Array)>, limit: u64) -> Result<Vec<Vec<(&'a str, &'a Array)>>> {
+    let mut groups: Vec<Vec<(&str, &Array)>> = Vec::new();
+    let mut size = 0;
+    for (key, a) in members {
+        let add = npz_member_bound(key, a)?;
+        if add + NPZ_TRAILER_BOUND > limit {
+            return Err(Error::input(
+                Default::default(),
+                format!(
+                    "array {key} is {} bytes: a FOLD chunk holds at most {limit} (the FOLD spec's MAX_CHUNK_SIZE), \
+                     and NPZ0 keeps each array whole in one chunk (use --to safetensors or aero)",
+                    a.bytes().len()
+                ),
+            ));
+        }
+        match groups.last_mut() {
+            Some(g) if size + add + NPZ_TRAILER_BOUND <= limit => {
+                g.push((key, a));
+                size += add;
+            }
+            _ => {
+                groups.push(vec![(key, a)]);
+                size = add;
+            }
+        }
+    }
+    Ok(groups)
+}
+
+/// Names for the chunks that hold arrays `__fold` does not place:
+/// `arrays`, then `arrays_1`, `arrays_2`, ..., skipping names it uses.
+fn rest_chunk_names(taken: &[ChunkMeta]) -> impl Iterator<Item = String> + '_ {
+    (0..)
+        .map(|i| if i == 0 { "arrays".to_string() } else { format!("arrays_{i}") })
+        .filter(|name| taken.iter().all(|c| &c.name != name))
+}
+
+/// A chunk's payload before it is stored.
+enum Payload<'a> {
+    /// An NPZ of these members (key, array), built when the chunk is written.
+    Npz(Vec<(&'a str, &'a Array)>),
+    /// Bytes as they are: a non-NPZ chunk's array.
+    Bytes(&'a Array),
+    /// The NPZ payload `__fold` pins (`payload_hex`), which still holds
+    /// exactly the chunk's members.
+    Pinned(Vec<u8>),
+}
+
+/// A chunk about to be written.
+struct Planned<'a> {
     name: String,
     ctype: String,
     flags: u32,
     ecc: Option<usize>,
-    payload: Vec<u8>,
+    payload: Payload<'a>,
     /// The original stored bytes, when `__fold` pins them.
     stored: Option<Vec<u8>>,
 }
@@ -539,9 +610,13 @@ impl From<Error> for PlanError {
     }
 }
 
-/// The chunks to write: those `__fold` lists, in its order, with their
-/// payloads; then any arrays it does not place, in one NPZ0 chunk.
-fn plan_chunks(arrays: &[Array], listed: &[ChunkMeta]) -> std::result::Result<Vec<Planned>, PlanError> {
+/// The chunks to write: those `__fold` lists, in its order; then any
+/// arrays it does not place, in as many NPZ0 chunks as their size needs.
+fn plan_chunks<'a>(
+    arrays: &'a [Array],
+    listed: &'a [ChunkMeta],
+    limit: u64,
+) -> std::result::Result<Vec<Planned<'a>>, PlanError> {
     let find = |name: &str| {
         arrays.iter().find(|a| a.name == name).ok_or_else(|| PlanError::Meta(format!("array {name} is missing")))
     };
@@ -555,6 +630,9 @@ fn plan_chunks(arrays: &[Array], listed: &[ChunkMeta]) -> std::result::Result<Ve
         if c.flags > 1 {
             return Err(PlanError::Meta(format!("chunk {name:?}: flags must be 0 or 1")));
         }
+        if plan.iter().any(|p| &p.name == name) {
+            return Err(PlanError::Meta(format!("chunk {name:?} is listed twice")));
+        }
         let ecc = ecc_of(&c.ecc_algo).map_err(PlanError::Meta)?;
         let payload = if c.ctype == "NPZ0" {
             let mut members = Vec::new();
@@ -564,31 +642,45 @@ fn plan_chunks(arrays: &[Array], listed: &[ChunkMeta]) -> std::result::Result<Ve
                 members.push((m.key.as_str(), a));
             }
             match pinned_npz(c, &members) {
-                Some(p) => p,
-                None => npz::write_keyed(members, std::io::Cursor::new(Vec::new()))?.into_inner(),
+                Some(p) => Payload::Pinned(p),
+                None => Payload::Npz(members),
             }
         } else {
             let arr = c.array.as_deref().ok_or_else(|| PlanError::Meta(format!("chunk {name:?} lacks \"array\"")))?;
             let a = find(arr)?;
             used.insert(&a.name);
-            a.bytes().to_vec()
+            Payload::Bytes(a)
         };
         let stored = c.stored_hex.as_deref().and_then(|h| hex::decode(h).ok());
-        let stored = stored
-            .filter(|st| crate::convert::zstd_exact(st, payload.len() as u64).is_ok_and(|s| s.bytes() == &payload[..]));
         plan.push(Planned { name: name.clone(), ctype: c.ctype.clone(), flags: c.flags as u32, ecc, payload, stored });
     }
-    let rest: Vec<&Array> = arrays.iter().filter(|a| !used.contains(a.name.as_str())).collect();
-    if !rest.is_empty() {
-        let payload =
-            npz::write(&rest.into_iter().cloned().collect::<Vec<_>>(), std::io::Cursor::new(Vec::new()))?.into_inner();
-        plan.push(Planned { name: "arrays".into(), ctype: "NPZ0".into(), flags: 1, ecc: None, payload, stored: None });
+    let rest: Vec<(&str, &Array)> =
+        arrays.iter().filter(|a| !used.contains(a.name.as_str())).map(|a| (a.name.as_str(), a)).collect();
+    let groups = npz_groups(rest, limit)?;
+    for (g, name) in groups.into_iter().zip(rest_chunk_names(listed)) {
+        let payload = Payload::Npz(g);
+        plan.push(Planned { name, ctype: "NPZ0".into(), flags: 1, ecc: None, payload, stored: None });
     }
     Ok(plan)
 }
 
-/// Writes arrays as FOLD, following `__fold` when present.
-pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
+/// Chunks whose payload is at most this many bytes are compressed in one
+/// call, as every earlier version did (so files the Git filter rebuilds
+/// keep their bytes); larger ones as a stream, which keeps memory bounded
+/// (zstd's streaming output differs from its one-shot output, but is as
+/// deterministic and decodes the same).
+const ONE_SHOT: u64 = 64 << 20;
+
+/// Writes arrays as FOLD, following `__fold` when present. Each chunk is
+/// built (a large NPZ in a temporary file), compressed and hashed as it
+/// goes to `out`, and its header filled in afterwards: memory stays
+/// bounded whatever the model's size.
+pub fn write_to(arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
+    write_limited(arrays, out, MAX_CHUNK)
+}
+
+/// [`write_to`] with NPZ0 chunks of at most `limit` bytes.
+fn write_limited(arrays: &[Array], out: &mut dyn WriteSeek, limit: u64) -> Result<()> {
     if let Some(a) = arrays.iter().find(|a| a.dtype == crate::model::Dtype::Bf16) {
         return Err(Error::input(
             Default::default(),
@@ -609,42 +701,21 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
         manifest_hash: true,
         chunks: Vec::new(),
     });
-    let plan = plan_chunks(arrays, &meta.chunks).map_err(|e| match e {
+    let plan = plan_chunks(arrays, &meta.chunks, limit).map_err(|e| match e {
         PlanError::Meta(m) => bad(m),
         PlanError::Other(e) => e,
     })?;
-    let mut out = vec![0u8; HEADER_LEN as usize];
+    let mut pos = HEADER_LEN;
+    out.write_all(&[0; HEADER_LEN as usize]).map_err(Error::write_failed)?;
     let mut index_chunks = Vec::with_capacity(plan.len());
     let mut hashes = Map::new();
-    for Planned { name, ctype, flags, ecc, payload, stored } in plan {
-        if payload.len() as u64 > MAX_CHUNK {
-            return Err(bad(format!("chunk {name:?}: {} bytes exceed the FOLD limit of {MAX_CHUNK}", payload.len())));
-        }
-        let comp = if let (1, Some(st)) = (flags, stored) {
-            st
-        } else if flags == 1 {
-            zstd::bulk::compress(&payload, ZSTD_LEVEL).map_err(|e| Error::io_in("zstd", e))?
-        } else {
-            payload.clone()
-        };
-        let parity = ecc.map(|n| rs::encode(&comp, n)).unwrap_or_default();
-        let crc = crc32c::crc32c(&comp);
-        let sha = format!("sha256:{}", hex::encode(Sha256::digest(&comp)));
-        let offset = out.len();
-        out.extend_from_slice(&ctype.as_bytes()[..4]);
-        out.extend_from_slice(&flags.to_be_bytes());
-        out.extend_from_slice(&(payload.len() as u64).to_be_bytes());
-        out.extend_from_slice(&(comp.len() as u64).to_be_bytes());
-        out.extend_from_slice(&crc.to_be_bytes());
-        out.extend_from_slice(&(parity.len() as u32).to_be_bytes());
-        out.extend_from_slice(&comp);
-        out.extend_from_slice(&parity);
-        hashes.insert(name.clone(), json!(sha));
-        index_chunks.push(json!({
-            "name": name, "ctype": ctype, "flags": flags, "offset": offset, "header_len": CHUNK_HEADER_LEN,
-            "comp_len": comp.len(), "uncomp_len": payload.len(), "crc32c": crc, "sha256": sha,
-            "ecc_algo": ecc_name(ecc), "ecc_len": parity.len(),
-        }));
+    for chunk in plan {
+        let (entry, sha) = write_chunk(out, &mut pos, chunk).map_err(|e| match e {
+            PlanError::Meta(m) => bad(m),
+            PlanError::Other(e) => e,
+        })?;
+        hashes.insert(entry["name"].as_str().expect("a name").to_string(), json!(sha));
+        index_chunks.push(entry);
     }
     let mut metadata = meta.metadata;
     if meta.chunk_hashes {
@@ -661,11 +732,161 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     index.insert("metadata".into(), Value::Object(metadata));
     index.insert("chunks".into(), Value::Array(index_chunks));
     let text = pyjson::dumps(&Value::Object(index), false, false);
-    let index_off = out.len() as u64;
-    out.extend_from_slice(text.as_bytes());
-    out[..8].copy_from_slice(MAGIC);
-    out[8..12].copy_from_slice(&(HEADER_LEN as u32).to_be_bytes());
-    out[12..20].copy_from_slice(&index_off.to_be_bytes());
-    out[20..28].copy_from_slice(&(text.len() as u64).to_be_bytes());
-    Ok(out)
+    out.write_all(text.as_bytes()).map_err(Error::write_failed)?;
+    let mut header = Vec::with_capacity(HEADER_LEN as usize);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&(HEADER_LEN as u32).to_be_bytes());
+    header.extend_from_slice(&pos.to_be_bytes());
+    header.extend_from_slice(&(text.len() as u64).to_be_bytes());
+    patch(out, 0, &header, pos + text.len() as u64)
+}
+
+/// Writes `bytes` at `at`, then goes back to `end`.
+fn patch(out: &mut dyn WriteSeek, at: u64, bytes: &[u8], end: u64) -> Result<()> {
+    out.seek(SeekFrom::Start(at)).map_err(Error::write_failed)?;
+    out.write_all(bytes).map_err(Error::write_failed)?;
+    out.seek(SeekFrom::Start(end)).map_err(Error::write_failed)?;
+    Ok(())
+}
+
+/// Writes one chunk at `pos` (header, stored bytes, parity) and returns its
+/// index entry and SHA-256.
+fn write_chunk(out: &mut dyn WriteSeek, pos: &mut u64, c: Planned) -> std::result::Result<(Value, String), PlanError> {
+    let Planned { name, ctype, flags, ecc, payload, stored } = c;
+    let payload: Source = match payload {
+        Payload::Npz(members) => {
+            let mut expected = NPZ_TRAILER_BOUND;
+            for (k, a) in &members {
+                expected += npz_member_bound(k, a)?;
+            }
+            crate::convert::spill::seekable(expected, |w| npz::write_keyed(members, w).map(|_| ()))?
+        }
+        Payload::Bytes(a) => Source::from(&a.data),
+        Payload::Pinned(p) => Source::Owned(std::sync::Arc::new(p)),
+    };
+    let len = payload.bytes().len() as u64;
+    if len > MAX_CHUNK {
+        return Err(PlanError::Meta(format!("chunk {name:?}: {len} bytes exceed the FOLD limit of {MAX_CHUNK}")));
+    }
+    let offset = *pos;
+    out.write_all(&[0; CHUNK_HEADER_LEN as usize]).map_err(Error::write_failed)?;
+    let mut sink = Stored::new(out, ecc)?;
+    let stored = stored
+        .filter(|st| flags == 1 && crate::convert::zstd_exact(st, len).is_ok_and(|s| s.bytes() == payload.bytes()));
+    let data = payload.window(0..len as usize);
+    if let Some(st) = stored {
+        sink.write_all(&st).map_err(Error::write_failed)?;
+    } else if flags == 1 && len <= ONE_SHOT {
+        let comp = zstd::bulk::compress(payload.bytes(), ZSTD_LEVEL).map_err(|e| Error::io_in("zstd", e))?;
+        sink.write_all(&comp).map_err(Error::write_failed)?;
+    } else if flags == 1 {
+        let zerr = |e| Error::io_in("zstd", e);
+        let mut z = zstd::stream::write::Encoder::new(&mut sink, ZSTD_LEVEL).map_err(zerr)?;
+        z.set_pledged_src_size(Some(len)).map_err(zerr)?;
+        z.include_contentsize(true).map_err(zerr)?;
+        data.each_window(&mut |w| z.write_all(w).map_err(Error::write_failed))?;
+        z.finish().map_err(zerr)?;
+    } else {
+        data.each_window(&mut |w| sink.write_all(w).map_err(Error::write_failed))?;
+    }
+    let (comp_len, crc, sha, parity) = sink.finish()?;
+    let parity_len = parity.bytes().len() as u64;
+    out.write_all(parity.bytes()).map_err(Error::write_failed)?;
+    let end = offset + CHUNK_HEADER_LEN + comp_len + parity_len;
+    let mut header = Vec::with_capacity(CHUNK_HEADER_LEN as usize);
+    header.extend_from_slice(&ctype.as_bytes()[..4]);
+    header.extend_from_slice(&flags.to_be_bytes());
+    header.extend_from_slice(&len.to_be_bytes());
+    header.extend_from_slice(&comp_len.to_be_bytes());
+    header.extend_from_slice(&crc.to_be_bytes());
+    header.extend_from_slice(&(parity_len as u32).to_be_bytes());
+    patch(out, offset, &header, end)?;
+    *pos = end;
+    let sha = format!("sha256:{sha}");
+    let entry = json!({
+        "name": name, "ctype": ctype, "flags": flags, "offset": offset, "header_len": CHUNK_HEADER_LEN,
+        "comp_len": comp_len, "uncomp_len": len, "crc32c": crc, "sha256": sha,
+        "ecc_algo": ecc_name(ecc), "ecc_len": parity_len,
+    });
+    Ok((entry, sha))
+}
+
+/// Where a chunk's stored bytes go: to the output, through CRC32C, SHA-256
+/// and (with ECC) the Reed-Solomon encoder, whose parity waits in a
+/// buffer that spills to disk (rs(254) makes 254 bytes of it per byte).
+struct Stored<'w> {
+    out: &'w mut dyn WriteSeek,
+    len: u64,
+    crc: u32,
+    sha: Sha256,
+    parity: Option<(rs::Encoder, Spill)>,
+}
+
+impl<'w> Stored<'w> {
+    fn new(out: &'w mut dyn WriteSeek, ecc: Option<usize>) -> Result<Stored<'w>> {
+        let parity = match ecc {
+            Some(n) => Some((rs::Encoder::new(n), Spill::with_expected(0)?)),
+            None => None,
+        };
+        Ok(Stored { out, len: 0, crc: 0, sha: Sha256::new(), parity })
+    }
+
+    /// Stored length, CRC32C, SHA-256 (hex) and parity.
+    fn finish(self) -> Result<(u64, u32, String, Source)> {
+        let parity = match self.parity {
+            Some((enc, mut spill)) => {
+                spill.push(&enc.finish())?;
+                spill.finish()?
+            }
+            None => Source::Owned(std::sync::Arc::new(Vec::new())),
+        };
+        Ok((self.len, self.crc, hex::encode(self.sha.finalize()), parity))
+    }
+}
+
+impl Write for Stored<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.out.write_all(b)?;
+        self.len += b.len() as u64;
+        self.crc = crc32c::crc32c_append(self.crc, b);
+        self.sha.update(b);
+        if let Some((enc, spill)) = &mut self.parity {
+            enc.update(b);
+            spill.write_all(&enc.take())?;
+        }
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Dtype;
+
+    fn u8s(name: &str, n: usize) -> Array {
+        Array::new(name, Dtype::U8, vec![n as u64], (0..n).map(|i| (i * 7 % 251) as u8).collect::<Vec<u8>>().into())
+            .unwrap()
+    }
+
+    #[test]
+    fn arrays_past_a_chunks_limit_go_into_more_npz0_chunks() {
+        let arrays = [u8s("a", 1000), u8s("b", 1000), u8s("c", 1000)];
+        let mut out = std::io::Cursor::new(Vec::new());
+        write_limited(&arrays, &mut out, 3000).unwrap();
+        let back = read(&Source::Owned(std::sync::Arc::new(out.into_inner())), &mut Vec::new()).unwrap();
+        let meta: FoldMeta = serde_json::from_value(meta_json(&back, META).unwrap().unwrap()).unwrap();
+        let chunks: Vec<(&str, usize)> =
+            meta.chunks.iter().map(|c| (c.name.as_str(), c.arrays.as_ref().unwrap().len())).collect();
+        assert_eq!(chunks, [("arrays", 2), ("arrays_1", 1)]);
+        for a in &arrays {
+            let b = back.iter().find(|b| b.name == a.name).unwrap();
+            assert_eq!((b.dtype, &b.shape, b.bytes()), (a.dtype, &a.shape, a.bytes()));
+        }
+        // An array that alone exceeds the limit has no place in FOLD.
+        let err = write_limited(&arrays, &mut std::io::Cursor::new(Vec::new()), 1000).unwrap_err();
+        assert!(err.message().contains("array a is 1000 bytes"), "{err}");
+    }
 }

@@ -246,7 +246,7 @@ fn load_one(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Ve
 }
 
 /// Refuses arrays too large for a writer that builds its file in memory
-/// (FOLD, MLDF, VOLP): the heap stays bounded whatever the input holds.
+/// (MLDF, VOLP): the heap stays bounded whatever the input holds.
 pub(crate) fn fits_in_memory(arrays: &[Array], to: &dyn Container, out: &Path) -> Result<()> {
     let total: u64 = arrays.iter().map(|a| a.bytes().len() as u64).sum();
     if to.writes_in_memory() && total > crate::limits::MAX_IN_MEMORY_OUTPUT {
@@ -254,7 +254,7 @@ pub(crate) fn fits_in_memory(arrays: &[Array], to: &dyn Container, out: &Path) -
             Default::default(),
             format!(
                 "{total} bytes of tensors: the {} writer builds the file in memory and takes at most {} \
-                 (the heap cap); write .safetensors, .npz or .aero, which stream",
+                 (the heap cap); write .safetensors, .npz, .aero or .fold, which stream",
                 to.name(),
                 crate::limits::MAX_IN_MEMORY_OUTPUT
             ),

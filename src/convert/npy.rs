@@ -224,6 +224,16 @@ pub enum Source {
     Owned(Arc<Vec<u8>>),
 }
 
+impl From<&ArrayData> for Source {
+    /// The same bytes, without copying.
+    fn from(d: &ArrayData) -> Source {
+        match d {
+            ArrayData::Owned(v) => Source::Owned(v.clone()),
+            ArrayData::Mapped(m, r) => Source::Part(m.clone(), r.clone()),
+        }
+    }
+}
+
 impl Source {
     /// All bytes.
     pub fn bytes(&self) -> &[u8] {

@@ -88,25 +88,64 @@ pub fn parity_len(payload: usize, nsym: usize) -> usize {
 
 /// The parity bytes of `data`, block after block.
 pub fn encode(data: &[u8], nsym: usize) -> Vec<u8> {
-    assert!((1..255).contains(&nsym), "nsym must be 1..=254");
-    let g = generator(nsym);
-    let mut out = Vec::with_capacity(parity_len(data.len(), nsym));
-    for block in data.chunks(block_len(nsym)) {
-        // Remainder of block(x) * x^nsym divided by g(x), by synthetic division.
-        let mut rem = vec![0u8; nsym];
-        for &b in block {
-            let coef = b ^ rem[0];
-            rem.rotate_left(1);
-            rem[nsym - 1] = 0;
+    let mut e = Encoder::new(nsym);
+    e.update(data);
+    e.finish()
+}
+
+/// Parity computed as the payload goes by (a chunk compressed as a stream):
+/// the same bytes [`encode`] gives for the whole payload.
+pub struct Encoder {
+    g: Vec<u8>,
+    nsym: usize,
+    /// The current block's remainder, and how many of its bytes came.
+    rem: Vec<u8>,
+    filled: usize,
+    /// Parity of the blocks completed and not yet taken.
+    parity: Vec<u8>,
+}
+
+impl Encoder {
+    /// An encoder for `nsym` parity bytes per block (1..=254).
+    pub fn new(nsym: usize) -> Encoder {
+        assert!((1..255).contains(&nsym), "nsym must be 1..=254");
+        Encoder { g: generator(nsym), nsym, rem: vec![0; nsym], filled: 0, parity: Vec::new() }
+    }
+
+    /// Takes the next payload bytes.
+    pub fn update(&mut self, data: &[u8]) {
+        let nsym = self.nsym;
+        for &b in data {
+            // Remainder of block(x) * x^nsym divided by g(x), by synthetic division.
+            let coef = b ^ self.rem[0];
+            self.rem.rotate_left(1);
+            self.rem[nsym - 1] = 0;
             if coef != 0 {
-                for (r, &gj) in rem.iter_mut().zip(&g[1..]) {
+                for (r, &gj) in self.rem.iter_mut().zip(&self.g[1..]) {
                     *r ^= mul(gj, coef);
                 }
             }
+            self.filled += 1;
+            if self.filled == block_len(nsym) {
+                self.parity.extend_from_slice(&self.rem);
+                self.rem.fill(0);
+                self.filled = 0;
+            }
         }
-        out.extend_from_slice(&rem);
     }
-    out
+
+    /// The parity of the blocks completed since the last call.
+    pub fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.parity)
+    }
+
+    /// The rest of the parity, the last (short) block's included.
+    pub fn finish(mut self) -> Vec<u8> {
+        if self.filled > 0 {
+            self.parity.extend_from_slice(&self.rem);
+        }
+        self.parity
+    }
 }
 
 /// Why a payload could not be decoded.
@@ -301,5 +340,22 @@ mod tests {
         }
         assert!(matches!(correct(&mut bad, &par, nsym), Err(RsError::Uncorrectable { block: 0 })));
         assert!(matches!(correct(&mut bad, &par[1..], nsym), Err(RsError::Length { .. })));
+    }
+
+    /// Fed in pieces that cut across blocks, the parity is that of the whole.
+    #[test]
+    fn streamed_parity_is_the_parity_of_the_whole() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 31 % 253) as u8).collect();
+        for nsym in [2, 32, 254] {
+            let mut e = Encoder::new(nsym);
+            let mut got = Vec::new();
+            for piece in data.chunks(777) {
+                e.update(piece);
+                got.extend(e.take());
+            }
+            got.extend(e.finish());
+            assert_eq!(got, encode(&data, nsym), "rs({nsym})");
+            assert_eq!(got.len(), parity_len(data.len(), nsym));
+        }
     }
 }

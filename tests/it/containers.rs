@@ -466,3 +466,60 @@ fn aero_and_fold_written_from_safetensors_keep_the_original_names() {
         assert_eq!(names, ["lm_head.bias", "model.layers.0.weight"], "--to {to}");
     }
 }
+
+/// A FOLD chunk past the size compressed in one call (64 MiB) is built in
+/// a temporary file and compressed as a stream: the independent reader
+/// accepts it, it holds the same tensors under their own names, and a
+/// snapshot gives the same file as the container it came from.
+#[test]
+fn a_fold_chunk_larger_than_one_call_is_streamed_and_reads_back() {
+    use wtxt::model::{Array, Dtype};
+    let dir = tempfile::tempdir().unwrap();
+    // 70 MiB that compress well, with 1 MiB of noise so zstd emits real blocks.
+    let mut x = 0x9e3779b9u32;
+    let big: Vec<u8> = (0..70u32 << 20)
+        .map(|i| {
+            if i < 1 << 20 {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            } else {
+                (i % 4093) as u8
+            }
+        })
+        .collect();
+    let w = Array::new("w", Dtype::F32, vec![70 << 18], big.into()).unwrap();
+    let b = Array::new("b", Dtype::F32, vec![3], vec![1u8; 12].into()).unwrap();
+    let named = [("layers.0.weight", &w), ("layers.0.bias", &b)];
+    let st = dir.path().join("m.safetensors");
+    let mut bytes = std::io::Cursor::new(Vec::new());
+    wtxt::convert::safetensors::write_named(&named, None, &mut bytes).unwrap();
+    std::fs::write(&st, bytes.into_inner()).unwrap();
+
+    let fold = dir.path().join("m.fold");
+    let (code, err) = convert(&st, &fold, "fold");
+    assert_eq!(code, 0, "{err}");
+    let snap = dir.path().join("m.wtxt");
+    let o =
+        crate::util::wtxt().args(["snapshot", st.to_str().unwrap(), "-o", snap.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let via = dir.path().join("via.fold");
+    assert_eq!(convert(&snap, &via, "fold").0, 0);
+    assert!(std::fs::read(&fold).unwrap() == std::fs::read(&via).unwrap(), "a snapshot gives the same FOLD");
+
+    let tensors: Vec<serde_json::Value> = named
+        .iter()
+        .map(|(n, a)| {
+            serde_json::json!({"name": n, "dtype": "f32", "shape": a.shape, "sha256": hex::encode(Sha256::digest(a.bytes()))})
+        })
+        .collect();
+    let e = dir.path().join("expected.json");
+    let expected = serde_json::json!({"tensors": tensors, "chunks": [], "index_metadata": {}});
+    std::fs::write(&e, serde_json::to_vec(&expected).unwrap()).unwrap();
+    assert_eq!(py("check_fold.py", &[&fold, &e, dir.path()]).trim(), "ok");
+
+    let back = dir.path().join("back.safetensors");
+    assert_eq!(convert(&fold, &back, "safetensors").0, 0);
+    assert!(std::fs::read(&back).unwrap() == std::fs::read(&st).unwrap(), "the safetensors comes back");
+}
