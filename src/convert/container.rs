@@ -52,6 +52,16 @@ pub trait Container: Sync {
         false
     }
 
+    /// Refuses, from their sizes alone, arrays this format cannot hold
+    /// (checked before a WTXT is decoded): by default the heap cap of a
+    /// writer that builds its file in memory.
+    fn check_sizes(&self, arrays: &[Array]) -> Result<()> {
+        if self.writes_in_memory() {
+            crate::convert::fits_in_memory(arrays, self.name())?;
+        }
+        Ok(())
+    }
+
     /// False when the writer transforms tensors' bytes (compresses them):
     /// they cannot then be decoded straight into their places in the output.
     fn stores_tensors_verbatim(&self) -> bool {
@@ -300,6 +310,9 @@ impl Container for Fold {
     }
     fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
         fold::write_to(&with_original_names(arrays, fold::META)?, out)
+    }
+    fn check_sizes(&self, arrays: &[Array]) -> Result<()> {
+        fold::check_sizes(&with_original_names(arrays, fold::META)?)
     }
     fn metadata(&self) -> &'static [&'static str] {
         &[fold::META, names::NAMES]

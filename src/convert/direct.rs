@@ -65,15 +65,13 @@ pub fn write_direct<T>(
     prepare: &dyn Fn(Vec<Array>) -> Chosen<T>,
 ) -> Result<Option<(T, Route)>> {
     let Some(outlined) = outline(path, &crate::model::is_metadata_name, MAX_METADATA) else { return Ok(None) };
-    if to.writes_in_memory() {
-        // Refused now, from the declared sizes, rather than after decoding
-        // and checking gigabytes (the ordinary path checks again).
+    if to.writes_in_memory() || !to.stores_tensors_verbatim() {
+        // Sizes the format cannot take are refused now, from the declared
+        // sizes, rather than after decoding and checking gigabytes (the
+        // ordinary path checks again).
         if let Some((chosen, _)) = stand_ins(&outlined).and_then(|s| prepare(s.arrays).ok()) {
-            crate::convert::fits_in_memory(&chosen, to, out)?;
+            to.check_sizes(&chosen).map_err(|e| e.in_file(out))?;
         }
-        return Ok(None);
-    }
-    if !to.stores_tensors_verbatim() {
         return Ok(None);
     }
     let Some(Plan { place, zeros, stand_in }) = plan(&outlined, to, prepare) else { return Ok(None) };

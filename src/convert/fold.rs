@@ -555,6 +555,12 @@ fn npz_groups<'a>(members: Vec<(&'a str, &'a Array)>, limit: u64) -> Result<Vec<
     Ok(groups)
 }
 
+/// Refuses, from sizes alone, tensors that no FOLD chunk can hold.
+pub fn check_sizes(arrays: &[Array]) -> Result<()> {
+    npz_groups(arrays.iter().filter(|a| !a.is_metadata()).map(|a| (a.name.as_str(), a)).collect(), MAX_CHUNK)
+        .map(|_| ())
+}
+
 /// Names for the chunks that hold arrays `__fold` does not place:
 /// `arrays`, then `arrays_1`, `arrays_2`, ..., skipping names it uses.
 fn rest_chunk_names(taken: &[ChunkMeta]) -> impl Iterator<Item = String> + '_ {

@@ -245,21 +245,20 @@ fn load_one(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Ve
     }
 }
 
-/// Refuses arrays too large for a writer that builds its file in memory
+/// Refuses arrays too large for `writer`, which builds its file in memory
 /// (MLDF, VOLP): the heap stays bounded whatever the input holds.
-pub(crate) fn fits_in_memory(arrays: &[Array], to: &dyn Container, out: &Path) -> Result<()> {
+pub(crate) fn fits_in_memory(arrays: &[Array], writer: &str) -> Result<()> {
     let total: u64 = arrays.iter().map(|a| a.bytes().len() as u64).sum();
-    if to.writes_in_memory() && total > crate::limits::MAX_IN_MEMORY_OUTPUT {
+    if total > crate::limits::MAX_IN_MEMORY_OUTPUT {
         return Err(Error::input(
             Default::default(),
             format!(
                 "{total} bytes of tensors: the {} writer builds the file in memory and takes at most {} \
                  (the heap cap); write .safetensors, .npz, .aero or .fold, which stream",
-                to.name(),
+                writer,
                 crate::limits::MAX_IN_MEMORY_OUTPUT
             ),
-        )
-        .in_file(out));
+        ));
     }
     Ok(())
 }
@@ -271,7 +270,7 @@ pub fn write_arrays(arrays: &[Array], out: &Path) -> Result<()> {
 
 /// Writes arrays to `out` as `to`, atomically.
 pub fn write_arrays_as(arrays: &[Array], out: &Path, to: &dyn Container) -> Result<()> {
-    fits_in_memory(arrays, to, out)?;
+    to.check_sizes(arrays).map_err(|e| e.in_file(out))?;
     let mut f = AtomicFile::create(out)?;
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
