@@ -26,6 +26,7 @@ use memmap2::{Mmap, MmapOptions};
 
 use crate::atomic::AtomicFile;
 use crate::convert::container::Container;
+use crate::convert::unseek::seek_to;
 use crate::error::{Error, Result};
 use crate::model::{Array, ArrayData};
 use crate::wtxt::input::WtxtIn;
@@ -237,16 +238,6 @@ impl Seek for Recorder {
         self.pos = seek_to(self.pos, self.end, to)?;
         Ok(self.pos)
     }
-}
-
-/// Where a seek lands, for a writer at `pos` whose output reaches `end`.
-fn seek_to(pos: u64, end: u64, to: SeekFrom) -> std::io::Result<u64> {
-    match to {
-        SeekFrom::Start(p) => Some(p),
-        SeekFrom::Current(d) => pos.checked_add_signed(d),
-        SeekFrom::End(d) => end.checked_add_signed(d),
-    }
-    .ok_or_else(|| std::io::Error::other("seek out of range"))
 }
 
 /// The strict reader's sink: tensor bytes to their places, metadata

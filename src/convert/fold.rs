@@ -24,7 +24,7 @@ use crate::convert::bytes::{be_u32, be_u64};
 use crate::convert::container::WriteSeek;
 use crate::convert::npy::{self, Source};
 use crate::convert::spill::Spill;
-use crate::convert::{meta_array, meta_json, npz, pyjson, rs, Notes, ReadAs};
+use crate::convert::{meta_array, meta_json, npz, pyjson, rs, unseek, Notes, ReadAs};
 use crate::error::{check_byte, input_at, Error, Result};
 use crate::model::{assign_names, Array};
 
@@ -678,8 +678,8 @@ fn plan_chunks<'a>(
 const ONE_SHOT: u64 = 64 << 20;
 
 /// Writes arrays as FOLD, following `__fold` when present. Each chunk is
-/// built (a large NPZ in a temporary file), compressed and hashed as it
-/// goes to `out`, and its header filled in afterwards: memory stays
+/// compressed and hashed as it goes to `out` (a large NPZ never held: see
+/// `convert::unseek`), and its header filled in afterwards: memory stays
 /// bounded whatever the model's size.
 pub fn write_to(arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
     write_limited(arrays, out, MAX_CHUNK)
@@ -759,41 +759,63 @@ fn patch(out: &mut dyn WriteSeek, at: u64, bytes: &[u8], end: u64) -> Result<()>
 /// index entry and SHA-256.
 fn write_chunk(out: &mut dyn WriteSeek, pos: &mut u64, c: Planned) -> std::result::Result<(Value, String), PlanError> {
     let Planned { name, ctype, flags, ecc, payload, stored } = c;
-    let payload: Source = match payload {
+    let built = match payload {
         Payload::Npz(members) => {
-            let mut expected = NPZ_TRAILER_BOUND;
+            let mut bound = NPZ_TRAILER_BOUND;
             for (k, a) in &members {
-                expected += npz_member_bound(k, a)?;
+                bound += npz_member_bound(k, a)?;
             }
-            crate::convert::spill::seekable(expected, |w| npz::write_keyed(members, w).map(|_| ()))?
+            let write = move |w: &mut dyn WriteSeek| npz::write_keyed(members.iter().copied(), w).map(|_| ());
+            // Too large to hold: the NPZ's bytes go straight into the compressor.
+            let learned = if bound > ONE_SHOT { Some(unseek::learn(&write)?) } else { None };
+            match learned {
+                Some(learned) if learned.len() > ONE_SHOT => Built::Npz(Box::new(write), learned),
+                _ => {
+                    let mut c = std::io::Cursor::new(Vec::new());
+                    write(&mut c)?;
+                    Built::Bytes(Source::Owned(std::sync::Arc::new(c.into_inner())))
+                }
+            }
         }
-        Payload::Bytes(a) => Source::from(&a.data),
-        Payload::Pinned(p) => Source::Owned(std::sync::Arc::new(p)),
+        Payload::Bytes(a) => Built::Bytes(Source::from(&a.data)),
+        Payload::Pinned(p) => Built::Bytes(Source::Owned(std::sync::Arc::new(p))),
     };
-    let len = payload.bytes().len() as u64;
+    let len = match &built {
+        Built::Bytes(b) => b.bytes().len() as u64,
+        Built::Npz(_, learned) => learned.len(),
+    };
     if len > MAX_CHUNK {
         return Err(PlanError::Meta(format!("chunk {name:?}: {len} bytes exceed the FOLD limit of {MAX_CHUNK}")));
     }
     let offset = *pos;
     out.write_all(&[0; CHUNK_HEADER_LEN as usize]).map_err(Error::write_failed)?;
     let mut sink = Stored::new(out, ecc)?;
-    let stored = stored
-        .filter(|st| flags == 1 && crate::convert::zstd_exact(st, len).is_ok_and(|s| s.bytes() == payload.bytes()));
-    let data = payload.window(0..len as usize);
-    if let Some(st) = stored {
-        sink.write_all(&st).map_err(Error::write_failed)?;
-    } else if flags == 1 && len <= ONE_SHOT {
-        let comp = zstd::bulk::compress(payload.bytes(), ZSTD_LEVEL).map_err(|e| Error::io_in("zstd", e))?;
-        sink.write_all(&comp).map_err(Error::write_failed)?;
-    } else if flags == 1 {
-        let zerr = |e| Error::io_in("zstd", e);
-        let mut z = zstd::stream::write::Encoder::new(&mut sink, ZSTD_LEVEL).map_err(zerr)?;
-        z.set_pledged_src_size(Some(len)).map_err(zerr)?;
-        z.include_contentsize(true).map_err(zerr)?;
-        data.each_window(&mut |w| z.write_all(w).map_err(Error::write_failed))?;
-        z.finish().map_err(zerr)?;
-    } else {
-        data.each_window(&mut |w| sink.write_all(w).map_err(Error::write_failed))?;
+    let zerr = |e| Error::io_in("zstd", e);
+    match built {
+        Built::Bytes(payload) => {
+            // Stored bytes `__fold` pins are kept when they still decode to the payload.
+            let stored = stored.filter(|st| {
+                flags == 1 && crate::convert::zstd_exact(st, len).is_ok_and(|s| s.bytes() == payload.bytes())
+            });
+            if let Some(st) = stored {
+                sink.write_all(&st).map_err(Error::write_failed)?;
+            } else if flags == 1 && len <= ONE_SHOT {
+                let comp = zstd::bulk::compress(payload.bytes(), ZSTD_LEVEL).map_err(zerr)?;
+                sink.write_all(&comp).map_err(Error::write_failed)?;
+            } else if flags == 1 {
+                let mut z = zstd_stream(&mut sink, len)?;
+                payload.window(0..len as usize).each_window(&mut |w| z.write_all(w).map_err(Error::write_failed))?;
+                z.finish().map_err(zerr)?;
+            } else {
+                payload.window(0..len as usize).each_window(&mut |w| sink.write_all(w).map_err(Error::write_failed))?;
+            }
+        }
+        Built::Npz(write, learned) if flags == 1 => {
+            let mut z = zstd_stream(&mut sink, len)?;
+            learned.emit(&*write, &mut z)?;
+            z.finish().map_err(zerr)?;
+        }
+        Built::Npz(write, learned) => learned.emit(&*write, &mut sink)?,
     }
     let (comp_len, crc, sha, parity) = sink.finish()?;
     let parity_len = parity.bytes().len() as u64;
@@ -815,6 +837,26 @@ fn write_chunk(out: &mut dyn WriteSeek, pos: &mut u64, c: Planned) -> std::resul
         "ecc_algo": ecc_name(ecc), "ecc_len": parity_len,
     });
     Ok((entry, sha))
+}
+
+/// A chunk's payload, ready: bytes at hand, or an NPZ too large to hold,
+/// written again straight into the compressor.
+enum Built<'a> {
+    Bytes(Source),
+    Npz(Box<unseek::Writer<'a>>, unseek::Learned),
+}
+
+/// A zstd stream at [`ZSTD_LEVEL`] of `len` bytes (pledged: the frame
+/// records the size, as a one-shot compression does).
+fn zstd_stream<'w, 's>(
+    to: &'w mut Stored<'s>,
+    len: u64,
+) -> Result<zstd::stream::write::Encoder<'static, &'w mut Stored<'s>>> {
+    let zerr = |e| Error::io_in("zstd", e);
+    let mut z = zstd::stream::write::Encoder::new(to, ZSTD_LEVEL).map_err(zerr)?;
+    z.set_pledged_src_size(Some(len)).map_err(zerr)?;
+    z.include_contentsize(true).map_err(zerr)?;
+    Ok(z)
 }
 
 /// Where a chunk's stored bytes go: to the output, through CRC32C, SHA-256

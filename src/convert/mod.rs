@@ -15,6 +15,7 @@ pub mod pyjson;
 pub mod rs;
 pub mod safetensors;
 pub mod spill;
+pub mod unseek;
 pub mod volp;
 
 use std::path::Path;

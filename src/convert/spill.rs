@@ -9,7 +9,6 @@ use std::fs::File;
 use std::io::Write;
 use std::sync::Arc;
 
-use crate::convert::container::WriteSeek;
 use crate::convert::npy::Source;
 use crate::error::{Error, Result};
 use crate::limits::SPILL_AT;
@@ -89,7 +88,10 @@ impl Spill {
                 if self.len == 0 {
                     return Ok(Source::Owned(Arc::new(Vec::new())));
                 }
-                map_unnamed(&f)
+                // SAFETY: the file is unnamed and ours alone; nothing else can
+                // change or truncate it while the map lives.
+                let m = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| Error::io(std::env::temp_dir(), e))?;
+                Ok(Source::Mapped(Arc::new(m)))
             }
         }
     }
@@ -104,31 +106,6 @@ impl Write for Spill {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-/// What a writer that seeks back over its output (zip patches each
-/// member's header) produces: in memory when about `expected` bytes fit
-/// under [`SPILL_AT`], else in an unnamed temporary file, then mapped.
-pub fn seekable(expected: u64, write: impl FnOnce(&mut dyn WriteSeek) -> Result<()>) -> Result<Source> {
-    if expected <= SPILL_AT {
-        let mut c = std::io::Cursor::new(Vec::new());
-        write(&mut c)?;
-        return Ok(Source::Owned(Arc::new(c.into_inner())));
-    }
-    let tmp = || std::env::temp_dir();
-    let f = tempfile::tempfile().map_err(|e| Error::io(tmp(), e))?;
-    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-    write(&mut w)?;
-    let f = w.into_inner().map_err(|e| Error::io(tmp(), e.into_error()))?;
-    map_unnamed(&f)
-}
-
-/// Maps one of our unnamed temporary files read-only.
-fn map_unnamed(f: &File) -> Result<Source> {
-    // SAFETY: the file is unnamed and ours alone; nothing else can change
-    // or truncate it while the map lives.
-    let m = unsafe { memmap2::Mmap::map(f) }.map_err(|e| Error::io(std::env::temp_dir(), e))?;
-    Ok(Source::Mapped(Arc::new(m)))
 }
 
 /// A private, writable copy of some bytes, for repairs in place (FOLD's
