@@ -370,6 +370,10 @@ impl Container for Mldf {
     fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
         into_vec(out, &mldf::write(arrays)?)
     }
+    fn check_sizes(&self, arrays: &[Array]) -> Result<()> {
+        crate::convert::fits_in_memory(arrays, self.name())?;
+        mldf::check_sizes(arrays)
+    }
     fn metadata(&self) -> &'static [&'static str] {
         &[mldf::META]
     }

@@ -515,20 +515,52 @@ fn plan_fields(arrays: &[Array]) -> Result<(Vec<Planned<'_>>, u32, u32)> {
     Ok((plan, flags, page_size))
 }
 
+/// The sample count: the first field's first dimension.
+fn sample_count(plan: &[Planned]) -> Result<u64> {
+    Ok(match plan.first() {
+        None => 0,
+        Some(Planned { kind: Kind::Bytes | Kind::Json, sizes: Some(s), .. }) => s.shape.first().copied().unwrap_or(0),
+        Some(Planned { name, data: a, .. }) => *a.shape.first().ok_or_else(|| {
+            Error::input(
+                Default::default(),
+                format!("MLDF: array {name} is rank 0: a field needs one value per sample"),
+            )
+        })?,
+    })
+}
+
+/// Refuses, from sizes alone, an MLDF too large to build in memory. The
+/// per-sample records and allocations count as well as the tensors: an
+/// array of a billion empty samples holds no bytes but would need 16 GB.
+pub fn check_sizes(arrays: &[Array]) -> Result<()> {
+    let (plan, _, page_size) = plan_fields(arrays)?;
+    let n = sample_count(&plan)?;
+    let per_sample: u64 = plan.iter().map(|p| p.kind.record() + if p.kind.record() > 8 { ALLOC + 8 } else { 0 }).sum();
+    let tensors: u64 = plan.iter().map(|p| p.data.bytes().len() as u64).sum();
+    let fixed = (H + HEADER) as u64 + DESC * plan.len() as u64 + 64 + page_size as u64;
+    let size = n.checked_mul(per_sample).and_then(|r| r.checked_add(tensors)).and_then(|r| r.checked_add(fixed));
+    match size {
+        Some(s) if s <= crate::limits::MAX_IN_MEMORY_OUTPUT => Ok(()),
+        _ => Err(Error::input(
+            Default::default(),
+            format!(
+                "MLDF: {n} samples of {per_sample} bytes of records plus {tensors} bytes of tensors: the MLDF writer \
+                 builds the file in memory and takes at most {} (the heap cap); write .safetensors, .npz, .aero or \
+                 .fold, which stream",
+                crate::limits::MAX_IN_MEMORY_OUTPUT
+            ),
+        )),
+    }
+}
+
 /// Writes arrays as MLDF, following `__mldf` when present; without it every
 /// array is an NDARRAY field and all must share their first dimension (the
 /// sample count).
 pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     let bad = |m: String| Error::input(Default::default(), format!("MLDF: {m}"));
+    check_sizes(arrays)?;
     let (mut plan, flags, page_size) = plan_fields(arrays)?;
-    let n = match plan.first() {
-        None => 0,
-        Some(Planned { kind: Kind::Bytes | Kind::Json, sizes: Some(s), .. }) => s.shape.first().copied().unwrap_or(0),
-        Some(Planned { name, data: a, .. }) => *a
-            .shape
-            .first()
-            .ok_or_else(|| bad(format!("array {name} is rank 0: a field needs one value per sample")))?,
-    };
+    let n = sample_count(&plan)?;
     // Per field: the per-sample blobs (or 8-byte values).
     let mut samples: Vec<Vec<&[u8]>> = Vec::with_capacity(plan.len());
     for p in plan.iter_mut() {

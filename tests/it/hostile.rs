@@ -148,6 +148,42 @@ fn container_outputs_stream_or_refuse() {
     }
 }
 
+/// An array of a trillion empty samples holds no bytes, and a WTXT of it
+/// is a few hundred bytes, but as MLDF every sample takes a record: the
+/// writer refuses it from the sizes (it aborted allocating 16 TB before),
+/// and every other writer takes it in bounded heap.
+#[test]
+fn a_trillion_empty_samples_are_refused_by_mldf_not_allocated() {
+    let dir = tempfile::tempdir().unwrap();
+    let npy = dir.path().join("z.npy");
+    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000, 0), }";
+    let mut b = b"\x93NUMPY\x01\x00".to_vec();
+    let pad = 64 - (10 + header.len() + 1) % 64;
+    b.extend_from_slice(&((header.len() + pad + 1) as u16).to_le_bytes());
+    b.extend_from_slice(header.as_bytes());
+    b.extend(std::iter::repeat_n(b' ', pad));
+    b.push(b'\n');
+    std::fs::write(&npy, &b).unwrap();
+    let w = dir.path().join("z.wtxt");
+    let o = measured(&["snapshot", npy.to_str().unwrap(), "-o", w.to_str().unwrap()], &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for input in [&npy, &w] {
+        for to in ["mldf", "npz", "safetensors", "aero", "fold"] {
+            let out = dir.path().join(format!("out.{to}"));
+            let o = measured(&["convert", input.to_str().unwrap(), "--to", to, "-o", out.to_str().unwrap()], &[]);
+            assert!(o.peak_anon_kib < HEAP_BOUND_KIB, "--to {to}: heap {} KiB", o.peak_anon_kib);
+            if to == "mldf" {
+                assert_eq!(o.code, 2, "{}", o.stderr);
+                assert!(o.stderr.contains("1000000000000 samples"), "{}", o.stderr);
+                assert_eq!(o.stderr.lines().count(), 1, "one line: {}", o.stderr);
+                assert!(!out.exists());
+            } else {
+                assert_eq!(o.code, 0, "--to {to}: {}", o.stderr);
+            }
+        }
+    }
+}
+
 /// A snapshot reads its input through a map, three times over (chunk sums,
 /// array digests and `sha256_all`, the text): each reader drops the pages
 /// it is done with, so a model of many GB is never wholly resident. Here a
