@@ -244,6 +244,13 @@ impl ArrayData {
         Ok(())
     }
 
+    /// The bytes as a reader that, like [`ArrayData::each_window`], drops
+    /// what it has read from the process a window at a time (a decompressor
+    /// reading a large mapped chunk keeps a window resident, not the chunk).
+    pub fn reader(&self) -> WindowReader<'_> {
+        WindowReader { data: self, at: 0, released: 0 }
+    }
+
     /// Drops the bytes `range` (of this array) from the process when they
     /// are mapped: they stay in the page cache and are read again on the
     /// next use. For a reader done with part of a large array.
@@ -259,6 +266,27 @@ impl ArrayData {
             // a failure only leaves the pages resident.
             let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, end - at) };
         }
+    }
+}
+
+/// See [`ArrayData::reader`].
+pub struct WindowReader<'a> {
+    data: &'a ArrayData,
+    at: usize,
+    released: usize,
+}
+
+impl std::io::Read for WindowReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let rest = &self.data.as_bytes()[self.at..];
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        self.at += n;
+        if self.at - self.released >= WINDOW || (n == 0 && self.at > self.released) {
+            self.data.release(self.released..self.at);
+            self.released = self.at;
+        }
+        Ok(n)
     }
 }
 

@@ -452,11 +452,19 @@ fn chunk_payload(src: &Source, e: &Entry, notes: &mut Notes) -> Result<(Source, 
             copy.into_source()?
         }
     };
-    let crc = crc32c::crc32c(comp.bytes());
+    // Read in windows, each dropped once read: a 1 GiB chunk is never
+    // wholly resident (neither here nor in the decompressor below).
+    let stored_data = comp.window(0..comp.bytes().len());
+    let (mut crc, mut sha) = (0u32, Sha256::new());
+    stored_data.each_window(&mut |w| {
+        crc = crc32c::crc32c_append(crc, w);
+        sha.update(w);
+        Ok(())
+    })?;
     if crc != e.crc32c {
         return Err(check_byte(start as u64, format!("chunk {:?}: CRC32C is {crc}, expected {}", e.name, e.crc32c)));
     }
-    let sha = hex::encode(Sha256::digest(comp.bytes()));
+    let sha = hex::encode(sha.finalize());
     if sha != hex_digest(&e.sha256) {
         return Err(check_byte(
             start as u64,
@@ -465,7 +473,7 @@ fn chunk_payload(src: &Source, e: &Entry, notes: &mut Notes) -> Result<(Source, 
     }
     let (raw, stored) = match e.flags {
         1 => {
-            let raw = crate::convert::zstd_exact(comp.bytes(), e.uncomp_len)
+            let raw = crate::convert::zstd_exact(stored_data.reader(), e.uncomp_len)
                 .map_err(|m| input_at(start as u64, format!("chunk {:?}: {m}", e.name)))?;
             (raw, Some(comp))
         }
@@ -795,7 +803,7 @@ fn write_chunk(out: &mut dyn WriteSeek, pos: &mut u64, c: Planned) -> std::resul
         Built::Bytes(payload) => {
             // Stored bytes `__fold` pins are kept when they still decode to the payload.
             let stored = stored.filter(|st| {
-                flags == 1 && crate::convert::zstd_exact(st, len).is_ok_and(|s| s.bytes() == payload.bytes())
+                flags == 1 && crate::convert::zstd_exact(&st[..], len).is_ok_and(|s| s.bytes() == payload.bytes())
             });
             if let Some(st) = stored {
                 sink.write_all(&st).map_err(Error::write_failed)?;

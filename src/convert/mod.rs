@@ -70,9 +70,9 @@ pub(crate) enum ReadAs {
 /// never inflating past that: a compression bomb stops at the declared
 /// size. Large payloads go to a mapped temporary file ([`spill`]), so the
 /// heap stays small whatever the file declares.
-pub fn zstd_exact(body: &[u8], want: u64) -> std::result::Result<npy::Source, String> {
+pub fn zstd_exact(body: impl std::io::Read, want: u64) -> std::result::Result<npy::Source, String> {
     use std::io::Read;
-    let mut dec = zstd::stream::read::Decoder::with_buffer(body).map_err(|e| e.to_string())?;
+    let mut dec = zstd::stream::read::Decoder::new(body).map_err(|e| e.to_string())?;
     let mut out = spill::Spill::with_expected(want).map_err(|e| e.message().to_string())?;
     let mut piece = vec![0u8; 1 << 20];
     loop {
