@@ -18,13 +18,13 @@ fuzz_target!(|data: &[u8]| {
             let out = dir.path().join(format!("out.{to}"));
             let _ = std::fs::remove_file(&out);
             let direct = wtxt::convert::direct::write_direct(&input, &Default::default(), fmt, &out, &|a| {
-                Ok((foreign_metadata(a, fmt).0, ()))
+                Ok((foreign_metadata(a, fmt)?.0, ()))
             });
             if let Ok(Some(_)) = direct {
                 let got = std::fs::read(&out).expect("the direct output");
                 let loaded = wtxt::wtxt::load(data, data.len() as u64, &Default::default()).expect("it verified");
                 let plain = dir.path().join(format!("plain.{to}"));
-                wtxt::convert::write_arrays_as(&foreign_metadata(loaded.arrays, fmt).0, &plain, fmt)
+                wtxt::convert::write_arrays_as(&foreign_metadata(loaded.arrays, fmt).expect("metadata").0, &plain, fmt)
                     .expect("the ordinary path writes it too");
                 assert_eq!(got, std::fs::read(&plain).expect("the ordinary output"), "{to}");
             }

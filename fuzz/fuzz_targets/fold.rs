@@ -7,8 +7,10 @@ use wtxt::convert::{fold, npy::Source};
 fuzz_target!(|data: &[u8]| {
     let src = Source::Owned(std::sync::Arc::new(data.to_vec()));
     if let Ok(arrays) = fold::read(&src, &mut Vec::new()) {
-        let bytes = fold::write(&arrays).expect("what was read can be written");
-        let again = fold::read(&Source::Owned(std::sync::Arc::new(bytes)), &mut Vec::new()).expect("reads back");
+        let mut bytes = std::io::Cursor::new(Vec::new());
+        fold::write_to(&arrays, &mut bytes).expect("what was read can be written");
+        let again =
+            fold::read(&Source::Owned(std::sync::Arc::new(bytes.into_inner())), &mut Vec::new()).expect("reads back");
         assert_eq!(again.len(), arrays.len());
     }
 });

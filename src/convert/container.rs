@@ -62,6 +62,12 @@ pub trait Container: Sync {
         Ok(())
     }
 
+    /// The original names (and metadata) this format's exact form keeps
+    /// among `arrays`, for writers of other formats; `None` when it keeps none.
+    fn original_names(&self, _arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
+        Ok(None)
+    }
+
     /// False when the writer transforms tensors' bytes (compresses them):
     /// they cannot then be decoded straight into their places in the output.
     fn stores_tensors_verbatim(&self) -> bool {
@@ -104,9 +110,23 @@ pub fn by_metadata(arrays: &[Array]) -> Option<&'static dyn Container> {
 
 /// Splits off metadata arrays that belong to other containers (their
 /// names start with `__`), which `to` has no place for.
-pub fn foreign_metadata(arrays: Vec<Array>, to: &dyn Container) -> (Vec<Array>, Vec<String>) {
-    let (keep, drop): (Vec<Array>, Vec<Array>) = arrays.into_iter().partition(|a| !a.is_metadata() || to.owns(&a.name));
-    (keep, drop.into_iter().map(|a| a.name).collect())
+/// The original names an exact form kept (a safetensors header) still
+/// reach `to` when it gives names back: as `__names`, unless the arrays
+/// carry one already.
+pub fn foreign_metadata(arrays: Vec<Array>, to: &dyn Container) -> Result<(Vec<Array>, Vec<String>)> {
+    let (mut keep, drop): (Vec<Array>, Vec<Array>) =
+        arrays.into_iter().partition(|a| !a.is_metadata() || to.owns(&a.name));
+    if to.owns(names::NAMES) && !keep.iter().any(|a| a.name == names::NAMES) {
+        let kept = CONTAINERS.iter().filter(|c| c.name() != to.name()).try_fold(None, |found, c| match found {
+            Some(k) => Ok(Some(k)),
+            None => c.original_names(&drop),
+        })?;
+        if let Some(kept) = kept {
+            keep.push(kept.to_array()?);
+            crate::model::sort_arrays(&mut keep)?;
+        }
+    }
+    Ok((keep, drop.into_iter().map(|a| a.name).collect()))
 }
 
 /// Leaves out the metadata array when it is exactly what reading back our
@@ -255,6 +275,9 @@ impl Container for Safetensors {
     }
     fn read_exact(&self, content: &[u8], _: &mut Notes) -> Option<Result<Vec<Array>>> {
         Some(safetensors::safetensors_to_arrays(content))
+    }
+    fn original_names(&self, arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
+        safetensors::pinned_names(arrays)
     }
 }
 

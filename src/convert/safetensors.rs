@@ -198,10 +198,12 @@ pub fn safetensors_to_arrays_in(src: &Source) -> Result<Vec<Array>> {
     Ok(arrays)
 }
 
-/// Writes the original safetensors bytes from its header array and
-/// tensors, streaming: the header, then each tensor's bytes where the
-/// header's offsets put them (checked before anything is written).
-pub fn write_pinned<W: Write + ?Sized>(arrays: &[Array], w: &mut W) -> Result<()> {
+/// The header a filter-made WTXT keeps (`__safetensors_header`), parsed:
+/// its JSON, and its tensors in file order as (start, end, original name,
+/// WTXT name), the WTXT names given as reading the file gave them.
+type PinnedLayout = (serde_json::Map<String, serde_json::Value>, Vec<(u64, u64, String, String)>);
+
+fn pinned_layout(arrays: &[Array]) -> Result<(&[u8], PinnedLayout)> {
     let header = arrays
         .iter()
         .find(|a| a.name == ST_HEADER)
@@ -216,7 +218,7 @@ pub fn write_pinned<W: Write + ?Sized>(arrays: &[Array], w: &mut W) -> Result<()
         .ok_or_else(|| Error::input(Default::default(), format!("{ST_HEADER}: bad length")))?;
     let meta: serde_json::Map<String, serde_json::Value> =
         serde_json::from_slice(json).map_err(|e| Error::input(Default::default(), format!("{ST_HEADER}: {e}")))?;
-    let mut tensors: Vec<(u64, u64, &String)> = Vec::new();
+    let mut tensors: Vec<(u64, u64, String)> = Vec::new();
     for (k, v) in &meta {
         if k == "__metadata__" {
             continue;
@@ -224,20 +226,50 @@ pub fn write_pinned<W: Write + ?Sized>(arrays: &[Array], w: &mut W) -> Result<()
         let offs = v["data_offsets"].as_array().and_then(|o| Some((o.first()?.as_u64()?, o.get(1)?.as_u64()?)));
         let (a, b) = offs
             .ok_or_else(|| Error::input(Default::default(), format!("{ST_HEADER}: tensor {k} lacks data_offsets")))?;
-        tensors.push((a, b, k));
+        tensors.push((a, b, k.clone()));
     }
     tensors.sort();
-    let names: Vec<String> = tensors.iter().map(|t| t.2.clone()).collect();
-    let mut sorted_names = names.clone();
+    let mut sorted_names: Vec<String> = tensors.iter().map(|t| t.2.clone()).collect();
     sorted_names.sort();
     let mapped = crate::model::assign_names(&sorted_names);
-    let mut order = Vec::with_capacity(tensors.len());
+    let layout = tensors
+        .into_iter()
+        .map(|(a, b, k)| {
+            let wtxt_name = mapped[sorted_names.binary_search(&k).expect("present")].clone();
+            (a, b, k, wtxt_name)
+        })
+        .collect();
+    Ok((header, (meta, layout)))
+}
+
+/// The original names and `__metadata__` the header of a filter-made WTXT
+/// keeps, for writers of other formats (`None` without that header).
+pub fn pinned_names(arrays: &[Array]) -> Result<Option<crate::convert::names::OriginalNames>> {
+    if !arrays.iter().any(|a| a.name == ST_HEADER) {
+        return Ok(None);
+    }
+    let (_, (meta, layout)) = pinned_layout(arrays)?;
+    let mut kept = crate::convert::names::OriginalNames::default();
+    for (_, _, original, wtxt_name) in layout {
+        if original != wtxt_name {
+            kept.names.insert(wtxt_name, original);
+        }
+    }
+    kept.metadata = meta.get("__metadata__").and_then(|m| serde_json::from_value(m.clone()).ok());
+    Ok((!kept.is_empty()).then_some(kept))
+}
+
+/// Writes the original safetensors bytes from its header array and
+/// tensors, streaming: the header, then each tensor's bytes where the
+/// header's offsets put them (checked before anything is written).
+pub fn write_pinned<W: Write + ?Sized>(arrays: &[Array], w: &mut W) -> Result<()> {
+    let (header, (_, layout)) = pinned_layout(arrays)?;
+    let mut order = Vec::with_capacity(layout.len());
     let mut at = 0u64;
-    for (a, b, k) in tensors {
-        let wtxt_name = &mapped[sorted_names.iter().position(|x| x == k).expect("present")];
+    for (a, b, k, wtxt_name) in layout {
         let arr = arrays
             .iter()
-            .find(|x| &x.name == wtxt_name)
+            .find(|x| x.name == wtxt_name)
             .ok_or_else(|| Error::input(Default::default(), format!("tensor {k} is missing")))?;
         if at != a || arr.bytes().len() as u64 != b - a {
             return Err(Error::input(Default::default(), format!("tensor {k}: offsets do not match its bytes")));

@@ -201,7 +201,7 @@ pub fn extract(
             }
             None => all,
         };
-        let (arrays, dropped) = container::foreign_metadata(arrays, to);
+        let (arrays, dropped) = container::foreign_metadata(arrays, to)?;
         let count = arrays.iter().filter(|a| !a.is_metadata()).count();
         Ok((arrays, (count, dropped)))
     };

@@ -123,7 +123,7 @@ pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions, not
         let prepare = |arrays: Vec<Array>| -> crate::convert::direct::Chosen<(Vec<String>, Notes)> {
             let mut found = Notes::new();
             let arrays = crate::convert::gather(vec![(input, arrays)], &mut found)?;
-            let (arrays, dropped) = crate::convert::container::foreign_metadata(arrays, fmt);
+            let (arrays, dropped) = crate::convert::container::foreign_metadata(arrays, fmt)?;
             Ok((arrays, (dropped, found)))
         };
         if let Some(((dropped, found), _)) =
@@ -142,7 +142,7 @@ pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions, not
     match to {
         ConvertTo::Wtxt => snapshot_arrays(&arrays, out, o, &Progress::hidden()).map(|_| ()),
         ConvertTo::Container(fmt) => {
-            let (arrays, dropped) = crate::convert::container::foreign_metadata(arrays, fmt);
+            let (arrays, dropped) = crate::convert::container::foreign_metadata(arrays, fmt)?;
             note_dropped(&dropped, notes);
             write_arrays_as(&arrays, out, fmt)
         }

@@ -442,6 +442,17 @@ fn aero_and_fold_written_from_safetensors_keep_the_original_names() {
         let via = dir.path().join(format!("via.{to}"));
         assert_eq!(convert(&snap, &via, to).0, 0);
         assert_eq!(std::fs::read(&direct).unwrap(), std::fs::read(&via).unwrap(), "--to {to}");
+        // A WTXT that keeps the safetensors header exactly (`convert --to
+        // wtxt`) gives its names too.
+        let exact = dir.path().join("exact.wtxt");
+        assert_eq!(convert(&st, &exact, "wtxt").0, 0);
+        let via_exact = dir.path().join(format!("via_exact.{to}"));
+        assert_eq!(convert(&exact, &via_exact, to).0, 0);
+        assert_eq!(
+            std::fs::read(&direct).unwrap(),
+            std::fs::read(&via_exact).unwrap(),
+            "--to {to} from the exact form"
+        );
         let checked = match to {
             "aero" => py("check_aero.py", &[&direct, &e]),
             _ => py("check_fold.py", &[&direct, &e, dir.path()]),

@@ -231,7 +231,7 @@ fn wtxt_is_written_straight_into_each_container_with_the_same_bytes() {
                 let plain = d.join(format!("{stem}.{form}.plain.{}", fmt.name()));
                 let mut notes = Vec::new();
                 let arrays = wtxt::convert::load_lossless(&w, &Default::default(), &mut notes).unwrap();
-                let (arrays, _) = foreign_metadata(arrays, *fmt);
+                let (arrays, _) = foreign_metadata(arrays, *fmt).unwrap();
                 let ordinary = wtxt::convert::write_arrays_as(&arrays, &plain, *fmt);
                 let out = d.join(format!("{stem}.{form}.{}", fmt.name()));
                 let o = convert(&w, &out, fmt.name());
@@ -247,7 +247,7 @@ fn wtxt_is_written_straight_into_each_container_with_the_same_bytes() {
                     }
                 }
                 let taken = wtxt::convert::direct::write_direct(&w, &Default::default(), *fmt, &out, &|a| {
-                    Ok((foreign_metadata(wtxt::convert::gather(vec![(&w, a)], &mut Vec::new())?, *fmt).0, ()))
+                    Ok((foreign_metadata(wtxt::convert::gather(vec![(&w, a)], &mut Vec::new())?, *fmt)?.0, ()))
                 });
                 if let Ok(Some(((), route))) = taken {
                     assert!(std::fs::read(&plain).unwrap() == std::fs::read(&out).unwrap());
