@@ -415,25 +415,9 @@ fn aero_and_fold_written_from_safetensors_keep_the_original_names() {
     let w = Array::new("w", Dtype::F32, vec![4, 4], (0..64u8).collect::<Vec<u8>>().into()).unwrap();
     let b = Array::new("b", Dtype::F32, vec![2], vec![7u8; 8].into()).unwrap();
     let named = [("model.layers.0.weight", &w), ("lm_head.bias", &b)];
-    let mut bytes = std::io::Cursor::new(Vec::new());
-    wtxt::convert::safetensors::write_named(&named, None, &mut bytes).unwrap();
-    std::fs::write(&st, bytes.into_inner()).unwrap();
-    let snap = dir.path().join("m.wtxt");
-    let o =
-        crate::util::wtxt().args(["snapshot", st.to_str().unwrap(), "-o", snap.to_str().unwrap()]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let snap = safetensors_and_snapshot(&st, &named);
 
-    let tensors: Vec<serde_json::Value> = named
-        .iter()
-        .map(|(n, a)| {
-            serde_json::json!({"name": n, "dtype": "f32", "shape": a.shape, "sha256": hex::encode(Sha256::digest(a.bytes()))})
-        })
-        .collect();
-    let e = dir.path().join("expected.json");
-    let expected = serde_json::json!({
-        "uuid": "0".repeat(32), "model_name": "wtxt", "tensors": tensors, "chunks": [], "index_metadata": {}
-    });
-    std::fs::write(&e, serde_json::to_vec(&expected).unwrap()).unwrap();
+    let e = expected_f32(dir.path(), &named);
     for to in ["aero", "fold"] {
         let direct = dir.path().join(format!("direct.{to}"));
         let (code, err) = convert(&st, &direct, to);
@@ -504,33 +488,46 @@ fn a_fold_chunk_larger_than_one_call_is_streamed_and_reads_back() {
     let b = Array::new("b", Dtype::F32, vec![3], vec![1u8; 12].into()).unwrap();
     let named = [("layers.0.weight", &w), ("layers.0.bias", &b)];
     let st = dir.path().join("m.safetensors");
-    let mut bytes = std::io::Cursor::new(Vec::new());
-    wtxt::convert::safetensors::write_named(&named, None, &mut bytes).unwrap();
-    std::fs::write(&st, bytes.into_inner()).unwrap();
-
+    let snap = safetensors_and_snapshot(&st, &named);
     let fold = dir.path().join("m.fold");
     let (code, err) = convert(&st, &fold, "fold");
     assert_eq!(code, 0, "{err}");
-    let snap = dir.path().join("m.wtxt");
-    let o =
-        crate::util::wtxt().args(["snapshot", st.to_str().unwrap(), "-o", snap.to_str().unwrap()]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let via = dir.path().join("via.fold");
     assert_eq!(convert(&snap, &via, "fold").0, 0);
     assert!(std::fs::read(&fold).unwrap() == std::fs::read(&via).unwrap(), "a snapshot gives the same FOLD");
 
+    let e = expected_f32(dir.path(), &named);
+    assert_eq!(py("check_fold.py", &[&fold, &e, dir.path()]).trim(), "ok");
+
+    let back = dir.path().join("back.safetensors");
+    assert_eq!(convert(&fold, &back, "safetensors").0, 0);
+    assert!(std::fs::read(&back).unwrap() == std::fs::read(&st).unwrap(), "the safetensors comes back");
+}
+
+/// Writes `named` as the safetensors `st` and snapshots it beside it.
+fn safetensors_and_snapshot(st: &Path, named: &[(&str, &wtxt::model::Array)]) -> PathBuf {
+    let mut bytes = std::io::Cursor::new(Vec::new());
+    wtxt::convert::safetensors::write_named(named, None, &mut bytes).unwrap();
+    std::fs::write(st, bytes.into_inner()).unwrap();
+    let snap = st.with_extension("wtxt");
+    let o =
+        crate::util::wtxt().args(["snapshot", st.to_str().unwrap(), "-o", snap.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    snap
+}
+
+/// What the independent readers expect of f32 tensors `named`, as a file in `dir`.
+fn expected_f32(dir: &Path, named: &[(&str, &wtxt::model::Array)]) -> PathBuf {
     let tensors: Vec<serde_json::Value> = named
         .iter()
         .map(|(n, a)| {
             serde_json::json!({"name": n, "dtype": "f32", "shape": a.shape, "sha256": hex::encode(Sha256::digest(a.bytes()))})
         })
         .collect();
-    let e = dir.path().join("expected.json");
-    let expected = serde_json::json!({"tensors": tensors, "chunks": [], "index_metadata": {}});
+    let e = dir.join("expected.json");
+    let expected = serde_json::json!({
+        "uuid": "0".repeat(32), "model_name": "wtxt", "tensors": tensors, "chunks": [], "index_metadata": {}
+    });
     std::fs::write(&e, serde_json::to_vec(&expected).unwrap()).unwrap();
-    assert_eq!(py("check_fold.py", &[&fold, &e, dir.path()]).trim(), "ok");
-
-    let back = dir.path().join("back.safetensors");
-    assert_eq!(convert(&fold, &back, "safetensors").0, 0);
-    assert!(std::fs::read(&back).unwrap() == std::fs::read(&st).unwrap(), "the safetensors comes back");
+    e
 }
