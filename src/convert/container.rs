@@ -116,17 +116,21 @@ pub fn by_metadata(arrays: &[Array]) -> Option<&'static dyn Container> {
 pub fn foreign_metadata(arrays: Vec<Array>, to: &dyn Container) -> Result<(Vec<Array>, Vec<String>)> {
     let (mut keep, drop): (Vec<Array>, Vec<Array>) =
         arrays.into_iter().partition(|a| !a.is_metadata() || to.owns(&a.name));
+    let mut dropped: Vec<String> = drop.iter().map(|a| a.name.clone()).collect();
     if to.owns(names::NAMES) && !keep.iter().any(|a| a.name == names::NAMES) {
         let kept = CONTAINERS.iter().filter(|c| c.name() != to.name()).try_fold(None, |found, c| match found {
             Some(k) => Ok(Some(k)),
-            None => c.original_names(&drop),
+            None => Ok(c.original_names(&drop)?.map(|k| (k, *c))),
         })?;
-        if let Some(kept) = kept {
+        if let Some((kept, from)) = kept {
             keep.push(kept.to_array()?);
             crate::model::sort_arrays(&mut keep)?;
+            for d in dropped.iter_mut().filter(|d| from.owns(d)) {
+                d.push_str(" (its original names are kept)");
+            }
         }
     }
-    Ok((keep, drop.into_iter().map(|a| a.name).collect()))
+    Ok((keep, dropped))
 }
 
 /// Leaves out the metadata array when it is exactly what reading back our
