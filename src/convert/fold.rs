@@ -493,7 +493,7 @@ fn chunk_payload(src: &Source, e: &Entry, notes: &mut Notes) -> Result<(Source, 
 /// tensors; `None` when they do not fit FOLD's chunks).
 pub fn default_meta(tensors: &[Array]) -> Option<Value> {
     let members: Vec<(&str, &Array)> = tensors.iter().map(|a| (a.name.as_str(), a)).collect();
-    let groups = npz_groups(members, MAX_CHUNK).ok()?;
+    let groups = npz_groups(members, NPZ_LIMIT).ok()?;
     let names = rest_chunk_names(&[]);
     let chunks = groups
         .into_iter()
@@ -527,6 +527,11 @@ fn npz_member_bound(key: &str, a: &Array) -> Result<u64> {
     Ok(npy::header(a)?.len() as u64 + 2 * (key.len() as u64 + 4) + 30 + 20 + 46 + 28 + a.bytes().len() as u64)
 }
 
+/// Most bytes an NPZ0 chunk's archive may hold: 1 GiB less 1/128, so that
+/// even incompressible data, which zstd grows by at most 1/256 and a few
+/// bytes, is stored within [`MAX_CHUNK`].
+const NPZ_LIMIT: u64 = MAX_CHUNK - MAX_CHUNK / 128;
+
 /// An archive's own bytes: its end records, Zip64 ones included.
 const NPZ_TRAILER_BOUND: u64 = 22 + 56 + 20;
 
@@ -543,8 +548,9 @@ fn npz_groups<'a>(members: Vec<(&'a str, &'a Array)>, limit: u64) -> Result<Vec<
             return Err(Error::input(
                 Default::default(),
                 format!(
-                    "array {key} is {} bytes: a FOLD chunk holds at most {limit} (the FOLD spec's MAX_CHUNK_SIZE), \
-                     and NPZ0 keeps each array whole in one chunk (use --to safetensors or aero)",
+                    "array {key} is {} bytes: a FOLD chunk holds at most {MAX_CHUNK} (the FOLD spec's MAX_CHUNK_SIZE; \
+                     {limit} of NPZ, leaving room for compression), and NPZ0 keeps each array whole in one chunk \
+                     (use --to safetensors or aero)",
                     a.bytes().len()
                 ),
             ));
@@ -565,7 +571,7 @@ fn npz_groups<'a>(members: Vec<(&'a str, &'a Array)>, limit: u64) -> Result<Vec<
 
 /// Refuses, from sizes alone, tensors that no FOLD chunk can hold.
 pub fn check_sizes(arrays: &[Array]) -> Result<()> {
-    npz_groups(arrays.iter().filter(|a| !a.is_metadata()).map(|a| (a.name.as_str(), a)).collect(), MAX_CHUNK)
+    npz_groups(arrays.iter().filter(|a| !a.is_metadata()).map(|a| (a.name.as_str(), a)).collect(), NPZ_LIMIT)
         .map(|_| ())
 }
 
@@ -690,7 +696,7 @@ const ONE_SHOT: u64 = 64 << 20;
 /// `convert::unseek`), and its header filled in afterwards: memory stays
 /// bounded whatever the model's size.
 pub fn write_to(arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
-    write_limited(arrays, out, MAX_CHUNK)
+    write_limited(arrays, out, NPZ_LIMIT)
 }
 
 /// [`write_to`] with NPZ0 chunks of at most `limit` bytes.
@@ -827,6 +833,12 @@ fn write_chunk(out: &mut dyn WriteSeek, pos: &mut u64, c: Planned) -> std::resul
     }
     let (comp_len, crc, sha, parity) = sink.finish()?;
     let parity_len = parity.bytes().len() as u64;
+    // What a reader refuses is never written (the output is not yet under its name).
+    for (what, n) in [("stored bytes", comp_len), ("parity bytes", parity_len)] {
+        if n > MAX_CHUNK {
+            return Err(PlanError::Meta(format!("chunk {name:?}: {n} {what} exceed the FOLD limit of {MAX_CHUNK}")));
+        }
+    }
     out.write_all(parity.bytes()).map_err(Error::write_failed)?;
     let end = offset + CHUNK_HEADER_LEN + comp_len + parity_len;
     let mut header = Vec::with_capacity(CHUNK_HEADER_LEN as usize);
