@@ -118,10 +118,11 @@ pub fn foreign_metadata(arrays: Vec<Array>, to: &dyn Container) -> Result<(Vec<A
         arrays.into_iter().partition(|a| !a.is_metadata() || to.owns(&a.name));
     let mut dropped: Vec<String> = drop.iter().map(|a| a.name.clone()).collect();
     if to.owns(names::NAMES) && !keep.iter().any(|a| a.name == names::NAMES) {
-        let kept = CONTAINERS.iter().filter(|c| c.name() != to.name()).try_fold(None, |found, c| match found {
-            Some(k) => Ok(Some(k)),
-            None => Ok(c.original_names(&drop)?.map(|k| (k, *c))),
-        })?;
+        // An exact form too damaged to name anything is left out as before.
+        let kept = CONTAINERS
+            .iter()
+            .filter(|c| c.name() != to.name())
+            .find_map(|c| Some((c.original_names(&drop).ok()??, *c)));
         if let Some((kept, from)) = kept {
             keep.push(kept.to_array()?);
             crate::model::sort_arrays(&mut keep)?;
@@ -403,5 +404,33 @@ impl Container for Mldf {
     }
     fn metadata(&self) -> &'static [&'static str] {
         &[mldf::META]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Dtype;
+
+    fn header_array(json: &str) -> Array {
+        let mut b = (json.len() as u64).to_le_bytes().to_vec();
+        b.extend_from_slice(json.as_bytes());
+        Array::new(safetensors::ST_HEADER, Dtype::U8, vec![b.len() as u64], b.into()).unwrap()
+    }
+
+    /// A safetensors header's names reach another format as `__names`; a
+    /// header too damaged to name anything is left out, as before, without
+    /// failing the conversion.
+    #[test]
+    fn an_exact_headers_names_go_to_other_formats_unless_it_is_damaged() {
+        let w = Array::new("a_b", Dtype::F32, vec![1], vec![0u8; 4].into()).unwrap();
+        let good = header_array(r#"{"a.b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#);
+        let (kept, dropped) = foreign_metadata(vec![w.clone(), good], &Aero).unwrap();
+        let names = names::OriginalNames::of(&kept).unwrap().expect("__names");
+        assert_eq!(names.original("a_b"), "a.b");
+        assert_eq!(dropped, ["__safetensors_header (its original names are kept)"]);
+        let (kept, dropped) = foreign_metadata(vec![w, header_array("not json")], &Aero).unwrap();
+        assert!(names::OriginalNames::of(&kept).unwrap().is_none());
+        assert_eq!(dropped, ["__safetensors_header"]);
     }
 }
