@@ -21,7 +21,7 @@ use crate::convert::npy::Source;
 use crate::convert::ReadAs;
 use crate::convert::{meta_array, meta_json, msgpack, pyjson, zstd_exact, Notes};
 use crate::error::{check_byte, input_at, Error, Result};
-use crate::model::{assign_names, Array, Dtype};
+use crate::model::{assign_names, Array, ArrayData, Dtype};
 
 /// The magic bytes.
 pub const MAGIC: &[u8] = b"AERO";
@@ -245,7 +245,7 @@ fn decode_chunks(src: &Source, chunks: &[Chunk]) -> Result<Vec<Option<Source>>> 
             if c.offset % 16 != 0 {
                 return Err(input_at(c.toc_at + 8, format!("{what}: offset {} is not 16-byte aligned", c.offset)));
             }
-            check_blake3(stored, c, &what)?;
+            check_blake3(&src.window(c.offset as usize..(c.offset + c.length) as usize), c, &what)?;
             payloads.push(None);
             continue;
         }
@@ -266,7 +266,7 @@ fn decode_chunks(src: &Source, chunks: &[Chunk]) -> Result<Vec<Option<Source>>> 
                 format!("{what}: uncompressed but ulen {} != length {}", c.ulen, c.length),
             ));
         };
-        check_blake3(raw.bytes(), c, &what)?;
+        check_blake3(&raw.window(0..raw.bytes().len()), c, &what)?;
         payloads.push(Some(raw));
     }
 
@@ -310,7 +310,10 @@ fn read_with(src: &Source, _notes: &mut Notes, how: ReadAs) -> Result<Vec<Array>
         let data = src.window(range.clone());
         if let Some(h) = hash {
             let mut hasher = blake3::Hasher::new();
-            hash_into(&mut hasher, data.as_bytes());
+            data.each_window(&mut |w| {
+                hash_into(&mut hasher, w);
+                Ok(())
+            })?;
             let have = hasher.finalize().to_hex();
             if have.as_str() != h {
                 return Err(check_byte(range.start as u64, format!("tensor {name}: hash_b3 is {have}, TIDX says {h}")));
@@ -345,7 +348,7 @@ fn read_with(src: &Source, _notes: &mut Notes, how: ReadAs) -> Result<Vec<Array>
                 m.tensors = Some(std::mem::take(&mut tensors_meta));
             }
             ("IHSH", Some(p)) => check_ihsh(b, &chunks, p, c)?,
-            ("PHSH", Some(p)) => m.page_size = Some(check_phsh(b, &chunks, p, c)?),
+            ("PHSH", Some(p)) => m.page_size = Some(check_phsh(src, &chunks, p, c)?),
             (_, Some(p)) => content_to_meta(&c.fourcc, p, &mut m),
             (_, None) => unreachable!("only shards stay unread"),
         }
@@ -412,9 +415,14 @@ fn check_tensors_apart(placed: &[Placed], tidx_at: u64) -> Result<()> {
     Ok(())
 }
 
-fn check_blake3(raw: &[u8], c: &Chunk, what: &str) -> Result<()> {
+/// Checks a chunk's BLAKE3 a window at a time, each dropped once hashed: a
+/// shard of gigabytes is never wholly resident.
+fn check_blake3(raw: &ArrayData, c: &Chunk, what: &str) -> Result<()> {
     let mut h = blake3::Hasher::new();
-    hash_into(&mut h, raw);
+    raw.each_window(&mut |w| {
+        hash_into(&mut h, w);
+        Ok(())
+    })?;
     let have = h.finalize();
     if have.as_bytes() != &c.blake3 {
         return Err(check_byte(
@@ -510,7 +518,7 @@ fn check_ihsh(b: &[u8], chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<()> {
     Ok(())
 }
 
-fn check_phsh(b: &[u8], chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<u64> {
+fn check_phsh(src: &Source, chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<u64> {
     let bad = |m: &str| input_at(c.offset, format!("PHSH {:?}: {m}", c.name));
     let v = msgpack::to_json(&msgpack::decode(p).map_err(|m| bad(&m))?);
     let shard_name = v.get("shard_name").and_then(Value::as_str).ok_or_else(|| bad("expected shard_name"))?;
@@ -519,11 +527,19 @@ fn check_phsh(b: &[u8], chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<u64> {
     let shard =
         chunks.iter().find(|s| s.fourcc == "WTSH" && s.name == shard_name).ok_or_else(|| bad("no such shard"))?;
     let digests = v.get("digests").and_then(Value::as_array).ok_or_else(|| bad("expected digests"))?;
-    let data = &b[shard.offset as usize..(shard.offset + shard.length) as usize];
+    let shard_data = src.window(shard.offset as usize..(shard.offset + shard.length) as usize);
+    let data = shard_data.as_bytes();
     if digests.len() as u64 != shard.length.div_ceil(page) {
         return Err(bad("one digest per page expected"));
     }
+    // Pages hashed are dropped from the process every 16 MiB or so.
+    let mut released = 0;
     for (i, (page_bytes, d)) in data.chunks(page as usize).zip(digests).enumerate() {
+        let done = i * page as usize;
+        if done - released >= 16 << 20 {
+            shard_data.release(released..done);
+            released = done;
+        }
         let have = blake3::hash(page_bytes).to_hex();
         if d.get("$bin").and_then(Value::as_str) != Some(have.as_str()) {
             return Err(check_byte(
