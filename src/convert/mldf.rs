@@ -534,7 +534,12 @@ fn sample_count(plan: &[Planned]) -> Result<u64> {
 /// array of a billion empty samples holds no bytes but would need 16 GB.
 pub fn check_sizes(arrays: &[Array]) -> Result<()> {
     let (plan, _, page_size) = plan_fields(arrays)?;
-    let n = sample_count(&plan)?;
+    check_plan(&plan, page_size)
+}
+
+/// [`check_sizes`] for fields already planned.
+fn check_plan(plan: &[Planned], page_size: u32) -> Result<()> {
+    let n = sample_count(plan)?;
     let per_sample: u64 = plan.iter().map(|p| p.kind.record() + if p.kind.record() > 8 { ALLOC + 8 } else { 0 }).sum();
     let tensors: u64 = plan.iter().map(|p| p.data.bytes().len() as u64).sum();
     let fixed = (H + HEADER) as u64 + DESC * plan.len() as u64 + 64 + page_size as u64;
@@ -558,8 +563,8 @@ pub fn check_sizes(arrays: &[Array]) -> Result<()> {
 /// sample count).
 pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     let bad = |m: String| Error::input(Default::default(), format!("MLDF: {m}"));
-    check_sizes(arrays)?;
     let (mut plan, flags, page_size) = plan_fields(arrays)?;
+    check_plan(&plan, page_size)?;
     let n = sample_count(&plan)?;
     // Per field: the per-sample blobs (or 8-byte values).
     let mut samples: Vec<Vec<&[u8]>> = Vec::with_capacity(plan.len());
