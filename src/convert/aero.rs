@@ -17,9 +17,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::convert::bytes::{le_u16, le_u32, le_u64};
+use crate::convert::names::OriginalNames;
 use crate::convert::npy::Source;
 use crate::convert::ReadAs;
-use crate::convert::{meta_array, meta_json, msgpack, pyjson, zstd_exact, Notes};
+use crate::convert::{meta_array, meta_typed, msgpack, pyjson, zstd_exact, Notes};
 use crate::error::{check_byte, input_at, Error, Result};
 use crate::model::{assign_names, Array, ArrayData, Dtype};
 
@@ -581,8 +582,7 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
 /// Writes arrays as AERO, following `__aero` when present.
 pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
     let bad = |m: String| Error::input(Default::default(), format!("{META}: {m}"));
-    let meta: Option<AeroMeta> =
-        meta_json(arrays, META)?.map(serde_json::from_value).transpose().map_err(|e| bad(e.to_string()))?;
+    let meta: Option<AeroMeta> = meta_typed(arrays, META)?;
     let tensors: Vec<&Array> = arrays.iter().filter(|a| a.name != META).collect();
     let (uuid, minor, mut plan) = match meta {
         Some(m) => {
@@ -639,6 +639,22 @@ pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
         }
     }
     assemble(&outs, &tensors, &uuid, minor, w)
+}
+
+/// The original names `__aero` keeps among `arrays` (TIDX's entries, each
+/// with the array holding it), for writers of other formats.
+pub fn kept_names(arrays: &[Array]) -> Result<Option<OriginalNames>> {
+    let Some(meta) = meta_typed::<AeroMeta>(arrays, META)? else { return Ok(None) };
+    let mut pairs = Vec::new();
+    for c in meta.chunks {
+        let listed = c.tidx.as_ref().and_then(|t| t.get("tensors")).and_then(Value::as_array);
+        for (array, entry) in listed.into_iter().flatten().zip(c.tensors.iter().flatten()) {
+            if let (Some(w), Some(o)) = (array.as_str(), entry.get("name").and_then(Value::as_str)) {
+                pairs.push((w.to_string(), o.to_string()));
+            }
+        }
+    }
+    Ok(OriginalNames::from_pairs(pairs))
 }
 
 /// Lays the tensors out in their shards (at the offsets TIDX gives when

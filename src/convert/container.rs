@@ -32,7 +32,9 @@ pub trait Container: Sync {
     fn read(&self, src: &Source, stem: &str, notes: &mut Notes) -> Result<Vec<Array>>;
     /// The tensors a snapshot takes, under the names the file gives them.
     fn read_tensors(&self, src: &Source, stem: &str, notes: &mut Notes) -> Result<Vec<Array>> {
-        Ok(self.read(src, stem, notes)?.into_iter().filter(|a| !a.is_metadata()).collect())
+        let arrays = self.read(src, stem, notes)?;
+        let kept = self.original_names(&arrays)?.unwrap_or_default();
+        Ok(arrays.iter().filter(|a| !a.is_metadata()).map(|a| a.renamed(kept.original(&a.name))).collect())
     }
     /// Writes `arrays` (honouring this format's metadata arrays) to `out`.
     fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()>;
@@ -66,6 +68,12 @@ pub trait Container: Sync {
     /// among `arrays`, for writers of other formats; `None` when it keeps none.
     fn original_names(&self, _arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
         Ok(None)
+    }
+
+    /// True when the writer keeps a safetensors file's `__metadata__` (which
+    /// `__names` carries); the rest report it left out.
+    fn keeps_metadata(&self) -> bool {
+        false
     }
 
     /// False when the writer transforms tensors' bytes (compresses them):
@@ -110,9 +118,10 @@ pub fn by_metadata(arrays: &[Array]) -> Option<&'static dyn Container> {
 
 /// Splits off metadata arrays that belong to other containers (their
 /// names start with `__`), which `to` has no place for.
-/// The original names an exact form kept (a safetensors header) still
-/// reach `to` when it gives names back: as `__names`, unless the arrays
-/// carry one already.
+/// The original names an exact form kept (a safetensors header, `__aero`,
+/// `__fold`, `__npz`, `__mldf`) still reach `to` when it gives names back:
+/// as `__names`, unless the arrays carry one already. A safetensors
+/// `__metadata__` that `to` cannot keep is reported with what is dropped.
 pub fn foreign_metadata(arrays: Vec<Array>, to: &dyn Container) -> Result<(Vec<Array>, Vec<String>)> {
     let (mut keep, drop): (Vec<Array>, Vec<Array>) =
         arrays.into_iter().partition(|a| !a.is_metadata() || to.owns(&a.name));
@@ -128,6 +137,19 @@ pub fn foreign_metadata(arrays: Vec<Array>, to: &dyn Container) -> Result<(Vec<A
             crate::model::sort_arrays(&mut keep)?;
             for d in dropped.iter_mut().filter(|d| from.owns(d)) {
                 d.push_str(" (its original names are kept)");
+            }
+        }
+    }
+    if !to.keeps_metadata() {
+        if let Some(at) = keep.iter().position(|a| a.name == names::NAMES) {
+            let mut kept = names::OriginalNames::of(&keep)?.unwrap_or_default();
+            if kept.metadata.take().is_some() {
+                dropped.push(format!("the safetensors __metadata__ in {}", names::NAMES));
+                if kept.is_empty() {
+                    keep.remove(at);
+                } else {
+                    keep[at] = kept.to_array()?;
+                }
             }
         }
     }
@@ -198,6 +220,9 @@ impl Container for Npy {
 
 struct Npz;
 impl Container for Npz {
+    fn original_names(&self, arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
+        npz::kept_names(arrays)
+    }
     fn name(&self) -> &'static str {
         "npz"
     }
@@ -284,6 +309,9 @@ impl Container for Safetensors {
     fn original_names(&self, arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
         safetensors::pinned_names(arrays)
     }
+    fn keeps_metadata(&self) -> bool {
+        true
+    }
 }
 
 struct Volp;
@@ -318,6 +346,9 @@ impl Container for Volp {
 
 struct Fold;
 impl Container for Fold {
+    fn original_names(&self, arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
+        fold::kept_names(arrays)
+    }
     fn stores_tensors_verbatim(&self) -> bool {
         false
     }
@@ -352,6 +383,9 @@ impl Container for Fold {
 
 struct Aero;
 impl Container for Aero {
+    fn original_names(&self, arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
+        aero::kept_names(arrays)
+    }
     fn name(&self) -> &'static str {
         "aero"
     }
@@ -380,6 +414,9 @@ impl Container for Aero {
 
 struct Mldf;
 impl Container for Mldf {
+    fn original_names(&self, arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
+        mldf::kept_names(arrays)
+    }
     fn writes_in_memory(&self) -> bool {
         true
     }
@@ -403,7 +440,7 @@ impl Container for Mldf {
         mldf::check_sizes(arrays)
     }
     fn metadata(&self) -> &'static [&'static str] {
-        &[mldf::META]
+        &[mldf::META, names::NAMES]
     }
 }
 

@@ -22,9 +22,11 @@ use std::io::{SeekFrom, Write};
 
 use crate::convert::bytes::{be_u32, be_u64};
 use crate::convert::container::WriteSeek;
+use crate::convert::names::OriginalNames;
 use crate::convert::npy::{self, Source};
+use crate::convert::npz::Member;
 use crate::convert::spill::Spill;
-use crate::convert::{meta_array, meta_json, npz, pyjson, rs, unseek, Notes, ReadAs};
+use crate::convert::{meta_array, meta_typed, npz, pyjson, rs, unseek, Notes, ReadAs};
 use crate::error::{check_byte, input_at, Error, Result};
 use crate::model::{assign_names, Array};
 
@@ -96,12 +98,6 @@ struct ChunkMeta {
 
 fn no_ecc() -> String {
     "none".into()
-}
-
-#[derive(Serialize, Deserialize)]
-struct Member {
-    key: String,
-    array: String,
 }
 
 /// One chunk as the index describes it.
@@ -699,6 +695,14 @@ pub fn write_to(arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
     write_limited(arrays, out, NPZ_LIMIT)
 }
 
+/// The original names `__fold` keeps among `arrays` (each NPZ0 member's
+/// key, with the array holding it), for writers of other formats.
+pub fn kept_names(arrays: &[Array]) -> Result<Option<OriginalNames>> {
+    let Some(meta) = meta_typed::<FoldMeta>(arrays, META)? else { return Ok(None) };
+    let members = meta.chunks.into_iter().flat_map(|c| c.arrays.unwrap_or_default());
+    Ok(OriginalNames::from_pairs(members.map(|m| (m.array, m.key))))
+}
+
 /// [`write_to`] with NPZ0 chunks of at most `limit` bytes.
 fn write_limited(arrays: &[Array], out: &mut dyn WriteSeek, limit: u64) -> Result<()> {
     if let Some(a) = arrays.iter().find(|a| a.dtype == crate::model::Dtype::Bf16) {
@@ -711,9 +715,7 @@ fn write_limited(arrays: &[Array], out: &mut dyn WriteSeek, limit: u64) -> Resul
         ));
     }
     let bad = |m: String| Error::input(Default::default(), format!("{META}: {m}"));
-    let meta: Option<FoldMeta> =
-        meta_json(arrays, META)?.map(serde_json::from_value).transpose().map_err(|e| bad(e.to_string()))?;
-    let meta = meta.unwrap_or(FoldMeta {
+    let meta = meta_typed(arrays, META)?.unwrap_or(FoldMeta {
         version: latest_version(),
         created_at_unix: None,
         metadata: Map::new(),
@@ -945,7 +947,7 @@ mod tests {
         let mut out = std::io::Cursor::new(Vec::new());
         write_limited(&arrays, &mut out, 3000).unwrap();
         let back = read(&Source::Owned(std::sync::Arc::new(out.into_inner())), &mut Vec::new()).unwrap();
-        let meta: FoldMeta = serde_json::from_value(meta_json(&back, META).unwrap().unwrap()).unwrap();
+        let meta: FoldMeta = meta_typed(&back, META).unwrap().unwrap();
         let chunks: Vec<(&str, usize)> =
             meta.chunks.iter().map(|c| (c.name.as_str(), c.arrays.as_ref().unwrap().len())).collect();
         assert_eq!(chunks, [("arrays", 2), ("arrays_1", 1)]);

@@ -12,6 +12,7 @@
 use serde_json::{json, Value};
 
 use crate::convert::bytes::{le_u16, le_u32, le_u64};
+use crate::convert::names::{self, OriginalNames};
 use crate::convert::npy::Source;
 use crate::convert::{meta_array, meta_json, Notes};
 use crate::error::{input_at, Error, Result};
@@ -463,8 +464,18 @@ fn field_samples<'a>(p: &mut Planned<'a>, n: u64) -> Result<Vec<&'a [u8]>> {
     })
 }
 
+/// The original names `__mldf` keeps among `arrays` (each field's name,
+/// with the array holding it), for writers of other formats.
+pub fn kept_names(arrays: &[Array]) -> Result<Option<OriginalNames>> {
+    let Some(m) = meta_json(arrays, META)? else { return Ok(None) };
+    let fields = m.get("fields").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    let text = |f: &Value, k: &str| f.get(k).and_then(Value::as_str).map(String::from);
+    Ok(OriginalNames::from_pairs(fields.iter().filter_map(|f| Some((text(f, "array")?, text(f, "name")?)))))
+}
+
 /// The fields to write, with the file's flags and page size: from `__mldf`
-/// when present, else every array an NDARRAY field.
+/// when present, else every array an NDARRAY field under its original name
+/// (`__names`).
 fn plan_fields(arrays: &[Array]) -> Result<(Vec<Planned<'_>>, u32, u32)> {
     let bad = |m: String| Error::input(Default::default(), format!("MLDF: {m}"));
     let meta = meta_json(arrays, META)?;
@@ -499,9 +510,11 @@ fn plan_fields(arrays: &[Array]) -> Result<(Vec<Planned<'_>>, u32, u32)> {
             (flags, m.get("page_size").and_then(Value::as_u64).unwrap_or(PAGE) as u32)
         }
         None => {
-            for a in arrays.iter().filter(|a| !a.is_metadata()) {
+            // The inputs' own names, as a snapshot kept them.
+            let (tensors, kept) = names::split(arrays)?;
+            for a in tensors.into_iter().filter(|a| !a.is_metadata()) {
                 plan.push(Planned {
-                    name: a.name.clone(),
+                    name: kept.original(&a.name).to_string(),
                     kind: Kind::Ndarray,
                     flags: 0,
                     args: [0; 128],

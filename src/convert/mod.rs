@@ -108,6 +108,14 @@ pub fn meta_json(arrays: &[Array], name: &str) -> Result<Option<serde_json::Valu
         .map_err(|e| Error::input(Default::default(), format!("{name}: not JSON: {e}")))
 }
 
+/// A metadata array parsed into its serde shape (`None` when absent).
+pub fn meta_typed<T: serde::de::DeserializeOwned>(arrays: &[Array], name: &str) -> Result<Option<T>> {
+    meta_json(arrays, name)?
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|e| Error::input(Default::default(), format!("{name}: {e}")))
+}
+
 /// Maps a whole file read-only.
 pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
     let f = crate::atomic::open_input_file(path)?;

@@ -51,6 +51,13 @@ impl OriginalNames {
         crate::convert::meta_array(NAMES, &serde_json::to_value(self).expect("names serialize"))
     }
 
+    /// The names a container's exact form kept, from its (WTXT name,
+    /// original) pairs; `None` when every name is its WTXT name.
+    pub fn from_pairs<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Option<OriginalNames> {
+        let names: BTreeMap<String, String> = pairs.into_iter().filter(|(w, o)| w != o).collect();
+        (!names.is_empty()).then_some(OriginalNames { names, metadata: None })
+    }
+
     /// The name `wtxt_name` had in its input.
     pub fn original<'a>(&'a self, wtxt_name: &'a str) -> &'a str {
         self.names.get(wtxt_name).map_or(wtxt_name, String::as_str)

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use zip::CompressionMethod;
 
+use crate::convert::names::OriginalNames;
 use crate::convert::npy::{self, Source};
 use crate::convert::spill::Spill;
 use crate::error::{input_at, Error, Result};
@@ -149,6 +150,25 @@ fn key_names(mut arrays: Vec<Array>, always: bool) -> Result<Vec<Array>> {
     }
     crate::model::sort_arrays(&mut arrays)?;
     Ok(arrays)
+}
+
+/// One member in `__npz` (and in `__fold`'s NPZ0 chunks): its key in the
+/// archive and the array holding it.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Member {
+    pub key: String,
+    pub array: String,
+}
+
+/// The original names `__npz` keeps among `arrays` (each member's key),
+/// for writers of other formats.
+pub fn kept_names(arrays: &[Array]) -> Result<Option<OriginalNames>> {
+    #[derive(serde::Deserialize)]
+    struct Keys {
+        keys: Vec<Member>,
+    }
+    let Some(m) = crate::convert::meta_typed::<Keys>(arrays, META)? else { return Ok(None) };
+    Ok(OriginalNames::from_pairs(m.keys.into_iter().map(|k| (k.array, k.key))))
 }
 
 /// Name of the array holding the archive minus the tensor bytes spliced

@@ -462,6 +462,60 @@ fn aero_and_fold_written_from_safetensors_keep_the_original_names() {
     }
 }
 
+/// The names a container's exact form keeps (`convert x.aero --to wtxt`
+/// keeps `__aero`; likewise `__fold`, `__npz`, `__mldf`) reach every other
+/// format, MLDF fields included, and a snapshot of such a file keeps them.
+/// A safetensors `__metadata__` that a format cannot hold is reported.
+#[test]
+fn names_an_exact_form_keeps_reach_every_other_format() {
+    use wtxt::convert::npy::Source;
+    use wtxt::model::{Array, Dtype};
+    let dir = tempfile::tempdir().unwrap();
+    let st = dir.path().join("m.safetensors");
+    // A common first dimension, so that MLDF takes them as fields.
+    let w = Array::new("w", Dtype::F32, vec![3, 4], (0..48u8).collect::<Vec<u8>>().into()).unwrap();
+    let b = Array::new("b", Dtype::F32, vec![3], vec![7u8; 12].into()).unwrap();
+    let named = [("layers.0.weight", &w), ("layers.0.bias", &b)];
+    let metadata = std::collections::BTreeMap::from([("format".to_string(), "pt".to_string())]);
+    let mut bytes = std::io::Cursor::new(Vec::new());
+    wtxt::convert::safetensors::write_named(&named, Some(&metadata), &mut bytes).unwrap();
+    std::fs::write(&st, bytes.into_inner()).unwrap();
+    let own_names = |path: &Path| -> Vec<String> {
+        let src = Source::Owned(std::sync::Arc::new(std::fs::read(path).unwrap()));
+        let c = wtxt::convert::container::sniff(src.bytes(), src.bytes().len() as u64).unwrap();
+        let mut names: Vec<String> =
+            c.read_tensors(&src, "m", &mut Vec::new()).unwrap().into_iter().map(|a| a.name).collect();
+        names.sort();
+        names
+    };
+    let formats = ["safetensors", "aero", "fold", "npz", "mldf"];
+    for via in &formats[1..] {
+        let first = dir.path().join(format!("m.{via}"));
+        let (code, err) = convert(&st, &first, via);
+        assert_eq!(code, 0, "{err}");
+        assert!(err.contains("__metadata__"), "--to {via} says what it cannot hold: {err}");
+        assert_eq!(own_names(&first), ["layers.0.bias", "layers.0.weight"], "--to {via}");
+        let exact = dir.path().join(format!("{via}.wtxt"));
+        assert_eq!(convert(&first, &exact, "wtxt").0, 0);
+        assert!(load(&exact).iter().any(|a| a.name == format!("__{via}")), "{via}: the exact form is kept");
+        for to in formats.iter().filter(|t| *t != via) {
+            let out = dir.path().join(format!("from_{via}.{to}"));
+            let (code, err) = convert(&exact, &out, to);
+            assert_eq!(code, 0, "{via} -> {to}: {err}");
+            assert!(err.contains(&format!("__{via} (its original names are kept)")), "{via} -> {to}: {err}");
+            assert_eq!(own_names(&out), ["layers.0.bias", "layers.0.weight"], "{via} -> {to}");
+        }
+        let snap = dir.path().join(format!("snap_{via}.wtxt"));
+        let o = crate::util::wtxt()
+            .args(["snapshot", first.to_str().unwrap(), "-o", snap.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let kept = meta(&load(&snap), "__names");
+        assert_eq!(kept["names"]["layers_0_weight"], "layers.0.weight", "snapshot of a .{via}: {kept}");
+    }
+}
+
 /// A FOLD chunk past the size compressed in one call (64 MiB) is built in
 /// a temporary file and compressed as a stream: the independent reader
 /// accepts it, it holds the same tensors under their own names, and a
