@@ -47,8 +47,8 @@ pub const MAX_KEY_FILE: u64 = 1 << 20;
 /// Largest audit line accepted on the command line (it must fit a WTXT line).
 pub const MAX_AUDIT: usize = MAX_LINE - "audit ".len();
 
-/// Most tensor bytes a writer that builds its whole output in memory (MLDF,
-/// VOLP) may take: the heap cap. Larger outputs are refused with a pointer
+/// Most tensor bytes a writer that builds its whole output in memory
+/// (VOLP) may take: the heap cap. Larger outputs are refused with a pointer
 /// to the formats that stream (safetensors, npz, AERO, FOLD).
 pub const MAX_IN_MEMORY_OUTPUT: u64 = 256 << 20;
 

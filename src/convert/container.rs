@@ -417,8 +417,9 @@ impl Container for Mldf {
     fn original_names(&self, arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
         mldf::kept_names(arrays)
     }
-    fn writes_in_memory(&self) -> bool {
-        true
+    /// Samples interleave fields: a tensor's bytes are not in one place.
+    fn stores_tensors_verbatim(&self) -> bool {
+        false
     }
     fn name(&self) -> &'static str {
         "mldf"
@@ -433,9 +434,10 @@ impl Container for Mldf {
         drop_default_meta(mldf::read(src, notes)?, mldf::default_meta)
     }
     fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
-        into_vec(out, &mldf::write(arrays)?)
+        mldf::write_to(arrays, out)
     }
-    /// The heap cap, counting MLDF's per-sample records as well as the tensors.
+    /// A record per sample, however small: refuses a few bytes that
+    /// declare a trillion samples.
     fn check_sizes(&self, arrays: &[Array]) -> Result<()> {
         mldf::check_sizes(arrays)
     }

@@ -9,11 +9,14 @@
 //! header and descriptors are kept in the JSON array `__mldf`.
 #![forbid(unsafe_code)]
 
+use std::io::Write;
+
 use serde_json::{json, Value};
 
 use crate::convert::bytes::{le_u16, le_u32, le_u64};
 use crate::convert::names::{self, OriginalNames};
 use crate::convert::npy::Source;
+use crate::convert::spill::Spill;
 use crate::convert::{meta_array, meta_json, Notes};
 use crate::error::{input_at, Error, Result};
 use crate::model::{assign_names, Array, Dtype};
@@ -139,26 +142,62 @@ fn read_fields(b: &[u8], desc_ptr: u64, nf: u64) -> Result<(Vec<Field>, u64)> {
     Ok((fields, row))
 }
 
-/// The allocation table: blobs inside the data region, in order, apart.
-fn read_allocs(b: &[u8], alloc_ptr: u64, alloc_len: u64, data_ptr: u64) -> Result<Vec<(u64, u64)>> {
-    let mut allocs = Vec::with_capacity((alloc_len / ALLOC) as usize);
-    for i in 0..alloc_len / ALLOC {
-        let at = (alloc_ptr + i * ALLOC) as usize;
-        let (p, s) = (le_u64(b, at), le_u32(b, at + 8) as u64);
-        if p < data_ptr || p.checked_add(s).is_none_or(|e| e > alloc_ptr) {
-            return Err(input_at(at as u64, format!("allocation {i}: {s} bytes at {p} lie outside the data region")));
+/// A gathered column's bytes: on the heap when small, else mapped from an
+/// unnamed temporary file (a column of a large file is never all heap).
+fn whole(v: Spill) -> Result<crate::model::ArrayData> {
+    let src = v.finish()?;
+    Ok(src.window(0..src.bytes().len()))
+}
+
+/// The allocation table, read in place: (pointer, size) entries of 16 bytes.
+#[derive(Clone, Copy)]
+struct Allocs<'a> {
+    table: &'a [u8],
+}
+
+impl<'a> Allocs<'a> {
+    fn len(&self) -> usize {
+        self.table.len() / ALLOC as usize
+    }
+
+    fn get(&self, i: usize) -> (u64, u64) {
+        let at = i * ALLOC as usize;
+        (le_u64(self.table, at), le_u32(self.table, at + 8) as u64)
+    }
+
+    /// Checks that every blob lies inside the data region, in order and
+    /// apart (so the table can be searched by pointer where it lies).
+    fn checked(b: &'a [u8], alloc_ptr: u64, data_ptr: u64) -> Result<Allocs<'a>> {
+        let table = &b[alloc_ptr as usize..];
+        let allocs = Allocs { table };
+        let mut end = data_ptr;
+        for i in 0..allocs.len() {
+            let at = alloc_ptr + (i as u64) * ALLOC;
+            let (p, s) = allocs.get(i);
+            if p < data_ptr || p.checked_add(s).is_none_or(|e| e > alloc_ptr) {
+                return Err(input_at(at, format!("allocation {i}: {s} bytes at {p} lie outside the data region")));
+            }
+            if p < end && i > 0 {
+                return Err(input_at(at, format!("allocation {i} at {p} is out of order or overlaps the one before")));
+            }
+            end = p + s;
         }
-        if let Some(&(lp, ls)) = allocs.last() {
-            if p < lp + ls {
-                return Err(input_at(
-                    at as u64,
-                    format!("allocation {i} at {p} is out of order or overlaps the one at {lp}"),
-                ));
+        Ok(allocs)
+    }
+
+    /// The size of the blob that starts at `p`, if the table has one.
+    fn size_at(&self, p: u64) -> Option<u64> {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.get(mid).0.cmp(&p) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(self.get(mid).1),
             }
         }
-        allocs.push((p, s));
+        None
     }
-    Ok(allocs)
 }
 
 /// Reads an MLDF file. Names are WTXT names already.
@@ -180,7 +219,7 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
             format!("allocation table: {alloc_len} bytes is not a whole number of 16-byte entries"),
         ));
     }
-    let allocs = read_allocs(b, h.alloc_ptr, alloc_len, h.data_ptr)?;
+    let allocs = Allocs::checked(b, h.alloc_ptr, h.data_ptr)?;
 
     let mut originals: Vec<String> = vec![META.to_string()];
     for f in &fields {
@@ -194,7 +233,7 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
         return Err(input_at(h.desc_ptr, format!("two fields (or a field and a sizes array) are named {d:?}")));
     }
     let mut names = assign_names(&originals).into_iter().skip(1);
-    let table = Table { b, h: &h, row, allocs: &allocs };
+    let table = Table { b, h: &h, row, allocs };
     let mut out = Vec::new();
     let mut fields_meta = Vec::with_capacity(fields.len());
     let mut col = 0u64;
@@ -288,7 +327,7 @@ struct Table<'a> {
     b: &'a [u8],
     h: &'a Header,
     row: u64,
-    allocs: &'a [(u64, u64)],
+    allocs: Allocs<'a>,
 }
 
 impl Table<'_> {
@@ -304,8 +343,8 @@ impl Table<'_> {
         if size == 0 {
             return Ok(&[]);
         }
-        match self.allocs.binary_search_by_key(&p, |a| a.0) {
-            Ok(i) if self.allocs[i].1 == size => Ok(&self.b[p as usize..(p + size) as usize]),
+        match self.allocs.size_at(p) {
+            Some(have) if have == size => Ok(&self.b[p as usize..(p + size) as usize]),
             _ => Err(input_at(
                 at as u64,
                 format!("field {:?} sample {s}: {size} bytes at {p} are not in the allocation table", f.name),
@@ -319,12 +358,12 @@ impl Table<'_> {
         let (n, len) = (self.h.n, self.b.len() as u64);
         match f.kind {
             Kind::Int | Kind::Float => {
-                let mut v = Vec::with_capacity((n * 8).min(len) as usize);
+                let mut v = Spill::with_expected((n * 8).min(len))?;
                 for s in 0..n {
-                    v.extend_from_slice(&self.b[self.record(s, col)..self.record(s, col) + 8]);
+                    v.push(&self.b[self.record(s, col)..self.record(s, col) + 8])?;
                 }
                 let dtype = if f.kind == Kind::Int { Dtype::I64 } else { Dtype::F64 };
-                Ok((Array::new(name, dtype, vec![n], v.into())?, None))
+                Ok((Array::new(name, dtype, vec![n], whole(v)?)?, None))
             }
             Kind::Ndarray => {
                 let (dtype, dims) = parse_ndarray_args(&f.args).expect("checked when read");
@@ -335,7 +374,7 @@ impl Table<'_> {
                 let total = total.ok_or_else(|| {
                     input_at(at, format!("field {:?}: {n} samples of {per} bytes exceed the data region", f.name))
                 })?;
-                let mut v = Vec::with_capacity(total as usize);
+                let mut v = Spill::with_expected(total)?;
                 for s in 0..n {
                     let x = self.blob(f, s, col)?;
                     if x.len() as u64 != per {
@@ -348,15 +387,15 @@ impl Table<'_> {
                             ),
                         ));
                     }
-                    v.extend_from_slice(x);
+                    v.push(x)?;
                 }
                 let mut shape = vec![n];
                 shape.extend(dims);
-                Ok((Array::new(name, dtype, shape, v.into())?, None))
+                Ok((Array::new(name, dtype, shape, whole(v)?)?, None))
             }
             Kind::Bytes | Kind::Json => {
-                let mut v = Vec::new();
-                let mut sizes = Vec::with_capacity((n * 8).min(len) as usize);
+                let mut v = Spill::with_expected(0)?;
+                let mut sizes = Spill::with_expected((n * 8).min(len))?;
                 for s in 0..n {
                     let x = self.blob(f, s, col)?;
                     if f.kind == Kind::Json && !x.is_empty() {
@@ -367,12 +406,12 @@ impl Table<'_> {
                             )
                         })?;
                     }
-                    v.extend_from_slice(x);
-                    sizes.extend_from_slice(&(x.len() as u64).to_le_bytes());
+                    v.push(x)?;
+                    sizes.push(&(x.len() as u64).to_le_bytes())?;
                 }
                 let sizes_name = sizes_name.expect("BYTES and JSON fields have a sizes array");
-                let sizes = Array::new(sizes_name, Dtype::U64, vec![n], sizes.into())?;
-                Ok((Array::new(name, Dtype::U8, vec![v.len() as u64], v.into())?, Some(sizes)))
+                let sizes = Array::new(sizes_name, Dtype::U64, vec![n], whole(sizes)?)?;
+                Ok((Array::new(name, Dtype::U8, vec![v.len()], whole(v)?)?, Some(sizes)))
             }
         }
     }
@@ -406,9 +445,37 @@ struct Planned<'a> {
     sizes: Option<&'a Array>,
 }
 
-/// A field's samples, in order: 8-byte values, equal slices of an
-/// NDARRAY, or the blobs its sizes array cuts (`n` samples each).
-fn field_samples<'a>(p: &mut Planned<'a>, n: u64) -> Result<Vec<&'a [u8]>> {
+/// How a field's samples are cut from its array, in order.
+enum Cut<'a> {
+    /// `n` samples of the same size: 8-byte values, or NDARRAY samples.
+    Fixed { bytes: &'a [u8], per: usize, n: u64 },
+    /// BYTES and JSON: the sizes array (u64 each) cuts the bytes.
+    Sized { bytes: &'a [u8], sizes: &'a [u8] },
+}
+
+impl<'a> Cut<'a> {
+    /// The samples, one at a time (nothing is collected: a field of a
+    /// billion samples costs no heap).
+    fn samples(&self) -> Box<dyn Iterator<Item = &'a [u8]> + 'a> {
+        match *self {
+            Cut::Fixed { bytes, per, n } => {
+                Box::new((0..n as usize).map(move |s| bytes.get(s * per..(s + 1) * per).unwrap_or_default()))
+            }
+            Cut::Sized { bytes, sizes } => {
+                let mut at = 0usize;
+                Box::new(sizes.chunks_exact(8).map(move |c| {
+                    let len = u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize;
+                    at += len;
+                    &bytes[at - len..at]
+                }))
+            }
+        }
+    }
+}
+
+/// A field's samples (`n` of them), checked against its kind: 8-byte
+/// values, equal slices of an NDARRAY, or the blobs its sizes array cuts.
+fn field_cut<'a>(p: &mut Planned<'a>, n: u64) -> Result<Cut<'a>> {
     let bad = |m: String| Error::input(Default::default(), format!("MLDF: {m}"));
     let Planned { name, kind, args, data: a, sizes, .. } = p;
     let a: &'a Array = a;
@@ -424,44 +491,64 @@ fn field_samples<'a>(p: &mut Planned<'a>, n: u64) -> Result<Vec<&'a [u8]>> {
             if a.dtype != want || a.shape.len() != 1 {
                 return Err(bad(format!("field {name}: expected {want} [{n}]")));
             }
-            a.bytes().chunks(8).collect()
+            Cut::Fixed { bytes: a.bytes(), per: 8, n }
         }
         Kind::Ndarray => {
             *args = ndarray_args(a.dtype, &a.shape[1..])?;
-            let per = a.bytes().len() / n.max(1) as usize;
-            if n == 0 {
-                Vec::new()
-            } else if per == 0 {
-                vec![&[][..]; n as usize]
-            } else {
-                a.bytes().chunks(per).collect()
-            }
+            Cut::Fixed { bytes: a.bytes(), per: a.bytes().len() / n.max(1) as usize, n }
         }
         Kind::Bytes | Kind::Json => {
             let s = sizes.ok_or_else(|| bad(format!("field {name}: no sizes array")))?;
             if s.dtype != Dtype::U64 || s.shape != [n] {
                 return Err(bad(format!("field {name}: sizes must be u64 [{n}]")));
             }
-            let mut at = 0usize;
-            let mut v = Vec::with_capacity(n as usize);
-            for c in s.bytes().chunks(8) {
-                let len = u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize;
-                let x = a
-                    .bytes()
-                    .get(at..at + len)
-                    .ok_or_else(|| bad(format!("field {name}: sizes add up to more than its bytes")))?;
-                if len > u32::MAX as usize {
+            let mut at = 0u64;
+            for c in s.bytes().chunks_exact(8) {
+                let len = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+                if len > u32::MAX as u64 {
                     return Err(bad(format!("field {name}: a sample over 4 GiB")));
                 }
-                v.push(x);
-                at += len;
+                at = at
+                    .checked_add(len)
+                    .filter(|&e| e <= a.bytes().len() as u64)
+                    .ok_or_else(|| bad(format!("field {name}: sizes add up to more than its bytes")))?;
             }
-            if at != a.bytes().len() {
+            if at != a.bytes().len() as u64 {
                 return Err(bad(format!("field {name}: sizes add up to {at}, it holds {}", a.bytes().len())));
             }
-            v
+            Cut::Sized { bytes: a.bytes(), sizes: s.bytes() }
         }
     })
+}
+
+/// Walks every sample in file order (sample by sample, field by field),
+/// giving `f` its kind, its bytes and, for a blob, where it goes in the
+/// data region that starts at `data_ptr`. Returns where the region ends
+/// (the allocation table's place). Each pass of the writer walks again, so
+/// nothing per sample is kept.
+fn walk(kinds: &[Kind], cuts: &[Cut], n: u64, data_ptr: u64, f: &mut Visit) -> Result<u64> {
+    let mut samples: Vec<_> = cuts.iter().map(Cut::samples).collect();
+    let mut pos = data_ptr;
+    for _ in 0..n {
+        for (&kind, it) in kinds.iter().zip(samples.iter_mut()) {
+            let x = it.next().unwrap_or_default();
+            let at = (kind.record() > 8 && !x.is_empty()).then(|| {
+                pos = align(pos, 8);
+                pos += x.len() as u64;
+                pos - x.len() as u64
+            });
+            f(kind, x, at)?;
+        }
+    }
+    Ok(align(pos, 8))
+}
+
+/// What [`walk`] calls for each sample: its field's kind, its bytes and
+/// where a blob goes.
+type Visit<'v> = dyn FnMut(Kind, &[u8], Option<u64>) -> Result<()> + 'v;
+
+fn align(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
 }
 
 /// The original names `__mldf` keeps among `arrays` (each field's name,
@@ -550,78 +637,69 @@ pub fn check_sizes(arrays: &[Array]) -> Result<()> {
     check_plan(&plan, page_size)
 }
 
-/// [`check_sizes`] for fields already planned.
+/// [`check_sizes`] for fields already planned. The writer streams, but
+/// every sample takes a record whatever its size: a few bytes declaring a
+/// trillion empty samples would make a 16 TB file. Records and allocation
+/// entries may take at most [`MAX_TABLES_PER_BYTE`] times the tensors'
+/// bytes plus [`MAX_TABLES_FREE`], which any real dataset is far below.
 fn check_plan(plan: &[Planned], page_size: u32) -> Result<()> {
     let n = sample_count(plan)?;
     let per_sample: u64 = plan.iter().map(|p| p.kind.record() + if p.kind.record() > 8 { ALLOC + 8 } else { 0 }).sum();
     let tensors: u64 = plan.iter().map(|p| p.data.bytes().len() as u64).sum();
     let fixed = (H + HEADER) as u64 + DESC * plan.len() as u64 + 64 + page_size as u64;
-    let size = n.checked_mul(per_sample).and_then(|r| r.checked_add(tensors)).and_then(|r| r.checked_add(fixed));
-    match size {
-        Some(s) if s <= crate::limits::MAX_IN_MEMORY_OUTPUT => Ok(()),
+    let tables = n.checked_mul(per_sample).and_then(|r| r.checked_add(fixed));
+    let allowed = tensors.saturating_mul(MAX_TABLES_PER_BYTE).saturating_add(MAX_TABLES_FREE);
+    match tables {
+        Some(t) if t <= allowed => Ok(()),
         _ => Err(Error::input(
             Default::default(),
             format!(
-                "MLDF: {n} samples of {per_sample} bytes of records plus {tensors} bytes of tensors: the MLDF writer \
-                 builds the file in memory and takes at most {} (the heap cap); write .safetensors, .npz, .aero or \
-                 .fold, which stream",
-                crate::limits::MAX_IN_MEMORY_OUTPUT
+                "MLDF: {n} samples of {per_sample} bytes of records for {tensors} bytes of tensors: the records \
+                 would take more than {MAX_TABLES_PER_BYTE} times the tensors plus 1 GiB; refused"
             ),
         )),
     }
 }
 
+/// See [`check_plan`].
+const MAX_TABLES_PER_BYTE: u64 = 8;
+/// See [`check_plan`].
+const MAX_TABLES_FREE: u64 = 1 << 30;
+
 /// Writes arrays as MLDF, following `__mldf` when present; without it every
 /// array is an NDARRAY field and all must share their first dimension (the
 /// sample count).
 pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    write_to(arrays, &mut out)?;
+    Ok(out)
+}
+
+/// [`write`] to a stream. The layout follows from the sizes alone, so the
+/// header is written first and the records, the data region and the
+/// allocation table follow in three walks over the samples: the heap holds
+/// a few buffers whatever the size of the dataset.
+pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
     let bad = |m: String| Error::input(Default::default(), format!("MLDF: {m}"));
     let (mut plan, flags, page_size) = plan_fields(arrays)?;
     check_plan(&plan, page_size)?;
     let n = sample_count(&plan)?;
-    // Per field: the per-sample blobs (or 8-byte values).
-    let mut samples: Vec<Vec<&[u8]>> = Vec::with_capacity(plan.len());
-    for p in plan.iter_mut() {
-        samples.push(field_samples(p, n)?);
-    }
     if plan.len() > u16::MAX as usize {
         return Err(bad(format!("{} fields exceed 65535", plan.len())));
     }
-    let align = |x: u64, a: u64| x.div_ceil(a) * a;
+    if let Some(p) = plan.iter().find(|p| p.name.len() > 63) {
+        return Err(bad(format!("field name {:?} is over 63 bytes", p.name)));
+    }
+    let cuts = plan.iter_mut().map(|p| field_cut(p, n)).collect::<Result<Vec<Cut>>>()?;
+    let kinds: Vec<Kind> = plan.iter().map(|p| p.kind).collect();
     let row: u64 = plan.iter().map(|p| p.kind.record()).sum();
     let desc_ptr = (MAGIC.len() + HEADER) as u64;
     let meta_ptr = align(desc_ptr + DESC * plan.len() as u64, 64);
-    let page = (page_size as u64).max(1);
-    let data_ptr = align(meta_ptr + row * n, page);
-    let mut out = vec![0u8; data_ptr as usize];
-    let mut allocs = Vec::new();
-    for s in 0..n as usize {
-        let mut col = 0u64;
-        for (Planned { kind, .. }, per) in plan.iter().zip(&samples) {
-            let rec = (meta_ptr + s as u64 * row + col) as usize;
-            match kind {
-                Kind::Int | Kind::Float => out[rec..rec + 8].copy_from_slice(per[s]),
-                _ if per[s].is_empty() => {}
-                _ => {
-                    out.resize(align(out.len() as u64, 8) as usize, 0);
-                    let p = out.len() as u64;
-                    out.extend_from_slice(per[s]);
-                    out[rec..rec + 8].copy_from_slice(&p.to_le_bytes());
-                    out[rec + 8..rec + 12].copy_from_slice(&(per[s].len() as u32).to_le_bytes());
-                    allocs.push((p, per[s].len() as u32));
-                }
-            }
-            col += kind.record();
-        }
-    }
-    out.resize(align(out.len() as u64, 8) as usize, 0);
-    let alloc_ptr = out.len() as u64;
-    for (p, size) in allocs {
-        out.extend_from_slice(&p.to_le_bytes());
-        out.extend_from_slice(&size.to_le_bytes());
-        out.extend_from_slice(&[0; 4]);
-    }
-    out[..H].copy_from_slice(MAGIC);
+    let data_ptr = align(meta_ptr + row * n, (page_size as u64).max(1));
+    let alloc_ptr = walk(&kinds, &cuts, n, data_ptr, &mut |_, _, _| Ok(()))?;
+
+    let mut out = Out { w: std::io::BufWriter::with_capacity(1 << 20, w), at: 0 };
+    out.put(MAGIC)?;
     let mut h = Vec::with_capacity(HEADER);
     h.extend_from_slice(&VERSION_MAJOR.to_le_bytes());
     h.extend_from_slice(&VERSION_MINOR.to_le_bytes());
@@ -634,18 +712,65 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
         h.extend_from_slice(&p.to_le_bytes());
     }
     h.resize(HEADER, 0);
-    out[H..H + HEADER].copy_from_slice(&h);
-    for (i, Planned { name, kind, flags: fl, args, .. }) in plan.iter().enumerate() {
-        let at = (desc_ptr + DESC * i as u64) as usize;
-        let nb = name.as_bytes();
-        if nb.len() > 63 {
-            return Err(bad(format!("field name {name:?} is over 63 bytes")));
-        }
-        out[at..at + nb.len()].copy_from_slice(nb);
-        out[at + 64..at + 66].copy_from_slice(&(*kind as u16).to_le_bytes());
-        out[at + 66..at + 68].copy_from_slice(&fl.to_le_bytes());
-        out[at + 68..at + 72].copy_from_slice(&(kind.record() as u32).to_le_bytes());
-        out[at + 76..at + 204].copy_from_slice(args);
+    out.put(&h)?;
+    for Planned { name, kind, flags: fl, args, .. } in &plan {
+        let mut d = [0u8; DESC as usize];
+        d[..name.len()].copy_from_slice(name.as_bytes());
+        d[64..66].copy_from_slice(&(*kind as u16).to_le_bytes());
+        d[66..68].copy_from_slice(&fl.to_le_bytes());
+        d[68..72].copy_from_slice(&(kind.record() as u32).to_le_bytes());
+        d[76..204].copy_from_slice(args);
+        out.put(&d)?;
     }
-    Ok(out)
+    out.pad_to(meta_ptr)?;
+    walk(&kinds, &cuts, n, data_ptr, &mut |kind, x, at| match (kind, at) {
+        (Kind::Int | Kind::Float, _) => out.put(x),
+        (_, Some(p)) => {
+            out.put(&p.to_le_bytes())?;
+            out.put(&(x.len() as u32).to_le_bytes())?;
+            out.put(&[0; 4])
+        }
+        (_, None) => out.put(&[0; 16]),
+    })?;
+    out.pad_to(data_ptr)?;
+    walk(&kinds, &cuts, n, data_ptr, &mut |_, x, at| match at {
+        Some(p) => {
+            out.pad_to(p)?;
+            out.put(x)
+        }
+        None => Ok(()),
+    })?;
+    out.pad_to(alloc_ptr)?;
+    walk(&kinds, &cuts, n, data_ptr, &mut |_, x, at| match at {
+        Some(p) => {
+            out.put(&p.to_le_bytes())?;
+            out.put(&(x.len() as u32).to_le_bytes())?;
+            out.put(&[0; 4])
+        }
+        None => Ok(()),
+    })?;
+    out.w.flush().map_err(Error::write_failed)
+}
+
+/// The output and how far into it the writer is.
+struct Out<W: Write> {
+    w: W,
+    at: u64,
+}
+
+impl<W: Write> Out<W> {
+    fn put(&mut self, b: &[u8]) -> Result<()> {
+        self.at += b.len() as u64;
+        self.w.write_all(b).map_err(Error::write_failed)
+    }
+
+    /// Zeros up to `to` (the next section, or a blob's aligned place).
+    fn pad_to(&mut self, to: u64) -> Result<()> {
+        const ZEROS: [u8; 4096] = [0; 4096];
+        while self.at < to {
+            let k = (to - self.at).min(ZEROS.len() as u64) as usize;
+            self.put(&ZEROS[..k])?;
+        }
+        Ok(())
+    }
 }

@@ -140,9 +140,9 @@ fn every_reader_stays_in_bounded_heap_or_refuses_early() {
     }
 }
 
-/// Writers differ: safetensors, npz, AERO and FOLD stream what a small file
-/// expands to; MLDF, which builds the file in memory, refuses more than the
-/// heap cap instead of allocating it.
+/// Every container writer streams what a small file expands to. MLDF
+/// gives every sample a record, so it refuses this file's 1-byte samples
+/// (a 13 KB input would make a 16 GB MLDF) from the sizes, in one line.
 #[test]
 fn container_outputs_stream_or_refuse() {
     let dir = tempfile::tempdir().unwrap();
@@ -153,10 +153,44 @@ fn container_outputs_stream_or_refuse() {
         let o = measured(&["convert", fold, "--to", to, "-o", "/dev/null"], &[]);
         assert_eq!(o.code, code, "--to {to}: {}", o.stderr);
         if code == 2 {
-            assert!(o.stderr.contains("builds the file in memory"), "{}", o.stderr);
+            assert!(o.stderr.contains("201326592 samples of 80 bytes of records"), "{}", o.stderr);
+            assert_eq!(o.stderr.lines().count(), 1, "one line: {}", o.stderr);
         }
         assert!(o.peak_anon_kib < HEAP_BOUND_KIB, "--to {to}: heap {} KiB", o.peak_anon_kib);
     }
+}
+
+/// MLDF is written and read in bounded heap: 300 MiB of samples, past
+/// the 256 MiB its writer (which built the file in memory) refused before,
+/// go to MLDF and back to the same safetensors as the `.npy` gives.
+#[test]
+fn mldf_is_written_and_read_in_bounded_heap() {
+    let dir = tempfile::tempdir().unwrap();
+    let npy = dir.path().join("m.npy");
+    let rows = 300 * 256;
+    let header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, 1024), }}");
+    let mut head = b"\x93NUMPY\x01\x00".to_vec();
+    let pad = (64 - (10 + header.len() + 1) % 64) % 64;
+    head.extend_from_slice(&((header.len() + pad + 1) as u16).to_le_bytes());
+    head.extend_from_slice(header.as_bytes());
+    head.extend(std::iter::repeat_n(b' ', pad));
+    head.push(b'\n');
+    let f = std::fs::File::create(&npy).unwrap();
+    std::io::Write::write_all(&mut &f, &head).unwrap();
+    f.set_len(head.len() as u64 + rows as u64 * 4096).unwrap(); // zeros, sparse
+    let path = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let (mldf, back, direct) = (path("m.mldf"), path("back.safetensors"), path("direct.safetensors"));
+    for args in [
+        vec!["convert", npy.to_str().unwrap(), "--to", "mldf", "-o", &mldf],
+        vec!["convert", &mldf, "--to", "safetensors", "-o", &back],
+        vec!["convert", npy.to_str().unwrap(), "--to", "safetensors", "-o", &direct],
+    ] {
+        let o = measured(&args, &[]);
+        assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
+        assert!(o.peak_anon_kib < HEAP_BOUND_KIB, "{args:?}: heap {} KiB", o.peak_anon_kib);
+    }
+    assert!(std::fs::metadata(&mldf).unwrap().len() > 300 << 20);
+    assert!(std::fs::read(&back).unwrap() == std::fs::read(&direct).unwrap(), "the same tensor comes back");
 }
 
 /// An array of a trillion empty samples holds no bytes, and a WTXT of it
