@@ -168,13 +168,8 @@ fn mldf_is_written_and_read_in_bounded_heap() {
     let dir = tempfile::tempdir().unwrap();
     let npy = dir.path().join("m.npy");
     let rows = 300 * 256;
-    let header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, 1024), }}");
-    let mut head = b"\x93NUMPY\x01\x00".to_vec();
-    let pad = (64 - (10 + header.len() + 1) % 64) % 64;
-    head.extend_from_slice(&((header.len() + pad + 1) as u16).to_le_bytes());
-    head.extend_from_slice(header.as_bytes());
-    head.extend(std::iter::repeat_n(b' ', pad));
-    head.push(b'\n');
+    let head =
+        crate::util::npy_header(&format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, 1024), }}"));
     let f = std::fs::File::create(&npy).unwrap();
     std::io::Write::write_all(&mut &f, &head).unwrap();
     f.set_len(head.len() as u64 + rows as u64 * 4096).unwrap(); // zeros, sparse
@@ -201,13 +196,7 @@ fn mldf_is_written_and_read_in_bounded_heap() {
 fn a_trillion_empty_samples_are_refused_by_mldf_not_allocated() {
     let dir = tempfile::tempdir().unwrap();
     let npy = dir.path().join("z.npy");
-    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000, 0), }";
-    let mut b = b"\x93NUMPY\x01\x00".to_vec();
-    let pad = 64 - (10 + header.len() + 1) % 64;
-    b.extend_from_slice(&((header.len() + pad + 1) as u16).to_le_bytes());
-    b.extend_from_slice(header.as_bytes());
-    b.extend(std::iter::repeat_n(b' ', pad));
-    b.push(b'\n');
+    let b = crate::util::npy_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000, 0), }");
     std::fs::write(&npy, &b).unwrap();
     let w = dir.path().join("z.wtxt");
     let o = measured(&["snapshot", npy.to_str().unwrap(), "-o", w.to_str().unwrap()], &[]);
@@ -233,13 +222,8 @@ fn a_trillion_empty_samples_are_refused_by_mldf_not_allocated() {
 fn noise_npy(dir: &Path, mib: usize) -> std::path::PathBuf {
     let npy = dir.join("m.npy");
     let rows = mib * 256;
-    let header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, 1024), }}");
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    let pad = (64 - (10 + header.len() + 1) % 64) % 64;
-    bytes.extend_from_slice(&((header.len() + pad + 1) as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    bytes.extend(std::iter::repeat_n(b' ', pad));
-    bytes.push(b'\n');
+    let mut bytes =
+        crate::util::npy_header(&format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, 1024), }}"));
     bytes.extend((0..rows * 1024 * 4).map(|i: usize| (i.wrapping_mul(2654435761) >> 13) as u8));
     std::fs::write(&npy, bytes).unwrap();
     npy
