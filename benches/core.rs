@@ -18,24 +18,15 @@ fn arrays() -> Vec<Array> {
 }
 
 fn options() -> WriteOptions<'static> {
-    WriteOptions {
-        meta: Meta {
-            schema: "weights/v1".into(),
-            gen: 1,
-            ts: Timestamp::parse("2026-01-01T00:00:00Z").unwrap(),
-            build: "bench".into(),
-            host: "cpu".into(),
-            cuda: "off".into(),
-        },
-        merkle_prev: [0; 32],
-        rows_per_chunk: 128,
-        hmac_key: None,
-        sign_key: None,
-        audit: None,
-        streaming: false,
-        carried_hmacs: Vec::new(),
-        part_size: Default::default(),
-    }
+    let meta = Meta {
+        schema: "weights/v1".into(),
+        gen: 1,
+        ts: Timestamp::parse("2026-01-01T00:00:00Z").unwrap(),
+        build: "bench".into(),
+        host: "cpu".into(),
+        cuda: "off".into(),
+    };
+    WriteOptions::new(meta, 128)
 }
 
 fn bench(c: &mut Criterion) {

@@ -574,9 +574,7 @@ type Shards = std::collections::BTreeMap<u64, Vec<Part>>;
 
 /// Writes arrays as AERO into memory (see [`write_to`]).
 pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    write_to(arrays, &mut out)?;
-    Ok(out)
+    crate::convert::in_memory(|w| write_to(arrays, w))
 }
 
 /// Writes arrays as AERO, following `__aero` when present.

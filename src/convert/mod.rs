@@ -108,6 +108,13 @@ pub fn meta_json(arrays: &[Array], name: &str) -> Result<Option<serde_json::Valu
         .map_err(|e| Error::input(Default::default(), format!("{name}: not JSON: {e}")))
 }
 
+/// A streaming writer's output collected in memory (tests, fuzzing).
+pub fn in_memory(write: impl FnOnce(&mut dyn std::io::Write) -> Result<()>) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    write(&mut out)?;
+    Ok(out)
+}
+
 /// A metadata array parsed into its serde shape (`None` when absent).
 pub fn meta_typed<T: serde::de::DeserializeOwned>(arrays: &[Array], name: &str) -> Result<Option<T>> {
     meta_json(arrays, name)?

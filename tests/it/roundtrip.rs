@@ -30,24 +30,15 @@ fn arb_array(i: usize) -> impl Strategy<Value = Array> {
 }
 
 fn write(arrays: &[Array], rows: u64, gen: u64) -> Vec<u8> {
-    let opts = WriteOptions {
-        meta: Meta {
-            schema: "weights/v1".into(),
-            gen,
-            ts: Timestamp::parse("2026-01-01T00:00:00Z").unwrap(),
-            build: "p".into(),
-            host: "cpu".into(),
-            cuda: "off".into(),
-        },
-        merkle_prev: [7; 32],
-        rows_per_chunk: rows,
-        hmac_key: None,
-        sign_key: None,
-        audit: None,
-        streaming: false,
-        carried_hmacs: Vec::new(),
-        part_size: Default::default(),
+    let meta = Meta {
+        schema: "weights/v1".into(),
+        gen,
+        ts: Timestamp::parse("2026-01-01T00:00:00Z").unwrap(),
+        build: "p".into(),
+        host: "cpu".into(),
+        cuda: "off".into(),
     };
+    let opts = WriteOptions { merkle_prev: [7; 32], ..WriteOptions::new(meta, rows) };
     let mut out = std::io::Cursor::new(Vec::new());
     write_snapshot(arrays, &opts, &mut out, &Progress::hidden()).unwrap();
     out.into_inner()
