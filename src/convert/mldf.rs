@@ -19,7 +19,7 @@ use crate::convert::npy::Source;
 use crate::convert::spill::Spill;
 use crate::convert::{meta_array, meta_json, Notes};
 use crate::error::{input_at, Error, Result};
-use crate::model::{assign_names, Array, Dtype};
+use crate::model::{assign_names, Array, ArrayData, Dtype};
 
 /// The magic bytes: the seed's literal `b'\x89MLDF\r\n\x1a\n'`, which is 9
 /// bytes (its comment says 8; its code writes and reads all 9).
@@ -144,7 +144,7 @@ fn read_fields(b: &[u8], desc_ptr: u64, nf: u64) -> Result<(Vec<Field>, u64)> {
 
 /// A gathered column's bytes: on the heap when small, else mapped from an
 /// unnamed temporary file (a column of a large file is never all heap).
-fn whole(v: Spill) -> Result<crate::model::ArrayData> {
+fn whole(v: Spill) -> Result<ArrayData> {
     let src = v.finish()?;
     Ok(src.window(0..src.bytes().len()))
 }
@@ -234,24 +234,37 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     }
     let mut names = assign_names(&originals).into_iter().skip(1);
     let table = Table { b, h: &h, row, allocs };
+    let columns = table.columns(&fields, &src.window(0..b.len()))?;
     let mut out = Vec::new();
     let mut fields_meta = Vec::with_capacity(fields.len());
-    let mut col = 0u64;
-    for f in &fields {
+    for (f, g) in fields.iter().zip(columns) {
         let name = names.next().expect("one name per field");
         let mut m = json!({"name": f.name, "type_id": f.kind as u16, "flags": f.flags, "array": name});
-        let sizes_name = matches!(f.kind, Kind::Bytes | Kind::Json).then(|| names.next().expect("a sizes name"));
-        let (arr, sizes) = table.column(f, col, name, sizes_name)?;
-        if let Some(sizes) = sizes {
-            m["sizes"] = json!(sizes.name);
-            out.push(sizes);
+        let n = h.n;
+        match f.kind {
+            Kind::Int | Kind::Float => {
+                let dtype = if f.kind == Kind::Int { Dtype::I64 } else { Dtype::F64 };
+                out.push(Array::new(name, dtype, vec![n], whole(g.bytes)?)?);
+            }
+            Kind::Ndarray => {
+                let (dtype, dims, _) = g.ndarray.expect("NDARRAY fields are planned");
+                let mut shape = vec![n];
+                shape.extend(dims);
+                out.push(Array::new(name, dtype, shape, whole(g.bytes)?)?);
+            }
+            Kind::Bytes | Kind::Json => {
+                let sizes_name = names.next().expect("a sizes name");
+                m["sizes"] = json!(sizes_name);
+                let sizes = g.sizes.expect("BYTES and JSON keep sizes");
+                out.push(Array::new(sizes_name, Dtype::U64, vec![n], whole(sizes)?)?);
+                let len = g.bytes.len();
+                out.push(Array::new(name, Dtype::U8, vec![len], whole(g.bytes)?)?);
+            }
         }
         if f.args.iter().any(|&x| x != 0) && f.kind != Kind::Ndarray {
             m["arguments"] = json!(hex::encode(f.args));
         }
-        out.push(arr);
         fields_meta.push(m);
-        col += f.kind.record();
     }
     let meta = json!({"version": [h.major, h.minor], "flags": h.flags, "page_size": h.page_size, "num_samples": h.n, "fields": fields_meta});
     out.push(meta_array(META, &meta)?);
@@ -352,67 +365,126 @@ impl Table<'_> {
         }
     }
 
-    /// A field's samples as one array (and, for BYTES and JSON, the array
-    /// of each sample's size, named `sizes_name`).
-    fn column(&self, f: &Field, col: u64, name: String, sizes_name: Option<String>) -> Result<(Array, Option<Array>)> {
+    /// Every field's samples gathered in one pass, sample by sample (the
+    /// order the file holds them in), each field into its own spill: the
+    /// bytes (and, for BYTES and JSON, each sample's size). Pages of the
+    /// file behind the pass are dropped a window at a time.
+    fn columns(&self, fields: &[Field], whole_file: &ArrayData) -> Result<Vec<Gathered>> {
         let (n, len) = (self.h.n, self.b.len() as u64);
-        match f.kind {
-            Kind::Int | Kind::Float => {
-                let mut v = Spill::with_expected((n * 8).min(len))?;
-                for s in 0..n {
-                    v.push(&self.b[self.record(s, col)..self.record(s, col) + 8])?;
+        let mut cols = Vec::with_capacity(fields.len());
+        let mut col = 0u64;
+        for f in fields {
+            let ndarray = match f.kind {
+                Kind::Ndarray => {
+                    let (dtype, dims) = parse_ndarray_args(&f.args).expect("checked when read");
+                    let at = self.h.desc_ptr;
+                    let per = crate::model::byte_size(dtype, &dims)
+                        .ok_or_else(|| input_at(at, format!("field {:?}: shape overflows", f.name)))?;
+                    let total = per.checked_mul(n).filter(|&t| t <= self.h.alloc_ptr - self.h.data_ptr || per == 0);
+                    total.ok_or_else(|| {
+                        input_at(at, format!("field {:?}: {n} samples of {per} bytes exceed the data region", f.name))
+                    })?;
+                    Some((dtype, dims, per))
                 }
-                let dtype = if f.kind == Kind::Int { Dtype::I64 } else { Dtype::F64 };
-                Ok((Array::new(name, dtype, vec![n], whole(v)?)?, None))
-            }
-            Kind::Ndarray => {
-                let (dtype, dims) = parse_ndarray_args(&f.args).expect("checked when read");
-                let at = self.h.desc_ptr;
-                let per = crate::model::byte_size(dtype, &dims)
-                    .ok_or_else(|| input_at(at, format!("field {:?}: shape overflows", f.name)))?;
-                let total = per.checked_mul(n).filter(|&t| t <= self.h.alloc_ptr - self.h.data_ptr || per == 0);
-                let total = total.ok_or_else(|| {
-                    input_at(at, format!("field {:?}: {n} samples of {per} bytes exceed the data region", f.name))
-                })?;
-                let mut v = Spill::with_expected(total)?;
-                for s in 0..n {
-                    let x = self.blob(f, s, col)?;
-                    if x.len() as u64 != per {
-                        return Err(input_at(
-                            self.record(s, col) as u64,
-                            format!(
-                                "field {:?} sample {s}: {} bytes, a {dtype} {dims:?} sample is {per}",
-                                f.name,
-                                x.len()
-                            ),
-                        ));
+                _ => None,
+            };
+            let expected = match (f.kind, &ndarray) {
+                (Kind::Ndarray, Some((_, _, per))) => per * n,
+                (Kind::Int | Kind::Float, _) => (n * 8).min(len),
+                _ => 0,
+            };
+            let sizes = matches!(f.kind, Kind::Bytes | Kind::Json).then(|| Spill::with_expected((n * 8).min(len)));
+            cols.push(Gathered { col, ndarray, bytes: Spill::with_expected(expected)?, sizes: sizes.transpose()? });
+            col += f.kind.record();
+        }
+        if fields.is_empty() {
+            // No records: a file may declare any number of samples of nothing.
+            return Ok(cols);
+        }
+        // Behind the pass: the metadata table's rows, and the data region's blobs.
+        let mut rows_behind = Behind { data: whole_file, done: self.h.meta_ptr as usize };
+        let mut data_behind = Behind { data: whole_file, done: self.h.data_ptr as usize };
+        for s in 0..n {
+            let mut low = u64::MAX;
+            for (f, g) in fields.iter().zip(cols.iter_mut()) {
+                let at = self.record(s, g.col);
+                match (f.kind, &g.ndarray) {
+                    (Kind::Int | Kind::Float, _) => g.bytes.push(&self.b[at..at + 8])?,
+                    (Kind::Ndarray, Some((dtype, dims, per))) => {
+                        let x = self.blob(f, s, g.col)?;
+                        if x.len() as u64 != *per {
+                            return Err(input_at(
+                                at as u64,
+                                format!(
+                                    "field {:?} sample {s}: {} bytes, a {dtype} {dims:?} sample is {per}",
+                                    f.name,
+                                    x.len()
+                                ),
+                            ));
+                        }
+                        g.bytes.push(x)?;
+                        low = low.min(blob_start(x, self.b));
                     }
-                    v.push(x)?;
-                }
-                let mut shape = vec![n];
-                shape.extend(dims);
-                Ok((Array::new(name, dtype, shape, whole(v)?)?, None))
-            }
-            Kind::Bytes | Kind::Json => {
-                let mut v = Spill::with_expected(0)?;
-                let mut sizes = Spill::with_expected((n * 8).min(len))?;
-                for s in 0..n {
-                    let x = self.blob(f, s, col)?;
-                    if f.kind == Kind::Json && !x.is_empty() {
-                        serde_json::from_slice::<serde::de::IgnoredAny>(x).map_err(|e| {
-                            input_at(
-                                self.record(s, col) as u64,
-                                format!("field {:?} sample {s}: not JSON: {e}", f.name),
-                            )
-                        })?;
+                    _ => {
+                        let x = self.blob(f, s, g.col)?;
+                        if f.kind == Kind::Json && !x.is_empty() {
+                            serde_json::from_slice::<serde::de::IgnoredAny>(x).map_err(|e| {
+                                input_at(at as u64, format!("field {:?} sample {s}: not JSON: {e}", f.name))
+                            })?;
+                        }
+                        g.bytes.push(x)?;
+                        g.sizes.as_mut().expect("BYTES and JSON keep sizes").push(&(x.len() as u64).to_le_bytes())?;
+                        low = low.min(blob_start(x, self.b));
                     }
-                    v.push(x)?;
-                    sizes.push(&(x.len() as u64).to_le_bytes())?;
                 }
-                let sizes_name = sizes_name.expect("BYTES and JSON fields have a sizes array");
-                let sizes = Array::new(sizes_name, Dtype::U64, vec![n], whole(sizes)?)?;
-                Ok((Array::new(name, Dtype::U8, vec![v.len()], whole(v)?)?, Some(sizes)))
             }
+            // Rows come in order; blobs too in files written sample by
+            // sample. A file laid out otherwise only reads some pages twice.
+            rows_behind.reached(self.record(s, 0));
+            if low != u64::MAX {
+                data_behind.reached(low as usize);
+            }
+        }
+        Ok(cols)
+    }
+}
+
+/// One field's samples as [`Table::columns`] gathers them.
+struct Gathered {
+    /// Where the field's record is in a row.
+    col: u64,
+    /// NDARRAY: the samples' dtype, dims and size.
+    ndarray: Option<(Dtype, Vec<u64>, u64)>,
+    bytes: Spill,
+    /// BYTES and JSON: each sample's size, u64.
+    sizes: Option<Spill>,
+}
+
+/// Where `x` (a slice of `b`, possibly empty) starts in `b`; an empty
+/// sample does not hold the pass back.
+fn blob_start(x: &[u8], b: &[u8]) -> u64 {
+    if x.is_empty() {
+        return u64::MAX;
+    }
+    (x.as_ptr() as usize - b.as_ptr() as usize) as u64
+}
+
+/// Drops the pages of a mapped array that a pass over it has gone past, a
+/// window at a time: walking a large dataset keeps windows resident, not
+/// the dataset (the pages stay in the page cache).
+struct Behind<'a> {
+    data: &'a ArrayData,
+    done: usize,
+}
+
+impl Behind<'_> {
+    const WINDOW: usize = 16 << 20;
+
+    /// The pass is at `at`: nothing before it is read again.
+    fn reached(&mut self, at: usize) {
+        if at >= self.done + Self::WINDOW {
+            self.data.release(self.done..at);
+            self.done = at;
         }
     }
 }
@@ -448,25 +520,30 @@ struct Planned<'a> {
 /// How a field's samples are cut from its array, in order.
 enum Cut<'a> {
     /// `n` samples of the same size: 8-byte values, or NDARRAY samples.
-    Fixed { bytes: &'a [u8], per: usize, n: u64 },
+    Fixed { data: &'a ArrayData, per: usize, n: u64 },
     /// BYTES and JSON: the sizes array (u64 each) cuts the bytes.
-    Sized { bytes: &'a [u8], sizes: &'a [u8] },
+    Sized { data: &'a ArrayData, sizes: &'a [u8] },
 }
 
 impl<'a> Cut<'a> {
     /// The samples, one at a time (nothing is collected: a field of a
-    /// billion samples costs no heap).
+    /// billion samples costs no heap), dropping the pages gone past.
     fn samples(&self) -> Box<dyn Iterator<Item = &'a [u8]> + 'a> {
         match *self {
-            Cut::Fixed { bytes, per, n } => {
-                Box::new((0..n as usize).map(move |s| bytes.get(s * per..(s + 1) * per).unwrap_or_default()))
+            Cut::Fixed { data, per, n } => {
+                let mut behind = Behind { data, done: 0 };
+                Box::new((0..n as usize).map(move |s| {
+                    behind.reached(s * per);
+                    data.as_bytes().get(s * per..(s + 1) * per).unwrap_or_default()
+                }))
             }
-            Cut::Sized { bytes, sizes } => {
-                let mut at = 0usize;
+            Cut::Sized { data, sizes } => {
+                let (mut behind, mut at) = (Behind { data, done: 0 }, 0usize);
                 Box::new(sizes.chunks_exact(8).map(move |c| {
                     let len = u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize;
+                    behind.reached(at);
                     at += len;
-                    &bytes[at - len..at]
+                    &data.as_bytes()[at - len..at]
                 }))
             }
         }
@@ -491,11 +568,11 @@ fn field_cut<'a>(p: &mut Planned<'a>, n: u64) -> Result<Cut<'a>> {
             if a.dtype != want || a.shape.len() != 1 {
                 return Err(bad(format!("field {name}: expected {want} [{n}]")));
             }
-            Cut::Fixed { bytes: a.bytes(), per: 8, n }
+            Cut::Fixed { data: &a.data, per: 8, n }
         }
         Kind::Ndarray => {
             *args = ndarray_args(a.dtype, &a.shape[1..])?;
-            Cut::Fixed { bytes: a.bytes(), per: a.bytes().len() / n.max(1) as usize, n }
+            Cut::Fixed { data: &a.data, per: a.bytes().len() / n.max(1) as usize, n }
         }
         Kind::Bytes | Kind::Json => {
             let s = sizes.ok_or_else(|| bad(format!("field {name}: no sizes array")))?;
@@ -516,7 +593,7 @@ fn field_cut<'a>(p: &mut Planned<'a>, n: u64) -> Result<Cut<'a>> {
             if at != a.bytes().len() as u64 {
                 return Err(bad(format!("field {name}: sizes add up to {at}, it holds {}", a.bytes().len())));
             }
-            Cut::Sized { bytes: a.bytes(), sizes: s.bytes() }
+            Cut::Sized { data: &a.data, sizes: s.bytes() }
         }
     })
 }
