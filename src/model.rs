@@ -248,7 +248,13 @@ impl ArrayData {
     /// what it has read from the process a window at a time (a decompressor
     /// reading a large mapped chunk keeps a window resident, not the chunk).
     pub fn reader(&self) -> WindowReader<'_> {
-        WindowReader { data: self, at: 0, released: 0 }
+        WindowReader { at: 0, behind: self.behind(0) }
+    }
+
+    /// For a pass that moves forward through the bytes from `from` in
+    /// steps of its own: drops what it has gone past, a window at a time.
+    pub fn behind(&self, from: usize) -> Behind<'_> {
+        Behind { data: self, done: from }
     }
 
     /// Drops the bytes `range` (of this array) from the process when they
@@ -271,22 +277,45 @@ impl ArrayData {
 
 /// See [`ArrayData::reader`].
 pub struct WindowReader<'a> {
-    data: &'a ArrayData,
     at: usize,
-    released: usize,
+    behind: Behind<'a>,
 }
 
 impl std::io::Read for WindowReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let rest = &self.data.as_bytes()[self.at..];
+        let rest = &self.behind.data.as_bytes()[self.at..];
         let n = rest.len().min(buf.len());
         buf[..n].copy_from_slice(&rest[..n]);
         self.at += n;
-        if self.at - self.released >= WINDOW || (n == 0 && self.at > self.released) {
-            self.data.release(self.released..self.at);
-            self.released = self.at;
+        if n == 0 {
+            self.behind.end(self.at);
+        } else {
+            self.behind.reached(self.at);
         }
         Ok(n)
+    }
+}
+
+/// See [`ArrayData::behind`]. The pages stay in the page cache.
+pub struct Behind<'a> {
+    data: &'a ArrayData,
+    done: usize,
+}
+
+impl Behind<'_> {
+    /// The pass is at `at`: nothing before it is read again.
+    pub fn reached(&mut self, at: usize) {
+        if at >= self.done + WINDOW {
+            self.end(at);
+        }
+    }
+
+    /// The pass is over at `at`: drops what is left behind, however little.
+    pub fn end(&mut self, at: usize) {
+        if at > self.done {
+            self.data.release(self.done..at);
+            self.done = at;
+        }
     }
 }
 

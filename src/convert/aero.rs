@@ -534,13 +534,9 @@ fn check_phsh(src: &Source, chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<u64
         return Err(bad("one digest per page expected"));
     }
     // Pages hashed are dropped from the process every 16 MiB or so.
-    let mut released = 0;
+    let mut behind = shard_data.behind(0);
     for (i, (page_bytes, d)) in data.chunks(page as usize).zip(digests).enumerate() {
-        let done = i * page as usize;
-        if done - released >= 16 << 20 {
-            shard_data.release(released..done);
-            released = done;
-        }
+        behind.reached(i * page as usize);
         let have = blake3::hash(page_bytes).to_hex();
         if d.get("$bin").and_then(Value::as_str) != Some(have.as_str()) {
             return Err(check_byte(

@@ -402,8 +402,8 @@ impl Table<'_> {
             return Ok(cols);
         }
         // Behind the pass: the metadata table's rows, and the data region's blobs.
-        let mut rows_behind = Behind { data: whole_file, done: self.h.meta_ptr as usize };
-        let mut data_behind = Behind { data: whole_file, done: self.h.data_ptr as usize };
+        let mut rows_behind = whole_file.behind(self.h.meta_ptr as usize);
+        let mut data_behind = whole_file.behind(self.h.data_ptr as usize);
         for s in 0..n {
             let mut low = u64::MAX;
             for (f, g) in fields.iter().zip(cols.iter_mut()) {
@@ -469,26 +469,6 @@ fn blob_start(x: &[u8], b: &[u8]) -> u64 {
     (x.as_ptr() as usize - b.as_ptr() as usize) as u64
 }
 
-/// Drops the pages of a mapped array that a pass over it has gone past, a
-/// window at a time: walking a large dataset keeps windows resident, not
-/// the dataset (the pages stay in the page cache).
-struct Behind<'a> {
-    data: &'a ArrayData,
-    done: usize,
-}
-
-impl Behind<'_> {
-    const WINDOW: usize = 16 << 20;
-
-    /// The pass is at `at`: nothing before it is read again.
-    fn reached(&mut self, at: usize) {
-        if at >= self.done + Self::WINDOW {
-            self.data.release(self.done..at);
-            self.done = at;
-        }
-    }
-}
-
 /// The `__mldf` that reading back [`write`]'s output for `tensors` alone
 /// gives (every array an NDARRAY field), or `None` when it cannot write them.
 pub fn default_meta(tensors: &[Array]) -> Option<Value> {
@@ -531,14 +511,14 @@ impl<'a> Cut<'a> {
     fn samples(&self) -> Box<dyn Iterator<Item = &'a [u8]> + 'a> {
         match *self {
             Cut::Fixed { data, per, n } => {
-                let mut behind = Behind { data, done: 0 };
+                let mut behind = data.behind(0);
                 Box::new((0..n as usize).map(move |s| {
                     behind.reached(s * per);
                     data.as_bytes().get(s * per..(s + 1) * per).unwrap_or_default()
                 }))
             }
             Cut::Sized { data, sizes } => {
-                let (mut behind, mut at) = (Behind { data, done: 0 }, 0usize);
+                let (mut behind, mut at) = (data.behind(0), 0usize);
                 Box::new(sizes.chunks_exact(8).map(move |c| {
                     let len = u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize;
                     behind.reached(at);
