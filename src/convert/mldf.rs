@@ -371,8 +371,22 @@ impl Table<'_> {
     /// file behind the pass are dropped a window at a time.
     fn columns(&self, fields: &[Field], whole_file: &ArrayData) -> Result<Vec<Gathered>> {
         let (n, len) = (self.h.n, self.b.len() as u64);
-        let mut cols = Vec::with_capacity(fields.len());
-        let mut col = 0u64;
+        // Records may share an allocation, but what is gathered may not
+        // pass the data region: a few KB of records pointing 65535 fields
+        // at one blob would otherwise gather gigabytes.
+        let region = self.h.alloc_ptr - self.h.data_ptr;
+        let mut gathered = 0u64;
+        let mut take = |x: &[u8], at: usize| -> Result<()> {
+            gathered += x.len() as u64;
+            if gathered > region {
+                return Err(input_at(
+                    at as u64,
+                    format!("the samples add up to more than the {region}-byte data region (records share blobs)"),
+                ));
+            }
+            Ok(())
+        };
+        let (mut cols, mut col, mut declared) = (Vec::with_capacity(fields.len()), 0u64, 0u64);
         for f in fields {
             let ndarray = match f.kind {
                 Kind::Ndarray => {
@@ -380,10 +394,14 @@ impl Table<'_> {
                     let at = self.h.desc_ptr;
                     let per = crate::model::byte_size(dtype, &dims)
                         .ok_or_else(|| input_at(at, format!("field {:?}: shape overflows", f.name)))?;
-                    let total = per.checked_mul(n).filter(|&t| t <= self.h.alloc_ptr - self.h.data_ptr || per == 0);
-                    total.ok_or_else(|| {
-                        input_at(at, format!("field {:?}: {n} samples of {per} bytes exceed the data region", f.name))
-                    })?;
+                    // All NDARRAY fields together, before anything is reserved.
+                    declared = per.checked_mul(n).and_then(|t| t.checked_add(declared)).unwrap_or(u64::MAX);
+                    if declared > region && per != 0 {
+                        return Err(input_at(
+                            at,
+                            format!("field {:?}: {n} samples of {per} bytes exceed the data region", f.name),
+                        ));
+                    }
                     Some((dtype, dims, per))
                 }
                 _ => None,
@@ -422,6 +440,7 @@ impl Table<'_> {
                                 ),
                             ));
                         }
+                        take(x, at)?;
                         g.bytes.push(x)?;
                         low = low.min(blob_start(x, self.b));
                     }
@@ -432,6 +451,7 @@ impl Table<'_> {
                                 input_at(at as u64, format!("field {:?} sample {s}: not JSON: {e}", f.name))
                             })?;
                         }
+                        take(x, at)?;
                         g.bytes.push(x)?;
                         g.sizes.as_mut().expect("BYTES and JSON keep sizes").push(&(x.len() as u64).to_le_bytes())?;
                         low = low.min(blob_start(x, self.b));

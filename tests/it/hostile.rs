@@ -160,6 +160,61 @@ fn container_outputs_stream_or_refuse() {
     }
 }
 
+/// An MLDF whose 2000 fields all point their one sample at the same 1 MiB
+/// blob: 1.5 MB of file that would gather 2 GB. The reader refuses it,
+/// from the declared sizes, before it reserves anything.
+#[test]
+fn mldf_records_sharing_a_blob_do_not_amplify() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fields, blob) = (2000u64, 1u64 << 20);
+    let align = |x: u64, a: u64| x.div_ceil(a) * a;
+    let desc_ptr = 9 + 64;
+    let meta_ptr = align(desc_ptr + 208 * fields, 64);
+    let data_ptr = align(meta_ptr + 16 * fields, 4096);
+    let alloc_ptr = data_ptr + blob;
+    let mut b = b"\x89MLDF\r\n\x1a\n".to_vec();
+    b.extend_from_slice(&1u16.to_le_bytes());
+    b.extend_from_slice(&0u16.to_le_bytes());
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(&1u64.to_le_bytes()); // one sample
+    b.extend_from_slice(&(fields as u16).to_le_bytes());
+    b.extend_from_slice(&[0; 2]);
+    b.extend_from_slice(&4096u32.to_le_bytes());
+    for p in [desc_ptr, meta_ptr, data_ptr, alloc_ptr] {
+        b.extend_from_slice(&p.to_le_bytes());
+    }
+    b.extend_from_slice(&[0; 8]);
+    for i in 0..fields {
+        let mut d = [0u8; 208];
+        d[..format!("f{i}").len()].copy_from_slice(format!("f{i}").as_bytes());
+        d[64..66].copy_from_slice(&4u16.to_le_bytes()); // NDARRAY
+        d[68..72].copy_from_slice(&16u32.to_le_bytes());
+        d[76..78].copy_from_slice(b"u8");
+        d[84] = 1; // ndim
+        d[92..100].copy_from_slice(&blob.to_le_bytes());
+        b.extend_from_slice(&d);
+    }
+    b.resize(meta_ptr as usize, 0);
+    for _ in 0..fields {
+        b.extend_from_slice(&data_ptr.to_le_bytes());
+        b.extend_from_slice(&(blob as u32).to_le_bytes());
+        b.extend_from_slice(&[0; 4]);
+    }
+    b.resize(alloc_ptr as usize, 7);
+    b.extend_from_slice(&data_ptr.to_le_bytes());
+    b.extend_from_slice(&(blob as u32).to_le_bytes());
+    b.extend_from_slice(&[0; 4]);
+    let path = dir.path().join("shared.mldf");
+    std::fs::write(&path, &b).unwrap();
+    let out = dir.path().join("out.wtxt");
+    let o = measured(&["snapshot", path.to_str().unwrap(), "-o", out.to_str().unwrap()], &[]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("exceed the data region"), "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "one line: {}", o.stderr);
+    assert!(o.peak_anon_kib < HEAP_BOUND_KIB, "heap {} KiB", o.peak_anon_kib);
+    assert!(!out.exists());
+}
+
 /// MLDF is written and read in bounded heap: 300 MiB of samples, past
 /// the 256 MiB its writer (which built the file in memory) refused before,
 /// go to MLDF and back to the same safetensors as the `.npy` gives.
