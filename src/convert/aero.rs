@@ -16,7 +16,7 @@ use std::io::Write;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::convert::bytes::{le_u16, le_u32, le_u64};
+use crate::convert::bytes::{align, each_zero_piece, le_u16, le_u32, le_u64};
 use crate::convert::names::OriginalNames;
 use crate::convert::npy::Source;
 use crate::convert::ReadAs;
@@ -739,22 +739,6 @@ fn each_piece(parts: &[Part], tensors: &[&Array], f: &mut dyn FnMut(&[u8]) -> Re
         }
     }
     Ok(())
-}
-
-/// Hands `n` zero bytes to `f`, a page at a time.
-fn each_zero_piece(n: u64, f: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
-    let zeros = [0u8; 4096];
-    let mut left = n;
-    while left > 0 {
-        let k = left.min(zeros.len() as u64) as usize;
-        f(&zeros[..k])?;
-        left -= k as u64;
-    }
-    Ok(())
-}
-
-fn align(x: u64, a: u64) -> u64 {
-    x.div_ceil(a) * a
 }
 
 /// Lays out header, TOC, string table and payloads as the reference does,

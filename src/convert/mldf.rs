@@ -13,7 +13,7 @@ use std::io::Write;
 
 use serde_json::{json, Value};
 
-use crate::convert::bytes::{le_u16, le_u32, le_u64};
+use crate::convert::bytes::{align, each_zero_piece, le_u16, le_u32, le_u64};
 use crate::convert::names::{self, OriginalNames};
 use crate::convert::npy::Source;
 use crate::convert::spill::Spill;
@@ -624,10 +624,6 @@ fn walk(kinds: &[Kind], cuts: &[Cut], n: u64, data_ptr: u64, f: &mut Visit) -> R
 /// where a blob goes.
 type Visit<'v> = dyn FnMut(Kind, &[u8], Option<u64>) -> Result<()> + 'v;
 
-fn align(x: u64, a: u64) -> u64 {
-    x.div_ceil(a) * a
-}
-
 /// The original names `__mldf` keeps among `arrays` (each field's name,
 /// with the array holding it), for writers of other formats.
 pub fn kept_names(arrays: &[Array]) -> Result<Option<OriginalNames>> {
@@ -800,11 +796,7 @@ pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
     out.pad_to(meta_ptr)?;
     walk(&kinds, &cuts, n, data_ptr, &mut |kind, x, at| match (kind, at) {
         (Kind::Int | Kind::Float, _) => out.put(x),
-        (_, Some(p)) => {
-            out.put(&p.to_le_bytes())?;
-            out.put(&(x.len() as u32).to_le_bytes())?;
-            out.put(&[0; 4])
-        }
+        (_, Some(p)) => out.entry(p, x.len()),
         (_, None) => out.put(&[0; 16]),
     })?;
     out.pad_to(data_ptr)?;
@@ -817,11 +809,7 @@ pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
     })?;
     out.pad_to(alloc_ptr)?;
     walk(&kinds, &cuts, n, data_ptr, &mut |_, x, at| match at {
-        Some(p) => {
-            out.put(&p.to_le_bytes())?;
-            out.put(&(x.len() as u32).to_le_bytes())?;
-            out.put(&[0; 4])
-        }
+        Some(p) => out.entry(p, x.len()),
         None => Ok(()),
     })?;
     out.w.flush().map_err(Error::write_failed)
@@ -841,11 +829,14 @@ impl<W: Write> Out<W> {
 
     /// Zeros up to `to` (the next section, or a blob's aligned place).
     fn pad_to(&mut self, to: u64) -> Result<()> {
-        const ZEROS: [u8; 4096] = [0; 4096];
-        while self.at < to {
-            let k = (to - self.at).min(ZEROS.len() as u64) as usize;
-            self.put(&ZEROS[..k])?;
-        }
-        Ok(())
+        each_zero_piece(to.saturating_sub(self.at), &mut |z| self.put(z))
+    }
+
+    /// A blob's 16-byte entry, as a record and the allocation table both
+    /// hold it: `{ptr u64, size u32, pad u32}`.
+    fn entry(&mut self, p: u64, len: usize) -> Result<()> {
+        self.put(&p.to_le_bytes())?;
+        self.put(&(len as u32).to_le_bytes())?;
+        self.put(&[0; 4])
     }
 }
