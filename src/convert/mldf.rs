@@ -11,13 +11,14 @@
 
 use std::io::Write;
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::convert::bytes::{align, each_zero_piece, le_u16, le_u32, le_u64};
 use crate::convert::names::{self, OriginalNames};
 use crate::convert::npy::Source;
 use crate::convert::spill::Spill;
-use crate::convert::{meta_array, meta_json, Notes};
+use crate::convert::{meta_array, meta_typed, Notes};
 use crate::error::{input_at, Error, Result};
 use crate::model::{assign_names, Array, ArrayData, Dtype};
 
@@ -29,6 +30,59 @@ const H: usize = MAGIC.len();
 /// Name of the metadata array.
 pub const META: &str = "__mldf";
 const HEADER: usize = 64;
+
+/// What `__mldf` keeps of a file that its arrays do not say: the header
+/// fields and each field's descriptor, with the arrays holding its values.
+/// Fields serialize in this order (the bytes of a snapshot depend on it).
+#[derive(Serialize, Deserialize)]
+struct MldfMeta {
+    #[serde(default = "MldfMeta::version")]
+    version: [u16; 2],
+    #[serde(default = "MldfMeta::flags")]
+    flags: u32,
+    #[serde(default = "MldfMeta::page_size")]
+    page_size: u32,
+    #[serde(default)]
+    num_samples: u64,
+    #[serde(default)]
+    fields: Vec<FieldMeta>,
+}
+
+/// One field's descriptor in `__mldf`.
+#[derive(Serialize, Deserialize, Default)]
+struct FieldMeta {
+    /// The field's own name in the file (its original name).
+    name: String,
+    type_id: u16,
+    #[serde(default)]
+    flags: u16,
+    /// The WTXT array holding the values.
+    array: String,
+    /// For BYTES and JSON: the array of per-sample sizes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sizes: Option<String>,
+    /// The descriptor's 128 argument bytes as hex, when any is not zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    arguments: Option<String>,
+}
+
+impl MldfMeta {
+    fn version() -> [u16; 2] {
+        [VERSION_MAJOR, VERSION_MINOR]
+    }
+    fn flags() -> u32 {
+        LITTLE_ENDIAN
+    }
+    fn page_size() -> u32 {
+        PAGE as u32
+    }
+    fn of(arrays: &[Array]) -> Result<Option<MldfMeta>> {
+        meta_typed(arrays, META)
+    }
+    fn array(&self) -> Result<Array> {
+        meta_array(META, &serde_json::to_value(self).expect("the metadata serializes"))
+    }
+}
 const DESC: u64 = 208;
 const ALLOC: u64 = 16;
 const VERSION_MAJOR: u16 = 1;
@@ -239,7 +293,13 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     let mut fields_meta = Vec::with_capacity(fields.len());
     for (f, g) in fields.iter().zip(columns) {
         let name = names.next().expect("one name per field");
-        let mut m = json!({"name": f.name, "type_id": f.kind as u16, "flags": f.flags, "array": name});
+        let mut m = FieldMeta {
+            name: f.name.clone(),
+            type_id: f.kind as u16,
+            flags: f.flags,
+            array: name.clone(),
+            ..Default::default()
+        };
         let n = h.n;
         match f.kind {
             Kind::Int | Kind::Float => {
@@ -254,7 +314,7 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
             }
             Kind::Bytes | Kind::Json => {
                 let sizes_name = names.next().expect("a sizes name");
-                m["sizes"] = json!(sizes_name);
+                m.sizes = Some(sizes_name.clone());
                 let sizes = g.sizes.expect("BYTES and JSON keep sizes");
                 out.push(Array::new(sizes_name, Dtype::U64, vec![n], whole(sizes)?)?);
                 let len = g.bytes.len();
@@ -262,12 +322,18 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
             }
         }
         if f.args.iter().any(|&x| x != 0) && f.kind != Kind::Ndarray {
-            m["arguments"] = json!(hex::encode(f.args));
+            m.arguments = Some(hex::encode(f.args));
         }
         fields_meta.push(m);
     }
-    let meta = json!({"version": [h.major, h.minor], "flags": h.flags, "page_size": h.page_size, "num_samples": h.n, "fields": fields_meta});
-    out.push(meta_array(META, &meta)?);
+    let meta = MldfMeta {
+        version: [h.major, h.minor],
+        flags: h.flags,
+        page_size: h.page_size,
+        num_samples: h.n,
+        fields: fields_meta,
+    };
+    out.push(meta.array()?);
     Ok(out)
 }
 
@@ -499,11 +565,20 @@ pub fn default_meta(tensors: &[Array]) -> Option<Value> {
     if tensors.iter().any(|a| a.shape.first() != Some(&n)) {
         return None;
     }
-    let fields: Vec<Value> = tensors
-        .iter()
-        .map(|a| json!({"name": a.name, "type_id": Kind::Ndarray as u16, "flags": 0, "array": a.name}))
-        .collect();
-    Some(json!({"version": [1, 0], "flags": LITTLE_ENDIAN, "page_size": PAGE, "num_samples": n, "fields": fields}))
+    let field = |a: &Array| FieldMeta {
+        name: a.name.clone(),
+        type_id: Kind::Ndarray as u16,
+        array: a.name.clone(),
+        ..Default::default()
+    };
+    let meta = MldfMeta {
+        version: [1, 0],
+        flags: LITTLE_ENDIAN,
+        page_size: PAGE as u32,
+        num_samples: n,
+        fields: tensors.iter().map(field).collect(),
+    };
+    serde_json::to_value(meta).ok()
 }
 
 /// A field about to be written: the array with its values and, for BYTES
@@ -627,10 +702,8 @@ type Visit<'v> = dyn FnMut(Kind, &[u8], Option<u64>) -> Result<()> + 'v;
 /// The original names `__mldf` keeps among `arrays` (each field's name,
 /// with the array holding it), for writers of other formats.
 pub fn kept_names(arrays: &[Array]) -> Result<Option<OriginalNames>> {
-    let Some(m) = meta_json(arrays, META)? else { return Ok(None) };
-    let fields = m.get("fields").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
-    let text = |f: &Value, k: &str| f.get(k).and_then(Value::as_str).map(String::from);
-    Ok(OriginalNames::from_pairs(fields.iter().filter_map(|f| Some((text(f, "array")?, text(f, "name")?)))))
+    let Some(m) = MldfMeta::of(arrays)? else { return Ok(None) };
+    Ok(OriginalNames::from_pairs(m.fields.into_iter().map(|f| (f.array, f.name))))
 }
 
 /// The fields to write, with the file's flags and page size: from `__mldf`
@@ -638,36 +711,24 @@ pub fn kept_names(arrays: &[Array]) -> Result<Option<OriginalNames>> {
 /// (`__names`).
 fn plan_fields(arrays: &[Array]) -> Result<(Vec<Planned<'_>>, u32, u32)> {
     let bad = |m: String| Error::input(Default::default(), format!("MLDF: {m}"));
-    let meta = meta_json(arrays, META)?;
     let find = |n: &str| arrays.iter().find(|a| a.name == n).ok_or_else(|| bad(format!("array {n} is missing")));
     let mut plan: Vec<Planned> = Vec::new();
-    let (flags, page_size) = match &meta {
+    let (flags, page_size) = match MldfMeta::of(arrays)? {
         Some(m) => {
-            for f in m.get("fields").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
-                let name = f.get("name").and_then(Value::as_str).ok_or_else(|| bad("a field lacks a name".into()))?;
-                let kind = f
-                    .get("type_id")
-                    .and_then(Value::as_u64)
-                    .and_then(|t| Kind::from_id(t as u16))
-                    .ok_or_else(|| bad(format!("field {name:?}: bad type_id")))?;
-                let a = find(f.get("array").and_then(Value::as_str).unwrap_or_default())?;
-                let sizes = match f.get("sizes").and_then(Value::as_str) {
-                    Some(s) => Some(find(s)?),
-                    None => None,
-                };
+            for f in m.fields {
+                let kind = Kind::from_id(f.type_id).ok_or_else(|| bad(format!("field {:?}: bad type_id", f.name)))?;
+                let sizes = f.sizes.as_deref().map(find).transpose()?;
                 let mut args = [0u8; 128];
-                if let Some(h) = f.get("arguments").and_then(Value::as_str) {
+                if let Some(h) = &f.arguments {
                     let v = hex::decode(h)
                         .ok()
                         .filter(|v| v.len() == 128)
-                        .ok_or_else(|| bad(format!("field {name:?}: arguments must be 256 hex digits")))?;
+                        .ok_or_else(|| bad(format!("field {:?}: arguments must be 256 hex digits", f.name)))?;
                     args.copy_from_slice(&v);
                 }
-                let fl = f.get("flags").and_then(Value::as_u64).unwrap_or(0) as u16;
-                plan.push(Planned { name: name.to_string(), kind, flags: fl, args, data: a, sizes });
+                plan.push(Planned { kind, flags: f.flags, args, data: find(&f.array)?, sizes, name: f.name });
             }
-            let flags = m.get("flags").and_then(Value::as_u64).unwrap_or(1) as u32;
-            (flags, m.get("page_size").and_then(Value::as_u64).unwrap_or(PAGE) as u32)
+            (m.flags, m.page_size)
         }
         None => {
             // The inputs' own names, as a snapshot kept them.

@@ -66,19 +66,26 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
     let mut opts = StatusOptions::new();
     opts.show(StatusShow::Index).include_untracked(false).include_ignored(false);
     let statuses = repo.statuses(Some(&mut opts)).map_err(git_err)?;
-    let mut staged: Vec<PathBuf> = statuses
+    // Each staged path with the wtxt filter its attributes give (looked up once).
+    let with_filter = |p: PathBuf| {
+        let filter = wtxt_filter(&repo, &p);
+        (p, filter)
+    };
+    let mut staged: Vec<(PathBuf, Option<String>)> = statuses
         .iter()
         .filter(|e| e.status().intersects(Status::INDEX_NEW | Status::INDEX_MODIFIED | Status::INDEX_RENAMED))
         .filter_map(|e| e.path().ok().map(PathBuf::from))
-        .filter(|p| {
+        .map(with_filter)
+        .filter(|(p, filter)| {
             matches!(p.extension().and_then(|e| e.to_str()), Some("wtxt" | "wtxtdelta" | "wtxtpart"))
-                || wtxt_filter(&repo, p).is_some()
+                || filter.is_some()
         })
         .collect();
     // A staged part is checked with its head, staged or not: a commit that
     // changes a part but not its head fails there.
-    let heads_of_parts: Vec<PathBuf> = staged.iter().filter_map(|p| head_of_part(p)).collect();
-    staged.retain(|p| p.extension().and_then(|e| e.to_str()) != Some("wtxtpart"));
+    let heads_of_parts: Vec<(PathBuf, Option<String>)> =
+        staged.iter().filter_map(|(p, _)| head_of_part(p)).map(with_filter).collect();
+    staged.retain(|(p, _)| p.extension().and_then(|e| e.to_str()) != Some("wtxtpart"));
     staged.extend(heads_of_parts);
     staged.sort();
     staged.dedup();
@@ -89,7 +96,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
         Ok(v) => v.parse().map_err(|e: String| Error::usage(format!("git config wtxt.partSize: {e}")))?,
         Err(_) => Default::default(),
     };
-    for path in &staged {
+    for (path, filter) in &staged {
         let Some(entry) = index.get_path(path, 0) else { continue };
         // The staged blob is streamed, never inflated whole: a single file
         // may hold a whole model.
@@ -132,7 +139,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
         // A file a wtxt filter carries: its blob is the clean filter's WTXT,
         // checked as a single file; its work-tree copy is the smudged binary.
         let from_blob = || -> Result<Box<dyn Read + '_>> { Ok(Box::new(open()?)) };
-        if let Some(filter) = wtxt_filter(&repo, path) {
+        if let Some(filter) = filter {
             if require {
                 refusals.push(refuse(
                     0,
@@ -142,7 +149,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
             } else if let Some(r) = check_wtxt(&from_blob, size, head.as_deref(), false, trusted.as_ref()) {
                 let fix = format!(
                     "stage it through the filter: `wtxt git install --filter {}` where it is missing, then `git add {shown}`",
-                    filter.strip_prefix("wtxt-").unwrap_or(&filter)
+                    filter.strip_prefix("wtxt-").unwrap_or(filter)
                 );
                 refusals.push(Refusal { path: shown.clone(), fix, ..r });
             }
