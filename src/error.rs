@@ -205,9 +205,10 @@ impl std::error::Error for Error {
     }
 }
 
-/// Shorthand for a failed check on a line.
+/// Shorthand for a failed check on a line (0: the whole file, as a
+/// [`Problem`](crate::wtxt::verify::Problem) without a line has it).
 pub fn check_at(line: u64, message: impl Into<String>) -> Error {
-    Error::check(Position::Line(line), message)
+    Error::check(if line == 0 { Position::None } else { Position::Line(line) }, message)
 }
 
 /// Shorthand for a failed check at a byte offset (a hash or CRC of a

@@ -140,6 +140,12 @@ def test_a_damaged_line_raises_verify_error_with_its_line(tmp_path):
     assert e.value.line == k + 1
     report = wtxt.verify(f)
     assert not report.ok and report.errors[0][0] == k + 1
+    # Nothing chains from it: the next generation is refused, not written.
+    g = tmp_path / "g1.wtxt"
+    with pytest.raises(wtxt.VerifyError) as e:
+        wtxt.save_file({"w": np.zeros(4)}, g, prev=f)
+    assert e.value.line == k + 1 and "--prev" in str(e.value)
+    assert not g.exists()
 
 
 def test_keys_and_signatures(tmp_path):

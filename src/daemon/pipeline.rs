@@ -6,7 +6,7 @@
 #![forbid(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -17,8 +17,8 @@ use crate::crypto::sign::SecretKey;
 use crate::error::{Error, Result};
 use crate::model::Array;
 use crate::progress::Progress;
+use crate::wtxt::input::WtxtIn;
 use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
-use crate::wtxt::read::{read_head, LineReader};
 use crate::wtxt::syntax::Meta;
 use crate::wtxt::syntax::Root;
 use crate::wtxt::write::WriteOptions;
@@ -215,18 +215,12 @@ impl Pipeline {
         let mut state = PipelineState::default();
         let mut merkle_prev = [0; 32];
         if let Some((g, p)) = &newest {
-            let f = File::open(p).map_err(|e| Error::io(p, e))?;
-            let h = read_head(&mut LineReader::new(BufReader::new(f))).map_err(|e| e.in_file(p))?;
-            // The chain continues from this file: its header must hold
-            // together, and a signature by our own key must verify.
+            // The chain continues from this file: it is verified whole, and
+            // a signature by our own key must hold. Its tags are not asked
+            // for: a key added since it was written must not stop a restart.
             let trust = crate::wtxt::verify::InputTrust::new(None, None, cfg.sign_key.as_ref(), false);
-            crate::wtxt::verify::check_header(&h, &trust.options()).map_err(|pr| {
-                Error::check(
-                    crate::error::Position::Line(pr.line),
-                    format!("the ring's newest snapshot: {}", pr.message),
-                )
-                .in_file(p)
-            })?;
+            let report = WtxtIn::verify_whole(p, &trust.options(), "the ring's newest snapshot")?;
+            let h = report.header.ok_or_else(|| crate::error::check_at(1, "not a WTXT").in_file(p))?;
             if let Root::Final { merkle_this, sha256_all, .. } = h.root {
                 merkle_prev = merkle_this;
                 state.last_sha256_all = Some(hex::encode(sha256_all));

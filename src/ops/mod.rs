@@ -28,7 +28,7 @@ use crate::progress::Progress;
 use crate::wtxt::input::WtxtIn;
 use crate::wtxt::read::{read_head, Header, LineReader};
 use crate::wtxt::syntax::Root;
-use crate::wtxt::verify::{check_header, verify, InputTrust};
+use crate::wtxt::verify::InputTrust;
 use crate::wtxt::write::{text_shape, write_snapshot, WriteOptions, Written};
 use std::fs::File;
 use std::io::{BufReader, Read};
@@ -54,28 +54,15 @@ pub fn read_header_file(path: &Path) -> Result<Header> {
 }
 
 /// The chain values `--prev` gives: next gen and merkle_prev. Nothing
-/// chains from what it did not verify: the header must hold together
-/// (`merkle_this` recomputed) and its signature satisfy `trust`; with an
-/// HMAC key the whole file is verified, arrays included.
+/// chains from what it did not verify: the whole file is verified under
+/// `trust` (every line, chunk and array, its signature under the policy,
+/// with an HMAC key every tag), as `wtxt verify` would. A header alone
+/// would do for the link itself, but a new generation signed on top of a
+/// damaged or forged one would vouch for a history nobody checked.
 fn chain_from(prev: &Path, trust: &InputTrust) -> Result<(u64, Hash)> {
     let h = read_header_file(prev)?;
     if h.root != Root::Pending {
-        let opts = trust.options();
-        // With a key the whole file is verified (its header included);
-        // without one, the header is all that can be proven.
-        let first = if trust.hmac_key.is_some() {
-            let mut input = WtxtIn::open(prev, None)?;
-            let report = verify(input.text(), &opts, None);
-            let mut report = report.map_err(|e| input.blame(e))?;
-            input.locate_report(&mut report);
-            report.errors.into_iter().next()
-        } else {
-            check_header(&h, &opts).err()
-        };
-        if let Some(p) = first {
-            let file = p.file.map(std::path::PathBuf::from).unwrap_or_else(|| prev.to_path_buf());
-            return Err(check_at(p.line, format!("--prev: {}", p.message)).in_file(file));
-        }
+        WtxtIn::verify_whole(prev, &trust.options(), "--prev")?;
     }
     match h.root {
         Root::Final { merkle_this, .. } => {

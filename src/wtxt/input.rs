@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::crypto::armor::{open_maybe_sealed, Unseal};
 use crate::error::{Error, Result};
 use crate::wtxt::split::{self, parts_dir, Joined, PartFiles};
-use crate::wtxt::verify::{Problem, ProblemKind, Report};
+use crate::wtxt::verify::{verify, Problem, ProblemKind, Report, VerifyOptions};
 
 /// A WTXT input: a single file, or a split snapshot's head joined with its
 /// parts and read as the single file it stands for.
@@ -54,6 +54,22 @@ impl<'a> WtxtIn<'a> {
             return None;
         }
         std::io::copy(&mut input.text(), &mut std::io::sink()).err().map(|e| Error::read_failed(e).in_file(path))
+    }
+
+    /// Verifies `path` whole under `opts` (a split snapshot with its
+    /// parts), for a caller about to chain from it: its first problem is
+    /// the error, `what` before its message, naming its part and line.
+    pub fn verify_whole(path: &Path, opts: &VerifyOptions, what: &str) -> Result<Report> {
+        let mut input = WtxtIn::open(path, None)?;
+        let mut report = verify(input.text(), opts, None).map_err(|e| input.blame(e))?;
+        input.locate_report(&mut report);
+        match report.errors.first() {
+            Some(p) => {
+                let file = p.file.as_ref().map(PathBuf::from).unwrap_or_else(|| path.to_path_buf());
+                Err(crate::error::check_at(p.line, format!("{what}: {}", p.message)).in_file(file))
+            }
+            None => Ok(report),
+        }
     }
 
     fn open_with(path: &Path, unseal: Option<&'a Unseal>, lenient: bool, hash_parts: bool) -> Result<WtxtIn<'a>> {

@@ -650,8 +650,9 @@ fn an_unreachable_remote_fills_the_ring_with_deltas_not_copies() {
     assert_eq!(git_ok(&remote, &["rev-list", "--count", "main"]).trim(), "4");
 }
 
-/// Nothing chains from what it did not verify: on restart the daemon checks
-/// the header of the ring's newest snapshot before continuing its chain.
+/// Nothing chains from what it did not verify: on restart the daemon
+/// verifies the ring's newest snapshot whole before continuing its chain,
+/// so a forged header and a damaged data line below an intact one both stop it.
 #[test]
 fn a_tampered_ring_file_stops_the_restart() {
     let (dir, repo) = new_repo();
@@ -664,22 +665,27 @@ fn a_tampered_ring_file_stops_the_restart() {
     daemon.stop();
     let ring_file = repo.join(".git/wtxt-ring/gen-000001.wtxt");
     let text = std::fs::read_to_string(&ring_file).unwrap();
-    let i = text.find("merkle_this=").unwrap() + "merkle_this=".len();
-    let mut bad = text.clone();
-    bad.replace_range(i..i + 1, if &text[i..i + 1] == "0" { "1" } else { "0" });
-    std::fs::write(&ring_file, bad).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_wtxt"))
-        .args(["daemon", "--repo"])
-        .arg(&repo)
-        .arg("--socket")
-        .arg(&sock)
-        .args(["--sign-key", key.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("the ring's newest snapshot"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    // A character changed for another of its kind (hex digit, base64).
+    let flip = |i: usize, (a, b): (&str, &str)| {
+        let mut bad = text.clone();
+        bad.replace_range(i..i + 1, if &text[i..i + 1] == a { b } else { a });
+        bad
+    };
+    let root = text.find("merkle_this=").unwrap() + "merkle_this=".len();
+    let data = text.find("\nch ").map(|i| i + 1 + text[i + 1..].find('\n').unwrap() + 4).unwrap();
+    for (bad, expected) in [(flip(root, ("0", "1")), "line 4"), (flip(data, ("A", "B")), "parity")] {
+        std::fs::write(&ring_file, bad).unwrap();
+        // A daemon that starts anyway is stopped (exit 124), not waited for.
+        let o = Command::new("timeout")
+            .args(["30", env!("CARGO_BIN_EXE_wtxt"), "daemon", "--repo"])
+            .arg(&repo)
+            .arg("--socket")
+            .arg(&sock)
+            .args(["--sign-key", key.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("the ring's newest snapshot") && err.contains(expected), "{err}");
+    }
 }

@@ -227,6 +227,50 @@ fn finalize_and_prev_are_verified_before_signing() {
     assert!(r.stderr.contains("prev.wtxt: line 4: --prev: merkle_this"), "{}", r.stderr);
 }
 
+/// A `--prev` is verified whole before anything chains from it: a data
+/// line damaged below an intact header (which alone used to be checked)
+/// stops `snapshot`, `finalize` and a split prev's damaged part alike,
+/// named with its line, and nothing is written.
+#[test]
+fn a_prev_whose_arrays_fail_their_checks_is_not_chained_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let rows: Vec<u8> = (0..64 * 1024u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let one = crate::util::snapshot(d, "one", &[("w", "f32", vec![256, 256], rows.clone())], &["--part-size", "none"]);
+    let split = crate::util::snapshot(
+        d,
+        "split",
+        &[("w", "f32", vec![256, 256], rows)],
+        &["--part-size", "64K", "--rows-per-chunk", "16"],
+    );
+    // One character of the 12th line (an array's data, past the header) changed.
+    let damage = |path: &Path| {
+        let text = std::fs::read_to_string(path).unwrap();
+        let at: usize = text.split_inclusive('\n').take(11).map(str::len).sum::<usize>() + 3;
+        let mut bad = text.into_bytes();
+        bad[at] = if bad[at] == b'A' { b'B' } else { b'A' };
+        std::fs::write(path, bad).unwrap();
+    };
+    damage(&one);
+    let part = d.join("split.wtxt.parts/000002.wtxtpart");
+    damage(&part);
+    for (prev, named) in
+        [(&one, "one.wtxt: line 12: --prev"), (&split, "000002.wtxtpart: --prev: part 000002 does not match the head")]
+    {
+        assert_eq!(run(&["verify", s(prev)]).code, 1);
+        let o = d.join("next.wtxt");
+        let r = run(&["snapshot", "inputs/model.npz", "-o", s(&o), "--prev", s(prev), "--sign-key", "keys/sign.pem"]);
+        assert_eq!(r.code, 1, "{}", r.stderr);
+        assert!(r.stderr.contains(named), "{}", r.stderr);
+        assert!(!o.exists());
+        let w = d.join("o.wsum");
+        let r = run(&["finalize", "expected/streaming.wtxt", "-o", s(&w), "--prev", s(prev)]);
+        assert_eq!(r.code, 1, "{}", r.stderr);
+        assert!(r.stderr.contains(named), "{}", r.stderr);
+        assert!(!w.exists());
+    }
+}
+
 /// `finalize --rewrite` reads its input twice, to verify it and to copy
 /// it: a file replaced between the two reads is refused and nothing is
 /// written. `strace` holds the second open back (fault injection) while
