@@ -510,12 +510,24 @@ fn same_file(path: &Path, new: &Path) -> bool {
 
 /// `wtxt split` and `wtxt join`: the same snapshot stored in the other form
 /// (split by `size`, or one file with [`PartSize::Whole`]). The bytes are
-/// copied, never decoded: joining then splitting again gives back the very
-/// same files. Each part is checked against its head on the way.
+/// copied, never changed: joining then splitting again gives back the very
+/// same files. Each part is checked against its head on the way, and the
+/// text is verified as it is copied (on the other core): a damaged
+/// snapshot is refused, not given fresh part hashes under a new name
+/// (`wtxt recover` takes either form as it is).
 pub fn restore(input: &Path, out: &Path, size: PartSize) -> Result<usize> {
+    use crate::wtxt::verify::ProblemKind;
     let mut src = crate::wtxt::input::WtxtIn::open(input, None)?;
     let mut w = SnapshotOut::create(out, size)?;
-    copy_text(&mut src.text(), &mut w).map_err(|e| e.either(|e| src.blame(e), |e| e.in_file(out)))?;
+    let mut text = src.text();
+    let ((), mut report) = write_verified(&mut w, &Default::default(), |o| {
+        copy_text(&mut text, o).map(|_| ()).map_err(|e| e.either(|e| src.blame(e), |e| e.in_file(out)))
+    })?;
+    src.locate_report(&mut report);
+    // A WTXT-S is copied as it is: its root is for `finalize` to give.
+    if let Some(p) = report.errors.iter().find(|p| p.kind != ProblemKind::RootPending) {
+        return Err(p.to_error().in_file(input));
+    }
     w.finish()
 }
 

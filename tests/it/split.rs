@@ -345,6 +345,33 @@ fn damage_inside_a_part_is_located_to_part_and_line_and_recover_works_per_part()
     assert!(r["part_faults"][0].as_str().unwrap().contains(&name), "{r}");
 }
 
+/// `split` and `join` copy bytes, but verify them as they go: a damaged
+/// snapshot is refused (the line, or the part, named) and nothing is
+/// written, instead of coming out under a new name with fresh part hashes.
+#[test]
+fn split_and_join_refuse_a_damaged_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let one = snapshot(d, "one", &model(1), &["--part-size", "none"]);
+    let head = snapshot(d, "g", &model(1), &["--part-size", "256K"]);
+    let damage = |p: &Path, line: usize| {
+        let mut text = std::fs::read(p).unwrap();
+        let at = text.split(|&b| b == b'\n').take(line - 1).map(|l| l.len() + 1).sum::<usize>() + 3;
+        text[at] = if text[at] == b'A' { b'B' } else { b'A' };
+        std::fs::write(p, &text).unwrap();
+    };
+    damage(&one, 40);
+    damage(&parts(&head)[1], 10);
+    let out = d.join("out.wtxt");
+    let (code, err) = fails(a!("split", &one, "-o", &out, "--part-size", "256K"));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("one.wtxt: line 40"), "{err}");
+    let (code, err) = fails(a!("join", &head, "-o", &out));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("000002.wtxtpart"), "{err}");
+    assert!(!out.exists() && !d.join("out.wtxt.parts").exists());
+}
+
 #[test]
 fn part_size_is_checked() {
     let dir = tempfile::tempdir().unwrap();
