@@ -13,7 +13,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::error::{check_at, Error, Result};
-use crate::git::diff::{decode_pair, header_changes, ArrayDiff, FileDiff, Names, Stats, Status};
+use crate::git::diff::{check_unchanged, decode_pair, header_changes, ArrayDiff, FileDiff, Names, Stats, Status};
 use crate::model::Dtype;
 use crate::wtxt::delta::ChunkText;
 use crate::wtxt::read::{LineReader, SliceLines};
@@ -307,7 +307,10 @@ pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDi
         };
         for cb in &y.chunks {
             match x.chunks.iter().find(|c| c.0.ix == cb.0.ix) {
-                Some(ca) if (ca.0.len, ca.0.sha256) == (cb.0.len, cb.0.sha256) => {}
+                Some(ca) if (ca.0.len, ca.0.sha256) == (cb.0.len, cb.0.sha256) => {
+                    let (ta, tb) = (text(old, names.old, ca)?, text(new, names.new, cb)?);
+                    check_unchanged(&ta, &tb, names, &y.name, &mut damage);
+                }
                 Some(ca) => {
                     d.changed_chunks.push(cb.0.ix);
                     let (ta, tb) = (text(old, names.old, ca)?, text(new, names.new, cb)?);

@@ -287,3 +287,49 @@ fn diff_names_the_side_that_fails_its_checks() {
     assert!(r.stderr.contains("parity"), "{}", r.stderr);
     assert!(r.stdout.contains("DAMAGED"), "{}", r.stdout);
 }
+
+/// A damaged line in a chunk whose `ch` line is the same on both sides is
+/// not hidden by skipping that chunk: a damaged copy of a file was shown
+/// as "identical" (exit 0 even with --exit-code). The same holds for the
+/// part diff Git's driver runs on a split snapshot.
+#[test]
+fn diff_finds_damage_in_chunks_it_does_not_decode() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // The 12th line of the base's text (past the header: base64 of the first chunk), changed.
+    let damaged_copy = |from: &std::path::Path, to: &std::path::Path| -> usize {
+        let text = std::fs::read_to_string(from).unwrap();
+        let mut lines: Vec<String> = text.lines().map(String::from).collect();
+        let at = 1 + lines.iter().position(|l| l.starts_with("ch ")).unwrap();
+        let c = lines[at].as_bytes()[0];
+        lines[at].replace_range(0..1, if c == b'A' { "B" } else { "A" });
+        std::fs::write(to, lines.join("\n") + "\n").unwrap();
+        at + 1
+    };
+    let copy = d.join("copy.wtxt");
+    let line = damaged_copy(&fixture("expected/delta_base.wtxt"), &copy);
+    let r = crate::util::run(&["diff", "expected/delta_base.wtxt", copy.to_str().unwrap(), "--exit-code"]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stdout.contains(&format!("DAMAGED {} line {line}", copy.display())), "{}", r.stdout);
+    assert!(!r.stdout.contains("identical"), "{}", r.stdout);
+    // Git's driver on one part of a split snapshot and a damaged copy of it.
+    let rows: Vec<u8> = (0..64 * 1024u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let head = crate::util::snapshot(
+        d,
+        "s",
+        &[("w", "f32", vec![256, 256], rows)],
+        &["--part-size", "64K", "--rows-per-chunk", "16"],
+    );
+    let part = d.join("s.wtxt.parts/000002.wtxtpart");
+    let bad_part = d.join("bad.wtxtpart");
+    let line = damaged_copy(&part, &bad_part);
+    assert!(head.exists());
+    let (p, b) = (part.to_str().unwrap(), bad_part.to_str().unwrap());
+    let o = wtxt()
+        .args(["git", "diff-driver", "s.wtxt.parts/000002.wtxtpart", p, ".", "100644", b, ".", "100644"])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains(&format!("DAMAGED b/s.wtxt.parts/000002.wtxtpart line {line}")), "{out}");
+}
