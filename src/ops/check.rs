@@ -73,6 +73,9 @@ pub struct ArrayInfo {
     pub sha256: String,
     pub hmac: bool,
     pub line: u64,
+    /// The input's own name, when it had to be mapped (kept in `__names`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original: Option<String>,
 }
 
 /// What `inspect` shows.
@@ -94,13 +97,23 @@ pub struct Inspection {
     pub arrays: Vec<ArrayInfo>,
     pub audit: Vec<(String, String)>,
     pub total_bytes: u64,
+    /// A safetensors input's `__metadata__`, as `__names` keeps it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<std::collections::BTreeMap<String, String>>,
 }
 
 struct InspectVisitor {
     arrays: Vec<ArrayInfo>,
     audit: Vec<(String, String)>,
     problems: Vec<(u64, String)>,
+    /// The decoded `__names`, while it is no larger than [`NAMES_SHOWN`].
+    names: Option<Vec<u8>>,
+    in_names: bool,
 }
+
+/// The largest `__names` whose original names `inspect` shows (a million
+/// mapped names of 60 bytes; a larger one is skipped, not held).
+const NAMES_SHOWN: u64 = 64 << 20;
 
 impl Visitor for InspectVisitor {
     fn array(&mut self, a: &ArrayStart) -> Result<()> {
@@ -114,11 +127,20 @@ impl Visitor for InspectVisitor {
             sha256: hex::encode(a.arr.sha256),
             hmac: !a.arr.hmac_is_zero(),
             line: a.line,
+            original: None,
         });
+        self.in_names = a.arr.name == crate::convert::names::NAMES && a.arr.bytes <= NAMES_SHOWN;
+        if self.in_names {
+            self.names = Some(Vec::new());
+        }
         Ok(())
     }
     fn chunk(&mut self, _line: u64, _ch: &ChLine) {}
-    fn data(&mut self, _buf: Vec<u8>) {}
+    fn data(&mut self, buf: Vec<u8>) {
+        if let (true, Some(n)) = (self.in_names, self.names.as_mut()) {
+            n.extend_from_slice(&buf);
+        }
+    }
     fn problem(&mut self, line: u64, message: String) {
         self.problems.push((line, message));
     }
@@ -136,10 +158,18 @@ pub fn inspect(path: &Path, unseal: Option<&Unseal>) -> Result<Inspection> {
 
 /// [`inspect`] of a WTXT read from `input` (a Git blob, say).
 pub fn inspect_reader<R: std::io::Read>(input: R) -> Result<Inspection> {
-    let mut v = InspectVisitor { arrays: Vec::new(), audit: Vec::new(), problems: Vec::new() };
+    let mut v =
+        InspectVisitor { arrays: Vec::new(), audit: Vec::new(), problems: Vec::new(), names: None, in_names: false };
     let h = read(input, &mut v)?;
     if let Some((line, m)) = v.problems.first() {
         return Err(check_at(*line, m.clone()));
+    }
+    // Damaged or malformed `__names` shows no names here; `extract` and
+    // `verify` say what is wrong with it.
+    let kept: crate::convert::names::OriginalNames =
+        v.names.and_then(|n| serde_json::from_slice(&n).ok()).unwrap_or_default();
+    for a in &mut v.arrays {
+        a.original = kept.names.get(&a.name).cloned();
     }
     let (sha, prev, this, fx) = match &h.root {
         Root::Final { sha256_all, merkle_prev, merkle_this, fastxor } => (
@@ -167,6 +197,7 @@ pub fn inspect_reader<R: std::io::Read>(input: R) -> Result<Inspection> {
         total_bytes: v.arrays.iter().map(|a| a.bytes).sum(),
         arrays: v.arrays,
         audit: v.audit,
+        metadata: kept.metadata,
     })
 }
 

@@ -173,6 +173,15 @@ fn hugging_face_names_and_metadata_come_back_on_extract() {
     let back = dir.path().join("back.safetensors");
     assert_eq!(crate::util::run(&["extract", &s(&w), "-o", &s(&back)]).code, 0);
     assert_eq!(std::fs::read(&back).unwrap(), std::fs::read(&st).unwrap(), "byte for byte, metadata included");
+    // inspect shows the original names next to the stored ones, and the metadata.
+    let r = crate::util::run(&["inspect", &s(&w)]);
+    let row = r.stdout.lines().find(|l| l.starts_with("encoder_block_0_attn_qkv_bias ")).unwrap_or_default();
+    assert!(row.ends_with("  encoder.block.0.attn.qkv.bias"), "{}", r.stdout);
+    assert!(r.stdout.contains("\nmetadata format=pt"), "{}", r.stdout);
+    let j: serde_json::Value = serde_json::from_str(&crate::util::run(&["inspect", &s(&w), "--json"]).stdout).unwrap();
+    let a = j["arrays"].as_array().unwrap().iter().find(|a| a["name"] == "encoder_block_0_attn_qkv_bias").unwrap();
+    assert_eq!(a["original"], "encoder.block.0.attn.qkv.bias");
+    assert_eq!(j["metadata"]["format"], "pt");
     // One array by its original name.
     let one = dir.path().join("one.safetensors");
     let r = crate::util::run(&["extract", &s(&w), "--array", "encoder.block.0.attn.qkv.bias", "-o", &s(&one)]);

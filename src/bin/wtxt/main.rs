@@ -608,21 +608,36 @@ fn inspection_text(i: &ops::Inspection) -> String {
     let _ = writeln!(s, "signature {}", i.keyid.as_deref().map_or("none".to_string(), |k| format!("keyid {k}")));
     let _ = writeln!(s, "{} arrays, {} bytes", i.arrays.len(), i.total_bytes);
     let w = i.arrays.iter().map(|a| a.name.len()).max().unwrap_or(4).max(4);
-    let _ =
-        writeln!(s, "{:<w$}  {:<5}  {:<16}  {:>12}  {:>6}  hmac  sha256", "name", "dtype", "shape", "bytes", "chunks");
+    // The inputs' own names, where they had to be mapped, in a last column.
+    let originals = i.arrays.iter().any(|a| a.original.is_some());
+    let _ = writeln!(
+        s,
+        "{:<w$}  {:<5}  {:<16}  {:>12}  {:>6}  hmac  sha256{}",
+        "name",
+        "dtype",
+        "shape",
+        "bytes",
+        "chunks",
+        if originals { "            original name" } else { "" }
+    );
     for a in &i.arrays {
         let shape = wtxt::wtxt::syntax::shape_str(&a.shape);
-        let _ = writeln!(
-            s,
-            "{:<w$}  {:<5}  {:<16}  {:>12}  {:>6}  {:<4}  {}",
+        let line = format!(
+            "{:<w$}  {:<5}  {:<16}  {:>12}  {:>6}  {:<4}  {}  {}",
             a.name,
             a.dtype,
             shape,
             a.bytes,
             a.chunks,
             if a.hmac { "yes" } else { "no" },
-            &a.sha256[..16]
+            &a.sha256[..16],
+            a.original.as_deref().unwrap_or("")
         );
+        let _ = writeln!(s, "{}", line.trim_end());
+    }
+    if let Some(m) = &i.metadata {
+        let pairs: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(s, "metadata {}", pairs.join(" "));
     }
     if !i.audit.is_empty() {
         let pairs: Vec<String> = i.audit.iter().map(|(k, v)| format!("{k}={v}")).collect();
