@@ -160,7 +160,8 @@ pub fn diff_heads(old: &Head, new: &Head, names: Names) -> Result<FileDiff> {
         notes.push("audit line changed".into());
     }
     let identical = header.is_empty() && notes.is_empty();
-    Ok(FileDiff { identical, header, header_unified, arrays: Vec::new(), damage: Vec::new(), notes })
+    let (arrays, damage, unexplained) = (Vec::new(), Vec::new(), Vec::new());
+    Ok(FileDiff { identical, header, header_unified, arrays, damage, notes, unexplained })
 }
 
 /// What the heads' `arr` lines say changed: arrays whose values (their
@@ -336,7 +337,8 @@ pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDi
     // line): the bytes decide, read again only when nothing else differs.
     let unchanged = arrays.iter().all(|d| d.status == Status::Unchanged) && damage.is_empty();
     let identical = unchanged && same_bytes(old, new).map_err(|e| Error::io(names.new, e))?;
-    Ok(FileDiff { identical, header: Vec::new(), header_unified: String::new(), arrays, damage, notes: Vec::new() })
+    let (header, header_unified, notes, unexplained) = (Vec::new(), String::new(), Vec::new(), Vec::new());
+    Ok(FileDiff { identical, header, header_unified, arrays, damage, notes, unexplained })
 }
 
 fn section_diff(s: &Section, status: Status) -> ArrayDiff {

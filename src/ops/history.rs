@@ -33,7 +33,16 @@ pub fn log(dir: &Path, path: Option<&Path>, trusted: Option<TrustedKeys>) -> Res
 /// `wtxt diff`: the semantic difference of two WTXT files (either may be age-encrypted).
 pub fn diff(old: &Path, new: &Path, unseal: Option<&Unseal>) -> Result<crate::git::diff::FileDiff> {
     let (mut a, mut b) = (WtxtIn::open(old, unseal)?, WtxtIn::open(new, unseal)?);
-    crate::git::diff::diff(a.text(), b.text(), crate::git::diff::Names { old, new })
+    let names = crate::git::diff::Names { old, new };
+    let mut d = crate::git::diff::diff(a.text(), b.text(), names)?;
+    let check = |p: &Path| {
+        let mut input = WtxtIn::open(p, unseal).ok()?;
+        let mut report = crate::wtxt::verify::verify(input.text(), &Default::default(), None).ok()?;
+        input.locate_report(&mut report);
+        report.errors.first().map(|p| p.to_error())
+    };
+    crate::git::diff::explain(&mut d, names, &check);
+    Ok(d)
 }
 
 /// Options of `wtxt merge`.
@@ -253,7 +262,16 @@ pub fn diff_driver(args: &[String], here: &Path, color: bool) -> String {
         match (classify(&*x)?, classify(&*y)?) {
             (Blob::Head(hx), Blob::Head(hy)) => diff_heads(&hx, &hy, names),
             (Blob::Part, Blob::Part) => diff_parts(&*x, &*y, names),
-            _ => crate::git::diff::diff(x.stream(), y.stream(), names),
+            _ => {
+                let mut d = crate::git::diff::diff(x.stream(), y.stream(), names)?;
+                let check = |p: &Path| {
+                    let t = if p == names.old { &x } else { &y };
+                    let report = crate::wtxt::verify::verify(t.stream(), &Default::default(), None).ok()?;
+                    report.errors.first().map(|p| p.to_error())
+                };
+                crate::git::diff::explain(&mut d, names, &check);
+                Ok(d)
+            }
         }
     });
     match d {

@@ -312,6 +312,28 @@ fn diff_finds_damage_in_chunks_it_does_not_decode() {
     assert_eq!(r.code, 1, "{}", r.stdout);
     assert!(r.stdout.contains(&format!("DAMAGED {} line {line}", copy.display())), "{}", r.stdout);
     assert!(!r.stdout.contains("identical"), "{}", r.stdout);
+    // An `arr` line whose sha256 was changed: every chunk is the same, so
+    // the two sha256s cannot both be right; verifying names the side, in
+    // `wtxt diff` and in Git's driver alike.
+    let base = std::fs::read_to_string(fixture("expected/delta_base.wtxt")).unwrap();
+    let arr = base.lines().position(|l| l.starts_with("arr ")).unwrap();
+    let mut lines: Vec<String> = base.lines().map(String::from).collect();
+    let at = lines[arr].find("sha256=").unwrap() + 7;
+    let digit = if &lines[arr][at..at + 1] == "0" { "1" } else { "0" };
+    lines[arr].replace_range(at..at + 1, digit);
+    let forged = d.join("forged.wtxt");
+    std::fs::write(&forged, lines.join("\n") + "\n").unwrap();
+    let r = run(&["diff", "expected/delta_base.wtxt", forged.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stdout.contains(&format!("DAMAGED {} line {}", forged.display(), arr + 1)), "{}", r.stdout);
+    let (p, f) = (fixture("expected/delta_base.wtxt"), forged.to_str().unwrap().to_string());
+    let o = wtxt()
+        .args(["git", "diff-driver", "m.wtxt", p.to_str().unwrap(), ".", "100644", &f, ".", "100644"])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains(&format!("DAMAGED b/m.wtxt line {}", arr + 1)), "{out}");
     // Git's driver on one part of a split snapshot and a damaged copy of it.
     let rows: Vec<u8> = (0..64 * 1024u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
     let head = crate::util::snapshot(
