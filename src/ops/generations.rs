@@ -106,9 +106,17 @@ pub fn delta_create(
     unseal: Option<Unseal>,
 ) -> Result<crate::wtxt::delta::DeltaStats> {
     let vf = VerifyFiles { unseal, ..Default::default() };
-    let report = verify_file(target, &vf, &Progress::hidden())?;
-    if let Some(p) = report.first_error() {
-        return Err(p.to_error().in_file(target));
+    // Both inputs are verified first, side by side: a delta names its base
+    // by `sha256_all`, and one made from a damaged or forged file must not
+    // look like a delta of the file it claims to follow.
+    let (b, t) = std::thread::scope(|s| {
+        let b = s.spawn(|| verify_file(base, &vf, &Progress::hidden()));
+        (b.join().expect("verify thread"), verify_file(target, &vf, &Progress::hidden()))
+    });
+    for (path, report) in [(base, b?), (target, t?)] {
+        if let Some(p) = report.first_error() {
+            return Err(p.to_error().in_file(path));
+        }
     }
     let mut b = WtxtIn::open(base, vf.unseal.as_ref())?;
     let mut t = WtxtIn::open(target, vf.unseal.as_ref())?;

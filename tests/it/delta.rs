@@ -136,3 +136,27 @@ fn wrong_base_truncated_or_tampered_delta_fail_cleanly() {
         .unwrap();
     assert_eq!(r.status.code(), Some(2), "minimal-form options on an extended delta");
 }
+
+/// `delta create` verifies its base as well as its target: a delta names
+/// its base by `sha256_all`, and one made from a damaged base (here a
+/// forged `sha256_all` in its root line) would not apply to the real one.
+#[test]
+fn create_refuses_a_base_or_target_that_fails_verification() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let text = String::from_utf8(read("expected/delta_base.wtxt")).unwrap();
+    let at = text.find("sha256_all=").unwrap() + "sha256_all=".len();
+    let mut forged = text.clone();
+    forged.replace_range(at..at + 1, if &text[at..at + 1] == "0" { "1" } else { "0" });
+    let bad = d.join("bad.wtxt");
+    std::fs::write(&bad, forged).unwrap();
+    let good = fixture("expected/delta_target.wtxt");
+    for (base, target) in [(&bad, &good), (&good, &bad)] {
+        let out = d.join("d.wtxtdelta");
+        let r = create(base, target, &out);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(1), "{err}");
+        assert!(err.contains("bad.wtxt: line 4: sha256_all"), "{err}");
+        assert!(!out.exists());
+    }
+}
