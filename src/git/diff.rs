@@ -255,7 +255,8 @@ pub fn explain(d: &mut FileDiff, names: Names, check: &(dyn Fn(&Path) -> Option<
             _ => 0,
         };
         let file = e.path().unwrap_or(side).display().to_string();
-        d.damage.push(Damage { file, line, array: array.clone(), message: e.message().to_string() });
+        let message = e.message().strip_prefix(&format!("array {array}: ")).unwrap_or(e.message()).to_string();
+        d.damage.push(Damage { file, line, array: array.clone(), message });
     }
 }
 
