@@ -215,6 +215,26 @@ fn mldf_records_sharing_a_blob_do_not_amplify() {
     assert!(!out.exists());
 }
 
+/// An MLDF whose page size its data region does not keep to is refused:
+/// converting back honours the page size, and a 4 KB file (found by the
+/// fuzzer) declaring 805 MB pages made an 805 MB MLDF of padding.
+#[test]
+fn an_mldf_page_size_its_file_does_not_keep_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mldf/fields.mldf")).unwrap();
+    let data_ptr = u64::from_le_bytes(b[9 + 40..9 + 48].try_into().unwrap());
+    let page = 805_310_464u32;
+    assert!(!data_ptr.is_multiple_of(page as u64));
+    b[9 + 20..9 + 24].copy_from_slice(&page.to_le_bytes());
+    let path = dir.path().join("pages.mldf");
+    std::fs::write(&path, &b).unwrap();
+    let out = dir.path().join("out.mldf");
+    let r = crate::util::run(&["convert", path.to_str().unwrap(), "-o", out.to_str().unwrap(), "--to", "mldf"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("pages.mldf: byte 29: page_size 805310464"), "{}", r.stderr);
+    assert!(!out.exists());
+}
+
 /// MLDF is written and read in bounded heap: 300 MiB of samples, past
 /// the 256 MiB its writer (which built the file in memory) refused before,
 /// go to MLDF and back to the same safetensors as the `.npy` gives.
