@@ -106,8 +106,8 @@ struct InspectVisitor {
     arrays: Vec<ArrayInfo>,
     audit: Vec<(String, String)>,
     problems: Vec<(u64, String)>,
-    /// The decoded `__names`, while it is no larger than [`NAMES_SHOWN`].
-    names: Option<Vec<u8>>,
+    /// The decoded `__names`, when it is no larger than [`NAMES_SHOWN`].
+    names: Vec<u8>,
     in_names: bool,
 }
 
@@ -130,15 +130,12 @@ impl Visitor for InspectVisitor {
             original: None,
         });
         self.in_names = a.arr.name == crate::convert::names::NAMES && a.arr.bytes <= NAMES_SHOWN;
-        if self.in_names {
-            self.names = Some(Vec::new());
-        }
         Ok(())
     }
     fn chunk(&mut self, _line: u64, _ch: &ChLine) {}
     fn data(&mut self, buf: Vec<u8>) {
-        if let (true, Some(n)) = (self.in_names, self.names.as_mut()) {
-            n.extend_from_slice(&buf);
+        if self.in_names {
+            self.names.extend_from_slice(&buf);
         }
     }
     fn problem(&mut self, line: u64, message: String) {
@@ -158,16 +155,20 @@ pub fn inspect(path: &Path, unseal: Option<&Unseal>) -> Result<Inspection> {
 
 /// [`inspect`] of a WTXT read from `input` (a Git blob, say).
 pub fn inspect_reader<R: std::io::Read>(input: R) -> Result<Inspection> {
-    let mut v =
-        InspectVisitor { arrays: Vec::new(), audit: Vec::new(), problems: Vec::new(), names: None, in_names: false };
+    let mut v = InspectVisitor {
+        arrays: Vec::new(),
+        audit: Vec::new(),
+        problems: Vec::new(),
+        names: Vec::new(),
+        in_names: false,
+    };
     let h = read(input, &mut v)?;
     if let Some((line, m)) = v.problems.first() {
         return Err(check_at(*line, m.clone()));
     }
     // Damaged or malformed `__names` shows no names here; `extract` and
     // `verify` say what is wrong with it.
-    let kept: crate::convert::names::OriginalNames =
-        v.names.and_then(|n| serde_json::from_slice(&n).ok()).unwrap_or_default();
+    let kept: crate::convert::names::OriginalNames = serde_json::from_slice(&v.names).unwrap_or_default();
     for a in &mut v.arrays {
         a.original = kept.names.get(&a.name).cloned();
     }

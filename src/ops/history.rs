@@ -35,12 +35,8 @@ pub fn diff(old: &Path, new: &Path, unseal: Option<&Unseal>) -> Result<crate::gi
     let (mut a, mut b) = (WtxtIn::open(old, unseal)?, WtxtIn::open(new, unseal)?);
     let names = crate::git::diff::Names { old, new };
     let mut d = crate::git::diff::diff(a.text(), b.text(), names)?;
-    let check = |p: &Path| {
-        let mut input = WtxtIn::open(p, unseal).ok()?;
-        let mut report = crate::wtxt::verify::verify(input.text(), &Default::default(), None).ok()?;
-        input.locate_report(&mut report);
-        report.errors.first().map(|p| p.to_error())
-    };
+    let check =
+        |p: &Path| WtxtIn::verify_path(p, unseal, &Default::default()).ok()?.errors.first().map(|p| p.to_error());
     crate::git::diff::explain(&mut d, names, &check);
     Ok(d)
 }

@@ -56,13 +56,21 @@ impl<'a> WtxtIn<'a> {
         std::io::copy(&mut input.text(), &mut std::io::sink()).err().map(|e| Error::read_failed(e).in_file(path))
     }
 
-    /// Verifies `path` whole under `opts` (a split snapshot with its
-    /// parts), for a caller about to chain from it: its first problem is
-    /// the error, `what` before its message, naming its part and line.
-    pub fn verify_whole(path: &Path, opts: &VerifyOptions, what: &str) -> Result<Report> {
-        let mut input = WtxtIn::open(path, None)?;
+    /// Verifies `path` whole under `opts` (a split snapshot with its parts,
+    /// the faults of parts first): the report, every problem at its part
+    /// and line, or an error when the file cannot be read at all.
+    pub fn verify_path(path: &Path, unseal: Option<&Unseal>, opts: &VerifyOptions) -> Result<Report> {
+        let mut input = WtxtIn::open_lenient(path, unseal)?;
         let mut report = verify(input.text(), opts, None).map_err(|e| input.blame(e))?;
         input.locate_report(&mut report);
+        Ok(report)
+    }
+
+    /// [`WtxtIn::verify_path`] for a caller about to chain from `path`:
+    /// its first problem is the error, `what` before its message, naming
+    /// its part and line.
+    pub fn verify_whole(path: &Path, opts: &VerifyOptions, what: &str) -> Result<Report> {
+        let report = WtxtIn::verify_path(path, None, opts)?;
         match report.errors.first() {
             Some(p) => {
                 let file = p.file.as_ref().map(PathBuf::from).unwrap_or_else(|| path.to_path_buf());
