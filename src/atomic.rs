@@ -308,6 +308,63 @@ pub fn open_input_file(path: &Path) -> Result<File> {
     Ok(f)
 }
 
+/// Whether [`read_small_file`] follows a symbolic link at the path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Links {
+    /// A path the user named (a key file may be a link they made).
+    Follow,
+    /// A path a repository controls (a committed `.gitattributes`): a link
+    /// there could name any file the user can read.
+    Refuse,
+}
+
+/// Reads a small file whole: a regular file only (a device, FIFO, socket or
+/// folder is refused, never read or waited on), at most `max` bytes, counted
+/// as they are read (a device's `metadata` says 0). `Ok(None)` when nothing
+/// is at `path`.
+pub fn read_small_file(path: &Path, max: u64, links: Links) -> Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let meta = match links {
+        Links::Follow => std::fs::metadata(path),
+        Links::Refuse => std::fs::symlink_metadata(path),
+    };
+    let meta = match meta {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let refuse = |what: &str| Err(Error::input(Default::default(), what.to_string()).in_file(path));
+    if meta.file_type().is_symlink() {
+        return refuse("a symbolic link: refusing to follow it (replace it with a regular file)");
+    }
+    if !meta.is_file() {
+        return refuse("not a regular file (a device, FIFO, socket or folder): refusing to read it");
+    }
+    let nofollow = if links == Links::Refuse { libc::O_NOFOLLOW } else { 0 };
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | nofollow)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    // What was opened, not what was looked at: the name may have changed between.
+    if !f.metadata().map_err(|e| Error::io(path, e))?.is_file() {
+        return refuse("not a regular file (a device, FIFO, socket or folder): refusing to read it");
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, max + 1), &mut bytes).map_err(|e| Error::io(path, e))?;
+    if bytes.len() as u64 > max {
+        return refuse(&format!("larger than {max} bytes: not the small text file expected here"));
+    }
+    Ok(Some(bytes))
+}
+
+/// Opens a file for reading without following a symbolic link at its name
+/// and without waiting on a FIFO.
+pub fn open_no_follow(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)
+}
+
 /// Writes `bytes` to `dest` atomically.
 pub fn write_file(dest: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     use std::io::Write;

@@ -56,11 +56,33 @@ impl Progress {
         }
     }
 
+    /// Starts the count again for the next piece of work, labelled `label`.
+    pub fn restart(&self, label: &str) {
+        if let Some(b) = &self.bar {
+            b.set_position(0);
+            b.set_message(label.to_string());
+        }
+    }
+
     /// Removes the bar.
     pub fn finish(&self) {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
+    }
+}
+
+/// A reader that counts what passes through it on a [`Progress`].
+pub struct Counted<'a, R> {
+    pub inner: R,
+    pub progress: &'a Progress,
+}
+
+impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.progress.inc(n as u64);
+        Ok(n)
     }
 }
 

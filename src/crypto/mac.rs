@@ -74,15 +74,12 @@ pub fn verify_tag(mac: HmacSha256, expected: &[u8; 32]) -> bool {
     mac.verify_slice(expected).is_ok()
 }
 
-/// Reads a small text file (keys), refusing anything over `MAX_KEY_FILE`.
+/// Reads a small text file (keys, trusted keys, identities, configuration):
+/// a regular file of at most `MAX_KEY_FILE` bytes, read through a bounded
+/// reader (see [`crate::atomic::read_small_file`]).
 pub fn read_small_text(path: &Path) -> Result<String> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    if meta.len() > MAX_KEY_FILE {
-        return Err(
-            Error::input(Default::default(), format!("expected a key file under {MAX_KEY_FILE} bytes")).in_file(path)
-        );
-    }
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bytes = crate::atomic::read_small_file(path, MAX_KEY_FILE, crate::atomic::Links::Follow)?
+        .ok_or_else(|| Error::io(path, std::io::Error::from(std::io::ErrorKind::NotFound)))?;
     String::from_utf8(bytes).map_err(|_| Error::input(Default::default(), "expected text (UTF-8)").in_file(path))
 }
 

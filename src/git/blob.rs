@@ -36,9 +36,16 @@ fn reader_inflating<'r>(repo: &'r Repository, blob: Oid, whole: u64) -> Result<B
         let b = repo.find_blob(blob).map_err(git_err)?;
         return Ok(Box::new(Inflated { blob: b, at: 0 }));
     }
+    Ok(Box::new(stream(repo.path(), blob)?))
+}
+
+/// The blob's bytes streamed by `git cat-file` from the repository at
+/// `git_dir`, whatever its size: the reader owns its process, so it can be
+/// handed on (a part source's readers outlive any borrow of a repository).
+pub fn stream(git_dir: &std::path::Path, blob: Oid) -> Result<impl Read + Send> {
     let mut child = Command::new("git")
         .arg("--git-dir")
-        .arg(repo.path())
+        .arg(git_dir)
         .args(["cat-file", "blob", &blob.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -46,7 +53,7 @@ fn reader_inflating<'r>(repo: &'r Repository, blob: Oid, whole: u64) -> Result<B
         .spawn()
         .map_err(|e| Error::input(Default::default(), format!("git cat-file blob {blob}: {e}")))?;
     let out = child.stdout.take().expect("piped");
-    Ok(Box::new(CatFile { child, out, blob }))
+    Ok(CatFile { child, out, blob })
 }
 
 /// A blob libgit2 inflated, read from where the last read stopped.

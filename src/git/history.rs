@@ -8,7 +8,10 @@
 //! `merkle_prev` must equal that version's `merkle_this`, and its `gen` must
 //! be the next one. Every version's header must be self-consistent
 //! (`merkle_this` recomputed from its own fields), and with trusted keys its
-//! signature must be valid.
+//! signature must be valid. That reads headers only: a header's signature
+//! and links bind the data through `sha256_all`, which only verifying the
+//! data recomputes, so a generation is reported as verified only when
+//! [`LogOptions::verify`] read it whole from its commit.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,9 +24,13 @@ use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
 use crate::git::blob::Blobs;
 use crate::git::git_err;
+use crate::git::parts::BlobParts;
+use crate::progress::Progress;
+use crate::wtxt::input::WtxtIn;
 use crate::wtxt::read::{read_header, Header, LineReader};
+use crate::wtxt::split;
 use crate::wtxt::syntax::{Root, SignLine};
-use crate::wtxt::verify::SigStatus;
+use crate::wtxt::verify::{Report, SigStatus, VerifyOptions};
 
 /// How far back to look for the last version of a deleted file.
 const MAX_LOOKBACK: usize = 100_000;
@@ -45,8 +52,23 @@ pub struct Generation {
     pub merkle_this: Option<String>,
     /// For each previous version: the commit it comes from and whether the link holds.
     pub links: Vec<Link>,
+    /// Whether the data was proven (`wtxt log --verify`) or only the header read.
+    pub data: DataCheck,
     /// What is wrong with this generation; empty when all is well.
     pub problems: Vec<String>,
+}
+
+/// What `wtxt log` proved of a generation's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataCheck {
+    /// Only the header was read: its signature and links say nothing of
+    /// the bytes until `sha256_all` is recomputed.
+    NotVerified,
+    /// Verified whole from its commit, as `wtxt verify` does.
+    Verified,
+    /// Verification failed (see the problems).
+    Failed,
 }
 
 /// A link from a generation to a previous version.
@@ -73,6 +95,8 @@ pub struct LogOptions {
     /// Keys whose signatures count; when set, unsigned, untrusted and
     /// invalid signatures are flagged.
     pub trusted: Option<TrustedKeys>,
+    /// Verify every generation's data from its commit (`--verify`).
+    pub verify: bool,
 }
 
 /// A version of the file: which blob, and its parsed header.
@@ -237,8 +261,32 @@ fn last_version(start: &Commit, path: &Path) -> Result<Option<(Oid, Oid)>> {
     Ok(None)
 }
 
-/// Walks the history of `path` from HEAD and checks every link.
-pub fn chain(repo: &Repository, path: &Path, opts: &LogOptions) -> Result<Chain> {
+/// Verifies the version of `path` whose blob is `blob` in `tree` whole, as
+/// `wtxt verify` does: a single file streamed from its blob, a head joined
+/// with the tree's parts.
+fn verify_version(
+    repo: &Repository,
+    tree: &Tree,
+    path: &Path,
+    blob: Oid,
+    opts: &VerifyOptions,
+    progress: &Progress,
+) -> Result<Report> {
+    let len = crate::git::blob::size(repo, blob)?;
+    let text = Box::new(crate::git::blob::stream(repo.path(), blob)?);
+    let input = match split::open(text).map_err(|e| e.in_file(path))? {
+        split::Opened::Single(r) => WtxtIn::single(r, len, path),
+        split::Opened::Split(head) => {
+            let parts = BlobParts::of_tree(repo, tree, path, &head);
+            WtxtIn::joined(head, Box::new(parts), path, len)
+        }
+    };
+    input.verify(opts, progress)
+}
+
+/// Walks the history of `path` from HEAD and checks every link (and, with
+/// [`LogOptions::verify`], every generation's data, counted on `progress`).
+pub fn chain(repo: &Repository, path: &Path, opts: &LogOptions, progress: &Progress) -> Result<Chain> {
     let mut walk = repo.revwalk().map_err(git_err)?;
     walk.push_head().map_err(git_err)?;
     walk.set_sorting(Sort::TOPOLOGICAL | Sort::TIME).map_err(git_err)?;
@@ -270,7 +318,25 @@ pub fn chain(repo: &Repository, path: &Path, opts: &LogOptions) -> Result<Chain>
             .iter()
             .map(|(c, b)| cache.entry(*b).or_insert_with(|| read_version(&mut blobs, *c, *b)).clone())
             .collect();
-        generations.push(check(&commit, &p, &cur, &prev_versions, opts));
+        let mut g = check(&commit, &p, &cur, &prev_versions, opts);
+        if opts.verify {
+            progress.restart(&format!("{} {}", &g.commit[..10], p.display()));
+            let vopts = VerifyOptions { trusted: opts.trusted.as_ref(), ..Default::default() };
+            let verdict = verify_version(repo, &tree, &p, blob, &vopts, progress);
+            match verdict.map(|r| r.errors.into_iter().next()) {
+                Ok(None) => g.data = DataCheck::Verified,
+                Ok(Some(problem)) => {
+                    let file = problem.file.unwrap_or_else(|| p.display().to_string());
+                    g.problems.push(format!("data: {file}: line {}: {}", problem.line, problem.message));
+                    g.data = DataCheck::Failed;
+                }
+                Err(e) => {
+                    g.problems.push(format!("data: {}", crate::error::one_line(&e.to_string())));
+                    g.data = DataCheck::Failed;
+                }
+            }
+        }
+        generations.push(g);
         cache.insert(blob, cur);
     }
     let ok = generations.iter().all(|g| g.problems.is_empty());
@@ -292,6 +358,7 @@ fn check(commit: &Commit, path: &Path, cur: &Version, prevs: &[Version], opts: &
         merkle_prev: None,
         merkle_this: None,
         links: Vec::new(),
+        data: DataCheck::NotVerified,
         problems: Vec::new(),
     };
     let Some(h) = &cur.header else {

@@ -2,7 +2,10 @@
 //! satisfy before it enters history.
 //!
 //! For a `.wtxt`, on the staged blob (not the work tree): strict
-//! verification; canonical form (re-emitting gives the same bytes); a valid
+//! verification, exactly what `wtxt verify` does with the repository's keys
+//! and policy (a split snapshot is its head joined with the staged parts,
+//! every part read and hashed); for a single file, canonical form
+//! (re-emitting gives the same bytes); a valid
 //! signature by a trusted key when `wtxt.requireSignature` is set (keys from
 //! `wtxt.trustedKeys`); and, when HEAD has the file, `gen` = HEAD's + 1 and
 //! `merkle_prev` = HEAD's `merkle_this`. For a `.wtxtdelta`: its structure and
@@ -20,7 +23,9 @@ use crate::crypto::digest::{fingerprint_key, Fingerprint};
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
 use crate::git::git_err;
-use crate::git::parts::{check_part, classify, Blob};
+use crate::git::parts::{classify, Blob, BlobParts};
+use crate::progress::Progress;
+use crate::wtxt::input::WtxtIn;
 use crate::wtxt::split::{part_ix, part_name, parts_dir, Head};
 use crate::wtxt::syntax::Root;
 use crate::wtxt::verify::{ProblemKind, SigStatus, VerifyOptions};
@@ -158,8 +163,8 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
         // A head is told from a single file by its start (a head is whole in it).
         let start = crate::git::blob::prefix(&repo, entry.id, crate::wtxt::split::MAX_HEAD + 1)?;
         if let Ok(Blob::Head(h)) = classify(&start) {
-            let s = Split { repo: &repo, index: &index, head_tree: head_tree.as_ref(), path };
-            if let Some(r) = s.check(&h, head.as_deref(), require, trusted.as_ref()) {
+            let s = Split { repo: &repo, index: &index, path, head_len: size };
+            if let Some(r) = s.check(h, head.as_deref(), require, trusted.as_ref()) {
                 refusals.push(Refusal { path: if r.path.is_empty() { shown.clone() } else { r.path.clone() }, ..r });
             }
             continue;
@@ -260,7 +265,8 @@ fn report_refusal(report: &crate::wtxt::verify::Report) -> Option<Refusal> {
         ProblemKind::Signature => "sign it with a trusted key: `wtxt snapshot ... --sign-key KEY.pem`",
         _ => "the file is damaged: write it again with `wtxt snapshot`, or `wtxt recover` it",
     };
-    Some(Refusal { path: String::new(), line: p.line, problem: p.message.clone(), fix: fix.into() })
+    let path = p.file.clone().unwrap_or_default();
+    Some(Refusal { path, line: p.line, problem: p.message.clone(), fix: fix.into() })
 }
 
 /// Whether the writer re-emits the staged text (fingerprinted as `staged`
@@ -324,103 +330,96 @@ fn head_of_part(p: &Path) -> Option<PathBuf> {
 struct Split<'r> {
     repo: &'r Repository,
     index: &'r git2::Index,
-    head_tree: Option<&'r git2::Tree<'r>>,
     path: &'r Path,
+    /// The staged head's size.
+    head_len: u64,
 }
 
 impl Split<'_> {
-    /// The head holds together (signature, chain), the index holds exactly
-    /// the parts it lists with the bytes it binds, and every part that
-    /// differs from HEAD's is checked chunk by chunk. Parts the commit does
-    /// not change were checked when they were committed.
-    fn check(&self, h: &Head, prev: Option<&[u8]>, require: bool, trusted: Option<&TrustedKeys>) -> Option<Refusal> {
-        let refusal = |path: String, line: u64, problem: String, fix: &str| {
-            Some(Refusal { path, line, problem, fix: fix.into() })
-        };
+    /// The whole snapshot, as `wtxt verify` reads it: the head joined with
+    /// the parts the index holds (each hashed and framed as the head says,
+    /// none missing, none extra), then every chunk, array SHA-256,
+    /// `sha256_all`, the root, the signature under the repository's policy;
+    /// then the chain to HEAD's version. No part is skipped because HEAD
+    /// had it: the signature binds the data only through `sha256_all`,
+    /// which needs every byte.
+    fn check(&self, h: Head, prev: Option<&[u8]>, require: bool, trusted: Option<&TrustedKeys>) -> Option<Refusal> {
         let damaged = "the file is damaged: write it again with `wtxt snapshot`, or `wtxt recover` it";
+        let refusal = |e: &Error, fix: &str| {
+            let path = e.path().map(|p| p.display().to_string()).unwrap_or_default();
+            Some(Refusal { path, line: line_of(e), problem: e.message().to_string(), fix: fix.into() })
+        };
         let header = match h.header() {
             Ok(x) => x,
-            Err(e) => return refusal(String::new(), line_of(&e), e.message().to_string(), damaged),
+            Err(e) => return refusal(&e, damaged),
         };
+        let source = BlobParts::of_index(self.repo, self.index, self.path, &h).with_local(self.work_tree_copies(&h));
         let opts = VerifyOptions { trusted, require_signature: require, ..Default::default() };
-        if let Err(p) = crate::wtxt::verify::check_header(&header, &opts) {
-            let fix = match p.kind {
-                ProblemKind::RootPending => "finalize it first: `wtxt finalize FILE -o FILE.wsum --rewrite FILE`",
-                ProblemKind::Signature => "sign it with a trusted key: `wtxt snapshot ... --sign-key KEY.pem`",
-                _ => damaged,
+        let report =
+            match WtxtIn::joined(h, Box::new(source), self.path, self.head_len).verify(&opts, &Progress::hidden()) {
+                Ok(r) => r,
+                Err(e) => return refusal(&e, damaged),
             };
-            return refusal(String::new(), p.line, p.message, fix);
-        }
-        if let Some(r) = prev.and_then(|b| chain_refusal(&header, b)) {
+        if let Some(mut r) = report.first_error().and_then(|_| report_refusal(&report)) {
+            if r.path == self.path.display().to_string() {
+                r.path.clear();
+            }
+            if report.first_error().is_some_and(|p| p.kind == ProblemKind::Part) {
+                r.fix = format!(
+                    "stage the head and its parts together: `git add {} {}`",
+                    self.path.display(),
+                    parts_dir(self.path).display()
+                );
+            }
             return Some(r);
         }
-        let prev_head = prev.and_then(|b| match classify(&b) {
-            Ok(Blob::Head(p)) => Some(p),
-            _ => None,
-        });
+        chain_refusal(&header, prev?)
+    }
+
+    /// The work-tree copy of a staged part, while the index vouches for it
+    /// (before and after it is read): it spares inflating the blob.
+    fn work_tree_copies(&self, h: &Head) -> crate::git::parts::LocalCopy {
+        let Some(workdir) = self.repo.workdir().map(Path::to_path_buf) else { return Box::new(|_, _| None) };
         let dir = parts_dir(self.path);
-        let add = format!("stage the head and its parts together: `git add {} {}`", self.path.display(), dir.display());
-        let mut todo = Vec::new();
-        for p in &h.parts {
-            let part = dir.join(part_name(p.ix));
-            let shown = part.display().to_string();
-            let Some(entry) = self.index.get_path(&part, 0) else {
-                return refusal(shown, 0, "missing from the commit: the head lists it".into(), &add);
-            };
-            let in_head_commit = self.head_tree.and_then(|t| t.get_path(&part).ok()).map(|e| e.id());
-            let was = prev_head.as_ref().and_then(|v| Some((v.parts.get(p.ix as usize - 1)?, v.begins(p.ix))));
-            let same = was.is_some_and(|(w, b)| (w.bytes, w.sha256) == (p.bytes, p.sha256) && b == h.begins(p.ix));
-            if in_head_commit == Some(entry.id) && same {
-                continue; // unchanged since HEAD, where it was checked, and listed with the same arrays
-            }
-            todo.push((*p, Recorded::of(&entry), part));
-        }
-        // The changed parts, checked on every core (each worker opens the
-        // repository for itself: a git2 handle is not shared between threads).
-        let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(todo.len()).max(1);
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let found: std::sync::Mutex<Vec<(u64, Refusal)>> = Default::default();
-        let git_dir = self.repo.path().to_path_buf();
+        let recorded: std::collections::HashMap<u64, Recorded> = h
+            .parts
+            .iter()
+            .filter_map(|p| Some((p.ix, Recorded::of(&self.index.get_path(&dir.join(part_name(p.ix)), 0)?))))
+            .collect();
         let index_written = index_written(self.repo);
-        let workdir = self.repo.workdir().map(Path::to_path_buf);
-        let (index_written, workdir) = (&index_written, &workdir);
-        std::thread::scope(|s| {
-            let (todo, add, next, found, git_dir) = (&todo, &add, &next, &found, &git_dir);
-            for _ in 0..workers {
-                s.spawn(move || {
-                    let Ok(repo) = Repository::open(git_dir) else { return };
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some((p, rec, part)) = todo.get(i) else { return };
-                        let clean = workdir.as_ref().and_then(|w| rec.clean_copy(&w.join(part), *index_written));
-                        if let Some(r) = check_staged_part(&repo, rec.id, clean, p, part, h, add, damaged) {
-                            found.lock().expect("refusals").push((p.ix, r));
-                        }
-                    }
-                });
+        Box::new(move |ix, id| {
+            let rec = recorded.get(&ix).filter(|r| r.id == id)?;
+            let path = workdir.join(&dir).join(part_name(ix));
+            if !rec.vouched(&path, index_written) {
+                return None;
             }
-        });
-        let mut found = found.into_inner().expect("refusals");
-        found.sort_by_key(|(ix, _)| *ix);
-        if let Some((_, r)) = found.into_iter().next() {
-            return Some(r);
+            let file = crate::atomic::open_no_follow(&path).ok()?;
+            Some(Box::new(Vouched { file, rec: rec.clone(), path, index_written }))
+        })
+    }
+}
+
+/// A work-tree copy the index vouched for when it was opened; at its end
+/// the index must still vouch for it, or the read fails.
+struct Vouched {
+    file: std::fs::File,
+    rec: Recorded,
+    path: PathBuf,
+    index_written: Option<(i64, i64)>,
+}
+
+impl Read for Vouched {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read(buf)?;
+        if n == 0 && !buf.is_empty() && !self.rec.vouched(&self.path, self.index_written) {
+            return Err(std::io::Error::other("the work-tree copy changed while it was read: commit again"));
         }
-        // No part beyond those the head lists.
-        let prefix = format!("{}/", dir.display());
-        let extra = self.index.iter().find_map(|e| {
-            let p = String::from_utf8_lossy(&e.path).into_owned();
-            let ix = part_ix(p.strip_prefix(&prefix)?)?;
-            (ix > h.parts.len() as u64).then_some(p)
-        });
-        if let Some(p) = extra {
-            let fix = format!("remove it: `git rm --cached {p}`");
-            return refusal(p, 0, format!("a part the head does not list (it lists {})", h.parts.len()), &fix);
-        }
-        None
+        Ok(n)
     }
 }
 
 /// What the index recorded of a work-tree file when it was staged.
+#[derive(Clone)]
 struct Recorded {
     id: git2::Oid,
     size: u32,
@@ -457,61 +456,11 @@ impl Recorded {
             && (self.dev == 0 || m.dev() as u32 == self.dev) // libgit2 records none
             && index_written.is_some_and(|w| (m.mtime(), m.mtime_nsec()) < w)
     }
-
-    /// The work-tree file's bytes while the index vouches for them, before
-    /// and after the read; any doubt gives `None` (read the blob).
-    fn clean_copy(&self, path: &Path, index_written: Option<(i64, i64)>) -> Option<Vec<u8>> {
-        if !self.vouched(path, index_written) {
-            return None;
-        }
-        let bytes = std::fs::read(path).ok()?;
-        self.vouched(path, index_written).then_some(bytes)
-    }
 }
 
 /// When the index was last written (see [`Recorded::vouched`]).
 fn index_written(repo: &Repository) -> Option<(i64, i64)> {
     std::fs::metadata(repo.path().join("index")).ok().map(|m| (m.mtime(), m.mtime_nsec()))
-}
-
-/// Why a staged part may not be committed: its bytes do not match the
-/// head's table, or one of its chunks fails a check. `clean` is the
-/// work-tree copy when the index vouches for it, else the blob is read.
-#[allow(clippy::too_many_arguments)]
-fn check_staged_part(
-    repo: &Repository,
-    oid: git2::Oid,
-    clean: Option<Vec<u8>>,
-    p: &crate::wtxt::split::PartLine,
-    part: &Path,
-    h: &Head,
-    add: &str,
-    damaged: &str,
-) -> Option<Refusal> {
-    let shown = part.display().to_string();
-    let refusal =
-        |line: u64, problem: String, fix: &str| Some(Refusal { path: shown.clone(), line, problem, fix: fix.into() });
-    let blob;
-    let bytes = match &clean {
-        Some(b) => &b[..],
-        None => {
-            let Ok(b) = repo.find_blob(oid) else {
-                return refusal(0, "its blob is missing".into(), add);
-            };
-            blob = b;
-            blob.content()
-        }
-    };
-    if bytes.len() as u64 != p.bytes || crate::crypto::digest::sha256(bytes) != p.sha256 {
-        let line = h.part_line(p.ix);
-        let what =
-            format!("does not match the head (line {line}): a part changed without its head, or the other way round");
-        return refusal(0, what, add);
-    }
-    match check_part(bytes, part, &h.begins(p.ix)) {
-        Ok(()) => None,
-        Err(e) => refusal(line_of(&e), e.message().to_string(), damaged),
-    }
 }
 
 #[cfg(test)]
@@ -534,13 +483,13 @@ mod tests {
             Some((m.mtime(), m.mtime_nsec()))
         };
         let rec = Recorded::of(&index.get_path(Path::new("p.wtxtpart"), 0).unwrap());
-        assert_eq!(rec.clean_copy(&file, written(&repo)).as_deref(), Some(&b"staged bytes\n"[..]));
+        assert!(rec.vouched(&file, written(&repo)));
         // Written again, even with the same bytes: the change time moved, so the blob is read.
         std::fs::write(&file, b"staged bytes\n").unwrap();
-        assert_eq!(rec.clean_copy(&file, written(&repo)), None);
+        assert!(!rec.vouched(&file, written(&repo)));
         // Racily clean (changed as late as the index was written): the blob is read.
         let rec = Recorded::of(&index.get_path(Path::new("p.wtxtpart"), 0).unwrap());
         let m = std::fs::metadata(&file).unwrap();
-        assert_eq!(rec.clean_copy(&file, Some((m.mtime(), m.mtime_nsec()))), None);
+        assert!(!rec.vouched(&file, Some((m.mtime(), m.mtime_nsec()))));
     }
 }

@@ -231,6 +231,26 @@ fn with_block(text: &str, lines: Option<&[String]>) -> String {
     out
 }
 
+/// Largest attributes file or hook read (Git's own attributes files are a
+/// few KB).
+const MAX_TEXT: u64 = 1 << 20;
+
+/// The attributes file's text ("" when there is none). A repository's
+/// `.gitattributes` is the repository's to set: a symbolic link there
+/// (committed, pointing at `~/.ssh/id_ed25519` or `/dev/zero`) is refused,
+/// never followed, and a device or FIFO never read.
+fn read_attributes(path: &Path) -> Result<String> {
+    let bytes = crate::atomic::read_small_file(path, MAX_TEXT, crate::atomic::Links::Refuse)?.unwrap_or_default();
+    String::from_utf8(bytes).map_err(|_| Error::input(Default::default(), "expected text (UTF-8)").in_file(path))
+}
+
+/// True when `hook` is a regular file `wtxt` wrote (a link, or anything
+/// else, is not ours: it is kept, never read through).
+fn is_our_hook(hook: &Path) -> bool {
+    crate::atomic::read_small_file(hook, MAX_TEXT, crate::atomic::Links::Refuse)
+        .is_ok_and(|t| t.is_some_and(|t| memchr::memmem::find(&t, HOOK_MARK.as_bytes()).is_some()))
+}
+
 /// Writes the plan.
 /// Wires everything in; then, inside a repository, checks out again the
 /// filtered files its work tree holds in clean form (returned).
@@ -244,7 +264,7 @@ pub fn install(dir: &Path, p: &Plan) -> Result<Vec<String>> {
             cfg.set_str(k, v).map_err(git_err)?;
         }
     }
-    let old = std::fs::read_to_string(&p.attributes_file).unwrap_or_default();
+    let old = read_attributes(&p.attributes_file)?;
     if let Some(parent) = p.attributes_file.parent() {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }
@@ -253,8 +273,8 @@ pub fn install(dir: &Path, p: &Plan) -> Result<Vec<String>> {
         std::fs::create_dir_all(h).map_err(|e| Error::io(h, e))?;
         let hook = h.join("pre-commit");
         let chained = h.join("pre-commit.wtxt-chained");
-        if let Ok(existing) = std::fs::read_to_string(&hook) {
-            if !existing.contains(HOOK_MARK) {
+        if std::fs::symlink_metadata(&hook).is_ok() {
+            if !is_our_hook(&hook) {
                 if chained.exists() {
                     return Err(Error::usage(format!(
                         "{} is not wtxt's and {} exists already: merge them by hand",
@@ -288,10 +308,14 @@ fn smudge_clean_files(dir: &Path, exts: &[&str]) -> Result<Vec<String>> {
         }
         // By its first bytes, then by its object name (hashed as a stream):
         // a filtered file can be large, and is never read whole here.
+        // A regular file only: a committed link is not followed, a device not read.
         let file = work.join(&path);
+        if !std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
         let mut start = [0u8; 7];
-        let wtxt =
-            std::fs::File::open(&file).and_then(|mut f| f.read_exact(&mut start)).is_ok() && &start == b"WTXT 1\n";
+        let wtxt = crate::atomic::open_no_follow(&file).and_then(|mut f| f.read_exact(&mut start)).is_ok()
+            && &start == b"WTXT 1\n";
         if wtxt && git2::Oid::hash_file(git2::ObjectType::Blob, &file).is_ok_and(|id| id == e.id) {
             stale.push(path);
         }
@@ -305,7 +329,8 @@ fn smudge_clean_files(dir: &Path, exts: &[&str]) -> Result<Vec<String>> {
     let o = std::process::Command::new("git")
         .arg("-C")
         .arg(&work)
-        .args(["checkout", "--"])
+        // Index paths, never patterns: a file named `:!x.npz` is that file.
+        .args(["--literal-pathspecs", "checkout", "--"])
         .args(&stale)
         .output()
         .map_err(|e| Error::io_in("git checkout", e))?;
@@ -330,7 +355,8 @@ pub fn uninstall(dir: &Path, p: &Plan) -> Result<()> {
             Err(e) => return Err(git_err(e)),
         }
     }
-    if let Ok(old) = std::fs::read_to_string(&p.attributes_file) {
+    let old = read_attributes(&p.attributes_file)?;
+    if !old.is_empty() {
         let new = with_block(&old, None);
         if new.trim().is_empty() && p.scope == Scope::Local {
             std::fs::remove_file(&p.attributes_file).map_err(|e| Error::io(&p.attributes_file, e))?;
@@ -341,7 +367,7 @@ pub fn uninstall(dir: &Path, p: &Plan) -> Result<()> {
     if let Some(h) = &p.hooks_dir {
         let hook = h.join("pre-commit");
         let chained = h.join("pre-commit.wtxt-chained");
-        if std::fs::read_to_string(&hook).is_ok_and(|t| t.contains(HOOK_MARK)) {
+        if is_our_hook(&hook) {
             std::fs::remove_file(&hook).map_err(|e| Error::io(&hook, e))?;
             if chained.exists() {
                 std::fs::rename(&chained, &hook).map_err(|e| Error::io(&chained, e))?;

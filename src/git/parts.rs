@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io::Read;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{check_at, Error, Result};
 use crate::git::diff::{check_unchanged, decode_pair, header_changes, ArrayDiff, FileDiff, Names, Stats, Status};
@@ -414,32 +414,117 @@ pub fn check_part(bytes: &[u8], file: &Path, begins: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The parts of a head as blobs of one Git tree (`PATH.parts/NNNNNN.wtxtpart`
-/// next to the head's path), read one at a time.
-pub struct TreeParts {
-    pub repo: git2::Repository,
-    pub tree: git2::Oid,
-    /// The parts' folder inside the tree.
-    pub dir: std::path::PathBuf,
+/// The parts of a head as blobs: a commit's tree or the index
+/// (`PATH.parts/NNNNNN.wtxtpart` next to the head's path). A blob whose
+/// size is not the head's is never read; the others are streamed by Git,
+/// so what a part declares costs no heap.
+pub struct BlobParts {
+    git_dir: PathBuf,
+    dir: PathBuf,
+    /// Each listed part's blob and its size (`None`: not there).
+    listed: Vec<Option<(git2::Oid, u64)>>,
+    /// Each listed part's size and head line, as the head says.
+    want: Vec<(u64, u64)>,
+    /// Parts there that the head does not list.
+    unlisted: Vec<PathBuf>,
+    /// Where the part is missing: "the commit" or "the index".
+    whose: &'static str,
+    local: Option<LocalCopy>,
 }
 
-impl crate::wtxt::split::PartSource for TreeParts {
-    fn open(&self, ix: u64) -> Result<Box<dyn std::io::Read>> {
-        let path = self.name(ix);
-        let missing = || {
-            crate::error::Error::check(
-                Default::default(),
-                "missing part: the head lists it, the commit does not have it",
-            )
-            .in_file(&path)
-        };
-        let tree = self.repo.find_tree(self.tree).map_err(|_| missing())?;
-        let entry = tree.get_path(&path).map_err(|_| missing())?;
-        let blob = self.repo.find_blob(entry.id()).map_err(|_| missing())?;
-        Ok(Box::new(std::io::Cursor::new(blob.content().to_vec())))
+/// A reader of the same bytes as blob `oid` at part `ix`, when one is at
+/// hand without Git (the hook's work-tree copy the index vouches for).
+pub type LocalCopy = Box<dyn Fn(u64, git2::Oid) -> Option<Box<dyn Read>>>;
+
+impl BlobParts {
+    /// The parts of `head` (at `path`) in `tree`.
+    pub fn of_tree(repo: &git2::Repository, tree: &git2::Tree, path: &Path, head: &Head) -> BlobParts {
+        let dir = split::parts_dir(path);
+        let mut unlisted = Vec::new();
+        if let Ok(sub) = tree.get_path(&dir).and_then(|e| e.to_object(repo)).and_then(|o| o.peel_to_tree()) {
+            for e in sub.iter() {
+                let name = e.name().unwrap_or_default();
+                if split::part_ix(name).is_some_and(|ix| ix > head.parts.len() as u64) {
+                    unlisted.push(dir.join(name));
+                }
+            }
+        }
+        let find =
+            |p: &Path| tree.get_path(p).ok().filter(|e| e.kind() == Some(git2::ObjectType::Blob)).map(|e| e.id());
+        BlobParts::new(repo, path, head, find, unlisted, "the commit")
     }
 
-    fn name(&self, ix: u64) -> std::path::PathBuf {
+    /// The parts of `head` (at `path`) in `index`, as staged.
+    pub fn of_index(repo: &git2::Repository, index: &git2::Index, path: &Path, head: &Head) -> BlobParts {
+        let dir = split::parts_dir(path);
+        let prefix = format!("{}/", dir.display());
+        let unlisted = index
+            .iter()
+            .filter_map(|e| {
+                let p = String::from_utf8_lossy(&e.path).into_owned();
+                let ix = split::part_ix(p.strip_prefix(&prefix)?)?;
+                (ix > head.parts.len() as u64).then(|| PathBuf::from(p))
+            })
+            .collect();
+        let find = |p: &Path| index.get_path(p, 0).map(|e| e.id);
+        BlobParts::new(repo, path, head, find, unlisted, "the index")
+    }
+
+    fn new(
+        repo: &git2::Repository,
+        path: &Path,
+        head: &Head,
+        find: impl Fn(&Path) -> Option<git2::Oid>,
+        unlisted: Vec<PathBuf>,
+        whose: &'static str,
+    ) -> BlobParts {
+        let dir = split::parts_dir(path);
+        let listed = head
+            .parts
+            .iter()
+            .map(|p| {
+                let id = find(&dir.join(split::part_name(p.ix)))?;
+                Some((id, crate::git::blob::size(repo, id).ok()?))
+            })
+            .collect();
+        let want = head.parts.iter().map(|p| (p.bytes, head.part_line(p.ix))).collect();
+        BlobParts { git_dir: repo.path().to_path_buf(), dir, listed, want, unlisted, whose, local: None }
+    }
+
+    /// Reads a part from `local` where it gives a reader.
+    pub fn with_local(mut self, local: LocalCopy) -> BlobParts {
+        self.local = Some(local);
+        self
+    }
+}
+
+impl crate::wtxt::split::PartSource for BlobParts {
+    fn open(&self, ix: u64) -> Result<Box<dyn Read>> {
+        let i = (ix as usize).wrapping_sub(1);
+        let name = self.name(ix);
+        let Some((id, size)) = self.listed.get(i).copied().flatten() else {
+            let m = format!("missing part: the head lists it, {} does not have it", self.whose);
+            return Err(Error::check(Default::default(), m).in_file(&name));
+        };
+        let (want, line) = self.want[i];
+        if size != want {
+            let m = format!(
+                "part {ix:06} does not match the head (line {line}): {size} bytes, the head says {want}: \
+                 a part changed without its head, or the other way round"
+            );
+            return Err(Error::check(Default::default(), m).in_file(&name));
+        }
+        if let Some(r) = self.local.as_ref().and_then(|local| local(ix, id)) {
+            return Ok(r);
+        }
+        Ok(Box::new(crate::git::blob::stream(&self.git_dir, id)?))
+    }
+
+    fn name(&self, ix: u64) -> PathBuf {
         self.dir.join(crate::wtxt::split::part_name(ix))
+    }
+
+    fn unlisted(&self, _count: u64) -> Vec<PathBuf> {
+        self.unlisted.clone()
     }
 }

@@ -9,9 +9,8 @@ use crate::model::Array;
 use crate::progress::Progress;
 use crate::wtxt::read::{read, ArrayStart, Visitor};
 use crate::wtxt::syntax::{Audit, ChLine, Root, Wsum};
-use crate::wtxt::verify::{verify, Report, VerifyOptions};
+use crate::wtxt::verify::{Report, VerifyOptions};
 use serde::Serialize;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use super::*;
@@ -34,10 +33,8 @@ pub struct VerifyFiles {
 pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<Report> {
     let wsum = match &o.wsum {
         Some(p) => {
-            let b = std::fs::read(p).map_err(|e| Error::io(p, e))?;
-            if b.len() > 4096 {
-                return Err(Error::input(Default::default(), "expected a one-line WSUM file").in_file(p));
-            }
+            let b = crate::atomic::read_small_file(p, 4096, crate::atomic::Links::Follow)?
+                .ok_or_else(|| Error::io(p, std::io::Error::from(std::io::ErrorKind::NotFound)))?;
             Some(Wsum::parse_file(&b).map_err(|m| check_at(1, m).in_file(p))?)
         }
         None => None,
@@ -53,12 +50,7 @@ pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<
         refuse_untrusted: false,
     };
     // A split snapshot's faulty parts are reported with the rest, first.
-    let mut input = WtxtIn::open_lenient(path, o.unseal.as_ref())?;
-    progress.set_total(input.len);
-    let reader = ProgressRead { inner: input.text(), progress };
-    let mut report = verify(BufReader::with_capacity(1 << 20, reader), &opts, None).map_err(|e| input.blame(e))?;
-    input.locate_report(&mut report);
-    Ok(report)
+    WtxtIn::open_lenient(path, o.unseal.as_ref())?.verify(&opts, progress)
 }
 
 /// One array as `inspect` shows it.

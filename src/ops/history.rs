@@ -15,7 +15,14 @@ use super::*;
 
 /// `wtxt log`: the chain of each path (or of every `*.wtxt` in HEAD).
 /// Trusted keys default to the file named by `git config wtxt.trustedKeys`.
-pub fn log(dir: &Path, path: Option<&Path>, trusted: Option<TrustedKeys>) -> Result<Vec<crate::git::history::Chain>> {
+/// With `verify`, every generation's data is verified from its commit.
+pub fn log(
+    dir: &Path,
+    path: Option<&Path>,
+    trusted: Option<TrustedKeys>,
+    verify: bool,
+    progress: &Progress,
+) -> Result<Vec<crate::git::history::Chain>> {
     use crate::git::history;
     let (repo, rel) = history::open(dir, path)?;
     let trusted = match trusted {
@@ -26,8 +33,8 @@ pub fn log(dir: &Path, path: Option<&Path>, trusted: Option<TrustedKeys>) -> Res
         Some(p) => vec![p],
         None => history::wtxt_paths(&repo)?,
     };
-    let opts = history::LogOptions { trusted };
-    paths.iter().map(|p| history::chain(&repo, p, &opts)).collect()
+    let opts = history::LogOptions { trusted, verify };
+    paths.iter().map(|p| history::chain(&repo, p, &opts, progress)).collect()
 }
 
 /// `wtxt diff`: the semantic difference of two WTXT files (either may be age-encrypted).
@@ -173,7 +180,8 @@ pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
         let index = repo.index().map_err(crate::git::git_err)?;
         let listed = index.iter().any(|e| Path::new(std::ffi::OsStr::from_bytes(&e.path)).starts_with(&parts));
         let mut add = std::process::Command::new("git");
-        add.arg("-C").arg(&work).args(["add", "-A", "--"]).arg(&rel);
+        // Paths, never patterns: a file named `:!x` or `*` is that file.
+        add.arg("-C").arg(&work).args(["--literal-pathspecs", "add", "-A", "--"]).arg(&rel);
         if listed || work.join(&parts).exists() {
             add.arg(&parts);
         }

@@ -120,20 +120,6 @@ pub fn write_wtxt(
     Ok(written)
 }
 
-/// Counts bytes read for the progress bar.
-struct ProgressRead<'a, R> {
-    inner: R,
-    progress: &'a Progress,
-}
-
-impl<R: Read> Read for ProgressRead<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.progress.inc(n as u64);
-        Ok(n)
-    }
-}
-
 /// Refuses two outputs of one command that name the same file: one would
 /// overwrite the other.
 pub fn distinct_outputs(paths: &[&Path]) -> Result<()> {

@@ -569,12 +569,9 @@ fn copy_file(from: &Path, to: &Path) -> Result<()> {
 pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) -> Result<usize> {
     let git = crate::git::git_err;
     let repo = git2::Repository::discover(dir).map_err(git)?;
-    let (tree_id, blob) = {
-        let tree = repo.revparse_single(rev).and_then(|o| o.peel_to_tree()).map_err(git)?;
-        let no = || Error::usage(format!("{rev}: no {} in that commit", path.display()));
-        let entry = tree.get_path(path).map_err(|_| no())?;
-        (tree.id(), entry.id())
-    };
+    let tree = repo.revparse_single(rev).and_then(|o| o.peel_to_tree()).map_err(git)?;
+    let no = || Error::usage(format!("{rev}: no {} in that commit", path.display()));
+    let blob = tree.get_path(path).map_err(|_| no())?.id();
     let shown = PathBuf::from(format!("{rev}:{}", path.display()));
     let mut w = SnapshotOut::create(out, size)?;
     // Streamed: a single file may hold a whole model.
@@ -583,9 +580,7 @@ pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) ->
     let copied = match opened {
         split::Opened::Single(mut r) => copy_text(&mut r, &mut w),
         split::Opened::Split(head) => {
-            // A handle of its own: the head's reader borrows `repo`.
-            let repo = git2::Repository::open(repo.path()).map_err(git)?;
-            let parts = crate::git::parts::TreeParts { repo, tree: tree_id, dir: parts_dir(path) };
+            let parts = crate::git::parts::BlobParts::of_tree(&repo, &tree, path, &head);
             copy_text(&mut split::Joined::new(head, Box::new(parts), None), &mut w)
         }
     };

@@ -60,9 +60,39 @@ impl<'a> WtxtIn<'a> {
     /// the faults of parts first): the report, every problem at its part
     /// and line, or an error when the file cannot be read at all.
     pub fn verify_path(path: &Path, unseal: Option<&Unseal>, opts: &VerifyOptions) -> Result<Report> {
-        let mut input = WtxtIn::open_lenient(path, unseal)?;
-        let mut report = verify(input.text(), opts, None).map_err(|e| input.blame(e))?;
-        input.locate_report(&mut report);
+        WtxtIn::open_lenient(path, unseal)?.verify(opts, &crate::progress::Progress::hidden())
+    }
+
+    /// A single-file text of `len` bytes read from `reader` (a Git blob), named `path`.
+    pub fn single(reader: Box<dyn Read + 'a>, len: u64, path: &Path) -> WtxtIn<'a> {
+        WtxtIn { reader, len, path: path.to_path_buf(), map: None, faults: None }
+    }
+
+    /// A split snapshot's `head` (read from `path`, `head_len` bytes) joined
+    /// with the parts `source` gives, faults of parts recorded: parts that
+    /// are not files beside the head (the Git index's blobs).
+    pub fn joined(
+        head: split::Head,
+        source: Box<dyn split::PartSource + 'a>,
+        path: &Path,
+        head_len: u64,
+    ) -> WtxtIn<'a> {
+        let faults: Option<split::SharedFaults> = Some(Default::default());
+        let joined = Joined::new(head, source, faults.clone());
+        let len = head_len + joined.parts_len();
+        let map = Some(joined.map());
+        WtxtIn { reader: Box::new(joined), len, path: path.to_path_buf(), map, faults }
+    }
+
+    /// Verifies the whole input under `opts`, as `wtxt verify` does
+    /// (counting its bytes on `progress`): the report, every problem at its
+    /// part and line, the faults of parts first; an error when the input
+    /// cannot be read at all.
+    pub fn verify(mut self, opts: &VerifyOptions, progress: &crate::progress::Progress) -> Result<Report> {
+        progress.set_total(self.len);
+        let text = crate::progress::Counted { inner: self.text(), progress };
+        let mut report = verify(BufReader::with_capacity(1 << 20, text), opts, None).map_err(|e| self.blame(e))?;
+        self.locate_report(&mut report);
         Ok(report)
     }
 

@@ -1011,7 +1011,7 @@ impl Read for Joined<'_> {
 
 /// One part's body, with its framing checked and its bytes hashed.
 struct PartReader {
-    inner: BufReader<Box<dyn Read>>,
+    inner: BufReader<io::Take<Box<dyn Read>>>,
     want: PartLine,
     name: PathBuf,
     head_line: u64,
@@ -1082,7 +1082,9 @@ fn begin_at(s: &[u8], line_start: bool) -> usize {
 impl PartReader {
     fn new(inner: Box<dyn Read>, want: PartLine, name: PathBuf, head_line: u64, hash: bool) -> PartReader {
         PartReader {
-            inner: BufReader::with_capacity(1 << 20, inner),
+            // Never read past what the head declares (and the one byte that
+            // shows a part is longer): a huge part costs no more than its size.
+            inner: BufReader::with_capacity(1 << 20, inner.take(want.bytes.saturating_add(1))),
             want,
             name,
             head_line,

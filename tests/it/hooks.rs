@@ -112,3 +112,113 @@ fn pre_commit_does_not_read_unstaged_work_tree_files() {
     let opened = std::fs::read_to_string(&log).unwrap();
     assert!(!opened.contains("data.bin"), "the unstaged file was read:\n{opened}");
 }
+
+/// A signed split snapshot with one part swapped for another save's (its
+/// chunks self-consistent) and the head's `part` line fixed to match: the
+/// signature covers the header, which binds the data only through
+/// `sha256_all`. The hook refuses it as `wtxt verify` does, as a first
+/// commit and chained on the previous generation.
+#[test]
+fn pre_commit_refuses_a_split_snapshot_whose_part_was_swapped_and_its_head_fixed() {
+    use crate::util::{snapshot, wtxt};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = |seed: u8| -> Vec<crate::util::ArraySpec<'static>> {
+        vec![
+            ("a", "u8", vec![64, 64], vec![1; 4096]),
+            ("b", "u8", vec![256, 64], (0..16384u32).map(|i| (i as u8) ^ seed).collect()),
+            ("c", "u8", vec![64, 64], vec![3; 4096]),
+        ]
+    };
+    let key = fixture("keys/sign.pem");
+    let signed = ["--part-size", "8K", "--rows-per-chunk", "16", "--sign-key", key.to_str().unwrap()];
+    let work = d.join("w");
+    std::fs::create_dir(&work).unwrap();
+    let good = snapshot(&work, "good", &model(0), &signed);
+    let other = snapshot(&work, "other", &model(7), &signed);
+    // The tampered set: good's head with part k's line taken from other's,
+    // and other's part k.
+    let parts = |h: &std::path::Path| std::path::PathBuf::from(format!("{}.parts", h.display()));
+    let k = 3;
+    let name = format!("{k:06}.wtxtpart");
+    let good_head = std::fs::read_to_string(&good).unwrap();
+    let other_head = std::fs::read_to_string(&other).unwrap();
+    let line = |h: &str| h.lines().find(|l| l.starts_with(&format!("part ix={k:06} "))).unwrap().to_string();
+    assert_ne!(line(&good_head), line(&other_head), "the part differs");
+    let tampered_head = good_head.replace(&line(&good_head), &line(&other_head));
+    let plant = |repo: &std::path::Path| {
+        let pdir = repo.join("m.wtxt.parts");
+        std::fs::create_dir_all(&pdir).unwrap();
+        for e in std::fs::read_dir(parts(&good)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), pdir.join(e.file_name())).unwrap();
+        }
+        std::fs::copy(parts(&other).join(&name), pdir.join(&name)).unwrap();
+        std::fs::write(repo.join("m.wtxt"), &tampered_head).unwrap();
+    };
+    let v = wtxt()
+        .arg("verify")
+        .arg(&{
+            plant(&work.join("t"));
+            work.join("t/m.wtxt")
+        })
+        .output()
+        .unwrap();
+    assert_eq!(v.status.code(), Some(1), "verify refuses it: {}", String::from_utf8_lossy(&v.stdout));
+
+    let setup = |repo: &std::path::Path| {
+        std::fs::create_dir_all(repo).unwrap();
+        assert!(git(repo, &["init", "-q"]).status.success());
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks/pre-commit"),
+            repo.join(".git/hooks/pre-commit"),
+        )
+        .unwrap();
+        git(repo, &["config", "wtxt.requireSignature", "true"]);
+        git(repo, &["config", "wtxt.trustedKeys", fixture("keys/trusted_keys").to_str().unwrap()]);
+    };
+    // As a first commit.
+    let first = d.join("first");
+    setup(&first);
+    plant(&first);
+    git(&first, &["add", "m.wtxt", "m.wtxt.parts"]);
+    let r = git(&first, &["commit", "-qm", "tampered"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "the hook let a tampered split snapshot in");
+    assert!(err.contains("m.wtxt") && err.contains("sha256"), "{err}");
+
+    // Chained on a good generation.
+    let chained = d.join("chained");
+    setup(&chained);
+    let g0 = snapshot(&work, "g0", &model(9), &signed);
+    std::fs::copy(&g0, chained.join("m.wtxt")).unwrap();
+    let pdir = chained.join("m.wtxt.parts");
+    std::fs::create_dir_all(&pdir).unwrap();
+    for e in std::fs::read_dir(parts(&g0)).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), pdir.join(e.file_name())).unwrap();
+    }
+    git(&chained, &["add", "-A"]);
+    let r = git(&chained, &["commit", "-qm", "g0"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let prev = ["--prev", g0.to_str().unwrap()];
+    let good1 = snapshot(&work, "good1", &model(0), &[&signed[..], &prev[..]].concat());
+    let other1 = snapshot(&work, "other1", &model(7), &[&signed[..], &prev[..]].concat());
+    let h1 = std::fs::read_to_string(&good1).unwrap();
+    let o1 = std::fs::read_to_string(&other1).unwrap();
+    std::fs::write(chained.join("m.wtxt"), h1.replace(&line(&h1), &line(&o1))).unwrap();
+    for e in std::fs::read_dir(parts(&good1)).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), pdir.join(e.file_name())).unwrap();
+    }
+    std::fs::copy(parts(&other1).join(&name), pdir.join(&name)).unwrap();
+    git(&chained, &["add", "-A"]);
+    let r = git(&chained, &["commit", "-qm", "tampered gen 1"]);
+    assert!(!r.status.success(), "the hook let a tampered generation in");
+    // The honest generation passes.
+    std::fs::copy(parts(&good1).join(&name), pdir.join(&name)).unwrap();
+    std::fs::write(chained.join("m.wtxt"), &h1).unwrap();
+    git(&chained, &["add", "-A"]);
+    let r = git(&chained, &["commit", "-qm", "gen 1"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+}

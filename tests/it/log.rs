@@ -88,7 +88,11 @@ fn five_generations_prove_their_chain_and_a_break_is_flagged() {
     // The text form tells the same.
     let o = wtxt().arg("log").arg("-C").arg(&r.root).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains("m.wtxt: 5 generation(s), chain OK"), "{text}");
+    assert!(text.contains("m.wtxt: 5 generation(s), headers and links OK; data not verified"), "{text}");
+    assert!(!text.contains("chain OK"), "nothing says OK of bytes it did not hash: {text}");
+    let o = wtxt().arg("log").arg("--verify").arg("-C").arg(&r.root).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("m.wtxt: 5 generation(s), chain OK, every generation's data verified"), "{text}");
     // Packed whole (as Git packs every blob over core.bigFileThreshold),
     // the headers are read through `git cat-file`: the same chain.
     r.git(&["-c", "core.bigFileThreshold=1k", "gc", "-q"]);
@@ -192,4 +196,99 @@ fn untrusted_signatures_are_flagged_with_trusted_keys() {
     // The same check through git config.
     r.git(&["config", "wtxt.trustedKeys", trusted.to_str().unwrap()]);
     assert_eq!(r.log(&[]).0, 1);
+}
+
+/// A generation whose header (signature included) is intact but whose data
+/// was changed, committed past the hook: plain `log` says it did not check
+/// the data; `log --verify` proves every generation from its commit and
+/// exits 1 naming the first that fails, for a single file and a split one.
+#[test]
+fn log_verify_proves_the_data_and_plain_log_says_it_did_not() {
+    let key = fixture("keys/sign.pem");
+    let trusted = fixture("keys/trusted_keys");
+    for split in [false, true] {
+        let r = Repo::new();
+        let mut extra = vec!["--sign-key", key.to_str().unwrap()];
+        if split {
+            extra.extend(["--part-size", "48K"]);
+        }
+        // Each generation written beside the work tree, then moved in (head and parts).
+        let write = |gen: u32, prev: Option<&Path>| {
+            let out = r.root.join(format!(".git/g{gen}/m.wtxt"));
+            std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+            let mut c = wtxt();
+            c.arg("snapshot").arg(fixture("inputs/model.npz")).arg("-o").arg(&out).args(&extra);
+            c.args(["--ts", &format!("2026-04-01T00:00:0{gen}Z")]);
+            if let Some(p) = prev {
+                c.arg("--prev").arg(p);
+            }
+            let o = c.output().unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let _ = std::fs::remove_dir_all(r.root.join("m.wtxt.parts"));
+            if split {
+                std::fs::create_dir(r.root.join("m.wtxt.parts")).unwrap();
+                for e in std::fs::read_dir(format!("{}.parts", out.display())).unwrap() {
+                    let e = e.unwrap();
+                    std::fs::copy(e.path(), r.root.join("m.wtxt.parts").join(e.file_name())).unwrap();
+                }
+            }
+            std::fs::copy(&out, r.root.join("m.wtxt")).unwrap();
+            out
+        };
+        let g0 = write(0, None);
+        r.commit("gen 0");
+        write(1, Some(&g0));
+        // Damage one base64 character of a chunk's text in the last part
+        // (or the file), and put the head's part line right again.
+        let target = if split {
+            let dir = r.root.join("m.wtxt.parts");
+            let mut parts: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+            parts.sort();
+            parts.last().unwrap().clone()
+        } else {
+            r.root.join("m.wtxt")
+        };
+        let mut bytes = std::fs::read(&target).unwrap();
+        let old_len = bytes.len();
+        let at = bytes.windows(4).rposition(|w| w == b"\nch ").unwrap();
+        let line = at + 1 + bytes[at + 1..].iter().position(|&b| b == b'\n').unwrap() + 1;
+        bytes[line + 2] = if bytes[line + 2] == b'A' { b'B' } else { b'A' };
+        std::fs::write(&target, &bytes).unwrap();
+        if split {
+            use sha2::Digest;
+            let ix: u64 = target.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+            let head = std::fs::read_to_string(r.root.join("m.wtxt")).unwrap();
+            let fixed: Vec<String> = head
+                .lines()
+                .map(|l| {
+                    if l.starts_with(&format!("part ix={ix:06} ")) {
+                        let lines = l.split(' ').find(|f| f.starts_with("lines=")).unwrap().to_string();
+                        let sha = hex::encode(sha2::Sha256::digest(&bytes));
+                        format!("part ix={ix:06} bytes={old_len} {lines} sha256={sha}")
+                    } else {
+                        l.to_string()
+                    }
+                })
+                .collect();
+            std::fs::write(r.root.join("m.wtxt"), fixed.join("\n") + "\n").unwrap();
+        }
+        r.git(&["add", "-A", "."]);
+        r.git(&["commit", "-qm", "tampered gen 1"]);
+        let tampered = r.git(&["rev-parse", "HEAD"]).trim().to_string();
+
+        let o = wtxt().arg("log").arg("-C").arg(&r.root).arg("--trusted-keys").arg(&trusted).output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "headers and links hold: {text}");
+        assert!(text.contains("header signature valid; data not verified"), "{text}");
+        assert!(!text.contains("chain OK") && !text.contains("signed (valid)"), "{text}");
+
+        let o = wtxt().arg("log").arg("--verify").arg("-C").arg(&r.root).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "split={split}: {}{err}", String::from_utf8_lossy(&o.stdout));
+        assert!(err.contains(&tampered) && err.contains("does not verify"), "{err}");
+        let (code, v) = r.log(&["--verify"]);
+        assert_eq!(code, 1);
+        let gens = v["chains"][0]["generations"].as_array().unwrap();
+        assert_eq!((gens[0]["data"].as_str(), gens[1]["data"].as_str()), (Some("failed"), Some("verified")), "{v}");
+    }
 }

@@ -1,5 +1,6 @@
 //! One integration test binary. Modules:
 //! - `age`: encryption against the real `age` tool;
+//! - `attacker`: a hostile repository, pull request or key path;
 //! - `gitflow`: install, diff, log, merge and the hook inside real Git;
 //! - `golden`: the independent implementation's vectors, byte for byte;
 //! - `cli`: the real binary's exit codes, messages and JSON;
@@ -20,6 +21,7 @@
 //! - `trust`: nothing signs, HMACs or chains a forged input.
 
 mod age;
+mod attacker;
 mod cli;
 mod containers;
 mod convert;

@@ -378,6 +378,10 @@ pub struct LogArgs {
     /// Trusted keys (default: the file of `git config wtxt.trustedKeys`).
     #[command(flatten)]
     pub trust: TrustArg,
+    /// Verify every generation's data from its commit, as `wtxt verify`
+    /// does (without it only headers and links are checked).
+    #[arg(long)]
+    pub verify: bool,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,

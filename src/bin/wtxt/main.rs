@@ -13,6 +13,7 @@ use wtxt::crypto::armor::{self, Seal, Unseal};
 use wtxt::crypto::mac::HmacKey;
 use wtxt::crypto::sign::{SecretKey, TrustedKeys};
 use wtxt::error::{Error, Result};
+use wtxt::git::history::DataCheck;
 use wtxt::git::{diff, merge};
 use wtxt::ops;
 use wtxt::progress::Progress;
@@ -296,13 +297,21 @@ fn delta_apply(a: cli::DeltaApplyArgs) -> Result<u8> {
 }
 
 fn log(a: cli::LogArgs) -> Result<u8> {
-    let chains = ops::log(&a.dir, a.path.as_deref(), trusted_keys(&a.trust)?)?;
+    let progress = Progress::for_terminal("verify");
+    let chains = ops::log(&a.dir, a.path.as_deref(), trusted_keys(&a.trust)?, a.verify, &progress)?;
+    progress.finish();
     let ok = chains.iter().all(|c| c.ok);
     if a.json {
-        let v = serde_json::json!({ "ok": ok, "chains": chains });
+        let v = serde_json::json!({ "ok": ok, "data_verified": a.verify, "chains": chains });
         emit(&format!("{v}\n"))?;
     } else {
-        emit(&log_text(&chains))?;
+        emit(&log_text(&chains, a.verify))?;
+    }
+    // The first generation whose data failed, newest first, as the log lists them.
+    let failed = chains.iter().flat_map(|c| &c.generations).find(|g| g.data == DataCheck::Failed);
+    if let Some(g) = failed {
+        let why = g.problems.iter().find(|p| p.starts_with("data: ")).map_or("", |p| &p[6..]);
+        eprintln!("wtxt: log --verify: commit {} ({} gen {:06}) does not verify: {why}", g.commit, g.path, g.gen);
     }
     Ok(if ok { 0 } else { 1 })
 }
@@ -646,12 +655,18 @@ fn inspection_text(i: &ops::Inspection) -> String {
     s
 }
 
-fn log_text(chains: &[wtxt::git::history::Chain]) -> String {
+/// `verified`: every generation's data was verified (`--verify`); else
+/// only headers and links were read, and the text says so.
+fn log_text(chains: &[wtxt::git::history::Chain], verified: bool) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     for c in chains {
         let bad = c.generations.iter().filter(|g| !g.problems.is_empty()).count();
-        let verdict = if bad == 0 { "chain OK".to_string() } else { format!("{bad} generation(s) FLAGGED") };
+        let verdict = match (bad, verified) {
+            (0, true) => "chain OK, every generation's data verified".to_string(),
+            (0, false) => "headers and links OK; data not verified (`wtxt log --verify` proves it)".to_string(),
+            _ => format!("{bad} generation(s) FLAGGED"),
+        };
         let _ = writeln!(s, "{}: {} generation(s), {verdict}", c.path, c.generations.len());
         for g in &c.generations {
             let link = if g.links.is_empty() {
@@ -661,8 +676,14 @@ fn log_text(chains: &[wtxt::git::history::Chain]) -> String {
             } else {
                 "LINK BROKEN".to_string()
             };
+            let data = match g.data {
+                DataCheck::Verified => "data verified",
+                DataCheck::NotVerified => "data not verified",
+                DataCheck::Failed => "data FAILED",
+            };
             let sig = match g.signature {
-                SigStatus::Valid => "signed (valid)".to_string(),
+                SigStatus::Valid if g.data == DataCheck::Verified => "signed (valid)".to_string(),
+                SigStatus::Valid => "header signature valid".to_string(),
                 SigStatus::Invalid => "signature INVALID".to_string(),
                 SigStatus::Untrusted => {
                     format!(
@@ -674,7 +695,7 @@ fn log_text(chains: &[wtxt::git::history::Chain]) -> String {
             };
             let _ = writeln!(
                 s,
-                "{} gen {:06} {} build {} sha256_all {} {link}, {sig}  {}{}",
+                "{} gen {:06} {} build {} sha256_all {} {link}, {sig}; {data}  {}{}",
                 &g.commit[..10],
                 g.gen,
                 g.ts,
