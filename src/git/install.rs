@@ -273,17 +273,15 @@ pub fn install(dir: &Path, p: &Plan) -> Result<Vec<String>> {
         std::fs::create_dir_all(h).map_err(|e| Error::io(h, e))?;
         let hook = h.join("pre-commit");
         let chained = h.join("pre-commit.wtxt-chained");
-        if std::fs::symlink_metadata(&hook).is_ok() {
-            if !is_our_hook(&hook) {
-                if chained.exists() {
-                    return Err(Error::usage(format!(
-                        "{} is not wtxt's and {} exists already: merge them by hand",
-                        hook.display(),
-                        chained.display()
-                    )));
-                }
-                std::fs::rename(&hook, &chained).map_err(|e| Error::io(&hook, e))?;
+        if std::fs::symlink_metadata(&hook).is_ok() && !is_our_hook(&hook) {
+            if std::fs::symlink_metadata(&chained).is_ok() {
+                return Err(Error::usage(format!(
+                    "{} is not wtxt's and {} exists already: merge them by hand",
+                    hook.display(),
+                    chained.display()
+                )));
             }
+            std::fs::rename(&hook, &chained).map_err(|e| Error::io(&hook, e))?;
         }
         write_file(&hook, p.hook.as_bytes(), 0o755)?;
     }
