@@ -72,6 +72,17 @@ impl AtomicFile {
                 return Ok(AtomicFile { stage: Some(Stage::Copy(f)), dest: dest.to_path_buf(), mode });
             }
         }
+        AtomicFile::create_replacing(dest, mode)
+    }
+
+    /// Starts writing `dest`, a file the command names itself (a part
+    /// inside a parts folder): whatever is at that name (a symbolic link, a
+    /// device, a FIFO) is replaced by the rename on commit, never written
+    /// through or read.
+    pub fn create_replacing(dest: &Path, mode: u32) -> Result<AtomicFile> {
+        if std::fs::symlink_metadata(dest).is_ok_and(|m| m.is_dir()) {
+            return Err(Error::usage(format!("{}: is a folder, expected a file name", dest.display())));
+        }
         let dir = match dest.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
@@ -215,6 +226,8 @@ pub struct OutputDir {
 
 impl OutputDir {
     /// Makes `dir` (one level: its parent must exist) unless it is there.
+    /// A symbolic link at `dir` is refused, never written through: the
+    /// outputs would land, and stale ones be deleted, wherever it points.
     pub fn create(dir: &Path) -> Result<OutputDir> {
         let mut listed = live_dirs();
         match std::fs::create_dir(dir) {
@@ -222,7 +235,12 @@ impl OutputDir {
                 listed.push(dir.to_path_buf());
                 Ok(OutputDir { made: Some(dir.to_path_buf()) })
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(OutputDir { made: None }),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && is_real_dir(dir) => Ok(OutputDir { made: None }),
+            Err(_) if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) => Err(Error::input(
+                Default::default(),
+                "a symbolic link: refusing to write parts through it (remove it, or write the snapshot elsewhere)",
+            )
+            .in_file(dir)),
             Err(e) => Err(Error::io(dir, e)),
         }
     }
@@ -242,6 +260,11 @@ impl Drop for OutputDir {
             let _ = std::fs::remove_dir(&d);
         }
     }
+}
+
+/// True when `dir` is a folder itself, not a link to one.
+pub fn is_real_dir(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
 }
 
 /// Removes the temporary files of unfinished outputs when SIGINT or SIGTERM

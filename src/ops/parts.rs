@@ -80,7 +80,7 @@ impl SnapshotOut {
             w.flush().map_err(|e| Error::io(&out, e))?;
             drop(w);
             af.commit()?;
-            if dir.is_dir() {
+            if crate::atomic::is_real_dir(&dir) {
                 remove_stale_parts(&dir, 0)?;
                 let _ = std::fs::remove_dir(&dir);
             }
@@ -158,7 +158,7 @@ impl PartedOut {
         let mut shrink = Vec::with_capacity(spans.len());
         for s in &spans {
             let path = dir.join(part_name(s.ix));
-            let mut af = AtomicFile::create(&path)?;
+            let mut af = AtomicFile::create_replacing(&path, 0o644)?;
             let first = s.opening();
             let f = af.file();
             f.write_all(&first).map_err(|e| Error::io(&path, e))?;
@@ -411,7 +411,11 @@ struct PartDir {
 
 /// The part table of the head at `out`, if it is one.
 fn old_parts(out: &Path) -> Vec<PartLine> {
-    let Ok(f) = File::open(out) else { return Vec::new() };
+    // A regular file only: a device or FIFO at the name has no parts.
+    let Ok(f) = crate::atomic::open_input_file(out) else { return Vec::new() };
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return Vec::new();
+    }
     match split::open(Box::new(f)) {
         Ok(split::Opened::Split(h)) => h.parts,
         _ => Vec::new(),
@@ -437,7 +441,7 @@ impl PartSink for PartDir {
 
     fn open(&mut self, ix: u64) -> Result<PartFile> {
         let path = self.dir.join(part_name(ix));
-        let mut af = AtomicFile::create(&path)?;
+        let mut af = AtomicFile::create_replacing(&path, 0o644)?;
         let f = af.file().try_clone().map_err(|e| Error::io(&path, e))?;
         Ok(PartFile { af, w: std::io::BufWriter::with_capacity(1 << 20, f) })
     }
@@ -490,11 +494,12 @@ fn install(
 /// waiting at `new` (compared, not hashed: both are usually in the page
 /// cache, and a comparison costs a fraction of SHA-256).
 fn same_file(path: &Path, new: &Path) -> bool {
-    let (Ok(a), Ok(b)) = (std::fs::metadata(path), std::fs::metadata(new)) else { return false };
+    // A link at the part's name is not the part: it is replaced, never read.
+    let (Ok(a), Ok(b)) = (std::fs::symlink_metadata(path), std::fs::metadata(new)) else { return false };
     if !a.is_file() || a.len() != b.len() {
         return false;
     }
-    let (Ok(mut x), Ok(mut y)) = (File::open(path), File::open(new)) else { return false };
+    let (Ok(mut x), Ok(mut y)) = (crate::atomic::open_no_follow(path), File::open(new)) else { return false };
     let (mut bx, mut by) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
     loop {
         let n = match x.read(&mut bx) {
@@ -538,26 +543,27 @@ pub fn restore(input: &Path, out: &Path, size: PartSize) -> Result<usize> {
 pub fn copy_snapshot(src: &Path, dest: &Path) -> Result<u64> {
     let (from, to) = (parts_dir(src), parts_dir(dest));
     let mut count = 0;
-    if from.is_dir() {
-        std::fs::create_dir_all(&to).map_err(|e| Error::io(&to, e))?;
-        while from.join(part_name(count + 1)).is_file() {
+    if crate::atomic::is_real_dir(&from) {
+        OutputDir::create(&to)?.keep();
+        while std::fs::symlink_metadata(from.join(part_name(count + 1))).is_ok_and(|m| m.is_file()) {
             count += 1;
             let name = part_name(count);
             let (a, b) = (from.join(&name), to.join(&name));
-            if std::fs::read(&b).ok() != Some(std::fs::read(&a).map_err(|e| Error::io(&a, e))?) {
+            if !same_file(&b, &a) {
                 copy_file(&a, &b)?;
             }
         }
     }
-    if to.is_dir() {
+    if crate::atomic::is_real_dir(&to) {
         remove_stale_parts(&to, count)?;
     }
     copy_file(src, dest)?;
     Ok(count)
 }
 
+/// Copies `from` to `to`, replacing whatever is at `to` (never written through).
 fn copy_file(from: &Path, to: &Path) -> Result<()> {
-    let mut f = AtomicFile::create(to)?;
+    let mut f = AtomicFile::create_replacing(to, 0o644)?;
     std::io::copy(&mut File::open(from).map_err(|e| Error::io(from, e))?, f.file()).map_err(|e| Error::io(to, e))?;
     f.commit()
 }

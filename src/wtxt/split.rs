@@ -655,10 +655,14 @@ pub struct PartFiles<'a> {
 impl PartSource for PartFiles<'_> {
     fn open(&self, ix: u64) -> Result<Box<dyn Read>> {
         let p = self.name(ix);
-        match std::fs::symlink_metadata(&p) {
+        match std::fs::metadata(&p) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 Err(Error::check(Position::None, "missing part: the head lists it, the folder does not have it")
                     .in_file(&p))
+            }
+            // A folder, device or FIFO (`/dev/stdin`) is not a part: never read or waited on.
+            Ok(m) if !m.is_file() => {
+                Err(Error::check(Position::None, "not a regular file: the head lists a part here").in_file(&p))
             }
             _ => crate::crypto::armor::open_maybe_sealed(&p, self.unseal),
         }
@@ -855,6 +859,10 @@ pub struct Joined<'a> {
     /// [`Joined::without_part_hashes`]).
     hash_parts: bool,
     joined_lines: u64,
+    /// Whether the part read last ended inside an array (`None`: not known,
+    /// its read failed), and the `arr` line of the array begun last.
+    prev_inside: Option<bool>,
+    open_arr: Option<Vec<u8>>,
 }
 
 enum Segment {
@@ -884,6 +892,8 @@ impl<'a> Joined<'a> {
             faults,
             hash_parts: true,
             joined_lines: prefix_lines,
+            prev_inside: Some(false),
+            open_arr: None,
         }
     }
 
@@ -930,6 +940,7 @@ impl<'a> Joined<'a> {
             }
         };
         let mut pr = PartReader::new(inner, p, name.clone(), head_line, self.hash_parts);
+        let inside = self.prev_inside.take();
         let cont = match pr.read_framing() {
             Ok(c) => c,
             Err(e) => {
@@ -937,6 +948,9 @@ impl<'a> Joined<'a> {
                 return Ok(None);
             }
         };
+        if let Some(e) = inside.and_then(|inside| self.cont_fault(inside, pr.cont.as_deref(), &name)) {
+            self.fault(e)?;
+        }
         let first_body = 2 + cont as u64;
         pr.splice = Splice {
             arrs: std::mem::take(&mut self.arrs[i]),
@@ -954,13 +968,47 @@ impl<'a> Joined<'a> {
     }
 }
 
+impl Joined<'_> {
+    /// Why a part's `cont` line (`got`) is wrong, when it is: a part starts
+    /// with one exactly when the part before it ends inside an array
+    /// (`inside`), naming that array as its `arr` line does.
+    fn cont_fault(&self, inside: bool, got: Option<&[u8]>, name: &Path) -> Option<Error> {
+        let want = match (inside, &self.open_arr) {
+            (false, _) => None,
+            (true, Some(arr)) => {
+                let a = ArrLine::parse(arr).ok()?;
+                Some(cont_line(&a.name, a.dtype, &a.shape))
+            }
+            // The earlier form: `arr` lines in the parts, none put in from
+            // the head; its `cont` lines are checked for presence only.
+            (true, None) if got.is_some() => return None,
+            (true, None) => Some("cont ...".to_string()),
+        };
+        let m = match (want, got) {
+            (Some(w), Some(g)) if w.as_bytes() != g => {
+                format!("expected `{w}` (the array the part before ends inside), found `{}`", lossy(g, 60))
+            }
+            (Some(w), None) => format!("expected `{w}`: the part before ends inside that array"),
+            (None, Some(g)) => {
+                format!("`{}`: the part before ends after `endarr`, so no `cont` line belongs here", lossy(g, 60))
+            }
+            _ => return None,
+        };
+        Some(check_at(2, m).in_file(name))
+    }
+}
+
 impl Read for Joined<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
             if let Some(cur) = &mut self.current {
                 match cur.read(buf) {
                     Ok(0) => {
-                        let cur = self.current.take().expect("current");
+                        let mut cur = self.current.take().expect("current");
+                        self.prev_inside = Some(cur.ends_inside_array());
+                        if let Some(a) = cur.splice.last_arr.take() {
+                            self.open_arr = Some(a);
+                        }
                         if let Err(e) = cur.finish() {
                             self.fault(e)?;
                         }
@@ -1026,6 +1074,10 @@ struct PartReader {
     eof: bool,
     /// Puts the head's `arr` lines in place of the `begin` lines.
     splice: Splice,
+    /// The part's `cont` line (without LF), if it has one.
+    cont: Option<Vec<u8>>,
+    /// The last bytes of the body given: whether it ends after `endarr`.
+    given_tail: Vec<u8>,
 }
 
 /// The state of putting `arr` lines in for `begin` lines as a part's body
@@ -1051,6 +1103,8 @@ struct Splice {
     out: io::Cursor<Vec<u8>>,
     /// `begin` lines that do not match the head.
     faults: Vec<Error>,
+    /// The last `arr` line put in.
+    last_arr: Option<Vec<u8>>,
 }
 
 const BEGIN: &[u8] = b"begin ";
@@ -1095,7 +1149,15 @@ impl PartReader {
             pending: io::Cursor::new(Vec::new()),
             eof: false,
             splice: Splice::default(),
+            cont: None,
+            given_tail: Vec::new(),
         }
+    }
+
+    /// True when the body given so far ends inside an array (not after
+    /// `endarr`): the next part must then start with that array's `cont`.
+    fn ends_inside_array(&self) -> bool {
+        !self.given_tail.ends_with(b"endarr\n")
     }
 
     fn take_line(&mut self) -> Result<Vec<u8>> {
@@ -1127,6 +1189,7 @@ impl PartReader {
         }
         let second = self.take_line()?;
         if second.starts_with(b"cont ") {
+            self.cont = Some(second.strip_suffix(b"\n").unwrap_or(&second).to_vec());
             return Ok(true);
         }
         // `held` keeps at most the bytes that may be `endpart`; a body line
@@ -1175,6 +1238,17 @@ impl PartReader {
 impl Read for PartReader {
     /// The body with the head's `arr` lines in place of its `begin` lines.
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = self.read_spliced(out)?;
+        let keep = 8usize;
+        self.given_tail.extend_from_slice(&out[n.saturating_sub(keep)..n]);
+        let extra = self.given_tail.len().saturating_sub(keep);
+        self.given_tail.drain(..extra);
+        Ok(n)
+    }
+}
+
+impl PartReader {
+    fn read_spliced(&mut self, out: &mut [u8]) -> io::Result<usize> {
         loop {
             let n = self.splice.out.read(out)?;
             if n > 0 {
@@ -1266,6 +1340,7 @@ impl PartReader {
                 }
                 sp.map.lock().expect("map").arrs.push((joined, sp.next_head_line));
                 sp.next_head_line += 1;
+                sp.last_arr = Some(arr.clone());
                 arr
             }
             None => {

@@ -102,3 +102,87 @@ fn key_files_that_are_devices_or_fifos_are_refused() {
         }
     }
 }
+
+/// A parts folder that is a symbolic link is refused by every writer (exit
+/// 2, nothing written or deleted where it points); a part that is a link
+/// (to a device, or to a file elsewhere) is replaced, never written
+/// through or read.
+#[test]
+fn writers_never_follow_links_at_or_below_their_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = crate::util::fixture("inputs/model.npz");
+    let elsewhere = d.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("000001.wtxtpart"), "precious\n").unwrap();
+    std::fs::write(elsewhere.join("000009.wtxtpart"), "precious\n").unwrap();
+    let out = d.join("m.wtxt");
+    std::os::unix::fs::symlink(&elsewhere, d.join("m.wtxt.parts")).unwrap();
+    let single = d.join("single.wtxt");
+    let o = wtxt().arg("snapshot").arg(&model).arg("-o").arg(&single).args(["--part-size", "none"]).output().unwrap();
+    assert!(o.status.success());
+    let runs: Vec<Vec<&std::ffi::OsStr>> = vec![
+        vec![
+            "snapshot".as_ref(),
+            model.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+            "--part-size".as_ref(),
+            "48K".as_ref(),
+        ],
+        vec![
+            "split".as_ref(),
+            single.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+            "--part-size".as_ref(),
+            "48K".as_ref(),
+        ],
+        vec![
+            "snapshot".as_ref(),
+            model.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+            "--part-size".as_ref(),
+            "none".as_ref(),
+        ],
+    ];
+    for args in runs {
+        let o = wtxt().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        let whole = args.contains(&std::ffi::OsStr::new("none"));
+        if whole {
+            // One file: the link is left alone, and nothing behind it is deleted.
+            assert!(o.status.success(), "{args:?}: {err}");
+        } else {
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains("m.wtxt.parts") && err.contains("symbolic link"), "{err}");
+            assert!(!out.exists(), "{args:?}: nothing under the final name");
+        }
+        let mut names: Vec<_> = std::fs::read_dir(&elsewhere).unwrap().map(|e| e.unwrap().file_name()).collect();
+        names.sort();
+        assert_eq!(names, ["000001.wtxtpart", "000009.wtxtpart"], "{args:?}");
+        assert_eq!(std::fs::read_to_string(elsewhere.join("000001.wtxtpart")).unwrap(), "precious\n");
+        let _ = std::fs::remove_file(&out);
+    }
+    // A real folder whose parts are links: each is replaced by the part.
+    std::fs::remove_file(d.join("m.wtxt.parts")).unwrap();
+    std::fs::create_dir(d.join("m.wtxt.parts")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", d.join("m.wtxt.parts/000001.wtxtpart")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.join("000001.wtxtpart"), d.join("m.wtxt.parts/000002.wtxtpart")).unwrap();
+    for cmd in ["snapshot", "split"] {
+        let input = if cmd == "snapshot" { &model } else { &single };
+        let o = wtxt().arg(cmd).arg(input).arg("-o").arg(&out).args(["--part-size", "48K"]).output().unwrap();
+        assert!(o.status.success(), "{cmd}: {}", String::from_utf8_lossy(&o.stderr));
+        for ix in [1, 2] {
+            let p = d.join(format!("m.wtxt.parts/{ix:06}.wtxtpart"));
+            assert!(std::fs::symlink_metadata(&p).unwrap().is_file(), "{cmd}: {} replaced", p.display());
+        }
+        assert_eq!(std::fs::read_to_string(elsewhere.join("000001.wtxtpart")).unwrap(), "precious\n");
+        assert!(wtxt().arg("verify").arg(&out).output().unwrap().status.success());
+        std::fs::remove_file(d.join("m.wtxt.parts/000001.wtxtpart")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", d.join("m.wtxt.parts/000001.wtxtpart")).unwrap();
+        std::fs::remove_file(d.join("m.wtxt.parts/000002.wtxtpart")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("000001.wtxtpart"), d.join("m.wtxt.parts/000002.wtxtpart")).unwrap();
+    }
+}

@@ -617,3 +617,109 @@ fn split_snapshots_of_the_earlier_form_still_read() {
     ok(a!("join", &again, "-o", &back));
     assert_eq!(std::fs::read(&back).unwrap(), single);
 }
+
+/// Rewrites part `ix` of the split snapshot at `head` with `edit` and puts
+/// the head's `part` line right again (size, lines, SHA-256), as an
+/// attacker who controls both would.
+fn forge_part(head: &Path, ix: u64, edit: impl Fn(&str) -> String) {
+    use sha2::Digest;
+    let part = PathBuf::from(format!("{}.parts/{ix:06}.wtxtpart", head.display()));
+    let text = edit(&std::fs::read_to_string(&part).unwrap());
+    std::fs::write(&part, &text).unwrap();
+    let line = format!(
+        "part ix={ix:06} bytes={} lines={} sha256={}",
+        text.len(),
+        text.matches('\n').count(),
+        hex::encode(sha2::Sha256::digest(text.as_bytes()))
+    );
+    let h = std::fs::read_to_string(head).unwrap();
+    let fixed: Vec<String> = h
+        .lines()
+        .map(|l| if l.starts_with(&format!("part ix={ix:06} ")) { line.clone() } else { l.to_string() })
+        .collect();
+    std::fs::write(head, fixed.join("\n") + "\n").unwrap();
+}
+
+/// `cont` lines are checked: one removed, one naming another array, one
+/// added where no array continues, an extra line after `endpart`, a part
+/// that is a folder: `verify` and `join` fail (exit 1) naming the part.
+#[test]
+fn cont_lines_and_part_framing_are_checked_by_verify_and_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good = snapshot(d, "g", &model(1), &["--part-size", "256K"]);
+    let pdir = d.join("g.wtxt.parts");
+    let keep = d.join("keep");
+    std::fs::create_dir(&keep).unwrap();
+    for p in parts(&good) {
+        std::fs::copy(&p, keep.join(p.file_name().unwrap())).unwrap();
+    }
+    std::fs::copy(&good, d.join("keep.wtxt")).unwrap();
+    let restore = || {
+        let _ = std::fs::remove_dir_all(&pdir);
+        std::fs::create_dir(&pdir).unwrap();
+        for p in std::fs::read_dir(&keep).unwrap() {
+            let p = p.unwrap().path();
+            std::fs::copy(&p, pdir.join(p.file_name().unwrap())).unwrap();
+        }
+        std::fs::copy(d.join("keep.wtxt"), &good).unwrap();
+    };
+    // Which parts start with `cont`, and which do not (after the first).
+    let with_cont: Vec<u64> = (2..=parts(&good).len() as u64)
+        .filter(|ix| {
+            std::fs::read_to_string(pdir.join(format!("{ix:06}.wtxtpart")))
+                .unwrap()
+                .lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("cont ")
+        })
+        .collect();
+    let without: Vec<u64> = (2..=parts(&good).len() as u64).filter(|ix| !with_cont.contains(ix)).collect();
+    assert!(!with_cont.is_empty() && !without.is_empty(), "{with_cont:?} {without:?}");
+    let (c, n) = (with_cont[0], without[0]);
+    type Forgery = (u64, Box<dyn Fn(&str) -> String>, &'static str);
+    let cases: Vec<Forgery> = vec![
+        (
+            c,
+            Box::new(|t: &str| t.lines().enumerate().filter(|(i, _)| *i != 1).map(|(_, l)| format!("{l}\n")).collect()),
+            "expected `cont name=emb",
+        ),
+        (c, Box::new(|t: &str| t.replacen("cont name=emb", "cont name=w", 1)), "expected `cont name=emb"),
+        (c, Box::new(|t: &str| t.replacen("shape=1000,240", "shape=1000,24", 1)), "expected `cont name=emb"),
+        (
+            n,
+            Box::new(|t: &str| t.replacen('\n', "\ncont name=emb dtype=f32 shape=1000,240\n", 1)),
+            "no `cont` line belongs here",
+        ),
+        (n, Box::new(|t: &str| format!("{t}extra\n")), "endpart"),
+    ];
+    for (ix, edit, want) in cases {
+        restore();
+        forge_part(&good, ix, edit);
+        let part = format!("{ix:06}.wtxtpart");
+        for cmd in ["verify", "join"] {
+            let args: Vec<&std::ffi::OsStr> = if cmd == "verify" {
+                vec![cmd.as_ref(), good.as_os_str()]
+            } else {
+                vec![cmd.as_ref(), good.as_os_str(), "-o".as_ref(), "j.wtxt".as_ref()]
+            };
+            let o = wtxt().current_dir(d).args(&args).output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{cmd} {want}: {err}");
+            assert!(err.contains(&part) && err.contains(want), "{cmd}: {err}");
+            assert!(!d.join("j.wtxt").exists());
+        }
+    }
+    // A part that is a folder: a failed check in both commands.
+    restore();
+    let p2 = pdir.join("000002.wtxtpart");
+    std::fs::remove_file(&p2).unwrap();
+    std::fs::create_dir(&p2).unwrap();
+    for args in [vec!["verify", "g.wtxt"], vec!["join", "g.wtxt", "-o", "j.wtxt"]] {
+        let o = wtxt().current_dir(d).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("000002.wtxtpart") && err.contains("not a regular file"), "{err}");
+    }
+}
