@@ -137,13 +137,18 @@ pub fn check_tensor_name(name: &str) -> Result<()> {
 }
 
 /// Maps a container's tensor name to a WTXT name: every byte outside
-/// `[A-Za-z0-9_]` becomes `_`, an empty name becomes `_`, and a name over 255
-/// bytes is cut. Collisions are resolved by [`assign_names`].
+/// `[A-Za-z0-9_]` becomes `_`, an empty name becomes `_`, a name that would
+/// begin with `__` (reserved for metadata arrays: JAX's `['params']['w']`,
+/// `_.y`, `../x`) gets an `x` in front, and a name over 255 bytes is cut.
+/// Collisions are resolved by [`assign_names`].
 pub fn sanitize_name(name: &str) -> String {
     let mut out: String =
         name.bytes().map(|b| if b.is_ascii_alphanumeric() || b == b'_' { b as char } else { '_' }).collect();
     if out.is_empty() {
         out.push('_');
+    }
+    if is_metadata_name(&out) {
+        out.insert(0, 'x');
     }
     out.truncate(MAX_NAME);
     out

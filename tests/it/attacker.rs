@@ -186,3 +186,39 @@ fn writers_never_follow_links_at_or_below_their_output() {
         std::os::unix::fs::symlink(elsewhere.join("000001.wtxtpart"), d.join("m.wtxt.parts/000002.wtxtpart")).unwrap();
     }
 }
+
+/// Names that map to something beginning with `__` (JAX's
+/// `['params']['w']`, `_.y`, `../x`) are tensors, not metadata: they round
+/// trip through snapshot and extract, none dropped, none colliding.
+#[test]
+fn names_that_would_map_to_reserved_ones_round_trip() {
+    use wtxt::model::{Array, Dtype};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let names = ["['params']['w']", "_.y", "../x", "x__y", "._"];
+    let arrays: Vec<Array> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Array::with_original_name(n.to_string(), Dtype::U8, vec![2], vec![i as u8; 2].into()).unwrap())
+        .collect();
+    let npz = d.join("in.npz");
+    wtxt::convert::npz::write(&arrays, std::fs::File::create(&npz).unwrap()).unwrap();
+    let snap = d.join("s.wtxt");
+    let o = wtxt().arg("snapshot").arg(&npz).arg("-o").arg(&snap).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = wtxt().arg("inspect").arg(&snap).arg("--json").output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let stored: Vec<&str> = v["arrays"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert_eq!(stored.iter().filter(|n| !n.starts_with("__")).count(), names.len(), "{stored:?}");
+    let out = d.join("out.npz");
+    let o = wtxt().arg("extract").arg(&snap).arg("-o").arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let src = wtxt::convert::npy::Source::Owned(std::sync::Arc::new(std::fs::read(&out).unwrap()));
+    let back = wtxt::convert::npz::read(&src).unwrap();
+    let mut got: Vec<(String, Vec<u8>)> = back.iter().map(|a| (a.name.clone(), a.bytes().to_vec())).collect();
+    got.sort();
+    let mut want: Vec<(String, Vec<u8>)> =
+        names.iter().enumerate().map(|(i, n)| (n.to_string(), vec![i as u8; 2])).collect();
+    want.sort();
+    assert_eq!(got, want);
+}
