@@ -52,8 +52,8 @@ for v in default window2 window0; do
     git add -A
     if [ "$v" = default ]; then
       for _ in 1 2 3; do
-        /usr/bin/time -f "pre-commit hook %e s, %M KiB" "$bin" hook pre-commit
-        /usr/bin/time -f "wtxt verify     %e s, %M KiB" "$bin" verify model.wtxt > /dev/null
+        /usr/bin/time -f "pre-commit hook %e s wall, %U+%S s CPU, %M KiB" "$bin" hook pre-commit
+        /usr/bin/time -f "wtxt verify     %e s wall, %U+%S s CPU, %M KiB" "$bin" verify model.wtxt > /dev/null
       done
     fi
     git commit -qm g1

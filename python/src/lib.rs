@@ -150,6 +150,8 @@ struct PySnapshotter {
     /// longer holds it, its buffers take the next copy (no fresh pages to
     /// fault in, which costs more than the copy itself).
     replaced: std::sync::Mutex<Option<std::sync::Arc<Generation>>>,
+    /// Held through each publish: see [`PySnapshotter::publish`].
+    publishing: std::sync::Mutex<()>,
 }
 
 /// Buffers of a generation nothing else holds, to copy the next one into.
@@ -166,10 +168,15 @@ fn reclaim(g: Option<std::sync::Arc<Generation>>) -> Vec<Vec<u8>> {
 
 impl PySnapshotter {
     fn with<T>(&self, f: impl FnOnce(&Snapshotter) -> T) -> PyResult<T> {
+        self.with_inner(f).map_err(raise)
+    }
+
+    /// [`PySnapshotter::with`] without the GIL: its error is wtxt's.
+    fn with_inner<T>(&self, f: impl FnOnce(&Snapshotter) -> T) -> Result<T, wtxt::Error> {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         match g.as_ref() {
             Some(s) => Ok(f(s)),
-            None => Err(raise(wtxt::Error::usage("the Snapshotter is closed"))),
+            None => Err(wtxt::Error::usage("the Snapshotter is closed")),
         }
     }
 }
@@ -215,6 +222,7 @@ impl PySnapshotter {
                 inner: std::sync::Mutex::new(Some(snap)),
                 next_gen: std::sync::atomic::AtomicU64::new(next),
                 replaced: std::sync::Mutex::new(None),
+                publishing: std::sync::Mutex::new(()),
             })
         })
         .map_err(raise)
@@ -230,15 +238,20 @@ impl PySnapshotter {
         metadata: Option<BTreeMap<String, String>>,
     ) -> PyResult<u64> {
         self.with(|_| ())?;
-        let gen = self.next_gen.load(std::sync::atomic::Ordering::SeqCst);
-        let mut spare = reclaim(self.replaced.lock().unwrap_or_else(|e| e.into_inner()).take());
-        let arrays = py
-            .allow_threads(|| named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut spare)), metadata))
-            .map_err(raise)?;
-        let old = self.with(|s| s.swap(std::sync::Arc::new(Generation { gen, arrays })))?;
-        *self.replaced.lock().unwrap_or_else(|e| e.into_inner()) = Some(old);
-        self.next_gen.store(gen + 1, std::sync::atomic::Ordering::SeqCst);
-        Ok(gen)
+        // One publish at a time, from taking a generation to publishing it
+        // (the lock is taken with the GIL released): from several threads,
+        // generations are unique and increase in the order they are published.
+        py.allow_threads(|| {
+            let _one = self.publishing.lock().unwrap_or_else(|e| e.into_inner());
+            let gen = self.next_gen.load(std::sync::atomic::Ordering::SeqCst);
+            let mut spare = reclaim(self.replaced.lock().unwrap_or_else(|e| e.into_inner()).take());
+            let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut spare)), metadata)?;
+            let old = self.with_inner(|s| s.swap(std::sync::Arc::new(Generation { gen, arrays })))?;
+            *self.replaced.lock().unwrap_or_else(|e| e.into_inner()) = Some(old);
+            self.next_gen.store(gen + 1, std::sync::atomic::Ordering::SeqCst);
+            Ok(gen)
+        })
+        .map_err(raise)
     }
 
     /// Asks for a snapshot of the newest generation; returns at once with

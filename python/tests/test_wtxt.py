@@ -331,3 +331,89 @@ def test_dlpack_tensors_are_saved_and_published_without_torch(tmp_path):
         snap.publish({"layer.weight": _DLPackOnly(a)})
         assert snap.request_snapshot().result(timeout=60).gen == 0
     assert (wtxt.load_file(repo / "model.wtxt")["layer.weight"] == a).all()
+
+
+def test_publish_from_many_threads_gives_unique_increasing_generations(tmp_path):
+    import threading
+    repo, _ = _repos(tmp_path)
+    got, futures, lock = [], [], threading.Lock()
+    with wtxt.Snapshotter(repo) as snap:
+        def worker(k):
+            for i in range(20):
+                g = snap.publish({"w": np.full(16, k * 100 + i, np.float32)})
+                f = snap.request_snapshot()
+                with lock:
+                    got.append(g)
+                    futures.append(f)
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        infos = [f.result(timeout=120) for f in futures]  # every future resolves
+        snap.flush()
+        last = snap.status()["last_gen"]
+    assert sorted(got) == list(range(160)), "unique and without gaps"
+    assert last == 159 and all(i.commit for i in infos)
+    assert wtxt.verify(repo / "model.wtxt").gen == 159
+
+
+def test_two_snapshotters_on_one_repository_keep_each_others_files(tmp_path):
+    repo, _ = _repos(tmp_path)
+    a = wtxt.Snapshotter(repo, path_in_repo="rank0.wtxt")
+    b = wtxt.Snapshotter(repo, path_in_repo="rank1.wtxt")
+    futures = []
+    for step in range(4):
+        a.publish({"w": np.full(64, step, np.float32)})
+        b.publish({"m": np.full(64, -step, np.float32)})
+        futures += [a.request_snapshot(), b.request_snapshot()]
+    infos = [f.result(timeout=120) for f in futures]
+    a.close()
+    b.close()
+    files = set(_git("ls-files", cwd=repo).split())
+    assert {"rank0.wtxt", "rank1.wtxt"} <= files, files
+    # Every commit a future names holds the file it reported.
+    for i, info in enumerate(infos):
+        path = "rank0.wtxt" if i % 2 == 0 else "rank1.wtxt"
+        assert path in _git("ls-tree", "--name-only", info.commit, cwd=repo).split()
+    for path in ("rank0.wtxt", "rank1.wtxt"):
+        log = cli("log", "--verify", "-C", repo, path)
+        assert log.returncode == 0, log.stdout + log.stderr
+    # One ring shared by two is refused, not raced.
+    c = wtxt.Snapshotter(repo, path_in_repo="x.wtxt", ring=str(tmp_path / "ring"))
+    with pytest.raises(wtxt.Error, match="in use by another"):
+        wtxt.Snapshotter(repo, path_in_repo="y.wtxt", ring=str(tmp_path / "ring"))
+    c.close()
+    with pytest.raises(wtxt.Error, match="inside the repository"):
+        wtxt.Snapshotter(repo, path_in_repo="../outside.wtxt")
+
+
+def test_publish_takes_torch_bf16_and_parameters_that_require_grad(tmp_path):
+    torch = pytest.importorskip("torch")
+    repo, _ = _repos(tmp_path)
+    model = torch.nn.Linear(4, 3).to(torch.bfloat16)
+    with wtxt.Snapshotter(repo) as snap:
+        snap.publish(dict(model.named_parameters()))
+        assert snap.request_snapshot().result(timeout=60).commit
+    import wtxt.torch as wt
+    back = wt.load_state_dict(repo / "model.wtxt")
+    assert back["weight"].dtype == torch.bfloat16 and torch.equal(back["weight"], model.weight.detach())
+
+
+def test_a_subclass_cannot_point_publish_or_save_at_other_memory(tmp_path):
+    class Liar(np.ndarray):
+        @property
+        def nbytes(self):
+            return 1 << 16
+
+    a = np.arange(4, dtype=np.float32).view(Liar)
+    wtxt.save_file({"a": a}, tmp_path / "a.wtxt")
+    assert (wtxt.load_file(tmp_path / "a.wtxt")["a"] == np.arange(4, dtype=np.float32)).all()
+
+
+def test_torch_files_are_named_not_misread(tmp_path):
+    torch = pytest.importorskip("torch")
+    torch.save({"w": torch.ones(2)}, tmp_path / "m.pt")
+    r = cli("snapshot", tmp_path / "m.pt", "-o", tmp_path / "o.wtxt")
+    assert r.returncode == 2 and "torch.save" in r.stderr and "save_state_dict" in r.stderr, r.stderr
+    assert not (tmp_path / "o.wtxt").exists()

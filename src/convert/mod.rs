@@ -219,7 +219,7 @@ pub fn load_for(
 fn sniff(path: &Path) -> Result<(Option<Input>, u64)> {
     let mut f = crate::atomic::open_input_file(path)?;
     let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
-    let mut head = [0u8; 16];
+    let mut head = [0u8; 128];
     let mut got = 0;
     while got < head.len() {
         match std::io::Read::read(&mut f, &mut head[got..]).map_err(|e| Error::io(path, e))? {
@@ -227,7 +227,35 @@ fn sniff(path: &Path) -> Result<(Option<Input>, u64)> {
             n => got += n,
         }
     }
+    if let Some(what) = torch_file(&head[..got], path) {
+        return Err(input_at(0, what));
+    }
     Ok((detect_head(&head[..got], len), len))
+}
+
+/// What a PyTorch file given as a snapshot input is, and what to use
+/// instead: `torch.save`'s zip (its first member `NAME/data.pkl`), its
+/// older pickle, or a DCP shard (raw bytes in a folder with `.metadata`).
+fn torch_file(head: &[u8], path: &Path) -> Option<String> {
+    let instead = "load it with torch and save the state dict with `wtxt.torch.save_state_dict` \
+                   (or `save_pretrained(..., safe_serialization=True)` and snapshot the .safetensors)";
+    let first_member = head.starts_with(b"PK\x03\x04").then(|| {
+        let n = u16::from_le_bytes([*head.get(26)?, *head.get(27)?]) as usize;
+        head.get(30..30 + n)
+    });
+    if first_member.flatten().is_some_and(|name| name.ends_with(b"/data.pkl")) {
+        return Some(format!("a PyTorch `torch.save` file (a zip of pickles), not a tensor container: {instead}"));
+    }
+    if head.starts_with(&[0x80, 0x02]) || head.starts_with(&[0x80, 0x04]) {
+        return Some(format!("a Python pickle (`torch.save`'s older format), which wtxt never unpickles: {instead}"));
+    }
+    let dcp =
+        path.extension().is_some_and(|e| e == "distcp") || path.parent().is_some_and(|d| d.join(".metadata").is_file());
+    (dcp && detect_head(head, u64::MAX).is_none()).then(|| {
+        "a PyTorch DCP checkpoint shard (`torch.distributed.checkpoint`): load the checkpoint with `dcp.load` \
+         and save the state dict with `wtxt.torch.save_state_dict`"
+            .to_string()
+    })
 }
 
 /// Runs a reader, its notes joining `notes` with the file's name.

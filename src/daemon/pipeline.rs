@@ -144,6 +144,8 @@ impl Wal {
 
 /// The pipeline: owns the ring, the chain and the Git side.
 pub struct Pipeline {
+    /// Held for the pipeline's life: one writer per ring.
+    _ring_lock: crate::git::FileLock,
     cfg: PipelineConfig,
     wal: std::sync::Arc<Wal>,
     pub state: PipelineState,
@@ -199,6 +201,13 @@ impl Pipeline {
     /// chain stands and reloads the resend queue.
     pub fn open(cfg: PipelineConfig) -> Result<Pipeline> {
         std::fs::create_dir_all(&cfg.ring).map_err(|e| Error::io(&cfg.ring, e))?;
+        let ring_lock = crate::git::FileLock::take(&cfg.ring.join("lock"), false)?.ok_or_else(|| {
+            Error::usage(format!(
+                "{}: this ring is in use by another wtxt daemon or Snapshotter: give each its own ring \
+                 (--ring, ring=), or one path_in_repo each",
+                cfg.ring.display()
+            ))
+        })?;
         let mut newest = newest_in_ring(&cfg.ring)?;
         // A crash between writing a generation to the ring and committing
         // it leaves the ring ahead of the repository: that generation never
@@ -232,6 +241,7 @@ impl Pipeline {
         let wal = std::sync::Arc::new(Wal::open(&cfg.ring)?);
         let retry = (!state.resend_queue.is_empty()).then(Instant::now);
         Ok(Pipeline {
+            _ring_lock: ring_lock,
             prev_file: newest.map(|n| n.1),
             cfg,
             wal,
@@ -313,6 +323,9 @@ impl Pipeline {
         let git = crate::git::git_err;
         let repo = git2::Repository::open(repo_dir).map_err(git)?;
         let work = repo.workdir().ok_or_else(|| Error::usage("--repo must be a work tree, not a bare repository"))?;
+        // From the index read to HEAD moved, no other wtxt writer commits:
+        // each commit is made on the other's tree, never over it.
+        let _lock = crate::git::commit_lock(&repo)?;
         let dest = work.join(&self.cfg.path_in_repo);
         if let Some(d) = dest.parent() {
             std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
@@ -320,6 +333,7 @@ impl Pipeline {
         // Atomic in the work tree too; a split snapshot's parts first.
         let parts = crate::ops::copy_snapshot(file, &dest)?;
         let mut index = repo.index().map_err(git)?;
+        index.read(true).map_err(git)?;
         let parts_rel = crate::wtxt::split::parts_dir(&self.cfg.path_in_repo);
         index.remove_dir(&parts_rel, 0).map_err(git)?;
         for ix in 1..=parts {
@@ -366,7 +380,7 @@ impl Pipeline {
                 let _ = self.save_queue();
             }
             Err(e) => {
-                self.fail(format!("push to {remote}: {e}"));
+                self.fail(redact(&format!("push to {remote}: {e}")));
                 self.next_retry = Some(Instant::now() + self.backoff);
                 self.backoff = (self.backoff * 2).min(Duration::from_secs(60));
             }
@@ -423,6 +437,42 @@ impl Pipeline {
     }
 }
 
+/// `remote` without the userinfo of a `scheme://user:secret@host/...` URL,
+/// and that user and secret (a token alone is the user, as GitHub takes it).
+fn split_credentials(remote: &str) -> (String, Option<(String, String)>) {
+    let Some((scheme, rest)) = remote.split_once("://") else { return (remote.to_string(), None) };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else { return (remote.to_string(), None) };
+    let info = &rest[..at];
+    if scheme.starts_with("ssh") && !info.contains(':') {
+        return (remote.to_string(), None); // ssh://git@host: a user name, no secret
+    }
+    let (user, password) = info.split_once(':').unwrap_or((info, ""));
+    (format!("{scheme}://{}", &rest[at + 1..]), Some((user.to_string(), password.to_string())))
+}
+
+/// `text` with the userinfo of every URL in it replaced by `***`: a remote's
+/// token never reaches a log or `status`.
+pub fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail.find(|c: char| c == '/' || c.is_whitespace() || c == '\'' || c == '"').unwrap_or(tail.len());
+        match tail[..end].rfind('@') {
+            Some(at) => {
+                out.push_str("***");
+                out.push_str(&tail[at..end]);
+            }
+            None => out.push_str(&tail[..end]),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// How long a push may go without a word from git (no progress at all)
 /// before it is given up and retried later. A large first push takes many
 /// minutes (GBs to pack and send), so the limit is on silence, not on the
@@ -445,8 +495,21 @@ fn push(repo_dir: &Path, remote: &str) -> std::result::Result<(), String> {
     for (key, value) in pack_settings(&repo) {
         cmd.arg("-c").arg(format!("{key}={value}"));
     }
+    // Credentials in the URL go to git through the environment and a
+    // credential helper, never on its command line (`ps` shows that).
+    let (url, credentials) = split_credentials(remote);
+    if let Some((user, password)) = credentials {
+        cmd.env("GIT_CONFIG_COUNT", "1")
+            .env("GIT_CONFIG_KEY_0", "credential.helper")
+            .env(
+                "GIT_CONFIG_VALUE_0",
+                "!f() { test \"$1\" = get && printf 'username=%s\\npassword=%s\\n' \"$WTXT_PUSH_USER\" \"$WTXT_PUSH_PASSWORD\"; }; f",
+            )
+            .env("WTXT_PUSH_USER", user)
+            .env("WTXT_PUSH_PASSWORD", password);
+    }
     let mut child = cmd
-        .args(["push", "--progress", "--porcelain", "--", remote, &format!("HEAD:{branch}")])
+        .args(["push", "--progress", "--porcelain", "--", &url, &format!("HEAD:{branch}")])
         .env("GIT_TERMINAL_PROMPT", "0")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -562,6 +625,18 @@ fn pack_settings(repo: &git2::Repository) -> Vec<(&'static str, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_leave_the_url_and_every_message() {
+        let (url, c) = split_credentials("https://user:tok3n@example.com/x.git");
+        assert_eq!((url.as_str(), c), ("https://example.com/x.git", Some(("user".into(), "tok3n".into()))));
+        assert_eq!(split_credentials("https://tok3n@h/x").1, Some(("tok3n".into(), String::new())));
+        assert_eq!(split_credentials("ssh://git@h/x"), ("ssh://git@h/x".to_string(), None));
+        assert_eq!(split_credentials("/srv/x.git"), ("/srv/x.git".to_string(), None));
+        let m = "push to https://user:tok3n@example.com/x.git: fatal: unable to access 'https://user:tok3n@example.com/x.git/'";
+        assert!(!redact(m).contains("tok3n") && redact(m).contains("https://***@example.com/x.git"), "{}", redact(m));
+        assert_eq!(redact("no url here"), "no url here");
+    }
 
     #[test]
     fn pack_defaults_yield_to_the_users_configuration() {

@@ -84,13 +84,13 @@ impl DaemonConfig {
         let repo = cfg.repo.clone().ok_or_else(|| Error::usage("--repo is required"))?;
         let git = git2::Repository::open(&repo)
             .map_err(|e| Error::usage(format!("--repo {}: {}", repo.display(), e.message())))?;
-        let ring = cfg.ring.clone().unwrap_or_else(|| git.path().join("wtxt-ring"));
-        let mut pc = PipelineConfig::new(&ring);
+        let mut pc = PipelineConfig::new(Path::new(""));
+        if let Some(p) = &cfg.path_in_repo {
+            pc.path_in_repo = checked_path_in_repo(p)?;
+        }
+        pc.ring = cfg.ring.clone().unwrap_or_else(|| git.path().join(default_ring(&pc.path_in_repo)));
         pc.keep = cfg.keep.unwrap_or(8);
         pc.repo = Some(repo.clone());
-        if let Some(p) = &cfg.path_in_repo {
-            pc.path_in_repo = p.clone();
-        }
         pc.remote = cfg.remote.clone();
         pc.log = Some(log.clone());
         pc.sign_key = cfg.sign_key.as_deref().map(crate::crypto::sign::SecretKey::from_file).transpose()?;
@@ -120,6 +120,37 @@ static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_term(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
+}
+
+/// `path_in_repo` as given, when it names a file inside the work tree: a
+/// relative path with no `..` (an absolute one, or one climbing out, would
+/// be written outside the repository before Git could refuse it).
+pub fn checked_path_in_repo(p: &Path) -> Result<PathBuf> {
+    use std::path::Component;
+    let inside = p.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if !inside || p.file_name().is_none() {
+        return Err(Error::usage(format!(
+            "path_in_repo {}: expected a relative path inside the repository, without `..`",
+            p.display()
+        )));
+    }
+    Ok(p.to_path_buf())
+}
+
+/// The ring a pipeline keeps under the repository's `.git` by default: one
+/// per path in the repository (`wtxt-ring` for the default
+/// `snapshot.wtxt`), so that a model's and an optimizer's Snapshotters, or
+/// one per rank, never share one.
+pub fn default_ring(path_in_repo: &Path) -> PathBuf {
+    if path_in_repo == Path::new("snapshot.wtxt") {
+        return PathBuf::from("wtxt-ring");
+    }
+    let name: String = path_in_repo
+        .to_string_lossy()
+        .bytes()
+        .map(|b| if b.is_ascii_alphanumeric() || b == b'.' || b == b'-' { b as char } else { '_' })
+        .collect();
+    PathBuf::from(format!("wtxt-ring-{name}"))
 }
 
 /// Runs the daemon until `shutdown` or SIGTERM; background failures and

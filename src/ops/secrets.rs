@@ -10,10 +10,20 @@ use std::path::Path;
 use super::*;
 
 /// `wtxt keygen`: a new Ed25519 key (PKCS#8 PEM, mode 0600) and its `.pub`.
-pub fn keygen(out: &Path) -> Result<String> {
-    let k = SecretKey::generate()?;
+/// An existing key (or its `.pub`) is replaced only with `force`: a key
+/// silently replaced would orphan every signature made with it.
+pub fn keygen(out: &Path, force: bool) -> Result<String> {
     let mut pubpath = out.as_os_str().to_owned();
     pubpath.push(".pub");
+    for p in [out, Path::new(&pubpath)] {
+        if !force && std::fs::symlink_metadata(p).is_ok() {
+            return Err(Error::usage(format!(
+                "{}: exists already: keygen does not replace a key (give --force to replace it)",
+                p.display()
+            )));
+        }
+    }
+    let k = SecretKey::generate()?;
     write_file(out, k.to_pkcs8_pem().as_bytes(), 0o600)?;
     write_file(Path::new(&pubpath), k.public().to_spki_pem().as_bytes(), 0o644)?;
     Ok(hex::encode(k.public().keyid()))

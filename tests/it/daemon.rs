@@ -165,7 +165,8 @@ fn a_failing_remote_parks_pushes_until_it_recovers() {
     assert_eq!(st["resend_queue"], 3, "{st}");
     assert!(st["last_error"].as_str().unwrap().contains("push"), "{st}");
     // The ring keeps what is not pushed.
-    assert!(repo.join(".git/wtxt-ring/gen-000001.wtxt").exists());
+    // Its own ring, named for its path in the repository.
+    assert!(repo.join(".git/wtxt-ring-models_m.wtxt/gen-000001.wtxt").exists());
     git_ok(d, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
     let t = Instant::now();
     loop {
@@ -581,6 +582,34 @@ fn pushes_over_https_with_the_users_credential_helper() {
         ("GIT_CONFIG_VALUE_0", helper.as_str()),
     ];
     pushes_arrive(d, &format!("https://127.0.0.1:{port}/remote.git"), &served.join("remote.git"), &env);
+
+    // Credentials in the URL reach git through its environment, never its
+    // command line; a wrong one fails with the secret left out of every message.
+    let d2 = d.join("with-credentials");
+    std::fs::create_dir(&d2).unwrap();
+    git_ok(&served, &["init", "-q", "--bare", "-b", "main", "second.git"]);
+    git_ok(&served.join("second.git"), &["config", "http.receivepack", "true"]);
+    let url = format!("https://pusher:s3cret@127.0.0.1:{port}/second.git");
+    pushes_arrive(&d2, &url, &served.join("second.git"), &env[..1]);
+    let d3 = d.join("wrong");
+    std::fs::create_dir(&d3).unwrap();
+    let repo = d3.join("repo");
+    git_ok(&d3, &["init", "-q", "-b", "main", "repo"]);
+    let log = d3.join("daemon.err");
+    let url = format!("https://pusher:wr0ng-t0ken@127.0.0.1:{port}/second.git");
+    let daemon = Daemon::start_with(
+        &repo,
+        &d3.join("s.sock"),
+        &["--remote", &url],
+        &env[..1],
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    assert_eq!(daemon.ask(&format!("snapshot {} gen=1", model(&d3, 1).display())), "ok gen=1 queued");
+    assert_eq!(daemon.ask("flush"), "ok");
+    let st = daemon.status();
+    daemon.stop();
+    let said = format!("{st} {}", std::fs::read_to_string(&log).unwrap());
+    assert!(st["last_error"].is_string() && !said.contains("wr0ng-t0ken"), "{said}");
 }
 
 /// Issue 11: a push that fails is said at once on stderr, with the remote's

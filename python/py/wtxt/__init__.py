@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import os
 import queue
+import atexit
 import threading
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple, Union
@@ -89,6 +91,10 @@ def _as_array(name: str, a) -> Tuple[str, np.ndarray]:
         a = np.from_dlpack(a)  # e.g. a CPU torch tensor, without importing torch
     if not isinstance(a, np.ndarray):
         raise Error(f"tensor {name!r}: expected a NumPy array (or anything with __dlpack__), found {type(a).__name__}")
+    if type(a) is not np.ndarray:
+        # A subclass's own __array_interface__ or nbytes could name any
+        # memory: the base array's buffer is what is read.
+        a = np.ndarray.view(a, np.ndarray)
     if a.dtype.hasobject:
         raise Error(f"tensor {name!r}: object arrays cannot be saved")
     dtype = _wtxt_dtype(a, name)
@@ -100,7 +106,11 @@ def _as_array(name: str, a) -> Tuple[str, np.ndarray]:
 
 def _staged(name: str, a) -> Tuple[Tuple[str, str, List[int], int, int], np.ndarray]:
     """What the Rust side copies `a` from: (name, WTXT dtype, shape, address,
-    length), and the C-contiguous array to keep alive until it has."""
+    length), and the C-contiguous array to keep alive until it has. A torch
+    tensor goes as `wtxt.torch` takes it (detached, bf16 kept)."""
+    if type(a).__module__.startswith("torch") and hasattr(a, "detach"):
+        from .torch import _item  # torch is loaded: the tensor came from it
+        return _item(name, a)
     return _staged_as(name, *_as_array(name, a))
 
 
@@ -210,6 +220,17 @@ class SnapshotInfo:
     pushed: bool
 
 
+_OPEN_SNAPSHOTTERS: "weakref.WeakSet[Snapshotter]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_snapshotters() -> None:
+    """Finishes every open Snapshotter before the interpreter goes: its
+    threads must not be inside Rust when Python stops them."""
+    for s in list(_OPEN_SNAPSHOTTERS):
+        s.close()
+
+
 class Snapshotter:
     """The snapshot daemon's pipeline inside the training process.
 
@@ -238,6 +259,7 @@ class Snapshotter:
         self._pending: "queue.Queue[Optional[Tuple[int, Future]]]" = queue.Queue()
         self._watcher = threading.Thread(target=self._watch, name="wtxt-snapshot-futures", daemon=True)
         self._watcher.start()
+        _OPEN_SNAPSHOTTERS.add(self)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -366,6 +366,9 @@ pub struct KeygenArgs {
     /// Secret key output (PKCS#8 PEM, mode 0600); the public key goes to OUT.pub.
     #[arg(short, long, value_name = "KEY.pem")]
     pub output: PathBuf,
+    /// Replace KEY.pem and KEY.pem.pub when they exist.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Args, Debug)]
@@ -538,7 +541,7 @@ pub struct DaemonArgs {
     /// Unix socket to listen on (created with mode 0600).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
-    /// Ring folder (default: REPO/.git/wtxt-ring).
+    /// Ring folder (default: REPO/.git/wtxt-ring, or wtxt-ring-NAME for another --path-in-repo).
     #[arg(long, value_name = "DIR")]
     pub ring: Option<PathBuf>,
     /// Snapshots the ring keeps (default 8; unpushed ones are never dropped).

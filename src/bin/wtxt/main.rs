@@ -560,7 +560,7 @@ fn decrypt(a: cli::DecryptArgs) -> Result<u8> {
 }
 
 fn keygen(a: cli::KeygenArgs) -> Result<u8> {
-    let id = ops::keygen(&a.output)?;
+    let id = ops::keygen(&a.output, a.force)?;
     emit(&format!("{id}\n"))?;
     Ok(0)
 }
