@@ -579,6 +579,12 @@ pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) ->
     let no = || Error::usage(format!("{rev}: no {} in that commit", path.display()));
     let blob = tree.get_path(path).map_err(|_| no())?.id();
     let shown = PathBuf::from(format!("{rev}:{}", path.display()));
+    if crate::git::blob::prefix(&repo, blob, 13)? == b"WTXT part ix=" {
+        return Err(Error::usage(format!(
+            "{}: a part of a split snapshot, not a snapshot: export its head (the path before `.parts/`)",
+            shown.display()
+        )));
+    }
     let mut w = SnapshotOut::create(out, size)?;
     // Streamed: a single file may hold a whole model.
     let input = crate::git::blob::reader(&repo, blob).map_err(|e| e.in_file(&shown))?;

@@ -772,7 +772,10 @@ fn parse_head(prefix: Vec<u8>, rest: &[u8], first: u64) -> Result<Head> {
         }
         if l.starts_with(b"part ") && tail.is_empty() {
             let p = PartLine::parse(l).map_err(|m| check_at(n, m))?;
-            if p.ix != parts.len() as u64 + 1 || p.ix > MAX_PARTS {
+            if p.ix > MAX_PARTS {
+                return Err(check_at(n, format!("part ix={:06}: a head lists at most {MAX_PARTS} parts", p.ix)));
+            }
+            if p.ix != parts.len() as u64 + 1 {
                 return Err(check_at(n, format!("expected part ix={:06}, found ix={:06}", parts.len() + 1, p.ix)));
             }
             parts.push(p);

@@ -222,3 +222,19 @@ fn names_that_would_map_to_reserved_ones_round_trip() {
     want.sort();
     assert_eq!(got, want);
 }
+
+/// `keygen -o EXISTING` does not replace a key (every signature made with
+/// it would be orphaned) unless told to with `--force`.
+#[test]
+fn keygen_never_replaces_a_key_silently() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("k.pem");
+    assert!(wtxt().args(["keygen", "-o"]).arg(&key).output().unwrap().status.success());
+    let before = std::fs::read(&key).unwrap();
+    let o = wtxt().args(["keygen", "-o"]).arg(&key).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--force"));
+    assert_eq!(std::fs::read(&key).unwrap(), before);
+    assert!(wtxt().args(["keygen", "--force", "-o"]).arg(&key).output().unwrap().status.success());
+    assert_ne!(std::fs::read(&key).unwrap(), before);
+}

@@ -612,6 +612,11 @@ fn split_snapshots_merge_through_wtxt_git_resolve() {
     r.commit("main");
     let ours = r.work.join("ours.wtxt");
     assert!(r.wtxt(&["git", "export", "HEAD", "m.wtxt", "-o", ours.to_str().unwrap()]).status.success());
+    // A part alone is not a snapshot: refused, naming it, nothing written.
+    let part = r.work.join("part.wtxt");
+    let o = r.wtxt(&["git", "export", "HEAD", "m.wtxt.parts/000001.wtxtpart", "-o", part.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("a part of a split snapshot") && !part.exists());
     let o = r.run(&["merge", "-q", "side"], &[]);
     assert!(!o.status.success(), "both sides changed the model: a conflict");
     let told = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
