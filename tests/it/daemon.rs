@@ -139,6 +139,16 @@ fn new_repo() -> (tempfile::TempDir, PathBuf) {
     (dir, repo)
 }
 
+/// `wtxt log --verify` of the daemon's snapshot in `repo`.
+fn log_verified(repo: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_wtxt"))
+        .args(["log", "--verify", "-C"])
+        .arg(repo)
+        .arg("snapshot.wtxt")
+        .output()
+        .unwrap()
+}
+
 fn model(dir: &Path, gen: u64) -> PathBuf {
     let p = dir.join(format!("state{gen}.npz"));
     let g = uniform(gen);
@@ -221,7 +231,7 @@ fn a_generation_in_the_ring_but_not_committed_is_redone_after_a_crash() {
     assert_eq!((&st["last_gen"], &st["lost"]), (&serde_json::json!(2), &serde_json::json!([])), "{st}");
     daemon.stop();
     assert_eq!(git_ok(&repo, &["rev-list", "--count", "main"]).trim(), "2");
-    let log = crate::util::wtxt().args(["log", "--verify", "-C"]).arg(&repo).arg("snapshot.wtxt").output().unwrap();
+    let log = log_verified(&repo);
     assert!(String::from_utf8_lossy(&log.stdout).contains("2 generation(s), chain OK"), "{:?}", log);
 }
 
@@ -271,12 +281,7 @@ fn kill_9_mid_snapshot_then_restart() {
     assert_eq!(st["lost"], serde_json::json!([]));
     daemon.stop();
     git_ok(&repo, &["fsck", "--no-progress"]);
-    let log = Command::new(env!("CARGO_BIN_EXE_wtxt"))
-        .args(["log", "--verify", "-C"])
-        .arg(&repo)
-        .arg("snapshot.wtxt")
-        .output()
-        .unwrap();
+    let log = log_verified(&repo);
     assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stdout));
     assert!(String::from_utf8_lossy(&log.stdout).contains("2 generation(s), chain OK"));
 }
@@ -323,12 +328,7 @@ fn the_python_example_runs_end_to_end() {
         .filter(|n| n.ends_with(".wtxt"))
         .collect();
     assert_eq!(ring.len() as u64, written.min(3), "the ring keeps the last 3: {ring:?}");
-    let log = Command::new(env!("CARGO_BIN_EXE_wtxt"))
-        .args(["log", "--verify", "-C"])
-        .arg(&repo)
-        .arg("snapshot.wtxt")
-        .output()
-        .unwrap();
+    let log = log_verified(&repo);
     assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stdout));
 }
 
