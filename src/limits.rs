@@ -25,8 +25,17 @@ pub const MAX_ARRAY_BYTES: u64 = 64 << 30;
 /// allow 4 GiB, which no honest file needs.
 pub const MAX_NPY_HEADER: usize = 1 << 20;
 
-/// Largest number of members in an `.npz` or arrays in any one input.
-pub const MAX_ARRAYS: usize = 1 << 20;
+/// Largest number of tensors in an `.npz`, a safetensors file, an AERO
+/// index or a snapshot (131,072). Each array costs about 1.2 KB of heap
+/// while a snapshot is read and written (its lines, hashes, name and
+/// report), so the cap keeps that under 256 MiB; the largest public
+/// checkpoints (mixture-of-experts models with a tensor per expert) hold
+/// under 100,000.
+pub const MAX_ARRAYS: usize = 1 << 17;
+
+/// Metadata arrays (`__names`, `__safetensors_header`, ...) a snapshot may
+/// hold beside [`MAX_ARRAYS`] tensors.
+pub const MAX_METADATA_ARRAYS: usize = 64;
 
 /// Largest decompressed `.npz` member. Checked against the zip's declared
 /// size, and the inflater is capped at the declared size, so a compression

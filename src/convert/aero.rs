@@ -35,7 +35,7 @@ pub const MAX_STRING_TABLE: u64 = 512 * 1024 * 1024;
 /// Most tensors a TIDX may list: each costs about 4 KiB of parsed metadata
 /// and bookkeeping on the way to a snapshot, so this keeps a small,
 /// well-compressed TIDX within the heap cap (measured in docs/SECURITY.md).
-pub const MAX_TIDX_TENSORS: usize = 1 << 16;
+pub const MAX_TIDX_TENSORS: usize = crate::limits::MAX_ARRAYS;
 
 /// Our limit on a metadata chunk's uncompressed bytes (the spec allows
 /// 2 GiB): metadata is parsed into memory, so it must fit the heap cap.
@@ -578,6 +578,13 @@ pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
     let bad = |m: String| Error::input(Default::default(), format!("{META}: {m}"));
     let meta: Option<AeroMeta> = meta_typed(arrays, META)?;
     let tensors: Vec<&Array> = arrays.iter().filter(|a| a.name != META).collect();
+    // Never write what the reader refuses.
+    if tensors.len() > MAX_TIDX_TENSORS {
+        return Err(Error::input(
+            Default::default(),
+            format!("{} tensors: an AERO index holds at most {MAX_TIDX_TENSORS}", tensors.len()),
+        ));
+    }
     let (uuid, minor, mut plan) = match meta {
         Some(m) => {
             let uuid = hex::decode(&m.uuid).ok().filter(|u| u.len() == 16);

@@ -8,7 +8,7 @@
 //! `shutdown` -> `ok`, then in-flight work finishes and the process exits 0.
 //! SIGTERM does what `shutdown` does.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -197,17 +197,19 @@ pub fn run(cfg: DaemonConfig, log: crate::daemon::Log) -> Result<()> {
         libc::signal(libc::SIGINT, on_term as *const () as libc::sighandler_t);
     }
     listener.set_nonblocking(true).map_err(|e| Error::io(&socket, e))?;
-    // A fixed pool serves connections from a bounded queue: idle or
-    // flooding clients cost a queue slot and a timeout, never a thread each.
-    let (conn_tx, conn_rx) = crossbeam_channel::bounded::<UnixStream>(MAX_QUEUED_CONNECTIONS);
+    raise_open_files_limit();
+    // A fixed pool answers requests whose line has arrived; the line is read
+    // here, as it comes, from every connection at once (poll): an idle or
+    // slow client costs a descriptor and a few bytes, never a worker.
+    let (conn_tx, conn_rx) = crossbeam_channel::bounded::<(UnixStream, Vec<u8>)>(MAX_QUEUED_CONNECTIONS);
     let mut workers = Vec::new();
     for i in 0..CONNECTION_WORKERS {
         let (s, rx) = (state.clone(), conn_rx.clone());
         let w = std::thread::Builder::new()
             .name(format!("wtxt-conn-{i}"))
             .spawn(move || {
-                for stream in rx {
-                    if s.serve(stream) {
+                for (stream, line) in rx {
+                    if s.serve(stream, &line) {
                         STOP.store(true, Ordering::SeqCst);
                     }
                 }
@@ -215,24 +217,19 @@ pub fn run(cfg: DaemonConfig, log: crate::daemon::Log) -> Result<()> {
             .map_err(|e| Error::io_in("connection thread", e))?;
         workers.push(w);
     }
+    let mut reading = Reading::default();
     let result = loop {
         if STOP.load(Ordering::SeqCst) {
             break Ok(());
         }
-        match listener.accept() {
-            Ok((stream, _)) => {
-                if let Err(crossbeam_channel::TrySendError::Full(stream)) = conn_tx.try_send(stream) {
-                    // Take what the client sent already, so closing does not reset
-                    // the connection before it reads the answer.
-                    let _ = stream.set_nonblocking(true);
-                    let _ = (&stream).read(&mut [0u8; MAX_REQUEST]);
-                    let _ = stream.set_nonblocking(false);
-                    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-                    let _ = (&stream).write_all(b"error busy: too many connections, try again\n");
-                    let _ = stream.shutdown(std::net::Shutdown::Write);
+        match reading.poll(&listener) {
+            Ok(lines) => {
+                for (stream, line) in lines {
+                    if let Err(crossbeam_channel::TrySendError::Full((stream, _))) = conn_tx.try_send((stream, line)) {
+                        busy(&stream);
+                    }
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => break Err(Error::io(&socket, e)),
         }
     };
@@ -252,11 +249,122 @@ pub fn run(cfg: DaemonConfig, log: crate::daemon::Log) -> Result<()> {
 /// Threads that answer requests.
 pub const CONNECTION_WORKERS: usize = 4;
 
-/// Connections waiting for a worker; one more is answered `error busy` and closed.
+/// Requests waiting for a worker; one more is answered `error busy` and closed.
 pub const MAX_QUEUED_CONNECTIONS: usize = 64;
+
+/// Connections whose request line is still being read; past this the
+/// oldest is closed to make room (it would time out anyway).
+pub const MAX_READING: usize = 4096;
 
 /// How long a client may take to send its request line.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Tells a client there is no room, once it has sent its request (closing
+/// first would reset the connection before it reads the answer).
+fn busy(stream: &UnixStream) {
+    let _ = stream.set_nonblocking(true);
+    let _ = (&*stream).read(&mut [0u8; MAX_REQUEST]);
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = (&*stream).write_all(b"error busy: too many connections, try again\n");
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+}
+
+/// Lets the daemon hold as many connections as the system allows it (the
+/// soft limit on open files up to the hard one): idle clients cost a
+/// descriptor each.
+fn raise_open_files_limit() {
+    // SAFETY: getrlimit/setrlimit on a local struct; only this process's limit changes.
+    unsafe {
+        let mut l: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max.min(MAX_READING as libc::rlim_t + 256);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}
+
+/// Connections whose request line is being read, all at once, as data
+/// arrives (readiness, not a thread each).
+#[derive(Default)]
+struct Reading {
+    conns: std::collections::VecDeque<(UnixStream, Vec<u8>, std::time::Instant)>,
+}
+
+impl Reading {
+    /// Waits up to 50 ms for new connections and request bytes; returns the
+    /// connections whose line is complete (a newline, the end of their
+    /// writing, or [`MAX_REQUEST`] bytes). Silent ones past
+    /// [`REQUEST_TIMEOUT`] are closed.
+    fn poll(&mut self, listener: &UnixListener) -> std::io::Result<Vec<(UnixStream, Vec<u8>)>> {
+        use std::os::fd::AsRawFd;
+        let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
+            .chain(self.conns.iter().map(|(s, _, _)| s.as_raw_fd()))
+            .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+            .collect();
+        // SAFETY: `fds` is a live, correctly sized array of pollfd for the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return if e.kind() == std::io::ErrorKind::Interrupted { Ok(Vec::new()) } else { Err(e) };
+        }
+        let mut done = Vec::new();
+        let mut keep = std::collections::VecDeque::with_capacity(self.conns.len());
+        for ((stream, mut line, since), fd) in self.conns.drain(..).zip(&fds[1..]) {
+            if fd.revents == 0 {
+                if since.elapsed() < REQUEST_TIMEOUT {
+                    keep.push_back((stream, line, since));
+                }
+                continue;
+            }
+            let mut buf = [0u8; 1024];
+            let room = MAX_REQUEST - line.len();
+            match (&stream).read(&mut buf[..room.min(1024)]) {
+                Ok(0) => done.push((stream, line)),
+                Ok(k) => {
+                    line.extend_from_slice(&buf[..k]);
+                    if line.contains(&b'\n') || line.len() >= MAX_REQUEST {
+                        done.push((stream, line));
+                    } else {
+                        keep.push_back((stream, line, since));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => keep.push_back((stream, line, since)),
+                Err(_) => {} // the client went away
+            }
+        }
+        self.conns = keep;
+        if fds[0].revents != 0 {
+            loop {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        if stream.set_nonblocking(true).is_err() {
+                            continue;
+                        }
+                        if self.conns.len() >= MAX_READING {
+                            self.conns.pop_front();
+                        }
+                        self.conns.push_back((stream, Vec::new(), std::time::Instant::now()));
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    // Out of descriptors: the oldest silent connection makes room.
+                    Err(e) if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) => {
+                        if self.conns.pop_front().is_none() {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        break;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        for (stream, _) in &done {
+            let _ = stream.set_nonblocking(false);
+        }
+        Ok(done)
+    }
+}
 
 /// Binds the socket with mode 0600, replacing a stale socket (and nothing
 /// else). The socket is made in a private 0700 folder beside the final
@@ -364,16 +472,13 @@ impl Server {
         Ok(gen)
     }
 
-    /// Answers one request; true when it asked the daemon to stop.
-    fn serve(&self, stream: UnixStream) -> bool {
-        let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+    /// Answers the request `line` read from `stream`; true when it asked
+    /// the daemon to stop.
+    fn serve(&self, stream: UnixStream, line: &[u8]) -> bool {
         let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
-        let mut line = Vec::new();
-        let mut r = BufReader::new((&stream).take(MAX_REQUEST as u64));
-        if r.read_until(b'\n', &mut line).is_err() {
-            return false;
-        }
-        let (reply, stop) = match parse_request(&line) {
+        // The line ends at its newline (what follows is not read).
+        let line = line.iter().position(|&b| b == b'\n').map_or(line, |i| &line[..=i]);
+        let (reply, stop) = match parse_request(line) {
             Err(m) => (format!("error {m}"), false),
             Ok(Request::Snapshot { path, gen }) => match self.snapshot(&path, gen) {
                 Ok(g) => (format!("ok gen={g} queued"), false),

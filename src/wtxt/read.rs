@@ -334,6 +334,7 @@ pub fn read<R: Read, V: Visitor>(input: R, v: &mut V) -> Result<Header> {
     v.header(&header)?;
     let ext_ok = header.cap.has(CAP_EXT_DTYPES);
     let mut prev_name: Option<String> = None;
+    let mut arrays = 0usize;
     loop {
         let (n, l) = match pending.take() {
             Some(p) => p,
@@ -354,6 +355,11 @@ pub fn read<R: Read, V: Visitor>(input: R, v: &mut V) -> Result<Header> {
                 return Err(check_at(n, format!("dtype {} needs `{CAP_EXT_DTYPES}` in the cap line", arr.dtype)));
             }
             prev_name = Some(arr.name.clone());
+            arrays += 1;
+            if arrays > crate::limits::MAX_ARRAYS + crate::limits::MAX_METADATA_ARRAYS {
+                let most = crate::limits::MAX_ARRAYS + crate::limits::MAX_METADATA_ARRAYS;
+                return Err(check_at(n, format!("more than {most} arrays: over the limit a snapshot may hold")));
+            }
             read_array(&mut lines, n, arr, l, v)?;
             continue;
         }

@@ -48,8 +48,10 @@ pub const PART_EXT: &str = "wtxtpart";
 /// the head a reader holds in memory.
 pub const MAX_PARTS: u64 = 100_000;
 
-/// Largest head read into memory (a full `MAX_PARTS` table fits).
-pub const MAX_HEAD: u64 = 16 << 20;
+/// Largest head read into memory: a full `MAX_PARTS` table (12 MB) and the
+/// `arr` lines of `MAX_ARRAYS` arrays with names of typical length fit;
+/// writers refuse a larger head, so none is written that readers refuse.
+pub const MAX_HEAD: u64 = 64 << 20;
 
 const PART_MAGIC: &str = "WTXT part ix=";
 const PART_END: &[u8] = b"endpart\n";
@@ -290,6 +292,12 @@ pub fn head_bytes(prefix: &[u8], parts: &[PartLine], arrs: &[Vec<Vec<u8>>], tail
 /// The head is a file of the set too: it holds every `arr` line, so a
 /// snapshot of very many arrays needs parts large enough for its head.
 fn check_head_size(len: u64, size: u64) -> Result<()> {
+    if len >= MAX_HEAD {
+        return Err(Error::usage(format!(
+            "the head (the header and every array's `arr` line) would be {len} bytes, \
+             over the {MAX_HEAD} bytes a reader takes: fewer arrays, or shorter names"
+        )));
+    }
     if len > size {
         return Err(Error::usage(format!(
             "the head (the header and every array's `arr` line) would be {len} bytes, \

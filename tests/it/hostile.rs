@@ -393,3 +393,38 @@ fn original_names_that_collide_are_refused_by_every_writer() {
         }
     }
 }
+
+/// A safetensors file of as many empty tensors as a snapshot may hold
+/// (`MAX_ARRAYS`): snapshot and verify stay within the 256 MiB heap bound
+/// (its head, over 16 MiB, is one a reader takes); one tensor more is
+/// refused.
+#[test]
+fn the_most_tensors_a_snapshot_holds_fit_the_heap_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let write = |n: usize, name: &str| {
+        let mut json = String::from("{");
+        for i in 0..n {
+            json.push_str(&format!("\"t{i:07}\":{{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}},"));
+        }
+        json.pop();
+        json.push('}');
+        let mut bytes = (json.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(json.as_bytes());
+        let p = d.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let cap = wtxt::limits::MAX_ARRAYS;
+    let (at_cap, over) = (write(cap, "cap.safetensors"), write(cap + 1, "over.safetensors"));
+    let snap = d.join("cap.wtxt").to_str().unwrap().to_string();
+    let runs: [&[&str]; 2] = [&["snapshot", &at_cap, "-o", &snap], &["verify", &snap]];
+    for args in runs {
+        let o = measured(args, &[]);
+        assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
+        assert!(o.peak_anon_kib < 256 << 10, "{args:?}: {} KiB of heap", o.peak_anon_kib);
+    }
+    let o = measured(&["snapshot", &over, "-o", &d.join("over.wtxt").to_string_lossy()], &[]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("exceed the limit"), "{}", o.stderr);
+}
