@@ -94,6 +94,34 @@ fn read_content<R: Read>(r: &mut R, keep: usize) -> Result<(Vec<u8>, u64)> {
     Ok((content, total))
 }
 
+/// The content's first packets, until they hold the 7 bytes that tell WTXT
+/// (`WTXT 1` LF) or the content ends (an empty packet list stays empty).
+fn read_start<R: Read>(r: &mut R) -> Result<Vec<u8>> {
+    let mut start = Vec::new();
+    while start.len() < 7 {
+        match read_pkt(r)? {
+            Some(p) => start.extend_from_slice(&p),
+            None => return Ok(start),
+        }
+    }
+    Ok(start)
+}
+
+/// Answers a smudge of content that is not WTXT with the content itself,
+/// streamed packet by packet as it arrives (`start` read already).
+fn pass_through<R: Read, W: Write>(start: &[u8], r: &mut R, out: &mut W) -> Result<()> {
+    write_text(out, "status=success")?;
+    flush(out)?;
+    write_pkt(out, start)?;
+    if start.len() >= 7 {
+        while let Some(p) = read_pkt(r)? {
+            write_pkt(out, &p)?;
+        }
+    }
+    flush(out)?;
+    flush(out) // status unchanged
+}
+
 /// Runs the filter process for `format` on stdin/stdout until Git closes
 /// it; why a file was refused goes to `log` (Git shows the filter's stderr).
 pub fn serve<R: BufRead, W: Write>(
@@ -135,14 +163,33 @@ pub fn serve<R: BufRead, W: Write>(
         header.extend(read_list(&mut input)?);
         let command = header.iter().find_map(|l| l.strip_prefix("command=")).unwrap_or_default().to_string();
         let path = header.iter().find_map(|l| l.strip_prefix("pathname=")).unwrap_or_default().to_string();
-        // Clean keeps no more than a file it could store.
-        let keep = if command == "clean" { crate::wtxt::split::DEFAULT_PART_SIZE as usize + 1 } else { usize::MAX };
-        let (content, total) = read_content(&mut input, keep)?;
+        // Neither side keeps more than a file clean could store: clean
+        // refuses more; smudge streams anything that is not WTXT straight
+        // back, and a WTXT over the part size is none that clean stored.
+        let limit = crate::wtxt::split::DEFAULT_PART_SIZE as usize + 1;
+        let (content, total) = if command == "smudge" {
+            let start = read_start(&mut input)?;
+            if !start.starts_with(b"WTXT 1\n") {
+                pass_through(&start, &mut input, &mut out)?;
+                continue;
+            }
+            let (rest, more) = read_content(&mut input, limit.saturating_sub(start.len()))?;
+            ([start.clone(), rest].concat(), start.len() as u64 + more)
+        } else {
+            read_content(&mut input, limit)?
+        };
         let result = match command.as_str() {
             "clean" if total > content.len() as u64 => {
                 // More than the part size arrived: over it however it is counted.
                 Err(over_part_size(&content, total, &path).unwrap_or_else(|| too_large(total, &path)))
             }
+            "smudge" if total > content.len() as u64 => Err(Error::input(
+                Default::default(),
+                format!(
+                    "a WTXT blob of {total} bytes, over the {} byte part size: not one the clean filter stored",
+                    crate::wtxt::split::DEFAULT_PART_SIZE
+                ),
+            )),
             "clean" => clean(&content, repo_dir, &path),
             "smudge" => smudge(&content),
             c => Err(Error::usage(format!("filter protocol: unknown command {c}"))),
@@ -394,6 +441,49 @@ mod tests {
             assert!(got == *expected, "stored as it is");
             assert!(read_list(&mut r).unwrap().is_empty());
         }
+        assert!(r.is_empty());
+    }
+
+    /// Smudge keeps no more than the part size: a blob that is not WTXT
+    /// (of any size) streams straight back, a WTXT over the part size is
+    /// refused, and the protocol stays in step after both.
+    #[test]
+    fn smudge_streams_what_is_not_wtxt_and_refuses_an_oversized_wtxt() {
+        let limit = crate::wtxt::split::DEFAULT_PART_SIZE as usize;
+        let mut input = Vec::new();
+        for l in ["git-filter-client\n", "version=2\n"] {
+            pkt(&mut input, l.as_bytes());
+        }
+        input.extend_from_slice(b"0000");
+        pkt(&mut input, b"capability=smudge\n");
+        input.extend_from_slice(b"0000");
+        let big: Vec<u8> = (0..limit + 100_000).map(|i| (i % 251) as u8).collect();
+        let mut wtxt = b"WTXT 1\n".to_vec();
+        wtxt.resize(limit + 10, b'x');
+        request(&mut input, "smudge", &big);
+        request(&mut input, "smudge", &wtxt);
+        request(&mut input, "smudge", b"tiny");
+        let (mut out, log) = (Vec::new(), RefCell::new(Vec::new()));
+        let dir = tempfile::tempdir().unwrap();
+        serve("safetensors", dir.path(), &input[..], &mut out, &|m| log.borrow_mut().push(m.to_string())).unwrap();
+        let log = log.into_inner();
+        assert!(log.len() == 1 && log[0].contains("not one the clean filter stored"), "{log:?}");
+        let mut r = &out[..];
+        read_list(&mut r).unwrap();
+        assert_eq!(read_list(&mut r).unwrap(), ["capability=smudge"]);
+        let content = |r: &mut &[u8]| {
+            let mut got = Vec::new();
+            while let Some(p) = read_pkt(r).unwrap() {
+                got.extend_from_slice(&p);
+            }
+            assert!(read_list(r).unwrap().is_empty());
+            got
+        };
+        assert_eq!(read_list(&mut r).unwrap(), ["status=success"]);
+        assert!(content(&mut r) == big, "streamed back as it is");
+        assert_eq!(read_list(&mut r).unwrap(), ["status=error"]);
+        assert_eq!(read_list(&mut r).unwrap(), ["status=success"]);
+        assert_eq!(content(&mut r), b"tiny");
         assert!(r.is_empty());
     }
 }

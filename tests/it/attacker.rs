@@ -216,3 +216,47 @@ fn keygen_never_replaces_a_key_silently() {
     assert!(wtxt().args(["keygen", "--force", "-o"]).arg(&key).output().unwrap().status.success());
     assert_ne!(std::fs::read(&key).unwrap(), before);
 }
+
+/// A part blob that inflates far past what its head declares (a few MB of
+/// repository, hundreds of MB inflated) is refused by the hook and by `git
+/// export` from its size alone, before it is read: the heap stays small.
+#[test]
+fn a_part_blob_larger_than_its_head_says_is_never_inflated() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let repo = d.join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    init(&repo);
+    let model = crate::util::fixture("inputs/model.npz");
+    let o = wtxt().arg("snapshot").arg(&model).arg("-o").arg(repo.join("m.wtxt")).args(["--part-size", "48K"]).output();
+    assert!(o.unwrap().status.success());
+    // Part 2 replaced by 300 MB of one byte (compresses to well under a MB).
+    let big = repo.join("m.wtxt.parts/000002.wtxtpart");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(300 << 20).unwrap();
+    drop(f);
+    git_ok(&repo, &["add", "-A"]);
+    let measure = |args: &[&str]| {
+        let o = std::process::Command::new("/usr/bin/time")
+            .args(["-f", "%M"])
+            .arg(env!("CARGO_BIN_EXE_wtxt"))
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        let kib: u64 = err.lines().last().unwrap().trim().parse().unwrap();
+        (o.status.code(), err, kib)
+    };
+    let (code, err, kib) = measure(&["hook", "pre-commit"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("000002.wtxtpart") && err.contains("the head says"), "{err}");
+    assert!(kib < 64 << 10, "the hook held {kib} KiB");
+    git_ok(&repo, &["-c", "user.name=a", "-c", "user.email=a@a", "commit", "-qm", "big", "--no-verify"]);
+    let out = d.join("x.wtxt");
+    let (code, err, kib) = measure(&["git", "export", "HEAD", "m.wtxt", "-o", out.to_str().unwrap()]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("000002.wtxtpart"), "{err}");
+    assert!(kib < 64 << 10, "export held {kib} KiB");
+    assert!(!out.exists());
+}
