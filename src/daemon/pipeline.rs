@@ -46,6 +46,9 @@ pub struct PipelineConfig {
     pub log: Option<crate::daemon::Log>,
     /// Largest file of a snapshot (split above it), in the ring and the repository.
     pub part_size: crate::wtxt::split::PartSize,
+    /// Set when the pipeline is shutting down: a push then waits on a
+    /// silent remote [`SHUTDOWN_STALL`], not [`PUSH_STALL`].
+    pub stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl PipelineConfig {
@@ -65,6 +68,7 @@ impl PipelineConfig {
             log: None,
             message: "wtxt snapshot gen={gen} sha256_all={sha256_all}".into(),
             part_size: Default::default(),
+            stopping: Default::default(),
         }
     }
 }
@@ -371,7 +375,7 @@ impl Pipeline {
             return;
         };
         let Some(repo_dir) = self.cfg.repo.clone() else { return };
-        match push(&repo_dir, &remote) {
+        match push(&repo_dir, &remote, &self.cfg.stopping) {
             Ok(()) => {
                 self.state.pushed_gen = self.state.resend_queue.last().copied().or(self.state.pushed_gen);
                 self.state.resend_queue.clear();
@@ -479,12 +483,17 @@ pub fn redact(text: &str) -> String {
 /// whole push: git reports progress every second while it works.
 pub const PUSH_STALL: Duration = Duration::from_secs(600);
 
+/// [`PUSH_STALL`] while shutting down: a remote silent this long is given
+/// up, the generation stays in the resend queue (on disk) for the next
+/// start, and `shutdown` returns.
+pub const SHUTDOWN_STALL: Duration = Duration::from_secs(10);
+
 /// Pushes HEAD's branch to `remote` with the `git` binary: any transport
 /// `git push` knows (ssh://, user@host:path, https://, git://, paths), with
 /// the user's own authentication (ssh agent and keys, `core.sshCommand`,
 /// credential helpers, `insteadOf`). It never prompts (no terminal, no
 /// stdin); a failure returns git's own words.
-fn push(repo_dir: &Path, remote: &str) -> std::result::Result<(), String> {
+fn push(repo_dir: &Path, remote: &str, stopping: &std::sync::atomic::AtomicBool) -> std::result::Result<(), String> {
     let repo = git2::Repository::open(repo_dir).map_err(|e| format!("cannot open the repository: {}", e.message()))?;
     let branch = repo
         .head()
@@ -508,6 +517,9 @@ fn push(repo_dir: &Path, remote: &str) -> std::result::Result<(), String> {
             .env("WTXT_PUSH_USER", user)
             .env("WTXT_PUSH_PASSWORD", password);
     }
+    // Its own process group: a stalled push is stopped with its transport
+    // (`ssh`, a remote helper), which would otherwise hold the pipe open.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child = cmd
         .args(["push", "--progress", "--porcelain", "--", &url, &format!("HEAD:{branch}")])
         .env("GIT_TERMINAL_PROMPT", "0")
@@ -536,10 +548,13 @@ fn push(repo_dir: &Path, remote: &str) -> std::result::Result<(), String> {
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break Ok(s),
-            Ok(None) if heard.lock().unwrap_or_else(|p| p.into_inner()).elapsed() > PUSH_STALL => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break Err(format!("git push said nothing for {} s: stopped", PUSH_STALL.as_secs()));
+            Ok(None)
+                if heard.lock().unwrap_or_else(|p| p.into_inner()).elapsed()
+                    > if stopping.load(std::sync::atomic::Ordering::Relaxed) { SHUTDOWN_STALL } else { PUSH_STALL } =>
+            {
+                crate::git::kill_group(&mut child);
+                let silent = heard.lock().unwrap_or_else(|p| p.into_inner()).elapsed().as_secs();
+                break Err(format!("git push said nothing for {silent} s: stopped"));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => break Err(e.to_string()),

@@ -137,11 +137,14 @@ pub struct Snapshotter {
     wal_thread: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The pipeline's [`PipelineConfig::stopping`].
+    stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Snapshotter {
     /// Opens the pipeline and starts the snapshot thread.
     pub fn start(cfg: PipelineConfig, initial: Generation) -> Result<Snapshotter> {
+        let stopping = cfg.stopping.clone();
         let pipeline = Pipeline::open(cfg)?;
         let wal = pipeline.wal();
         let shared = Arc::new(Shared {
@@ -186,6 +189,7 @@ impl Snapshotter {
             wal_thread: Some(wal_thread),
             shared,
             thread: Some(thread),
+            stopping,
         })
     }
 
@@ -306,6 +310,7 @@ impl Snapshotter {
     }
 
     fn stop(&mut self) {
+        self.stopping.store(true, Ordering::Relaxed);
         // Drain the WAL first: its lines precede the snapshots' `done` lines.
         self.wal_tx.take();
         if let Some(t) = self.wal_thread.take() {

@@ -55,6 +55,16 @@ pub fn commit_lock(repo: &git2::Repository) -> Result<FileLock> {
     FileLock::take(&path, true)?.ok_or_else(|| Error::usage("could not lock the repository for a commit"))
 }
 
+/// Stops `child`, started as the leader of its own process group
+/// (`process_group(0)`), with every process it started (`git push`'s `ssh`),
+/// and reaps it.
+pub fn kill_group(child: &mut std::process::Child) {
+    // SAFETY: signals the process group the caller started with this child
+    // as its leader (the group's id is the child's pid); nothing else is touched.
+    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+    let _ = child.wait();
+}
+
 /// A libgit2 failure as unusable input, naming Git.
 pub fn git_err(e: git2::Error) -> Error {
     Error::input(Default::default(), format!("git: {}", e.message()))

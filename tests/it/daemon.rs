@@ -742,3 +742,28 @@ fn a_tampered_ring_file_stops_the_restart() {
         assert!(err.contains("the ring's newest snapshot") && err.contains(expected), "{err}");
     }
 }
+
+/// A remote that accepts the connection and never answers does not keep
+/// `shutdown` waiting for the 600 s push stall: the push is given up after
+/// 10 s of silence once the daemon is stopping, and its generation stays
+/// in the resend queue on disk.
+#[test]
+fn a_silent_remote_does_not_hold_up_shutdown() {
+    let (dir, repo) = new_repo();
+    let d = dir.path();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
+    let url = format!("ssh://nobody@127.0.0.1:{port}/silent.git");
+    let ssh = "ssh -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null";
+    let daemon =
+        Daemon::start_with(&repo, &d.join("s.sock"), &["--remote", &url], &[("GIT_SSH_COMMAND", ssh)], Stdio::null());
+    assert_eq!(daemon.ask(&format!("snapshot {} gen=1", model(d, 1).display())), "ok gen=1 queued");
+    let _silent = held.join().unwrap().unwrap(); // the push is connected, and hears nothing
+    let t = Instant::now();
+    daemon.stop();
+    // A liveness bound: the stall limit outside shutdown is 600 s.
+    assert!(t.elapsed() < Duration::from_secs(60), "shutdown took {:?}", t.elapsed());
+    let queue = std::fs::read_to_string(repo.join(".git/wtxt-ring/resend.queue")).unwrap();
+    assert_eq!(queue.trim(), "gen=1");
+}
