@@ -143,6 +143,15 @@ impl Error {
         self
     }
 
+    /// Renames the file the error names when `rename` gives it another
+    /// name (a temporary copy shown as what it is a copy of).
+    pub fn renamed(mut self, rename: impl FnOnce(&Path) -> Option<PathBuf>) -> Self {
+        if let Some(to) = self.0.path.as_deref().and_then(rename) {
+            self.0.path = Some(to);
+        }
+        self
+    }
+
     /// Moves an error on line `n` of a text that was joined from several
     /// files (a split snapshot) to the file and line it came from:
     /// `locate(n)` gives the file (`None`: the first one) and its line.

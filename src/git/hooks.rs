@@ -41,8 +41,8 @@ pub struct Refusal {
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let at = if self.line > 0 { format!(" line {}", self.line) } else { String::new() };
-        write!(f, "{}:{at}: {} (fix: {})", self.path, self.problem, self.fix)
+        let at = if self.line > 0 { format!("line {}: ", self.line) } else { String::new() };
+        write!(f, "{}: {at}{} (fix: {})", self.path, self.problem, self.fix)
     }
 }
 
@@ -466,6 +466,17 @@ fn index_written(repo: &Repository) -> Option<(i64, i64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_reads_as_one_line_with_or_without_a_line_number() {
+        let r = |line| Refusal { path: "m.wtxt".into(), line, problem: "bad".into(), fix: "fix it".into() };
+        assert_eq!(r(0).to_string(), "m.wtxt: bad (fix: fix it)");
+        assert_eq!(r(7).to_string(), "m.wtxt: line 7: bad (fix: fix it)");
+        // A temporary copy's name gives way to what it is a copy of.
+        let e = crate::error::check_at(3, "x").in_file("/tmp/t/ours.wtxt");
+        let e = e.renamed(|p| (p == Path::new("/tmp/t/ours.wtxt")).then(|| PathBuf::from("abc:m.wtxt")));
+        assert_eq!(e.to_string(), "abc:m.wtxt: line 3: x");
+    }
 
     #[test]
     fn the_work_tree_copy_is_used_only_while_the_index_vouches_for_it() {

@@ -174,7 +174,15 @@ pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
     let (base, ours, theirs) =
         (side(op.base, "base")?, side(Some(head.id()), "ours")?, side(Some(op.theirs), "theirs")?);
     let target = work.join(&rel);
-    let outcome = merge(&base, &ours, &theirs, &target, o)?;
+    // A problem in a side is named by its commit and path, not by the
+    // temporary copy (gone once this returns).
+    let short = |c: Option<git2::Oid>| c.map_or("(none)".to_string(), |c| c.to_string()[..10].to_string());
+    let sides = [(&base, short(op.base)), (&ours, short(Some(head.id()))), (&theirs, short(Some(op.theirs)))];
+    let named = |p: &Path| {
+        let (_, commit) = sides.iter().find(|(s, _)| s.as_path() == p)?;
+        Some(PathBuf::from(format!("{commit}:{}", rel.display())))
+    };
+    let outcome = merge(&base, &ours, &theirs, &target, o).map_err(|e| e.renamed(named))?;
     if outcome.written.is_some() {
         let parts = crate::wtxt::split::parts_dir(&rel);
         let index = repo.index().map_err(crate::git::git_err)?;
