@@ -594,7 +594,7 @@ pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
         None => (vec![0u8; 16], 1, default_chunks(&tensors)),
     };
     let tidx = plan.iter_mut().find(|c| c.fourcc == "TIDX").ok_or_else(|| bad("no TIDX chunk".into()))?;
-    let (mut shards, tidx_bytes) = place_tensors(tidx, &tensors).map_err(bad)?;
+    let (mut shards, mut tidx_bytes) = place_tensors(tidx, &tensors).map_err(bad)?;
     for sid in shards.keys() {
         let name = format!("weights.shard{sid}");
         if !plan.iter().any(|c| c.name == name) {
@@ -612,7 +612,7 @@ pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
                 let sid = c.name.strip_prefix("weights.shard").and_then(|s| s.parse::<u64>().ok());
                 (Vec::new(), sid.and_then(|s| shards.remove(&s)).unwrap_or_default())
             }
-            "TIDX" => (tidx_bytes.clone(), Vec::new()),
+            "TIDX" => (std::mem::take(&mut tidx_bytes), Vec::new()),
             "IHSH" | "PHSH" => (Vec::new(), Vec::new()),
             _ => (meta_to_content(c).map_err(|m| bad(format!("chunk {:?}: {m}", c.name)))?, Vec::new()),
         };
@@ -661,8 +661,13 @@ pub fn kept_names(arrays: &[Array]) -> Result<Option<OriginalNames>> {
 /// Lays the tensors out in their shards (at the offsets TIDX gives when
 /// they still fit, else packed) and updates TIDX's entries to match;
 /// returns each shard's pieces and the TIDX chunk's MessagePack.
-fn place_tensors(tidx: &ChunkMeta, tensors: &[&Array]) -> std::result::Result<(Shards, Vec<u8>), String> {
-    let index_of = |n: &str| tensors.iter().position(|a| a.name == n);
+/// Takes `tidx`'s tensor entries (one copy of the index is held, not three:
+/// a file may hold 131,072 tensors).
+fn place_tensors(tidx: &mut ChunkMeta, tensors: &[&Array]) -> std::result::Result<(Shards, Vec<u8>), String> {
+    // By name, and which are placed: a file may hold 131,072 tensors.
+    let by_name: std::collections::HashMap<&str, usize> =
+        tensors.iter().enumerate().map(|(i, a)| (a.name.as_str(), i)).collect();
+    let index_of = |n: &str| by_name.get(n).copied();
     let listed: Vec<String> = tidx
         .tidx
         .as_ref()
@@ -670,18 +675,21 @@ fn place_tensors(tidx: &ChunkMeta, tensors: &[&Array]) -> std::result::Result<(S
         .and_then(Value::as_array)
         .map(|l| l.iter().filter_map(|n| n.as_str().map(String::from)).collect())
         .unwrap_or_default();
-    let mut entries: Vec<Value> = tidx.tensors.clone().unwrap_or_default();
+    let mut entries: Vec<Value> = tidx.tensors.take().unwrap_or_default();
     if entries.len() != listed.len() {
         return Err("TIDX tensors and their arrays differ in number".into());
     }
     let mut order: Vec<usize> = Vec::with_capacity(tensors.len());
+    let mut placed = vec![false; tensors.len()];
     for n in &listed {
-        order.push(index_of(n).ok_or_else(|| format!("array {n} is missing"))?);
+        let i = index_of(n).ok_or_else(|| format!("array {n} is missing"))?;
+        placed[i] = true;
+        order.push(i);
     }
     let last_shard = entries.iter().filter_map(|e| e.get("shard_id").and_then(Value::as_u64)).max();
     let extra_shard = last_shard.map_or(0, |s| s + 1);
     for (i, a) in tensors.iter().enumerate() {
-        if !order.contains(&i) {
+        if !placed[i] {
             order.push(i);
             entries.push(json!({"name": a.name, "dtype": code_of(a.dtype), "shape": a.shape, "shard_id": extra_shard, "data_off": 0, "data_len": 0, "flags": 0}));
         }
@@ -721,9 +729,11 @@ fn place_tensors(tidx: &ChunkMeta, tensors: &[&Array]) -> std::result::Result<(S
             e["hash_b3"] = json!(h.finalize().to_hex().as_str());
         }
     }
-    let mut t = tidx.tidx.clone().unwrap_or_else(|| json!({}));
+    let mut t = tidx.tidx.take().unwrap_or_else(|| json!({}));
     t["tensors"] = Value::Array(entries);
-    Ok((shards, msgpack::encode(&msgpack::from_json(&t)?)))
+    let packed = msgpack::from_json(&t)?;
+    drop(t);
+    Ok((shards, msgpack::encode(&packed)))
 }
 
 fn shard_bytes(parts: &[Part], tensors: &[&Array]) -> Vec<u8> {
