@@ -13,7 +13,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{check_at, Error, Result};
-use crate::git::diff::{check_unchanged, decode_pair, header_changes, ArrayDiff, FileDiff, Names, Stats, Status};
+use crate::git::diff::{
+    check_unchanged, decode_pair, header_changes, ArrayDiff, Damage, FileDiff, Names, Stats, Status,
+};
 use crate::model::Dtype;
 use crate::wtxt::delta::ChunkText;
 use crate::wtxt::read::{LineReader, SliceLines};
@@ -288,6 +290,7 @@ pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDi
     let (a, b) = (a?, b?);
     let mut arrays = Vec::new();
     let mut damage = Vec::new();
+    let mut notes = Vec::new();
     for y in &b {
         let Some(x) = a.iter().find(|x| x.name == y.name) else {
             arrays.push(section_diff(y, Status::Added));
@@ -307,10 +310,36 @@ pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDi
             Ok(ChunkText { ch: *ch, line: *line, text: t.range(r.clone()).map_err(|e| Error::io(file, e))? })
         };
         for cb in &y.chunks {
-            match x.chunks.iter().find(|c| c.0.ix == cb.0.ix) {
+            let found = x.chunks.iter().find(|c| c.0.ix == cb.0.ix);
+            let big = found.is_some_and(|ca| span(&ca.2) + span(&cb.2) > MAX_DECODED_PAIR);
+            match found {
+                Some(ca) if big && (ca.0.len, ca.0.sha256) == (cb.0.len, cb.0.sha256) => {
+                    if !same_range(old, ca.2.clone(), new, cb.2.clone()).map_err(|e| Error::io(names.new, e))? {
+                        damage.push(Damage {
+                            file: names.new.display().to_string(),
+                            line: cb.1,
+                            array: y.name.clone(),
+                            message: format!(
+                                "chunk {}: its text differs from the other side's under the same `ch` line; \
+                                 too large to decode here (`wtxt verify` names the damaged side)",
+                                cb.0.ix
+                            ),
+                        });
+                    }
+                }
                 Some(ca) if (ca.0.len, ca.0.sha256) == (cb.0.len, cb.0.sha256) => {
                     let (ta, tb) = (text(old, names.old, ca)?, text(new, names.new, cb)?);
                     check_unchanged(&ta, &tb, names, &y.name, &mut damage);
+                }
+                Some(_) if big => {
+                    d.changed_chunks.push(cb.0.ix);
+                    notes.push(format!(
+                        "{}: chunk {} changed; its text is over the {} MiB the diff driver decodes at once, \
+                         so its element counts are left out",
+                        y.name,
+                        cb.0.ix,
+                        MAX_DECODED_PAIR >> 20
+                    ));
                 }
                 Some(ca) => {
                     d.changed_chunks.push(cb.0.ix);
@@ -337,8 +366,35 @@ pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDi
     // line): the bytes decide, read again only when nothing else differs.
     let unchanged = arrays.iter().all(|d| d.status == Status::Unchanged) && damage.is_empty();
     let identical = unchanged && same_bytes(old, new).map_err(|e| Error::io(names.new, e))?;
-    let (header, header_unified, notes, unexplained) = (Vec::new(), String::new(), Vec::new(), Vec::new());
+    let (header, header_unified, unexplained) = (Vec::new(), String::new(), Vec::new());
     Ok(FileDiff { identical, header, header_unified, arrays, damage, notes, unexplained })
+}
+
+/// A changed chunk pair (both sides' text) the part driver decodes whole to
+/// count changed elements; a larger one (a part may declare a 400 MiB
+/// chunk) is compared by its bytes, a window at a time, so the driver's
+/// heap stays bounded whatever a part declares.
+const MAX_DECODED_PAIR: u64 = 64 << 20;
+
+fn span(r: &Range<u64>) -> u64 {
+    r.end.saturating_sub(r.start)
+}
+
+/// True when `a`'s bytes in `ra` equal `b`'s in `rb`, compared 4 MiB at a time.
+fn same_range(a: &dyn Text, ra: Range<u64>, b: &dyn Text, rb: Range<u64>) -> std::io::Result<bool> {
+    if span(&ra) != span(&rb) {
+        return Ok(false);
+    }
+    let step = 4 << 20;
+    let mut at = 0;
+    while at < span(&ra) {
+        let n = step.min(span(&ra) - at);
+        if a.range(ra.start + at..ra.start + at + n)? != b.range(rb.start + at..rb.start + at + n)? {
+            return Ok(false);
+        }
+        at += n;
+    }
+    Ok(true)
 }
 
 fn section_diff(s: &Section, status: Status) -> ArrayDiff {

@@ -260,3 +260,55 @@ fn a_part_blob_larger_than_its_head_says_is_never_inflated() {
     assert!(kib < 64 << 10, "export held {kib} KiB");
     assert!(!out.exists());
 }
+
+/// A changed chunk too large to decode at once (two one-chunk parts of 40
+/// MB text each) is shown by Git's part driver as changed, its element
+/// counts left out and said so, without holding both decoded.
+#[test]
+fn the_part_driver_does_not_decode_a_huge_chunk_pair_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path();
+    init(repo);
+    assert!(wtxt().current_dir(repo).args(["git", "install"]).output().unwrap().status.success());
+    let rows = 7000u32;
+    let write_npy = |name: &str, seed: u32| {
+        let mut v =
+            crate::util::npy_header(&format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, 1000), }}"));
+        for i in 0..rows * 1000 {
+            v.extend_from_slice(&((i ^ seed) as f32).to_le_bytes());
+        }
+        let p = repo.join(format!("{name}.npy"));
+        std::fs::write(&p, v).unwrap();
+        p
+    };
+    // Two one-chunk arrays of 39 MB text each: one part each.
+    let snap = |seed: u32, prev: Option<&std::path::Path>| {
+        let (a, b) = (write_npy("a", seed), write_npy("b", 0));
+        let mut c = wtxt();
+        c.arg("snapshot").arg(&a).arg(&b).arg("-o").arg(repo.join("m.wtxt"));
+        c.args(["--rows-per-chunk", &rows.to_string(), "--part-size", "40M", "--ts", "2026-01-01T00:00:00Z"]);
+        if let Some(p) = prev {
+            c.arg("--prev").arg(p);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::remove_file(&a).unwrap();
+        std::fs::remove_file(&b).unwrap();
+    };
+    snap(0, None);
+    std::fs::write(repo.join(".gitignore"), "*.npy\nprev.wtxt\nprev.wtxt.parts\n").unwrap();
+    let commit = |m: &str| {
+        git_ok(repo, &["add", "-A"]);
+        let o = git_cmd(repo, &["commit", "-qm", m], &[]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    commit("g0");
+    let o = wtxt().current_dir(repo).args(["git", "export", "HEAD", "m.wtxt", "-o", "prev.wtxt"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    snap(1, Some(&repo.join("prev.wtxt")));
+    commit("g1");
+    let o = git_cmd(repo, &["diff", "HEAD~1", "HEAD", "--", "m.wtxt.parts/000001.wtxtpart"], &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("a: chunk 0 changed") && out.contains("element counts are left out"), "{out}");
+}
