@@ -428,3 +428,15 @@ fn the_most_tensors_a_snapshot_holds_fit_the_heap_bound() {
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("exceed the limit"), "{}", o.stderr);
 }
+
+/// The AERO writer refuses more tensors than its reader takes, naming the
+/// limit, instead of writing a file wtxt itself would then refuse.
+#[test]
+fn aero_never_writes_more_tensors_than_it_reads() {
+    use wtxt::model::{Array, Dtype};
+    let n = wtxt::convert::aero::MAX_TIDX_TENSORS;
+    let arrays: Vec<Array> =
+        (0..=n).map(|i| Array::new(format!("t{i:07}"), Dtype::F32, vec![0], Vec::new().into()).unwrap()).collect();
+    let e = wtxt::convert::aero::write(&arrays).err().expect("one tensor too many");
+    assert!(e.message().contains(&format!("at most {n}")), "{e}");
+}
