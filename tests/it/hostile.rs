@@ -437,6 +437,6 @@ fn aero_never_writes_more_tensors_than_it_reads() {
     let n = wtxt::convert::aero::MAX_TIDX_TENSORS;
     let arrays: Vec<Array> =
         (0..=n).map(|i| Array::new(format!("t{i:07}"), Dtype::F32, vec![0], Vec::new().into()).unwrap()).collect();
-    let e = wtxt::convert::aero::write(&arrays).err().expect("one tensor too many");
+    let e = wtxt::convert::aero::write(&arrays).expect_err("one tensor too many");
     assert!(e.message().contains(&format!("at most {n}")), "{e}");
 }
