@@ -417,3 +417,20 @@ def test_torch_files_are_named_not_misread(tmp_path):
     r = cli("snapshot", tmp_path / "m.pt", "-o", tmp_path / "o.wtxt")
     assert r.returncode == 2 and "torch.save" in r.stderr and "save_state_dict" in r.stderr, r.stderr
     assert not (tmp_path / "o.wtxt").exists()
+
+
+def test_a_script_that_exits_while_a_snapshotter_is_busy_exits_cleanly(tmp_path):
+    import sys
+    repo, _ = _repos(tmp_path)
+    script = (
+        "import numpy as np, wtxt\n"
+        f"s = wtxt.Snapshotter({str(repo)!r})\n"
+        "for i in range(5):\n"
+        "    s.publish({'w': np.full((256, 256), i, np.float32)})\n"
+        "    s.request_snapshot()\n"
+        "# exits without close(): the open Snapshotter is finished at exit\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "FATAL" not in r.stderr
+    assert wtxt.verify(repo / "model.wtxt").ok
