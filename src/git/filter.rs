@@ -384,6 +384,18 @@ mod tests {
         write_pkt(out, data).unwrap();
     }
 
+    /// Git's side of the handshake, asking for `capability`.
+    fn handshake(capability: &str) -> Vec<u8> {
+        let mut input = Vec::new();
+        for l in ["git-filter-client\n", "version=2\n"] {
+            pkt(&mut input, l.as_bytes());
+        }
+        input.extend_from_slice(b"0000");
+        pkt(&mut input, format!("capability={capability}\n").as_bytes());
+        input.extend_from_slice(b"0000");
+        input
+    }
+
     fn request(out: &mut Vec<u8>, command: &str, content: &[u8]) {
         pkt(out, format!("command={command}\n").as_bytes());
         pkt(out, b"pathname=m.safetensors\n");
@@ -398,13 +410,7 @@ mod tests {
     #[test]
     fn clean_refuses_what_would_be_a_blob_over_the_part_size_and_stays_in_step() {
         let limit = crate::wtxt::split::DEFAULT_PART_SIZE as usize;
-        let mut input = Vec::new();
-        for l in ["git-filter-client\n", "version=2\n"] {
-            pkt(&mut input, l.as_bytes());
-        }
-        input.extend_from_slice(b"0000");
-        pkt(&mut input, b"capability=clean\n");
-        input.extend_from_slice(b"0000");
+        let mut input = handshake("clean");
         let mut wtxt = b"WTXT 1\n".to_vec();
         wtxt.resize(limit + 10, b'x');
         let mut raw = vec![7u8; limit / 4 * 3 + 8]; // its WTXT would be over the limit
@@ -450,13 +456,7 @@ mod tests {
     #[test]
     fn smudge_streams_what_is_not_wtxt_and_refuses_an_oversized_wtxt() {
         let limit = crate::wtxt::split::DEFAULT_PART_SIZE as usize;
-        let mut input = Vec::new();
-        for l in ["git-filter-client\n", "version=2\n"] {
-            pkt(&mut input, l.as_bytes());
-        }
-        input.extend_from_slice(b"0000");
-        pkt(&mut input, b"capability=smudge\n");
-        input.extend_from_slice(b"0000");
+        let mut input = handshake("smudge");
         let big: Vec<u8> = (0..limit + 100_000).map(|i| (i % 251) as u8).collect();
         let mut wtxt = b"WTXT 1\n".to_vec();
         wtxt.resize(limit + 10, b'x');
