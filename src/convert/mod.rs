@@ -131,7 +131,7 @@ pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
     // Not populated up front: that made every input wholly resident (a
     // 4.2 GiB safetensors held 4.4 GB of RSS through a snapshot), where the
     // WTXT writer drops the pages it is done with; faulting them in as read
-    // costs about as much (docs/PERFORMANCE.md, session 13).
+    // costs about as much (docs/PERFORMANCE.md).
     let m = unsafe { memmap2::MmapOptions::new().map(&f) }.map_err(|e| Error::io(path, e))?;
     Ok(Arc::new(m))
 }

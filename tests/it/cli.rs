@@ -267,7 +267,7 @@ fn wsum_pair_binds_both_files_and_finalize_follows_prev() {
     );
 }
 
-/// Issue 13: a damaged side is named, not taken for a weight update.
+/// A damaged side is named, not taken for a weight update.
 #[test]
 fn diff_names_the_side_that_fails_its_checks() {
     let dir = tempfile::tempdir().unwrap();

@@ -475,7 +475,7 @@ fn pushes_arrive(d: &Path, remote_url: &str, bare: &Path, env: &[(&str, &str)]) 
     assert_eq!(git_ok(bare, &["rev-list", "--count", "main"]).trim(), "2");
 }
 
-/// Issue 11: the daemon pushes over ssh with the user's own key, through a
+/// The daemon pushes over ssh with the user's own key, through a
 /// real `sshd` on loopback.
 #[test]
 fn pushes_over_ssh_to_a_real_sshd_on_loopback() {
@@ -523,7 +523,7 @@ fn pushes_over_ssh_to_a_real_sshd_on_loopback() {
     pushes_arrive(d, &url, &bare, &[("GIT_SSH_COMMAND", &ssh)]);
 }
 
-/// Issue 11: and over git:// to a real `git daemon` on loopback.
+/// The daemon pushes over git:// to a real `git daemon` on loopback.
 #[test]
 fn pushes_over_git_protocol_to_a_real_git_daemon() {
     let dir = tempfile::tempdir().unwrap();
@@ -551,7 +551,7 @@ fn pushes_over_git_protocol_to_a_real_git_daemon() {
     pushes_arrive(d, &format!("git://127.0.0.1:{port}/remote.git"), &served.join("remote.git"), &[]);
 }
 
-/// Issue 11: and over https, to real `git http-backend` behind TLS and
+/// The daemon pushes over https, to real `git http-backend` behind TLS and
 /// Basic authentication: the daemon's `git push` trusts the certificate and
 /// finds the password the way the user's git does (`GIT_SSL_CAINFO`, and a
 /// credential helper from its config).
@@ -628,7 +628,7 @@ fn pushes_over_https_with_the_users_credential_helper() {
     assert!(st["last_error"].is_string() && !said.contains("wr0ng-t0ken"), "{said}");
 }
 
-/// Issue 11: a push that fails is said at once on stderr, with the remote's
+/// A push that fails is said at once on stderr, with the remote's
 /// answer, and in `status.last_error`; the generation waits in the queue.
 #[test]
 fn a_failing_push_is_logged_at_once_with_the_remotes_answer() {
@@ -656,7 +656,7 @@ fn a_failing_push_is_logged_at_once_with_the_remotes_answer() {
     assert!(logged.contains("wtxt daemon: push to ssh://"), "stderr: {logged}");
 }
 
-/// Issue 11: while pushes fail, the ring keeps deltas against the last full
+/// While pushes fail, the ring keeps deltas against the last full
 /// copy, not a full copy per generation; each dropped one rebuilds exactly
 /// from the deltas, and once the remote is back everything arrives.
 #[test]

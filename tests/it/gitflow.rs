@@ -327,7 +327,7 @@ fn safetensors_filter_stores_wtxt_and_checks_out_the_same_bytes() {
     assert!(std::fs::read(&path).unwrap() == changed);
     let d = r.ok(&["diff", "HEAD~1", "HEAD"]);
     assert!(d.contains("element(s) changed"), "{d}");
-    // The driver reads the committed blobs (issue 11): gen 0 -> 1 as
+    // The driver reads the committed blobs: gen 0 -> 1 as
     // committed, not a header made up by cleaning the work tree again.
     assert!(d.contains("header gen: 000000 -> 000001"), "{d}");
     assert!(!d.contains("000002"), "{d}");

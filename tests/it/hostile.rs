@@ -1,4 +1,4 @@
-//! Issue 12, finding 4: small hostile files that declare or expand to far
+//! Small hostile files that declare or expand to far
 //! more than the heap cap. Every reader either reads them in bounded heap
 //! (data that is really there goes to mapped temporary files, which are
 //! file-backed pages) or refuses them before inflating anything; always a

@@ -261,7 +261,7 @@ fn fuzz_regressions() {
 
 /// Merge and recover sign and HMAC what they write: whatever a mutated
 /// input looks like, what comes out signed and HMAC'd must have come from
-/// inputs that verified under the same keys (issue 12, finding 1).
+/// inputs that verified under the same keys.
 #[test]
 fn merge_and_recover_never_launder_mutated_inputs() {
     use wtxt::crypto::mac::HmacKey;
@@ -304,7 +304,7 @@ fn merge_and_recover_never_launder_mutated_inputs() {
     });
 }
 
-/// The daemon's WAL replay reads whatever a crash left (issue 12, finding 5).
+/// The daemon's WAL replay reads whatever a crash left.
 #[test]
 fn wal_replay_never_panics() {
     let base = b"snapshot requested gen=1 ts=5 pathhex=2f746d702f6120622e6e707a\nsnapshot done gen=1 sha256_all=00\n\

@@ -1,5 +1,4 @@
-//! Outputs, names and messages under hostile conditions (issue 12,
-//! findings 6-9): devices are written through, not replaced; a killed
+//! Outputs, names and messages under hostile conditions: devices are written through, not replaced; a killed
 //! command leaves no temporary file; reserved names from inputs are
 //! refused; messages escape control bytes and name the real file; a file
 //! that is not a WTXT is unusable input (exit 2), and a FIFO never blocks.

@@ -1,5 +1,4 @@
-//! Nothing signs, HMACs or chains what it did not verify (issue 12,
-//! findings 1-3): every command that writes authenticated output refuses a
+//! Nothing signs, HMACs or chains what it did not verify: every command that writes authenticated output refuses a
 //! forged input, and an HMAC key makes every array authenticate.
 //!
 //! The forged file is made here, as an attacker without the keys would:
