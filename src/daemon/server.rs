@@ -277,9 +277,13 @@ fn raise_open_files_limit() {
     // SAFETY: getrlimit/setrlimit on a local struct; only this process's limit changes.
     unsafe {
         let mut l: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
-            l.rlim_cur = l.rlim_max.min(MAX_READING as libc::rlim_t + 256);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 {
+            // Raised, never lowered.
+            let want = l.rlim_max.min(MAX_READING as libc::rlim_t + 256);
+            if l.rlim_cur < want {
+                l.rlim_cur = want;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+            }
         }
     }
 }
