@@ -257,9 +257,9 @@ fn check_wtxt<R: Read>(
     chain_refusal(&loaded.header, head?)
 }
 
-/// Why a file that failed verification may not be committed.
+/// Why a file that failed verification may not be committed (`None`: it did not fail).
 fn report_refusal(report: &crate::wtxt::verify::Report) -> Option<Refusal> {
-    let p = report.first_error().expect("a failed report names its problem");
+    let p = report.first_error()?;
     let fix = match p.kind {
         ProblemKind::RootPending => "finalize it first: `wtxt finalize FILE -o FILE.wsum --rewrite FILE`",
         ProblemKind::Signature => "sign it with a trusted key: `wtxt snapshot ... --sign-key KEY.pem`",
@@ -360,7 +360,7 @@ impl Split<'_> {
                 Ok(r) => r,
                 Err(e) => return refusal(&e, damaged),
             };
-        if let Some(mut r) = report.first_error().and_then(|_| report_refusal(&report)) {
+        if let Some(mut r) = report_refusal(&report) {
             if r.path == self.path.display().to_string() {
                 r.path.clear();
             }

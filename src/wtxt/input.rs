@@ -77,8 +77,24 @@ impl<'a> WtxtIn<'a> {
         path: &Path,
         head_len: u64,
     ) -> WtxtIn<'a> {
-        let faults: Option<split::SharedFaults> = Some(Default::default());
-        let joined = Joined::new(head, source, faults.clone());
+        WtxtIn::from_head(head, source, path, head_len, true, true)
+    }
+
+    /// `head` joined with `source`'s parts; `lenient`: faults of parts are
+    /// recorded and reading goes on; `hash_parts`: see [`Joined::without_part_hashes`].
+    fn from_head(
+        head: split::Head,
+        source: Box<dyn split::PartSource + 'a>,
+        path: &Path,
+        head_len: u64,
+        lenient: bool,
+        hash_parts: bool,
+    ) -> WtxtIn<'a> {
+        let faults: Option<split::SharedFaults> = lenient.then(Default::default);
+        let mut joined = Joined::new(head, source, faults.clone());
+        if !hash_parts {
+            joined = joined.without_part_hashes();
+        }
         let len = head_len + joined.parts_len();
         let map = Some(joined.map());
         WtxtIn { reader: Box::new(joined), len, path: path.to_path_buf(), map, faults }
@@ -90,8 +106,9 @@ impl<'a> WtxtIn<'a> {
     /// cannot be read at all.
     pub fn verify(mut self, opts: &VerifyOptions, progress: &crate::progress::Progress) -> Result<Report> {
         progress.set_total(self.len);
-        let text = crate::progress::Counted { inner: self.text(), progress };
-        let mut report = verify(BufReader::with_capacity(1 << 20, text), opts, None).map_err(|e| self.blame(e))?;
+        let inner = std::mem::replace(&mut self.reader, Box::new(std::io::empty()));
+        let text = BufReader::with_capacity(1 << 20, crate::progress::Counted { inner, progress });
+        let mut report = verify(text, opts, None).map_err(|e| self.blame(e))?;
         self.locate_report(&mut report);
         Ok(report)
     }
@@ -113,22 +130,13 @@ impl<'a> WtxtIn<'a> {
     fn open_with(path: &Path, unseal: Option<&'a Unseal>, lenient: bool, hash_parts: bool) -> Result<WtxtIn<'a>> {
         let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
         let raw = open_maybe_sealed(path, unseal)?;
-        match split::open(raw).map_err(|e| e.in_file(path))? {
-            split::Opened::Single(reader) => {
-                Ok(WtxtIn { reader, len, path: path.to_path_buf(), map: None, faults: None })
-            }
+        Ok(match split::open(raw).map_err(|e| e.in_file(path))? {
+            split::Opened::Single(reader) => WtxtIn::single(reader, len, path),
             split::Opened::Split(head) => {
-                let faults = lenient.then(Default::default);
                 let source = Box::new(PartFiles { dir: parts_dir(path), unseal });
-                let mut joined = Joined::new(head, source, faults.clone());
-                if !hash_parts {
-                    joined = joined.without_part_hashes();
-                }
-                let len = len + joined.parts_len();
-                let map = Some(joined.map());
-                Ok(WtxtIn { reader: Box::new(joined), len, path: path.to_path_buf(), map, faults })
+                WtxtIn::from_head(head, source, path, len, lenient, hash_parts)
             }
-        }
+        })
     }
 
     /// The text, buffered; the input keeps what names errors.
