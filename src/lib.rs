@@ -20,6 +20,7 @@ pub mod error;
 pub mod git;
 pub mod limits;
 pub mod model;
+pub mod oms;
 pub mod ops;
 pub mod pipe;
 pub mod progress;

@@ -82,7 +82,7 @@ fn copy_staged(
 /// released) as a canonical WTXT at `path`; names that are not WTXT names and `metadata`
 /// are kept for `load` (and `wtxt extract`). Returns `sha256_all` as hex.
 #[pyfunction]
-#[pyo3(signature = (tensors, path, metadata=None, prev=None, sign_key=None, hmac_key=None, gen=None, ts=None, part_size=None))]
+#[pyo3(signature = (tensors, path, metadata=None, prev=None, sign_key=None, hmac_key=None, gen=None, ts=None, part_size=None, oms_key=None))]
 #[allow(clippy::too_many_arguments)]
 fn save(
     py: Python<'_>,
@@ -95,6 +95,7 @@ fn save(
     gen: Option<u64>,
     ts: Option<String>,
     part_size: Option<String>,
+    oms_key: Option<PathBuf>,
 ) -> PyResult<String> {
     py.allow_threads(|| {
         let part_size = match part_size {
@@ -110,6 +111,7 @@ fn save(
             hmac_key: hmac(hmac_key)?,
             sign_key: sign_key.as_deref().map(SecretKey::from_file).transpose()?,
             part_size,
+            oms_key: oms_key.as_deref().map(wtxt::crypto::ec::EcSecretKey::from_file).transpose()?,
             ..Default::default()
         };
         let w = wtxt::ops::snapshot_arrays(&arrays, &path, &opts, &wtxt::progress::Progress::hidden())?;
@@ -184,7 +186,7 @@ impl PySnapshotter {
 #[pymethods]
 impl PySnapshotter {
     #[new]
-    #[pyo3(signature = (repo, path_in_repo, remote=None, sign_key=None, hmac_key=None, ring=None, part_size=None, recipients=Vec::new(), keep=None, build=None))]
+    #[pyo3(signature = (repo, path_in_repo, remote=None, sign_key=None, hmac_key=None, ring=None, part_size=None, recipients=Vec::new(), keep=None, build=None, oms_key=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -198,6 +200,7 @@ impl PySnapshotter {
         recipients: Vec<String>,
         keep: Option<usize>,
         build: Option<String>,
+        oms_key: Option<PathBuf>,
     ) -> PyResult<PySnapshotter> {
         py.allow_threads(|| {
             let cfg = DaemonConfig {
@@ -211,6 +214,7 @@ impl PySnapshotter {
                 recipients,
                 keep,
                 build: Some(build.unwrap_or_else(|| "python".into())),
+                oms_key,
                 ..Default::default()
             };
             // Background failures reach Python through the futures and status().

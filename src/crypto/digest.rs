@@ -98,6 +98,42 @@ fn xor_words(data: &[u8]) -> u64 {
     x ^ u64::from_le_bytes(tail)
 }
 
+/// SHA-256 of everything `r` gives.
+pub fn sha256_reader(r: &mut dyn Read) -> std::io::Result<Hash> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => return Ok(h.finalize().into()),
+            Ok(n) => h.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `each` of `paths`, on every core, results in the order of `paths`; the
+/// first error (in that order) is returned.
+pub fn files_parallel<T: Send>(
+    paths: &[std::path::PathBuf],
+    each: impl Fn(&std::path::Path) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let found: Vec<std::sync::Mutex<Option<Result<T>>>> = paths.iter().map(|_| Default::default()).collect();
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(paths.len()).max(1);
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(path) = paths.get(i) else { return };
+                *found[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(each(path));
+            });
+        }
+    });
+    found.into_iter().map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()).expect("every file done")).collect()
+}
+
 /// A key drawn for one run, for [`Fingerprint`]s that are compared with
 /// each other and never leave the process.
 pub fn fingerprint_key() -> Result<[u8; 32]> {

@@ -3,5 +3,6 @@
 
 pub mod armor;
 pub mod digest;
+pub mod ec;
 pub mod mac;
 pub mod sign;

@@ -35,6 +35,8 @@ pub struct PipelineConfig {
     /// Remote to push to after each commit (none: no push).
     pub remote: Option<String>,
     pub sign_key: Option<SecretKey>,
+    /// Signs each committed snapshot's folder with an OMS `model.sig`.
+    pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
     pub hmac_key: Option<HmacKey>,
     /// age recipients: the committed file is armored.
     pub recipients: Vec<String>,
@@ -61,6 +63,7 @@ impl PipelineConfig {
             path_in_repo: PathBuf::from("snapshot.wtxt"),
             remote: None,
             sign_key: None,
+            oms_key: None,
             hmac_key: None,
             recipients: Vec::new(),
             rows_per_chunk: DEFAULT_ROWS_PER_CHUNK,
@@ -344,6 +347,10 @@ impl Pipeline {
             index.add_path(&parts_rel.join(crate::wtxt::split::part_name(ix))).map_err(git)?;
         }
         index.add_path(&self.cfg.path_in_repo).map_err(git)?;
+        if let Some(sig) = crate::ops::oms_sign_written(&dest, self.cfg.oms_key.as_ref())? {
+            let rel = sig.strip_prefix(work).map_err(|_| Error::usage("model.sig outside the work tree"))?;
+            index.add_path(rel).map_err(git)?;
+        }
         index.write().map_err(git)?;
         let tree = repo.find_tree(index.write_tree().map_err(git)?).map_err(git)?;
         let sig = git2::Signature::now("wtxt daemon", "wtxt@localhost").map_err(git)?;

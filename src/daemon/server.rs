@@ -34,6 +34,8 @@ pub struct DaemonConfig {
     pub remote: Option<String>,
     pub path_in_repo: Option<PathBuf>,
     pub sign_key: Option<PathBuf>,
+    /// EC key: each committed snapshot gets an OMS `model.sig` beside it.
+    pub oms_key: Option<PathBuf>,
     pub hmac_key: Option<PathBuf>,
     /// Keys a WTXT input must be signed by (default: `git config wtxt.trustedKeys` of the repo).
     pub trusted_keys: Option<PathBuf>,
@@ -64,6 +66,7 @@ impl DaemonConfig {
             remote: self.remote.or(other.remote),
             path_in_repo: self.path_in_repo.or(other.path_in_repo),
             sign_key: self.sign_key.or(other.sign_key),
+            oms_key: self.oms_key.or(other.oms_key),
             hmac_key: self.hmac_key.or(other.hmac_key),
             trusted_keys: self.trusted_keys.or(other.trusted_keys),
             recipients: if self.recipients.is_empty() { other.recipients } else { self.recipients },
@@ -94,8 +97,12 @@ impl DaemonConfig {
         pc.remote = cfg.remote.clone();
         pc.log = Some(log.clone());
         pc.sign_key = cfg.sign_key.as_deref().map(crate::crypto::sign::SecretKey::from_file).transpose()?;
+        pc.oms_key = cfg.oms_key.as_deref().map(crate::crypto::ec::EcSecretKey::from_file).transpose()?;
         pc.hmac_key = crate::crypto::mac::HmacKey::from_file_or_env(cfg.hmac_key.as_deref())?;
         pc.recipients = cfg.recipients.clone();
+        if pc.oms_key.is_some() && !pc.recipients.is_empty() {
+            return Err(Error::usage("oms_key signs plain snapshots: it cannot be combined with recipients"));
+        }
         for r in &pc.recipients {
             crate::crypto::armor::parse_recipient(r)?;
         }

@@ -78,6 +78,16 @@ pub fn configured_trusted_keys(repo: &git2::Repository) -> Result<Option<Trusted
     TrustedKeys::from_file(&p).map(Some)
 }
 
+/// The EC key named by `git config wtxt.omsKey` of the repository around
+/// `dir` (relative: from the work tree's top): `git resolve` signs the
+/// merged snapshot's folder with it.
+pub fn oms_key_around(dir: &Path) -> Result<Option<crate::crypto::ec::EcSecretKey>> {
+    let Ok(repo) = git2::Repository::discover(dir) else { return Ok(None) };
+    let Ok(p) = repo.config().and_then(|c| c.get_path("wtxt.omsKey")) else { return Ok(None) };
+    let p = if p.is_absolute() { p } else { repo.workdir().unwrap_or(Path::new(".")).join(p) };
+    crate::crypto::ec::EcSecretKey::from_file(&p).map(Some)
+}
+
 /// [`configured_trusted_keys`] of the repository around `dir`; none outside one.
 pub fn trusted_keys_around(dir: &Path) -> Result<Option<TrustedKeys>> {
     match git2::Repository::discover(dir) {

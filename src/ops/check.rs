@@ -9,7 +9,8 @@ use crate::model::Array;
 use crate::progress::Progress;
 use crate::wtxt::read::{read, ArrayStart, Visitor};
 use crate::wtxt::syntax::{Audit, ChLine, Root, Wsum};
-use crate::wtxt::verify::{Report, VerifyOptions};
+use crate::crypto::ec::EcPublicKey;
+use crate::wtxt::verify::{Problem, ProblemKind, Report, VerifyOptions};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -27,6 +28,9 @@ pub struct VerifyFiles {
     pub allow_unauthenticated: bool,
     /// Decrypts an age-encrypted input.
     pub unseal: Option<Unseal>,
+    /// Also check the OMS signature with this key (at this path, else
+    /// `model.sig` beside the snapshot).
+    pub oms: Option<(EcPublicKey, Option<PathBuf>)>,
 }
 
 /// `wtxt verify`: the report, or an error when a file cannot be read at all.
@@ -49,8 +53,36 @@ pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<
         allow_unauthenticated: o.allow_unauthenticated,
         refuse_untrusted: false,
     };
+    if o.oms.is_some() && o.unseal.is_some() {
+        return Err(Error::usage("--oms-pubkey checks the files on disk: give the plaintext snapshot, not -i"));
+    }
     // A split snapshot's faulty parts are reported with the rest, first.
-    WtxtIn::open_lenient(path, o.unseal.as_ref())?.verify(&opts, progress)
+    let mut report = WtxtIn::open_lenient(path, o.unseal.as_ref())?.verify(&opts, progress)?;
+    if let Some((key, sig)) = &o.oms {
+        let sig = sig.clone().unwrap_or_else(|| crate::oms::signature_path(path));
+        // Files that do not match their head already failed above; the
+        // signature is then reported invalid beside them.
+        let verdict = match crate::oms::SnapshotFiles::read(path) {
+            Ok(files) => crate::oms::check_snapshot(&files, &sig, key)?,
+            Err(e) => crate::oms::Verdict::Invalid(e.to_string()),
+        };
+        report.oms = Some(verdict.as_str());
+        let why = match verdict {
+            crate::oms::Verdict::Valid => None,
+            crate::oms::Verdict::Invalid(why) => Some(why),
+            crate::oms::Verdict::Absent => Some("no OMS signature (expected one: --oms-pubkey)".into()),
+        };
+        if let Some(why) = why {
+            report.ok = false;
+            report.errors.push(Problem {
+                kind: ProblemKind::Oms,
+                line: 0,
+                message: format!("OMS signature: {why}"),
+                file: Some(sig.display().to_string()),
+            });
+        }
+    }
+    Ok(report)
 }
 
 /// One array as `inspect` shows it.

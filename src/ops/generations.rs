@@ -27,6 +27,8 @@ pub struct FinalizeOptions {
     pub trust: InputTrust,
     /// Largest file of the rewritten WTXT (split above it).
     pub part_size: PartSize,
+    /// Also write an OpenSSF Model Signing `model.sig` beside the output.
+    pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
 }
 
 /// `wtxt finalize`: computes the WSUM of a WTXT-S, optionally rewriting it
@@ -92,6 +94,7 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
             return Err(Error::check(Position::None, "the file changed while it was finalized").in_file(path));
         }
         w.finish()?;
+        oms_sign_written(out, o.oms_key.as_ref())?;
     }
     write_file(wsum_out, wsum.to_file().as_bytes(), 0o644)?;
     Ok(wsum)
@@ -148,6 +151,8 @@ pub struct DeltaApplyOptions {
     pub unseal: Option<Unseal>,
     /// Largest file of the result (split above it).
     pub part_size: PartSize,
+    /// Also write an OpenSSF Model Signing `model.sig` beside the output.
+    pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
 }
 
 /// `wtxt delta apply`: rebuilds the target from `base` and the delta. The
@@ -205,6 +210,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
             .in_file(delta));
         }
         f.finish()?;
+        oms_sign_written(out, o.oms_key.as_ref())?;
         return Ok(report);
     }
     let parsed = reader.collect().map_err(|e| e.in_file(delta))?;
@@ -259,5 +265,9 @@ fn apply_minimal(
         ..WriteOptions::new(meta, rows)
     };
     write_wtxt(&arrays, &opts, out, None, &Progress::hidden())?;
-    verify_file(out, &VerifyFiles { hmac_key: o.hmac_key.clone(), ..Default::default() }, &Progress::hidden())
+    let report = verify_file(out, &VerifyFiles { hmac_key: o.hmac_key.clone(), ..Default::default() }, &Progress::hidden())?;
+    if report.ok {
+        oms_sign_written(out, o.oms_key.as_ref())?;
+    }
+    Ok(report)
 }

@@ -60,6 +60,8 @@ pub struct MergeOptions {
     pub sign_key: Option<SecretKey>,
     /// Largest file of the result (split above it).
     pub part_size: crate::wtxt::split::PartSize,
+    /// Also write an OpenSSF Model Signing `model.sig` beside the output.
+    pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
 }
 
 /// What `merge` did.
@@ -129,6 +131,7 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
         ..WriteOptions::new(meta, rows)
     };
     let written = write_wtxt(&merged.arrays, &opts, out, None, &Progress::hidden())?;
+    oms_sign_written(out, o.oms_key.as_ref())?;
     Ok(MergeOutcome { conflicts: merged.conflicts, written: Some(written), gen })
 }
 

@@ -6,6 +6,7 @@
 mod check;
 mod generations;
 mod history;
+mod oms;
 mod parts;
 mod recover;
 mod secrets;
@@ -14,6 +15,7 @@ mod snapshot;
 pub use check::*;
 pub use generations::*;
 pub use history::*;
+pub use oms::*;
 pub use parts::*;
 pub use recover::*;
 pub use secrets::*;

@@ -298,36 +298,22 @@ impl PartedOut {
 /// Each part file's `part` line (size, lines, SHA-256), read back on every core.
 fn hash_parts(paths: &[PathBuf]) -> Result<Vec<PartLine>> {
     use sha2::{Digest, Sha256};
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let found: Vec<std::sync::Mutex<Option<Result<PartLine>>>> = paths.iter().map(|_| Default::default()).collect();
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(paths.len()).max(1);
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| {
-                let mut buf = vec![0u8; 1 << 20];
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(path) = paths.get(i) else { return };
-                    let got = (|| {
-                        let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
-                        let (mut sha, mut bytes, mut lines) = (Sha256::new(), 0u64, 0u64);
-                        loop {
-                            let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
-                            if n == 0 {
-                                break;
-                            }
-                            sha.update(&buf[..n]);
-                            bytes += n as u64;
-                            lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
-                        }
-                        Ok(PartLine { ix: i as u64 + 1, bytes, lines, sha256: sha.finalize().into() })
-                    })();
-                    *found[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(got);
-                }
-            });
+    let lines = crate::crypto::digest::files_parallel(paths, |path| {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
+        let (mut sha, mut bytes, mut lines) = (Sha256::new(), 0u64, 0u64);
+        loop {
+            let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
+            if n == 0 {
+                break;
+            }
+            sha.update(&buf[..n]);
+            bytes += n as u64;
+            lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
         }
-    });
-    found.into_iter().map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()).expect("every part hashed")).collect()
+        Ok(PartLine { ix: 0, bytes, lines, sha256: sha.finalize().into() })
+    })?;
+    Ok(lines.into_iter().enumerate().map(|(i, l)| PartLine { ix: i as u64 + 1, ..l }).collect())
 }
 
 impl Write for PartedOut {
@@ -520,7 +506,7 @@ fn same_file(path: &Path, new: &Path) -> bool {
 /// text is verified as it is copied (on the other core): a damaged
 /// snapshot is refused, not given fresh part hashes under a new name
 /// (`wtxt recover` takes either form as it is).
-pub fn restore(input: &Path, out: &Path, size: PartSize) -> Result<usize> {
+pub fn restore(input: &Path, out: &Path, size: PartSize, oms: Option<&crate::crypto::ec::EcSecretKey>) -> Result<usize> {
     use crate::wtxt::verify::ProblemKind;
     let mut src = crate::wtxt::input::WtxtIn::open(input, None)?;
     let mut w = SnapshotOut::create(out, size)?;
@@ -533,7 +519,9 @@ pub fn restore(input: &Path, out: &Path, size: PartSize) -> Result<usize> {
     if let Some(p) = report.errors.iter().find(|p| p.kind != ProblemKind::RootPending) {
         return Err(p.to_error().in_file(input));
     }
-    w.finish()
+    let parts = w.finish()?;
+    super::oms_sign_written(out, oms)?;
+    Ok(parts)
 }
 
 /// Copies a stored snapshot (one file, or a head and its parts, plain or

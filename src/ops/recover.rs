@@ -26,6 +26,8 @@ pub struct RecoverOptions {
     pub sign_key: Option<SecretKey>,
     /// Largest file of the output (split above it).
     pub part_size: crate::wtxt::split::PartSize,
+    /// Also write an OpenSSF Model Signing `model.sig` beside the output.
+    pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
 }
 
 /// `wtxt recover`: keeps every array that is still whole and reports the
@@ -101,6 +103,7 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
         ..WriteOptions::new(meta, r.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK))
     };
     write_wtxt(&r.arrays, &opts, out, None, &Progress::hidden())?;
+    oms_sign_written(out, o.oms_key.as_ref())?;
     if let Some(p) = &o.partial {
         write_arrays(&r.partials, p)?;
     }

@@ -12,7 +12,9 @@ use super::*;
 /// `wtxt keygen`: a new Ed25519 key (PKCS#8 PEM, mode 0600) and its `.pub`.
 /// An existing key (or its `.pub`) is replaced only with `force`: a key
 /// silently replaced would orphan every signature made with it.
-pub fn keygen(out: &Path, force: bool) -> Result<String> {
+/// With `p256`, a NIST P-256 key for OMS signatures instead: its id is
+/// OMS's key hint (SHA-256 of the public key's PEM).
+pub fn keygen(out: &Path, force: bool, p256: bool) -> Result<String> {
     let mut pubpath = out.as_os_str().to_owned();
     pubpath.push(".pub");
     for p in [out, Path::new(&pubpath)] {
@@ -22,6 +24,12 @@ pub fn keygen(out: &Path, force: bool) -> Result<String> {
                 p.display()
             )));
         }
+    }
+    if p256 {
+        let k = crate::crypto::ec::EcSecretKey::generate_p256()?;
+        write_file(out, k.to_pkcs8_pem().as_bytes(), 0o600)?;
+        write_file(Path::new(&pubpath), k.public().to_spki_pem().as_bytes(), 0o644)?;
+        return Ok(k.public().hint());
     }
     let k = SecretKey::generate()?;
     write_file(out, k.to_pkcs8_pem().as_bytes(), 0o600)?;

@@ -38,6 +38,8 @@ pub struct SnapshotOptions {
     pub wsum: Option<PathBuf>,
     /// Largest file of the output (split above it).
     pub part_size: crate::wtxt::split::PartSize,
+    /// Also write an OpenSSF Model Signing `model.sig` beside the output.
+    pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
 }
 
 impl SnapshotOptions {
@@ -101,7 +103,9 @@ pub fn snapshot_arrays(arrays: &[Array], out: &Path, o: &SnapshotOptions, progre
         part_size: o.part_size,
         ..WriteOptions::new(meta, rows)
     };
-    write_wtxt(arrays, &opts, out, o.wsum.as_deref(), progress)
+    let written = write_wtxt(arrays, &opts, out, o.wsum.as_deref(), progress)?;
+    oms_sign_written(out, o.oms_key.as_ref())?;
+    Ok(written)
 }
 
 /// Target formats of `wtxt convert`.

@@ -208,6 +208,8 @@ pub enum ProblemKind {
     Chain,
     /// A part of a split snapshot: missing, or not the one its head lists.
     Part,
+    /// The OpenSSF Model Signing signature beside the snapshot.
+    Oms,
 }
 
 /// One problem, on a 1-based line.
@@ -283,6 +285,10 @@ pub struct Report {
     #[serde(serialize_with = "as_hex")]
     pub fastxor: Option<[u8; 8]>,
     pub errors: Vec<Problem>,
+    /// The OMS signature's verdict ("valid", "invalid", "absent"), when
+    /// one was asked for (`--oms-pubkey`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oms: Option<&'static str>,
     /// The parsed header, when the file got that far.
     #[serde(skip)]
     pub header: Option<Header>,
@@ -395,6 +401,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
         merkle_this: None,
         fastxor: None,
         errors: Vec::new(),
+        oms: None,
         header: header.clone().or(seen_header.clone()),
         audit,
     };

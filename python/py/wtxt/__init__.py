@@ -121,7 +121,8 @@ def _staged_as(name: str, dtype: str, a: np.ndarray) -> Tuple[Tuple[str, str, Li
 
 def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: Optional[Dict[str, str]] = None,
               prev: Optional[PathLike] = None, sign_key: Optional[PathLike] = None,
-              hmac_key: Optional[PathLike] = None, part_size: Optional[int] = None) -> str:
+              hmac_key: Optional[PathLike] = None, part_size: Optional[int] = None,
+              gen: Optional[int] = None, ts: Optional[str] = None, oms_key: Optional[PathLike] = None) -> str:
     """Writes `tensors` as a canonical WTXT at `filename` (atomically).
 
     Names need not be WTXT names: they are mapped, and kept so that
@@ -131,23 +132,27 @@ def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: O
     key file) authenticates every array. A snapshot whose text exceeds
     `part_size` (bytes, or a str such as "45M" or "none"; default 45 MiB) is
     written split: `filename` is the head, the parts go to
-    `filename + ".parts/"`. Returns `sha256_all` as hex.
+    `filename + ".parts/"`. `gen` and `ts` are the CLI's `--gen` and `--ts`
+    (give `prev` or `gen`, not both). `oms_key` (an EC P-256/384/521 PEM)
+    also writes an OpenSSF Model Signing `model.sig` beside the snapshot.
+    Returns `sha256_all` as hex.
     """
     if not isinstance(tensors, Mapping):
         raise Error(f"expected a dict of arrays, found {type(tensors).__name__}")
     if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise Error("metadata: expected a dict of str to str")
     items = [_staged(k, v) for k, v in tensors.items()]
-    return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size)
+    return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key)
 
 
-def _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size) -> str:
+def _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key) -> str:
     """Saves `_staged` items (the arrays stay alive in `items` while the Rust
     side copies them): `save_file` and `wtxt.torch` share it."""
     p = lambda x: None if x is None else os.fspath(x)
     size = None if part_size is None else str(part_size)
     staged = [s for s, _ in items]
-    return _call(_rust.save, staged, os.fspath(filename), metadata, p(prev), p(sign_key), p(hmac_key), None, None, size)
+    return _call(_rust.save, staged, os.fspath(filename), metadata, p(prev), p(sign_key), p(hmac_key), gen, ts, size,
+                 p(oms_key))
 
 
 def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
@@ -242,18 +247,21 @@ class Snapshotter:
     background threads. The future gives a `SnapshotInfo`, or raises
     `wtxt.Error` when the snapshot failed or was committed but not pushed
     (the push is retried from the resend queue). `flush()` waits for all of
-    it; `status()` is the daemon's status dict. Use it as a context manager,
+    it; `status()` is the daemon's status dict. With `oms_key` (an EC PEM)
+    each commit carries an OpenSSF Model Signing `model.sig` beside the
+    snapshot. Use it as a context manager,
     or call `close()`.
     """
 
     def __init__(self, repo: PathLike, path_in_repo: PathLike = "model.wtxt", remote: Optional[str] = None,
                  sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                  ring: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
-                 recipients: Optional[List[str]] = None, keep: Optional[int] = None):
+                 recipients: Optional[List[str]] = None, keep: Optional[int] = None,
+                 oms_key: Optional[PathLike] = None):
         p = lambda x: None if x is None else os.fspath(x)
         self._inner = _call(_rust.Snapshotter, os.fspath(repo), os.fspath(path_in_repo), remote, p(sign_key),
                             p(hmac_key), p(ring), None if part_size is None else str(part_size),
-                            list(recipients or []), keep)
+                            list(recipients or []), keep, None, p(oms_key))
         self._lock = threading.Lock()
         self._closed = False
         self._pending: "queue.Queue[Optional[Tuple[int, Future]]]" = queue.Queue()

@@ -31,6 +31,9 @@ def save_file(
     sign_key: Optional[PathLike] = ...,
     hmac_key: Optional[PathLike] = ...,
     part_size: Optional[Union[int, str]] = ...,
+    gen: Optional[int] = ...,
+    ts: Optional[str] = ...,
+    oms_key: Optional[PathLike] = ...,
 ) -> str: ...
 def load_file(
     filename: PathLike,
@@ -69,6 +72,7 @@ class Snapshotter:
         part_size: Optional[Union[int, str]] = ...,
         recipients: Optional[List[str]] = ...,
         keep: Optional[int] = ...,
+        oms_key: Optional[PathLike] = ...,
     ) -> None: ...
     def publish(self, state: Mapping[str, np.ndarray], metadata: Optional[Dict[str, str]] = ...) -> int: ...
     def request_snapshot(self) -> Future[SnapshotInfo]: ...

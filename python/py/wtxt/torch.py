@@ -34,10 +34,11 @@ def _item(name: str, t: torch.Tensor):
 def save_state_dict(state_dict: Mapping[str, torch.Tensor], filename: PathLike,
                     metadata: Optional[Dict[str, str]] = None, prev: Optional[PathLike] = None,
                     sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
-                    part_size: Optional[Union[int, str]] = None) -> str:
+                    part_size: Optional[Union[int, str]] = None, gen: Optional[int] = None,
+                    ts: Optional[str] = None, oms_key: Optional[PathLike] = None) -> str:
     """Writes `state_dict` as a WTXT (see `wtxt.save_file`); returns `sha256_all`."""
     items = [_item(k, v) for k, v in state_dict.items()]
-    return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size)
+    return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key)
 
 
 def load_state_dict(filename: PathLike, device: Union[str, torch.device] = "cpu",

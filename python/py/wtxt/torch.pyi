@@ -13,6 +13,9 @@ def save_state_dict(
     sign_key: Optional[PathLike] = ...,
     hmac_key: Optional[PathLike] = ...,
     part_size: Optional[Union[int, str]] = ...,
+    gen: Optional[int] = ...,
+    ts: Optional[str] = ...,
+    oms_key: Optional[PathLike] = ...,
 ) -> str: ...
 def load_state_dict(
     filename: PathLike,

@@ -55,6 +55,52 @@ pub enum Command {
     Split(SplitArgs),
     /// Join a split snapshot into one file (the exact inverse of split).
     Join(JoinArgs),
+    /// OpenSSF Model Signing: sign a snapshot's folder, check any key-signed folder.
+    #[command(subcommand)]
+    Oms(OmsCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum OmsCommand {
+    /// Verify a snapshot whole, then write `model.sig` beside it.
+    Sign(OmsSignArgs),
+    /// Check a folder against an OMS signature, as `model_signing verify key` does.
+    Verify(OmsVerifyArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct OmsSignArgs {
+    /// The snapshot (a single file or the head of a split snapshot).
+    pub snapshot: PathBuf,
+    /// EC private key (P-256/384/521, PKCS#8 or SEC1 PEM).
+    #[arg(long, value_name = "EC.pem")]
+    pub key: PathBuf,
+    #[command(flatten)]
+    pub hmac: HmacArg,
+    /// Keys the snapshot must be signed by before it is signed again.
+    #[command(flatten)]
+    pub trust: TrustArg,
+}
+
+#[derive(Args, Debug)]
+pub struct OmsVerifyArgs {
+    /// The signed folder.
+    pub dir: PathBuf,
+    /// The signature file.
+    #[arg(long, value_name = "model.sig")]
+    pub signature: PathBuf,
+    /// EC public key (SPKI PEM).
+    #[arg(long = "public-key", alias = "public_key", value_name = "EC.pub")]
+    pub public_key: PathBuf,
+    /// More paths to leave out; repeatable.
+    #[arg(long = "ignore-paths", value_name = "PATH")]
+    pub ignore_paths: Vec<PathBuf>,
+    /// Do not leave out .git, .gitattributes, .github, .gitignore.
+    #[arg(long = "no-ignore-git-paths")]
+    pub no_ignore_git_paths: bool,
+    /// Check only the files the signature lists.
+    #[arg(long = "ignore-unsigned-files", alias = "ignore_unsigned_files")]
+    pub ignore_unsigned_files: bool,
 }
 
 #[derive(Args, Debug)]
@@ -66,6 +112,8 @@ pub struct SplitArgs {
     pub output: PathBuf,
     #[command(flatten)]
     pub parts: PartSizeArg,
+    #[command(flatten)]
+    pub oms: OmsKeyArg,
 }
 
 #[derive(Args, Debug)]
@@ -75,6 +123,8 @@ pub struct JoinArgs {
     /// The single file to write.
     #[arg(short, long, value_name = "OUT.wtxt")]
     pub output: PathBuf,
+    #[command(flatten)]
+    pub oms: OmsKeyArg,
 }
 
 #[derive(Args, Debug)]
@@ -161,6 +211,8 @@ pub struct DeltaApplyArgs {
     pub trust: TrustArg,
     #[command(flatten)]
     pub parts: PartSizeArg,
+    #[command(flatten)]
+    pub oms: OmsKeyArg,
 }
 
 /// Reading age-encrypted inputs.
@@ -195,6 +247,15 @@ pub struct PartSizeArg {
     /// split: the head at OUT, parts in OUT.parts/ (default 45M; `none`: one file).
     #[arg(long, value_name = "SIZE|none")]
     pub part_size: Option<wtxt::wtxt::split::PartSize>,
+}
+
+/// An OpenSSF Model Signing signature for a written snapshot.
+#[derive(Args, Debug, Default)]
+pub struct OmsKeyArg {
+    /// Also write an OMS `model.sig` beside the snapshot, signed with this
+    /// EC key (P-256/384/521, PKCS#8 or SEC1 PEM).
+    #[arg(long, value_name = "EC.pem")]
+    pub oms_key: Option<PathBuf>,
 }
 
 /// The keys whose signatures count.
@@ -259,6 +320,8 @@ pub struct SnapshotArgs {
     pub wsum: Option<PathBuf>,
     #[command(flatten)]
     pub parts: PartSizeArg,
+    #[command(flatten)]
+    pub oms: OmsKeyArg,
 }
 
 #[derive(Args, Debug)]
@@ -280,6 +343,12 @@ pub struct VerifyArgs {
     /// Check the chain: gen and merkle_prev must follow this file.
     #[arg(long, value_name = "PREV.wtxt")]
     pub prev: Option<PathBuf>,
+    /// Also check the OMS signature (`model.sig` beside the snapshot) with this EC public key.
+    #[arg(long, value_name = "EC.pub")]
+    pub oms_pubkey: Option<PathBuf>,
+    /// The OMS signature to check (default: model.sig in the snapshot's folder).
+    #[arg(long, value_name = "PATH", requires = "oms_pubkey")]
+    pub oms_sig: Option<PathBuf>,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -333,6 +402,8 @@ pub struct RecoverArgs {
     pub sign_key: Option<PathBuf>,
     #[command(flatten)]
     pub parts: PartSizeArg,
+    #[command(flatten)]
+    pub oms: OmsKeyArg,
 }
 
 #[derive(Args, Debug)]
@@ -359,6 +430,8 @@ pub struct FinalizeArgs {
     pub rewrite: Option<PathBuf>,
     #[command(flatten)]
     pub parts: PartSizeArg,
+    #[command(flatten)]
+    pub oms: OmsKeyArg,
 }
 
 #[derive(Args, Debug)]
@@ -369,6 +442,15 @@ pub struct KeygenArgs {
     /// Replace KEY.pem and KEY.pem.pub when they exist.
     #[arg(long)]
     pub force: bool,
+    /// Key type: ed25519 (the `sign` line) or p256 (OMS signatures).
+    #[arg(long = "type", value_enum, default_value = "ed25519")]
+    pub key_type: KeyType,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyType {
+    Ed25519,
+    P256,
 }
 
 #[derive(Args, Debug)]
@@ -503,6 +585,8 @@ pub struct MergeHow {
     pub trust: TrustArg,
     #[command(flatten)]
     pub parts: PartSizeArg,
+    #[command(flatten)]
+    pub oms: OmsKeyArg,
 }
 
 #[derive(Args, Debug)]
@@ -556,6 +640,9 @@ pub struct DaemonArgs {
     /// Sign every snapshot.
     #[arg(long, value_name = "KEY.pem")]
     pub sign_key: Option<PathBuf>,
+    /// Write an OMS `model.sig` beside every committed snapshot (EC key).
+    #[arg(long, value_name = "EC.pem")]
+    pub oms_key: Option<PathBuf>,
     /// HMAC key file (else $WTXT_HMAC_KEY).
     #[arg(long, value_name = "FILE")]
     pub hmac_key: Option<PathBuf>,
@@ -607,6 +694,8 @@ pub struct ConvertArgs {
     pub trust: TrustArg,
     #[command(flatten)]
     pub parts: PartSizeArg,
+    #[command(flatten)]
+    pub oms: OmsKeyArg,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

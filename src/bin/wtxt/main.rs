@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use wtxt::convert::container;
 use wtxt::crypto::armor::{self, Seal, Unseal};
+use wtxt::crypto::ec::{EcPublicKey, EcSecretKey};
 use wtxt::crypto::mac::HmacKey;
 use wtxt::crypto::sign::{SecretKey, TrustedKeys};
 use wtxt::error::{Error, Result};
@@ -65,6 +66,10 @@ fn hmac_key(path: &Option<PathBuf>) -> Result<Option<HmacKey>> {
 
 fn sign_key(path: &Option<PathBuf>) -> Result<Option<SecretKey>> {
     path.as_deref().map(SecretKey::from_file).transpose()
+}
+
+fn oms_key(a: &cli::OmsKeyArg) -> Result<Option<EcSecretKey>> {
+    a.oms_key.as_deref().map(EcSecretKey::from_file).transpose()
 }
 
 /// How to read age-encrypted inputs, if the user said.
@@ -132,8 +137,10 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Encrypt(a) => encrypt(a),
         Command::Decrypt(a) => decrypt(a),
         Command::Keygen(a) => keygen(a),
+        Command::Oms(cli::OmsCommand::Sign(a)) => oms_sign(a),
+        Command::Oms(cli::OmsCommand::Verify(a)) => oms_verify(a),
         Command::Split(a) => {
-            let n = ops::restore(&a.file, &a.output, a.parts.part_size.unwrap_or_default())?;
+            let n = ops::restore(&a.file, &a.output, a.parts.part_size.unwrap_or_default(), oms_key(&a.oms)?.as_ref())?;
             eprintln!(
                 "wrote {} as {}",
                 a.output.display(),
@@ -142,7 +149,7 @@ fn run(cmd: Command) -> Result<u8> {
             Ok(0)
         }
         Command::Join(a) => {
-            ops::restore(&a.file, &a.output, wtxt::wtxt::split::PartSize::Whole)?;
+            ops::restore(&a.file, &a.output, wtxt::wtxt::split::PartSize::Whole, oms_key(&a.oms)?.as_ref())?;
             eprintln!("wrote {}", a.output.display());
             Ok(0)
         }
@@ -162,6 +169,7 @@ fn snapshot(a: cli::SnapshotArgs) -> Result<u8> {
         audit: a.audit,
         wsum: if a.streaming { a.wsum } else { None },
         part_size: a.parts.part_size.unwrap_or_default(),
+        oms_key: oms_key(&a.oms)?,
         ..keyed(&a.hmac, &a.sign_key, &a.trust)?
     };
     let progress = Progress::for_terminal("snapshot");
@@ -184,6 +192,7 @@ fn verify(a: cli::VerifyArgs) -> Result<u8> {
         prev: a.prev,
         allow_unauthenticated: a.hmac.allow_unauthenticated,
         unseal: unseal(&a.sealed)?,
+        oms: a.oms_pubkey.as_deref().map(EcPublicKey::from_file).transpose()?.map(|k| (k, a.oms_sig)),
     };
     let progress = Progress::for_terminal("verify");
     let report = ops::verify_file(&a.file, &opts, &progress)?;
@@ -241,6 +250,7 @@ fn recover(a: cli::RecoverArgs) -> Result<u8> {
         allow_unauthenticated: a.hmac.allow_unauthenticated,
         sign_key: sign_key(&a.sign_key)?,
         part_size: a.parts.part_size.unwrap_or_default(),
+        oms_key: oms_key(&a.oms)?,
     };
     let r = ops::recover(&a.file, &a.output, &opts)?;
     eprintln!("recovered {} array(s), lost {}, into {}", r.recovered_arrays, r.lost_arrays, a.output.display());
@@ -256,7 +266,11 @@ fn finalize(a: cli::FinalizeArgs) -> Result<u8> {
         a.hmac.allow_unauthenticated,
     );
     let part_size = a.parts.part_size.unwrap_or_default();
-    let opts = ops::FinalizeOptions { sign_key: key, prev: a.prev, rewrite: a.rewrite, trust, part_size };
+    if a.oms.oms_key.is_some() && a.rewrite.is_none() {
+        return Err(Error::usage("--oms-key signs the snapshot of --rewrite: give --rewrite OUT.wtxt"));
+    }
+    let oms_key = oms_key(&a.oms)?;
+    let opts = ops::FinalizeOptions { sign_key: key, prev: a.prev, rewrite: a.rewrite, trust, part_size, oms_key };
     let w = ops::finalize(&a.file, &a.output, &opts)?;
     eprintln!("wrote {} sha256_all={}", a.output.display(), hex::encode(w.sha256_all));
     Ok(0)
@@ -285,6 +299,7 @@ fn delta_apply(a: cli::DeltaApplyArgs) -> Result<u8> {
         trusted: trusted_keys(&a.trust)?,
         unseal: unseal(&a.sealed)?,
         part_size: a.parts.part_size.unwrap_or_default(),
+        oms_key: oms_key(&a.oms)?,
     };
     let r = ops::delta_apply(&a.base, &a.delta, &a.output, &opts)?;
     eprintln!(
@@ -324,8 +339,13 @@ fn convert(a: cli::ConvertArgs) -> Result<u8> {
             ops::ConvertTo::Container(container::by_name(&name).expect("every --to is a container"))
         }
     };
+    if a.oms.oms_key.is_some() && !matches!(to, ops::ConvertTo::Wtxt) {
+        return Err(Error::usage("--oms-key signs a WTXT snapshot: it needs --to wtxt"));
+    }
     let part_size = a.parts.part_size.unwrap_or_default();
-    let opts = ops::SnapshotOptions { gen: a.gen, ts: a.ts, part_size, ..keyed(&a.hmac, &a.sign_key, &a.trust)? };
+    let oms_key = oms_key(&a.oms)?;
+    let opts =
+        ops::SnapshotOptions { gen: a.gen, ts: a.ts, part_size, oms_key, ..keyed(&a.hmac, &a.sign_key, &a.trust)? };
     let mut notes = Vec::new();
     let r = ops::convert(&a.input, &a.output, to, &opts, &mut notes);
     warn(&notes);
@@ -394,6 +414,7 @@ fn daemon(a: cli::DaemonArgs) -> Result<u8> {
         remote: a.remote,
         path_in_repo: a.path_in_repo,
         sign_key: a.sign_key,
+        oms_key: a.oms_key,
         hmac_key: a.hmac_key,
         trusted_keys: a.trusted_keys,
         recipients: a.recipients,
@@ -471,8 +492,11 @@ fn merge(a: cli::MergeArgs) -> Result<u8> {
 }
 
 fn git_resolve(path: PathBuf, how: cli::MergeHow) -> Result<u8> {
-    let opts = merge_options(&how)?;
+    let mut opts = merge_options(&how)?;
     let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    if opts.oms_key.is_none() {
+        opts.oms_key = wtxt::git::oms_key_around(&here)?;
+    }
     let r = ops::resolve(&here, &path, &opts)?;
     let what = format!("{} ({} of {})", path.display(), r.operation, r.theirs);
     let code = merge_told(&what, &r.outcome, opts.sign_key.is_some(), "the work tree is untouched");
@@ -506,7 +530,8 @@ fn merge_options(a: &cli::MergeHow) -> Result<ops::MergeOptions> {
         a.hmac.allow_unauthenticated,
     );
     let part_size = a.parts.part_size.unwrap_or_default();
-    Ok(ops::MergeOptions { strategy, decisions, ts: a.ts.clone(), trust, sign_key: sign, part_size })
+    let oms_key = oms_key(&a.oms)?;
+    Ok(ops::MergeOptions { strategy, decisions, ts: a.ts.clone(), trust, sign_key: sign, part_size, oms_key })
 }
 
 /// Tells how a merge ended: the conflicts left (exit 1), or what was written.
@@ -559,8 +584,35 @@ fn decrypt(a: cli::DecryptArgs) -> Result<u8> {
     Ok(0)
 }
 
+fn oms_sign(a: cli::OmsSignArgs) -> Result<u8> {
+    let key = EcSecretKey::from_file(&a.key)?;
+    let trust = InputTrust::new(
+        hmac_key(&a.hmac.hmac_key)?.as_ref(),
+        trusted_keys(&a.trust)?.as_ref(),
+        None,
+        a.hmac.allow_unauthenticated,
+    );
+    let sig = ops::oms_sign(&a.snapshot, &key, &trust)?;
+    eprintln!("verified {}; wrote {}", a.snapshot.display(), sig.display());
+    Ok(0)
+}
+
+fn oms_verify(a: cli::OmsVerifyArgs) -> Result<u8> {
+    let key = EcPublicKey::from_file(&a.public_key)?;
+    let m = wtxt::oms::verify_folder(&wtxt::oms::FolderCheck {
+        dir: &a.dir,
+        signature: &a.signature,
+        key: &key,
+        ignore: a.ignore_paths,
+        ignore_git_paths: !a.no_ignore_git_paths,
+        ignore_unsigned_files: a.ignore_unsigned_files,
+    })?;
+    emit(&format!("{}: OMS signature valid ({} files)\n", a.dir.display(), m.resources.len()))?;
+    Ok(0)
+}
+
 fn keygen(a: cli::KeygenArgs) -> Result<u8> {
-    let id = ops::keygen(&a.output, a.force)?;
+    let id = ops::keygen(&a.output, a.force, a.key_type == cli::KeyType::P256)?;
     emit(&format!("{id}\n"))?;
     Ok(0)
 }
@@ -583,7 +635,7 @@ fn summary(file: &Path, r: &Report) -> String {
     };
     let bytes: u64 = r.arrays.iter().map(|a| a.bytes).sum();
     format!(
-        "OK {}: gen {:06} ts {} build {}, {} arrays, {} bytes, {}, {}\n",
+        "OK {}: gen {:06} ts {} build {}, {} arrays, {} bytes, {}, {}{}\n",
         file.display(),
         r.gen,
         r.ts,
@@ -591,7 +643,8 @@ fn summary(file: &Path, r: &Report) -> String {
         r.arrays.len(),
         bytes,
         hmac,
-        sig
+        sig,
+        if r.oms.is_some() { ", OMS signature valid" } else { "" }
     )
 }
 
