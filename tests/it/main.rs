@@ -18,6 +18,7 @@
 //! - `inputs`: real NumPy output and hostile input archives;
 //! - `log`: the Merkle chain through a real Git history;
 //! - `mutation`: seeded random damage through every reader, never a panic;
+//! - `oms`: OpenSSF Model Signing signatures written, checked and refused;
 //! - `trust`: nothing signs, HMACs or chains a forged input.
 
 mod age;
@@ -35,6 +36,7 @@ mod hostile;
 mod inputs;
 mod log;
 mod mutation;
+mod oms;
 mod outputs;
 mod recover;
 mod roundtrip;

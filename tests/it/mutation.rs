@@ -284,6 +284,7 @@ fn merge_and_recover_never_launder_mutated_inputs() {
         trust: InputTrust::new(Some(&key), None, Some(&sk), false),
         sign_key: Some(SecretKey::from_file(&crate::util::fixture("keys/sign.pem")).unwrap()),
         part_size: Default::default(),
+        oms_key: None,
     };
     never_panics("merge theirs", &base, 150, |b| {
         std::fs::write(&theirs, b).unwrap();

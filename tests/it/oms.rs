@@ -1,0 +1,288 @@
+//! OpenSSF Model Signing: `model.sig` written beside snapshots by every
+//! writer, `oms sign` refusing what does not verify, `verify --oms-pubkey`
+//! and `oms verify` refusing any altered, added or removed part, keys of
+//! every form openssl writes, and hostile signature files. Interoperability
+//! with the reference `model_signing` tool is in python/tests.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::{run, wtxt, ArraySpec};
+
+fn f32s(n: usize, seed: u32) -> Vec<u8> {
+    (0..n as u32).flat_map(|i| ((i.wrapping_mul(2654435761) ^ seed) as f32 / 1e9).to_le_bytes()).collect()
+}
+
+/// Keys as openssl writes them: SEC1 with its EC PARAMETERS block, PKCS#8,
+/// and the SPKI public key.
+struct Keys {
+    sec1: PathBuf,
+    pkcs8: PathBuf,
+    public: PathBuf,
+}
+
+fn openssl(args: &[&str]) {
+    let o = Command::new("openssl").args(args).output().expect("openssl runs");
+    assert!(o.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn keys(dir: &Path, curve: &str) -> Keys {
+    let k = Keys {
+        sec1: dir.join(format!("{curve}.sec1.pem")),
+        pkcs8: dir.join(format!("{curve}.pkcs8.pem")),
+        public: dir.join(format!("{curve}.pub")),
+    };
+    let s = |p: &PathBuf| p.to_str().unwrap().to_string();
+    openssl(&["ecparam", "-name", curve, "-genkey", "-out", &s(&k.sec1)]);
+    openssl(&["pkcs8", "-topk8", "-nocrypt", "-in", &s(&k.sec1), "-out", &s(&k.pkcs8)]);
+    openssl(&["ec", "-in", &s(&k.sec1), "-pubout", "-out", &s(&k.public)]);
+    k
+}
+
+/// A snapshot of about 1.3 MB of text in `dir/model/`, split in 256 KiB
+/// parts, signed with `key`.
+fn signed_split(dir: &Path, key: &Path) -> PathBuf {
+    let arrays: Vec<ArraySpec> =
+        vec![("emb", "f32", vec![1000, 240], f32s(240_000, 1)), ("w", "f32", vec![300, 100], f32s(30_000, 2))];
+    let list: Vec<wtxt::model::Array> = arrays
+        .iter()
+        .map(|(n, d, s, b)| {
+            let dt = wtxt::model::Dtype::parse(d.as_bytes()).unwrap();
+            wtxt::model::Array::new(*n, dt, s.clone(), b.clone().into()).unwrap()
+        })
+        .collect();
+    let npz = dir.join("in.npz");
+    wtxt::convert::npz::write(&list, std::fs::File::create(&npz).unwrap()).unwrap();
+    std::fs::create_dir_all(dir.join("model")).unwrap();
+    let head = dir.join("model/model.wtxt");
+    let o = wtxt()
+        .arg("snapshot")
+        .arg(&npz)
+        .arg("-o")
+        .arg(&head)
+        .args(["--ts", "2026-03-01T00:00:00Z", "--part-size", "256K", "--oms-key"])
+        .arg(key)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    head
+}
+
+fn p(x: &Path) -> &str {
+    x.to_str().unwrap()
+}
+
+fn sig_of(head: &Path) -> PathBuf {
+    head.parent().unwrap().join("model.sig")
+}
+
+#[test]
+fn split_snapshot_signed_as_written_and_checked_both_ways() {
+    let t = tempfile::tempdir().unwrap();
+    let k = keys(t.path(), "prime256v1");
+    let head = signed_split(t.path(), &k.sec1);
+    let sig = sig_of(&head);
+    assert!(sig.is_file());
+    let folder = head.parent().unwrap();
+    let r = run(&["verify", p(&head), "--oms-pubkey", p(&k.public)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("OMS signature valid"), "{}", r.stdout);
+    let j = run(&["verify", p(&head), "--oms-pubkey", p(&k.public), "--json"]);
+    assert!(j.stdout.contains(r#""oms":"valid""#), "{}", j.stdout);
+    let r = run(&["oms", "verify", p(folder), "--signature", p(&sig), "--public-key", p(&k.public)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+
+    // The same snapshot and key give the same signature, byte for byte.
+    let first = std::fs::read(&sig).unwrap();
+    let again = run(&["oms", "sign", p(&head), "--key", p(&k.pkcs8)]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(std::fs::read(&sig).unwrap(), first);
+
+    // Another key's public half is refused.
+    let other = keys(t.path(), "secp384r1");
+    let r = run(&["verify", p(&head), "--oms-pubkey", p(&other.public), "--json"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.contains(r#""oms":"invalid""#), "{}", r.stdout);
+}
+
+#[test]
+fn altered_added_or_removed_parts_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let k = keys(t.path(), "prime256v1");
+    let head = signed_split(t.path(), &k.pkcs8);
+    let folder = head.parent().unwrap().to_path_buf();
+    let sig = sig_of(&head);
+    let parts = folder.join("model.wtxt.parts");
+    let check = |what: &str, expect: &str| {
+        let r = run(&["oms", "verify", p(&folder), "--signature", p(&sig), "--public-key", p(&k.public)]);
+        assert_eq!(r.code, 1, "{what}: {}", r.stderr);
+        assert!(r.stderr.contains(expect), "{what}: {}", r.stderr);
+        assert_eq!(r.stderr.lines().count(), 1, "{what}: one line: {}", r.stderr);
+        let v = run(&["verify", p(&head), "--oms-pubkey", p(&k.public)]);
+        assert_eq!(v.code, 1, "{what}: verify: {}", v.stderr);
+    };
+    let part2 = parts.join("000002.wtxtpart");
+    let kept = std::fs::read(&part2).unwrap();
+
+    let mut altered = kept.clone();
+    let at = altered.len() / 2;
+    altered[at] = if altered[at] == b'A' { b'B' } else { b'A' };
+    std::fs::write(&part2, &altered).unwrap();
+    check("altered", "hash mismatch for model.wtxt.parts/000002.wtxtpart");
+    std::fs::write(&part2, &kept).unwrap();
+
+    std::fs::write(parts.join("000099.wtxtpart"), b"extra").unwrap();
+    let r = run(&["oms", "verify", p(&folder), "--signature", p(&sig), "--public-key", p(&k.public)]);
+    assert_eq!(r.code, 1, "added: {}", r.stderr);
+    assert!(r.stderr.contains("extra files: model.wtxt.parts/000099.wtxtpart"), "{}", r.stderr);
+    std::fs::remove_file(parts.join("000099.wtxtpart")).unwrap();
+
+    std::fs::remove_file(&part2).unwrap();
+    check("removed", "missing files: model.wtxt.parts/000002.wtxtpart");
+    std::fs::write(&part2, &kept).unwrap();
+    let r = run(&["oms", "verify", p(&folder), "--signature", p(&sig), "--public-key", p(&k.public)]);
+    assert_eq!(r.code, 0, "restored: {}", r.stderr);
+}
+
+#[test]
+fn nothing_signs_what_does_not_verify() {
+    let t = tempfile::tempdir().unwrap();
+    let k = keys(t.path(), "prime256v1");
+    let head = signed_split(t.path(), &k.sec1);
+    std::fs::remove_file(sig_of(&head)).unwrap();
+    let part = head.parent().unwrap().join("model.wtxt.parts/000001.wtxtpart");
+    let mut b = std::fs::read(&part).unwrap();
+    let at = b.len() / 2;
+    b[at] = if b[at] == b'A' { b'B' } else { b'A' };
+    std::fs::write(&part, &b).unwrap();
+    let r = run(&["oms", "sign", p(&head), "--key", p(&k.sec1)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("000001.wtxtpart"), "{}", r.stderr);
+    assert!(!sig_of(&head).exists(), "no signature for a snapshot that fails");
+    let r = run(&["verify", p(&head), "--oms-pubkey", p(&k.public), "--json"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.contains(r#""oms":"absent""#), "{}", r.stdout);
+}
+
+#[test]
+fn every_writer_signs_single_files_too() {
+    let t = tempfile::tempdir().unwrap();
+    let k = keys(t.path(), "prime256v1");
+    let head = signed_split(t.path(), &k.sec1);
+    let key = p(&k.pkcs8);
+    let pubkey = p(&k.public);
+    for (cmd, out) in [("join", "joined/one.wtxt"), ("split", "split/again.wtxt")] {
+        let out = t.path().join(out);
+        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+        let mut args = vec![cmd, p(&head), "-o", p(&out), "--oms-key", key];
+        if cmd == "split" {
+            args.extend(["--part-size", "300K"]);
+        }
+        let r = run(&args);
+        assert_eq!(r.code, 0, "{cmd}: {}", r.stderr);
+        let r = run(&["verify", p(&out), "--oms-pubkey", pubkey]);
+        assert_eq!(r.code, 0, "{cmd}: {}", r.stderr);
+        assert!(r.stdout.contains("OMS signature valid"), "{cmd}: {}", r.stdout);
+        let r = run(&["oms", "verify", p(out.parent().unwrap()), "--signature", p(&sig_of(&out)), "--public-key", pubkey]);
+        assert_eq!(r.code, 0, "{cmd}: {}", r.stderr);
+    }
+    // A signature covers the snapshot, whatever else shares its folder: the
+    // other files are listed as ignored.
+    let single = t.path().join("joined/one.wtxt");
+    std::fs::write(t.path().join("joined/notes.txt"), b"later").unwrap();
+    let r = run(&["verify", p(&single), "--oms-pubkey", pubkey]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // --oms-key signs WTXT output only.
+    let r = run(&["convert", p(&single), "-o", p(&t.path().join("x.npz")), "--to", "npz", "--oms-key", key]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+}
+
+#[test]
+fn keys_of_every_form_and_no_other() {
+    let t = tempfile::tempdir().unwrap();
+    let key = t.path().join("k.pem");
+    let r = run(&["keygen", "-o", p(&key), "--type", "p256"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let public = t.path().join("k.pem.pub");
+    assert!(std::fs::read_to_string(&key).unwrap().starts_with("-----BEGIN PRIVATE KEY-----"));
+    let head = signed_split(t.path(), &key);
+    let r = run(&["verify", p(&head), "--oms-pubkey", p(&public)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for curve in ["secp384r1", "secp521r1"] {
+        let k = keys(t.path(), curve);
+        let r = run(&["oms", "sign", p(&head), "--key", p(&k.sec1)]);
+        assert_eq!(r.code, 0, "{curve}: {}", r.stderr);
+        let r = run(&["verify", p(&head), "--oms-pubkey", p(&k.public)]);
+        assert_eq!(r.code, 0, "{curve}: {}", r.stderr);
+    }
+    // Another curve, an Ed25519 key: refused at once, naming the file.
+    let k1 = t.path().join("k1.pem");
+    openssl(&["ecparam", "-name", "secp256k1", "-genkey", "-noout", "-out", p(&k1)]);
+    let ed = t.path().join("ed.pem");
+    assert_eq!(run(&["keygen", "-o", p(&ed)]).code, 0);
+    for bad in [&k1, &ed] {
+        let r = run(&["oms", "sign", p(&head), "--key", p(bad)]);
+        assert_eq!(r.code, 2, "{}", r.stderr);
+        assert!(r.stderr.contains(p(bad)) && r.stderr.contains("P-256"), "{}", r.stderr);
+    }
+    let ed_public = t.path().join("ed.pem.pub");
+    let r = run(&["verify", p(&head), "--oms-pubkey", p(&ed_public)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+}
+
+#[test]
+fn hostile_signature_files() {
+    let t = tempfile::tempdir().unwrap();
+    let k = keys(t.path(), "prime256v1");
+    let head = signed_split(t.path(), &k.sec1);
+    let folder = head.parent().unwrap();
+    let good = std::fs::read_to_string(sig_of(&head)).unwrap();
+    let payload_of = |bundle: &str| {
+        use base64::Engine;
+        let v: serde_json::Value = serde_json::from_str(bundle).unwrap();
+        let b = v["dsseEnvelope"]["payload"].as_str().unwrap();
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b).unwrap()).unwrap()
+    };
+    let with_payload = |payload: &str| {
+        use base64::Engine;
+        let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+        v["dsseEnvelope"]["payload"] = base64::engine::general_purpose::STANDARD.encode(payload).into();
+        v.to_string()
+    };
+    let outside = payload_of(&good).replacen("\"name\": \"model.wtxt\"", "\"name\": \"../model.wtxt\"", 1);
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("not JSON", b"model signature".to_vec(), "not a Sigstore bundle"),
+        ("media type", good.replace("bundle.v0.3+json", "bundle.v9+json").into_bytes(), "media type"),
+        (
+            "payload type",
+            good.replace("application/vnd.in-toto+json", "application/json").into_bytes(),
+            "payload type",
+        ),
+        ("payload changed", with_payload(&outside).into_bytes(), "does not verify"),
+        ("deep", "[".repeat(1 << 20).into_bytes(), "not a Sigstore bundle"),
+        ("huge", vec![b' '; 9 << 20], "larger than"),
+    ];
+    let sig = t.path().join("hostile.sig");
+    for (what, bytes, expect) in cases {
+        std::fs::write(&sig, &bytes).unwrap();
+        let r = run(&["oms", "verify", p(folder), "--signature", p(&sig), "--public-key", p(&k.public)]);
+        assert!(r.code == 1 || r.code == 2, "{what}: {}", r.stderr);
+        assert!(r.stderr.contains(expect), "{what}: {}", r.stderr);
+        assert_eq!(r.stderr.lines().count(), 1, "{what}: {}", r.stderr);
+        let v = run(&["verify", p(&head), "--oms-pubkey", p(&k.public), "--oms-sig", p(&sig)]);
+        assert!(v.code == 1 || v.code == 2, "{what}: {}", v.stderr);
+    }
+    // A statement naming a file outside the folder, properly signed, is refused too.
+    let key = wtxt::crypto::ec::EcSecretKey::from_file(&k.sec1).unwrap();
+    let m = wtxt::oms::bundle::Manifest {
+        model_name: "model".into(),
+        hash_type: wtxt::oms::bundle::HashType::Sha256,
+        allow_symlinks: false,
+        ignore_paths: vec![],
+        resources: vec![wtxt::oms::bundle::Resource { name: "../in.npz".into(), digest: [0; 32] }],
+    };
+    std::fs::write(&sig, wtxt::oms::bundle::sign(&m, &key)).unwrap();
+    let r = run(&["oms", "verify", p(folder), "--signature", p(&sig), "--public-key", p(&k.public)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("not a path inside the folder"), "{}", r.stderr);
+}
