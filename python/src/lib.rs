@@ -392,6 +392,7 @@ fn verify(
             prev,
             allow_unauthenticated,
             unseal: None,
+            oms: None,
         };
         let report = wtxt::ops::verify_file(&path, &opts, &wtxt::progress::Progress::hidden())?;
         Ok(report.to_json())

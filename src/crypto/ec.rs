@@ -42,6 +42,18 @@ macro_rules! each_curve {
 
 const CURVES: &str = "NIST P-256, P-384 or P-521";
 
+impl std::fmt::Debug for EcSecretKey {
+    /// The curve only: a secret is never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let curve = match self {
+            EcSecretKey::P256(_) => "P-256",
+            EcSecretKey::P384(_) => "P-384",
+            EcSecretKey::P521(_) => "P-521",
+        };
+        write!(f, "EcSecretKey({curve})")
+    }
+}
+
 impl EcSecretKey {
     /// Reads an EC private key file (PKCS#8 or SEC1 PEM, unencrypted).
     pub fn from_file(path: &Path) -> Result<EcSecretKey> {

@@ -262,8 +262,8 @@ pub fn open(bytes: &[u8], key: &EcPublicKey) -> Result<Manifest, Refusal> {
     if !key.verify(&pae(&payload), &der) {
         return refuse("the signature over the statement does not verify with this public key");
     }
-    let st: Statement =
-        serde_json::from_slice(&payload).or_else(|e| refuse(format!("the payload is not an in-toto statement: {e}")))?;
+    let st: Statement = serde_json::from_slice(&payload)
+        .or_else(|e| refuse(format!("the payload is not an in-toto statement: {e}")))?;
     if st.predicate_type == PREDICATE_TYPE_V01 {
         return refuse("predicate type v0.1 (model_signing before 1.0) is not read: re-sign with model_signing 1.x");
     }

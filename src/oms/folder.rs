@@ -33,8 +33,7 @@ pub fn list(root: &Path, ignore: &[String]) -> Result<Vec<String>> {
             let entry = entry.map_err(|e| Error::io(&path, e))?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else {
-                return Err(Error::input(Default::default(), "a file name that is not UTF-8")
-                    .in_file(entry.path()));
+                return Err(Error::input(Default::default(), "a file name that is not UTF-8").in_file(entry.path()));
             };
             let rel = if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") };
             if ignored(&rel) {
@@ -45,12 +44,15 @@ pub fn list(root: &Path, ignore: &[String]) -> Result<Vec<String>> {
                 stack.push(rel);
             } else if ty.is_file() {
                 if files.len() == MAX_FILES {
-                    return Err(Error::input(Default::default(), format!("more than {MAX_FILES} files"))
-                        .in_file(root));
+                    return Err(Error::input(Default::default(), format!("more than {MAX_FILES} files")).in_file(root));
                 }
                 files.push(rel);
             } else {
-                let what = if ty.is_symlink() { "a symbolic link (wtxt does not follow links)" } else { "not a regular file or folder" };
+                let what = if ty.is_symlink() {
+                    "a symbolic link (wtxt does not follow links)"
+                } else {
+                    "not a regular file or folder"
+                };
                 return Err(Error::input(Default::default(), what).in_file(entry.path()));
             }
         }

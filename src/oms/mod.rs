@@ -63,19 +63,22 @@ impl SnapshotFiles {
             let path = dir.join(split::part_name(p.ix));
             let meta = std::fs::symlink_metadata(&path).map_err(|e| Error::io(&path, e))?;
             if !meta.is_file() || meta.len() != p.bytes {
-                return Err(Error::check(Default::default(), format!("expected a part of {} bytes", p.bytes))
-                    .in_file(&path));
+                return Err(
+                    Error::check(Default::default(), format!("expected a part of {} bytes", p.bytes)).in_file(&path)
+                );
             }
         }
-        Ok(SnapshotFiles { head: head.to_path_buf(), head_sha256: r.sha.finalize().into(), parts: parts.iter().map(|p| p.sha256).collect() })
+        Ok(SnapshotFiles {
+            head: head.to_path_buf(),
+            head_sha256: r.sha.finalize().into(),
+            parts: parts.iter().map(|p| p.sha256).collect(),
+        })
     }
 
     fn head_name(&self) -> Result<String> {
-        self.head
-            .file_name()
-            .and_then(|n| n.to_str())
-            .map(str::to_string)
-            .ok_or_else(|| Error::usage(format!("{}: a snapshot's name must be UTF-8 to be signed", self.head.display())))
+        self.head.file_name().and_then(|n| n.to_str()).map(str::to_string).ok_or_else(|| {
+            Error::usage(format!("{}: a snapshot's name must be UTF-8 to be signed", self.head.display()))
+        })
     }
 
     /// The snapshot's files as OMS names them, relative to its folder.
@@ -148,8 +151,11 @@ fn entries(dir: &Path) -> Result<Vec<String>> {
         let e = e.map_err(|e| Error::io(dir, e))?;
         let name = e.file_name();
         let Some(name) = name.to_str() else {
-            return Err(Error::input(Default::default(), "a file name that is not UTF-8 cannot be listed in model.sig")
-                .in_file(e.path()));
+            return Err(Error::input(
+                Default::default(),
+                "a file name that is not UTF-8 cannot be listed in model.sig",
+            )
+            .in_file(e.path()));
         };
         out.push(name.to_string());
         if out.len() > folder::MAX_FILES {
@@ -269,13 +275,11 @@ pub fn verify_folder(c: &FolderCheck) -> Result<Manifest> {
     let listed: HashSet<&str> = m.resources.iter().map(|r| r.name.as_str()).collect();
     let present: HashSet<&str> = found.iter().map(String::as_str).collect();
     let mut problems = Vec::new();
-    let extra: Vec<&str> =
-        found.iter().map(String::as_str).filter(|f| !listed.contains(f)).collect();
+    let extra: Vec<&str> = found.iter().map(String::as_str).filter(|f| !listed.contains(f)).collect();
     if !extra.is_empty() {
         problems.push(format!("extra files: {}", extra.join(", ")));
     }
-    let missing: Vec<&str> =
-        m.resources.iter().map(|r| r.name.as_str()).filter(|n| !present.contains(n)).collect();
+    let missing: Vec<&str> = m.resources.iter().map(|r| r.name.as_str()).filter(|n| !present.contains(n)).collect();
     if !missing.is_empty() {
         problems.push(format!("missing files: {}", missing.join(", ")));
     }

@@ -2,6 +2,7 @@
 
 use crate::convert::{write_arrays, Notes};
 use crate::crypto::armor::Unseal;
+use crate::crypto::ec::EcPublicKey;
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{check_at, Error, Result};
@@ -9,7 +10,6 @@ use crate::model::Array;
 use crate::progress::Progress;
 use crate::wtxt::read::{read, ArrayStart, Visitor};
 use crate::wtxt::syntax::{Audit, ChLine, Root, Wsum};
-use crate::crypto::ec::EcPublicKey;
 use crate::wtxt::verify::{Problem, ProblemKind, Report, VerifyOptions};
 use serde::Serialize;
 use std::path::{Path, PathBuf};

@@ -265,7 +265,8 @@ fn apply_minimal(
         ..WriteOptions::new(meta, rows)
     };
     write_wtxt(&arrays, &opts, out, None, &Progress::hidden())?;
-    let report = verify_file(out, &VerifyFiles { hmac_key: o.hmac_key.clone(), ..Default::default() }, &Progress::hidden())?;
+    let report =
+        verify_file(out, &VerifyFiles { hmac_key: o.hmac_key.clone(), ..Default::default() }, &Progress::hidden())?;
     if report.ok {
         oms_sign_written(out, o.oms_key.as_ref())?;
     }

@@ -196,6 +196,9 @@ pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
         if listed || work.join(&parts).exists() {
             add.arg(&parts);
         }
+        if o.oms_key.is_some() {
+            add.arg(rel.parent().unwrap_or(Path::new("")).join(crate::oms::SIGNATURE_NAME));
+        }
         let o = add.output().map_err(|e| Error::io_in("running git add", e))?;
         if !o.status.success() {
             return Err(Error::input(

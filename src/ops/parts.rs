@@ -506,7 +506,12 @@ fn same_file(path: &Path, new: &Path) -> bool {
 /// text is verified as it is copied (on the other core): a damaged
 /// snapshot is refused, not given fresh part hashes under a new name
 /// (`wtxt recover` takes either form as it is).
-pub fn restore(input: &Path, out: &Path, size: PartSize, oms: Option<&crate::crypto::ec::EcSecretKey>) -> Result<usize> {
+pub fn restore(
+    input: &Path,
+    out: &Path,
+    size: PartSize,
+    oms: Option<&crate::crypto::ec::EcSecretKey>,
+) -> Result<usize> {
     use crate::wtxt::verify::ProblemKind;
     let mut src = crate::wtxt::input::WtxtIn::open(input, None)?;
     let mut w = SnapshotOut::create(out, size)?;

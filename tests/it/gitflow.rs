@@ -669,6 +669,35 @@ fn split_snapshots_merge_through_wtxt_git_resolve() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("no merge, cherry-pick, revert or rebase is in progress"));
 }
 
+/// With `git config wtxt.omsKey`, `wtxt git resolve` signs the merged
+/// snapshot's folder with an OMS `model.sig` and stages it with the rest.
+#[test]
+fn git_resolve_signs_and_stages_model_sig_with_the_configured_oms_key() {
+    let r = Repo::new();
+    assert!(r.wtxt(&["git", "install"]).status.success());
+    assert!(split_model(&r, 0, &[]).status.success());
+    r.commit("g0");
+    r.ok(&["checkout", "-q", "-b", "side"]);
+    assert!(split_model(&r, 1, &[(10, 1.0)]).status.success());
+    r.commit("side");
+    r.ok(&["checkout", "-q", "main"]);
+    assert!(split_model(&r, 1, &[(3000, 2.0)]).status.success());
+    r.commit("main");
+    assert!(!r.run(&["merge", "-q", "side"], &[]).status.success());
+    let key = r.work.join("ec.pem");
+    assert!(r.wtxt(&["keygen", "-o", key.to_str().unwrap(), "--type", "p256"]).status.success());
+    r.ok(&["config", "wtxt.omsKey", key.to_str().unwrap()]);
+    let o = r.wtxt(&["git", "resolve", "m.wtxt", "--part-size", "64K"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let staged = r.ok(&["diff", "--cached", "--name-only"]);
+    assert!(staged.lines().any(|l| l == "model.sig"), "model.sig is staged: {staged}");
+    let public = format!("{}.pub", key.display());
+    let o = r.wtxt(&["verify", "m.wtxt", "--oms-pubkey", &public]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = r.wtxt(&["oms", "verify", ".", "--signature", "model.sig", "--public-key", &public]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// `wtxt git resolve` in the other operations Git stops in: a rebase step
 /// (REBASE_HEAD: the commit's parent, HEAD, the commit) and a revert
 /// (REVERT_HEAD: the commit, HEAD, its parent), each then continued.

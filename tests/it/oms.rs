@@ -183,7 +183,8 @@ fn every_writer_signs_single_files_too() {
         let r = run(&["verify", p(&out), "--oms-pubkey", pubkey]);
         assert_eq!(r.code, 0, "{cmd}: {}", r.stderr);
         assert!(r.stdout.contains("OMS signature valid"), "{cmd}: {}", r.stdout);
-        let r = run(&["oms", "verify", p(out.parent().unwrap()), "--signature", p(&sig_of(&out)), "--public-key", pubkey]);
+        let r =
+            run(&["oms", "verify", p(out.parent().unwrap()), "--signature", p(&sig_of(&out)), "--public-key", pubkey]);
         assert_eq!(r.code, 0, "{cmd}: {}", r.stderr);
     }
     // A signature covers the snapshot, whatever else shares its folder: the
@@ -253,11 +254,7 @@ fn hostile_signature_files() {
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("not JSON", b"model signature".to_vec(), "not a Sigstore bundle"),
         ("media type", good.replace("bundle.v0.3+json", "bundle.v9+json").into_bytes(), "media type"),
-        (
-            "payload type",
-            good.replace("application/vnd.in-toto+json", "application/json").into_bytes(),
-            "payload type",
-        ),
+        ("payload type", good.replace("application/vnd.in-toto+json", "application/json").into_bytes(), "payload type"),
         ("payload changed", with_payload(&outside).into_bytes(), "does not verify"),
         ("deep", "[".repeat(1 << 20).into_bytes(), "not a Sigstore bundle"),
         ("huge", vec![b' '; 9 << 20], "larger than"),

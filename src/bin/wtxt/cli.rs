@@ -164,7 +164,7 @@ pub enum DeltaCommand {
     /// Write the delta that turns BASE into TARGET (extended DELTA v2).
     Create(DeltaCreateArgs),
     /// Rebuild the target from BASE and a delta (extended or the seed's minimal form).
-    Apply(DeltaApplyArgs),
+    Apply(Box<DeltaApplyArgs>),
 }
 
 #[derive(Args, Debug)]

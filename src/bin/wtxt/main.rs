@@ -111,7 +111,7 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Recover(a) => recover(a),
         Command::Finalize(a) => finalize(a),
         Command::Delta(DeltaCommand::Create(a)) => delta_create(a),
-        Command::Delta(DeltaCommand::Apply(a)) => delta_apply(a),
+        Command::Delta(DeltaCommand::Apply(a)) => delta_apply(*a),
         Command::Log(a) => log(a),
         Command::Convert(a) => convert(a),
         Command::Diff(a) => diff_files(a),
