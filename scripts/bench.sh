@@ -30,18 +30,19 @@ cat "$npy" > /dev/null
 
 runs=${RUNS:-3}
 want() { [[ " ${SECTIONS:-core delta converters} " == *" $1 "* ]]; }
-measure() { # label, command...: median wall time of $runs runs, max peak RSS
+measure() { # label, command...: median wall and CPU (user+sys) of $runs runs, max peak RSS
   local label=$1; shift
   : > "$work/times.$label"
   for _ in $(seq "$runs"); do
     sync   # each run starts with no dirty pages left by the one before
-    /usr/bin/time -f "%e %M" -o "$work/time.$label" "$@" > /dev/null 2> "$work/err.$label" || { cat "$work/err.$label"; exit 1; }
-    cat "$work/time.$label" >> "$work/times.$label"
+    /usr/bin/time -f "%e %M %U %S" -o "$work/time.$label" "$@" > /dev/null 2> "$work/err.$label" || { cat "$work/err.$label"; exit 1; }
+    awk '{ print $1, $2, $3 + $4 }' "$work/time.$label" >> "$work/times.$label"
   done
   secs=$(sort -n "$work/times.$label" | awk -v n="$runs" 'NR == int((n + 1) / 2) { print $1 }')
+  cpu=$(sort -n -k3 "$work/times.$label" | awk -v n="$runs" 'NR == int((n + 1) / 2) { print $3 }')
   rss=$(sort -n -k2 "$work/times.$label" | tail -n 1 | awk '{ print $2 }')
-  printf '%-10s %8.2f s  %8d KiB peak RSS   (runs: %s)\n' "$label" "$secs" "$rss" "$(awk '{ printf "%s ", $1 }' "$work/times.$label")"
-  eval "t_$label=$secs; m_$label=$rss"
+  printf '%-10s %8.2f s  cpu %6.2f s  %8d KiB peak RSS   (runs: %s)\n' "$label" "$secs" "$cpu" "$rss" "$(awk '{ printf "%s ", $1 }' "$work/times.$label")"
+  eval "t_$label=$secs; c_$label=$cpu; m_$label=$rss"
 }
 
 echo "input: $npy ($mib MiB), $(nproc) cores, median of $runs runs"
@@ -64,6 +65,8 @@ awk -v s="$t_snapshot" -v v="$t_verify" -v o="$t_openssl" -v c="$t_cp" -v cs="$t
   printf "verify   / openssl(npy) = %.2fx (target <= 2.5x); split: %.2fx\n", v / o, vs / o;
   printf "snapshot / cp(npy)      = %.2fx (snapshot fsyncs; cp+sync: %.2fx)\n", s / c, s / cs }'
 echo "verify peak RSS: $((m_verify / 1024)) MiB (target <= 64 MiB); split: $((m_versplit / 1024)) MiB"
+awk -v s="$c_snapshot" -v ss="$c_snapsplit" -v v="$c_verify" -v vs="$c_versplit" -v o="$c_openssl" 'BEGIN {
+  printf "CPU (user+sys): snapshot %.2f s, split %.2f s (%.2fx); verify %.2f s, split %.2f s (%.2fx); openssl %.2f s\n", s, ss, ss / s, v, vs, vs / v, o }'
 fi
 
 # --- DELTA v2: a model where 1% of rows changed -----------------------------

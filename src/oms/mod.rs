@@ -277,11 +277,11 @@ pub fn verify_folder(c: &FolderCheck) -> Result<Manifest> {
     let mut problems = Vec::new();
     let extra: Vec<&str> = found.iter().map(String::as_str).filter(|f| !listed.contains(f)).collect();
     if !extra.is_empty() {
-        problems.push(format!("extra files: {}", extra.join(", ")));
+        problems.push(format!("extra files: {}", some_of(&extra)));
     }
     let missing: Vec<&str> = m.resources.iter().map(|r| r.name.as_str()).filter(|n| !present.contains(n)).collect();
     if !missing.is_empty() {
-        problems.push(format!("missing files: {}", missing.join(", ")));
+        problems.push(format!("missing files: {}", some_of(&missing)));
     }
     let both: Vec<Resource> = m.resources.iter().filter(|r| present.contains(r.name.as_str())).cloned().collect();
     if let Some(bad) = compare_listed(c.dir, &both, m.hash_type)? {
@@ -292,4 +292,15 @@ pub fn verify_folder(c: &FolderCheck) -> Result<Manifest> {
             .in_file(c.dir));
     }
     Ok(m)
+}
+
+/// The first few names of a list, and how many more: a message stays one
+/// readable line however many files differ.
+fn some_of(names: &[&str]) -> String {
+    const SHOWN: usize = 8;
+    let mut out = names.iter().take(SHOWN).copied().collect::<Vec<_>>().join(", ");
+    if names.len() > SHOWN {
+        out.push_str(&format!(" ... ({} more)", names.len() - SHOWN));
+    }
+    out
 }

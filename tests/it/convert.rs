@@ -160,7 +160,7 @@ fn safetensors_round_trips_byte_for_byte_with_names_kept() {
     }
 }
 
-/// Issue 14 (1): a snapshot keeps the inputs' own names and a safetensors
+/// A snapshot keeps the inputs' own names and a safetensors
 /// file's `__metadata__`; extract gives them back exactly.
 #[test]
 fn hugging_face_names_and_metadata_come_back_on_extract() {

@@ -283,3 +283,55 @@ fn hostile_signature_files() {
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains("not a path inside the folder"), "{}", r.stderr);
 }
+
+#[test]
+fn convert_merge_recover_delta_apply_and_finalize_sign_what_they_write() {
+    let t = tempfile::tempdir().unwrap();
+    let k = keys(t.path(), "prime256v1");
+    let g0 = signed_split(t.path(), &k.sec1);
+    let npz = t.path().join("in.npz");
+    let g1 = t.path().join("g1.wtxt");
+    let (key, public) = (p(&k.pkcs8), p(&k.public));
+    let ok = |args: &[&str]| {
+        let r = run(args);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+    };
+    ok(&["snapshot", p(&npz), "-o", p(&g1), "--prev", p(&g0), "--ts", "2026-03-02T00:00:00Z"]);
+    let delta = t.path().join("d.wtxtdelta");
+    ok(&["delta", "create", p(&g0), p(&g1), "-o", p(&delta)]);
+    let streaming = t.path().join("s.wtxt");
+    let wsum = t.path().join("s.wsum");
+    ok(&["snapshot", p(&npz), "-o", p(&streaming), "--streaming", "--wsum", p(&wsum), "--ts", "2026-03-01T00:00:00Z"]);
+    let out = |name: &str| {
+        let d = t.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        d.join("model.wtxt")
+    };
+    let written = [
+        ("convert", out("convert")),
+        ("merge", out("merge")),
+        ("recover", out("recover")),
+        ("delta", out("delta")),
+        ("finalize", out("finalize")),
+    ];
+    for (cmd, o) in &written {
+        let o = p(o);
+        let wsum2 = t.path().join("s2.wsum");
+        let args: Vec<&str> = match *cmd {
+            "convert" => vec!["convert", p(&g1), "-o", o, "--to", "wtxt"],
+            "merge" => vec!["merge", p(&g0), p(&g0), p(&g1), "-o", o],
+            "recover" => vec!["recover", p(&g1), "-o", o],
+            "delta" => vec!["delta", "apply", p(&g0), p(&delta), "-o", o],
+            _ => vec!["finalize", p(&streaming), "-o", p(&wsum2), "--rewrite", o],
+        };
+        let mut args = args;
+        args.extend(["--part-size", "256K", "--oms-key", key]);
+        ok(&args);
+        let r = run(&["verify", o, "--oms-pubkey", public]);
+        assert_eq!(r.code, 0, "{cmd}: {}", r.stderr);
+        assert!(r.stdout.contains("OMS signature valid"), "{cmd}: {}", r.stdout);
+    }
+    // finalize without --rewrite writes no snapshot to sign.
+    let r = run(&["finalize", p(&streaming), "-o", p(&t.path().join("s3.wsum")), "--oms-key", key]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+}

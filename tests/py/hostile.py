@@ -1,4 +1,4 @@
-"""Writes the hostile inputs of issue 12 (memory amplification) into DIR.
+"""Writes the hostile inputs (memory amplification) into DIR.
 
 Each is small on disk and declares or expands to far more than wtxt's heap
 cap: real data that must be read in bounded memory, or overlapping and
