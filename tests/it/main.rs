@@ -16,6 +16,7 @@
 //! - `hooks`: hooks/pre-commit in a real Git repository;
 //! - `hostile`: small files that expand to gigabytes, read in bounded heap or refused;
 //! - `inputs`: real NumPy output and hostile input archives;
+//! - `layers`: the layer rule of docs/ARCHITECTURE.md, on the source;
 //! - `log`: the Merkle chain through a real Git history;
 //! - `mutation`: seeded random damage through every reader, never a panic;
 //! - `oms`: OpenSSF Model Signing signatures written, checked and refused;
@@ -34,6 +35,7 @@ mod golden;
 mod hooks;
 mod hostile;
 mod inputs;
+mod layers;
 mod log;
 mod mutation;
 mod oms;

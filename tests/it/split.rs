@@ -723,3 +723,15 @@ fn cont_lines_and_part_framing_are_checked_by_verify_and_join() {
         assert!(err.contains("000002.wtxtpart") && err.contains("not a regular file"), "{err}");
     }
 }
+
+/// docs/FORMAT.md's worked example of cut points, byte for byte: the sizes
+/// follow from shapes alone.
+#[test]
+fn the_documented_worked_example_of_cut_points_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let arrays = vec![("a", "f32", vec![300], f32s(300, 1)), ("w", "f32", vec![512, 64], f32s(512 * 64, 2))];
+    let head = snapshot(dir.path(), "m", &arrays, &["--part-size", "64K"]);
+    let sizes: Vec<u64> = parts(&head).iter().map(|p| std::fs::metadata(p).unwrap().len()).collect();
+    assert_eq!(sizes, [47_557, 45_640, 45_640, 45_647]);
+    assert_eq!(std::fs::metadata(&head).unwrap().len(), 1_299);
+}

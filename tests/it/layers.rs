@@ -1,0 +1,74 @@
+//! The layer rule of docs/ARCHITECTURE.md, checked on the source: each
+//! module of the library names only the modules its layer may use.
+
+use std::path::Path;
+
+/// Each top-level module and the modules it must never name (outside
+/// comments). The binary sits above all of them.
+const NEVER: &[(&str, &[&str])] = &[
+    ("daemon", &[]),
+    ("ops", &["daemon"]),
+    ("git", &["ops", "daemon"]),
+    ("oms", &["ops", "git", "daemon", "convert"]),
+    ("convert", &["ops", "git", "daemon", "oms"]),
+    ("wtxt", &["ops", "git", "daemon", "oms"]),
+    ("crypto", &["ops", "git", "daemon", "oms", "convert", "wtxt", "model"]),
+    ("model", &["ops", "git", "daemon", "oms", "convert", "wtxt", "crypto"]),
+    ("atomic", &["ops", "git", "daemon", "oms", "convert", "wtxt", "crypto", "model"]),
+    ("error", &["ops", "git", "daemon", "oms", "convert", "wtxt", "crypto", "model"]),
+    ("limits", &["ops", "git", "daemon", "oms", "convert", "wtxt", "crypto", "model", "atomic"]),
+    ("pipe", &["ops", "git", "daemon", "oms", "convert", "wtxt", "crypto", "model"]),
+    ("progress", &["ops", "git", "daemon", "oms", "convert", "wtxt", "crypto", "model"]),
+];
+
+/// The one edge that still points up: the format keeps large decoded data
+/// in `convert::spill`, which belongs below it.
+const KNOWN_UPWARD: &[(&str, &str)] = &[("wtxt", "crate::convert::spill")];
+
+fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn no_module_names_a_layer_above_its_own() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut broken = Vec::new();
+    for (module, never) in NEVER {
+        let mut files = Vec::new();
+        let dir = src.join(module);
+        if dir.is_dir() {
+            sources(&dir, &mut files);
+        } else {
+            files.push(src.join(format!("{module}.rs")));
+        }
+        assert!(!files.is_empty() && files[0].exists(), "module {module} not found");
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") {
+                    continue;
+                }
+                for above in *never {
+                    let name = format!("crate::{above}");
+                    let at = code.find(&name);
+                    let names_it = at.is_some_and(|i| {
+                        !code[i + name.len()..].starts_with(|c: char| c == '_' || c.is_alphanumeric())
+                    });
+                    let known = KNOWN_UPWARD.iter().any(|(m, e)| m == module && code.contains(e));
+                    if names_it && !known {
+                        broken.push(format!("{}:{}: {module} names {name}", f.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "layer rule broken (docs/ARCHITECTURE.md):\n{}", broken.join("\n"));
+}
