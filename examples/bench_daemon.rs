@@ -27,10 +27,11 @@ fn main() -> wtxt::Result<()> {
     let mut directs = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();
-        wtxt::ops::write_wtxt(
+        wtxt::store::write_wtxt(
             std::slice::from_ref(&array),
             &opts,
             &direct_file,
+            Default::default(),
             None,
             &wtxt::progress::Progress::hidden(),
         )?;

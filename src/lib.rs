@@ -24,6 +24,7 @@ pub mod oms;
 pub mod ops;
 pub mod pipe;
 pub mod progress;
+pub mod store;
 pub mod wtxt;
 
 pub use error::{Error, Result};

@@ -12,7 +12,7 @@ fuzz_target!(|data: &[u8]| {
     DIR.with(|dir| {
         let input = dir.path().join("in.wtxt");
         std::fs::write(&input, data).expect("write the input");
-        let _ = wtxt::wtxt::outline::outline(&input, &|n| n.starts_with("__"), 1 << 20);
+        let _ = wtxt::store::outline::outline(&input, &|n| n.starts_with("__"), 1 << 20);
         for to in ["safetensors", "aero", "npz"] {
             let fmt = by_name(to).expect("a container");
             let out = dir.path().join(format!("out.{to}"));

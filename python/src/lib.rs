@@ -342,7 +342,7 @@ fn load(
                 ..Default::default()
             };
             // A split snapshot's head is read with its parts.
-            let mut input = wtxt::wtxt::input::WtxtIn::open(&path, None)?;
+            let mut input = wtxt::store::input::WtxtIn::open(&path, None)?;
             // On the heap: the arrays end up there anyway, and a temporary
             // file would cost another pass over fresh pages.
             let keep = if metadata_only { Keep::Metadata } else { Keep::InMemory };

@@ -29,8 +29,8 @@ use crate::convert::container::Container;
 use crate::convert::unseek::seek_to;
 use crate::error::{Error, Result};
 use crate::model::{Array, ArrayData};
-use crate::wtxt::input::WtxtIn;
-use crate::wtxt::outline::{outline, Outlined};
+use crate::store::input::WtxtIn;
+use crate::store::outline::{outline, Outlined};
 use crate::wtxt::read::ArrayStart;
 use crate::wtxt::verify::{verify, Sink, VerifyOptions};
 

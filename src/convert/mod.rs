@@ -275,7 +275,7 @@ fn load_one(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Ve
         (_, 0) => Err(input_at(0, "empty file: expected .npy, .npz, .safetensors, FOLD, AERO, VOLP, MLDF or WTXT")),
         (Some(Input::Wtxt), _) => {
             // Streamed (a split snapshot joined): the decoded arrays are the only copy held.
-            let mut input = crate::wtxt::input::WtxtIn::open(path, None)?;
+            let mut input = crate::store::input::WtxtIn::open(path, None)?;
             Ok(crate::wtxt::load(input.text(), input.len, verify).map_err(|e| input.blame(e))?.arrays)
         }
         (Some(Input::Container(c)), _) => {

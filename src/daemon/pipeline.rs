@@ -17,7 +17,7 @@ use crate::crypto::sign::SecretKey;
 use crate::error::{Error, Result};
 use crate::model::Array;
 use crate::progress::Progress;
-use crate::wtxt::input::WtxtIn;
+use crate::store::input::WtxtIn;
 use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
 use crate::wtxt::syntax::Meta;
 use crate::wtxt::syntax::Root;
@@ -171,7 +171,7 @@ fn remove_ring(ring: &Path, g: u64, exts: &[&str]) {
     for ext in exts {
         let f = ring.join(ring_name(g, ext));
         let _ = std::fs::remove_file(&f);
-        let _ = std::fs::remove_dir_all(crate::wtxt::split::parts_dir(&f));
+        let _ = std::fs::remove_dir_all(crate::store::parts_dir(&f));
     }
 }
 
@@ -278,11 +278,10 @@ impl Pipeline {
             merkle_prev: self.merkle_prev,
             hmac_key: self.cfg.hmac_key.as_ref(),
             sign_key: self.cfg.sign_key.as_ref(),
-            part_size: self.cfg.part_size,
             ..WriteOptions::new(meta, self.cfg.rows_per_chunk)
         };
         let file = self.cfg.ring.join(ring_name(gen, "wtxt"));
-        let written = crate::ops::write_wtxt(arrays, &opts, &file, None, &Progress::hidden())?;
+        let written = crate::store::write_wtxt(arrays, &opts, &file, self.cfg.part_size, None, &Progress::hidden())?;
         if let Some(prev) = &self.prev_file {
             self.delta(prev, &file, gen)?;
         }
@@ -317,8 +316,8 @@ impl Pipeline {
         let out = self.cfg.ring.join(ring_name(gen, "wtxtdelta"));
         let mut f = crate::atomic::AtomicFile::create(&out)?;
         {
-            let mut b = crate::wtxt::input::WtxtIn::open(prev, None)?;
-            let mut t = crate::wtxt::input::WtxtIn::open(file, None)?;
+            let mut b = crate::store::input::WtxtIn::open(prev, None)?;
+            let mut t = crate::store::input::WtxtIn::open(file, None)?;
             let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
             crate::wtxt::delta::create((b.text(), prev), (t.text(), file), &mut w)?;
             w.flush().map_err(|e| Error::io(&out, e))?;
@@ -338,10 +337,10 @@ impl Pipeline {
             std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
         }
         // Atomic in the work tree too; a split snapshot's parts first.
-        let parts = crate::ops::copy_snapshot(file, &dest)?;
+        let parts = crate::store::copy_snapshot(file, &dest)?;
         let mut index = repo.index().map_err(git)?;
         index.read(true).map_err(git)?;
-        let parts_rel = crate::wtxt::split::parts_dir(&self.cfg.path_in_repo);
+        let parts_rel = crate::store::parts_dir(&self.cfg.path_in_repo);
         index.remove_dir(&parts_rel, 0).map_err(git)?;
         for ix in 1..=parts {
             index.add_path(&parts_rel.join(crate::wtxt::split::part_name(ix))).map_err(git)?;

@@ -26,7 +26,7 @@ use crate::git::blob::Blobs;
 use crate::git::git_err;
 use crate::git::parts::BlobParts;
 use crate::progress::Progress;
-use crate::wtxt::input::WtxtIn;
+use crate::store::input::WtxtIn;
 use crate::wtxt::read::{read_header, Header, LineReader};
 use crate::wtxt::split;
 use crate::wtxt::syntax::{Root, SignLine};

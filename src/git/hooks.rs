@@ -25,8 +25,9 @@ use crate::error::{Error, Result};
 use crate::git::git_err;
 use crate::git::parts::{classify, Blob, BlobParts};
 use crate::progress::Progress;
-use crate::wtxt::input::WtxtIn;
-use crate::wtxt::split::{part_ix, part_name, parts_dir, Head};
+use crate::store::input::WtxtIn;
+use crate::store::parts_dir;
+use crate::wtxt::split::{part_ix, part_name, Head};
 use crate::wtxt::syntax::Root;
 use crate::wtxt::verify::{ProblemKind, SigStatus, VerifyOptions};
 

@@ -26,7 +26,7 @@ use crate::wtxt::layout::Layout;
 /// (`wtxt git resolve` merges it whole).
 pub fn is_lone_head(ours: &std::path::Path) -> bool {
     use crate::git::parts::{classify, open_text, Blob};
-    if crate::wtxt::split::parts_dir(ours).exists() {
+    if crate::store::parts_dir(ours).exists() {
         return false;
     }
     matches!(open_text(ours), Ok(Some(f)) if matches!(classify(&f), Ok(Blob::Head(_))))

@@ -495,7 +495,7 @@ pub type LocalCopy = Box<dyn Fn(u64, git2::Oid) -> Option<Box<dyn Read>>>;
 impl BlobParts {
     /// The parts of `head` (at `path`) in `tree`.
     pub fn of_tree(repo: &git2::Repository, tree: &git2::Tree, path: &Path, head: &Head) -> BlobParts {
-        let dir = split::parts_dir(path);
+        let dir = crate::store::parts_dir(path);
         let mut unlisted = Vec::new();
         if let Ok(sub) = tree.get_path(&dir).and_then(|e| e.to_object(repo)).and_then(|o| o.peel_to_tree()) {
             for e in sub.iter() {
@@ -512,7 +512,7 @@ impl BlobParts {
 
     /// The parts of `head` (at `path`) in `index`, as staged.
     pub fn of_index(repo: &git2::Repository, index: &git2::Index, path: &Path, head: &Head) -> BlobParts {
-        let dir = split::parts_dir(path);
+        let dir = crate::store::parts_dir(path);
         let prefix = format!("{}/", dir.display());
         let unlisted = index
             .iter()
@@ -534,7 +534,7 @@ impl BlobParts {
         unlisted: Vec<PathBuf>,
         whose: &'static str,
     ) -> BlobParts {
-        let dir = split::parts_dir(path);
+        let dir = crate::store::parts_dir(path);
         let listed = head
             .parts
             .iter()

@@ -58,7 +58,7 @@ impl SnapshotFiles {
             }
         };
         std::io::copy(&mut r, &mut std::io::sink()).map_err(|e| Error::io(head, e))?;
-        let dir = split::parts_dir(head);
+        let dir = crate::store::parts_dir(head);
         for p in &parts {
             let path = dir.join(split::part_name(p.ix));
             let meta = std::fs::symlink_metadata(&path).map_err(|e| Error::io(&path, e))?;
@@ -121,7 +121,7 @@ pub fn sign_snapshot(files: &SnapshotFiles, key: &EcSecretKey) -> Result<PathBuf
             ignore.push(name);
         }
     }
-    let parts_dir = split::parts_dir(&files.head);
+    let parts_dir = crate::store::parts_dir(&files.head);
     if !files.parts.is_empty() {
         for name in entries(&parts_dir)? {
             if split::part_ix(&name).is_none_or(|ix| ix == 0 || ix > files.parts.len() as u64) {

@@ -261,10 +261,9 @@ fn apply_minimal(
         merkle_prev: base_this,
         hmac_key: o.hmac_key.as_ref(),
         sign_key: o.sign_key.as_ref(),
-        part_size: o.part_size,
         ..WriteOptions::new(meta, rows)
     };
-    write_wtxt(&arrays, &opts, out, None, &Progress::hidden())?;
+    write_wtxt(&arrays, &opts, out, o.part_size, None, &Progress::hidden())?;
     let report =
         verify_file(out, &VerifyFiles { hmac_key: o.hmac_key.clone(), ..Default::default() }, &Progress::hidden())?;
     if report.ok {

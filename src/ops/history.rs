@@ -127,10 +127,9 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
         hmac_key: o.trust.hmac_key.as_ref(),
         sign_key: o.sign_key.as_ref(),
         audit: Some(audit),
-        part_size: o.part_size,
         ..WriteOptions::new(meta, rows)
     };
-    let written = write_wtxt(&merged.arrays, &opts, out, None, &Progress::hidden())?;
+    let written = write_wtxt(&merged.arrays, &opts, out, o.part_size, None, &Progress::hidden())?;
     oms_sign_written(out, o.oms_key.as_ref())?;
     Ok(MergeOutcome { conflicts: merged.conflicts, written: Some(written), gen })
 }
@@ -187,7 +186,7 @@ pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
     };
     let outcome = merge(&base, &ours, &theirs, &target, o).map_err(|e| e.renamed(named))?;
     if outcome.written.is_some() {
-        let parts = crate::wtxt::split::parts_dir(&rel);
+        let parts = crate::store::parts_dir(&rel);
         let index = repo.index().map_err(crate::git::git_err)?;
         let listed = index.iter().any(|e| Path::new(std::ffi::OsStr::from_bytes(&e.path)).starts_with(&parts));
         let mut add = std::process::Command::new("git");

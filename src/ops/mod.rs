@@ -21,17 +21,14 @@ pub use recover::*;
 pub use secrets::*;
 pub use snapshot::*;
 
-use crate::atomic::write_file;
 use crate::crypto::armor::{open_maybe_sealed, Unseal};
 use crate::crypto::digest::Hash;
 use crate::error::{check_at, Error, Result};
-use crate::model::Array;
-use crate::progress::Progress;
-use crate::wtxt::input::WtxtIn;
+use crate::store::input::WtxtIn;
+use crate::store::{write_wtxt, SnapshotOut};
 use crate::wtxt::read::{read_head, Header, LineReader};
 use crate::wtxt::syntax::Root;
 use crate::wtxt::verify::InputTrust;
-use crate::wtxt::write::{text_shape, write_snapshot, WriteOptions, Written};
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
@@ -80,46 +77,6 @@ fn chain_from(prev: &Path, trust: &InputTrust) -> Result<(u64, Hash)> {
                 .in_file(prev))
         }
     }
-}
-
-/// Writes arrays as WTXT to `out` atomically (split when larger than
-/// `opts.part_size`), and the WSUM when streaming.
-pub fn write_wtxt(
-    arrays: &[Array],
-    opts: &WriteOptions,
-    out: &Path,
-    wsum: Option<&Path>,
-    progress: &Progress,
-) -> Result<Written> {
-    // The cut points follow from sizes alone: a split snapshot is written
-    // straight into its parts, in one pass like a single file.
-    let placed = match opts.part_size.limit() {
-        Some(limit) if !crate::atomic::is_device(out) => {
-            let shape = text_shape(arrays, opts)?;
-            let spans = crate::wtxt::split::place_parts(&shape, limit).map_err(|e| e.in_file(out))?;
-            spans.map(|s| (s, shape.tail))
-        }
-        _ => None,
-    };
-    let written = if let Some((spans, tail)) = placed {
-        let mut w = PartedOut::create(out, spans, tail)?;
-        let written = write_snapshot(arrays, opts, &mut w, progress).map_err(|e| e.in_file(out))?;
-        w.finish()?;
-        written
-    } else {
-        let mut w = SnapshotOut::create(out, crate::wtxt::split::PartSize::Whole)?;
-        let written = write_snapshot(arrays, opts, &mut w, progress).map_err(|e| e.in_file(out))?;
-        w.finish()?;
-        written
-    };
-    let wsum_text = match (&written.wsum, wsum) {
-        (Some(w), Some(_)) => Some(w.to_file()),
-        _ => None,
-    };
-    if let (Some(text), Some(p)) = (wsum_text, wsum) {
-        write_file(p, text.as_bytes(), 0o644)?;
-    }
-    Ok(written)
 }
 
 /// Refuses two outputs of one command that name the same file: one would

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::crypto::ec::EcSecretKey;
 use crate::error::{Error, Result};
 use crate::oms::{sign_snapshot, SnapshotFiles};
-use crate::wtxt::input::WtxtIn;
+use crate::store::input::WtxtIn;
 use crate::wtxt::verify::InputTrust;
 
 /// Writes `model.sig` for the snapshot a command has just written at

@@ -99,10 +99,9 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
         sign_key: o.sign_key.as_ref(),
         audit: Some(audit),
         carried_hmacs,
-        part_size: o.part_size,
         ..WriteOptions::new(meta, r.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK))
     };
-    write_wtxt(&r.arrays, &opts, out, None, &Progress::hidden())?;
+    write_wtxt(&r.arrays, &opts, out, o.part_size, None, &Progress::hidden())?;
     oms_sign_written(out, o.oms_key.as_ref())?;
     if let Some(p) = &o.partial {
         write_arrays(&r.partials, p)?;

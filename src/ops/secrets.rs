@@ -50,9 +50,9 @@ pub fn encrypt(input: &Path, out: &Path, seal: Seal) -> Result<()> {
     let parts = split_parts(input)?;
     for ix in 1..=parts {
         let name = crate::wtxt::split::part_name(ix);
-        let dir = crate::wtxt::split::parts_dir(out);
+        let dir = crate::store::parts_dir(out);
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        encrypt_one(&crate::wtxt::split::parts_dir(input).join(&name), &dir.join(&name), &seal, true)?;
+        encrypt_one(&crate::store::parts_dir(input).join(&name), &dir.join(&name), &seal, true)?;
     }
     encrypt_one(input, out, &seal, false)
 }
@@ -92,7 +92,7 @@ pub fn decrypt(input: &Path, out: &Path, unseal: &Unseal) -> Result<()> {
     let mut f = head.try_clone()?;
     f.seek(std::io::SeekFrom::Start(0)).map_err(|e| Error::io(out, e))?;
     if let crate::wtxt::split::Opened::Split(h) = crate::wtxt::split::open(Box::new(f)).map_err(|e| e.in_file(out))? {
-        let (from, to) = (crate::wtxt::split::parts_dir(input), crate::wtxt::split::parts_dir(out));
+        let (from, to) = (crate::store::parts_dir(input), crate::store::parts_dir(out));
         std::fs::create_dir_all(&to).map_err(|e| Error::io(&to, e))?;
         for p in &h.parts {
             let name = crate::wtxt::split::part_name(p.ix);

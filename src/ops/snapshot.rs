@@ -100,10 +100,9 @@ pub fn snapshot_arrays(arrays: &[Array], out: &Path, o: &SnapshotOptions, progre
         sign_key: o.sign_key.as_ref(),
         audit,
         streaming: o.wsum.is_some(),
-        part_size: o.part_size,
         ..WriteOptions::new(meta, rows)
     };
-    let written = write_wtxt(arrays, &opts, out, o.wsum.as_deref(), progress)?;
+    let written = write_wtxt(arrays, &opts, out, o.part_size, o.wsum.as_deref(), progress)?;
     oms_sign_written(out, o.oms_key.as_ref())?;
     Ok(written)
 }

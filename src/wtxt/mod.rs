@@ -4,9 +4,7 @@
 
 pub mod chunk;
 pub mod delta;
-pub mod input;
 pub mod layout;
-pub mod outline;
 pub mod read;
 pub mod recover;
 pub mod split;

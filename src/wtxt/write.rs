@@ -48,9 +48,6 @@ pub struct WriteOptions<'a> {
     /// HMACs to carry over unchanged when no key is given, by array name
     /// (recovery keeps a damaged file's tags for the arrays it rescues).
     pub carried_hmacs: Vec<(String, Hash)>,
-    /// Largest file of the stored snapshot: a larger text is stored split
-    /// (see [`crate::wtxt::split`]); the text itself is the same.
-    pub part_size: crate::wtxt::split::PartSize,
 }
 
 impl<'a> WriteOptions<'a> {
@@ -65,7 +62,6 @@ impl<'a> WriteOptions<'a> {
             audit: None,
             streaming: false,
             carried_hmacs: Vec::new(),
-            part_size: Default::default(),
         }
     }
 }

@@ -357,7 +357,15 @@ fn npz_exact_form_may_not_reuse_an_array() {
     let meta = wtxt::convert::meta_array("__npz", &serde_json::json!({"splices": splices})).unwrap();
     let path = dir.path().join("splices.wtxt");
     let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(0, None).unwrap(), 128);
-    wtxt::ops::write_wtxt(&[meta, skeleton, a], &opts, &path, None, &wtxt::progress::Progress::hidden()).unwrap();
+    wtxt::store::write_wtxt(
+        &[meta, skeleton, a],
+        &opts,
+        &path,
+        Default::default(),
+        None,
+        &wtxt::progress::Progress::hidden(),
+    )
+    .unwrap();
     let out = dir.path().join("out.npz");
     let o = measured(&["convert", path.to_str().unwrap(), "--to", "npz", "-o", out.to_str().unwrap()], &[]);
     assert_eq!(o.code, 2, "{}", o.stderr);
@@ -383,7 +391,15 @@ fn original_names_that_collide_are_refused_by_every_writer() {
         let meta = wtxt::convert::meta_array("__names", &serde_json::json!({ "names": names })).unwrap();
         let path = dir.path().join(format!("{i}.wtxt"));
         let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(0, None).unwrap(), 128);
-        wtxt::ops::write_wtxt(&[meta, a, b], &opts, &path, None, &wtxt::progress::Progress::hidden()).unwrap();
+        wtxt::store::write_wtxt(
+            &[meta, a, b],
+            &opts,
+            &path,
+            Default::default(),
+            None,
+            &wtxt::progress::Progress::hidden(),
+        )
+        .unwrap();
         for ext in ["safetensors", "npz"] {
             let out = dir.path().join(format!("{i}.{ext}"));
             let o = measured(&["extract", path.to_str().unwrap(), "-o", out.to_str().unwrap()], &[]);

@@ -11,14 +11,15 @@ const NEVER: &[(&str, &[&str])] = &[
     ("git", &["ops", "daemon"]),
     ("oms", &["ops", "git", "daemon", "convert"]),
     ("convert", &["ops", "git", "daemon", "oms"]),
-    ("wtxt", &["ops", "git", "daemon", "oms"]),
-    ("crypto", &["ops", "git", "daemon", "oms", "convert", "wtxt", "model"]),
-    ("model", &["ops", "git", "daemon", "oms", "convert", "wtxt", "crypto"]),
-    ("atomic", &["ops", "git", "daemon", "oms", "convert", "wtxt", "crypto", "model"]),
-    ("error", &["ops", "git", "daemon", "oms", "convert", "wtxt", "crypto", "model"]),
-    ("limits", &["ops", "git", "daemon", "oms", "convert", "wtxt", "crypto", "model", "atomic"]),
-    ("pipe", &["ops", "git", "daemon", "oms", "convert", "wtxt", "crypto", "model"]),
-    ("progress", &["ops", "git", "daemon", "oms", "convert", "wtxt", "crypto", "model"]),
+    ("store", &["ops", "git", "daemon", "oms", "convert"]),
+    ("wtxt", &["ops", "git", "daemon", "oms", "store"]),
+    ("crypto", &["ops", "git", "daemon", "oms", "store", "convert", "wtxt", "model"]),
+    ("model", &["ops", "git", "daemon", "oms", "store", "convert", "wtxt", "crypto"]),
+    ("atomic", &["ops", "git", "daemon", "oms", "store", "convert", "wtxt", "crypto", "model"]),
+    ("error", &["ops", "git", "daemon", "oms", "store", "convert", "wtxt", "crypto", "model"]),
+    ("limits", &["ops", "git", "daemon", "oms", "store", "convert", "wtxt", "crypto", "model", "atomic"]),
+    ("pipe", &["ops", "git", "daemon", "oms", "store", "convert", "wtxt", "crypto", "model"]),
+    ("progress", &["ops", "git", "daemon", "oms", "store", "convert", "wtxt", "crypto", "model"]),
 ];
 
 /// The one edge that still points up: the format keeps large decoded data

@@ -331,7 +331,7 @@ fn split_readers_never_panic() {
     let head = split::split(&single[..], 48 << 10, &mut parts).unwrap();
     assert!(parts.len() >= 2, "{} parts", parts.len());
     let write_set = |h: &[u8], ps: &[Vec<u8>]| {
-        let pdir = split::parts_dir(&head_path);
+        let pdir = wtxt::store::parts_dir(&head_path);
         let _ = std::fs::remove_dir_all(&pdir);
         std::fs::create_dir_all(&pdir).unwrap();
         for (i, p) in ps.iter().enumerate() {
@@ -340,11 +340,11 @@ fn split_readers_never_panic() {
         std::fs::write(&head_path, h).unwrap();
     };
     let read_set = || {
-        if let Ok(mut input) = wtxt::wtxt::input::WtxtIn::open_lenient(&head_path, None) {
+        if let Ok(mut input) = wtxt::store::input::WtxtIn::open_lenient(&head_path, None) {
             let _ = wtxt::wtxt::verify::verify(input.text(), &Default::default(), None);
             let _ = input.faults();
         }
-        if let Ok(mut input) = wtxt::wtxt::input::WtxtIn::open(&head_path, None) {
+        if let Ok(mut input) = wtxt::store::input::WtxtIn::open(&head_path, None) {
             let _ = wtxt::wtxt::load(input.text(), 1 << 20, &Default::default()).map_err(|e| input.blame(e));
         }
     };

@@ -119,7 +119,8 @@ fn reserved_names_from_inputs_are_refused_never_interpreted() {
         .unwrap();
     let w = dir.path().join("keys.wtxt");
     let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(0, None).unwrap(), 128);
-    wtxt::ops::write_wtxt(&[meta, a], &opts, &w, None, &wtxt::progress::Progress::hidden()).unwrap();
+    wtxt::store::write_wtxt(&[meta, a], &opts, &w, Default::default(), None, &wtxt::progress::Progress::hidden())
+        .unwrap();
     let npz = dir.path().join("o.npz");
     let r = run(&["convert", s(&w), "--to", "npz", "-o", s(&npz)]);
     assert_eq!(r.code, 2, "{}", r.stderr);

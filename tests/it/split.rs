@@ -519,14 +519,14 @@ fn a_text_that_does_not_fill_its_planned_parts_is_never_put_in_place() {
             arrs: vec![],
         },
     ];
-    let mut w = wtxt::ops::PartedOut::create(&out, spans.clone(), 8).unwrap();
+    let mut w = wtxt::store::PartedOut::create(&out, spans.clone(), 8).unwrap();
     w.write_all(&[b'x'; 10 + 10 + 5]).unwrap(); // stops inside the second part, no tail
     let err = w.finish().unwrap_err();
     assert!(err.to_string().contains("does not match the parts planned"), "{err}");
     assert!(!out.exists() && !dir.path().join("m.wtxt.parts").exists());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no temporary file left");
     // Filled exactly, it is put in place: the head, then parts framed as planned.
-    let mut w = wtxt::ops::PartedOut::create(&out, spans, 8).unwrap();
+    let mut w = wtxt::store::PartedOut::create(&out, spans, 8).unwrap();
     w.write_all(&[b'y'; 38]).unwrap();
     assert_eq!(w.finish().unwrap(), 2);
     let second = std::fs::read_to_string(dir.path().join("m.wtxt.parts/000002.wtxtpart")).unwrap();

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use crate::crypto::armor::{open_maybe_sealed, Unseal};
 use crate::error::{Error, Result};
-use crate::wtxt::split::{self, parts_dir, Joined, PartFiles};
+use crate::store::{parts_dir, PartFiles};
+use crate::wtxt::split::{self, Joined};
 use crate::wtxt::verify::{verify, Problem, ProblemKind, Report, VerifyOptions};
 
 /// A WTXT input: a single file, or a split snapshot's head joined with its

@@ -16,9 +16,10 @@ use std::io::{BufRead, BufReader, Cursor, Seek};
 use std::path::Path;
 
 use crate::limits::MAX_LINE;
+use crate::store::parts_dir;
 use crate::wtxt::chunk;
 use crate::wtxt::layout::last_line_width;
-use crate::wtxt::split::{self, part_name, parts_dir};
+use crate::wtxt::split::{self, part_name};
 use crate::wtxt::syntax::{ArrLine, ChLine, B64_WIDTH};
 
 /// One array of the outline.

@@ -1,0 +1,53 @@
+//! Where a split snapshot's part files live, and reading them.
+
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Position, Result};
+use crate::wtxt::split::{part_ix, part_name, PartSource};
+
+/// The folder holding the parts of the head at `head`: `model.wtxt` keeps
+/// its parts in `model.wtxt.parts/`.
+pub fn parts_dir(head: &Path) -> PathBuf {
+    let mut s = head.as_os_str().to_owned();
+    s.push(".parts");
+    PathBuf::from(s)
+}
+
+/// Part files in the folder next to the head.
+pub struct PartFiles<'a> {
+    pub dir: PathBuf,
+    pub unseal: Option<&'a crate::crypto::armor::Unseal>,
+}
+
+impl PartSource for PartFiles<'_> {
+    fn open(&self, ix: u64) -> Result<Box<dyn Read>> {
+        let p = self.name(ix);
+        match std::fs::metadata(&p) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Err(Error::check(Position::None, "missing part: the head lists it, the folder does not have it")
+                    .in_file(&p))
+            }
+            // A folder, device or FIFO (`/dev/stdin`) is not a part: never read or waited on.
+            Ok(m) if !m.is_file() => {
+                Err(Error::check(Position::None, "not a regular file: the head lists a part here").in_file(&p))
+            }
+            _ => crate::crypto::armor::open_maybe_sealed(&p, self.unseal),
+        }
+    }
+
+    fn name(&self, ix: u64) -> PathBuf {
+        self.dir.join(part_name(ix))
+    }
+
+    fn unlisted(&self, count: u64) -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        let mut extra: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| part_ix(&e.file_name().to_string_lossy()).is_some_and(|ix| ix > count))
+            .map(|e| e.path())
+            .collect();
+        extra.sort();
+        extra
+    }
+}

@@ -1,0 +1,65 @@
+//! Where snapshots live on disk: a single file, or a head with its parts
+//! in `NAME.wtxt.parts/`. Reading ([`input::WtxtIn`], the one way a WTXT
+//! path is opened), writing ([`SnapshotOut`], [`PartedOut`] and
+//! [`write_wtxt`], the one entry point every writer of new text goes
+//! through: the CLI, the daemon and Python), and the part files themselves
+//! ([`PartFiles`]). The split form itself, which knows no files, is
+//! [`crate::wtxt::split`].
+
+mod files;
+pub mod input;
+mod out;
+pub mod outline;
+
+pub use files::*;
+pub use out::*;
+
+use std::path::Path;
+
+use crate::atomic::write_file;
+use crate::error::Result;
+use crate::model::Array;
+use crate::progress::Progress;
+use crate::wtxt::split::PartSize;
+use crate::wtxt::write::{text_shape, write_snapshot, WriteOptions, Written};
+
+/// Writes arrays as WTXT to `out` atomically (split when its text is
+/// larger than `size`), and the WSUM when streaming.
+pub fn write_wtxt(
+    arrays: &[Array],
+    opts: &WriteOptions,
+    out: &Path,
+    size: PartSize,
+    wsum: Option<&Path>,
+    progress: &Progress,
+) -> Result<Written> {
+    // The cut points follow from sizes alone: a split snapshot is written
+    // straight into its parts, in one pass like a single file.
+    let placed = match size.limit() {
+        Some(limit) if !crate::atomic::is_device(out) => {
+            let shape = text_shape(arrays, opts)?;
+            let spans = crate::wtxt::split::place_parts(&shape, limit).map_err(|e| e.in_file(out))?;
+            spans.map(|s| (s, shape.tail))
+        }
+        _ => None,
+    };
+    let written = if let Some((spans, tail)) = placed {
+        let mut w = PartedOut::create(out, spans, tail)?;
+        let written = write_snapshot(arrays, opts, &mut w, progress).map_err(|e| e.in_file(out))?;
+        w.finish()?;
+        written
+    } else {
+        let mut w = SnapshotOut::create(out, PartSize::Whole)?;
+        let written = write_snapshot(arrays, opts, &mut w, progress).map_err(|e| e.in_file(out))?;
+        w.finish()?;
+        written
+    };
+    let wsum_text = match (&written.wsum, wsum) {
+        (Some(w), Some(_)) => Some(w.to_file()),
+        _ => None,
+    };
+    if let (Some(text), Some(p)) = (wsum_text, wsum) {
+        write_file(p, text.as_bytes(), 0o644)?;
+    }
+    Ok(written)
+}
