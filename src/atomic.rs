@@ -271,6 +271,7 @@ pub fn is_real_dir(dir: &Path) -> bool {
 /// arrives, then exits with 128 + the signal's number, as a shell would
 /// report it. Call once, before any other thread starts: the signals are
 /// blocked in every thread and taken by one waiting thread.
+#[allow(unsafe_code)]
 pub fn remove_temp_files_on_signals() {
     #[cfg(unix)]
     // SAFETY: plain libc calls on a local, initialized signal set; the mask is
@@ -312,6 +313,7 @@ pub fn is_device(dest: &Path) -> bool {
 /// Opens an input for reading, naming `path` in any error. Never blocks:
 /// a FIFO that no process writes to reads as empty instead of hanging the
 /// command (opened non-blocking, then switched back to blocking reads).
+#[allow(unsafe_code)]
 pub fn open_input_file(path: &Path) -> Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
@@ -399,6 +401,7 @@ pub fn write_file(dest: &Path, bytes: &[u8], mode: u32) -> Result<()> {
 /// Starts the kernel's writeback of `len` bytes of `file` from `from` (0:
 /// to its end) without waiting for it, so that a later fsync finds them on
 /// disk already instead of flushing everything at the end.
+#[allow(unsafe_code)]
 pub fn start_writeback(file: &impl std::os::fd::AsFd, from: u64, len: u64) {
     #[cfg(target_os = "linux")]
     {

@@ -1,18 +1,28 @@
 //! `wtxt`: deterministic, self-checking ASCII snapshots of ML weights (WTXT 1.1).
 //!
 //! The library holds everything; the `wtxt` binary only parses flags and
-//! calls [`ops`]. Layout:
-//! - [`model`]: the one in-memory model (named, typed arrays);
-//! - [`wtxt`]: the format (grammar, layout, writer, reader, verifier, recovery);
-//! - [`crypto`]: digests, HMAC, Ed25519 keys;
-//! - [`convert`]: `.npy`, `.npz`, `.safetensors` in and out;
+//! calls [`ops`]. Layout, from the top (each layer uses only those below
+//! it; docs/ARCHITECTURE.md):
+//! - [`daemon`]: the snapshot daemon and the pipeline Python runs in process;
 //! - [`ops`]: one function per command;
-//! - [`error`], [`limits`], [`atomic`], [`progress`]: shared plumbing.
+//! - [`git`]: Git's drivers, filter, hooks, install, history, push;
+//! - [`oms`]: OpenSSF Model Signing signatures;
+//! - [`convert`]: the binary containers (npy, npz, safetensors, VOLP, FOLD, AERO, MLDF);
+//! - [`store`]: snapshots on disk, one file or a head and its parts;
+//! - [`wtxt`]: the format (grammar, layout, writer, reader, verifier, recovery, split form);
+//! - [`crypto`]: digests, HMAC, Ed25519 and EC keys, age;
+//! - [`model`] and [`buffer`]: named typed arrays, and the one byte buffer;
+//! - [`error`], [`limits`], [`atomic`], [`pipe`], [`progress`]: shared plumbing.
+//!
+//! Unsafe code is denied crate-wide; the few places that need it (memory
+//! maps, `flock`, `poll`, `setrlimit`, signals) allow it on one function
+//! each, with a `SAFETY` comment on the block.
+#![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
-#![allow(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod atomic;
+pub mod buffer;
 pub mod convert;
 pub mod crypto;
 pub mod daemon;

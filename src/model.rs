@@ -6,11 +6,8 @@
 #![deny(unsafe_code)]
 
 use std::fmt;
-use std::ops::Range;
-use std::sync::Arc;
 
-use memmap2::Mmap;
-
+pub use crate::buffer::ArrayData;
 use crate::error::{Error, Result};
 use crate::limits::{MAX_NAME, MAX_RANK};
 
@@ -18,18 +15,31 @@ use crate::limits::{MAX_NAME, MAX_RANK};
 /// the profile's `ext_dtypes` extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Dtype {
+    /// IEEE 754 binary64.
     F64,
+    /// IEEE 754 binary32.
     F32,
+    /// Signed 64-bit integer.
     I64,
+    /// Unsigned 64-bit integer.
     U64,
+    /// Signed 32-bit integer.
     I32,
+    /// Unsigned 32-bit integer.
     U32,
+    /// Signed 16-bit integer.
     I16,
+    /// Unsigned 16-bit integer.
     U16,
+    /// Signed 8-bit integer.
     I8,
+    /// Unsigned 8-bit integer.
     U8,
+    /// IEEE 754 binary16.
     F16,
+    /// bfloat16 (the top half of an f32).
     Bf16,
+    /// One byte, 0 or 1.
     Bool,
 }
 
@@ -193,149 +203,6 @@ pub fn assign_names(originals: &[String]) -> Vec<String> {
     out
 }
 
-/// The bytes of an array: owned, or a window into a memory-mapped file.
-#[derive(Clone)]
-pub enum ArrayData {
-    /// Bytes the process holds.
-    Owned(Arc<Vec<u8>>),
-    /// A range of a mapped file (already C order, little-endian). The map is
-    /// read-only and either shared with a file or anonymous and never
-    /// written, so dropping its pages never changes what it reads.
-    Mapped(Arc<Mmap>, Range<usize>),
-}
-
-/// How much of a mapped array [`ArrayData::each_window`] keeps resident.
-const WINDOW: usize = 16 << 20;
-
-impl ArrayData {
-    /// The raw bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        match self {
-            ArrayData::Owned(v) => v,
-            ArrayData::Mapped(m, r) => &m[r.clone()],
-        }
-    }
-
-    /// True when both are the very same bytes in memory (one buffer, or one
-    /// range of one map): equal without reading them.
-    pub fn is_same_buffer(&self, other: &ArrayData) -> bool {
-        match (self, other) {
-            (ArrayData::Owned(a), ArrayData::Owned(b)) => Arc::ptr_eq(a, b),
-            (ArrayData::Mapped(a, r), ArrayData::Mapped(b, q)) => Arc::ptr_eq(a, b) && r == q,
-            _ => false,
-        }
-    }
-
-    /// Hands the bytes to `f` in order, in windows. A mapped array's window
-    /// is dropped from this process once `f` is done with it (the data
-    /// stays in the page cache), so writing or hashing a 1 GiB mapped array
-    /// keeps a window resident, not the array.
-    pub fn each_window(&self, f: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
-        self.each_window_of(WINDOW, f)
-    }
-
-    fn each_window_of(&self, window: usize, f: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
-        let (m, r) = match self {
-            ArrayData::Owned(v) => return f(v),
-            ArrayData::Mapped(m, r) => (m, r),
-        };
-        let mut at = r.start;
-        while at < r.end {
-            let end = r.end.min(at + window);
-            f(&m[at..end])?;
-            self.release(at - r.start..end - r.start);
-            at = end;
-        }
-        Ok(())
-    }
-
-    /// The bytes as a reader that, like [`ArrayData::each_window`], drops
-    /// what it has read from the process a window at a time (a decompressor
-    /// reading a large mapped chunk keeps a window resident, not the chunk).
-    pub fn reader(&self) -> WindowReader<'_> {
-        WindowReader { at: 0, behind: self.behind(0) }
-    }
-
-    /// For a pass that moves forward through the bytes from `from` in
-    /// steps of its own: drops what it has gone past, a window at a time.
-    pub fn behind(&self, from: usize) -> Behind<'_> {
-        Behind { data: self, done: from }
-    }
-
-    /// Drops the bytes `range` (of this array) from the process when they
-    /// are mapped: they stay in the page cache and are read again on the
-    /// next use. For a reader done with part of a large array.
-    pub fn release(&self, range: Range<usize>) {
-        let ArrayData::Mapped(m, r) = self else { return };
-        let (at, end) = (r.start + range.start, r.end.min(r.start + range.end));
-        if at < end {
-            #[allow(unsafe_code)]
-            // SAFETY: the map is read-only and shared with a file, or
-            // anonymous and never written (the variant's contract): after
-            // MADV_DONTNEED the next read faults in the same bytes, so a
-            // borrow of them elsewhere still sees what it saw. It is a hint;
-            // a failure only leaves the pages resident.
-            let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, end - at) };
-        }
-    }
-}
-
-/// See [`ArrayData::reader`].
-pub struct WindowReader<'a> {
-    at: usize,
-    behind: Behind<'a>,
-}
-
-impl std::io::Read for WindowReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let rest = &self.behind.data.as_bytes()[self.at..];
-        let n = rest.len().min(buf.len());
-        buf[..n].copy_from_slice(&rest[..n]);
-        self.at += n;
-        if n == 0 {
-            self.behind.end(self.at);
-        } else {
-            self.behind.reached(self.at);
-        }
-        Ok(n)
-    }
-}
-
-/// See [`ArrayData::behind`]. The pages stay in the page cache.
-pub struct Behind<'a> {
-    data: &'a ArrayData,
-    done: usize,
-}
-
-impl Behind<'_> {
-    /// The pass is at `at`: nothing before it is read again.
-    pub fn reached(&mut self, at: usize) {
-        if at >= self.done + WINDOW {
-            self.end(at);
-        }
-    }
-
-    /// The pass is over at `at`: drops what is left behind, however little.
-    pub fn end(&mut self, at: usize) {
-        if at > self.done {
-            self.data.release(self.done..at);
-            self.done = at;
-        }
-    }
-}
-
-impl From<Vec<u8>> for ArrayData {
-    fn from(v: Vec<u8>) -> Self {
-        ArrayData::Owned(Arc::new(v))
-    }
-}
-
-impl fmt::Debug for ArrayData {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ArrayData({} bytes)", self.as_bytes().len())
-    }
-}
-
 /// One named array: dtype, shape and raw little-endian C-order bytes.
 #[derive(Clone, Debug)]
 pub struct Array {
@@ -419,34 +286,6 @@ pub fn sort_arrays(arrays: &mut [Array]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_mapped_array_reads_the_same_in_windows_and_after_them() {
-        use std::io::Write;
-        let want: Vec<u8> = (0..3 * 4096 + 17).map(|i| (i * 7 % 251) as u8).collect();
-        let mut f = tempfile::tempfile().unwrap();
-        f.write_all(&want).unwrap();
-        let m = Arc::new(map_of(&f));
-        let data = ArrayData::Mapped(m, 100..want.len());
-        let mut got = Vec::new();
-        let mut calls = 0;
-        data.each_window_of(4096, &mut |b| {
-            assert!(b.len() <= 4096);
-            got.extend_from_slice(b);
-            calls += 1;
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(calls, 3);
-        assert_eq!(got, want[100..]);
-        assert_eq!(data.as_bytes(), &want[100..], "dropped pages fault the same bytes back in");
-    }
-
-    #[allow(unsafe_code)]
-    fn map_of(f: &std::fs::File) -> Mmap {
-        // SAFETY: the file is unnamed and this test's alone.
-        unsafe { Mmap::map(f) }.unwrap()
-    }
 
     #[test]
     fn dtype_round_trip() {

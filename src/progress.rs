@@ -74,7 +74,9 @@ impl Progress {
 
 /// A reader that counts what passes through it on a [`Progress`].
 pub struct Counted<'a, R> {
+    /// What is read.
     pub inner: R,
+    /// Told of every byte.
     pub progress: &'a Progress,
 }
 

@@ -2,13 +2,14 @@
 //! whatever reads must write back and read again.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use wtxt::convert::{aero, npy::Source};
+use wtxt::buffer::ArrayData;
+use wtxt::convert::aero;
 
 fuzz_target!(|data: &[u8]| {
-    let src = Source::Owned(std::sync::Arc::new(data.to_vec()));
+    let src = ArrayData::Owned(std::sync::Arc::new(data.to_vec()));
     if let Ok(arrays) = aero::read(&src, &mut Vec::new()) {
         if let Ok(bytes) = aero::write(&arrays) {
-            aero::read(&Source::Owned(std::sync::Arc::new(bytes)), &mut Vec::new()).expect("our output reads back");
+            aero::read(&ArrayData::Owned(std::sync::Arc::new(bytes)), &mut Vec::new()).expect("our output reads back");
         }
     }
 });

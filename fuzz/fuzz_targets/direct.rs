@@ -3,7 +3,7 @@
 //! direct path writes is exactly what the ordinary path writes.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use wtxt::convert::container::{by_name, foreign_metadata};
+use wtxt::convert::formats::{by_name, foreign_metadata};
 
 fuzz_target!(|data: &[u8]| {
     thread_local! {

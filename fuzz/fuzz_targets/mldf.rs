@@ -2,13 +2,14 @@
 //! reads must write back and read again to the same arrays.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use wtxt::convert::{mldf, npy::Source};
+use wtxt::buffer::ArrayData;
+use wtxt::convert::mldf;
 
 fuzz_target!(|data: &[u8]| {
-    let src = Source::Owned(std::sync::Arc::new(data.to_vec()));
+    let src = ArrayData::Owned(std::sync::Arc::new(data.to_vec()));
     if let Ok(arrays) = mldf::read(&src, &mut Vec::new()) {
         if let Ok(bytes) = mldf::write(&arrays) {
-            let again = mldf::read(&Source::Owned(std::sync::Arc::new(bytes)), &mut Vec::new()).expect("reads back");
+            let again = mldf::read(&ArrayData::Owned(std::sync::Arc::new(bytes)), &mut Vec::new()).expect("reads back");
             assert_eq!(again.len(), arrays.len());
         }
     }

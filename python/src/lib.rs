@@ -98,10 +98,7 @@ fn save(
     oms_key: Option<PathBuf>,
 ) -> PyResult<String> {
     py.allow_threads(|| {
-        let part_size = match part_size {
-            Some(s) => s.parse().map_err(|m| wtxt::Error::usage(format!("part_size: {m}")))?,
-            None => Default::default(),
-        };
+        let part_size = parse_part_size(part_size)?.unwrap_or_default();
         let mut no_spare = Vec::new();
         let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut no_spare)), metadata)?;
         let opts = wtxt::ops::SnapshotOptions {
@@ -118,6 +115,11 @@ fn save(
         Ok(hex_of(&w.sha256_all))
     })
     .map_err(raise)
+}
+
+/// `part_size=` as Python gives it (bytes, or `"45M"`, `"none"`), parsed once.
+fn parse_part_size(s: Option<String>) -> Result<Option<wtxt::wtxt::split::PartSize>, wtxt::Error> {
+    s.map(|s| s.parse().map_err(|m| wtxt::Error::usage(format!("part_size: {m}")))).transpose()
 }
 
 /// Arrays under WTXT names, sorted, with what gives the original names
@@ -210,7 +212,7 @@ impl PySnapshotter {
                 sign_key,
                 hmac_key,
                 ring,
-                part_size,
+                part_size: parse_part_size(part_size)?,
                 recipients,
                 keep,
                 build: Some(build.unwrap_or_else(|| "python".into())),

@@ -309,6 +309,7 @@ impl Sink for Place<'_> {
 }
 
 /// Maps `span` of the output read-only (an empty span maps nothing).
+#[allow(unsafe_code)]
 fn map_span(file: &File, span: &Range<u64>) -> std::io::Result<Arc<Mmap>> {
     if span.is_empty() {
         return Ok(Arc::new(MmapOptions::new().len(1).map_anon()?.make_read_only()?));

@@ -6,6 +6,7 @@ pub mod bytes;
 pub mod container;
 pub mod direct;
 pub mod fold;
+pub mod formats;
 pub mod mldf;
 pub mod msgpack;
 pub mod names;
@@ -14,7 +15,6 @@ pub mod npz;
 pub mod pyjson;
 pub mod rs;
 pub mod safetensors;
-pub mod spill;
 pub mod unseek;
 pub mod volp;
 
@@ -32,7 +32,9 @@ use crate::wtxt::verify::VerifyOptions;
 /// What an input file is, told by its first bytes.
 #[derive(Clone, Copy)]
 pub enum Input {
+    /// A WTXT snapshot.
     Wtxt,
+    /// A binary container of the table.
     Container(&'static dyn Container),
 }
 
@@ -46,7 +48,7 @@ pub fn detect_head(b: &[u8], file_len: u64) -> Option<Input> {
     if b.starts_with(b"WTXT 1\n") {
         return Some(Input::Wtxt);
     }
-    container::sniff(b, file_len).map(Input::Container)
+    formats::sniff(b, file_len).map(Input::Container)
 }
 
 /// Warnings a reader wants the user to see (a repaired chunk, a newer minor
@@ -68,12 +70,12 @@ pub(crate) enum ReadAs {
 
 /// Decompresses one zstd payload that must decode to exactly `want` bytes,
 /// never inflating past that: a compression bomb stops at the declared
-/// size. Large payloads go to a mapped temporary file ([`spill`]), so the
+/// size. Large payloads go to a mapped temporary file ([`crate::buffer::Spill`]), so the
 /// heap stays small whatever the file declares.
-pub fn zstd_exact(body: impl std::io::Read, want: u64) -> std::result::Result<npy::Source, String> {
+pub fn zstd_exact(body: impl std::io::Read, want: u64) -> std::result::Result<crate::buffer::ArrayData, String> {
     use std::io::Read;
     let mut dec = zstd::stream::read::Decoder::new(body).map_err(|e| e.to_string())?;
-    let mut out = spill::Spill::with_expected(want).map_err(|e| e.message().to_string())?;
+    let mut out = crate::buffer::Spill::with_expected(want).map_err(|e| e.message().to_string())?;
     let mut piece = vec![0u8; 1 << 20];
     loop {
         let n = dec.read(&mut piece).map_err(|e| format!("not a valid zstd frame: {e}"))?;
@@ -124,6 +126,7 @@ pub fn meta_typed<T: serde::de::DeserializeOwned>(arrays: &[Array], name: &str) 
 }
 
 /// Maps a whole file read-only.
+#[allow(unsafe_code)]
 pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
     let f = crate::atomic::open_input_file(path)?;
     // SAFETY: the map is read-only; a file truncated under us by another
@@ -201,7 +204,7 @@ pub fn load_for(
 ) -> Result<Vec<Array>> {
     match sniff(path)? {
         (Some(Input::Container(c)), len) if len > 0 && to.is_none_or(|t| t.name() == c.name()) => {
-            let src = npy::Source::Mapped(map_file(path)?);
+            let src = crate::buffer::ArrayData::from_map(map_file(path)?);
             let mut arrays = noted(path, notes, |n| c.read(&src, &stem_of(path), n)).map_err(|e| e.in_file(path))?;
             let originals: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
             for (a, n) in arrays.iter_mut().zip(assign_names(&originals)) {
@@ -279,7 +282,7 @@ fn load_one(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Ve
             Ok(crate::wtxt::load(input.text(), input.len, verify).map_err(|e| input.blame(e))?.arrays)
         }
         (Some(Input::Container(c)), _) => {
-            let src = npy::Source::Mapped(map_file(path)?);
+            let src = crate::buffer::ArrayData::from_map(map_file(path)?);
             noted(path, notes, |n| c.read_tensors(&src, &stem_of(path), n))
         }
         (None, _) => Err(input_at(
@@ -309,7 +312,7 @@ pub(crate) fn fits_in_memory(arrays: &[Array], writer: &str) -> Result<()> {
 
 /// Writes arrays in the format `extract` picks from the output's extension.
 pub fn write_arrays(arrays: &[Array], out: &Path) -> Result<()> {
-    write_arrays_as(arrays, out, container::by_extension(out)?)
+    write_arrays_as(arrays, out, formats::by_extension(out)?)
 }
 
 /// Writes arrays to `out` as `to`, atomically.

@@ -1,10 +1,6 @@
 //! NumPy `.npy`: read (v1-v3, any byte order, C or Fortran order) and write (v1/v2).
 #![forbid(unsafe_code)]
 
-use std::sync::Arc;
-
-use memmap2::Mmap;
-
 use crate::error::{input_at, Error, Position, Result};
 use crate::limits::{MAX_NPY_HEADER, MAX_RANK};
 use crate::model::{byte_size, Array, ArrayData, Dtype};
@@ -15,9 +11,13 @@ pub const MAGIC: &[u8] = b"\x93NUMPY";
 /// What a `.npy` header declares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NpyHeader {
+    /// Element type.
     pub dtype: Dtype,
+    /// Stored big-endian (converted on read).
     pub big_endian: bool,
+    /// Stored in Fortran order (converted on read).
     pub fortran_order: bool,
+    /// Dimensions.
     pub shape: Vec<u64>,
     /// Offset of the data in the file.
     pub data_offset: usize,
@@ -215,61 +215,10 @@ fn parse_descr(d: &str) -> std::result::Result<(Dtype, bool), String> {
     Ok((dtype, order == b'>' && dtype.size() > 1))
 }
 
-/// Where a container's bytes live: a mapped file (or a range of one) or memory.
-#[derive(Clone)]
-pub enum Source {
-    Mapped(Arc<Mmap>),
-    /// Part of a mapped file (a chunk inside a container).
-    Part(Arc<Mmap>, std::ops::Range<usize>),
-    Owned(Arc<Vec<u8>>),
-}
-
-impl From<&ArrayData> for Source {
-    /// The same bytes, without copying.
-    fn from(d: &ArrayData) -> Source {
-        match d {
-            ArrayData::Owned(v) => Source::Owned(v.clone()),
-            ArrayData::Mapped(m, r) => Source::Part(m.clone(), r.clone()),
-        }
-    }
-}
-
-impl Source {
-    /// All bytes.
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            Source::Mapped(m) => m,
-            Source::Part(m, r) => &m[r.clone()],
-            Source::Owned(v) => v,
-        }
-    }
-
-    /// The bytes `r` as array data, without copying when they are mapped
-    /// or are the whole buffer.
-    pub fn window(&self, r: std::ops::Range<usize>) -> ArrayData {
-        match self {
-            Source::Mapped(m) => ArrayData::Mapped(m.clone(), r),
-            Source::Part(m, p) => ArrayData::Mapped(m.clone(), p.start + r.start..p.start + r.end),
-            Source::Owned(v) if r.start == 0 && r.end == v.len() => ArrayData::Owned(v.clone()),
-            Source::Owned(v) => ArrayData::from(v[r].to_vec()),
-        }
-    }
-
-    /// The bytes `r` as a source of their own: no copy when mapped.
-    pub fn sub(&self, r: std::ops::Range<usize>) -> Source {
-        match self {
-            Source::Mapped(m) => Source::Part(m.clone(), r),
-            Source::Part(m, p) => Source::Part(m.clone(), p.start + r.start..p.start + r.end),
-            Source::Owned(v) if r.start == 0 && r.end == v.len() => Source::Owned(v.clone()),
-            Source::Owned(v) => Source::Owned(Arc::new(v[r].to_vec())),
-        }
-    }
-}
-
 /// Reads the `.npy` held in `src[range]` as array `name`. C-order
 /// little-endian data is not copied; other layouts are converted.
-pub fn read(name: &str, src: &Source, range: std::ops::Range<usize>) -> Result<Array> {
-    let b = &src.bytes()[range.clone()];
+pub fn read(name: &str, src: &ArrayData, range: std::ops::Range<usize>) -> Result<Array> {
+    let b = &src.as_bytes()[range.clone()];
     let h = parse_header(b)?;
     let have = (b.len() - h.data_offset) as u64;
     if have != h.data_len {
@@ -280,7 +229,7 @@ pub fn read(name: &str, src: &Source, range: std::ops::Range<usize>) -> Result<A
     }
     let data_range = range.start + h.data_offset..range.end;
     let data = if !h.big_endian && (!h.fortran_order || h.shape.len() < 2) {
-        src.window(data_range)
+        src.slice(data_range)
     } else {
         ArrayData::from(to_c_le(&b[h.data_offset..], &h))
     };
@@ -370,6 +319,48 @@ pub fn header(a: &Array) -> Result<Vec<u8>> {
     out.resize(total - 1, b' ');
     out.push(b'\n');
     Ok(out)
+}
+
+/// The npy row of the container table.
+pub struct Npy;
+impl crate::convert::container::Container for Npy {
+    fn name(&self) -> &'static str {
+        "npy"
+    }
+    fn holds_one_array(&self) -> bool {
+        true
+    }
+    fn extensions(&self) -> &'static [&'static str] {
+        &["npy"]
+    }
+    fn sniff(&self, head: &[u8], _: u64) -> bool {
+        head.starts_with(crate::convert::npy::MAGIC)
+    }
+    fn read(
+        &self,
+        src: &crate::buffer::ArrayData,
+        stem: &str,
+        _: &mut crate::convert::Notes,
+    ) -> crate::error::Result<Vec<crate::model::Array>> {
+        Ok(vec![crate::convert::npy::read(stem, src, 0..src.as_bytes().len())?])
+    }
+    fn write(
+        &self,
+        arrays: &[crate::model::Array],
+        out: &mut dyn crate::convert::container::WriteSeek,
+    ) -> crate::error::Result<()> {
+        let [a] = arrays else {
+            return Err(Error::usage(format!(
+                "a .npy holds one array, this selection has {}: use --array NAME or .npz",
+                arrays.len()
+            )));
+        };
+        crate::convert::container::into_vec(out, &crate::convert::npy::header(a)?)?;
+        crate::convert::container::into_vec(out, a.bytes())
+    }
+    fn metadata(&self) -> &'static [&'static str] {
+        &[]
+    }
 }
 
 #[cfg(test)]

@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use zip::CompressionMethod;
 
+use crate::buffer::ArrayData;
+use crate::buffer::Spill;
 use crate::convert::names::OriginalNames;
-use crate::convert::npy::{self, Source};
-use crate::convert::spill::Spill;
+use crate::convert::npy;
 use crate::error::{input_at, Error, Result};
 use crate::limits::{MAX_ARRAYS, MAX_NPZ_MEMBER};
 use crate::model::Array;
@@ -40,8 +41,8 @@ fn check_members_apart<R: Read + Seek>(zip: &mut zip::ZipArchive<R>) -> Result<(
 
 /// Reads every member of an `.npz`, each array named by its key (the
 /// caller maps keys to WTXT names).
-pub fn read(src: &Source) -> Result<Vec<Array>> {
-    let bytes: &[u8] = src.bytes();
+pub fn read(src: &ArrayData) -> Result<Vec<Array>> {
+    let bytes: &[u8] = src.as_bytes();
     let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
         .map_err(|e| input_at(0, format!("not a readable zip archive: {e}")))?;
     if zip.len() > MAX_ARRAYS {
@@ -68,7 +69,7 @@ pub fn read(src: &Source) -> Result<Vec<Array>> {
                 // The stored member's CRC, over windows dropped once read: a
                 // large member is never wholly resident.
                 let mut crc = crc32fast::Hasher::new();
-                src.window(start..end).each_window(&mut |w| {
+                src.slice(start..end).each_window(&mut |w| {
                     crc.update(w);
                     Ok(())
                 })?;
@@ -156,7 +157,9 @@ fn key_names(mut arrays: Vec<Array>, always: bool) -> Result<Vec<Array>> {
 /// archive and the array holding it.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct Member {
+    /// The member's name in the archive.
     pub key: String,
+    /// The array's name once read.
     pub array: String,
 }
 
@@ -181,7 +184,7 @@ pub const SKELETON: &str = "__npz_skeleton";
 /// deflated members) is kept in `__npz_skeleton`, and `__npz` says where
 /// each cut was (`"splices": [{"at", "array"}]`).
 pub fn read_pinned(content: &[u8]) -> Result<Vec<Array>> {
-    let src = Source::Owned(Arc::new(content.to_vec()));
+    let src = ArrayData::Owned(Arc::new(content.to_vec()));
     let keyed = read(&src)?;
     let keys: Vec<String> = keyed.iter().map(|a| a.name.clone()).collect();
     let mut arrays = key_names(keyed, true)?;
@@ -365,4 +368,66 @@ pub fn write_keyed<'a, W: Write + Seek>(arrays: impl IntoIterator<Item = (&'a st
         a.data.each_window(&mut |b| z.write_all(b).map_err(Error::write_failed))?;
     }
     z.finish().map_err(zerr)
+}
+
+/// The npz row of the container table.
+pub struct Npz;
+impl crate::convert::container::Container for Npz {
+    fn original_names(
+        &self,
+        arrays: &[crate::model::Array],
+    ) -> crate::error::Result<Option<crate::convert::names::OriginalNames>> {
+        crate::convert::npz::kept_names(arrays)
+    }
+    fn name(&self) -> &'static str {
+        "npz"
+    }
+    fn extensions(&self) -> &'static [&'static str] {
+        &["npz"]
+    }
+    fn sniff(&self, head: &[u8], _: u64) -> bool {
+        head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06")
+    }
+    fn read(
+        &self,
+        src: &crate::buffer::ArrayData,
+        _: &str,
+        _: &mut crate::convert::Notes,
+    ) -> crate::error::Result<Vec<crate::model::Array>> {
+        crate::convert::npz::with_key_names(crate::convert::npz::read(src)?)
+    }
+    fn read_tensors(
+        &self,
+        src: &crate::buffer::ArrayData,
+        _: &str,
+        _: &mut crate::convert::Notes,
+    ) -> crate::error::Result<Vec<crate::model::Array>> {
+        crate::convert::npz::read(src)
+    }
+    fn write(
+        &self,
+        arrays: &[crate::model::Array],
+        out: &mut dyn crate::convert::container::WriteSeek,
+    ) -> crate::error::Result<()> {
+        // A filter-made WTXT carries the archive's exact form: give it back.
+        if arrays.iter().any(|a| a.name == crate::convert::npz::SKELETON) {
+            return crate::convert::container::into_vec(out, &crate::convert::npz::rebuild(arrays)?);
+        }
+        if arrays.iter().any(|a| a.name == crate::convert::npz::META) {
+            return crate::convert::npz::write_with_keys(arrays, out).map(|_| ());
+        }
+        // The inputs' own names as the archive's keys, as a snapshot kept them.
+        let (tensors, kept) = crate::convert::names::split(arrays)?;
+        crate::convert::npz::write_keyed(tensors.into_iter().map(|a| (kept.original(&a.name), a)), out).map(|_| ())
+    }
+    fn metadata(&self) -> &'static [&'static str] {
+        &[crate::convert::npz::META, crate::convert::names::NAMES]
+    }
+    fn read_exact(
+        &self,
+        content: &[u8],
+        _: &mut crate::convert::Notes,
+    ) -> Option<crate::error::Result<Vec<crate::model::Array>>> {
+        Some(crate::convert::npz::read_pinned(content))
+    }
 }

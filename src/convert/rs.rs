@@ -152,9 +152,17 @@ impl Encoder {
 #[derive(Debug, PartialEq, Eq)]
 pub enum RsError {
     /// The parity length does not fit the payload length.
-    Length { expected: usize, found: usize },
+    Length {
+        /// Parity bytes expected.
+        expected: usize,
+        /// Parity bytes found.
+        found: usize,
+    },
     /// Block `block` has more errors than `nsym / 2`.
-    Uncorrectable { block: usize },
+    Uncorrectable {
+        /// The block.
+        block: usize,
+    },
 }
 
 /// Repairs `data` in place from its `parity`; returns how many bytes of the

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use safetensors::{Dtype as St, SafeTensors};
 
-use crate::convert::npy::Source;
 use crate::error::{input_at, Error, Result};
 use crate::limits::MAX_ARRAYS;
 use crate::model::{Array, ArrayData, Dtype};
@@ -53,16 +52,16 @@ fn to_st(d: Dtype) -> St {
 pub const ST_HEADER: &str = "__safetensors_header";
 
 /// The file's `__metadata__`, if it has one.
-pub fn metadata(src: &Source) -> Result<Option<std::collections::BTreeMap<String, String>>> {
-    let (_, m) = SafeTensors::read_metadata(src.bytes())
+pub fn metadata(src: &ArrayData) -> Result<Option<std::collections::BTreeMap<String, String>>> {
+    let (_, m) = SafeTensors::read_metadata(src.as_bytes())
         .map_err(|e| input_at(0, format!("not a valid safetensors file: {e}")))?;
     Ok(m.metadata().as_ref().map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()))
 }
 
 /// Reads every tensor, each array named by its tensor name (the caller
 /// maps names to WTXT names); the tensors are windows of `src`.
-pub fn read(src: &Source) -> Result<Vec<Array>> {
-    let bytes = src.bytes();
+pub fn read(src: &ArrayData) -> Result<Vec<Array>> {
+    let bytes = src.as_bytes();
     let st = SafeTensors::deserialize(bytes).map_err(|e| input_at(0, format!("not a valid safetensors file: {e}")))?;
     let n = u64::from_le_bytes(bytes[..8].try_into().expect("checked by deserialize")) as usize;
     let base = bytes.as_ptr() as usize;
@@ -77,7 +76,7 @@ pub fn read(src: &Source) -> Result<Vec<Array>> {
         let data = view.data();
         let start = data.as_ptr() as usize - base;
         let shape = view.shape().iter().map(|&d| d as u64).collect();
-        let arr = Array::with_original_name(name.clone(), dtype, shape, src.window(start..start + data.len()))
+        let arr = Array::with_original_name(name.clone(), dtype, shape, src.slice(start..start + data.len()))
             .map_err(|e| input_at((8 + n) as u64, format!("tensor {name}: {}", e.message())))?;
         out.push(arr);
     }
@@ -181,17 +180,17 @@ pub fn is_ours(file: &[u8], tensors: &[Array]) -> bool {
 
 /// The tensors of a safetensors file plus its header bytes, as WTXT arrays.
 pub fn safetensors_to_arrays(content: &[u8]) -> Result<Vec<Array>> {
-    safetensors_to_arrays_in(&Source::Owned(Arc::new(content.to_vec())))
+    safetensors_to_arrays_in(&ArrayData::Owned(Arc::new(content.to_vec())))
 }
 
 /// Like [`safetensors_to_arrays`]; the tensors are windows of `src`.
-pub fn safetensors_to_arrays_in(src: &Source) -> Result<Vec<Array>> {
+pub fn safetensors_to_arrays_in(src: &ArrayData) -> Result<Vec<Array>> {
     let mut arrays = read(src)?;
     let originals: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
     for (a, name) in arrays.iter_mut().zip(crate::model::assign_names(&originals)) {
         a.name = name;
     }
-    let content = src.bytes();
+    let content = src.as_bytes();
     let n = u64::from_le_bytes(content[..8].try_into().expect("checked by read")) as usize;
     let header = content[..8 + n].to_vec();
     arrays.push(Array::new(ST_HEADER, Dtype::U8, vec![header.len() as u64], ArrayData::from(header))?);
@@ -282,4 +281,83 @@ pub fn write_pinned<W: Write + ?Sized>(arrays: &[Array], w: &mut W) -> Result<()
         arr.data.each_window(&mut |b| w.write_all(b).map_err(Error::write_failed))?;
     }
     Ok(())
+}
+
+/// The safetensors row of the container table.
+pub struct Safetensors;
+impl crate::convert::container::Container for Safetensors {
+    fn name(&self) -> &'static str {
+        "safetensors"
+    }
+    fn extensions(&self) -> &'static [&'static str] {
+        &["safetensors"]
+    }
+    fn sniff(&self, b: &[u8], file_len: u64) -> bool {
+        // u64 LE header length, then a JSON object.
+        b.len() >= 10 && b[8] == b'{' && {
+            let n = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+            n >= 2 && n <= file_len - 8
+        }
+    }
+    fn read(
+        &self,
+        src: &crate::buffer::ArrayData,
+        _: &str,
+        _: &mut crate::convert::Notes,
+    ) -> crate::error::Result<Vec<crate::model::Array>> {
+        let mut arrays = crate::convert::safetensors::safetensors_to_arrays_in(src)?;
+        crate::model::sort_arrays(&mut arrays)?;
+        // A file our own writer would produce for these tensors needs no
+        // header array to be rebuilt: leave it out, so WTXT -> safetensors
+        // -> WTXT gives the same bytes too.
+        let tensors: Vec<crate::model::Array> =
+            arrays.iter().filter(|a| a.name != crate::convert::safetensors::ST_HEADER).cloned().collect();
+        Ok(if crate::convert::safetensors::is_ours(src.as_bytes(), &tensors) { tensors } else { arrays })
+    }
+    /// The tensors, and the file's `__metadata__` in `__names` for `extract`.
+    fn read_tensors(
+        &self,
+        src: &crate::buffer::ArrayData,
+        _: &str,
+        _: &mut crate::convert::Notes,
+    ) -> crate::error::Result<Vec<crate::model::Array>> {
+        let mut tensors = crate::convert::safetensors::read(src)?;
+        if let Some(metadata) = crate::convert::safetensors::metadata(src)? {
+            let kept = crate::convert::names::OriginalNames { metadata: Some(metadata), ..Default::default() };
+            tensors.push(kept.to_array()?);
+        }
+        Ok(tensors)
+    }
+    fn write(
+        &self,
+        arrays: &[crate::model::Array],
+        out: &mut dyn crate::convert::container::WriteSeek,
+    ) -> crate::error::Result<()> {
+        if arrays.iter().any(|a| a.name == crate::convert::safetensors::ST_HEADER) {
+            return crate::convert::safetensors::write_pinned(arrays, out);
+        }
+        // The inputs' own names and `__metadata__`, as a snapshot kept them.
+        let (tensors, kept) = crate::convert::names::split(arrays)?;
+        let named: Vec<(&str, &crate::model::Array)> = tensors.iter().map(|a| (kept.original(&a.name), *a)).collect();
+        crate::convert::safetensors::write_named(&named, kept.metadata.as_ref(), out)
+    }
+    fn metadata(&self) -> &'static [&'static str] {
+        &[crate::convert::safetensors::ST_HEADER, crate::convert::names::NAMES]
+    }
+    fn read_exact(
+        &self,
+        content: &[u8],
+        _: &mut crate::convert::Notes,
+    ) -> Option<crate::error::Result<Vec<crate::model::Array>>> {
+        Some(crate::convert::safetensors::safetensors_to_arrays(content))
+    }
+    fn original_names(
+        &self,
+        arrays: &[crate::model::Array],
+    ) -> crate::error::Result<Option<crate::convert::names::OriginalNames>> {
+        crate::convert::safetensors::pinned_names(arrays)
+    }
+    fn keeps_metadata(&self) -> bool {
+        true
+    }
 }

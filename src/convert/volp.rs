@@ -88,7 +88,7 @@ pub fn read(b: &[u8]) -> Result<Vec<Array>> {
     let body = &b[8 + n..];
     let out = crate::convert::zstd_exact(body, want).map_err(|m| input_at(8 + n as u64, format!("body: {m}")))?;
     Ok(vec![
-        Array::new(TENSOR, dtype, shape, out.window(0..out.bytes().len()))?,
+        Array::new(TENSOR, dtype, shape, out.slice(0..out.as_bytes().len()))?,
         Array::new(HEADER, Dtype::U8, vec![n as u64], ArrayData::from(header.to_vec()))?,
     ])
 }
@@ -137,4 +137,49 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     out.extend_from_slice(&header);
     out.extend_from_slice(&body);
     Ok(out)
+}
+
+/// The volp row of the container table.
+pub struct Volp;
+impl crate::convert::container::Container for Volp {
+    fn writes_in_memory(&self) -> bool {
+        true
+    }
+    fn name(&self) -> &'static str {
+        "volp"
+    }
+    fn extensions(&self) -> &'static [&'static str] {
+        &["volp"]
+    }
+    fn sniff(&self, head: &[u8], _: u64) -> bool {
+        head.starts_with(crate::convert::volp::MAGIC)
+    }
+    fn read(
+        &self,
+        src: &crate::buffer::ArrayData,
+        _: &str,
+        _: &mut crate::convert::Notes,
+    ) -> crate::error::Result<Vec<crate::model::Array>> {
+        crate::convert::volp::read(src.as_bytes())
+    }
+    /// A snapshot of a VOLP keeps its header: it holds the volume's
+    /// meaning (bbox, levels, scale and offset), not just its layout.
+    fn read_tensors(
+        &self,
+        src: &crate::buffer::ArrayData,
+        stem: &str,
+        notes: &mut crate::convert::Notes,
+    ) -> crate::error::Result<Vec<crate::model::Array>> {
+        self.read(src, stem, notes)
+    }
+    fn write(
+        &self,
+        arrays: &[crate::model::Array],
+        out: &mut dyn crate::convert::container::WriteSeek,
+    ) -> crate::error::Result<()> {
+        crate::convert::container::into_vec(out, &crate::convert::volp::write(arrays)?)
+    }
+    fn metadata(&self) -> &'static [&'static str] {
+        &[crate::convert::volp::HEADER]
+    }
 }

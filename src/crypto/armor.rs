@@ -95,7 +95,9 @@ pub fn passphrase(file: Option<&Path>) -> Result<SecretString> {
 
 /// How to encrypt.
 pub enum Seal {
+    /// age recipients (X25519 or SSH keys).
     Recipients(Vec<Box<dyn age::Recipient + Send>>),
+    /// A scrypt passphrase.
     Passphrase(SecretString),
 }
 
@@ -151,7 +153,9 @@ pub fn encrypt<R: Read, W: Write>(mut input: R, seal: &Seal, out: W) -> Result<W
 
 /// How to decrypt.
 pub enum Unseal {
+    /// age identities (X25519 or SSH keys).
     Identities(Vec<Box<dyn age::Identity + Send + Sync>>),
+    /// A scrypt passphrase.
     Passphrase(SecretString),
 }
 

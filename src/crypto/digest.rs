@@ -153,6 +153,7 @@ pub struct Fingerprint<R> {
 }
 
 impl<R: Read> Fingerprint<R> {
+    /// Reads through `inner`, fingerprinting with `key`.
     pub fn new(inner: R, key: &[u8; 32]) -> Fingerprint<R> {
         Fingerprint { inner, hash: blake3::Hasher::new_keyed(key) }
     }

@@ -15,16 +15,22 @@ use crate::error::{Error, Result};
 
 /// An ECDSA signing key on one of the curves OMS accepts.
 pub enum EcSecretKey {
+    /// NIST P-256 (ECDSA with SHA-256).
     P256(p256::ecdsa::SigningKey),
+    /// NIST P-384 (ECDSA with SHA-384).
     P384(p384::ecdsa::SigningKey),
+    /// NIST P-521 (ECDSA with SHA-512).
     P521(p521::ecdsa::SigningKey),
 }
 
 /// An ECDSA public key on one of the curves OMS accepts.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum EcPublicKey {
+    /// NIST P-256.
     P256(p256::ecdsa::VerifyingKey),
+    /// NIST P-384.
     P384(p384::ecdsa::VerifyingKey),
+    /// NIST P-521.
     P521(p521::ecdsa::VerifyingKey),
 }
 

@@ -27,26 +27,37 @@ use crate::wtxt::verify::InputTrust;
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DaemonConfig {
+    /// The Git work tree snapshots are committed into.
     pub repo: Option<PathBuf>,
+    /// The Unix socket producers connect to.
     pub socket: Option<PathBuf>,
+    /// The ring folder (default: in `.git`, per path in the repository).
     pub ring: Option<PathBuf>,
+    /// Snapshots the ring keeps.
     pub keep: Option<usize>,
+    /// Remote to push to after each commit.
     pub remote: Option<String>,
+    /// Path of the snapshot inside the repository.
     pub path_in_repo: Option<PathBuf>,
+    /// Ed25519 key that signs every snapshot.
     pub sign_key: Option<PathBuf>,
     /// EC key: each committed snapshot gets an OMS `model.sig` beside it.
     pub oms_key: Option<PathBuf>,
+    /// HMAC key file.
     pub hmac_key: Option<PathBuf>,
     /// Keys a WTXT input must be signed by (default: `git config wtxt.trustedKeys` of the repo).
     pub trusted_keys: Option<PathBuf>,
     #[serde(default)]
+    /// age recipients: the committed file is armored.
     pub recipients: Vec<String>,
+    /// Rows per chunk.
     pub rows_per_chunk: Option<u64>,
+    /// The `build` token written into each snapshot.
     pub build: Option<String>,
     /// Commit message template (`{gen}`, `{sha256_all}`).
     pub message: Option<String>,
     /// Largest file of a snapshot: `"45M"` (the default), bytes with K/M/G, or `"none"`.
-    pub part_size: Option<String>,
+    pub part_size: Option<crate::wtxt::split::PartSize>,
 }
 
 impl DaemonConfig {
@@ -109,8 +120,8 @@ impl DaemonConfig {
         if let Some(r) = cfg.rows_per_chunk {
             pc.rows_per_chunk = r.max(1);
         }
-        if let Some(s) = &cfg.part_size {
-            pc.part_size = s.parse().map_err(|m| Error::usage(format!("part_size: {m}")))?;
+        if let Some(s) = cfg.part_size {
+            pc.part_size = s;
         }
         if let Some(b) = &cfg.build {
             crate::wtxt::syntax::check_token(b, "build").map_err(Error::usage)?;
@@ -162,6 +173,7 @@ pub fn default_ring(path_in_repo: &Path) -> PathBuf {
 
 /// Runs the daemon until `shutdown` or SIGTERM; background failures and
 /// warnings go to `log`.
+#[allow(unsafe_code)]
 pub fn run(cfg: DaemonConfig, log: crate::daemon::Log) -> Result<()> {
     let socket = cfg.socket.clone().ok_or_else(|| Error::usage("--socket is required"))?;
     let (pc, git) = cfg.pipeline(log.clone())?;
@@ -280,6 +292,7 @@ fn busy(stream: &UnixStream) {
 /// Lets the daemon hold as many connections as the system allows it (the
 /// soft limit on open files up to the hard one): idle clients cost a
 /// descriptor each.
+#[allow(unsafe_code)]
 fn raise_open_files_limit() {
     // SAFETY: getrlimit/setrlimit on a local struct; only this process's limit changes.
     unsafe {
@@ -307,6 +320,7 @@ impl Reading {
     /// connections whose line is complete (a newline, the end of their
     /// writing, or [`MAX_REQUEST`] bytes). Silent ones past
     /// [`REQUEST_TIMEOUT`] are closed.
+    #[allow(unsafe_code)]
     fn poll(&mut self, listener: &UnixListener) -> std::io::Result<Vec<(UnixStream, Vec<u8>)>> {
         use std::os::fd::AsRawFd;
         let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
@@ -411,7 +425,12 @@ pub const MAX_REQUEST: usize = 4096;
 #[derive(Debug, PartialEq, Eq)]
 pub enum Request {
     /// `snapshot PATH [gen=N]`
-    Snapshot { path: PathBuf, gen: Option<u64> },
+    Snapshot {
+        /// The input file.
+        path: PathBuf,
+        /// The generation asked for.
+        gen: Option<u64>,
+    },
     /// `status`
     Status,
     /// `flush`

@@ -22,6 +22,7 @@ use crate::model::Array;
 /// One generation of training state: immutable once published.
 #[derive(Debug, Default)]
 pub struct Generation {
+    /// The generation these arrays are.
     pub gen: u64,
     /// Sorted by name, unique (see `model::sort_arrays`).
     pub arrays: Vec<Array>,
@@ -50,8 +51,11 @@ struct Shared {
 /// generation or a later one (requests coalesce).
 #[derive(Clone, Debug, Serialize)]
 pub struct Outcome {
+    /// The generation written.
     pub gen: u64,
+    /// The commit that holds it, when committed.
     pub commit: Option<String>,
+    /// True once pushed.
     pub pushed: bool,
     /// Set when the snapshot failed, or was committed but not pushed.
     pub error: Option<String>,
@@ -108,14 +112,23 @@ impl Outcomes {
 /// What `status` reports.
 #[derive(Clone, Debug, Serialize)]
 pub struct Status {
+    /// The newest generation written.
     pub last_gen: Option<u64>,
+    /// Requests waiting.
     pub queue_depth: usize,
+    /// Requests covered by a later snapshot.
     pub coalesced: u64,
+    /// Requests received.
     pub requested: u64,
+    /// Commits not yet pushed.
     pub resend_queue: usize,
+    /// The last background failure, if any.
     pub last_error: Option<String>,
+    /// Snapshots written.
     pub snapshots_written: u64,
+    /// The newest generation pushed.
     pub pushed_gen: Option<u64>,
+    /// Generations requested but never written (their data was replaced first).
     pub lost: Vec<u64>,
 }
 
@@ -341,6 +354,7 @@ pub fn pending_requests(ring: &std::path::Path) -> Vec<(u64, Option<PathBuf>)> {
 /// Lowers the calling thread's scheduling priority (Linux: per thread, and
 /// inherited by the threads it starts), so background snapshot work yields
 /// the CPU to the training loop.
+#[allow(unsafe_code)]
 fn background_priority() {
     #[cfg(target_os = "linux")]
     // SAFETY: plain syscalls on the calling thread; failure only leaves the priority as it was.

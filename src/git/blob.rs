@@ -6,7 +6,10 @@
 //! buffer, not a file.
 #![forbid(unsafe_code)]
 
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use git2::{Oid, Repository};
@@ -106,6 +109,7 @@ struct Batch {
 }
 
 impl<'r> Blobs<'r> {
+    /// Reads blobs of `repo`.
     pub fn new(repo: &'r Repository) -> Blobs<'r> {
         Blobs { repo, batch: None }
     }
@@ -119,10 +123,10 @@ impl<'r> Blobs<'r> {
         self.ask(blob, n).unwrap_or_else(|| prefix(self.repo, blob, n))
     }
 
-    /// The blob as a [`Text`](crate::git::parts::Text): in memory up to
+    /// The blob as a [`Text`](Text): in memory up to
     /// [`INFLATE_WHOLE`], else streamed by Git into an unnamed temporary
     /// file, so that a large blob is never held whole.
-    pub fn text(&mut self, blob: Oid) -> Result<Box<dyn crate::git::parts::Text>> {
+    pub fn text(&mut self, blob: Oid) -> Result<Box<dyn Text>> {
         let whole = size(self.repo, blob)?;
         if whole > LIBGIT2_CACHES && whole <= INFLATE_WHOLE {
             if let Some(bytes) = self.ask(blob, u64::MAX) {
@@ -188,7 +192,7 @@ impl Drop for Batch {
 }
 
 /// [`Blobs::text`] with `whole` for [`INFLATE_WHOLE`].
-fn text_inflating(repo: &Repository, blob: Oid, whole: u64) -> Result<Box<dyn crate::git::parts::Text>> {
+fn text_inflating(repo: &Repository, blob: Oid, whole: u64) -> Result<Box<dyn Text>> {
     if size(repo, blob)? <= whole {
         let b = repo.find_blob(blob).map_err(git_err)?;
         return Ok(Box::new(b.content().to_vec()));
@@ -222,6 +226,60 @@ impl Drop for CatFile {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A WTXT text Git hands over, in memory (a blob) or in a file (a
+/// temporary file, the work tree), read as a stream or by range so that a
+/// part or a single file is never held whole.
+pub trait Text: Sync {
+    /// The text from its start.
+    fn stream(&self) -> Box<dyn Read + '_>;
+    /// The bytes in `r`.
+    fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>>;
+}
+
+impl Text for &[u8] {
+    fn stream(&self) -> Box<dyn Read + '_> {
+        Box::new(*self)
+    }
+    fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>> {
+        let (lo, hi) = (r.start.min(self.len() as u64) as usize, r.end.min(self.len() as u64) as usize);
+        Ok(self[lo..hi].to_vec())
+    }
+}
+
+impl Text for Vec<u8> {
+    fn stream(&self) -> Box<dyn Read + '_> {
+        Box::new(&self[..])
+    }
+    fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>> {
+        (&self[..]).range(r)
+    }
+}
+
+impl Text for File {
+    fn stream(&self) -> Box<dyn Read + '_> {
+        Box::new(At { file: self, pos: 0 })
+    }
+    fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>> {
+        let mut v = vec![0; (r.end - r.start) as usize];
+        self.read_exact_at(&mut v, r.start)?;
+        Ok(v)
+    }
+}
+
+/// Reads a file from a position of its own (the handle's is left alone).
+struct At<'a> {
+    file: &'a File,
+    pos: u64,
+}
+
+impl Read for At<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
     }
 }
 

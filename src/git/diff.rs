@@ -25,26 +25,38 @@ const MAX_RANGES: usize = 64;
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
+    /// Only in the new file.
     Added,
+    /// Only in the old file.
     Removed,
+    /// Same name, another shape.
     Reshaped,
+    /// Same name, another dtype.
     DtypeChanged,
+    /// Values changed.
     Changed,
     /// Same values; only the `arr` line changed (a new salt or HMAC).
     Rewrapped,
+    /// The same values.
     Unchanged,
 }
 
 /// The difference of one array.
 #[derive(Clone, Debug, Serialize)]
 pub struct ArrayDiff {
+    /// Original name (WTXT name when not mapped).
     pub name: String,
+    /// What happened to it.
     pub status: Status,
+    /// Dtype in the new file (the old one's when removed).
     pub dtype: String,
+    /// Shape in the new file (the old one's when removed).
     pub shape: Vec<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Dtype in the old file, when it differs.
     pub old_dtype: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Shape in the old file, when it differs.
     pub old_shape: Option<Vec<u64>>,
     /// `ix` of the new file's chunks that differ.
     pub changed_chunks: Vec<u64>,
@@ -52,6 +64,7 @@ pub struct ArrayDiff {
     pub changed_rows: Vec<(u64, u64)>,
     /// True when more ranges changed than are listed.
     pub rows_truncated: bool,
+    /// Elements whose values differ.
     pub changed_elements: u64,
     /// For float dtypes: largest |new - old| over changed elements (NaN pairs left out).
     pub max_abs: Option<f64>,
@@ -64,18 +77,24 @@ pub struct ArrayDiff {
 /// A header field that changed.
 #[derive(Clone, Debug, Serialize)]
 pub struct FieldChange {
+    /// The header field (`gen`, `ts`, `build`, ...).
     pub field: String,
+    /// Its old value.
     pub old: String,
+    /// Its new value.
     pub new: String,
 }
 
 /// The whole difference.
 #[derive(Clone, Debug, Serialize)]
 pub struct FileDiff {
+    /// True when the two files are the same bytes.
     pub identical: bool,
+    /// Header fields that changed.
     pub header: Vec<FieldChange>,
     /// A short unified diff of the header lines.
     pub header_unified: String,
+    /// Every array of either file, in name order.
     pub arrays: Vec<ArrayDiff>,
     /// Checks that failed in the chunks the diff decoded: the side is
     /// damaged, and those chunks' values are not compared.
@@ -95,8 +114,11 @@ pub struct FileDiff {
 pub struct Damage {
     /// The file, as named to the diff.
     pub file: String,
+    /// Line of the damaged file.
     pub line: u64,
+    /// The array it belongs to.
     pub array: String,
+    /// What failed.
     pub message: String,
 }
 
@@ -281,7 +303,9 @@ pub(crate) fn header_changes(ha: &Header, ta: &[u8], hb: &Header, tb: &[u8]) -> 
 /// The two files' names, for errors.
 #[derive(Clone, Copy)]
 pub struct Names<'a> {
+    /// The old file's name.
     pub old: &'a Path,
+    /// The new file's name.
     pub new: &'a Path,
 }
 

@@ -26,7 +26,7 @@ use crate::wtxt::verify::VerifyOptions;
 use crate::wtxt::write::{write_snapshot, WriteOptions};
 
 pub use crate::convert::safetensors::ST_HEADER;
-use crate::convert::{container, Input};
+use crate::convert::{formats, Input};
 /// Largest pkt-line payload (Git's LARGE_PACKET_DATA_MAX).
 const PKT_MAX: usize = 65516;
 
@@ -250,9 +250,8 @@ fn carried_arrays(content: &[u8]) -> Result<Option<Vec<Array>>> {
 /// The container file a filter-made WTXT's arrays stand for: the format
 /// whose metadata arrays they carry (safetensors, which needs none, else).
 fn rebuild(arrays: &[Array]) -> Result<Vec<u8>> {
-    let c = container::by_metadata(arrays)
-        .or_else(|| container::by_name("safetensors"))
-        .expect("safetensors is a container");
+    let c =
+        formats::by_metadata(arrays).or_else(|| formats::by_name("safetensors")).expect("safetensors is a container");
     let mut out = std::io::Cursor::new(Vec::new());
     c.write(arrays, &mut out)?;
     Ok(out.into_inner())

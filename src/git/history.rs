@@ -38,17 +38,29 @@ const MAX_LOOKBACK: usize = 100_000;
 /// One generation as committed.
 #[derive(Clone, Debug, Serialize)]
 pub struct Generation {
+    /// Commit id, hex.
     pub commit: String,
+    /// Its parents.
     pub parents: Vec<String>,
+    /// Path of the snapshot in that commit.
     pub path: String,
+    /// The commit message's first line.
     pub summary: String,
+    /// The snapshot's generation.
     pub gen: u64,
+    /// Its timestamp.
     pub ts: String,
+    /// Its `build` token.
     pub build: String,
+    /// Key id of its signature, hex.
     pub keyid: Option<String>,
+    /// Its signature's status.
     pub signature: SigStatus,
+    /// Its `sha256_all`, hex.
     pub sha256_all: Option<String>,
+    /// Its `merkle_prev`, hex.
     pub merkle_prev: Option<String>,
+    /// Its `merkle_this`, hex.
     pub merkle_this: Option<String>,
     /// For each previous version: the commit it comes from and whether the link holds.
     pub links: Vec<Link>,
@@ -74,18 +86,24 @@ pub enum DataCheck {
 /// A link from a generation to a previous version.
 #[derive(Clone, Debug, Serialize)]
 pub struct Link {
+    /// The commit where the link is checked.
     pub commit: String,
+    /// The generation there.
     pub gen: u64,
+    /// `merkle_prev` is the previous generation's `merkle_this`.
     pub merkle_ok: bool,
+    /// `gen` increases.
     pub gen_ok: bool,
 }
 
 /// The chain of one path.
 #[derive(Clone, Debug, Serialize)]
 pub struct Chain {
+    /// Path of the snapshot.
     pub path: String,
     /// Newest first, as `git log` shows commits.
     pub generations: Vec<Generation>,
+    /// True when every link holds.
     pub ok: bool,
 }
 

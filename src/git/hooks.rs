@@ -34,9 +34,13 @@ use crate::wtxt::verify::{ProblemKind, SigStatus, VerifyOptions};
 /// A staged file that fails, with what to do about it.
 #[derive(Clone, Debug)]
 pub struct Refusal {
+    /// The staged path.
     pub path: String,
+    /// Line of the problem (0: the file as a whole).
     pub line: u64,
+    /// What is wrong.
     pub problem: String,
+    /// What to do about it.
     pub fix: String,
 }
 
@@ -50,8 +54,11 @@ impl std::fmt::Display for Refusal {
 /// What the hook found: how many staged WTXT files it checked, why some
 /// may not be committed, and warnings that do not stop the commit.
 pub struct Checked {
+    /// Staged snapshots checked.
     pub staged: usize,
+    /// What refuses the commit.
     pub refusals: Vec<Refusal>,
+    /// Warnings that do not.
     pub notes: Vec<String>,
 }
 

@@ -38,23 +38,31 @@ fn extensions(format: &str) -> &'static [&'static str] {
 /// Where to install.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
+    /// This repository (`.git/config`).
     Local,
+    /// The user (`~/.gitconfig`).
     Global,
+    /// The machine (`/etc/gitconfig`).
     System,
 }
 
 /// What install writes.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// Where the configuration goes.
     pub scope: Scope,
+    /// `git config` keys and values set.
     pub config: Vec<(String, String)>,
     /// Settings written only where the scope has none (a value of the
     /// user's is kept), and removed only while they are still ours.
     pub defaults: Vec<(String, String)>,
+    /// The attributes file written.
     pub attributes_file: PathBuf,
+    /// Its lines.
     pub attributes: Vec<String>,
     /// The hooks folder (local scope only).
     pub hooks_dir: Option<PathBuf>,
+    /// The pre-commit hook installed.
     pub hook: String,
     /// File name extensions the installed filters carry.
     pub filtered: Vec<&'static str>,

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::convert::spill::Spill;
+use crate::buffer::Spill;
 use crate::error::{Error, Result};
 use crate::git::diff::to_f64;
 use crate::model::{Array, Dtype};
@@ -36,9 +36,13 @@ pub fn is_lone_head(ours: &std::path::Path) -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
+    /// Refuse any chunk both sides changed.
     Fail,
+    /// Take ours.
     Ours,
+    /// Take theirs.
     Theirs,
+    /// The element-wise mean of ours and theirs (floats only).
     Average,
 }
 
@@ -60,8 +64,10 @@ impl std::str::FromStr for Strategy {
 #[serde(deny_unknown_fields)]
 pub struct Decisions {
     #[serde(default)]
+    /// A strategy for every conflict of an array.
     pub arrays: BTreeMap<String, Strategy>,
     #[serde(default)]
+    /// A strategy for one chunk of an array.
     pub chunks: BTreeMap<String, BTreeMap<u64, Strategy>>,
 }
 
@@ -83,11 +89,13 @@ impl Decisions {
 /// A conflict left unsettled (or settled, for the report).
 #[derive(Clone, Debug, Serialize)]
 pub struct Conflict {
+    /// The array in conflict.
     pub array: String,
     /// The chunk, for a data conflict; none for a structural one.
     pub chunk: Option<u64>,
     /// Half-open row range of the chunk (elements for rank 0 and 1).
     pub rows: Option<(u64, u64)>,
+    /// What both sides did.
     pub what: String,
     /// How it was settled; `None` when it was not.
     pub settled_by: Option<Strategy>,
@@ -95,7 +103,9 @@ pub struct Conflict {
 
 /// The merge result.
 pub struct Merged {
+    /// The merged arrays.
     pub arrays: Vec<Array>,
+    /// Every conflict, settled or not.
     pub conflicts: Vec<Conflict>,
 }
 
@@ -262,7 +272,7 @@ fn finish(like: &Array, out: Spill) -> Result<Array> {
             format!("array {}: merged {} of its {len} bytes", like.name, out.len()),
         ));
     }
-    Array::new(like.name.clone(), like.dtype, like.shape.clone(), out.finish()?.window(0..len))
+    Array::new(like.name.clone(), like.dtype, like.shape.clone(), out.finish()?.slice(0..len))
 }
 
 /// The element-wise mean of two whole float arrays of one dtype and shape,

@@ -13,6 +13,7 @@ pub mod hooks;
 pub mod install;
 pub mod merge;
 pub mod parts;
+pub mod push;
 
 /// An exclusive lock on a file, held until dropped (`flock`: between
 /// processes and between handles of one process alike).
@@ -21,6 +22,7 @@ pub struct FileLock(#[allow(dead_code)] std::fs::File);
 impl FileLock {
     /// Takes the lock on `path` (created if missing), waiting for it when
     /// `wait`, else failing at once with `None` when another holds it.
+    #[allow(unsafe_code)]
     pub fn take(path: &Path, wait: bool) -> Result<Option<FileLock>> {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::OpenOptionsExt;
@@ -58,6 +60,7 @@ pub fn commit_lock(repo: &git2::Repository) -> Result<FileLock> {
 /// Stops `child`, started as the leader of its own process group
 /// (`process_group(0)`), with every process it started (`git push`'s `ssh`),
 /// and reaps it.
+#[allow(unsafe_code)]
 pub fn kill_group(child: &mut std::process::Child) {
     // SAFETY: signals the process group the caller started with this child
     // as its leader (the group's id is the child's pid); nothing else is touched.

@@ -9,10 +9,11 @@
 use std::fs::File;
 use std::io::Read;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+
 use std::path::{Path, PathBuf};
 
 use crate::error::{check_at, Error, Result};
+use crate::git::blob::Text;
 use crate::git::diff::{
     check_unchanged, decode_pair, header_changes, ArrayDiff, Damage, FileDiff, Names, Stats, Status,
 };
@@ -46,66 +47,12 @@ pub fn classify(text: &dyn Text) -> Result<Blob> {
     })
 }
 
-/// A WTXT text Git hands over, in memory (a blob) or in a file (a
-/// temporary file, the work tree), read as a stream or by range so that a
-/// part or a single file is never held whole.
-pub trait Text: Sync {
-    /// The text from its start.
-    fn stream(&self) -> Box<dyn Read + '_>;
-    /// The bytes in `r`.
-    fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>>;
-}
-
-impl Text for &[u8] {
-    fn stream(&self) -> Box<dyn Read + '_> {
-        Box::new(*self)
-    }
-    fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>> {
-        let (lo, hi) = (r.start.min(self.len() as u64) as usize, r.end.min(self.len() as u64) as usize);
-        Ok(self[lo..hi].to_vec())
-    }
-}
-
-impl Text for Vec<u8> {
-    fn stream(&self) -> Box<dyn Read + '_> {
-        Box::new(&self[..])
-    }
-    fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>> {
-        (&self[..]).range(r)
-    }
-}
-
-impl Text for File {
-    fn stream(&self) -> Box<dyn Read + '_> {
-        Box::new(At { file: self, pos: 0 })
-    }
-    fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>> {
-        let mut v = vec![0; (r.end - r.start) as usize];
-        self.read_exact_at(&mut v, r.start)?;
-        Ok(v)
-    }
-}
-
-/// Reads a file from a position of its own (the handle's is left alone).
-struct At<'a> {
-    file: &'a File,
-    pos: u64,
-}
-
-impl Read for At<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.file.read_at(buf, self.pos)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
 /// Opens `path` as a [`Text`] when it starts as WTXT text does (`WTXT `);
 /// `None` for anything else (a container a filter smudged).
 pub fn open_text(path: &Path) -> Result<Option<File>> {
     let f = File::open(path).map_err(|e| Error::io(path, e))?;
     let mut magic = [0u8; 5];
-    let n = At { file: &f, pos: 0 }.take(5).read(&mut magic).map_err(|e| Error::io(path, e))?;
+    let n = f.stream().take(5).read(&mut magic).map_err(|e| Error::io(path, e))?;
     Ok((magic[..n] == *b"WTXT ").then_some(f))
 }
 

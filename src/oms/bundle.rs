@@ -31,7 +31,9 @@ pub const MAX_BUNDLE: u64 = 8 << 20;
 /// How each file was hashed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum HashType {
+    /// SHA-256.
     Sha256,
+    /// BLAKE3.
     Blake3,
 }
 
@@ -49,6 +51,7 @@ impl HashType {
 pub struct Resource {
     /// POSIX path relative to the folder.
     pub name: String,
+    /// Its digest.
     pub digest: Hash,
 }
 
@@ -57,7 +60,9 @@ pub struct Resource {
 pub struct Manifest {
     /// The folder's name (informative: renaming a folder keeps it valid).
     pub model_name: String,
+    /// How each file was hashed.
     pub hash_type: HashType,
+    /// Whether the signer followed links (wtxt never does).
     pub allow_symlinks: bool,
     /// Paths relative to the folder left out of the signature.
     pub ignore_paths: Vec<String>,

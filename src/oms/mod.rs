@@ -180,8 +180,11 @@ fn read_signature(path: &Path) -> Result<Option<Vec<u8>>> {
 /// What an OMS check found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// The signature holds.
     Valid,
+    /// It does not, and why.
     Invalid(String),
+    /// There is none.
     Absent,
 }
 
@@ -238,8 +241,11 @@ fn compare_listed(dir: &Path, listed: &[Resource], hash: HashType) -> Result<Opt
 
 /// How `wtxt oms verify` reads a folder, as `model_signing verify key`'s flags.
 pub struct FolderCheck<'a> {
+    /// The signed folder.
     pub dir: &'a Path,
+    /// The signature file.
     pub signature: &'a Path,
+    /// The public key.
     pub key: &'a EcPublicKey,
     /// More paths to leave out (`--ignore-paths`), relative to `dir` or not.
     pub ignore: Vec<PathBuf>,

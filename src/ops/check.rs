@@ -19,10 +19,15 @@ use super::*;
 /// Options of `wtxt verify` as files.
 #[derive(Default)]
 pub struct VerifyFiles {
+    /// The WSUM that finalizes a WTXT-S.
     pub wsum: Option<PathBuf>,
+    /// Every array must authenticate with this key.
     pub hmac_key: Option<HmacKey>,
+    /// Keys whose signatures count.
     pub trusted: Option<TrustedKeys>,
+    /// Fail unless a trusted key signed.
     pub require_signature: bool,
+    /// The previous generation: the chain must follow it.
     pub prev: Option<PathBuf>,
     /// With an HMAC key, accept arrays whose hmac is all zeros.
     pub allow_unauthenticated: bool,
@@ -88,14 +93,23 @@ pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<
 /// One array as `inspect` shows it.
 #[derive(Serialize, Clone, Debug)]
 pub struct ArrayInfo {
+    /// WTXT name.
     pub name: String,
+    /// Element type.
     pub dtype: String,
+    /// Dimensions.
     pub shape: Vec<u64>,
+    /// Raw bytes.
     pub bytes: u64,
+    /// Chunks.
     pub chunks: u64,
+    /// Rows per chunk (rank >= 2).
     pub rows_per_chunk: Option<u64>,
+    /// SHA-256 of the raw bytes, hex.
     pub sha256: String,
+    /// True when the array carries an HMAC.
     pub hmac: bool,
+    /// Line of its `arr` line.
     pub line: u64,
     /// The input's own name, when it had to be mapped (kept in `__names`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -105,21 +119,37 @@ pub struct ArrayInfo {
 /// What `inspect` shows.
 #[derive(Serialize, Clone, Debug)]
 pub struct Inspection {
+    /// `schema` of `meta`.
     pub schema: String,
+    /// Generation.
     pub gen: u64,
+    /// Timestamp.
     pub ts: String,
+    /// `build` token.
     pub build: String,
+    /// `host` token.
     pub host: String,
+    /// `cuda` token.
     pub cuda: String,
+    /// Capabilities (`cap ext=`).
     pub cap: Vec<String>,
+    /// True for a WTXT-S.
     pub streaming: bool,
+    /// `sha256_all`, hex.
     pub sha256_all: Option<String>,
+    /// `merkle_prev`, hex.
     pub merkle_prev: Option<String>,
+    /// `merkle_this`, hex.
     pub merkle_this: Option<String>,
+    /// `fastxor`, hex.
     pub fastxor: Option<String>,
+    /// Key id of the signature, hex.
     pub keyid: Option<String>,
+    /// Every array.
     pub arrays: Vec<ArrayInfo>,
+    /// The `audit` line's pairs.
     pub audit: Vec<(String, String)>,
+    /// Raw bytes of every array.
     pub total_bytes: u64,
     /// A safetensors input's `__metadata__`, as `__names` keeps it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -240,9 +270,9 @@ pub fn extract(
     unseal: Option<&Unseal>,
     notes: &mut Notes,
 ) -> Result<usize> {
-    use crate::convert::container;
+    use crate::convert::formats;
     use crate::convert::names::{OriginalNames, NAMES};
-    let to = container::by_extension(out)?;
+    let to = formats::by_extension(out)?;
     // The same choice for the decoded arrays and, first, for the stand-ins
     // the direct path plans with: it depends on names and metadata only.
     let choose = |all: Vec<Array>| -> crate::convert::direct::Chosen<(usize, Vec<String>)> {
@@ -257,7 +287,7 @@ pub fn extract(
             }
             None => all,
         };
-        let (arrays, dropped) = container::foreign_metadata(arrays, to)?;
+        let (arrays, dropped) = formats::foreign_metadata(arrays, to)?;
         let count = arrays.iter().filter(|a| !a.is_metadata()).count();
         Ok((arrays, (count, dropped)))
     };

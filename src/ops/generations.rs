@@ -20,8 +20,11 @@ use super::*;
 /// Options of `wtxt finalize`.
 #[derive(Default)]
 pub struct FinalizeOptions {
+    /// Signs the WSUM and the rewritten file.
     pub sign_key: Option<SecretKey>,
+    /// The previous generation: `merkle_prev` is its `merkle_this`.
     pub prev: Option<PathBuf>,
+    /// Also write the finalized plain WTXT here.
     pub rewrite: Option<PathBuf>,
     /// What the WTXT-S (HMACs) and `prev` (signature) must prove.
     pub trust: InputTrust,
@@ -137,12 +140,17 @@ pub fn delta_create(
 /// Options of `wtxt delta apply` (gen, ts, build and keys serve the minimal form).
 #[derive(Default)]
 pub struct DeltaApplyOptions {
+    /// Minimal form: the generation (default: the base's + 1).
     pub gen: Option<u64>,
+    /// Minimal form: the timestamp.
     pub ts: Option<String>,
+    /// Minimal form: the `build` token (default: the base's).
     pub build: Option<String>,
+    /// Every array read must authenticate with this key.
     pub hmac_key: Option<HmacKey>,
     /// With an HMAC key, accept arrays whose hmac is all zeros.
     pub allow_unauthenticated: bool,
+    /// Minimal form: signs the result.
     pub sign_key: Option<SecretKey>,
     /// When given, the rebuilt target must carry a valid signature by one of
     /// these keys; a minimal-form delta, which carries none, is refused.

@@ -50,13 +50,16 @@ pub fn diff(old: &Path, new: &Path, unseal: Option<&Unseal>) -> Result<crate::gi
 
 /// Options of `wtxt merge`.
 pub struct MergeOptions {
+    /// What settles a conflict by default.
     pub strategy: crate::git::merge::Strategy,
+    /// What settles given arrays and chunks.
     pub decisions: crate::git::merge::Decisions,
     /// Timestamp of the result; default `SOURCE_DATE_EPOCH`, else the later
     /// of the two sides (so a merge is deterministic).
     pub ts: Option<String>,
     /// What the three inputs must prove (HMAC key, trusted keys, signer's key).
     pub trust: InputTrust,
+    /// Signs the result.
     pub sign_key: Option<SecretKey>,
     /// Largest file of the result (split above it).
     pub part_size: crate::wtxt::split::PartSize,
@@ -66,9 +69,11 @@ pub struct MergeOptions {
 
 /// What `merge` did.
 pub struct MergeOutcome {
+    /// Every conflict, settled or not.
     pub conflicts: Vec<crate::git::merge::Conflict>,
     /// Written only when every conflict was settled.
     pub written: Option<Written>,
+    /// The result's generation.
     pub gen: u64,
 }
 
@@ -136,6 +141,7 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
 
 /// What `wtxt git resolve` merged, and from where.
 pub struct Resolved {
+    /// What the merge did.
     pub outcome: MergeOutcome,
     /// `merge`, `cherry-pick`, `revert` or `rebase`.
     pub operation: &'static str,
@@ -235,8 +241,9 @@ pub fn textconv(file: &Path, here: &Path) -> Result<String> {
 /// ts) that is in no commit. Otherwise (an uncommitted work-tree side) the
 /// file, cleaned if a filter made it. Problems are printed, never returned.
 pub fn diff_driver(args: &[String], here: &Path, color: bool) -> String {
+    use crate::git::blob::Text;
     use crate::git::diff::{render, Names};
-    use crate::git::parts::{classify, diff_heads, diff_parts, open_text, Blob, Text};
+    use crate::git::parts::{classify, diff_heads, diff_parts, open_text, Blob};
     let [path, old, old_hex, _, new, new_hex, _] = args else {
         return "wtxt: the diff driver takes 7 arguments\n".into();
     };

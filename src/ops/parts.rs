@@ -73,7 +73,9 @@ pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) ->
 
 /// Which side of a copy failed.
 pub enum CopyError {
+    /// Reading the input failed.
     Read(Error),
+    /// Writing the output failed.
     Write(Error),
 }
 

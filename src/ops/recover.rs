@@ -17,12 +17,15 @@ use super::*;
 /// Options of `wtxt recover`.
 #[derive(Default)]
 pub struct RecoverOptions {
+    /// Write a JSON report here.
     pub report: Option<PathBuf>,
     /// Where what survives of damaged arrays goes (.npz or .safetensors).
     pub partial: Option<PathBuf>,
+    /// Only arrays that authenticate with this key are kept signed.
     pub hmac_key: Option<HmacKey>,
     /// With an HMAC key, keep arrays whose hmac is all zeros (written unauthenticated).
     pub allow_unauthenticated: bool,
+    /// Signs the recovered file (with an HMAC key: authenticated arrays only).
     pub sign_key: Option<SecretKey>,
     /// Largest file of the output (split above it).
     pub part_size: crate::wtxt::split::PartSize,
@@ -50,15 +53,15 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
     let mut input = WtxtIn::open_lenient(path, None)?;
     let text = match (input.len, input.is_split()) {
         (0, _) => None,
-        (_, false) => Some(crate::convert::npy::Source::Mapped(map_file(path)?)),
+        (_, false) => Some(crate::buffer::ArrayData::from_map(map_file(path)?)),
         (len, true) => {
-            let mut spill = crate::convert::spill::Spill::with_expected(len)?;
+            let mut spill = crate::buffer::Spill::with_expected(len)?;
             std::io::copy(&mut input.text(), &mut spill).map_err(|e| input.blame(Error::read_failed(e)))?;
             Some(spill.finish()?)
         }
     };
     let faults = input.faults();
-    let bytes = text.as_ref().map_or(&[][..], |m| m.bytes());
+    let bytes = text.as_ref().map_or(&[][..], |m| m.as_bytes());
     let key = o.hmac_key.as_ref();
     let mut r = scan(bytes, key, o.allow_unauthenticated, o.partial.is_some());
     r.report.part_faults = faults.iter().map(|e| e.to_string()).collect();

@@ -18,21 +18,31 @@ use super::*;
 /// Options of `wtxt snapshot`.
 #[derive(Default)]
 pub struct SnapshotOptions {
+    /// Generation number (default 0).
     pub gen: Option<u64>,
     /// The previous generation: gen = its gen + 1, merkle_prev = its merkle_this.
     pub prev: Option<PathBuf>,
+    /// Timestamp (default: `SOURCE_DATE_EPOCH`, else now).
     pub ts: Option<String>,
+    /// `build` token (default `none`).
     pub build: Option<String>,
+    /// `schema` token (default `weights/v1`).
     pub schema: Option<String>,
+    /// `host` token (default `cpu`).
     pub host: Option<String>,
+    /// `cuda` token (default `off`).
     pub cuda: Option<String>,
+    /// Rows per chunk for arrays of rank >= 2 (default 128).
     pub rows_per_chunk: Option<u64>,
+    /// HMACs every array; WTXT inputs must authenticate with it.
     pub hmac_key: Option<HmacKey>,
+    /// Signs the snapshot.
     pub sign_key: Option<SecretKey>,
     /// Keys that WTXT inputs and `prev` must be signed by.
     pub trusted: Option<TrustedKeys>,
     /// With an HMAC key, accept input arrays whose hmac is all zeros.
     pub allow_unauthenticated: bool,
+    /// The `audit` line: `k=v ...`.
     pub audit: Option<String>,
     /// Write a WTXT-S and its WSUM here.
     pub wsum: Option<PathBuf>,
@@ -110,6 +120,7 @@ pub fn snapshot_arrays(arrays: &[Array], out: &Path, o: &SnapshotOptions, progre
 /// Target formats of `wtxt convert`.
 #[derive(Clone, Copy)]
 pub enum ConvertTo {
+    /// A WTXT snapshot.
     Wtxt,
     /// A binary container (npy is not offered: it holds one array).
     Container(&'static dyn crate::convert::container::Container),
@@ -126,7 +137,7 @@ pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions, not
         let prepare = |arrays: Vec<Array>| -> crate::convert::direct::Chosen<(Vec<String>, Notes)> {
             let mut found = Notes::new();
             let arrays = crate::convert::gather(vec![(input, arrays)], &mut found)?;
-            let (arrays, dropped) = crate::convert::container::foreign_metadata(arrays, fmt)?;
+            let (arrays, dropped) = crate::convert::formats::foreign_metadata(arrays, fmt)?;
             Ok((arrays, (dropped, found)))
         };
         if let Some(((dropped, found), _)) =
@@ -145,7 +156,7 @@ pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions, not
     match to {
         ConvertTo::Wtxt => snapshot_arrays(&arrays, out, o, &Progress::hidden()).map(|_| ()),
         ConvertTo::Container(fmt) => {
-            let (arrays, dropped) = crate::convert::container::foreign_metadata(arrays, fmt)?;
+            let (arrays, dropped) = crate::convert::formats::foreign_metadata(arrays, fmt)?;
             note_dropped(&dropped, notes);
             write_arrays_as(&arrays, out, fmt)
         }

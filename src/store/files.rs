@@ -16,7 +16,9 @@ pub fn parts_dir(head: &Path) -> PathBuf {
 
 /// Part files in the folder next to the head.
 pub struct PartFiles<'a> {
+    /// The parts folder.
     pub dir: PathBuf,
+    /// Decrypts age-armored parts.
     pub unseal: Option<&'a crate::crypto::armor::Unseal>,
 }
 

@@ -24,6 +24,7 @@ use crate::wtxt::syntax::{ArrLine, ChLine, B64_WIDTH};
 
 /// One array of the outline.
 pub struct Outlined {
+    /// Its `arr` line, as parsed (not verified).
     pub arr: ArrLine,
     /// The array's bytes, for the arrays the caller asked for.
     pub data: Option<Vec<u8>>,

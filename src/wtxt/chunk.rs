@@ -27,17 +27,49 @@ use crate::wtxt::syntax::{lossy, ChLine, B64_WIDTH, RAW_PER_LINE};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fault {
     /// Not `<base64 of the expected width> <nibble>`.
-    Shape { line: u64, width: usize, found: usize },
+    Shape {
+        /// Base64 line (from 0).
+        line: u64,
+        /// Characters expected.
+        width: usize,
+        /// Characters found.
+        found: usize,
+    },
     /// The parity nibble does not match the line.
-    Parity { line: u64, found: u8, expected: u8 },
+    Parity {
+        /// Base64 line (from 0).
+        line: u64,
+        /// The nibble written.
+        found: u8,
+        /// The nibble computed.
+        expected: u8,
+    },
     /// A character outside the base64 alphabet.
-    NotBase64 { line: u64 },
+    NotBase64 {
+        /// Base64 line (from 0).
+        line: u64,
+    },
     /// The last line is not the canonical base64 of the chunk's remainder.
-    LastLine { line: u64, want: usize },
+    LastLine {
+        /// Base64 line (from 0).
+        line: u64,
+        /// Characters expected.
+        want: usize,
+    },
     /// Fewer or more base64 lines than `lines=`.
-    LineCount { expected: u64, found: u64 },
+    LineCount {
+        /// Lines `lines=` gives.
+        expected: u64,
+        /// Lines found.
+        found: u64,
+    },
     /// The bytes' CRC32C is not the `ch` line's.
-    Crc { expected: u32, found: u32 },
+    Crc {
+        /// The `ch` line's CRC32C.
+        expected: u32,
+        /// The bytes' CRC32C.
+        found: u32,
+    },
     /// The bytes' SHA-256 is not the `ch` line's.
     Sha256,
 }

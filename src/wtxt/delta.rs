@@ -33,8 +33,11 @@ pub const DELTA_END: &str = "enddelta";
 /// One chunk as text: its `ch` line and base64 lines, each with LF, and `endch`.
 #[derive(Clone, Debug)]
 pub struct ChunkText {
+    /// Its `ch` line.
     pub ch: ChLine,
+    /// Line of the `ch` line.
     pub line: u64,
+    /// Its text (`ch` line to `endch`).
     pub text: Vec<u8>,
 }
 
@@ -49,6 +52,7 @@ impl ChunkText {
 /// The first line of a delta.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeltaHead {
+    /// `sha256_all` of the base it applies to.
     pub base_sha256_all: Hash,
     /// Present in the extended form only.
     pub target_sha256_all: Option<Hash>,
@@ -198,9 +202,13 @@ impl<R: Read> Walker<R> {
 
 /// One array of a WTXT read at the text level.
 pub struct ArrayText {
+    /// Line of the `arr` line.
     pub line: u64,
+    /// The `arr` line.
     pub arr: ArrLine,
+    /// Its text.
     pub arr_text: Vec<u8>,
+    /// The `idx` line and its text, for rank >= 2.
     pub idx: Option<(IdxLine, Vec<u8>)>,
 }
 
@@ -394,14 +402,18 @@ fn chunk_text_len(ch_line: usize, ch: &ChLine) -> u64 {
 /// What `create` put in the delta.
 #[derive(Default, Clone, Copy, Debug)]
 pub struct DeltaStats {
+    /// Chunks of the target.
     pub target_chunks: u64,
+    /// Chunks the delta carries.
     pub changed_chunks: u64,
+    /// Bytes of chunk text it carries.
     pub changed_text_bytes: u64,
 }
 
 /// A whole delta in memory, for the minimal form: the seed's patch,
 /// applied to decoded arrays (the extended form streams instead).
 pub struct Delta {
+    /// The delta's header.
     pub head: DeltaHead,
     /// The changed arrays with their chunks, in name order.
     arrays: Vec<(String, Vec<ChunkText>)>,
@@ -421,6 +433,7 @@ impl Delta {
 /// makes a delta as large as the model).
 pub struct DeltaReader<R> {
     w: Walker<R>,
+    /// The delta's header.
     pub head: DeltaHead,
     /// The target's header lines (extended form), checked, as text.
     target_header: Option<Vec<u8>>,
@@ -436,8 +449,17 @@ pub struct DeltaReader<R> {
 /// An item's first lines; an array's chunks follow through
 /// [`DeltaReader::next_chunk`].
 pub enum ItemHead {
+    /// An array the target no longer has.
     Del(String),
-    Arr { line: u64, name: String, head: Option<Box<ArrayText>> },
+    /// An array of the target, with its chunks.
+    Arr {
+        /// Line of the item.
+        line: u64,
+        /// The array.
+        name: String,
+        /// Its `arr` (and `idx`) lines when the target has it.
+        head: Option<Box<ArrayText>>,
+    },
 }
 
 impl ItemHead {
@@ -802,7 +824,7 @@ pub fn apply_minimal(arrays: &mut [crate::model::Array], rows_per_chunk: u64, d:
         }
         chunks.sort_by_key(|(c, _)| c.ch.off);
         let old = a.bytes();
-        let mut out = crate::convert::spill::Spill::with_expected(old.len() as u64)?;
+        let mut out = crate::buffer::Spill::with_expected(old.len() as u64)?;
         let mut at = 0usize;
         for (c, raw) in &chunks {
             let off = c.ch.off as usize;
@@ -815,7 +837,7 @@ pub fn apply_minimal(arrays: &mut [crate::model::Array], rows_per_chunk: u64, d:
         }
         out.push(&old[at..])?;
         let src = out.finish()?;
-        a.data = src.window(0..old.len());
+        a.data = src.slice(0..old.len());
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ pub mod write;
 
 use std::io::Read;
 
-use crate::convert::spill::Spill;
+use crate::buffer::Spill;
 use crate::crypto::digest::Hash;
 use crate::error::{check_at, Result};
 use crate::model::Array;
@@ -118,8 +118,11 @@ impl Sink for Collect {
 
 /// A verified WTXT read into memory.
 pub struct Loaded {
+    /// The header lines.
     pub header: Header,
+    /// The arrays, verified.
     pub arrays: Vec<Array>,
+    /// What verification found.
     pub report: Report,
     /// `rows_per_chunk` of the first row-blocked array, if any.
     pub rows_per_chunk: Option<u64>,
@@ -195,8 +198,8 @@ fn load_with<R: Read>(
             Held::Known(k) => k,
             Held::Own(data) => {
                 let data = data.expect("no failure").finish()?;
-                let n = data.bytes().len();
-                Array::new(a.arr.name, a.arr.dtype, a.arr.shape, data.window(0..n))
+                let n = data.as_bytes().len();
+                Array::new(a.arr.name, a.arr.dtype, a.arr.shape, data.slice(0..n))
                     .map_err(|e| check_at(line, e.message().to_string()))?
             }
         };

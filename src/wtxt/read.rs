@@ -18,9 +18,13 @@ use crate::wtxt::syntax::{
 /// The header of a WTXT file.
 #[derive(Clone, Debug)]
 pub struct Header {
+    /// The `meta` line.
     pub meta: Meta,
+    /// The `cap` line.
     pub cap: Cap,
+    /// The `root` line.
     pub root: Root,
+    /// The `sign` line, if any.
     pub sign: Option<SignLine>,
     /// Lines 1-4 with their LFs: what a signature covers.
     pub signed_bytes: Vec<u8>,
@@ -33,9 +37,11 @@ pub struct Header {
 pub struct ArrayStart {
     /// Line number of the `arr` line.
     pub line: u64,
+    /// The `arr` line.
     pub arr: ArrLine,
     /// The exact `arr` line bytes, without LF (what `sha256_all` covers).
     pub text: Vec<u8>,
+    /// Its chunk layout.
     pub layout: Layout,
 }
 
@@ -207,6 +213,7 @@ pub struct SliceLines<'a> {
 }
 
 impl<'a> SliceLines<'a> {
+    /// Lines of `bytes`.
     pub fn new(bytes: &'a [u8]) -> SliceLines<'a> {
         SliceLines { bytes, at: 0, no: 0 }
     }

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::convert::spill::Spill;
+use crate::buffer::Spill;
 use crate::crypto::digest::derive_salt;
 use crate::crypto::mac::HmacKey;
 use crate::model::{Array, ArrayData};
@@ -29,15 +29,21 @@ use crate::wtxt::syntax::{ArrLine, ChLine, IdxLine, Meta, Root, B64_WIDTH};
 /// What was found for one array.
 #[derive(Clone, Debug, Serialize)]
 pub struct ArrayRecovery {
+    /// WTXT name.
     pub name: String,
+    /// Element type.
     pub dtype: String,
+    /// Dimensions.
     pub shape: Vec<u64>,
+    /// Line of its `arr` line.
     pub line: u64,
     /// True when the array is whole and goes into the recovered file.
     pub recovered: bool,
     /// Why not, when it is not.
     pub reason: Option<String>,
+    /// Chunks whose checks pass.
     pub intact_chunks: Vec<ChunkFound>,
+    /// Chunks that fail.
     pub damaged_chunks: Vec<ChunkFound>,
     /// Byte ranges no intact chunk covers.
     pub missing_ranges: Vec<(u64, u64)>,
@@ -46,9 +52,13 @@ pub struct ArrayRecovery {
 /// A chunk the scanner saw.
 #[derive(Clone, Debug, Serialize)]
 pub struct ChunkFound {
+    /// Chunk index.
     pub ix: u64,
+    /// Offset of its bytes in the array.
     pub off: u64,
+    /// Its length in bytes.
     pub len: u64,
+    /// Line of its `ch` line.
     pub line: u64,
     /// For damaged chunks: what failed.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -58,7 +68,9 @@ pub struct ChunkFound {
 /// The scan's findings (`recover --report` writes them as JSON).
 #[derive(Clone, Debug, Serialize)]
 pub struct RecoveryReport {
+    /// True when the header lines verify.
     pub header_intact: bool,
+    /// Every array found.
     pub arrays: Vec<ArrayRecovery>,
     /// `ch` blocks found outside any readable `arr` block.
     pub orphan_chunks: u64,
@@ -67,7 +79,9 @@ pub struct RecoveryReport {
     pub unnamed_lost: Vec<UnnamedLoss>,
     /// Lines the scanner could not place.
     pub unparsed_lines: u64,
+    /// Arrays kept whole.
     pub recovered_arrays: usize,
+    /// Arrays lost.
     pub lost_arrays: usize,
     /// Parts of a split snapshot that were missing or did not match the
     /// head (their chunks are still checked one by one).
@@ -80,13 +94,17 @@ pub struct RecoveryReport {
 pub struct UnnamedLoss {
     /// The first line where it shows.
     pub line: u64,
+    /// What failed.
     pub what: String,
 }
 
 /// What recovery yields: the header values it could read, whole arrays and the report.
 pub struct Recovered {
+    /// The `meta` line, when it survived.
     pub meta: Option<Meta>,
+    /// `merkle_prev`, when it survived.
     pub merkle_prev: Option<[u8; 32]>,
+    /// Rows per chunk, when an `idx` line survived.
     pub rows_per_chunk: Option<u64>,
     /// The whole arrays, in name order.
     pub arrays: Vec<Array>,
@@ -97,6 +115,7 @@ pub struct Recovered {
     pub partials: Vec<Array>,
     /// HMAC tags carried over for whole arrays whose salt the writer will derive again.
     pub carried_hmacs: Vec<(String, [u8; 32])>,
+    /// What was kept and lost.
     pub report: RecoveryReport,
 }
 
@@ -337,9 +356,9 @@ fn partial(bytes: &[u8], c: &Candidate) -> Vec<Array> {
     let Ok(data) = data.finish() else { return Vec::new() };
     let base: String = c.arr.name.chars().take(crate::limits::MAX_NAME - "__intact".len()).collect();
     let n = mask.len() as u64;
-    let size = data.bytes().len();
+    let size = data.as_bytes().len();
     [
-        Array::new(c.arr.name.clone(), c.arr.dtype, c.arr.shape.clone(), data.window(0..size)),
+        Array::new(c.arr.name.clone(), c.arr.dtype, c.arr.shape.clone(), data.slice(0..size)),
         Array::new(format!("{base}__intact"), crate::model::Dtype::U8, vec![n], ArrayData::from(mask)),
     ]
     .into_iter()
@@ -403,8 +422,8 @@ fn assemble(bytes: &[u8], c: &Candidate, key: Option<&HmacKey>, allow_unauthenti
     }
     match data.finish() {
         Ok(src) => {
-            let n = src.bytes().len();
-            (Some(src.window(0..n)), None, missing)
+            let n = src.as_bytes().len();
+            (Some(src.slice(0..n)), None, missing)
         }
         Err(_) => (None, Some("no room to hold the array".into()), missing),
     }

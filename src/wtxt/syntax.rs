@@ -198,11 +198,17 @@ impl Timestamp {
 /// The `meta` line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Meta {
+    /// `schema` token.
     pub schema: String,
+    /// Generation.
     pub gen: u64,
+    /// Timestamp.
     pub ts: Timestamp,
+    /// `build` token.
     pub build: String,
+    /// `host` token.
     pub host: String,
+    /// `cuda` token.
     pub cuda: String,
 }
 
@@ -281,6 +287,7 @@ impl Meta {
 /// The `cap` line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cap {
+    /// Capabilities, in order.
     pub items: Vec<String>,
 }
 
@@ -324,7 +331,16 @@ impl Cap {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Root {
     /// Hashes filled in.
-    Final { sha256_all: Hash, merkle_prev: Hash, merkle_this: Hash, fastxor: u64 },
+    Final {
+        /// Over every `arr` line and raw byte.
+        sha256_all: Hash,
+        /// The previous generation's `merkle_this`.
+        merkle_prev: Hash,
+        /// This generation's link.
+        merkle_this: Hash,
+        /// XOR of the raw bytes as little-endian words.
+        fastxor: u64,
+    },
     /// A streaming file, to be finalized with a WSUM.
     Pending,
 }
@@ -372,7 +388,9 @@ impl Root {
 /// The `sign` line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SignLine {
+    /// The Ed25519 signature.
     pub signature: [u8; 64],
+    /// The signer's key id.
     pub keyid: [u8; 8],
 }
 
@@ -412,12 +430,19 @@ pub fn sig64(v: &[u8], what: &str) -> PResult<[u8; 64]> {
 /// An `arr` line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArrLine {
+    /// WTXT name.
     pub name: String,
+    /// Element type.
     pub dtype: Dtype,
+    /// Dimensions.
     pub shape: Vec<u64>,
+    /// Raw bytes.
     pub bytes: u64,
+    /// SHA-256 of the raw bytes.
     pub sha256: Hash,
+    /// HMAC-SHA256 (all zeros: none).
     pub hmac: Hash,
+    /// The salt the HMAC keys with.
     pub salt: [u8; 8],
 }
 
@@ -502,7 +527,9 @@ impl ArrLine {
 /// An `idx` line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IdxLine {
+    /// Rows per chunk.
     pub rows_per_chunk: u64,
+    /// Bytes per row.
     pub row_size: u64,
 }
 
@@ -531,11 +558,17 @@ impl IdxLine {
 /// A `ch` line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChLine {
+    /// Chunk index.
     pub ix: u64,
+    /// Offset of its bytes in the array.
     pub off: u64,
+    /// Its length in bytes.
     pub len: u64,
+    /// SHA-256 of its bytes.
     pub sha256: Hash,
+    /// CRC32C of its bytes.
     pub crc32c: u32,
+    /// Base64 lines.
     pub lines: u64,
 }
 
@@ -651,9 +684,13 @@ impl Audit {
 /// The WSUM line that finalizes a WTXT-S.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wsum {
+    /// `sha256_all` the WSUM finalizes with.
     pub sha256_all: Hash,
+    /// `merkle_prev` of the file.
     pub merkle_prev: Hash,
+    /// `merkle_this` it gives.
     pub merkle_this: Hash,
+    /// The signature over it, if any.
     pub sign: Option<SignLine>,
 }
 

@@ -54,11 +54,15 @@ pub struct VerifyOptions<'a> {
 /// signature of its own is caught as invalid).
 #[derive(Clone, Default)]
 pub struct InputTrust {
+    /// Every array must authenticate with this key.
     pub hmac_key: Option<HmacKey>,
     /// The configured trusted keys plus, when signing, the signer's own.
     pub trusted: Option<TrustedKeys>,
+    /// Fail unless a trusted key signed.
     pub require_signature: bool,
+    /// Fail on a signature by a key not trusted.
     pub refuse_untrusted: bool,
+    /// With a key: accept all-zero tags (reported unauthenticated).
     pub allow_unauthenticated: bool,
 }
 
@@ -215,8 +219,11 @@ pub enum ProblemKind {
 /// One problem, on a 1-based line.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Problem {
+    /// What kind of check failed.
     pub kind: ProblemKind,
+    /// Its line (0: the file as a whole).
     pub line: u64,
+    /// What was expected.
     pub message: String,
     /// The part file of a split snapshot the line is in (`None`: the file given).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -251,10 +258,15 @@ impl Problem {
 /// The outcome for one array.
 #[derive(Clone, Debug, Serialize)]
 pub struct ArrayReport {
+    /// WTXT name.
     pub name: String,
+    /// Element type.
     pub dtype: String,
+    /// Dimensions.
     pub shape: Vec<u64>,
+    /// Raw bytes.
     pub bytes: u64,
+    /// True when every check of the array passed.
     pub ok: bool,
     /// True only when the HMAC was present, a key was given and it matched.
     pub authenticated: bool,
@@ -267,23 +279,36 @@ pub struct ArrayReport {
 /// The outcome of a verification (`verify --json` prints it).
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
+    /// True when every check passed.
     pub ok: bool,
+    /// Generation.
     pub gen: u64,
+    /// Timestamp.
     pub ts: String,
+    /// `build` token.
     pub build: String,
+    /// True for a WTXT-S.
     pub streaming: bool,
+    /// Every array.
     pub arrays: Vec<ArrayReport>,
+    /// The signature's status.
     pub signature: SigStatus,
     #[serde(serialize_with = "as_hex")]
+    /// Key id of the signature.
     pub keyid: Option<[u8; 8]>,
     #[serde(serialize_with = "as_hex")]
+    /// `sha256_all` recomputed.
     pub sha256_all: Option<Hash>,
     #[serde(serialize_with = "as_hex")]
+    /// `merkle_prev`.
     pub merkle_prev: Option<Hash>,
     #[serde(serialize_with = "as_hex")]
+    /// `merkle_this` recomputed.
     pub merkle_this: Option<Hash>,
     #[serde(serialize_with = "as_hex")]
+    /// `fastxor` recomputed.
     pub fastxor: Option<[u8; 8]>,
+    /// Every problem, in verification order.
     pub errors: Vec<Problem>,
     /// The OMS signature's verdict ("valid", "invalid", "absent"), when
     /// one was asked for (`--oms-pubkey`).

@@ -232,7 +232,9 @@ pub fn text_shape(arrays: &[Array], opts: &WriteOptions) -> Result<crate::wtxt::
 /// What finalizing a WTXT-S gives: its WSUM and the header of the plain
 /// WTXT it becomes (`root` filled in, and `sign` when a key is given).
 pub struct Finalized {
+    /// The WSUM.
     pub wsum: Wsum,
+    /// The header lines it was computed over.
     pub header: String,
 }
 

@@ -320,10 +320,11 @@ fn npz_keys_that_are_not_wtxt_names_come_back_and_foreign_metadata_is_left_out()
 
 #[test]
 fn aero_control_and_page_hashes_and_packed_tensors() {
-    use wtxt::convert::{aero, npy::Source};
+    use wtxt::buffer::ArrayData;
+    use wtxt::convert::aero;
     use wtxt::model::{Array, Dtype};
     let dir = tempfile::tempdir().unwrap();
-    let src = Source::Owned(std::sync::Arc::new(std::fs::read(peers().join("aero_multi_shard.aero")).unwrap()));
+    let src = ArrayData::Owned(std::sync::Arc::new(std::fs::read(peers().join("aero_multi_shard.aero")).unwrap()));
     let mut arrays = aero::read(&src, &mut Vec::new()).unwrap();
     let at = arrays.iter().position(|a| a.name == "__aero").unwrap();
     let mut m: serde_json::Value = serde_json::from_slice(arrays[at].bytes()).unwrap();
@@ -339,7 +340,7 @@ fn aero_control_and_page_hashes_and_packed_tensors() {
     arrays[ids] = Array::new("meta_ids", Dtype::U8, vec![12], arrays[ids].bytes().to_vec().into()).unwrap();
     arrays[at] = wtxt::convert::meta_array("__aero", &m).unwrap();
     let bytes = aero::write(&arrays).unwrap();
-    let back = aero::read(&Source::Owned(std::sync::Arc::new(bytes.clone())), &mut Vec::new()).unwrap();
+    let back = aero::read(&ArrayData::Owned(std::sync::Arc::new(bytes.clone())), &mut Vec::new()).unwrap();
     let again: serde_json::Value =
         serde_json::from_slice(back.iter().find(|a| a.name == "__aero").unwrap().bytes()).unwrap();
     assert_eq!(again, m, "IHSH, PHSH, the packed entry and its quant_params survive");
@@ -360,13 +361,13 @@ fn aero_control_and_page_hashes_and_packed_tensors() {
     let st = u64::from_le_bytes(bytes[28..36].try_into().unwrap()) as usize;
     let mut bad = bytes.clone();
     bad[st] ^= 0x20;
-    let err = aero::read(&Source::Owned(std::sync::Arc::new(bad)), &mut Vec::new()).unwrap_err();
+    let err = aero::read(&ArrayData::Owned(std::sync::Arc::new(bad)), &mut Vec::new()).unwrap_err();
     assert!(err.message().contains("IHSH"), "{}", err.message());
     // A changed shard byte fails its page hash or its chunk BLAKE3.
     let mut bad = bytes.clone();
     let last = bad.len() - 1;
     bad[last] ^= 1;
-    assert!(aero::read(&Source::Owned(std::sync::Arc::new(bad)), &mut Vec::new()).is_err());
+    assert!(aero::read(&ArrayData::Owned(std::sync::Arc::new(bad)), &mut Vec::new()).is_err());
 }
 
 #[test]
@@ -408,7 +409,7 @@ fn snapshot_takes_the_tensors_of_fold_aero_and_mldf_inputs() {
 /// checked by the independent readers), and back to safetensors.
 #[test]
 fn aero_and_fold_written_from_safetensors_keep_the_original_names() {
-    use wtxt::convert::npy::Source;
+    use wtxt::buffer::ArrayData;
     use wtxt::model::{Array, Dtype};
     let dir = tempfile::tempdir().unwrap();
     let st = dir.path().join("m.safetensors");
@@ -454,8 +455,9 @@ fn aero_and_fold_written_from_safetensors_keep_the_original_names() {
 
         let back = dir.path().join("back.safetensors");
         assert_eq!(convert(&direct, &back, "safetensors").0, 0);
-        let got = wtxt::convert::safetensors::read(&Source::Owned(std::sync::Arc::new(std::fs::read(&back).unwrap())))
-            .unwrap();
+        let got =
+            wtxt::convert::safetensors::read(&ArrayData::Owned(std::sync::Arc::new(std::fs::read(&back).unwrap())))
+                .unwrap();
         let mut names: Vec<&str> = got.iter().map(|a| a.name.as_str()).collect();
         names.sort();
         assert_eq!(names, ["lm_head.bias", "model.layers.0.weight"], "--to {to}");
@@ -468,7 +470,7 @@ fn aero_and_fold_written_from_safetensors_keep_the_original_names() {
 /// A safetensors `__metadata__` that a format cannot hold is reported.
 #[test]
 fn names_an_exact_form_keeps_reach_every_other_format() {
-    use wtxt::convert::npy::Source;
+    use wtxt::buffer::ArrayData;
     use wtxt::model::{Array, Dtype};
     let dir = tempfile::tempdir().unwrap();
     let st = dir.path().join("m.safetensors");
@@ -481,8 +483,8 @@ fn names_an_exact_form_keeps_reach_every_other_format() {
     wtxt::convert::safetensors::write_named(&named, Some(&metadata), &mut bytes).unwrap();
     std::fs::write(&st, bytes.into_inner()).unwrap();
     let own_names = |path: &Path| -> Vec<String> {
-        let src = Source::Owned(std::sync::Arc::new(std::fs::read(path).unwrap()));
-        let c = wtxt::convert::container::sniff(src.bytes(), src.bytes().len() as u64).unwrap();
+        let src = ArrayData::Owned(std::sync::Arc::new(std::fs::read(path).unwrap()));
+        let c = wtxt::convert::formats::sniff(src.as_bytes(), src.as_bytes().len() as u64).unwrap();
         let mut names: Vec<String> =
             c.read_tensors(&src, "m", &mut Vec::new()).unwrap().into_iter().map(|a| a.name).collect();
         names.sort();

@@ -216,7 +216,7 @@ fn hugging_face_names_and_metadata_come_back_on_extract() {
 /// gives, for every container and both forms of WTXT.
 #[test]
 fn wtxt_is_written_straight_into_each_container_with_the_same_bytes() {
-    use wtxt::convert::container::{foreign_metadata, CONTAINERS};
+    use wtxt::convert::formats::{foreign_metadata, CONTAINERS};
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let inputs = [

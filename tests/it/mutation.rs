@@ -187,9 +187,10 @@ fn container_readers_never_panic() {
 
 #[test]
 fn fold_aero_mldf_readers_never_panic() {
-    use wtxt::convert::{aero, fold, mldf, npy::Source};
+    use wtxt::buffer::ArrayData;
+    use wtxt::convert::{aero, fold, mldf};
     let peers = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/peers");
-    let owned = |b: &[u8]| Source::Owned(std::sync::Arc::new(b.to_vec()));
+    let owned = |b: &[u8]| ArrayData::Owned(std::sync::Arc::new(b.to_vec()));
     for f in ["fold_zstd_noecc.fold", "fold_rs32_corrupted.fold", "fold_zstd_rs32_sten.fold"] {
         let base = std::fs::read(peers.join(f)).unwrap();
         never_panics(f, &base, 1500, |b| {
@@ -240,13 +241,14 @@ fn age_armor_never_panics() {
 /// Inputs the fuzzers found (fuzz/artifacts): each read must fail or round trip.
 #[test]
 fn fuzz_regressions() {
-    use wtxt::convert::{mldf, npy::Source};
+    use wtxt::buffer::ArrayData;
+    use wtxt::convert::mldf;
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fuzz");
     for e in std::fs::read_dir(dir.join("mldf")).unwrap() {
         let b = std::fs::read(e.unwrap().path()).unwrap();
-        if let Ok(arrays) = mldf::read(&Source::Owned(std::sync::Arc::new(b)), &mut Vec::new()) {
+        if let Ok(arrays) = mldf::read(&ArrayData::Owned(std::sync::Arc::new(b)), &mut Vec::new()) {
             if let Ok(bytes) = mldf::write(&arrays) {
-                let again = mldf::read(&Source::Owned(std::sync::Arc::new(bytes)), &mut Vec::new()).unwrap();
+                let again = mldf::read(&ArrayData::Owned(std::sync::Arc::new(bytes)), &mut Vec::new()).unwrap();
                 assert_eq!(again.len(), arrays.len());
             }
         }

@@ -249,6 +249,13 @@ pub struct PartSizeArg {
     pub part_size: Option<wtxt::wtxt::split::PartSize>,
 }
 
+impl PartSizeArg {
+    /// The size given, else the default (`PartSize::default`, 45M).
+    pub fn size(&self) -> wtxt::wtxt::split::PartSize {
+        self.part_size.unwrap_or_default()
+    }
+}
+
 /// An OpenSSF Model Signing signature for a written snapshot.
 #[derive(Args, Debug, Default)]
 pub struct OmsKeyArg {
@@ -675,9 +682,9 @@ pub struct ConvertArgs {
     /// Output file.
     #[arg(short, long, value_name = "OUT")]
     pub output: PathBuf,
-    /// Output format.
-    #[arg(long, value_enum)]
-    pub to: ConvertFormat,
+    /// Output format: wtxt, or a container of the table that holds many arrays.
+    #[arg(long, value_name = "FORMAT", value_parser = clap::builder::PossibleValuesParser::new(wtxt::convert::formats::convert_targets()))]
+    pub to: String,
     /// For --to wtxt: generation number (default 0).
     #[arg(long, value_name = "N")]
     pub gen: Option<u64>,
@@ -696,15 +703,4 @@ pub struct ConvertArgs {
     pub parts: PartSizeArg,
     #[command(flatten)]
     pub oms: OmsKeyArg,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConvertFormat {
-    Wtxt,
-    Fold,
-    Aero,
-    Volp,
-    Safetensors,
-    Npz,
-    Mldf,
 }

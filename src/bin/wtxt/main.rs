@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use wtxt::convert::container;
+use wtxt::convert::formats;
 use wtxt::crypto::armor::{self, Seal, Unseal};
 use wtxt::crypto::ec::{EcPublicKey, EcSecretKey};
 use wtxt::crypto::mac::HmacKey;
@@ -124,7 +124,7 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Git(cli::GitCommand::Resolve { path, how }) => git_resolve(path, how),
         Command::Git(cli::GitCommand::Export { rev, path, output, parts }) => {
             let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-            let n = ops::export(&here, &rev, &path, &output, parts.part_size.unwrap_or_default())?;
+            let n = ops::export(&here, &rev, &path, &output, parts.size())?;
             eprintln!(
                 "wrote {rev}:{} to {}{}",
                 path.display(),
@@ -140,7 +140,7 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Oms(cli::OmsCommand::Sign(a)) => oms_sign(a),
         Command::Oms(cli::OmsCommand::Verify(a)) => oms_verify(a),
         Command::Split(a) => {
-            let n = ops::restore(&a.file, &a.output, a.parts.part_size.unwrap_or_default(), oms_key(&a.oms)?.as_ref())?;
+            let n = ops::restore(&a.file, &a.output, a.parts.size(), oms_key(&a.oms)?.as_ref())?;
             eprintln!(
                 "wrote {} as {}",
                 a.output.display(),
@@ -168,7 +168,7 @@ fn snapshot(a: cli::SnapshotArgs) -> Result<u8> {
         rows_per_chunk: a.rows_per_chunk,
         audit: a.audit,
         wsum: if a.streaming { a.wsum } else { None },
-        part_size: a.parts.part_size.unwrap_or_default(),
+        part_size: a.parts.size(),
         oms_key: oms_key(&a.oms)?,
         ..keyed(&a.hmac, &a.sign_key, &a.trust)?
     };
@@ -249,7 +249,7 @@ fn recover(a: cli::RecoverArgs) -> Result<u8> {
         hmac_key: hmac_key(&a.hmac.hmac_key)?,
         allow_unauthenticated: a.hmac.allow_unauthenticated,
         sign_key: sign_key(&a.sign_key)?,
-        part_size: a.parts.part_size.unwrap_or_default(),
+        part_size: a.parts.size(),
         oms_key: oms_key(&a.oms)?,
     };
     let r = ops::recover(&a.file, &a.output, &opts)?;
@@ -265,7 +265,7 @@ fn finalize(a: cli::FinalizeArgs) -> Result<u8> {
         key.as_ref(),
         a.hmac.allow_unauthenticated,
     );
-    let part_size = a.parts.part_size.unwrap_or_default();
+    let part_size = a.parts.size();
     if a.oms.oms_key.is_some() && a.rewrite.is_none() {
         return Err(Error::usage("--oms-key signs the snapshot of --rewrite: give --rewrite OUT.wtxt"));
     }
@@ -298,7 +298,7 @@ fn delta_apply(a: cli::DeltaApplyArgs) -> Result<u8> {
         sign_key: sign_key(&a.sign_key)?,
         trusted: trusted_keys(&a.trust)?,
         unseal: unseal(&a.sealed)?,
-        part_size: a.parts.part_size.unwrap_or_default(),
+        part_size: a.parts.size(),
         oms_key: oms_key(&a.oms)?,
     };
     let r = ops::delta_apply(&a.base, &a.delta, &a.output, &opts)?;
@@ -332,17 +332,14 @@ fn log(a: cli::LogArgs) -> Result<u8> {
 }
 
 fn convert(a: cli::ConvertArgs) -> Result<u8> {
-    let to = match a.to {
-        cli::ConvertFormat::Wtxt => ops::ConvertTo::Wtxt,
-        other => {
-            let name = clap::ValueEnum::to_possible_value(&other).expect("listed").get_name().to_string();
-            ops::ConvertTo::Container(container::by_name(&name).expect("every --to is a container"))
-        }
+    let to = match formats::by_name(&a.to) {
+        Some(c) => ops::ConvertTo::Container(c),
+        None => ops::ConvertTo::Wtxt,
     };
     if a.oms.oms_key.is_some() && !matches!(to, ops::ConvertTo::Wtxt) {
         return Err(Error::usage("--oms-key signs a WTXT snapshot: it needs --to wtxt"));
     }
-    let part_size = a.parts.part_size.unwrap_or_default();
+    let part_size = a.parts.size();
     let oms_key = oms_key(&a.oms)?;
     let opts =
         ops::SnapshotOptions { gen: a.gen, ts: a.ts, part_size, oms_key, ..keyed(&a.hmac, &a.sign_key, &a.trust)? };
@@ -421,10 +418,7 @@ fn daemon(a: cli::DaemonArgs) -> Result<u8> {
         rows_per_chunk: a.rows_per_chunk,
         build: a.build,
         message: a.message,
-        part_size: a.parts.part_size.map(|p| match p {
-            wtxt::wtxt::split::PartSize::Whole => "none".to_string(),
-            wtxt::wtxt::split::PartSize::Max(n) => n.to_string(),
-        }),
+        part_size: a.parts.part_size,
     };
     let cfg = match &a.config {
         Some(p) => flags.or(DaemonConfig::from_file(p)?),
@@ -529,7 +523,7 @@ fn merge_options(a: &cli::MergeHow) -> Result<ops::MergeOptions> {
         sign.as_ref(),
         a.hmac.allow_unauthenticated,
     );
-    let part_size = a.parts.part_size.unwrap_or_default();
+    let part_size = a.parts.size();
     let oms_key = oms_key(&a.oms)?;
     Ok(ops::MergeOptions { strategy, decisions, ts: a.ts.clone(), trust, sign_key: sign, part_size, oms_key })
 }

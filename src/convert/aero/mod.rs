@@ -18,7 +18,6 @@ use serde_json::{json, Value};
 
 use crate::convert::bytes::{align, each_zero_piece, le_u16, le_u32, le_u64};
 use crate::convert::names::OriginalNames;
-use crate::convert::npy::Source;
 use crate::convert::ReadAs;
 use crate::convert::{meta_array, meta_typed, msgpack, pyjson, zstd_exact, Notes};
 use crate::error::{check_byte, input_at, Error, Result};
@@ -206,6 +205,68 @@ pub fn default_meta(tensors: &[Array]) -> Option<Value> {
     let refs: Vec<&Array> = tensors.iter().collect();
     let meta = AeroMeta { version: vec![0, 1], uuid: hex::encode([0u8; 16]), chunks: default_chunks(&refs) };
     Some(serde_json::to_value(&meta).expect("metadata serializes"))
+}
+
+/// The aero row of the container table.
+pub struct Aero;
+impl crate::convert::container::Container for Aero {
+    fn original_names(
+        &self,
+        arrays: &[crate::model::Array],
+    ) -> crate::error::Result<Option<crate::convert::names::OriginalNames>> {
+        crate::convert::aero::kept_names(arrays)
+    }
+    fn name(&self) -> &'static str {
+        "aero"
+    }
+    fn extensions(&self) -> &'static [&'static str] {
+        &["aero"]
+    }
+    fn sniff(&self, head: &[u8], _: u64) -> bool {
+        head.starts_with(crate::convert::aero::MAGIC)
+    }
+    fn read(
+        &self,
+        src: &crate::buffer::ArrayData,
+        _: &str,
+        notes: &mut crate::convert::Notes,
+    ) -> crate::error::Result<Vec<crate::model::Array>> {
+        crate::convert::container::drop_default_meta(
+            crate::convert::aero::read(src, notes)?,
+            crate::convert::aero::default_meta,
+        )
+    }
+    fn read_tensors(
+        &self,
+        src: &crate::buffer::ArrayData,
+        _: &str,
+        notes: &mut crate::convert::Notes,
+    ) -> crate::error::Result<Vec<crate::model::Array>> {
+        crate::convert::aero::read_tensors(src, notes)
+    }
+    fn write(
+        &self,
+        arrays: &[crate::model::Array],
+        out: &mut dyn crate::convert::container::WriteSeek,
+    ) -> crate::error::Result<()> {
+        crate::convert::aero::write_to(
+            &crate::convert::container::with_original_names(arrays, crate::convert::aero::META)?,
+            out,
+        )
+    }
+    fn metadata(&self) -> &'static [&'static str] {
+        &[crate::convert::aero::META, crate::convert::names::NAMES]
+    }
+    fn read_exact(
+        &self,
+        content: &[u8],
+        notes: &mut crate::convert::Notes,
+    ) -> Option<crate::error::Result<Vec<crate::model::Array>>> {
+        Some(crate::convert::aero::read_pinned(
+            &crate::buffer::ArrayData::Owned(std::sync::Arc::new(content.to_vec())),
+            notes,
+        ))
+    }
 }
 
 #[cfg(test)]

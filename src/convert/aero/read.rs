@@ -4,13 +4,13 @@ use super::*;
 
 /// Reads an AERO file. Names are WTXT names already; the file's own are
 /// kept in `__aero`.
-pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
+pub fn read(src: &ArrayData, notes: &mut Notes) -> Result<Vec<Array>> {
     read_with(src, notes, ReadAs::Mapped)
 }
 
 /// The tensors of an AERO file under the names the file gives them
 /// (`layer.0.weight`), for a snapshot to map and keep in `__names`.
-pub fn read_tensors(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
+pub fn read_tensors(src: &ArrayData, notes: &mut Notes) -> Result<Vec<Array>> {
     let arrays = read_with(src, notes, ReadAs::OwnNames)?;
     Ok(arrays.into_iter().filter(|a| a.name != META).collect())
 }
@@ -18,7 +18,7 @@ pub fn read_tensors(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
 /// Like [`read`], and where our zstd would not reproduce a compressed
 /// chunk's stored bytes, keeps them (`stored_hex`), so [`write`] gives this
 /// exact file back (the Git filter).
-pub fn read_pinned(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
+pub fn read_pinned(src: &ArrayData, notes: &mut Notes) -> Result<Vec<Array>> {
     read_with(src, notes, ReadAs::Pinned)
 }
 
@@ -99,9 +99,9 @@ fn read_toc(b: &[u8]) -> Result<(u16, u16, Vec<Chunk>)> {
 }
 
 /// Verifies and decodes every chunk but the shards, which stay in the map.
-fn decode_chunks(src: &Source, chunks: &[Chunk]) -> Result<Vec<Option<Source>>> {
-    let b = src.bytes();
-    let mut payloads: Vec<Option<Source>> = Vec::with_capacity(chunks.len());
+fn decode_chunks(src: &ArrayData, chunks: &[Chunk]) -> Result<Vec<Option<ArrayData>>> {
+    let b = src.as_bytes();
+    let mut payloads: Vec<Option<ArrayData>> = Vec::with_capacity(chunks.len());
     for c in chunks {
         let stored = &b[c.offset as usize..(c.offset + c.length) as usize];
         let what = format!("chunk {:?} ({})", c.name, c.fourcc);
@@ -112,7 +112,7 @@ fn decode_chunks(src: &Source, chunks: &[Chunk]) -> Result<Vec<Option<Source>>> 
             if c.offset % 16 != 0 {
                 return Err(input_at(c.toc_at + 8, format!("{what}: offset {} is not 16-byte aligned", c.offset)));
             }
-            check_blake3(&src.window(c.offset as usize..(c.offset + c.length) as usize), c, &what)?;
+            check_blake3(&src.slice(c.offset as usize..(c.offset + c.length) as usize), c, &what)?;
             payloads.push(None);
             continue;
         }
@@ -126,28 +126,28 @@ fn decode_chunks(src: &Source, chunks: &[Chunk]) -> Result<Vec<Option<Source>>> 
         let raw = if c.flags & ZSTD != 0 {
             zstd_exact(stored, c.ulen).map_err(|m| input_at(c.offset, format!("{what}: {m}")))?
         } else if c.length == c.ulen {
-            src.sub(c.offset as usize..(c.offset + c.length) as usize)
+            src.slice(c.offset as usize..(c.offset + c.length) as usize)
         } else {
             return Err(input_at(
                 c.toc_at + 24,
                 format!("{what}: uncompressed but ulen {} != length {}", c.ulen, c.length),
             ));
         };
-        check_blake3(&raw.window(0..raw.bytes().len()), c, &what)?;
+        check_blake3(&raw.slice(0..raw.as_bytes().len()), c, &what)?;
         payloads.push(Some(raw));
     }
 
     Ok(payloads)
 }
 
-fn read_with(src: &Source, _notes: &mut Notes, how: ReadAs) -> Result<Vec<Array>> {
-    let b = src.bytes();
+fn read_with(src: &ArrayData, _notes: &mut Notes, how: ReadAs) -> Result<Vec<Array>> {
+    let b = src.as_bytes();
     let (major, minor, chunks) = read_toc(b)?;
     let toc_off = le_u64(b, 12);
     let payloads = decode_chunks(src, &chunks)?;
 
     let tidx_at = chunks.iter().position(|c| c.fourcc == "TIDX").ok_or_else(|| input_at(toc_off, "no TIDX chunk"))?;
-    let tidx_raw = payloads[tidx_at].as_ref().map(Source::bytes).expect("TIDX is not a shard");
+    let tidx_raw = payloads[tidx_at].as_ref().map(ArrayData::as_bytes).expect("TIDX is not a shard");
     let tidx_mp = msgpack::decode(tidx_raw).map_err(|m| input_at(chunks[tidx_at].offset, format!("TIDX: {m}")))?;
     let tidx = msgpack::to_json(&tidx_mp);
     drop(tidx_mp); // the JSON form is what is kept
@@ -174,7 +174,7 @@ fn read_with(src: &Source, _notes: &mut Notes, how: ReadAs) -> Result<Vec<Array>
     // Nothing is read, hashed or copied before the tensors are known to be apart.
     check_tensors_apart(&placed, chunks[tidx_at].offset)?;
     for (name, dtype, shape, range, hash) in placed {
-        let data = src.window(range.clone());
+        let data = src.slice(range.clone());
         if let Some(h) = hash {
             let mut hasher = blake3::Hasher::new();
             data.each_window(&mut |w| {
@@ -205,7 +205,7 @@ fn read_with(src: &Source, _notes: &mut Notes, how: ReadAs) -> Result<Vec<Array>
     }
     let mut chunk_meta = Vec::with_capacity(chunks.len());
     for (c, p) in chunks.iter().zip(&payloads) {
-        let p = p.as_ref().map(Source::bytes);
+        let p = p.as_ref().map(ArrayData::as_bytes);
         let mut m = ChunkMeta::new(&c.fourcc, c.name.clone(), c.flags);
         match (c.fourcc.as_str(), p) {
             ("WTSH", _) => {}
@@ -338,7 +338,7 @@ fn check_ihsh(b: &[u8], chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<()> {
     Ok(())
 }
 
-fn check_phsh(src: &Source, chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<u64> {
+fn check_phsh(src: &ArrayData, chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<u64> {
     let bad = |m: &str| input_at(c.offset, format!("PHSH {:?}: {m}", c.name));
     let v = msgpack::to_json(&msgpack::decode(p).map_err(|m| bad(&m))?);
     let shard_name = v.get("shard_name").and_then(Value::as_str).ok_or_else(|| bad("expected shard_name"))?;
@@ -347,7 +347,7 @@ fn check_phsh(src: &Source, chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<u64
     let shard =
         chunks.iter().find(|s| s.fourcc == "WTSH" && s.name == shard_name).ok_or_else(|| bad("no such shard"))?;
     let digests = v.get("digests").and_then(Value::as_array).ok_or_else(|| bad("expected digests"))?;
-    let shard_data = src.window(shard.offset as usize..(shard.offset + shard.length) as usize);
+    let shard_data = src.slice(shard.offset as usize..(shard.offset + shard.length) as usize);
     let data = shard_data.as_bytes();
     if digests.len() as u64 != shard.length.div_ceil(page) {
         return Err(bad("one digest per page expected"));

@@ -71,7 +71,7 @@ pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
             _ => (meta_to_content(c).map_err(|m| bad(format!("chunk {:?}: {m}", c.name)))?, Vec::new()),
         };
         let pinned = c.stored_hex.as_deref().and_then(|h| hex::decode(h).ok());
-        let pinned = pinned.filter(|p| zstd_exact(&p[..], raw.len() as u64).is_ok_and(|s| s.bytes() == &raw[..]));
+        let pinned = pinned.filter(|p| zstd_exact(&p[..], raw.len() as u64).is_ok_and(|s| s.as_bytes() == &raw[..]));
         outs.push(Out { fourcc: c.fourcc.clone(), name: c.name.clone(), flags: c.flags, raw, pinned, parts });
     }
     // PHSH payloads need the shards' bytes; IHSH the finished control region.

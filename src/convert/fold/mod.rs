@@ -20,12 +20,13 @@ use sha2::{Digest, Sha256};
 
 use std::io::{SeekFrom, Write};
 
+use crate::buffer::ArrayData;
+use crate::buffer::Spill;
 use crate::convert::bytes::{be_u32, be_u64};
 use crate::convert::container::WriteSeek;
 use crate::convert::names::OriginalNames;
-use crate::convert::npy::{self, Source};
+use crate::convert::npy;
 use crate::convert::npz::Member;
-use crate::convert::spill::Spill;
 use crate::convert::{meta_array, meta_typed, npz, pyjson, rs, unseek, Notes, ReadAs};
 use crate::error::{check_byte, input_at, Error, Result};
 use crate::model::{assign_names, Array};
@@ -221,6 +222,77 @@ pub fn default_meta(tensors: &[Array]) -> Option<Value> {
     Some(serde_json::to_value(&meta).expect("metadata serializes"))
 }
 
+/// The fold row of the container table.
+pub struct Fold;
+impl crate::convert::container::Container for Fold {
+    fn original_names(
+        &self,
+        arrays: &[crate::model::Array],
+    ) -> crate::error::Result<Option<crate::convert::names::OriginalNames>> {
+        crate::convert::fold::kept_names(arrays)
+    }
+    fn stores_tensors_verbatim(&self) -> bool {
+        false
+    }
+    fn name(&self) -> &'static str {
+        "fold"
+    }
+    fn extensions(&self) -> &'static [&'static str] {
+        &["fold", "mind"]
+    }
+    fn sniff(&self, head: &[u8], _: u64) -> bool {
+        head.starts_with(crate::convert::fold::MAGIC)
+    }
+    fn read(
+        &self,
+        src: &crate::buffer::ArrayData,
+        _: &str,
+        notes: &mut crate::convert::Notes,
+    ) -> crate::error::Result<Vec<crate::model::Array>> {
+        crate::convert::container::drop_default_meta(
+            crate::convert::fold::read(src, notes)?,
+            crate::convert::fold::default_meta,
+        )
+    }
+    fn read_tensors(
+        &self,
+        src: &crate::buffer::ArrayData,
+        _: &str,
+        notes: &mut crate::convert::Notes,
+    ) -> crate::error::Result<Vec<crate::model::Array>> {
+        crate::convert::fold::read_tensors(src, notes)
+    }
+    fn write(
+        &self,
+        arrays: &[crate::model::Array],
+        out: &mut dyn crate::convert::container::WriteSeek,
+    ) -> crate::error::Result<()> {
+        crate::convert::fold::write_to(
+            &crate::convert::container::with_original_names(arrays, crate::convert::fold::META)?,
+            out,
+        )
+    }
+    fn check_sizes(&self, arrays: &[crate::model::Array]) -> crate::error::Result<()> {
+        crate::convert::fold::check_sizes(&crate::convert::container::with_original_names(
+            arrays,
+            crate::convert::fold::META,
+        )?)
+    }
+    fn metadata(&self) -> &'static [&'static str] {
+        &[crate::convert::fold::META, crate::convert::names::NAMES]
+    }
+    fn read_exact(
+        &self,
+        content: &[u8],
+        notes: &mut crate::convert::Notes,
+    ) -> Option<crate::error::Result<Vec<crate::model::Array>>> {
+        Some(crate::convert::fold::read_pinned(
+            &crate::buffer::ArrayData::Owned(std::sync::Arc::new(content.to_vec())),
+            notes,
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::write::write_limited;
@@ -237,7 +309,7 @@ mod tests {
         let arrays = [u8s("a", 1000), u8s("b", 1000), u8s("c", 1000)];
         let mut out = std::io::Cursor::new(Vec::new());
         write_limited(&arrays, &mut out, 3000).unwrap();
-        let back = read(&Source::Owned(std::sync::Arc::new(out.into_inner())), &mut Vec::new()).unwrap();
+        let back = read(&ArrayData::Owned(std::sync::Arc::new(out.into_inner())), &mut Vec::new()).unwrap();
         let meta: FoldMeta = meta_typed(&back, META).unwrap().unwrap();
         let chunks: Vec<(&str, usize)> =
             meta.chunks.iter().map(|c| (c.name.as_str(), c.arrays.as_ref().unwrap().len())).collect();

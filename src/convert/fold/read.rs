@@ -4,13 +4,13 @@ use super::*;
 
 /// Reads a FOLD file: tensors from `NPZ0` chunks, every other chunk and the
 /// index as metadata arrays. Names are WTXT names already.
-pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
+pub fn read(src: &ArrayData, notes: &mut Notes) -> Result<Vec<Array>> {
     read_with(src, notes, ReadAs::Mapped)
 }
 
 /// The tensors of a FOLD file under their NPZ keys (`layer.0.weight`), for
 /// a snapshot to map and keep in `__names`.
-pub fn read_tensors(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
+pub fn read_tensors(src: &ArrayData, notes: &mut Notes) -> Result<Vec<Array>> {
     Ok(read_with(src, notes, ReadAs::OwnNames)?.into_iter().filter(|a| !a.is_metadata()).collect())
 }
 
@@ -18,13 +18,13 @@ pub fn read_tensors(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
 /// (numpy's deflate in an NPZ0, another zstd's output), keeps the file's
 /// own: `payload_hex` (the decoded payload) and `stored_hex` (the stored
 /// bytes), so [`write`] gives this exact file back (the Git filter).
-pub fn read_pinned(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
+pub fn read_pinned(src: &ArrayData, notes: &mut Notes) -> Result<Vec<Array>> {
     read_with(src, notes, ReadAs::Pinned)
 }
 
-fn read_with(src: &Source, notes: &mut Notes, how: ReadAs) -> Result<Vec<Array>> {
+fn read_with(src: &ArrayData, notes: &mut Notes, how: ReadAs) -> Result<Vec<Array>> {
     let pin = how == ReadAs::Pinned;
-    let Index { at, index, version, metadata, entries } = read_index(src.bytes(), notes)?;
+    let Index { at, index, version, metadata, entries } = read_index(src.as_bytes(), notes)?;
     let index_off = at;
     let chunk_hashes = metadata.get("chunk_hashes").and_then(Value::as_object);
 
@@ -75,8 +75,8 @@ fn read_with(src: &Source, notes: &mut Notes, how: ReadAs) -> Result<Vec<Array>>
         };
         if pin {
             if let Some(stored) = &stored {
-                if zstd::bulk::compress(p.bytes(), ZSTD_LEVEL).ok().as_deref() != Some(stored.bytes()) {
-                    m.stored_hex = Some(hex::encode(stored.bytes()));
+                if zstd::bulk::compress(p.as_bytes(), ZSTD_LEVEL).ok().as_deref() != Some(stored.as_bytes()) {
+                    m.stored_hex = Some(hex::encode(stored.as_bytes()));
                 }
             }
         }
@@ -94,15 +94,15 @@ fn read_with(src: &Source, notes: &mut Notes, how: ReadAs) -> Result<Vec<Array>>
             if pin {
                 let ours =
                     npz::write_keyed(keys.iter().map(|(k, a)| (k.as_str(), a)), std::io::Cursor::new(Vec::new()))?;
-                if ours.into_inner() != p.bytes() {
-                    m.payload_hex = Some(hex::encode(p.bytes()));
+                if ours.into_inner() != p.as_bytes() {
+                    m.payload_hex = Some(hex::encode(p.as_bytes()));
                 }
             }
         } else {
             let name = names.next().expect("one name per original");
             m.array = Some(name.clone());
-            let n = p.bytes().len();
-            out.push(Array::new(name, crate::model::Dtype::U8, vec![n as u64], p.window(0..n))?);
+            let n = p.as_bytes().len();
+            out.push(Array::new(name, crate::model::Dtype::U8, vec![n as u64], p.slice(0..n))?);
         }
         chunks_meta.push(m);
     }
@@ -218,8 +218,8 @@ fn check_layout(entries: &[Entry], index_off: u64) -> Result<()> {
 
 /// One chunk's decoded payload, after ECC, CRC32C, SHA-256 and decompression.
 /// One chunk's decoded payload and, when it was compressed, its stored bytes.
-fn chunk_payload(src: &Source, e: &Entry, notes: &mut Notes) -> Result<(Source, Option<Source>)> {
-    let b = src.bytes();
+fn chunk_payload(src: &ArrayData, e: &Entry, notes: &mut Notes) -> Result<(ArrayData, Option<ArrayData>)> {
+    let b = src.as_bytes();
     let at = e.offset as usize;
     let h = &b[at..at + CHUNK_HEADER_LEN as usize];
     let agree = &h[..4] == e.ctype.as_bytes()
@@ -243,9 +243,9 @@ fn chunk_payload(src: &Source, e: &Entry, notes: &mut Notes) -> Result<(Source, 
                 format!("chunk {:?}: ecc_len {} without an ECC algorithm", e.name, e.ecc_len),
             ))
         }
-        None => src.sub(start..comp_end),
+        None => src.slice(start..comp_end),
         Some(nsym) => {
-            let mut copy = crate::convert::spill::Writable::copy_of(&b[start..comp_end])?;
+            let mut copy = crate::buffer::Writable::copy_of(&b[start..comp_end])?;
             match rs::correct(copy.bytes_mut(), parity, nsym) {
                 Ok(0) => {}
                 Ok(n) => notes.push(format!("FOLD chunk {:?}: repaired {n} corrupted bytes with rs({nsym})", e.name)),
@@ -265,12 +265,12 @@ fn chunk_payload(src: &Source, e: &Entry, notes: &mut Notes) -> Result<(Source, 
                     ))
                 }
             }
-            copy.into_source()?
+            copy.into_data()?
         }
     };
     // Read in windows, each dropped once read: a 1 GiB chunk is never
     // wholly resident (neither here nor in the decompressor below).
-    let stored_data = comp.window(0..comp.bytes().len());
+    let stored_data = comp.slice(0..comp.as_bytes().len());
     let (mut crc, mut sha) = (0u32, Sha256::new());
     stored_data.each_window(&mut |w| {
         crc = crc32c::crc32c_append(crc, w);
@@ -295,10 +295,10 @@ fn chunk_payload(src: &Source, e: &Entry, notes: &mut Notes) -> Result<(Source, 
         }
         _ => (comp, None),
     };
-    if raw.bytes().len() as u64 != e.uncomp_len {
+    if raw.as_bytes().len() as u64 != e.uncomp_len {
         return Err(input_at(
             start as u64,
-            format!("chunk {:?}: {} bytes, uncomp_len says {}", e.name, raw.bytes().len(), e.uncomp_len),
+            format!("chunk {:?}: {} bytes, uncomp_len says {}", e.name, raw.as_bytes().len(), e.uncomp_len),
         ));
     }
     Ok((raw, stored))

@@ -91,7 +91,7 @@ struct Planned<'a> {
 /// members, keys and bytes; else `None` and the chunk is re-emitted.
 fn pinned_npz(c: &ChunkMeta, members: &[(&str, &Array)]) -> Option<Vec<u8>> {
     let p = hex::decode(c.payload_hex.as_deref()?).ok()?;
-    let held = npz::read(&Source::Owned(std::sync::Arc::new(p.clone()))).ok()?;
+    let held = npz::read(&ArrayData::Owned(std::sync::Arc::new(p.clone()))).ok()?;
     let same = held.len() == members.len()
         && held
             .iter()
@@ -275,15 +275,15 @@ fn write_chunk(out: &mut dyn WriteSeek, pos: &mut u64, c: Planned) -> std::resul
                 _ => {
                     let mut c = std::io::Cursor::new(Vec::new());
                     write(&mut c)?;
-                    Built::Bytes(Source::Owned(std::sync::Arc::new(c.into_inner())))
+                    Built::Bytes(ArrayData::Owned(std::sync::Arc::new(c.into_inner())))
                 }
             }
         }
-        Payload::Bytes(a) => Built::Bytes(Source::from(&a.data)),
-        Payload::Pinned(p) => Built::Bytes(Source::Owned(std::sync::Arc::new(p))),
+        Payload::Bytes(a) => Built::Bytes(a.data.clone()),
+        Payload::Pinned(p) => Built::Bytes(ArrayData::Owned(std::sync::Arc::new(p))),
     };
     let len = match &built {
-        Built::Bytes(b) => b.bytes().len() as u64,
+        Built::Bytes(b) => b.as_bytes().len() as u64,
         Built::Npz(_, learned) => learned.len(),
     };
     if len > MAX_CHUNK {
@@ -297,19 +297,19 @@ fn write_chunk(out: &mut dyn WriteSeek, pos: &mut u64, c: Planned) -> std::resul
         Built::Bytes(payload) => {
             // Stored bytes `__fold` pins are kept when they still decode to the payload.
             let stored = stored.filter(|st| {
-                flags == 1 && crate::convert::zstd_exact(&st[..], len).is_ok_and(|s| s.bytes() == payload.bytes())
+                flags == 1 && crate::convert::zstd_exact(&st[..], len).is_ok_and(|s| s.as_bytes() == payload.as_bytes())
             });
             if let Some(st) = stored {
                 sink.write_all(&st).map_err(Error::write_failed)?;
             } else if flags == 1 && len <= ONE_SHOT {
-                let comp = zstd::bulk::compress(payload.bytes(), ZSTD_LEVEL).map_err(zerr)?;
+                let comp = zstd::bulk::compress(payload.as_bytes(), ZSTD_LEVEL).map_err(zerr)?;
                 sink.write_all(&comp).map_err(Error::write_failed)?;
             } else if flags == 1 {
                 let mut z = zstd_stream(&mut sink, len)?;
-                payload.window(0..len as usize).each_window(&mut |w| z.write_all(w).map_err(Error::write_failed))?;
+                payload.slice(0..len as usize).each_window(&mut |w| z.write_all(w).map_err(Error::write_failed))?;
                 z.finish().map_err(zerr)?;
             } else {
-                payload.window(0..len as usize).each_window(&mut |w| sink.write_all(w).map_err(Error::write_failed))?;
+                payload.slice(0..len as usize).each_window(&mut |w| sink.write_all(w).map_err(Error::write_failed))?;
             }
         }
         Built::Npz(write, learned) if flags == 1 => {
@@ -320,14 +320,14 @@ fn write_chunk(out: &mut dyn WriteSeek, pos: &mut u64, c: Planned) -> std::resul
         Built::Npz(write, learned) => learned.emit(&*write, &mut sink)?,
     }
     let (comp_len, crc, sha, parity) = sink.finish()?;
-    let parity_len = parity.bytes().len() as u64;
+    let parity_len = parity.as_bytes().len() as u64;
     // What a reader refuses is never written (the output is not yet under its name).
     for (what, n) in [("stored bytes", comp_len), ("parity bytes", parity_len)] {
         if n > MAX_CHUNK {
             return Err(PlanError::Meta(format!("chunk {name:?}: {n} {what} exceed the FOLD limit of {MAX_CHUNK}")));
         }
     }
-    out.write_all(parity.bytes()).map_err(Error::write_failed)?;
+    out.write_all(parity.as_bytes()).map_err(Error::write_failed)?;
     let end = offset + CHUNK_HEADER_LEN + comp_len + parity_len;
     let mut header = Vec::with_capacity(CHUNK_HEADER_LEN as usize);
     header.extend_from_slice(&ctype.as_bytes()[..4]);
@@ -350,7 +350,7 @@ fn write_chunk(out: &mut dyn WriteSeek, pos: &mut u64, c: Planned) -> std::resul
 /// A chunk's payload, ready: bytes at hand, or an NPZ too large to hold,
 /// written again straight into the compressor.
 enum Built<'a> {
-    Bytes(Source),
+    Bytes(ArrayData),
     Npz(Box<unseek::Writer<'a>>, unseek::Learned),
 }
 
@@ -388,13 +388,13 @@ impl<'w> Stored<'w> {
     }
 
     /// Stored length, CRC32C, SHA-256 (hex) and parity.
-    fn finish(self) -> Result<(u64, u32, String, Source)> {
+    fn finish(self) -> Result<(u64, u32, String, ArrayData)> {
         let parity = match self.parity {
             Some((enc, mut spill)) => {
                 spill.push(&enc.finish())?;
                 spill.finish()?
             }
-            None => Source::Owned(std::sync::Arc::new(Vec::new())),
+            None => ArrayData::Owned(std::sync::Arc::new(Vec::new())),
         };
         Ok((self.len, self.crc, hex::encode(self.sha.finalize()), parity))
     }

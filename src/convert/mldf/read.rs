@@ -45,7 +45,7 @@ fn read_fields(b: &[u8], desc_ptr: u64, nf: u64) -> Result<(Vec<Field>, u64)> {
 /// unnamed temporary file (a column of a large file is never all heap).
 fn whole(v: Spill) -> Result<ArrayData> {
     let src = v.finish()?;
-    Ok(src.window(0..src.bytes().len()))
+    Ok(src.slice(0..src.as_bytes().len()))
 }
 
 /// The allocation table, read in place: (pointer, size) entries of 16 bytes.
@@ -100,8 +100,8 @@ impl<'a> Allocs<'a> {
 }
 
 /// Reads an MLDF file. Names are WTXT names already.
-pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
-    let b = src.bytes();
+pub fn read(src: &ArrayData, notes: &mut Notes) -> Result<Vec<Array>> {
+    let b = src.as_bytes();
     let h = read_header(b, notes)?;
     let (fields, row) = read_fields(b, h.desc_ptr, h.nf)?;
     let table_end = h.n.checked_mul(row).and_then(|t| t.checked_add(h.meta_ptr)).filter(|&e| e <= h.data_ptr);
@@ -133,7 +133,7 @@ pub fn read(src: &Source, notes: &mut Notes) -> Result<Vec<Array>> {
     }
     let mut names = assign_names(&originals).into_iter().skip(1);
     let table = Table { b, h: &h, row, allocs };
-    let columns = table.columns(&fields, &src.window(0..b.len()))?;
+    let columns = table.columns(&fields, &src.slice(0..b.len()))?;
     let mut out = Vec::new();
     let mut fields_meta = Vec::with_capacity(fields.len());
     for (f, g) in fields.iter().zip(columns) {

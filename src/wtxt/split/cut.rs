@@ -4,6 +4,7 @@ use super::*;
 
 /// Where parts are written while a snapshot is split.
 pub trait PartSink {
+    /// Where a part's bytes go.
     type W: Write;
     /// Starts part `ix`.
     fn open(&mut self, ix: u64) -> Result<Self::W>;

@@ -18,13 +18,13 @@
 //! inverses. Cut points follow from the arrays' names, dtypes, shapes,
 //! `rows_per_chunk` and the part size only, never from values. Grammar:
 //! docs/FORMAT.md section 18.
-#![forbid(unsafe_code)]
 //!
 //! This module is the pure form, knowing no files: the head's grammar
-//! (here), where the cuts fall ([`plan`]), cutting a text into parts
-//! ([`cut`]) and joining parts back into the single text ([`join`]). Where
+//! (here), where the cuts fall (`plan.rs`), cutting a text into parts
+//! (`cut.rs`) and joining parts back into the single text (`join.rs`). Where
 //! part files live and how they are written and read is
 //! [`crate::store`]'s.
+#![forbid(unsafe_code)]
 
 mod cut;
 mod join;
@@ -110,6 +110,23 @@ impl std::str::FromStr for PartSize {
             return Err(format!("part size `{s}`: expected at least {MIN_PART_SIZE} bytes"));
         }
         Ok(PartSize::Max(bytes))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for PartSize {
+    /// As on the command line (`"45M"`, `"none"`), or a number of bytes.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<PartSize, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Bytes(u64),
+            Text(String),
+        }
+        match Given::deserialize(d)? {
+            Given::Bytes(n) => n.to_string().parse(),
+            Given::Text(s) => s.parse(),
+        }
+        .map_err(serde::de::Error::custom)
     }
 }
 
@@ -222,6 +239,7 @@ pub(crate) fn begin_for(arr: &[u8]) -> PResult<String> {
 pub struct Head {
     /// The header lines and `sign`, as in the single file.
     pub prefix: Vec<u8>,
+    /// The `part` lines, in order.
     pub parts: Vec<PartLine>,
     /// The `arr` lines (without LF) listed under each `part` line: the
     /// arrays that begin in that part, in order.
@@ -261,7 +279,9 @@ impl Head {
 /// Reads the start of a WTXT file: a head when the line after the header
 /// (and `sign`) is a `part` line, else the single file, returned unread.
 pub enum Opened<'a> {
+    /// A single-file WTXT: the reader, from where the sniffing stopped.
     Single(Box<dyn Read + 'a>),
+    /// A split snapshot's head.
     Split(Head),
 }
 

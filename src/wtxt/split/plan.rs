@@ -46,12 +46,15 @@ pub struct TextShape {
 
 /// An array's text: its `arr` and `idx` lines (`lead` bytes), its chunks.
 pub struct ArrayText {
+    /// Bytes of its `arr` and `idx` lines.
     pub lead: u64,
     /// Bytes of the `arr` line, LF included (it goes to the head).
     pub arr_len: u64,
+    /// Its chunk layout.
     pub layout: Layout,
     /// The array's [`cont_line`] and [`begin_line`].
     pub cont: String,
+    /// Its `begin` line.
     pub begin: String,
 }
 
@@ -59,9 +62,11 @@ pub struct ArrayText {
 /// the single text it holds and the lines that frame it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartSpan {
+    /// Part number.
     pub ix: u64,
     /// Offsets in the single text.
     pub start: u64,
+    /// End offset (exclusive).
     pub end: u64,
     /// The `cont` line when the part continues an array.
     pub cont: Option<String>,

@@ -1,0 +1,255 @@
+//! `git push` of a repository's current branch to any remote Git takes,
+//! the way the user's own `git` authenticates; a stalled push is stopped
+//! with its transport. The daemon and Python's Snapshotter push through it.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// `remote` without the userinfo of a `scheme://user:secret@host/...` URL,
+/// and that user and secret (a token alone is the user, as GitHub takes it).
+fn split_credentials(remote: &str) -> (String, Option<(String, String)>) {
+    let Some((scheme, rest)) = remote.split_once("://") else { return (remote.to_string(), None) };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else { return (remote.to_string(), None) };
+    let info = &rest[..at];
+    if scheme.starts_with("ssh") && !info.contains(':') {
+        return (remote.to_string(), None); // ssh://git@host: a user name, no secret
+    }
+    let (user, password) = info.split_once(':').unwrap_or((info, ""));
+    (format!("{scheme}://{}", &rest[at + 1..]), Some((user.to_string(), password.to_string())))
+}
+
+/// `text` with the userinfo of every URL in it replaced by `***`: a remote's
+/// token never reaches a log or `status`.
+pub fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail.find(|c: char| c == '/' || c.is_whitespace() || c == '\'' || c == '"').unwrap_or(tail.len());
+        match tail[..end].rfind('@') {
+            Some(at) => {
+                out.push_str("***");
+                out.push_str(&tail[at..end]);
+            }
+            None => out.push_str(&tail[..end]),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// How long a push may go without a word from git (no progress at all)
+/// before it is given up and retried later. A large first push takes many
+/// minutes (GBs to pack and send), so the limit is on silence, not on the
+/// whole push: git reports progress every second while it works.
+pub const PUSH_STALL: Duration = Duration::from_secs(600);
+
+/// [`PUSH_STALL`] while shutting down: a remote silent this long is given
+/// up, the generation stays in the resend queue (on disk) for the next
+/// start, and `shutdown` returns.
+pub const SHUTDOWN_STALL: Duration = Duration::from_secs(10);
+
+/// Pushes HEAD's branch to `remote` with the `git` binary: any transport
+/// `git push` knows (ssh://, user@host:path, https://, git://, paths), with
+/// the user's own authentication (ssh agent and keys, `core.sshCommand`,
+/// credential helpers, `insteadOf`). It never prompts (no terminal, no
+/// stdin); a failure returns git's own words.
+pub fn push(
+    repo_dir: &Path,
+    remote: &str,
+    stopping: &std::sync::atomic::AtomicBool,
+) -> std::result::Result<(), String> {
+    let repo = git2::Repository::open(repo_dir).map_err(|e| format!("cannot open the repository: {}", e.message()))?;
+    let branch = repo
+        .head()
+        .and_then(|h| h.name().map(String::from))
+        .map_err(|e| format!("cannot read HEAD: {}", e.message()))?;
+    let mut cmd = std::process::Command::new("git");
+    cmd.arg("-C").arg(repo_dir);
+    for (key, value) in pack_settings(&repo) {
+        cmd.arg("-c").arg(format!("{key}={value}"));
+    }
+    // Credentials in the URL go to git through the environment and a
+    // credential helper, never on its command line (`ps` shows that).
+    let (url, credentials) = split_credentials(remote);
+    if let Some((user, password)) = credentials {
+        cmd.env("GIT_CONFIG_COUNT", "1")
+            .env("GIT_CONFIG_KEY_0", "credential.helper")
+            .env(
+                "GIT_CONFIG_VALUE_0",
+                "!f() { test \"$1\" = get && printf 'username=%s\\npassword=%s\\n' \"$WTXT_PUSH_USER\" \"$WTXT_PUSH_PASSWORD\"; }; f",
+            )
+            .env("WTXT_PUSH_USER", user)
+            .env("WTXT_PUSH_PASSWORD", password);
+    }
+    // Its own process group: a stalled push is stopped with its transport
+    // (`ssh`, a remote helper), which would otherwise hold the pipe open.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd
+        .args(["push", "--progress", "--porcelain", "--", &url, &format!("HEAD:{branch}")])
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    // Read stderr on its own thread so a chatty git never blocks on a full
+    // pipe; every byte (progress included) says git is still working.
+    let mut err = child.stderr.take().expect("piped");
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
+    let heard_by_reader = heard.clone();
+    let reader = std::thread::spawn(move || {
+        let mut said = Said::default();
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = std::io::Read::read(&mut err, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            *heard_by_reader.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+            said.take(&buf[..n]);
+        }
+        said.finish()
+    });
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Ok(s),
+            Ok(None)
+                if heard.lock().unwrap_or_else(|p| p.into_inner()).elapsed()
+                    > if stopping.load(std::sync::atomic::Ordering::Relaxed) { SHUTDOWN_STALL } else { PUSH_STALL } =>
+            {
+                crate::git::kill_group(&mut child);
+                let silent = heard.lock().unwrap_or_else(|p| p.into_inner()).elapsed().as_secs();
+                break Err(format!("git push said nothing for {silent} s: stopped"));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => break Err(e.to_string()),
+        }
+    };
+    let stderr = reader.join().unwrap_or_default();
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => {
+            // Git's whole answer (the cause usually comes first), on one line.
+            let said: Vec<&str> = stderr.iter().map(|l| l.trim()).filter(|l| !l.is_empty()).collect();
+            let mut said = crate::error::one_line(&said.join(" / ")).into_owned();
+            if said.len() > 1000 {
+                let cut = (0..=1000).rev().find(|&i| said.is_char_boundary(i)).unwrap_or(0);
+                said.truncate(cut);
+                said.push_str(" ...");
+            }
+            Err(format!("git push exited {}: {said}", s.code().unwrap_or(-1)))
+        }
+        Err(m) => Err(m),
+    }
+}
+
+/// What git said on stderr, less its progress meters: a line ended by a
+/// lone carriage return is redrawn in place, so only lines ended by a line
+/// feed (or CR LF, as ssh ends its own) are kept, the last [`Said::KEEP`].
+#[derive(Default)]
+struct Said {
+    lines: std::collections::VecDeque<String>,
+    cur: Vec<u8>,
+    /// A carriage return was read: a line feed next ends the line, anything
+    /// else means the line was a progress meter, redrawn.
+    cr: bool,
+}
+
+impl Said {
+    const KEEP: usize = 200;
+
+    fn take(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if std::mem::take(&mut self.cr) && b != b'\n' {
+                self.cur.clear();
+            }
+            match b {
+                b'\r' => self.cr = true,
+                b'\n' => {
+                    if self.lines.len() == Self::KEEP {
+                        self.lines.pop_front();
+                    }
+                    self.lines.push_back(String::from_utf8_lossy(&self.cur).into_owned());
+                    self.cur.clear();
+                }
+                _ if self.cur.len() < 4096 => self.cur.push(b),
+                _ => {}
+            }
+        }
+    }
+
+    fn finish(mut self) -> Vec<String> {
+        if !self.cur.is_empty() {
+            let last = String::from_utf8_lossy(&self.cur).into_owned();
+            self.lines.push_back(last);
+        }
+        self.lines.into()
+    }
+}
+
+/// Pack settings for pushing snapshot text, each used only where the
+/// user's Git configuration does not set it. `pack.window=2`: parts are
+/// random-looking text of 45 MiB that only delta well against their own
+/// previous version, which Git's delta search sorts right next to them (same
+/// path); the default window of 10 tries 8 more hopeless candidates per
+/// part at about a second each. Measured at 1 GiB: the first push 535 s ->
+/// 160 s, the next generation's thin pack the same 1.55 MB (docs/DAEMON.md).
+const PACK_DEFAULTS: [(&str, &str); 1] = [("pack.window", "2")];
+
+/// The [`PACK_DEFAULTS`] the user's configuration leaves unset.
+fn pack_settings(repo: &git2::Repository) -> Vec<(&'static str, &'static str)> {
+    let cfg = repo.config().ok();
+    PACK_DEFAULTS.iter().copied().filter(|(k, _)| cfg.as_ref().is_none_or(|c| c.get_entry(k).is_err())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_leave_the_url_and_every_message() {
+        let (url, c) = split_credentials("https://user:tok3n@example.com/x.git");
+        assert_eq!((url.as_str(), c), ("https://example.com/x.git", Some(("user".into(), "tok3n".into()))));
+        assert_eq!(split_credentials("https://tok3n@h/x").1, Some(("tok3n".into(), String::new())));
+        assert_eq!(split_credentials("ssh://git@h/x"), ("ssh://git@h/x".to_string(), None));
+        assert_eq!(split_credentials("/srv/x.git"), ("/srv/x.git".to_string(), None));
+        let m = "push to https://user:tok3n@example.com/x.git: fatal: unable to access 'https://user:tok3n@example.com/x.git/'";
+        assert!(!redact(m).contains("tok3n") && redact(m).contains("https://***@example.com/x.git"), "{}", redact(m));
+        assert_eq!(redact("no url here"), "no url here");
+    }
+
+    #[test]
+    fn pack_defaults_yield_to_the_users_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let ours = pack_settings(&repo);
+        // Unless this machine's own configuration sets it already.
+        if repo.config().unwrap().get_entry("pack.window").is_err() {
+            assert_eq!(ours, vec![("pack.window", "2")]);
+        }
+        repo.config().unwrap().open_level(git2::ConfigLevel::Local).unwrap().set_i32("pack.window", 7).unwrap();
+        assert!(pack_settings(&repo).is_empty(), "the repository's own setting wins");
+    }
+
+    #[test]
+    fn progress_meters_are_left_out_of_what_git_said() {
+        let mut s = Said::default();
+        s.take(
+            b"Writing objects:  10% (1/10)\rWriting objects: 100% (10/10), done.\nerror: failed to push some refs\n",
+        );
+        s.take(b"ssh: connect to host 127.0.0.1 port 9: Connection refused\r");
+        s.take(b"\nremote: oops\r");
+        assert_eq!(
+            s.finish(),
+            vec![
+                "Writing objects: 100% (10/10), done.",
+                "error: failed to push some refs",
+                "ssh: connect to host 127.0.0.1 port 9: Connection refused",
+                "remote: oops",
+            ]
+        );
+    }
+}
