@@ -1,6 +1,8 @@
 //! NumPy `.npy`: read (v1-v3, any byte order, C or Fortran order) and write (v1/v2).
 #![forbid(unsafe_code)]
 
+use crate::convert::container::{into_vec, Container, WriteSeek};
+use crate::convert::Notes;
 use crate::error::{input_at, Error, Position, Result};
 use crate::limits::{MAX_NPY_HEADER, MAX_RANK};
 use crate::model::{byte_size, Array, ArrayData, Dtype};
@@ -323,7 +325,7 @@ pub fn header(a: &Array) -> Result<Vec<u8>> {
 
 /// The npy row of the container table.
 pub struct Npy;
-impl crate::convert::container::Container for Npy {
+impl Container for Npy {
     fn name(&self) -> &'static str {
         "npy"
     }
@@ -334,29 +336,20 @@ impl crate::convert::container::Container for Npy {
         &["npy"]
     }
     fn sniff(&self, head: &[u8], _: u64) -> bool {
-        head.starts_with(crate::convert::npy::MAGIC)
+        head.starts_with(MAGIC)
     }
-    fn read(
-        &self,
-        src: &crate::buffer::ArrayData,
-        stem: &str,
-        _: &mut crate::convert::Notes,
-    ) -> crate::error::Result<Vec<crate::model::Array>> {
-        Ok(vec![crate::convert::npy::read(stem, src, 0..src.as_bytes().len())?])
+    fn read(&self, src: &ArrayData, stem: &str, _: &mut Notes) -> Result<Vec<Array>> {
+        Ok(vec![read(stem, src, 0..src.as_bytes().len())?])
     }
-    fn write(
-        &self,
-        arrays: &[crate::model::Array],
-        out: &mut dyn crate::convert::container::WriteSeek,
-    ) -> crate::error::Result<()> {
+    fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
         let [a] = arrays else {
             return Err(Error::usage(format!(
                 "a .npy holds one array, this selection has {}: use --array NAME or .npz",
                 arrays.len()
             )));
         };
-        crate::convert::container::into_vec(out, &crate::convert::npy::header(a)?)?;
-        crate::convert::container::into_vec(out, a.bytes())
+        into_vec(out, &header(a)?)?;
+        into_vec(out, a.bytes())
     }
     fn metadata(&self) -> &'static [&'static str] {
         &[]

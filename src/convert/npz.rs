@@ -9,8 +9,11 @@ use zip::CompressionMethod;
 
 use crate::buffer::ArrayData;
 use crate::buffer::Spill;
+use crate::convert::container::{into_vec, Container, WriteSeek};
+use crate::convert::names;
 use crate::convert::names::OriginalNames;
 use crate::convert::npy;
+use crate::convert::Notes;
 use crate::error::{input_at, Error, Result};
 use crate::limits::{MAX_ARRAYS, MAX_NPZ_MEMBER};
 use crate::model::Array;
@@ -372,12 +375,9 @@ pub fn write_keyed<'a, W: Write + Seek>(arrays: impl IntoIterator<Item = (&'a st
 
 /// The npz row of the container table.
 pub struct Npz;
-impl crate::convert::container::Container for Npz {
-    fn original_names(
-        &self,
-        arrays: &[crate::model::Array],
-    ) -> crate::error::Result<Option<crate::convert::names::OriginalNames>> {
-        crate::convert::npz::kept_names(arrays)
+impl Container for Npz {
+    fn original_names(&self, arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
+        kept_names(arrays)
     }
     fn name(&self) -> &'static str {
         "npz"
@@ -388,46 +388,28 @@ impl crate::convert::container::Container for Npz {
     fn sniff(&self, head: &[u8], _: u64) -> bool {
         head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06")
     }
-    fn read(
-        &self,
-        src: &crate::buffer::ArrayData,
-        _: &str,
-        _: &mut crate::convert::Notes,
-    ) -> crate::error::Result<Vec<crate::model::Array>> {
-        crate::convert::npz::with_key_names(crate::convert::npz::read(src)?)
+    fn read(&self, src: &ArrayData, _: &str, _: &mut Notes) -> Result<Vec<Array>> {
+        with_key_names(read(src)?)
     }
-    fn read_tensors(
-        &self,
-        src: &crate::buffer::ArrayData,
-        _: &str,
-        _: &mut crate::convert::Notes,
-    ) -> crate::error::Result<Vec<crate::model::Array>> {
-        crate::convert::npz::read(src)
+    fn read_tensors(&self, src: &ArrayData, _: &str, _: &mut Notes) -> Result<Vec<Array>> {
+        read(src)
     }
-    fn write(
-        &self,
-        arrays: &[crate::model::Array],
-        out: &mut dyn crate::convert::container::WriteSeek,
-    ) -> crate::error::Result<()> {
+    fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
         // A filter-made WTXT carries the archive's exact form: give it back.
-        if arrays.iter().any(|a| a.name == crate::convert::npz::SKELETON) {
-            return crate::convert::container::into_vec(out, &crate::convert::npz::rebuild(arrays)?);
+        if arrays.iter().any(|a| a.name == SKELETON) {
+            return into_vec(out, &rebuild(arrays)?);
         }
-        if arrays.iter().any(|a| a.name == crate::convert::npz::META) {
-            return crate::convert::npz::write_with_keys(arrays, out).map(|_| ());
+        if arrays.iter().any(|a| a.name == META) {
+            return write_with_keys(arrays, out).map(|_| ());
         }
         // The inputs' own names as the archive's keys, as a snapshot kept them.
-        let (tensors, kept) = crate::convert::names::split(arrays)?;
-        crate::convert::npz::write_keyed(tensors.into_iter().map(|a| (kept.original(&a.name), a)), out).map(|_| ())
+        let (tensors, kept) = names::split(arrays)?;
+        write_keyed(tensors.into_iter().map(|a| (kept.original(&a.name), a)), out).map(|_| ())
     }
     fn metadata(&self) -> &'static [&'static str] {
-        &[crate::convert::npz::META, crate::convert::names::NAMES]
+        &[META, names::NAMES]
     }
-    fn read_exact(
-        &self,
-        content: &[u8],
-        _: &mut crate::convert::Notes,
-    ) -> Option<crate::error::Result<Vec<crate::model::Array>>> {
-        Some(crate::convert::npz::read_pinned(content))
+    fn read_exact(&self, content: &[u8], _: &mut Notes) -> Option<Result<Vec<Array>>> {
+        Some(read_pinned(content))
     }
 }

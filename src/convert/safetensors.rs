@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use safetensors::{Dtype as St, SafeTensors};
 
+use crate::convert::container::{Container, WriteSeek};
+use crate::convert::Notes;
 use crate::error::{input_at, Error, Result};
 use crate::limits::MAX_ARRAYS;
 use crate::model::{Array, ArrayData, Dtype};
@@ -285,7 +287,7 @@ pub fn write_pinned<W: Write + ?Sized>(arrays: &[Array], w: &mut W) -> Result<()
 
 /// The safetensors row of the container table.
 pub struct Safetensors;
-impl crate::convert::container::Container for Safetensors {
+impl Container for Safetensors {
     fn name(&self) -> &'static str {
         "safetensors"
     }
@@ -299,63 +301,41 @@ impl crate::convert::container::Container for Safetensors {
             n >= 2 && n <= file_len - 8
         }
     }
-    fn read(
-        &self,
-        src: &crate::buffer::ArrayData,
-        _: &str,
-        _: &mut crate::convert::Notes,
-    ) -> crate::error::Result<Vec<crate::model::Array>> {
-        let mut arrays = crate::convert::safetensors::safetensors_to_arrays_in(src)?;
+    fn read(&self, src: &ArrayData, _: &str, _: &mut Notes) -> Result<Vec<Array>> {
+        let mut arrays = safetensors_to_arrays_in(src)?;
         crate::model::sort_arrays(&mut arrays)?;
         // A file our own writer would produce for these tensors needs no
         // header array to be rebuilt: leave it out, so WTXT -> safetensors
         // -> WTXT gives the same bytes too.
-        let tensors: Vec<crate::model::Array> =
-            arrays.iter().filter(|a| a.name != crate::convert::safetensors::ST_HEADER).cloned().collect();
-        Ok(if crate::convert::safetensors::is_ours(src.as_bytes(), &tensors) { tensors } else { arrays })
+        let tensors: Vec<Array> = arrays.iter().filter(|a| a.name != ST_HEADER).cloned().collect();
+        Ok(if is_ours(src.as_bytes(), &tensors) { tensors } else { arrays })
     }
     /// The tensors, and the file's `__metadata__` in `__names` for `extract`.
-    fn read_tensors(
-        &self,
-        src: &crate::buffer::ArrayData,
-        _: &str,
-        _: &mut crate::convert::Notes,
-    ) -> crate::error::Result<Vec<crate::model::Array>> {
-        let mut tensors = crate::convert::safetensors::read(src)?;
-        if let Some(metadata) = crate::convert::safetensors::metadata(src)? {
+    fn read_tensors(&self, src: &ArrayData, _: &str, _: &mut Notes) -> Result<Vec<Array>> {
+        let mut tensors = read(src)?;
+        if let Some(metadata) = metadata(src)? {
             let kept = crate::convert::names::OriginalNames { metadata: Some(metadata), ..Default::default() };
             tensors.push(kept.to_array()?);
         }
         Ok(tensors)
     }
-    fn write(
-        &self,
-        arrays: &[crate::model::Array],
-        out: &mut dyn crate::convert::container::WriteSeek,
-    ) -> crate::error::Result<()> {
-        if arrays.iter().any(|a| a.name == crate::convert::safetensors::ST_HEADER) {
-            return crate::convert::safetensors::write_pinned(arrays, out);
+    fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
+        if arrays.iter().any(|a| a.name == ST_HEADER) {
+            return write_pinned(arrays, out);
         }
         // The inputs' own names and `__metadata__`, as a snapshot kept them.
         let (tensors, kept) = crate::convert::names::split(arrays)?;
-        let named: Vec<(&str, &crate::model::Array)> = tensors.iter().map(|a| (kept.original(&a.name), *a)).collect();
-        crate::convert::safetensors::write_named(&named, kept.metadata.as_ref(), out)
+        let named: Vec<(&str, &Array)> = tensors.iter().map(|a| (kept.original(&a.name), *a)).collect();
+        write_named(&named, kept.metadata.as_ref(), out)
     }
     fn metadata(&self) -> &'static [&'static str] {
-        &[crate::convert::safetensors::ST_HEADER, crate::convert::names::NAMES]
+        &[ST_HEADER, crate::convert::names::NAMES]
     }
-    fn read_exact(
-        &self,
-        content: &[u8],
-        _: &mut crate::convert::Notes,
-    ) -> Option<crate::error::Result<Vec<crate::model::Array>>> {
-        Some(crate::convert::safetensors::safetensors_to_arrays(content))
+    fn read_exact(&self, content: &[u8], _: &mut Notes) -> Option<Result<Vec<Array>>> {
+        Some(safetensors_to_arrays(content))
     }
-    fn original_names(
-        &self,
-        arrays: &[crate::model::Array],
-    ) -> crate::error::Result<Option<crate::convert::names::OriginalNames>> {
-        crate::convert::safetensors::pinned_names(arrays)
+    fn original_names(&self, arrays: &[Array]) -> Result<Option<crate::convert::names::OriginalNames>> {
+        pinned_names(arrays)
     }
     fn keeps_metadata(&self) -> bool {
         true

@@ -8,6 +8,8 @@
 //! level 3. The seed's limits are enforced before anything is allocated.
 #![forbid(unsafe_code)]
 
+use crate::convert::container::{into_vec, Container, WriteSeek};
+use crate::convert::Notes;
 use crate::error::{input_at, Error, Result};
 use crate::model::{Array, ArrayData, Dtype};
 
@@ -141,7 +143,7 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
 
 /// The volp row of the container table.
 pub struct Volp;
-impl crate::convert::container::Container for Volp {
+impl Container for Volp {
     fn writes_in_memory(&self) -> bool {
         true
     }
@@ -152,34 +154,20 @@ impl crate::convert::container::Container for Volp {
         &["volp"]
     }
     fn sniff(&self, head: &[u8], _: u64) -> bool {
-        head.starts_with(crate::convert::volp::MAGIC)
+        head.starts_with(MAGIC)
     }
-    fn read(
-        &self,
-        src: &crate::buffer::ArrayData,
-        _: &str,
-        _: &mut crate::convert::Notes,
-    ) -> crate::error::Result<Vec<crate::model::Array>> {
-        crate::convert::volp::read(src.as_bytes())
+    fn read(&self, src: &ArrayData, _: &str, _: &mut Notes) -> Result<Vec<Array>> {
+        read(src.as_bytes())
     }
     /// A snapshot of a VOLP keeps its header: it holds the volume's
     /// meaning (bbox, levels, scale and offset), not just its layout.
-    fn read_tensors(
-        &self,
-        src: &crate::buffer::ArrayData,
-        stem: &str,
-        notes: &mut crate::convert::Notes,
-    ) -> crate::error::Result<Vec<crate::model::Array>> {
+    fn read_tensors(&self, src: &ArrayData, stem: &str, notes: &mut Notes) -> Result<Vec<Array>> {
         self.read(src, stem, notes)
     }
-    fn write(
-        &self,
-        arrays: &[crate::model::Array],
-        out: &mut dyn crate::convert::container::WriteSeek,
-    ) -> crate::error::Result<()> {
-        crate::convert::container::into_vec(out, &crate::convert::volp::write(arrays)?)
+    fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
+        into_vec(out, &write(arrays)?)
     }
     fn metadata(&self) -> &'static [&'static str] {
-        &[crate::convert::volp::HEADER]
+        &[HEADER]
     }
 }

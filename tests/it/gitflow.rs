@@ -593,13 +593,10 @@ fn part_diff_reads_parts_as_streams_and_calls_identical_only_equal_bytes() {
     assert!(!d.contains("identical") && d.contains("unchanged values"), "same chunks, other framing: {d}");
 }
 
-/// Git merges files one by one and cannot see a split snapshot whole: a
-/// merge that changes the model on both sides stops on a conflict, and
-/// `wtxt git resolve` merges the three versions whole from their commits,
-/// writes and stages the result, which passes the hook. The same for a
-/// cherry-pick; a conflict left unsettled writes and stages nothing.
-#[test]
-fn split_snapshots_merge_through_wtxt_git_resolve() {
+/// A repository with `wtxt git install`, a split model committed, then
+/// changed on branch `side` (row 10) and on `main` (row 3000): both sides
+/// of a merge changed it.
+fn diverged() -> Repo {
     let r = Repo::new();
     assert!(r.wtxt(&["git", "install"]).status.success());
     assert!(split_model(&r, 0, &[]).status.success());
@@ -610,6 +607,17 @@ fn split_snapshots_merge_through_wtxt_git_resolve() {
     r.ok(&["checkout", "-q", "main"]);
     assert!(split_model(&r, 1, &[(3000, 2.0)]).status.success());
     r.commit("main");
+    r
+}
+
+/// Git merges files one by one and cannot see a split snapshot whole: a
+/// merge that changes the model on both sides stops on a conflict, and
+/// `wtxt git resolve` merges the three versions whole from their commits,
+/// writes and stages the result, which passes the hook. The same for a
+/// cherry-pick; a conflict left unsettled writes and stages nothing.
+#[test]
+fn split_snapshots_merge_through_wtxt_git_resolve() {
+    let r = diverged();
     let ours = r.work.join("ours.wtxt");
     assert!(r.wtxt(&["git", "export", "HEAD", "m.wtxt", "-o", ours.to_str().unwrap()]).status.success());
     // A part alone is not a snapshot: refused, naming it, nothing written.
@@ -673,16 +681,7 @@ fn split_snapshots_merge_through_wtxt_git_resolve() {
 /// snapshot's folder with an OMS `model.sig` and stages it with the rest.
 #[test]
 fn git_resolve_signs_and_stages_model_sig_with_the_configured_oms_key() {
-    let r = Repo::new();
-    assert!(r.wtxt(&["git", "install"]).status.success());
-    assert!(split_model(&r, 0, &[]).status.success());
-    r.commit("g0");
-    r.ok(&["checkout", "-q", "-b", "side"]);
-    assert!(split_model(&r, 1, &[(10, 1.0)]).status.success());
-    r.commit("side");
-    r.ok(&["checkout", "-q", "main"]);
-    assert!(split_model(&r, 1, &[(3000, 2.0)]).status.success());
-    r.commit("main");
+    let r = diverged();
     assert!(!r.run(&["merge", "-q", "side"], &[]).status.success());
     let key = r.work.join("ec.pem");
     assert!(r.wtxt(&["keygen", "-o", key.to_str().unwrap(), "--type", "p256"]).status.success());

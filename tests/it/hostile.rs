@@ -344,6 +344,13 @@ fn a_snapshot_keeps_windows_of_its_input_resident_not_the_input() {
     assert!(o.peak_watched_kib < 32 << 10, "input pages resident at once: {} KiB", o.peak_watched_kib);
 }
 
+/// Writes `arrays` as generation 0 at `path`, as the library's writers do.
+fn write_gen0(arrays: &[wtxt::model::Array], path: &std::path::Path) {
+    let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(0, None).unwrap(), 128);
+    wtxt::store::write_wtxt(arrays, &opts, path, Default::default(), None, &wtxt::progress::Progress::hidden())
+        .unwrap();
+}
+
 /// A WTXT whose npz exact form splices one 1 MiB array 3000 times: a small
 /// file that would rebuild into a 3 GB archive.
 #[test]
@@ -356,16 +363,7 @@ fn npz_exact_form_may_not_reuse_an_array() {
         (0..3000).map(|_| serde_json::json!({"at": 0, "array": "a", "len": 1 << 20})).collect();
     let meta = wtxt::convert::meta_array("__npz", &serde_json::json!({"splices": splices})).unwrap();
     let path = dir.path().join("splices.wtxt");
-    let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(0, None).unwrap(), 128);
-    wtxt::store::write_wtxt(
-        &[meta, skeleton, a],
-        &opts,
-        &path,
-        Default::default(),
-        None,
-        &wtxt::progress::Progress::hidden(),
-    )
-    .unwrap();
+    write_gen0(&[meta, skeleton, a], &path);
     let out = dir.path().join("out.npz");
     let o = measured(&["convert", path.to_str().unwrap(), "--to", "npz", "-o", out.to_str().unwrap()], &[]);
     assert_eq!(o.code, 2, "{}", o.stderr);
@@ -390,16 +388,7 @@ fn original_names_that_collide_are_refused_by_every_writer() {
         let b = Array::new("b", Dtype::F32, vec![1], vec![0u8; 4].into()).unwrap();
         let meta = wtxt::convert::meta_array("__names", &serde_json::json!({ "names": names })).unwrap();
         let path = dir.path().join(format!("{i}.wtxt"));
-        let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(0, None).unwrap(), 128);
-        wtxt::store::write_wtxt(
-            &[meta, a, b],
-            &opts,
-            &path,
-            Default::default(),
-            None,
-            &wtxt::progress::Progress::hidden(),
-        )
-        .unwrap();
+        write_gen0(&[meta, a, b], &path);
         for ext in ["safetensors", "npz"] {
             let out = dir.path().join(format!("{i}.{ext}"));
             let o = measured(&["extract", path.to_str().unwrap(), "-o", out.to_str().unwrap()], &[]);

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::util::{run, wtxt, ArraySpec};
+use crate::util::{run, write_npz, wtxt, ArraySpec};
 
 fn f32s(n: usize, seed: u32) -> Vec<u8> {
     (0..n as u32).flat_map(|i| ((i.wrapping_mul(2654435761) ^ seed) as f32 / 1e9).to_le_bytes()).collect()
@@ -44,15 +44,7 @@ fn keys(dir: &Path, curve: &str) -> Keys {
 fn signed_split(dir: &Path, key: &Path) -> PathBuf {
     let arrays: Vec<ArraySpec> =
         vec![("emb", "f32", vec![1000, 240], f32s(240_000, 1)), ("w", "f32", vec![300, 100], f32s(30_000, 2))];
-    let list: Vec<wtxt::model::Array> = arrays
-        .iter()
-        .map(|(n, d, s, b)| {
-            let dt = wtxt::model::Dtype::parse(d.as_bytes()).unwrap();
-            wtxt::model::Array::new(*n, dt, s.clone(), b.clone().into()).unwrap()
-        })
-        .collect();
-    let npz = dir.join("in.npz");
-    wtxt::convert::npz::write(&list, std::fs::File::create(&npz).unwrap()).unwrap();
+    let npz = write_npz(dir, "in", &arrays);
     std::fs::create_dir_all(dir.join("model")).unwrap();
     let head = dir.join("model/model.wtxt");
     let o = wtxt()

@@ -49,8 +49,8 @@ pub fn verify_bytes(
 /// An array to snapshot: name, dtype, shape, bytes.
 pub type ArraySpec<'a> = (&'a str, &'a str, Vec<u64>, Vec<u8>);
 
-/// Writes `arrays` as an .npz in `dir` and snapshots it to `dir/NAME.wtxt`.
-pub fn snapshot(dir: &Path, name: &str, arrays: &[ArraySpec], extra: &[&str]) -> std::path::PathBuf {
+/// Writes `arrays` as `dir/NAME.npz`.
+pub fn write_npz(dir: &Path, name: &str, arrays: &[ArraySpec]) -> std::path::PathBuf {
     let list: Vec<wtxt::model::Array> = arrays
         .iter()
         .map(|(n, d, s, b)| {
@@ -61,6 +61,12 @@ pub fn snapshot(dir: &Path, name: &str, arrays: &[ArraySpec], extra: &[&str]) ->
     let npz = dir.join(format!("{name}.npz"));
     let f = std::fs::File::create(&npz).unwrap();
     wtxt::convert::npz::write(&list, f).unwrap();
+    npz
+}
+
+/// Writes `arrays` as an .npz in `dir` and snapshots it to `dir/NAME.wtxt`.
+pub fn snapshot(dir: &Path, name: &str, arrays: &[ArraySpec], extra: &[&str]) -> std::path::PathBuf {
+    let npz = write_npz(dir, name, arrays);
     let out = dir.join(format!("{name}.wtxt"));
     let r = wtxt()
         .arg("snapshot")

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::convert::bytes::{align, each_zero_piece, le_u16, le_u32, le_u64};
+use crate::convert::container::{drop_default_meta, with_original_names, Container, WriteSeek};
+use crate::convert::names;
 use crate::convert::names::OriginalNames;
 use crate::convert::ReadAs;
 use crate::convert::{meta_array, meta_typed, msgpack, pyjson, zstd_exact, Notes};
@@ -209,12 +211,9 @@ pub fn default_meta(tensors: &[Array]) -> Option<Value> {
 
 /// The aero row of the container table.
 pub struct Aero;
-impl crate::convert::container::Container for Aero {
-    fn original_names(
-        &self,
-        arrays: &[crate::model::Array],
-    ) -> crate::error::Result<Option<crate::convert::names::OriginalNames>> {
-        crate::convert::aero::kept_names(arrays)
+impl Container for Aero {
+    fn original_names(&self, arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
+        kept_names(arrays)
     }
     fn name(&self) -> &'static str {
         "aero"
@@ -223,49 +222,22 @@ impl crate::convert::container::Container for Aero {
         &["aero"]
     }
     fn sniff(&self, head: &[u8], _: u64) -> bool {
-        head.starts_with(crate::convert::aero::MAGIC)
+        head.starts_with(MAGIC)
     }
-    fn read(
-        &self,
-        src: &crate::buffer::ArrayData,
-        _: &str,
-        notes: &mut crate::convert::Notes,
-    ) -> crate::error::Result<Vec<crate::model::Array>> {
-        crate::convert::container::drop_default_meta(
-            crate::convert::aero::read(src, notes)?,
-            crate::convert::aero::default_meta,
-        )
+    fn read(&self, src: &ArrayData, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
+        drop_default_meta(read(src, notes)?, default_meta)
     }
-    fn read_tensors(
-        &self,
-        src: &crate::buffer::ArrayData,
-        _: &str,
-        notes: &mut crate::convert::Notes,
-    ) -> crate::error::Result<Vec<crate::model::Array>> {
-        crate::convert::aero::read_tensors(src, notes)
+    fn read_tensors(&self, src: &ArrayData, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
+        read_tensors(src, notes)
     }
-    fn write(
-        &self,
-        arrays: &[crate::model::Array],
-        out: &mut dyn crate::convert::container::WriteSeek,
-    ) -> crate::error::Result<()> {
-        crate::convert::aero::write_to(
-            &crate::convert::container::with_original_names(arrays, crate::convert::aero::META)?,
-            out,
-        )
+    fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
+        write_to(&with_original_names(arrays, META)?, out)
     }
     fn metadata(&self) -> &'static [&'static str] {
-        &[crate::convert::aero::META, crate::convert::names::NAMES]
+        &[META, names::NAMES]
     }
-    fn read_exact(
-        &self,
-        content: &[u8],
-        notes: &mut crate::convert::Notes,
-    ) -> Option<crate::error::Result<Vec<crate::model::Array>>> {
-        Some(crate::convert::aero::read_pinned(
-            &crate::buffer::ArrayData::Owned(std::sync::Arc::new(content.to_vec())),
-            notes,
-        ))
+    fn read_exact(&self, content: &[u8], notes: &mut Notes) -> Option<Result<Vec<Array>>> {
+        Some(read_pinned(&ArrayData::Owned(std::sync::Arc::new(content.to_vec())), notes))
     }
 }
 

@@ -24,6 +24,8 @@ use crate::buffer::ArrayData;
 use crate::buffer::Spill;
 use crate::convert::bytes::{be_u32, be_u64};
 use crate::convert::container::WriteSeek;
+use crate::convert::container::{drop_default_meta, with_original_names, Container};
+use crate::convert::names;
 use crate::convert::names::OriginalNames;
 use crate::convert::npy;
 use crate::convert::npz::Member;
@@ -224,12 +226,9 @@ pub fn default_meta(tensors: &[Array]) -> Option<Value> {
 
 /// The fold row of the container table.
 pub struct Fold;
-impl crate::convert::container::Container for Fold {
-    fn original_names(
-        &self,
-        arrays: &[crate::model::Array],
-    ) -> crate::error::Result<Option<crate::convert::names::OriginalNames>> {
-        crate::convert::fold::kept_names(arrays)
+impl Container for Fold {
+    fn original_names(&self, arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
+        kept_names(arrays)
     }
     fn stores_tensors_verbatim(&self) -> bool {
         false
@@ -241,55 +240,25 @@ impl crate::convert::container::Container for Fold {
         &["fold", "mind"]
     }
     fn sniff(&self, head: &[u8], _: u64) -> bool {
-        head.starts_with(crate::convert::fold::MAGIC)
+        head.starts_with(MAGIC)
     }
-    fn read(
-        &self,
-        src: &crate::buffer::ArrayData,
-        _: &str,
-        notes: &mut crate::convert::Notes,
-    ) -> crate::error::Result<Vec<crate::model::Array>> {
-        crate::convert::container::drop_default_meta(
-            crate::convert::fold::read(src, notes)?,
-            crate::convert::fold::default_meta,
-        )
+    fn read(&self, src: &ArrayData, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
+        drop_default_meta(read(src, notes)?, default_meta)
     }
-    fn read_tensors(
-        &self,
-        src: &crate::buffer::ArrayData,
-        _: &str,
-        notes: &mut crate::convert::Notes,
-    ) -> crate::error::Result<Vec<crate::model::Array>> {
-        crate::convert::fold::read_tensors(src, notes)
+    fn read_tensors(&self, src: &ArrayData, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
+        read_tensors(src, notes)
     }
-    fn write(
-        &self,
-        arrays: &[crate::model::Array],
-        out: &mut dyn crate::convert::container::WriteSeek,
-    ) -> crate::error::Result<()> {
-        crate::convert::fold::write_to(
-            &crate::convert::container::with_original_names(arrays, crate::convert::fold::META)?,
-            out,
-        )
+    fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
+        write_to(&with_original_names(arrays, META)?, out)
     }
-    fn check_sizes(&self, arrays: &[crate::model::Array]) -> crate::error::Result<()> {
-        crate::convert::fold::check_sizes(&crate::convert::container::with_original_names(
-            arrays,
-            crate::convert::fold::META,
-        )?)
+    fn check_sizes(&self, arrays: &[Array]) -> Result<()> {
+        check_sizes(&with_original_names(arrays, META)?)
     }
     fn metadata(&self) -> &'static [&'static str] {
-        &[crate::convert::fold::META, crate::convert::names::NAMES]
+        &[META, names::NAMES]
     }
-    fn read_exact(
-        &self,
-        content: &[u8],
-        notes: &mut crate::convert::Notes,
-    ) -> Option<crate::error::Result<Vec<crate::model::Array>>> {
-        Some(crate::convert::fold::read_pinned(
-            &crate::buffer::ArrayData::Owned(std::sync::Arc::new(content.to_vec())),
-            notes,
-        ))
+    fn read_exact(&self, content: &[u8], notes: &mut Notes) -> Option<Result<Vec<Array>>> {
+        Some(read_pinned(&ArrayData::Owned(std::sync::Arc::new(content.to_vec())), notes))
     }
 }
 

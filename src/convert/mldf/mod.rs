@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::buffer::Spill;
 use crate::convert::bytes::{align, each_zero_piece, le_u16, le_u32, le_u64};
+use crate::convert::container::{drop_default_meta, Container, WriteSeek};
 use crate::convert::names::{self, OriginalNames};
 use crate::convert::{meta_array, meta_typed, Notes};
 use crate::error::{input_at, Error, Result};
@@ -190,12 +191,9 @@ pub fn default_meta(tensors: &[Array]) -> Option<Value> {
 
 /// The mldf row of the container table.
 pub struct Mldf;
-impl crate::convert::container::Container for Mldf {
-    fn original_names(
-        &self,
-        arrays: &[crate::model::Array],
-    ) -> crate::error::Result<Option<crate::convert::names::OriginalNames>> {
-        crate::convert::mldf::kept_names(arrays)
+impl Container for Mldf {
+    fn original_names(&self, arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
+        kept_names(arrays)
     }
     /// Samples interleave fields: a tensor's bytes are not in one place.
     fn stores_tensors_verbatim(&self) -> bool {
@@ -208,32 +206,20 @@ impl crate::convert::container::Container for Mldf {
         &["mldf"]
     }
     fn sniff(&self, head: &[u8], _: u64) -> bool {
-        head.starts_with(crate::convert::mldf::MAGIC)
+        head.starts_with(MAGIC)
     }
-    fn read(
-        &self,
-        src: &crate::buffer::ArrayData,
-        _: &str,
-        notes: &mut crate::convert::Notes,
-    ) -> crate::error::Result<Vec<crate::model::Array>> {
-        crate::convert::container::drop_default_meta(
-            crate::convert::mldf::read(src, notes)?,
-            crate::convert::mldf::default_meta,
-        )
+    fn read(&self, src: &ArrayData, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
+        drop_default_meta(read(src, notes)?, default_meta)
     }
-    fn write(
-        &self,
-        arrays: &[crate::model::Array],
-        out: &mut dyn crate::convert::container::WriteSeek,
-    ) -> crate::error::Result<()> {
-        crate::convert::mldf::write_to(arrays, out)
+    fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
+        write_to(arrays, out)
     }
     /// A record per sample, however small: refuses a few bytes that
     /// declare a trillion samples.
-    fn check_sizes(&self, arrays: &[crate::model::Array]) -> crate::error::Result<()> {
-        crate::convert::mldf::check_sizes(arrays)
+    fn check_sizes(&self, arrays: &[Array]) -> Result<()> {
+        check_sizes(arrays)
     }
     fn metadata(&self) -> &'static [&'static str] {
-        &[crate::convert::mldf::META, crate::convert::names::NAMES]
+        &[META, names::NAMES]
     }
 }
