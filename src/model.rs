@@ -203,6 +203,97 @@ pub fn assign_names(originals: &[String]) -> Vec<String> {
     out
 }
 
+impl Dtype {
+    /// A float element as f64 (its little-endian bytes), or `None` for an
+    /// integer or bool dtype.
+    pub fn to_f64(self, b: &[u8]) -> Option<f64> {
+        Some(match self {
+            Dtype::F64 => f64::from_le_bytes(b.try_into().ok()?),
+            Dtype::F32 => f32::from_le_bytes(b.try_into().ok()?) as f64,
+            Dtype::F16 => f16_to_f32(u16::from_le_bytes(b.try_into().ok()?)) as f64,
+            Dtype::Bf16 => f32::from_bits((u16::from_le_bytes(b.try_into().ok()?) as u32) << 16) as f64,
+            _ => return None,
+        })
+    }
+
+    /// Appends `v` as one element of this float dtype (rounded to nearest
+    /// even); false, and nothing appended, for an integer or bool dtype.
+    pub fn push_f64(self, v: f64, out: &mut Vec<u8>) -> bool {
+        match self {
+            Dtype::F64 => out.extend_from_slice(&v.to_le_bytes()),
+            Dtype::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+            Dtype::F16 => out.extend_from_slice(&f32_to_f16(v as f32).to_le_bytes()),
+            Dtype::Bf16 => out.extend_from_slice(&f32_to_bf16(v as f32).to_le_bytes()),
+            _ => return false,
+        }
+        true
+    }
+}
+
+/// IEEE binary16 to binary32.
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h >> 15) as u32) << 31;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = match (exp, man) {
+        (0, 0) => sign,
+        (0, m) => {
+            // Subnormal: normalize.
+            let shift = m.leading_zeros() - 21;
+            let m = (m << shift) & 0x3ff;
+            sign | ((127 - 15 + 1 - shift) << 23) | (m << 13)
+        }
+        (0x1f, m) => sign | 0x7f80_0000 | (m << 13),
+        (e, m) => sign | ((e + 127 - 15) << 23) | (m << 13),
+    };
+    f32::from_bits(bits)
+}
+
+/// binary32 to bfloat16, round to nearest even (NaN kept quiet).
+fn f32_to_bf16(f: f32) -> u16 {
+    let bits = f.to_bits();
+    if f.is_nan() {
+        return ((bits >> 16) as u16) | 0x40;
+    }
+    let round = 0x7fff + ((bits >> 16) & 1);
+    ((bits + round) >> 16) as u16
+}
+
+/// binary32 to binary16, round to nearest even.
+fn f32_to_f16(f: f32) -> u16 {
+    let bits = f.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let exp = ((bits >> 23) & 0xff) as i32;
+    let man = bits & 0x7f_ffff;
+    if exp == 0xff {
+        return sign | 0x7c00 | if man != 0 { 0x200 } else { 0 };
+    }
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let half = 1u32 << (shift - 1);
+        let mut v = m >> shift;
+        let rest = m & ((1 << shift) - 1);
+        if rest > half || (rest == half && v & 1 == 1) {
+            v += 1;
+        }
+        return sign | v as u16;
+    }
+    let mut v = ((e as u32) << 10) | (man >> 13);
+    let rest = man & 0x1fff;
+    if rest > 0x1000 || (rest == 0x1000 && v & 1 == 1) {
+        v += 1;
+    }
+    sign | v as u16
+}
+
 /// One named array: dtype, shape and raw little-endian C-order bytes.
 #[derive(Clone, Debug)]
 pub struct Array {
@@ -286,6 +377,24 @@ pub fn sort_arrays(arrays: &mut [Array]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f16_conversion() {
+        for (h, f) in [(0x3c00u16, 1.0f32), (0xc000, -2.0), (0x0001, 5.960_464_5e-8), (0x7bff, 65504.0), (0, 0.0)] {
+            assert_eq!(f16_to_f32(h), f, "{h:#x}");
+        }
+        assert!(f16_to_f32(0x7e00).is_nan());
+        assert_eq!(f16_to_f32(0x7c00), f32::INFINITY);
+    }
+
+    #[test]
+    fn half_precision_round_trips() {
+        for x in [0.0f32, 1.0, -2.5, 65504.0, 6.1035156e-5, 5.9604645e-8, 0.333_251_95] {
+            assert_eq!(f16_to_f32(f32_to_f16(x)), x, "{x}");
+        }
+        assert_eq!(f32_to_bf16(1.0), 0x3f80);
+        assert_eq!(f32_to_f16(1e9), 0x7c00);
+    }
 
     #[test]
     fn dtype_round_trip() {

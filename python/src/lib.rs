@@ -348,7 +348,7 @@ fn load(
             // On the heap: the arrays end up there anyway, and a temporary
             // file would cost another pass over fresh pages.
             let keep = if metadata_only { Keep::Metadata } else { Keep::InMemory };
-            let loaded = wtxt::wtxt::load_keeping(input.text(), input.len, &opts, keep).map_err(|e| input.blame(e))?;
+            let loaded = wtxt::wtxt::Load { keep, ..Default::default() }.run(input.text(), input.len, &opts).map_err(|e| input.blame(e))?;
             let kept = OriginalNames::of(&loaded.arrays)?.unwrap_or_default();
             Ok((loaded.arrays, kept))
         })

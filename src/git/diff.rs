@@ -402,7 +402,7 @@ impl Stats {
             }
             self.changed += 1;
             self.add_row((first + k as u64) / self.row_elems.max(1));
-            if let (Some(a), Some(b)) = (to_f64(self.dtype, x), to_f64(self.dtype, y)) {
+            if let (Some(a), Some(b)) = (self.dtype.to_f64(x), self.dtype.to_f64(y)) {
                 let d = (b - a).abs();
                 if d.is_finite() {
                     self.max_abs = self.max_abs.max(d);
@@ -415,36 +415,6 @@ impl Stats {
             }
         }
     }
-}
-
-/// A float element as f64 (little-endian bytes), or `None` for integer dtypes.
-pub fn to_f64(dtype: Dtype, b: &[u8]) -> Option<f64> {
-    Some(match dtype {
-        Dtype::F64 => f64::from_le_bytes(b.try_into().ok()?),
-        Dtype::F32 => f32::from_le_bytes(b.try_into().ok()?) as f64,
-        Dtype::F16 => f16_to_f32(u16::from_le_bytes(b.try_into().ok()?)) as f64,
-        Dtype::Bf16 => f32::from_bits((u16::from_le_bytes(b.try_into().ok()?) as u32) << 16) as f64,
-        _ => return None,
-    })
-}
-
-/// IEEE binary16 to binary32.
-pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h >> 15) as u32) << 31;
-    let exp = ((h >> 10) & 0x1f) as u32;
-    let man = (h & 0x3ff) as u32;
-    let bits = match (exp, man) {
-        (0, 0) => sign,
-        (0, m) => {
-            // Subnormal: normalize.
-            let shift = m.leading_zeros() - 21;
-            let m = (m << shift) & 0x3ff;
-            sign | ((127 - 15 + 1 - shift) << 23) | (m << 13)
-        }
-        (0x1f, m) => sign | 0x7f80_0000 | (m << 13),
-        (e, m) => sign | ((e + 127 - 15) << 23) | (m << 13),
-    };
-    f32::from_bits(bits)
 }
 
 fn compare_array<A: Read, B: Read>(
@@ -755,15 +725,6 @@ fn listing<R: Read>(input: R, header: bool) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn f16_conversion() {
-        for (h, f) in [(0x3c00u16, 1.0f32), (0xc000, -2.0), (0x0001, 5.960_464_5e-8), (0x7bff, 65504.0), (0, 0.0)] {
-            assert_eq!(f16_to_f32(h), f, "{h:#x}");
-        }
-        assert!(f16_to_f32(0x7e00).is_nan());
-        assert_eq!(f16_to_f32(0x7c00), f32::INFINITY);
-    }
 
     #[test]
     fn a_long_list_of_changed_chunks_is_shown_as_capped_runs() {

@@ -232,7 +232,7 @@ fn check_wtxt<R: Read>(
     // writer's text for the same arrays.
     let read = |key: &[u8; 32]| -> Result<(std::result::Result<crate::wtxt::Loaded, _>, blake3::Hash)> {
         let mut staged = Fingerprint::new(open()?, key);
-        let loaded = crate::wtxt::load_or_report(&mut staged, len, &opts)?;
+        let loaded = crate::wtxt::Load::default().run_or_report(&mut staged, len, &opts)?;
         Ok((loaded, staged.finish_reading().map_err(Error::read_failed)?))
     };
     let key = match fingerprint_key() {

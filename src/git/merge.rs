@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::buffer::Spill;
 use crate::error::{Error, Result};
-use crate::git::diff::to_f64;
 use crate::model::{Array, Dtype};
 use crate::wtxt::layout::Layout;
 
@@ -293,77 +292,18 @@ fn average(dtype: Dtype, a: &[u8], b: &[u8]) -> Vec<u8> {
     let size = dtype.size();
     let mut out = Vec::with_capacity(a.len());
     for (x, y) in a.chunks_exact(size).zip(b.chunks_exact(size)) {
-        let m = (to_f64(dtype, x).unwrap_or(0.0) + to_f64(dtype, y).unwrap_or(0.0)) / 2.0;
-        match dtype {
-            Dtype::F64 => out.extend_from_slice(&m.to_le_bytes()),
-            Dtype::F32 => out.extend_from_slice(&(m as f32).to_le_bytes()),
-            Dtype::F16 => out.extend_from_slice(&f32_to_f16(m as f32).to_le_bytes()),
-            Dtype::Bf16 => out.extend_from_slice(&f32_to_bf16(m as f32).to_le_bytes()),
-            _ => out.extend_from_slice(x),
+        let m = (dtype.to_f64(x).unwrap_or(0.0) + dtype.to_f64(y).unwrap_or(0.0)) / 2.0;
+        if !dtype.push_f64(m, &mut out) {
+            out.extend_from_slice(x);
         }
     }
     out
 }
 
-/// binary32 to bfloat16, round to nearest even (NaN kept quiet).
-fn f32_to_bf16(f: f32) -> u16 {
-    let bits = f.to_bits();
-    if f.is_nan() {
-        return ((bits >> 16) as u16) | 0x40;
-    }
-    let round = 0x7fff + ((bits >> 16) & 1);
-    ((bits + round) >> 16) as u16
-}
-
-/// binary32 to binary16, round to nearest even.
-fn f32_to_f16(f: f32) -> u16 {
-    let bits = f.to_bits();
-    let sign = ((bits >> 16) & 0x8000) as u16;
-    let exp = ((bits >> 23) & 0xff) as i32;
-    let man = bits & 0x7f_ffff;
-    if exp == 0xff {
-        return sign | 0x7c00 | if man != 0 { 0x200 } else { 0 };
-    }
-    let e = exp - 127 + 15;
-    if e >= 0x1f {
-        return sign | 0x7c00;
-    }
-    if e <= 0 {
-        if e < -10 {
-            return sign;
-        }
-        let m = man | 0x80_0000;
-        let shift = (14 - e) as u32;
-        let half = 1u32 << (shift - 1);
-        let mut v = m >> shift;
-        let rest = m & ((1 << shift) - 1);
-        if rest > half || (rest == half && v & 1 == 1) {
-            v += 1;
-        }
-        return sign | v as u16;
-    }
-    let mut v = ((e as u32) << 10) | (man >> 13);
-    let rest = man & 0x1fff;
-    if rest > 0x1000 || (rest == 0x1000 && v & 1 == 1) {
-        v += 1;
-    }
-    sign | v as u16
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::git::diff::f16_to_f32;
     use crate::model::ArrayData;
-
-    #[test]
-    fn half_precision_round_trips() {
-        for x in [0.0f32, 1.0, -2.5, 65504.0, 6.1035156e-5, 5.9604645e-8, 0.333_251_95] {
-            assert_eq!(f16_to_f32(f32_to_f16(x)), x, "{x}");
-        }
-        assert_eq!(f32_to_bf16(1.0), 0x3f80);
-        assert_eq!(f32_to_f16(1e9), 0x7c00);
-    }
 
     fn arr(name: &str, vals: &[f32]) -> Array {
         let b: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();

@@ -84,7 +84,10 @@ fn load_side(path: &Path, opts: &VerifyOptions, known: &[&crate::wtxt::Loaded]) 
     if input.len == 0 {
         return Ok(None); // Git passes an empty base when there is no common ancestor.
     }
-    crate::wtxt::load_reusing(input.text(), input.len, opts, known).map(Some).map_err(|e| input.blame(e))
+    crate::wtxt::Load { known, ..Default::default() }
+        .run(input.text(), input.len, opts)
+        .map(Some)
+        .map_err(|e| input.blame(e))
 }
 
 /// `wtxt merge`: three-way at chunk granularity. The result is a canonical

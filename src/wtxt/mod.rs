@@ -48,7 +48,7 @@ enum Held {
 #[derive(Default)]
 pub struct Collect {
     arrays: Vec<(ArrayStart, Held)>,
-    /// Verified arrays of other files, with their SHA-256 (see [`load_reusing`]).
+    /// Verified arrays of other files, with their SHA-256 (see [`Load::known`]).
     known: Vec<(Array, Hash)>,
     keep: Keep,
     /// The array being read is not kept.
@@ -132,48 +132,44 @@ pub struct Loaded {
     pub digests: Vec<Hash>,
 }
 
-/// Reads and verifies a whole WTXT, returning its arrays. Any failed check is
-/// an error naming its line (exit 1); `file_len` bounds pre-allocation.
+/// How a WTXT is loaded: which arrays are kept, and verified arrays of
+/// other files it may hand back instead of holding equal bytes twice (the
+/// sides of a merge). The one way a WTXT is read into memory; [`load`] is
+/// its default.
+#[derive(Default)]
+pub struct Load<'a> {
+    /// What is kept of the decoded arrays.
+    pub keep: Keep,
+    /// Files already loaded: an array with the same name, dtype, shape and
+    /// SHA-256 as one of theirs is verified in full, then handed back as
+    /// theirs.
+    pub known: &'a [&'a Loaded],
+}
+
+impl Load<'_> {
+    /// Reads and verifies a whole WTXT. Any failed check is an error naming
+    /// its line (exit 1); `file_len` bounds pre-allocation.
+    pub fn run<R: Read>(&self, input: R, file_len: u64, opts: &VerifyOptions) -> Result<Loaded> {
+        self.run_or_report(input, file_len, opts)?
+            .map_err(|report| report.first_error().expect("a failed report names its problem").to_error())
+    }
+
+    /// [`Load::run`], but a failed check gives back the whole report, whose
+    /// problems callers can match by kind.
+    pub fn run_or_report<R: Read>(
+        &self,
+        input: R,
+        file_len: u64,
+        opts: &VerifyOptions,
+    ) -> Result<std::result::Result<Loaded, Report>> {
+        let known = self.known.iter().flat_map(|l| l.arrays.iter().cloned().zip(l.digests.iter().copied())).collect();
+        load_with(input, opts, Collect { limit: file_len, keep: self.keep, known, ..Default::default() })
+    }
+}
+
+/// Reads and verifies a whole WTXT, every array kept ([`Load`]'s default).
 pub fn load<R: Read>(input: R, file_len: u64, opts: &VerifyOptions) -> Result<Loaded> {
-    load_keeping(input, file_len, opts, Keep::Spilled)
-}
-
-/// [`load`], keeping what `keep` says of the arrays.
-pub fn load_keeping<R: Read>(input: R, file_len: u64, opts: &VerifyOptions, keep: Keep) -> Result<Loaded> {
-    first_error(load_or_report_keeping(input, file_len, opts, keep)?)
-}
-
-/// A failed report as the error of its first problem.
-fn first_error(loaded: std::result::Result<Loaded, Report>) -> Result<Loaded> {
-    loaded.map_err(|report| report.first_error().expect("a failed report names its problem").to_error())
-}
-
-/// Like [`load`], but a failed check gives back the whole report, whose
-/// problems callers can match by kind.
-pub fn load_or_report<R: Read>(
-    input: R,
-    file_len: u64,
-    opts: &VerifyOptions,
-) -> Result<std::result::Result<Loaded, Report>> {
-    load_or_report_keeping(input, file_len, opts, Keep::Spilled)
-}
-
-/// [`load`] for a file that may share arrays with files already loaded
-/// (the sides of a merge): an array with the same name, dtype, shape and
-/// SHA-256 as one of `known` is verified in full, then handed back as the
-/// known one instead of being held a second time.
-pub fn load_reusing<R: Read>(input: R, file_len: u64, opts: &VerifyOptions, known: &[&Loaded]) -> Result<Loaded> {
-    let known = known.iter().flat_map(|l| l.arrays.iter().cloned().zip(l.digests.iter().copied())).collect();
-    first_error(load_with(input, opts, Collect { limit: file_len, known, ..Default::default() })?)
-}
-
-fn load_or_report_keeping<R: Read>(
-    input: R,
-    file_len: u64,
-    opts: &VerifyOptions,
-    keep: Keep,
-) -> Result<std::result::Result<Loaded, Report>> {
-    load_with(input, opts, Collect { limit: file_len, keep, ..Default::default() })
+    Load::default().run(input, file_len, opts)
 }
 
 fn load_with<R: Read>(
@@ -285,7 +281,8 @@ mod tests {
         let a = text(&[arr("a", 1), arr("b", 2)]);
         let b = text(&[arr("a", 1), arr("b", 3)]);
         let first = load(&a[..], a.len() as u64, &Default::default()).unwrap();
-        let second = load_reusing(&b[..], b.len() as u64, &Default::default(), &[&first]).unwrap();
+        let second =
+            Load { known: &[&first], ..Default::default() }.run(&b[..], b.len() as u64, &Default::default()).unwrap();
         assert!(second.arrays[0].data.is_same_buffer(&first.arrays[0].data), "equal: shared");
         assert!(!second.arrays[1].data.is_same_buffer(&first.arrays[1].data));
         assert_eq!(second.arrays[1].bytes(), &[3; 256][..]);
@@ -296,6 +293,8 @@ mod tests {
         let line = body + b[body..].iter().position(|&c| c == b'\n').unwrap() + 1;
         let mut bad = b.clone();
         bad[line] = if bad[line] == b'A' { b'B' } else { b'A' };
-        assert!(load_reusing(&bad[..], bad.len() as u64, &Default::default(), &[&first]).is_err());
+        assert!(Load { known: &[&first], ..Default::default() }
+            .run(&bad[..], bad.len() as u64, &Default::default())
+            .is_err());
     }
 }
