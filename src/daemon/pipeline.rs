@@ -349,26 +349,13 @@ impl Pipeline {
         }
         // Atomic in the work tree too; a split snapshot's parts first.
         let parts = crate::store::copy_snapshot(file, &dest)?;
-        let mut index = repo.index().map_err(git)?;
-        index.read(true).map_err(git)?;
-        let parts_rel = crate::store::parts_dir(&self.cfg.path_in_repo);
-        index.remove_dir(&parts_rel, 0).map_err(git)?;
-        for ix in 1..=parts {
-            index.add_path(&parts_rel.join(crate::wtxt::split::part_name(ix))).map_err(git)?;
-        }
-        index.add_path(&self.cfg.path_in_repo).map_err(git)?;
+        let mut extra = Vec::new();
         if let Some(sig) = crate::ops::oms_sign_written(&dest, self.cfg.oms_key.as_ref())? {
             let rel = sig.strip_prefix(work).map_err(|_| Error::usage("model.sig outside the work tree"))?;
-            index.add_path(rel).map_err(git)?;
+            extra.push(rel.to_path_buf());
         }
-        index.write().map_err(git)?;
-        let tree = repo.find_tree(index.write_tree().map_err(git)?).map_err(git)?;
-        let sig = git2::Signature::now("wtxt daemon", "wtxt@localhost").map_err(git)?;
-        let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
-        let parents: Vec<&git2::Commit> = parent.iter().collect();
         let msg = self.cfg.message.replace("{gen}", &format!("{gen:06}")).replace("{sha256_all}", &hex::encode(sha));
-        let oid = repo.commit(Some("HEAD"), &sig, &sig, &msg, &tree, &parents).map_err(git)?;
-        Ok(oid.to_string())
+        crate::git::commit::commit_snapshot(&repo, &self.cfg.path_in_repo, parts, &extra, "wtxt daemon", &msg)
     }
 
     /// True when snapshots are pushed to a remote.

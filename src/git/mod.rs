@@ -6,6 +6,7 @@ use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
 
 pub mod blob;
+pub mod commit;
 pub mod diff;
 pub mod filter;
 pub mod history;

@@ -21,7 +21,7 @@ use crate::error::Result;
 use crate::model::Array;
 use crate::progress::Progress;
 use crate::wtxt::split::PartSize;
-use crate::wtxt::write::{text_shape, write_snapshot, WriteOptions, Written};
+use crate::wtxt::write::{WriteOptions, WritePlan, Written};
 
 /// Writes arrays as WTXT to `out` atomically (split when its text is
 /// larger than `size`), and the WSUM when streaming.
@@ -34,10 +34,12 @@ pub fn write_wtxt(
     progress: &Progress,
 ) -> Result<Written> {
     // The cut points follow from sizes alone: a split snapshot is written
-    // straight into its parts, in one pass like a single file.
+    // straight into its parts, in one pass like a single file, with the
+    // plan that placed them.
+    let plan = WritePlan::new(arrays, opts).map_err(|e| e.in_file(out))?;
     let placed = match size.limit() {
         Some(limit) if !crate::atomic::is_device(out) => {
-            let shape = text_shape(arrays, opts)?;
+            let shape = plan.shape();
             let spans = crate::wtxt::split::place_parts(&shape, limit).map_err(|e| e.in_file(out))?;
             spans.map(|s| (s, shape.tail))
         }
@@ -45,12 +47,12 @@ pub fn write_wtxt(
     };
     let written = if let Some((spans, tail)) = placed {
         let mut w = PartedOut::create(out, spans, tail)?;
-        let written = write_snapshot(arrays, opts, &mut w, progress).map_err(|e| e.in_file(out))?;
+        let written = plan.write(&mut w, progress).map_err(|e| e.in_file(out))?;
         w.finish()?;
         written
     } else {
         let mut w = SnapshotOut::create(out, PartSize::Whole)?;
-        let written = write_snapshot(arrays, opts, &mut w, progress).map_err(|e| e.in_file(out))?;
+        let written = plan.write(&mut w, progress).map_err(|e| e.in_file(out))?;
         w.finish()?;
         written
     };

@@ -111,7 +111,7 @@ impl SnapshotOut {
     }
 }
 
-/// A split snapshot written in place by [`crate::wtxt::write::write_snapshot`],
+/// A split snapshot written in place by [`crate::wtxt::write::WritePlan::write`],
 /// whose cut points are known before it starts (they follow from sizes
 /// alone, [`split::place_parts`]): each write, the writer's patches too,
 /// lands straight in the part file that holds that offset of the single

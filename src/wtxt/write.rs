@@ -101,70 +101,133 @@ pub fn write_snapshot<W: Write + Seek>(
     out: &mut W,
     progress: &Progress,
 ) -> Result<Written> {
-    if let Some(w) = arrays.windows(2).find(|w| w[0].name.as_bytes() >= w[1].name.as_bytes()) {
-        return Err(Error::input(
-            Default::default(),
-            format!("arrays not in name order or duplicated: {} / {}", w[0].name, w[1].name),
-        ));
-    }
-    let gen = opts.meta.gen_str();
-    let (plans, total_chunks) = plan_arrays(arrays, opts)?;
-    let raw_total: u64 = arrays.iter().map(|a| a.bytes().len() as u64).sum();
-    progress.set_total(raw_total * 2);
+    WritePlan::new(arrays, opts)?.write(out, progress)
+}
 
-    let (cap, signs_file) = cap_and_sign(arrays, opts);
-    let header_len = header_len(arrays, opts);
-    out.seek(SeekFrom::Start(header_len as u64)).map_err(io_err)?;
+/// A snapshot's layout, planned once before a byte is written: each
+/// array's chunks and salt, and the header's size. A writer of split
+/// snapshots takes the text's sizes from it ([`WritePlan::shape`]) to place
+/// the parts, then writes with the same plan.
+pub struct WritePlan<'a> {
+    arrays: &'a [Array],
+    opts: &'a WriteOptions<'a>,
+    plans: Vec<Plan<'a>>,
+    total_chunks: usize,
+    header_len: usize,
+}
 
-    let sums = Sums::new(plans.len(), total_chunks);
-    let body = std::thread::scope(|s| {
-        let hashers = std::thread::available_parallelism().map_or(2, |n| n.get()).saturating_sub(1).max(1);
-        let (plans, sums) = (&plans, &sums);
-        let handles: Vec<_> =
-            (0..hashers).map(|_| s.spawn(move || hash_jobs(plans, total_chunks, opts, sums, progress))).collect();
-        let body = body_phase(plans, opts.audit.as_ref(), out, progress);
-        // Done writing: help with whatever hashing is left.
-        hash_jobs(plans, total_chunks, opts, sums, progress);
-        for h in handles {
-            h.join().expect("hashing thread");
+impl<'a> WritePlan<'a> {
+    /// Plans `arrays` (sorted by name, unique) under `opts`.
+    pub fn new(arrays: &'a [Array], opts: &'a WriteOptions<'a>) -> Result<WritePlan<'a>> {
+        if let Some(w) = arrays.windows(2).find(|w| w[0].name.as_bytes() >= w[1].name.as_bytes()) {
+            return Err(Error::input(
+                Default::default(),
+                format!("arrays not in name order or duplicated: {} / {}", w[0].name, w[1].name),
+            ));
         }
-        body
-    });
-    let hashed = sums;
-    let offsets = body?;
-    let arr_lines =
-        hashed.arr_lines.into_iter().map(|l| l.into_inner().expect("every array hashed")).collect::<Vec<_>>();
-    let chunk_sums: Vec<ChunkSum> =
-        hashed.chunks.into_iter().map(|c| c.into_inner().expect("every chunk hashed")).collect();
-    let (sha256_all, fastxor) = hashed.root.into_inner().expect("root hashed");
-    let body_len = patch_lines(out, header_len as u64, &plans, &arr_lines, &chunk_sums, &offsets)?;
-    let merkle = merkle_this(&opts.merkle_prev, &sha256_all, opts.meta.ts.as_str(), &gen, &opts.meta.build);
-
-    let root = if opts.streaming {
-        Root::Pending
-    } else {
-        Root::Final { sha256_all, merkle_prev: opts.merkle_prev, merkle_this: merkle, fastxor }
-    };
-    let mut header = header_text(&opts.meta, &cap, &root, None);
-    if signs_file {
-        let key = opts.sign_key.expect("checked");
-        let line = SignLine { signature: key.sign(header.as_bytes()), keyid: key.public().keyid() };
-        line.write(&mut header);
-        header.push('\n');
+        let (plans, total_chunks) = plan_arrays(arrays, opts)?;
+        Ok(WritePlan { arrays, opts, plans, total_chunks, header_len: header_len(arrays, opts) })
     }
-    debug_assert_eq!(header.len(), header_len);
-    out.seek(SeekFrom::Start(0)).map_err(io_err)?;
-    out.write_all(header.as_bytes()).map_err(io_err)?;
-    out.flush().map_err(io_err)?;
 
-    let wsum = opts.streaming.then(|| {
-        let mut w = Wsum { sha256_all, merkle_prev: opts.merkle_prev, merkle_this: merkle, sign: None };
-        if let Some(key) = opts.sign_key {
-            w.sign = Some(SignLine { signature: key.sign(w.signed_part().as_bytes()), keyid: key.public().keyid() });
+    /// The sizes of the text [`WritePlan::write`] will write, known
+    /// before a byte is written (every line has a fixed width): what a writer
+    /// of split snapshots needs to put each part's bytes straight in its file.
+    pub fn shape(&self) -> crate::wtxt::split::TextShape {
+        let opts = self.opts;
+        let arrays_text = self
+            .plans
+            .iter()
+            .map(|p| {
+                let idx = p.layout.idx.map_or(0, |i| {
+                    let mut l = String::new();
+                    i.write(&mut l);
+                    l.len() as u64 + 1
+                });
+                let arr_len = placeholder_arr(p).to_line().len() as u64 + 1;
+                let (name, dtype, shape) = (&p.array.name, p.array.dtype, &p.array.shape);
+                crate::wtxt::split::ArrayText {
+                    lead: arr_len + idx,
+                    arr_len,
+                    layout: p.layout,
+                    cont: crate::wtxt::split::cont_line(name, dtype, shape),
+                    begin: crate::wtxt::split::begin_line(name, dtype, shape),
+                }
+            })
+            .collect();
+        let audit = opts.audit.as_ref().map_or(0, |a| {
+            let mut l = String::new();
+            a.write(&mut l);
+            l.len() as u64 + 1
+        });
+        crate::wtxt::split::TextShape {
+            header: self.header_len as u64,
+            arrays: arrays_text,
+            tail: audit + END.len() as u64 + 1,
         }
-        w
-    });
-    Ok(Written { sha256_all, merkle_this: merkle, fastxor, wsum, len: header_len as u64 + body_len })
+    }
+
+    /// Writes the planned text to `out`, which must start empty at position 0.
+    pub fn write<W: Write + Seek>(&self, out: &mut W, progress: &Progress) -> Result<Written> {
+        let (arrays, opts, plans, total_chunks, header_len) =
+            (self.arrays, self.opts, &self.plans, self.total_chunks, self.header_len);
+        let gen = opts.meta.gen_str();
+        let raw_total: u64 = arrays.iter().map(|a| a.bytes().len() as u64).sum();
+        progress.set_total(raw_total * 2);
+
+        let (cap, signs_file) = cap_and_sign(arrays, opts);
+        out.seek(SeekFrom::Start(header_len as u64)).map_err(io_err)?;
+
+        let sums = Sums::new(plans.len(), total_chunks);
+        let body = std::thread::scope(|s| {
+            let hashers = std::thread::available_parallelism().map_or(2, |n| n.get()).saturating_sub(1).max(1);
+            let (plans, sums) = (&plans, &sums);
+            let handles: Vec<_> =
+                (0..hashers).map(|_| s.spawn(move || hash_jobs(plans, total_chunks, opts, sums, progress))).collect();
+            let body = body_phase(plans, opts.audit.as_ref(), out, progress);
+            // Done writing: help with whatever hashing is left.
+            hash_jobs(plans, total_chunks, opts, sums, progress);
+            for h in handles {
+                h.join().expect("hashing thread");
+            }
+            body
+        });
+        let hashed = sums;
+        let offsets = body?;
+        let arr_lines =
+            hashed.arr_lines.into_iter().map(|l| l.into_inner().expect("every array hashed")).collect::<Vec<_>>();
+        let chunk_sums: Vec<ChunkSum> =
+            hashed.chunks.into_iter().map(|c| c.into_inner().expect("every chunk hashed")).collect();
+        let (sha256_all, fastxor) = hashed.root.into_inner().expect("root hashed");
+        let body_len = patch_lines(out, header_len as u64, plans, &arr_lines, &chunk_sums, &offsets)?;
+        let merkle = merkle_this(&opts.merkle_prev, &sha256_all, opts.meta.ts.as_str(), &gen, &opts.meta.build);
+
+        let root = if opts.streaming {
+            Root::Pending
+        } else {
+            Root::Final { sha256_all, merkle_prev: opts.merkle_prev, merkle_this: merkle, fastxor }
+        };
+        let mut header = header_text(&opts.meta, &cap, &root, None);
+        if signs_file {
+            let key = opts.sign_key.expect("checked");
+            let line = SignLine { signature: key.sign(header.as_bytes()), keyid: key.public().keyid() };
+            line.write(&mut header);
+            header.push('\n');
+        }
+        debug_assert_eq!(header.len(), header_len);
+        out.seek(SeekFrom::Start(0)).map_err(io_err)?;
+        out.write_all(header.as_bytes()).map_err(io_err)?;
+        out.flush().map_err(io_err)?;
+
+        let wsum = opts.streaming.then(|| {
+            let mut w = Wsum { sha256_all, merkle_prev: opts.merkle_prev, merkle_this: merkle, sign: None };
+            if let Some(key) = opts.sign_key {
+                w.sign =
+                    Some(SignLine { signature: key.sign(w.signed_part().as_bytes()), keyid: key.public().keyid() });
+            }
+            w
+        });
+        Ok(Written { sha256_all, merkle_this: merkle, fastxor, wsum, len: header_len as u64 + body_len })
+    }
 }
 
 fn plan_arrays<'a>(arrays: &'a [Array], opts: &WriteOptions) -> Result<(Vec<Plan<'a>>, usize)> {
@@ -191,42 +254,6 @@ fn cap_and_sign(arrays: &[Array], opts: &WriteOptions) -> (Cap, bool) {
 fn header_len(arrays: &[Array], opts: &WriteOptions) -> usize {
     let (cap, signs_file) = cap_and_sign(arrays, opts);
     header_text(&opts.meta, &cap, &placeholder_root(opts.streaming), signs_file.then(placeholder_sign)).len()
-}
-
-/// The sizes of the text [`write_snapshot`] will write for `arrays`, known
-/// before a byte is written (every line has a fixed width): what a writer
-/// of split snapshots needs to put each part's bytes straight in its file.
-pub fn text_shape(arrays: &[Array], opts: &WriteOptions) -> Result<crate::wtxt::split::TextShape> {
-    let (plans, _) = plan_arrays(arrays, opts)?;
-    let arrays_text = plans
-        .iter()
-        .map(|p| {
-            let idx = p.layout.idx.map_or(0, |i| {
-                let mut l = String::new();
-                i.write(&mut l);
-                l.len() as u64 + 1
-            });
-            let arr_len = placeholder_arr(p).to_line().len() as u64 + 1;
-            let (name, dtype, shape) = (&p.array.name, p.array.dtype, &p.array.shape);
-            crate::wtxt::split::ArrayText {
-                lead: arr_len + idx,
-                arr_len,
-                layout: p.layout,
-                cont: crate::wtxt::split::cont_line(name, dtype, shape),
-                begin: crate::wtxt::split::begin_line(name, dtype, shape),
-            }
-        })
-        .collect();
-    let audit = opts.audit.as_ref().map_or(0, |a| {
-        let mut l = String::new();
-        a.write(&mut l);
-        l.len() as u64 + 1
-    });
-    Ok(crate::wtxt::split::TextShape {
-        header: header_len(arrays, opts) as u64,
-        arrays: arrays_text,
-        tail: audit + END.len() as u64 + 1,
-    })
 }
 
 /// What finalizing a WTXT-S gives: its WSUM and the header of the plain

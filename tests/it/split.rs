@@ -435,7 +435,7 @@ mod placed {
     use proptest::prelude::*;
     use wtxt::model::{Array, Dtype};
     use wtxt::wtxt::split;
-    use wtxt::wtxt::write::{text_shape, write_snapshot, WriteOptions};
+    use wtxt::wtxt::write::{write_snapshot, WriteOptions, WritePlan};
 
     fn arrays() -> impl Strategy<Value = Vec<(Dtype, Vec<u64>)>> {
         let dtype = prop::sample::select(vec![Dtype::F32, Dtype::U8, Dtype::I16, Dtype::F64]);
@@ -463,7 +463,7 @@ mod placed {
             let mut text = std::io::Cursor::new(Vec::new());
             write_snapshot(&list, &opts, &mut text, &wtxt::progress::Progress::hidden()).unwrap();
             let text = text.into_inner();
-            let placed = split::place_parts(&text_shape(&list, &opts).unwrap(), size);
+            let placed = split::place_parts(&WritePlan::new(&list, &opts).unwrap().shape(), size);
             let mut mem: Vec<Vec<u8>> = Vec::new();
             let streamed = split::split(&text[..], size, &mut mem);
             match placed {

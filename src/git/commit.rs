@@ -1,0 +1,42 @@
+//! A snapshot committed as the next commit on HEAD, without a `git`
+//! process: the daemon and Python's Snapshotter commit each generation
+//! through it.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::Result;
+use crate::git::git_err;
+
+/// Stages the snapshot at `head` (a path in the work tree: its `parts`
+/// parts replace whatever the index listed in its parts folder) and the
+/// `extra` paths, and commits them on HEAD as `who` with `message`.
+/// Returns the commit's id. The caller holds [`crate::git::commit_lock`]
+/// from before it put the files in the work tree, so that no other wtxt
+/// writer commits in between.
+pub fn commit_snapshot(
+    repo: &git2::Repository,
+    head: &Path,
+    parts: u64,
+    extra: &[PathBuf],
+    who: &str,
+    message: &str,
+) -> Result<String> {
+    let mut index = repo.index().map_err(git_err)?;
+    index.read(true).map_err(git_err)?;
+    let parts_rel = crate::store::parts_dir(head);
+    index.remove_dir(&parts_rel, 0).map_err(git_err)?;
+    for ix in 1..=parts {
+        index.add_path(&parts_rel.join(crate::wtxt::split::part_name(ix))).map_err(git_err)?;
+    }
+    index.add_path(head).map_err(git_err)?;
+    for p in extra {
+        index.add_path(p).map_err(git_err)?;
+    }
+    index.write().map_err(git_err)?;
+    let tree = repo.find_tree(index.write_tree().map_err(git_err)?).map_err(git_err)?;
+    let sig = git2::Signature::now(who, "wtxt@localhost").map_err(git_err)?;
+    let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+    let parents: Vec<&git2::Commit> = parent.iter().collect();
+    let oid = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &parents).map_err(git_err)?;
+    Ok(oid.to_string())
+}
