@@ -10,8 +10,8 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(arrays) = fold::read(&src, &mut Vec::new()) {
         let mut bytes = std::io::Cursor::new(Vec::new());
         fold::write_to(&arrays, &mut bytes).expect("what was read can be written");
-        let again =
-            fold::read(&ArrayData::Owned(std::sync::Arc::new(bytes.into_inner())), &mut Vec::new()).expect("reads back");
+        let again = fold::read(&ArrayData::Owned(std::sync::Arc::new(bytes.into_inner())), &mut Vec::new())
+            .expect("reads back");
         assert_eq!(again.len(), arrays.len());
     }
 });

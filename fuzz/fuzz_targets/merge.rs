@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
     let opts = wtxt::wtxt::verify::VerifyOptions { hmac_key: Some(&key), ..Default::default() };
     let load = |b: &[u8], known: &[&Loaded]| {
         let alone = wtxt::wtxt::load(b, b.len() as u64, &opts).ok();
-        let shared = wtxt::wtxt::load_reusing(b, b.len() as u64, &opts, known).ok();
+        let shared = wtxt::wtxt::Load { known, ..Default::default() }.run(b, b.len() as u64, &opts).ok();
         assert_eq!(alone.is_some(), shared.is_some(), "sharing changes whether a side loads");
         if let (Some(a), Some(s)) = (&alone, &shared) {
             assert!(a.arrays.iter().zip(&s.arrays).all(|(x, y)| x.name == y.name && x.bytes() == y.bytes()));

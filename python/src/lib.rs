@@ -102,13 +102,17 @@ fn save(
         let mut no_spare = Vec::new();
         let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut no_spare)), metadata)?;
         let opts = wtxt::ops::SnapshotOptions {
-            gen,
+            meta: wtxt::ops::MetaFields { gen, ts, ..Default::default() },
             prev,
-            ts,
-            hmac_key: hmac(hmac_key)?,
-            sign_key: sign_key.as_deref().map(SecretKey::from_file).transpose()?,
-            part_size,
-            oms_key: oms_key.as_deref().map(wtxt::crypto::ec::EcSecretKey::from_file).transpose()?,
+            keys: wtxt::ops::Keys {
+                hmac_key: hmac(hmac_key)?,
+                sign_key: sign_key.as_deref().map(SecretKey::from_file).transpose()?,
+                ..Default::default()
+            },
+            output: wtxt::ops::Output {
+                part_size,
+                oms_key: oms_key.as_deref().map(wtxt::crypto::ec::EcSecretKey::from_file).transpose()?,
+            },
             ..Default::default()
         };
         let w = wtxt::ops::snapshot_arrays(&arrays, &path, &opts, &wtxt::progress::Progress::hidden())?;
@@ -348,7 +352,9 @@ fn load(
             // On the heap: the arrays end up there anyway, and a temporary
             // file would cost another pass over fresh pages.
             let keep = if metadata_only { Keep::Metadata } else { Keep::InMemory };
-            let loaded = wtxt::wtxt::Load { keep, ..Default::default() }.run(input.text(), input.len, &opts).map_err(|e| input.blame(e))?;
+            let loaded = wtxt::wtxt::Load { keep, ..Default::default() }
+                .run(input.text(), input.len, &opts)
+                .map_err(|e| input.blame(e))?;
             let kept = OriginalNames::of(&loaded.arrays)?.unwrap_or_default();
             Ok((loaded.arrays, kept))
         })

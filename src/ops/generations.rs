@@ -3,12 +3,9 @@
 use crate::atomic::{write_file, AtomicFile};
 use crate::crypto::armor::Unseal;
 use crate::crypto::digest::{fingerprint_key, Fingerprint, Hash};
-use crate::crypto::mac::HmacKey;
-use crate::crypto::sign::{SecretKey, TrustedKeys};
 use crate::error::{check_at, Error, Position, Result};
 use crate::progress::Progress;
 use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
-use crate::wtxt::split::PartSize;
 use crate::wtxt::syntax::{Meta, Root, Wsum};
 use crate::wtxt::verify::{verify, InputTrust, ProblemKind, Report, VerifyOptions};
 use crate::wtxt::write::WriteOptions;
@@ -20,32 +17,30 @@ use super::*;
 /// Options of `wtxt finalize`.
 #[derive(Default)]
 pub struct FinalizeOptions {
-    /// Signs the WSUM and the rewritten file.
-    pub sign_key: Option<SecretKey>,
+    /// What the WTXT-S (HMACs) and `prev` (signature) must prove; signs the
+    /// WSUM and the rewritten file.
+    pub keys: Keys,
     /// The previous generation: `merkle_prev` is its `merkle_this`.
     pub prev: Option<PathBuf>,
     /// Also write the finalized plain WTXT here.
     pub rewrite: Option<PathBuf>,
-    /// What the WTXT-S (HMACs) and `prev` (signature) must prove.
-    pub trust: InputTrust,
-    /// Largest file of the rewritten WTXT (split above it).
-    pub part_size: PartSize,
-    /// Also write an OpenSSF Model Signing `model.sig` beside the output.
-    pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
+    /// How the rewritten WTXT is stored.
+    pub output: Output,
 }
 
 /// `wtxt finalize`: computes the WSUM of a WTXT-S, optionally rewriting it
 /// as a plain (signed) WTXT whose body is byte-identical.
 pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsum> {
-    let (sign_key, prev, rewrite) = (o.sign_key.as_ref(), o.prev.as_deref(), o.rewrite.as_deref());
+    let trust = o.keys.trust();
+    let (sign_key, prev, rewrite) = (o.keys.sign_key.as_ref(), o.prev.as_deref(), o.rewrite.as_deref());
     let mut outs = vec![wsum_out];
     outs.extend(rewrite);
     distinct_outputs(&outs)?;
     let mut input = WtxtIn::open(path, None)?;
     // A WTXT-S carries no signature; its HMACs are checked when a key is given.
     let opts = VerifyOptions {
-        hmac_key: o.trust.hmac_key.as_ref(),
-        allow_unauthenticated: o.trust.allow_unauthenticated,
+        hmac_key: trust.hmac_key.as_ref(),
+        allow_unauthenticated: trust.allow_unauthenticated,
         ..Default::default()
     };
     let key = fingerprint_key()?;
@@ -65,7 +60,7 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
     let merkle_prev = match prev {
         Some(p) => {
             // chain_from gives the next gen: this file's must be at least that.
-            let (next, m) = chain_from(p, &o.trust)?;
+            let (next, m) = chain_from(p, &trust)?;
             if header.meta.gen < next {
                 return Err(check_at(
                     2,
@@ -83,13 +78,13 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
     if let Some(out) = rewrite {
         let text = fin.header;
         // The body is copied as the verified text has it (joined, for a
-        // split WTXT-S); the result is stored split by `o.part_size`.
+        // split WTXT-S); the result is stored split by `o.output.part_size`.
         let mut input = WtxtIn::open(path, None)?;
         let mut src = Fingerprint::new(input.text(), &key);
         let skip = header.signed_bytes.len() as u64;
         std::io::copy(&mut (&mut src).take(skip), &mut std::io::sink())
             .map_err(|e| input.blame(Error::read_failed(e)))?;
-        let mut w = SnapshotOut::create(out, o.part_size)?;
+        let mut w = SnapshotOut::create(out, o.output.part_size)?;
         w.write_all(text.as_bytes()).map_err(Error::write_failed)?;
         copy_text(&mut src, &mut w).map_err(|e| e.either(|e| input.blame(e), |e| e.in_file(out)))?;
         // The input is read twice: what is copied must be what was verified.
@@ -97,7 +92,7 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
             return Err(Error::check(Position::None, "the file changed while it was finalized").in_file(path));
         }
         w.finish()?;
-        oms_sign_written(out, o.oms_key.as_ref())?;
+        oms_sign_written(out, o.output.oms_key.as_ref())?;
     }
     write_file(wsum_out, wsum.to_file().as_bytes(), 0o644)?;
     Ok(wsum)
@@ -137,30 +132,20 @@ pub fn delta_create(
     Ok(stats)
 }
 
-/// Options of `wtxt delta apply` (gen, ts, build and keys serve the minimal form).
+/// Options of `wtxt delta apply` (the meta fields and the signing key
+/// serve the minimal form).
 #[derive(Default)]
 pub struct DeltaApplyOptions {
-    /// Minimal form: the generation (default: the base's + 1).
-    pub gen: Option<u64>,
-    /// Minimal form: the timestamp.
-    pub ts: Option<String>,
-    /// Minimal form: the `build` token (default: the base's).
-    pub build: Option<String>,
-    /// Every array read must authenticate with this key.
-    pub hmac_key: Option<HmacKey>,
-    /// With an HMAC key, accept arrays whose hmac is all zeros.
-    pub allow_unauthenticated: bool,
-    /// Minimal form: signs the result.
-    pub sign_key: Option<SecretKey>,
-    /// When given, the rebuilt target must carry a valid signature by one of
-    /// these keys; a minimal-form delta, which carries none, is refused.
-    pub trusted: Option<TrustedKeys>,
+    /// Minimal form: `gen` (default: the base's + 1), `ts`, `build` (default: the base's).
+    pub meta: MetaFields,
+    /// Inputs must authenticate with the HMAC key; with trusted keys, the
+    /// rebuilt target must carry a valid signature by one of them (a
+    /// minimal-form delta, which carries none, is refused).
+    pub keys: Keys,
     /// Decrypts age-encrypted inputs (base and delta).
     pub unseal: Option<Unseal>,
-    /// Largest file of the result (split above it).
-    pub part_size: PartSize,
-    /// Also write an OpenSSF Model Signing `model.sig` beside the output.
-    pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
+    /// How the result is stored.
+    pub output: Output,
 }
 
 /// `wtxt delta apply`: rebuilds the target from `base` and the delta. The
@@ -170,7 +155,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
     let mut reader = crate::wtxt::delta::DeltaReader::open(d).map_err(|e| e.in_file(delta))?;
     if reader.is_extended() {
         let target_sha256_all = reader.head.target_sha256_all;
-        if o.gen.is_some() || o.ts.is_some() || o.build.is_some() || o.sign_key.is_some() {
+        if o.meta.gen.is_some() || o.meta.ts.is_some() || o.meta.build.is_some() || o.keys.sign_key.is_some() {
             return Err(Error::usage(
                 "--gen, --ts, --build and --sign-key serve the minimal form; this delta carries its target header",
             ));
@@ -179,12 +164,12 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
         // verified whole below, which proves every byte taken from them;
         // only when that fails are they checked, to name the culprit.
         let mut b = WtxtIn::open_unhashed(base, o.unseal.as_ref())?;
-        let mut f = SnapshotOut::create(out, o.part_size)?;
+        let mut f = SnapshotOut::create(out, o.output.part_size)?;
         let vopts = VerifyOptions {
-            hmac_key: o.hmac_key.as_ref(),
-            trusted: o.trusted.as_ref(),
-            require_signature: o.trusted.is_some(),
-            allow_unauthenticated: o.allow_unauthenticated,
+            hmac_key: o.keys.hmac_key.as_ref(),
+            trusted: o.keys.trusted.as_ref(),
+            require_signature: o.keys.trusted.is_some(),
+            allow_unauthenticated: o.keys.allow_unauthenticated,
             ..Default::default()
         };
         // Write the result and prove it in the same pass.
@@ -218,7 +203,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
             .in_file(delta));
         }
         f.finish()?;
-        oms_sign_written(out, o.oms_key.as_ref())?;
+        oms_sign_written(out, o.output.oms_key.as_ref())?;
         return Ok(report);
     }
     let parsed = reader.collect().map_err(|e| e.in_file(delta))?;
@@ -232,7 +217,7 @@ fn apply_minimal(
     out: &Path,
     o: &DeltaApplyOptions,
 ) -> Result<Report> {
-    if o.trusted.is_some() {
+    if o.keys.trusted.is_some() {
         return Err(Error::check(
             Position::Line(1),
             "a minimal-form delta carries no signature, so no trusted key vouches for its chunks; \
@@ -241,7 +226,7 @@ fn apply_minimal(
         .in_file(delta));
     }
     // The base is verified under the same rules as any input we sign or HMAC.
-    let trust = InputTrust::new(o.hmac_key.as_ref(), None, o.sign_key.as_ref(), o.allow_unauthenticated);
+    let trust = InputTrust::new(o.keys.hmac_key.as_ref(), None, o.keys.sign_key.as_ref(), o.keys.allow_unauthenticated);
     let mut b = WtxtIn::open(base, o.unseal.as_ref())?;
     let loaded = crate::wtxt::load(b.text(), b.len, &trust.options()).map_err(|e| b.blame(e))?;
     let Root::Final { sha256_all, merkle_this: base_this, .. } = loaded.header.root else {
@@ -255,27 +240,30 @@ fn apply_minimal(
     let mut arrays = loaded.arrays;
     crate::wtxt::delta::apply_minimal(&mut arrays, rows, d).map_err(|e| e.in_file(delta))?;
     let m = &loaded.header.meta;
-    let gen = match o.gen {
+    let gen = match o.meta.gen {
         Some(g) => g,
         None => m.gen.checked_add(1).ok_or_else(|| Error::usage("gen overflows"))?,
     };
-    let meta = Meta { gen, ts: Meta::new(gen, o.ts.as_deref())?.ts, ..m.clone() }.with_tokens(
+    let meta = Meta { gen, ts: Meta::new(gen, o.meta.ts.as_deref())?.ts, ..m.clone() }.with_tokens(
         None,
-        o.build.as_deref(),
+        o.meta.build.as_deref(),
         None,
         None,
     )?;
     let opts = WriteOptions {
         merkle_prev: base_this,
-        hmac_key: o.hmac_key.as_ref(),
-        sign_key: o.sign_key.as_ref(),
+        hmac_key: o.keys.hmac_key.as_ref(),
+        sign_key: o.keys.sign_key.as_ref(),
         ..WriteOptions::new(meta, rows)
     };
-    write_wtxt(&arrays, &opts, out, o.part_size, None, &Progress::hidden())?;
-    let report =
-        verify_file(out, &VerifyFiles { hmac_key: o.hmac_key.clone(), ..Default::default() }, &Progress::hidden())?;
+    write_wtxt(&arrays, &opts, out, o.output.part_size, None, &Progress::hidden())?;
+    let report = verify_file(
+        out,
+        &VerifyFiles { hmac_key: o.keys.hmac_key.clone(), ..Default::default() },
+        &Progress::hidden(),
+    )?;
     if report.ok {
-        oms_sign_written(out, o.oms_key.as_ref())?;
+        oms_sign_written(out, o.output.oms_key.as_ref())?;
     }
     Ok(report)
 }

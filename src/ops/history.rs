@@ -1,12 +1,12 @@
 //! Git-side commands: `wtxt log`, `diff` and `merge`.
 
 use crate::crypto::armor::Unseal;
-use crate::crypto::sign::{SecretKey, TrustedKeys};
+use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
 use crate::wtxt::syntax::{Audit, Meta, Root};
-use crate::wtxt::verify::{InputTrust, VerifyOptions};
+use crate::wtxt::verify::VerifyOptions;
 use crate::wtxt::write::{WriteOptions, Written};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -57,14 +57,11 @@ pub struct MergeOptions {
     /// Timestamp of the result; default `SOURCE_DATE_EPOCH`, else the later
     /// of the two sides (so a merge is deterministic).
     pub ts: Option<String>,
-    /// What the three inputs must prove (HMAC key, trusted keys, signer's key).
-    pub trust: InputTrust,
-    /// Signs the result.
-    pub sign_key: Option<SecretKey>,
-    /// Largest file of the result (split above it).
-    pub part_size: crate::wtxt::split::PartSize,
-    /// Also write an OpenSSF Model Signing `model.sig` beside the output.
-    pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
+    /// What the three inputs must prove (HMAC key, trusted keys, signer's
+    /// key); the result is HMAC'd and signed with them.
+    pub keys: Keys,
+    /// How the result is stored.
+    pub output: Output,
 }
 
 /// What `merge` did.
@@ -97,7 +94,8 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
     // Nothing is signed or HMACed that was not verified first: the three
     // inputs must satisfy the trust policy.
     // Each side is held once: most arrays of three generations are equal.
-    let vopts = o.trust.options();
+    let trust = o.keys.trust();
+    let vopts = trust.options();
     let empty = |p: &Path| Error::input(Default::default(), "empty file").in_file(p);
     let ours_l = load_side(ours, &vopts, &[])?.ok_or_else(|| empty(ours))?;
     let theirs_l = load_side(theirs, &vopts, &[&ours_l])?.ok_or_else(|| empty(theirs))?;
@@ -132,13 +130,13 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
     };
     let opts = WriteOptions {
         merkle_prev: *ours_this,
-        hmac_key: o.trust.hmac_key.as_ref(),
-        sign_key: o.sign_key.as_ref(),
+        hmac_key: o.keys.hmac_key.as_ref(),
+        sign_key: o.keys.sign_key.as_ref(),
         audit: Some(audit),
         ..WriteOptions::new(meta, rows)
     };
-    let written = write_wtxt(&merged.arrays, &opts, out, o.part_size, None, &Progress::hidden())?;
-    oms_sign_written(out, o.oms_key.as_ref())?;
+    let written = write_wtxt(&merged.arrays, &opts, out, o.output.part_size, None, &Progress::hidden())?;
+    oms_sign_written(out, o.output.oms_key.as_ref())?;
     Ok(MergeOutcome { conflicts: merged.conflicts, written: Some(written), gen })
 }
 
@@ -204,7 +202,7 @@ pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
         if listed || work.join(&parts).exists() {
             add.arg(&parts);
         }
-        if o.oms_key.is_some() {
+        if o.output.oms_key.is_some() {
             add.arg(rel.parent().unwrap_or(Path::new("")).join(crate::oms::SIGNATURE_NAME));
         }
         let o = add.output().map_err(|e| Error::io_in("running git add", e))?;

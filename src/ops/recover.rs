@@ -2,8 +2,6 @@
 
 use crate::atomic::write_file;
 use crate::convert::{map_file, write_arrays};
-use crate::crypto::mac::HmacKey;
-use crate::crypto::sign::SecretKey;
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
@@ -21,16 +19,12 @@ pub struct RecoverOptions {
     pub report: Option<PathBuf>,
     /// Where what survives of damaged arrays goes (.npz or .safetensors).
     pub partial: Option<PathBuf>,
-    /// Only arrays that authenticate with this key are kept signed.
-    pub hmac_key: Option<HmacKey>,
-    /// With an HMAC key, keep arrays whose hmac is all zeros (written unauthenticated).
-    pub allow_unauthenticated: bool,
-    /// Signs the recovered file (with an HMAC key: authenticated arrays only).
-    pub sign_key: Option<SecretKey>,
-    /// Largest file of the output (split above it).
-    pub part_size: crate::wtxt::split::PartSize,
-    /// Also write an OpenSSF Model Signing `model.sig` beside the output.
-    pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
+    /// Only arrays that authenticate with the HMAC key are kept signed
+    /// (with `allow_unauthenticated`, all-zero tags are kept, written
+    /// unauthenticated); the signing key needs the HMAC key.
+    pub keys: Keys,
+    /// How the recovered file is stored.
+    pub output: Output,
 }
 
 /// `wtxt recover`: keeps every array that is still whole and reports the
@@ -43,7 +37,7 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
     outs.extend(o.report.as_deref());
     outs.extend(o.partial.as_deref());
     distinct_outputs(&outs)?;
-    if o.sign_key.is_some() && o.hmac_key.is_none() {
+    if o.keys.sign_key.is_some() && o.keys.hmac_key.is_none() {
         return Err(Error::usage(
             "recover --sign-key needs --hmac-key: only arrays authenticated by the HMAC key may be signed",
         ));
@@ -62,10 +56,10 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
     };
     let faults = input.faults();
     let bytes = text.as_ref().map_or(&[][..], |m| m.as_bytes());
-    let key = o.hmac_key.as_ref();
-    let mut r = scan(bytes, key, o.allow_unauthenticated, o.partial.is_some());
+    let key = o.keys.hmac_key.as_ref();
+    let mut r = scan(bytes, key, o.keys.allow_unauthenticated, o.partial.is_some());
     r.report.part_faults = faults.iter().map(|e| e.to_string()).collect();
-    if o.sign_key.is_some() {
+    if o.keys.sign_key.is_some() {
         if let Some(a) = r.arrays.iter().find(|a| !r.authenticated.contains(&a.name)) {
             return Err(Error::check(
                 Default::default(),
@@ -99,13 +93,13 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
     };
     let opts = WriteOptions {
         merkle_prev: r.merkle_prev.unwrap_or([0; 32]),
-        sign_key: o.sign_key.as_ref(),
+        sign_key: o.keys.sign_key.as_ref(),
         audit: Some(audit),
         carried_hmacs,
         ..WriteOptions::new(meta, r.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK))
     };
-    write_wtxt(&r.arrays, &opts, out, o.part_size, None, &Progress::hidden())?;
-    oms_sign_written(out, o.oms_key.as_ref())?;
+    write_wtxt(&r.arrays, &opts, out, o.output.part_size, None, &Progress::hidden())?;
+    oms_sign_written(out, o.output.oms_key.as_ref())?;
     if let Some(p) = &o.partial {
         write_arrays(&r.partials, p)?;
     }

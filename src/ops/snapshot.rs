@@ -2,14 +2,11 @@
 //! WTXT, or to another container.
 
 use crate::convert::{load_inputs, Notes};
-use crate::crypto::mac::HmacKey;
-use crate::crypto::sign::{SecretKey, TrustedKeys};
 use crate::error::{Error, Result};
 use crate::model::Array;
 use crate::progress::Progress;
 use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
 use crate::wtxt::syntax::{Audit, Meta};
-use crate::wtxt::verify::InputTrust;
 use crate::wtxt::write::{WriteOptions, Written};
 use std::path::{Path, PathBuf};
 
@@ -18,50 +15,20 @@ use super::*;
 /// Options of `wtxt snapshot`.
 #[derive(Default)]
 pub struct SnapshotOptions {
-    /// Generation number (default 0).
-    pub gen: Option<u64>,
+    /// The header's `meta` fields.
+    pub meta: MetaFields,
     /// The previous generation: gen = its gen + 1, merkle_prev = its merkle_this.
     pub prev: Option<PathBuf>,
-    /// Timestamp (default: `SOURCE_DATE_EPOCH`, else now).
-    pub ts: Option<String>,
-    /// `build` token (default `none`).
-    pub build: Option<String>,
-    /// `schema` token (default `weights/v1`).
-    pub schema: Option<String>,
-    /// `host` token (default `cpu`).
-    pub host: Option<String>,
-    /// `cuda` token (default `off`).
-    pub cuda: Option<String>,
     /// Rows per chunk for arrays of rank >= 2 (default 128).
     pub rows_per_chunk: Option<u64>,
-    /// HMACs every array; WTXT inputs must authenticate with it.
-    pub hmac_key: Option<HmacKey>,
-    /// Signs the snapshot.
-    pub sign_key: Option<SecretKey>,
-    /// Keys that WTXT inputs and `prev` must be signed by.
-    pub trusted: Option<TrustedKeys>,
-    /// With an HMAC key, accept input arrays whose hmac is all zeros.
-    pub allow_unauthenticated: bool,
     /// The `audit` line: `k=v ...`.
     pub audit: Option<String>,
     /// Write a WTXT-S and its WSUM here.
     pub wsum: Option<PathBuf>,
-    /// Largest file of the output (split above it).
-    pub part_size: crate::wtxt::split::PartSize,
-    /// Also write an OpenSSF Model Signing `model.sig` beside the output.
-    pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
-}
-
-impl SnapshotOptions {
-    /// What the inputs must prove before this snapshot signs or HMACs them.
-    pub fn trust(&self) -> InputTrust {
-        InputTrust::new(
-            self.hmac_key.as_ref(),
-            self.trusted.as_ref(),
-            self.sign_key.as_ref(),
-            self.allow_unauthenticated,
-        )
-    }
+    /// What inputs must prove; what the snapshot is HMAC'd and signed with.
+    pub keys: Keys,
+    /// How the snapshot is stored.
+    pub output: Output,
 }
 
 /// Parses `--audit 'k=v ...'`.
@@ -81,23 +48,23 @@ pub fn snapshot(
     progress: &Progress,
     notes: &mut Notes,
 ) -> Result<Written> {
-    let trust = o.trust();
+    let trust = o.keys.trust();
     let arrays = load_inputs(inputs, &trust.options(), notes)?;
     snapshot_arrays(&arrays, out, o, progress)
 }
 
 /// Writes `arrays` (sorted, unique) as `snapshot` would, with its options.
 pub fn snapshot_arrays(arrays: &[Array], out: &Path, o: &SnapshotOptions, progress: &Progress) -> Result<Written> {
-    let (gen, merkle_prev) = match (&o.prev, o.gen) {
+    let (gen, merkle_prev) = match (&o.prev, o.meta.gen) {
         (Some(_), Some(_)) => return Err(Error::usage("give --gen or --prev, not both")),
-        (Some(p), None) => chain_from(p, &o.trust())?,
+        (Some(p), None) => chain_from(p, &o.keys.trust())?,
         (None, g) => (g.unwrap_or(0), [0; 32]),
     };
-    let meta = Meta::new(gen, o.ts.as_deref())?.with_tokens(
-        o.schema.as_deref(),
-        o.build.as_deref(),
-        o.host.as_deref(),
-        o.cuda.as_deref(),
+    let meta = Meta::new(gen, o.meta.ts.as_deref())?.with_tokens(
+        o.meta.schema.as_deref(),
+        o.meta.build.as_deref(),
+        o.meta.host.as_deref(),
+        o.meta.cuda.as_deref(),
     )?;
     let audit = o.audit.as_deref().map(parse_audit).transpose()?;
     let rows = o.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK);
@@ -106,14 +73,14 @@ pub fn snapshot_arrays(arrays: &[Array], out: &Path, o: &SnapshotOptions, progre
     }
     let opts = WriteOptions {
         merkle_prev,
-        hmac_key: o.hmac_key.as_ref(),
-        sign_key: o.sign_key.as_ref(),
+        hmac_key: o.keys.hmac_key.as_ref(),
+        sign_key: o.keys.sign_key.as_ref(),
         audit,
         streaming: o.wsum.is_some(),
         ..WriteOptions::new(meta, rows)
     };
-    let written = write_wtxt(arrays, &opts, out, o.part_size, o.wsum.as_deref(), progress)?;
-    oms_sign_written(out, o.oms_key.as_ref())?;
+    let written = write_wtxt(arrays, &opts, out, o.output.part_size, o.wsum.as_deref(), progress)?;
+    oms_sign_written(out, o.output.oms_key.as_ref())?;
     Ok(written)
 }
 
@@ -131,7 +98,7 @@ pub enum ConvertTo {
 /// the same file) or to another container.
 pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions, notes: &mut Notes) -> Result<()> {
     use crate::convert::write_arrays_as;
-    let trust = o.trust();
+    let trust = o.keys.trust();
     if let ConvertTo::Container(fmt) = to {
         // A WTXT goes straight into the container's layout (when it can).
         let prepare = |arrays: Vec<Array>| -> crate::convert::direct::Chosen<(Vec<String>, Notes)> {

@@ -26,11 +26,13 @@ fn signed_sample() -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("s.wtxt");
     let opts = wtxt::ops::SnapshotOptions {
-        gen: Some(4),
-        ts: Some("2026-02-02T12:00:00Z".into()),
+        meta: wtxt::ops::MetaFields { gen: Some(4), ts: Some("2026-02-02T12:00:00Z".into()), ..Default::default() },
         rows_per_chunk: Some(2),
-        hmac_key: Some(keys().hmac),
-        sign_key: Some(SecretKey::from_file(&fixture("keys/sign.pem")).unwrap()),
+        keys: wtxt::ops::Keys {
+            hmac_key: Some(keys().hmac),
+            sign_key: Some(SecretKey::from_file(&fixture("keys/sign.pem")).unwrap()),
+            ..Default::default()
+        },
         audit: Some("note=\"sample\"".into()),
         ..Default::default()
     };

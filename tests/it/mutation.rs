@@ -268,7 +268,7 @@ fn fuzz_regressions() {
 fn merge_and_recover_never_launder_mutated_inputs() {
     use wtxt::crypto::mac::HmacKey;
     use wtxt::crypto::sign::{SecretKey, TrustedKeys};
-    use wtxt::wtxt::verify::{InputTrust, VerifyOptions};
+    use wtxt::wtxt::verify::VerifyOptions;
     let dir = tempfile::tempdir().unwrap();
     let key = HmacKey::from_file(&crate::util::fixture("keys/hmac.hex")).unwrap();
     let sk = SecretKey::from_file(&crate::util::fixture("keys/sign.pem")).unwrap();
@@ -283,10 +283,12 @@ fn merge_and_recover_never_launder_mutated_inputs() {
         strategy: wtxt::git::merge::Strategy::Theirs,
         decisions: Default::default(),
         ts: Some("2026-05-01T00:00:00Z".into()),
-        trust: InputTrust::new(Some(&key), None, Some(&sk), false),
-        sign_key: Some(SecretKey::from_file(&crate::util::fixture("keys/sign.pem")).unwrap()),
-        part_size: Default::default(),
-        oms_key: None,
+        keys: wtxt::ops::Keys {
+            hmac_key: Some(key.clone()),
+            sign_key: Some(SecretKey::from_file(&crate::util::fixture("keys/sign.pem")).unwrap()),
+            ..Default::default()
+        },
+        output: Default::default(),
     };
     never_panics("merge theirs", &base, 150, |b| {
         std::fs::write(&theirs, b).unwrap();

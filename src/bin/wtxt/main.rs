@@ -87,15 +87,19 @@ fn unseal(a: &cli::SealedArg) -> Result<Option<Unseal>> {
     Ok(Some(Unseal::Identities(ids)))
 }
 
-/// Snapshot options with the keys of `--hmac-key`, `--sign-key` and the trust flags.
-fn keyed(hmac: &cli::HmacArg, sign: &Option<PathBuf>, trust: &cli::TrustArg) -> Result<ops::SnapshotOptions> {
-    Ok(ops::SnapshotOptions {
+/// The keys of `--hmac-key`, `--sign-key` and the trust flags, read once.
+fn keys(hmac: &cli::HmacArg, sign: &Option<PathBuf>, trust: &cli::TrustArg) -> Result<ops::Keys> {
+    Ok(ops::Keys {
         hmac_key: hmac_key(&hmac.hmac_key)?,
         allow_unauthenticated: hmac.allow_unauthenticated,
         sign_key: sign_key(sign)?,
         trusted: trusted_keys(trust)?,
-        ..Default::default()
     })
+}
+
+/// How the written snapshot is stored: `--part-size` and `--oms-key`.
+fn output(parts: &cli::PartSizeArg, oms: &cli::OmsKeyArg) -> Result<ops::Output> {
+    Ok(ops::Output { part_size: parts.size(), oms_key: oms_key(oms)? })
 }
 
 fn trusted_keys(t: &cli::TrustArg) -> Result<Option<TrustedKeys>> {
@@ -158,19 +162,13 @@ fn run(cmd: Command) -> Result<u8> {
 
 fn snapshot(a: cli::SnapshotArgs) -> Result<u8> {
     let opts = ops::SnapshotOptions {
-        gen: a.gen,
+        meta: ops::MetaFields { gen: a.gen, ts: a.ts, build: a.build, schema: a.schema, host: a.host, cuda: a.cuda },
         prev: a.prev,
-        ts: a.ts,
-        build: a.build,
-        schema: a.schema,
-        host: a.host,
-        cuda: a.cuda,
         rows_per_chunk: a.rows_per_chunk,
         audit: a.audit,
         wsum: if a.streaming { a.wsum } else { None },
-        part_size: a.parts.size(),
-        oms_key: oms_key(&a.oms)?,
-        ..keyed(&a.hmac, &a.sign_key, &a.trust)?
+        keys: keys(&a.hmac, &a.sign_key, &a.trust)?,
+        output: output(&a.parts, &a.oms)?,
     };
     let progress = Progress::for_terminal("snapshot");
     let mut notes = Vec::new();
@@ -246,11 +244,8 @@ fn recover(a: cli::RecoverArgs) -> Result<u8> {
     let opts = ops::RecoverOptions {
         report: a.report,
         partial: a.partial,
-        hmac_key: hmac_key(&a.hmac.hmac_key)?,
-        allow_unauthenticated: a.hmac.allow_unauthenticated,
-        sign_key: sign_key(&a.sign_key)?,
-        part_size: a.parts.size(),
-        oms_key: oms_key(&a.oms)?,
+        keys: keys(&a.hmac, &a.sign_key, &cli::TrustArg::default())?,
+        output: output(&a.parts, &a.oms)?,
     };
     let r = ops::recover(&a.file, &a.output, &opts)?;
     eprintln!("recovered {} array(s), lost {}, into {}", r.recovered_arrays, r.lost_arrays, a.output.display());
@@ -258,19 +253,15 @@ fn recover(a: cli::RecoverArgs) -> Result<u8> {
 }
 
 fn finalize(a: cli::FinalizeArgs) -> Result<u8> {
-    let key = sign_key(&a.sign_key)?;
-    let trust = InputTrust::new(
-        hmac_key(&a.hmac.hmac_key)?.as_ref(),
-        trusted_keys(&a.trust)?.as_ref(),
-        key.as_ref(),
-        a.hmac.allow_unauthenticated,
-    );
-    let part_size = a.parts.size();
     if a.oms.oms_key.is_some() && a.rewrite.is_none() {
         return Err(Error::usage("--oms-key signs the snapshot of --rewrite: give --rewrite OUT.wtxt"));
     }
-    let oms_key = oms_key(&a.oms)?;
-    let opts = ops::FinalizeOptions { sign_key: key, prev: a.prev, rewrite: a.rewrite, trust, part_size, oms_key };
+    let opts = ops::FinalizeOptions {
+        keys: keys(&a.hmac, &a.sign_key, &a.trust)?,
+        prev: a.prev,
+        rewrite: a.rewrite,
+        output: output(&a.parts, &a.oms)?,
+    };
     let w = ops::finalize(&a.file, &a.output, &opts)?;
     eprintln!("wrote {} sha256_all={}", a.output.display(), hex::encode(w.sha256_all));
     Ok(0)
@@ -290,16 +281,10 @@ fn delta_create(a: cli::DeltaCreateArgs) -> Result<u8> {
 
 fn delta_apply(a: cli::DeltaApplyArgs) -> Result<u8> {
     let opts = ops::DeltaApplyOptions {
-        gen: a.gen,
-        ts: a.ts,
-        build: a.build,
-        hmac_key: hmac_key(&a.hmac.hmac_key)?,
-        allow_unauthenticated: a.hmac.allow_unauthenticated,
-        sign_key: sign_key(&a.sign_key)?,
-        trusted: trusted_keys(&a.trust)?,
+        meta: ops::MetaFields { gen: a.gen, ts: a.ts, build: a.build, ..Default::default() },
+        keys: keys(&a.hmac, &a.sign_key, &a.trust)?,
         unseal: unseal(&a.sealed)?,
-        part_size: a.parts.size(),
-        oms_key: oms_key(&a.oms)?,
+        output: output(&a.parts, &a.oms)?,
     };
     let r = ops::delta_apply(&a.base, &a.delta, &a.output, &opts)?;
     eprintln!(
@@ -339,10 +324,12 @@ fn convert(a: cli::ConvertArgs) -> Result<u8> {
     if a.oms.oms_key.is_some() && !matches!(to, ops::ConvertTo::Wtxt) {
         return Err(Error::usage("--oms-key signs a WTXT snapshot: it needs --to wtxt"));
     }
-    let part_size = a.parts.size();
-    let oms_key = oms_key(&a.oms)?;
-    let opts =
-        ops::SnapshotOptions { gen: a.gen, ts: a.ts, part_size, oms_key, ..keyed(&a.hmac, &a.sign_key, &a.trust)? };
+    let opts = ops::SnapshotOptions {
+        meta: ops::MetaFields { gen: a.gen, ts: a.ts, ..Default::default() },
+        keys: keys(&a.hmac, &a.sign_key, &a.trust)?,
+        output: output(&a.parts, &a.oms)?,
+        ..Default::default()
+    };
     let mut notes = Vec::new();
     let r = ops::convert(&a.input, &a.output, to, &opts, &mut notes);
     warn(&notes);
@@ -482,18 +469,18 @@ fn merge(a: cli::MergeArgs) -> Result<u8> {
     let opts = merge_options(&a.how)?;
     let what = a.path.clone().unwrap_or_else(|| a.ours.display().to_string());
     let out = ops::merge(&a.base, &a.ours, &a.theirs, &a.output, &opts)?;
-    Ok(merge_told(&what, &out, opts.sign_key.is_some(), "ours is untouched"))
+    Ok(merge_told(&what, &out, opts.keys.sign_key.is_some(), "ours is untouched"))
 }
 
 fn git_resolve(path: PathBuf, how: cli::MergeHow) -> Result<u8> {
     let mut opts = merge_options(&how)?;
     let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-    if opts.oms_key.is_none() {
-        opts.oms_key = wtxt::git::oms_key_around(&here)?;
+    if opts.output.oms_key.is_none() {
+        opts.output.oms_key = wtxt::git::oms_key_around(&here)?;
     }
     let r = ops::resolve(&here, &path, &opts)?;
     let what = format!("{} ({} of {})", path.display(), r.operation, r.theirs);
-    let code = merge_told(&what, &r.outcome, opts.sign_key.is_some(), "the work tree is untouched");
+    let code = merge_told(&what, &r.outcome, opts.keys.sign_key.is_some(), "the work tree is untouched");
     if code == 0 {
         eprintln!("wtxt git resolve: staged {}; commit to conclude", path.display());
     }
@@ -517,15 +504,13 @@ fn merge_options(a: &cli::MergeHow) -> Result<ops::MergeOptions> {
         Some(t) => Some(t),
         None => wtxt::git::trusted_keys_around(&std::env::current_dir().map_err(|e| Error::io(".", e))?)?,
     };
-    let trust = InputTrust::new(
-        hmac_key(&a.hmac.hmac_key)?.as_ref(),
-        trusted.as_ref(),
-        sign.as_ref(),
-        a.hmac.allow_unauthenticated,
-    );
-    let part_size = a.parts.size();
-    let oms_key = oms_key(&a.oms)?;
-    Ok(ops::MergeOptions { strategy, decisions, ts: a.ts.clone(), trust, sign_key: sign, part_size, oms_key })
+    let keys = ops::Keys {
+        hmac_key: hmac_key(&a.hmac.hmac_key)?,
+        sign_key: sign,
+        trusted,
+        allow_unauthenticated: a.hmac.allow_unauthenticated,
+    };
+    Ok(ops::MergeOptions { strategy, decisions, ts: a.ts.clone(), keys, output: output(&a.parts, &a.oms)? })
 }
 
 /// Tells how a merge ended: the conflicts left (exit 1), or what was written.
