@@ -99,18 +99,17 @@ impl<R: Read> Walker<R> {
         Walker { lines: LineReader::new(inner), peeked: None }
     }
 
-    /// Reads a WTXT header (and its optional `sign` line).
+    /// Reads a WTXT header (and its optional `sign` line) as the strict
+    /// reader does, and gives its text too.
     pub fn wtxt_header(&mut self) -> Result<(Header, Vec<u8>)> {
         let mut h = read_header(&mut self.lines)?;
         let mut text = h.signed_bytes.clone();
-        let (n, l) = self.next("a `sign` line, an `arr` line or `endwtxt`")?;
-        if l.starts_with(b"sign ") {
-            h.sign = Some(SignLine::parse(&l).map_err(|m| check_at(n, m))?);
-            h.lines = 5;
-            text.extend_from_slice(&l);
-            text.push(b'\n');
-        } else {
-            self.peeked = Some((n, l));
+        match crate::wtxt::read::read_sign(&mut self.lines, &mut h)? {
+            crate::wtxt::read::AfterHeader::Sign(l) => {
+                text.extend_from_slice(&l);
+                text.push(b'\n');
+            }
+            crate::wtxt::read::AfterHeader::Next(n, l) => self.peeked = Some((n, l)),
         }
         Ok((h, text))
     }

@@ -264,17 +264,25 @@ pub fn check_text_line(l: &[u8]) -> std::result::Result<(), String> {
 
 /// Reads the optional `sign` line into `header`; anything else is the first
 /// line of the body, returned with its number.
-fn read_sign<R: Read>(lines: &mut LineReader<R>, header: &mut Header) -> Result<Option<(u64, Vec<u8>)>> {
+/// What follows a header: its `sign` line (parsed into the header; the
+/// line's bytes here), or the next line, with its number.
+pub(crate) enum AfterHeader {
+    Sign(Vec<u8>),
+    Next(u64, Vec<u8>),
+}
+
+/// Reads the line after the header: a `sign` line goes into `header`.
+pub(crate) fn read_sign<R: Read>(lines: &mut LineReader<R>, header: &mut Header) -> Result<AfterHeader> {
     let (n, l) = lines.expect_line("a `sign` line, an `arr` line or `endwtxt`")?;
     if !l.starts_with(b"sign ") {
-        return Ok(Some((n, l.to_vec())));
+        return Ok(AfterHeader::Next(n, l.to_vec()));
     }
     if header.root == Root::Pending {
         return Err(check_at(n, "a WTXT-S (root_pending) carries no `sign` line; its signature is in the WSUM"));
     }
     header.sign = Some(SignLine::parse(l).map_err(|m| check_at(n, m))?);
     header.lines = 5;
-    Ok(None)
+    Ok(AfterHeader::Sign(l.to_vec()))
 }
 
 /// Reads the header and its `sign` line, if any: all a signature covers,
@@ -337,7 +345,10 @@ pub fn read_header<R: Read>(lines: &mut LineReader<R>) -> Result<Header> {
 pub fn read<R: Read, V: Visitor>(input: R, v: &mut V) -> Result<Header> {
     let mut lines = LineReader::new(input);
     let mut header = read_header(&mut lines)?;
-    let mut pending = read_sign(&mut lines, &mut header)?;
+    let mut pending = match read_sign(&mut lines, &mut header)? {
+        AfterHeader::Next(n, l) => Some((n, l)),
+        AfterHeader::Sign(_) => None,
+    };
     v.header(&header)?;
     let ext_ok = header.cap.has(CAP_EXT_DTYPES);
     let mut prev_name: Option<String> = None;
