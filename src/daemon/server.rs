@@ -47,8 +47,8 @@ pub struct DaemonConfig {
     pub hmac_key: Option<PathBuf>,
     /// Keys a WTXT input must be signed by (default: `git config wtxt.trustedKeys` of the repo).
     pub trusted_keys: Option<PathBuf>,
-    #[serde(default)]
     /// age recipients: the committed file is armored.
+    #[serde(default)]
     pub recipients: Vec<String>,
     /// Rows per chunk.
     pub rows_per_chunk: Option<u64>,

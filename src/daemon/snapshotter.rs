@@ -128,7 +128,7 @@ pub struct Status {
     pub snapshots_written: u64,
     /// The newest generation pushed.
     pub pushed_gen: Option<u64>,
-    /// Generations requested but never written (their data was replaced first).
+    /// Generations a restart could not redo (their data was not kept).
     pub lost: Vec<u64>,
 }
 

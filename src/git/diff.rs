@@ -44,19 +44,19 @@ pub enum Status {
 /// The difference of one array.
 #[derive(Clone, Debug, Serialize)]
 pub struct ArrayDiff {
-    /// Original name (WTXT name when not mapped).
+    /// The array's WTXT name.
     pub name: String,
     /// What happened to it.
     pub status: Status,
-    /// Dtype in the new file (the old one's when removed).
+    /// Its dtype (the new file's, when both have it).
     pub dtype: String,
-    /// Shape in the new file (the old one's when removed).
+    /// Its shape (the new file's, when both have it).
     pub shape: Vec<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     /// Dtype in the old file, when it differs.
-    pub old_dtype: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub old_dtype: Option<String>,
     /// Shape in the old file, when it differs.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub old_shape: Option<Vec<u64>>,
     /// `ix` of the new file's chunks that differ.
     pub changed_chunks: Vec<u64>,
@@ -88,7 +88,7 @@ pub struct FieldChange {
 /// The whole difference.
 #[derive(Clone, Debug, Serialize)]
 pub struct FileDiff {
-    /// True when the two files are the same bytes.
+    /// True when nothing differs: header, arrays, tail, and no damage.
     pub identical: bool,
     /// Header fields that changed.
     pub header: Vec<FieldChange>,

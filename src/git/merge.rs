@@ -62,11 +62,11 @@ impl std::str::FromStr for Strategy {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Decisions {
-    #[serde(default)]
     /// A strategy for every conflict of an array.
-    pub arrays: BTreeMap<String, Strategy>,
     #[serde(default)]
+    pub arrays: BTreeMap<String, Strategy>,
     /// A strategy for one chunk of an array.
+    #[serde(default)]
     pub chunks: BTreeMap<String, BTreeMap<u64, Strategy>>,
 }
 

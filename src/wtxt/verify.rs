@@ -293,20 +293,20 @@ pub struct Report {
     pub arrays: Vec<ArrayReport>,
     /// The signature's status.
     pub signature: SigStatus,
-    #[serde(serialize_with = "as_hex")]
     /// Key id of the signature.
+    #[serde(serialize_with = "as_hex")]
     pub keyid: Option<[u8; 8]>,
-    #[serde(serialize_with = "as_hex")]
     /// `sha256_all` recomputed.
+    #[serde(serialize_with = "as_hex")]
     pub sha256_all: Option<Hash>,
-    #[serde(serialize_with = "as_hex")]
     /// `merkle_prev`.
+    #[serde(serialize_with = "as_hex")]
     pub merkle_prev: Option<Hash>,
-    #[serde(serialize_with = "as_hex")]
     /// `merkle_this` recomputed.
-    pub merkle_this: Option<Hash>,
     #[serde(serialize_with = "as_hex")]
+    pub merkle_this: Option<Hash>,
     /// `fastxor` recomputed.
+    #[serde(serialize_with = "as_hex")]
     pub fastxor: Option<[u8; 8]>,
     /// Every problem, in verification order.
     pub errors: Vec<Problem>,
