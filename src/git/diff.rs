@@ -19,7 +19,7 @@ use crate::wtxt::read::Header;
 use crate::wtxt::syntax::{shape_str, ChLine, Root};
 
 /// Most changed-row ranges listed per array (the counts stay exact).
-const MAX_RANGES: usize = 64;
+pub const MAX_RANGES: usize = 64;
 
 /// What happened to one array.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
@@ -534,136 +534,6 @@ fn compare_streams<A: Read, B: Read>(
     Ok(())
 }
 
-/// The diff as text, `git diff` style; `color` adds ANSI colours.
-pub fn render(d: &FileDiff, old: &str, new: &str, color: bool) -> String {
-    use std::fmt::Write as _;
-    let paint = |code: &str, s: String| if color { format!("\x1b[{code}m{s}\x1b[0m") } else { s };
-    let mut s = String::new();
-    let _ = writeln!(s, "{}", paint("1", format!("wtxt diff {old} {new}")));
-    for x in &d.damage {
-        let _ = writeln!(
-            s,
-            "{}",
-            paint(
-                "1;31",
-                format!(
-                    "DAMAGED {} line {}: array {}: {} (this side fails verification; its damaged chunks are not compared)",
-                    x.file, x.line, x.array, x.message
-                )
-            )
-        );
-    }
-    if d.identical {
-        let _ = writeln!(s, "identical");
-        return s;
-    }
-    for f in &d.header {
-        let _ = writeln!(s, "{} {}: {} -> {}", paint("36", "header".into()), f.field, short(&f.old), short(&f.new));
-    }
-    for n in &d.notes {
-        let _ = writeln!(s, "{} {n}", paint("36", "split".into()));
-    }
-    let (mut unchanged, mut rewrapped) = (0, 0);
-    let ty_of = |dtype: &str, shape: &[u64]| {
-        format!("{dtype}[{}]", if shape.is_empty() { String::new() } else { shape_str(shape) })
-    };
-    for a in &d.arrays {
-        let ty = ty_of(&a.dtype, &a.shape);
-        let line = match a.status {
-            Status::Unchanged => {
-                unchanged += 1;
-                continue;
-            }
-            Status::Added => paint("32", format!("+ {} {ty} (added)", a.name)),
-            Status::Removed => paint("31", format!("- {} {ty} (removed)", a.name)),
-            Status::Reshaped | Status::DtypeChanged => paint(
-                "33",
-                format!(
-                    "! {} {} -> {ty} ({})",
-                    a.name,
-                    ty_of(a.old_dtype.as_deref().unwrap_or(""), a.old_shape.as_deref().unwrap_or(&[])),
-                    if a.status == Status::Reshaped { "reshaped" } else { "dtype changed" }
-                ),
-            ),
-            Status::Rewrapped => {
-                rewrapped += 1;
-                continue;
-            }
-            Status::Changed => {
-                let chunks = ranges_text(&runs(&a.changed_chunks), false);
-                let mut t = format!(
-                    "~ {} {ty}: {} element(s) changed in {} chunk(s) [{chunks}], rows {}",
-                    a.name,
-                    a.changed_elements,
-                    a.changed_chunks.len(),
-                    ranges_text(&a.changed_rows, a.rows_truncated)
-                );
-                if let (Some(m), Some(r), Some(l)) = (a.max_abs, a.max_rel, a.l2) {
-                    let _ = write!(t, "; max|d| {m:.3e}, max rel {r:.3e}, L2 {l:.3e}");
-                }
-                paint("33", t)
-            }
-        };
-        let _ = writeln!(s, "{line}");
-    }
-    if unchanged + rewrapped > 0 {
-        let note = if rewrapped > 0 {
-            format!(" ({rewrapped} with a new arr line: salt/HMAC of the new gen)")
-        } else {
-            String::new()
-        };
-        let _ = writeln!(s, "= {} array(s) with unchanged values{note}", unchanged + rewrapped);
-    }
-    if !d.header_unified.is_empty() {
-        for l in d.header_unified.lines() {
-            let l = match l.chars().next() {
-                Some('+') if !l.starts_with("+++") => paint("32", l.to_string()),
-                Some('-') if !l.starts_with("---") => paint("31", l.to_string()),
-                Some('@') => paint("36", l.to_string()),
-                _ => l.to_string(),
-            };
-            let _ = writeln!(s, "{l}");
-        }
-    }
-    s
-}
-
-/// Sorted indices as half-open runs of consecutive ones.
-fn runs(ix: &[u64]) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for &i in ix {
-        match out.last_mut() {
-            Some(r) if r.1 == i => r.1 = i + 1,
-            _ => out.push((i, i + 1)),
-        }
-    }
-    out
-}
-
-/// `a,b-c,...`: at most [`MAX_RANGES`] half-open ranges, then `, ...` when
-/// more were left out (here or by whoever built the list), so that a change
-/// that touches thousands of chunks stays one readable line.
-fn ranges_text(ranges: &[(u64, u64)], more: bool) -> String {
-    let shown = ranges.len().min(MAX_RANGES);
-    let mut s = ranges[..shown]
-        .iter()
-        .map(|(x, y)| if y - x == 1 { x.to_string() } else { format!("{x}-{}", y - 1) })
-        .collect::<Vec<_>>()
-        .join(",");
-    if more || shown < ranges.len() {
-        s.push_str(", ...");
-    }
-    s
-}
-
-fn short(v: &str) -> String {
-    if v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit()) {
-        format!("{}..", &v[..16])
-    } else {
-        v.to_string()
-    }
-}
-
 /// A line-per-fact text of a WTXT for Git's `textconv` (`git log -p`,
 /// `git show`): header fields, then per array its type and digest, then per
 /// chunk its row range and digest, so a line diff shows which rows changed.
@@ -720,19 +590,4 @@ fn listing<R: Read>(input: R, header: bool) -> Result<String> {
         let _ = writeln!(s, "{}", String::from_utf8_lossy(&audit));
     }
     Ok(s)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_long_list_of_changed_chunks_is_shown_as_capped_runs() {
-        assert_eq!(ranges_text(&runs(&[0, 1, 2, 5, 7, 8]), false), "0-2,5,7-8");
-        let every_other: Vec<u64> = (0..1000).map(|i| 2 * i).collect();
-        let text = ranges_text(&runs(&every_other), false);
-        assert_eq!(text.split(',').count(), MAX_RANGES + 1, "{text}");
-        assert!(text.ends_with(&format!("{}, ...", 2 * (MAX_RANGES - 1))), "{text}");
-        assert_eq!(ranges_text(&[(3, 4)], true), "3, ...");
-    }
 }

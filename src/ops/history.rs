@@ -234,21 +234,21 @@ pub fn textconv(file: &Path, here: &Path) -> Result<String> {
     Ok(format!("(a filter's file: the committed header is not shown; `wtxt log` or `git diff` show it)\n{arrays}"))
 }
 
-/// What Git's external diff shows: `args` are Git's `PATH OLD OLD-HEX
+/// What Git's external diff shows, for the binary to render: `args` are Git's `PATH OLD OLD-HEX
 /// OLD-MODE NEW NEW-HEX NEW-MODE` (a side that does not exist is
 /// /dev/null). Each side is the blob Git names when the repository around
 /// `here` has it: in a filter repository the work-tree file is the smudged
 /// container, and cleaning it again would invent a header (a new gen, a new
 /// ts) that is in no commit. Otherwise (an uncommitted work-tree side) the
-/// file, cleaned if a filter made it. Problems are printed, never returned.
-pub fn diff_driver(args: &[String], here: &Path, color: bool) -> String {
+/// file, cleaned if a filter made it. Problems are part of the view, never
+/// an error: Git treats a failing external diff as fatal.
+pub fn diff_driver(args: &[String], here: &Path) -> DriverView {
     use crate::git::blob::Text;
-    use crate::git::diff::{render, Names};
+    use crate::git::diff::Names;
     use crate::git::parts::{classify, diff_heads, diff_parts, open_text, Blob};
     let [path, old, old_hex, _, new, new_hex, _] = args else {
-        return "wtxt: the diff driver takes 7 arguments\n".into();
+        return DriverView { path: String::new(), shown: Shown::Failed("the diff driver takes 7 arguments".into()) };
     };
-    let head = format!("diff --wtxt a/{path} b/{path}\n");
     let repo = git2::Repository::discover(here).ok();
     // Both sides' blobs from one reader: the older one is usually a delta
     // on the newer, whose base it then keeps.
@@ -269,15 +269,15 @@ pub fn diff_driver(args: &[String], here: &Path, color: bool) -> String {
             None => Ok(Box::new(crate::git::filter::as_wtxt(Path::new(file), here, path)?)),
         }
     };
-    let summary = |file: &str, hex: &str, what: &str| match side(file, hex).and_then(|t| inspect_reader(t.stream())) {
-        Ok(i) => format!("{head}{what} {path}: gen {:06}, {} arrays, {} bytes\n", i.gen, i.arrays.len(), i.total_bytes),
-        Err(e) => format!("{head}{what} {path}: {}\n", e.message()),
+    let one = |file: &str, hex: &str| {
+        side(file, hex).and_then(|t| inspect_reader(t.stream())).map_err(|e| e.message().to_string())
     };
+    let view = |shown| DriverView { path: path.clone(), shown };
     if old == "/dev/null" {
-        return summary(new, new_hex, "new file");
+        return view(Shown::Added(one(new, new_hex)));
     }
     if new == "/dev/null" {
-        return summary(old, old_hex, "deleted file");
+        return view(Shown::Deleted(one(old, old_hex)));
     }
     let (a, b) = (format!("a/{path}"), format!("b/{path}"));
     let d = side(old, old_hex).and_then(|x| {
@@ -299,8 +299,28 @@ pub fn diff_driver(args: &[String], here: &Path, color: bool) -> String {
             }
         }
     });
-    match d {
-        Ok(d) => format!("{head}{}", render(&d, &a, &b, color)),
-        Err(e) => format!("{head}wtxt diff: {e} (use git diff --no-ext-diff --no-textconv for the text)\n"),
-    }
+    view(match d {
+        Ok(d) => Shown::Diff(d),
+        Err(e) => Shown::Failed(e.to_string()),
+    })
+}
+
+/// What the diff driver found for one path.
+pub struct DriverView {
+    /// The path in the repository.
+    pub path: String,
+    /// What to show.
+    pub shown: Shown,
+}
+
+/// What the diff driver shows.
+pub enum Shown {
+    /// A new file: what it holds, or why it cannot be read.
+    Added(std::result::Result<Inspection, String>),
+    /// A deleted file: what it held, or why it cannot be read.
+    Deleted(std::result::Result<Inspection, String>),
+    /// Both sides: their difference (sides named `a/PATH`, `b/PATH`).
+    Diff(crate::git::diff::FileDiff),
+    /// The diff could not be made, and why.
+    Failed(String),
 }

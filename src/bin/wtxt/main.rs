@@ -2,9 +2,10 @@
 //! exit code in one place (0 ok, 1 a check failed, 2 unusable input or usage).
 
 mod cli;
+mod render;
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -15,10 +16,10 @@ use wtxt::crypto::mac::HmacKey;
 use wtxt::crypto::sign::{SecretKey, TrustedKeys};
 use wtxt::error::{Error, Result};
 use wtxt::git::history::DataCheck;
-use wtxt::git::{diff, merge};
+use wtxt::git::merge;
 use wtxt::ops;
 use wtxt::progress::Progress;
-use wtxt::wtxt::verify::{InputTrust, Report, SigStatus};
+use wtxt::wtxt::verify::InputTrust;
 
 use cli::{Cli, Command, DeltaCommand};
 
@@ -198,7 +199,7 @@ fn verify(a: cli::VerifyArgs) -> Result<u8> {
     if a.json {
         emit(&format!("{}\n", report.to_json()))?;
     } else if report.ok {
-        emit(&summary(&a.file, &report))?;
+        emit(&render::verify_summary(&a.file, &report))?;
     }
     if !report.ok {
         if let Some(p) = report.first_error() {
@@ -219,7 +220,7 @@ fn inspect(a: cli::InspectArgs) -> Result<u8> {
     if a.json {
         emit(&format!("{}\n", serde_json::to_string(&i).expect("inspection serializes")))?;
     } else {
-        emit(&inspection_text(&i))?;
+        emit(&render::inspection_text(&i))?;
     }
     Ok(0)
 }
@@ -305,7 +306,7 @@ fn log(a: cli::LogArgs) -> Result<u8> {
         let v = serde_json::json!({ "ok": ok, "data_verified": a.verify, "chains": chains });
         emit(&format!("{v}\n"))?;
     } else {
-        emit(&log_text(&chains, a.verify))?;
+        emit(&render::log_text(&chains, a.verify))?;
     }
     // The first generation whose data failed, newest first, as the log lists them.
     let failed = chains.iter().flat_map(|c| &c.generations).find(|g| g.data == DataCheck::Failed);
@@ -348,7 +349,7 @@ fn diff_files(a: cli::DiffArgs) -> Result<u8> {
             cli::ColorWhen::Never => false,
             cli::ColorWhen::Auto => std::io::stdout().is_terminal(),
         };
-        emit(&diff::render(&d, &a.old.display().to_string(), &a.new.display().to_string(), color))?;
+        emit(&render::diff_text(&d, &a.old.display().to_string(), &a.new.display().to_string(), color))?;
     }
     // A side that fails a check is a failed check, whatever the diff found.
     for x in &d.damage {
@@ -596,157 +597,9 @@ fn keygen(a: cli::KeygenArgs) -> Result<u8> {
     Ok(0)
 }
 
-fn summary(file: &Path, r: &Report) -> String {
-    let keyid = r.keyid.map(hex::encode).unwrap_or_default();
-    let authed = r.arrays.iter().filter(|a| a.authenticated).count();
-    let hmac = if authed == r.arrays.len() && !r.arrays.is_empty() {
-        "all arrays authenticated".to_string()
-    } else {
-        format!("{authed}/{} arrays authenticated", r.arrays.len())
-    };
-    let sig = match r.signature {
-        SigStatus::Valid => format!("signature valid (keyid {keyid})"),
-        SigStatus::Untrusted => {
-            format!("signature untrusted (keyid {keyid}; give --pubkey or --trusted-keys)")
-        }
-        SigStatus::Absent => "unsigned".to_string(),
-        SigStatus::Invalid => "signature INVALID".to_string(),
-    };
-    let bytes: u64 = r.arrays.iter().map(|a| a.bytes).sum();
-    format!(
-        "OK {}: gen {:06} ts {} build {}, {} arrays, {} bytes, {}, {}{}\n",
-        file.display(),
-        r.gen,
-        r.ts,
-        r.build,
-        r.arrays.len(),
-        bytes,
-        hmac,
-        sig,
-        if r.oms.is_some() { ", OMS signature valid" } else { "" }
-    )
-}
-
-fn inspection_text(i: &ops::Inspection) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "schema {}  gen {:06}  ts {}  build {}  host {}  cuda {}",
-        i.schema, i.gen, i.ts, i.build, i.host, i.cuda
-    );
-    let _ = writeln!(s, "cap {}", i.cap.join(","));
-    match &i.sha256_all {
-        Some(sha) => {
-            let _ = writeln!(s, "sha256_all {sha}");
-            let _ = writeln!(s, "merkle_prev {}", i.merkle_prev.as_deref().unwrap_or(""));
-            let _ = writeln!(s, "merkle_this {}", i.merkle_this.as_deref().unwrap_or(""));
-        }
-        None => {
-            let _ = writeln!(s, "root pending (WTXT-S): finalize with a WSUM");
-        }
-    }
-    let _ = writeln!(s, "signature {}", i.keyid.as_deref().map_or("none".to_string(), |k| format!("keyid {k}")));
-    let _ = writeln!(s, "{} arrays, {} bytes", i.arrays.len(), i.total_bytes);
-    let w = i.arrays.iter().map(|a| a.name.len()).max().unwrap_or(4).max(4);
-    // The inputs' own names, where they had to be mapped, in a last column.
-    let originals = i.arrays.iter().any(|a| a.original.is_some());
-    let _ = writeln!(
-        s,
-        "{:<w$}  {:<5}  {:<16}  {:>12}  {:>6}  hmac  sha256{}",
-        "name",
-        "dtype",
-        "shape",
-        "bytes",
-        "chunks",
-        if originals { "            original name" } else { "" }
-    );
-    for a in &i.arrays {
-        let shape = wtxt::wtxt::syntax::shape_str(&a.shape);
-        let line = format!(
-            "{:<w$}  {:<5}  {:<16}  {:>12}  {:>6}  {:<4}  {}  {}",
-            a.name,
-            a.dtype,
-            shape,
-            a.bytes,
-            a.chunks,
-            if a.hmac { "yes" } else { "no" },
-            &a.sha256[..16],
-            a.original.as_deref().unwrap_or("")
-        );
-        let _ = writeln!(s, "{}", line.trim_end());
-    }
-    if let Some(m) = &i.metadata {
-        let pairs: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let _ = writeln!(s, "metadata {}", pairs.join(" "));
-    }
-    if !i.audit.is_empty() {
-        let pairs: Vec<String> = i.audit.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let _ = writeln!(s, "audit {}", pairs.join(" "));
-    }
-    s
-}
-
-/// `verified`: every generation's data was verified (`--verify`); else
-/// only headers and links were read, and the text says so.
-fn log_text(chains: &[wtxt::git::history::Chain], verified: bool) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::new();
-    for c in chains {
-        let bad = c.generations.iter().filter(|g| !g.problems.is_empty()).count();
-        let verdict = match (bad, verified) {
-            (0, true) => "chain OK, every generation's data verified".to_string(),
-            (0, false) => "headers and links OK; data not verified (`wtxt log --verify` proves it)".to_string(),
-            _ => format!("{bad} generation(s) FLAGGED"),
-        };
-        let _ = writeln!(s, "{}: {} generation(s), {verdict}", c.path, c.generations.len());
-        for g in &c.generations {
-            let link = if g.links.is_empty() {
-                "genesis".to_string()
-            } else if g.links.iter().any(|l| l.merkle_ok) {
-                "link ok".to_string()
-            } else {
-                "LINK BROKEN".to_string()
-            };
-            let data = match g.data {
-                DataCheck::Verified => "data verified",
-                DataCheck::NotVerified => "data not verified",
-                DataCheck::Failed => "data FAILED",
-            };
-            let sig = match g.signature {
-                SigStatus::Valid if g.data == DataCheck::Verified => "signed (valid)".to_string(),
-                SigStatus::Valid => "header signature valid".to_string(),
-                SigStatus::Invalid => "signature INVALID".to_string(),
-                SigStatus::Untrusted => {
-                    format!(
-                        "signature not checked (keyid {}; no trusted key for it)",
-                        g.keyid.as_deref().unwrap_or("?")
-                    )
-                }
-                SigStatus::Absent => "unsigned".to_string(),
-            };
-            let _ = writeln!(
-                s,
-                "{} gen {:06} {} build {} sha256_all {} {link}, {sig}; {data}  {}{}",
-                &g.commit[..10],
-                g.gen,
-                g.ts,
-                g.build,
-                g.sha256_all.as_deref().map_or("-", |h| &h[..16]),
-                g.summary,
-                if g.path != c.path { format!(" [{}]", g.path) } else { String::new() }
-            );
-            for p in &g.problems {
-                let _ = writeln!(s, "    ! {p}");
-            }
-        }
-    }
-    s
-}
-
 /// Git's external diff, which never fails (Git treats that as fatal).
 fn diff_driver(args: &[String]) -> String {
     let color = std::env::var_os("GIT_PAGER_IN_USE").is_none() && std::io::stdout().is_terminal();
     let here = std::env::current_dir().unwrap_or_default();
-    ops::diff_driver(args, &here, color)
+    render::driver_text(&ops::diff_driver(args, &here), color)
 }
