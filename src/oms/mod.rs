@@ -172,9 +172,10 @@ fn model_name(dir: &Path) -> String {
         .unwrap_or_else(|| "model".into())
 }
 
-/// Reads a signature file, bounded: `None` when there is none.
-fn read_signature(path: &Path) -> Result<Option<Vec<u8>>> {
-    crate::atomic::read_small_file(path, bundle::MAX_BUNDLE, crate::atomic::Links::Follow)
+/// Reads a signature file, bounded: `None` when there is none. `links`:
+/// follow a link only at a path the user named.
+fn read_signature(path: &Path, links: crate::atomic::Links) -> Result<Option<Vec<u8>>> {
+    crate::atomic::read_small_file(path, bundle::MAX_BUNDLE, links)
 }
 
 /// What an OMS check found.
@@ -202,9 +203,15 @@ impl Verdict {
 /// Checks the OMS signature of a snapshot whose data `wtxt verify` has
 /// proven: the bundle under `key`, every file of the snapshot listed with
 /// its SHA-256 (the head's as read, the parts' as the head records them),
-/// and any other listed file hashed and compared.
-pub fn check_snapshot(files: &SnapshotFiles, sig: &Path, key: &EcPublicKey) -> Result<Verdict> {
-    let Some(bytes) = read_signature(sig)? else { return Ok(Verdict::Absent) };
+/// and any other listed file hashed and compared. `sig` is the user's
+/// path (a link there is followed), or `None` for `model.sig` in the
+/// snapshot's folder (a link there is refused: the folder may be anyone's).
+pub fn check_snapshot(files: &SnapshotFiles, sig: Option<&Path>, key: &EcPublicKey) -> Result<Verdict> {
+    let (path, links) = match sig {
+        Some(p) => (p.to_path_buf(), crate::atomic::Links::Follow),
+        None => (signature_path(&files.head), crate::atomic::Links::Refuse),
+    };
+    let Some(bytes) = read_signature(&path, links)? else { return Ok(Verdict::Absent) };
     let m = match bundle::open(&bytes, key) {
         Ok(m) => m,
         Err(Refusal(why)) => return Ok(Verdict::Invalid(why)),
@@ -259,7 +266,7 @@ pub struct FolderCheck<'a> {
 /// does: an error of kind check (exit 1) says what differs; a signature
 /// that cannot be read at all is unusable input (exit 2).
 pub fn verify_folder(c: &FolderCheck) -> Result<Manifest> {
-    let bytes = read_signature(c.signature)?
+    let bytes = read_signature(c.signature, crate::atomic::Links::Follow)?
         .ok_or_else(|| Error::io(c.signature, std::io::Error::from(std::io::ErrorKind::NotFound)))?;
     let m = bundle::open(&bytes, c.key).map_err(|r| Error::check(Default::default(), r.0).in_file(c.signature))?;
     let root = std::fs::canonicalize(c.dir).map_err(|e| Error::io(c.dir, e))?;

@@ -64,11 +64,10 @@ pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<
     // A split snapshot's faulty parts are reported with the rest, first.
     let mut report = WtxtIn::open_lenient(path, o.unseal.as_ref())?.verify(&opts, progress)?;
     if let Some((key, sig)) = &o.oms {
-        let sig = sig.clone().unwrap_or_else(|| crate::oms::signature_path(path));
         // Files that do not match their head already failed above; the
         // signature is then reported invalid beside them.
         let verdict = match crate::oms::SnapshotFiles::read(path) {
-            Ok(files) => crate::oms::check_snapshot(&files, &sig, key)?,
+            Ok(files) => crate::oms::check_snapshot(&files, sig.as_deref(), key)?,
             Err(e) => crate::oms::Verdict::Invalid(e.to_string()),
         };
         report.oms = Some(verdict.as_str());
@@ -83,7 +82,7 @@ pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<
                 kind: ProblemKind::Oms,
                 line: 0,
                 message: format!("OMS signature: {why}"),
-                file: Some(sig.display().to_string()),
+                file: Some(sig.clone().unwrap_or_else(|| crate::oms::signature_path(path)).display().to_string()),
             });
         }
     }

@@ -327,3 +327,22 @@ fn convert_merge_recover_delta_apply_and_finalize_sign_what_they_write() {
     let r = run(&["finalize", p(&streaming), "-o", p(&t.path().join("s3.wsum")), "--oms-key", key]);
     assert_eq!(r.code, 2, "{}", r.stderr);
 }
+
+/// `model.sig` in a snapshot's folder is read only as a regular file: a
+/// link there (the folder may be a cloned repository's) is refused, while
+/// a path the user names with `--oms-sig` is theirs to point anywhere.
+#[test]
+fn a_linked_model_sig_is_not_followed() {
+    let t = tempfile::tempdir().unwrap();
+    let k = keys(t.path(), "prime256v1");
+    let head = signed_split(t.path(), &k.sec1);
+    let sig = sig_of(&head);
+    let elsewhere = t.path().join("real.sig");
+    std::fs::rename(&sig, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &sig).unwrap();
+    let r = run(&["verify", p(&head), "--oms-pubkey", p(&k.public)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("symbolic link"), "{}", r.stderr);
+    let r = run(&["verify", p(&head), "--oms-pubkey", p(&k.public), "--oms-sig", p(&elsewhere)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
