@@ -18,12 +18,7 @@ pub const MAX_FILES: usize = 1 << 20;
 /// paths is refused, as OMS refuses it when links are not allowed (wtxt
 /// never follows them).
 pub fn list(root: &Path, ignore: &[String]) -> Result<Vec<String>> {
-    let ignored = |rel: &str| {
-        ignore.iter().any(|i| {
-            let i = i.trim_end_matches('/');
-            rel == i || rel.strip_prefix(i).is_some_and(|rest| rest.starts_with('/'))
-        })
-    };
+    let ignored = |rel: &str| is_ignored(rel, ignore);
     let mut files = Vec::new();
     let mut stack = vec![String::new()];
     while let Some(dir) = stack.pop() {
@@ -59,6 +54,15 @@ pub fn list(root: &Path, ignore: &[String]) -> Result<Vec<String>> {
     }
     files.sort_by(|a, b| a.split('/').cmp(b.split('/')));
     Ok(files)
+}
+
+/// True when the relative path `rel` is one of `ignore` or lies below one
+/// (OMS compares path components, as `PurePath.is_relative_to`).
+pub fn is_ignored(rel: &str, ignore: &[String]) -> bool {
+    ignore.iter().any(|i| {
+        let i = i.trim_end_matches('/');
+        rel == i || rel.strip_prefix(i).is_some_and(|rest| rest.starts_with('/'))
+    })
 }
 
 /// Digests of the files `names` below `root`, on every core; each file is

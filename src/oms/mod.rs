@@ -218,19 +218,23 @@ pub fn check_snapshot(files: &SnapshotFiles, sig: Option<&Path>, key: &EcPublicK
     };
     let ours = files.resources()?;
     let dir = folder_of(&files.head);
+    // By name: a snapshot may have 100,000 parts, a bundle list 40,000 files.
+    let by_name: std::collections::HashMap<&str, &Resource> =
+        m.resources.iter().map(|r| (r.name.as_str(), r)).collect();
+    let our_names: HashSet<&str> = ours.iter().map(|r| r.name.as_str()).collect();
     let mut others = Vec::new();
     for r in &ours {
-        let Some(listed) = m.resources.iter().find(|l| l.name == r.name) else {
+        let Some(listed) = by_name.get(r.name.as_str()) else {
             return Ok(Verdict::Invalid(format!("{} is not listed in the signature", r.name)));
         };
         if m.hash_type == HashType::Sha256 && listed.digest != r.digest {
             return Ok(Verdict::Invalid(format!("{}: its SHA-256 is not the one signed", r.name)));
         }
         if m.hash_type != HashType::Sha256 {
-            others.push(listed.clone());
+            others.push((*listed).clone());
         }
     }
-    others.extend(m.resources.iter().filter(|l| !ours.iter().any(|r| r.name == l.name)).cloned());
+    others.extend(m.resources.iter().filter(|l| !our_names.contains(l.name.as_str())).cloned());
     Ok(compare_listed(dir, &others, m.hash_type)?.map_or(Verdict::Valid, Verdict::Invalid))
 }
 
@@ -281,7 +285,7 @@ pub fn verify_folder(c: &FolderCheck) -> Result<Manifest> {
         ignore.extend(GIT_PATHS.iter().map(|s| s.to_string()));
     }
     let found = if c.ignore_unsigned_files {
-        m.resources.iter().map(|r| r.name.clone()).filter(|n| !ignore.iter().any(|i| n == i)).collect()
+        m.resources.iter().map(|r| r.name.clone()).filter(|n| !folder::is_ignored(n, &ignore)).collect()
     } else {
         folder::list(c.dir, &ignore)?
     };

@@ -247,7 +247,7 @@ pub fn diff_driver(args: &[String], here: &Path) -> DriverView {
     use crate::git::diff::Names;
     use crate::git::parts::{classify, diff_heads, diff_parts, open_text, Blob};
     let [path, old, old_hex, _, new, new_hex, _] = args else {
-        return DriverView { path: String::new(), shown: Shown::Failed("the diff driver takes 7 arguments".into()) };
+        return DriverView { path: String::new(), shown: Shown::BadArguments(args.len()) };
     };
     let repo = git2::Repository::discover(here).ok();
     // Both sides' blobs from one reader: the older one is usually a delta
@@ -323,4 +323,6 @@ pub enum Shown {
     Diff(crate::git::diff::FileDiff),
     /// The diff could not be made, and why.
     Failed(String),
+    /// Git gave this many arguments, not 7 (there is no path to name).
+    BadArguments(usize),
 }

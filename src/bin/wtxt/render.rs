@@ -172,7 +172,7 @@ pub fn driver_text(v: &ops::DriverView, color: bool) -> String {
         ops::Shown::Added(i) => one("new file", i),
         ops::Shown::Deleted(i) => one("deleted file", i),
         ops::Shown::Diff(d) => format!("{head}{}", diff_text(d, &format!("a/{path}"), &format!("b/{path}"), color)),
-        ops::Shown::Failed(e) if path.is_empty() => format!("wtxt: {e}\n"),
+        ops::Shown::BadArguments(_) => "wtxt: the diff driver takes 7 arguments\n".to_string(),
         ops::Shown::Failed(e) => {
             format!("{head}wtxt diff: {e} (use git diff --no-ext-diff --no-textconv for the text)\n")
         }
