@@ -33,6 +33,10 @@ pub const MAX_NPY_HEADER: usize = 1 << 20;
 /// under 100,000.
 pub const MAX_ARRAYS: usize = 1 << 17;
 
+/// The most bytes of metadata arrays an outline decodes ahead of the
+/// strict reader (a converter's plan, the DCP reader's metadata).
+pub const MAX_METADATA: u64 = 64 << 20;
+
 /// Metadata arrays (`__names`, `__safetensors_header`, ...) a snapshot may
 /// hold beside [`MAX_ARRAYS`] tensors.
 pub const MAX_METADATA_ARRAYS: usize = 64;

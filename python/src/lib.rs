@@ -54,10 +54,7 @@ type Staged = (String, String, Vec<u64>, usize, usize);
 
 /// Copies a staged array's bytes (into a buffer of `spare` of the same
 /// length when there is one: its pages are already faulted in).
-fn copy_staged(
-    (name, dtype, shape, addr, len): Staged,
-    spare: &mut Vec<Vec<u8>>,
-) -> (String, String, Vec<u64>, ArrayData) {
+fn copy_staged((name, dtype, shape, addr, len): Staged, spare: &mut Vec<Vec<u8>>) -> Named {
     if len == 0 {
         // NumPy may give an empty array no address at all.
         return (name, dtype, shape, ArrayData::from(Vec::new()));
@@ -80,9 +77,13 @@ fn copy_staged(
 
 /// Writes `tensors` (staged NumPy arrays, copied once with the GIL
 /// released) as a canonical WTXT at `path`; names that are not WTXT names and `metadata`
-/// are kept for `load` (and `wtxt extract`). Returns `sha256_all` as hex.
+/// are kept for `load` (and `wtxt extract`), `objects` (a state dict's
+/// entries that are not tensors, as Python literals) in `__objects`.
+/// With `stage`, each staged "address" is instead an offset into that file,
+/// which is mapped, not copied (the distributed checkpoint writer's staged
+/// shards). Returns `sha256_all` as hex.
 #[pyfunction]
-#[pyo3(signature = (tensors, path, metadata=None, prev=None, sign_key=None, hmac_key=None, gen=None, ts=None, part_size=None, oms_key=None))]
+#[pyo3(signature = (tensors, path, metadata=None, prev=None, sign_key=None, hmac_key=None, gen=None, ts=None, part_size=None, oms_key=None, objects=None, stage=None))]
 #[allow(clippy::too_many_arguments)]
 fn save(
     py: Python<'_>,
@@ -96,11 +97,21 @@ fn save(
     ts: Option<String>,
     part_size: Option<String>,
     oms_key: Option<PathBuf>,
+    objects: Option<BTreeMap<String, String>>,
+    stage: Option<PathBuf>,
 ) -> PyResult<String> {
     py.allow_threads(|| {
         let part_size = parse_part_size(part_size)?.unwrap_or_default();
-        let mut no_spare = Vec::new();
-        let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut no_spare)), metadata)?;
+        let arrays = match stage {
+            None => {
+                let mut no_spare = Vec::new();
+                named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut no_spare)), metadata, objects)?
+            }
+            Some(stage) => {
+                let staged = staged_file(&stage, tensors)?;
+                named_arrays(staged.into_iter(), metadata, objects)?
+            }
+        };
         let opts = wtxt::ops::SnapshotOptions {
             meta: wtxt::ops::MetaFields { gen, ts, ..Default::default() },
             prev,
@@ -121,6 +132,39 @@ fn save(
     .map_err(raise)
 }
 
+/// An array before it has its WTXT name: (name, dtype, shape, bytes).
+type Named = (String, String, Vec<u64>, ArrayData);
+
+/// Staged arrays whose bytes are ranges of the file `stage`, mapped once.
+fn staged_file(stage: &std::path::Path, tensors: Vec<Staged>) -> Result<Vec<Named>, wtxt::Error> {
+    let f = std::fs::File::open(stage).map_err(|e| wtxt::Error::io(stage, e))?;
+    let len = f.metadata().map_err(|e| wtxt::Error::io(stage, e))?.len();
+    let map = if len == 0 {
+        None
+    } else {
+        // SAFETY: the stage file is this checkpoint's own, made by the
+        // writer under a fresh name, and no process writes it once the
+        // ranks' writes have finished, which is when it is saved.
+        Some(Arc::new(unsafe { memmap2::Mmap::map(&f) }.map_err(|e| wtxt::Error::io(stage, e))?))
+    };
+    tensors
+        .into_iter()
+        .map(|(name, dtype, shape, off, n)| {
+            if n == 0 {
+                return Ok((name, dtype, shape, ArrayData::from(Vec::new())));
+            }
+            let end = off.checked_add(n).filter(|&e| e as u64 <= len);
+            match (end, &map) {
+                (Some(end), Some(m)) => Ok((name, dtype, shape, ArrayData::from_map(m.clone()).slice(off..end))),
+                _ => Err(wtxt::Error::usage(format!(
+                    "tensor {name}: bytes {off}+{n} are past the end of {}",
+                    stage.display()
+                ))),
+            }
+        })
+        .collect()
+}
+
 /// `part_size=` as Python gives it (bytes, or `"45M"`, `"none"`), parsed once.
 fn parse_part_size(s: Option<String>) -> Result<Option<wtxt::wtxt::split::PartSize>, wtxt::Error> {
     s.map(|s| s.parse().map_err(|m| wtxt::Error::usage(format!("part_size: {m}")))).transpose()
@@ -129,8 +173,9 @@ fn parse_part_size(s: Option<String>) -> Result<Option<wtxt::wtxt::split::PartSi
 /// Arrays under WTXT names, sorted, with what gives the original names
 /// (and `metadata`) back; two tensors of one name are refused.
 fn named_arrays(
-    tensors: impl Iterator<Item = (String, String, Vec<u64>, ArrayData)>,
+    tensors: impl Iterator<Item = Named>,
     metadata: Option<BTreeMap<String, String>>,
+    objects: Option<BTreeMap<String, String>>,
 ) -> Result<Vec<Array>, wtxt::Error> {
     let mut arrays = Vec::new();
     for (name, dtype, shape, data) in tensors {
@@ -141,8 +186,17 @@ fn named_arrays(
     if let Some(d) = wtxt::model::first_duplicate(&arrays.iter().map(|a| a.name.clone()).collect::<Vec<_>>()) {
         return Err(wtxt::Error::usage(format!("two tensors are named {d:?}")));
     }
+    let objects = objects.filter(|o| !o.is_empty());
+    if let Some(o) = &objects {
+        if let Some(a) = arrays.iter().find(|a| o.contains_key(&a.name)) {
+            return Err(wtxt::Error::usage(format!("{:?} is both a tensor and another value", a.name)));
+        }
+    }
     let mut kept = OriginalNames { metadata, ..Default::default() };
     names::give_wtxt_names(&mut arrays, &mut kept)?;
+    if let Some(o) = &objects {
+        arrays.push(names::objects_array(o)?);
+    }
     wtxt::model::sort_arrays(&mut arrays)?;
     Ok(arrays)
 }
@@ -255,7 +309,7 @@ impl PySnapshotter {
             let _one = self.publishing.lock().unwrap_or_else(|e| e.into_inner());
             let gen = self.next_gen.load(std::sync::atomic::Ordering::SeqCst);
             let mut spare = reclaim(self.replaced.lock().unwrap_or_else(|e| e.into_inner()).take());
-            let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut spare)), metadata)?;
+            let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut spare)), metadata, None)?;
             let old = self.with_inner(|s| s.swap(std::sync::Arc::new(Generation { gen, arrays })))?;
             *self.replaced.lock().unwrap_or_else(|e| e.into_inner()) = Some(old);
             self.next_gen.store(gen + 1, std::sync::atomic::Ordering::SeqCst);
@@ -320,7 +374,11 @@ fn hex_of(b: &[u8]) -> String {
 /// left out), each as a flat NumPy `uint8` array over the bytes the
 /// decoder wrote (no copy: NumPy owns the Rust buffer), and the metadata
 /// kept with them.
-type LoadedTensors = (Vec<(String, String, Vec<u64>, Py<PyArray1<u8>>)>, Option<BTreeMap<String, String>>);
+type LoadedTensors = (
+    Vec<(String, String, Vec<u64>, Py<PyArray1<u8>>)>,
+    Option<BTreeMap<String, String>>,
+    Option<BTreeMap<String, String>>,
+);
 
 /// Reads and verifies `path` (every check; with `hmac_key` every array must
 /// authenticate; with `pubkey`/`trusted_keys` a signature must hold, and
@@ -337,7 +395,7 @@ fn load(
     require_signature: bool,
     metadata_only: bool,
 ) -> PyResult<LoadedTensors> {
-    let (arrays, kept) = py
+    let (arrays, kept, objects) = py
         .allow_threads(|| {
             let key = hmac(hmac_key)?;
             let trusted = trusted(pubkey, trusted_keys)?;
@@ -356,7 +414,8 @@ fn load(
                 .run(input.text(), input.len, &opts)
                 .map_err(|e| input.blame(e))?;
             let kept = OriginalNames::of(&loaded.arrays)?.unwrap_or_default();
-            Ok((loaded.arrays, kept))
+            let objects = names::objects_of(&loaded.arrays)?;
+            Ok((loaded.arrays, kept, objects))
         })
         .map_err(raise)?;
     // Each decoded buffer is handed to NumPy as it is: the heap holds the
@@ -373,8 +432,40 @@ fn load(
             (name, a.dtype.as_str().to_string(), a.shape, PyArray1::from_vec(py, bytes).unbind())
         })
         .collect();
-    Ok((tensors, kept.metadata.clone()))
+    Ok((tensors, kept.metadata.clone(), objects))
 }
+
+/// What a snapshot holds, from its `arr` lines and metadata arrays alone,
+/// nothing verified: (original name, dtype, shape) of every tensor, and
+/// `__objects`. `None` when the text does not outline cleanly (`load` then
+/// says why). For planning a load whose every byte is verified after.
+#[pyfunction]
+fn outline(py: Python<'_>, path: PathBuf) -> PyResult<Option<Outline>> {
+    py.allow_threads(|| {
+        let Some(all) =
+            wtxt::store::outline::outline(&path, &wtxt::model::is_metadata_name, wtxt::limits::MAX_METADATA)
+        else {
+            return Ok(None);
+        };
+        let (metas, tensors): (Vec<_>, Vec<_>) =
+            all.into_iter().partition(|o| wtxt::model::is_metadata_name(&o.arr.name));
+        let metas: Vec<Array> = metas
+            .into_iter()
+            .map(|o| Array::new(o.arr.name, o.arr.dtype, o.arr.shape, ArrayData::from(o.data.unwrap_or_default())))
+            .collect::<Result<_, _>>()?;
+        let kept = OriginalNames::of(&metas)?.unwrap_or_default();
+        let objects = names::objects_of(&metas)?;
+        let tensors = tensors
+            .into_iter()
+            .map(|o| (kept.original(&o.arr.name).to_string(), o.arr.dtype.as_str().to_string(), o.arr.shape))
+            .collect();
+        Ok(Some((tensors, objects)))
+    })
+    .map_err(raise)
+}
+
+/// [`outline`]'s answer.
+type Outline = (Vec<(String, String, Vec<u64>)>, Option<BTreeMap<String, String>>);
 
 /// `wtxt verify --json` of `path`: the report as JSON text.
 #[pyfunction]
@@ -414,6 +505,7 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(save, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
+    m.add_function(wrap_pyfunction!(outline, m)?)?;
     m.add_class::<PySnapshotter>()?;
     Ok(())
 }

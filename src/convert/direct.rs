@@ -48,10 +48,6 @@ pub enum Route {
 /// wants to report about its choice.
 pub type Chosen<T> = Result<(Vec<Array>, T)>;
 
-/// Metadata arrays (`__*`) are read whole before the weights; together
-/// they may hold at most this much.
-const MAX_METADATA: u64 = 64 << 20;
-
 /// Writes the arrays of the WTXT at `path` (verified under `opts`) to
 /// `out` as `to`, after `prepare` (the caller's selection and renaming; it
 /// must depend on names and metadata arrays only, and is run twice).
@@ -65,7 +61,9 @@ pub fn write_direct<T>(
     out: &Path,
     prepare: &dyn Fn(Vec<Array>) -> Chosen<T>,
 ) -> Result<Option<(T, Route)>> {
-    let Some(outlined) = outline(path, &crate::model::is_metadata_name, MAX_METADATA) else { return Ok(None) };
+    let Some(outlined) = outline(path, &crate::model::is_metadata_name, crate::limits::MAX_METADATA) else {
+        return Ok(None);
+    };
     if to.writes_in_memory() || !to.stores_tensors_verbatim() {
         // Sizes the format cannot take are refused now, from the declared
         // sizes, rather than after decoding and checking gigabytes (the

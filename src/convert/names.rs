@@ -84,6 +84,26 @@ impl OriginalNames {
     }
 }
 
+/// The metadata array of a state dict's entries that are not tensors (a
+/// training step, a learning rate, a scheduler's fields): UTF-8 JSON
+/// `{"<original name>": "<value as a Python literal>", ...}`, keys in byte
+/// order. `wtxt` only carries it; the Python package writes and reads the
+/// literals (FORMAT.md section 14).
+pub const OBJECTS: &str = "__objects";
+
+/// `objects` as the [`OBJECTS`] array.
+pub fn objects_array(objects: &BTreeMap<String, String>) -> Result<Array> {
+    crate::convert::meta_array(OBJECTS, &serde_json::to_value(objects).expect("a map of strings serializes"))
+}
+
+/// What the [`OBJECTS`] array among `arrays` holds, if there is one.
+pub fn objects_of(arrays: &[Array]) -> Result<Option<BTreeMap<String, String>>> {
+    let Some(v) = crate::convert::meta_json(arrays, OBJECTS)? else { return Ok(None) };
+    serde_json::from_value(v)
+        .map(Some)
+        .map_err(|e| Error::input(Default::default(), format!("{OBJECTS}: expected an object of strings: {e}")))
+}
+
 /// Splits `__names` off `arrays`: the tensors, and what it held.
 /// Two arrays may not end up under one original name (a `__names` that
 /// maps two arrays to one name, or one to another's): the containers that

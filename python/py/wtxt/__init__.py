@@ -145,14 +145,49 @@ def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: O
     return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key)
 
 
-def _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key) -> str:
+def _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key, objects=None,
+                stage=None) -> str:
     """Saves `_staged` items (the arrays stay alive in `items` while the Rust
-    side copies them): `save_file` and `wtxt.torch` share it."""
+    side copies them): `save_file`, `wtxt.torch` and its DCP writer share it.
+    `objects` maps names to `_literal` texts; with `stage`, each item's
+    address is an offset into that file."""
     p = lambda x: None if x is None else os.fspath(x)
     size = None if part_size is None else str(part_size)
     staged = [s for s, _ in items]
     return _call(_rust.save, staged, os.fspath(filename), metadata, p(prev), p(sign_key), p(hmac_key), gen, ts, size,
-                 p(oms_key))
+                 p(oms_key), objects or None, p(stage))
+
+
+# The Python values a state dict may hold beside tensors: what
+# `ast.literal_eval` reads back exactly.
+_LITERAL_TYPES = (int, float, str, bytes, bool, type(None))
+
+
+def _literal(name: str, value) -> str:
+    """`value` (a step, a learning rate, a list of betas, a scheduler's
+    fields) as the Python literal `__objects` keeps (FORMAT.md section 14);
+    anything that would not come back as the same value is refused."""
+    def plain(v) -> bool:
+        if type(v) in (list, tuple, set):
+            return all(plain(x) for x in v)
+        if type(v) is dict:
+            return all(plain(k) and plain(x) for k, x in v.items())
+        if type(v) is float:
+            return v == v and v not in (float("inf"), float("-inf"))  # repr of nan and inf is not a literal
+        return type(v) in _LITERAL_TYPES
+    if not plain(value):
+        raise Error(f"entry {name!r}: a {type(value).__name__} is neither a tensor nor a plain Python value "
+                    "(int, float but not nan or inf, str, bytes, bool, None, and lists, tuples, sets and dicts of them)")
+    return repr(value)
+
+
+def _from_literal(name: str, text: str):
+    """The value `_literal` kept as `text`."""
+    import ast
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
+        raise Error(f"__objects: entry {name!r} is not a Python literal ({type(e).__name__})") from None
 
 
 def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
@@ -173,14 +208,14 @@ def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: O
     `require_signature`). A failed check raises `VerifyError` with its line.
     """
     p = lambda x: None if x is None else os.fspath(x)
-    tensors, _ = _call(_rust.load, os.fspath(filename), p(hmac_key), p(pubkey), p(trusted_keys), require_signature)
+    tensors, _, _ = _call(_rust.load, os.fspath(filename), p(hmac_key), p(pubkey), p(trusted_keys), require_signature)
     return {name: _from_bytes(dtype, shape, data) for name, dtype, shape, data in tensors}
 
 
 def load_metadata(filename: PathLike) -> Dict[str, str]:
     """The safetensors-style metadata saved with `filename` (empty if none)."""
     # Every array is verified; only the metadata is kept.
-    _, metadata = _call(_rust.load, os.fspath(filename), metadata_only=True)
+    _, metadata, _ = _call(_rust.load, os.fspath(filename), metadata_only=True)
     return dict(metadata or {})
 
 

@@ -1,12 +1,12 @@
 import os
-from typing import Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 
 PathLike = Union[str, os.PathLike[str]]
 
 def save_state_dict(
-    state_dict: Mapping[str, torch.Tensor],
+    state_dict: Mapping[str, Any],
     filename: PathLike,
     metadata: Optional[Dict[str, str]] = ...,
     prev: Optional[PathLike] = ...,
@@ -23,4 +23,5 @@ def load_state_dict(
     hmac_key: Optional[PathLike] = ...,
     pubkey: Optional[PathLike] = ...,
     require_signature: bool = ...,
-) -> Dict[str, torch.Tensor]: ...
+    trusted_keys: Optional[PathLike] = ...,
+) -> Dict[str, Any]: ...

@@ -1,0 +1,135 @@
+"""PyTorch `state_dict`s as WTXT snapshots (importable when torch is).
+
+    import wtxt.torch
+    wtxt.torch.save_state_dict(model.state_dict(), "model.wtxt", metadata={"format": "pt"})
+    model.load_state_dict(wtxt.torch.load_state_dict("model.wtxt"))
+
+Tensors are moved to the CPU and saved under their own names; bfloat16 is
+kept as bf16 (no ml_dtypes needed), and comes back as torch.bfloat16. A
+nested state dict (`{"model": ..., "optim": ...}`) is flattened to dotted
+names as `torch.distributed.checkpoint` flattens it, and its entries that
+are not tensors (a step, a learning rate, a scheduler's fields) are kept as
+Python literals, so a training state saved here and one saved from many
+ranks through `wtxt.torch.dcp` are the same snapshot. For snapshots during
+training, `wtxt.Snapshotter.publish` takes CPU tensors directly (through
+DLPack).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Mapping, Optional, Union
+
+import torch
+
+from .. import _TO_NUMPY, Error, _call, _from_literal, _literal, _rust, _save_items, _staged, _staged_as
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+# WTXT dtypes of the torch dtypes a snapshot holds.
+_FROM_TORCH = {
+    torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+    torch.bool: "bool",
+}
+for _name, _wtxt in (("uint16", "u16"), ("uint32", "u32"), ("uint64", "u64")):
+    if hasattr(torch, _name):  # torch >= 2.3
+        _FROM_TORCH[getattr(torch, _name)] = _wtxt
+_TO_TORCH = {v: k for k, v in _FROM_TORCH.items()}
+
+
+def _wtxt_dtype(name: str, dtype: torch.dtype) -> str:
+    """The WTXT dtype of a tensor of `dtype`, or an error naming both."""
+    if dtype not in _FROM_TORCH:
+        raise Error(f"tensor {name!r}: dtype {dtype} has no WTXT equivalent (f64 f32 f16 bf16 i64 i32 i16 i8 u8 "
+                    "u16 u32 u64 bool)")
+    return _FROM_TORCH[dtype]
+
+
+def _bits(t: torch.Tensor):
+    """A CPU, C-contiguous tensor's bytes as NumPy sees them (bf16 as its
+    int16 bit patterns: NumPy has no bfloat16)."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy()
+    return t.numpy()
+
+
+def _item(name: str, t: torch.Tensor):
+    if not isinstance(t, torch.Tensor):
+        return _staged(name, t)
+    t = t.detach().to("cpu").contiguous()
+    if t.dtype == torch.bfloat16:
+        return _staged_as(name, "bf16", _bits(t))
+    return _staged(name, t.numpy())
+
+
+def _flat(state_dict: Mapping[str, Any]) -> Dict[str, Any]:
+    """`state_dict` with nested dicts (and lists holding tensors or dicts)
+    flattened to dotted names, exactly as `torch.distributed.checkpoint`
+    flattens a state dict before saving it."""
+    if not any(isinstance(v, (Mapping, list, tuple)) for v in state_dict.values()):
+        return dict(state_dict)
+    try:
+        from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+    except ImportError:  # a torch built without torch.distributed
+        raise Error("a nested state dict needs torch.distributed to be flattened; pass a flat dict") from None
+    flat, _ = flatten_state_dict(dict(state_dict))
+    return flat
+
+
+def save_state_dict(state_dict: Mapping[str, Any], filename: PathLike,
+                    metadata: Optional[Dict[str, str]] = None, prev: Optional[PathLike] = None,
+                    sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
+                    part_size: Optional[Union[int, str]] = None, gen: Optional[int] = None,
+                    ts: Optional[str] = None, oms_key: Optional[PathLike] = None) -> str:
+    """Writes `state_dict` as a WTXT (see `wtxt.save_file`); returns `sha256_all`.
+
+    Tensors become arrays; every other entry (int, float, str, bool, None,
+    and lists, tuples, sets and dicts of them) is kept as a Python literal
+    and comes back from `load_state_dict`. Nested dicts are flattened to
+    dotted names as `torch.distributed.checkpoint` does."""
+    if not isinstance(state_dict, Mapping):
+        raise Error(f"expected a state dict, found {type(state_dict).__name__}")
+    flat = _flat(state_dict)
+    items, objects = [], {}
+    for k, v in flat.items():
+        if isinstance(v, torch.Tensor):
+            _wtxt_dtype(k, v.dtype)
+            items.append(_item(k, v))
+        else:
+            objects[k] = _literal(k, v)
+    return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key, objects)
+
+
+def _tensor(name: str, dtype: str, shape, data) -> torch.Tensor:
+    """The tensor over `data`, the flat uint8 array the decoder filled (its
+    memory is used, no copy)."""
+    if dtype == "bf16":
+        t = torch.from_numpy(data.view("<i2")).view(torch.bfloat16)
+    else:
+        a = data.view(_TO_NUMPY[dtype])
+        try:
+            t = torch.from_numpy(a)
+        except TypeError as e:  # unsigned dtypes older torch lacks
+            raise Error(f"tensor {name!r}: {dtype} has no tensor type in this torch ({e})") from None
+    return t.reshape(shape)
+
+
+def _load(filename: PathLike, hmac_key, pubkey, trusted_keys, require_signature):
+    """Every tensor of `filename` (verified as `load_state_dict` does) and its
+    other entries: two dicts under the original names."""
+    p = lambda x: None if x is None else os.fspath(x)
+    tensors, _, objects = _call(_rust.load, os.fspath(filename), p(hmac_key), p(pubkey), p(trusted_keys),
+                                require_signature)
+    out = {name: _tensor(name, dtype, shape, data) for name, dtype, shape, data in tensors}
+    return out, {k: _from_literal(k, v) for k, v in (objects or {}).items()}
+
+
+def load_state_dict(filename: PathLike, device: Union[str, torch.device] = "cpu",
+                    hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
+                    require_signature: bool = False, trusted_keys: Optional[PathLike] = None) -> Dict[str, Any]:
+    """Reads and verifies `filename`: a flat `state_dict` under the original
+    names, tensors on `device` and the other entries as they were saved."""
+    tensors, objects = _load(filename, hmac_key, pubkey, trusted_keys, require_signature)
+    out: Dict[str, Any] = {k: t.to(device) for k, t in tensors.items()}
+    out.update(objects)
+    return out

@@ -1,0 +1,200 @@
+"""Rank bodies for test_dcp.py: each runs in its own process (spawned by
+`run`), joins a gloo process group on 127.0.0.1 and saves or loads through
+`torch.distributed.checkpoint` with the WTXT storage."""
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank: int, world: int, port: int, fn, args, errors) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        fn(rank, world, *args)
+        # No rank tears the group down while another still uses it.
+        dist.barrier()
+    except BaseException:  # noqa: BLE001 - reported to the test
+        errors.put((rank, traceback.format_exc()))
+        raise
+    dist.destroy_process_group()
+
+
+def run(world: int, fn, *args) -> None:
+    """Runs `fn(rank, world, *args)` on `world` processes; raises with every
+    rank's traceback if one failed."""
+    ctx = mp.get_context("spawn")
+    errors = ctx.SimpleQueue()
+    try:
+        mp.start_processes(_entry, args=(world, free_port(), fn, args, errors), nprocs=world, start_method="spawn")
+    except Exception as e:  # noqa: BLE001
+        found = []
+        while not errors.empty():
+            found.append(errors.get())
+        raise AssertionError("\n".join(f"rank {r}:\n{t}" for r, t in sorted(found)) or str(e)) from None
+
+
+def training_state(seed: int = 0):
+    """A full (unsharded) training state: uneven row counts, bf16, a
+    scalar, an empty tensor, and entries that are not tensors."""
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "model": {
+            "embed.weight": torch.randn(37, 24, generator=g),
+            "layers.0.weight": torch.randn(131, 5, generator=g).to(torch.bfloat16),
+            "layers.0.bias": torch.randn(131, generator=g, dtype=torch.float64),
+            "norm.scale": torch.randn(7, 3, 2, generator=g),
+            "count": torch.tensor(12, dtype=torch.int64),
+            "mask": torch.rand(9, 4, generator=g) > 0.5,
+            "empty": torch.zeros(0, 3),
+        },
+        "optim": {"step": 3, "lr": 0.001, "betas": (0.9, 0.999), "params": ["embed.weight", "norm.scale"],
+                  "fused": None},
+    }
+
+
+# Tensors that are sharded (dim given) on the ranks; the rest are replicated.
+SHARDED = {"embed.weight": 0, "layers.0.weight": 0, "layers.0.bias": 0, "norm.scale": 1, "mask": 0}
+
+
+def sharded_state(world: int, seed: int = 0):
+    """`training_state` as DTensors: `Shard(dim)` for the tensors in
+    SHARDED (uneven where the size does not divide), replicated otherwise."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (world,))
+    state = training_state(seed)
+    model = {}
+    for k, v in state["model"].items():
+        placement = Shard(SHARDED[k]) if k in SHARDED else Replicate()
+        model[k] = distribute_tensor(v, mesh, [placement]) if v.dim() > 0 else v
+    return {"model": model, "optim": state["optim"]}
+
+
+def save_sharded(rank: int, world: int, path: str, opts: dict, use_async: bool = False) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    from wtxt.torch.dcp import WtxtStorageWriter
+
+    writer = WtxtStorageWriter(path, **opts)
+    state = sharded_state(world)
+    if use_async:
+        dcp.async_save(state, storage_writer=writer).result()
+    else:
+        dcp.save(state, storage_writer=writer)
+
+
+def load_sharded(rank: int, world: int, path: str, opts: dict, out_dir: str) -> None:
+    """Loads into a zeroed sharded state of this world size; each rank
+    writes what it got back, gathered to full tensors, to `out_dir`."""
+    import torch.distributed.checkpoint as dcp
+
+    from wtxt.torch.dcp import WtxtStorageReader
+
+    state = sharded_state(world, seed=1)  # other values, same shapes
+    for v in state["model"].values():
+        v.zero_() if not hasattr(v, "full_tensor") else v.to_local().zero_()
+    state["optim"] = {k: None for k in state["optim"]}
+    try:
+        dcp.load(state, storage_reader=WtxtStorageReader(path, **opts))
+    finally:
+        full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in state["model"].items()}
+        torch.save({"model": full, "optim": state["optim"]}, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def fsdp_train_save(rank: int, world: int, path: str, ref: str, opts: dict) -> None:
+    """Trains a small FSDP2 model with AdamW for two steps on `world` ranks,
+    saves model and optimizer through DCP to `path`, and (rank 0) the same
+    state gathered whole with `wtxt.torch.save_state_dict` to `ref`."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    import wtxt.torch
+    from wtxt.torch.dcp import WtxtStorageWriter
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(13, 37), torch.nn.ReLU(), torch.nn.Linear(37, 5))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    optim = torch.optim.AdamW(model.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(rank)
+    for _ in range(2):
+        loss = model(torch.randn(8, 13, generator=g)).pow(2).mean()
+        loss.backward()
+        optim.step()
+        optim.zero_grad()
+    msd, osd = get_state_dict(model, optim)
+    dcp.save({"model": msd, "optim": osd}, storage_writer=WtxtStorageWriter(path, **opts))
+    fm, fo = get_state_dict(model, optim, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:
+        wtxt.torch.save_state_dict({"model": fm, "optim": fo}, ref, **opts)
+    dist.barrier()
+
+
+def fsdp_load(rank: int, world: int, path: str, out_dir: str) -> None:
+    """Builds the same FSDP2 model on `world` ranks, loads model and
+    optimizer from `path`, and writes the full state it holds to `out_dir`."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_state_dict)
+    from torch.distributed.fsdp import fully_shard
+
+    from wtxt.torch.dcp import WtxtStorageReader
+
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(13, 37), torch.nn.ReLU(), torch.nn.Linear(37, 5))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    optim = torch.optim.AdamW(model.parameters(), lr=0.5)
+    # One step so that the optimizer has state to load into.
+    model(torch.randn(2, 13)).sum().backward()
+    optim.step()
+    optim.zero_grad()
+    msd, osd = get_state_dict(model, optim)
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, storage_reader=WtxtStorageReader(path))
+    set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    fm, fo = get_state_dict(model, optim, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:
+        torch.save({"model": fm, "optim": fo}, os.path.join(out_dir, "loaded.pt"))
+    dist.barrier()
+
+
+def save_bad_dtype(rank: int, world: int, path: str) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    from wtxt.torch.dcp import WtxtStorageWriter
+
+    state = {"w": torch.zeros(4, 2), "z": torch.zeros(3, dtype=torch.complex64)}
+    dcp.save(state, storage_writer=WtxtStorageWriter(path))
+
+
+def save_dying_rank(rank: int, world: int, path: str) -> None:
+    """A save in which rank 1 fails while the others write."""
+    import torch.distributed.checkpoint as dcp
+
+    from wtxt.torch.dcp import WtxtStorageWriter
+
+    class Dying(WtxtStorageWriter):
+        def write_data(self, plan, planner):
+            if rank == 1:
+                raise RuntimeError("rank 1 stops")
+            return super().write_data(plan, planner)
+
+    dcp.save(sharded_state(world), storage_writer=Dying(path))

@@ -1,0 +1,177 @@
+"""`wtxt.torch.dcp` with real `torch.distributed` (gloo on 127.0.0.1, CPU,
+1 to 3 processes): one snapshot whatever the world size, byte for byte what
+`wtxt.torch.save_state_dict` writes for the full state; loads that reshard;
+and nothing loaded, nothing left behind, when something is wrong."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch.distributed.checkpoint")
+
+import dcp_workers as w  # noqa: E402
+
+import wtxt  # noqa: E402
+import wtxt.torch as wt  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+KEYS = ROOT / "fixtures" / "wtxt" / "keys"
+CLI = os.environ.get("WTXT_BIN") or str(ROOT / "target" / "debug" / "wtxt")
+# A small part size, so that these states are split snapshots.
+OPTS = {"ts": "2026-01-01T00:00:00Z", "part_size": "8K"}
+
+
+def files(head: pathlib.Path):
+    """The snapshot's files (head, then parts) as {name: bytes}."""
+    out = {head.name: head.read_bytes()}
+    parts = head.parent / (head.name + ".parts")
+    for p in sorted(parts.iterdir()) if parts.is_dir() else []:
+        out[p.name] = p.read_bytes()
+    return out
+
+
+def leftovers(folder: pathlib.Path):
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".stage") or p.name.endswith(".tmp"))
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_one_snapshot_whatever_the_world_size(tmp_path, world):
+    opts = dict(OPTS, sign_key=str(KEYS / "sign.pem"), hmac_key=str(KEYS / "hmac.hex"), metadata={"run": "a"})
+    ref = tmp_path / "ref" / "model.wtxt"
+    ref.parent.mkdir()
+    wt.save_state_dict(w.training_state(), ref, **opts)
+    out = tmp_path / "dcp" / "model.wtxt"
+    w.run(world, w.save_sharded, str(out), opts)
+    got, want = files(out), files(ref)
+    assert len(want) > 2  # a head and several parts
+    assert got == want
+    assert leftovers(out.parent) == []
+    r = subprocess.run([CLI, "verify", out, "--hmac-key", KEYS / "hmac.hex", "--pubkey", KEYS / "sign.pem.pub",
+                        "--require-signature"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def _check_loaded(out_dir: pathlib.Path, world: int):
+    full = w.training_state()
+    for rank in range(world):
+        got = torch.load(out_dir / f"rank{rank}.pt", weights_only=False)
+        assert got["optim"] == full["optim"]
+        assert type(got["optim"]["betas"]) is tuple
+        for k, v in full["model"].items():
+            assert got["model"][k].dtype == v.dtype and torch.equal(got["model"][k], v), k
+
+
+def test_saved_on_two_ranks_loads_on_three_and_on_one(tmp_path):
+    snap = tmp_path / "model.wtxt"
+    w.run(2, w.save_sharded, str(snap), OPTS)
+    for world in (3, 1):
+        out = tmp_path / f"load{world}"
+        out.mkdir()
+        w.run(world, w.load_sharded, str(snap), {}, str(out))
+        _check_loaded(out, world)
+
+
+def test_fsdp2_with_adamw_saved_on_two_ranks_loads_on_three(tmp_path):
+    snap, ref = tmp_path / "dcp" / "model.wtxt", tmp_path / "ref" / "model.wtxt"
+    ref.parent.mkdir()
+    w.run(2, w.fsdp_train_save, str(snap), str(ref), OPTS)
+    assert files(snap) == files(ref)
+    names = wt.load_state_dict(snap)
+    assert "optim.state.0.weight.exp_avg" in names and names["optim.param_groups.0.lr"] == 0.01, sorted(names)
+    w.run(3, w.fsdp_load, str(snap), str(tmp_path))
+    loaded = torch.load(tmp_path / "loaded.pt", weights_only=False)
+    flat = wt._flat(loaded)
+    for k, v in names.items():
+        if isinstance(v, torch.Tensor):
+            assert torch.equal(flat[k], v), k
+        else:
+            assert flat[k] == v, k
+
+
+def test_async_save_writes_the_same_snapshot(tmp_path):
+    ref = tmp_path / "ref" / "model.wtxt"
+    ref.parent.mkdir()
+    wt.save_state_dict(w.training_state(), ref, **OPTS)
+    snap = tmp_path / "dcp" / "model.wtxt"
+    w.run(2, w.save_sharded, str(snap), OPTS, True)
+    assert files(snap) == files(ref)
+
+
+def test_a_chain_of_generations_from_ranks(tmp_path):
+    g1, g2 = tmp_path / "g1" / "model.wtxt", tmp_path / "g2" / "model.wtxt"
+    w.run(2, w.save_sharded, str(g1), OPTS)
+    opts = dict(OPTS, prev=str(g1), sign_key=str(KEYS / "sign.pem"))
+    w.run(3, w.save_sharded, str(g2), opts)
+    ref = tmp_path / "ref" / "model.wtxt"
+    ref.parent.mkdir()
+    wt.save_state_dict(w.training_state(), ref, **opts)
+    assert files(g2) == files(ref)
+    r = wtxt.verify(g2, prev=g1, pubkey=KEYS / "sign.pem.pub", require_signature=True)
+    assert r.ok and r.gen == 1 and r.signature == "valid", r.errors
+
+
+def test_a_damaged_part_fails_the_load_and_loads_nothing(tmp_path):
+    snap = tmp_path / "model.wtxt"
+    w.run(2, w.save_sharded, str(snap), OPTS)
+    part = sorted((tmp_path / "model.wtxt.parts").iterdir())[1]
+    b = bytearray(part.read_bytes())
+    at = b.index(b"endch") - 10
+    b[at] = ord("A") if b[at] != ord("A") else ord("B")
+    part.write_bytes(bytes(b))
+    out = tmp_path / "load"
+    out.mkdir()
+    with pytest.raises(AssertionError) as e:
+        w.run(2, w.load_sharded, str(snap), {}, str(out))
+    assert part.name in str(e.value) and "line" in str(e.value)
+    for rank in range(2):
+        got = torch.load(out / f"rank{rank}.pt", weights_only=False)
+        assert all(not v.any() for v in got["model"].values())  # still the zeros it started with
+
+
+def test_trust_options_are_enforced_on_load(tmp_path):
+    snap = tmp_path / "model.wtxt"
+    w.run(2, w.save_sharded, str(snap), OPTS)  # unsigned
+    out = tmp_path / "load"
+    out.mkdir()
+    with pytest.raises(AssertionError, match="signature"):
+        w.run(2, w.load_sharded, str(snap), {"pubkey": str(KEYS / "sign.pem.pub"), "require_signature": True},
+              str(out))
+
+
+def test_a_failed_save_leaves_nothing_and_the_next_one_succeeds(tmp_path):
+    snap = tmp_path / "model.wtxt"
+    with pytest.raises(AssertionError, match="complex64"):
+        w.run(2, w.save_bad_dtype, str(snap))
+    assert not snap.exists() and leftovers(tmp_path) == []
+    with pytest.raises(AssertionError, match="rank 1 stops"):
+        w.run(2, w.save_dying_rank, str(snap))
+    assert not snap.exists()
+    w.run(2, w.save_sharded, str(snap), OPTS)
+    assert wtxt.verify(snap).ok and leftovers(tmp_path) == []
+
+
+def test_the_reader_refuses_what_is_not_a_snapshot(tmp_path):
+    from wtxt.torch.dcp import WtxtStorageReader, WtxtStorageWriter
+
+    other = tmp_path / "model.wtxt"
+    other.write_text("not a snapshot\n")
+    assert not WtxtStorageReader.validate_checkpoint_id(other)
+    assert not WtxtStorageReader.validate_checkpoint_id(tmp_path)
+    assert WtxtStorageWriter.validate_checkpoint_id(tmp_path / "x.wtxt")
+    with pytest.raises(wtxt.Error, match="WTXT"):
+        WtxtStorageReader(other).read_metadata()
+
+
+def test_state_dicts_with_other_values_round_trip_in_one_process(tmp_path):
+    f = tmp_path / "m.wtxt"
+    state = w.training_state()
+    wt.save_state_dict(state, f)
+    back = wt.load_state_dict(f)
+    assert back["optim.betas"] == (0.9, 0.999) and back["optim.fused"] is None and back["optim.step"] == 3
+    assert torch.equal(back["model.layers.0.weight"], state["model"]["layers.0.weight"])
+    with pytest.raises(wtxt.Error, match="'bad'.*object"):
+        wt.save_state_dict({"bad": object()}, tmp_path / "x.wtxt")
+    with pytest.raises(wtxt.Error, match="nan"):
+        wt.save_state_dict({"x": float("nan")}, tmp_path / "x.wtxt")
