@@ -101,6 +101,16 @@ impl AtomicFile {
         Ok(AtomicFile { stage: Some(Stage::Rename(tmp)), dest: dest.to_path_buf(), mode })
     }
 
+    /// A file written in full elsewhere (at `waiting`, in `dest`'s file
+    /// system: another process wrote it), to be put at `dest` by
+    /// [`AtomicFile::commit`] like a parked one; dropped uncommitted, it is
+    /// removed.
+    pub fn adopt(dest: &Path, waiting: PathBuf) -> Result<AtomicFile> {
+        let tmp = tempfile::TempPath::try_from_path(&waiting).map_err(|e| Error::io(&waiting, e))?;
+        live().push(tmp.to_path_buf());
+        Ok(AtomicFile { stage: Some(Stage::Parked(tmp)), dest: dest.to_path_buf(), mode: 0o644 })
+    }
+
     /// The file to write to.
     pub fn file(&mut self) -> &mut File {
         match self.stage.as_mut().expect("not committed") {

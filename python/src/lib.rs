@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+mod dist;
+
 use numpy::PyArray1;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -79,11 +81,9 @@ fn copy_staged((name, dtype, shape, addr, len): Staged, spare: &mut Vec<Vec<u8>>
 /// released) as a canonical WTXT at `path`; names that are not WTXT names and `metadata`
 /// are kept for `load` (and `wtxt extract`), `objects` (a state dict's
 /// entries that are not tensors, as Python literals) in `__objects`.
-/// With `stage`, each staged "address" is instead an offset into that file,
-/// which is mapped, not copied (the distributed checkpoint writer's staged
-/// shards). Returns `sha256_all` as hex.
+/// Returns `sha256_all` as hex.
 #[pyfunction]
-#[pyo3(signature = (tensors, path, metadata=None, prev=None, sign_key=None, hmac_key=None, gen=None, ts=None, part_size=None, oms_key=None, objects=None, stage=None))]
+#[pyo3(signature = (tensors, path, metadata=None, prev=None, sign_key=None, hmac_key=None, gen=None, ts=None, part_size=None, oms_key=None, objects=None))]
 #[allow(clippy::too_many_arguments)]
 fn save(
     py: Python<'_>,
@@ -98,20 +98,11 @@ fn save(
     part_size: Option<String>,
     oms_key: Option<PathBuf>,
     objects: Option<BTreeMap<String, String>>,
-    stage: Option<PathBuf>,
 ) -> PyResult<String> {
     py.allow_threads(|| {
         let part_size = parse_part_size(part_size)?.unwrap_or_default();
-        let arrays = match stage {
-            None => {
-                let mut no_spare = Vec::new();
-                named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut no_spare)), metadata, objects)?
-            }
-            Some(stage) => {
-                let staged = staged_file(&stage, tensors)?;
-                named_arrays(staged.into_iter(), metadata, objects)?
-            }
-        };
+        let mut no_spare = Vec::new();
+        let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut no_spare)), metadata, objects)?;
         let opts = wtxt::ops::SnapshotOptions {
             meta: wtxt::ops::MetaFields { gen, ts, ..Default::default() },
             prev,
@@ -135,7 +126,8 @@ fn save(
 /// An array before it has its WTXT name: (name, dtype, shape, bytes).
 type Named = (String, String, Vec<u64>, ArrayData);
 
-/// Staged arrays whose bytes are ranges of the file `stage`, mapped once.
+/// Staged arrays whose bytes are ranges of the file `stage`, mapped once
+/// (the distributed checkpoint writer's shards, put there by every rank).
 fn staged_file(stage: &std::path::Path, tensors: Vec<Staged>) -> Result<Vec<Named>, wtxt::Error> {
     let f = std::fs::File::open(stage).map_err(|e| wtxt::Error::io(stage, e))?;
     let len = f.metadata().map_err(|e| wtxt::Error::io(stage, e))?.len();
@@ -506,6 +498,8 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(outline, m)?)?;
+    m.add_function(wrap_pyfunction!(dist::snapshot_meta, m)?)?;
+    m.add_class::<dist::PyDistWriter>()?;
     m.add_class::<PySnapshotter>()?;
     Ok(())
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import traceback
 
 import torch
@@ -29,6 +30,12 @@ def _entry(rank: int, world: int, port: int, fn, args, errors) -> None:
         errors.put((rank, traceback.format_exc()))
         raise
     dist.destroy_process_group()
+    # Done and reported: leave without the interpreter's teardown, where
+    # gloo's threads now and then abort ("terminate called without an
+    # active exception") after the work has finished.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run(world: int, fn, *args) -> None:
@@ -46,14 +53,15 @@ def run(world: int, fn, *args) -> None:
 
 
 def training_state(seed: int = 0):
-    """A full (unsharded) training state: uneven row counts, bf16, a
-    scalar, an empty tensor, and entries that are not tensors."""
+    """A full (unsharded) training state: arrays of several chunks whose
+    shards end inside a chunk, uneven row counts, bf16, a scalar, an empty
+    tensor, and entries that are not tensors."""
     g = torch.Generator().manual_seed(seed)
     return {
         "model": {
-            "embed.weight": torch.randn(37, 24, generator=g),
+            "embed.weight": torch.randn(301, 24, generator=g),
             "layers.0.weight": torch.randn(131, 5, generator=g).to(torch.bfloat16),
-            "layers.0.bias": torch.randn(131, generator=g, dtype=torch.float64),
+            "layers.0.bias": torch.randn(9001, generator=g, dtype=torch.float64),
             "norm.scale": torch.randn(7, 3, 2, generator=g),
             "count": torch.tensor(12, dtype=torch.int64),
             "mask": torch.rand(9, 4, generator=g) > 0.5,
@@ -185,16 +193,17 @@ def save_bad_dtype(rank: int, world: int, path: str) -> None:
     dcp.save(state, storage_writer=WtxtStorageWriter(path))
 
 
-def save_dying_rank(rank: int, world: int, path: str) -> None:
-    """A save in which rank 1 fails while the others write."""
+def save_failing_rank(rank: int, world: int, path: str, how: str) -> None:
+    """A save in which rank 1's writes fail while the others write: its
+    disk is full (`how="error"`), or the process dies (`how="exit"`)."""
     import torch.distributed.checkpoint as dcp
 
-    from wtxt.torch.dcp import WtxtStorageWriter
+    import wtxt.torch.dcp as wdcp
 
-    class Dying(WtxtStorageWriter):
-        def write_data(self, plan, planner):
-            if rank == 1:
-                raise RuntimeError("rank 1 stops")
-            return super().write_data(plan, planner)
-
-    dcp.save(sharded_state(world), storage_writer=Dying(path))
+    if rank == 1:
+        def fail(*args):
+            if how == "exit":
+                os._exit(3)
+            raise OSError(28, "No space left on device")
+        wdcp._write_shard = fail
+    dcp.save(sharded_state(world), storage_writer=wdcp.WtxtStorageWriter(path))

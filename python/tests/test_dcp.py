@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 KEYS = ROOT / "fixtures" / "wtxt" / "keys"
 CLI = os.environ.get("WTXT_BIN") or str(ROOT / "target" / "debug" / "wtxt")
 # A small part size, so that these states are split snapshots.
-OPTS = {"ts": "2026-01-01T00:00:00Z", "part_size": "8K"}
+OPTS = {"ts": "2026-01-01T00:00:00Z", "part_size": "64K"}
 
 
 def files(head: pathlib.Path):
@@ -145,8 +145,12 @@ def test_a_failed_save_leaves_nothing_and_the_next_one_succeeds(tmp_path):
     with pytest.raises(AssertionError, match="complex64"):
         w.run(2, w.save_bad_dtype, str(snap))
     assert not snap.exists() and leftovers(tmp_path) == []
-    with pytest.raises(AssertionError, match="rank 1 stops"):
-        w.run(2, w.save_dying_rank, str(snap))
+    # Every rank hears of a rank's failure and raises; none waits forever.
+    with pytest.raises(AssertionError, match="(?s)rank 0:.*rank 1 failed.*No space left.*rank 1:"):
+        w.run(2, w.save_failing_rank, str(snap), "error")
+    assert not snap.exists()
+    with pytest.raises(AssertionError, match="exit code 3"):
+        w.run(2, w.save_failing_rank, str(snap), "exit")
     assert not snap.exists()
     w.run(2, w.save_sharded, str(snap), OPTS)
     assert wtxt.verify(snap).ok and leftovers(tmp_path) == []
@@ -162,6 +166,20 @@ def test_the_reader_refuses_what_is_not_a_snapshot(tmp_path):
     assert WtxtStorageWriter.validate_checkpoint_id(tmp_path / "x.wtxt")
     with pytest.raises(wtxt.Error, match="WTXT"):
         WtxtStorageReader(other).read_metadata()
+
+
+def test_chunks_go_to_the_rank_holding_most_of_them():
+    from wtxt.torch.dcp import _owners, _Region, _runs
+
+    # 301 rows of 96 bytes in chunks of 128 rows, rows 0..150 on rank 0.
+    region = _Region(0, 301 * 96, "f32", (301, 24))
+    chunks = [(0, 128 * 96), (128 * 96, 128 * 96), (256 * 96, 45 * 96)]
+    shards = [(0, (0, 0), (151, 24)), (1, (151, 0), (150, 24))]
+    assert _runs(_owners(region, shards, chunks)) == [(0, 0, 1), (1, 1, 3)]
+    # Sharded along columns, every chunk is half on each: long runs all the same.
+    cols = [(0, (0, 0), (301, 12)), (1, (0, 12), (301, 12))]
+    assert _runs(_owners(region, cols, chunks)) == [(0, 0, 2), (1, 2, 3)]
+    assert _owners(None, [], [(0, 10)]) == [0]
 
 
 def test_state_dicts_with_other_values_round_trip_in_one_process(tmp_path):

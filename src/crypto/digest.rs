@@ -178,6 +178,95 @@ impl<R: Read> Read for Fingerprint<R> {
     }
 }
 
+/// XOR of a fragment of the concatenation `fastxor` runs over, starting
+/// `offset` bytes into it: fragments computed apart (on other processes)
+/// XOR together to the whole's value.
+pub fn fastxor_at(offset: u64, data: &[u8]) -> u64 {
+    xor_words(data).rotate_left((offset % 8) as u32 * 8)
+}
+
+/// SHA-256 whose state can be handed to another process between any two
+/// bytes: a distributed writer hashes a stream whose pieces lie on
+/// different ranks, each continuing where the previous one stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sha256State {
+    h: [u32; 8],
+    /// Bytes absorbed so far; the last `len % 64` wait in `buf`.
+    len: u64,
+    buf: [u8; 64],
+}
+
+impl Default for Sha256State {
+    fn default() -> Sha256State {
+        const IV: [u32; 8] =
+            [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
+        Sha256State { h: IV, len: 0, buf: [0; 64] }
+    }
+}
+
+impl Sha256State {
+    /// Bytes of [`Sha256State::to_bytes`].
+    pub const BYTES: usize = 32 + 8 + 64;
+
+    /// Absorbs `data`.
+    pub fn update(&mut self, mut data: &[u8]) {
+        let have = (self.len % 64) as usize;
+        self.len += data.len() as u64;
+        if have > 0 {
+            let n = data.len().min(64 - have);
+            self.buf[have..have + n].copy_from_slice(&data[..n]);
+            data = &data[n..];
+            if have + n < 64 {
+                return;
+            }
+            sha2::block_api::compress256(&mut self.h, &[self.buf]);
+        }
+        let (blocks, rest) = data.as_chunks::<64>();
+        sha2::block_api::compress256(&mut self.h, blocks);
+        self.buf[..rest.len()].copy_from_slice(rest);
+    }
+
+    /// The digest of everything absorbed.
+    pub fn finalize(mut self) -> Hash {
+        let bits = self.len.wrapping_mul(8);
+        let have = (self.len % 64) as usize;
+        let pad = if have < 56 { 56 - have } else { 120 - have };
+        let mut tail = vec![0u8; pad + 8];
+        tail[0] = 0x80;
+        tail[pad..].copy_from_slice(&bits.to_be_bytes());
+        self.update(&tail);
+        let mut out = [0u8; 32];
+        for (o, w) in out.chunks_exact_mut(4).zip(self.h) {
+            o.copy_from_slice(&w.to_be_bytes());
+        }
+        out
+    }
+
+    /// The state as bytes, for another process's [`Sha256State::from_bytes`].
+    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
+        let mut out = [0u8; Self::BYTES];
+        for (o, w) in out[..32].chunks_exact_mut(4).zip(self.h) {
+            o.copy_from_slice(&w.to_le_bytes());
+        }
+        out[32..40].copy_from_slice(&self.len.to_le_bytes());
+        out[40..].copy_from_slice(&self.buf);
+        out
+    }
+
+    /// A state from [`Sha256State::to_bytes`]; `None` unless `b` is one.
+    pub fn from_bytes(b: &[u8]) -> Option<Sha256State> {
+        if b.len() != Self::BYTES {
+            return None;
+        }
+        let mut h = [0u32; 8];
+        for (w, c) in h.iter_mut().zip(b[..32].chunks_exact(4)) {
+            *w = u32::from_le_bytes(c.try_into().ok()?);
+        }
+        let len = u64::from_le_bytes(b[32..40].try_into().ok()?);
+        Some(Sha256State { h, len, buf: b[40..].try_into().ok()? })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,5 +299,28 @@ mod tests {
     fn keyid_is_sha256_prefix() {
         let k = [7u8; 32];
         assert_eq!(keyid(&k)[..], sha256(&k)[..8]);
+    }
+
+    #[test]
+    fn a_sha256_handed_on_at_any_byte_gives_the_one_pass_digest() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
+        for cut in [0, 1, 55, 56, 63, 64, 65, 127, 500, 999, 1000] {
+            let mut a = Sha256State::default();
+            a.update(&data[..cut]);
+            let mut b = Sha256State::from_bytes(&a.to_bytes()).expect("round trip");
+            b.update(&data[cut..]);
+            assert_eq!(b.finalize(), sha256(&data), "cut at {cut}");
+        }
+        assert_eq!(Sha256State::default().finalize(), sha256(b""));
+        assert!(Sha256State::from_bytes(&[0; 10]).is_none());
+    }
+
+    #[test]
+    fn fastxor_of_fragments_is_fastxor_of_the_whole() {
+        let data: Vec<u8> = (0..301u32).map(|i| (i * 13 + 1) as u8).collect();
+        let mut whole = FastXor::default();
+        whole.update(&data);
+        let parts = fastxor_at(0, &data[..17]) ^ fastxor_at(17, &data[17..200]) ^ fastxor_at(200, &data[200..]);
+        assert_eq!(parts, whole.value());
     }
 }

@@ -61,6 +61,37 @@ impl HmacKey {
         m
     }
 
+    /// `start` as a [`crate::crypto::digest::Sha256State`] (the inner
+    /// hash after the padded key and `salt`), for a tag whose bytes are
+    /// hashed on several processes in turn; [`HmacKey::finish_resumable`]
+    /// gives the tag.
+    pub fn resumable(&self, salt: &[u8; 8]) -> crate::crypto::digest::Sha256State {
+        let mut inner = crate::crypto::digest::Sha256State::default();
+        inner.update(&self.padded(0x36));
+        inner.update(salt);
+        inner
+    }
+
+    /// The tag of the bytes `inner` (from [`HmacKey::resumable`]) absorbed.
+    pub fn finish_resumable(&self, inner: crate::crypto::digest::Sha256State) -> [u8; 32] {
+        let mut outer = crate::crypto::digest::Sha256State::default();
+        outer.update(&self.padded(0x5c));
+        outer.update(&inner.finalize());
+        outer.finalize()
+    }
+
+    /// The key as HMAC pads it (RFC 2104: hashed when longer than a block),
+    /// XORed with `pad`.
+    fn padded(&self, pad: u8) -> [u8; 64] {
+        let mut k = [0u8; 64];
+        if self.0.len() > 64 {
+            k[..32].copy_from_slice(&crate::crypto::digest::sha256(&self.0));
+        } else {
+            k[..self.0.len()].copy_from_slice(&self.0);
+        }
+        k.map(|b| b ^ pad)
+    }
+
     /// HMAC-SHA256(key, salt || raw).
     pub fn compute(&self, salt: &[u8; 8], raw: &[u8]) -> [u8; 32] {
         let mut m = self.start(salt);
@@ -102,5 +133,17 @@ mod tests {
         m.update(b"hello ");
         m.update(b"world");
         assert!(verify_tag(m, &k.compute(&salt, b"hello world")));
+    }
+
+    #[test]
+    fn a_resumable_tag_is_the_hmac() {
+        for len in [32usize, 64, 65, 100] {
+            let key = HmacKey((0..len as u8).collect());
+            let raw: Vec<u8> = (0..777u32).map(|i| i as u8).collect();
+            let mut inner = key.resumable(&[7; 8]);
+            inner.update(&raw[..300]);
+            inner.update(&raw[300..]);
+            assert_eq!(key.finish_resumable(inner), key.compute(&[7; 8], &raw), "key of {len} bytes");
+        }
     }
 }

@@ -55,17 +55,7 @@ pub fn snapshot(
 
 /// Writes `arrays` (sorted, unique) as `snapshot` would, with its options.
 pub fn snapshot_arrays(arrays: &[Array], out: &Path, o: &SnapshotOptions, progress: &Progress) -> Result<Written> {
-    let (gen, merkle_prev) = match (&o.prev, o.meta.gen) {
-        (Some(_), Some(_)) => return Err(Error::usage("give --gen or --prev, not both")),
-        (Some(p), None) => chain_from(p, &o.keys.trust())?,
-        (None, g) => (g.unwrap_or(0), [0; 32]),
-    };
-    let meta = Meta::new(gen, o.meta.ts.as_deref())?.with_tokens(
-        o.meta.schema.as_deref(),
-        o.meta.build.as_deref(),
-        o.meta.host.as_deref(),
-        o.meta.cuda.as_deref(),
-    )?;
+    let (meta, merkle_prev) = snapshot_meta(o)?;
     let audit = o.audit.as_deref().map(parse_audit).transpose()?;
     let rows = o.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK);
     if rows == 0 {
@@ -82,6 +72,25 @@ pub fn snapshot_arrays(arrays: &[Array], out: &Path, o: &SnapshotOptions, progre
     let written = write_wtxt(arrays, &opts, out, o.output.part_size, o.wsum.as_deref(), progress)?;
     oms_sign_written(out, o.output.oms_key.as_ref())?;
     Ok(written)
+}
+
+/// The `meta` line and `merkle_prev` of a new snapshot under `o`: from
+/// the previous generation (verified as `--prev` is), or `--gen`; `ts`
+/// resolved (the option, `SOURCE_DATE_EPOCH`, or the clock). A writer on
+/// many processes resolves them once and gives every process the result.
+pub fn snapshot_meta(o: &SnapshotOptions) -> Result<(Meta, Hash)> {
+    let (gen, merkle_prev) = match (&o.prev, o.meta.gen) {
+        (Some(_), Some(_)) => return Err(Error::usage("give --gen or --prev, not both")),
+        (Some(p), None) => chain_from(p, &o.keys.trust())?,
+        (None, g) => (g.unwrap_or(0), [0; 32]),
+    };
+    let meta = Meta::new(gen, o.meta.ts.as_deref())?.with_tokens(
+        o.meta.schema.as_deref(),
+        o.meta.build.as_deref(),
+        o.meta.host.as_deref(),
+        o.meta.cuda.as_deref(),
+    )?;
+    Ok((meta, merkle_prev))
 }
 
 /// Target formats of `wtxt convert`.

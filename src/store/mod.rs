@@ -6,6 +6,7 @@
 //! ([`PartFiles`]). The split form itself, which knows no files, is
 //! [`crate::wtxt::split`].
 
+pub mod dist;
 mod files;
 pub mod input;
 mod out;

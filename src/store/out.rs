@@ -476,6 +476,39 @@ fn install(
     Ok(count)
 }
 
+/// Puts a split snapshot whose parts were written elsewhere in place (the
+/// ranks of a distributed write cut them into `staged`, each with its
+/// `part` line; they are moved, not copied), as [`PartedOut`] does its own:
+/// parts already holding the same bytes stay untouched, the head goes last.
+pub fn install_staged(out: &Path, staged: Vec<(PathBuf, PartLine)>, head: &[u8]) -> Result<usize> {
+    let head_file = AtomicFile::create(out)?;
+    let dir = parts_dir(out);
+    let made = OutputDir::create(&dir)?;
+    let old = old_parts(out);
+    let count = staged.len();
+    let mut changed = Vec::with_capacity(count);
+    for (path, part) in staged {
+        let af = AtomicFile::adopt(&dir.join(part_name(part.ix)), path)?;
+        if !unchanged(&old, &part, &dir, af.parked_path().expect("adopted")) {
+            changed.push(af);
+        }
+    }
+    install(changed, head_file, head, made, count)
+}
+
+/// Puts a single-file snapshot written elsewhere (at `text`, in `out`'s
+/// file system) in place, as [`SnapshotOut::finish`] does its own: parts
+/// of an earlier split form go.
+pub fn install_text(out: &Path, text: PathBuf) -> Result<()> {
+    AtomicFile::adopt(out, text)?.commit()?;
+    let dir = parts_dir(out);
+    if crate::atomic::is_real_dir(&dir) {
+        remove_stale_parts(&dir, 0)?;
+        let _ = std::fs::remove_dir(&dir);
+    }
+    Ok(())
+}
+
 /// True when the file at `path` holds exactly the bytes of the new part
 /// waiting at `new` (compared, not hashed: both are usually in the page
 /// cache, and a comparison costs a fraction of SHA-256).

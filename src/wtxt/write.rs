@@ -170,11 +170,9 @@ impl<'a> WritePlan<'a> {
     pub fn write<W: Write + Seek>(&self, out: &mut W, progress: &Progress) -> Result<Written> {
         let (arrays, opts, plans, total_chunks, header_len) =
             (self.arrays, self.opts, &self.plans, self.total_chunks, self.header_len);
-        let gen = opts.meta.gen_str();
         let raw_total: u64 = arrays.iter().map(|a| a.bytes().len() as u64).sum();
         progress.set_total(raw_total * 2);
 
-        let (cap, signs_file) = cap_and_sign(arrays, opts);
         out.seek(SeekFrom::Start(header_len as u64)).map_err(io_err)?;
 
         let sums = Sums::new(plans.len(), total_chunks);
@@ -199,21 +197,7 @@ impl<'a> WritePlan<'a> {
             hashed.chunks.into_iter().map(|c| c.into_inner().expect("every chunk hashed")).collect();
         let (sha256_all, fastxor) = hashed.root.into_inner().expect("root hashed");
         let body_len = patch_lines(out, header_len as u64, plans, &arr_lines, &chunk_sums, &offsets)?;
-        let merkle = merkle_this(&opts.merkle_prev, &sha256_all, opts.meta.ts.as_str(), &gen, &opts.meta.build);
-
-        let root = if opts.streaming {
-            Root::Pending
-        } else {
-            Root::Final { sha256_all, merkle_prev: opts.merkle_prev, merkle_this: merkle, fastxor }
-        };
-        let mut header = header_text(&opts.meta, &cap, &root, None);
-        if signs_file {
-            let key = opts.sign_key.expect("checked");
-            let line = SignLine { signature: key.sign(header.as_bytes()), keyid: key.public().keyid() };
-            line.write(&mut header);
-            header.push('\n');
-        }
-        debug_assert_eq!(header.len(), header_len);
+        let (header, merkle) = self.header(sha256_all, fastxor);
         out.seek(SeekFrom::Start(0)).map_err(io_err)?;
         out.write_all(header.as_bytes()).map_err(io_err)?;
         out.flush().map_err(io_err)?;
@@ -228,6 +212,180 @@ impl<'a> WritePlan<'a> {
         });
         Ok(Written { sha256_all, merkle_this: merkle, fastxor, wsum, len: header_len as u64 + body_len })
     }
+}
+
+/// Where each piece of a planned text lies: what a writer needs that
+/// produces the text in pieces, on several processes at once
+/// ([`crate::store::dist`]). Offsets are into the single file's text.
+pub struct Places {
+    /// Each array's `arr` line.
+    pub arr: Vec<u64>,
+    /// Each chunk's `ch` line, all arrays' chunks in order (an array's
+    /// first is [`WritePlan::first_chunk`]).
+    pub ch: Vec<u64>,
+    /// The whole text's length.
+    pub len: u64,
+}
+
+impl WritePlan<'_> {
+    /// The planned arrays, in the file's order.
+    pub fn arrays(&self) -> &[Array] {
+        self.arrays
+    }
+
+    /// Array `i`'s layout.
+    pub fn layout(&self, i: usize) -> Layout {
+        self.plans[i].layout
+    }
+
+    /// The index of array `i`'s first chunk among all chunks.
+    pub fn first_chunk(&self, i: usize) -> usize {
+        self.plans[i].first_chunk
+    }
+
+    /// Where every line goes: the offsets [`WritePlan::write`] writes them at.
+    pub fn places(&self) -> Places {
+        let mut places = Places { arr: Vec::with_capacity(self.plans.len()), ch: Vec::new(), len: 0 };
+        let mut pos = self.header_len as u64;
+        let mut line = String::new();
+        for p in &self.plans {
+            places.arr.push(pos);
+            pos += placeholder_arr(p).to_line().len() as u64 + 1;
+            if let Some(idx) = p.layout.idx {
+                line.clear();
+                idx.write(&mut line);
+                pos += line.len() as u64 + 1;
+            }
+            for ix in 0..p.layout.chunk_count() {
+                places.ch.push(pos);
+                pos += unit_len(p, ix);
+            }
+            pos += b"endarr\n".len() as u64;
+        }
+        if let Some(a) = &self.opts.audit {
+            line.clear();
+            a.write(&mut line);
+            pos += line.len() as u64 + 1;
+        }
+        places.len = pos + END.len() as u64 + 1;
+        places
+    }
+
+    /// The text around the chunks, each piece with its offset: the header
+    /// and `arr` lines as placeholders (same widths), `idx` and `endarr`
+    /// lines, `audit` and `endwtxt`.
+    pub fn fixed_text(&self, places: &Places) -> Vec<(u64, Vec<u8>)> {
+        let (cap, signs_file) = cap_and_sign(self.arrays, self.opts);
+        let header = header_text(
+            &self.opts.meta,
+            &cap,
+            &placeholder_root(self.opts.streaming),
+            signs_file.then(placeholder_sign),
+        );
+        let mut out = vec![(0, header.into_bytes())];
+        let mut line = String::new();
+        for (i, p) in self.plans.iter().enumerate() {
+            let mut lead = placeholder_arr(p).to_line().into_bytes();
+            lead.push(b'\n');
+            if let Some(idx) = p.layout.idx {
+                line.clear();
+                idx.write(&mut line);
+                lead.extend_from_slice(line.as_bytes());
+                lead.push(b'\n');
+            }
+            out.push((places.arr[i], lead));
+            let last = p.first_chunk + p.layout.chunk_count() as usize - 1;
+            out.push((places.ch[last] + unit_len(p, p.layout.chunk_count() - 1), b"endarr\n".to_vec()));
+        }
+        let mut tail = Vec::new();
+        if let Some(a) = &self.opts.audit {
+            line.clear();
+            a.write(&mut line);
+            tail.extend_from_slice(line.as_bytes());
+            tail.push(b'\n');
+        }
+        tail.extend_from_slice(END.as_bytes());
+        tail.push(b'\n');
+        out.push((places.len - tail.len() as u64, tail));
+        out
+    }
+
+    /// Writes chunk `ix` of array `i` (its `ch` line, base64 lines and
+    /// `endch`) through `put(offset in the chunk's text, bytes)`, a piece
+    /// at a time; `buf` and `scratch` are reused between calls.
+    pub fn write_chunk(
+        &self,
+        i: usize,
+        ix: u64,
+        buf: &mut Vec<u8>,
+        scratch: &mut Vec<u8>,
+        put: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let p = &self.plans[i];
+        let (off, len) = p.layout.chunk_range(ix);
+        let raw = &p.array.bytes()[off as usize..(off + len) as usize];
+        let sum = ChunkSum { sha256: Sha256::digest(raw).into(), crc32c: crc32c::crc32c(raw) };
+        let mut line = String::with_capacity(200);
+        ch_line(p, ix, Some(&sum)).write(&mut line);
+        line.push('\n');
+        buf.clear();
+        buf.extend_from_slice(line.as_bytes());
+        let mut at = 0u64;
+        for piece in raw.chunks(ENCODE_PIECE) {
+            encode_lines(piece, buf, scratch);
+            put(at, buf)?;
+            at += buf.len() as u64;
+            buf.clear();
+        }
+        buf.extend_from_slice(b"endch\n");
+        put(at, buf)?;
+        p.array.data.release(off as usize..(off + len) as usize);
+        Ok(())
+    }
+
+    /// Array `i`'s `arr` line, given the SHA-256 and HMAC of its bytes
+    /// (zeros, or a carried tag, without a key).
+    pub fn arr_line(&self, i: usize, sha256: Hash, hmac: Option<Hash>) -> ArrLine {
+        final_arr(&self.plans[i], self.opts, sha256, hmac)
+    }
+
+    /// Array `i`'s salt.
+    pub fn salt(&self, i: usize) -> [u8; 8] {
+        self.plans[i].salt
+    }
+
+    /// The header lines of the text whose arrays give `sha256_all` and
+    /// `fastxor` (signed when the options carry a key), and `merkle_this`.
+    pub fn header(&self, sha256_all: Hash, fastxor: u64) -> (String, Hash) {
+        let opts = self.opts;
+        let (cap, signs_file) = cap_and_sign(self.arrays, opts);
+        let merkle =
+            merkle_this(&opts.merkle_prev, &sha256_all, opts.meta.ts.as_str(), &opts.meta.gen_str(), &opts.meta.build);
+        let root = if opts.streaming {
+            Root::Pending
+        } else {
+            Root::Final { sha256_all, merkle_prev: opts.merkle_prev, merkle_this: merkle, fastxor }
+        };
+        let mut header = header_text(&opts.meta, &cap, &root, None);
+        if signs_file {
+            let key = opts.sign_key.expect("checked");
+            let line = SignLine { signature: key.sign(header.as_bytes()), keyid: key.public().keyid() };
+            line.write(&mut header);
+            header.push('\n');
+        }
+        debug_assert_eq!(header.len(), self.header_len);
+        (header, merkle)
+    }
+}
+
+/// Bytes of chunk `ix`'s text: its `ch` line, base64 lines and `endch`.
+fn unit_len(p: &Plan, ix: u64) -> u64 {
+    let (_, len) = p.layout.chunk_range(ix);
+    let mut line = String::with_capacity(200);
+    ch_line(p, ix, None).write(&mut line);
+    let b64 =
+        if len == 0 { 0 } else { (lines_for(len) - 1) * 79 + crate::wtxt::layout::last_line_width(len) as u64 + 3 };
+    line.len() as u64 + 1 + b64 + b"endch\n".len() as u64
 }
 
 fn plan_arrays<'a>(arrays: &'a [Array], opts: &WriteOptions) -> Result<(Vec<Plan<'a>>, usize)> {
@@ -378,16 +536,7 @@ fn root_job(plans: &[Plan], opts: &WriteOptions, sums: &Sums) {
             }
             Ok(())
         });
-        let carried = opts.carried_hmacs.iter().find(|(n, _)| *n == p.array.name).map(|(_, h)| *h);
-        let line = ArrLine {
-            name: p.array.name.clone(),
-            dtype: p.array.dtype,
-            shape: p.array.shape.clone(),
-            bytes: p.layout.bytes,
-            sha256: sha.finalize().into(),
-            hmac: mac.map(|m| hmac::Mac::finalize(m).into_bytes().into()).or(carried).unwrap_or([0; 32]),
-            salt: p.salt,
-        };
+        let line = final_arr(p, opts, sha.finalize().into(), mac.map(|m| hmac::Mac::finalize(m).into_bytes().into()));
         all.update(line.to_line().as_bytes());
         let _ = p.array.data.each_window(&mut |window| {
             for block in window.chunks(256 << 10) {
@@ -407,6 +556,13 @@ struct Offsets {
     arr: Vec<u64>,
     ch: Vec<u64>,
     len: u64,
+}
+
+/// The `arr` line of an array whose bytes give `sha256` and `hmac` (a
+/// carried tag, or zeros, without a key).
+fn final_arr(p: &Plan, opts: &WriteOptions, sha256: Hash, hmac: Option<Hash>) -> ArrLine {
+    let carried = opts.carried_hmacs.iter().find(|(n, _)| *n == p.array.name).map(|(_, h)| *h);
+    ArrLine { sha256, hmac: hmac.or(carried).unwrap_or([0; 32]), ..placeholder_arr(p) }
 }
 
 /// A placeholder `arr` line: same width as the final one.

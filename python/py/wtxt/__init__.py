@@ -145,17 +145,16 @@ def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: O
     return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key)
 
 
-def _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key, objects=None,
-                stage=None) -> str:
+def _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key,
+                objects=None) -> str:
     """Saves `_staged` items (the arrays stay alive in `items` while the Rust
-    side copies them): `save_file`, `wtxt.torch` and its DCP writer share it.
-    `objects` maps names to `_literal` texts; with `stage`, each item's
-    address is an offset into that file."""
+    side copies them): `save_file` and `wtxt.torch` share it. `objects`
+    maps names to `_literal` texts."""
     p = lambda x: None if x is None else os.fspath(x)
     size = None if part_size is None else str(part_size)
     staged = [s for s, _ in items]
     return _call(_rust.save, staged, os.fspath(filename), metadata, p(prev), p(sign_key), p(hmac_key), gen, ts, size,
-                 p(oms_key), objects or None, p(stage))
+                 p(oms_key), objects or None)
 
 
 # The Python values a state dict may hold beside tensors: what

@@ -6,14 +6,16 @@
     dcp.save(state_dict, storage_writer=WtxtStorageWriter("ckpt/model.wtxt", sign_key="signer.pem"))
     dcp.load(state_dict, storage_reader=WtxtStorageReader("ckpt/model.wtxt", pubkey="signer.pub"))
 
-Every rank writes its own shards, at once, into one stage file beside the
-snapshot (each shard at its place in its tensor's full C-order bytes); the
-coordinator then writes the snapshot from the stage file, mapped rather
-than read into memory, and removes it. The result is one snapshot (a head
-and its parts, or a single file): byte for byte what
-`wtxt.torch.save_state_dict` writes for the same full state dict and
-options, at any world size and sharding. docs/DISTRIBUTED.md says what each
-rank does and what it costs.
+The result is one snapshot (a head and its parts, or a single file): byte
+for byte what `wtxt.torch.save_state_dict` writes for the same full state
+dict and options, at any world size and sharding. Every rank puts its
+shards in a stage file beside the snapshot, encodes and hashes the chunks
+it holds (most of each chunk is its own), and hands the running hashes
+that cross ranks (each array's SHA-256 and HMAC, `sha256_all`) to the next
+rank in the file's order; each then cuts and hashes its share of the
+parts. The coordinator writes the head from what the ranks report, without
+reading the model back. docs/DISTRIBUTED.md says what each rank does and
+what crosses between ranks.
 
 Loading verifies the whole snapshot (every check `load_state_dict` runs,
 under the same trust options) before it copies anything into the state
@@ -25,25 +27,29 @@ from __future__ import annotations
 import io
 import os
 import secrets
+import shutil
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata,
-                                                   StorageMeta, TensorProperties,
-                                                   TensorStorageMetadata)
+                                                   StorageMeta, TensorProperties, TensorStorageMetadata)
 from torch.distributed.checkpoint.planner import (LoadItemType, LoadPlan, LoadPlanner, SavePlan, SavePlanner,
                                                   WriteItemType)
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from .. import Error, _call, _literal, _rust, _save_items
+from .. import Error, _call, _literal, _rust
 from . import _TO_TORCH, _bits, _load, _wtxt_dtype
 
 __all__ = ["WtxtStorageWriter", "WtxtStorageReader"]
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+# A shard as the global plan lists it: (rank, offsets, sizes).
+_Shard = Tuple[int, Tuple[int, ...], Tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -58,11 +64,16 @@ class _Region:
 
 @dataclass(frozen=True)
 class _Stage:
-    """What the coordinator's plan tells each rank: the stage file, and the
-    regions of the tensors that rank writes."""
+    """What the coordinator's plan tells every rank: the stage file and
+    folder, every tensor's region and shards, and the header's values."""
 
     path: str
+    folder: str
     regions: Dict[str, _Region]
+    shards: Dict[str, List[_Shard]]
+    gen: int
+    ts: str
+    merkle_prev: bytes
 
 
 def _stage_prefix(path: str) -> Tuple[str, str]:
@@ -105,16 +116,131 @@ def _write_shard(fd: int, stage: str, region: _Region, offsets, bits: np.ndarray
         del mm
 
 
+def _owners(region: Optional[_Region], shards: List[_Shard], chunks: List[Tuple[int, int]]) -> List[int]:
+    """The rank that encodes and hashes each chunk of a tensor: the one
+    holding most of its bytes (ties go to the holders in turn, by position,
+    so an array sharded along another dimension still falls in a few long
+    runs). A metadata array, and a chunk nobody holds bytes of (an empty
+    tensor), go to the first holder or rank 0."""
+    first = min((r for r, _, _ in shards), default=0)
+    if region is None or not chunks:
+        return [first] * len(chunks)
+    shape, isz = region.shape, _itemsize(region.dtype)
+    # Flat units: a row of a rank >= 2 array, an element otherwise.
+    unit = isz * int(np.prod(shape[1:], dtype=np.int64)) if len(shape) >= 2 else isz
+    spans = []
+    for r, off, size in shards:
+        if len(shape) == 0:
+            spans.append((r, 0, 1, 1))
+            continue
+        inner = int(np.prod(size[1:], dtype=np.int64)) if len(shape) >= 2 else 1
+        spans.append((r, int(off[0]), int(off[0]) + int(size[0]), inner))
+    out = []
+    for ci, (coff, clen) in enumerate(chunks):
+        lo, hi = (coff // unit, (coff + clen) // unit) if unit else (0, 0)
+        held: Dict[int, int] = {}
+        for r, a, b, inner in spans:
+            n = max(0, min(hi, b) - max(lo, a)) * inner
+            if n:
+                held[r] = held.get(r, 0) + n
+        if not held:
+            out.append(first)
+            continue
+        best = max(held.values())
+        tied = sorted(r for r, n in held.items() if n == best)
+        out.append(tied[ci * len(tied) // len(chunks)])
+    return out
+
+
+def _runs(owners: List[int]) -> List[Tuple[int, int, int]]:
+    """Maximal runs of one owner: (owner, first chunk, end chunk)."""
+    runs: List[Tuple[int, int, int]] = []
+    for ix, r in enumerate(owners):
+        if runs and runs[-1][0] == r:
+            runs[-1] = (r, runs[-1][1], ix + 1)
+        else:
+            runs.append((r, ix, ix + 1))
+    return runs
+
+
+_GROUPS: Dict[int, Any] = {}
+
+
+def _writer_group():
+    """The gloo group the writers' own messages travel in (created once per
+    process, on every rank, beside whatever the training uses), or None
+    in one process."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return None
+    key = id(dist.distributed_c10d._get_default_group())
+    if key not in _GROUPS:
+        _GROUPS[key] = dist.new_group(backend="gloo")
+    return _GROUPS[key]
+
+
+class _Ranks:
+    """This rank's place, and the few messages the ranks exchange."""
+
+    def __init__(self, group):
+        self.group = group
+        self.rank = dist.get_rank() if group is not None else 0
+        self.world = dist.get_world_size() if group is not None else 1
+        self.sends: List[Any] = []
+
+    def agree(self, fn: Callable[[], Any]) -> List[Any]:
+        """Runs `fn` here and gives every rank's result, in rank order; if it
+        failed on any rank, every rank raises (none is left waiting)."""
+        try:
+            mine: Tuple[Optional[str], Any] = (None, fn())
+        except Exception as e:  # noqa: BLE001 - every rank must hear of it
+            mine = (f"{type(e).__name__}: {e}", None)
+            failed: Optional[BaseException] = e
+        else:
+            failed = None
+        if self.group is None:
+            every = [mine]
+        else:
+            every = [None] * self.world
+            dist.all_gather_object(every, mine, group=self.group)
+        if failed is not None:
+            raise failed
+        for r, (err, _) in enumerate(every):
+            if err is not None:
+                raise Error(f"rank {r} failed while writing the snapshot: {err}")
+        return [v for _, v in every]
+
+    def send(self, data: bytes, to: int) -> None:
+        t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        self.sends.append(dist.isend(t, to, group=self.group))
+
+    def recv(self, n: int, src: int) -> bytes:
+        t = torch.empty(n, dtype=torch.uint8)
+        dist.recv(t, src, group=self.group)
+        return t.numpy().tobytes()
+
+    def wait_sends(self) -> None:
+        for s in self.sends:
+            s.wait()
+        self.sends.clear()
+
+
+# Bytes of the hash states handed between ranks.
+_ARRAY_STATE = 1 + 2 * 104
+_SHA_STATE = 104
+
+
 class WtxtStorageWriter(StorageWriter):
     """Writes a DCP checkpoint as one WTXT snapshot at `path` (a head and its
     parts when its text exceeds `part_size`).
 
-    The options are `wtxt.torch.save_state_dict`'s and the coordinator's
-    apply: `metadata` (safetensors-style strings), `prev` (the previous
-    generation, verified, to chain from), `sign_key` (Ed25519), `hmac_key`,
-    `part_size`, `gen`, `ts`, `oms_key` (an OpenSSF Model Signing
-    `model.sig` beside the snapshot). Entries that are not tensors (a step,
-    a learning rate) are kept as Python literals.
+    The options are `wtxt.torch.save_state_dict`'s and apply to the whole
+    snapshot (every rank must give the same): `metadata` (safetensors-style
+    strings), `prev` (the previous generation, verified, to chain from),
+    `sign_key` (Ed25519), `hmac_key`, `part_size`, `gen`, `ts`, `oms_key`
+    (an OpenSSF Model Signing `model.sig` beside the snapshot). Entries that
+    are not tensors (a step, a learning rate) are kept as Python literals.
+    Construct it on every rank after `init_process_group`: it opens its own
+    gloo group there (for `async_save`, whose writes run on another thread).
     """
 
     def __init__(self, path: PathLike, *, metadata: Optional[Dict[str, str]] = None,
@@ -124,19 +250,25 @@ class WtxtStorageWriter(StorageWriter):
         super().__init__()
         if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
             raise Error("metadata: expected a dict of str to str")
+        p = lambda x: None if x is None else os.fspath(x)
         self.path = os.fspath(path)
-        self.metadata, self.prev, self.sign_key, self.hmac_key = metadata, prev, sign_key, hmac_key
-        self.part_size, self.gen, self.ts, self.oms_key = part_size, gen, ts, oms_key
+        self.metadata, self.prev, self.sign_key, self.hmac_key = metadata, p(prev), p(sign_key), p(hmac_key)
+        self.part_size = None if part_size is None else str(part_size)
+        self.gen, self.ts, self.oms_key = gen, ts, p(oms_key)
         self.is_coordinator = False
+        self._group = _writer_group()
         self._stage: Optional[_Stage] = None
+        self._done: Optional[Tuple[Any, List[Any]]] = None
 
     def reset(self, checkpoint_id: Optional[PathLike] = None) -> None:
         if checkpoint_id is not None:
             self.path = os.fspath(checkpoint_id)
-        self._stage = None
+        self._stage, self._done = None, None
 
     def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
         self.is_coordinator = is_coordinator
+        if self._group is None:
+            self._group = _writer_group()
 
     def storage_meta(self) -> Optional[StorageMeta]:
         return StorageMeta(checkpoint_id=self.path)
@@ -155,9 +287,10 @@ class WtxtStorageWriter(StorageWriter):
         return plan
 
     def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
-        # Every tensor's full size, from the items of all ranks.
+        # Every tensor's full size and shards, from the items of all ranks.
         tensors: Dict[str, Tuple[str, Tuple[int, ...]]] = {}
-        for plan in plans:
+        shards: Dict[str, List[_Shard]] = {}
+        for rank, plan in enumerate(plans):
             for item in plan.items:
                 if item.type == WriteItemType.BYTE_IO:
                     continue
@@ -165,81 +298,132 @@ class WtxtStorageWriter(StorageWriter):
                 got = (_wtxt_dtype(fqn, td.properties.dtype), tuple(int(d) for d in td.size))
                 if tensors.setdefault(fqn, got) != got:
                     raise Error(f"tensor {fqn!r}: the ranks disagree on its dtype or shape ({tensors[fqn]} / {got})")
+                shards.setdefault(fqn, []).append(
+                    (rank, tuple(int(o) for o in td.chunk.offsets), tuple(int(s) for s in td.chunk.sizes)))
         regions, at = {}, 0
         for fqn in sorted(tensors):
             dtype, shape = tensors[fqn]
             n = _itemsize(dtype) * int(np.prod(shape, dtype=np.int64))
             regions[fqn] = _Region(at, n, dtype, shape)
             at += (n + 63) // 64 * 64
+        gen, ts, merkle_prev = _call(_rust.snapshot_meta, self.prev, self.gen, self.ts, self.hmac_key, self.sign_key)
         folder, prefix = _stage_prefix(self.path)
         os.makedirs(folder, exist_ok=True)
-        # A save that died leaves its stage file; one save at a time writes
-        # a snapshot, so this one removes them.
+        # A save that died leaves its stage; one save at a time writes a
+        # snapshot, so this one removes what is left.
         for e in os.scandir(folder):
-            if e.name.startswith(prefix) and e.name.endswith(".stage"):
-                os.unlink(e.path)
-        stage = os.path.join(folder, f"{prefix}{secrets.token_hex(8)}.stage")
-        fd = os.open(stage, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            if e.name.startswith(prefix):
+                shutil.rmtree(e.path) if e.is_dir(follow_symlinks=False) else os.unlink(e.path)
+        base = os.path.join(folder, f"{prefix}{secrets.token_hex(8)}")
+        os.mkdir(base, 0o700)
+        fd = os.open(base + ".stage", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.ftruncate(fd, at)
         finally:
             os.close(fd)
-        self._stage = _Stage(stage, regions)
-        out = []
-        for plan in plans:
-            mine = {i.index.fqn: regions[i.index.fqn] for i in plan.items if i.index.fqn in regions}
-            out.append(replace(plan, storage_data=_Stage(stage, mine)))
-        return out
+        self._stage = _Stage(base + ".stage", base, regions, shards, gen, ts, merkle_prev)
+        return [replace(plan, storage_data=self._stage) for plan in plans]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
         stage: _Stage = plan.storage_data
-        results = []
-        fd = os.open(stage.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            for item in plan.items:
-                fqn = item.index.fqn
-                if item.type == WriteItemType.BYTE_IO:
-                    data = planner.resolve_data(item)
-                    data.seek(0)
-                    try:
-                        value = torch.load(data, weights_only=True)
-                    except Exception as e:  # noqa: BLE001 - anything torch.load refuses
-                        raise Error(f"entry {fqn!r}: not a plain Python value ({type(e).__name__}: {e})") from None
-                    results.append(WriteResult(index=item.index, size_in_bytes=0,
-                                               storage_data=("object", _literal(fqn, value))))
+        ranks = _Ranks(self._group)
+        results: List[WriteResult] = []
+
+        def put_shards():
+            objects = {}
+            fd = os.open(stage.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                for item in plan.items:
+                    fqn = item.index.fqn
+                    if item.type == WriteItemType.BYTE_IO:
+                        data = planner.resolve_data(item)
+                        data.seek(0)
+                        try:
+                            value = torch.load(data, weights_only=True)
+                        except Exception as e:  # noqa: BLE001 - anything torch.load refuses
+                            raise Error(f"entry {fqn!r}: not a plain Python value ({type(e).__name__}: {e})") from None
+                        objects[fqn] = _literal(fqn, value)
+                        results.append(WriteResult(index=item.index, size_in_bytes=0, storage_data=None))
+                        continue
+                    t = planner.resolve_data(item).detach().to("cpu").contiguous()
+                    _write_shard(fd, stage.path, stage.regions[fqn], item.tensor_data.chunk.offsets, _bits(t))
+                    results.append(WriteResult(index=item.index, size_in_bytes=t.numel() * t.element_size(),
+                                               storage_data=None))
+            finally:
+                os.close(fd)
+            return objects
+
+        objects = {k: v for o in ranks.agree(put_shards) for k, v in o.items()}
+        # Every shard is in the stage file: each rank plans the same text.
+        tensors = [(fqn, r.dtype, list(r.shape), r.offset, r.nbytes) for fqn, r in sorted(stage.regions.items())]
+        dw = _call(_rust.DistWriter, tensors, stage.path, stage.folder, self.path, stage.gen, stage.ts,
+                   stage.merkle_prev, self.metadata, objects or None, self.hmac_key, self.sign_key, self.part_size)
+        layout = dw.layout()
+        runs = [_runs(_owners(None if meta else stage.regions[name], stage.shards.get(name, []), chunks))
+                for name, meta, chunks in layout]
+        mine = [(i, ix) for i, rs in enumerate(runs) for r, a, b in rs if r == ranks.rank for ix in range(a, b)]
+
+        def encode():
+            _call(dw.write_chunks, mine)
+            if ranks.rank == 0:
+                _call(dw.write_fixed)
+
+        ranks.agree(encode)
+        # Each array's SHA-256 and HMAC, handed on along its runs.
+        arr_lines: Dict[int, str] = {}
+        for i, rs in enumerate(runs):
+            for k, (r, a, b) in enumerate(rs):
+                if r != ranks.rank:
                     continue
-                t = planner.resolve_data(item).detach().to("cpu").contiguous()
-                region = stage.regions[fqn]
-                _write_shard(fd, stage.path, region, item.tensor_data.chunk.offsets, _bits(t))
-                n = t.numel() * t.element_size()
-                results.append(WriteResult(index=item.index, size_in_bytes=n, storage_data=("tensor", n)))
-        finally:
-            os.close(fd)
+                state = ranks.recv(_ARRAY_STATE, rs[k - 1][0]) if k else None
+                state = _call(dw.hash_array, i, a, b, state)
+                if k + 1 < len(rs):
+                    ranks.send(state, rs[k + 1][0])
+                else:
+                    arr_lines[i] = _call(dw.arr_line, i, state)
+        ranks.wait_sends()
+        every = {i: l for got in ranks.agree(lambda: arr_lines) for i, l in got.items()}
+        lines = [every[i] for i in range(len(layout))]
+        # sha256_all, along every run in the file's order.
+        state, before = None, None
+        for i, rs in enumerate(runs):
+            for r, a, b in rs:
+                if r == ranks.rank:
+                    if before is not None and before != ranks.rank:
+                        state = ranks.recv(_SHA_STATE, before)
+                    state = _call(dw.hash_all, state, i, a, b, lines[i])
+                elif before == ranks.rank:
+                    ranks.send(state, r)
+                before = r
+        ranks.wait_sends()
+        last = before
+
+        def report():
+            parts = [_call(dw.cut_part, k) for k in range(dw.part_count()) if k % ranks.world == ranks.rank]
+            return (state if last == ranks.rank else None, _call(dw.fastxor, mine), parts)
+
+        reports = ranks.agree(report)
+        if self.is_coordinator:
+            self._done = (dw, lines, reports)
         fut: Future = Future()
         fut.set_result(results)
         return fut
 
     def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
-        stage = self._stage
-        if stage is None:
-            raise Error("finish() without prepare_global_plan(): this writer did not plan the save")
+        stage, done = self._stage, self._done
+        if stage is None or done is None:
+            raise Error("finish() without prepare_global_plan() and write_data(): this writer did not plan the save")
         try:
-            objects, written = {}, {}
-            for r in (r for rank in results for r in rank):
-                kind, value = r.storage_data
-                if kind == "object":
-                    objects[r.index.fqn] = value
-                else:
-                    written[r.index.fqn] = written.get(r.index.fqn, 0) + value
-            staged = []
-            for fqn, reg in sorted(stage.regions.items()):
-                if written.get(fqn, 0) != reg.nbytes:
-                    raise Error(f"tensor {fqn!r}: the ranks wrote {written.get(fqn, 0)} of its {reg.nbytes} bytes")
-                staged.append(((fqn, reg.dtype, list(reg.shape), reg.offset, reg.nbytes), None))
-            _save_items(staged, self.path, self.metadata, self.prev, self.sign_key, self.hmac_key, self.part_size,
-                        self.gen, self.ts, self.oms_key, objects, stage=stage.path)
+            dw, lines, reports = done
+            all_state = next((s for s, _, _ in reports if s is not None), None)
+            fastxor = 0
+            for _, x, _ in reports:
+                fastxor ^= x
+            parts = sorted(p for _, _, ps in reports for p in ps)
+            _call(dw.finish, lines, all_state, fastxor, parts, self.oms_key)
         finally:
-            self._stage = None
+            self._stage, self._done = None, None
+            shutil.rmtree(stage.folder, ignore_errors=True)
             try:
                 os.unlink(stage.path)
             except FileNotFoundError:

@@ -1,0 +1,208 @@
+//! `wtxt._rust.DistWriter`: one rank's part of a snapshot written by many
+//! (`wtxt.torch.dcp`), over [`wtxt::store::dist::DistWrite`]. The Python
+//! side moves hash states between ranks; everything else happens here,
+//! with the GIL released.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use wtxt::convert::names::OriginalNames;
+use wtxt::crypto::digest::Sha256State;
+use wtxt::crypto::sign::SecretKey;
+use wtxt::store::dist::{ArrayHash, DistOptions, DistWrite};
+use wtxt::wtxt::split::PartLine;
+use wtxt::wtxt::syntax::Meta;
+
+use crate::{hmac, named_arrays, parse_part_size, raise, staged_file, Staged};
+
+/// A `part` line as it crosses between ranks: (ix, bytes, lines, sha256).
+type Part = (u64, u64, u64, [u8; 32]);
+
+/// An array as [`PyDistWriter::layout`] gives it: (original name, whether
+/// it is a metadata array, its chunks as (offset, length)).
+type Planned = (String, bool, Vec<(u64, u64)>);
+
+fn hash32(b: &[u8], what: &str) -> Result<[u8; 32], wtxt::Error> {
+    b.try_into().map_err(|_| wtxt::Error::usage(format!("{what}: expected 32 bytes, found {}", b.len())))
+}
+
+fn sha_state(b: &[u8]) -> Result<Sha256State, wtxt::Error> {
+    Sha256State::from_bytes(b).ok_or_else(|| wtxt::Error::usage("a SHA-256 state of the wrong size"))
+}
+
+/// The `meta` values and `merkle_prev` of the snapshot a distributed save
+/// writes: (gen, ts, merkle_prev), resolved once by the coordinator as
+/// `save` resolves them (`prev` verified as `--prev` is).
+#[pyfunction]
+#[pyo3(signature = (prev=None, gen=None, ts=None, hmac_key=None, sign_key=None))]
+pub fn snapshot_meta(
+    py: Python<'_>,
+    prev: Option<PathBuf>,
+    gen: Option<u64>,
+    ts: Option<String>,
+    hmac_key: Option<PathBuf>,
+    sign_key: Option<PathBuf>,
+) -> PyResult<(u64, String, Py<PyBytes>)> {
+    let (meta, merkle_prev) = py
+        .allow_threads(|| {
+            let opts = wtxt::ops::SnapshotOptions {
+                meta: wtxt::ops::MetaFields { gen, ts, ..Default::default() },
+                prev,
+                keys: wtxt::ops::Keys {
+                    hmac_key: hmac(hmac_key)?,
+                    sign_key: sign_key.as_deref().map(SecretKey::from_file).transpose()?,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            wtxt::ops::snapshot_meta(&opts)
+        })
+        .map_err(raise)?;
+    Ok((meta.gen, meta.ts.as_str().to_string(), PyBytes::new(py, &merkle_prev).unbind()))
+}
+
+#[pyclass(name = "DistWriter", module = "wtxt._rust")]
+pub struct PyDistWriter {
+    inner: DistWrite,
+}
+
+#[pymethods]
+impl PyDistWriter {
+    /// Plans the snapshot at `path` of the staged tensors (offsets into
+    /// `stage_file`) and `objects`, its text and parts written in
+    /// `stage_dir`; every rank gives the same arguments.
+    #[new]
+    #[pyo3(signature = (tensors, stage_file, stage_dir, path, gen, ts, merkle_prev, metadata=None, objects=None, hmac_key=None, sign_key=None, part_size=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        tensors: Vec<Staged>,
+        stage_file: PathBuf,
+        stage_dir: PathBuf,
+        path: PathBuf,
+        gen: u64,
+        ts: String,
+        merkle_prev: &[u8],
+        metadata: Option<BTreeMap<String, String>>,
+        objects: Option<BTreeMap<String, String>>,
+        hmac_key: Option<PathBuf>,
+        sign_key: Option<PathBuf>,
+        part_size: Option<String>,
+    ) -> PyResult<PyDistWriter> {
+        let merkle_prev = hash32(merkle_prev, "merkle_prev").map_err(raise)?;
+        py.allow_threads(|| {
+            let arrays = named_arrays(staged_file(&stage_file, tensors)?.into_iter(), metadata, objects)?;
+            let o = DistOptions {
+                meta: Meta::new(gen, Some(&ts))?.with_tokens(None, None, None, None)?,
+                rows_per_chunk: wtxt::wtxt::layout::DEFAULT_ROWS_PER_CHUNK,
+                merkle_prev,
+                hmac_key: hmac(hmac_key)?,
+                sign_key: sign_key.as_deref().map(SecretKey::from_file).transpose()?,
+                part_size: parse_part_size(part_size)?.unwrap_or_default(),
+            };
+            Ok(PyDistWriter { inner: DistWrite::new(arrays, o, &path, &stage_dir)? })
+        })
+        .map_err(raise)
+    }
+
+    /// Every array in the file's order: (original name, whether it is a
+    /// metadata array, its chunks as (offset, length) in its bytes).
+    fn layout(&self) -> PyResult<Vec<Planned>> {
+        let arrays = self.inner.arrays();
+        let kept = OriginalNames::of(arrays).map_err(raise)?.unwrap_or_default();
+        arrays
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let chunks = self.inner.chunks(i).map_err(raise)?;
+                Ok((kept.original(&a.name).to_string(), a.is_metadata(), chunks))
+            })
+            .collect()
+    }
+
+    /// Parts of the snapshot (0: a single file).
+    fn part_count(&self) -> usize {
+        self.inner.part_count()
+    }
+
+    /// Writes the text around the chunks (the coordinator).
+    fn write_fixed(&self, py: Python<'_>) -> PyResult<()> {
+        py.allow_threads(|| self.inner.write_fixed()).map_err(raise)
+    }
+
+    /// Writes the chunks `chunks` ((array, chunk) pairs) into the text.
+    fn write_chunks(&self, py: Python<'_>, chunks: Vec<(usize, u64)>) -> PyResult<()> {
+        py.allow_threads(|| self.inner.write_chunks(&chunks)).map_err(raise)
+    }
+
+    /// Array `i`'s hash state after its chunks `from..to` (continuing `state`).
+    #[pyo3(signature = (i, from, to, state=None))]
+    fn hash_array(&self, py: Python<'_>, i: usize, from: u64, to: u64, state: Option<&[u8]>) -> PyResult<Py<PyBytes>> {
+        let state = state.map(ArrayHash::from_bytes).transpose().map_err(raise)?;
+        let h = py.allow_threads(|| self.inner.hash_array(i, from, to, state)).map_err(raise)?;
+        Ok(PyBytes::new(py, &h.to_bytes()).unbind())
+    }
+
+    /// Array `i`'s `arr` line from its final hash state.
+    fn arr_line(&self, i: usize, state: &[u8]) -> PyResult<String> {
+        let h = ArrayHash::from_bytes(state).map_err(raise)?;
+        self.inner.arr_line(i, h).map_err(raise)
+    }
+
+    /// `sha256_all`'s state after array `i`'s chunks `from..to` (and its
+    /// `arr` line `arr` first when `from` is 0).
+    #[pyo3(signature = (state, i, from, to, arr))]
+    fn hash_all(
+        &self,
+        py: Python<'_>,
+        state: Option<&[u8]>,
+        i: usize,
+        from: u64,
+        to: u64,
+        arr: &str,
+    ) -> PyResult<Py<PyBytes>> {
+        let state = state.map(sha_state).transpose().map_err(raise)?;
+        let h = py.allow_threads(|| self.inner.hash_all(state, i, from, to, arr)).map_err(raise)?;
+        Ok(PyBytes::new(py, &h.to_bytes()).unbind())
+    }
+
+    /// This rank's share of `fastxor`, over `chunks`.
+    fn fastxor(&self, py: Python<'_>, chunks: Vec<(usize, u64)>) -> PyResult<u64> {
+        py.allow_threads(|| self.inner.fastxor(&chunks)).map_err(raise)
+    }
+
+    /// Cuts part `k` (0-based) out of the finished text; its `part` line.
+    fn cut_part(&self, py: Python<'_>, k: usize) -> PyResult<Part> {
+        let p = py.allow_threads(|| self.inner.cut_part(k)).map_err(raise)?;
+        Ok((p.ix, p.bytes, p.lines, p.sha256))
+    }
+
+    /// Puts the snapshot in place from every array's `arr` line, the final
+    /// `sha256_all` state (`None` when there are no arrays), `fastxor` and the parts' lines, then signs it for
+    /// OMS with `oms_key`. Returns `sha256_all` as hex.
+    #[pyo3(signature = (arr_lines, all_state, fastxor, parts, oms_key=None))]
+    fn finish(
+        &self,
+        py: Python<'_>,
+        arr_lines: Vec<String>,
+        all_state: Option<&[u8]>,
+        fastxor: u64,
+        parts: Vec<Part>,
+        oms_key: Option<PathBuf>,
+    ) -> PyResult<String> {
+        // No state: the snapshot has no arrays, and `sha256_all` hashed nothing.
+        let all = all_state.map(sha_state).transpose().map_err(raise)?.unwrap_or_default();
+        py.allow_threads(|| {
+            let oms = oms_key.as_deref().map(wtxt::crypto::ec::EcSecretKey::from_file).transpose()?;
+            let parts: Vec<PartLine> =
+                parts.into_iter().map(|(ix, bytes, lines, sha256)| PartLine { ix, bytes, lines, sha256 }).collect();
+            let w = self.inner.finish(&arr_lines, all.finalize(), fastxor, &parts)?;
+            wtxt::ops::oms_sign_written(self.inner.out(), oms.as_ref())?;
+            Ok(crate::hex_of(&w.sha256_all))
+        })
+        .map_err(raise)
+    }
+}
