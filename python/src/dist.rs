@@ -206,3 +206,28 @@ impl PyDistWriter {
         .map_err(raise)
     }
 }
+
+/// Commits the snapshot at `path` (in a Git work tree: its parts, and its
+/// `model.sig` with `oms`) as the next commit on HEAD with `message`, then
+/// pushes HEAD's branch to `remote` when given: (commit id, pushed, the
+/// push's error). A failed push leaves the commit; the next push carries it.
+#[pyfunction]
+#[pyo3(signature = (path, message, oms=false, remote=None))]
+pub fn commit_snapshot(
+    py: Python<'_>,
+    path: PathBuf,
+    message: String,
+    oms: bool,
+    remote: Option<String>,
+) -> PyResult<(String, bool, Option<String>)> {
+    py.allow_threads(|| {
+        let (work, id) = wtxt::git::commit::commit_written(&path, oms, "wtxt", &message)?;
+        let Some(remote) = remote else { return Ok((id, false, None)) };
+        let never = std::sync::atomic::AtomicBool::new(false);
+        Ok(match wtxt::git::push::push(&work, &remote, &never) {
+            Ok(()) => (id, true, None),
+            Err(e) => (id, false, Some(wtxt::git::push::redact(&format!("push to {remote}: {e}")))),
+        })
+    })
+    .map_err(raise)
+}

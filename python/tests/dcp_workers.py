@@ -207,3 +207,22 @@ def save_failing_rank(rank: int, world: int, path: str, how: str) -> None:
             raise OSError(28, "No space left on device")
         wdcp._write_shard = fail
     dcp.save(sharded_state(world), storage_writer=wdcp.WtxtStorageWriter(path))
+
+
+def save_and_commit(rank: int, world: int, path: str, opts: dict, report: str) -> None:
+    """Saves through DCP with commit=True; the coordinator writes what its
+    `committed` future gave to `report`."""
+    import json
+
+    import torch.distributed.checkpoint as dcp
+
+    from wtxt.torch.dcp import WtxtStorageWriter
+
+    writer = WtxtStorageWriter(path, commit=True, **opts)
+    dcp.save(sharded_state(world), storage_writer=writer)
+    info = writer.committed.result(timeout=60)
+    if rank == 0:
+        with open(report, "w") as f:
+            json.dump(info.__dict__, f)
+    else:
+        assert info is None

@@ -193,3 +193,38 @@ def test_state_dicts_with_other_values_round_trip_in_one_process(tmp_path):
         wt.save_state_dict({"bad": object()}, tmp_path / "x.wtxt")
     with pytest.raises(wtxt.Error, match="nan"):
         wt.save_state_dict({"x": float("nan")}, tmp_path / "x.wtxt")
+
+
+def _git(*args, cwd):
+    return subprocess.run(["git", *map(str, args)], cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+
+def test_the_coordinator_commits_and_pushes_each_generation(tmp_path):
+    import json
+
+    work, remote = tmp_path / "work", tmp_path / "remote.git"
+    _git("init", "-q", work, cwd=tmp_path)
+    _git("init", "-q", "--bare", remote, cwd=tmp_path)
+    snap = work / "ckpt" / "model.wtxt"
+    report = tmp_path / "info.json"
+    w.run(2, w.save_and_commit, str(snap), dict(OPTS, remote=str(remote)), str(report))
+    first = json.loads(report.read_text())
+    assert first["gen"] == 0 and first["pushed"] and len(first["commit"]) == 40
+    # The next generation chains from the committed one (a copy, since the
+    # snapshot is rewritten in place).
+    prev = tmp_path / "prev"
+    prev.mkdir()
+    subprocess.run(["cp", "-r", snap, snap.parent / "model.wtxt.parts", prev], check=True)
+    w.run(3, w.save_and_commit, str(snap), dict(OPTS, remote=str(remote), prev=str(prev / "model.wtxt")),
+          str(report))
+    second = json.loads(report.read_text())
+    assert second["gen"] == 1 and second["pushed"]
+    log = _git("log", "--format=%H %s", cwd=remote).splitlines()
+    assert [l.split()[0] for l in log] == [second["commit"], first["commit"]]
+    assert "gen=000001" in log[0]
+    files = _git("ls-tree", "-r", "--name-only", second["commit"], cwd=remote).split()
+    assert "ckpt/model.wtxt" in files and any(f.startswith("ckpt/model.wtxt.parts/") for f in files)
+    _git("checkout", "-q", "--", ".", cwd=work)
+    assert _git("status", "--porcelain", cwd=work) == ""
+    r = subprocess.run([CLI, "verify", snap, "--prev", prev / "model.wtxt"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

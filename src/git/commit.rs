@@ -40,3 +40,35 @@ pub fn commit_snapshot(
     let oid = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &parents).map_err(git_err)?;
     Ok(oid.to_string())
 }
+
+/// Commits the snapshot its writer just put at `head`, inside a work tree
+/// (its parts, and `model.sig` beside it when `oms` signed it), as the
+/// next commit on HEAD: what the distributed checkpoint writer's
+/// coordinator does after a save. Returns the repository's folder and the
+/// commit's id.
+pub fn commit_written(head: &Path, oms: bool, who: &str, message: &str) -> Result<(PathBuf, String)> {
+    let abs = std::path::absolute(head).map_err(|e| crate::error::Error::io(head, e))?;
+    let dir = abs.parent().unwrap_or(Path::new("/"));
+    let repo = git2::Repository::discover(dir).map_err(git_err)?;
+    let work = repo
+        .workdir()
+        .ok_or_else(|| crate::error::Error::usage(format!("{}: not in a Git work tree", head.display())))?
+        .canonicalize()
+        .map_err(|e| crate::error::Error::io(dir, e))?;
+    let real =
+        dir.canonicalize().map_err(|e| crate::error::Error::io(dir, e))?.join(abs.file_name().unwrap_or_default());
+    let rel = real
+        .strip_prefix(&work)
+        .map_err(|_| {
+            crate::error::Error::usage(format!("{}: not in the work tree {}", head.display(), work.display()))
+        })?
+        .to_path_buf();
+    let parts = match crate::wtxt::split::open(Box::new(crate::atomic::open_input_file(&abs)?))? {
+        crate::wtxt::split::Opened::Split(h) => h.parts.len() as u64,
+        crate::wtxt::split::Opened::Single(_) => 0,
+    };
+    let extra: Vec<PathBuf> = if oms { vec![rel.with_file_name(crate::oms::SIGNATURE_NAME)] } else { Vec::new() };
+    let _lock = crate::git::commit_lock(&repo)?;
+    let id = commit_snapshot(&repo, &rel, parts, &extra, who, message)?;
+    Ok((work, id))
+}

@@ -28,6 +28,7 @@ import io
 import os
 import secrets
 import shutil
+from concurrent.futures import Future as ConcurrentFuture
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -41,7 +42,7 @@ from torch.distributed.checkpoint.planner import (LoadItemType, LoadPlan, LoadPl
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from .. import Error, _call, _literal, _rust
+from .. import Error, SnapshotInfo, _call, _literal, _rust
 from . import _TO_TORCH, _bits, _load, _wtxt_dtype
 
 __all__ = ["WtxtStorageWriter", "WtxtStorageReader"]
@@ -241,13 +242,23 @@ class WtxtStorageWriter(StorageWriter):
     are not tensors (a step, a learning rate) are kept as Python literals.
     Construct it on every rank after `init_process_group`: it opens its own
     gloo group there (for `async_save`, whose writes run on another thread).
+
+    With `commit=True` the coordinator commits the snapshot (it must lie in
+    a Git work tree) as the next commit on HEAD, and pushes it to `remote`
+    when given; other ranks never touch Git. `committed` is a future, new
+    for each save, that gives a `wtxt.SnapshotInfo` (on other ranks, None)
+    or raises `wtxt.Error` when the save or the push failed (a failed push
+    leaves the commit, and the next push carries it).
     """
 
     def __init__(self, path: PathLike, *, metadata: Optional[Dict[str, str]] = None,
                  prev: Optional[PathLike] = None, sign_key: Optional[PathLike] = None,
                  hmac_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
-                 gen: Optional[int] = None, ts: Optional[str] = None, oms_key: Optional[PathLike] = None):
+                 gen: Optional[int] = None, ts: Optional[str] = None, oms_key: Optional[PathLike] = None,
+                 commit: bool = False, remote: Optional[str] = None):
         super().__init__()
+        if remote is not None and not commit:
+            raise Error("remote= pushes the commit that commit=True makes: give both")
         if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
             raise Error("metadata: expected a dict of str to str")
         p = lambda x: None if x is None else os.fspath(x)
@@ -255,6 +266,8 @@ class WtxtStorageWriter(StorageWriter):
         self.metadata, self.prev, self.sign_key, self.hmac_key = metadata, p(prev), p(sign_key), p(hmac_key)
         self.part_size = None if part_size is None else str(part_size)
         self.gen, self.ts, self.oms_key = gen, ts, p(oms_key)
+        self.commit, self.remote = commit, remote
+        self.committed: "ConcurrentFuture[Optional[SnapshotInfo]]" = ConcurrentFuture()
         self.is_coordinator = False
         self._group = _writer_group()
         self._stage: Optional[_Stage] = None
@@ -267,6 +280,8 @@ class WtxtStorageWriter(StorageWriter):
 
     def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
         self.is_coordinator = is_coordinator
+        if self.committed.done():  # a new save: a new future
+            self.committed = ConcurrentFuture()
         if self._group is None:
             self._group = _writer_group()
 
@@ -405,6 +420,8 @@ class WtxtStorageWriter(StorageWriter):
         reports = ranks.agree(report)
         if self.is_coordinator:
             self._done = (dw, lines, reports)
+        elif not self.committed.done():
+            self.committed.set_result(None)
         fut: Future = Future()
         fut.set_result(results)
         return fut
@@ -420,7 +437,10 @@ class WtxtStorageWriter(StorageWriter):
             for _, x, _ in reports:
                 fastxor ^= x
             parts = sorted(p for _, _, ps in reports for p in ps)
-            _call(dw.finish, lines, all_state, fastxor, parts, self.oms_key)
+            sha256_all = _call(dw.finish, lines, all_state, fastxor, parts, self.oms_key)
+        except BaseException as e:
+            self.committed.set_exception(Error(f"the snapshot was not written: {e}"))
+            raise
         finally:
             self._stage, self._done = None, None
             shutil.rmtree(stage.folder, ignore_errors=True)
@@ -428,6 +448,24 @@ class WtxtStorageWriter(StorageWriter):
                 os.unlink(stage.path)
             except FileNotFoundError:
                 pass
+        try:
+            self._commit(stage.gen, sha256_all)
+        except Error as e:
+            self.committed.set_exception(Error(f"the snapshot was written, not committed: {e}"))
+            raise
+
+
+    def _commit(self, gen: int, sha256_all: str) -> None:
+        """Commits (and pushes) the snapshot just written, when asked to."""
+        if not self.commit:
+            self.committed.set_result(SnapshotInfo(gen=gen, commit=None, pushed=False))
+            return
+        message = f"wtxt snapshot gen={gen:06} sha256_all={sha256_all}"
+        commit, pushed, error = _call(_rust.commit_snapshot, self.path, message, self.oms_key is not None, self.remote)
+        if error is not None:
+            self.committed.set_exception(Error(f"committed {commit}, not pushed: {error}"))
+        else:
+            self.committed.set_result(SnapshotInfo(gen=gen, commit=commit, pushed=pushed))
 
 
 class WtxtStorageReader(StorageReader):

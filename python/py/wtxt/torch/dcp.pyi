@@ -1,5 +1,8 @@
 import os
+from concurrent.futures import Future as ConcurrentFuture
 from typing import Dict, List, Optional, Union
+
+from wtxt import SnapshotInfo
 
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, SavePlan, SavePlanner
@@ -22,7 +25,10 @@ class WtxtStorageWriter(StorageWriter):
         gen: Optional[int] = ...,
         ts: Optional[str] = ...,
         oms_key: Optional[PathLike] = ...,
+        commit: bool = ...,
+        remote: Optional[str] = ...,
     ) -> None: ...
+    committed: ConcurrentFuture[Optional[SnapshotInfo]]
     def reset(self, checkpoint_id: Optional[PathLike] = ...) -> None: ...
     def set_up_storage_writer(self, is_coordinator: bool, *args: object, **kwargs: object) -> None: ...
     def storage_meta(self) -> Optional[StorageMeta]: ...
