@@ -12,7 +12,7 @@ use pyo3::types::PyBytes;
 use wtxt::convert::names::OriginalNames;
 use wtxt::crypto::digest::Sha256State;
 use wtxt::crypto::sign::SecretKey;
-use wtxt::store::dist::{ArrayHash, DistOptions, DistWrite};
+use wtxt::store::dist::{ArrayHash, DistOptions, DistWrite, Raw};
 use wtxt::wtxt::split::PartLine;
 use wtxt::wtxt::syntax::Meta;
 
@@ -24,6 +24,35 @@ type Part = (u64, u64, u64, [u8; 32]);
 /// An array as [`PyDistWriter::layout`] gives it: (original name, whether
 /// it is a metadata array, its chunks as (offset, length)).
 type Planned = (String, bool, Vec<(u64, u64)>);
+
+/// A chunk's bytes as Python gives them: (address, length) of memory it
+/// keeps alive for the call (a rank's own shard), or None (the stage).
+type Mem = Option<(usize, usize)>;
+
+/// The bytes `m` points at.
+#[allow(unsafe_code)]
+fn mem<'a>(m: Mem) -> Raw<'a> {
+    m.map(|(addr, len)| {
+        if len == 0 {
+            return &[][..];
+        }
+        // SAFETY: the Python side passes the address and length NumPy
+        // reports for a C-contiguous array it keeps alive until the call
+        // returns; the memory is only read.
+        unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+    })
+}
+
+/// Chunk offsets and lengths of an array of `dtype` and `shape`, as the
+/// writer lays it out (default rows per chunk).
+#[pyfunction]
+pub fn chunk_ranges(dtype: &str, shape: Vec<u64>) -> PyResult<Vec<(u64, u64)>> {
+    let dt = wtxt::model::Dtype::parse(dtype.as_bytes())
+        .ok_or_else(|| raise(wtxt::Error::usage(format!("unknown dtype {dtype}"))))?;
+    let l = wtxt::wtxt::layout::Layout::new(dt, &shape, wtxt::wtxt::layout::DEFAULT_ROWS_PER_CHUNK)
+        .map_err(|m| raise(wtxt::Error::usage(m.to_string())))?;
+    Ok((0..l.chunk_count()).map(|ix| l.chunk_range(ix)).collect())
+}
 
 fn hash32(b: &[u8], what: &str) -> Result<[u8; 32], wtxt::Error> {
     b.try_into().map_err(|_| wtxt::Error::usage(format!("{what}: expected 32 bytes, found {}", b.len())))
@@ -133,16 +162,25 @@ impl PyDistWriter {
         py.allow_threads(|| self.inner.write_fixed()).map_err(raise)
     }
 
-    /// Writes the chunks `chunks` ((array, chunk) pairs) into the text.
-    fn write_chunks(&self, py: Python<'_>, chunks: Vec<(usize, u64)>) -> PyResult<()> {
+    /// Writes `chunks` ((array, chunk, bytes) this rank owns) into their files.
+    fn write_chunks(&self, py: Python<'_>, chunks: Vec<(usize, u64, Mem)>) -> PyResult<()> {
+        let chunks: Vec<(usize, u64, Raw)> = chunks.into_iter().map(|(i, ix, m)| (i, ix, mem(m))).collect();
         py.allow_threads(|| self.inner.write_chunks(&chunks)).map_err(raise)
     }
 
-    /// Array `i`'s hash state after its chunks `from..to` (continuing `state`).
-    #[pyo3(signature = (i, from, to, state=None))]
-    fn hash_array(&self, py: Python<'_>, i: usize, from: u64, to: u64, state: Option<&[u8]>) -> PyResult<Py<PyBytes>> {
+    /// Array `i`'s hash state after `chunks` ((chunk, bytes), consecutive),
+    /// continuing `state`.
+    #[pyo3(signature = (i, chunks, state=None))]
+    fn hash_array(
+        &self,
+        py: Python<'_>,
+        i: usize,
+        chunks: Vec<(u64, Mem)>,
+        state: Option<&[u8]>,
+    ) -> PyResult<Py<PyBytes>> {
         let state = state.map(ArrayHash::from_bytes).transpose().map_err(raise)?;
-        let h = py.allow_threads(|| self.inner.hash_array(i, from, to, state)).map_err(raise)?;
+        let chunks: Vec<(u64, Raw)> = chunks.into_iter().map(|(ix, m)| (ix, mem(m))).collect();
+        let h = py.allow_threads(|| self.inner.hash_array(i, &chunks, state)).map_err(raise)?;
         Ok(PyBytes::new(py, &h.to_bytes()).unbind())
     }
 
@@ -152,31 +190,31 @@ impl PyDistWriter {
         self.inner.arr_line(i, h).map_err(raise)
     }
 
-    /// `sha256_all`'s state after array `i`'s chunks `from..to` (and its
-    /// `arr` line `arr` first when `from` is 0).
-    #[pyo3(signature = (state, i, from, to, arr))]
+    /// `sha256_all`'s state after array `i`'s `chunks` (and its `arr` line
+    /// `arr` first when they start at chunk 0), continuing `state`.
     fn hash_all(
         &self,
         py: Python<'_>,
         state: Option<&[u8]>,
         i: usize,
-        from: u64,
-        to: u64,
+        chunks: Vec<(u64, Mem)>,
         arr: &str,
     ) -> PyResult<Py<PyBytes>> {
         let state = state.map(sha_state).transpose().map_err(raise)?;
-        let h = py.allow_threads(|| self.inner.hash_all(state, i, from, to, arr)).map_err(raise)?;
+        let chunks: Vec<(u64, Raw)> = chunks.into_iter().map(|(ix, m)| (ix, mem(m))).collect();
+        let h = py.allow_threads(|| self.inner.hash_all(state, i, &chunks, arr)).map_err(raise)?;
         Ok(PyBytes::new(py, &h.to_bytes()).unbind())
     }
 
     /// This rank's share of `fastxor`, over `chunks`.
-    fn fastxor(&self, py: Python<'_>, chunks: Vec<(usize, u64)>) -> PyResult<u64> {
+    fn fastxor(&self, py: Python<'_>, chunks: Vec<(usize, u64, Mem)>) -> PyResult<u64> {
+        let chunks: Vec<(usize, u64, Raw)> = chunks.into_iter().map(|(i, ix, m)| (i, ix, mem(m))).collect();
         py.allow_threads(|| self.inner.fastxor(&chunks)).map_err(raise)
     }
 
-    /// Cuts part `k` (0-based) out of the finished text; its `part` line.
-    fn cut_part(&self, py: Python<'_>, k: usize) -> PyResult<Part> {
-        let p = py.allow_threads(|| self.inner.cut_part(k)).map_err(raise)?;
+    /// Hashes part `k` (0-based) once every rank has written; its `part` line.
+    fn hash_part(&self, py: Python<'_>, k: usize) -> PyResult<Part> {
+        let p = py.allow_threads(|| self.inner.hash_part(k)).map_err(raise)?;
         Ok((p.ix, p.bytes, p.lines, p.sha256))
     }
 

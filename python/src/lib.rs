@@ -500,6 +500,7 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(outline, m)?)?;
     m.add_function(wrap_pyfunction!(dist::snapshot_meta, m)?)?;
     m.add_function(wrap_pyfunction!(dist::commit_snapshot, m)?)?;
+    m.add_function(wrap_pyfunction!(dist::chunk_ranges, m)?)?;
     m.add_class::<dist::PyDistWriter>()?;
     m.add_class::<PySnapshotter>()?;
     Ok(())

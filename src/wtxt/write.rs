@@ -271,10 +271,10 @@ impl WritePlan<'_> {
         places
     }
 
-    /// The text around the chunks, each piece with its offset: the header
-    /// and `arr` lines as placeholders (same widths), `idx` and `endarr`
-    /// lines, `audit` and `endwtxt`.
-    pub fn fixed_text(&self, places: &Places) -> Vec<(u64, Vec<u8>)> {
+    /// The text around the chunks, each piece with its offset and where it
+    /// goes: the header and `arr` lines as placeholders (same widths),
+    /// `idx` and `endarr` lines, and the tail (`audit`, `endwtxt`).
+    pub fn fixed_text(&self, places: &Places) -> Vec<Fixed> {
         let (cap, signs_file) = cap_and_sign(self.arrays, self.opts);
         let header = header_text(
             &self.opts.meta,
@@ -282,20 +282,22 @@ impl WritePlan<'_> {
             &placeholder_root(self.opts.streaming),
             signs_file.then(placeholder_sign),
         );
-        let mut out = vec![(0, header.into_bytes())];
+        let mut out = vec![Fixed { at: 0, bytes: header.into_bytes(), kind: FixedKind::Head }];
         let mut line = String::new();
         for (i, p) in self.plans.iter().enumerate() {
-            let mut lead = placeholder_arr(p).to_line().into_bytes();
-            lead.push(b'\n');
+            let mut arr = placeholder_arr(p).to_line().into_bytes();
+            arr.push(b'\n');
+            let after = places.arr[i] + arr.len() as u64;
+            out.push(Fixed { at: places.arr[i], bytes: arr, kind: FixedKind::Arr });
             if let Some(idx) = p.layout.idx {
                 line.clear();
                 idx.write(&mut line);
-                lead.extend_from_slice(line.as_bytes());
-                lead.push(b'\n');
+                line.push('\n');
+                out.push(Fixed { at: after, bytes: line.clone().into_bytes(), kind: FixedKind::Body });
             }
-            out.push((places.arr[i], lead));
             let last = p.first_chunk + p.layout.chunk_count() as usize - 1;
-            out.push((places.ch[last] + unit_len(p, p.layout.chunk_count() - 1), b"endarr\n".to_vec()));
+            let at = places.ch[last] + unit_len(p, p.layout.chunk_count() - 1);
+            out.push(Fixed { at, bytes: b"endarr\n".to_vec(), kind: FixedKind::Body });
         }
         let mut tail = Vec::new();
         if let Some(a) = &self.opts.audit {
@@ -306,24 +308,27 @@ impl WritePlan<'_> {
         }
         tail.extend_from_slice(END.as_bytes());
         tail.push(b'\n');
-        out.push((places.len - tail.len() as u64, tail));
+        out.push(Fixed { at: places.len - tail.len() as u64, bytes: tail, kind: FixedKind::Tail });
         out
     }
 
-    /// Writes chunk `ix` of array `i` (its `ch` line, base64 lines and
-    /// `endch`) through `put(offset in the chunk's text, bytes)`, a piece
-    /// at a time; `buf` and `scratch` are reused between calls.
+    /// Writes chunk `ix` of array `i`, whose bytes are `raw` (its `ch`
+    /// line, base64 lines and `endch`), through `put(offset in the chunk's
+    /// text, bytes)`, a piece at a time; `buf` and `scratch` are reused
+    /// between calls.
     pub fn write_chunk(
         &self,
         i: usize,
         ix: u64,
+        raw: &[u8],
         buf: &mut Vec<u8>,
         scratch: &mut Vec<u8>,
         put: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
     ) -> Result<()> {
         let p = &self.plans[i];
-        let (off, len) = p.layout.chunk_range(ix);
-        let raw = &p.array.bytes()[off as usize..(off + len) as usize];
+        if raw.len() as u64 != p.layout.chunk_range(ix).1 {
+            return Err(Error::usage(format!("array {}: chunk {ix} is not {} bytes", p.array.name, raw.len())));
+        }
         let sum = ChunkSum { sha256: Sha256::digest(raw).into(), crc32c: crc32c::crc32c(raw) };
         let mut line = String::with_capacity(200);
         ch_line(p, ix, Some(&sum)).write(&mut line);
@@ -338,9 +343,7 @@ impl WritePlan<'_> {
             buf.clear();
         }
         buf.extend_from_slice(b"endch\n");
-        put(at, buf)?;
-        p.array.data.release(off as usize..(off + len) as usize);
-        Ok(())
+        put(at, buf)
     }
 
     /// Array `i`'s `arr` line, given the SHA-256 and HMAC of its bytes
@@ -376,6 +379,29 @@ impl WritePlan<'_> {
         debug_assert_eq!(header.len(), self.header_len);
         (header, merkle)
     }
+}
+
+/// A piece of [`WritePlan::fixed_text`].
+pub struct Fixed {
+    /// Its offset in the single file's text.
+    pub at: u64,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// Where a split snapshot keeps it.
+    pub kind: FixedKind,
+}
+
+/// Where a piece of fixed text goes in a split snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FixedKind {
+    /// The header lines: the head.
+    Head,
+    /// An `arr` line: the head (a `begin` line stands in the part).
+    Arr,
+    /// An `idx` or `endarr` line: the part.
+    Body,
+    /// `audit` and `endwtxt`: the head.
+    Tail,
 }
 
 /// Bytes of chunk `ix`'s text: its `ch` line, base64 lines and `endch`.

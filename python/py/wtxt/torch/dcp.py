@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import secrets
 import shutil
 from concurrent.futures import Future as ConcurrentFuture
@@ -153,6 +154,35 @@ def _owners(region: Optional[_Region], shards: List[_Shard], chunks: List[Tuple[
     return out
 
 
+def _row_start(region: _Region, offsets, shape) -> Optional[int]:
+    """The first byte, in its tensor's C-order bytes, of a shard of whole
+    rows (all of every dimension but the first), which is then one run of
+    those bytes; None for any other shard."""
+    full = region.shape
+    if len(full) == 0:
+        return 0
+    if tuple(int(d) for d in shape[1:]) != tuple(full[1:]) or any(int(o) for o in offsets[1:]):
+        return None
+    return int(offsets[0]) * _itemsize(region.dtype) * int(np.prod(full[1:], dtype=np.int64))
+
+
+def _holds(region: _Region, shards: List[_Shard], owner: int, chunk: Tuple[int, int]) -> bool:
+    """Whether `owner` has all of `chunk` (offset, length in the tensor's
+    bytes) in one shard of whole rows: it then encodes the chunk from its
+    own memory; otherwise the chunk is assembled in the stage."""
+    coff, clen = chunk
+    for r, off, size in shards:
+        if r != owner:
+            continue
+        start = _row_start(region, off, size)
+        if start is None:
+            continue
+        n = _itemsize(region.dtype) * int(np.prod(size, dtype=np.int64))
+        if start <= coff and coff + clen <= start + n:
+            return True
+    return False
+
+
 def _runs(owners: List[int]) -> List[Tuple[int, int, int]]:
     """Maximal runs of one owner: (owner, first chunk, end chunk)."""
     runs: List[Tuple[int, int, int]] = []
@@ -187,6 +217,7 @@ class _Ranks:
         self.rank = dist.get_rank() if group is not None else 0
         self.world = dist.get_world_size() if group is not None else 1
         self.sends: List[Any] = []
+        self.sent = 0  # bytes this rank sent to the others
 
     def agree(self, fn: Callable[[], Any]) -> List[Any]:
         """Runs `fn` here and gives every rank's result, in rank order; if it
@@ -202,6 +233,7 @@ class _Ranks:
             every = [mine]
         else:
             every = [None] * self.world
+            self.sent += len(pickle.dumps(mine)) * (self.world - 1)
             dist.all_gather_object(every, mine, group=self.group)
         if failed is not None:
             raise failed
@@ -212,6 +244,7 @@ class _Ranks:
 
     def send(self, data: bytes, to: int) -> None:
         t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        self.sent += len(data)
         self.sends.append(dist.isend(t, to, group=self.group))
 
     def recv(self, n: int, src: int) -> bytes:
@@ -267,6 +300,7 @@ class WtxtStorageWriter(StorageWriter):
         self.part_size = None if part_size is None else str(part_size)
         self.gen, self.ts, self.oms_key = gen, ts, p(oms_key)
         self.commit, self.remote = commit, remote
+        self.bytes_sent = 0  # what this rank sent the others in the last save
         self.committed: "ConcurrentFuture[Optional[SnapshotInfo]]" = ConcurrentFuture()
         self.is_coordinator = False
         self._group = _writer_group()
@@ -343,6 +377,14 @@ class WtxtStorageWriter(StorageWriter):
         stage: _Stage = plan.storage_data
         ranks = _Ranks(self._group)
         results: List[WriteResult] = []
+        # Every tensor's chunks, who encodes each, and whether that rank has
+        # all of it in its own shard: the same answer on every rank.
+        chunks = {fqn: _call(_rust.chunk_ranges, r.dtype, list(r.shape)) for fqn, r in stage.regions.items()}
+        owners = {fqn: _owners(r, stage.shards.get(fqn, []), chunks[fqn]) for fqn, r in stage.regions.items()}
+        held = {fqn: [_holds(stage.regions[fqn], stage.shards.get(fqn, []), o, c)
+                      for o, c in zip(owners[fqn], chunks[fqn])] for fqn in stage.regions}
+        # This rank's shards that are whole rows: (keep-alive, flat bytes, first byte in the tensor).
+        mine: Dict[str, Tuple[Any, np.ndarray, int]] = {}
 
         def put_shards():
             objects = {}
@@ -361,25 +403,47 @@ class WtxtStorageWriter(StorageWriter):
                         results.append(WriteResult(index=item.index, size_in_bytes=0, storage_data=None))
                         continue
                     t = planner.resolve_data(item).detach().to("cpu").contiguous()
-                    _write_shard(fd, stage.path, stage.regions[fqn], item.tensor_data.chunk.offsets, _bits(t))
+                    bits, region, offsets = _bits(t), stage.regions[fqn], item.tensor_data.chunk.offsets
                     results.append(WriteResult(index=item.index, size_in_bytes=t.numel() * t.element_size(),
                                                storage_data=None))
+                    start = _row_start(region, offsets, bits.shape)
+                    if start is None:
+                        # Not whole rows: its pieces are assembled in the stage.
+                        _write_shard(fd, stage.path, region, offsets, bits)
+                        continue
+                    flat = bits.reshape(-1).view(np.uint8)
+                    mine[fqn] = (t, flat, start)
+                    # The pieces of chunks its owner does not hold whole go to the stage.
+                    for (coff, clen), whole in zip(chunks[fqn], held[fqn]):
+                        lo, hi = max(coff, start), min(coff + clen, start + flat.size)
+                        if lo < hi and not whole:
+                            _pwrite_all(fd, memoryview(flat[lo - start:hi - start]), region.offset + lo, stage.path)
             finally:
                 os.close(fd)
             return objects
 
         objects = {k: v for o in ranks.agree(put_shards) for k, v in o.items()}
-        # Every shard is in the stage file: each rank plans the same text.
+        # Every piece is in place: each rank plans the same text.
         tensors = [(fqn, r.dtype, list(r.shape), r.offset, r.nbytes) for fqn, r in sorted(stage.regions.items())]
         dw = _call(_rust.DistWriter, tensors, stage.path, stage.folder, self.path, stage.gen, stage.ts,
                    stage.merkle_prev, self.metadata, objects or None, self.hmac_key, self.sign_key, self.part_size)
         layout = dw.layout()
-        runs = [_runs(_owners(None if meta else stage.regions[name], stage.shards.get(name, []), chunks))
-                for name, meta, chunks in layout]
-        mine = [(i, ix) for i, rs in enumerate(runs) for r, a, b in rs if r == ranks.rank for ix in range(a, b)]
+        runs = [_runs(owners[name] if not meta else [0] * len(cs)) for name, meta, cs in layout]
+
+        def raw(i: int, ix: int):
+            """Where chunk `ix` of array `i` is: this rank's memory, or (None) the stage."""
+            name, meta, cs = layout[i]
+            if meta or not held[name][ix] or name not in mine:
+                return None
+            _, flat, start = mine[name]
+            coff, clen = cs[ix]
+            return (flat.__array_interface__["data"][0] + coff - start, clen)
+
+        own = [(i, ix, raw(i, ix)) for i, rs in enumerate(runs) for r, a, b in rs if r == ranks.rank
+               for ix in range(a, b)]
 
         def encode():
-            _call(dw.write_chunks, mine)
+            _call(dw.write_chunks, own)
             if ranks.rank == 0:
                 _call(dw.write_fixed)
 
@@ -391,7 +455,7 @@ class WtxtStorageWriter(StorageWriter):
                 if r != ranks.rank:
                     continue
                 state = ranks.recv(_ARRAY_STATE, rs[k - 1][0]) if k else None
-                state = _call(dw.hash_array, i, a, b, state)
+                state = _call(dw.hash_array, i, [(ix, raw(i, ix)) for ix in range(a, b)], state)
                 if k + 1 < len(rs):
                     ranks.send(state, rs[k + 1][0])
                 else:
@@ -406,7 +470,7 @@ class WtxtStorageWriter(StorageWriter):
                 if r == ranks.rank:
                     if before is not None and before != ranks.rank:
                         state = ranks.recv(_SHA_STATE, before)
-                    state = _call(dw.hash_all, state, i, a, b, lines[i])
+                    state = _call(dw.hash_all, state, i, [(ix, raw(i, ix)) for ix in range(a, b)], lines[i])
                 elif before == ranks.rank:
                     ranks.send(state, r)
                 before = r
@@ -414,10 +478,11 @@ class WtxtStorageWriter(StorageWriter):
         last = before
 
         def report():
-            parts = [_call(dw.cut_part, k) for k in range(dw.part_count()) if k % ranks.world == ranks.rank]
-            return (state if last == ranks.rank else None, _call(dw.fastxor, mine), parts)
+            parts = [_call(dw.hash_part, k) for k in range(dw.part_count()) if k % ranks.world == ranks.rank]
+            return (state if last == ranks.rank else None, _call(dw.fastxor, own), parts)
 
         reports = ranks.agree(report)
+        self.bytes_sent = ranks.sent
         if self.is_coordinator:
             self._done = (dw, lines, reports)
         elif not self.committed.done():

@@ -1,0 +1,153 @@
+"""Distributed checkpoints: `dcp.save` of a >= 1 GiB sharded state over 2
+ranks (gloo, CPU) with `WtxtStorageWriter`, against DCP's own
+`FileSystemWriter` on the same state in the same run; `async_save` (how
+long the loop is blocked, how long until the snapshot is there); peak RSS
+and CPU-seconds per rank; bytes the writer sends between ranks; and, for
+reference, `wtxt.torch.save_state_dict` of the full state in one process.
+
+    python3 scripts/bench_dcp.py [--gib 1] [--ranks 2] [--dir /tmp/wtxt-bench-dcp]
+
+Prints one line per measurement (best of --runs); docs/PERFORMANCE.md keeps
+the figures. Needs the wtxt package installed (pip install ./python).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def state(world: int, gib: float):
+    """Square f32 matrices of 4096 columns, `gib` GiB in all, sharded by rows
+    (FSDP's Shard(0)) over the ranks, plus a step."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (world,))
+    rows = 4096
+    n = max(1, int(gib * (1 << 30) / (rows * 4096 * 4)))
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    for i in range(n):
+        full = torch.randn(rows, 4096, generator=g)
+        out[f"layers.{i}.weight"] = distribute_tensor(full, mesh, [Shard(0)])
+        del full
+    return {"model": out, "step": 1000}
+
+
+def rank_main(rank: int, world: int, port: int, args, results) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    import torch.distributed.checkpoint as dcp
+
+    from wtxt.torch.dcp import WtxtStorageWriter
+
+    sd = state(world, args.gib)
+    out = {}
+
+    def timed(name, fn):
+        best = None
+        for k in range(args.runs):
+            dist.barrier()
+            c0, t0 = cpu(), time.perf_counter()
+            fn(k)
+            dist.barrier()
+            got = (time.perf_counter() - t0, cpu() - c0)
+            best = got if best is None or got[0] < best[0] else best
+        out[name] = best
+
+    timed("FileSystemWriter", lambda k: dcp.save(
+        sd, storage_writer=dcp.FileSystemWriter(os.path.join(args.dir, f"fs{k}"), thread_count=1)))
+    writer = {}
+
+    def wtxt_save(k):
+        w = WtxtStorageWriter(os.path.join(args.dir, f"w{k}", "model.wtxt"), ts="2026-01-01T00:00:00Z")
+        dcp.save(sd, storage_writer=w)
+        writer["w"] = w
+
+    timed("WtxtStorageWriter", wtxt_save)
+    out["sent"] = writer["w"].bytes_sent
+
+    def async_save(k):
+        w = WtxtStorageWriter(os.path.join(args.dir, f"a{k}", "model.wtxt"), ts="2026-01-01T00:00:00Z")
+        t0 = time.perf_counter()
+        fut = dcp.async_save(sd, storage_writer=w)
+        out.setdefault("async_blocked", []).append(time.perf_counter() - t0)
+        fut.result()
+
+    timed("async_save", async_save)
+    out["async_blocked"] = min(out["async_blocked"])
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    results.put((rank, out))
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def one_process(args) -> dict:
+    """The full state saved by one process (what the ranks' snapshot equals)."""
+    import wtxt.torch
+
+    g = torch.Generator().manual_seed(0)
+    n = max(1, int(args.gib * (1 << 30) / (4096 * 4096 * 4)))
+    full = {"model": {f"layers.{i}.weight": torch.randn(4096, 4096, generator=g) for i in range(n)}, "step": 1000}
+    c0, t0 = cpu(), time.perf_counter()
+    wtxt.torch.save_state_dict(full, os.path.join(args.dir, "one", "model.wtxt"), ts="2026-01-01T00:00:00Z")
+    return {"save_state_dict": (time.perf_counter() - t0, cpu() - c0)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gib", type=float, default=1.0)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--dir", default="/tmp/wtxt-bench-dcp")
+    args = ap.parse_args()
+    shutil.rmtree(args.dir, ignore_errors=True)
+    os.makedirs(os.path.join(args.dir, "one"))
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    results = ctx.SimpleQueue()
+    mp.start_processes(rank_main, args=(args.ranks, port, args, results), nprocs=args.ranks, start_method="spawn")
+    per_rank = dict(results.get() for _ in range(args.ranks))
+    one = one_process(args)
+    size = sum(os.path.getsize(os.path.join(args.dir, "fs0", f)) for f in os.listdir(os.path.join(args.dir, "fs0")))
+    same = all(open(os.path.join(args.dir, d, "model.wtxt"), "rb").read() ==
+               open(os.path.join(args.dir, "one", "model.wtxt"), "rb").read() for d in ("w0", "a0"))
+    print(f"state: {args.gib} GiB f32 over {args.ranks} ranks (FileSystemWriter wrote {size / 2**30:.2f} GiB); "
+          f"snapshots identical to save_state_dict's: {same}")
+    for name in ("FileSystemWriter", "WtxtStorageWriter", "async_save"):
+        wall = max(r[name][0] for r in per_rank.values())
+        cpus = " ".join(f"{r[name][1]:.2f}" for _, r in sorted(per_rank.items()))
+        print(f"{name:18} wall {wall:6.2f} s   CPU-s per rank {cpus}")
+    fs = max(r["FileSystemWriter"][0] for r in per_rank.values())
+    wt = max(r["WtxtStorageWriter"][0] for r in per_rank.values())
+    print(f"{'ratio':18} {wt / fs:.2f}x FileSystemWriter's wall")
+    print(f"{'async blocked':18} " + " ".join(f"{r['async_blocked']:.2f}" for _, r in sorted(per_rank.items())) + " s")
+    print(f"{'peak RSS':18} " + " ".join(f"{r['peak_rss_mib']:.0f}" for _, r in sorted(per_rank.items())) + " MiB")
+    print(f"{'sent between ranks':18} " + " ".join(f"{r['sent']}" for _, r in sorted(per_rank.items())) + " bytes")
+    t, c = one["save_state_dict"]
+    print(f"{'save_state_dict':18} wall {t:6.2f} s   CPU-s {c:.2f} (one process, the full state)")
+    json.dump({"ranks": per_rank, "one": one}, open(os.path.join(args.dir, "results.json"), "w"))
+
+
+if __name__ == "__main__":
+    main()
