@@ -436,3 +436,114 @@ fn options(o: &DistOptions) -> WriteOptions<'_> {
         ..WriteOptions::new(o.meta.clone(), o.rows_per_chunk)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Dtype;
+    use crate::progress::Progress;
+
+    fn arrays() -> Vec<Array> {
+        let bytes = |n: usize, seed: u32| {
+            (0..n).map(|i| (i as u32).wrapping_mul(2654435761).wrapping_add(seed) as u8).collect::<Vec<u8>>()
+        };
+        vec![
+            Array::new("a_scalar", Dtype::U8, vec![], bytes(1, 1).into()).unwrap(),
+            Array::new("b_empty", Dtype::F32, vec![0, 3], Vec::new().into()).unwrap(),
+            Array::new("embed", Dtype::F32, vec![301, 24], bytes(301 * 24 * 4, 2).into()).unwrap(),
+            Array::new("vec", Dtype::F64, vec![9001], bytes(9001 * 8, 3).into()).unwrap(),
+        ]
+    }
+
+    fn options(size: PartSize, sign: bool) -> DistOptions {
+        DistOptions {
+            meta: Meta::new(3, Some("2026-01-01T00:00:00Z")).unwrap(),
+            rows_per_chunk: 128,
+            merkle_prev: [7; 32],
+            hmac_key: Some(HmacKey::from_hex(&"ab".repeat(32)).unwrap()),
+            sign_key: sign.then(|| SecretKey::from_file(Path::new("fixtures/wtxt/keys/sign.pem")).unwrap()),
+            part_size: size,
+        }
+    }
+
+    /// Files of the snapshot at `head`: the head, then its parts.
+    fn files(head: &Path) -> Vec<Vec<u8>> {
+        let mut out = vec![std::fs::read(head).unwrap()];
+        let dir = crate::store::parts_dir(head);
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            let mut names: Vec<_> = entries.map(|e| e.unwrap().path()).collect();
+            names.sort();
+            out.extend(names.iter().map(|p| std::fs::read(p).unwrap()));
+        }
+        out
+    }
+
+    /// `world` writers in one process, each owning a contiguous share of
+    /// every array's chunks, handing hash states on as ranks would.
+    fn write_as_ranks(world: usize, size: PartSize, sign: bool, out: &Path) {
+        let stage = out.parent().unwrap().join(format!(".stage{world}"));
+        std::fs::create_dir(&stage).unwrap();
+        let ranks: Vec<DistWrite> =
+            (0..world).map(|_| DistWrite::new(arrays(), options(size, sign), out, &stage).unwrap()).collect();
+        let n = ranks[0].arrays().len();
+        let owner = |i: usize, ix: u64| {
+            let count = ranks[0].chunks(i).unwrap().len() as u64;
+            ((ix * world as u64) / count) as usize
+        };
+        for (r, w) in ranks.iter().enumerate() {
+            let mine: Vec<(usize, u64, Raw)> = (0..n)
+                .flat_map(|i| (0..w.chunks(i).unwrap().len() as u64).map(move |ix| (i, ix)))
+                .filter(|&(i, ix)| owner(i, ix) == r)
+                .map(|(i, ix)| (i, ix, None))
+                .collect();
+            w.write_chunks(&mine).unwrap();
+        }
+        ranks[0].write_fixed().unwrap();
+        // Each array's hash, chunk by chunk, by whichever rank owns it.
+        let mut lines = Vec::new();
+        let mut all: Option<Sha256State> = None;
+        for i in 0..n {
+            let mut state: Option<Vec<u8>> = None;
+            for ix in 0..ranks[0].chunks(i).unwrap().len() as u64 {
+                let w = &ranks[owner(i, ix)];
+                let got = state.map(|b| ArrayHash::from_bytes(&b).unwrap());
+                state = Some(w.hash_array(i, &[(ix, None)], got).unwrap().to_bytes());
+            }
+            let last = ranks[owner(i, ranks[0].chunks(i).unwrap().len() as u64 - 1)]
+                .arr_line(i, ArrayHash::from_bytes(&state.unwrap()).unwrap());
+            lines.push(last.unwrap());
+        }
+        let mut fastxor = 0;
+        for i in 0..n {
+            for ix in 0..ranks[0].chunks(i).unwrap().len() as u64 {
+                let w = &ranks[owner(i, ix)];
+                let handed = all.map(|s| Sha256State::from_bytes(&s.to_bytes()).unwrap());
+                all = Some(w.hash_all(handed, i, &[(ix, None)], &lines[i]).unwrap());
+                fastxor ^= w.fastxor(&[(i, ix, None)]).unwrap();
+            }
+        }
+        let parts: Vec<PartLine> = (0..ranks[0].part_count()).map(|k| ranks[k % world].hash_part(k).unwrap()).collect();
+        ranks[0].finish(&lines, all.unwrap().finalize(), fastxor, &parts).unwrap();
+        std::fs::remove_dir_all(&stage).unwrap();
+    }
+
+    #[test]
+    fn ranks_writing_their_chunks_give_the_one_process_snapshot() {
+        for (size, sign) in
+            [(PartSize::Max(64 << 10), true), (PartSize::Whole, false), (PartSize::Max(64 << 10), false)]
+        {
+            let dir = tempfile::tempdir().unwrap();
+            let one = dir.path().join("one.wtxt");
+            let o = options(size, sign);
+            let opts = super::options(&o);
+            crate::store::write_wtxt(&arrays(), &opts, &one, size, None, &Progress::hidden()).unwrap();
+            let want = files(&one);
+            assert_eq!(want.len() > 1, size != PartSize::Whole);
+            for world in [1, 2, 3] {
+                let out = dir.path().join(format!("w{world}.wtxt"));
+                write_as_ranks(world, size, sign, &out);
+                assert_eq!(files(&out), want, "{world} ranks, {size:?}");
+            }
+        }
+    }
+}
