@@ -272,6 +272,136 @@ impl Drop for OutputDir {
     }
 }
 
+/// A folder written whole or not at all: filled under a temporary name
+/// beside `dest` (which must not exist), renamed to `dest` by
+/// [`NewFolder::commit`]; dropped uncommitted, it is removed with what it
+/// holds.
+pub struct NewFolder {
+    tmp: Option<tempfile::TempDir>,
+    dest: PathBuf,
+}
+
+impl NewFolder {
+    /// Starts the folder `dest`.
+    pub fn create(dest: &Path) -> Result<NewFolder> {
+        if std::fs::symlink_metadata(dest).is_ok() {
+            return Err(Error::usage(format!("{}: already exists (give a new folder)", dest.display())));
+        }
+        let parent = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let name = dest.file_name().ok_or_else(|| Error::usage(format!("{}: not a folder name", dest.display())))?;
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{}.", name.to_string_lossy()))
+            .suffix(".tmp")
+            .tempdir_in(parent)
+            .map_err(|e| Error::io(dest, plain(e, parent)))?;
+        live_dirs().push(tmp.path().to_path_buf());
+        Ok(NewFolder { tmp: Some(tmp), dest: dest.to_path_buf() })
+    }
+
+    /// Where to write the folder's files meanwhile.
+    pub fn path(&self) -> &Path {
+        self.tmp.as_ref().expect("until committed").path()
+    }
+
+    /// Puts the folder at its name (its files on disk first).
+    pub fn commit(mut self) -> Result<()> {
+        let tmp = self.tmp.take().expect("committed once");
+        let at = tmp.keep();
+        live_dirs().retain(|x| *x != at);
+        sync_tree(&at);
+        std::fs::rename(&at, &self.dest).map_err(|e| {
+            let _ = std::fs::remove_dir_all(&at);
+            Error::io(&self.dest, e)
+        })?;
+        sync_parent(&self.dest);
+        Ok(())
+    }
+}
+
+impl Drop for NewFolder {
+    fn drop(&mut self) {
+        if let Some(t) = &self.tmp {
+            let p = t.path().to_path_buf();
+            live_dirs().retain(|x| *x != p);
+        }
+    }
+}
+
+/// Flushes every file below `dir` (and the folders) to disk.
+fn sync_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                sync_tree(&p);
+            } else if let Ok(f) = File::open(&p) {
+                let _ = f.sync_all();
+            }
+        }
+    }
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Most files a folder may hold for [`list_files`]: bounds the heap
+/// whatever the folder holds.
+pub const MAX_FILES: usize = 1 << 20;
+
+/// The regular files below `root` (relative `/`-separated paths, sorted
+/// component by component), but the ignored paths (a path is ignored when
+/// it is one of `ignore` or lies below one). A link or special file is
+/// refused, never followed or read.
+pub fn list_files(root: &Path, ignore: &[String]) -> Result<Vec<String>> {
+    let mut files = Vec::new();
+    let mut stack = vec![String::new()];
+    while let Some(dir) = stack.pop() {
+        let path = if dir.is_empty() { root.to_path_buf() } else { root.join(&dir) };
+        let entries = std::fs::read_dir(&path).map_err(|e| Error::io(&path, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(&path, e))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else {
+                return Err(Error::input(Default::default(), "a file name that is not UTF-8").in_file(entry.path()));
+            };
+            let rel = if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") };
+            if is_ignored(&rel, ignore) {
+                continue;
+            }
+            let ty = entry.file_type().map_err(|e| Error::io(entry.path(), e))?;
+            if ty.is_dir() {
+                stack.push(rel);
+            } else if ty.is_file() {
+                if files.len() == MAX_FILES {
+                    return Err(Error::input(Default::default(), format!("more than {MAX_FILES} files")).in_file(root));
+                }
+                files.push(rel);
+            } else {
+                let what = if ty.is_symlink() {
+                    "a symbolic link (wtxt does not follow links)"
+                } else {
+                    "not a regular file or folder"
+                };
+                return Err(Error::input(Default::default(), what).in_file(entry.path()));
+            }
+        }
+    }
+    files.sort_by(|a, b| a.split('/').cmp(b.split('/')));
+    Ok(files)
+}
+
+/// True when the relative path `rel` is one of `ignore` or lies below one
+/// (path components compared, as Python's `PurePath.is_relative_to`).
+pub fn is_ignored(rel: &str, ignore: &[String]) -> bool {
+    ignore.iter().any(|i| {
+        let i = i.trim_end_matches('/');
+        rel == i || rel.strip_prefix(i).is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
 /// True when `dir` is a folder itself, not a link to one.
 pub fn is_real_dir(dir: &Path) -> bool {
     std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())

@@ -7,6 +7,7 @@ pub mod container;
 pub mod direct;
 pub mod fold;
 pub mod formats;
+pub mod hf;
 pub mod mldf;
 pub mod msgpack;
 pub mod names;
@@ -274,6 +275,15 @@ fn stem_of(path: &Path) -> String {
 }
 
 fn load_one(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Vec<Array>> {
+    if crate::atomic::is_real_dir(path) {
+        if !hf::is_folder(path) {
+            return Err(Error::input(
+                Default::default(),
+                format!("a folder without {} or {}: not a Hugging Face folder", hf::INDEX, hf::SINGLE),
+            ));
+        }
+        return hf::read_folder(path, notes);
+    }
     match sniff(path)? {
         (_, 0) => Err(input_at(0, "empty file: expected .npy, .npz, .safetensors, FOLD, AERO, VOLP, MLDF or WTXT")),
         (Some(Input::Wtxt), _) => {

@@ -212,24 +212,7 @@ fn pinned_layout(arrays: &[Array]) -> Result<(&[u8], PinnedLayout)> {
             Error::input(Default::default(), format!("no {ST_HEADER} array: not made by the safetensors filter"))
         })?
         .bytes();
-    let n = header.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize).unwrap_or(usize::MAX);
-    let json = header
-        .get(8..)
-        .filter(|j| j.len() == n)
-        .ok_or_else(|| Error::input(Default::default(), format!("{ST_HEADER}: bad length")))?;
-    let meta: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(json).map_err(|e| Error::input(Default::default(), format!("{ST_HEADER}: {e}")))?;
-    let mut tensors: Vec<(u64, u64, String)> = Vec::new();
-    for (k, v) in &meta {
-        if k == "__metadata__" {
-            continue;
-        }
-        let offs = v["data_offsets"].as_array().and_then(|o| Some((o.first()?.as_u64()?, o.get(1)?.as_u64()?)));
-        let (a, b) = offs
-            .ok_or_else(|| Error::input(Default::default(), format!("{ST_HEADER}: tensor {k} lacks data_offsets")))?;
-        tensors.push((a, b, k.clone()));
-    }
-    tensors.sort();
+    let (meta, tensors) = layout(header).map_err(|e| Error::input(Default::default(), format!("{ST_HEADER}: {e}")))?;
     let mut sorted_names: Vec<String> = tensors.iter().map(|t| t.2.clone()).collect();
     sorted_names.sort();
     let mapped = crate::model::assign_names(&sorted_names);
@@ -242,6 +225,33 @@ fn pinned_layout(arrays: &[Array]) -> Result<(&[u8], PinnedLayout)> {
         .collect();
     Ok((header, (meta, layout)))
 }
+
+/// A safetensors header (the file's first `8 + n` bytes) parsed: its JSON,
+/// and its tensors in file order as (start, end, name), offsets relative
+/// to the end of the header.
+pub fn layout(header: &[u8]) -> Result<HeaderLayout> {
+    let n = header.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize).unwrap_or(usize::MAX);
+    let json = header
+        .get(8..)
+        .filter(|j| j.len() == n)
+        .ok_or_else(|| Error::input(Default::default(), "bad header length"))?;
+    let meta: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(json).map_err(|e| Error::input(Default::default(), e.to_string()))?;
+    let mut tensors: Vec<(u64, u64, String)> = Vec::new();
+    for (k, v) in &meta {
+        if k == "__metadata__" {
+            continue;
+        }
+        let offs = v["data_offsets"].as_array().and_then(|o| Some((o.first()?.as_u64()?, o.get(1)?.as_u64()?)));
+        let (a, b) = offs.ok_or_else(|| Error::input(Default::default(), format!("tensor {k} lacks data_offsets")))?;
+        tensors.push((a, b, k.clone()));
+    }
+    tensors.sort();
+    Ok((meta, tensors))
+}
+
+/// [`layout`]'s answer: the header's JSON, and (start, end, name) per tensor.
+pub type HeaderLayout = (serde_json::Map<String, serde_json::Value>, Vec<(u64, u64, String)>);
 
 /// The original names and `__metadata__` the header of a filter-made WTXT
 /// keeps, for writers of other formats (`None` without that header).

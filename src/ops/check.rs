@@ -255,6 +255,15 @@ pub fn inspect_reader<R: std::io::Read>(input: R) -> Result<Inspection> {
     })
 }
 
+/// `wtxt extract --hf`: the Hugging Face folder a snapshot was made from,
+/// written into `out` (a new folder, whole or not at all) byte for byte.
+/// Returns the number of shards.
+pub fn extract_folder(path: &Path, out: &Path, opts: &VerifyOptions, unseal: Option<&Unseal>) -> Result<usize> {
+    let mut input = WtxtIn::open(path, unseal)?;
+    let loaded = crate::wtxt::load(input.text(), input.len, opts).map_err(|e| input.blame(e))?;
+    crate::convert::hf::write_folder(&loaded.arrays, out)
+}
+
 /// `wtxt extract`: verifies the file under `opts`, then writes its arrays (or one).
 ///
 /// The output gets the inputs' own names (and a safetensors file's

@@ -13,6 +13,7 @@
 //! - `split`: split snapshots: one identity, exact join/split, every command, bad parts;
 //! - `outputs`: devices written through, temp files removed on SIGTERM, reserved names, escaped messages;
 //! - `recover`: partial recovery keeps everything intact;
+//! - `hf`: Hugging Face folders in and out, byte for byte, and inconsistent ones refused;
 //! - `hooks`: hooks/pre-commit in a real Git repository;
 //! - `hostile`: small files that expand to gigabytes, read in bounded heap or refused;
 //! - `inputs`: real NumPy output and hostile input archives;
@@ -32,6 +33,7 @@ mod daemon;
 mod delta;
 mod gitflow;
 mod golden;
+mod hf;
 mod hooks;
 mod hostile;
 mod inputs;

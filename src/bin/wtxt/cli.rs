@@ -378,9 +378,13 @@ pub struct ExtractArgs {
     pub file: PathBuf,
     #[command(flatten)]
     pub sealed: SealedArg,
-    /// Output: .npy (one array), .npz or .safetensors.
-    #[arg(short, long, value_name = "OUT")]
-    pub output: PathBuf,
+    /// Output: .npy (one array), .npz, .safetensors, .aero, .fold, .mldf or .volp.
+    #[arg(short, long, value_name = "OUT", required_unless_present = "hf", conflicts_with = "hf")]
+    pub output: Option<PathBuf>,
+    /// Write the Hugging Face folder the snapshot was made from (`wtxt
+    /// snapshot DIR`) into this new folder, every file byte for byte.
+    #[arg(long, value_name = "OUTDIR", conflicts_with = "array")]
+    pub hf: Option<PathBuf>,
     /// Extract only this array.
     #[arg(long, value_name = "NAME")]
     pub array: Option<String>,

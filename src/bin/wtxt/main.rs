@@ -233,11 +233,17 @@ fn extract(a: cli::ExtractArgs) -> Result<u8> {
         allow_unauthenticated: a.hmac.allow_unauthenticated,
         ..Default::default()
     };
+    if let Some(dir) = &a.hf {
+        let shards = ops::extract_folder(&a.file, dir, &checks, u.as_ref())?;
+        eprintln!("wrote the folder {} ({shards} shard(s))", dir.display());
+        return Ok(0);
+    }
+    let output = a.output.as_deref().ok_or_else(|| Error::usage("give -o OUT or --hf OUTDIR"))?;
     let mut notes = Vec::new();
-    let n = ops::extract(&a.file, &a.output, a.array.as_deref(), &checks, u.as_ref(), &mut notes);
+    let n = ops::extract(&a.file, output, a.array.as_deref(), &checks, u.as_ref(), &mut notes);
     warn(&notes);
     let n = n?;
-    eprintln!("wrote {} array(s) to {}", n, a.output.display());
+    eprintln!("wrote {} array(s) to {}", n, output.display());
     Ok(0)
 }
 

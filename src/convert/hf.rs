@@ -1,0 +1,271 @@
+//! Hugging Face checkpoint folders, as `save_pretrained` writes them: the
+//! weights in `model.safetensors`, or sharded in `model-0000K-of-0000N.safetensors`
+//! with `model.safetensors.index.json` mapping each tensor to its shard,
+//! beside `config.json`, tokenizer files and the rest. A folder is read into
+//! the tensors (under their own names) plus what writes the same folder
+//! back byte for byte (FORMAT.md section 14, `__hf`): each shard's header
+//! bytes, and every other file's bytes, covered by the snapshot's hashes
+//! and signature like the weights.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::convert::names::OriginalNames;
+use crate::convert::Notes;
+use crate::error::{Error, Result};
+use crate::model::{Array, ArrayData, Dtype};
+
+/// The table: which files the folder had and where their bytes are.
+pub const HF: &str = "__hf";
+/// Every file of the folder but the shards, one after the other.
+pub const HF_FILES: &str = "__hf_files";
+/// Every shard's header (its first `8 + n` bytes), one after the other.
+pub const HF_HEADERS: &str = "__hf_headers";
+
+/// The index `save_pretrained` writes beside sharded weights.
+pub const INDEX: &str = "model.safetensors.index.json";
+/// The one file of unsharded weights.
+pub const SINGLE: &str = "model.safetensors";
+
+/// Most bytes the folder's other files may hold together: they are kept
+/// in memory (a tokenizer is tens of MB).
+const MAX_OTHER_FILES: u64 = 256 << 20;
+
+/// What `__hf` holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Folder {
+    /// The files that are not shards, by path (relative, `/`-separated), in
+    /// path order: their bytes in [`HF_FILES`] one after the other.
+    pub files: Vec<Piece>,
+    /// The shards, by path, in path order: their headers in [`HF_HEADERS`].
+    pub shards: Vec<Piece>,
+}
+
+/// A file's place in one of the byte arrays.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Piece {
+    /// Its path in the folder.
+    pub path: String,
+    /// Where its bytes begin in the array.
+    pub offset: u64,
+    /// How many.
+    pub len: u64,
+}
+
+/// True when `dir` is a folder of Hugging Face weights (it holds the index
+/// or `model.safetensors`).
+pub fn is_folder(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
+        && [INDEX, SINGLE].iter().any(|f| std::fs::symlink_metadata(dir.join(f)).is_ok_and(|m| m.is_file()))
+}
+
+fn bad(path: impl AsRef<Path>, message: impl Into<String>) -> Error {
+    Error::input(Default::default(), message.into()).in_file(path.as_ref())
+}
+
+/// What the index says: the shards it names (sorted), which shard holds
+/// each tensor, and `total_size` when it gives one.
+struct Index {
+    shards: Vec<String>,
+    weight_map: HashMap<String, String>,
+    total: Option<u64>,
+}
+
+fn read_index(dir: &Path) -> Result<Index> {
+    let path = dir.join(INDEX);
+    let text = crate::atomic::read_small_file(&path, crate::limits::MAX_METADATA, crate::atomic::Links::Refuse)?
+        .ok_or_else(|| bad(&path, "missing"))?;
+    let v: serde_json::Value = serde_json::from_slice(&text).map_err(|e| bad(&path, format!("not JSON: {e}")))?;
+    let map = v
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| bad(&path, "expected a \"weight_map\" object of tensor names to shard files"))?;
+    let mut weight_map = HashMap::with_capacity(map.len());
+    let mut shards: Vec<String> = Vec::new();
+    for (tensor, shard) in map {
+        let shard = shard
+            .as_str()
+            .filter(|s| is_plain_name(s))
+            .ok_or_else(|| bad(&path, format!("tensor {tensor}: expected the file name of a shard in this folder")))?;
+        if !shards.iter().any(|s| s == shard) {
+            shards.push(shard.to_string());
+        }
+        weight_map.insert(tensor.clone(), shard.to_string());
+    }
+    shards.sort();
+    let total = v.get("metadata").and_then(|m| m.get("total_size")).and_then(|t| t.as_u64());
+    Ok(Index { shards, weight_map, total })
+}
+
+/// A file name with no folder in it (what an index may name).
+fn is_plain_name(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\\')
+}
+
+/// Reads the folder `dir`: its tensors (original names) and the metadata
+/// arrays that give the folder back. Every shard is checked against the
+/// index: a shard it does not name, one it names that is missing, a tensor
+/// in two shards or in a shard the index does not say, a `total_size` that
+/// is not the tensors' bytes: each refused, naming the file and tensor.
+pub fn read_folder(dir: &Path, notes: &mut Notes) -> Result<Vec<Array>> {
+    let all = crate::atomic::list_files(dir, &[])?;
+    let hidden = |p: &str| p.split('/').any(|c| c.starts_with('.'));
+    let (skipped, files): (Vec<String>, Vec<String>) = all.into_iter().partition(|p| hidden(p));
+    if !skipped.is_empty() {
+        notes.push(format!("{}: left out hidden files: {}", dir.display(), skipped.join(", ")));
+    }
+    let has = |name: &str| files.iter().any(|f| f == name);
+    let (shards, weight_map, total) = match (has(INDEX), has(SINGLE)) {
+        (true, true) => return Err(bad(dir, format!("holds both {SINGLE} and {INDEX}: which are the weights?"))),
+        (true, false) => {
+            let i = read_index(dir)?;
+            (i.shards, Some(i.weight_map), i.total)
+        }
+        (false, true) => (vec![SINGLE.to_string()], None, None),
+        (false, false) => return Err(bad(dir, format!("neither {INDEX} nor {SINGLE}: not a Hugging Face folder"))),
+    };
+    for s in &shards {
+        if !has(s) {
+            return Err(bad(dir.join(s), format!("missing: {INDEX} names it")));
+        }
+    }
+    if let Some(extra) = files.iter().find(|f| f.ends_with(".safetensors") && !shards.contains(f)) {
+        return Err(bad(dir.join(extra), format!("a shard {INDEX} does not name")));
+    }
+    let mut tensors: Vec<Array> = Vec::new();
+    let mut seen: HashMap<String, String> = HashMap::new();
+    let mut headers = Vec::new();
+    let mut folder = Folder::default();
+    for s in &shards {
+        let path = dir.join(s);
+        let src = ArrayData::from_map(crate::convert::map_file(&path)?);
+        let got = crate::convert::safetensors::read(&src).map_err(|e| e.in_file(&path))?;
+        let bytes = src.as_bytes();
+        let n = u64::from_le_bytes(bytes[..8].try_into().expect("read checked the header")) as usize;
+        folder.shards.push(Piece { path: s.clone(), offset: headers.len() as u64, len: (8 + n) as u64 });
+        headers.extend_from_slice(&bytes[..8 + n]);
+        for a in got {
+            if let Some(other) = seen.insert(a.name.clone(), s.clone()) {
+                return Err(bad(&path, format!("tensor {} is also in {other}", a.name)));
+            }
+            if let Some(map) = &weight_map {
+                match map.get(&a.name) {
+                    Some(listed) if listed == s => {}
+                    Some(listed) => return Err(bad(&path, format!("tensor {}: {INDEX} puts it in {listed}", a.name))),
+                    None => return Err(bad(&path, format!("tensor {}: {INDEX} does not list it", a.name))),
+                }
+            }
+            tensors.push(a);
+        }
+    }
+    if let Some(map) = &weight_map {
+        let mut missing: Vec<&String> = map.keys().filter(|t| !seen.contains_key(*t)).collect();
+        missing.sort();
+        if let Some(t) = missing.first() {
+            return Err(bad(dir.join(&map[*t]), format!("tensor {t}: {INDEX} puts it here, the shard lacks it")));
+        }
+    }
+    let bytes: u64 = tensors.iter().map(|a| a.bytes().len() as u64).sum();
+    if let Some(t) = total.filter(|&t| t != bytes) {
+        return Err(bad(dir.join(INDEX), format!("total_size {t}, but the shards' tensors hold {bytes} bytes")));
+    }
+    let mut others = Vec::new();
+    for f in files.iter().filter(|f| !shards.contains(f)) {
+        let path = dir.join(f);
+        let room = MAX_OTHER_FILES - others.len() as u64;
+        if std::fs::symlink_metadata(&path).map_err(|e| Error::io(&path, e))?.len() > room {
+            return Err(bad(
+                &path,
+                format!("the folder's files other than shards hold more than {MAX_OTHER_FILES} bytes"),
+            ));
+        }
+        let b = crate::atomic::read_small_file(&path, room, crate::atomic::Links::Refuse)?
+            .ok_or_else(|| bad(&path, "vanished while read"))?;
+        folder.files.push(Piece { path: f.clone(), offset: others.len() as u64, len: b.len() as u64 });
+        others.extend_from_slice(&b);
+    }
+    tensors.push(crate::convert::meta_array(HF, &serde_json::to_value(&folder).expect("a table serializes"))?);
+    tensors.push(Array::new(HF_FILES, Dtype::U8, vec![others.len() as u64], others.into())?);
+    tensors.push(Array::new(HF_HEADERS, Dtype::U8, vec![headers.len() as u64], headers.into())?);
+    Ok(tensors)
+}
+
+/// The bytes of `p` in `b`.
+fn slice<'a>(b: &'a [u8], p: &Piece) -> Result<&'a [u8]> {
+    let end = p.offset.checked_add(p.len).filter(|&e| e <= b.len() as u64);
+    end.map(|e| &b[p.offset as usize..e as usize])
+        .ok_or_else(|| Error::input(Default::default(), format!("{HF}: {} lies past its array", p.path)))
+}
+
+/// The folder table among `arrays`, if they came from a folder.
+pub fn folder_of(arrays: &[Array]) -> Result<Option<Folder>> {
+    let Some(v) = crate::convert::meta_json(arrays, HF)? else { return Ok(None) };
+    serde_json::from_value(v).map(Some).map_err(|e| Error::input(Default::default(), format!("{HF}: {e}")))
+}
+
+/// Writes the folder the arrays came from into `out` (a folder that must
+/// not exist yet; it appears whole or not at all): every file byte for
+/// byte, each shard from its header and its tensors in the header's order.
+pub fn write_folder(arrays: &[Array], out: &Path) -> Result<usize> {
+    let folder = folder_of(arrays)?.ok_or_else(|| {
+        Error::usage(format!(
+            "{}: the snapshot was not made from a Hugging Face folder (it has no {HF})",
+            out.display()
+        ))
+    })?;
+    let part = |name: &str| -> Result<&[u8]> {
+        arrays
+            .iter()
+            .find(|a| a.name == name)
+            .map(|a| a.bytes())
+            .ok_or_else(|| Error::input(Default::default(), format!("{HF} without {name}")))
+    };
+    let (files, headers) = (part(HF_FILES)?, part(HF_HEADERS)?);
+    let kept = OriginalNames::of(arrays)?.unwrap_or_default();
+    let by_name: BTreeMap<&str, &Array> =
+        arrays.iter().filter(|a| !a.is_metadata()).map(|a| (kept.original(&a.name), a)).collect();
+    let tmp = crate::atomic::NewFolder::create(out)?;
+    for p in folder.files.iter().chain(&folder.shards) {
+        if p.path.split('/').any(|c| !is_plain_name(c) || c.starts_with('.')) {
+            return Err(Error::input(Default::default(), format!("{HF}: {:?} is not a path inside a folder", p.path)));
+        }
+    }
+    for p in &folder.files {
+        let dest = tmp.path().join(&p.path);
+        if let Some(d) = dest.parent() {
+            std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+        }
+        crate::atomic::write_file(&dest, slice(files, p)?, 0o644)?;
+    }
+    for p in &folder.shards {
+        let header = slice(headers, p)?;
+        let dest = tmp.path().join(&p.path);
+        let mut f =
+            std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&dest).map_err(|e| Error::io(&dest, e))?);
+        let (_, order) = crate::convert::safetensors::layout(header).map_err(|e| e.in_file(&dest))?;
+        f.write_all(header).map_err(|e| Error::io(&dest, e))?;
+        let mut at = 0u64;
+        for (start, end, name) in order {
+            let a = by_name
+                .get(name.as_str())
+                .ok_or_else(|| Error::input(Default::default(), format!("tensor {name} is missing")).in_file(&dest))?;
+            if start != at || a.bytes().len() as u64 != end - start {
+                return Err(Error::input(
+                    Default::default(),
+                    format!("tensor {name}: its offsets do not match its bytes"),
+                )
+                .in_file(&dest));
+            }
+            at = end;
+            a.data.each_window(&mut |b| f.write_all(b).map_err(|e| Error::io(&dest, e)))?;
+        }
+        f.into_inner().map_err(|e| Error::io(&dest, e.into_error()))?.sync_all().map_err(|e| Error::io(&dest, e))?;
+    }
+    tmp.commit()?;
+    Ok(folder.shards.len())
+}

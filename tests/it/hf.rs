@@ -1,0 +1,158 @@
+//! Hugging Face folders: `wtxt snapshot DIR` and `wtxt extract --hf`, byte
+//! for byte, and every inconsistency between the index and its shards
+//! refused. (python/tests/test_hf.py does the same with folders the real
+//! `transformers` wrote, and loads the result with `from_pretrained`.)
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::util::run;
+use wtxt::model::{Array, Dtype};
+
+fn tensor(name: &str, dtype: Dtype, shape: &[u64], seed: u8) -> Array {
+    let n: u64 = shape.iter().product::<u64>() * dtype.size() as u64;
+    let bytes: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+    Array::new("t", dtype, shape.to_vec(), bytes.into()).unwrap().renamed(name)
+}
+
+/// Writes a shard as the Python `safetensors` library does (`{"format": "pt"}`).
+fn shard(path: &Path, tensors: &[&Array]) {
+    let named: Vec<(&str, &Array)> = tensors.iter().map(|a| (a.name.as_str(), *a)).collect();
+    let meta = BTreeMap::from([("format".to_string(), "pt".to_string())]);
+    let mut f = std::fs::File::create(path).unwrap();
+    wtxt::convert::safetensors::write_named(&named, Some(&meta), &mut f).unwrap();
+}
+
+/// A two-shard folder as `save_pretrained` lays it out.
+fn folder(dir: &Path) -> PathBuf {
+    let m = dir.join("model");
+    std::fs::create_dir_all(&m).unwrap();
+    let a = tensor("model.embed_tokens.weight", Dtype::Bf16, &[64, 16], 1);
+    let b = tensor("model.layers.0.mlp.up_proj.weight", Dtype::F32, &[40, 16], 2);
+    let c = tensor("model.norm.weight", Dtype::F16, &[16], 3);
+    shard(&m.join("model-00001-of-00002.safetensors"), &[&a, &b]);
+    shard(&m.join("model-00002-of-00002.safetensors"), &[&c]);
+    let total = [&a, &b, &c].iter().map(|t| t.bytes().len()).sum::<usize>();
+    let index = format!(
+        "{{\n  \"metadata\": {{\n    \"total_size\": {total}\n  }},\n  \"weight_map\": {{\n    \
+         \"model.embed_tokens.weight\": \"model-00001-of-00002.safetensors\",\n    \
+         \"model.layers.0.mlp.up_proj.weight\": \"model-00001-of-00002.safetensors\",\n    \
+         \"model.norm.weight\": \"model-00002-of-00002.safetensors\"\n  }}\n}}\n"
+    );
+    std::fs::write(m.join("model.safetensors.index.json"), index).unwrap();
+    std::fs::write(m.join("config.json"), "{\n  \"architectures\": [\"LlamaForCausalLM\"]\n}\n").unwrap();
+    std::fs::write(m.join("generation_config.json"), "{\"do_sample\": false}").unwrap();
+    std::fs::create_dir(m.join("extra")).unwrap();
+    std::fs::write(m.join("extra").join("chat_template.jinja"), "{{ messages }}").unwrap();
+    m
+}
+
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    wtxt::atomic::list_files(dir, &[])
+        .unwrap()
+        .into_iter()
+        .map(|f| (f.clone(), std::fs::read(dir.join(&f)).unwrap()))
+        .collect()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn a_folder_goes_in_and_comes_back_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = folder(dir.path());
+    std::fs::write(m.join(".hidden"), "not kept").unwrap();
+    let snap = dir.path().join("m.wtxt");
+    let r = run(&["snapshot", s(&m), "-o", s(&snap), "--ts", "2026-01-01T00:00:00Z"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains(".hidden"), "{}", r.stderr);
+    assert_eq!(run(&["verify", s(&snap)]).code, 0);
+    let out = dir.path().join("out");
+    let r = run(&["extract", s(&snap), "--hf", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let mut want = files(&m);
+    want.remove(".hidden");
+    assert_eq!(files(&out), want);
+    // The tensors are the snapshot's arrays, under the model's own names.
+    let r = run(&["extract", s(&snap), "-o", s(&dir.path().join("all.safetensors"))]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // An existing folder is not written into.
+    let r = run(&["extract", s(&snap), "--hf", s(&out)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("already exists"), "{}", r.stderr);
+    // A snapshot not made from a folder has no folder to give.
+    let r = run(&["extract", "golden_vector_a.wtxt", "--hf", s(&dir.path().join("none"))]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(!dir.path().join("none").exists());
+}
+
+#[test]
+fn an_index_and_shards_that_disagree_are_refused_naming_the_file() {
+    type Break = fn(&Path);
+    let cases: &[(&str, Break, &str)] = &[
+        ("missing shard", |m| std::fs::remove_file(m.join("model-00002-of-00002.safetensors")).unwrap(), "missing"),
+        (
+            "extra shard",
+            |m| {
+                std::fs::copy(m.join("model-00002-of-00002.safetensors"), m.join("adapter.safetensors"))
+                    .map(drop)
+                    .unwrap()
+            },
+            "adapter.safetensors",
+        ),
+        (
+            "tensor in two shards",
+            |m| {
+                let c = tensor("model.embed_tokens.weight", Dtype::F16, &[16], 3);
+                shard(
+                    &m.join("model-00002-of-00002.safetensors"),
+                    &[&c, &tensor("model.norm.weight", Dtype::F16, &[16], 3)],
+                );
+            },
+            "model.embed_tokens.weight",
+        ),
+        (
+            "tensor the index does not list",
+            |m| {
+                let c = tensor("model.norm.weight", Dtype::F16, &[16], 3);
+                shard(
+                    &m.join("model-00002-of-00002.safetensors"),
+                    &[&c, &tensor("lm_head.weight", Dtype::F16, &[4], 1)],
+                );
+            },
+            "lm_head.weight",
+        ),
+        (
+            "total_size",
+            |m| {
+                let p = m.join("model.safetensors.index.json");
+                let t = std::fs::read_to_string(&p).unwrap().replace("\"total_size\": ", "\"total_size\": 1");
+                std::fs::write(p, t).unwrap();
+            },
+            "total_size",
+        ),
+        (
+            "both forms",
+            |m| {
+                std::fs::copy(m.join("model-00002-of-00002.safetensors"), m.join("model.safetensors"))
+                    .map(drop)
+                    .unwrap()
+            },
+            "both",
+        ),
+        ("a link", |m| std::os::unix::fs::symlink("/etc/passwd", m.join("tokenizer.json")).unwrap(), "link"),
+    ];
+    for (what, breaks, says) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let m = folder(dir.path());
+        breaks(&m);
+        let snap = dir.path().join("m.wtxt");
+        let r = run(&["snapshot", s(&m), "-o", s(&snap)]);
+        assert_eq!(r.code, 2, "{what}: {}", r.stderr);
+        assert!(r.stderr.contains(says), "{what}: {}", r.stderr);
+        assert_eq!(r.stderr.lines().count(), 1, "{what}: {}", r.stderr);
+        assert!(!snap.exists(), "{what}");
+    }
+}
