@@ -103,22 +103,98 @@ fn save(
         let part_size = parse_part_size(part_size)?.unwrap_or_default();
         let mut no_spare = Vec::new();
         let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut no_spare)), metadata, objects)?;
-        let opts = wtxt::ops::SnapshotOptions {
-            meta: wtxt::ops::MetaFields { gen, ts, ..Default::default() },
-            prev,
+        let opts = Writing { prev, sign_key, hmac_key, gen, ts, oms_key }.options(part_size)?;
+        let w = wtxt::ops::snapshot_arrays(&arrays, &path, &opts, &wtxt::progress::Progress::hidden())?;
+        Ok(hex_of(&w.sha256_all))
+    })
+    .map_err(raise)
+}
+
+/// The options every Python writer of a snapshot takes, as paths and values.
+struct Writing {
+    prev: Option<PathBuf>,
+    sign_key: Option<PathBuf>,
+    hmac_key: Option<PathBuf>,
+    gen: Option<u64>,
+    ts: Option<String>,
+    oms_key: Option<PathBuf>,
+}
+
+impl Writing {
+    /// The snapshot options they give (keys read now).
+    fn options(self, part_size: wtxt::wtxt::split::PartSize) -> Result<wtxt::ops::SnapshotOptions, wtxt::Error> {
+        Ok(wtxt::ops::SnapshotOptions {
+            meta: wtxt::ops::MetaFields { gen: self.gen, ts: self.ts, ..Default::default() },
+            prev: self.prev,
             keys: wtxt::ops::Keys {
-                hmac_key: hmac(hmac_key)?,
-                sign_key: sign_key.as_deref().map(SecretKey::from_file).transpose()?,
+                hmac_key: hmac(self.hmac_key)?,
+                sign_key: self.sign_key.as_deref().map(SecretKey::from_file).transpose()?,
                 ..Default::default()
             },
             output: wtxt::ops::Output {
                 part_size,
-                oms_key: oms_key.as_deref().map(wtxt::crypto::ec::EcSecretKey::from_file).transpose()?,
+                oms_key: self.oms_key.as_deref().map(wtxt::crypto::ec::EcSecretKey::from_file).transpose()?,
             },
             ..Default::default()
+        })
+    }
+}
+
+/// `wtxt snapshot FOLDER`: a Hugging Face folder (every file, the shards
+/// checked against the index) as a snapshot at `path`. Returns `sha256_all`
+/// as hex and the notes (files left out).
+#[pyfunction]
+#[pyo3(signature = (folder, path, prev=None, sign_key=None, hmac_key=None, gen=None, ts=None, part_size=None, oms_key=None))]
+#[allow(clippy::too_many_arguments)]
+fn save_folder(
+    py: Python<'_>,
+    folder: PathBuf,
+    path: PathBuf,
+    prev: Option<PathBuf>,
+    sign_key: Option<PathBuf>,
+    hmac_key: Option<PathBuf>,
+    gen: Option<u64>,
+    ts: Option<String>,
+    part_size: Option<String>,
+    oms_key: Option<PathBuf>,
+) -> PyResult<(String, Vec<String>)> {
+    py.allow_threads(|| {
+        if !wtxt::convert::hf::is_folder(&folder) {
+            return Err(wtxt::Error::usage(format!("{}: not a Hugging Face folder", folder.display())));
+        }
+        let part_size = parse_part_size(part_size)?.unwrap_or_default();
+        let opts = Writing { prev, sign_key, hmac_key, gen, ts, oms_key }.options(part_size)?;
+        let mut notes = Vec::new();
+        let w = wtxt::ops::snapshot(&[folder], &path, &opts, &wtxt::progress::Progress::hidden(), &mut notes)?;
+        Ok((hex_of(&w.sha256_all), notes))
+    })
+    .map_err(raise)
+}
+
+/// `wtxt extract --hf`: the Hugging Face folder a snapshot was made from,
+/// verified (every check, under the trust options given), written into the
+/// new folder `out`. Returns the number of shards.
+#[pyfunction]
+#[pyo3(signature = (path, out, hmac_key=None, pubkey=None, trusted_keys=None, require_signature=false))]
+fn extract_folder(
+    py: Python<'_>,
+    path: PathBuf,
+    out: PathBuf,
+    hmac_key: Option<PathBuf>,
+    pubkey: Option<PathBuf>,
+    trusted_keys: Option<PathBuf>,
+    require_signature: bool,
+) -> PyResult<usize> {
+    py.allow_threads(|| {
+        let key = hmac(hmac_key)?;
+        let trusted = trusted(pubkey, trusted_keys)?;
+        let opts = wtxt::wtxt::verify::VerifyOptions {
+            hmac_key: key.as_ref(),
+            trusted: trusted.as_ref(),
+            require_signature,
+            ..Default::default()
         };
-        let w = wtxt::ops::snapshot_arrays(&arrays, &path, &opts, &wtxt::progress::Progress::hidden())?;
-        Ok(hex_of(&w.sha256_all))
+        wtxt::ops::extract_folder(&path, &out, &opts, None)
     })
     .map_err(raise)
 }
@@ -498,6 +574,8 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(outline, m)?)?;
+    m.add_function(wrap_pyfunction!(save_folder, m)?)?;
+    m.add_function(wrap_pyfunction!(extract_folder, m)?)?;
     m.add_function(wrap_pyfunction!(dist::snapshot_meta, m)?)?;
     m.add_function(wrap_pyfunction!(dist::commit_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(dist::chunk_ranges, m)?)?;

@@ -24,7 +24,7 @@ import numpy as np
 from . import _rust
 
 __all__ = ["Error", "VerifyError", "Report", "save_file", "load_file", "load_metadata", "verify", "Snapshotter",
-           "SnapshotInfo"]
+           "SnapshotInfo", "save_folder", "extract_folder"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -187,6 +187,33 @@ def _from_literal(name: str, text: str):
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
         raise Error(f"__objects: entry {name!r} is not a Python literal ({type(e).__name__})") from None
+
+
+def save_folder(folder: PathLike, filename: PathLike, prev: Optional[PathLike] = None,
+                sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
+                part_size: Optional[Union[int, str]] = None, gen: Optional[int] = None, ts: Optional[str] = None,
+                oms_key: Optional[PathLike] = None) -> str:
+    """Writes a Hugging Face folder (as `save_pretrained` leaves it: shards
+    and their index, config, tokenizer files) as one snapshot, `wtxt
+    snapshot FOLDER`: every shard checked against the index, every file
+    covered by the snapshot's hashes and signature, `extract_folder` gives
+    it back byte for byte. Options as `save_file`. Returns `sha256_all`."""
+    p = lambda x: None if x is None else os.fspath(x)
+    size = None if part_size is None else str(part_size)
+    sha, _ = _call(_rust.save_folder, os.fspath(folder), os.fspath(filename), p(prev), p(sign_key), p(hmac_key), gen,
+                   ts, size, p(oms_key))
+    return sha
+
+
+def extract_folder(filename: PathLike, out: PathLike, hmac_key: Optional[PathLike] = None,
+                   pubkey: Optional[PathLike] = None, trusted_keys: Optional[PathLike] = None,
+                   require_signature: bool = False) -> int:
+    """Verifies `filename` (as `load_file` does) and writes the Hugging Face
+    folder it was made from into `out`, a new folder that appears whole or
+    not at all; every file byte for byte. Returns the number of shards."""
+    p = lambda x: None if x is None else os.fspath(x)
+    return _call(_rust.extract_folder, os.fspath(filename), os.fspath(out), p(hmac_key), p(pubkey), p(trusted_keys),
+                 require_signature)
 
 
 def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:

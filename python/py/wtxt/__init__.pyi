@@ -81,3 +81,23 @@ class Snapshotter:
     def close(self) -> None: ...
     def __enter__(self) -> Snapshotter: ...
     def __exit__(self, *exc: object) -> None: ...
+
+def save_folder(
+    folder: PathLike,
+    filename: PathLike,
+    prev: Optional[PathLike] = ...,
+    sign_key: Optional[PathLike] = ...,
+    hmac_key: Optional[PathLike] = ...,
+    part_size: Optional[Union[int, str]] = ...,
+    gen: Optional[int] = ...,
+    ts: Optional[str] = ...,
+    oms_key: Optional[PathLike] = ...,
+) -> str: ...
+def extract_folder(
+    filename: PathLike,
+    out: PathLike,
+    hmac_key: Optional[PathLike] = ...,
+    pubkey: Optional[PathLike] = ...,
+    trusted_keys: Optional[PathLike] = ...,
+    require_signature: bool = ...,
+) -> int: ...

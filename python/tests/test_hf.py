@@ -1,0 +1,79 @@
+"""Hugging Face folders written by the real `transformers` `save_pretrained`
+go into one snapshot and come back byte for byte, and `from_pretrained`
+loads what comes back (tied weights as they were)."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import wtxt  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+KEYS = ROOT / "fixtures" / "wtxt" / "keys"
+CLI = os.environ.get("WTXT_BIN") or str(ROOT / "target" / "debug" / "wtxt")
+
+
+def tiny_llama(tied: bool, dtype):
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tied)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg).to(dtype)
+
+
+def files(d: pathlib.Path):
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("tied,dtype", [(True, torch.float32), (False, torch.bfloat16)])
+def test_a_save_pretrained_folder_round_trips_and_loads(tmp_path, tied, dtype):
+    model = tiny_llama(tied, dtype)
+    src = tmp_path / "model"
+    model.save_pretrained(src, max_shard_size="20KB")
+    (src / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    assert len(list(src.glob("model-*.safetensors"))) > 1 and (src / "model.safetensors.index.json").exists()
+
+    snap = tmp_path / "m.wtxt"
+    r = subprocess.run([CLI, "snapshot", src, "-o", snap, "--part-size", "64K", "--sign-key", KEYS / "sign.pem"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([CLI, "verify", snap, "--pubkey", KEYS / "sign.pem.pub", "--require-signature"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out"
+    r = subprocess.run([CLI, "extract", snap, "--hf", out], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert files(out) == files(src)
+
+    back = transformers.AutoModelForCausalLM.from_pretrained(out, torch_dtype=dtype)
+    want, got = model.state_dict(), back.state_dict()
+    assert want.keys() == got.keys()
+    for k in want:
+        assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]), k
+    same = back.lm_head.weight.data_ptr() == back.model.embed_tokens.weight.data_ptr()
+    assert same == tied
+
+
+def test_the_python_api_for_folders(tmp_path):
+    model = tiny_llama(True, torch.float32)
+    src = tmp_path / "model"
+    model.save_pretrained(src)  # one model.safetensors, no index
+    snap = tmp_path / "m.wtxt"
+    sha = wtxt.save_folder(src, snap, sign_key=KEYS / "sign.pem", ts="2026-01-01T00:00:00Z")
+    assert wtxt.verify(snap, pubkey=KEYS / "sign.pem.pub").signature == "valid"
+    assert wtxt.verify(snap).sha256_all == sha
+    assert wtxt.extract_folder(snap, tmp_path / "out", pubkey=KEYS / "sign.pem.pub", require_signature=True) == 1
+    assert files(tmp_path / "out") == files(src)
+    # Damage anywhere fails the extract before a file is written.
+    text = bytearray(snap.read_bytes())
+    at = text.index(b"endch") - 20
+    text[at] = ord("A") if text[at] != ord("A") else ord("B")
+    snap.write_bytes(bytes(text))
+    with pytest.raises(wtxt.VerifyError):
+        wtxt.extract_folder(snap, tmp_path / "again")
+    assert not (tmp_path / "again").exists()
+    with pytest.raises(wtxt.Error, match="not a Hugging Face folder"):
+        wtxt.save_folder(tmp_path / "out" / "config.json", tmp_path / "x.wtxt")
