@@ -78,23 +78,8 @@ pub fn write_direct<T>(
     // Decode, checking everything, into the output's places.
     let dest = AtomicFile::create(out)?;
     let file = dest.file_ref().try_clone().map_err(|e| Error::io(out, e))?;
-    let mut input = WtxtIn::open(path, None)?;
-    let mut sink = Place {
-        file: &file,
-        out,
-        outlined: &outlined,
-        place: &place,
-        next: 0,
-        at: None,
-        meta: Vec::new(),
-        failed: None,
-    };
-    let report = verify(input.text(), opts, Some(&mut sink)).map_err(|e| input.blame(e))?;
-    if let Some(p) = report.first_error() {
-        return Err(input.blame(p.to_error()));
-    }
-    // A failed write names the output already; the rest is the input's.
-    let meta = sink.finish().map_err(|e| e.in_file(path))?;
+    let starts: HashMap<String, (usize, u64)> = place.iter().map(|(n, r)| (n.clone(), (0, r.start))).collect();
+    let meta = decode_into(path, opts, &outlined, &[(out, &file)], &starts)?;
 
     // The tensors are in place: hand them to the writer as windows of the output.
     let span = place.values().map(|r| r.start).min().unwrap_or(0)..place.values().map(|r| r.end).max().unwrap_or(0);
@@ -238,16 +223,38 @@ impl Seek for Recorder {
     }
 }
 
+/// Reads and verifies the WTXT at `path` (every check under `opts`),
+/// writing each tensor's bytes where `place` says, (file, offset) into
+/// `files`, as they are decoded; every array must come as `outlined`
+/// announced. Returns the bytes of the outlined metadata arrays. Nothing
+/// is held but the metadata: the output files are the only copy.
+pub(crate) fn decode_into(
+    path: &Path,
+    opts: &VerifyOptions,
+    outlined: &[Outlined],
+    files: &[(&Path, &File)],
+    place: &HashMap<String, (usize, u64)>,
+) -> Result<Vec<Vec<u8>>> {
+    let mut input = WtxtIn::open(path, None)?;
+    let mut sink = Place { files, outlined, place, next: 0, at: None, meta: Vec::new(), failed: None };
+    let report = verify(input.text(), opts, Some(&mut sink)).map_err(|e| input.blame(e))?;
+    if let Some(p) = report.first_error() {
+        return Err(input.blame(p.to_error()));
+    }
+    // A failed write names the output already; the rest is the input's.
+    sink.finish().map_err(|e| e.in_file(path))
+}
+
 /// The strict reader's sink: tensor bytes to their places, metadata
 /// arrays kept, and every array checked against the outline.
 struct Place<'a> {
-    file: &'a File,
-    out: &'a Path,
+    files: &'a [(&'a Path, &'a File)],
     outlined: &'a [Outlined],
-    place: &'a HashMap<String, Range<u64>>,
+    place: &'a HashMap<String, (usize, u64)>,
     next: usize,
-    /// Where the current array's next bytes go (`None`: not kept here).
-    at: Option<u64>,
+    /// Where the current array's next bytes go, (file, offset) (`None`:
+    /// not kept here).
+    at: Option<(usize, u64)>,
     meta: Vec<Vec<u8>>,
     failed: Option<Error>,
 }
@@ -285,7 +292,7 @@ impl Sink for Place<'_> {
         if o.arr.name != a.arr.name || o.arr.dtype != a.arr.dtype || o.arr.shape != a.arr.shape {
             return self.fail(changed());
         }
-        self.at = self.place.get(&a.arr.name).map(|r| r.start);
+        self.at = self.place.get(&a.arr.name).copied();
         if o.data.is_some() {
             self.meta.push(Vec::with_capacity(o.arr.bytes as usize));
         }
@@ -297,10 +304,11 @@ impl Sink for Place<'_> {
         }
         if self.outlined[self.next - 1].data.is_some() {
             self.meta.last_mut().expect("pushed with its array").extend_from_slice(bytes);
-        } else if let Some(at) = self.at {
-            match self.file.write_all_at(bytes, at) {
-                Ok(()) => self.at = Some(at + bytes.len() as u64),
-                Err(e) => self.fail(Error::io(self.out, e)),
+        } else if let Some((k, at)) = self.at {
+            let (out, file) = self.files[k];
+            match file.write_all_at(bytes, at) {
+                Ok(()) => self.at = Some((k, at + bytes.len() as u64)),
+                Err(e) => self.fail(Error::io(out, e)),
             }
         }
     }

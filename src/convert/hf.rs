@@ -7,8 +7,7 @@
 //! bytes, and every other file's bytes, covered by the snapshot's hashes
 //! and signature like the weights.
 
-use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
+use std::collections::HashMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -31,8 +30,10 @@ pub const INDEX: &str = "model.safetensors.index.json";
 pub const SINGLE: &str = "model.safetensors";
 
 /// Most bytes the folder's other files may hold together: they are kept
-/// in memory (a tokenizer is tens of MB).
-const MAX_OTHER_FILES: u64 = 256 << 20;
+/// in memory (a tokenizer is tens of MB), and `extract --hf` plans from
+/// them before it decodes a tensor, within the outline's budget for
+/// metadata arrays ([`crate::limits::MAX_METADATA`]).
+const MAX_OTHER_FILES: u64 = 48 << 20;
 
 /// What `__hf` holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -208,64 +209,165 @@ pub fn folder_of(arrays: &[Array]) -> Result<Option<Folder>> {
     serde_json::from_value(v).map(Some).map_err(|e| Error::input(Default::default(), format!("{HF}: {e}")))
 }
 
-/// Writes the folder the arrays came from into `out` (a folder that must
-/// not exist yet; it appears whole or not at all): every file byte for
-/// byte, each shard from its header and its tensors in the header's order.
-pub fn write_folder(arrays: &[Array], out: &Path) -> Result<usize> {
-    let folder = folder_of(arrays)?.ok_or_else(|| {
-        Error::usage(format!(
-            "{}: the snapshot was not made from a Hugging Face folder (it has no {HF})",
-            out.display()
-        ))
-    })?;
-    let part = |name: &str| -> Result<&[u8]> {
-        arrays
-            .iter()
-            .find(|a| a.name == name)
-            .map(|a| a.bytes())
-            .ok_or_else(|| Error::input(Default::default(), format!("{HF} without {name}")))
-    };
-    let (files, headers) = (part(HF_FILES)?, part(HF_HEADERS)?);
-    let kept = OriginalNames::of(arrays)?.unwrap_or_default();
-    let by_name: BTreeMap<&str, &Array> =
-        arrays.iter().filter(|a| !a.is_metadata()).map(|a| (kept.original(&a.name), a)).collect();
-    let tmp = crate::atomic::NewFolder::create(out)?;
-    for p in folder.files.iter().chain(&folder.shards) {
-        if p.path.split('/').any(|c| !is_plain_name(c) || c.starts_with('.')) {
-            return Err(Error::input(Default::default(), format!("{HF}: {:?} is not a path inside a folder", p.path)));
-        }
-    }
-    for p in &folder.files {
-        let dest = tmp.path().join(&p.path);
-        if let Some(d) = dest.parent() {
-            std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
-        }
-        crate::atomic::write_file(&dest, slice(files, p)?, 0o644)?;
-    }
-    for p in &folder.shards {
-        let header = slice(headers, p)?;
-        let dest = tmp.path().join(&p.path);
-        let mut f =
-            std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&dest).map_err(|e| Error::io(&dest, e))?);
-        let (_, order) = crate::convert::safetensors::layout(header).map_err(|e| e.in_file(&dest))?;
-        f.write_all(header).map_err(|e| Error::io(&dest, e))?;
-        let mut at = 0u64;
-        for (start, end, name) in order {
-            let a = by_name
-                .get(name.as_str())
-                .ok_or_else(|| Error::input(Default::default(), format!("tensor {name} is missing")).in_file(&dest))?;
-            if start != at || a.bytes().len() as u64 != end - start {
+/// Where each shard's tensors go: for each shard, its path, header, and
+/// its tensors in file order as (WTXT name, offset in the file, bytes).
+struct Shards<'a> {
+    folder: Folder,
+    files: &'a [u8],
+    headers: &'a [u8],
+    shards: Vec<Vec<(String, u64, u64)>>,
+}
+
+impl<'a> Shards<'a> {
+    /// Plans the folder from the metadata arrays among `metas`; `tensor`
+    /// gives an original name's (WTXT name, length in bytes). Every tensor
+    /// a header lists must be there, as long as its offsets say, right
+    /// after the one before; every tensor must be in a shard.
+    fn plan(metas: &'a [Array], tensors: &[(String, u64)], out: &Path) -> Result<Shards<'a>> {
+        let folder = folder_of(metas)?.ok_or_else(|| {
+            Error::usage(format!(
+                "{}: the snapshot was not made from a Hugging Face folder (it has no {HF})",
+                out.display()
+            ))
+        })?;
+        let part = |name: &str| -> Result<&'a [u8]> {
+            metas
+                .iter()
+                .find(|a| a.name == name)
+                .map(|a| a.bytes())
+                .ok_or_else(|| Error::input(Default::default(), format!("{HF} without {name}")))
+        };
+        let (files, headers) = (part(HF_FILES)?, part(HF_HEADERS)?);
+        for p in folder.files.iter().chain(&folder.shards) {
+            if p.path.split('/').any(|c| !is_plain_name(c) || c.starts_with('.')) {
                 return Err(Error::input(
                     Default::default(),
-                    format!("tensor {name}: its offsets do not match its bytes"),
-                )
-                .in_file(&dest));
+                    format!("{HF}: {:?} is not a path inside a folder", p.path),
+                ));
             }
-            at = end;
-            a.data.each_window(&mut |b| f.write_all(b).map_err(|e| Error::io(&dest, e)))?;
         }
-        f.into_inner().map_err(|e| Error::io(&dest, e.into_error()))?.sync_all().map_err(|e| Error::io(&dest, e))?;
+        let kept = OriginalNames::of(metas)?.unwrap_or_default();
+        let by_name: HashMap<&str, (&str, u64)> =
+            tensors.iter().map(|(n, len)| (kept.original(n), (n.as_str(), *len))).collect();
+        let mut placed = 0usize;
+        let mut shards = Vec::with_capacity(folder.shards.len());
+        for p in &folder.shards {
+            let header = slice(headers, p)?;
+            let (_, order) = crate::convert::safetensors::layout(header)
+                .map_err(|e| Error::input(Default::default(), format!("{HF}: {}: {}", p.path, e.message())))?;
+            let mut at = 0u64;
+            let mut list = Vec::with_capacity(order.len());
+            for (start, end, name) in order {
+                let bad = |why: &str| Error::input(Default::default(), format!("{}: tensor {name}: {why}", p.path));
+                let &(wtxt_name, len) = by_name.get(name.as_str()).ok_or_else(|| bad("not in the snapshot"))?;
+                if start != at || len != end - start {
+                    return Err(bad("its offsets do not match its bytes"));
+                }
+                at = end;
+                list.push((wtxt_name.to_string(), header.len() as u64 + start, len));
+                placed += 1;
+            }
+            shards.push(list);
+        }
+        if placed != tensors.len() {
+            return Err(Error::input(
+                Default::default(),
+                format!("{} tensors are in no shard of {HF}", tensors.len() - placed),
+            ));
+        }
+        Ok(Shards { folder, files, headers, shards })
     }
-    tmp.commit()?;
-    Ok(folder.shards.len())
+
+    /// Writes the files that are not shards into `dir`, and each shard's
+    /// header, sized for its tensors; returns the shard files, open.
+    fn start(&self, dir: &Path) -> Result<Vec<(std::path::PathBuf, std::fs::File)>> {
+        for p in &self.folder.files {
+            let dest = dir.join(&p.path);
+            if let Some(d) = dest.parent() {
+                std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+            }
+            crate::atomic::write_file(&dest, slice(self.files, p)?, 0o644)?;
+        }
+        let mut out = Vec::with_capacity(self.shards.len());
+        for (p, list) in self.folder.shards.iter().zip(&self.shards) {
+            let dest = dir.join(&p.path);
+            if let Some(d) = dest.parent() {
+                std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+            }
+            let header = slice(self.headers, p)?;
+            let f = std::fs::File::create(&dest).map_err(|e| Error::io(&dest, e))?;
+            let end = list.last().map_or(header.len() as u64, |&(_, at, len)| at + len);
+            use std::os::unix::fs::FileExt;
+            f.write_all_at(header, 0).and_then(|()| f.set_len(end)).map_err(|e| Error::io(&dest, e))?;
+            out.push((dest, f));
+        }
+        Ok(out)
+    }
+}
+
+/// `wtxt extract --hf`: the folder the snapshot at `path` was made from,
+/// verified (every check under `opts`) as it is written into `out`, a new
+/// folder that appears whole or not at all; every file byte for byte. One
+/// pass: each tensor is decoded straight to its place in its shard, so the
+/// heap holds only the folder's small files. Returns the number of shards.
+pub fn extract(path: &Path, opts: &crate::wtxt::verify::VerifyOptions, out: &Path) -> Result<usize> {
+    let outlined = crate::store::outline::outline(path, &crate::model::is_metadata_name, crate::limits::MAX_METADATA)
+        .ok_or_else(|| {
+        // Not canonical, damaged or not a WTXT: the strict reader says which.
+        match crate::store::input::WtxtIn::open(path, None).and_then(|mut i| {
+            crate::wtxt::Load { keep: crate::wtxt::Keep::Metadata, ..Default::default() }
+                .run(i.text(), i.len, opts)
+                .map_err(|e| i.blame(e))
+        }) {
+            Err(e) => e,
+            Ok(_) => Error::input(Default::default(), "its metadata arrays are too large to plan from").in_file(path),
+        }
+    })?;
+    let metas: Vec<Array> = outlined
+        .iter()
+        .filter_map(|o| {
+            o.data.as_ref().map(|d| Array::new(o.arr.name.clone(), o.arr.dtype, o.arr.shape.clone(), d.clone().into()))
+        })
+        .collect::<Result<_>>()?;
+    let tensors: Vec<(String, u64)> =
+        outlined.iter().filter(|o| o.data.is_none()).map(|o| (o.arr.name.clone(), o.arr.bytes)).collect();
+    let plan = Shards::plan(&metas, &tensors, out).map_err(|e| e.in_file(path))?;
+    let dir = crate::atomic::NewFolder::create(out)?;
+    let files = plan.start(dir.path())?;
+    let place: HashMap<String, (usize, u64)> = plan
+        .shards
+        .iter()
+        .enumerate()
+        .flat_map(|(k, list)| list.iter().map(move |(n, at, _)| (n.clone(), (k, *at))))
+        .collect();
+    let targets: Vec<(&Path, &std::fs::File)> = files.iter().map(|(p, f)| (p.as_path(), f)).collect();
+    crate::convert::direct::decode_into(path, opts, &outlined, &targets, &place)?;
+    dir.commit()?;
+    Ok(plan.shards.len())
+}
+
+/// Like [`extract`], from arrays already loaded and verified (an
+/// age-encrypted snapshot, which cannot be outlined): each shard written
+/// from its tensors' bytes.
+pub fn write_folder(arrays: &[Array], out: &Path) -> Result<usize> {
+    let metas: Vec<Array> = arrays.iter().filter(|a| a.is_metadata()).cloned().collect();
+    let tensors: Vec<(String, u64)> =
+        arrays.iter().filter(|a| !a.is_metadata()).map(|a| (a.name.clone(), a.bytes().len() as u64)).collect();
+    let plan = Shards::plan(&metas, &tensors, out)?;
+    let dir = crate::atomic::NewFolder::create(out)?;
+    let files = plan.start(dir.path())?;
+    let by_name: HashMap<&str, &Array> = arrays.iter().map(|a| (a.name.as_str(), a)).collect();
+    for ((dest, f), list) in files.iter().zip(&plan.shards) {
+        use std::os::unix::fs::FileExt;
+        for (name, at, _) in list {
+            let mut pos = *at;
+            by_name[name.as_str()].data.each_window(&mut |b| {
+                f.write_all_at(b, pos).map_err(|e| Error::io(dest, e))?;
+                pos += b.len() as u64;
+                Ok(())
+            })?;
+        }
+    }
+    dir.commit()?;
+    Ok(plan.shards.len())
 }

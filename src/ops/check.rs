@@ -259,6 +259,9 @@ pub fn inspect_reader<R: std::io::Read>(input: R) -> Result<Inspection> {
 /// written into `out` (a new folder, whole or not at all) byte for byte.
 /// Returns the number of shards.
 pub fn extract_folder(path: &Path, out: &Path, opts: &VerifyOptions, unseal: Option<&Unseal>) -> Result<usize> {
+    if unseal.is_none() {
+        return crate::convert::hf::extract(path, opts, out);
+    }
     let mut input = WtxtIn::open(path, unseal)?;
     let loaded = crate::wtxt::load(input.text(), input.len, opts).map_err(|e| input.blame(e))?;
     crate::convert::hf::write_folder(&loaded.arrays, out)

@@ -78,6 +78,17 @@ fn a_folder_goes_in_and_comes_back_byte_for_byte() {
     // The tensors are the snapshot's arrays, under the model's own names.
     let r = run(&["extract", s(&snap), "-o", s(&dir.path().join("all.safetensors"))]);
     assert_eq!(r.code, 0, "{}", r.stderr);
+    // Encrypted (it cannot be outlined): decrypted, verified, written the same.
+    let pass = dir.path().join("pass");
+    std::fs::write(&pass, "correct horse\n").unwrap();
+    let sealed = dir.path().join("m.wtxt.age");
+    let pf = s(&pass);
+    let r = run(&["encrypt", s(&snap), "-o", s(&sealed), "-p", "--passphrase-file", pf]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let opened = dir.path().join("opened");
+    let r = run(&["extract", s(&sealed), "--passphrase-file", pf, "--hf", s(&opened)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(files(&opened), want);
     // An existing folder is not written into.
     let r = run(&["extract", s(&snap), "--hf", s(&out)]);
     assert_eq!(r.code, 2, "{}", r.stderr);
