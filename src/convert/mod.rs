@@ -203,6 +203,9 @@ pub fn load_for(
     verify: &VerifyOptions,
     notes: &mut Notes,
 ) -> Result<Vec<Array>> {
+    if crate::atomic::is_real_dir(path) {
+        return load_inputs(&[path], verify, notes);
+    }
     match sniff(path)? {
         (Some(Input::Container(c)), len) if len > 0 && to.is_none_or(|t| t.name() == c.name()) => {
             let src = crate::buffer::ArrayData::from_map(map_file(path)?);

@@ -478,8 +478,8 @@ impl Server {
     /// Loads PATH, publishes it as a generation and requests its snapshot.
     fn snapshot(&self, path: &Path, gen: Option<u64>) -> Result<u64> {
         let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-        if !meta.is_file() {
-            return Err(Error::usage(format!("{}: not a readable file", path.display())));
+        if !meta.is_file() && !crate::convert::hf::is_folder(path) {
+            return Err(Error::usage(format!("{}: not a readable file or Hugging Face folder", path.display())));
         }
         let mut notes = Vec::new();
         let arrays = load_inputs(&[path], &self.trust.options(), &mut notes)?;

@@ -8,6 +8,8 @@
 use std::io::Read;
 use std::path::Path;
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -46,6 +48,10 @@ pub enum Status {
 pub struct ArrayDiff {
     /// The array's WTXT name.
     pub name: String,
+    /// Its name in the model (`model.layers.0.mlp.up_proj.weight`), when
+    /// the snapshot maps it to its WTXT name (`__names`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original: Option<String>,
     /// What happened to it.
     pub status: Status,
     /// Its dtype (the new file's, when both have it).
@@ -126,6 +132,21 @@ impl FileDiff {
     /// True when the two files differ in anything but nothing at all.
     pub fn differs(&self) -> bool {
         !self.identical
+    }
+
+    /// Gives each array the name the model knows it by: the new file's
+    /// `__names` (`new`, WTXT name to original), else the old file's.
+    pub fn name_originals(&mut self, old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) {
+        for a in &mut self.arrays {
+            a.original = new.get(&a.name).or_else(|| old.get(&a.name)).cloned();
+        }
+    }
+}
+
+impl ArrayDiff {
+    /// The name a person reads: the model's own, else the WTXT name.
+    pub fn shown_name(&self) -> &str {
+        self.original.as_deref().unwrap_or(&self.name)
     }
 }
 
@@ -318,6 +339,7 @@ impl ArrayDiff {
     pub(crate) fn new(name: &str, status: Status, dtype: Dtype, shape: &[u64]) -> ArrayDiff {
         ArrayDiff {
             name: name.to_string(),
+            original: None,
             status,
             dtype: dtype.to_string(),
             shape: shape.to_vec(),

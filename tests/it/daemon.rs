@@ -767,3 +767,26 @@ fn a_silent_remote_does_not_hold_up_shutdown() {
     let queue = std::fs::read_to_string(repo.join(".git/wtxt-ring/resend.queue")).unwrap();
     assert_eq!(queue.trim(), "gen=1");
 }
+
+#[test]
+fn the_daemon_snapshots_a_hugging_face_folder_and_commits_it() {
+    let (dir, repo) = new_repo();
+    let m = crate::hf::folder(dir.path());
+    let sock = dir.path().join("s.sock");
+    let daemon = Daemon::start(&repo, &sock, &[]);
+    assert_eq!(daemon.ask(&format!("snapshot {}", m.display())), "ok gen=0 queued");
+    assert_eq!(daemon.ask("flush"), "ok");
+    daemon.stop();
+    // The committed snapshot gives the folder back.
+    let out = dir.path().join("back");
+    let o = Command::new(env!("CARGO_BIN_EXE_wtxt"))
+        .args(["extract"])
+        .arg(repo.join("snapshot.wtxt"))
+        .arg("--hf")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(crate::hf::files(&out), crate::hf::files(&m));
+    assert!(log_verified(&repo).status.success());
+}

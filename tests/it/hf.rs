@@ -24,7 +24,7 @@ fn shard(path: &Path, tensors: &[&Array]) {
 }
 
 /// A two-shard folder as `save_pretrained` lays it out.
-fn folder(dir: &Path) -> PathBuf {
+pub(crate) fn folder(dir: &Path) -> PathBuf {
     let m = dir.join("model");
     std::fs::create_dir_all(&m).unwrap();
     let a = tensor("model.embed_tokens.weight", Dtype::Bf16, &[64, 16], 1);
@@ -47,7 +47,7 @@ fn folder(dir: &Path) -> PathBuf {
     m
 }
 
-fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+pub(crate) fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     wtxt::atomic::list_files(dir, &[])
         .unwrap()
         .into_iter()
@@ -89,6 +89,11 @@ fn a_folder_goes_in_and_comes_back_byte_for_byte() {
     let r = run(&["extract", s(&sealed), "--passphrase-file", pf, "--hf", s(&opened)]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(files(&opened), want);
+    // `convert DIR --to wtxt` writes what `snapshot DIR` does.
+    let converted = dir.path().join("c.wtxt");
+    let r = run(&["convert", s(&m), "--to", "wtxt", "-o", s(&converted), "--ts", "2026-01-01T00:00:00Z"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(std::fs::read(&converted).unwrap(), std::fs::read(&snap).unwrap());
     // An existing folder is not written into.
     let r = run(&["extract", s(&snap), "--hf", s(&out)]);
     assert_eq!(r.code, 2, "{}", r.stderr);
@@ -166,4 +171,41 @@ fn an_index_and_shards_that_disagree_are_refused_naming_the_file() {
         assert_eq!(r.stderr.lines().count(), 1, "{what}: {}", r.stderr);
         assert!(!snap.exists(), "{what}");
     }
+}
+
+#[test]
+fn diffs_name_tensors_as_the_model_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = folder(dir.path());
+    let (a, b) = (dir.path().join("a.wtxt"), dir.path().join("b.wtxt"));
+    assert_eq!(run(&["snapshot", s(&m), "-o", s(&a), "--part-size", "none"]).code, 0);
+    let up = tensor("model.layers.0.mlp.up_proj.weight", Dtype::F32, &[40, 16], 9);
+    let embed = tensor("model.embed_tokens.weight", Dtype::Bf16, &[64, 16], 1);
+    shard(&m.join("model-00001-of-00002.safetensors"), &[&embed, &up]);
+    assert_eq!(run(&["snapshot", s(&m), "-o", s(&b), "--part-size", "none"]).code, 0);
+    let r = run(&["diff", s(&a), s(&b)]);
+    assert!(r.stdout.contains("~ model.layers.0.mlp.up_proj.weight f32[40,16]"), "{}", r.stdout);
+    assert!(!r.stdout.contains("model_layers_0"), "{}", r.stdout);
+    // JSON keeps the stored name beside the model's.
+    let r = run(&["diff", s(&a), s(&b), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let up = v["arrays"].as_array().unwrap().iter().find(|x| x["status"] == "changed").unwrap();
+    assert_eq!(up["name"], "model_layers_0_mlp_up_proj_weight");
+    assert_eq!(up["original"], "model.layers.0.mlp.up_proj.weight");
+
+    // And `git diff` of the snapshot in a repository.
+    let repo = dir.path().join("repo");
+    crate::util::git_ok(dir.path(), &["init", "-q", "repo"]);
+    let o = crate::util::wtxt().current_dir(&repo).args(["git", "install"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (f, msg) in [(&a, "a"), (&b, "b")] {
+        std::fs::copy(f, repo.join("model.wtxt")).unwrap();
+        crate::util::git_ok(&repo, &["add", "model.wtxt"]);
+        crate::util::git_ok(
+            &repo,
+            &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--no-verify", "-m", msg],
+        );
+    }
+    let shown = crate::util::git_ok(&repo, &["diff", "HEAD~1", "HEAD"]);
+    assert!(shown.contains("~ model.layers.0.mlp.up_proj.weight"), "{shown}");
 }

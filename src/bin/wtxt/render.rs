@@ -219,13 +219,13 @@ pub fn diff_text(d: &FileDiff, old: &str, new: &str, color: bool) -> String {
                 unchanged += 1;
                 continue;
             }
-            Status::Added => paint("32", format!("+ {} {ty} (added)", a.name)),
-            Status::Removed => paint("31", format!("- {} {ty} (removed)", a.name)),
+            Status::Added => paint("32", format!("+ {} {ty} (added)", a.shown_name())),
+            Status::Removed => paint("31", format!("- {} {ty} (removed)", a.shown_name())),
             Status::Reshaped | Status::DtypeChanged => paint(
                 "33",
                 format!(
                     "! {} {} -> {ty} ({})",
-                    a.name,
+                    a.shown_name(),
                     ty_of(a.old_dtype.as_deref().unwrap_or(""), a.old_shape.as_deref().unwrap_or(&[])),
                     if a.status == Status::Reshaped { "reshaped" } else { "dtype changed" }
                 ),
@@ -238,7 +238,7 @@ pub fn diff_text(d: &FileDiff, old: &str, new: &str, color: bool) -> String {
                 let chunks = ranges_text(&runs(&a.changed_chunks), false);
                 let mut t = format!(
                     "~ {} {ty}: {} element(s) changed in {} chunk(s) [{chunks}], rows {}",
-                    a.name,
+                    a.shown_name(),
                     a.changed_elements,
                     a.changed_chunks.len(),
                     ranges_text(&a.changed_rows, a.rows_truncated)
