@@ -122,24 +122,31 @@ def load_sharded(rank: int, world: int, path: str, opts: dict, out_dir: str) -> 
         torch.save({"model": full, "optim": state["optim"]}, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
+def fsdp_model(seed: int, lr: float):
+    """A small MLP sharded with FSDP2 (`fully_shard`, each linear layer and
+    the whole), and its AdamW."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(13, 37), torch.nn.ReLU(), torch.nn.Linear(37, 5))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    return model, torch.optim.AdamW(model.parameters(), lr=lr)
+
+
 def fsdp_train_save(rank: int, world: int, path: str, ref: str, opts: dict) -> None:
     """Trains a small FSDP2 model with AdamW for two steps on `world` ranks,
     saves model and optimizer through DCP to `path`, and (rank 0) the same
     state gathered whole with `wtxt.torch.save_state_dict` to `ref`."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
-    from torch.distributed.fsdp import fully_shard
 
     import wtxt.torch
     from wtxt.torch.dcp import WtxtStorageWriter
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(13, 37), torch.nn.ReLU(), torch.nn.Linear(37, 5))
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
-    optim = torch.optim.AdamW(model.parameters(), lr=0.01)
+    model, optim = fsdp_model(seed=0, lr=0.01)
     g = torch.Generator().manual_seed(rank)
     for _ in range(2):
         loss = model(torch.randn(8, 13, generator=g)).pow(2).mean()
@@ -159,17 +166,10 @@ def fsdp_load(rank: int, world: int, path: str, out_dir: str) -> None:
     optimizer from `path`, and writes the full state it holds to `out_dir`."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_state_dict)
-    from torch.distributed.fsdp import fully_shard
 
     from wtxt.torch.dcp import WtxtStorageReader
 
-    torch.manual_seed(1)
-    model = torch.nn.Sequential(torch.nn.Linear(13, 37), torch.nn.ReLU(), torch.nn.Linear(37, 5))
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
-    optim = torch.optim.AdamW(model.parameters(), lr=0.5)
+    model, optim = fsdp_model(seed=1, lr=0.5)
     # One step so that the optimizer has state to load into.
     model(torch.randn(2, 13)).sum().backward()
     optim.step()
