@@ -12,7 +12,8 @@ use crate::error::{Error, Result};
 use crate::limits::{MAX_NAME, MAX_RANK};
 
 /// Element types. The first ten are the seed's; `F16`, `Bf16` and `Bool` are
-/// the profile's `ext_dtypes` extension.
+/// the profile's `ext_dtypes` extension, and so are the two float8 types
+/// (FORMAT.md section 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Dtype {
     /// IEEE 754 binary64.
@@ -41,11 +42,16 @@ pub enum Dtype {
     Bf16,
     /// One byte, 0 or 1.
     Bool,
+    /// float8 E4M3 as PyTorch's `float8_e4m3fn` and safetensors' `F8_E4M3`:
+    /// 4 exponent bits (bias 7), 3 mantissa bits, no infinities, NaN `0x7f`/`0xff`.
+    F8E4m3,
+    /// float8 E5M2 (`float8_e5m2`, `F8_E5M2`): the top byte of an IEEE binary16.
+    F8E5m2,
 }
 
 impl Dtype {
     /// All dtypes, seed ones first.
-    pub const ALL: [Dtype; 13] = [
+    pub const ALL: [Dtype; 15] = [
         Dtype::F64,
         Dtype::F32,
         Dtype::I64,
@@ -59,6 +65,8 @@ impl Dtype {
         Dtype::F16,
         Dtype::Bf16,
         Dtype::Bool,
+        Dtype::F8E4m3,
+        Dtype::F8E5m2,
     ];
 
     /// The WTXT spelling (`f64`, `bf16`, ...).
@@ -77,6 +85,8 @@ impl Dtype {
             Dtype::F16 => "f16",
             Dtype::Bf16 => "bf16",
             Dtype::Bool => "bool",
+            Dtype::F8E4m3 => "f8e4m3",
+            Dtype::F8E5m2 => "f8e5m2",
         }
     }
 
@@ -91,18 +101,24 @@ impl Dtype {
             Dtype::F64 | Dtype::I64 | Dtype::U64 => 8,
             Dtype::F32 | Dtype::I32 | Dtype::U32 => 4,
             Dtype::I16 | Dtype::U16 | Dtype::F16 | Dtype::Bf16 => 2,
-            Dtype::I8 | Dtype::U8 | Dtype::Bool => 1,
+            Dtype::I8 | Dtype::U8 | Dtype::Bool | Dtype::F8E4m3 | Dtype::F8E5m2 => 1,
         }
     }
 
     /// True for the `ext_dtypes` extension, which a file must announce in `cap`.
     pub fn is_extension(self) -> bool {
-        matches!(self, Dtype::F16 | Dtype::Bf16 | Dtype::Bool)
+        matches!(self, Dtype::F16 | Dtype::Bf16 | Dtype::Bool | Dtype::F8E4m3 | Dtype::F8E5m2)
+    }
+
+    /// True for the float types whose values wtxt computes (a merge's
+    /// average, [`Dtype::push_f64`]): every float type but float8.
+    pub fn is_computed(self) -> bool {
+        self.is_float() && !matches!(self, Dtype::F8E4m3 | Dtype::F8E5m2)
     }
 
     /// True for floating-point types.
     pub fn is_float(self) -> bool {
-        matches!(self, Dtype::F64 | Dtype::F32 | Dtype::F16 | Dtype::Bf16)
+        matches!(self, Dtype::F64 | Dtype::F32 | Dtype::F16 | Dtype::Bf16 | Dtype::F8E4m3 | Dtype::F8E5m2)
     }
 }
 
@@ -212,12 +228,16 @@ impl Dtype {
             Dtype::F32 => f32::from_le_bytes(b.try_into().ok()?) as f64,
             Dtype::F16 => f16_to_f32(u16::from_le_bytes(b.try_into().ok()?)) as f64,
             Dtype::Bf16 => f32::from_bits((u16::from_le_bytes(b.try_into().ok()?) as u32) << 16) as f64,
+            Dtype::F8E4m3 => f8e4m3_to_f64(*<&[u8; 1]>::try_from(b).ok()?.first()?),
+            Dtype::F8E5m2 => f16_to_f32((*<&[u8; 1]>::try_from(b).ok()?.first()? as u16) << 8) as f64,
             _ => return None,
         })
     }
 
     /// Appends `v` as one element of this float dtype (rounded to nearest
-    /// even); false, and nothing appended, for an integer or bool dtype.
+    /// even); false, and nothing appended, for an integer or bool dtype and
+    /// for the float8 types (whose rounding and saturation rules vary by
+    /// library: a computed float8 value is not written).
     pub fn push_f64(self, v: f64, out: &mut Vec<u8>) -> bool {
         match self {
             Dtype::F64 => out.extend_from_slice(&v.to_le_bytes()),
@@ -227,6 +247,17 @@ impl Dtype {
             _ => return false,
         }
         true
+    }
+}
+
+/// float8 E4M3 (`fn`: no infinities) to f64.
+fn f8e4m3_to_f64(b: u8) -> f64 {
+    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+    let (exp, man) = ((b >> 3) & 0xf, b & 7);
+    sign * match (exp, man) {
+        (0xf, 7) => f64::NAN,
+        (0, m) => m as f64 * (2f64).powi(-9),
+        (e, m) => (1.0 + m as f64 / 8.0) * (2f64).powi(e as i32 - 7),
     }
 }
 
@@ -416,5 +447,20 @@ mod tests {
         assert_eq!(byte_size(Dtype::F64, &[u64::MAX, 2]), None);
         assert_eq!(byte_size(Dtype::F32, &[]), Some(4));
         assert_eq!(byte_size(Dtype::F32, &[0, 7]), Some(0));
+    }
+
+    #[test]
+    fn float8_values_decode_as_pytorch_defines_them() {
+        let e4m3 = |b: u8| Dtype::F8E4m3.to_f64(&[b]).unwrap();
+        assert_eq!(e4m3(0x38), 1.0);
+        assert_eq!(e4m3(0x7e), 448.0); // the largest
+        assert_eq!(e4m3(0x01), 2f64.powi(-9)); // the smallest subnormal
+        assert_eq!(e4m3(0xc0), -2.0);
+        assert!(e4m3(0x7f).is_nan() && e4m3(0xff).is_nan());
+        let e5m2 = |b: u8| Dtype::F8E5m2.to_f64(&[b]).unwrap();
+        assert_eq!(e5m2(0x3c), 1.0);
+        assert_eq!(e5m2(0x7b), 57344.0);
+        assert!(e5m2(0x7c).is_infinite());
+        assert!(!Dtype::F8E4m3.push_f64(1.0, &mut Vec::new()));
     }
 }

@@ -77,3 +77,18 @@ def test_the_python_api_for_folders(tmp_path):
     assert not (tmp_path / "again").exists()
     with pytest.raises(wtxt.Error, match="not a Hugging Face folder"):
         wtxt.save_folder(tmp_path / "out" / "config.json", tmp_path / "x.wtxt")
+
+
+def test_float8_tensors_round_trip_bit_for_bit(tmp_path):
+    import wtxt.torch as wt
+
+    g = torch.Generator().manual_seed(0)
+    sd = {"q.weight": torch.randn(8, 4, generator=g).to(torch.float8_e4m3fn),
+          "q.scale": torch.randn(4, generator=g).to(torch.float8_e5m2)}
+    f = tmp_path / "f8.wtxt"
+    wt.save_state_dict(sd, f)
+    back = wt.load_state_dict(f)
+    for k, v in sd.items():
+        assert back[k].dtype == v.dtype and torch.equal(back[k].view(torch.uint8), v.view(torch.uint8)), k
+    r = subprocess.run([CLI, "inspect", f], capture_output=True, text=True)
+    assert "f8e4m3" in r.stdout and "f8e5m2" in r.stdout, r.stdout

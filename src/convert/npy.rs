@@ -294,6 +294,9 @@ pub fn descr(dtype: Dtype) -> Result<&'static str> {
         Dtype::U8 => "|u1",
         Dtype::Bool => "|b1",
         Dtype::Bf16 => return Err(Error::usage("NumPy has no bfloat16: extract bf16 arrays to .safetensors")),
+        Dtype::F8E4m3 | Dtype::F8E5m2 => {
+            return Err(Error::usage(format!("NumPy has no {dtype}: extract float8 arrays to .safetensors")))
+        }
     })
 }
 

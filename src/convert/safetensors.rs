@@ -28,6 +28,8 @@ fn from_st(d: St) -> Option<Dtype> {
         St::U16 => Dtype::U16,
         St::U8 => Dtype::U8,
         St::BOOL => Dtype::Bool,
+        St::F8_E4M3 => Dtype::F8E4m3,
+        St::F8_E5M2 => Dtype::F8E5m2,
         _ => return None,
     })
 }
@@ -47,6 +49,8 @@ fn to_st(d: Dtype) -> St {
         Dtype::U16 => St::U16,
         Dtype::U8 => St::U8,
         Dtype::Bool => St::BOOL,
+        Dtype::F8E4m3 => St::F8_E4M3,
+        Dtype::F8E5m2 => St::F8_E5M2,
     }
 }
 

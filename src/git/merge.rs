@@ -177,7 +177,7 @@ pub fn merge(
                         Some(s)
                     }
                     Strategy::Average => match (o, t) {
-                        (Some(x), Some(y)) if x.dtype == y.dtype && x.shape == y.shape && x.dtype.is_float() => {
+                        (Some(x), Some(y)) if x.dtype == y.dtype && x.shape == y.shape && x.dtype.is_computed() => {
                             arrays.push(averaged(x, y)?);
                             Some(s)
                         }
@@ -233,7 +233,7 @@ fn merge_chunks(
             let s = decisions.for_chunk(&o.name, ix, strategy);
             let settled = match s {
                 Strategy::Ours | Strategy::Theirs => Some(s),
-                Strategy::Average if o.dtype.is_float() => Some(s),
+                Strategy::Average if o.dtype.is_computed() => Some(s),
                 Strategy::Average | Strategy::Fail => None,
             };
             match settled {
@@ -330,6 +330,15 @@ mod tests {
         let m = merge(&[base], &[ours], &[theirs], 1, Strategy::Average, &Decisions::default()).unwrap();
         assert_eq!(m.unsettled().count(), 0);
         assert_eq!(m.arrays[0].bytes(), arr("w", &[1.0, 2.0, 0.0, 3.0]).bytes());
+    }
+
+    #[test]
+    fn float8_is_never_averaged() {
+        let f8 = |b: &[u8]| Array::new("w", Dtype::F8E4m3, vec![b.len() as u64, 1], b.to_vec().into()).unwrap();
+        let (base, ours, theirs) = (f8(&[0x38, 0x38]), f8(&[0x40, 0x38]), f8(&[0x30, 0x38]));
+        let m = merge(&[base], &[ours], &[theirs], 1, Strategy::Average, &Decisions::default()).unwrap();
+        let c: Vec<_> = m.unsettled().collect();
+        assert_eq!((c.len(), c[0].chunk), (1, Some(0)), "the changed row stays a conflict");
     }
 
     #[test]

@@ -30,13 +30,17 @@ pub(crate) fn folder(dir: &Path) -> PathBuf {
     let a = tensor("model.embed_tokens.weight", Dtype::Bf16, &[64, 16], 1);
     let b = tensor("model.layers.0.mlp.up_proj.weight", Dtype::F32, &[40, 16], 2);
     let c = tensor("model.norm.weight", Dtype::F16, &[16], 3);
+    let d = tensor("model.layers.0.self_attn.q_proj.weight", Dtype::F8E4m3, &[16, 16], 4);
+    let e = tensor("model.layers.0.self_attn.q_proj.weight_scale", Dtype::F8E5m2, &[16], 5);
     shard(&m.join("model-00001-of-00002.safetensors"), &[&a, &b]);
-    shard(&m.join("model-00002-of-00002.safetensors"), &[&c]);
-    let total = [&a, &b, &c].iter().map(|t| t.bytes().len()).sum::<usize>();
+    shard(&m.join("model-00002-of-00002.safetensors"), &[&c, &d, &e]);
+    let total = [&a, &b, &c, &d, &e].iter().map(|t| t.bytes().len()).sum::<usize>();
     let index = format!(
         "{{\n  \"metadata\": {{\n    \"total_size\": {total}\n  }},\n  \"weight_map\": {{\n    \
          \"model.embed_tokens.weight\": \"model-00001-of-00002.safetensors\",\n    \
          \"model.layers.0.mlp.up_proj.weight\": \"model-00001-of-00002.safetensors\",\n    \
+         \"model.layers.0.self_attn.q_proj.weight\": \"model-00002-of-00002.safetensors\",\n    \
+         \"model.layers.0.self_attn.q_proj.weight_scale\": \"model-00002-of-00002.safetensors\",\n    \
          \"model.norm.weight\": \"model-00002-of-00002.safetensors\"\n  }}\n}}\n"
     );
     std::fs::write(m.join("model.safetensors.index.json"), index).unwrap();
@@ -75,9 +79,17 @@ fn a_folder_goes_in_and_comes_back_byte_for_byte() {
     let mut want = files(&m);
     want.remove(".hidden");
     assert_eq!(files(&out), want);
-    // The tensors are the snapshot's arrays, under the model's own names.
+    // The tensors are the snapshot's arrays, under the model's own names;
+    // a format without float8 refuses them by name.
     let r = run(&["extract", s(&snap), "-o", s(&dir.path().join("all.safetensors"))]);
     assert_eq!(r.code, 0, "{}", r.stderr);
+    let q = "model.layers.0.self_attn.q_proj.weight";
+    let r = run(&["extract", s(&snap), "--array", q, "-o", s(&dir.path().join("q.npy"))]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("f8e4m3"), "{}", r.stderr);
+    let r = run(&["convert", s(&snap), "--to", "aero", "-o", s(&dir.path().join("all.aero"))]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("f8e4m3") && r.stderr.contains("self_attn"), "{}", r.stderr);
     // Encrypted (it cannot be outlined): decrypted, verified, written the same.
     let pass = dir.path().join("pass");
     std::fs::write(&pass, "correct horse\n").unwrap();

@@ -62,23 +62,35 @@ _TO_NUMPY = {
 _FROM_NUMPY = {np.dtype(v).str: k for k, v in _TO_NUMPY.items()}
 
 
-def _bfloat16():
+# WTXT dtypes NumPy has only through the optional `ml_dtypes` package, and
+# the unsigned type of their bits, which they come back as without it.
+_ML_DTYPES = {"bf16": ("bfloat16", "<u2"), "f8e4m3": ("float8_e4m3fn", "|u1"), "f8e5m2": ("float8_e5m2", "|u1")}
+
+
+def _ml_dtype(dtype: str):
+    """NumPy's dtype for `dtype` from `ml_dtypes`, or None without it."""
     try:
-        import ml_dtypes  # optional: bf16 arrays come back as ml_dtypes.bfloat16
+        import ml_dtypes  # optional: bf16 and float8 arrays come back typed
     except ImportError:
         return None
-    return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(getattr(ml_dtypes, _ML_DTYPES[dtype][0]))
+
+
+def _bfloat16():
+    return _ml_dtype("bf16")
 
 
 def _wtxt_dtype(a: np.ndarray, name: str) -> str:
-    bf16 = _bfloat16()
-    if bf16 is not None and a.dtype == bf16:
-        return "bf16"
+    for wtxt_dtype in _ML_DTYPES:
+        ml = _ml_dtype(wtxt_dtype)
+        if ml is not None and a.dtype == ml:
+            return wtxt_dtype
     d = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
     key = d.str if d.itemsize > 1 else d.str.replace("<", "|").replace(">", "|")
     if key not in _FROM_NUMPY:
         raise Error(f"tensor {name!r}: dtype {a.dtype} has no WTXT equivalent "
-                    f"(supported: {', '.join(sorted(_TO_NUMPY))}, bf16 with ml_dtypes)")
+                    f"(supported: {', '.join(sorted(_TO_NUMPY))}, and bf16, float8_e4m3fn and float8_e5m2 "
+                    "with ml_dtypes)")
     return _FROM_NUMPY[key]
 
 
@@ -98,7 +110,7 @@ def _as_array(name: str, a) -> Tuple[str, np.ndarray]:
     if a.dtype.hasobject:
         raise Error(f"tensor {name!r}: object arrays cannot be saved")
     dtype = _wtxt_dtype(a, name)
-    if dtype != "bf16":
+    if dtype not in _ML_DTYPES:
         a = a.astype(a.dtype.newbyteorder("<"), copy=False)
     # Views, transposes and slices are copied into C order, not refused.
     return dtype, a if a.flags.c_contiguous else a.copy(order="C")
@@ -219,9 +231,9 @@ def extract_folder(filename: PathLike, out: PathLike, hmac_key: Optional[PathLik
 def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
     """The array over `data` itself: the flat uint8 array the decoder filled
     (writable, no copy)."""
-    if dtype == "bf16":
-        bf16 = _bfloat16()
-        return data.view(bf16 if bf16 is not None else "<u2").reshape(shape)
+    if dtype in _ML_DTYPES:
+        ml = _ml_dtype(dtype)
+        return data.view(ml if ml is not None else _ML_DTYPES[dtype][1]).reshape(shape)
     return data.view(_TO_NUMPY[dtype]).reshape(shape)
 
 

@@ -129,8 +129,9 @@ fn dtype_of(code: u64) -> Option<Dtype> {
     })
 }
 
-fn code_of(d: Dtype) -> u64 {
-    (0..13).find(|&c| dtype_of(c) == Some(d)).expect("every dtype has a code")
+/// AERO's code of a dtype; the float8 types have none.
+fn code_of(d: Dtype) -> Option<u64> {
+    (0..13).find(|&c| dtype_of(c) == Some(d))
 }
 
 /// One TOC entry.
@@ -248,7 +249,10 @@ mod tests {
     #[test]
     fn dtype_codes_round_trip() {
         for d in Dtype::ALL {
-            assert_eq!(dtype_of(code_of(d)), Some(d));
+            match code_of(d) {
+                Some(c) => assert_eq!(dtype_of(c), Some(d)),
+                None => assert!(matches!(d, Dtype::F8E4m3 | Dtype::F8E5m2)),
+            }
         }
     }
 }

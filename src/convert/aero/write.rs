@@ -32,6 +32,9 @@ pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
     let bad = |m: String| Error::input(Default::default(), format!("{META}: {m}"));
     let meta: Option<AeroMeta> = meta_typed(arrays, META)?;
     let tensors: Vec<&Array> = arrays.iter().filter(|a| a.name != META).collect();
+    if let Some(a) = tensors.iter().find(|a| code_of(a.dtype).is_none()) {
+        return Err(Error::usage(code(a).expect_err("no code")));
+    }
     // Never write what the reader refuses.
     if tensors.len() > MAX_TIDX_TENSORS {
         return Err(Error::input(
@@ -145,7 +148,7 @@ fn place_tensors(tidx: &mut ChunkMeta, tensors: &[&Array]) -> std::result::Resul
     for (i, a) in tensors.iter().enumerate() {
         if !placed[i] {
             order.push(i);
-            entries.push(json!({"name": a.name, "dtype": code_of(a.dtype), "shape": a.shape, "shard_id": extra_shard, "data_off": 0, "data_len": 0, "flags": 0}));
+            entries.push(json!({"name": a.name, "dtype": code(a)?, "shape": a.shape, "shard_id": extra_shard, "data_off": 0, "data_len": 0, "flags": 0}));
         }
     }
     let mut shards: Shards = Default::default();
@@ -167,7 +170,7 @@ fn place_tensors(tidx: &mut ChunkMeta, tensors: &[&Array]) -> std::result::Resul
             return Err(format!("tensor {}: a packed tensor must be a rank-1 u8 array", a.name));
         }
         if !packed {
-            e["dtype"] = json!(code_of(a.dtype));
+            e["dtype"] = json!(code(a)?);
             e["shape"] = json!(a.shape);
         }
         e["data_off"] = json!(want);
@@ -398,4 +401,10 @@ pub(super) fn default_chunks(tensors: &[&Array]) -> Vec<ChunkMeta> {
         out.push(ChunkMeta::new("WTSH", format!("weights.shard{i}"), MMAP_CRITICAL));
     }
     out
+}
+
+/// The AERO dtype code of `a`'s dtype, or why it has none.
+fn code(a: &Array) -> std::result::Result<u64, String> {
+    code_of(a.dtype)
+        .ok_or_else(|| format!("array {}: AERO has no dtype code for {} (use safetensors)", a.name, a.dtype))
 }

@@ -31,8 +31,9 @@ _FROM_TORCH = {
     torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
     torch.bool: "bool",
 }
-for _name, _wtxt in (("uint16", "u16"), ("uint32", "u32"), ("uint64", "u64")):
-    if hasattr(torch, _name):  # torch >= 2.3
+for _name, _wtxt in (("uint16", "u16"), ("uint32", "u32"), ("uint64", "u64"), ("float8_e4m3fn", "f8e4m3"),
+                     ("float8_e5m2", "f8e5m2")):
+    if hasattr(torch, _name):  # torch >= 2.3 (unsigned), 2.1 (float8)
         _FROM_TORCH[getattr(torch, _name)] = _wtxt
 _TO_TORCH = {v: k for k, v in _FROM_TORCH.items()}
 
@@ -40,16 +41,18 @@ _TO_TORCH = {v: k for k, v in _FROM_TORCH.items()}
 def _wtxt_dtype(name: str, dtype: torch.dtype) -> str:
     """The WTXT dtype of a tensor of `dtype`, or an error naming both."""
     if dtype not in _FROM_TORCH:
-        raise Error(f"tensor {name!r}: dtype {dtype} has no WTXT equivalent (f64 f32 f16 bf16 i64 i32 i16 i8 u8 "
-                    "u16 u32 u64 bool)")
+        raise Error(f"tensor {name!r}: dtype {dtype} has no WTXT equivalent (f64 f32 f16 bf16 float8_e4m3fn "
+                    "float8_e5m2 i64 i32 i16 i8 u8 u16 u32 u64 bool)")
     return _FROM_TORCH[dtype]
 
 
 def _bits(t: torch.Tensor):
-    """A CPU, C-contiguous tensor's bytes as NumPy sees them (bf16 as its
-    int16 bit patterns: NumPy has no bfloat16)."""
+    """A CPU, C-contiguous tensor's bytes as NumPy sees them (bf16 and
+    float8 as their bit patterns: NumPy has no such types)."""
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy()
+    if t.element_size() == 1 and t.dtype.is_floating_point:
+        return t.view(torch.uint8).numpy()
     return t.numpy()
 
 
@@ -57,8 +60,9 @@ def _item(name: str, t: torch.Tensor):
     if not isinstance(t, torch.Tensor):
         return _staged(name, t)
     t = t.detach().to("cpu").contiguous()
-    if t.dtype == torch.bfloat16:
-        return _staged_as(name, "bf16", _bits(t))
+    dtype = _wtxt_dtype(name, t.dtype)
+    if dtype in ("bf16", "f8e4m3", "f8e5m2"):
+        return _staged_as(name, dtype, _bits(t))
     return _staged(name, t.numpy())
 
 
@@ -105,6 +109,10 @@ def _tensor(name: str, dtype: str, shape, data) -> torch.Tensor:
     memory is used, no copy)."""
     if dtype == "bf16":
         t = torch.from_numpy(data.view("<i2")).view(torch.bfloat16)
+    elif dtype in ("f8e4m3", "f8e5m2"):
+        if dtype not in _TO_TORCH:
+            raise Error(f"tensor {name!r}: {dtype} has no tensor type in this torch")
+        t = torch.from_numpy(data.view("|u1")).view(_TO_TORCH[dtype])
     else:
         a = data.view(_TO_NUMPY[dtype])
         try:
