@@ -63,6 +63,9 @@ pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<
     }
     // A split snapshot's faulty parts are reported with the rest, first.
     let mut report = WtxtIn::open_lenient(path, o.unseal.as_ref())?.verify(&opts, progress)?;
+    if o.unseal.is_none() {
+        report.name_originals(&super::originals(path));
+    }
     if let Some((key, sig)) = &o.oms {
         // Files that do not match their head already failed above; the
         // signature is then reported invalid beside them.

@@ -45,25 +45,8 @@ pub fn diff(old: &Path, new: &Path, unseal: Option<&Unseal>) -> Result<crate::gi
     let check =
         |p: &Path| WtxtIn::verify_path(p, unseal, &Default::default()).ok()?.errors.first().map(|p| p.to_error());
     crate::git::diff::explain(&mut d, names, &check);
-    d.name_originals(&originals(old), &originals(new));
+    d.name_originals(&super::originals(old), &super::originals(new));
     Ok(d)
-}
-
-/// The snapshot at `path`'s mapped names (WTXT name to the model's own),
-/// from its `__names`, read by the outline (nothing else is decoded); empty
-/// when it has none or does not outline (an encrypted or damaged file).
-/// For display only: the diff's decisions never depend on it.
-fn originals(path: &Path) -> std::collections::BTreeMap<String, String> {
-    use crate::convert::names::{OriginalNames, NAMES};
-    let wanted = |n: &str| n == NAMES;
-    let Some(outlined) = crate::store::outline::outline(path, &wanted, crate::limits::MAX_METADATA) else {
-        return Default::default();
-    };
-    let metas: Vec<crate::model::Array> = outlined
-        .into_iter()
-        .filter_map(|o| crate::model::Array::new(o.arr.name, o.arr.dtype, o.arr.shape, o.data?.into()).ok())
-        .collect();
-    OriginalNames::of(&metas).ok().flatten().map(|k| k.names).unwrap_or_default()
 }
 
 /// Options of `wtxt merge`.
@@ -313,7 +296,7 @@ pub fn diff_driver(args: &[String], here: &Path) -> DriverView {
                     report.errors.first().map(|p| p.to_error())
                 };
                 crate::git::diff::explain(&mut d, names, &check);
-                d.name_originals(&originals(Path::new(old)), &originals(Path::new(new)));
+                d.name_originals(&super::originals(Path::new(old)), &super::originals(Path::new(new)));
                 Ok(d)
             }
         }

@@ -260,6 +260,10 @@ impl Problem {
 pub struct ArrayReport {
     /// WTXT name.
     pub name: String,
+    /// The model's own name, when the snapshot maps it (`__names`); filled
+    /// by the caller, which reads `__names` ([`Report::name_originals`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original: Option<String>,
     /// Element type.
     pub dtype: String,
     /// Dimensions.
@@ -339,6 +343,14 @@ impl Report {
     /// `fastxor` as the number the `root` line shows.
     pub fn fastxor_value(&self) -> Option<u64> {
         self.fastxor.map(u64::from_be_bytes)
+    }
+
+    /// Gives each array the model's own name from `names` (WTXT name to
+    /// original, as `__names` holds them).
+    pub fn name_originals(&mut self, names: &std::collections::BTreeMap<String, String>) {
+        for a in &mut self.arrays {
+            a.original = names.get(&a.name).cloned();
+        }
     }
 
     /// The first error in verification order (the root cause), for one-line messages.
@@ -655,6 +667,7 @@ impl Visitor for Hashing<'_> {
             s.array(a);
         }
         self.arrays.push(ArrayReport {
+            original: None,
             name: a.arr.name.clone(),
             dtype: a.arr.dtype.to_string(),
             shape: a.arr.shape.clone(),

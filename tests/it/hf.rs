@@ -205,6 +205,12 @@ fn diffs_name_tensors_as_the_model_does() {
     assert_eq!(up["name"], "model_layers_0_mlp_up_proj_weight");
     assert_eq!(up["original"], "model.layers.0.mlp.up_proj.weight");
 
+    // `verify --json` gives both names too.
+    let r = run(&["verify", s(&b), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let up = v["arrays"].as_array().unwrap().iter().find(|x| x["name"] == "model_layers_0_mlp_up_proj_weight").unwrap();
+    assert_eq!(up["original"], "model.layers.0.mlp.up_proj.weight");
+
     // And `git diff` of the snapshot in a repository.
     let repo = dir.path().join("repo");
     crate::util::git_ok(dir.path(), &["init", "-q", "repo"]);
