@@ -219,9 +219,8 @@ impl PyDistWriter {
     }
 
     /// Puts the snapshot in place from every array's `arr` line, the final
-    /// `sha256_all` state (`None` when there are no arrays), `fastxor` and the parts' lines, then signs it for
-    /// OMS with `oms_key`. Returns `sha256_all` as hex.
-    #[pyo3(signature = (arr_lines, all_state, fastxor, parts, oms_key=None))]
+    /// `sha256_all` state (`None` when there are no arrays), `fastxor` and
+    /// the parts' lines. Returns `sha256_all` as hex.
     fn finish(
         &self,
         py: Python<'_>,
@@ -229,17 +228,25 @@ impl PyDistWriter {
         all_state: Option<&[u8]>,
         fastxor: u64,
         parts: Vec<Part>,
-        oms_key: Option<PathBuf>,
     ) -> PyResult<String> {
         // No state: the snapshot has no arrays, and `sha256_all` hashed nothing.
         let all = all_state.map(sha_state).transpose().map_err(raise)?.unwrap_or_default();
         py.allow_threads(|| {
-            let oms = oms_key.as_deref().map(wtxt::crypto::ec::EcSecretKey::from_file).transpose()?;
             let parts: Vec<PartLine> =
                 parts.into_iter().map(|(ix, bytes, lines, sha256)| PartLine { ix, bytes, lines, sha256 }).collect();
             let w = self.inner.finish(&arr_lines, all.finalize(), fastxor, &parts)?;
-            wtxt::ops::oms_sign_written(self.inner.out(), oms.as_ref())?;
             Ok(crate::hex_of(&w.sha256_all))
+        })
+        .map_err(raise)
+    }
+
+    /// Writes the OpenSSF Model Signing `model.sig` of the snapshot just
+    /// put in place, signed with the EC key at `oms_key` (once the folder
+    /// holds only what stays there: the stage is gone).
+    fn sign_oms(&self, py: Python<'_>, oms_key: PathBuf) -> PyResult<()> {
+        py.allow_threads(|| {
+            let key = wtxt::crypto::ec::EcSecretKey::from_file(&oms_key)?;
+            wtxt::ops::oms_sign_written(self.inner.out(), Some(&key)).map(drop)
         })
         .map_err(raise)
     }

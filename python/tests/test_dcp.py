@@ -102,14 +102,21 @@ def test_async_save_writes_the_same_snapshot(tmp_path):
 def test_a_chain_of_generations_from_ranks(tmp_path):
     g1, g2 = tmp_path / "g1" / "model.wtxt", tmp_path / "g2" / "model.wtxt"
     w.run(2, w.save_sharded, str(g1), OPTS)
-    opts = dict(OPTS, prev=str(g1), sign_key=str(KEYS / "sign.pem"))
+    ec = tmp_path / "ec.pem"
+    subprocess.run([CLI, "keygen", "-o", ec, "--type", "p256"], check=True, capture_output=True)
+    opts = dict(OPTS, prev=str(g1), sign_key=str(KEYS / "sign.pem"), oms_key=str(ec))
     w.run(3, w.save_sharded, str(g2), opts)
-    ref = tmp_path / "ref" / "model.wtxt"
-    ref.parent.mkdir()
+    # In a folder of the same name: OMS names the model after its folder.
+    ref = tmp_path / "ref" / "g2" / "model.wtxt"
+    ref.parent.mkdir(parents=True)
     wt.save_state_dict(w.training_state(), ref, **opts)
     assert files(g2) == files(ref)
     r = wtxt.verify(g2, prev=g1, pubkey=KEYS / "sign.pem.pub", require_signature=True)
     assert r.ok and r.gen == 1 and r.signature == "valid", r.errors
+    # The coordinator's OMS signature over the head and parts the ranks wrote.
+    assert (g2.parent / "model.sig").read_bytes() == (ref.parent / "model.sig").read_bytes()
+    r = subprocess.run([CLI, "verify", g2, "--oms-pubkey", f"{ec}.pub"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
 
 
 @pytest.mark.parametrize("fault", ["damaged", "missing", "foreign"])

@@ -502,7 +502,7 @@ class WtxtStorageWriter(StorageWriter):
             for _, x, _ in reports:
                 fastxor ^= x
             parts = sorted(p for _, _, ps in reports for p in ps)
-            sha256_all = _call(dw.finish, lines, all_state, fastxor, parts, self.oms_key)
+            sha256_all = _call(dw.finish, lines, all_state, fastxor, parts)
         except BaseException as e:
             self.committed.set_exception(Error(f"the snapshot was not written: {e}"))
             raise
@@ -514,11 +514,13 @@ class WtxtStorageWriter(StorageWriter):
             except FileNotFoundError:
                 pass
         try:
+            if self.oms_key is not None:
+                # Signed once the stage is gone: model.sig lists the folder as it stays.
+                _call(dw.sign_oms, self.oms_key)
             self._commit(stage.gen, sha256_all)
         except Error as e:
-            self.committed.set_exception(Error(f"the snapshot was written, not committed: {e}"))
+            self.committed.set_exception(Error(f"the snapshot was written, then: {e}"))
             raise
-
 
     def _commit(self, gen: int, sha256_all: str) -> None:
         """Commits (and pushes) the snapshot just written, when asked to."""
