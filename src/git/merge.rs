@@ -76,6 +76,18 @@ impl Decisions {
         serde_json::from_str(text).map_err(|e| format!("decisions: {e}"))
     }
 
+    /// The same decisions with every key that is an array's original name
+    /// (as conflicts show it: `model.layers.0.mlp.up_proj.weight`) given as
+    /// its WTXT name; `names` maps WTXT names to original ones (`__names`).
+    pub fn by_wtxt_name(&self, names: &BTreeMap<String, String>) -> Decisions {
+        let wtxt: BTreeMap<&str, &str> = names.iter().map(|(w, o)| (o.as_str(), w.as_str())).collect();
+        let key = |k: &String| wtxt.get(k.as_str()).map_or_else(|| k.clone(), |w| w.to_string());
+        Decisions {
+            arrays: self.arrays.iter().map(|(k, v)| (key(k), *v)).collect(),
+            chunks: self.chunks.iter().map(|(k, v)| (key(k), v.clone())).collect(),
+        }
+    }
+
     fn for_chunk(&self, array: &str, ix: u64, default: Strategy) -> Strategy {
         self.chunks.get(array).and_then(|c| c.get(&ix)).or_else(|| self.arrays.get(array)).copied().unwrap_or(default)
     }
@@ -90,6 +102,9 @@ impl Decisions {
 pub struct Conflict {
     /// The array in conflict.
     pub array: String,
+    /// Its name in the model, when the snapshot maps it (`__names`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original: Option<String>,
     /// The chunk, for a data conflict; none for a structural one.
     pub chunk: Option<u64>,
     /// Half-open row range of the chunk (elements for rank 0 and 1).
@@ -187,6 +202,7 @@ pub fn merge(
                 };
                 conflicts.push(Conflict {
                     array: name.to_string(),
+                    original: None,
                     chunk: None,
                     rows: None,
                     what,
@@ -243,6 +259,7 @@ fn merge_chunks(
             }
             conflicts.push(Conflict {
                 array: o.name.clone(),
+                original: None,
                 chunk: Some(ix),
                 rows: Some((off / row_bytes, (off + len).div_ceil(row_bytes))),
                 what: if s == Strategy::Average && settled.is_none() {

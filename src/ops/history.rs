@@ -108,8 +108,14 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
     };
     let rows = ours_l.rows_per_chunk.or(theirs_l.rows_per_chunk).unwrap_or(DEFAULT_ROWS_PER_CHUNK);
     let base_arrays = b.as_ref().map_or(&[][..], |l| &l.arrays[..]);
-    let merged =
-        crate::git::merge::merge(base_arrays, &ours_l.arrays, &theirs_l.arrays, rows, o.strategy, &o.decisions)?;
+    // Conflicts are shown, and decisions may be given, by the model's names.
+    let names = crate::convert::names::OriginalNames::of(&ours_l.arrays)?.unwrap_or_default().names;
+    let decisions = o.decisions.by_wtxt_name(&names);
+    let mut merged =
+        crate::git::merge::merge(base_arrays, &ours_l.arrays, &theirs_l.arrays, rows, o.strategy, &decisions)?;
+    for c in &mut merged.conflicts {
+        c.original = names.get(&c.array).cloned();
+    }
     let (om, tm) = (&ours_l.header.meta, &theirs_l.header.meta);
     let gen = om.gen.max(tm.gen).checked_add(1).ok_or_else(|| Error::usage("gen overflows"))?;
     if merged.unsettled().next().is_some() {

@@ -227,3 +227,32 @@ fn diffs_name_tensors_as_the_model_does() {
     let shown = crate::util::git_ok(&repo, &["diff", "HEAD~1", "HEAD"]);
     assert!(shown.contains("~ model.layers.0.mlp.up_proj.weight"), "{shown}");
 }
+
+#[test]
+fn merge_conflicts_are_named_and_settled_by_the_models_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = folder(dir.path());
+    let snap = |tag: &str, up_seed: u8| {
+        let up = tensor("model.layers.0.mlp.up_proj.weight", Dtype::F32, &[40, 16], up_seed);
+        let embed = tensor("model.embed_tokens.weight", Dtype::Bf16, &[64, 16], 1);
+        shard(&m.join("model-00001-of-00002.safetensors"), &[&embed, &up]);
+        let out = dir.path().join(format!("{tag}.wtxt"));
+        let r = run(&["snapshot", s(&m), "-o", s(&out), "--ts", "2026-01-01T00:00:00Z"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        out
+    };
+    let (base, ours, theirs) = (snap("base", 2), snap("ours", 7), snap("theirs", 9));
+    let theirs_folder = dir.path().join("theirs-folder");
+    assert_eq!(run(&["extract", s(&theirs), "--hf", s(&theirs_folder)]).code, 0);
+    let out = dir.path().join("m.wtxt");
+    let r = run(&["merge", s(&base), s(&ours), s(&theirs), "-o", s(&out)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("conflict: array model.layers.0.mlp.up_proj.weight chunk 0"), "{}", r.stderr);
+    let decisions = dir.path().join("d.json");
+    std::fs::write(&decisions, r#"{"arrays": {"model.layers.0.mlp.up_proj.weight": "theirs"}}"#).unwrap();
+    let r = run(&["merge", s(&base), s(&ours), s(&theirs), "-o", s(&out), "--decisions", s(&decisions)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let merged = dir.path().join("merged-folder");
+    assert_eq!(run(&["extract", s(&out), "--hf", s(&merged)]).code, 0);
+    assert_eq!(files(&merged), files(&theirs_folder));
+}

@@ -530,7 +530,7 @@ fn merge_told(what: &str, out: &ops::MergeOutcome, signed: bool, untouched: &str
                 (Some(ix), Some((r0, r1))) => format!(" chunk {ix} rows {r0}-{}", r1.saturating_sub(1)),
                 _ => String::new(),
             };
-            eprintln!("  conflict: array {}{at}: {}", c.array, c.what);
+            eprintln!("  conflict: array {}{at}: {}", c.original.as_deref().unwrap_or(&c.array), c.what);
         }
         return 1;
     }
