@@ -383,8 +383,9 @@ class WtxtStorageWriter(StorageWriter):
         owners = {fqn: _owners(r, stage.shards.get(fqn, []), chunks[fqn]) for fqn, r in stage.regions.items()}
         held = {fqn: [_holds(stage.regions[fqn], stage.shards.get(fqn, []), o, c)
                       for o, c in zip(owners[fqn], chunks[fqn])] for fqn in stage.regions}
-        # This rank's shards that are whole rows: (keep-alive, flat bytes, first byte in the tensor).
-        mine: Dict[str, Tuple[Any, np.ndarray, int]] = {}
+        # This rank's shards that are whole rows, by tensor: (keep-alive,
+        # flat bytes, first byte in the tensor) each.
+        mine: Dict[str, List[Tuple[Any, np.ndarray, int]]] = {}
 
         def put_shards():
             objects = {}
@@ -412,7 +413,7 @@ class WtxtStorageWriter(StorageWriter):
                         _write_shard(fd, stage.path, region, offsets, bits)
                         continue
                     flat = bits.reshape(-1).view(np.uint8)
-                    mine[fqn] = (t, flat, start)
+                    mine.setdefault(fqn, []).append((t, flat, start))
                     # The pieces of chunks its owner does not hold whole go to the stage.
                     for (coff, clen), whole in zip(chunks[fqn], held[fqn]):
                         lo, hi = max(coff, start), min(coff + clen, start + flat.size)
@@ -431,13 +432,16 @@ class WtxtStorageWriter(StorageWriter):
         runs = [_runs(owners[name] if not meta else [0] * len(cs)) for name, meta, cs in layout]
 
         def raw(i: int, ix: int):
-            """Where chunk `ix` of array `i` is: this rank's memory, or (None) the stage."""
+            """Where chunk `ix` of array `i` is: this rank's memory (the
+            shard that holds all of it), or (None) the stage."""
             name, meta, cs = layout[i]
-            if meta or not held[name][ix] or name not in mine:
+            if meta or not held[name][ix]:
                 return None
-            _, flat, start = mine[name]
             coff, clen = cs[ix]
-            return (flat.__array_interface__["data"][0] + coff - start, clen)
+            for _, flat, start in mine.get(name, []):
+                if start <= coff and coff + clen <= start + flat.size:
+                    return (flat.__array_interface__["data"][0] + coff - start, clen)
+            raise Error(f"tensor {name!r}: chunk {ix} is planned on this rank, which does not hold it")
 
         own = [(i, ix, raw(i, ix)) for i, rs in enumerate(runs) for r, a, b in rs if r == ranks.rank
                for ix in range(a, b)]
