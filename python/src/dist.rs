@@ -16,7 +16,7 @@ use wtxt::store::dist::{ArrayHash, DistOptions, DistWrite, Raw};
 use wtxt::wtxt::split::PartLine;
 use wtxt::wtxt::syntax::Meta;
 
-use crate::{hmac, named_arrays, parse_part_size, raise, staged_file, Staged};
+use crate::{hmac, named_arrays, parse_part_size, raise, staged_file, Staged, Writing};
 
 /// A `part` line as it crosses between ranks: (ix, bytes, lines, sha256).
 type Part = (u64, u64, u64, [u8; 32]);
@@ -77,16 +77,7 @@ pub fn snapshot_meta(
 ) -> PyResult<(u64, String, Py<PyBytes>)> {
     let (meta, merkle_prev) = py
         .allow_threads(|| {
-            let opts = wtxt::ops::SnapshotOptions {
-                meta: wtxt::ops::MetaFields { gen, ts, ..Default::default() },
-                prev,
-                keys: wtxt::ops::Keys {
-                    hmac_key: hmac(hmac_key)?,
-                    sign_key: sign_key.as_deref().map(SecretKey::from_file).transpose()?,
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
+            let opts = Writing { prev, sign_key, hmac_key, gen, ts, oms_key: None }.options(Default::default())?;
             wtxt::ops::snapshot_meta(&opts)
         })
         .map_err(raise)?;

@@ -111,7 +111,7 @@ fn save(
 }
 
 /// The options every Python writer of a snapshot takes, as paths and values.
-struct Writing {
+pub(crate) struct Writing {
     prev: Option<PathBuf>,
     sign_key: Option<PathBuf>,
     hmac_key: Option<PathBuf>,

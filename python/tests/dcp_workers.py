@@ -205,7 +205,8 @@ def save_failing_rank(rank: int, world: int, path: str, how: str) -> None:
             if how == "exit":
                 os._exit(3)
             raise OSError(28, "No space left on device")
-        wdcp._write_shard = fail
+        wdcp._write_block = fail
+        wdcp._pwrite_all = fail
     dcp.save(sharded_state(world), storage_writer=wdcp.WtxtStorageWriter(path))
 
 

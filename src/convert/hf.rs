@@ -281,19 +281,20 @@ impl<'a> Shards<'a> {
     /// Writes the files that are not shards into `dir`, and each shard's
     /// header, sized for its tensors; returns the shard files, open.
     fn start(&self, dir: &Path) -> Result<Vec<(std::path::PathBuf, std::fs::File)>> {
-        for p in &self.folder.files {
+        // A file's place in the new folder, its folders made.
+        let place = |p: &Piece| -> Result<std::path::PathBuf> {
             let dest = dir.join(&p.path);
             if let Some(d) = dest.parent() {
                 std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
             }
-            crate::atomic::write_file(&dest, slice(self.files, p)?, 0o644)?;
+            Ok(dest)
+        };
+        for p in &self.folder.files {
+            crate::atomic::write_file(&place(p)?, slice(self.files, p)?, 0o644)?;
         }
         let mut out = Vec::with_capacity(self.shards.len());
         for (p, list) in self.folder.shards.iter().zip(&self.shards) {
-            let dest = dir.join(&p.path);
-            if let Some(d) = dest.parent() {
-                std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
-            }
+            let dest = place(p)?;
             let header = slice(self.headers, p)?;
             let f = std::fs::File::create(&dest).map_err(|e| Error::io(&dest, e))?;
             let end = list.last().map_or(header.len() as u64, |&(_, at, len)| at + len);

@@ -33,6 +33,7 @@ use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::SecretKey;
 use crate::error::{Error, Result};
 use crate::model::Array;
+use crate::wtxt::layout::Layout;
 use crate::wtxt::split::{self, part_name, PartLine, PartSize, PartSpan};
 use crate::wtxt::syntax::{ArrLine, Meta};
 use crate::wtxt::write::{FixedKind, Places, WriteOptions, WritePlan, Written};
@@ -99,6 +100,9 @@ pub struct DistWrite {
     stage: PathBuf,
     places: Places,
     spans: Option<Vec<PartSpan>>,
+    /// Each array's chunking and the index of its first chunk among all,
+    /// taken from the plan once: every chunk written or hashed needs them.
+    layouts: Vec<(Layout, usize)>,
 }
 
 impl DistWrite {
@@ -112,8 +116,9 @@ impl DistWrite {
             Some(limit) => split::place_parts(&plan.shape(), limit).map_err(|e| e.in_file(out))?,
             None => None,
         };
+        let layouts = (0..arrays.len()).map(|i| (plan.layout(i), plan.first_chunk(i))).collect();
         drop(plan);
-        Ok(DistWrite { arrays, o, out: out.to_path_buf(), stage: stage.to_path_buf(), places, spans })
+        Ok(DistWrite { arrays, o, out: out.to_path_buf(), stage: stage.to_path_buf(), places, spans, layouts })
     }
 
     fn with_plan<T>(&self, f: impl FnOnce(&WritePlan) -> Result<T>) -> Result<T> {
@@ -134,10 +139,13 @@ impl DistWrite {
 
     /// Array `i`'s chunks: (offset, length) of each in its bytes.
     pub fn chunks(&self, i: usize) -> Result<Vec<(u64, u64)>> {
-        self.with_plan(|p| {
-            let l = p.layout(i);
-            Ok((0..l.chunk_count()).map(|ix| l.chunk_range(ix)).collect())
-        })
+        let (l, _) = self.layout(i)?;
+        Ok((0..l.chunk_count()).map(|ix| l.chunk_range(ix)).collect())
+    }
+
+    /// Array `i`'s layout and the index of its first chunk among all.
+    fn layout(&self, i: usize) -> Result<(Layout, usize)> {
+        self.layouts.get(i).copied().ok_or_else(|| Error::usage(format!("no array {i}")))
     }
 
     /// How many parts the snapshot has (0: it is a single file).
@@ -258,15 +266,13 @@ impl DistWrite {
     }
 
     fn first_chunk(&self, i: usize) -> Result<usize> {
-        if i >= self.arrays.len() {
-            return Err(Error::usage(format!("no array {i}")));
-        }
-        self.with_plan(|p| Ok(p.first_chunk(i)))
+        self.layout(i).map(|(_, first)| first)
     }
 
     /// Array `i`'s SHA-256 and HMAC continued over `chunks` (consecutive,
     /// with their bytes), from its start when `state` is `None`.
     pub fn hash_array(&self, i: usize, chunks: &[(u64, Raw)], state: Option<ArrayHash>) -> Result<ArrayHash> {
+        self.layout(i)?;
         let mut h = match state {
             Some(h) => h,
             None => {
@@ -291,6 +297,7 @@ impl DistWrite {
             (None, None) => None,
             _ => return Err(Error::usage("an array's hash state disagrees with the HMAC key")),
         };
+        self.layout(i)?;
         self.with_plan(|p| Ok(p.arr_line(i, h.sha.finalize(), mac).to_line()))
     }
 
@@ -325,8 +332,9 @@ impl DistWrite {
         }
         let mut x = 0u64;
         for &(i, ix, raw) in chunks {
-            let (off, _) = self.with_plan(|p| Ok(p.layout(i).chunk_range(ix)))?;
-            x ^= fastxor_at(starts[i] + off, self.chunk_raw(i, ix, raw)?);
+            let bytes = self.chunk_raw(i, ix, raw)?;
+            let (off, _) = self.layout(i)?.0.chunk_range(ix);
+            x ^= fastxor_at(starts[i] + off, bytes);
         }
         Ok(x)
     }
@@ -335,7 +343,7 @@ impl DistWrite {
     /// length), else from the array's data.
     fn chunk_raw<'r>(&'r self, i: usize, ix: u64, raw: Raw<'r>) -> Result<&'r [u8]> {
         let a = self.arrays.get(i).ok_or_else(|| Error::usage(format!("no array {i}")))?;
-        let layout = self.with_plan(|p| Ok(p.layout(i)))?;
+        let (layout, _) = self.layout(i)?;
         if ix >= layout.chunk_count() {
             return Err(Error::usage(format!("array {}: no chunk {ix}", a.name)));
         }
@@ -349,7 +357,7 @@ impl DistWrite {
 
     /// Refuses an `arr` line (from another rank) that is not array `i`'s.
     fn check_arr(&self, i: usize, arr: &str) -> Result<ArrLine> {
-        let a = &self.arrays[i];
+        let a = self.arrays.get(i).ok_or_else(|| Error::usage(format!("no array {i}")))?;
         let line = ArrLine::parse(arr.as_bytes()).map_err(|m| Error::usage(format!("array {}: {m}", a.name)))?;
         if line.name != a.name || line.dtype != a.dtype || line.shape != a.shape {
             return Err(Error::usage(format!("array {}: a rank reported the arr line of {}", a.name, line.name)));

@@ -43,7 +43,7 @@ from torch.distributed.checkpoint.planner import (LoadItemType, LoadPlan, LoadPl
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from .. import Error, SnapshotInfo, _call, _literal, _rust
+from .. import _ML_DTYPES, _TO_NUMPY, Error, SnapshotInfo, _call, _literal, _rust
 from . import _TO_TORCH, _bits, _load, _wtxt_dtype
 
 __all__ = ["WtxtStorageWriter", "WtxtStorageReader"]
@@ -85,8 +85,8 @@ def _stage_prefix(path: str) -> Tuple[str, str]:
 
 
 def _itemsize(dtype: str) -> int:
-    return {"f64": 8, "i64": 8, "u64": 8, "f32": 4, "i32": 4, "u32": 4, "f16": 2, "bf16": 2, "i16": 2,
-            "u16": 2}.get(dtype, 1)
+    """Bytes per element of a WTXT dtype, from the tables that map them to NumPy."""
+    return np.dtype(_TO_NUMPY[dtype] if dtype in _TO_NUMPY else _ML_DTYPES[dtype][1]).itemsize
 
 
 def _pwrite_all(fd: int, data: memoryview, at: int, path: str) -> None:
@@ -98,19 +98,13 @@ def _pwrite_all(fd: int, data: memoryview, at: int, path: str) -> None:
         data, at = data[n:], at + n
 
 
-def _write_shard(fd: int, stage: str, region: _Region, offsets, bits: np.ndarray) -> None:
-    """Puts one shard (`bits`, C-contiguous, at `offsets` of the full
-    tensor) at its place in the tensor's region of the stage file."""
+def _write_block(stage: str, region: _Region, offsets, bits: np.ndarray) -> None:
+    """Puts a shard that is not whole rows (`bits`, C-contiguous, at
+    `offsets` of the full tensor) at its place in the tensor's region of
+    the stage file (whole rows go there as one range; see `write_data`)."""
     if bits.size == 0:
         return
-    full = region.shape
-    if tuple(bits.shape[1:]) == tuple(full[1:]):
-        # Whole rows (dim-0 sharding, or the whole tensor): one range.
-        row = _itemsize(region.dtype) * int(np.prod(full[1:], dtype=np.int64))
-        start = region.offset + (int(offsets[0]) * row if full else 0)
-        _pwrite_all(fd, memoryview(bits.reshape(-1).view(np.uint8)), start, stage)
-        return
-    mm = np.memmap(stage, dtype=bits.dtype, mode="r+", offset=region.offset, shape=full)
+    mm = np.memmap(stage, dtype=bits.dtype, mode="r+", offset=region.offset, shape=region.shape)
     try:
         mm[tuple(slice(int(o), int(o) + int(s)) for o, s in zip(offsets, bits.shape))] = bits
         mm.flush()
@@ -410,7 +404,7 @@ class WtxtStorageWriter(StorageWriter):
                     start = _row_start(region, offsets, bits.shape)
                     if start is None:
                         # Not whole rows: its pieces are assembled in the stage.
-                        _write_shard(fd, stage.path, region, offsets, bits)
+                        _write_block(stage.path, region, offsets, bits)
                         continue
                     flat = bits.reshape(-1).view(np.uint8)
                     mine.setdefault(fqn, []).append((t, flat, start))
