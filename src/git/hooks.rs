@@ -64,7 +64,7 @@ pub struct Checked {
 
 /// Checks every staged WTXT file of the repository around `dir`.
 pub fn pre_commit(dir: &Path) -> Result<Checked> {
-    let repo = Repository::discover(dir).map_err(git_err)?;
+    let repo = crate::git::open_for_hook(dir)?;
     let cfg = repo.config().map_err(git_err)?;
     let require = cfg.get_bool("wtxt.requireSignature").unwrap_or(false);
     let trusted = crate::git::configured_trusted_keys(&repo)?;
@@ -466,9 +466,10 @@ impl Recorded {
     }
 }
 
-/// When the index was last written (see [`Recorded::vouched`]).
+/// When the index being committed was last written (see [`Recorded::vouched`]).
 fn index_written(repo: &Repository) -> Option<(i64, i64)> {
-    std::fs::metadata(repo.path().join("index")).ok().map(|m| (m.mtime(), m.mtime_nsec()))
+    let path = repo.index().ok()?.path()?.to_path_buf();
+    std::fs::metadata(path).ok().map(|m| (m.mtime(), m.mtime_nsec()))
 }
 
 #[cfg(test)]

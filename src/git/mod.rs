@@ -69,6 +69,22 @@ pub fn kill_group(child: &mut std::process::Child) {
     let _ = child.wait();
 }
 
+/// The repository around `dir` as a hook Git runs sees it: with the index
+/// Git is committing. `git commit -a` and `git commit PATH` stage into a
+/// temporary index named by `GIT_INDEX_FILE`; `.git/index` then holds the
+/// previous state, and checking it would pass what is being committed
+/// unread.
+pub fn open_for_hook(dir: &Path) -> Result<git2::Repository> {
+    let repo = git2::Repository::discover(dir).map_err(git_err)?;
+    if let Some(file) = std::env::var_os("GIT_INDEX_FILE").filter(|f| !f.is_empty()) {
+        // Relative to the directory Git ran the hook in.
+        let path = std::path::absolute(Path::new(&file)).map_err(|e| Error::io(Path::new(&file), e))?;
+        let mut index = git2::Index::open(&path).map_err(git_err)?;
+        repo.set_index(&mut index).map_err(git_err)?;
+    }
+    Ok(repo)
+}
+
 /// A libgit2 failure as unusable input, naming Git.
 pub fn git_err(e: git2::Error) -> Error {
     Error::input(Default::default(), format!("git: {}", e.message()))

@@ -222,3 +222,33 @@ fn pre_commit_refuses_a_split_snapshot_whose_part_was_swapped_and_its_head_fixed
     let r = git(&chained, &["commit", "-qm", "gen 1"]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
 }
+
+/// `git commit -a` and `git commit PATH` stage into a temporary index
+/// (`GIT_INDEX_FILE`), not `.git/index`: the hook checks that one, so a
+/// damaged file committed either way is refused.
+#[test]
+fn pre_commit_checks_the_index_git_commits_with_a_and_with_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert!(git(d, &["init", "-q"]).status.success());
+    let hook = d.join(".git/hooks/pre-commit");
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks/pre-commit"), &hook).unwrap();
+    std::fs::write(d.join("m.wtxt"), read("expected/defaults.wtxt")).unwrap();
+    git(d, &["add", "m.wtxt"]);
+    assert!(git(d, &["commit", "-qm", "good"]).status.success());
+    let mut bad = read("expected/defaults.wtxt");
+    let at = bad.len() / 2;
+    bad[at] = if bad[at] == b'A' { b'B' } else { b'A' };
+    std::fs::write(d.join("m.wtxt"), &bad).unwrap();
+    for args in [
+        &["commit", "-qam", "bad"][..],
+        &["commit", "-qm", "bad", "--", "m.wtxt"][..],
+        &["commit", "-qm", "bad", "-i", "m.wtxt"][..],
+    ] {
+        let r = git(d, args);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(!r.status.success() && err.contains("m.wtxt") && err.contains("line"), "{args:?}: {err}");
+    }
+    let log = git(d, &["rev-list", "--count", "HEAD"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout).trim(), "1");
+}
