@@ -605,3 +605,30 @@ impl<F: std::os::fd::AsFd + std::io::Seek> std::io::Seek for Writeback<F> {
         Ok(self.pos)
     }
 }
+
+/// Swaps two existing entries of one file system in one step
+/// (`renameat2(RENAME_EXCHANGE)`): whoever looks sees the old folder or the
+/// new one, never neither. Where the file system cannot exchange, `b` is
+/// moved aside to `aside` first, then `a` to `b` (`aside` must not exist).
+#[allow(unsafe_code)]
+pub fn exchange(a: &Path, b: &Path, aside: &Path) -> Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(|_| Error::usage("a path holds a NUL byte"));
+    let (ca, cb) = (c(a)?, c(b)?);
+    // SAFETY: two NUL-terminated paths that live across the call; the call
+    // only renames.
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE) };
+    if r == 0 {
+        sync_parent(b);
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if !matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) {
+        return Err(Error::io(b, e));
+    }
+    std::fs::rename(b, aside).map_err(|e| Error::io(b, e))?;
+    std::fs::rename(a, b).map_err(|e| Error::io(b, e))?;
+    sync_parent(b);
+    Ok(())
+}

@@ -125,7 +125,7 @@ impl Writing {
     fn options(self, part_size: wtxt::wtxt::split::PartSize) -> Result<wtxt::ops::SnapshotOptions, wtxt::Error> {
         Ok(wtxt::ops::SnapshotOptions {
             meta: wtxt::ops::MetaFields { gen: self.gen, ts: self.ts, ..Default::default() },
-            prev: self.prev,
+            prev: self.prev.map(wtxt::ops::Prev::File),
             keys: wtxt::ops::Keys {
                 hmac_key: hmac(self.hmac_key)?,
                 sign_key: self.sign_key.as_deref().map(SecretKey::from_file).transpose()?,

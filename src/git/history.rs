@@ -302,6 +302,30 @@ fn verify_version(
     input.verify(opts, progress)
 }
 
+/// The link a new generation of `path` continues from HEAD's version, if
+/// HEAD has one: its `gen` and `merkle_this`, once that version verified
+/// whole from its blobs under `opts` (nothing chains from what it did not
+/// verify).
+pub fn head_link(
+    repo: &Repository,
+    path: &Path,
+    opts: &VerifyOptions,
+) -> Result<Option<(u64, crate::crypto::digest::Hash)>> {
+    let Some(tree) = repo.head().ok().and_then(|h| h.peel_to_tree().ok()) else { return Ok(None) };
+    let Some(blob) = blob_at(&tree, path) else { return Ok(None) };
+    let shown = PathBuf::from(format!("HEAD:{}", path.display()));
+    let report = verify_version(repo, &tree, path, blob, opts, &Progress::hidden()).map_err(|e| e.in_file(&shown))?;
+    if let Some(p) = report.first_error() {
+        return Err(p.to_error().in_file(&shown));
+    }
+    let head = crate::git::blob::prefix(repo, blob, split::MAX_HEAD + 1)?;
+    let h = read_header(&mut LineReader::new(&head[..])).map_err(|e| e.in_file(&shown))?;
+    match h.root {
+        Root::Final { merkle_this, .. } => Ok(Some((h.meta.gen, merkle_this))),
+        Root::Pending => Err(Error::input(Default::default(), "a WTXT-S: finalize it first").in_file(&shown)),
+    }
+}
+
 /// Walks the history of `path` from HEAD and checks every link (and, with
 /// [`LogOptions::verify`], every generation's data, counted on `progress`).
 pub fn chain(repo: &Repository, path: &Path, opts: &LogOptions, progress: &Progress) -> Result<Chain> {

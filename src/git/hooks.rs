@@ -27,7 +27,7 @@ use crate::git::parts::{classify, Blob, BlobParts};
 use crate::progress::Progress;
 use crate::store::input::WtxtIn;
 use crate::store::parts_dir;
-use crate::wtxt::split::{part_ix, part_name, Head};
+use crate::wtxt::split::{part_name, Head};
 use crate::wtxt::syntax::Root;
 use crate::wtxt::verify::{ProblemKind, SigStatus, VerifyOptions};
 
@@ -65,12 +65,7 @@ pub struct Checked {
 /// Checks every staged WTXT file of the repository around `dir`.
 pub fn pre_commit(dir: &Path) -> Result<Checked> {
     let repo = crate::git::open_for_hook(dir)?;
-    let cfg = repo.config().map_err(git_err)?;
-    let require = cfg.get_bool("wtxt.requireSignature").unwrap_or(false);
-    let trusted = crate::git::configured_trusted_keys(&repo)?;
-    if require && trusted.is_none() {
-        return Err(Error::usage("wtxt.requireSignature is set but wtxt.trustedKeys names no key file"));
-    }
+    let crate::git::Policy { trusted, require } = crate::git::Policy::of(&repo)?;
     let index = repo.index().map_err(git_err)?;
     let head_tree = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
     // What is staged: HEAD's tree against the index only. The work tree is
@@ -97,18 +92,14 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
     // A staged part is checked with its head, staged or not: a commit that
     // changes a part but not its head fails there.
     let heads_of_parts: Vec<(PathBuf, Option<String>)> =
-        staged.iter().filter_map(|(p, _)| head_of_part(p)).map(with_filter).collect();
+        staged.iter().filter_map(|(p, _)| crate::git::parts::head_of_part(p)).map(with_filter).collect();
     staged.retain(|(p, _)| p.extension().and_then(|e| e.to_str()) != Some("wtxtpart"));
     staged.extend(heads_of_parts);
     staged.sort();
     staged.dedup();
     let mut refusals = Vec::new();
     let mut notes = Vec::new();
-    // The size a team keeps files under (`git config wtxt.partSize`, as `--part-size`).
-    let part_size: crate::wtxt::split::PartSize = match cfg.get_string("wtxt.partSize") {
-        Ok(v) => v.parse().map_err(|e: String| Error::usage(format!("git config wtxt.partSize: {e}")))?,
-        Err(_) => Default::default(),
-    };
+    let part_size = crate::git::configured_part_size(&repo)?;
     for (path, filter) in &staged {
         let Some(entry) = index.get_path(path, 0) else { continue };
         // The staged blob is streamed, never inflated whole: a single file
@@ -325,13 +316,6 @@ fn chain_refusal(header: &crate::wtxt::read::Header, head: &[u8]) -> Option<Refu
         return refusal(4, "merkle_prev is not HEAD's merkle_this".into(), fix);
     }
     None
-}
-
-/// The head a part path belongs to: `m.wtxt.parts/000003.wtxtpart` -> `m.wtxt`.
-fn head_of_part(p: &Path) -> Option<PathBuf> {
-    part_ix(&p.file_name()?.to_string_lossy())?;
-    let dir = p.parent()?.to_string_lossy().into_owned();
-    dir.strip_suffix(".parts").map(PathBuf::from)
 }
 
 /// A staged split snapshot: its head, and its parts in the index.

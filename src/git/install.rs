@@ -1,10 +1,14 @@
 //! `wtxt git install`: wires the diff and merge drivers, optional
-//! clean/smudge filters, the attributes and the pre-commit hook into Git.
+//! clean/smudge filters, the attributes and the pre-commit hook into Git;
+//! with `--folder DIR`, the model folders kept in the work tree while the
+//! repository holds their snapshots (`crate::ops::folders`), and the hooks
+//! that keep the two in step.
 //!
-//! Idempotent: running it twice changes nothing. The attributes live in a
-//! marked block that is replaced, never duplicated. A pre-commit hook that
-//! `wtxt` did not write is never overwritten: it is kept as
-//! `pre-commit.wtxt-chained` and run first. `--uninstall` reverses all of it.
+//! Idempotent: running it twice changes nothing. The attributes (and the
+//! folders' lines in `.git/info/exclude`) live in a marked block that is
+//! replaced, never duplicated. A hook that `wtxt` did not write is never
+//! overwritten: it is kept as `NAME.wtxt-chained` and run first.
+//! `--uninstall` reverses all of it.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -17,6 +21,13 @@ use crate::git::git_err;
 
 /// The hook script (`hooks/pre-commit` in the source tree).
 pub const HOOK: &str = include_str!("../../hooks/pre-commit");
+/// The script of the hooks that write model folders after Git moved the
+/// work tree (`hooks/post-checkout` in the source tree).
+pub const FOLDER_HOOK: &str = include_str!("../../hooks/post-checkout");
+/// The hooks [`FOLDER_HOOK`] is installed as: every way Git changes the
+/// work tree's snapshots (a checkout, a merge, a commit such as `git
+/// resolve`'s result, a rebase or amend).
+pub const FOLDER_HOOKS: [&str; 4] = ["post-checkout", "post-merge", "post-commit", "post-rewrite"];
 /// Marks a hook `wtxt` wrote.
 pub const HOOK_MARK: &str = "wtxt-managed-hook";
 const BEGIN: &str = "# >>> wtxt (managed by `wtxt git install`; `wtxt git install --uninstall` removes it)";
@@ -62,8 +73,13 @@ pub struct Plan {
     pub attributes: Vec<String>,
     /// The hooks folder (local scope only).
     pub hooks_dir: Option<PathBuf>,
-    /// The pre-commit hook installed.
-    pub hook: String,
+    /// The hooks installed there: name and script.
+    pub hooks: Vec<(&'static str, String)>,
+    /// Model folders kept in the work tree, their snapshots in the
+    /// repository (local scope only; `wtxt.folder`).
+    pub folders: Vec<crate::git::folders::Folder>,
+    /// The exclude file the folders are listed in (`.git/info/exclude`).
+    pub exclude_file: Option<PathBuf>,
     /// File name extensions the installed filters carry.
     pub filtered: Vec<&'static str>,
 }
@@ -81,7 +97,11 @@ const MEMORY_CAPS: [(&str, &str); 3] =
     [("core.packedGitWindowSize", "32m"), ("core.packedGitLimit", "96m"), ("core.deltaBaseCacheLimit", "32m")];
 
 /// Works out what to write for `scope` from the repository around `dir`.
-pub fn plan(dir: &Path, scope: Scope, filters: &[String], exe: &Path) -> Result<Plan> {
+pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], exe: &Path) -> Result<Plan> {
+    if !folders.is_empty() && scope != Scope::Local {
+        return Err(Error::usage("--folder belongs to one repository: give it without --global or --system"));
+    }
+    let folders = folders.iter().map(|f| crate::git::folders::Folder::new(f)).collect::<Result<Vec<_>>>()?;
     for f in filters {
         if !FILTER_FORMATS.contains(&f.as_str()) {
             return Err(Error::usage(format!("--filter {f}: supported formats: {}", FILTER_FORMATS.join(", "))));
@@ -110,6 +130,7 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], exe: &Path) -> Result<
             attributes.push(format!("*.{ext} filter=wtxt-{f} diff=wtxt merge=wtxt"));
         }
     }
+    let mut exclude_file = None;
     let (attributes_file, hooks_dir) = match scope {
         Scope::Local => {
             let repo = Repository::discover(dir)
@@ -120,6 +141,7 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], exe: &Path) -> Result<
                 Ok(p) => root.join(p),
                 Err(_) => repo.path().join("hooks"),
             };
+            exclude_file = Some(repo.path().join("info/exclude"));
             (root.join(".gitattributes"), Some(hooks))
         }
         Scope::Global => {
@@ -151,10 +173,42 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], exe: &Path) -> Result<
         defaults,
         attributes_file,
         attributes,
+        hooks: hook_scripts(&w, !folders.is_empty()),
         hooks_dir,
-        hook: HOOK.replace("${WTXT:-wtxt}", &format!("${{WTXT:-{w}}}")),
+        folders,
+        exclude_file,
         filtered: filters.iter().flat_map(|f| extensions(f).iter().copied()).collect(),
     })
+}
+
+/// The hooks to install, each calling the `wtxt` at `exe` (a shell word).
+fn hook_scripts(exe: &str, folders: bool) -> Vec<(&'static str, String)> {
+    let with_exe = |s: &str| s.replace("${WTXT:-wtxt}", &format!("${{WTXT:-{exe}}}"));
+    let mut hooks = vec![("pre-commit", with_exe(HOOK))];
+    if folders {
+        hooks.extend(FOLDER_HOOKS.iter().map(|&h| (h, with_exe(FOLDER_HOOK))));
+    }
+    hooks
+}
+
+/// The lines `.git/info/exclude` gets for `folders`: Git never takes a
+/// model folder itself, only its snapshot.
+fn exclude_lines(folders: &[crate::git::folders::Folder]) -> Vec<String> {
+    folders.iter().map(|f| format!("/{}/", f.dir.display())).collect()
+}
+
+/// A value as a regular expression that matches only itself (for
+/// `git config`'s multi-valued keys).
+fn exactly(v: &str) -> String {
+    let mut r = String::from("^");
+    for c in v.chars() {
+        if !c.is_ascii_alphanumeric() {
+            r.push('\\');
+        }
+        r.push(c);
+    }
+    r.push('$');
+    r
 }
 
 fn open_config(dir: &Path, scope: Scope) -> Result<Config> {
@@ -198,12 +252,29 @@ pub fn describe(p: &Plan) -> String {
     }
     s.push_str(END);
     s.push('\n');
-    if let Some(h) = &p.hooks_dir {
+    for f in &p.folders {
         s.push_str(&format!(
-            "\n# Hook {} (an existing hook is kept as pre-commit.wtxt-chained and runs first):\n{}",
-            h.join("pre-commit").display(),
-            p.hook
+            "git config {flag} --add {} {}\n",
+            crate::git::folders::FOLDER_KEY,
+            shell_word(&f.dir.display().to_string())
         ));
+    }
+    if let (Some(x), false) = (&p.exclude_file, p.folders.is_empty()) {
+        s.push_str(&format!("\n# In {}:\n{BEGIN}\n", x.display()));
+        for l in exclude_lines(&p.folders) {
+            s.push_str(&l);
+            s.push('\n');
+        }
+        s.push_str(END);
+        s.push('\n');
+    }
+    if let Some(h) = &p.hooks_dir {
+        for (name, text) in &p.hooks {
+            s.push_str(&format!(
+                "\n# Hook {} (an existing hook is kept as {name}.wtxt-chained and runs first):\n{text}",
+                h.join(name).display(),
+            ));
+        }
     }
     s
 }
@@ -277,21 +348,37 @@ pub fn install(dir: &Path, p: &Plan) -> Result<Vec<String>> {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }
     write_file(&p.attributes_file, with_block(&old, Some(&p.attributes)).as_bytes(), 0o644)?;
+    for f in &p.folders {
+        let v = f.dir.display().to_string();
+        cfg.set_multivar(crate::git::folders::FOLDER_KEY, &exactly(&v), &v).map_err(git_err)?;
+    }
+    if let (Some(x), false) = (&p.exclude_file, p.folders.is_empty()) {
+        let mut lines = exclude_lines(&crate::git::folders::configured(&Repository::discover(dir).map_err(git_err)?)?);
+        lines.sort();
+        lines.dedup();
+        let old = read_attributes(x)?;
+        if let Some(parent) = x.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        }
+        write_file(x, with_block(&old, Some(&lines)).as_bytes(), 0o644)?;
+    }
     if let Some(h) = &p.hooks_dir {
         std::fs::create_dir_all(h).map_err(|e| Error::io(h, e))?;
-        let hook = h.join("pre-commit");
-        let chained = h.join("pre-commit.wtxt-chained");
-        if std::fs::symlink_metadata(&hook).is_ok() && !is_our_hook(&hook) {
-            if std::fs::symlink_metadata(&chained).is_ok() {
-                return Err(Error::usage(format!(
-                    "{} is not wtxt's and {} exists already: merge them by hand",
-                    hook.display(),
-                    chained.display()
-                )));
+        for (name, text) in &p.hooks {
+            let hook = h.join(name);
+            let chained = h.join(format!("{name}.wtxt-chained"));
+            if std::fs::symlink_metadata(&hook).is_ok() && !is_our_hook(&hook) {
+                if std::fs::symlink_metadata(&chained).is_ok() {
+                    return Err(Error::usage(format!(
+                        "{} is not wtxt's and {} exists already: merge them by hand",
+                        hook.display(),
+                        chained.display()
+                    )));
+                }
+                std::fs::rename(&hook, &chained).map_err(|e| Error::io(&hook, e))?;
             }
-            std::fs::rename(&hook, &chained).map_err(|e| Error::io(&hook, e))?;
+            write_file(&hook, text.as_bytes(), 0o755)?;
         }
-        write_file(&hook, p.hook.as_bytes(), 0o755)?;
     }
     smudge_clean_files(dir, &p.filtered)
 }
@@ -370,13 +457,29 @@ pub fn uninstall(dir: &Path, p: &Plan) -> Result<()> {
             write_file(&p.attributes_file, new.as_bytes(), 0o644)?;
         }
     }
+    if let Some(x) = &p.exclude_file {
+        let old = read_attributes(x)?;
+        let new = with_block(&old, None);
+        if new != old {
+            write_file(x, new.as_bytes(), 0o644)?;
+        }
+    }
+    if p.scope == Scope::Local {
+        match cfg.remove_multivar(crate::git::folders::FOLDER_KEY, ".*") {
+            Ok(()) => {}
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {}
+            Err(e) => return Err(git_err(e)),
+        }
+    }
     if let Some(h) = &p.hooks_dir {
-        let hook = h.join("pre-commit");
-        let chained = h.join("pre-commit.wtxt-chained");
-        if is_our_hook(&hook) {
-            std::fs::remove_file(&hook).map_err(|e| Error::io(&hook, e))?;
-            if chained.exists() {
-                std::fs::rename(&chained, &hook).map_err(|e| Error::io(&chained, e))?;
+        for name in std::iter::once("pre-commit").chain(FOLDER_HOOKS) {
+            let hook = h.join(name);
+            let chained = h.join(format!("{name}.wtxt-chained"));
+            if is_our_hook(&hook) {
+                std::fs::remove_file(&hook).map_err(|e| Error::io(&hook, e))?;
+                if chained.exists() {
+                    std::fs::rename(&chained, &hook).map_err(|e| Error::io(&chained, e))?;
+                }
             }
         }
     }

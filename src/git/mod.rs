@@ -9,6 +9,7 @@ pub mod blob;
 pub mod commit;
 pub mod diff;
 pub mod filter;
+pub mod folders;
 pub mod history;
 pub mod hooks;
 pub mod install;
@@ -90,22 +91,63 @@ pub fn git_err(e: git2::Error) -> Error {
     Error::input(Default::default(), format!("git: {}", e.message()))
 }
 
-/// The trusted keys named by `git config wtxt.trustedKeys` of `repo` (a
-/// relative path is taken from the work tree's top), if it names a file.
+/// The file `git config KEY` of `repo` names, if any (relative: from the
+/// work tree's top).
+pub fn configured_file(repo: &git2::Repository, key: &str) -> Option<std::path::PathBuf> {
+    let p = repo.config().and_then(|c| c.get_path(key)).ok()?;
+    Some(if p.is_absolute() { p } else { repo.workdir().unwrap_or(Path::new(".")).join(p) })
+}
+
+/// The trusted keys named by `git config wtxt.trustedKeys` of `repo`, if
+/// it names a file.
 pub fn configured_trusted_keys(repo: &git2::Repository) -> Result<Option<TrustedKeys>> {
-    let Ok(p) = repo.config().and_then(|c| c.get_path("wtxt.trustedKeys")) else { return Ok(None) };
-    let p = if p.is_absolute() { p } else { repo.workdir().unwrap_or(Path::new(".")).join(p) };
-    TrustedKeys::from_file(&p).map(Some)
+    configured_file(repo, "wtxt.trustedKeys").map(|p| TrustedKeys::from_file(&p)).transpose()
 }
 
 /// The EC key named by `git config wtxt.omsKey` of the repository around
-/// `dir` (relative: from the work tree's top): `git resolve` signs the
-/// merged snapshot's folder with it.
+/// `dir`: `git resolve` signs the merged snapshot's folder with it.
 pub fn oms_key_around(dir: &Path) -> Result<Option<crate::crypto::ec::EcSecretKey>> {
     let Ok(repo) = git2::Repository::discover(dir) else { return Ok(None) };
-    let Ok(p) = repo.config().and_then(|c| c.get_path("wtxt.omsKey")) else { return Ok(None) };
-    let p = if p.is_absolute() { p } else { repo.workdir().unwrap_or(Path::new(".")).join(p) };
-    crate::crypto::ec::EcSecretKey::from_file(&p).map(Some)
+    configured_file(&repo, "wtxt.omsKey").map(|p| crate::crypto::ec::EcSecretKey::from_file(&p)).transpose()
+}
+
+/// What the repository asks of every snapshot it takes in: its trusted
+/// keys, and whether a valid signature by one of them is required
+/// (`wtxt.requireSignature`, which needs `wtxt.trustedKeys`).
+pub struct Policy {
+    /// `wtxt.trustedKeys`.
+    pub trusted: Option<TrustedKeys>,
+    /// `wtxt.requireSignature`.
+    pub require: bool,
+}
+
+impl Policy {
+    /// The policy of `repo`.
+    pub fn of(repo: &git2::Repository) -> Result<Policy> {
+        let require = repo.config().and_then(|c| c.get_bool("wtxt.requireSignature")).unwrap_or(false);
+        let trusted = configured_trusted_keys(repo)?;
+        if require && trusted.is_none() {
+            return Err(Error::usage("wtxt.requireSignature is set but wtxt.trustedKeys names no key file"));
+        }
+        Ok(Policy { trusted, require })
+    }
+
+    /// The verification it asks for.
+    pub fn options(&self) -> crate::wtxt::verify::VerifyOptions<'_> {
+        crate::wtxt::verify::VerifyOptions {
+            trusted: self.trusted.as_ref(),
+            require_signature: self.require,
+            ..Default::default()
+        }
+    }
+}
+
+/// The part size a team keeps files under (`git config wtxt.partSize`, as `--part-size`).
+pub fn configured_part_size(repo: &git2::Repository) -> Result<crate::wtxt::split::PartSize> {
+    match repo.config().and_then(|c| c.get_string("wtxt.partSize")) {
+        Ok(v) => v.parse().map_err(|e: String| Error::usage(format!("git config wtxt.partSize: {e}"))),
+        Err(_) => Ok(Default::default()),
+    }
 }
 
 /// [`configured_trusted_keys`] of the repository around `dir`; none outside one.

@@ -531,3 +531,10 @@ impl crate::wtxt::split::PartSource for BlobParts {
         self.unlisted.clone()
     }
 }
+
+/// The head a part path belongs to: `m.wtxt.parts/000003.wtxtpart` -> `m.wtxt`.
+pub fn head_of_part(p: &Path) -> Option<std::path::PathBuf> {
+    crate::wtxt::split::part_ix(&p.file_name()?.to_string_lossy())?;
+    let dir = p.parent()?.to_string_lossy().into_owned();
+    dir.strip_suffix(".parts").map(std::path::PathBuf::from)
+}

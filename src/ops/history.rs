@@ -291,9 +291,27 @@ pub fn diff_driver(args: &[String], here: &Path) -> DriverView {
         let y = side(new, new_hex)?;
         let names = Names { old: Path::new(&a), new: Path::new(&b) };
         // A split snapshot's head and parts are Git files of their own, each diffed from its blob.
+        // A head or part holds no `__names`: the model's names come from the
+        // snapshot at this path in the work tree (display only).
+        let snapshot_names = |head: &Path| {
+            let work = repo.as_ref().and_then(|r| r.workdir().map(Path::to_path_buf)).unwrap_or_default();
+            super::originals(&work.join(head))
+        };
         match (classify(&*x)?, classify(&*y)?) {
-            (Blob::Head(hx), Blob::Head(hy)) => diff_heads(&hx, &hy, names),
-            (Blob::Part, Blob::Part) => diff_parts(&*x, &*y, names),
+            (Blob::Head(hx), Blob::Head(hy)) => {
+                let mut d = diff_heads(&hx, &hy, names)?;
+                let n = snapshot_names(Path::new(path));
+                d.name_originals(&n, &n);
+                Ok(d)
+            }
+            (Blob::Part, Blob::Part) => {
+                let mut d = diff_parts(&*x, &*y, names)?;
+                if let Some(head) = crate::git::parts::head_of_part(Path::new(path)) {
+                    let n = snapshot_names(&head);
+                    d.name_originals(&n, &n);
+                }
+                Ok(d)
+            }
             _ => {
                 let mut d = crate::git::diff::diff(x.stream(), y.stream(), names)?;
                 let check = |p: &Path| {

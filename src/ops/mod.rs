@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod check;
+pub mod folders;
 mod generations;
 mod history;
 mod oms;

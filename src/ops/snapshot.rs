@@ -18,7 +18,7 @@ pub struct SnapshotOptions {
     /// The header's `meta` fields.
     pub meta: MetaFields,
     /// The previous generation: gen = its gen + 1, merkle_prev = its merkle_this.
-    pub prev: Option<PathBuf>,
+    pub prev: Option<Prev>,
     /// Rows per chunk for arrays of rank >= 2 (default 128).
     pub rows_per_chunk: Option<u64>,
     /// The `audit` line: `k=v ...`.
@@ -29,6 +29,20 @@ pub struct SnapshotOptions {
     pub keys: Keys,
     /// How the snapshot is stored.
     pub output: Output,
+}
+
+/// The generation a new snapshot continues.
+pub enum Prev {
+    /// A snapshot file, verified whole before it is chained to (`--prev`).
+    File(PathBuf),
+    /// A link the caller verified itself (a version in Git's objects,
+    /// verified from its blobs): its `gen` and `merkle_this`.
+    Verified {
+        /// Its generation.
+        gen: u64,
+        /// Its `merkle_this`.
+        merkle_this: Hash,
+    },
 }
 
 /// Parses `--audit 'k=v ...'`.
@@ -81,7 +95,10 @@ pub fn snapshot_arrays(arrays: &[Array], out: &Path, o: &SnapshotOptions, progre
 pub fn snapshot_meta(o: &SnapshotOptions) -> Result<(Meta, Hash)> {
     let (gen, merkle_prev) = match (&o.prev, o.meta.gen) {
         (Some(_), Some(_)) => return Err(Error::usage("give --gen or --prev, not both")),
-        (Some(p), None) => chain_from(p, &o.keys.trust())?,
+        (Some(Prev::File(p)), None) => chain_from(p, &o.keys.trust())?,
+        (Some(Prev::Verified { gen, merkle_this }), None) => {
+            (gen.checked_add(1).ok_or_else(|| Error::usage("gen overflows"))?, *merkle_this)
+        }
         (None, g) => (g.unwrap_or(0), [0; 32]),
     };
     let meta = Meta::new(gen, o.meta.ts.as_deref())?.with_tokens(

@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use crate::util::run;
 use wtxt::model::{Array, Dtype};
 
-fn tensor(name: &str, dtype: Dtype, shape: &[u64], seed: u8) -> Array {
+pub(crate) fn tensor(name: &str, dtype: Dtype, shape: &[u64], seed: u8) -> Array {
     let n: u64 = shape.iter().product::<u64>() * dtype.size() as u64;
     let bytes: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
     Array::new("t", dtype, shape.to_vec(), bytes.into()).unwrap().renamed(name)
 }
 
 /// Writes a shard as the Python `safetensors` library does (`{"format": "pt"}`).
-fn shard(path: &Path, tensors: &[&Array]) {
+pub(crate) fn shard(path: &Path, tensors: &[&Array]) {
     let named: Vec<(&str, &Array)> = tensors.iter().map(|a| (a.name.as_str(), *a)).collect();
     let meta = BTreeMap::from([("format".to_string(), "pt".to_string())]);
     let mut f = std::fs::File::create(path).unwrap();

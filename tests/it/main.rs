@@ -31,6 +31,7 @@ mod convert;
 mod corruption;
 mod daemon;
 mod delta;
+mod folders;
 mod gitflow;
 mod golden;
 mod hf;

@@ -534,6 +534,22 @@ pub enum GitCommand {
         #[command(flatten)]
         how: MergeHow,
     },
+    /// A model folder of `wtxt git install --folder`: where it stands
+    /// against its snapshot, or bring one side to the other.
+    Folder {
+        /// The folder, from the work tree's top.
+        dir: String,
+        /// Write the folder from DIR.wtxt (verified).
+        #[arg(long, conflicts_with = "stage")]
+        checkout: bool,
+        /// Snapshot the folder into DIR.wtxt and stage it.
+        #[arg(long)]
+        stage: bool,
+        /// With --checkout, replace a folder changed by hand; with --stage,
+        /// take the folder over a snapshot that changed too.
+        #[arg(long)]
+        force: bool,
+    },
     /// Git's long-running clean/smudge filter (filter.wtxt-FORMAT.process).
     #[command(hide = true)]
     FilterProcess {
@@ -614,6 +630,12 @@ pub struct InstallArgs {
     /// Also store FORMAT files (safetensors) as WTXT in the repository.
     #[arg(long, value_name = "FORMAT")]
     pub filter: Vec<String>,
+    /// Keep the Hugging Face folder DIR in the work tree (ignored by Git)
+    /// and its split snapshot DIR.wtxt in the repository: the pre-commit
+    /// hook snapshots the folder when it changed, the hooks after a
+    /// checkout, merge, commit or rewrite write it back.
+    #[arg(long, value_name = "DIR")]
+    pub folder: Vec<String>,
     /// Print what would be written instead of writing it.
     #[arg(long)]
     pub manual: bool,
@@ -624,8 +646,12 @@ pub struct InstallArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum HookCommand {
-    /// Check every staged .wtxt and .wtxtdelta (what hooks/pre-commit runs).
+    /// Snapshot and stage changed model folders, then check every staged
+    /// .wtxt and .wtxtdelta (what hooks/pre-commit runs).
     PreCommit,
+    /// Write each model folder from its snapshot where Git changed it (what
+    /// hooks/post-checkout runs, also as post-merge, post-commit, post-rewrite).
+    Checkout,
 }
 
 #[derive(Args, Debug)]

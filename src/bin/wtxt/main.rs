@@ -123,6 +123,10 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Git(cli::GitCommand::Install(a)) => git_install(a),
         Command::Daemon(a) => daemon(a),
         Command::Hook(cli::HookCommand::PreCommit) => pre_commit(),
+        Command::Hook(cli::HookCommand::Checkout) => hook_checkout(),
+        Command::Git(cli::GitCommand::Folder { dir, checkout, stage, force }) => {
+            git_folder(&dir, checkout, stage, force)
+        }
         Command::Git(cli::GitCommand::FilterProcess { format }) => filter_process(format),
         Command::Git(cli::GitCommand::Textconv { file }) => textconv(file),
         Command::Git(cli::GitCommand::DiffDriver { args }) => diff_driver_cmd(args),
@@ -164,7 +168,7 @@ fn run(cmd: Command) -> Result<u8> {
 fn snapshot(a: cli::SnapshotArgs) -> Result<u8> {
     let opts = ops::SnapshotOptions {
         meta: ops::MetaFields { gen: a.gen, ts: a.ts, build: a.build, schema: a.schema, host: a.host, cuda: a.cuda },
-        prev: a.prev,
+        prev: a.prev.map(ops::Prev::File),
         rows_per_chunk: a.rows_per_chunk,
         audit: a.audit,
         wsum: if a.streaming { a.wsum } else { None },
@@ -375,7 +379,7 @@ fn git_install(a: cli::InstallArgs) -> Result<u8> {
     };
     let exe = std::env::current_exe().map_err(|e| Error::io("wtxt", e))?;
     let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-    let plan = install::plan(&here, scope, &a.filter, &exe)?;
+    let plan = install::plan(&here, scope, &a.filter, &a.folder, &exe)?;
     if a.manual {
         emit(&install::describe(&plan))?;
     } else if a.uninstall {
@@ -391,6 +395,61 @@ fn git_install(a: cli::InstallArgs) -> Result<u8> {
                 again.join(", ")
             );
         }
+        if !plan.folders.is_empty() {
+            return hook_checkout();
+        }
+    }
+    Ok(0)
+}
+
+/// Writes every model folder whose snapshot changed; says what it left.
+fn hook_checkout() -> Result<u8> {
+    use wtxt::git::folders::{CheckedOut, State};
+    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    let mut code = 0;
+    for (f, r) in wtxt::git::folders::checkout_changed(&here)? {
+        match r {
+            Ok(CheckedOut::Written(n)) => {
+                eprintln!("wtxt: wrote {}/ from {} ({n} shard(s))", f.dir.display(), f.snapshot.display())
+            }
+            Ok(CheckedOut::Left(s @ (State::FolderChanged | State::BothChanged))) => {
+                eprintln!("wtxt: warning: {}", s.describe(&f))
+            }
+            Ok(CheckedOut::Left(_)) => {}
+            Err(e) => {
+                eprintln!("wtxt: {}/ not written: {e}", f.dir.display());
+                code = e.exit_code() as u8;
+            }
+        }
+    }
+    Ok(code)
+}
+
+fn git_folder(dir: &str, checkout: bool, stage: bool, force: bool) -> Result<u8> {
+    use wtxt::git::folders::{self, CheckedOut};
+    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    let (repo, f) = folders::open(&here, dir)?;
+    if stage {
+        let s = wtxt::ops::folders::stage(&repo, &f, force)?;
+        eprintln!(
+            "wtxt: snapshotted {}/ into {} (gen {}, {} bytes), staged",
+            f.dir.display(),
+            s.snapshot.display(),
+            s.gen,
+            s.len
+        );
+    } else if checkout {
+        match folders::checkout(&repo, &f, force)? {
+            CheckedOut::Written(n) => {
+                eprintln!("wtxt: wrote {}/ from {} ({n} shard(s))", f.dir.display(), f.snapshot.display())
+            }
+            CheckedOut::Left(s) => {
+                eprintln!("wtxt: {}", s.describe(&f));
+                return Ok(1);
+            }
+        }
+    } else {
+        emit(&format!("{}\n", folders::state(&repo, &f)?.describe(&f)))?;
     }
     Ok(0)
 }
@@ -425,6 +484,14 @@ fn daemon(a: cli::DaemonArgs) -> Result<u8> {
 
 fn pre_commit() -> Result<u8> {
     let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    for s in wtxt::ops::folders::stage_changed(&here)? {
+        eprintln!(
+            "pre-commit: snapshotted the folder into {} (gen {}, {} bytes), staged",
+            s.snapshot.display(),
+            s.gen,
+            s.len
+        );
+    }
     let wtxt::git::hooks::Checked { staged: n, refusals, notes } = wtxt::git::hooks::pre_commit(&here)?;
     for note in &notes {
         eprintln!("pre-commit: warning: {note}");

@@ -1,0 +1,322 @@
+//! Hugging Face folders in a Git work tree, split snapshots in the
+//! repository (`wtxt git install --folder DIR`). Writing a folder back
+//! from its snapshot is here; snapshotting it is `crate::ops::folders`.
+//!
+//! A model folder is too large for Git's filters (one file, one blob), so
+//! the work tree holds the folder as `save_pretrained` wrote it, ignored by
+//! Git, and the repository holds its snapshot beside it: `DIR.wtxt` and
+//! `DIR.wtxt.parts/`. The pre-commit hook snapshots a folder that changed
+//! since it was last written or snapshotted (`crate::ops::folders::stage`), chained to HEAD's
+//! version and signed with the repository's keys; the hooks that run after
+//! Git moves the work tree write the folder back from the snapshot
+//! ([`checkout`]), verified under the repository's policy. Which folder
+//! goes with which snapshot is the user's local configuration
+//! (`wtxt.folder`), never the cloned work tree's: a clone names its folders
+//! itself.
+//!
+//! Whether a side changed is decided as `git status` decides it, from a
+//! record kept in `.git/wtxt/folders/`: each file's size, times and inode
+//! when the folder was last written or read, and the `merkle_this` of the
+//! snapshot it matched. A folder that changed is never overwritten (unless
+//! forced); a folder and a snapshot that both changed refuse the commit.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::git::git_err;
+
+/// The Git configuration key naming the folders (one value each).
+pub const FOLDER_KEY: &str = "wtxt.folder";
+
+/// Largest record read back (a folder's file list; `MAX_FILES` bounds it).
+const MAX_RECORD: u64 = 256 << 20;
+
+/// A model folder of the work tree and the snapshot that stores it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Folder {
+    /// The folder, relative to the work tree's top.
+    pub dir: PathBuf,
+    /// Its snapshot (`DIR.wtxt`), relative to the work tree's top.
+    pub snapshot: PathBuf,
+}
+
+impl Folder {
+    /// The folder at `rel` (relative to the work tree's top): plain names
+    /// only (no `..`, no hidden or absolute path), so the work tree's
+    /// content can never steer a write outside it.
+    pub fn new(rel: &str) -> Result<Folder> {
+        let rel = rel.trim_end_matches('/');
+        let p = Path::new(rel);
+        let plain = !rel.is_empty()
+            && p.components().all(|c| matches!(c, Component::Normal(n) if !n.to_string_lossy().starts_with('.')));
+        if !plain {
+            return Err(Error::usage(format!(
+                "--folder {rel}: expected a folder inside the work tree, by a relative path of plain names"
+            )));
+        }
+        Ok(Folder { dir: p.to_path_buf(), snapshot: PathBuf::from(format!("{rel}.wtxt")) })
+    }
+
+    pub(crate) fn record_path(&self, repo: &git2::Repository) -> PathBuf {
+        let id = crate::crypto::digest::sha256(self.dir.as_os_str().as_encoded_bytes());
+        repo.path().join("wtxt/folders").join(hex::encode(&id[..16]))
+    }
+}
+
+/// The folders `git config wtxt.folder` names for `repo`.
+pub fn configured(repo: &git2::Repository) -> Result<Vec<Folder>> {
+    let cfg = repo.config().map_err(git_err)?;
+    let mut out = Vec::new();
+    if let Ok(mut entries) = cfg.multivar(FOLDER_KEY, None) {
+        while let Some(e) = entries.next() {
+            let e = e.map_err(git_err)?;
+            let v = e.value().map_err(|_| Error::usage("git config wtxt.folder: expected UTF-8"))?;
+            let f = Folder::new(v)?;
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The repository around `here` and its configured folder `dir`.
+pub fn open(here: &Path, dir: &str) -> Result<(git2::Repository, Folder)> {
+    let repo = git2::Repository::discover(here).map_err(git_err)?;
+    let f = Folder::new(dir)?;
+    if !configured(&repo)?.contains(&f) {
+        return Err(Error::usage(format!(
+            "{dir}: not a model folder of this repository: `wtxt git install --folder {dir}`"
+        )));
+    }
+    Ok((repo, f))
+}
+
+/// One file of a folder as the file system describes it.
+#[derive(Serialize, Deserialize, PartialEq, Eq, Debug)]
+pub(crate) struct Stat {
+    path: String,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    ino: u64,
+}
+
+/// What a folder and its snapshot were when they last matched.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Record {
+    /// The snapshot's `merkle_this` (hex).
+    pub(crate) snapshot: String,
+    /// The folder's files.
+    pub(crate) files: Vec<Stat>,
+}
+
+/// The files a snapshot of the folder takes (hidden ones are left out by
+/// the reader), each as the file system describes it. A link or special
+/// file is refused.
+pub(crate) fn stats(dir: &Path) -> Result<Vec<Stat>> {
+    use std::os::unix::fs::MetadataExt;
+    let files = crate::atomic::list_files(dir, &[])?;
+    let mut out = Vec::with_capacity(files.len());
+    for f in files.into_iter().filter(|p| !p.split('/').any(|c| c.starts_with('.'))) {
+        let p = dir.join(&f);
+        let m = std::fs::symlink_metadata(&p).map_err(|e| Error::io(&p, e))?;
+        out.push(Stat {
+            path: f,
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+            ino: m.ino(),
+        });
+    }
+    Ok(out)
+}
+
+/// The snapshot's identity: its `merkle_this` (hex), which binds its header,
+/// its root and so every byte. `None` when there is no snapshot.
+pub(crate) fn snapshot_id(path: &Path) -> Result<Option<String>> {
+    if std::fs::symlink_metadata(path).is_err() {
+        return Ok(None);
+    }
+    let f = crate::atomic::open_input_file(path)?;
+    let mut lines = crate::wtxt::read::LineReader::new(std::io::BufReader::new(f));
+    let h = crate::wtxt::read::read_head(&mut lines).map_err(|e| e.in_file(path))?;
+    match h.root {
+        crate::wtxt::syntax::Root::Final { merkle_this, .. } => Ok(Some(hex::encode(merkle_this))),
+        crate::wtxt::syntax::Root::Pending => {
+            Err(Error::input(Default::default(), "a WTXT-S: finalize it first").in_file(path))
+        }
+    }
+}
+
+pub(crate) fn read_record(path: &Path) -> Option<Record> {
+    let bytes = crate::atomic::read_small_file(path, MAX_RECORD, crate::atomic::Links::Refuse).ok()??;
+    serde_json::from_slice(&bytes).ok()
+}
+
+pub(crate) fn write_record(path: &Path, r: &Record) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    }
+    let text = serde_json::to_vec(r).map_err(|e| Error::usage(format!("recording a folder: {e}")))?;
+    crate::atomic::write_file(path, &text, 0o600)
+}
+
+/// Where a folder stands against its snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Both as they were when they last matched.
+    UpToDate,
+    /// The folder changed: the next commit snapshots it.
+    FolderChanged,
+    /// The snapshot changed (a checkout, a merge): the folder is written from it.
+    SnapshotChanged,
+    /// Both changed: one must be chosen (`wtxt git folder DIR --stage` or `--checkout --force`).
+    BothChanged,
+    /// No folder: it is written from the snapshot.
+    NoFolder,
+    /// No snapshot yet: the next commit takes the folder.
+    NoSnapshot,
+    /// Neither exists.
+    Neither,
+}
+
+impl State {
+    /// One line for a person.
+    pub fn describe(self, f: &Folder) -> String {
+        let (d, s) = (f.dir.display(), f.snapshot.display());
+        match self {
+            State::UpToDate => format!("{d}/: up to date with {s}"),
+            State::FolderChanged => format!("{d}/: changed since it matched {s}: the next commit snapshots it"),
+            State::SnapshotChanged => format!("{d}/: {s} changed: `wtxt git folder {d} --checkout` writes the folder"),
+            State::BothChanged => format!(
+                "{d}/ and {s} both changed: keep the folder's with `wtxt git folder {d} --stage`, \
+                 or the snapshot's with `wtxt git folder {d} --checkout --force`"
+            ),
+            State::NoFolder => format!("{d}/: missing: `wtxt git folder {d} --checkout` writes it from {s}"),
+            State::NoSnapshot => format!("{d}/: no {s} yet: the next commit snapshots the folder"),
+            State::Neither => format!("{d}/: neither the folder nor {s} exists"),
+        }
+    }
+}
+
+/// Where `f` stands in the repository around its work tree `work`.
+pub fn state(repo: &git2::Repository, f: &Folder) -> Result<State> {
+    let work = work_tree(repo)?;
+    let (dir, snap) = (work.join(&f.dir), work.join(&f.snapshot));
+    let id = snapshot_id(&snap)?;
+    let has_dir = std::fs::symlink_metadata(&dir).is_ok();
+    let rec = read_record(&f.record_path(repo));
+    Ok(match (has_dir, id) {
+        (false, None) => State::Neither,
+        (false, Some(_)) => State::NoFolder,
+        (true, None) => State::NoSnapshot,
+        (true, Some(id)) => {
+            let Some(rec) = rec else { return Ok(State::BothChanged) };
+            let folder_same = rec.files == stats(&dir)?;
+            match (folder_same, rec.snapshot == id) {
+                (true, true) => State::UpToDate,
+                (false, true) => State::FolderChanged,
+                (true, false) => State::SnapshotChanged,
+                (false, false) => State::BothChanged,
+            }
+        }
+    })
+}
+
+pub(crate) fn work_tree(repo: &git2::Repository) -> Result<PathBuf> {
+    repo.workdir().map(Path::to_path_buf).ok_or_else(|| Error::usage("a model folder needs a work tree"))
+}
+
+/// `git add -A` of `paths` (those that exist or are in the index), as
+/// paths, never patterns. Run with the hook's environment, it stages into
+/// the index Git is committing (`GIT_INDEX_FILE`).
+pub fn git_add(work: &Path, paths: &[PathBuf]) -> Result<()> {
+    let o = std::process::Command::new("git")
+        .arg("-C")
+        .arg(work)
+        .args(["--literal-pathspecs", "add", "-A", "--"])
+        .args(paths)
+        .output()
+        .map_err(|e| Error::io_in("running git add", e))?;
+    if !o.status.success() {
+        return Err(Error::input(
+            Default::default(),
+            format!("git add: {}", String::from_utf8_lossy(&o.stderr).trim()),
+        ));
+    }
+    Ok(())
+}
+
+/// What [`checkout`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CheckedOut {
+    /// The folder was written from the snapshot (this many shards).
+    Written(usize),
+    /// Nothing to do, or nothing done, and why (a line for a person).
+    Left(State),
+}
+
+/// Writes the folder `f` from its snapshot when the snapshot changed since
+/// they last matched (or the folder is missing): verified whole under the
+/// repository's policy as it is written into a new folder, which then
+/// takes the old one's place in one step. A folder that changed is left
+/// as it is, unless `force`; a folder holding files a snapshot does not
+/// keep (hidden ones) is never replaced.
+pub fn checkout(repo: &git2::Repository, f: &Folder, force: bool) -> Result<CheckedOut> {
+    let work = work_tree(repo)?;
+    let st = state(repo, f)?;
+    let write = match st {
+        State::SnapshotChanged | State::NoFolder => true,
+        State::FolderChanged | State::BothChanged => force,
+        State::UpToDate => force,
+        State::NoSnapshot | State::Neither => false,
+    };
+    if !write {
+        return Ok(CheckedOut::Left(st));
+    }
+    let dir = work.join(&f.dir);
+    let snap = work.join(&f.snapshot);
+    if std::fs::symlink_metadata(&dir).is_ok() {
+        let kept: Vec<String> = crate::atomic::list_files(&dir, &[])?
+            .into_iter()
+            .filter(|p| p.split('/').any(|c| c.starts_with('.')))
+            .collect();
+        if !kept.is_empty() {
+            return Err(Error::usage(format!(
+                "{}: holds files its snapshot does not keep ({}): move them out, then `wtxt git folder {} --checkout`",
+                f.dir.display(),
+                kept.join(", "),
+                f.dir.display()
+            )));
+        }
+    }
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(&work).to_path_buf();
+    std::fs::create_dir_all(&parent).map_err(|e| Error::io(&parent, e))?;
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let scratch = tempfile::Builder::new()
+        .prefix(&format!(".{name}.wtxt-checkout"))
+        .tempdir_in(&parent)
+        .map_err(|e| Error::io(&parent, e))?;
+    let new = scratch.path().join("new");
+    let policy = crate::git::Policy::of(repo)?;
+    let shards = crate::convert::hf::extract(&snap, &policy.options(), &new)?;
+    if std::fs::symlink_metadata(&dir).is_ok() {
+        crate::atomic::exchange(&new, &dir, &scratch.path().join("old"))?;
+    } else {
+        std::fs::rename(&new, &dir).map_err(|e| Error::io(&dir, e))?;
+    }
+    let id = snapshot_id(&snap)?.ok_or_else(|| Error::usage("the snapshot is gone"))?;
+    write_record(&f.record_path(repo), &Record { snapshot: id, files: stats(&dir)? })?;
+    Ok(CheckedOut::Written(shards))
+}
+
+/// Every configured folder of the repository around `dir` written from its
+/// snapshot where that changed (what the hooks after a checkout, merge,
+/// commit or rewrite run), with the state of each.
+pub fn checkout_changed(dir: &Path) -> Result<Vec<(Folder, Result<CheckedOut>)>> {
+    let repo = git2::Repository::discover(dir).map_err(git_err)?;
+    Ok(configured(&repo)?.into_iter().map(|f| (f.clone(), checkout(&repo, &f, false))).collect())
+}

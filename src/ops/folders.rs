@@ -1,0 +1,94 @@
+//! Snapshotting a model folder of the work tree into its split snapshot
+//! and staging it (`wtxt git folder DIR --stage`, and the pre-commit hook
+//! for every folder that changed). The folders themselves, their records
+//! and writing them back are [`crate::git::folders`].
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::git::folders::{configured, snapshot_id, stats, work_tree, write_record, Folder, Record, State};
+use crate::git::git_err;
+use crate::progress::Progress;
+
+/// What [`stage`] did.
+pub struct Staged {
+    /// The snapshot written and staged.
+    pub snapshot: PathBuf,
+    /// Its generation.
+    pub gen: u64,
+    /// Its size in bytes (head and parts).
+    pub len: u64,
+}
+
+/// Snapshots the folder `f` into `DIR.wtxt` and stages it (head, parts,
+/// and `model.sig` with `wtxt.omsKey`): chained to HEAD's version (verified
+/// whole from its blobs first, under the repository's policy), signed with
+/// `wtxt.signKey`, split at `wtxt.partSize`. Refused when the snapshot
+/// changed too since they last matched (a merge, a checkout), unless
+/// `force`.
+pub fn stage(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Staged> {
+    let work = work_tree(repo)?;
+    let st = crate::git::folders::state(repo, f)?;
+    if st == State::BothChanged && !force {
+        return Err(Error::usage(st.describe(f)));
+    }
+    let dir = work.join(&f.dir);
+    if !crate::convert::hf::is_folder(&dir) {
+        return Err(Error::input(
+            Default::default(),
+            "expected a Hugging Face folder (model.safetensors.index.json or model.safetensors)",
+        )
+        .in_file(&dir));
+    }
+    let policy = crate::git::Policy::of(repo)?;
+    let link = crate::git::history::head_link(repo, &f.snapshot, &policy.options())?;
+    let sign_key = crate::git::configured_file(repo, "wtxt.signKey")
+        .map(|p| crate::crypto::sign::SecretKey::from_file(&p))
+        .transpose()?;
+    let oms_key = crate::git::configured_file(repo, "wtxt.omsKey")
+        .map(|p| crate::crypto::ec::EcSecretKey::from_file(&p))
+        .transpose()?;
+    let signs_oms = oms_key.is_some();
+    let opts = super::SnapshotOptions {
+        meta: super::MetaFields { gen: link.is_none().then_some(0), ..Default::default() },
+        prev: link.map(|(gen, merkle_this)| super::Prev::Verified { gen, merkle_this }),
+        keys: super::Keys { sign_key, ..Default::default() },
+        output: super::Output { part_size: crate::git::configured_part_size(repo)?, oms_key },
+        ..Default::default()
+    };
+    // Read before the folder is: a file changed while it is read makes
+    // the record disagree, and the next commit reads the folder again.
+    let before = stats(&dir)?;
+    let out = work.join(&f.snapshot);
+    let mut notes = Vec::new();
+    let written = super::snapshot(std::slice::from_ref(&dir), &out, &opts, &Progress::hidden(), &mut notes)?;
+    let mut paths = vec![f.snapshot.clone(), crate::store::parts_dir(&f.snapshot)];
+    if signs_oms {
+        paths.push(f.snapshot.parent().unwrap_or(Path::new("")).join(crate::oms::SIGNATURE_NAME));
+    }
+    // A path Git has nowhere (no parts for a small model) is no pathspec to give it.
+    let index = repo.index().map_err(git_err)?;
+    let listed = |p: &Path| index.iter().any(|e| Path::new(std::ffi::OsStr::from_bytes(&e.path)).starts_with(p));
+    paths.retain(|p| listed(p) || std::fs::symlink_metadata(work.join(p)).is_ok());
+    crate::git::folders::git_add(&work, &paths)?;
+    let id = snapshot_id(&out)?.ok_or_else(|| Error::usage("the snapshot just written is gone"))?;
+    write_record(&f.record_path(repo), &Record { snapshot: id, files: before })?;
+    let gen = super::read_header_file(&out)?.meta.gen;
+    Ok(Staged { snapshot: f.snapshot.clone(), gen, len: written.len })
+}
+
+/// Every configured folder of the repository around `dir` that changed,
+/// snapshotted and staged (what the pre-commit hook runs first).
+pub fn stage_changed(dir: &Path) -> Result<Vec<Staged>> {
+    let repo = crate::git::open_for_hook(dir)?;
+    let mut out = Vec::new();
+    for f in configured(&repo)? {
+        match crate::git::folders::state(&repo, &f)? {
+            State::FolderChanged | State::NoSnapshot => out.push(stage(&repo, &f, false)?),
+            State::BothChanged => return Err(Error::usage(State::BothChanged.describe(&f))),
+            _ => {}
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,201 @@
+//! A Hugging Face folder in the work tree, its split snapshot in the
+//! repository (`wtxt git install --folder`): commit, diff, log, checkout of
+//! an older commit, clone and merge with the real `git` binary.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::hf::{files, folder, shard, tensor};
+use crate::util::{fixture, git_cmd};
+use wtxt::model::Dtype;
+
+struct Work {
+    root: PathBuf,
+}
+
+impl Work {
+    fn git(&self, args: &[&str]) -> Output {
+        git_cmd(&self.root, args, &[])
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.git(args);
+        assert!(
+            o.status.success(),
+            "git {args:?}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+    }
+
+    fn wtxt(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_wtxt")).current_dir(&self.root).args(args).output().unwrap()
+    }
+
+    fn model(&self) -> BTreeMap<String, Vec<u8>> {
+        files(&self.root.join("model"))
+    }
+
+    /// Rewrites the first shard with the embedding and the up projection
+    /// drawn from `seeds` (same shapes: the index stays as it is).
+    fn retrain(&self, seeds: (u8, u8)) {
+        let a = tensor("model.embed_tokens.weight", Dtype::Bf16, &[64, 16], seeds.0);
+        let b = tensor("model.layers.0.mlp.up_proj.weight", Dtype::F32, &[40, 16], seeds.1);
+        shard(&self.root.join("model/model-00001-of-00002.safetensors"), &[&a, &b]);
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn a_model_folder_lives_in_the_work_tree_and_its_signed_snapshot_in_git() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    std::fs::create_dir(&root).unwrap();
+    let w = Work { root: root.clone() };
+    w.ok(&["init", "-q", "-b", "main"]);
+    folder(&root);
+    let (key, trusted) = (fixture("keys/sign.pem"), fixture("keys/trusted_keys"));
+    let o = w.wtxt(&["git", "install", "--folder", "model"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (k, v) in [
+        ("wtxt.signKey", s(&key)),
+        ("wtxt.trustedKeys", s(&trusted)),
+        ("wtxt.requireSignature", "true"),
+        ("wtxt.partSize", "8K"),
+    ] {
+        w.ok(&["config", k, v]);
+    }
+    // Git never takes the folder itself.
+    assert_eq!(w.ok(&["status", "--porcelain"]).lines().filter(|l| l.contains("model/")).count(), 0);
+    let g0 = w.model();
+
+    // `git folder --stage` snapshots the folder and stages head and parts, signed.
+    let o = w.wtxt(&["git", "folder", "model", "--stage"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && err.contains("into model.wtxt (gen 0"), "{err}");
+    w.ok(&["add", ".gitattributes"]);
+    w.ok(&["commit", "-q", "-m", "g0"]);
+    let tree = w.ok(&["ls-tree", "-r", "--name-only", "HEAD"]);
+    assert!(
+        tree.lines().any(|l| l == "model.wtxt") && tree.lines().any(|l| l.starts_with("model.wtxt.parts/")),
+        "{tree}"
+    );
+    assert!(!tree.contains("safetensors"), "{tree}");
+    let v = w.wtxt(&["verify", "model.wtxt", "--trusted-keys", s(&trusted), "--require-signature"]);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+    // Nothing changed: the next commit takes nothing from the folder.
+    std::fs::write(root.join("notes.txt"), "x").unwrap();
+    w.ok(&["add", "notes.txt"]);
+    let o = w.ok(&["commit", "-m", "notes"]);
+    assert!(!o.contains("snapshotted"), "{o}");
+
+    // Trained further: any commit snapshots the changed folder (here `-a`,
+    // whose index is Git's temporary one), the next generation chained to HEAD's.
+    w.retrain((9, 2));
+    std::fs::write(root.join("notes.txt"), "y").unwrap();
+    let o = w.ok(&["commit", "-a", "-m", "g1"]);
+    assert!(o.contains("snapshotted the folder into model.wtxt (gen 1"), "{o}");
+    let g1 = w.model();
+    assert_ne!(g0, g1);
+    let log = w.wtxt(&["log", "model.wtxt", "--verify", "--trusted-keys", s(&trusted)]);
+    assert!(log.status.success(), "{}{}", String::from_utf8_lossy(&log.stdout), String::from_utf8_lossy(&log.stderr));
+    // git diff names the tensor as the model does.
+    let d = w.ok(&["diff", "HEAD~2", "HEAD", "--", "model.wtxt", "model.wtxt.parts"]);
+    assert!(d.contains("model.embed_tokens.weight"), "{d}");
+
+    // An older commit writes the older folder back, byte for byte; and back again.
+    let o = w.ok(&["checkout", "-q", "HEAD~2"]);
+    assert!(o.contains("wrote model/ from model.wtxt"), "{o}");
+    assert_eq!(w.model(), g0);
+    w.ok(&["checkout", "-q", "main"]);
+    assert_eq!(w.model(), g1);
+
+    // A folder changed by hand is never overwritten by a checkout.
+    w.retrain((7, 7));
+    let edited = w.model();
+    let o = w.ok(&["checkout", "-q", "HEAD~2"]);
+    assert!(o.contains("model/ and model.wtxt both changed"), "{o}");
+    assert_eq!(w.model(), edited);
+    w.ok(&["checkout", "-q", "main"]);
+    let o = w.wtxt(&["git", "folder", "model", "--checkout", "--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(w.model(), g1);
+
+    // A clone names its folders itself; install writes them.
+    let clone = dir.path().join("clone");
+    let o = git_cmd(dir.path(), &["clone", "-q", s(&root), s(&clone)], &[]);
+    assert!(o.status.success());
+    let c = Work { root: clone.clone() };
+    assert!(!clone.join("model").exists());
+    c.ok(&["config", "wtxt.trustedKeys", s(&trusted)]);
+    c.ok(&["config", "wtxt.requireSignature", "true"]);
+    let o = c.wtxt(&["git", "install", "--folder", "model"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(c.model(), g1);
+
+    // Both sides train different tensors; Git cannot merge a split
+    // snapshot file by file, `wtxt git resolve` merges it whole, and the
+    // commit writes the merged folder.
+    let train = |seeds, msg| {
+        w.retrain(seeds);
+        assert!(w.wtxt(&["git", "folder", "model", "--stage"]).status.success());
+        w.ok(&["commit", "-q", "-m", msg]);
+    };
+    w.ok(&["checkout", "-q", "-b", "side"]);
+    train((5, 2), "side");
+    w.ok(&["checkout", "-q", "main"]);
+    train((9, 6), "main");
+    assert!(!w.git(&["merge", "-q", "side"]).status.success());
+    let o = w.wtxt(&["git", "resolve", "model.wtxt", "--part-size", "8K", "--sign-key", s(&key)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = w.ok(&["commit", "-q", "-m", "merged"]);
+    assert!(o.contains("wrote model/ from model.wtxt"), "{o}");
+    let merged = w.model();
+    let shard1 = |seeds: (u8, u8)| {
+        let t = tempfile::tempdir().unwrap();
+        let a = tensor("model.embed_tokens.weight", Dtype::Bf16, &[64, 16], seeds.0);
+        let b = tensor("model.layers.0.mlp.up_proj.weight", Dtype::F32, &[40, 16], seeds.1);
+        shard(&t.path().join("s"), &[&a, &b]);
+        std::fs::read(t.path().join("s")).unwrap()
+    };
+    assert_eq!(merged["model-00001-of-00002.safetensors"], shard1((5, 6)), "side's embedding, main's projection");
+    assert_eq!(w.ok(&["status", "--porcelain"]), "");
+}
+
+/// Folders are named by the user, inside the work tree only; install and
+/// uninstall leave nothing of theirs behind.
+#[test]
+fn folders_are_plain_paths_inside_the_work_tree_and_uninstall_removes_their_hooks() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Work { root: dir.path().to_path_buf() };
+    w.ok(&["init", "-q"]);
+    for bad in ["../model", "/tmp/model", ".git", "a/../../b", "", "a/.hidden"] {
+        let o = w.wtxt(&["git", "install", "--folder", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = w.wtxt(&["git", "install", "--global", "--folder", "model"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(w.wtxt(&["git", "install", "--folder", "models/llama"]).status.success());
+    assert!(w.wtxt(&["git", "install", "--folder", "models/llama/"]).status.success(), "idempotent");
+    assert_eq!(w.ok(&["config", "--get-all", "wtxt.folder"]).trim(), "models/llama");
+    let exclude = std::fs::read_to_string(dir.path().join(".git/info/exclude")).unwrap();
+    assert_eq!(exclude.matches("/models/llama/").count(), 1, "{exclude}");
+    for h in ["pre-commit", "post-checkout", "post-merge", "post-commit", "post-rewrite"] {
+        assert!(dir.path().join(".git/hooks").join(h).exists(), "{h}");
+    }
+    let o = w.wtxt(&["git", "folder", "other"]);
+    assert_eq!(o.status.code(), Some(2), "not a configured folder");
+    let o = w.wtxt(&["git", "folder", "models/llama"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("neither the folder nor models/llama.wtxt exists"));
+    assert!(w.wtxt(&["git", "install", "--uninstall"]).status.success());
+    assert!(!w.git(&["config", "--get-all", "wtxt.folder"]).status.success());
+    assert!(!std::fs::read_to_string(dir.path().join(".git/info/exclude")).unwrap().contains("llama"));
+    for h in ["pre-commit", "post-checkout", "post-merge", "post-commit", "post-rewrite"] {
+        assert!(!dir.path().join(".git/hooks").join(h).exists(), "{h}");
+    }
+}
