@@ -92,3 +92,59 @@ def test_float8_tensors_round_trip_bit_for_bit(tmp_path):
         assert back[k].dtype == v.dtype and torch.equal(back[k].view(torch.uint8), v.view(torch.uint8)), k
     r = subprocess.run([CLI, "inspect", f], capture_output=True, text=True)
     assert "f8e4m3" in r.stdout and "f8e5m2" in r.stdout, r.stdout
+
+
+def git(cwd, *args):
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@example.com", WTXT=CLI)
+    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r.stdout + r.stderr
+
+
+def test_a_save_pretrained_folder_in_git_signed_cloned_and_checked_out(tmp_path):
+    """The issue's whole path: a folder `save_pretrained` wrote goes into Git
+    as one signed split snapshot; a training step later, the next generation;
+    a clone gets the folder back byte for byte, `from_pretrained` loads it,
+    and checking out the first commit gives the first folder."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    model = tiny_llama(False, torch.bfloat16)
+    model.save_pretrained(repo / "llama", max_shard_size="20KB")
+    r = subprocess.run([CLI, "git", "install", "--folder", "llama"], cwd=repo, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for k, v in [("wtxt.signKey", KEYS / "sign.pem"), ("wtxt.trustedKeys", KEYS / "trusted_keys"),
+                 ("wtxt.requireSignature", "true"), ("wtxt.partSize", "64K")]:
+        git(repo, "config", k, str(v))
+    r = subprocess.run([CLI, "git", "folder", "llama", "--stage"], cwd=repo, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "gen0")
+    first = files(repo / "llama")
+
+    # One optimizer step, saved over the folder; the commit snapshots it.
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.tensor([[1, 2, 3]]), labels=torch.tensor([[1, 2, 3]])).loss.backward()
+    opt.step()
+    model.save_pretrained(repo / "llama", max_shard_size="20KB")
+    (repo / "notes.md").write_text("step 1\n")
+    git(repo, "add", "notes.md")
+    assert "(gen 1" in git(repo, "commit", "-m", "gen1")
+    second = files(repo / "llama")
+    assert second != first
+    diff = git(repo, "diff", "HEAD~1", "HEAD", "--", "llama.wtxt", "llama.wtxt.parts")
+    assert "model.layers.0.mlp.up_proj.weight" in diff
+
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(repo), str(clone))
+    git(clone, "config", "wtxt.trustedKeys", str(KEYS / "trusted_keys"))
+    git(clone, "config", "wtxt.requireSignature", "true")
+    r = subprocess.run([CLI, "git", "install", "--folder", "llama"], cwd=clone, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert files(clone / "llama") == second
+    back = transformers.AutoModelForCausalLM.from_pretrained(clone / "llama", torch_dtype=torch.bfloat16)
+    for k, v in model.state_dict().items():
+        assert torch.equal(back.state_dict()[k], v), k
+    git(clone, "checkout", "-q", "HEAD~1")
+    assert files(clone / "llama") == first

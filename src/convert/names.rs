@@ -141,3 +141,19 @@ pub fn give_wtxt_names(arrays: &mut Vec<Array>, kept: &mut OriginalNames) -> Res
     arrays.push(kept.to_array()?);
     Ok(true)
 }
+
+/// The snapshot at `path`'s mapped names (WTXT name to the model's own),
+/// from its `__names`, read by the outline (nothing else is decoded); empty
+/// when it has none or does not outline (an encrypted or damaged file).
+/// For display only: no decision depends on it (`diff`, `verify --json`).
+pub fn originals_of(path: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    let wanted = |n: &str| n == NAMES;
+    let Some(outlined) = crate::store::outline::outline(path, &wanted, crate::limits::MAX_METADATA) else {
+        return Default::default();
+    };
+    let metas: Vec<crate::model::Array> = outlined
+        .into_iter()
+        .filter_map(|o| crate::model::Array::new(o.arr.name, o.arr.dtype, o.arr.shape, o.data?.into()).ok())
+        .collect();
+    OriginalNames::of(&metas).ok().flatten().map(|k| k.names).unwrap_or_default()
+}

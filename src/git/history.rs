@@ -367,9 +367,13 @@ pub fn chain(repo: &Repository, path: &Path, opts: &LogOptions, progress: &Progr
             let verdict = verify_version(repo, &tree, &p, blob, &vopts, progress);
             match verdict.map(|r| r.errors.into_iter().next()) {
                 Ok(None) => g.data = DataCheck::Verified,
-                Ok(Some(problem)) => {
-                    let file = problem.file.unwrap_or_else(|| p.display().to_string());
-                    g.problems.push(format!("data: {file}: line {}: {}", problem.line, problem.message));
+                Ok(Some(mut problem)) => {
+                    // The model's names from the work tree's copy (display only).
+                    if let (Some(a), Some(w)) = (&problem.array, repo.workdir()) {
+                        problem.original = crate::convert::names::originals_of(&w.join(&p)).remove(a);
+                    }
+                    let file = problem.file.clone().unwrap_or_else(|| p.display().to_string());
+                    g.problems.push(format!("data: {file}: line {}: {}", problem.line, problem.text()));
                     g.data = DataCheck::Failed;
                 }
                 Err(e) => {

@@ -121,6 +121,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
             ));
         }
         let shown = path.display().to_string();
+        let names = || repo.workdir().map(|w| crate::convert::names::originals_of(&w.join(path))).unwrap_or_default();
         let refuse = |line: u64, problem: String, fix: &str| Refusal {
             path: shown.clone(),
             line,
@@ -150,7 +151,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
                     format!("wtxt.requireSignature is set, and the {filter} filter does not sign"),
                     "keep signed snapshots as .wtxt files: `wtxt snapshot ... --sign-key KEY.pem`",
                 ));
-            } else if let Some(r) = check_wtxt(&from_blob, size, head.as_deref(), false, trusted.as_ref()) {
+            } else if let Some(r) = check_wtxt(&from_blob, size, head.as_deref(), false, trusted.as_ref(), &names) {
                 let fix = format!(
                     "stage it through the filter: `wtxt git install --filter {}` where it is missing, then `git add {shown}`",
                     filter.strip_prefix("wtxt-").unwrap_or(filter)
@@ -177,11 +178,11 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
             let from_file = || -> Result<Box<dyn Read>> {
                 Ok(Box::new(std::io::BufReader::new(std::fs::File::open(p).map_err(|e| Error::io(p, e))?)))
             };
-            let v = check_wtxt(&from_file, size, head.as_deref(), require, trusted.as_ref());
+            let v = check_wtxt(&from_file, size, head.as_deref(), require, trusted.as_ref(), &names);
             verdict = rec.vouched(p, index_written(&repo)).then_some(v);
         }
         let verdict =
-            verdict.unwrap_or_else(|| check_wtxt(&from_blob, size, head.as_deref(), require, trusted.as_ref()));
+            verdict.unwrap_or_else(|| check_wtxt(&from_blob, size, head.as_deref(), require, trusted.as_ref(), &names));
         if let Some(r) = verdict {
             refusals.push(Refusal { path: shown.clone(), ..r });
         }
@@ -214,6 +215,7 @@ fn check_wtxt<R: Read>(
     head: Option<&[u8]>,
     require: bool,
     trusted: Option<&TrustedKeys>,
+    names: &Names,
 ) -> Option<Refusal> {
     let refusal =
         |line: u64, problem: String, fix: &str| Some(Refusal { path: String::new(), line, problem, fix: fix.into() });
@@ -232,7 +234,7 @@ fn check_wtxt<R: Read>(
     };
     let (loaded, staged) = match read(&key) {
         Ok((Ok(l), fp)) => (l, fp),
-        Ok((Err(report), _)) => return report_refusal(&report),
+        Ok((Err(report), _)) => return report_refusal(&report, names),
         Err(e) => return refusal(line_of(&e), e.message().to_string(), unreadable),
     };
     if require && loaded.report.signature != SigStatus::Valid {
@@ -256,16 +258,26 @@ fn check_wtxt<R: Read>(
     chain_refusal(&loaded.header, head?)
 }
 
+/// The model's names of a staged snapshot's arrays (WTXT name to
+/// original), read from its work-tree copy when a message needs them:
+/// display only, no decision depends on them.
+type Names<'a> = dyn Fn() -> std::collections::BTreeMap<String, String> + 'a;
+
 /// Why a file that failed verification may not be committed (`None`: it did not fail).
-fn report_refusal(report: &crate::wtxt::verify::Report) -> Option<Refusal> {
+fn report_refusal(report: &crate::wtxt::verify::Report, names: &Names) -> Option<Refusal> {
+    let mut report = report.clone();
+    if report.errors.iter().any(|e| e.array.is_some()) {
+        report.name_originals(&names());
+    }
     let p = report.first_error()?;
+    let problem = if p.array.is_none() { format!("{}{}", p.text(), report.failing_arrays()) } else { p.text() };
     let fix = match p.kind {
         ProblemKind::RootPending => "finalize it first: `wtxt finalize FILE -o FILE.wsum --rewrite FILE`",
         ProblemKind::Signature => "sign it with a trusted key: `wtxt snapshot ... --sign-key KEY.pem`",
         _ => "the file is damaged: write it again with `wtxt snapshot`, or `wtxt recover` it",
     };
     let path = p.file.clone().unwrap_or_default();
-    Some(Refusal { path, line: p.line, problem: p.message.clone(), fix: fix.into() })
+    Some(Refusal { path, line: p.line, problem, fix: fix.into() })
 }
 
 /// Whether the writer re-emits the staged text (fingerprinted as `staged`
@@ -352,7 +364,7 @@ impl Split<'_> {
                 Ok(r) => r,
                 Err(e) => return refusal(&e, damaged),
             };
-        if let Some(mut r) = report_refusal(&report) {
+        if let Some(mut r) = report_refusal(&report, &|| crate::convert::names::originals_of(&self.work_path())) {
             if r.path == self.path.display().to_string() {
                 r.path.clear();
             }
@@ -366,6 +378,11 @@ impl Split<'_> {
             return Some(r);
         }
         chain_refusal(&header, prev?)
+    }
+
+    /// The snapshot's path in the work tree.
+    fn work_path(&self) -> PathBuf {
+        self.repo.workdir().unwrap_or(Path::new(".")).join(self.path)
     }
 
     /// The work-tree copy of a staged part, while the index vouches for it

@@ -64,7 +64,7 @@ pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<
     // A split snapshot's faulty parts are reported with the rest, first.
     let mut report = WtxtIn::open_lenient(path, o.unseal.as_ref())?.verify(&opts, progress)?;
     if o.unseal.is_none() {
-        report.name_originals(&super::originals(path));
+        report.name_originals(&crate::convert::names::originals_of(path));
     }
     if let Some((key, sig)) = &o.oms {
         // Files that do not match their head already failed above; the
@@ -81,11 +81,10 @@ pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<
         };
         if let Some(why) = why {
             report.ok = false;
+            let file = sig.clone().unwrap_or_else(|| crate::oms::signature_path(path)).display().to_string();
             report.errors.push(Problem {
-                kind: ProblemKind::Oms,
-                line: 0,
-                message: format!("OMS signature: {why}"),
-                file: Some(sig.clone().unwrap_or_else(|| crate::oms::signature_path(path)).display().to_string()),
+                file: Some(file),
+                ..Problem::at(ProblemKind::Oms, 0, format!("OMS signature: {why}"))
             });
         }
     }

@@ -190,7 +190,8 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
                 Default::default(),
                 format!(
                     "the rebuilt target fails verification (line {}: {}); base or delta is damaged",
-                    p.line, p.message
+                    p.line,
+                    p.text()
                 ),
             )
             .in_file(delta));

@@ -45,7 +45,7 @@ pub fn diff(old: &Path, new: &Path, unseal: Option<&Unseal>) -> Result<crate::gi
     let check =
         |p: &Path| WtxtIn::verify_path(p, unseal, &Default::default()).ok()?.errors.first().map(|p| p.to_error());
     crate::git::diff::explain(&mut d, names, &check);
-    d.name_originals(&super::originals(old), &super::originals(new));
+    d.name_originals(&crate::convert::names::originals_of(old), &crate::convert::names::originals_of(new));
     Ok(d)
 }
 
@@ -295,7 +295,7 @@ pub fn diff_driver(args: &[String], here: &Path) -> DriverView {
         // snapshot at this path in the work tree (display only).
         let snapshot_names = |head: &Path| {
             let work = repo.as_ref().and_then(|r| r.workdir().map(Path::to_path_buf)).unwrap_or_default();
-            super::originals(&work.join(head))
+            crate::convert::names::originals_of(&work.join(head))
         };
         match (classify(&*x)?, classify(&*y)?) {
             (Blob::Head(hx), Blob::Head(hy)) => {
@@ -320,7 +320,10 @@ pub fn diff_driver(args: &[String], here: &Path) -> DriverView {
                     report.errors.first().map(|p| p.to_error())
                 };
                 crate::git::diff::explain(&mut d, names, &check);
-                d.name_originals(&super::originals(Path::new(old)), &super::originals(Path::new(new)));
+                d.name_originals(
+                    &crate::convert::names::originals_of(Path::new(old)),
+                    &crate::convert::names::originals_of(Path::new(new)),
+                );
                 Ok(d)
             }
         }

@@ -138,12 +138,8 @@ fn signature_status(
             None => SigStatus::Untrusted,
             Some(k) if k.verify(signed, &s.signature) => SigStatus::Valid,
             Some(_) => {
-                problems.push(Problem {
-                    file: None,
-                    kind: ProblemKind::Signature,
-                    line,
-                    message: format!("signature by keyid {} does not verify", hex::encode(s.keyid)),
-                });
+                let m = format!("signature by keyid {} does not verify", hex::encode(s.keyid));
+                problems.push(Problem::at(ProblemKind::Signature, line, m));
                 SigStatus::Invalid
             }
         },
@@ -154,22 +150,13 @@ fn signature_status(
             SigStatus::Absent => "the file is not signed".to_string(),
             _ => format!("keyid {keyid} is not a trusted key"),
         };
-        problems.push(Problem {
-            file: None,
-            kind: ProblemKind::Signature,
-            line,
-            message: format!("signature required: {why}"),
-        });
+        problems.push(Problem::at(ProblemKind::Signature, line, format!("signature required: {why}")));
     } else if opts.refuse_untrusted && status == SigStatus::Untrusted {
-        problems.push(Problem {
-            file: None,
-            kind: ProblemKind::Signature,
-            line,
-            message: format!(
-                "signed by keyid {keyid}, which no trusted key checks: nothing is signed that was not verified first \
-                 (give --trusted-keys or --pubkey)"
-            ),
-        });
+        let m = format!(
+            "signed by keyid {keyid}, which no trusted key checks: nothing is signed that was not verified first \
+             (give --trusted-keys or --pubkey)"
+        );
+        problems.push(Problem::at(ProblemKind::Signature, line, m));
     }
     status
 }
@@ -228,17 +215,37 @@ pub struct Problem {
     /// The part file of a split snapshot the line is in (`None`: the file given).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
+    /// The array it is in, by its WTXT name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub array: Option<String>,
+    /// That array's name in the model (`__names`), set by the caller
+    /// ([`Report::name_originals`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original: Option<String>,
 }
 
 impl Problem {
     /// A problem of `kind` on `line`.
     pub fn at(kind: ProblemKind, line: u64, message: impl Into<String>) -> Problem {
-        Problem { kind, line, message: message.into(), file: None }
+        Problem { kind, line, message: message.into(), file: None, array: None, original: None }
+    }
+
+    /// The same problem, in `array`.
+    pub fn in_array(self, array: &str) -> Problem {
+        Problem { array: Some(array.to_string()), ..self }
+    }
+
+    /// What was expected, with the array's name in the model where it has one.
+    pub fn text(&self) -> String {
+        match &self.original {
+            Some(o) => format!("{} (in the model: {o})", self.message),
+            None => self.message.clone(),
+        }
     }
 
     /// The problem as an error of kind check, naming its part file if any.
     pub fn to_error(&self) -> crate::Error {
-        let e = crate::error::check_at(self.line, self.message.clone());
+        let e = crate::error::check_at(self.line, self.text());
         match &self.file {
             Some(f) => e.in_file(f),
             None => e,
@@ -251,7 +258,8 @@ impl Problem {
             crate::error::Position::Line(n) => n,
             _ => 0,
         };
-        Problem { kind, line, message: e.message().to_string(), file: e.path().map(|p| p.display().to_string()) }
+        let file = e.path().map(|p| p.display().to_string());
+        Problem { file, ..Problem::at(kind, line, e.message()) }
     }
 }
 
@@ -351,6 +359,28 @@ impl Report {
         for a in &mut self.arrays {
             a.original = names.get(&a.name).cloned();
         }
+        for p in &mut self.errors {
+            p.original = p.array.as_ref().and_then(|a| names.get(a)).cloned();
+        }
+    }
+
+    /// The arrays that fail, by the model's names where known, as a clause
+    /// for a one-line message (`, in a, b and 4 more array(s)`; empty when
+    /// none): a part or root problem names no array itself.
+    pub fn failing_arrays(&self) -> String {
+        let mut failing: Vec<&str> = Vec::new();
+        for e in &self.errors {
+            if let Some(n) = e.original.as_deref().or(e.array.as_deref()) {
+                if !failing.contains(&n) {
+                    failing.push(n);
+                }
+            }
+        }
+        match failing.len() {
+            0 => String::new(),
+            n if n <= 3 => format!(", in {}", failing.join(", ")),
+            n => format!(", in {} and {} more array(s)", failing[..3].join(", "), n - 3),
+        }
     }
 
     /// The first error in verification order (the root cause), for one-line messages.
@@ -400,12 +430,8 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
     let mut chunk_bad = std::mem::take(&mut digests.bad_chunks);
     chunk_bad.extend(roots.bad_chunks);
     for (ai, ix, line) in chunk_bad {
-        problems.push(Problem {
-            file: None,
-            kind: ProblemKind::Chunk,
-            line,
-            message: format!("chunk {ix} of array {}: sha256 does not match its bytes", arrays[ai].name),
-        });
+        let m = format!("chunk {ix} of array {}: sha256 does not match its bytes", arrays[ai].name);
+        problems.push(Problem::at(ProblemKind::Chunk, line, m).in_array(&arrays[ai].name));
         arrays[ai].bad_chunks.push(ix);
     }
     let header = match read_result {
@@ -465,7 +491,7 @@ fn judge_arrays(
     problems: &mut Vec<Problem>,
 ) {
     let mut fail = |a: &mut ArrayReport, kind: ProblemKind, message: String| {
-        problems.push(Problem { file: None, kind, line: a.line, message });
+        problems.push(Problem::at(kind, a.line, message).in_array(&a.name));
         a.ok = false;
     };
     for (i, (a, exp)) in arrays.iter_mut().zip(expected).enumerate() {
@@ -712,7 +738,11 @@ impl Visitor for Hashing<'_> {
     }
 
     fn problem(&mut self, line: u64, message: String) {
-        self.problems.push(Problem { file: None, kind: ProblemKind::Chunk, line, message });
+        let p = Problem::at(ProblemKind::Chunk, line, message);
+        self.problems.push(match self.arrays.last() {
+            Some(a) => p.in_array(&a.name),
+            None => p,
+        });
     }
 
     fn audit(&mut self, _line: u64, a: &crate::wtxt::syntax::Audit) {

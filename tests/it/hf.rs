@@ -256,3 +256,52 @@ fn merge_conflicts_are_named_and_settled_by_the_models_names() {
     assert_eq!(run(&["extract", s(&out), "--hf", s(&merged)]).code, 0);
     assert_eq!(files(&merged), files(&theirs_folder));
 }
+
+/// A damaged tensor is named as the model names it: in `verify`'s line
+/// (even when the first problem is its part's hash) and `--json`, and in
+/// the pre-commit hook's refusal.
+#[test]
+fn damage_is_reported_by_the_models_tensor_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = folder(dir.path());
+    let snap = dir.path().join("m.wtxt");
+    assert_eq!(run(&["snapshot", s(&m), "-o", s(&snap), "--part-size", "8K"]).code, 0);
+    // The first data line of the embedding's first chunk, in whichever part holds it.
+    let parts = dir.path().join("m.wtxt.parts");
+    let mut damaged = false;
+    for e in std::fs::read_dir(&parts).unwrap() {
+        let p = e.unwrap().path();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let Some(at) = text.find("begin name=model_embed_tokens_weight") else { continue };
+        let ch = at + text[at..].find("\nch ").unwrap() + 1;
+        let data = ch + text[ch..].find('\n').unwrap() + 1;
+        let mut bytes = text.into_bytes();
+        bytes[data] = if bytes[data] == b'A' { b'B' } else { b'A' };
+        std::fs::write(&p, bytes).unwrap();
+        damaged = true;
+    }
+    assert!(damaged);
+    let r = run(&["verify", s(&snap)]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("in model.embed_tokens.weight"), "{}", r.stderr);
+    let r = run(&["verify", s(&snap), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let named = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["array"] == "model_embed_tokens_weight" && e["original"] == "model.embed_tokens.weight");
+    assert!(named, "{}", r.stdout);
+    // The hook says the same of the staged copy.
+    let git = |args: &[&str]| crate::util::git_cmd(dir.path(), args, &[]);
+    assert!(git(&["init", "-q"]).status.success());
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks/pre-commit"),
+        dir.path().join(".git/hooks/pre-commit"),
+    )
+    .unwrap();
+    assert!(git(&["add", "m.wtxt", "m.wtxt.parts"]).status.success());
+    let o = git(&["commit", "-qm", "damaged"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("in model.embed_tokens.weight"), "{err}");
+}

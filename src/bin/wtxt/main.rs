@@ -208,8 +208,10 @@ fn verify(a: cli::VerifyArgs) -> Result<u8> {
     if !report.ok {
         if let Some(p) = report.first_error() {
             let more = report.errors.len() - 1;
-            let tail = if more > 0 { format!(" ({more} more; --json lists all)") } else { String::new() };
-            let msg = wtxt::error::one_line(&p.message);
+            let affected = if p.array.is_none() { report.failing_arrays() } else { String::new() };
+            let tail = if more > 0 { format!(" ({more} more{affected}; --json lists all)") } else { String::new() };
+            let text = p.text();
+            let msg = wtxt::error::one_line(&text);
             let file = p.file.clone().unwrap_or_else(|| a.file.display().to_string());
             let at = if p.line > 0 { format!("line {}: ", p.line) } else { String::new() };
             eprintln!("wtxt: {}: {at}{msg}{tail}", wtxt::error::one_line(&file));
