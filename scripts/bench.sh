@@ -31,9 +31,11 @@ cat "$npy" > /dev/null
 runs=${RUNS:-3}
 want() { [[ " ${SECTIONS:-core delta converters} " == *" $1 "* ]]; }
 measure() { # label, command...: median wall and CPU (user+sys) of $runs runs, max peak RSS
+  # (with FRESH=PATH, PATH and PATH.parts are removed before each run, untimed)
   local label=$1; shift
   : > "$work/times.$label"
   for _ in $(seq "$runs"); do
+    if [ -n "${FRESH:-}" ]; then rm -rf "$FRESH" "$FRESH.parts"; fi
     sync   # each run starts with no dirty pages left by the one before
     /usr/bin/time -f "%e %M %U %S" -o "$work/time.$label" "$@" > /dev/null 2> "$work/err.$label" || { cat "$work/err.$label"; exit 1; }
     awk '{ print $1, $2, $3 + $4 }' "$work/time.$label" >> "$work/times.$label"
@@ -53,8 +55,10 @@ measure cpsync sh -c "cp '$npy' '$work/copy.npy' && sync '$work/copy.npy'"
 rm -f "$work/copy.npy"
 # The single file (--part-size none) and the default split form.
 one="$work/model_one.wtxt"
-measure snapshot "$bin" snapshot "$npy" -o "$one" --ts 2026-01-01T00:00:00Z --part-size none
-measure snapsplit "$bin" snapshot "$npy" -o "$out" --ts 2026-01-01T00:00:00Z
+# Each into a fresh output: over an existing split snapshot, parts whose
+# frame is listed unchanged are compared byte for byte and left alone.
+FRESH="$one" measure snapshot "$bin" snapshot "$npy" -o "$one" --ts 2026-01-01T00:00:00Z --part-size none
+FRESH="$out" measure snapsplit "$bin" snapshot "$npy" -o "$out" --ts 2026-01-01T00:00:00Z
 cat "$one" "$out" "$out.parts"/* > /dev/null
 measure verify "$bin" verify "$one"
 measure versplit "$bin" verify "$out"

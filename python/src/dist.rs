@@ -13,7 +13,7 @@ use wtxt::convert::names::OriginalNames;
 use wtxt::crypto::digest::Sha256State;
 use wtxt::crypto::sign::SecretKey;
 use wtxt::store::dist::{ArrayHash, DistOptions, DistWrite, Raw};
-use wtxt::wtxt::split::PartLine;
+use wtxt::wtxt::split::{PartHash, PartLine};
 use wtxt::wtxt::syntax::Meta;
 
 use crate::{hmac, named_arrays, parse_part_size, raise, staged_file, Staged, Writing};
@@ -206,7 +206,10 @@ impl PyDistWriter {
     /// Hashes part `k` (0-based) once every rank has written; its `part` line.
     fn hash_part(&self, py: Python<'_>, k: usize) -> PyResult<Part> {
         let p = py.allow_threads(|| self.inner.hash_part(k)).map_err(raise)?;
-        Ok((p.ix, p.bytes, p.lines, p.sha256))
+        match p.hash {
+            PartHash::Frame(h) => Ok((p.ix, p.bytes, p.lines, h)),
+            PartHash::File(_) => Err(raise(wtxt::Error::usage("a part hashed whole: writers hash frames"))),
+        }
     }
 
     /// Puts the snapshot in place from every array's `arr` line, the final
@@ -224,7 +227,7 @@ impl PyDistWriter {
         let all = all_state.map(sha_state).transpose().map_err(raise)?.unwrap_or_default();
         py.allow_threads(|| {
             let parts: Vec<PartLine> =
-                parts.into_iter().map(|(ix, bytes, lines, sha256)| PartLine { ix, bytes, lines, sha256 }).collect();
+                parts.into_iter().map(|(ix, bytes, lines, h)| PartLine { ix, bytes, lines, hash: PartHash::Frame(h) }).collect();
             let w = self.inner.finish(&arr_lines, all.finalize(), fastxor, &parts)?;
             Ok(crate::hex_of(&w.sha256_all))
         })

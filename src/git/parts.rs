@@ -93,7 +93,7 @@ pub fn diff_heads(old: &Head, new: &Head, names: Names) -> Result<FileDiff> {
     let (header, header_unified) = header_changes(&ha, &old.prefix, &hb, &new.prefix);
     let mut notes = Vec::new();
     let list = |v: Vec<u64>| v.iter().map(|ix| format!("{ix:06}")).collect::<Vec<_>>().join(", ");
-    let same = |a: &PartLine, b: &PartLine| (a.bytes, a.sha256) == (b.bytes, b.sha256);
+    let same = |a: &PartLine, b: &PartLine| (a.bytes, a.hash) == (b.bytes, b.hash);
     let changed: Vec<u64> = old.parts.iter().zip(&new.parts).filter(|(a, b)| !same(a, b)).map(|(_, b)| b.ix).collect();
     if !changed.is_empty() {
         notes.push(format!("parts changed: {} (of {})", list(changed), new.parts.len()));

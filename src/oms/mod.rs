@@ -68,11 +68,28 @@ impl SnapshotFiles {
                 );
             }
         }
-        Ok(SnapshotFiles {
-            head: head.to_path_buf(),
-            head_sha256: r.sha.finalize().into(),
-            parts: parts.iter().map(|p| p.sha256).collect(),
-        })
+        // A head that binds its parts by every byte gives their SHA-256
+        // (a full verify proved them); one that binds them by their frames
+        // does not, and OMS lists each file's own SHA-256: one pass over
+        // the parts, on every core.
+        let listed: Option<Vec<Hash>> = parts
+            .iter()
+            .map(|p| match p.hash {
+                split::PartHash::File(h) => Some(h),
+                split::PartHash::Frame(_) => None,
+            })
+            .collect();
+        let digests = match listed {
+            Some(d) => d,
+            None => {
+                let paths: Vec<PathBuf> = parts.iter().map(|p| dir.join(split::part_name(p.ix))).collect();
+                crate::crypto::digest::files_parallel(&paths, |path| {
+                    let mut f = crate::atomic::open_no_follow(path).map_err(|e| Error::io(path, e))?;
+                    crate::crypto::digest::sha256_reader(&mut f).map_err(|e| Error::io(path, e))
+                })?
+            }
+        };
+        Ok(SnapshotFiles { head: head.to_path_buf(), head_sha256: r.sha.finalize().into(), parts: digests })
     }
 
     fn head_name(&self) -> Result<String> {

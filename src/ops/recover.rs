@@ -59,6 +59,13 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
     let key = o.keys.hmac_key.as_ref();
     let mut r = scan(bytes, key, o.keys.allow_unauthenticated, o.partial.is_some());
     r.report.part_faults = faults.iter().map(|e| e.to_string()).collect();
+    // A chunk of a split snapshot is named by its part and line there.
+    for a in &mut r.report.arrays {
+        for c in a.intact_chunks.iter_mut().chain(&mut a.damaged_chunks) {
+            let (file, line) = input.locate(c.line);
+            (c.file, c.line) = (file.map(|f| f.display().to_string()), line);
+        }
+    }
     if o.keys.sign_key.is_some() {
         if let Some(a) = r.arrays.iter().find(|a| !r.authenticated.contains(&a.name)) {
             return Err(Error::check(

@@ -21,12 +21,9 @@
 //! processes.
 
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-
-use sha2::{Digest, Sha256};
 
 use crate::crypto::digest::{fastxor_at, Hash, Sha256State};
 use crate::crypto::mac::HmacKey;
@@ -369,19 +366,9 @@ impl DistWrite {
     pub fn hash_part(&self, k: usize) -> Result<PartLine> {
         let span = self.spans.as_ref().and_then(|s| s.get(k)).ok_or_else(|| Error::usage(format!("no part {k}")))?;
         let path = self.part_path(k);
-        let mut f = crate::atomic::open_no_follow(&path).map_err(|e| Error::io(&path, e))?;
-        let (mut sha, mut bytes, mut lines) = (Sha256::new(), 0u64, 0u64);
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = f.read(&mut buf).map_err(|e| Error::io(&path, e))?;
-            if n == 0 {
-                break;
-            }
-            sha.update(&buf[..n]);
-            bytes += n as u64;
-            lines += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
-        }
-        Ok(PartLine { ix: span.ix, bytes, lines, sha256: sha.finalize().into() })
+        let f = crate::atomic::open_no_follow(&path).map_err(|e| Error::io(&path, e))?;
+        let (frame, lines, bytes) = crate::wtxt::split::FrameHash::of(f).map_err(|e| Error::io(&path, e))?;
+        Ok(PartLine { ix: span.ix, bytes, lines, hash: crate::wtxt::split::PartHash::Frame(frame) })
     }
 
     /// Puts the snapshot in place (the coordinator, once every rank is

@@ -46,15 +46,18 @@ impl<'a> WtxtIn<'a> {
         WtxtIn::open_with(path, unseal, false, false)
     }
 
-    /// Reads `path` through with every part checked against its head, and
-    /// returns the first part that fails (`None` for a single file or a
-    /// set whose parts all match): names the culprit after an unhashed read.
+    /// Verifies `path` whole and returns the first problem found in one of
+    /// its parts (`None` for a single file or a set whose parts are all
+    /// sound): names the culprit after an unhashed read. A part's frame
+    /// hash binds its base64 only through its chunks' hashes, so every
+    /// chunk is checked, not only each part against its head.
     pub fn find_bad_part(path: &Path, unseal: Option<&Unseal>) -> Option<Error> {
-        let mut input = WtxtIn::open(path, unseal).ok()?;
+        let input = WtxtIn::open_lenient(path, unseal).ok()?;
         if !input.is_split() {
             return None;
         }
-        std::io::copy(&mut input.text(), &mut std::io::sink()).err().map(|e| Error::read_failed(e).in_file(path))
+        let report = input.verify(&VerifyOptions::default(), &crate::progress::Progress::hidden()).ok()?;
+        report.errors.iter().find(|p| p.file.is_some()).map(|p| p.to_error())
     }
 
     /// Verifies `path` whole under `opts` (a split snapshot with its parts,
@@ -174,6 +177,15 @@ impl<'a> WtxtIn<'a> {
     /// The faults of parts met so far (lenient reads only).
     pub fn faults(&self) -> Vec<Error> {
         self.faults.as_ref().map(|f| std::mem::take(&mut *f.lock().expect("faults"))).unwrap_or_default()
+    }
+
+    /// Where line `n` of the joined text is: its part file (`None`: the
+    /// head, or a single file) and line there.
+    pub fn locate(&self, n: u64) -> (Option<PathBuf>, u64) {
+        match self.map.as_ref().and_then(|m| m.lock().expect("line map").locate(n)) {
+            Some((file, line)) => (file, line),
+            None => (None, n),
+        }
     }
 
     /// Gives every problem of `report` its part file and line, and puts

@@ -295,23 +295,14 @@ impl PartedOut {
     }
 }
 
-/// Each part file's `part` line (size, lines, SHA-256), read back on every core.
+/// Each part file's `part` line (size, lines, frame hash), read back on
+/// every core: only the frames are read (the base64 lines are bound by
+/// their chunks' `ch` lines, section 18 of docs/FORMAT.md).
 fn hash_parts(paths: &[PathBuf]) -> Result<Vec<PartLine>> {
-    use sha2::{Digest, Sha256};
     let lines = crate::crypto::digest::files_parallel(paths, |path| {
-        let mut buf = vec![0u8; 1 << 20];
-        let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
-        let (mut sha, mut bytes, mut lines) = (Sha256::new(), 0u64, 0u64);
-        loop {
-            let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
-            if n == 0 {
-                break;
-            }
-            sha.update(&buf[..n]);
-            bytes += n as u64;
-            lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
-        }
-        Ok(PartLine { ix: 0, bytes, lines, sha256: sha.finalize().into() })
+        let f = File::open(path).map_err(|e| Error::io(path, e))?;
+        let (frame, lines, bytes) = split::FrameHash::of(f).map_err(|e| Error::io(path, e))?;
+        Ok(PartLine { ix: 0, bytes, lines, hash: split::PartHash::Frame(frame) })
     })?;
     Ok(lines.into_iter().enumerate().map(|(i, l)| PartLine { ix: i as u64 + 1, ..l }).collect())
 }
@@ -451,7 +442,7 @@ impl PartSink for PartDir {
 /// hash, and the file holds those very bytes. The new copy is then not
 /// needed, and the old file stays untouched (Git does not read it again).
 fn unchanged(old: &[PartLine], part: &PartLine, dir: &Path, new: &Path) -> bool {
-    let listed = old.get(part.ix as usize - 1).is_some_and(|o| (o.bytes, o.sha256) == (part.bytes, part.sha256));
+    let listed = old.get(part.ix as usize - 1).is_some_and(|o| (o.bytes, o.hash) == (part.bytes, part.hash));
     listed && same_file(&dir.join(part_name(part.ix)), new)
 }
 

@@ -58,8 +58,11 @@ pub struct ChunkFound {
     pub off: u64,
     /// Its length in bytes.
     pub len: u64,
-    /// Line of its `ch` line.
+    /// Line of its `ch` line (in `file` when it has one).
     pub line: u64,
+    /// The part file of a split snapshot the chunk is in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
     /// For damaged chunks: what failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
@@ -201,7 +204,7 @@ fn scan(bytes: &[u8]) -> Scan {
                 }
                 continue;
             };
-            let found = ChunkFound { ix: ch.ix, off: ch.off, len: ch.len, line: no, problem: None };
+            let found = ChunkFound { ix: ch.ix, off: ch.off, len: ch.len, line: no, file: None, problem: None };
             match chunk::decode(&ch, body_lines(bytes, &body)) {
                 Ok(_) if ch.off.checked_add(ch.len).is_some_and(|e| e <= cands[c].arr.bytes) => {
                     cands[c].intact.entry(ch.ix).or_insert((found, ch, body));

@@ -258,7 +258,7 @@ fn merge_conflicts_are_named_and_settled_by_the_models_names() {
 }
 
 /// A damaged tensor is named as the model names it: in `verify`'s line
-/// (even when the first problem is its part's hash) and `--json`, and in
+/// (also when the first problem is its part's frame) and `--json`, and in
 /// the pre-commit hook's refusal.
 #[test]
 fn damage_is_reported_by_the_models_tensor_names() {
@@ -268,22 +268,47 @@ fn damage_is_reported_by_the_models_tensor_names() {
     assert_eq!(run(&["snapshot", s(&m), "-o", s(&snap), "--part-size", "8K"]).code, 0);
     // The first data line of the embedding's first chunk, in whichever part holds it.
     let parts = dir.path().join("m.wtxt.parts");
-    let mut damaged = false;
-    for e in std::fs::read_dir(&parts).unwrap() {
-        let p = e.unwrap().path();
-        let text = std::fs::read_to_string(&p).unwrap();
-        let Some(at) = text.find("begin name=model_embed_tokens_weight") else { continue };
-        let ch = at + text[at..].find("\nch ").unwrap() + 1;
-        let data = ch + text[ch..].find('\n').unwrap() + 1;
-        let mut bytes = text.into_bytes();
-        bytes[data] = if bytes[data] == b'A' { b'B' } else { b'A' };
-        std::fs::write(&p, bytes).unwrap();
-        damaged = true;
-    }
-    assert!(damaged);
+    // `at` picks a byte of the embedding's first chunk: its `ch` line (0)
+    // or its first data line (1).
+    let damage = |line: usize| -> Vec<(PathBuf, Vec<u8>)> {
+        let mut kept = Vec::new();
+        for e in std::fs::read_dir(&parts).unwrap() {
+            let p = e.unwrap().path();
+            let text = std::fs::read_to_string(&p).unwrap();
+            let Some(at) = text.find("begin name=model_embed_tokens_weight") else { continue };
+            let ch = at + text[at..].find("\nch ").unwrap() + 1;
+            let data = ch + text[ch..].find('\n').unwrap() + 1;
+            // The last digit of `crc32c`, or the first base64 character.
+            let i = if line == 0 { ch + text[ch..].find(" b64=on").unwrap() - 1 } else { data };
+            kept.push((p.clone(), text.clone().into_bytes()));
+            let mut bytes = text.into_bytes();
+            bytes[i] = if bytes[i] == b'0' {
+                b'1'
+            } else if bytes[i] == b'A' {
+                b'B'
+            } else {
+                b'0'
+            };
+            std::fs::write(&p, bytes).unwrap();
+        }
+        assert_eq!(kept.len(), 1);
+        kept
+    };
+    let kept = damage(0);
     let r = run(&["verify", s(&snap)]);
     assert_eq!(r.code, 1);
-    assert!(r.stderr.contains("in model.embed_tokens.weight"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("does not match the head") && r.stderr.contains(", in model.embed_tokens.weight"),
+        "{}",
+        r.stderr
+    );
+    for (p, b) in kept {
+        std::fs::write(p, b).unwrap();
+    }
+    damage(1);
+    let r = run(&["verify", s(&snap)]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("(in the model: model.embed_tokens.weight)"), "{}", r.stderr);
     let r = run(&["verify", s(&snap), "--json"]);
     let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     let named = v["errors"]
@@ -303,5 +328,5 @@ fn damage_is_reported_by_the_models_tensor_names() {
     assert!(git(&["add", "m.wtxt", "m.wtxt.parts"]).status.success());
     let o = git(&["commit", "-qm", "damaged"]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("in model.embed_tokens.weight"), "{err}");
+    assert!(!o.status.success() && err.contains("model.embed_tokens.weight"), "{err}");
 }

@@ -342,7 +342,14 @@ fn damage_inside_a_part_is_located_to_part_and_line_and_recover_works_per_part()
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(r["lost_arrays"], 1, "{r}");
     assert_eq!(r["recovered_arrays"], 3, "{r}");
-    assert!(r["part_faults"][0].as_str().unwrap().contains(&name), "{r}");
+    // The damaged chunk is named by its part and line there (the part's
+    // frame is intact: no part fault, the chunk's own checks found it).
+    let damaged = &r["arrays"].as_array().unwrap().iter().find(|a| a["name"] == "emb").unwrap()["damaged_chunks"][0];
+    assert_eq!(
+        (damaged["file"].as_str(), damaged["line"].as_u64()),
+        (Some(name.as_str()), Some(3)),
+        "its ch line: {r}"
+    );
 }
 
 /// `split` and `join` copy bytes, but verify them as they go: a damaged
@@ -618,19 +625,60 @@ fn split_snapshots_of_the_earlier_form_still_read() {
     assert_eq!(std::fs::read(&back).unwrap(), single);
 }
 
+/// Heads that bind their parts by the SHA-256 of every byte (`sha256=`,
+/// written before frame hashes) still read, verify and join; a changed
+/// byte anywhere in a part fails its hash. Split again, they take today's
+/// form (`frame=`) and join to the same single file.
+#[test]
+fn split_snapshots_bound_by_whole_part_hashes_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/split-v1");
+    let old = d.join("old.wtxt");
+    std::fs::copy(fx.join("old.wtxt"), &old).unwrap();
+    std::fs::create_dir(d.join("old.wtxt.parts")).unwrap();
+    for p in parts(&fx.join("old.wtxt")) {
+        std::fs::copy(&p, d.join("old.wtxt.parts").join(p.file_name().unwrap())).unwrap();
+    }
+    let head_text = std::fs::read_to_string(&old).unwrap();
+    assert!(head_text.lines().filter(|l| l.starts_with("part ")).all(|l| l.contains(" sha256=")));
+    ok(a!("verify", &old));
+    let joined = d.join("joined.wtxt");
+    ok(a!("join", &old, "-o", &joined));
+    let single = std::fs::read(fx.join("old-single.wtxt")).unwrap();
+    assert_eq!(std::fs::read(&joined).unwrap(), single);
+    let again = d.join("again.wtxt");
+    ok(a!("split", &joined, "-o", &again, "--part-size", "8K"));
+    let text = std::fs::read_to_string(&again).unwrap();
+    let part_lines: Vec<&str> = text.lines().filter(|l| l.starts_with("part ")).collect();
+    assert!(!part_lines.is_empty() && part_lines.iter().all(|l| l.contains(" frame=")), "{text}");
+    let back = d.join("back.wtxt");
+    ok(a!("join", &again, "-o", &back));
+    assert_eq!(std::fs::read(&back).unwrap(), single);
+    // One byte of the old form's part changed: its whole-part hash fails.
+    let p2 = d.join("old.wtxt.parts/000002.wtxtpart");
+    let mut b = std::fs::read(&p2).unwrap();
+    let i = b.len() / 2;
+    b[i] = if b[i] == b'A' { b'B' } else { b'A' };
+    std::fs::write(&p2, b).unwrap();
+    let (code, err) = fails(a!("verify", &old));
+    assert_eq!(code, 1);
+    assert!(err.contains("000002.wtxtpart") && err.contains("its hash differs"), "{err}");
+}
+
 /// Rewrites part `ix` of the split snapshot at `head` with `edit` and puts
 /// the head's `part` line right again (size, lines, SHA-256), as an
 /// attacker who controls both would.
 fn forge_part(head: &Path, ix: u64, edit: impl Fn(&str) -> String) {
-    use sha2::Digest;
     let part = PathBuf::from(format!("{}.parts/{ix:06}.wtxtpart", head.display()));
     let text = edit(&std::fs::read_to_string(&part).unwrap());
     std::fs::write(&part, &text).unwrap();
+    let (frame, _, _) = wtxt::wtxt::split::FrameHash::of(std::io::Cursor::new(text.as_bytes())).unwrap();
     let line = format!(
-        "part ix={ix:06} bytes={} lines={} sha256={}",
+        "part ix={ix:06} bytes={} lines={} frame={}",
         text.len(),
         text.matches('\n').count(),
-        hex::encode(sha2::Sha256::digest(text.as_bytes()))
+        hex::encode(frame)
     );
     let h = std::fs::read_to_string(head).unwrap();
     let fixed: Vec<String> = h
@@ -733,5 +781,46 @@ fn the_documented_worked_example_of_cut_points_holds() {
     let head = snapshot(dir.path(), "m", &arrays, &["--part-size", "64K"]);
     let sizes: Vec<u64> = parts(&head).iter().map(|p| std::fs::metadata(p).unwrap().len()).collect();
     assert_eq!(sizes, [47_557, 45_640, 45_640, 45_647]);
-    assert_eq!(std::fs::metadata(&head).unwrap().len(), 1_299);
+    assert_eq!(std::fs::metadata(&head).unwrap().len(), 1_295);
+}
+
+/// The proof that a part's frame hash leaves nothing unbound: every byte
+/// of every part, changed (three ways), fails a full verify. The base64
+/// lines are outside the frame and bound by their chunks' checks; every
+/// other byte (framing, `begin`, `cont`, `idx` of a one-chunk array whose
+/// `rows_per_chunk` no chunk pins, `ch`, `endch`, `endarr`, `endpart`) is
+/// in the frame.
+#[test]
+fn every_byte_of_every_part_is_bound_by_frame_and_chunk_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let arrays = vec![
+        ("a", "f32", vec![200], f32s(200, 1)),
+        ("m", "f32", vec![40, 8], f32s(320, 2)),
+        ("one", "u8", vec![3, 5], (0..15).collect()),
+        ("z", "f32", vec![0], Vec::new()),
+    ];
+    let head = snapshot(d, "s", &arrays, &["--part-size", "4K", "--rows-per-chunk", "8"]);
+    let ps = parts(&head);
+    assert!(ps.len() >= 2, "{} parts", ps.len());
+    let verifies = || wtxt::store::input::WtxtIn::verify_path(&head, None, &Default::default()).is_ok_and(|r| r.ok);
+    assert!(verifies());
+    let mut cases = 0;
+    for p in &ps {
+        let good = std::fs::read(p).unwrap();
+        for i in 0..good.len() {
+            for new in [good[i] ^ 0x01, good[i] ^ 0x20, if good[i] == b'0' { b'1' } else { b'0' }] {
+                if new == good[i] {
+                    continue;
+                }
+                let mut bad = good.clone();
+                bad[i] = new;
+                std::fs::write(p, &bad).unwrap();
+                assert!(!verifies(), "{} byte {i} ({:?} -> {:?}) passes", p.display(), good[i] as char, new as char);
+                cases += 1;
+            }
+        }
+        std::fs::write(p, &good).unwrap();
+    }
+    assert!(cases > 10_000, "{cases}");
 }

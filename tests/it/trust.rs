@@ -254,7 +254,7 @@ fn a_prev_whose_arrays_fail_their_checks_is_not_chained_from() {
     let part = d.join("split.wtxt.parts/000002.wtxtpart");
     damage(&part);
     for (prev, named) in
-        [(&one, "one.wtxt: line 12: --prev"), (&split, "000002.wtxtpart: --prev: part 000002 does not match the head")]
+        [(&one, "one.wtxt: line 12: --prev"), (&split, "000002.wtxtpart: line 12: --prev: parity nibble")]
     {
         assert_eq!(run(&["verify", s(prev)]).code, 1);
         let o = d.join("next.wtxt");

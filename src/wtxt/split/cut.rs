@@ -40,7 +40,7 @@ impl PartSource for Vec<Vec<u8>> {
 /// A part being written, hashed and counted as it goes.
 struct PartOut<W> {
     inner: W,
-    sha: Sha256,
+    frame: FrameHash,
     bytes: u64,
     lines: u64,
 }
@@ -55,7 +55,7 @@ impl<W: Write> PartOut<W> {
 
     fn raw(&mut self, b: &[u8]) -> Result<()> {
         self.inner.write_all(b).map_err(Error::write_failed)?;
-        self.sha.update(b);
+        self.frame.update(b);
         self.bytes += b.len() as u64;
         Ok(())
     }
@@ -156,7 +156,7 @@ impl<R: Read, S: PartSink> Splitter<'_, R, S> {
             return Err(Error::input(Position::None, format!("more than {MAX_PARTS} parts: use a larger --part-size")));
         }
         let inner = self.sink.open(ix)?;
-        let mut p = PartOut { inner, sha: Sha256::new(), bytes: 0, lines: 0 };
+        let mut p = PartOut { inner, frame: FrameHash::default(), bytes: 0, lines: 0 };
         p.line(format!("{PART_MAGIC}{ix:06}").as_bytes())?;
         if let Some(c) = cont {
             p.line(c.as_bytes())?;
@@ -173,7 +173,7 @@ impl<R: Read, S: PartSink> Splitter<'_, R, S> {
                 ix: self.parts.len() as u64 + 1,
                 bytes: p.bytes,
                 lines: p.lines,
-                sha256: p.sha.finalize().into(),
+                hash: PartHash::Frame(p.frame.finish().0),
             };
             if line.bytes > self.size {
                 return Err(Error::input(

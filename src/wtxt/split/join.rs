@@ -276,16 +276,58 @@ impl Read for Joined<'_> {
     }
 }
 
+/// How a part's bytes are checked against its `part` line as they pass.
+enum PartCheck {
+    /// Its frame hash (and lines, counted by the frame).
+    Frame(FrameHash),
+    /// SHA-256 of every byte, and LFs counted (heads written before frames).
+    File(Sha256, u64),
+    /// LFs only: the caller proves the bytes otherwise.
+    Lines(u64),
+}
+
+impl PartCheck {
+    fn update(&mut self, b: &[u8]) {
+        match self {
+            PartCheck::Frame(f) => f.update(b),
+            PartCheck::File(sha, lines) => {
+                sha.update(b);
+                *lines += memchr::memchr_iter(b'\n', b).count() as u64;
+            }
+            PartCheck::Lines(lines) => *lines += memchr::memchr_iter(b'\n', b).count() as u64,
+        }
+    }
+
+    /// The part's lines taken so far.
+    fn lines(&self) -> u64 {
+        match self {
+            PartCheck::Frame(f) => f.lines_so_far(),
+            PartCheck::File(_, lines) | PartCheck::Lines(lines) => *lines,
+        }
+    }
+
+    /// What binds the bytes seen (`None`: not checked) and their lines.
+    fn finish(self) -> (Option<PartHash>, u64) {
+        match self {
+            PartCheck::Frame(f) => {
+                let (h, lines) = f.finish();
+                (Some(PartHash::Frame(h)), lines)
+            }
+            PartCheck::File(sha, lines) => (Some(PartHash::File(sha.finalize().into())), lines),
+            PartCheck::Lines(lines) => (None, lines),
+        }
+    }
+}
+
 /// One part's body, with its framing checked and its bytes hashed.
 struct PartReader {
     inner: BufReader<io::Take<Box<dyn Read>>>,
     want: PartLine,
     name: PathBuf,
     head_line: u64,
-    /// `None` when the part's hash is not checked.
-    sha: Option<Sha256>,
+    /// How the part's bytes are checked against its `part` line.
+    check: PartCheck,
     bytes: u64,
-    lines: u64,
     /// The last bytes read, held back until EOF shows whether they are `endpart`.
     held: Vec<u8>,
     /// Body bytes read with the framing, given first.
@@ -361,9 +403,12 @@ impl PartReader {
             want,
             name,
             head_line,
-            sha: hash.then(Sha256::new),
+            check: match (hash, want.hash) {
+                (false, _) => PartCheck::Lines(0),
+                (true, PartHash::Frame(_)) => PartCheck::Frame(FrameHash::default()),
+                (true, PartHash::File(_)) => PartCheck::File(Sha256::new(), 0),
+            },
             bytes: 0,
-            lines: 0,
             held: Vec::with_capacity(PART_END.len() * 2),
             pending: io::Cursor::new(Vec::new()),
             eof: false,
@@ -382,11 +427,8 @@ impl PartReader {
     fn take_line(&mut self) -> Result<Vec<u8>> {
         let mut l = Vec::new();
         (&mut self.inner).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut l).map_err(Error::read_failed)?;
-        if let Some(h) = &mut self.sha {
-            h.update(&l);
-        }
+        self.check.update(&l);
         self.bytes += l.len() as u64;
-        self.lines += l.iter().filter(|&&b| b == b'\n').count() as u64;
         Ok(l)
     }
 
@@ -440,15 +482,15 @@ impl PartReader {
                 self.splice.next_head_line
             ));
         }
-        let sha: Option<Hash> = self.sha.take().map(|h| h.finalize().into());
-        if self.bytes != self.want.bytes || self.lines != self.want.lines {
+        let (hash, lines) = std::mem::replace(&mut self.check, PartCheck::Lines(0)).finish();
+        if self.bytes != self.want.bytes || lines != self.want.lines {
             return fail(format!(
                 "{} bytes in {} lines, the head says {} in {} (truncated or changed?)",
-                self.bytes, self.lines, self.want.bytes, self.want.lines
+                self.bytes, lines, self.want.bytes, self.want.lines
             ));
         }
-        if sha.is_some_and(|s| s != self.want.sha256) {
-            return fail("its SHA-256 differs: it was changed, or comes from another generation".into());
+        if hash.is_some_and(|h| h != self.want.hash) {
+            return fail("its hash differs: it was changed, or comes from another generation".into());
         }
         Ok(())
     }
@@ -526,7 +568,7 @@ impl PartReader {
                     .map(|b| memchr::memchr_iter(b'\n', b).count() as u64)
                     .sum::<u64>();
                 self.splice.carry.drain(..=e);
-                self.put_arr(&line, self.lines - ahead + 1);
+                self.put_arr(&line, self.check.lines() - ahead + 1);
                 return Ok(0);
             }
         }
@@ -600,12 +642,8 @@ impl PartReader {
                 self.eof = true;
                 return Ok(0); // `held` stays for the check at `finish`
             }
-            let fresh = &out[h..h + n];
-            if let Some(h) = &mut self.sha {
-                h.update(fresh);
-            }
+            self.check.update(&out[h..h + n]);
             self.bytes += n as u64;
-            self.lines += memchr::memchr_iter(b'\n', fresh).count() as u64;
             let total = h + n;
             let give = total.saturating_sub(keep);
             self.held.clear();

@@ -27,10 +27,12 @@
 #![forbid(unsafe_code)]
 
 mod cut;
+mod frame;
 mod join;
 mod plan;
 
 pub use cut::*;
+pub use frame::*;
 pub use join::*;
 pub use plan::*;
 
@@ -149,14 +151,27 @@ pub struct PartLine {
     pub bytes: u64,
     /// Lines of the part file, framing included.
     pub lines: u64,
-    /// SHA-256 of the part file.
-    pub sha256: Hash,
+    /// What binds the part's bytes.
+    pub hash: PartHash,
+}
+
+/// What a `part` line binds its part by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartHash {
+    /// `frame=`: SHA-256 of the part's frame ([`FrameHash`]): what writers write.
+    Frame(Hash),
+    /// `sha256=`: SHA-256 of every byte, in heads written before frames.
+    File(Hash),
 }
 
 impl PartLine {
     /// The line, without LF.
     pub fn to_line(&self) -> String {
-        format!("part ix={:06} bytes={} lines={} sha256={}", self.ix, self.bytes, self.lines, hex::encode(self.sha256))
+        let (key, h) = match self.hash {
+            PartHash::Frame(h) => ("frame", h),
+            PartHash::File(h) => ("sha256", h),
+        };
+        format!("part ix={:06} bytes={} lines={} {key}={}", self.ix, self.bytes, self.lines, hex::encode(h))
     }
 
     /// Parses a `part` line.
@@ -165,9 +180,13 @@ impl PartLine {
         let ix = padded(f.next("ix")?, 6, "ix")?;
         let bytes = dec(f.next("bytes")?, "bytes")?;
         let lines = dec(f.next("lines")?, "lines")?;
-        let sha256 = hexn::<32>(f.next("sha256")?, "sha256")?;
+        let hash = if f.rest().starts_with(b"frame=") {
+            PartHash::Frame(hexn::<32>(f.next("frame")?, "frame")?)
+        } else {
+            PartHash::File(hexn::<32>(f.next("sha256")?, "sha256")?)
+        };
         f.end()?;
-        Ok(PartLine { ix, bytes, lines, sha256 })
+        Ok(PartLine { ix, bytes, lines, hash })
     }
 }
 
@@ -331,6 +350,12 @@ fn parse_head(prefix: Vec<u8>, rest: &[u8], first: u64) -> Result<Head> {
             }
             if p.ix != parts.len() as u64 + 1 {
                 return Err(check_at(n, format!("expected part ix={:06}, found ix={:06}", parts.len() + 1, p.ix)));
+            }
+            if parts
+                .first()
+                .is_some_and(|q: &PartLine| std::mem::discriminant(&q.hash) != std::mem::discriminant(&p.hash))
+            {
+                return Err(check_at(n, "a head binds all its parts one way: `frame=` or `sha256=`, not both"));
             }
             parts.push(p);
             part_lines.push(n);

@@ -114,8 +114,9 @@ pub fn place_parts(shape: &TextShape, size: u64) -> Result<Option<Vec<PartSpan>>
     let mut spans: Vec<PartSpan> = Vec::new();
     let mut head = shape.header + shape.tail;
     let part_line = |bytes: u64, lines: u64| {
-        PartLine { ix: 1, bytes: bytes + PART_END.len() as u64, lines: lines + 1, sha256: [0; 32] }.to_line().len()
-            as u64
+        PartLine { ix: 1, bytes: bytes + PART_END.len() as u64, lines: lines + 1, hash: PartHash::Frame([0; 32]) }
+            .to_line()
+            .len() as u64
             + 1
     };
     for a in &shape.arrays {
@@ -183,9 +184,7 @@ pub(super) fn array_units(lead: u64, layout: &Layout) -> Vec<u64> {
             let (off, len) = layout.chunk_range(ix);
             scratch.clear();
             ChLine { ix, off, len, sha256: [0; 32], crc32c: 0, lines: lines_for(len) }.write(&mut scratch);
-            let full = len / 57;
-            let rest = len % 57;
-            let b64 = full * (76 + 3) + if rest > 0 { rest.div_ceil(3) * 4 + 3 } else { 0 };
+            let b64 = crate::wtxt::syntax::body_text_len(len);
             let mut u = scratch.len() as u64 + 1 + b64 + "endch\n".len() as u64;
             if ix == 0 {
                 u += lead;
