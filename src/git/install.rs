@@ -92,9 +92,29 @@ fn shell_word(s: &str) -> String {
     }
 }
 
-/// Caps on Git's own memory in a repository of large snapshots.
-const MEMORY_CAPS: [(&str, &str); 3] =
-    [("core.packedGitWindowSize", "32m"), ("core.packedGitLimit", "96m"), ("core.deltaBaseCacheLimit", "32m")];
+/// What a repository of large snapshots sets where it sets nothing itself
+/// (docs/PERFORMANCE.md, "Git at 1 GiB", has the measurements):
+/// - caps on Git's own memory: it maps up to 1 GiB of pack per window and
+///   caches 96 MiB of delta bases; `git diff` of a 1 GiB split snapshot
+///   peaked at 750 MiB, of which its drivers used a few (198 MiB with these);
+/// - loose objects stored, not deflated: zlib reaches 46 MB/s on base64 and
+///   saves a quarter of it, and `gc` or `push` deflate every object again
+///   anyway (a loose object's stream is never reused in a pack): `git add`
+///   of a generation, 35 CPU-s -> 6;
+/// - packs at zlib level 1 (as fast as Git's zlib goes on base64, 77% of
+///   the text) and a delta window of one object: a part's only useful base
+///   is the same part's previous version, which sorts next to it; every
+///   other candidate costs a failed delta search over 46 MB. `git gc` of
+///   two wholly changed 1 GiB generations: 735 CPU-s and 2.2 GB -> 165 and
+///   0.4 GB, the pack 2% larger.
+const REPOSITORY_DEFAULTS: [(&str, &str); 6] = [
+    ("core.packedGitWindowSize", "32m"),
+    ("core.packedGitLimit", "96m"),
+    ("core.deltaBaseCacheLimit", "32m"),
+    ("core.looseCompression", "0"),
+    ("pack.compression", "1"),
+    ("pack.window", "1"),
+];
 
 /// Works out what to write for `scope` from the repository around `dir`.
 pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], exe: &Path) -> Result<Plan> {
@@ -159,12 +179,9 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], ex
         }
         Scope::System => (PathBuf::from("/etc/gitattributes"), None),
     };
-    // Git maps up to 1 GiB of pack per window and caches 96 MiB of delta
-    // bases: `git diff` of a 1 GiB split snapshot peaked at 750 MiB of
-    // which its drivers used a few. These bound it (198 MiB, same time;
-    // docs/PERFORMANCE.md). Local only: other repositories keep Git's own.
+    // Local only: other repositories keep Git's own settings.
     let defaults = match scope {
-        Scope::Local => MEMORY_CAPS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        Scope::Local => REPOSITORY_DEFAULTS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         _ => Vec::new(),
     };
     Ok(Plan {
