@@ -598,13 +598,11 @@ fn arr_lines_in_the_head_and_begin_lines_in_parts_are_checked_against_each_other
     ok(a!("verify", &g));
 }
 
-/// Split snapshots written before the `arr` lines moved to the head (their
-/// parts hold `arr` lines, their head none) still read, verify and join.
-#[test]
-fn split_snapshots_of_the_earlier_form_still_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/split-v0");
+/// Copies the split snapshot of an earlier form in `fixtures/FIXTURE` to
+/// `d`, checks that it verifies and joins to its single file: the head's
+/// path, the joined file's, and the single file's bytes.
+fn old_form(d: &Path, fixture: &str) -> (PathBuf, PathBuf, Vec<u8>) {
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(fixture);
     let old = d.join("old.wtxt");
     std::fs::copy(fx.join("old.wtxt"), &old).unwrap();
     std::fs::create_dir(d.join("old.wtxt.parts")).unwrap();
@@ -616,6 +614,16 @@ fn split_snapshots_of_the_earlier_form_still_read() {
     ok(a!("join", &old, "-o", &joined));
     let single = std::fs::read(fx.join("old-single.wtxt")).unwrap();
     assert_eq!(std::fs::read(&joined).unwrap(), single);
+    (old, joined, single)
+}
+
+/// Split snapshots written before the `arr` lines moved to the head (their
+/// parts hold `arr` lines, their head none) still read, verify and join.
+#[test]
+fn split_snapshots_of_the_earlier_form_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (_, joined, single) = old_form(d, "split-v0");
     // Split again, it takes today's form, the same single file joined.
     let again = d.join("again.wtxt");
     ok(a!("split", &joined, "-o", &again, "--part-size", "8K"));
@@ -633,20 +641,9 @@ fn split_snapshots_of_the_earlier_form_still_read() {
 fn split_snapshots_bound_by_whole_part_hashes_still_read() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/split-v1");
-    let old = d.join("old.wtxt");
-    std::fs::copy(fx.join("old.wtxt"), &old).unwrap();
-    std::fs::create_dir(d.join("old.wtxt.parts")).unwrap();
-    for p in parts(&fx.join("old.wtxt")) {
-        std::fs::copy(&p, d.join("old.wtxt.parts").join(p.file_name().unwrap())).unwrap();
-    }
+    let (old, joined, single) = old_form(d, "split-v1");
     let head_text = std::fs::read_to_string(&old).unwrap();
     assert!(head_text.lines().filter(|l| l.starts_with("part ")).all(|l| l.contains(" sha256=")));
-    ok(a!("verify", &old));
-    let joined = d.join("joined.wtxt");
-    ok(a!("join", &old, "-o", &joined));
-    let single = std::fs::read(fx.join("old-single.wtxt")).unwrap();
-    assert_eq!(std::fs::read(&joined).unwrap(), single);
     let again = d.join("again.wtxt");
     ok(a!("split", &joined, "-o", &again, "--part-size", "8K"));
     let text = std::fs::read_to_string(&again).unwrap();
