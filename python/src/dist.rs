@@ -226,8 +226,10 @@ impl PyDistWriter {
         // No state: the snapshot has no arrays, and `sha256_all` hashed nothing.
         let all = all_state.map(sha_state).transpose().map_err(raise)?.unwrap_or_default();
         py.allow_threads(|| {
-            let parts: Vec<PartLine> =
-                parts.into_iter().map(|(ix, bytes, lines, h)| PartLine { ix, bytes, lines, hash: PartHash::Frame(h) }).collect();
+            let parts: Vec<PartLine> = parts
+                .into_iter()
+                .map(|(ix, bytes, lines, h)| PartLine { ix, bytes, lines, hash: PartHash::Frame(h) })
+                .collect();
             let w = self.inner.finish(&arr_lines, all.finalize(), fastxor, &parts)?;
             Ok(crate::hex_of(&w.sha256_all))
         })
