@@ -1,6 +1,7 @@
 //! A snapshot committed as the next commit on HEAD, without a `git`
 //! process: the daemon and Python's Snapshotter commit each generation
-//! through it.
+//! through it. And a snapshot staged with `git add` for a commit the user
+//! makes (`git resolve`, model folders).
 
 use std::path::{Path, PathBuf};
 
@@ -71,4 +72,39 @@ pub fn commit_written(head: &Path, oms: bool, who: &str, message: &str) -> Resul
     let _lock = crate::git::commit_lock(&repo)?;
     let id = commit_snapshot(&repo, &rel, parts, &extra, who, message)?;
     Ok((work, id))
+}
+
+/// Stages the snapshot its writer just put at `head` (relative to the work
+/// tree's top) with `git add -A`: the head, its parts folder (new, changed
+/// and gone parts; left out when Git has none there and there is none), and
+/// `model.sig` beside it when `oms` signed it. Paths are given as paths,
+/// never patterns (`--literal-pathspecs`: a file named `:!x` or `*` is that
+/// file). Run inside a hook, `git` stages into the index Git is committing
+/// (`GIT_INDEX_FILE`), as `repo` reads it.
+pub fn stage_snapshot(repo: &git2::Repository, head: &Path, oms: bool) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let work = repo.workdir().ok_or_else(|| crate::error::Error::usage("staging needs a work tree"))?;
+    let parts = crate::store::parts_dir(head);
+    let index = repo.index().map_err(git_err)?;
+    let listed = index.iter().any(|e| Path::new(std::ffi::OsStr::from_bytes(&e.path)).starts_with(&parts));
+    let mut paths = vec![head.to_path_buf()];
+    if listed || std::fs::symlink_metadata(work.join(&parts)).is_ok() {
+        paths.push(parts);
+    }
+    if oms {
+        paths.push(head.parent().unwrap_or(Path::new("")).join(crate::oms::SIGNATURE_NAME));
+    }
+    let o = std::process::Command::new("git")
+        .arg("-C")
+        .arg(work)
+        .args(["--literal-pathspecs", "add", "-A", "--"])
+        .args(&paths)
+        .output()
+        .map_err(|e| crate::error::Error::io_in("running git add", e))?;
+    if !o.status.success() {
+        let said = String::from_utf8_lossy(&o.stderr);
+        return Err(crate::error::Error::input(Default::default(), format!("git add: {}", said.trim()))
+            .in_file(work.join(head)));
+    }
+    Ok(())
 }

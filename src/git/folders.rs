@@ -230,26 +230,6 @@ pub(crate) fn work_tree(repo: &git2::Repository) -> Result<PathBuf> {
     repo.workdir().map(Path::to_path_buf).ok_or_else(|| Error::usage("a model folder needs a work tree"))
 }
 
-/// `git add -A` of `paths` (those that exist or are in the index), as
-/// paths, never patterns. Run with the hook's environment, it stages into
-/// the index Git is committing (`GIT_INDEX_FILE`).
-pub fn git_add(work: &Path, paths: &[PathBuf]) -> Result<()> {
-    let o = std::process::Command::new("git")
-        .arg("-C")
-        .arg(work)
-        .args(["--literal-pathspecs", "add", "-A", "--"])
-        .args(paths)
-        .output()
-        .map_err(|e| Error::io_in("running git add", e))?;
-    if !o.status.success() {
-        return Err(Error::input(
-            Default::default(),
-            format!("git add: {}", String::from_utf8_lossy(&o.stderr).trim()),
-        ));
-    }
-    Ok(())
-}
-
 /// What [`checkout`] did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum CheckedOut {

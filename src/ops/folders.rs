@@ -3,12 +3,10 @@
 //! for every folder that changed). The folders themselves, their records
 //! and writing them back are [`crate::git::folders`].
 
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::git::folders::{configured, snapshot_id, stats, work_tree, write_record, Folder, Record, State};
-use crate::git::git_err;
 use crate::progress::Progress;
 
 /// What [`stage`] did.
@@ -43,6 +41,10 @@ pub fn stage(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Staged>
     }
     let policy = crate::git::Policy::of(repo)?;
     let link = crate::git::history::head_link(repo, &f.snapshot, &policy.options())?;
+    let gen = match link {
+        Some((g, _)) => g.checked_add(1).ok_or_else(|| Error::usage("gen overflows"))?,
+        None => 0,
+    };
     let sign_key = crate::git::configured_file(repo, "wtxt.signKey")
         .map(|p| crate::crypto::sign::SecretKey::from_file(&p))
         .transpose()?;
@@ -63,18 +65,9 @@ pub fn stage(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Staged>
     let out = work.join(&f.snapshot);
     let mut notes = Vec::new();
     let written = super::snapshot(std::slice::from_ref(&dir), &out, &opts, &Progress::hidden(), &mut notes)?;
-    let mut paths = vec![f.snapshot.clone(), crate::store::parts_dir(&f.snapshot)];
-    if signs_oms {
-        paths.push(f.snapshot.parent().unwrap_or(Path::new("")).join(crate::oms::SIGNATURE_NAME));
-    }
-    // A path Git has nowhere (no parts for a small model) is no pathspec to give it.
-    let index = repo.index().map_err(git_err)?;
-    let listed = |p: &Path| index.iter().any(|e| Path::new(std::ffi::OsStr::from_bytes(&e.path)).starts_with(p));
-    paths.retain(|p| listed(p) || std::fs::symlink_metadata(work.join(p)).is_ok());
-    crate::git::folders::git_add(&work, &paths)?;
+    crate::git::commit::stage_snapshot(repo, &f.snapshot, signs_oms)?;
     let id = snapshot_id(&out)?.ok_or_else(|| Error::usage("the snapshot just written is gone"))?;
     write_record(&f.record_path(repo), &Record { snapshot: id, files: before })?;
-    let gen = super::read_header_file(&out)?.meta.gen;
     Ok(Staged { snapshot: f.snapshot.clone(), gen, len: written.len })
 }
 

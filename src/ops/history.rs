@@ -8,7 +8,6 @@ use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
 use crate::wtxt::syntax::{Audit, Meta, Root};
 use crate::wtxt::verify::VerifyOptions;
 use crate::wtxt::write::{WriteOptions, Written};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::*;
@@ -200,26 +199,7 @@ pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
     };
     let outcome = merge(&base, &ours, &theirs, &target, o).map_err(|e| e.renamed(named))?;
     if outcome.written.is_some() {
-        let parts = crate::store::parts_dir(&rel);
-        let index = repo.index().map_err(crate::git::git_err)?;
-        let listed = index.iter().any(|e| Path::new(std::ffi::OsStr::from_bytes(&e.path)).starts_with(&parts));
-        let mut add = std::process::Command::new("git");
-        // Paths, never patterns: a file named `:!x` or `*` is that file.
-        add.arg("-C").arg(&work).args(["--literal-pathspecs", "add", "-A", "--"]).arg(&rel);
-        if listed || work.join(&parts).exists() {
-            add.arg(&parts);
-        }
-        if o.output.oms_key.is_some() {
-            add.arg(rel.parent().unwrap_or(Path::new("")).join(crate::oms::SIGNATURE_NAME));
-        }
-        let o = add.output().map_err(|e| Error::io_in("running git add", e))?;
-        if !o.status.success() {
-            return Err(Error::input(
-                Default::default(),
-                format!("git add: {}", String::from_utf8_lossy(&o.stderr).trim()),
-            )
-            .in_file(&target));
-        }
+        crate::git::commit::stage_snapshot(&repo, &rel, o.output.oms_key.is_some())?;
     }
     let theirs = op.theirs.to_string()[..10].to_string();
     Ok(Resolved { outcome, operation: op.operation, theirs })

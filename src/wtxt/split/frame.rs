@@ -106,6 +106,8 @@ impl FrameHash {
         // A `ch` line is under 200 bytes: a small read after each skip.
         let mut buf = vec![0u8; 1024];
         let mut bytes = 0u64;
+        let end = r.seek(std::io::SeekFrom::End(0))?;
+        r.seek(std::io::SeekFrom::Start(0))?;
         loop {
             let n = r.read(&mut buf)?;
             if n == 0 {
@@ -114,7 +116,6 @@ impl FrameHash {
             bytes += n as u64;
             f.update(&buf[..n]);
             if f.skip > 0 {
-                let end = r.seek(std::io::SeekFrom::End(0))?;
                 let at = bytes.saturating_add(f.skip).min(end);
                 f.skip -= at - bytes;
                 if f.skip == 0 {
