@@ -202,9 +202,35 @@ impl State {
     }
 }
 
-/// Where `f` stands in the repository around its work tree `work`.
+/// Refuses a folder or snapshot reached through a symbolic link (the work
+/// tree is the repository's: a committed link named like the folder, or
+/// like a folder above it, would point the snapshot or the write
+/// elsewhere), or a folder path that is not a folder.
+fn no_links(work: &Path, f: &Folder) -> Result<()> {
+    let mut at = work.to_path_buf();
+    for c in f.dir.components() {
+        at.push(c);
+        let Ok(m) = std::fs::symlink_metadata(&at) else { return Ok(()) };
+        if m.file_type().is_symlink() {
+            return Err(Error::input(Default::default(), "a symbolic link (wtxt does not follow links)").in_file(&at));
+        }
+        if !m.is_dir() {
+            return Err(Error::input(Default::default(), "expected a folder").in_file(&at));
+        }
+    }
+    let snap = work.join(&f.snapshot);
+    if std::fs::symlink_metadata(&snap).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(Error::input(Default::default(), "a symbolic link (wtxt does not follow links)").in_file(&snap));
+    }
+    Ok(())
+}
+
+/// Where `f` stands in the repository around its work tree `work`. A
+/// folder or snapshot reached through a link is refused ([`no_links`]);
+/// [`checkout`] and `stage` start here.
 pub fn state(repo: &git2::Repository, f: &Folder) -> Result<State> {
     let work = work_tree(repo)?;
+    no_links(&work, f)?;
     let (dir, snap) = (work.join(&f.dir), work.join(&f.snapshot));
     let id = snapshot_id(&snap)?;
     let has_dir = std::fs::symlink_metadata(&dir).is_ok();

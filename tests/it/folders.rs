@@ -199,3 +199,37 @@ fn folders_are_plain_paths_inside_the_work_tree_and_uninstall_removes_their_hook
         assert!(!dir.path().join(".git/hooks").join(h).exists(), "{h}");
     }
 }
+
+/// A work tree is the repository's: a committed link where a model folder
+/// (or a folder above it) goes is refused, never followed, by the hook,
+/// `git folder` and the checkout hooks; nothing is written through it.
+#[test]
+fn a_link_in_place_of_a_model_folder_is_never_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    std::fs::create_dir(&root).unwrap();
+    let w = Work { root: root.clone() };
+    w.ok(&["init", "-q", "-b", "main"]);
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    folder(&elsewhere);
+    let target = elsewhere.join("model");
+    std::os::unix::fs::symlink(&target, root.join("model")).unwrap();
+    std::fs::create_dir(root.join("up")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, root.join("up/via")).unwrap();
+    for f in ["model", "up/via/model"] {
+        // Installed, but the folder is not written through the link.
+        let o = w.wtxt(&["git", "install", "--folder", f]);
+        assert!(String::from_utf8_lossy(&o.stderr).contains("symbolic link"), "{f}");
+        assert!(w.ok(&["config", "--get-all", "wtxt.folder"]).lines().any(|l| l == f));
+        let o = w.wtxt(&["git", "folder", f, "--stage"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{f}: {err}");
+        assert!(err.contains("symbolic link"), "{f}: {err}");
+        assert!(!root.join(format!("{f}.wtxt")).exists() && !elsewhere.join("model.wtxt").exists());
+    }
+    let before = files(&target);
+    let o = w.wtxt(&["hook", "checkout"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert_eq!(files(&target), before);
+}
