@@ -265,7 +265,7 @@ pub fn commit_snapshot(
         let (work, id) = wtxt::git::commit::commit_written(&path, oms, "wtxt", &message)?;
         let Some(remote) = remote else { return Ok((id, false, None)) };
         let never = std::sync::atomic::AtomicBool::new(false);
-        Ok(match wtxt::git::push::push(&work, &remote, &never) {
+        Ok(match wtxt::git::push::push(&work, &remote, Default::default(), &never) {
             Ok(()) => (id, true, None),
             Err(e) => (id, false, Some(wtxt::git::push::redact(&format!("push to {remote}: {e}")))),
         })

@@ -19,7 +19,7 @@ use wtxt::convert::names::{self, OriginalNames};
 use wtxt::crypto::mac::HmacKey;
 use wtxt::crypto::sign::{SecretKey, TrustedKeys};
 use wtxt::daemon::server::DaemonConfig;
-use wtxt::daemon::snapshotter::{Generation, Outcomes, Snapshotter};
+use wtxt::daemon::snapshotter::{Generation, Outcomes, Queue, Snapshotter};
 use wtxt::error::{Kind, Position};
 use wtxt::model::{Array, ArrayData, Dtype};
 use wtxt::wtxt::Keep;
@@ -314,7 +314,7 @@ impl PySnapshotter {
 #[pymethods]
 impl PySnapshotter {
     #[new]
-    #[pyo3(signature = (repo, path_in_repo, remote=None, sign_key=None, hmac_key=None, ring=None, part_size=None, recipients=Vec::new(), keep=None, build=None, oms_key=None))]
+    #[pyo3(signature = (repo, path_in_repo, remote=None, sign_key=None, hmac_key=None, ring=None, part_size=None, recipients=Vec::new(), keep=None, build=None, oms_key=None, coalesce=false, max_pending=2))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -329,6 +329,8 @@ impl PySnapshotter {
         keep: Option<usize>,
         build: Option<String>,
         oms_key: Option<PathBuf>,
+        coalesce: bool,
+        max_pending: usize,
     ) -> PyResult<PySnapshotter> {
         py.allow_threads(|| {
             let cfg = DaemonConfig {
@@ -347,7 +349,8 @@ impl PySnapshotter {
             };
             // Background failures reach Python through the futures and status().
             let (pc, _) = cfg.pipeline(std::sync::Arc::new(|_: &str| {}))?;
-            let snap = Snapshotter::start(pc, Generation::default())?;
+            let queue = if coalesce { Queue::Coalesce } else { Queue::Every { max_pending } };
+            let snap = Snapshotter::start(pc, Generation::default(), queue)?;
             let next = snap.next_gen()?;
             Ok(PySnapshotter {
                 outcomes: snap.outcomes(),
@@ -386,10 +389,11 @@ impl PySnapshotter {
         .map_err(raise)
     }
 
-    /// Asks for a snapshot of the newest generation; returns at once with
-    /// that generation (nothing is hashed, written or pushed here).
-    fn request(&self) -> PyResult<u64> {
-        self.with(|s| s.request_snapshot())
+    /// Asks for a snapshot of the newest generation and returns that
+    /// generation (nothing is hashed, written or pushed here); the GIL is
+    /// released while it waits for room in the queue.
+    fn request(&self, py: Python<'_>) -> PyResult<u64> {
+        py.allow_threads(|| self.with_inner(|s| s.request_snapshot())).map_err(raise)
     }
 
     /// Waits (the GIL released) for the snapshot that answers a request of

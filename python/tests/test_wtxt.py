@@ -253,6 +253,44 @@ def test_snapshotter_commits_and_pushes_what_was_published(tmp_path):
     assert wtxt.verify(repo / "model.wtxt").ok
 
 
+def test_every_requested_generation_is_committed_and_pushed_on_its_own_unless_coalescing(tmp_path):
+    repo, remote = _repos(tmp_path)
+    state = {"w": np.zeros((2000, 64), np.float32)}
+    with wtxt.Snapshotter(repo, remote=str(remote)) as snap:
+        # Requested faster than a generation is committed and pushed.
+        futures = []
+        for step in range(8):
+            state["w"][:] = step
+            snap.publish(state)
+            futures.append(snap.request_snapshot())
+        infos = [f.result(timeout=120) for f in futures]
+        status = snap.status()
+    assert [i.gen for i in infos] == list(range(8)) and all(i.pushed for i in infos)
+    assert status["coalesced"] == 0 and status["snapshots_written"] == 8
+    # One commit per generation reached the remote, each holding its own values.
+    commits = _git("rev-list", "--reverse", "main", cwd=remote).split()
+    assert len(commits) == 8 and [i.commit for i in infos] == commits
+    clone = tmp_path / "clone"
+    _git("clone", "-q", str(remote), str(clone), cwd=tmp_path)
+    _git("checkout", "-q", commits[3], cwd=clone)
+    assert (wtxt.load_file(clone / "model.wtxt")["w"] == 3).all()
+
+    # coalesce=True: a request never waits; those made while one waits fold into it.
+    repo2, remote2 = _repos(tmp_path / "c")
+    with wtxt.Snapshotter(repo2, remote=str(remote2), coalesce=True) as snap:
+        futures = []
+        for step in range(8):
+            state["w"][:] = step
+            snap.publish(state)
+            futures.append(snap.request_snapshot())
+        infos = [f.result(timeout=120) for f in futures]
+        status = snap.status()
+    assert status["coalesced"] + status["snapshots_written"] == 8 and status["last_gen"] == 7
+    assert infos[-1].gen == 7 and all(i.gen >= g for i, g in zip(infos, range(8)))
+    with pytest.raises(wtxt.Error, match="max_pending"):
+        wtxt.Snapshotter(repo2, max_pending=0)
+
+
 def test_a_failing_remote_fails_the_future_and_the_queue_drains_when_it_is_back(tmp_path):
     repo, remote = _repos(tmp_path)
     later = tmp_path / "later.git"

@@ -100,6 +100,23 @@ pub struct PipelineState {
     pub lost: Vec<u64>,
     /// The commit of the last snapshot (hex).
     pub last_commit: Option<String>,
+    /// Wall seconds each stage of the last snapshot took.
+    pub last_stages: Option<Stages>,
+}
+
+/// Wall seconds of one snapshot's stages (zero for a stage not run).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Stages {
+    /// Writing the WTXT into the ring.
+    pub write: f64,
+    /// The DELTA v2 from the previous generation.
+    pub delta: f64,
+    /// age armor.
+    pub armor: f64,
+    /// Putting it into the work tree and committing it.
+    pub commit: f64,
+    /// Pushing.
+    pub push: f64,
 }
 
 /// The write-ahead log: one line per request and per finished snapshot.
@@ -171,6 +188,10 @@ pub struct Pipeline {
     prev_file: Option<PathBuf>,
     next_retry: Option<Instant>,
     backoff: Duration,
+    /// For each generation in the resend queue: its commit (none for a
+    /// queue file that did not record it: HEAD is pushed) and whether it
+    /// changed wholly (see [`crate::git::push::Push`]).
+    unpushed: std::collections::HashMap<u64, (Option<String>, bool)>,
 }
 
 fn ring_name(gen: u64, ext: &str) -> String {
@@ -255,7 +276,15 @@ impl Pipeline {
             state.last_gen = Some(*g);
         }
         let queue = std::fs::read_to_string(cfg.ring.join("resend.queue")).unwrap_or_default();
-        state.resend_queue = queue.lines().filter_map(|l| l.strip_prefix("gen=")?.parse().ok()).collect();
+        let mut unpushed = std::collections::HashMap::new();
+        for line in queue.lines() {
+            let mut words = line.split(' ');
+            let Some(gen) = words.next().and_then(|w| w.strip_prefix("gen=")?.parse().ok()) else { continue };
+            let commit =
+                words.next().and_then(|w| w.strip_prefix("commit=")).filter(|c| git2::Oid::from_str(c).is_ok());
+            state.resend_queue.push(gen);
+            unpushed.insert(gen, (commit.map(String::from), false));
+        }
         let wal = std::sync::Arc::new(Wal::open(&cfg.ring)?);
         let retry = (!state.resend_queue.is_empty()).then(Instant::now);
         Ok(Pipeline {
@@ -267,6 +296,7 @@ impl Pipeline {
             merkle_prev,
             next_retry: retry,
             backoff: Duration::from_millis(200),
+            unpushed,
         })
     }
 
@@ -275,7 +305,9 @@ impl Pipeline {
         self.wal.clone()
     }
 
-    /// Runs every stage for one pinned generation.
+    /// Runs every stage for one pinned generation but the push: the
+    /// caller pushes ([`Pipeline::push_now`]) when no other request waits,
+    /// so a slow remote never holds back writing and committing.
     pub fn snapshot(&mut self, gen: u64, arrays: &[Array]) -> Result<()> {
         if self.state.last_gen.is_some_and(|g| gen <= g) {
             return Err(Error::usage(format!(
@@ -291,11 +323,23 @@ impl Pipeline {
             sign_key: self.cfg.sign_key.as_ref(),
             ..WriteOptions::new(meta, self.cfg.rows_per_chunk)
         };
+        let mut stages = Stages::default();
+        let mut clock = Instant::now();
+        let mut lap = || {
+            let t = clock.elapsed().as_secs_f64();
+            clock = Instant::now();
+            t
+        };
         let file = self.cfg.ring.join(ring_name(gen, "wtxt"));
         let written = crate::store::write_wtxt(arrays, &opts, &file, self.cfg.part_size, None, &Progress::hidden())?;
+        stages.write = lap();
+        // The first generation, or one whose delta is over half its size,
+        // changed wholly: Git finds no delta for its parts either.
+        let mut changed_wholly = true;
         if let Some(prev) = &self.prev_file {
-            self.delta(prev, &file, gen)?;
+            changed_wholly = self.delta(prev, &file, gen)?.saturating_mul(2) > written.len;
         }
+        stages.delta = lap();
         let committed = match &self.cfg.recipients[..] {
             [] => file.clone(),
             rs => {
@@ -307,23 +351,28 @@ impl Pipeline {
                 armored
             }
         };
+        stages.armor = lap();
         self.merkle_prev = written.merkle_this;
         self.prev_file = Some(file);
         self.state.last_gen = Some(gen);
         self.state.last_sha256_all = Some(hex::encode(written.sha256_all));
         self.state.snapshots_written += 1;
         if let Some(repo) = self.cfg.repo.clone() {
-            self.state.last_commit = Some(self.commit(&repo, &committed, gen, &written.sha256_all)?);
+            let commit = self.commit(&repo, &committed, gen, &written.sha256_all)?;
+            self.state.last_commit = Some(commit.clone());
             self.state.resend_queue.push(gen);
+            self.unpushed.insert(gen, (Some(commit), changed_wholly));
             self.save_queue()?;
-            self.push_now();
+            stages.commit = lap();
         }
+        self.state.last_stages = Some(stages);
         let _ = self.wal.append(&format!("snapshot done gen={gen} sha256_all={}", hex::encode(written.sha256_all)));
         self.prune()?;
         Ok(())
     }
 
-    fn delta(&self, prev: &Path, file: &Path, gen: u64) -> Result<()> {
+    /// Writes the DELTA v2 from `prev` to `file`; returns its size.
+    fn delta(&self, prev: &Path, file: &Path, gen: u64) -> Result<u64> {
         let out = self.cfg.ring.join(ring_name(gen, "wtxtdelta"));
         let mut f = crate::atomic::AtomicFile::create(&out)?;
         {
@@ -333,7 +382,9 @@ impl Pipeline {
             crate::wtxt::delta::create((b.text(), prev), (t.text(), file), &mut w)?;
             w.flush().map_err(|e| Error::io(&out, e))?;
         }
-        f.commit()
+        let len = f.file().metadata().map_err(|e| Error::io(&out, e))?.len();
+        f.commit()?;
+        Ok(len)
     }
 
     fn commit(&self, repo_dir: &Path, file: &Path, gen: u64, sha: &Hash) -> Result<String> {
@@ -371,28 +422,66 @@ impl Pipeline {
         self.state.last_error = Some(message);
     }
 
-    /// Pushes now; a failure parks the queue and schedules a retry with backoff.
+    /// Pushes the resend queue, one generation per push in order (so no
+    /// push carries more than one generation's text, however far behind
+    /// the remote is); a failure parks the rest and schedules a retry with
+    /// backoff. Records how long the pushes took in `last_stages`.
     pub fn push_now(&mut self) {
         let Some(remote) = self.cfg.remote.clone() else {
             self.state.resend_queue.clear();
+            self.unpushed.clear();
             let _ = self.save_queue();
             return;
         };
         let Some(repo_dir) = self.cfg.repo.clone() else { return };
-        match crate::git::push::push(&repo_dir, &remote, &self.cfg.stopping) {
-            Ok(()) => {
-                self.state.pushed_gen = self.state.resend_queue.last().copied().or(self.state.pushed_gen);
-                self.state.resend_queue.clear();
-                self.next_retry = None;
-                self.backoff = Duration::from_millis(200);
-                let _ = self.save_queue();
+        let started = Instant::now();
+        while let Some(&gen) = self.state.resend_queue.first() {
+            let (commit, changed_wholly) = self.unpushed.get(&gen).cloned().unwrap_or_default();
+            let what = crate::git::push::Push { commit: commit.as_deref(), changed_wholly };
+            // A push of HEAD carries every generation queued.
+            let carried = if commit.is_some() { 1 } else { self.state.resend_queue.len() };
+            let mut pushed = crate::git::push::push(&repo_dir, &remote, what, &self.cfg.stopping).map(|()| carried);
+            let refused = |e: &String| e.contains("rejected") || e.contains("failed to push some refs");
+            if pushed.as_ref().is_err_and(refused) && commit.is_some() {
+                // Another writer on this repository may have pushed a
+                // commit made on top of ours: the remote then refuses ours
+                // as not a fast-forward. HEAD holds every commit of ours.
+                let head = crate::git::push::Push { commit: None, changed_wholly };
+                if crate::git::push::push(&repo_dir, &remote, head, &self.cfg.stopping).is_ok() {
+                    pushed = Ok(self.state.resend_queue.len());
+                }
             }
-            Err(e) => {
-                self.fail(crate::git::push::redact(&format!("push to {remote}: {e}")));
-                self.next_retry = Some(Instant::now() + self.backoff);
-                self.backoff = (self.backoff * 2).min(Duration::from_secs(60));
+            match pushed {
+                Ok(done) => {
+                    for g in self.state.resend_queue.drain(..done) {
+                        self.unpushed.remove(&g);
+                        self.state.pushed_gen = Some(g);
+                    }
+                    self.next_retry = None;
+                    self.backoff = Duration::from_millis(200);
+                    let _ = self.save_queue();
+                }
+                Err(e) => {
+                    self.fail(crate::git::push::redact(&format!("push to {remote}: {e}")));
+                    self.next_retry = Some(Instant::now() + self.backoff);
+                    self.backoff = (self.backoff * 2).min(Duration::from_secs(60));
+                    break;
+                }
             }
         }
+        if let Some(st) = &mut self.state.last_stages {
+            st.push = started.elapsed().as_secs_f64();
+        }
+        // What is pushed now need not be kept whole.
+        if let Err(e) = self.prune() {
+            self.fail(format!("pruning the ring: {e}"));
+        }
+    }
+
+    /// True when generations wait to be pushed and no retry is scheduled
+    /// for later.
+    pub fn push_due(&self) -> bool {
+        self.pushes() && !self.state.resend_queue.is_empty() && self.next_retry.is_none_or(|t| t <= Instant::now())
     }
 
     /// When the next push retry is due, if one is pending.
@@ -405,7 +494,15 @@ impl Pipeline {
     }
 
     fn save_queue(&self) -> Result<()> {
-        let text: String = self.state.resend_queue.iter().map(|g| format!("gen={g}\n")).collect();
+        let text: String = self
+            .state
+            .resend_queue
+            .iter()
+            .map(|g| match self.unpushed.get(g) {
+                Some((Some(c), _)) => format!("gen={g} commit={c}\n"),
+                _ => format!("gen={g}\n"),
+            })
+            .collect();
         crate::atomic::write_file(&self.cfg.ring.join("resend.queue"), text.as_bytes(), 0o644)
     }
 
@@ -426,8 +523,11 @@ impl Pipeline {
         // unpushed generation with a delta from the one before is dropped
         // to that delta (the commit holds it whole, and it can be rebuilt
         // from the last full copy and the deltas after it).
+        // (Generations only waiting for their push, which comes once no
+        // request waits, are not dropped to deltas.)
         let base = gens.iter().rev().find(|g| **g < unpushed_from).copied();
-        for &g in gens.iter().filter(|g| **g >= unpushed_from && Some(**g) != newest) {
+        let failing = self.next_retry.is_some();
+        for &g in gens.iter().filter(|g| failing && **g >= unpushed_from && Some(**g) != newest) {
             if self.cfg.ring.join(ring_name(g, "wtxtdelta")).exists() && gens.first() != Some(&g) {
                 remove_ring(&self.cfg.ring, g, &["wtxt", "wtxt.age"]);
             }

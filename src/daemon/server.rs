@@ -185,7 +185,7 @@ pub fn run(cfg: DaemonConfig, log: crate::daemon::Log) -> Result<()> {
     // WTXT inputs are verified before the pipeline signs or HMACs them.
     let trust = InputTrust::new(pc.hmac_key.as_ref(), trusted.as_ref(), pc.sign_key.as_ref(), false);
     let pending = pending_requests(&ring);
-    let snap = Snapshotter::start(pc, Generation::default())?;
+    let snap = Snapshotter::start(pc, Generation::default(), crate::daemon::snapshotter::Queue::Coalesce)?;
     let next = snap.next_gen()?;
     let state = Arc::new(Server { snap, trust, log: log.clone(), next_gen: std::sync::Mutex::new(next) });
 

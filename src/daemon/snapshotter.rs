@@ -1,8 +1,10 @@
 //! The hot-path API: `publish` a generation (one RCU store) and
-//! `request_snapshot` (one WAL line and a non-blocking hand-off). Neither
-//! waits on snapshot I/O: the snapshot thread pins the newest generation
-//! when it gets to a request, so requests made while it is busy coalesce
-//! into one and a counter says how many were folded.
+//! `request_snapshot` (one WAL line and a hand-off). Neither waits on
+//! snapshot I/O. How requests queue is the caller's choice ([`Queue`]):
+//! each request pins the generation it names and every one is written, or
+//! the snapshot thread pins the newest generation when it gets to a
+//! request, so requests made while it is busy coalesce into one and a
+//! counter says how many were folded.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -33,6 +35,35 @@ struct WalLine {
     buf: [u8; 256],
     len: usize,
 }
+
+/// How requests wait for the snapshot thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Queue {
+    /// Every request pins the generation current at the call and is
+    /// written, in order. At most `max_pending` wait (each holds its
+    /// generation's arrays); a request beyond that waits for the oldest to
+    /// be written, as a checkpointer that cannot keep up must either wait
+    /// or drop.
+    Every {
+        /// Requests that may wait at once (at least 1).
+        max_pending: usize,
+    },
+    /// A request waiting is enough: later ones fold into it, and the
+    /// snapshot thread writes the newest generation when it gets to it.
+    /// Never waits; `coalesced` counts the folded requests.
+    Coalesce,
+}
+
+impl Default for Queue {
+    /// Every request written, two waiting at most.
+    fn default() -> Queue {
+        Queue::Every { max_pending: 2 }
+    }
+}
+
+/// What a request hands the snapshot thread: the generation it pinned, or
+/// none (coalescing: the newest when the thread gets to it).
+type Pin = Option<Arc<Generation>>;
 
 enum Control {
     Flush(Sender<()>),
@@ -130,6 +161,8 @@ pub struct Status {
     pub pushed_gen: Option<u64>,
     /// Generations a restart could not redo (their data was not kept).
     pub lost: Vec<u64>,
+    /// Wall seconds each stage of the last snapshot took.
+    pub last_stages: Option<crate::daemon::pipeline::Stages>,
 }
 
 impl Status {
@@ -142,7 +175,8 @@ impl Status {
 /// Publishes generations and snapshots them in the background.
 pub struct Snapshotter {
     state: Arc<ArcSwap<Generation>>,
-    req_tx: Sender<()>,
+    queue: Queue,
+    req_tx: Sender<Pin>,
     ctl_tx: Sender<Control>,
     wal: Arc<Wal>,
     /// WAL lines on their way to the WAL thread (fixed size: no allocation).
@@ -156,7 +190,7 @@ pub struct Snapshotter {
 
 impl Snapshotter {
     /// Opens the pipeline and starts the snapshot thread.
-    pub fn start(cfg: PipelineConfig, initial: Generation) -> Result<Snapshotter> {
+    pub fn start(cfg: PipelineConfig, initial: Generation, queue: Queue) -> Result<Snapshotter> {
         let stopping = cfg.stopping.clone();
         let pipeline = Pipeline::open(cfg)?;
         let wal = pipeline.wal();
@@ -167,8 +201,11 @@ impl Snapshotter {
             outcomes: Arc::new(Outcomes::default()),
         });
         let state = Arc::new(ArcSwap::from_pointee(initial));
-        // Capacity 1: a request waiting is enough; more fold into it.
-        let (req_tx, req_rx) = bounded::<()>(1);
+        let (req_tx, req_rx) = bounded::<Pin>(match queue {
+            Queue::Every { max_pending } => max_pending.max(1),
+            // A request waiting is enough; more fold into it.
+            Queue::Coalesce => 1,
+        });
         let (ctl_tx, ctl_rx) = unbounded::<Control>();
         let thread = {
             let (state, shared) = (state.clone(), shared.clone());
@@ -195,6 +232,7 @@ impl Snapshotter {
         };
         Ok(Snapshotter {
             state,
+            queue,
             req_tx,
             ctl_tx,
             wal,
@@ -224,7 +262,8 @@ impl Snapshotter {
     }
 
     /// Asks for a snapshot of the newest generation: one WAL line and a
-    /// non-blocking hand-off. Returns the generation current at the call.
+    /// hand-off, which waits only when [`Queue::Every`]'s `max_pending`
+    /// requests already wait. Returns the generation current at the call.
     #[inline]
     pub fn request_snapshot(&self) -> u64 {
         self.request_inner(None)
@@ -237,7 +276,11 @@ impl Snapshotter {
     }
 
     fn request_inner(&self, source: Option<&std::path::Path>) -> u64 {
-        let gen = self.state.load().gen;
+        let pin = match self.queue {
+            Queue::Every { .. } => Some(self.state.load_full()),
+            Queue::Coalesce => None,
+        };
+        let gen = pin.as_ref().map_or_else(|| self.state.load().gen, |g| g.gen);
         let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         // Formatted on the stack: no allocation on the hot path.
         let mut buf = [0u8; 256];
@@ -259,12 +302,14 @@ impl Snapshotter {
             }
         }
         self.shared.requested.fetch_add(1, Ordering::Relaxed);
-        match self.req_tx.try_send(()) {
-            Ok(()) => {}
-            Err(TrySendError::Full(())) => {
+        match self.req_tx.try_send(pin) {
+            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+            Err(TrySendError::Full(None)) => {
                 self.shared.coalesced.fetch_add(1, Ordering::Relaxed);
             }
-            Err(TrySendError::Disconnected(())) => {}
+            Err(TrySendError::Full(pin)) => {
+                let _ = self.req_tx.send(pin);
+            }
         }
         gen
     }
@@ -291,6 +336,7 @@ impl Snapshotter {
             snapshots_written: s.snapshots_written,
             pushed_gen: s.pushed_gen,
             lost: s.lost,
+            last_stages: s.last_stages,
         }
     }
 
@@ -368,7 +414,7 @@ fn run(
     mut p: Pipeline,
     state: Arc<ArcSwap<Generation>>,
     shared: Arc<Shared>,
-    req_rx: Receiver<()>,
+    req_rx: Receiver<Pin>,
     ctl_rx: Receiver<Control>,
 ) {
     background_priority();
@@ -379,11 +425,14 @@ fn run(
             s.lost = lost;
         }
     };
-    let once = |p: &mut Pipeline| {
-        let pin = state.load_full();
+    // Committed generations whose push has not been tried yet: their
+    // outcomes are told once it has.
+    let mut unpushed: Vec<(u64, Option<String>)> = Vec::new();
+    let once = |p: &mut Pipeline, pin: Pin, unpushed: &mut Vec<(u64, Option<String>)>| {
+        let pin = pin.unwrap_or_else(|| state.load_full());
         if p.state.last_gen == Some(pin.gen) {
-            // Already written by an earlier request that pinned a newer
-            // state than its own: this request was folded into it.
+            // Already written by an earlier request that pinned the same
+            // state or a newer one: this request was folded into it.
             shared.coalesced.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -393,37 +442,53 @@ fn run(
                 p.fail(message.clone());
                 Outcome { gen: pin.gen, commit: None, pushed: false, error: Some(message) }
             }
-            Ok(()) => {
-                let pushed = p.state.pushed_gen.is_some_and(|g| g >= pin.gen);
-                let commit = p.state.last_commit.clone();
-                let error = (p.pushes() && !pushed).then(|| {
-                    let why = p.state.last_error.clone().unwrap_or_default();
-                    format!("gen {} is committed but not pushed ({why}); it waits in the resend queue", pin.gen)
-                });
-                Outcome { gen: pin.gen, commit, pushed, error }
+            Ok(()) if p.pushes() => {
+                unpushed.push((pin.gen, p.state.last_commit.clone()));
+                return;
             }
+            Ok(()) => Outcome { gen: pin.gen, commit: p.state.last_commit.clone(), pushed: false, error: None },
         };
         // The state first: whoever the outcome wakes sees it in `status`.
         publish(p);
         shared.outcomes.record(outcome);
     };
+    // Pushes what waits, one generation per push, and tells the outcomes.
+    let push = |p: &mut Pipeline, unpushed: &mut Vec<(u64, Option<String>)>| {
+        p.push_now();
+        publish(p);
+        for (gen, commit) in unpushed.drain(..) {
+            let pushed = p.state.pushed_gen.is_some_and(|g| g >= gen);
+            let error = (!pushed).then(|| {
+                let why = p.state.last_error.clone().unwrap_or_default();
+                format!("gen {gen} is committed but not pushed ({why}); it waits in the resend queue")
+            });
+            shared.outcomes.record(Outcome { gen, commit, pushed, error });
+        }
+    };
     loop {
         let wait = p.retry_due().map_or(Duration::from_secs(1), |t| t.saturating_duration_since(Instant::now()));
         select! {
-            recv(req_rx) -> r => {
-                if r.is_err() { break; }
-                once(&mut p);
-            }
+            recv(req_rx) -> r => match r {
+                Ok(pin) => {
+                    once(&mut p, pin, &mut unpushed);
+                    // Writing and committing come first: the push waits
+                    // until no request does.
+                    if req_rx.is_empty() && (p.push_due() || !unpushed.is_empty()) {
+                        push(&mut p, &mut unpushed);
+                    }
+                }
+                Err(_) => break,
+            },
             recv(ctl_rx) -> c => match c {
                 Ok(Control::Flush(reply)) => {
-                    while req_rx.try_recv().is_ok() { once(&mut p); }
-                    if p.retry_due().is_some() { p.push_now(); }
+                    while let Ok(pin) = req_rx.try_recv() { once(&mut p, pin, &mut unpushed); }
+                    if p.retry_due().is_some() || p.push_due() || !unpushed.is_empty() { push(&mut p, &mut unpushed); }
                     publish(&p);
                     let _ = reply.send(());
                 }
                 Ok(Control::Shutdown(reply)) => {
-                    while req_rx.try_recv().is_ok() { once(&mut p); }
-                    if p.retry_due().is_some() { p.push_now(); }
+                    while let Ok(pin) = req_rx.try_recv() { once(&mut p, pin, &mut unpushed); }
+                    if p.retry_due().is_some() || p.push_due() || !unpushed.is_empty() { push(&mut p, &mut unpushed); }
                     publish(&p);
                     let _ = reply.send(());
                     break;
@@ -431,7 +496,7 @@ fn run(
                 Err(_) => break,
             },
             default(wait) => {
-                if p.retry_due().is_some_and(|t| t <= Instant::now()) { p.push_now(); }
+                if p.retry_due().is_some_and(|t| t <= Instant::now()) { push(&mut p, &mut unpushed); }
             }
         }
         publish(&p);

@@ -26,12 +26,14 @@ pub fn commit_snapshot(
     index.read(true).map_err(git_err)?;
     let parts_rel = crate::store::parts_dir(head);
     index.remove_dir(&parts_rel, 0).map_err(git_err)?;
+    let work = repo.workdir().ok_or_else(|| crate::error::Error::usage("committing needs a work tree"))?;
+    let add = |index: &mut git2::Index, rel: &Path| crate::git::objects::add_to_index(repo, index, work, rel);
     for ix in 1..=parts {
-        index.add_path(&parts_rel.join(crate::wtxt::split::part_name(ix))).map_err(git_err)?;
+        add(&mut index, &parts_rel.join(crate::wtxt::split::part_name(ix)))?;
     }
-    index.add_path(head).map_err(git_err)?;
+    add(&mut index, head)?;
     for p in extra {
-        index.add_path(p).map_err(git_err)?;
+        add(&mut index, p)?;
     }
     index.write().map_err(git_err)?;
     let tree = repo.find_tree(index.write_tree().map_err(git_err)?).map_err(git_err)?;

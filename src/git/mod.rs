@@ -14,6 +14,7 @@ pub mod history;
 pub mod hooks;
 pub mod install;
 pub mod merge;
+pub mod objects;
 pub mod parts;
 pub mod push;
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wtxt::daemon::pipeline::PipelineConfig;
-use wtxt::daemon::snapshotter::{Generation, Snapshotter};
+use wtxt::daemon::snapshotter::{Generation, Queue, Snapshotter};
 use wtxt::model::{Array, ArrayData, Dtype};
 
 use crate::util::git_ok;
@@ -31,11 +31,31 @@ fn uniform(gen: u64) -> Generation {
 
 #[test]
 fn no_torn_state_under_load() {
+    let (st, gen) = snapshot_under_load(Queue::Coalesce);
+    assert!(st.coalesced > 0, "a producer this fast makes requests coalesce: {st:?}");
+    assert!(st.snapshots_written > 1, "{st:?}");
+    assert_eq!(st.requested, gen);
+}
+
+#[test]
+fn every_requested_generation_is_written_unless_coalescing_was_chosen() {
+    let (st, gen) = snapshot_under_load(Queue::Every { max_pending: 2 });
+    assert_eq!(st.coalesced, 0, "{st:?}");
+    assert_eq!(st.requested, gen);
+    // gen 0 is the empty initial state, never requested.
+    assert_eq!(st.snapshots_written, gen, "every requested generation has its snapshot: {st:?}");
+}
+
+/// Publishes and requests as fast as it can for 1.5 s, flushes, and checks
+/// that every snapshot in the ring holds one generation's values (no torn
+/// state) and that the newest was written. Returns the status and the
+/// last generation published.
+fn snapshot_under_load(queue: Queue) -> (wtxt::daemon::snapshotter::Status, u64) {
     let dir = tempfile::tempdir().unwrap();
     let ring = dir.path().join("ring");
     let mut cfg = PipelineConfig::new(&ring);
-    cfg.keep = 1000;
-    let snap = Snapshotter::start(cfg, Generation::default()).unwrap();
+    cfg.keep = 100_000;
+    let snap = Snapshotter::start(cfg, Generation::default(), queue).unwrap();
     let start = Instant::now();
     let mut gen = 0;
     while start.elapsed() < Duration::from_millis(1500) {
@@ -46,9 +66,6 @@ fn no_torn_state_under_load() {
     snap.flush();
     let st = snap.status();
     snap.shutdown();
-    assert!(st.snapshots_written > 1, "{st:?}");
-    assert!(st.coalesced > 0, "a producer this fast makes requests coalesce: {st:?}");
-    assert_eq!(st.requested, gen);
     let mut checked = 0;
     let mut last = 0;
     for e in std::fs::read_dir(&ring).unwrap() {
@@ -67,6 +84,7 @@ fn no_torn_state_under_load() {
     }
     assert_eq!(checked as u64, st.snapshots_written);
     assert_eq!(last, gen, "the newest generation was snapshotted");
+    (st, gen)
 }
 
 struct Daemon {
@@ -765,7 +783,8 @@ fn a_silent_remote_does_not_hold_up_shutdown() {
     // A liveness bound: the stall limit outside shutdown is 600 s.
     assert!(t.elapsed() < Duration::from_secs(60), "shutdown took {:?}", t.elapsed());
     let queue = std::fs::read_to_string(repo.join(".git/wtxt-ring/resend.queue")).unwrap();
-    assert_eq!(queue.trim(), "gen=1");
+    let head = git_ok(&repo, &["rev-parse", "HEAD"]);
+    assert_eq!(queue.trim(), format!("gen=1 commit={}", head.trim()), "the queue names the commit to push");
 }
 
 #[test]

@@ -324,17 +324,26 @@ class Snapshotter:
     each commit carries an OpenSSF Model Signing `model.sig` beside the
     snapshot. Use it as a context manager,
     or call `close()`.
+
+    Every requested generation is written and committed, in order: a
+    request pins the state published last. At most `max_pending` requests
+    wait (each holds its state's copy); a request beyond that waits until
+    the oldest is written. With `coalesce=True` a request never waits:
+    requests made while one waits fold into it and the newest state is
+    written (`status()["coalesced"]` counts them).
     """
 
     def __init__(self, repo: PathLike, path_in_repo: PathLike = "model.wtxt", remote: Optional[str] = None,
                  sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                  ring: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
                  recipients: Optional[List[str]] = None, keep: Optional[int] = None,
-                 oms_key: Optional[PathLike] = None):
+                 oms_key: Optional[PathLike] = None, coalesce: bool = False, max_pending: int = 2):
         p = lambda x: None if x is None else os.fspath(x)
+        if max_pending < 1:
+            raise Error(f"max_pending must be at least 1, not {max_pending}")
         self._inner = _call(_rust.Snapshotter, os.fspath(repo), os.fspath(path_in_repo), remote, p(sign_key),
                             p(hmac_key), p(ring), None if part_size is None else str(part_size),
-                            list(recipients or []), keep, None, p(oms_key))
+                            list(recipients or []), keep, None, p(oms_key), bool(coalesce), int(max_pending))
         self._lock = threading.Lock()
         self._closed = False
         self._pending: "queue.Queue[Optional[Tuple[int, Future]]]" = queue.Queue()
@@ -358,7 +367,9 @@ class Snapshotter:
 
     def request_snapshot(self) -> "Future[SnapshotInfo]":
         """Asks for a snapshot of the last published state; returns a future
-        at once (never waits on hashing, writing, Git or the network)."""
+        at once (never waits on hashing, writing, Git or the network), unless
+        `max_pending` requests already wait to be written: then it waits for
+        the oldest (never with `coalesce=True`)."""
         self._check_open()
         gen = _call(self._inner.request)
         fut: "Future[SnapshotInfo]" = Future()
