@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use wtxt::daemon::pipeline::PipelineConfig;
-use wtxt::daemon::snapshotter::{Generation, Snapshotter};
+use wtxt::daemon::snapshotter::{Generation, Queue, Snapshotter};
 use wtxt::model::{Array, ArrayData, Dtype};
 
 fn main() -> wtxt::Result<()> {
     let ring = std::env::args().nth(1).unwrap_or_else(|| "wtxt-ring".into());
-    let snap = Snapshotter::start(PipelineConfig::new(&ring), Generation::default())?;
+    let snap = Snapshotter::start(PipelineConfig::new(&ring), Generation::default(), Queue::default())?;
     let mut w = vec![0f32; 512 * 64];
     for step in 1..=200u64 {
         // "Training": nudge the weights.
