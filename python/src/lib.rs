@@ -297,8 +297,11 @@ fn reclaim(g: Option<std::sync::Arc<Generation>>) -> Vec<Vec<u8>> {
 }
 
 impl PySnapshotter {
-    fn with<T>(&self, f: impl FnOnce(&Snapshotter) -> T) -> PyResult<T> {
-        self.with_inner(f).map_err(raise)
+    /// Runs `f` on the open Snapshotter with the GIL released: the lock it
+    /// takes is held by `flush` while that waits, and a thread that waited
+    /// for it holding the GIL would stop every other Python thread.
+    fn with<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&Snapshotter) -> T + Send) -> PyResult<T> {
+        py.allow_threads(|| self.with_inner(f)).map_err(raise)
     }
 
     /// [`PySnapshotter::with`] without the GIL: its error is wtxt's.
@@ -372,7 +375,7 @@ impl PySnapshotter {
         tensors: Vec<Staged>,
         metadata: Option<BTreeMap<String, String>>,
     ) -> PyResult<u64> {
-        self.with(|_| ())?;
+        self.with(py, |_| ())?;
         // One publish at a time, from taking a generation to publishing it
         // (the lock is taken with the GIL released): from several threads,
         // generations are unique and increase in the order they are published.
@@ -393,50 +396,44 @@ impl PySnapshotter {
     /// generation (nothing is hashed, written or pushed here); the GIL is
     /// released while it waits for room in the queue.
     fn request(&self, py: Python<'_>) -> PyResult<u64> {
-        py.allow_threads(|| self.with_inner(|s| s.request_snapshot())).map_err(raise)
+        self.with(py, |s| s.request_snapshot())
     }
 
     /// Waits (the GIL released) for the snapshot that answers a request of
     /// generation `gen`: (gen, commit, pushed, error), or None if the
     /// Snapshotter closed first or `timeout` seconds passed.
     #[pyo3(signature = (gen, timeout=None))]
-    fn wait(
-        &self,
-        py: Python<'_>,
-        gen: u64,
-        timeout: Option<f64>,
-    ) -> Option<(u64, Option<String>, bool, Option<String>)> {
+    fn wait(&self, py: Python<'_>, gen: u64, timeout: Option<f64>) -> Option<Told> {
         let outcomes = self.outcomes.clone();
         let timeout = timeout.map(|t| std::time::Duration::from_secs_f64(t.max(0.0)));
-        py.allow_threads(move || outcomes.wait_for(gen, timeout)).map(|o| (o.gen, o.commit, o.pushed, o.error))
+        py.allow_threads(move || outcomes.wait_for(gen, timeout))
+            .map(|o| (o.gen, o.commit, o.pushed, o.error, o.stages.map(|s| s.to_json())))
     }
 
     /// Waits until every request so far is written, committed and pushed
     /// (or parked in the resend queue, which is retried first).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        match g.as_ref() {
-            Some(s) => {
-                py.allow_threads(|| s.flush());
-                Ok(())
-            }
-            None => Err(raise(wtxt::Error::usage("the Snapshotter is closed"))),
-        }
+        self.with(py, |s| s.flush())
     }
 
     /// The daemon's `status`, as JSON text.
-    fn status(&self) -> PyResult<String> {
-        self.with(|s| s.status().to_json())
+    fn status(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |s| s.status().to_json())
     }
 
     /// Finishes what is queued and stops the background threads.
     fn close(&self, py: Python<'_>) {
-        let snap = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(s) = snap {
-            py.allow_threads(move || s.shutdown());
-        }
+        py.allow_threads(|| {
+            if let Some(s) = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                s.shutdown();
+            }
+        });
     }
 }
+
+/// An outcome as Python's `SnapshotInfo` is built from it: gen, commit,
+/// pushed, error, and the stages' seconds as JSON.
+type Told = (u64, Option<String>, bool, Option<String>, Option<String>);
 
 fn hex_of(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()

@@ -119,6 +119,13 @@ pub struct Stages {
     pub push: f64,
 }
 
+impl Stages {
+    /// The stages as one JSON object.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("stages serialize")
+    }
+}
+
 /// The write-ahead log: one line per request and per finished snapshot.
 pub struct Wal {
     file: File,
@@ -425,17 +432,19 @@ impl Pipeline {
     /// Pushes the resend queue, one generation per push in order (so no
     /// push carries more than one generation's text, however far behind
     /// the remote is); a failure parks the rest and schedules a retry with
-    /// backoff. Records how long the pushes took in `last_stages`.
-    pub fn push_now(&mut self) {
+    /// backoff. Returns the seconds each push took, by the generations it
+    /// carried.
+    pub fn push_now(&mut self) -> Vec<(u64, f64)> {
+        let mut took = Vec::new();
         let Some(remote) = self.cfg.remote.clone() else {
             self.state.resend_queue.clear();
             self.unpushed.clear();
             let _ = self.save_queue();
-            return;
+            return took;
         };
-        let Some(repo_dir) = self.cfg.repo.clone() else { return };
-        let started = Instant::now();
+        let Some(repo_dir) = self.cfg.repo.clone() else { return took };
         while let Some(&gen) = self.state.resend_queue.first() {
+            let started = Instant::now();
             let (commit, changed_wholly) = self.unpushed.get(&gen).cloned().unwrap_or_default();
             let what = crate::git::push::Push { commit: commit.as_deref(), changed_wholly };
             // A push of HEAD carries every generation queued.
@@ -453,9 +462,11 @@ impl Pipeline {
             }
             match pushed {
                 Ok(done) => {
+                    let secs = started.elapsed().as_secs_f64();
                     for g in self.state.resend_queue.drain(..done) {
                         self.unpushed.remove(&g);
                         self.state.pushed_gen = Some(g);
+                        took.push((g, secs));
                     }
                     self.next_retry = None;
                     self.backoff = Duration::from_millis(200);
@@ -469,13 +480,16 @@ impl Pipeline {
                 }
             }
         }
-        if let Some(st) = &mut self.state.last_stages {
-            st.push = started.elapsed().as_secs_f64();
+        if let (Some(st), Some(&(g, secs))) = (&mut self.state.last_stages, took.last()) {
+            if Some(g) == self.state.last_gen {
+                st.push = secs;
+            }
         }
         // What is pushed now need not be kept whole.
         if let Err(e) = self.prune() {
             self.fail(format!("pruning the ring: {e}"));
         }
+        took
     }
 
     /// True when generations wait to be pushed and no retry is scheduled

@@ -17,7 +17,7 @@ use arc_swap::ArcSwap;
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TrySendError};
 use serde::Serialize;
 
-use crate::daemon::pipeline::{Pipeline, PipelineConfig, PipelineState, Wal};
+use crate::daemon::pipeline::{Pipeline, PipelineConfig, PipelineState, Stages, Wal};
 use crate::error::Result;
 use crate::model::Array;
 
@@ -90,6 +90,8 @@ pub struct Outcome {
     pub pushed: bool,
     /// Set when the snapshot failed, or was committed but not pushed.
     pub error: Option<String>,
+    /// How long each stage took (none for a failed snapshot).
+    pub stages: Option<crate::daemon::pipeline::Stages>,
 }
 
 /// The outcomes of recent snapshots, for whoever waits on a request.
@@ -427,8 +429,8 @@ fn run(
     };
     // Committed generations whose push has not been tried yet: their
     // outcomes are told once it has.
-    let mut unpushed: Vec<(u64, Option<String>)> = Vec::new();
-    let once = |p: &mut Pipeline, pin: Pin, unpushed: &mut Vec<(u64, Option<String>)>| {
+    let mut unpushed: Vec<(u64, Option<String>, Option<Stages>)> = Vec::new();
+    let once = |p: &mut Pipeline, pin: Pin, unpushed: &mut Vec<(u64, Option<String>, Option<Stages>)>| {
         let pin = pin.unwrap_or_else(|| state.load_full());
         if p.state.last_gen == Some(pin.gen) {
             // Already written by an earlier request that pinned the same
@@ -440,29 +442,38 @@ fn run(
             Err(e) => {
                 let message = format!("gen {}: {e}", pin.gen);
                 p.fail(message.clone());
-                Outcome { gen: pin.gen, commit: None, pushed: false, error: Some(message) }
+                Outcome { gen: pin.gen, commit: None, pushed: false, error: Some(message), stages: None }
             }
             Ok(()) if p.pushes() => {
-                unpushed.push((pin.gen, p.state.last_commit.clone()));
+                unpushed.push((pin.gen, p.state.last_commit.clone(), p.state.last_stages));
                 return;
             }
-            Ok(()) => Outcome { gen: pin.gen, commit: p.state.last_commit.clone(), pushed: false, error: None },
+            Ok(()) => Outcome {
+                gen: pin.gen,
+                commit: p.state.last_commit.clone(),
+                pushed: false,
+                error: None,
+                stages: p.state.last_stages,
+            },
         };
         // The state first: whoever the outcome wakes sees it in `status`.
         publish(p);
         shared.outcomes.record(outcome);
     };
     // Pushes what waits, one generation per push, and tells the outcomes.
-    let push = |p: &mut Pipeline, unpushed: &mut Vec<(u64, Option<String>)>| {
-        p.push_now();
+    let push = |p: &mut Pipeline, unpushed: &mut Vec<(u64, Option<String>, Option<Stages>)>| {
+        let took = p.push_now();
         publish(p);
-        for (gen, commit) in unpushed.drain(..) {
+        for (gen, commit, mut stages) in unpushed.drain(..) {
             let pushed = p.state.pushed_gen.is_some_and(|g| g >= gen);
+            if let (Some(st), Some((_, secs))) = (&mut stages, took.iter().find(|(g, _)| *g == gen)) {
+                st.push = *secs;
+            }
             let error = (!pushed).then(|| {
                 let why = p.state.last_error.clone().unwrap_or_default();
                 format!("gen {gen} is committed but not pushed ({why}); it waits in the resend queue")
             });
-            shared.outcomes.record(Outcome { gen, commit, pushed, error });
+            shared.outcomes.record(Outcome { gen, commit, pushed, error, stages });
         }
     };
     loop {

@@ -291,11 +291,13 @@ def verify(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Opti
 @dataclass(frozen=True)
 class SnapshotInfo:
     """What a snapshot request came to: the generation written (a later one
-    when requests coalesced), its commit, and whether it reached the remote."""
+    when requests coalesced), its commit, whether it reached the remote, and
+    the seconds each stage took (write, delta, armor, commit, push)."""
 
     gen: int
     commit: Optional[str]
     pushed: bool
+    stages: Optional[Dict[str, float]] = None
 
 
 _OPEN_SNAPSHOTTERS: "weakref.WeakSet[Snapshotter]" = weakref.WeakSet()
@@ -391,11 +393,12 @@ class Snapshotter:
             if r is None:
                 fut.set_exception(Error(f"the Snapshotter closed before generation {gen} was snapshotted"))
                 continue
-            done_gen, commit, pushed, error = r
+            done_gen, commit, pushed, error, stages = r
             if error:
                 fut.set_exception(Error(error))
             else:
-                fut.set_result(SnapshotInfo(gen=done_gen, commit=commit, pushed=pushed))
+                fut.set_result(SnapshotInfo(gen=done_gen, commit=commit, pushed=pushed,
+                                            stages=None if stages is None else json.loads(stages)))
 
     def flush(self) -> None:
         """Waits until every request so far is written, committed and pushed
