@@ -256,7 +256,7 @@ def test_snapshotter_commits_and_pushes_what_was_published(tmp_path):
 def test_every_requested_generation_is_committed_and_pushed_on_its_own_unless_coalescing(tmp_path):
     repo, remote = _repos(tmp_path)
     state = {"w": np.zeros((2000, 64), np.float32)}
-    with wtxt.Snapshotter(repo, remote=str(remote)) as snap:
+    with wtxt.Snapshotter(repo, remote=str(remote), part_size="64K") as snap:
         # Requested faster than a generation is committed and pushed.
         futures = []
         for step in range(8):
@@ -274,6 +274,10 @@ def test_every_requested_generation_is_committed_and_pushed_on_its_own_unless_co
     _git("clone", "-q", str(remote), str(clone), cwd=tmp_path)
     _git("checkout", "-q", commits[3], cwd=clone)
     assert (wtxt.load_file(clone / "model.wtxt")["w"] == 3).all()
+    # A reviewer's clone without wtxt: the committed attributes keep parts
+    # out of `git diff` (no base64 printed), the heads stay readable text.
+    diff = _git("diff", commits[2], commits[3], cwd=clone)
+    assert "Binary files" in diff and "gen=000003" in diff and len(diff) < 20000, diff[:2000]
 
     # coalesce=True: a request never waits; those made while one waits fold into it.
     repo2, remote2 = _repos(tmp_path / "c")

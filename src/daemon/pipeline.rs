@@ -199,6 +199,11 @@ pub struct Pipeline {
     /// queue file that did not record it: HEAD is pushed) and whether it
     /// changed wholly (see [`crate::git::push::Push`]).
     unpushed: std::collections::HashMap<u64, (Option<String>, bool)>,
+    /// The repository's newest generation when the pipeline opened: every
+    /// ring generation up to it is committed.
+    committed_at_open: Option<u64>,
+    /// Generations committed since.
+    committed: std::collections::HashSet<u64>,
 }
 
 fn ring_name(gen: u64, ext: &str) -> String {
@@ -255,13 +260,12 @@ impl Pipeline {
             ))
         })?;
         let mut newest = newest_in_ring(&cfg.ring)?;
+        let committed_at_open = cfg.repo.as_deref().and_then(|r| committed_gen(r, &cfg.path_in_repo));
         // A crash between writing a generation to the ring and committing
         // it leaves the ring ahead of the repository: that generation never
         // happened (its request is still pending and is redone), so the
         // chain must not continue from it.
-        if let (Some((g, _)), Some(committed)) =
-            (&newest, cfg.repo.as_deref().and_then(|r| committed_gen(r, &cfg.path_in_repo)))
-        {
+        if let (Some((g, _)), Some(committed)) = (&newest, committed_at_open) {
             if *g > committed {
                 remove_ring(&cfg.ring, *g, &["wtxt", "wtxtdelta", "wtxt.age"]);
                 newest = newest_in_ring(&cfg.ring)?;
@@ -304,6 +308,8 @@ impl Pipeline {
             next_retry: retry,
             backoff: Duration::from_millis(200),
             unpushed,
+            committed_at_open,
+            committed: Default::default(),
         })
     }
 
@@ -369,6 +375,7 @@ impl Pipeline {
             self.state.last_commit = Some(commit.clone());
             self.state.resend_queue.push(gen);
             self.unpushed.insert(gen, (Some(commit), changed_wholly));
+            self.committed.insert(gen);
             self.save_queue()?;
             stages.commit = lap();
         }
@@ -522,15 +529,10 @@ impl Pipeline {
 
     /// Keeps the last `keep` snapshots (with their deltas), never one that is not pushed yet.
     fn prune(&self) -> Result<()> {
-        let mut gens: Vec<u64> = std::fs::read_dir(&self.cfg.ring)
-            .map_err(|e| Error::io(&self.cfg.ring, e))?
-            .flatten()
-            .filter_map(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                n.strip_prefix("gen-")?.strip_suffix(".wtxt")?.parse().ok()
-            })
-            .collect();
-        gens.sort_unstable();
+        let gens = self.ring_gens(".wtxt")?;
+        if self.cfg.repo.is_some() {
+            return self.prune_committed(&gens);
+        }
         let unpushed_from = self.state.resend_queue.first().copied().unwrap_or(u64::MAX);
         let newest = gens.last().copied();
         // While pushes fail, the ring keeps deltas, not full copies: an
@@ -556,6 +558,44 @@ impl Pipeline {
             remove_ring(&self.cfg.ring, g, &["wtxt", "wtxtdelta", "wtxt.age"]);
         }
         Ok(())
+    }
+
+    /// The generations the ring holds a file of, `suffix` naming which
+    /// (".wtxt", ".wtxtdelta"), oldest first.
+    fn ring_gens(&self, suffix: &str) -> Result<Vec<u64>> {
+        let mut gens: Vec<u64> = std::fs::read_dir(&self.cfg.ring)
+            .map_err(|e| Error::io(&self.cfg.ring, e))?
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.strip_prefix("gen-")?.strip_suffix(suffix)?.parse().ok()
+            })
+            .collect();
+        gens.sort_unstable();
+        Ok(gens)
+    }
+
+    /// With a repository, every committed generation is there whole (and
+    /// rebuilt by `git show`): the ring keeps only the newest whole, which
+    /// the next delta starts from and a restart continues the chain from
+    /// (a hard link of the work tree's file, so it costs no space of its
+    /// own), and the deltas of the last `keep` generations.
+    fn prune_committed(&self, gens: &[u64]) -> Result<()> {
+        let newest = gens.last().copied();
+        for &g in gens.iter().filter(|&&g| Some(g) != newest && self.is_committed(g)) {
+            remove_ring(&self.cfg.ring, g, &["wtxt", "wtxt.age"]);
+        }
+        let deltas = self.ring_gens(".wtxtdelta")?;
+        let excess = deltas.len().saturating_sub(self.cfg.keep.max(1));
+        for &g in deltas.iter().take(excess).filter(|&&g| self.is_committed(g)) {
+            remove_ring(&self.cfg.ring, g, &["wtxtdelta"]);
+        }
+        Ok(())
+    }
+
+    /// True when generation `g` is committed in the repository.
+    fn is_committed(&self, g: u64) -> bool {
+        self.committed_at_open.is_some_and(|c| g <= c) || self.committed.contains(&g)
     }
 }
 

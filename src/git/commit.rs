@@ -28,6 +28,10 @@ pub fn commit_snapshot(
     index.remove_dir(&parts_rel, 0).map_err(git_err)?;
     let work = repo.workdir().ok_or_else(|| crate::error::Error::usage("committing needs a work tree"))?;
     let add = |index: &mut git2::Index, rel: &Path| crate::git::objects::add_to_index(repo, index, work, rel);
+    // So that a clone without wtxt never diffs parts as text.
+    if crate::git::install::ensure_committed_attributes(work)? {
+        add(&mut index, Path::new(".gitattributes"))?;
+    }
     for ix in 1..=parts {
         add(&mut index, &parts_rel.join(crate::wtxt::split::part_name(ix)))?;
     }

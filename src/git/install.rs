@@ -71,6 +71,11 @@ pub struct Plan {
     pub attributes_file: PathBuf,
     /// Its lines.
     pub attributes: Vec<String>,
+    /// Local scope: this clone's own attributes file
+    /// (`.git/info/attributes`, which wins over `.gitattributes`) and its
+    /// lines. The committed `.gitattributes` then says what a clone without
+    /// wtxt needs ([`committed_attributes`]); this file turns the drivers on here.
+    pub clone_attributes: Option<(PathBuf, Vec<String>)>,
     /// The hooks folder (local scope only).
     pub hooks_dir: Option<PathBuf>,
     /// The hooks installed there: name and script.
@@ -143,14 +148,17 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], ex
         "*.wtxtdelta text eol=lf diff".to_string(),
         "*.wsum text eol=lf".to_string(),
     ];
+    let mut filtered = Vec::new();
     for f in filters {
         config.push((format!("filter.wtxt-{f}.process"), format!("{w} git filter-process {f}")));
         config.push((format!("filter.wtxt-{f}.required"), "true".to_string()));
         for ext in extensions(f) {
-            attributes.push(format!("*.{ext} filter=wtxt-{f} diff=wtxt merge=wtxt"));
+            filtered.push(format!("*.{ext} filter=wtxt-{f} diff=wtxt merge=wtxt"));
         }
     }
+    attributes.extend(filtered.iter().cloned());
     let mut exclude_file = None;
+    let mut clone_attributes = None;
     let (attributes_file, hooks_dir) = match scope {
         Scope::Local => {
             let repo = Repository::discover(dir)
@@ -162,6 +170,10 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], ex
                 Err(_) => repo.path().join("hooks"),
             };
             exclude_file = Some(repo.path().join("info/exclude"));
+            // The drivers for this clone; the committed file for every clone.
+            clone_attributes = Some((repo.path().join("info/attributes"), std::mem::take(&mut attributes)));
+            attributes = committed_attributes();
+            attributes.extend(filtered);
             (root.join(".gitattributes"), Some(hooks))
         }
         Scope::Global => {
@@ -190,6 +202,7 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], ex
         defaults,
         attributes_file,
         attributes,
+        clone_attributes,
         hooks: hook_scripts(&w, !folders.is_empty()),
         hooks_dir,
         folders,
@@ -269,6 +282,15 @@ pub fn describe(p: &Plan) -> String {
     }
     s.push_str(END);
     s.push('\n');
+    if let Some((file, lines)) = &p.clone_attributes {
+        s.push_str(&format!("\n# In {} (this clone only):\n{BEGIN}\n", file.display()));
+        for a in lines {
+            s.push_str(a);
+            s.push('\n');
+        }
+        s.push_str(END);
+        s.push('\n');
+    }
     for f in &p.folders {
         s.push_str(&format!(
             "git config {flag} --add {} {}\n",
@@ -297,6 +319,37 @@ pub fn describe(p: &Plan) -> String {
 }
 
 /// Replaces (or removes, with `lines` = None) the marked block in `text`.
+/// The attributes a repository of snapshots commits in `.gitattributes`:
+/// what every clone needs, with wtxt installed or not. A part is base64 no
+/// person reads, and a `diff=wtxt` that a clone has no driver for is
+/// diffed as text (hundreds of MB of it for one generation), so parts are
+/// `-diff` here; `wtxt git install` turns the semantic diff on in the
+/// clone's own `.git/info/attributes`, which wins. Heads stay text: a
+/// few KB a reviewer can read.
+pub fn committed_attributes() -> Vec<String> {
+    vec![
+        "*.wtxt text eol=lf diff=wtxt merge=wtxt".to_string(),
+        "*.wtxtpart text eol=lf -diff merge=binary".to_string(),
+        "*.wtxtdelta text eol=lf diff".to_string(),
+        "*.wsum text eol=lf".to_string(),
+    ]
+}
+
+/// Puts [`committed_attributes`] in the `.gitattributes` at the top of
+/// `work` when it has no wtxt block yet (a repository the daemon, a
+/// Snapshotter or a distributed save fills, which nobody ran `wtxt git
+/// install` in). Returns true when it wrote the file, which the caller
+/// then commits.
+pub fn ensure_committed_attributes(work: &Path) -> Result<bool> {
+    let path = work.join(".gitattributes");
+    let old = read_attributes(&path)?;
+    if old.lines().any(|l| l == BEGIN) {
+        return Ok(false);
+    }
+    write_file(&path, with_block(&old, Some(&committed_attributes())).as_bytes(), 0o644)?;
+    Ok(true)
+}
+
 fn with_block(text: &str, lines: Option<&[String]>) -> String {
     let mut out = String::new();
     let mut skipping = false;
@@ -365,6 +418,13 @@ pub fn install(dir: &Path, p: &Plan) -> Result<Vec<String>> {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }
     write_file(&p.attributes_file, with_block(&old, Some(&p.attributes)).as_bytes(), 0o644)?;
+    if let Some((file, lines)) = &p.clone_attributes {
+        let old = read_attributes(file)?;
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        }
+        write_file(file, with_block(&old, Some(lines)).as_bytes(), 0o644)?;
+    }
     for f in &p.folders {
         let v = f.dir.display().to_string();
         cfg.set_multivar(crate::git::folders::FOLDER_KEY, &exactly(&v), &v).map_err(git_err)?;
@@ -474,7 +534,7 @@ pub fn uninstall(dir: &Path, p: &Plan) -> Result<()> {
             write_file(&p.attributes_file, new.as_bytes(), 0o644)?;
         }
     }
-    if let Some(x) = &p.exclude_file {
+    for x in p.exclude_file.iter().chain(p.clone_attributes.as_ref().map(|(f, _)| f)) {
         let old = read_attributes(x)?;
         let new = with_block(&old, None);
         if new != old {

@@ -96,8 +96,26 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
     let path = work.join(rel);
-    let id = write_blob(repo, &path)?;
     let m = std::fs::symlink_metadata(&path).map_err(|e| Error::io(&path, e))?;
+    let key = rel.as_os_str().as_bytes();
+    // The file the index lists already, untouched since (a part that did
+    // not change keeps its inode and times): its blob is not hashed again.
+    let listed = index.get_path(rel, 0).filter(|e| {
+        (e.ino, e.file_size, e.mtime.seconds(), e.mtime.nanoseconds(), e.ctime.seconds(), e.ctime.nanoseconds())
+            == (
+                m.ino() as u32,
+                m.len() as u32,
+                m.mtime() as i32,
+                m.mtime_nsec() as u32,
+                m.ctime() as i32,
+                m.ctime_nsec() as u32,
+            )
+            && e.path == key
+    });
+    let id = match listed {
+        Some(e) if repo.odb().map_err(git_err)?.exists(e.id) => e.id,
+        _ => write_blob(repo, &path)?,
+    };
     let exec = m.mode() & 0o111 != 0;
     let entry = git2::IndexEntry {
         ctime: git2::IndexTime::new(m.ctime() as i32, m.ctime_nsec() as u32),
@@ -111,7 +129,7 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
         id,
         flags: 0,
         flags_extended: 0,
-        path: rel.as_os_str().as_bytes().to_vec(),
+        path: key.to_vec(),
     };
     index.add(&entry).map_err(git_err)
 }

@@ -504,10 +504,14 @@ pub fn install_text(out: &Path, text: PathBuf) -> Result<()> {
 /// waiting at `new` (compared, not hashed: both are usually in the page
 /// cache, and a comparison costs a fraction of SHA-256).
 fn same_file(path: &Path, new: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
     // A link at the part's name is not the part: it is replaced, never read.
     let (Ok(a), Ok(b)) = (std::fs::symlink_metadata(path), std::fs::metadata(new)) else { return false };
     if !a.is_file() || a.len() != b.len() {
         return false;
+    }
+    if (a.dev(), a.ino()) == (b.dev(), b.ino()) {
+        return true;
     }
     let (Ok(mut x), Ok(mut y)) = (crate::atomic::open_no_follow(path), File::open(new)) else { return false };
     let (mut bx, mut by) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
@@ -523,10 +527,13 @@ fn same_file(path: &Path, new: &Path) -> bool {
     }
 }
 
-/// Copies a stored snapshot (one file, or a head and its parts, plain or
-/// age-armored file by file) to `dest`: parts first, each atomically and
-/// only when its bytes differ, then the head; parts `dest` had beyond the
-/// new count are removed. Returns the number of parts.
+/// Puts a stored snapshot (one file, or a head and its parts, plain or
+/// age-armored file by file) at `dest` as well: parts first, each
+/// atomically and only when its bytes differ, then the head; parts `dest`
+/// had beyond the new count are removed. Each file is a hard link of the
+/// stored one where the file system allows (stored snapshots are never
+/// written in place, and Git replaces a work-tree file rather than writing
+/// into it), else a copy. Returns the number of parts.
 pub fn copy_snapshot(src: &Path, dest: &Path) -> Result<u64> {
     let (from, to) = (parts_dir(src), parts_dir(dest));
     let mut count = 0;
@@ -537,15 +544,31 @@ pub fn copy_snapshot(src: &Path, dest: &Path) -> Result<u64> {
             let name = part_name(count);
             let (a, b) = (from.join(&name), to.join(&name));
             if !same_file(&b, &a) {
-                copy_file(&a, &b)?;
+                link_or_copy(&a, &b)?;
             }
         }
     }
     if crate::atomic::is_real_dir(&to) {
         remove_stale_parts(&to, count)?;
     }
-    copy_file(src, dest)?;
+    link_or_copy(src, dest)?;
     Ok(count)
+}
+
+/// Puts a hard link of `from` at `to` in one rename, replacing whatever is
+/// there (never written through); a copy where no link can be made.
+fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
+    let dir = to.parent().unwrap_or(Path::new("."));
+    let tmp =
+        dir.join(format!(".{}.wtxt-link-{}", to.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    match std::fs::hard_link(from, &tmp) {
+        Ok(()) => std::fs::rename(&tmp, to).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            Error::io(to, e)
+        }),
+        Err(_) => copy_file(from, to),
+    }
 }
 
 /// Copies `from` to `to`, replacing whatever is at `to` (never written through).

@@ -192,9 +192,11 @@ fn a_failing_remote_parks_pushes_until_it_recovers() {
     assert_eq!(st["last_gen"], 3);
     assert_eq!(st["resend_queue"], 3, "{st}");
     assert!(st["last_error"].as_str().unwrap().contains("push"), "{st}");
-    // The ring keeps what is not pushed.
-    // Its own ring, named for its path in the repository.
-    assert!(repo.join(".git/wtxt-ring-models_m.wtxt/gen-000001.wtxt").exists());
+    // Its own ring, named for its path in the repository: the newest whole,
+    // the others as deltas (each commit holds its generation whole).
+    let ring = repo.join(".git/wtxt-ring-models_m.wtxt");
+    assert!(ring.join("gen-000003.wtxt").exists() && !ring.join("gen-000001.wtxt").exists());
+    assert!(ring.join("gen-000002.wtxtdelta").exists() && ring.join("gen-000003.wtxtdelta").exists());
     git_ok(d, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
     let t = Instant::now();
     loop {
@@ -343,9 +345,13 @@ fn the_python_example_runs_end_to_end() {
     let ring: Vec<String> = std::fs::read_dir(repo.join(".git/wtxt-ring"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".wtxt"))
         .collect();
-    assert_eq!(ring.len() as u64, written.min(3), "the ring keeps the last 3: {ring:?}");
+    // The repository holds every generation whole: the ring keeps the
+    // newest whole and the deltas of the last 3.
+    let whole: Vec<&String> = ring.iter().filter(|n| n.ends_with(".wtxt")).collect();
+    assert_eq!(whole, [&"gen-000030.wtxt".to_string()], "{ring:?}");
+    let deltas = ring.iter().filter(|n| n.ends_with(".wtxtdelta")).count() as u64;
+    assert_eq!(deltas, (written - 1).min(3), "{ring:?}");
     let log = log_verified(&repo);
     assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stdout));
 }
@@ -674,11 +680,12 @@ fn a_failing_push_is_logged_at_once_with_the_remotes_answer() {
     assert!(logged.contains("wtxt daemon: push to ssh://"), "stderr: {logged}");
 }
 
-/// While pushes fail, the ring keeps deltas against the last full
-/// copy, not a full copy per generation; each dropped one rebuilds exactly
-/// from the deltas, and once the remote is back everything arrives.
+/// While pushes fail, the ring keeps deltas, not a full copy per
+/// generation (each commit holds its generation whole); each rebuilds
+/// exactly from the one before and its delta, and once the remote is back
+/// everything arrives.
 #[test]
-fn an_unreachable_remote_fills_the_ring_with_deltas_not_copies() {
+fn an_unreachable_remote_leaves_deltas_in_the_ring_not_copies() {
     let (dir, repo) = new_repo();
     let d = dir.path();
     let remote = d.join("later.git");
@@ -691,13 +698,16 @@ fn an_unreachable_remote_fills_the_ring_with_deltas_not_copies() {
     assert_eq!(daemon.status()["resend_queue"], 4);
     let ring = repo.join(".git/wtxt-ring");
     let has = |f: &str| ring.join(f).exists();
-    assert!(has("gen-000001.wtxt") && has("gen-000004.wtxt"), "the first and the newest stay whole");
-    for g in 2..=3 {
-        assert!(!has(&format!("gen-00000{g}.wtxt")), "gen {g}: no full copy while unpushed");
+    assert!(has("gen-000004.wtxt"), "the newest stays whole");
+    for g in 1..=3 {
+        assert!(!has(&format!("gen-00000{g}.wtxt")), "gen {g}: no full copy beside its commit");
+    }
+    for g in 2..=4 {
         assert!(has(&format!("gen-00000{g}.wtxtdelta")), "gen {g}: its delta");
     }
-    // The dropped generations rebuild exactly from the deltas.
-    let mut prev = ring.join("gen-000001.wtxt");
+    // The generations rebuild exactly from the first commit and the deltas.
+    let mut prev = d.join("gen1.wtxt");
+    std::fs::write(&prev, git_ok(&repo, &["show", "HEAD~3:snapshot.wtxt"])).unwrap();
     for g in 2..=3 {
         let out = d.join(format!("rebuilt{g}.wtxt"));
         let o = crate::util::wtxt()

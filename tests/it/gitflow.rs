@@ -90,6 +90,12 @@ fn install_is_idempotent_chains_hooks_and_uninstalls() {
     }
     let attrs = std::fs::read_to_string(r.root.join(".gitattributes")).unwrap();
     assert_eq!(attrs.matches("*.wtxt text eol=lf diff=wtxt merge=wtxt").count(), 1, "{attrs}");
+    // Committed: parts are no text diff for a clone without wtxt; this
+    // clone's own attributes (which win) turn the semantic diff on.
+    assert!(attrs.contains("*.wtxtpart text eol=lf -diff merge=binary"), "{attrs}");
+    let mine = std::fs::read_to_string(r.root.join(".git/info/attributes")).unwrap();
+    assert_eq!(mine.matches("*.wtxtpart text eol=lf diff=wtxt merge=binary").count(), 1, "{mine}");
+    assert!(r.ok(&["check-attr", "diff", "--", "m.wtxt.parts/000001.wtxtpart"]).contains("diff: wtxt"));
     assert!(r.ok(&["config", "merge.wtxt.driver"]).contains("merge %O %A %B -o %A"));
     assert_eq!(r.ok(&["config", "core.packedGitLimit"]).trim(), "96m");
     assert_eq!(r.ok(&["config", "core.packedGitWindowSize"]).trim(), "32m");
@@ -110,6 +116,7 @@ fn install_is_idempotent_chains_hooks_and_uninstalls() {
     assert_eq!(r.ok(&["config", "core.deltaBaseCacheLimit"]).trim(), "200m", "the user's is not");
     assert!(!std::fs::read_to_string(&hook).unwrap().contains("wtxt-managed-hook"), "the foreign hook is back");
     assert!(std::fs::read_to_string(r.root.join(".gitattributes")).map_or(true, |a| !a.contains("wtxt")));
+    assert!(!std::fs::read_to_string(r.root.join(".git/info/attributes")).unwrap().contains("wtxt"));
 }
 
 #[test]
