@@ -35,6 +35,7 @@ pub mod ops;
 pub mod pipe;
 pub mod progress;
 pub mod store;
+pub mod threads;
 pub mod wtxt;
 
 pub use error::{Error, Result};

@@ -121,7 +121,7 @@ pub fn files_parallel<T: Send>(
     use std::sync::atomic::{AtomicUsize, Ordering};
     let next = AtomicUsize::new(0);
     let found: Vec<std::sync::Mutex<Option<Result<T>>>> = paths.iter().map(|_| Default::default()).collect();
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(paths.len()).max(1);
+    let workers = crate::threads::threads().min(paths.len()).max(1);
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| loop {

@@ -235,7 +235,7 @@ impl DistWrite {
         }
         self.with_plan(|plan| {
             let next = AtomicUsize::new(0);
-            let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(chunks.len().max(1));
+            let threads = crate::threads::threads().min(chunks.len().max(1));
             std::thread::scope(|s| {
                 let work = || -> Result<()> {
                     let (mut buf, mut scratch) = (Vec::with_capacity(2 << 20), Vec::new());

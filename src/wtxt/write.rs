@@ -177,7 +177,7 @@ impl<'a> WritePlan<'a> {
 
         let sums = Sums::new(plans.len(), total_chunks);
         let body = std::thread::scope(|s| {
-            let hashers = std::thread::available_parallelism().map_or(2, |n| n.get()).saturating_sub(1).max(1);
+            let hashers = crate::threads::threads().saturating_sub(1).max(1);
             let (plans, sums) = (&plans, &sums);
             let handles: Vec<_> =
                 (0..hashers).map(|_| s.spawn(move || hash_jobs(plans, total_chunks, opts, sums, progress))).collect();

@@ -355,3 +355,37 @@ fn diff_finds_damage_in_chunks_it_does_not_decode() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains(&format!("DAMAGED b/s.wtxt.parts/000002.wtxtpart line {line}")), "{out}");
 }
+
+/// The hashing pools' size changes how fast, never what: the same bytes
+/// from one thread, from two, and from `WTXT_THREADS`; 0 is refused.
+#[test]
+fn threads_change_no_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = |name: &str, threads: Option<&str>, env: Option<&str>| {
+        let o = dir.path().join(name);
+        let mut c = wtxt();
+        if let Some(t) = threads {
+            c.args(["--threads", t]);
+        }
+        if let Some(e) = env {
+            c.env("WTXT_THREADS", e);
+        }
+        let r = c
+            .args(["snapshot", "inputs/model.npz", "--part-size", "64K", "--ts", "2026-03-01T00:00:00Z", "-o"])
+            .arg(&o)
+            .output()
+            .unwrap();
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let mut bytes = std::fs::read(&o).unwrap();
+        for p in 1..=4 {
+            if let Ok(b) = std::fs::read(dir.path().join(format!("{name}.parts/{p:06}.wtxtpart"))) {
+                bytes.extend(b);
+            }
+        }
+        bytes
+    };
+    let one = out("one.wtxt", Some("1"), None);
+    assert_eq!(one, out("two.wtxt", Some("2"), None));
+    assert_eq!(one, out("env.wtxt", None, Some("3")));
+    assert_eq!(run(&["--threads", "0", "verify", "expected/hmac.wtxt"]).code, 2);
+}

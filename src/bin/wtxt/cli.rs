@@ -8,6 +8,9 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "wtxt", version, about, propagate_version = true)]
 pub struct Cli {
+    /// Threads the hashing pools use (default: WTXT_THREADS, else every core).
+    #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub threads: Option<u64>,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -31,6 +31,9 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    if let Some(n) = cli.threads {
+        wtxt::threads::set(n as usize);
+    }
     // The daemon finishes in-flight work on SIGTERM itself; every other
     // command removes its unfinished outputs' temporary files and exits.
     if !matches!(cli.command, Command::Daemon(_)) {
