@@ -253,18 +253,24 @@ def test_snapshotter_commits_and_pushes_what_was_published(tmp_path):
     assert wtxt.verify(repo / "model.wtxt").ok
 
 
-def test_every_requested_generation_is_committed_and_pushed_on_its_own_unless_coalescing(tmp_path):
-    repo, remote = _repos(tmp_path)
+def _eight_generations(snapshotter):
+    """Publishes and requests generations 0-7 as fast as it can; returns
+    what each request came to and the status after them."""
     state = {"w": np.zeros((2000, 64), np.float32)}
-    with wtxt.Snapshotter(repo, remote=str(remote), part_size="64K") as snap:
-        # Requested faster than a generation is committed and pushed.
+    with snapshotter as snap:
         futures = []
         for step in range(8):
             state["w"][:] = step
             snap.publish(state)
             futures.append(snap.request_snapshot())
         infos = [f.result(timeout=120) for f in futures]
-        status = snap.status()
+        return infos, snap.status()
+
+
+def test_every_requested_generation_is_committed_and_pushed_on_its_own_unless_coalescing(tmp_path):
+    repo, remote = _repos(tmp_path)
+    # Requested faster than a generation is committed and pushed.
+    infos, status = _eight_generations(wtxt.Snapshotter(repo, remote=str(remote), part_size="64K"))
     assert [i.gen for i in infos] == list(range(8)) and all(i.pushed for i in infos)
     assert status["coalesced"] == 0 and status["snapshots_written"] == 8
     # One commit per generation reached the remote, each holding its own values.
@@ -281,14 +287,7 @@ def test_every_requested_generation_is_committed_and_pushed_on_its_own_unless_co
 
     # coalesce=True: a request never waits; those made while one waits fold into it.
     repo2, remote2 = _repos(tmp_path / "c")
-    with wtxt.Snapshotter(repo2, remote=str(remote2), coalesce=True) as snap:
-        futures = []
-        for step in range(8):
-            state["w"][:] = step
-            snap.publish(state)
-            futures.append(snap.request_snapshot())
-        infos = [f.result(timeout=120) for f in futures]
-        status = snap.status()
+    infos, status = _eight_generations(wtxt.Snapshotter(repo2, remote=str(remote2), coalesce=True))
     assert status["coalesced"] + status["snapshots_written"] == 8 and status["last_gen"] == 7
     assert infos[-1].gen == 7 and all(i.gen >= g for i, g in zip(infos, range(8)))
     with pytest.raises(wtxt.Error, match="max_pending"):
