@@ -9,6 +9,7 @@ import pathlib
 import shutil
 import struct
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -294,6 +295,26 @@ def test_every_requested_generation_is_committed_and_pushed_on_its_own_unless_co
         wtxt.Snapshotter(repo2, max_pending=0)
 
 
+def test_a_callback_asking_for_status_while_flush_waits_does_not_hang(tmp_path):
+    """flush() waits holding the Snapshotter's lock; a future's callback that
+    calls status() must not wait for that lock while holding the GIL (it
+    stopped every Python thread). Run in its own process, so a hang fails
+    the test instead of stopping the suite."""
+    repo, remote = _repos(tmp_path)
+    script = f"""
+import numpy as np, wtxt
+seen = []
+with wtxt.Snapshotter({str(repo)!r}, remote={str(remote)!r}) as snap:
+    for i in range(6):
+        snap.publish({{"w": np.full((20000, 256), i, np.float32)}})
+        snap.request_snapshot().add_done_callback(lambda f: seen.append(snap.status()["last_gen"]))
+    snap.flush()
+print(len(seen))
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "6", r.stdout + r.stderr
+
+
 def test_a_failing_remote_fails_the_future_and_the_queue_drains_when_it_is_back(tmp_path):
     repo, remote = _repos(tmp_path)
     later = tmp_path / "later.git"
@@ -471,7 +492,7 @@ def test_a_script_that_exits_while_a_snapshotter_is_busy_exits_cleanly(tmp_path)
         "    s.request_snapshot()\n"
         "# exits without close(): the open Snapshotter is finished at exit\n"
     )
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "FATAL" not in r.stderr
     assert wtxt.verify(repo / "model.wtxt").ok
