@@ -392,6 +392,8 @@ def test_dlpack_tensors_are_saved_and_published_without_torch(tmp_path):
     with wtxt.Snapshotter(repo) as snap:
         snap.publish({"layer.weight": _DLPackOnly(a)})
         assert snap.request_snapshot().result(timeout=60).gen == 0
+        # No remote: nothing waits to be pushed.
+        assert snap.status()["resend_queue"] == 0
     assert (wtxt.load_file(repo / "model.wtxt")["layer.weight"] == a).all()
 
 

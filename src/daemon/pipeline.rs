@@ -373,10 +373,12 @@ impl Pipeline {
         if let Some(repo) = self.cfg.repo.clone() {
             let commit = self.commit(&repo, &committed, gen, &written.sha256_all)?;
             self.state.last_commit = Some(commit.clone());
-            self.state.resend_queue.push(gen);
-            self.unpushed.insert(gen, (Some(commit), changed_wholly));
             self.committed.insert(gen);
-            self.save_queue()?;
+            if self.pushes() {
+                self.state.resend_queue.push(gen);
+                self.unpushed.insert(gen, (Some(commit), changed_wholly));
+                self.save_queue()?;
+            }
             stages.commit = lap();
         }
         self.state.last_stages = Some(stages);

@@ -61,6 +61,10 @@ impl Default for Queue {
     }
 }
 
+/// A committed generation whose outcome waits for its push: gen, commit,
+/// stages.
+type Untold = (u64, Option<String>, Option<Stages>);
+
 /// What a request hands the snapshot thread: the generation it pinned, or
 /// none (coalescing: the newest when the thread gets to it).
 type Pin = Option<Arc<Generation>>;
@@ -427,10 +431,10 @@ fn run(
             s.lost = lost;
         }
     };
-    // Committed generations whose push has not been tried yet: their
-    // outcomes are told once it has.
-    let mut unpushed: Vec<(u64, Option<String>, Option<Stages>)> = Vec::new();
-    let once = |p: &mut Pipeline, pin: Pin, unpushed: &mut Vec<(u64, Option<String>, Option<Stages>)>| {
+    // Committed generations whose push has not been tried yet (gen, commit,
+    // stages): their outcomes are told once it has.
+    let mut untold: Vec<Untold> = Vec::new();
+    let once = |p: &mut Pipeline, pin: Pin, untold: &mut Vec<Untold>| {
         let pin = pin.unwrap_or_else(|| state.load_full());
         if p.state.last_gen == Some(pin.gen) {
             // Already written by an earlier request that pinned the same
@@ -445,7 +449,7 @@ fn run(
                 Outcome { gen: pin.gen, commit: None, pushed: false, error: Some(message), stages: None }
             }
             Ok(()) if p.pushes() => {
-                unpushed.push((pin.gen, p.state.last_commit.clone(), p.state.last_stages));
+                untold.push((pin.gen, p.state.last_commit.clone(), p.state.last_stages));
                 return;
             }
             Ok(()) => Outcome {
@@ -461,10 +465,10 @@ fn run(
         shared.outcomes.record(outcome);
     };
     // Pushes what waits, one generation per push, and tells the outcomes.
-    let push = |p: &mut Pipeline, unpushed: &mut Vec<(u64, Option<String>, Option<Stages>)>| {
+    let push = |p: &mut Pipeline, untold: &mut Vec<Untold>| {
         let took = p.push_now();
         publish(p);
-        for (gen, commit, mut stages) in unpushed.drain(..) {
+        for (gen, commit, mut stages) in untold.drain(..) {
             let pushed = p.state.pushed_gen.is_some_and(|g| g >= gen);
             if let (Some(st), Some((_, secs))) = (&mut stages, took.iter().find(|(g, _)| *g == gen)) {
                 st.push = *secs;
@@ -476,38 +480,45 @@ fn run(
             shared.outcomes.record(Outcome { gen, commit, pushed, error, stages });
         }
     };
+    // Flush and shutdown: what is queued is written, then everything pushed
+    // (a retry scheduled for later is tried now).
+    let finish = |p: &mut Pipeline, untold: &mut Vec<Untold>| {
+        while let Ok(pin) = req_rx.try_recv() {
+            once(p, pin, untold);
+        }
+        if !p.state.resend_queue.is_empty() || !untold.is_empty() {
+            push(p, untold);
+        }
+        publish(p);
+    };
     loop {
         let wait = p.retry_due().map_or(Duration::from_secs(1), |t| t.saturating_duration_since(Instant::now()));
         select! {
             recv(req_rx) -> r => match r {
                 Ok(pin) => {
-                    once(&mut p, pin, &mut unpushed);
+                    once(&mut p, pin, &mut untold);
                     // Writing and committing come first: the push waits
                     // until no request does.
-                    if req_rx.is_empty() && (p.push_due() || !unpushed.is_empty()) {
-                        push(&mut p, &mut unpushed);
+                    if req_rx.is_empty() && (p.push_due() || !untold.is_empty()) {
+                        push(&mut p, &mut untold);
                     }
                 }
                 Err(_) => break,
             },
             recv(ctl_rx) -> c => match c {
                 Ok(Control::Flush(reply)) => {
-                    while let Ok(pin) = req_rx.try_recv() { once(&mut p, pin, &mut unpushed); }
-                    if p.retry_due().is_some() || p.push_due() || !unpushed.is_empty() { push(&mut p, &mut unpushed); }
-                    publish(&p);
+                    finish(&mut p, &mut untold);
                     let _ = reply.send(());
                 }
                 Ok(Control::Shutdown(reply)) => {
-                    while let Ok(pin) = req_rx.try_recv() { once(&mut p, pin, &mut unpushed); }
-                    if p.retry_due().is_some() || p.push_due() || !unpushed.is_empty() { push(&mut p, &mut unpushed); }
-                    publish(&p);
+                    finish(&mut p, &mut untold);
                     let _ = reply.send(());
                     break;
                 }
                 Err(_) => break,
             },
             default(wait) => {
-                if p.retry_due().is_some_and(|t| t <= Instant::now()) { push(&mut p, &mut unpushed); }
+                if p.retry_due().is_some_and(|t| t <= Instant::now()) { push(&mut p, &mut untold); }
             }
         }
         publish(&p);

@@ -74,7 +74,7 @@ pub struct Plan {
     /// Local scope: this clone's own attributes file
     /// (`.git/info/attributes`, which wins over `.gitattributes`) and its
     /// lines. The committed `.gitattributes` then says what a clone without
-    /// wtxt needs ([`committed_attributes`]); this file turns the drivers on here.
+    /// wtxt needs ([`snapshot_attributes`]); this file turns the drivers on here.
     pub clone_attributes: Option<(PathBuf, Vec<String>)>,
     /// The hooks folder (local scope only).
     pub hooks_dir: Option<PathBuf>,
@@ -140,14 +140,7 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], ex
         ("merge.wtxt.name".to_string(), "wtxt: three-way merge of WTXT chunks".to_string()),
         ("merge.wtxt.driver".to_string(), format!("{w} merge %O %A %B -o %A --path %P")),
     ];
-    let mut attributes = vec![
-        "*.wtxt text eol=lf diff=wtxt merge=wtxt".to_string(),
-        // Parts of split snapshots: diffed chunk by chunk; merged by
-        // `wtxt merge` on their heads, so Git never merges one alone.
-        "*.wtxtpart text eol=lf diff=wtxt merge=binary".to_string(),
-        "*.wtxtdelta text eol=lf diff".to_string(),
-        "*.wsum text eol=lf".to_string(),
-    ];
+    let mut attributes = snapshot_attributes(false);
     let mut filtered = Vec::new();
     for f in filters {
         config.push((format!("filter.wtxt-{f}.process"), format!("{w} git filter-process {f}")));
@@ -172,7 +165,7 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], ex
             exclude_file = Some(repo.path().join("info/exclude"));
             // The drivers for this clone; the committed file for every clone.
             clone_attributes = Some((repo.path().join("info/attributes"), std::mem::take(&mut attributes)));
-            attributes = committed_attributes();
+            attributes = snapshot_attributes(true);
             attributes.extend(filtered);
             (root.join(".gitattributes"), Some(hooks))
         }
@@ -318,24 +311,26 @@ pub fn describe(p: &Plan) -> String {
     s
 }
 
-/// Replaces (or removes, with `lines` = None) the marked block in `text`.
-/// The attributes a repository of snapshots commits in `.gitattributes`:
+/// The attributes of snapshot files. `committed`: the lines a repository
+/// commits in `.gitattributes`,
 /// what every clone needs, with wtxt installed or not. A part is base64 no
 /// person reads, and a `diff=wtxt` that a clone has no driver for is
 /// diffed as text (hundreds of MB of it for one generation), so parts are
-/// `-diff` here; `wtxt git install` turns the semantic diff on in the
-/// clone's own `.git/info/attributes`, which wins. Heads stay text: a
-/// few KB a reviewer can read.
-pub fn committed_attributes() -> Vec<String> {
+/// `-diff` there; `wtxt git install` turns the semantic diff on in the
+/// clone's own `.git/info/attributes` (the lines with `committed` false),
+/// which wins. Heads stay text: a few KB a reviewer can read.
+pub fn snapshot_attributes(committed: bool) -> Vec<String> {
     vec![
         "*.wtxt text eol=lf diff=wtxt merge=wtxt".to_string(),
-        "*.wtxtpart text eol=lf -diff merge=binary".to_string(),
+        // Parts of split snapshots: diffed chunk by chunk; merged by
+        // `wtxt merge` on their heads, so Git never merges one alone.
+        format!("*.wtxtpart text eol=lf {} merge=binary", if committed { "-diff" } else { "diff=wtxt" }),
         "*.wtxtdelta text eol=lf diff".to_string(),
         "*.wsum text eol=lf".to_string(),
     ]
 }
 
-/// Puts [`committed_attributes`] in the `.gitattributes` at the top of
+/// Puts the committed [`snapshot_attributes`] in the `.gitattributes` at the top of
 /// `work` when it has no wtxt block yet (a repository the daemon, a
 /// Snapshotter or a distributed save fills, which nobody ran `wtxt git
 /// install` in). Returns true when it wrote the file, which the caller
@@ -346,10 +341,11 @@ pub fn ensure_committed_attributes(work: &Path) -> Result<bool> {
     if old.lines().any(|l| l == BEGIN) {
         return Ok(false);
     }
-    write_file(&path, with_block(&old, Some(&committed_attributes())).as_bytes(), 0o644)?;
+    write_file(&path, with_block(&old, Some(&snapshot_attributes(true))).as_bytes(), 0o644)?;
     Ok(true)
 }
 
+/// Replaces (or removes, with `lines` = None) the marked block in `text`.
 fn with_block(text: &str, lines: Option<&[String]>) -> String {
     let mut out = String::new();
     let mut skipping = false;

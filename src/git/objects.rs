@@ -110,7 +110,6 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
                 m.ctime() as i32,
                 m.ctime_nsec() as u32,
             )
-            && e.path == key
     });
     let id = match listed {
         Some(e) if repo.odb().map_err(git_err)?.exists(e.id) => e.id,
