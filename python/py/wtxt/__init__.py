@@ -348,7 +348,9 @@ class Snapshotter:
                             list(recipients or []), keep, None, p(oms_key), bool(coalesce), int(max_pending))
         self._lock = threading.Lock()
         self._closed = False
-        self._pending: "queue.Queue[Optional[Tuple[int, Future]]]" = queue.Queue()
+        # Requests' futures in order, an Event that flush() waits on (set
+        # once every future before it is resolved), or None to stop.
+        self._pending: "queue.Queue[Union[None, threading.Event, Tuple[int, Future]]]" = queue.Queue()
         self._watcher = threading.Thread(target=self._watch, name="wtxt-snapshot-futures", daemon=True)
         self._watcher.start()
         _OPEN_SNAPSHOTTERS.add(self)
@@ -384,6 +386,9 @@ class Snapshotter:
             item = self._pending.get()
             if item is None:
                 return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
             gen, fut = item
             try:
                 r = self._inner.wait(gen)
@@ -402,9 +407,14 @@ class Snapshotter:
 
     def flush(self) -> None:
         """Waits until every request so far is written, committed and pushed
-        (a failed push is retried once more and stays in the resend queue)."""
+        (a failed push is retried once more and stays in the resend queue),
+        and its future resolved (its callbacks run)."""
         self._check_open()
         _call(self._inner.flush)
+        if threading.current_thread() is not self._watcher:  # a callback's own flush cannot wait for itself
+            resolved = threading.Event()
+            self._pending.put(resolved)
+            resolved.wait()
 
     def status(self) -> Dict[str, object]:
         """The daemon's status: last_gen, queue_depth, coalesced, resend_queue,
