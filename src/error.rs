@@ -214,6 +214,74 @@ impl std::error::Error for Error {
     }
 }
 
+/// What was wrong with a piece of input, before the caller knows where it
+/// was. Line and field parsers return it; whoever holds the file and the
+/// position makes it an [`Error`] of the right kind ([`Reason::at_line`],
+/// [`Reason::at_byte`], or any constructor taking a message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reason(String);
+
+impl Reason {
+    /// A reason with this text.
+    pub fn new(message: impl Into<String>) -> Self {
+        Reason(message.into())
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A failed check on line `line` (0: the whole file).
+    pub fn at_line(self, line: u64) -> Error {
+        check_at(line, self.0)
+    }
+
+    /// Unusable input at byte `byte`.
+    pub fn at_byte(self, byte: u64) -> Error {
+        input_at(byte, self.0)
+    }
+
+    /// The same reason behind a prefix (the field or part it was found in).
+    pub fn context(self, what: impl fmt::Display) -> Self {
+        Reason(format!("{what}: {}", self.0))
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Reason {}
+
+impl From<String> for Reason {
+    fn from(message: String) -> Self {
+        Reason(message)
+    }
+}
+
+impl From<&str> for Reason {
+    fn from(message: &str) -> Self {
+        Reason(message.to_string())
+    }
+}
+
+impl From<Reason> for String {
+    fn from(r: Reason) -> Self {
+        r.0
+    }
+}
+
+/// `reason!("...", args)`: a [`Reason`] from a format string.
+macro_rules! reason {
+    ($($arg:tt)*) => {
+        $crate::error::Reason::new(format!($($arg)*))
+    };
+}
+pub(crate) use reason;
+
 /// Shorthand for a failed check on a line (0: the whole file, as a
 /// [`Problem`](crate::wtxt::verify::Problem) without a line has it).
 pub fn check_at(line: u64, message: impl Into<String>) -> Error {

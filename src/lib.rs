@@ -12,7 +12,7 @@
 //! - [`wtxt`]: the format (grammar, layout, writer, reader, verifier, recovery, split form);
 //! - [`crypto`]: digests, HMAC, Ed25519 and EC keys, age;
 //! - [`model`] and [`buffer`]: named typed arrays, and the one byte buffer;
-//! - [`error`], [`limits`], [`atomic`], [`pipe`], [`progress`]: shared plumbing.
+//! - [`error`], [`limits`], [`atomic`], `pipe`, [`progress`]: shared plumbing.
 //!
 //! Unsafe code is denied crate-wide; the few places that need it (memory
 //! maps, `flock`, `poll`, `setrlimit`, signals) allow it on one function
@@ -32,7 +32,7 @@ pub mod limits;
 pub mod model;
 pub mod oms;
 pub mod ops;
-pub mod pipe;
+pub(crate) mod pipe;
 pub mod progress;
 pub mod store;
 pub mod threads;

@@ -2,21 +2,21 @@
 //! loading snapshot inputs into the model, and writing extracted arrays.
 
 pub mod aero;
-pub mod bytes;
-pub mod container;
+pub(crate) mod bytes;
+pub(crate) mod container;
 pub mod direct;
 pub mod fold;
 pub mod formats;
 pub mod hf;
 pub mod mldf;
-pub mod msgpack;
+pub(crate) mod msgpack;
 pub mod names;
 pub mod npy;
 pub mod npz;
-pub mod pyjson;
-pub mod rs;
+pub(crate) mod pyjson;
+pub(crate) mod rs;
 pub mod safetensors;
-pub mod unseek;
+pub(crate) mod unseek;
 pub mod volp;
 
 use std::path::Path;
@@ -26,7 +26,7 @@ use memmap2::Mmap;
 
 use crate::atomic::AtomicFile;
 use crate::convert::container::Container;
-use crate::error::{input_at, Error, Result};
+use crate::error::{input_at, reason, Error, Reason, Result};
 use crate::model::{assign_names, sort_arrays, Array};
 use crate::wtxt::verify::VerifyOptions;
 
@@ -73,25 +73,25 @@ pub(crate) enum ReadAs {
 /// never inflating past that: a compression bomb stops at the declared
 /// size. Large payloads go to a mapped temporary file ([`crate::buffer::Spill`]), so the
 /// heap stays small whatever the file declares.
-pub fn zstd_exact(body: impl std::io::Read, want: u64) -> std::result::Result<crate::buffer::ArrayData, String> {
+pub fn zstd_exact(body: impl std::io::Read, want: u64) -> std::result::Result<crate::buffer::ArrayData, Reason> {
     use std::io::Read;
     let mut dec = zstd::stream::read::Decoder::new(body).map_err(|e| e.to_string())?;
     let mut out = crate::buffer::Spill::with_expected(want).map_err(|e| e.message().to_string())?;
     let mut piece = vec![0u8; 1 << 20];
     loop {
-        let n = dec.read(&mut piece).map_err(|e| format!("not a valid zstd frame: {e}"))?;
+        let n = dec.read(&mut piece).map_err(|e| reason!("not a valid zstd frame: {e}"))?;
         if n == 0 {
             break;
         }
         if out.len() + n as u64 > want {
-            return Err(format!("decodes to more than the {want} bytes declared"));
+            return Err(reason!("decodes to more than the {want} bytes declared"));
         }
         out.push(&piece[..n]).map_err(|e| e.message().to_string())?;
     }
     if out.len() != want {
-        return Err(format!("decodes to {} bytes, {want} declared", out.len()));
+        return Err(reason!("decodes to {} bytes, {want} declared", out.len()));
     }
-    out.finish().map_err(|e| e.message().to_string())
+    out.finish().map_err(|e| Reason::new(e.message()))
 }
 
 /// A metadata array: `name` (beginning with `__`) holding `v` as UTF-8 JSON.

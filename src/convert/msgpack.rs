@@ -9,6 +9,7 @@
 //! distinct strings, or that would read as one of these tags).
 #![forbid(unsafe_code)]
 
+use crate::error::{reason, Reason};
 use rmpv::Value as Mp;
 use serde_json::{json, Map, Value};
 
@@ -24,12 +25,12 @@ const TAGS: [&str; 6] = ["$bin", "$ext", "$f32", "$f64", "$str", "$map"];
 pub const MAX_NODES: u64 = 1 << 21;
 
 /// Counts the values in `b` without building them, failing past `limit`.
-pub fn count_nodes(b: &[u8], limit: u64) -> Result<u64, String> {
+pub fn count_nodes(b: &[u8], limit: u64) -> Result<u64, Reason> {
     use rmp::Marker as M;
     let mut rd = b;
     let mut pending: u64 = 1;
     let mut seen: u64 = 0;
-    let take = |rd: &mut &[u8], n: u64| -> Result<(), String> {
+    let take = |rd: &mut &[u8], n: u64| -> Result<(), Reason> {
         let n = usize::try_from(n).map_err(|_| "length overflows".to_string())?;
         if rd.len() < n {
             return Err("MessagePack ends early".into());
@@ -37,7 +38,7 @@ pub fn count_nodes(b: &[u8], limit: u64) -> Result<u64, String> {
         *rd = &rd[n..];
         Ok(())
     };
-    let be = |rd: &mut &[u8], n: usize| -> Result<u64, String> {
+    let be = |rd: &mut &[u8], n: usize| -> Result<u64, Reason> {
         if rd.len() < n {
             return Err("MessagePack ends early".into());
         }
@@ -49,7 +50,7 @@ pub fn count_nodes(b: &[u8], limit: u64) -> Result<u64, String> {
         pending -= 1;
         seen += 1;
         if seen > limit {
-            return Err(format!("more than {limit} values"));
+            return Err(reason!("more than {limit} values"));
         }
         let m = rmp::decode::read_marker(&mut rd).map_err(|_| "MessagePack ends early".to_string())?;
         let children = match m {
@@ -113,12 +114,12 @@ pub fn count_nodes(b: &[u8], limit: u64) -> Result<u64, String> {
 
 /// Decodes exactly one MessagePack value filling `b`, of at most
 /// [`MAX_NODES`] values.
-pub fn decode(b: &[u8]) -> Result<Mp, String> {
+pub fn decode(b: &[u8]) -> Result<Mp, Reason> {
     count_nodes(b, MAX_NODES)?;
     let mut rd = b;
     let v = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH).map_err(|e| e.to_string())?;
     if !rd.is_empty() {
-        return Err(format!("{} bytes follow the MessagePack value", rd.len()));
+        return Err(reason!("{} bytes follow the MessagePack value", rd.len()));
     }
     Ok(v)
 }
@@ -166,7 +167,7 @@ pub fn to_json(v: &Mp) -> Value {
 }
 
 /// The MessagePack value a JSON form stands for.
-pub fn from_json(v: &Value) -> Result<Mp, String> {
+pub fn from_json(v: &Value) -> Result<Mp, Reason> {
     let unhex = |s: &Value| s.as_str().and_then(|s| hex::decode(s).ok()).ok_or("expected a hex string");
     Ok(match v {
         Value::Null => Mp::Nil,
@@ -175,7 +176,7 @@ pub fn from_json(v: &Value) -> Result<Mp, String> {
             (Some(u), _, _) => Mp::from(u),
             (_, Some(i), _) => Mp::from(i),
             (_, _, Some(f)) => Mp::F64(f),
-            _ => return Err(format!("number {n} out of range")),
+            _ => return Err(reason!("number {n} out of range")),
         },
         Value::String(s) => Mp::from(s.as_str()),
         Value::Array(items) => Mp::Array(items.iter().map(from_json).collect::<Result<_, _>>()?),
@@ -210,14 +211,14 @@ pub fn from_json(v: &Value) -> Result<Mp, String> {
             }
         }
         Value::Object(m) => {
-            Mp::Map(m.iter().map(|(k, v)| Ok((Mp::from(k.as_str()), from_json(v)?))).collect::<Result<_, String>>()?)
+            Mp::Map(m.iter().map(|(k, v)| Ok((Mp::from(k.as_str()), from_json(v)?))).collect::<Result<_, Reason>>()?)
         }
     })
 }
 
 /// A `str` holding bytes that may not be UTF-8 (rmpv keeps such strings
 /// as read, so build one by decoding its encoding).
-fn raw_str(bytes: Vec<u8>) -> Result<Mp, String> {
+fn raw_str(bytes: Vec<u8>) -> Result<Mp, Reason> {
     let len = u32::try_from(bytes.len()).map_err(|_| "$str: too long")?;
     let mut buf = Vec::with_capacity(bytes.len() + 5);
     rmp::encode::write_str_len(&mut buf, len).expect("writing to a Vec does not fail");

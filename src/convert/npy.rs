@@ -3,7 +3,7 @@
 
 use crate::convert::container::{into_vec, Container, WriteSeek};
 use crate::convert::Notes;
-use crate::error::{input_at, Error, Position, Result};
+use crate::error::{input_at, reason, Error, Position, Reason, Result};
 use crate::limits::{MAX_NPY_HEADER, MAX_RANK};
 use crate::model::{byte_size, Array, ArrayData, Dtype};
 
@@ -66,7 +66,7 @@ struct Dict {
 }
 
 /// A strict parser for the Python dict literal NumPy writes.
-fn parse_dict(t: &str) -> std::result::Result<Dict, String> {
+fn parse_dict(t: &str) -> std::result::Result<Dict, Reason> {
     let mut p = Lit { s: t.as_bytes(), i: 0 };
     p.ws();
     p.eat(b'{')?;
@@ -90,7 +90,7 @@ fn parse_dict(t: &str) -> std::result::Result<Dict, String> {
             }
             "fortran_order" => fortran = Some(p.boolean()?),
             "shape" => shape = Some(p.tuple()?),
-            k => return Err(format!("has unexpected key {k:?}")),
+            k => return Err(reason!("has unexpected key {k:?}")),
         }
         p.ws();
         if p.peek() == Some(b',') {
@@ -122,15 +122,15 @@ impl Lit<'_> {
             self.i += 1;
         }
     }
-    fn eat(&mut self, c: u8) -> std::result::Result<(), String> {
+    fn eat(&mut self, c: u8) -> std::result::Result<(), Reason> {
         if self.peek() == Some(c) {
             self.i += 1;
             Ok(())
         } else {
-            Err(format!("expected `{}` at column {}", c as char, self.i + 1))
+            Err(reason!("expected `{}` at column {}", c as char, self.i + 1))
         }
     }
-    fn string(&mut self) -> std::result::Result<String, String> {
+    fn string(&mut self) -> std::result::Result<String, Reason> {
         let q = self
             .peek()
             .filter(|&c| c == b'\'' || c == b'"')
@@ -144,7 +144,7 @@ impl Lit<'_> {
         self.i += 1;
         Ok(v)
     }
-    fn boolean(&mut self) -> std::result::Result<bool, String> {
+    fn boolean(&mut self) -> std::result::Result<bool, Reason> {
         for (w, v) in [(&b"True"[..], true), (&b"False"[..], false)] {
             if self.s[self.i..].starts_with(w) {
                 self.i += w.len();
@@ -153,7 +153,7 @@ impl Lit<'_> {
         }
         Err("fortran_order: expected True or False".into())
     }
-    fn tuple(&mut self) -> std::result::Result<Vec<u64>, String> {
+    fn tuple(&mut self) -> std::result::Result<Vec<u64>, Reason> {
         self.eat(b'(')?;
         let mut dims = Vec::new();
         loop {
@@ -174,7 +174,7 @@ impl Lit<'_> {
                         .map_err(|_| "shape: dimension too large")?;
                     dims.push(d);
                     if dims.len() > MAX_RANK {
-                        return Err(format!("shape: rank exceeds {MAX_RANK}"));
+                        return Err(reason!("shape: rank exceeds {MAX_RANK}"));
                     }
                     self.ws();
                     if self.peek() == Some(b',') {
@@ -188,7 +188,7 @@ impl Lit<'_> {
 }
 
 /// Maps a NumPy type string (`<f4`, `|b1`, `>i8`, ...) to a dtype and byte order.
-fn parse_descr(d: &str) -> std::result::Result<(Dtype, bool), String> {
+fn parse_descr(d: &str) -> std::result::Result<(Dtype, bool), Reason> {
     let b = d.as_bytes();
     let (order, code) = match b {
         [o @ (b'<' | b'>' | b'|' | b'='), rest @ ..] => (*o, rest),
@@ -208,11 +208,11 @@ fn parse_descr(d: &str) -> std::result::Result<(Dtype, bool), String> {
         b"u1" => Dtype::U8,
         b"b1" => Dtype::Bool,
         _ => {
-            return Err(format!("dtype {d:?} has no WTXT equivalent (supported: f8 f4 f2 i8 i4 i2 i1 u8 u4 u2 u1 b1)"))
+            return Err(reason!("dtype {d:?} has no WTXT equivalent (supported: f8 f4 f2 i8 i4 i2 i1 u8 u4 u2 u1 b1)"))
         }
     };
     if order == b'|' && dtype.size() != 1 {
-        return Err(format!("dtype {d:?}: `|` (no byte order) is only valid for 1-byte types"));
+        return Err(reason!("dtype {d:?}: `|` (no byte order) is only valid for 1-byte types"));
     }
     Ok((dtype, order == b'>' && dtype.size() > 1))
 }

@@ -354,7 +354,7 @@ pub fn write<W: Write + Seek>(arrays: &[Array], out: W) -> Result<W> {
     write_keyed(arrays.iter().map(|a| (a.name.as_str(), a)), out)
 }
 
-/// Like [`write`], with each member's key given (a container's original
+/// Like [`write()`], with each member's key given (a container's original
 /// names, which need not be WTXT names).
 pub fn write_keyed<'a, W: Write + Seek>(arrays: impl IntoIterator<Item = (&'a str, &'a Array)>, out: W) -> Result<W> {
     let mut z = zip::ZipWriter::new(out);

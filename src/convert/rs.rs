@@ -86,7 +86,9 @@ pub fn parity_len(payload: usize, nsym: usize) -> usize {
     payload.div_ceil(block_len(nsym)) * nsym
 }
 
-/// The parity bytes of `data`, block after block.
+/// The parity bytes of `data`, block after block (the streaming
+/// [`Encoder`] in one call, for the tests).
+#[cfg(test)]
 pub fn encode(data: &[u8], nsym: usize) -> Vec<u8> {
     let mut e = Encoder::new(nsym);
     e.update(data);

@@ -176,7 +176,7 @@ pub fn write_named<W: Write + ?Sized>(
     Ok(())
 }
 
-/// True when `file` is exactly what [`write`] gives for `tensors`: the same
+/// True when `file` is exactly what [`write()`] gives for `tensors`: the same
 /// header and length (the tensor bytes are the file's own).
 pub fn is_ours(file: &[u8], tensors: &[Array]) -> bool {
     let Ok((header, _)) = header_of(tensors) else { return false };

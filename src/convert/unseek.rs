@@ -36,11 +36,6 @@ impl Learned {
         self.len
     }
 
-    /// True when the writer wrote nothing.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Runs `write` again and passes its final bytes, in order, to `out`.
     pub fn emit(&self, write: &Writer, out: &mut dyn Write) -> Result<()> {
         let mut e = Emit { patches: &self.patches, next: 0, pos: 0, emitted: 0, out };

@@ -10,7 +10,7 @@
 
 use crate::convert::container::{into_vec, Container, WriteSeek};
 use crate::convert::Notes;
-use crate::error::{input_at, Error, Result};
+use crate::error::{input_at, reason, Error, Reason, Result};
 use crate::model::{Array, ArrayData, Dtype};
 
 /// The magic bytes.
@@ -47,10 +47,10 @@ fn name_of(d: Dtype) -> Option<&'static str> {
 }
 
 /// The shape and dtype a header declares.
-fn declared(h: &serde_json::Value) -> std::result::Result<(Dtype, Vec<u64>), String> {
+fn declared(h: &serde_json::Value) -> std::result::Result<(Dtype, Vec<u64>), Reason> {
     let dtype = h["dtype"].as_str().ok_or("header: expected a string `dtype`")?;
     let dtype = dtype_of(dtype)
-        .ok_or_else(|| format!("header: dtype {dtype:?} is not one of uint8 int16 int32 float32 float64"))?;
+        .ok_or_else(|| reason!("header: dtype {dtype:?} is not one of uint8 int16 int32 float32 float64"))?;
     let shape: Vec<u64> = h["shape"]
         .as_array()
         .filter(|a| a.len() == 3)

@@ -11,7 +11,7 @@ use p256::ecdsa::signature::{Signer, Verifier};
 use p256::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey, LineEnding};
 
 use crate::crypto::mac::read_small_text;
-use crate::error::{Error, Result};
+use crate::error::{reason, Error, Reason, Result};
 
 /// An ECDSA signing key on one of the curves OMS accepts.
 pub enum EcSecretKey {
@@ -68,7 +68,7 @@ impl EcSecretKey {
     }
 
     /// Parses the text of an EC private key file.
-    pub fn parse(text: &str) -> std::result::Result<EcSecretKey, String> {
+    pub fn parse(text: &str) -> std::result::Result<EcSecretKey, Reason> {
         if text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") || text.contains("Proc-Type: 4,ENCRYPTED") {
             return Err("the EC key is encrypted: give an unencrypted key".into());
         }
@@ -77,16 +77,16 @@ impl EcSecretKey {
                 .map(EcSecretKey::P256)
                 .or_else(|_| p384::ecdsa::SigningKey::from_pkcs8_pem(block).map(EcSecretKey::P384))
                 .or_else(|_| p521::ecdsa::SigningKey::from_pkcs8_pem(block).map(EcSecretKey::P521))
-                .map_err(|_| format!("expected a PKCS#8 EC private key on {CURVES}"));
+                .map_err(|_| reason!("expected a PKCS#8 EC private key on {CURVES}"));
         }
         if let Some(block) = pem_block(text, "EC PRIVATE KEY") {
             return p256::SecretKey::from_sec1_pem(block)
                 .map(|k| EcSecretKey::P256(k.into()))
                 .or_else(|_| p384::SecretKey::from_sec1_pem(block).map(|k| EcSecretKey::P384(k.into())))
                 .or_else(|_| p521::SecretKey::from_sec1_pem(block).map(|k| EcSecretKey::P521(k.into())))
-                .map_err(|_| format!("expected a SEC1 EC private key on {CURVES}"));
+                .map_err(|_| reason!("expected a SEC1 EC private key on {CURVES}"));
         }
-        Err(format!("expected an EC private key on {CURVES} (PKCS#8 or SEC1 PEM)"))
+        Err(reason!("expected an EC private key on {CURVES} (PKCS#8 or SEC1 PEM)"))
     }
 
     /// A fresh P-256 key from the operating system's random source.
@@ -135,15 +135,15 @@ impl EcPublicKey {
     }
 
     /// Parses an SPKI PEM (`BEGIN PUBLIC KEY`).
-    pub fn parse(text: &str) -> std::result::Result<EcPublicKey, String> {
+    pub fn parse(text: &str) -> std::result::Result<EcPublicKey, Reason> {
         let Some(block) = pem_block(text, "PUBLIC KEY") else {
-            return Err(format!("expected an EC public key on {CURVES} (SPKI PEM)"));
+            return Err(reason!("expected an EC public key on {CURVES} (SPKI PEM)"));
         };
         p256::ecdsa::VerifyingKey::from_public_key_pem(block)
             .map(EcPublicKey::P256)
             .or_else(|_| p384::ecdsa::VerifyingKey::from_public_key_pem(block).map(EcPublicKey::P384))
             .or_else(|_| p521::ecdsa::VerifyingKey::from_public_key_pem(block).map(EcPublicKey::P521))
-            .map_err(|_| format!("expected an EC public key on {CURVES} (another curve or key type?)"))
+            .map_err(|_| reason!("expected an EC public key on {CURVES} (another curve or key type?)"))
     }
 
     /// The key as SPKI PEM, byte for byte as Python's `cryptography` and
@@ -194,6 +194,9 @@ mod tests {
         let ed = crate::crypto::sign::SecretKey::generate().unwrap();
         assert!(EcSecretKey::parse(&ed.to_pkcs8_pem()).is_err());
         assert!(EcPublicKey::parse(&ed.public().to_spki_pem()).is_err());
-        assert!(EcSecretKey::parse("-----BEGIN ENCRYPTED PRIVATE KEY-----\n").unwrap_err().contains("encrypted"));
+        assert!(EcSecretKey::parse("-----BEGIN ENCRYPTED PRIVATE KEY-----\n")
+            .unwrap_err()
+            .as_str()
+            .contains("encrypted"));
     }
 }

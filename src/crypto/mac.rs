@@ -5,7 +5,7 @@ use std::path::Path;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use crate::error::{Error, Result};
+use crate::error::{reason, Error, Reason, Result};
 use crate::limits::MAX_KEY_FILE;
 
 /// HMAC-SHA256 as used for `arr ... hmac=`.
@@ -26,15 +26,15 @@ impl std::fmt::Debug for HmacKey {
 
 impl HmacKey {
     /// Parses the key as hex: at least 64 hex digits, surrounding whitespace ignored.
-    pub fn from_hex(text: &str) -> std::result::Result<HmacKey, String> {
+    pub fn from_hex(text: &str) -> std::result::Result<HmacKey, Reason> {
         let t = text.trim();
         if t.len() < 64 {
-            return Err(format!("expected at least 64 hex digits, found {}", t.len()));
+            return Err(reason!("expected at least 64 hex digits, found {}", t.len()));
         }
         if !t.len().is_multiple_of(2) {
             return Err("expected an even number of hex digits".into());
         }
-        hex::decode(t).map(HmacKey).map_err(|e| format!("expected hex digits: {e}"))
+        hex::decode(t).map(HmacKey).map_err(|e| reason!("expected hex digits: {e}"))
     }
 
     /// Reads a key file.

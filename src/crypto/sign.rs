@@ -10,7 +10,7 @@ use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 
 use crate::crypto::digest::keyid;
 use crate::crypto::mac::read_small_text;
-use crate::error::{Error, Result};
+use crate::error::{reason, Error, Reason, Result};
 
 /// A signing key and its key id.
 pub struct SecretKey {
@@ -26,12 +26,12 @@ impl SecretKey {
     }
 
     /// Parses the text of a key file.
-    pub fn parse(text: &str) -> std::result::Result<SecretKey, String> {
+    pub fn parse(text: &str) -> std::result::Result<SecretKey, Reason> {
         let t = text.trim_start();
         if t.starts_with("-----BEGIN PRIVATE KEY-----") {
             SigningKey::from_pkcs8_pem(t)
                 .map(|key| SecretKey { key })
-                .map_err(|e| format!("expected an Ed25519 PKCS#8 private key: {e}"))
+                .map_err(|e| reason!("expected an Ed25519 PKCS#8 private key: {e}"))
         } else if t.starts_with("-----BEGIN OPENSSH PRIVATE KEY-----") {
             parse_openssh_private(t).map(|seed| SecretKey { key: SigningKey::from_bytes(&seed) })
         } else {
@@ -74,10 +74,10 @@ pub struct PublicKey {
 
 impl PublicKey {
     /// From the 32 raw bytes.
-    pub fn from_bytes(bytes: &[u8; 32]) -> std::result::Result<PublicKey, String> {
+    pub fn from_bytes(bytes: &[u8; 32]) -> std::result::Result<PublicKey, Reason> {
         VerifyingKey::from_bytes(bytes)
             .map(|key| PublicKey { key })
-            .map_err(|_| "expected a valid Ed25519 public key".to_string())
+            .map_err(|_| Reason::new("expected a valid Ed25519 public key"))
     }
 
     /// Reads an SPKI PEM or an `ssh-ed25519 AAAA... comment` line.
@@ -87,12 +87,12 @@ impl PublicKey {
     }
 
     /// Parses the text of a public key file.
-    pub fn parse(text: &str) -> std::result::Result<PublicKey, String> {
+    pub fn parse(text: &str) -> std::result::Result<PublicKey, Reason> {
         let t = text.trim();
         if t.starts_with("-----BEGIN PUBLIC KEY-----") {
             VerifyingKey::from_public_key_pem(t)
                 .map(|key| PublicKey { key })
-                .map_err(|e| format!("expected an Ed25519 SPKI public key: {e}"))
+                .map_err(|e| reason!("expected an Ed25519 SPKI public key: {e}"))
         } else if t.starts_with("ssh-ed25519 ") {
             parse_openssh_public(t)
         } else {
@@ -140,13 +140,13 @@ fn pem(label: &str, der: &[u8]) -> String {
 struct Wire<'a>(&'a [u8]);
 
 impl<'a> Wire<'a> {
-    fn u32(&mut self) -> std::result::Result<u32, String> {
+    fn u32(&mut self) -> std::result::Result<u32, Reason> {
         let (h, t) = self.0.split_at_checked(4).ok_or("OpenSSH key: truncated")?;
         self.0 = t;
         Ok(u32::from_be_bytes(h.try_into().expect("4 bytes")))
     }
 
-    fn string(&mut self) -> std::result::Result<&'a [u8], String> {
+    fn string(&mut self) -> std::result::Result<&'a [u8], Reason> {
         let n = self.u32()? as usize;
         let (h, t) = self.0.split_at_checked(n).ok_or("OpenSSH key: truncated string")?;
         self.0 = t;
@@ -154,7 +154,7 @@ impl<'a> Wire<'a> {
     }
 }
 
-fn parse_openssh_private(text: &str) -> std::result::Result<[u8; 32], String> {
+fn parse_openssh_private(text: &str) -> std::result::Result<[u8; 32], Reason> {
     let body: String = text
         .lines()
         .map(str::trim)
@@ -162,7 +162,7 @@ fn parse_openssh_private(text: &str) -> std::result::Result<[u8; 32], String> {
         .skip(1)
         .take_while(|l| !l.starts_with("-----END OPENSSH PRIVATE KEY-----"))
         .collect();
-    let raw = B64.decode(body.as_bytes()).map_err(|e| format!("OpenSSH key: bad base64: {e}"))?;
+    let raw = B64.decode(body.as_bytes()).map_err(|e| reason!("OpenSSH key: bad base64: {e}"))?;
     let rest = raw.strip_prefix(b"openssh-key-v1\0").ok_or("OpenSSH key: expected magic openssh-key-v1")?;
     let mut w = Wire(rest);
     let cipher = w.string()?;
@@ -194,9 +194,9 @@ fn parse_openssh_private(text: &str) -> std::result::Result<[u8; 32], String> {
     Ok(seed)
 }
 
-fn parse_openssh_public(line: &str) -> std::result::Result<PublicKey, String> {
+fn parse_openssh_public(line: &str) -> std::result::Result<PublicKey, Reason> {
     let b64 = line.split_whitespace().nth(1).ok_or("expected `ssh-ed25519 <base64> [comment]`")?;
-    let blob = B64.decode(b64).map_err(|e| format!("ssh-ed25519 key: bad base64: {e}"))?;
+    let blob = B64.decode(b64).map_err(|e| reason!("ssh-ed25519 key: bad base64: {e}"))?;
     let mut w = Wire(&blob);
     if w.string()? != b"ssh-ed25519" {
         return Err("expected key type ssh-ed25519".into());
@@ -225,11 +225,12 @@ impl TrustedKeys {
     /// A line whose keyid does not match its key is refused.
     pub fn from_file(path: &Path) -> Result<TrustedKeys> {
         let text = read_small_text(path)?;
-        TrustedKeys::parse(&text).map_err(|(line, m)| Error::input(crate::error::Position::Line(line), m).in_file(path))
+        TrustedKeys::parse(&text).map_err(|e| e.in_file(path))
     }
 
     /// Parses a trusted-keys file; errors carry the 1-based line.
-    pub fn parse(text: &str) -> std::result::Result<TrustedKeys, (u64, String)> {
+    pub fn parse(text: &str) -> Result<TrustedKeys> {
+        let at = |n: u64, m: &str| Error::input(crate::error::Position::Line(n), m);
         let mut keys = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let n = i as u64 + 1;
@@ -239,16 +240,19 @@ impl TrustedKeys {
             }
             let mut parts = l.splitn(3, char::is_whitespace);
             let id = parts.next().unwrap_or_default();
-            let b64 = parts.next().ok_or((n, "expected `<keyid> <base64 public key> [comment]`".to_string()))?;
+            let b64 = parts.next().ok_or_else(|| at(n, "expected `<keyid> <base64 public key> [comment]`"))?;
             let comment = parts.next().unwrap_or_default().trim().to_string();
             let raw: [u8; 32] = B64
                 .decode(b64.trim())
                 .ok()
                 .and_then(|v| v.try_into().ok())
-                .ok_or((n, "expected the base64 of a 32-byte Ed25519 public key".to_string()))?;
-            let key = PublicKey::from_bytes(&raw).map_err(|m| (n, m))?;
+                .ok_or_else(|| at(n, "expected the base64 of a 32-byte Ed25519 public key"))?;
+            let key = PublicKey::from_bytes(&raw).map_err(|m| at(n, m.as_str()))?;
             if hex::encode(key.keyid()) != id {
-                return Err((n, format!("keyid {id} does not match its key (expected {})", hex::encode(key.keyid()))));
+                return Err(at(
+                    n,
+                    &format!("keyid {id} does not match its key (expected {})", hex::encode(key.keyid())),
+                ));
             }
             keys.push((key, comment));
         }
@@ -302,7 +306,7 @@ mod tests {
     fn trusted_keys_reject_wrong_keyid() {
         let k = SecretKey::generate().unwrap().public();
         let line = format!("{} {}\n", "00".repeat(8), B64.encode(k.to_bytes()));
-        assert_eq!(TrustedKeys::parse(&line).unwrap_err().0, 1);
+        assert_eq!(TrustedKeys::parse(&line).unwrap_err().position(), crate::error::Position::Line(1));
         let ok = format!("# c\n{} {} me\n", hex::encode(k.keyid()), B64.encode(k.to_bytes()));
         assert!(TrustedKeys::parse(&ok).unwrap().find(&k.keyid()).is_some());
     }

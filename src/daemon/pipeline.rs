@@ -459,7 +459,8 @@ impl Pipeline {
             // A push of HEAD carries every generation queued.
             let carried = if commit.is_some() { 1 } else { self.state.resend_queue.len() };
             let mut pushed = crate::git::push::push(&repo_dir, &remote, what, &self.cfg.stopping).map(|()| carried);
-            let refused = |e: &String| e.contains("rejected") || e.contains("failed to push some refs");
+            let refused =
+                |e: &crate::Error| e.message().contains("rejected") || e.message().contains("failed to push some refs");
             if pushed.as_ref().is_err_and(refused) && commit.is_some() {
                 // Another writer on this repository may have pushed a
                 // commit made on top of ours: the remote then refuses ours
@@ -482,7 +483,7 @@ impl Pipeline {
                     let _ = self.save_queue();
                 }
                 Err(e) => {
-                    self.fail(crate::git::push::redact(&format!("push to {remote}: {e}")));
+                    self.fail(crate::git::push::redact(&format!("push to {remote}: {}", e.message())));
                     self.next_retry = Some(Instant::now() + self.backoff);
                     self.backoff = (self.backoff * 2).min(Duration::from_secs(60));
                     break;

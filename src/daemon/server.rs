@@ -20,7 +20,7 @@ use serde::Deserialize;
 use crate::convert::load_inputs;
 use crate::daemon::pipeline::PipelineConfig;
 use crate::daemon::snapshotter::{pending_requests, Generation, Snapshotter};
-use crate::error::{Error, Result};
+use crate::error::{Error, Reason, Result};
 use crate::wtxt::verify::InputTrust;
 
 /// Settings from flags and/or a TOML file (flags win).
@@ -441,10 +441,10 @@ pub enum Request {
 
 /// Parses one request line (the trailing LF optional). Paths may hold
 /// spaces; a last word `gen=N` is the generation.
-pub fn parse_request(line: &[u8]) -> std::result::Result<Request, String> {
+pub fn parse_request(line: &[u8]) -> std::result::Result<Request, Reason> {
     let line = std::str::from_utf8(line).map_err(|_| "a request is UTF-8 text".to_string())?;
     let line = line.strip_suffix('\n').unwrap_or(line);
-    let usage = || "expected: snapshot PATH [gen=N] | flush | status | shutdown".to_string();
+    let usage = || Reason::new("expected: snapshot PATH [gen=N] | flush | status | shutdown");
     match line.split_once(' ').unwrap_or((line, "")) {
         ("snapshot", rest) if !rest.is_empty() => {
             let (path, gen) = match rest.rsplit_once(' ') {

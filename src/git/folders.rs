@@ -226,7 +226,7 @@ fn no_links(work: &Path, f: &Folder) -> Result<()> {
 }
 
 /// Where `f` stands in the repository around its work tree `work`. A
-/// folder or snapshot reached through a link is refused ([`no_links`]);
+/// folder or snapshot reached through a link is refused (`no_links`);
 /// [`checkout`] and `stage` start here.
 pub fn state(repo: &git2::Repository, f: &Folder) -> Result<State> {
     let work = work_tree(repo)?;

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::buffer::Spill;
-use crate::error::{Error, Result};
+use crate::error::{reason, Error, Reason, Result};
 use crate::model::{Array, Dtype};
 use crate::wtxt::layout::Layout;
 
@@ -46,14 +46,14 @@ pub enum Strategy {
 }
 
 impl std::str::FromStr for Strategy {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+    type Err = Reason;
+    fn from_str(s: &str) -> std::result::Result<Self, Reason> {
         match s {
             "fail" => Ok(Strategy::Fail),
             "ours" => Ok(Strategy::Ours),
             "theirs" => Ok(Strategy::Theirs),
             "average" => Ok(Strategy::Average),
-            _ => Err(format!("unknown strategy `{s}` (expected fail, ours, theirs or average)")),
+            _ => Err(reason!("unknown strategy `{s}` (expected fail, ours, theirs or average)")),
         }
     }
 }
@@ -72,8 +72,8 @@ pub struct Decisions {
 
 impl Decisions {
     /// Parses a decisions file.
-    pub fn parse(text: &str) -> std::result::Result<Decisions, String> {
-        serde_json::from_str(text).map_err(|e| format!("decisions: {e}"))
+    pub fn parse(text: &str) -> std::result::Result<Decisions, Reason> {
+        serde_json::from_str(text).map_err(|e| reason!("decisions: {e}"))
     }
 
     /// The same decisions with every key that is an array's original name

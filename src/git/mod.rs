@@ -3,9 +3,9 @@
 use std::path::Path;
 
 use crate::crypto::sign::TrustedKeys;
-use crate::error::{Error, Result};
+use crate::error::{Error, Reason, Result};
 
-pub mod blob;
+pub(crate) mod blob;
 pub mod commit;
 pub mod diff;
 pub mod filter;
@@ -14,7 +14,7 @@ pub mod history;
 pub mod hooks;
 pub mod install;
 pub mod merge;
-pub mod objects;
+pub(crate) mod objects;
 pub mod parts;
 pub mod push;
 
@@ -146,7 +146,7 @@ impl Policy {
 /// The part size a team keeps files under (`git config wtxt.partSize`, as `--part-size`).
 pub fn configured_part_size(repo: &git2::Repository) -> Result<crate::wtxt::split::PartSize> {
     match repo.config().and_then(|c| c.get_string("wtxt.partSize")) {
-        Ok(v) => v.parse().map_err(|e: String| Error::usage(format!("git config wtxt.partSize: {e}"))),
+        Ok(v) => v.parse().map_err(|e: Reason| Error::usage(format!("git config wtxt.partSize: {e}"))),
         Err(_) => Ok(Default::default()),
     }
 }

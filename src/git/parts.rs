@@ -12,7 +12,7 @@ use std::ops::Range;
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{check_at, Error, Result};
+use crate::error::{check_at, Error, Reason, Result};
 use crate::git::blob::Text;
 use crate::git::diff::{
     check_unchanged, decode_pair, header_changes, ArrayDiff, Damage, FileDiff, Names, Stats, Status,
@@ -47,9 +47,9 @@ pub fn classify(text: &dyn Text) -> Result<Blob> {
     })
 }
 
-/// Opens `path` as a [`Text`] when it starts as WTXT text does (`WTXT `);
+/// Opens `path` as a `Text` (a file read as a WTXT stream) when it starts as WTXT text does (`WTXT `);
 /// `None` for anything else (a container a filter smudged).
-pub fn open_text(path: &Path) -> Result<Option<File>> {
+pub(crate) fn open_text(path: &Path) -> Result<Option<File>> {
     let f = File::open(path).map_err(|e| Error::io(path, e))?;
     let mut magic = [0u8; 5];
     let n = f.stream().take(5).read(&mut magic).map_err(|e| Error::io(path, e))?;
@@ -163,7 +163,7 @@ struct Section {
 /// Reads a part's arrays and chunks, streaming (chunks are not decoded):
 /// what it keeps is each chunk's `ch` line and where its text is.
 fn scan(text: &dyn Text, file: &Path) -> Result<Vec<Section>> {
-    let at = |n: u64, m: String| check_at(n, m).in_file(file);
+    let at = |n: u64, m: Reason| m.at_line(n).in_file(file);
     let mut lines = LineReader::new(text.stream());
     let next = |lines: &mut LineReader<_>| -> Result<Option<(u64, Vec<u8>)>> {
         let r = lines.next_range().map_err(|e| e.in_file(file))?;
@@ -194,7 +194,7 @@ fn scan(text: &dyn Text, file: &Path) -> Result<Vec<Section>> {
                 let shape = parse_shape(f.next("shape")?)?;
                 f.end()?;
                 let begin = (kind == "begin").then_some(n);
-                Ok::<_, String>(Section { name, dtype, shape, arr_text: None, begin, chunks: Vec::new() })
+                Ok::<_, Reason>(Section { name, dtype, shape, arr_text: None, begin, chunks: Vec::new() })
             })();
             out.push(parsed.map_err(|m| at(n, m))?);
         } else if l.starts_with(b"arr ") {

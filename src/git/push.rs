@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::error::{Error, Result};
+
 /// `remote` without the userinfo of a `scheme://user:secret@host/...` URL,
 /// and that user and secret (a token alone is the user, as GitHub takes it).
 fn split_credentials(remote: &str) -> (String, Option<(String, String)>) {
@@ -69,17 +71,14 @@ pub struct Push<'a> {
 /// https://, git://, paths), with the user's own authentication (ssh agent
 /// and keys, `core.sshCommand`, credential helpers, `insteadOf`). It never
 /// prompts (no terminal, no stdin); a failure returns git's own words.
-pub fn push(
-    repo_dir: &Path,
-    remote: &str,
-    what: Push<'_>,
-    stopping: &std::sync::atomic::AtomicBool,
-) -> std::result::Result<(), String> {
-    let repo = git2::Repository::open(repo_dir).map_err(|e| format!("cannot open the repository: {}", e.message()))?;
+pub fn push(repo_dir: &Path, remote: &str, what: Push<'_>, stopping: &std::sync::atomic::AtomicBool) -> Result<()> {
+    let failed = |m: String| Error::io_in("git push", std::io::Error::other(m));
+    let repo =
+        git2::Repository::open(repo_dir).map_err(|e| failed(format!("cannot open the repository: {}", e.message())))?;
     let branch = repo
         .head()
         .and_then(|h| h.name().map(String::from))
-        .map_err(|e| format!("cannot read HEAD: {}", e.message()))?;
+        .map_err(|e| failed(format!("cannot read HEAD: {}", e.message())))?;
     let mut cmd = std::process::Command::new("git");
     cmd.arg("-C").arg(repo_dir);
     for (key, value) in pack_settings(&repo, what.changed_wholly) {
@@ -108,7 +107,7 @@ pub fn push(
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run git: {e}"))?;
+        .map_err(|e| Error::io_in("cannot run git", e))?;
     // Read stderr on its own thread so a chatty git never blocks on a full
     // pipe; every byte (progress included) says git is still working.
     let mut err = child.stderr.take().expect("piped");
@@ -135,10 +134,10 @@ pub fn push(
             {
                 crate::git::kill_group(&mut child);
                 let silent = heard.lock().unwrap_or_else(|p| p.into_inner()).elapsed().as_secs();
-                break Err(format!("git push said nothing for {silent} s: stopped"));
+                break Err(failed(format!("said nothing for {silent} s: stopped")));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => break Err(e.to_string()),
+            Err(e) => break Err(Error::io_in("git push", e)),
         }
     };
     let stderr = reader.join().unwrap_or_default();
@@ -153,7 +152,7 @@ pub fn push(
                 said.truncate(cut);
                 said.push_str(" ...");
             }
-            Err(format!("git push exited {}: {said}", s.code().unwrap_or(-1)))
+            Err(Error::io_in(&format!("git push exited {}", s.code().unwrap_or(-1)), std::io::Error::other(said)))
         }
         Err(m) => Err(m),
     }

@@ -5,7 +5,7 @@
 //! docs/SECURITY.md says what it proves next to the in-file signature.
 
 pub mod bundle;
-pub mod folder;
+pub(crate) mod folder;
 
 use std::collections::HashSet;
 use std::io::Read;

@@ -256,9 +256,7 @@ pub fn diff_driver(args: &[String], here: &Path) -> DriverView {
             None => Ok(Box::new(crate::git::filter::as_wtxt(Path::new(file), here, path)?)),
         }
     };
-    let one = |file: &str, hex: &str| {
-        side(file, hex).and_then(|t| inspect_reader(t.stream())).map_err(|e| e.message().to_string())
-    };
+    let one = |file: &str, hex: &str| side(file, hex).and_then(|t| inspect_reader(t.stream()));
     let view = |shown| DriverView { path: path.clone(), shown };
     if old == "/dev/null" {
         return view(Shown::Added(one(new, new_hex)));
@@ -325,9 +323,9 @@ pub struct DriverView {
 /// What the diff driver shows.
 pub enum Shown {
     /// A new file: what it holds, or why it cannot be read.
-    Added(std::result::Result<Inspection, String>),
+    Added(Result<Inspection>),
     /// A deleted file: what it held, or why it cannot be read.
-    Deleted(std::result::Result<Inspection, String>),
+    Deleted(Result<Inspection>),
     /// Both sides: their difference (sides named `a/PATH`, `b/PATH`).
     Diff(crate::git::diff::FileDiff),
     /// The diff could not be made, and why.

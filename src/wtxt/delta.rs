@@ -20,10 +20,10 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use crate::crypto::digest::Hash;
-use crate::error::{check_at, Error, Result};
+use crate::error::{check_at, reason, Error, Reason, Result};
 use crate::wtxt::layout::Layout;
 use crate::wtxt::read::{read_header, Header, LineReader};
-use crate::wtxt::syntax::{hexn, lossy, ArrLine, Cap, ChLine, IdxLine, Meta, Root, SignLine, END};
+use crate::wtxt::syntax::{hexn, lossy, ArrLine, Cap, ChLine, IdxLine, Meta, PResult, Root, SignLine, END};
 
 /// First token of a delta.
 pub const MAGIC: &str = "WTXT-DELTA 2";
@@ -60,11 +60,11 @@ pub struct DeltaHead {
 
 impl DeltaHead {
     /// Parses `WTXT-DELTA 2 base_sha256_all=H [target_sha256_all=H]`.
-    pub fn parse(l: &[u8]) -> std::result::Result<DeltaHead, String> {
+    pub fn parse(l: &[u8]) -> std::result::Result<DeltaHead, Reason> {
         let rest = l
             .strip_prefix(MAGIC.as_bytes())
             .and_then(|r| r.strip_prefix(b" "))
-            .ok_or_else(|| format!("expected `{MAGIC} base_sha256_all=...`"))?;
+            .ok_or_else(|| reason!("expected `{MAGIC} base_sha256_all=...`"))?;
         let mut f = crate::wtxt::syntax::Fields::new_unkeyed(rest, "WTXT-DELTA");
         let base_sha256_all = hexn::<32>(f.next("base_sha256_all")?, "base_sha256_all")?;
         let target_sha256_all = if f.rest().is_empty() {
@@ -596,7 +596,7 @@ impl<R: Read> DeltaReader<R> {
 /// WTXT has them, each checked by its parser.
 fn target_header_lines<R: Read>(w: &mut Walker<R>) -> Result<Vec<u8>> {
     let mut text = b"WTXT 1\n".to_vec();
-    let mut take = |w: &mut Walker<R>, what: &str, check: &dyn Fn(&[u8]) -> std::result::Result<(), String>| {
+    let mut take = |w: &mut Walker<R>, what: &str, check: &dyn Fn(&[u8]) -> PResult<()>| {
         let (n, l) = w.next(what)?;
         check(&l).map_err(|m| check_at(n, m))?;
         text.extend_from_slice(&l);

@@ -2,10 +2,10 @@
 //! verifier, recovery and streaming finalization.
 #![forbid(unsafe_code)]
 
-pub mod chunk;
+pub(crate) mod chunk;
 pub mod delta;
 pub mod layout;
-pub mod read;
+pub(crate) mod read;
 pub mod recover;
 pub mod split;
 pub mod syntax;

@@ -7,7 +7,7 @@
 use std::io::Read;
 use std::ops::Range;
 
-use crate::error::{check_at, Error, Position, Result};
+use crate::error::{check_at, reason, Error, Position, Reason, Result};
 use crate::limits::{BLOCK, MAX_LINE};
 use crate::wtxt::chunk::ChunkDecoder;
 use crate::wtxt::layout::Layout;
@@ -244,7 +244,7 @@ impl<'a> Iterator for SliceLines<'a> {
 }
 
 /// The rules every non-base64 line obeys: printable ASCII, not empty, no trailing space.
-pub fn check_text_line(l: &[u8]) -> std::result::Result<(), String> {
+pub fn check_text_line(l: &[u8]) -> std::result::Result<(), Reason> {
     if l.is_empty() {
         return Err("empty line".into());
     }
@@ -254,7 +254,7 @@ pub fn check_text_line(l: &[u8]) -> std::result::Result<(), String> {
             b'\t' => "tab".to_string(),
             b => format!("byte 0x{b:02x}"),
         };
-        return Err(format!("column {}: {what} where printable ASCII was expected", p + 1));
+        return Err(reason!("column {}: {what} where printable ASCII was expected", p + 1));
     }
     if l.last() == Some(&b' ') {
         return Err("trailing space".into());
@@ -325,7 +325,7 @@ pub fn read_header<R: Read>(lines: &mut LineReader<R>) -> Result<Header> {
         lines: &mut LineReader<R>,
         signed: &mut Vec<u8>,
         what: &str,
-        parse: fn(&[u8]) -> std::result::Result<T, String>,
+        parse: fn(&[u8]) -> std::result::Result<T, Reason>,
     ) -> Result<T> {
         let (n, l) = lines.expect_line(what)?;
         let v = parse(l).map_err(|m| check_at(n, m))?;

@@ -2,17 +2,18 @@
 //! `write` that emits the only canonical spelling, and a strict `parse` beside
 //! it that accepts nothing else (docs/FORMAT.md gives the ABNF).
 //!
-//! Parsers return `Err(String)` naming what was expected; the caller adds the
+//! Parsers return a [`Reason`] naming what was expected; the caller adds the
 //! file and line number.
 
 use std::fmt::Write as _;
 
 use crate::crypto::digest::Hash;
+use crate::error::{reason, Reason};
 use crate::limits::{MAX_NAME, MAX_RANK};
 use crate::model::{byte_size, is_valid_name, Dtype};
 
 /// A parse failure: what was expected.
-pub type PResult<T> = std::result::Result<T, String>;
+pub type PResult<T> = std::result::Result<T, Reason>;
 
 /// First line of every WTXT file.
 pub const MAGIC: &str = "WTXT 1";
@@ -41,7 +42,7 @@ impl<'a> Fields<'a> {
         let rest = line
             .strip_prefix(keyword.as_bytes())
             .and_then(|r| r.strip_prefix(b" "))
-            .ok_or_else(|| format!("expected a `{keyword}` line"))?;
+            .ok_or_else(|| reason!("expected a `{keyword}` line"))?;
         Ok(Fields { rest, what: keyword })
     }
 
@@ -58,16 +59,16 @@ impl<'a> Fields<'a> {
             .rest
             .strip_prefix(key.as_bytes())
             .and_then(|r| r.strip_prefix(b"="))
-            .ok_or_else(|| format!("`{what}` line: expected field `{key}=` here"))?;
+            .ok_or_else(|| reason!("`{what}` line: expected field `{key}=` here"))?;
         let end = r.iter().position(|&b| b == b' ').unwrap_or(r.len());
         let (v, tail) = r.split_at(end);
         if v.is_empty() {
-            return Err(format!("`{what}` line: `{key}=` has an empty value"));
+            return Err(reason!("`{what}` line: `{key}=` has an empty value"));
         }
         self.rest = match tail {
             [] => tail,
             [b' ', more @ ..] if !more.is_empty() => more,
-            _ => return Err(format!("`{what}` line: expected exactly one space between fields")),
+            _ => return Err(reason!("`{what}` line: expected exactly one space between fields")),
         };
         Ok(v)
     }
@@ -82,7 +83,7 @@ impl<'a> Fields<'a> {
         if self.rest.is_empty() {
             Ok(())
         } else {
-            Err(format!("`{}` line: unexpected text `{}` after the last field", self.what, lossy(self.rest, 40)))
+            Err(reason!("`{}` line: unexpected text `{}` after the last field", self.what, lossy(self.rest, 40)))
         }
     }
 }
@@ -101,21 +102,21 @@ pub fn lossy(b: &[u8], max: usize) -> String {
 pub fn dec(v: &[u8], what: &str) -> PResult<u64> {
     let ok = !v.is_empty() && v.iter().all(u8::is_ascii_digit) && (v.len() == 1 || v[0] != b'0');
     if !ok {
-        return Err(format!(
+        return Err(reason!(
             "{what}: expected a decimal number without sign or leading zeros, found `{}`",
             lossy(v, 24)
         ));
     }
-    std::str::from_utf8(v).expect("digits").parse().map_err(|_| format!("{what}: number too large"))
+    std::str::from_utf8(v).expect("digits").parse().map_err(|_| reason!("{what}: number too large"))
 }
 
 /// A decimal zero-padded to at least `width` digits (wider only without a leading zero).
 pub fn padded(v: &[u8], width: usize, what: &str) -> PResult<u64> {
     let ok = v.len() >= width && v.iter().all(u8::is_ascii_digit) && (v.len() == width || v[0] != b'0');
     if !ok {
-        return Err(format!("{what}: expected a decimal zero-padded to {width} digits, found `{}`", lossy(v, 24)));
+        return Err(reason!("{what}: expected a decimal zero-padded to {width} digits, found `{}`", lossy(v, 24)));
     }
-    std::str::from_utf8(v).expect("digits").parse().map_err(|_| format!("{what}: number too large"))
+    std::str::from_utf8(v).expect("digits").parse().map_err(|_| reason!("{what}: number too large"))
 }
 
 /// Writes `n` zero-padded to at least `width` digits.
@@ -127,7 +128,7 @@ pub fn pad(n: u64, width: usize) -> String {
 pub fn hexn<const N: usize>(v: &[u8], what: &str) -> PResult<[u8; N]> {
     let ok = v.len() == 2 * N && v.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
     if !ok {
-        return Err(format!("{what}: expected {} lowercase hex digits, found `{}`", 2 * N, lossy(v, 70)));
+        return Err(reason!("{what}: expected {} lowercase hex digits, found `{}`", 2 * N, lossy(v, 70)));
     }
     let mut out = [0u8; N];
     hex::decode_to_slice(v, &mut out).expect("checked hex");
@@ -143,7 +144,7 @@ fn token(v: &[u8], what: &str) -> PResult<String> {
     if is_token(v) {
         Ok(String::from_utf8(v.to_vec()).expect("ASCII"))
     } else {
-        Err(format!("{what}: expected a token [A-Za-z0-9._/+-]+, found `{}`", lossy(v, 40)))
+        Err(reason!("{what}: expected a token [A-Za-z0-9._/+-]+, found `{}`", lossy(v, 40)))
     }
 }
 
@@ -159,7 +160,7 @@ pub struct Timestamp(String);
 impl Timestamp {
     /// Parses and validates (a real date, zero-padded, `Z`).
     pub fn parse(v: &str) -> PResult<Timestamp> {
-        let bad = || format!("expected a UTC timestamp YYYY-MM-DDTHH:MM:SSZ, found `{}`", lossy(v.as_bytes(), 30));
+        let bad = || reason!("expected a UTC timestamp YYYY-MM-DDTHH:MM:SSZ, found `{}`", lossy(v.as_bytes(), 30));
         if v.len() != 20 {
             return Err(bad());
         }
@@ -172,7 +173,7 @@ impl Timestamp {
 
     /// From seconds since the Unix epoch.
     pub fn from_epoch(secs: i64) -> PResult<Timestamp> {
-        let t = chrono::DateTime::from_timestamp(secs, 0).ok_or_else(|| format!("epoch {secs} is out of range"))?;
+        let t = chrono::DateTime::from_timestamp(secs, 0).ok_or_else(|| reason!("epoch {secs} is out of range"))?;
         Timestamp::parse(&t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
     }
 
@@ -183,7 +184,7 @@ impl Timestamp {
         }
         if let Ok(v) = std::env::var("SOURCE_DATE_EPOCH") {
             let secs: i64 =
-                v.trim().parse().map_err(|_| format!("SOURCE_DATE_EPOCH: expected whole seconds, found `{v}`"))?;
+                v.trim().parse().map_err(|_| reason!("SOURCE_DATE_EPOCH: expected whole seconds, found `{v}`"))?;
             return Timestamp::from_epoch(secs);
         }
         Timestamp::from_epoch(chrono::Utc::now().timestamp())
@@ -319,7 +320,7 @@ impl Cap {
         let mut items = Vec::new();
         for it in v.split(|&b| b == b',') {
             if it.is_empty() || !it.iter().all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
-                return Err(format!("cap: expected comma-separated items [a-z0-9_]+, found `{}`", lossy(v, 60)));
+                return Err(reason!("cap: expected comma-separated items [a-z0-9_]+, found `{}`", lossy(v, 60)));
             }
             items.push(String::from_utf8(it.to_vec()).expect("ASCII"));
         }
@@ -372,7 +373,7 @@ impl Root {
             return if line == ROOT_PENDING.as_bytes() {
                 Ok(Root::Pending)
             } else {
-                Err(format!("expected `{ROOT_PENDING}`"))
+                Err(reason!("expected `{ROOT_PENDING}`"))
             };
         }
         let mut f = Fields::new(line, "root")?;
@@ -419,7 +420,7 @@ pub fn b64_strict_encode(b: &[u8]) -> String {
 /// A 64-byte signature in canonical standard base64 (88 characters).
 pub fn sig64(v: &[u8], what: &str) -> PResult<[u8; 64]> {
     use base64::Engine;
-    let bad = || format!("{what}: expected 88 characters of base64 holding a 64-byte signature");
+    let bad = || reason!("{what}: expected 88 characters of base64 holding a 64-byte signature");
     if v.len() != 88 {
         return Err(bad());
     }
@@ -461,7 +462,7 @@ pub fn parse_shape(v: &[u8]) -> PResult<Vec<u64>> {
     }
     let dims: Vec<&[u8]> = v.split(|&b| b == b',').collect();
     if dims.len() > MAX_RANK {
-        return Err(format!("shape: rank {} exceeds {MAX_RANK}", dims.len()));
+        return Err(reason!("shape: rank {} exceeds {MAX_RANK}", dims.len()));
     }
     dims.into_iter().map(|d| dec(d, "shape")).collect()
 }
@@ -500,13 +501,13 @@ impl ArrLine {
         let name_b = f.next("name")?;
         let name = String::from_utf8(name_b.to_vec()).unwrap_or_default();
         if !is_valid_name(&name) {
-            return Err(format!(
+            return Err(reason!(
                 "name: expected [A-Za-z0-9_]+ of at most {MAX_NAME} bytes, found `{}`",
                 lossy(name_b, 40)
             ));
         }
         let dt = f.next("dtype")?;
-        let dtype = Dtype::parse(dt).ok_or_else(|| format!("dtype: unknown dtype `{}`", lossy(dt, 16)))?;
+        let dtype = Dtype::parse(dt).ok_or_else(|| reason!("dtype: unknown dtype `{}`", lossy(dt, 16)))?;
         let shape = parse_shape(f.next("shape")?)?;
         if f.next("order")? != b"C" {
             return Err("order: expected `C`".into());
@@ -514,7 +515,7 @@ impl ArrLine {
         let bytes = dec(f.next("bytes")?, "bytes")?;
         let want = byte_size(dtype, &shape).ok_or("shape: element count overflows")?;
         if bytes != want {
-            return Err(format!("bytes: expected {want} for {dtype} shape {}, found {bytes}", shape_str(&shape)));
+            return Err(reason!("bytes: expected {want} for {dtype} shape {}, found {bytes}", shape_str(&shape)));
         }
         let sha256 = hexn::<32>(f.next("sha256")?, "sha256")?;
         let hmac = hexn::<32>(f.next("hmac")?, "hmac")?;
@@ -617,7 +618,7 @@ impl ChLine {
         let lines = dec(f.next("lines")?, "lines")?;
         f.end()?;
         if lines != lines_for(len) {
-            return Err(format!("lines: expected {} for len={len}, found {lines}", lines_for(len)));
+            return Err(reason!("lines: expected {} for len={len}, found {lines}", lines_for(len)));
         }
         Ok(ChLine { ix, off, len, sha256, crc32c, lines })
     }
@@ -646,7 +647,7 @@ impl Audit {
             let eq = s.iter().position(|&b| b == b'=').ok_or("audit: expected key=value")?;
             let key = &s[..eq];
             if !is_token(key) {
-                return Err(format!("audit: expected a key [A-Za-z0-9._/+-]+, found `{}`", lossy(key, 30)));
+                return Err(reason!("audit: expected a key [A-Za-z0-9._/+-]+, found `{}`", lossy(key, 30)));
             }
             let rest = &s[eq + 1..];
             let vlen = if rest.first() == Some(&b'"') {
@@ -661,7 +662,7 @@ impl Audit {
             } else {
                 let end = rest.iter().position(|&b| b == b' ').unwrap_or(rest.len());
                 if !is_token(&rest[..end]) {
-                    return Err(format!(
+                    return Err(reason!(
                         "audit: expected a token or a quoted value, found `{}`",
                         lossy(&rest[..end], 30)
                     ));

@@ -164,9 +164,9 @@ pub fn log_text(chains: &[wtxt::git::history::Chain], verified: bool) -> String 
 pub fn driver_text(v: &ops::DriverView, color: bool) -> String {
     let path = &v.path;
     let head = format!("diff --wtxt a/{path} b/{path}\n");
-    let one = |what: &str, i: &Result<ops::Inspection, String>| match i {
+    let one = |what: &str, i: &wtxt::Result<ops::Inspection>| match i {
         Ok(i) => format!("{head}{what} {path}: gen {:06}, {} arrays, {} bytes\n", i.gen, i.arrays.len(), i.total_bytes),
-        Err(e) => format!("{head}{what} {path}: {e}\n"),
+        Err(e) => format!("{head}{what} {path}: {}\n", e.message()),
     };
     match &v.shown {
         ops::Shown::Added(i) => one("new file", i),

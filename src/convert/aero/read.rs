@@ -16,7 +16,7 @@ pub fn read_tensors(src: &ArrayData, notes: &mut Notes) -> Result<Vec<Array>> {
 }
 
 /// Like [`read`], and where our zstd would not reproduce a compressed
-/// chunk's stored bytes, keeps them (`stored_hex`), so [`write`] gives this
+/// chunk's stored bytes, keeps them (`stored_hex`), so [`write()`] gives this
 /// exact file back (the Git filter).
 pub fn read_pinned(src: &ArrayData, notes: &mut Notes) -> Result<Vec<Array>> {
     read_with(src, notes, ReadAs::Pinned)
@@ -235,28 +235,28 @@ fn read_with(src: &ArrayData, _notes: &mut Notes, how: ReadAs) -> Result<Vec<Arr
 }
 
 /// Where TIDX puts one tensor: checked against its shard's bounds.
-fn place_tensor<'a>(t: &'a Value, chunks: &[Chunk]) -> std::result::Result<Placed<'a>, String> {
+fn place_tensor<'a>(t: &'a Value, chunks: &[Chunk]) -> std::result::Result<Placed<'a>, Reason> {
     let name = t.get("name").and_then(Value::as_str).ok_or("expected a string \"name\"")?;
     let uint =
-        |k: &str| t.get(k).and_then(Value::as_u64).ok_or_else(|| format!("{name}: expected an unsigned integer {k:?}"));
+        |k: &str| t.get(k).and_then(Value::as_u64).ok_or_else(|| reason!("{name}: expected an unsigned integer {k:?}"));
     let (code, sid, off, len) = (uint("dtype")?, uint("shard_id")?, uint("data_off")?, uint("data_len")?);
     let shape: Vec<u64> = t
         .get("shape")
         .and_then(Value::as_array)
         .and_then(|s| s.iter().map(Value::as_u64).collect())
-        .ok_or_else(|| format!("{name}: expected \"shape\" as non-negative integers"))?;
+        .ok_or_else(|| reason!("{name}: expected \"shape\" as non-negative integers"))?;
     let shard = chunks
         .iter()
         .find(|c| c.fourcc == "WTSH" && c.name == format!("weights.shard{sid}"))
-        .ok_or_else(|| format!("{name}: shard weights.shard{sid} does not exist"))?;
+        .ok_or_else(|| reason!("{name}: shard weights.shard{sid} does not exist"))?;
     if off.checked_add(len).is_none_or(|e| e > shard.length) {
-        return Err(format!("{name}: bytes {off}+{len} run past shard weights.shard{sid} ({} bytes)", shard.length));
+        return Err(reason!("{name}: bytes {off}+{len} run past shard weights.shard{sid} ({} bytes)", shard.length));
     }
     let start = (shard.offset + off) as usize;
     let (dtype, shape) = if code == PACKED {
         (Dtype::U8, vec![len])
     } else {
-        (dtype_of(code).ok_or_else(|| format!("{name}: dtype code {code} is not an AERO dtype"))?, shape)
+        (dtype_of(code).ok_or_else(|| reason!("{name}: dtype code {code} is not an AERO dtype"))?, shape)
     };
     let hash = t.get("hash_b3").and_then(Value::as_str).filter(|h| !h.is_empty());
     Ok((name, dtype, shape, start..start + len as usize, hash))
@@ -316,7 +316,7 @@ fn check_overlaps(chunks: &[Chunk], control_end: u64) -> Result<()> {
 
 fn check_ihsh(b: &[u8], chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<()> {
     let bad = |m: &str| input_at(c.offset, format!("IHSH: {m}"));
-    let v = msgpack::to_json(&msgpack::decode(p).map_err(|m| bad(&m))?);
+    let v = msgpack::to_json(&msgpack::decode(p).map_err(|m| bad(m.as_str()))?);
     if v.get("algo").and_then(Value::as_str) != Some("blake3-256") {
         return Err(bad("algo must be \"blake3-256\""));
     }
@@ -340,7 +340,7 @@ fn check_ihsh(b: &[u8], chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<()> {
 
 fn check_phsh(src: &ArrayData, chunks: &[Chunk], p: &[u8], c: &Chunk) -> Result<u64> {
     let bad = |m: &str| input_at(c.offset, format!("PHSH {:?}: {m}", c.name));
-    let v = msgpack::to_json(&msgpack::decode(p).map_err(|m| bad(&m))?);
+    let v = msgpack::to_json(&msgpack::decode(p).map_err(|m| bad(m.as_str()))?);
     let shard_name = v.get("shard_name").and_then(Value::as_str).ok_or_else(|| bad("expected shard_name"))?;
     let page =
         v.get("page_size").and_then(Value::as_u64).filter(|&p| p > 0).ok_or_else(|| bad("expected page_size > 0"))?;

@@ -29,7 +29,7 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
 
 /// Writes arrays as AERO, following `__aero` when present.
 pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
-    let bad = |m: String| Error::input(Default::default(), format!("{META}: {m}"));
+    let bad = |m: Reason| Error::input(Default::default(), format!("{META}: {m}"));
     let meta: Option<AeroMeta> = meta_typed(arrays, META)?;
     let tensors: Vec<&Array> = arrays.iter().filter(|a| a.name != META).collect();
     if let Some(a) = tensors.iter().find(|a| code_of(a.dtype).is_none()) {
@@ -71,7 +71,7 @@ pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
             }
             "TIDX" => (std::mem::take(&mut tidx_bytes), Vec::new()),
             "IHSH" | "PHSH" => (Vec::new(), Vec::new()),
-            _ => (meta_to_content(c).map_err(|m| bad(format!("chunk {:?}: {m}", c.name)))?, Vec::new()),
+            _ => (meta_to_content(c).map_err(|m| bad(m.context(format_args!("chunk {:?}", c.name))))?, Vec::new()),
         };
         let pinned = c.stored_hex.as_deref().and_then(|h| hex::decode(h).ok());
         let pinned = pinned.filter(|p| zstd_exact(&p[..], raw.len() as u64).is_ok_and(|s| s.as_bytes() == &raw[..]));
@@ -85,7 +85,7 @@ pub fn write_to(arrays: &[Array], w: &mut dyn Write) -> Result<()> {
             let shard = outs
                 .iter()
                 .find(|o| o.fourcc == "WTSH" && o.name == shard_name)
-                .ok_or_else(|| bad(format!("PHSH for missing shard {shard_name}")))?;
+                .ok_or_else(|| bad(reason!("PHSH for missing shard {shard_name}")))?;
             let bytes = shard_bytes(&shard.parts, &tensors);
             let digests: Vec<rmpv::Value> =
                 bytes.chunks(page as usize).map(|p| rmpv::Value::Binary(blake3::hash(p).as_bytes().to_vec())).collect();
@@ -120,7 +120,7 @@ pub fn kept_names(arrays: &[Array]) -> Result<Option<OriginalNames>> {
 /// returns each shard's pieces and the TIDX chunk's MessagePack.
 /// Takes `tidx`'s tensor entries (one copy of the index is held, not three:
 /// a file may hold 131,072 tensors).
-fn place_tensors(tidx: &mut ChunkMeta, tensors: &[&Array]) -> std::result::Result<(Shards, Vec<u8>), String> {
+fn place_tensors(tidx: &mut ChunkMeta, tensors: &[&Array]) -> std::result::Result<(Shards, Vec<u8>), Reason> {
     // By name, and which are placed: a file may hold 131,072 tensors.
     let by_name: std::collections::HashMap<&str, usize> =
         tensors.iter().enumerate().map(|(i, a)| (a.name.as_str(), i)).collect();
@@ -139,7 +139,7 @@ fn place_tensors(tidx: &mut ChunkMeta, tensors: &[&Array]) -> std::result::Resul
     let mut order: Vec<usize> = Vec::with_capacity(tensors.len());
     let mut placed = vec![false; tensors.len()];
     for n in &listed {
-        let i = index_of(n).ok_or_else(|| format!("array {n} is missing"))?;
+        let i = index_of(n).ok_or_else(|| reason!("array {n} is missing"))?;
         placed[i] = true;
         order.push(i);
     }
@@ -155,7 +155,7 @@ fn place_tensors(tidx: &mut ChunkMeta, tensors: &[&Array]) -> std::result::Resul
     let mut shard_len: std::collections::BTreeMap<u64, u64> = Default::default();
     for (e, &ai) in entries.iter_mut().zip(&order) {
         let a = tensors[ai];
-        let sid = e.get("shard_id").and_then(Value::as_u64).ok_or_else(|| format!("tensor {}: no shard_id", a.name))?;
+        let sid = e.get("shard_id").and_then(Value::as_u64).ok_or_else(|| reason!("tensor {}: no shard_id", a.name))?;
         let len = a.bytes().len() as u64;
         let end = shard_len.entry(sid).or_insert(0);
         let want = e.get("data_off").and_then(Value::as_u64).filter(|&o| o >= *end).unwrap_or(*end);
@@ -167,7 +167,7 @@ fn place_tensors(tidx: &mut ChunkMeta, tensors: &[&Array]) -> std::result::Resul
         *end = want + len;
         let packed = e.get("dtype").and_then(Value::as_u64) == Some(PACKED);
         if packed && (a.dtype != Dtype::U8 || a.shape.len() != 1) {
-            return Err(format!("tensor {}: a packed tensor must be a rank-1 u8 array", a.name));
+            return Err(reason!("tensor {}: a packed tensor must be a rank-1 u8 array", a.name));
         }
         if !packed {
             e["dtype"] = json!(code(a)?);
@@ -404,7 +404,7 @@ pub(super) fn default_chunks(tensors: &[&Array]) -> Vec<ChunkMeta> {
 }
 
 /// The AERO dtype code of `a`'s dtype, or why it has none.
-fn code(a: &Array) -> std::result::Result<u64, String> {
+fn code(a: &Array) -> std::result::Result<u64, Reason> {
     code_of(a.dtype)
-        .ok_or_else(|| format!("array {}: AERO has no dtype code for {} (use safetensors)", a.name, a.dtype))
+        .ok_or_else(|| reason!("array {}: AERO has no dtype code for {} (use safetensors)", a.name, a.dtype))
 }

@@ -102,7 +102,7 @@ fn pinned_npz(c: &ChunkMeta, members: &[(&str, &Array)]) -> Option<Vec<u8>> {
 
 /// Why chunks could not be planned: `__fold` is wrong, or an array is.
 enum PlanError {
-    Meta(String),
+    Meta(Reason),
     Other(Error),
 }
 
@@ -120,20 +120,20 @@ fn plan_chunks<'a>(
     limit: u64,
 ) -> std::result::Result<Vec<Planned<'a>>, PlanError> {
     let find = |name: &str| {
-        arrays.iter().find(|a| a.name == name).ok_or_else(|| PlanError::Meta(format!("array {name} is missing")))
+        arrays.iter().find(|a| a.name == name).ok_or_else(|| PlanError::Meta(reason!("array {name} is missing")))
     };
     let mut plan: Vec<Planned> = Vec::new();
     let mut used: std::collections::HashSet<&str> = [META].into_iter().collect();
     for c in listed {
         let name = &c.name;
         if c.ctype.len() != 4 {
-            return Err(PlanError::Meta(format!("chunk {name:?}: ctype must be 4 bytes")));
+            return Err(PlanError::Meta(reason!("chunk {name:?}: ctype must be 4 bytes")));
         }
         if c.flags > 1 {
-            return Err(PlanError::Meta(format!("chunk {name:?}: flags must be 0 or 1")));
+            return Err(PlanError::Meta(reason!("chunk {name:?}: flags must be 0 or 1")));
         }
         if plan.iter().any(|p| &p.name == name) {
-            return Err(PlanError::Meta(format!("chunk {name:?} is listed twice")));
+            return Err(PlanError::Meta(reason!("chunk {name:?} is listed twice")));
         }
         let ecc = ecc_of(&c.ecc_algo).map_err(PlanError::Meta)?;
         let payload = if c.ctype == "NPZ0" {
@@ -148,7 +148,7 @@ fn plan_chunks<'a>(
                 None => Payload::Npz(members),
             }
         } else {
-            let arr = c.array.as_deref().ok_or_else(|| PlanError::Meta(format!("chunk {name:?} lacks \"array\"")))?;
+            let arr = c.array.as_deref().ok_or_else(|| PlanError::Meta(reason!("chunk {name:?} lacks \"array\"")))?;
             let a = find(arr)?;
             used.insert(&a.name);
             Payload::Bytes(a)
@@ -210,7 +210,7 @@ pub(super) fn write_limited(arrays: &[Array], out: &mut dyn WriteSeek, limit: u6
         chunks: Vec::new(),
     });
     let plan = plan_chunks(arrays, &meta.chunks, limit).map_err(|e| match e {
-        PlanError::Meta(m) => bad(m),
+        PlanError::Meta(m) => bad(m.into()),
         PlanError::Other(e) => e,
     })?;
     let mut pos = HEADER_LEN;
@@ -219,7 +219,7 @@ pub(super) fn write_limited(arrays: &[Array], out: &mut dyn WriteSeek, limit: u6
     let mut hashes = Map::new();
     for chunk in plan {
         let (entry, sha) = write_chunk(out, &mut pos, chunk).map_err(|e| match e {
-            PlanError::Meta(m) => bad(m),
+            PlanError::Meta(m) => bad(m.into()),
             PlanError::Other(e) => e,
         })?;
         hashes.insert(entry["name"].as_str().expect("a name").to_string(), json!(sha));
@@ -287,7 +287,7 @@ fn write_chunk(out: &mut dyn WriteSeek, pos: &mut u64, c: Planned) -> std::resul
         Built::Npz(_, learned) => learned.len(),
     };
     if len > MAX_CHUNK {
-        return Err(PlanError::Meta(format!("chunk {name:?}: {len} bytes exceed the FOLD limit of {MAX_CHUNK}")));
+        return Err(PlanError::Meta(reason!("chunk {name:?}: {len} bytes exceed the FOLD limit of {MAX_CHUNK}")));
     }
     let offset = *pos;
     out.write_all(&[0; CHUNK_HEADER_LEN as usize]).map_err(Error::write_failed)?;
@@ -324,7 +324,7 @@ fn write_chunk(out: &mut dyn WriteSeek, pos: &mut u64, c: Planned) -> std::resul
     // What a reader refuses is never written (the output is not yet under its name).
     for (what, n) in [("stored bytes", comp_len), ("parity bytes", parity_len)] {
         if n > MAX_CHUNK {
-            return Err(PlanError::Meta(format!("chunk {name:?}: {n} {what} exceed the FOLD limit of {MAX_CHUNK}")));
+            return Err(PlanError::Meta(reason!("chunk {name:?}: {n} {what} exceed the FOLD limit of {MAX_CHUNK}")));
         }
     }
     out.write_all(parity.as_bytes()).map_err(Error::write_failed)?;

@@ -19,7 +19,7 @@ use crate::convert::bytes::{align, each_zero_piece, le_u16, le_u32, le_u64};
 use crate::convert::container::{drop_default_meta, Container, WriteSeek};
 use crate::convert::names::{self, OriginalNames};
 use crate::convert::{meta_array, meta_typed, Notes};
-use crate::error::{input_at, Error, Result};
+use crate::error::{input_at, reason, Error, Reason, Result};
 use crate::model::{assign_names, Array, ArrayData, Dtype};
 
 mod read;
@@ -132,13 +132,13 @@ impl Kind {
 
 /// NDARRAY arguments: dtype (8 bytes, NUL-padded WTXT spelling), ndim (1
 /// byte), 7 zero bytes, then ndim little-endian u64 dims.
-fn parse_ndarray_args(a: &[u8]) -> std::result::Result<(Dtype, Vec<u64>), String> {
+fn parse_ndarray_args(a: &[u8]) -> std::result::Result<(Dtype, Vec<u64>), Reason> {
     let name: Vec<u8> = a[..8].iter().copied().take_while(|&c| c != 0).collect();
     let dtype = Dtype::parse(&name)
-        .ok_or_else(|| format!("NDARRAY dtype {:?} is not a WTXT dtype", String::from_utf8_lossy(&name)))?;
+        .ok_or_else(|| reason!("NDARRAY dtype {:?} is not a WTXT dtype", String::from_utf8_lossy(&name)))?;
     let ndim = a[8] as usize;
     if ndim > MAX_NDIM {
-        return Err(format!("NDARRAY ndim {ndim} exceeds {MAX_NDIM}"));
+        return Err(reason!("NDARRAY ndim {ndim} exceeds {MAX_NDIM}"));
     }
     Ok((dtype, (0..ndim).map(|i| le_u64(a, 16 + 8 * i)).collect()))
 }
@@ -163,7 +163,7 @@ struct Field {
     args: [u8; 128],
 }
 
-/// The `__mldf` that reading back [`write`]'s output for `tensors` alone
+/// The `__mldf` that reading back [`write()`]'s output for `tensors` alone
 /// gives (every array an NDARRAY field), or `None` when it cannot write them.
 pub fn default_meta(tensors: &[Array]) -> Option<Value> {
     let n = match tensors.first() {

@@ -228,7 +228,7 @@ pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
     crate::convert::in_memory(|w| write_to(arrays, w))
 }
 
-/// [`write`] to a stream. The layout follows from the sizes alone, so the
+/// [`write()`] to a stream. The layout follows from the sizes alone, so the
 /// header is written first and the records, the data region and the
 /// allocation table follow in three walks over the samples: the heap holds
 /// a few buffers whatever the size of the dataset.

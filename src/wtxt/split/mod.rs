@@ -44,7 +44,7 @@ use std::sync::{Arc, Mutex};
 use sha2::{Digest, Sha256};
 
 use crate::crypto::digest::Hash;
-use crate::error::{check_at, Error, Position, Result};
+use crate::error::{check_at, reason, Error, Position, Reason, Result};
 use crate::limits::MAX_LINE;
 use crate::wtxt::layout::Layout;
 use crate::wtxt::read::LineReader;
@@ -90,10 +90,10 @@ impl Default for PartSize {
 }
 
 impl std::str::FromStr for PartSize {
-    type Err = String;
+    type Err = Reason;
 
     /// `none`, or bytes with an optional `K`/`M`/`G` suffix (KiB, MiB, GiB).
-    fn from_str(s: &str) -> std::result::Result<PartSize, String> {
+    fn from_str(s: &str) -> std::result::Result<PartSize, Reason> {
         if s == "none" {
             return Ok(PartSize::Whole);
         }
@@ -107,9 +107,9 @@ impl std::str::FromStr for PartSize {
             digits.parse().ok().filter(|_| digits.bytes().all(|b| b.is_ascii_digit())).ok_or_else(|| {
                 format!("part size `{s}`: expected bytes with an optional K, M or G suffix, or `none`")
             })?;
-        let bytes = n.checked_mul(1 << shift).ok_or_else(|| format!("part size `{s}` overflows"))?;
+        let bytes = n.checked_mul(1 << shift).ok_or_else(|| reason!("part size `{s}` overflows"))?;
         if bytes < MIN_PART_SIZE {
-            return Err(format!("part size `{s}`: expected at least {MIN_PART_SIZE} bytes"));
+            return Err(reason!("part size `{s}`: expected at least {MIN_PART_SIZE} bytes"));
         }
         Ok(PartSize::Max(bytes))
     }
