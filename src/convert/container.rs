@@ -92,6 +92,72 @@ pub trait Container: Sync {
     }
 }
 
+/// The row of a format that keeps its whole layout in one JSON metadata
+/// array (`__fold`, `__aero`) and the inputs' own names beside it: the
+/// format's functions, which [`Container`] composes the same way for each.
+pub(crate) struct MetaLayout {
+    /// [`Container::name`].
+    pub name: &'static str,
+    /// [`Container::extensions`].
+    pub extensions: &'static [&'static str],
+    /// The bytes a file starts with.
+    pub magic: &'static [u8],
+    /// [`Container::metadata`]: the layout array first, then `__names`.
+    pub metadata: &'static [&'static str],
+    /// Every array, the metadata array included.
+    pub read: fn(&ArrayData, &mut Notes) -> Result<Vec<Array>>,
+    /// [`Container::read_tensors`].
+    pub read_tensors: fn(&ArrayData, &mut Notes) -> Result<Vec<Array>>,
+    /// [`Container::read_exact`].
+    pub read_pinned: fn(&ArrayData, &mut Notes) -> Result<Vec<Array>>,
+    /// Writes arrays under the names they are to have in the file.
+    pub write: fn(&[Array], &mut dyn WriteSeek) -> Result<()>,
+    /// The metadata array reading the writer's output for these tensors gives.
+    pub default_meta: fn(&[Array]) -> Option<Value>,
+    /// [`Container::original_names`].
+    pub kept_names: fn(&[Array]) -> Result<Option<names::OriginalNames>>,
+    /// [`Container::check_sizes`].
+    pub check_sizes: fn(&[Array]) -> Result<()>,
+    /// [`Container::stores_tensors_verbatim`].
+    pub verbatim: bool,
+}
+
+impl Container for MetaLayout {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn extensions(&self) -> &'static [&'static str] {
+        self.extensions
+    }
+    fn sniff(&self, head: &[u8], _: u64) -> bool {
+        head.starts_with(self.magic)
+    }
+    fn read(&self, src: &ArrayData, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
+        drop_default_meta((self.read)(src, notes)?, self.default_meta)
+    }
+    fn read_tensors(&self, src: &ArrayData, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
+        (self.read_tensors)(src, notes)
+    }
+    fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
+        (self.write)(&with_original_names(arrays, self.metadata[0])?, out)
+    }
+    fn check_sizes(&self, arrays: &[Array]) -> Result<()> {
+        (self.check_sizes)(arrays)
+    }
+    fn metadata(&self) -> &'static [&'static str] {
+        self.metadata
+    }
+    fn read_exact(&self, content: &[u8], notes: &mut Notes) -> Option<Result<Vec<Array>>> {
+        Some((self.read_pinned)(&ArrayData::Owned(std::sync::Arc::new(content.to_vec())), notes))
+    }
+    fn original_names(&self, arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
+        (self.kept_names)(arrays)
+    }
+    fn stores_tensors_verbatim(&self) -> bool {
+        self.verbatim
+    }
+}
+
 /// Leaves out the metadata array when it is exactly what reading back our
 /// writer's output for the tensors alone would give (each container
 /// predicts that without writing): then nothing is lost, and WTXT ->

@@ -10,7 +10,7 @@ use crate::model::Array;
 /// Every container, in the order their magic bytes are tried (safetensors,
 /// which has none, last).
 pub static CONTAINERS: [&dyn Container; 7] =
-    [&npy::Npy, &npz::Npz, &volp::Volp, &fold::Fold, &aero::Aero, &mldf::Mldf, &safetensors::Safetensors];
+    [&npy::Npy, &npz::Npz, &volp::Volp, &fold::FOLD, &aero::AERO, &mldf::Mldf, &safetensors::Safetensors];
 
 /// The container a file starting with `head` is, by magic bytes only.
 pub fn sniff(head: &[u8], file_len: u64) -> Option<&'static dyn Container> {
@@ -100,11 +100,11 @@ mod tests {
     fn an_exact_headers_names_go_to_other_formats_unless_it_is_damaged() {
         let w = Array::new("a_b", Dtype::F32, vec![1], vec![0u8; 4].into()).unwrap();
         let good = header_array(r#"{"a.b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#);
-        let (kept, dropped) = foreign_metadata(vec![w.clone(), good], &aero::Aero).unwrap();
+        let (kept, dropped) = foreign_metadata(vec![w.clone(), good], &aero::AERO).unwrap();
         let names = names::OriginalNames::of(&kept).unwrap().expect("__names");
         assert_eq!(names.original("a_b"), "a.b");
         assert_eq!(dropped, ["__safetensors_header (its original names are kept)"]);
-        let (kept, dropped) = foreign_metadata(vec![w, header_array("not json")], &aero::Aero).unwrap();
+        let (kept, dropped) = foreign_metadata(vec![w, header_array("not json")], &aero::AERO).unwrap();
         assert!(names::OriginalNames::of(&kept).unwrap().is_none());
         assert_eq!(dropped, ["__safetensors_header"]);
     }

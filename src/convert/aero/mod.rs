@@ -17,12 +17,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::convert::bytes::{align, each_zero_piece, le_u16, le_u32, le_u64};
-use crate::convert::container::{drop_default_meta, with_original_names, Container, WriteSeek};
+use crate::convert::container::MetaLayout;
 use crate::convert::names;
 use crate::convert::names::OriginalNames;
 use crate::convert::ReadAs;
 use crate::convert::{meta_array, meta_typed, msgpack, pyjson, zstd_exact, Notes};
-use crate::error::{check_byte, input_at, Error, Result};
+use crate::error::{check_byte, input_at, reason, Error, Reason, Result};
 use crate::model::{assign_names, Array, ArrayData, Dtype};
 
 mod read;
@@ -163,7 +163,7 @@ fn content_to_meta(fourcc: &str, p: &[u8], m: &mut ChunkMeta) {
     m.hex = Some(hex::encode(p));
 }
 
-fn meta_to_content(m: &ChunkMeta) -> std::result::Result<Vec<u8>, String> {
+fn meta_to_content(m: &ChunkMeta) -> std::result::Result<Vec<u8>, Reason> {
     if let Some(v) = &m.json {
         return Ok(pyjson::dumps(v, true, true).into_bytes());
     }
@@ -202,7 +202,7 @@ pub fn hash_into(h: &mut blake3::Hasher, b: &[u8]) {
     }
 }
 
-/// The `__aero` that reading back [`write`]'s output for `tensors` alone
+/// The `__aero` that reading back [`write()`]'s output for `tensors` alone
 /// gives, or `None` when there is none to predict.
 pub fn default_meta(tensors: &[Array]) -> Option<Value> {
     let refs: Vec<&Array> = tensors.iter().collect();
@@ -211,36 +211,20 @@ pub fn default_meta(tensors: &[Array]) -> Option<Value> {
 }
 
 /// The aero row of the container table.
-pub struct Aero;
-impl Container for Aero {
-    fn original_names(&self, arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
-        kept_names(arrays)
-    }
-    fn name(&self) -> &'static str {
-        "aero"
-    }
-    fn extensions(&self) -> &'static [&'static str] {
-        &["aero"]
-    }
-    fn sniff(&self, head: &[u8], _: u64) -> bool {
-        head.starts_with(MAGIC)
-    }
-    fn read(&self, src: &ArrayData, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
-        drop_default_meta(read(src, notes)?, default_meta)
-    }
-    fn read_tensors(&self, src: &ArrayData, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
-        read_tensors(src, notes)
-    }
-    fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
-        write_to(&with_original_names(arrays, META)?, out)
-    }
-    fn metadata(&self) -> &'static [&'static str] {
-        &[META, names::NAMES]
-    }
-    fn read_exact(&self, content: &[u8], notes: &mut Notes) -> Option<Result<Vec<Array>>> {
-        Some(read_pinned(&ArrayData::Owned(std::sync::Arc::new(content.to_vec())), notes))
-    }
-}
+pub(crate) static AERO: MetaLayout = MetaLayout {
+    name: "aero",
+    extensions: &["aero"],
+    magic: MAGIC,
+    metadata: &[META, names::NAMES],
+    read,
+    read_tensors,
+    read_pinned,
+    write: |arrays, out| write_to(arrays, out),
+    default_meta,
+    kept_names,
+    check_sizes: |_| Ok(()),
+    verbatim: true,
+};
 
 #[cfg(test)]
 mod tests {

@@ -24,13 +24,13 @@ use crate::buffer::ArrayData;
 use crate::buffer::Spill;
 use crate::convert::bytes::{be_u32, be_u64};
 use crate::convert::container::WriteSeek;
-use crate::convert::container::{drop_default_meta, with_original_names, Container};
+use crate::convert::container::{with_original_names, MetaLayout};
 use crate::convert::names;
 use crate::convert::names::OriginalNames;
 use crate::convert::npy;
 use crate::convert::npz::Member;
 use crate::convert::{meta_array, meta_typed, npz, pyjson, rs, unseek, Notes, ReadAs};
-use crate::error::{check_byte, input_at, Error, Result};
+use crate::error::{check_byte, input_at, reason, Error, Reason, Result};
 use crate::model::{assign_names, Array};
 
 mod read;
@@ -124,7 +124,7 @@ struct Entry {
     ecc_len: u64,
 }
 
-fn ecc_of(algo: &str) -> std::result::Result<Option<usize>, String> {
+fn ecc_of(algo: &str) -> std::result::Result<Option<usize>, Reason> {
     if algo == "none" {
         return Ok(None);
     }
@@ -133,7 +133,7 @@ fn ecc_of(algo: &str) -> std::result::Result<Option<usize>, String> {
         .and_then(|n| n.parse::<usize>().ok())
         .filter(|n| (1..255).contains(n))
         .map(Some)
-        .ok_or_else(|| format!("ecc_algo {algo:?}: expected \"none\" or \"rs(N)\" with N in 1..=254"))
+        .ok_or_else(|| reason!("ecc_algo {algo:?}: expected \"none\" or \"rs(N)\" with N in 1..=254"))
 }
 
 fn ecc_name(ecc: Option<usize>) -> String {
@@ -225,42 +225,20 @@ pub fn default_meta(tensors: &[Array]) -> Option<Value> {
 }
 
 /// The fold row of the container table.
-pub struct Fold;
-impl Container for Fold {
-    fn original_names(&self, arrays: &[Array]) -> Result<Option<names::OriginalNames>> {
-        kept_names(arrays)
-    }
-    fn stores_tensors_verbatim(&self) -> bool {
-        false
-    }
-    fn name(&self) -> &'static str {
-        "fold"
-    }
-    fn extensions(&self) -> &'static [&'static str] {
-        &["fold", "mind"]
-    }
-    fn sniff(&self, head: &[u8], _: u64) -> bool {
-        head.starts_with(MAGIC)
-    }
-    fn read(&self, src: &ArrayData, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
-        drop_default_meta(read(src, notes)?, default_meta)
-    }
-    fn read_tensors(&self, src: &ArrayData, _: &str, notes: &mut Notes) -> Result<Vec<Array>> {
-        read_tensors(src, notes)
-    }
-    fn write(&self, arrays: &[Array], out: &mut dyn WriteSeek) -> Result<()> {
-        write_to(&with_original_names(arrays, META)?, out)
-    }
-    fn check_sizes(&self, arrays: &[Array]) -> Result<()> {
-        check_sizes(&with_original_names(arrays, META)?)
-    }
-    fn metadata(&self) -> &'static [&'static str] {
-        &[META, names::NAMES]
-    }
-    fn read_exact(&self, content: &[u8], notes: &mut Notes) -> Option<Result<Vec<Array>>> {
-        Some(read_pinned(&ArrayData::Owned(std::sync::Arc::new(content.to_vec())), notes))
-    }
-}
+pub(crate) static FOLD: MetaLayout = MetaLayout {
+    name: "fold",
+    extensions: &["fold", "mind"],
+    magic: MAGIC,
+    metadata: &[META, names::NAMES],
+    read,
+    read_tensors,
+    read_pinned,
+    write: write_to,
+    default_meta,
+    kept_names,
+    check_sizes: |arrays| check_sizes(&with_original_names(arrays, META)?),
+    verbatim: false,
+};
 
 #[cfg(test)]
 mod tests {
