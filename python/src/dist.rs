@@ -66,18 +66,10 @@ fn sha_state(b: &[u8]) -> Result<Sha256State, wtxt::Error> {
 /// writes: (gen, ts, merkle_prev), resolved once by the coordinator as
 /// `save` resolves them (`prev` verified as `--prev` is).
 #[pyfunction]
-#[pyo3(signature = (prev=None, gen=None, ts=None, hmac_key=None, sign_key=None))]
-pub fn snapshot_meta(
-    py: Python<'_>,
-    prev: Option<PathBuf>,
-    gen: Option<u64>,
-    ts: Option<String>,
-    hmac_key: Option<PathBuf>,
-    sign_key: Option<PathBuf>,
-) -> PyResult<(u64, String, Py<PyBytes>)> {
+pub fn snapshot_meta(py: Python<'_>, writing: Writing) -> PyResult<(u64, String, Py<PyBytes>)> {
     let (meta, merkle_prev) = py
         .allow_threads(|| {
-            let opts = Writing { prev, sign_key, hmac_key, gen, ts, oms_key: None }.options(Default::default())?;
+            let opts = writing.options()?;
             wtxt::ops::snapshot_meta(&opts)
         })
         .map_err(raise)?;

@@ -45,8 +45,44 @@ fn hmac(path: Option<PathBuf>) -> Result<Option<HmacKey>, wtxt::Error> {
     path.as_deref().map(HmacKey::from_file).transpose()
 }
 
-fn trusted(pubkey: Option<PathBuf>, trusted_keys: Option<PathBuf>) -> Result<Option<TrustedKeys>, wtxt::Error> {
-    TrustedKeys::from_flags(pubkey.as_deref(), trusted_keys.as_deref())
+/// What a reader of a snapshot demands of it, as paths: the dict
+/// `wtxt._trust` builds, one key per field.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct Trust {
+    hmac_key: Option<PathBuf>,
+    pubkey: Option<PathBuf>,
+    trusted_keys: Option<PathBuf>,
+    require_signature: bool,
+}
+
+/// [`Trust`] with its keys read.
+#[derive(Default)]
+struct TrustKeys {
+    hmac_key: Option<HmacKey>,
+    trusted: Option<TrustedKeys>,
+    require_signature: bool,
+}
+
+impl Trust {
+    fn keys(self) -> Result<TrustKeys, wtxt::Error> {
+        Ok(TrustKeys {
+            hmac_key: hmac(self.hmac_key)?,
+            trusted: TrustedKeys::from_flags(self.pubkey.as_deref(), self.trusted_keys.as_deref())?,
+            require_signature: self.require_signature,
+        })
+    }
+}
+
+impl TrustKeys {
+    fn verify_options(&self) -> wtxt::wtxt::verify::VerifyOptions<'_> {
+        wtxt::wtxt::verify::VerifyOptions {
+            hmac_key: self.hmac_key.as_ref(),
+            trusted: self.trusted.as_ref(),
+            require_signature: self.require_signature,
+            ..Default::default()
+        }
+    }
 }
 
 /// An array's memory as NumPy reports it: (name, WTXT dtype, shape,
@@ -83,13 +119,30 @@ fn copy_staged((name, dtype, shape, addr, len): Staged, spare: &mut Vec<Vec<u8>>
 /// entries that are not tensors, as Python literals) in `__objects`.
 /// Returns `sha256_all` as hex.
 #[pyfunction]
-#[pyo3(signature = (tensors, path, metadata=None, prev=None, sign_key=None, hmac_key=None, gen=None, ts=None, part_size=None, oms_key=None, objects=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (tensors, path, writing, metadata=None, objects=None))]
 fn save(
     py: Python<'_>,
     tensors: Vec<Staged>,
     path: PathBuf,
+    writing: Writing,
     metadata: Option<BTreeMap<String, String>>,
+    objects: Option<BTreeMap<String, String>>,
+) -> PyResult<String> {
+    py.allow_threads(|| {
+        let mut no_spare = Vec::new();
+        let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut no_spare)), metadata, objects)?;
+        let opts = writing.options()?;
+        let w = wtxt::ops::snapshot_arrays(&arrays, &path, &opts, &wtxt::progress::Progress::hidden())?;
+        Ok(hex_of(&w.sha256_all))
+    })
+    .map_err(raise)
+}
+
+/// The options every Python writer of a snapshot takes, as paths and
+/// values: the dict `wtxt._writing` builds, one key per field.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub(crate) struct Writing {
     prev: Option<PathBuf>,
     sign_key: Option<PathBuf>,
     hmac_key: Option<PathBuf>,
@@ -97,32 +150,12 @@ fn save(
     ts: Option<String>,
     part_size: Option<String>,
     oms_key: Option<PathBuf>,
-    objects: Option<BTreeMap<String, String>>,
-) -> PyResult<String> {
-    py.allow_threads(|| {
-        let part_size = parse_part_size(part_size)?.unwrap_or_default();
-        let mut no_spare = Vec::new();
-        let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut no_spare)), metadata, objects)?;
-        let opts = Writing { prev, sign_key, hmac_key, gen, ts, oms_key }.options(part_size)?;
-        let w = wtxt::ops::snapshot_arrays(&arrays, &path, &opts, &wtxt::progress::Progress::hidden())?;
-        Ok(hex_of(&w.sha256_all))
-    })
-    .map_err(raise)
-}
-
-/// The options every Python writer of a snapshot takes, as paths and values.
-pub(crate) struct Writing {
-    prev: Option<PathBuf>,
-    sign_key: Option<PathBuf>,
-    hmac_key: Option<PathBuf>,
-    gen: Option<u64>,
-    ts: Option<String>,
-    oms_key: Option<PathBuf>,
 }
 
 impl Writing {
     /// The snapshot options they give (keys read now).
-    fn options(self, part_size: wtxt::wtxt::split::PartSize) -> Result<wtxt::ops::SnapshotOptions, wtxt::Error> {
+    fn options(self) -> Result<wtxt::ops::SnapshotOptions, wtxt::Error> {
+        let part_size = parse_part_size(self.part_size)?.unwrap_or_default();
         Ok(wtxt::ops::SnapshotOptions {
             meta: wtxt::ops::MetaFields { gen: self.gen, ts: self.ts, ..Default::default() },
             prev: self.prev.map(wtxt::ops::Prev::File),
@@ -144,26 +177,12 @@ impl Writing {
 /// checked against the index) as a snapshot at `path`. Returns `sha256_all`
 /// as hex and the notes (files left out).
 #[pyfunction]
-#[pyo3(signature = (folder, path, prev=None, sign_key=None, hmac_key=None, gen=None, ts=None, part_size=None, oms_key=None))]
-#[allow(clippy::too_many_arguments)]
-fn save_folder(
-    py: Python<'_>,
-    folder: PathBuf,
-    path: PathBuf,
-    prev: Option<PathBuf>,
-    sign_key: Option<PathBuf>,
-    hmac_key: Option<PathBuf>,
-    gen: Option<u64>,
-    ts: Option<String>,
-    part_size: Option<String>,
-    oms_key: Option<PathBuf>,
-) -> PyResult<(String, Vec<String>)> {
+fn save_folder(py: Python<'_>, folder: PathBuf, path: PathBuf, writing: Writing) -> PyResult<(String, Vec<String>)> {
     py.allow_threads(|| {
         if !wtxt::convert::hf::is_folder(&folder) {
             return Err(wtxt::Error::usage(format!("{}: not a Hugging Face folder", folder.display())));
         }
-        let part_size = parse_part_size(part_size)?.unwrap_or_default();
-        let opts = Writing { prev, sign_key, hmac_key, gen, ts, oms_key }.options(part_size)?;
+        let opts = writing.options()?;
         let mut notes = Vec::new();
         let w = wtxt::ops::snapshot(&[folder], &path, &opts, &wtxt::progress::Progress::hidden(), &mut notes)?;
         Ok((hex_of(&w.sha256_all), notes))
@@ -175,26 +194,10 @@ fn save_folder(
 /// verified (every check, under the trust options given), written into the
 /// new folder `out`. Returns the number of shards.
 #[pyfunction]
-#[pyo3(signature = (path, out, hmac_key=None, pubkey=None, trusted_keys=None, require_signature=false))]
-fn extract_folder(
-    py: Python<'_>,
-    path: PathBuf,
-    out: PathBuf,
-    hmac_key: Option<PathBuf>,
-    pubkey: Option<PathBuf>,
-    trusted_keys: Option<PathBuf>,
-    require_signature: bool,
-) -> PyResult<usize> {
+fn extract_folder(py: Python<'_>, path: PathBuf, out: PathBuf, trust: Trust) -> PyResult<usize> {
     py.allow_threads(|| {
-        let key = hmac(hmac_key)?;
-        let trusted = trusted(pubkey, trusted_keys)?;
-        let opts = wtxt::wtxt::verify::VerifyOptions {
-            hmac_key: key.as_ref(),
-            trusted: trusted.as_ref(),
-            require_signature,
-            ..Default::default()
-        };
-        wtxt::ops::extract_folder(&path, &out, &opts, None)
+        let keys = trust.keys()?;
+        wtxt::ops::extract_folder(&path, &out, &keys.verify_options(), None)
     })
     .map_err(raise)
 }
@@ -454,26 +457,12 @@ type LoadedTensors = (
 /// must be there with `require_signature`). With `metadata_only` every
 /// array is still verified but only the metadata is kept.
 #[pyfunction]
-#[pyo3(signature = (path, hmac_key=None, pubkey=None, trusted_keys=None, require_signature=false, metadata_only=false))]
-fn load(
-    py: Python<'_>,
-    path: PathBuf,
-    hmac_key: Option<PathBuf>,
-    pubkey: Option<PathBuf>,
-    trusted_keys: Option<PathBuf>,
-    require_signature: bool,
-    metadata_only: bool,
-) -> PyResult<LoadedTensors> {
+#[pyo3(signature = (path, trust=None, metadata_only=false))]
+fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool) -> PyResult<LoadedTensors> {
     let (arrays, kept, objects) = py
         .allow_threads(|| {
-            let key = hmac(hmac_key)?;
-            let trusted = trusted(pubkey, trusted_keys)?;
-            let opts = wtxt::wtxt::verify::VerifyOptions {
-                hmac_key: key.as_ref(),
-                trusted: trusted.as_ref(),
-                require_signature,
-                ..Default::default()
-            };
+            let keys = trust.map(Trust::keys).transpose()?.unwrap_or_default();
+            let opts = keys.verify_options();
             // A split snapshot's head is read with its parts.
             let mut input = wtxt::store::input::WtxtIn::open(&path, None)?;
             // On the heap: the arrays end up there anyway, and a temporary
@@ -538,25 +527,22 @@ type Outline = (Vec<(String, String, Vec<u64>)>, Option<BTreeMap<String, String>
 
 /// `wtxt verify --json` of `path`: the report as JSON text.
 #[pyfunction]
-#[pyo3(signature = (path, hmac_key=None, pubkey=None, trusted_keys=None, require_signature=false, wsum=None, prev=None, allow_unauthenticated=false))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (path, trust, wsum=None, prev=None, allow_unauthenticated=false))]
 fn verify(
     py: Python<'_>,
     path: PathBuf,
-    hmac_key: Option<PathBuf>,
-    pubkey: Option<PathBuf>,
-    trusted_keys: Option<PathBuf>,
-    require_signature: bool,
+    trust: Trust,
     wsum: Option<PathBuf>,
     prev: Option<PathBuf>,
     allow_unauthenticated: bool,
 ) -> PyResult<String> {
     py.allow_threads(|| {
+        let keys = trust.keys()?;
         let opts = wtxt::ops::VerifyFiles {
             wsum,
-            hmac_key: hmac(hmac_key)?,
-            trusted: trusted(pubkey, trusted_keys)?,
-            require_signature,
+            hmac_key: keys.hmac_key,
+            trusted: keys.trusted,
+            require_signature: keys.require_signature,
             prev,
             allow_unauthenticated,
             unseal: None,

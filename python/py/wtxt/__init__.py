@@ -162,11 +162,24 @@ def _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, 
     """Saves `_staged` items (the arrays stay alive in `items` while the Rust
     side copies them): `save_file` and `wtxt.torch` share it. `objects`
     maps names to `_literal` texts."""
-    p = lambda x: None if x is None else os.fspath(x)
-    size = None if part_size is None else str(part_size)
     staged = [s for s, _ in items]
-    return _call(_rust.save, staged, os.fspath(filename), metadata, p(prev), p(sign_key), p(hmac_key), gen, ts, size,
-                 p(oms_key), objects or None)
+    writing = _writing(prev, sign_key, hmac_key, part_size, gen, ts, oms_key)
+    return _call(_rust.save, staged, os.fspath(filename), writing, metadata, objects or None)
+
+
+def _trust(hmac_key, pubkey, trusted_keys, require_signature) -> Dict[str, object]:
+    """What a reader demands of a snapshot, as the Rust side reads it (its `Trust`)."""
+    p = lambda x: None if x is None else os.fspath(x)
+    return {"hmac_key": p(hmac_key), "pubkey": p(pubkey), "trusted_keys": p(trusted_keys),
+            "require_signature": bool(require_signature)}
+
+
+def _writing(prev, sign_key, hmac_key, part_size, gen, ts, oms_key) -> Dict[str, object]:
+    """The options every writer of a snapshot takes, as the Rust side reads
+    them (its `Writing`)."""
+    p = lambda x: None if x is None else os.fspath(x)
+    return {"prev": p(prev), "sign_key": p(sign_key), "hmac_key": p(hmac_key), "gen": gen, "ts": ts,
+            "part_size": None if part_size is None else str(part_size), "oms_key": p(oms_key)}
 
 
 # The Python values a state dict may hold beside tensors: what
@@ -210,10 +223,8 @@ def save_folder(folder: PathLike, filename: PathLike, prev: Optional[PathLike] =
     snapshot FOLDER`: every shard checked against the index, every file
     covered by the snapshot's hashes and signature, `extract_folder` gives
     it back byte for byte. Options as `save_file`. Returns `sha256_all`."""
-    p = lambda x: None if x is None else os.fspath(x)
-    size = None if part_size is None else str(part_size)
-    sha, _ = _call(_rust.save_folder, os.fspath(folder), os.fspath(filename), p(prev), p(sign_key), p(hmac_key), gen,
-                   ts, size, p(oms_key))
+    sha, _ = _call(_rust.save_folder, os.fspath(folder), os.fspath(filename),
+                   _writing(prev, sign_key, hmac_key, part_size, gen, ts, oms_key))
     return sha
 
 
@@ -223,9 +234,8 @@ def extract_folder(filename: PathLike, out: PathLike, hmac_key: Optional[PathLik
     """Verifies `filename` (as `load_file` does) and writes the Hugging Face
     folder it was made from into `out`, a new folder that appears whole or
     not at all; every file byte for byte. Returns the number of shards."""
-    p = lambda x: None if x is None else os.fspath(x)
-    return _call(_rust.extract_folder, os.fspath(filename), os.fspath(out), p(hmac_key), p(pubkey), p(trusted_keys),
-                 require_signature)
+    return _call(_rust.extract_folder, os.fspath(filename), os.fspath(out),
+                 _trust(hmac_key, pubkey, trusted_keys, require_signature))
 
 
 def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
@@ -245,8 +255,7 @@ def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: O
     `pubkey` or `trusted_keys` a signature must hold (and be there with
     `require_signature`). A failed check raises `VerifyError` with its line.
     """
-    p = lambda x: None if x is None else os.fspath(x)
-    tensors, _, _ = _call(_rust.load, os.fspath(filename), p(hmac_key), p(pubkey), p(trusted_keys), require_signature)
+    tensors, _, _ = _call(_rust.load, os.fspath(filename), _trust(hmac_key, pubkey, trusted_keys, require_signature))
     return {name: _from_bytes(dtype, shape, data) for name, dtype, shape, data in tensors}
 
 
@@ -280,7 +289,7 @@ def verify(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Opti
     """`wtxt verify` of `filename`, as a `Report` (a failed check is in the
     report, not raised; an unreadable file raises `Error`)."""
     p = lambda x: None if x is None else os.fspath(x)
-    text = _call(_rust.verify, os.fspath(filename), p(hmac_key), p(pubkey), p(trusted_keys), require_signature,
+    text = _call(_rust.verify, os.fspath(filename), _trust(hmac_key, pubkey, trusted_keys, require_signature),
                  p(wsum), p(prev), allow_unauthenticated)
     r = json.loads(text)
     return Report(ok=r["ok"], gen=r["gen"], signature=r["signature"],

@@ -21,7 +21,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 
-from .. import _TO_NUMPY, Error, _call, _from_literal, _literal, _rust, _save_items, _staged, _staged_as
+from .. import _TO_NUMPY, Error, _call, _from_literal, _literal, _rust, _save_items, _staged, _staged_as, _trust
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -125,9 +125,8 @@ def _tensor(name: str, dtype: str, shape, data) -> torch.Tensor:
 def _load(filename: PathLike, hmac_key, pubkey, trusted_keys, require_signature):
     """Every tensor of `filename` (verified as `load_state_dict` does) and its
     other entries: two dicts under the original names."""
-    p = lambda x: None if x is None else os.fspath(x)
-    tensors, _, objects = _call(_rust.load, os.fspath(filename), p(hmac_key), p(pubkey), p(trusted_keys),
-                                require_signature)
+    tensors, _, objects = _call(_rust.load, os.fspath(filename),
+                                _trust(hmac_key, pubkey, trusted_keys, require_signature))
     out = {name: _tensor(name, dtype, shape, data) for name, dtype, shape, data in tensors}
     return out, {k: _from_literal(k, v) for k, v in (objects or {}).items()}
 

@@ -43,7 +43,7 @@ from torch.distributed.checkpoint.planner import (LoadItemType, LoadPlan, LoadPl
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from .. import _ML_DTYPES, _TO_NUMPY, Error, SnapshotInfo, _call, _literal, _rust
+from .. import _ML_DTYPES, _TO_NUMPY, Error, SnapshotInfo, _call, _literal, _rust, _writing
 from . import _TO_TORCH, _bits, _load, _wtxt_dtype
 
 __all__ = ["WtxtStorageWriter", "WtxtStorageReader"]
@@ -349,7 +349,8 @@ class WtxtStorageWriter(StorageWriter):
             n = _itemsize(dtype) * int(np.prod(shape, dtype=np.int64))
             regions[fqn] = _Region(at, n, dtype, shape)
             at += (n + 63) // 64 * 64
-        gen, ts, merkle_prev = _call(_rust.snapshot_meta, self.prev, self.gen, self.ts, self.hmac_key, self.sign_key)
+        writing = _writing(self.prev, self.sign_key, self.hmac_key, None, self.gen, self.ts, None)
+        gen, ts, merkle_prev = _call(_rust.snapshot_meta, writing)
         folder, prefix = _stage_prefix(self.path)
         os.makedirs(folder, exist_ok=True)
         # A save that died leaves its stage; one save at a time writes a
