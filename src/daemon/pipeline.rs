@@ -193,6 +193,8 @@ pub struct Pipeline {
     pub state: PipelineState,
     merkle_prev: Hash,
     prev_file: Option<PathBuf>,
+    /// The chunk digests of `prev_file` when this process wrote it.
+    prev_chunks: Vec<(String, Vec<Hash>)>,
     next_retry: Option<Instant>,
     backoff: Duration,
     /// For each generation in the resend queue: its commit (none for a
@@ -301,6 +303,7 @@ impl Pipeline {
         Ok(Pipeline {
             _ring_lock: ring_lock,
             prev_file: newest.map(|n| n.1),
+            prev_chunks: Vec::new(),
             cfg,
             wal,
             state,
@@ -346,12 +349,24 @@ impl Pipeline {
         let file = self.cfg.ring.join(ring_name(gen, "wtxt"));
         let written = crate::store::write_wtxt(arrays, &opts, &file, self.cfg.part_size, None, &Progress::hidden())?;
         stages.write = lap();
-        // The first generation, or one whose delta is over half its size,
-        // changed wholly: Git finds no delta for its parts either.
-        let mut changed_wholly = true;
-        if let Some(prev) = &self.prev_file {
-            changed_wholly = self.delta(prev, &file, gen)?.saturating_mul(2) > written.len;
-        }
+        // The first generation, or one with over half its chunks changed,
+        // changed wholly: its delta would be about as large as a copy, and
+        // Git finds no delta for its parts either. With a repository its
+        // commit holds it whole, so the ring keeps no delta of it.
+        let changed_wholly = match &self.prev_file {
+            None => true,
+            // After a restart the previous digests are not at hand: the
+            // delta's size tells.
+            Some(prev) if self.prev_chunks.is_empty() => self.delta(prev, &file, gen)?.saturating_mul(2) > written.len,
+            Some(prev) => {
+                let (changed, total) = crate::wtxt::write::changed_chunks(&self.prev_chunks, &written.chunk_sha256);
+                let wholly = changed.saturating_mul(2) > total;
+                if !wholly || self.cfg.repo.is_none() {
+                    self.delta(prev, &file, gen)?;
+                }
+                wholly
+            }
+        };
         stages.delta = lap();
         let committed = match &self.cfg.recipients[..] {
             [] => file.clone(),
@@ -367,6 +382,7 @@ impl Pipeline {
         stages.armor = lap();
         self.merkle_prev = written.merkle_this;
         self.prev_file = Some(file);
+        self.prev_chunks = written.chunk_sha256;
         self.state.last_gen = Some(gen);
         self.state.last_sha256_all = Some(hex::encode(written.sha256_all));
         self.state.snapshots_written += 1;

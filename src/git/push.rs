@@ -60,7 +60,7 @@ pub struct Push<'a> {
     /// The commit to push to HEAD's branch (`None`: HEAD itself).
     pub commit: Option<&'a str>,
     /// Most of the snapshot's chunks changed since the generation before
-    /// (its delta is over half its size): Git's delta search over the
+    /// (over half of them): Git's delta search over the
     /// parts would find nothing and is skipped (`pack.window=0`), unless
     /// the user's configuration sets the window.
     pub changed_wholly: bool,

@@ -418,7 +418,7 @@ impl DistWrite {
                 crate::store::install_staged(&self.out, staged, &head)?;
             }
         }
-        Ok(Written { sha256_all, merkle_this, fastxor, wsum: None, len: self.places.len })
+        Ok(Written { sha256_all, merkle_this, fastxor, wsum: None, len: self.places.len, chunk_sha256: Vec::new() })
     }
 }
 

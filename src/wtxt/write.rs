@@ -79,6 +79,23 @@ pub struct Written {
     pub wsum: Option<Wsum>,
     /// Bytes written.
     pub len: u64,
+    /// Every array's chunk digests, in order (empty where the writer did
+    /// not keep them): the next generation's writer counts changed chunks
+    /// with them ([`changed_chunks`]) without reading either file.
+    pub chunk_sha256: Vec<(String, Vec<Hash>)>,
+}
+
+/// How many of `after`'s chunks differ from the chunk at the same place
+/// of the same array in `before`, and how many chunks `after` has.
+pub fn changed_chunks(before: &[(String, Vec<Hash>)], after: &[(String, Vec<Hash>)]) -> (usize, usize) {
+    let before: std::collections::HashMap<&str, &Vec<Hash>> = before.iter().map(|(n, c)| (n.as_str(), c)).collect();
+    let (mut changed, mut total) = (0, 0);
+    for (name, chunks) in after {
+        let old = before.get(name.as_str());
+        total += chunks.len();
+        changed += chunks.iter().enumerate().filter(|(i, h)| old.and_then(|o| o.get(*i)) != Some(h)).count();
+    }
+    (changed, total)
 }
 
 struct ChunkSum {
@@ -210,7 +227,14 @@ impl<'a> WritePlan<'a> {
             }
             w
         });
-        Ok(Written { sha256_all, merkle_this: merkle, fastxor, wsum, len: header_len as u64 + body_len })
+        let chunk_sha256 = plans
+            .iter()
+            .map(|p| {
+                let n = p.layout.chunk_count() as usize;
+                (p.array.name.clone(), chunk_sums[p.first_chunk..p.first_chunk + n].iter().map(|c| c.sha256).collect())
+            })
+            .collect();
+        Ok(Written { sha256_all, merkle_this: merkle, fastxor, wsum, len: header_len as u64 + body_len, chunk_sha256 })
     }
 }
 
