@@ -27,18 +27,16 @@ pub fn commit_snapshot(
     let parts_rel = crate::store::parts_dir(head);
     index.remove_dir(&parts_rel, 0).map_err(git_err)?;
     let work = repo.workdir().ok_or_else(|| crate::error::Error::usage("committing needs a work tree"))?;
-    let add = |index: &mut git2::Index, rel: &Path| crate::git::objects::add_to_index(repo, index, work, rel);
+    let part_paths: Vec<PathBuf> = (1..=parts).map(|ix| parts_rel.join(crate::wtxt::split::part_name(ix))).collect();
+    let mut rels: Vec<&Path> = Vec::new();
     // So that a clone without wtxt never diffs parts as text.
     if crate::git::install::ensure_committed_attributes(work)? {
-        add(&mut index, Path::new(".gitattributes"))?;
+        rels.push(Path::new(".gitattributes"));
     }
-    for ix in 1..=parts {
-        add(&mut index, &parts_rel.join(crate::wtxt::split::part_name(ix)))?;
-    }
-    add(&mut index, head)?;
-    for p in extra {
-        add(&mut index, p)?;
-    }
+    rels.extend(part_paths.iter().map(PathBuf::as_path));
+    rels.push(head);
+    rels.extend(extra.iter().map(PathBuf::as_path));
+    crate::git::objects::add_to_index(repo, &mut index, work, &rels)?;
     index.write().map_err(git_err)?;
     let tree = repo.find_tree(index.write_tree().map_err(git_err)?).map_err(git_err)?;
     let sig = git2::Signature::now(who, "wtxt@localhost").map_err(git_err)?;
