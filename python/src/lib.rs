@@ -90,27 +90,58 @@ impl TrustKeys {
 /// Python side keeps alive for the whole call.
 type Staged = (String, String, Vec<u64>, usize, usize);
 
-/// Copies a staged array's bytes (into a buffer of `spare` of the same
-/// length when there is one: its pages are already faulted in).
-fn copy_staged((name, dtype, shape, addr, len): Staged, spare: &mut Vec<Vec<u8>>) -> Named {
-    if len == 0 {
+/// Copies the staged arrays' bytes, each into a buffer of `spare` of the
+/// same length where there is one (its pages are faulted in already), in
+/// pieces shared out over the `--threads` pool.
+fn copy_staged(tensors: Vec<Staged>, spare: &mut Vec<Vec<u8>>) -> Vec<Named> {
+    /// The unit of work the copying threads share out.
+    const PIECE: usize = 4 << 20;
+    let mut named = Vec::with_capacity(tensors.len());
+    let mut pieces: Vec<(&[u8], &mut [u8])> = Vec::new();
+    let mut copies: Vec<Vec<u8>> = Vec::with_capacity(tensors.len());
+    let mut sources = Vec::with_capacity(tensors.len());
+    for (name, dtype, shape, addr, len) in tensors {
+        // A buffer of the generation this one replaces, when one is free and
+        // the same size: its pages are mapped already.
+        let dst = match spare.iter().position(|b| b.len() == len) {
+            Some(i) => spare.swap_remove(i),
+            None => vec![0u8; len],
+        };
         // NumPy may give an empty array no address at all.
-        return (name, dtype, shape, ArrayData::from(Vec::new()));
+        let src: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: the Python side passes the address and length NumPy
+            // reports for a C-contiguous array it keeps alive for the whole
+            // call, so the memory is valid for `len` bytes; it is only read,
+            // and copied before the call returns.
+            unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+        };
+        named.push((name, dtype, shape));
+        copies.push(dst);
+        sources.push(src);
     }
-    // SAFETY: the Python side passes the address and length NumPy reports
-    // for a C-contiguous array it keeps alive for the whole call, so the
-    // memory is valid for `len` bytes; it is only read, and copied before
-    // the call returns.
-    let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
-    let copy = match spare.iter().position(|b| b.len() == len) {
-        Some(i) => {
-            let mut b = spare.swap_remove(i);
-            b.copy_from_slice(bytes);
-            b
+    for (src, dst) in sources.iter().zip(copies.iter_mut()) {
+        pieces.extend(src.chunks(PIECE).zip(dst.chunks_mut(PIECE)));
+    }
+    // The copy on the --threads pool, as torch's own clone spreads it.
+    let threads = wtxt::threads::threads().min(pieces.len()).max(1);
+    let mut shares: Vec<Vec<(&[u8], &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, p) in pieces.into_iter().enumerate() {
+        shares[i % threads].push(p);
+    }
+    let copy = |share: Vec<(&[u8], &mut [u8])>| share.into_iter().for_each(|(s, d)| d.copy_from_slice(s));
+    std::thread::scope(|s| {
+        let mut shares = shares.into_iter();
+        let mine = shares.next();
+        for share in shares {
+            s.spawn(move || copy(share));
         }
-        None => bytes.to_vec(),
-    };
-    (name, dtype, shape, ArrayData::from(copy))
+        if let Some(share) = mine {
+            copy(share);
+        }
+    });
+    named.into_iter().zip(copies).map(|((n, d, s), c)| (n, d, s, ArrayData::from(c))).collect()
 }
 
 /// Writes `tensors` (staged NumPy arrays, copied once with the GIL
@@ -130,7 +161,7 @@ fn save(
 ) -> PyResult<String> {
     py.allow_threads(|| {
         let mut no_spare = Vec::new();
-        let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut no_spare)), metadata, objects)?;
+        let arrays = named_arrays(copy_staged(tensors, &mut no_spare).into_iter(), metadata, objects)?;
         let opts = writing.options()?;
         let w = wtxt::ops::snapshot_arrays(&arrays, &path, &opts, &wtxt::progress::Progress::hidden())?;
         Ok(hex_of(&w.sha256_all))
@@ -386,7 +417,7 @@ impl PySnapshotter {
             let _one = self.publishing.lock().unwrap_or_else(|e| e.into_inner());
             let gen = self.next_gen.load(std::sync::atomic::Ordering::SeqCst);
             let mut spare = reclaim(self.replaced.lock().unwrap_or_else(|e| e.into_inner()).take());
-            let arrays = named_arrays(tensors.into_iter().map(|t| copy_staged(t, &mut spare)), metadata, None)?;
+            let arrays = named_arrays(copy_staged(tensors, &mut spare).into_iter(), metadata, None)?;
             let old = self.with_inner(|s| s.swap(std::sync::Arc::new(Generation { gen, arrays })))?;
             *self.replaced.lock().unwrap_or_else(|e| e.into_inner()) = Some(old);
             self.next_gen.store(gen + 1, std::sync::atomic::Ordering::SeqCst);
