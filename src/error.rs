@@ -216,8 +216,8 @@ impl std::error::Error for Error {
 
 /// What was wrong with a piece of input, before the caller knows where it
 /// was. Line and field parsers return it; whoever holds the file and the
-/// position makes it an [`Error`] of the right kind ([`Reason::at_line`],
-/// [`Reason::at_byte`], or any constructor taking a message).
+/// position makes it an [`Error`] of the right kind ([`check_at`],
+/// [`input_at`], or any constructor taking a message).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reason(String);
 
@@ -230,16 +230,6 @@ impl Reason {
     /// The text.
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-
-    /// A failed check on line `line` (0: the whole file).
-    pub fn at_line(self, line: u64) -> Error {
-        check_at(line, self.0)
-    }
-
-    /// Unusable input at byte `byte`.
-    pub fn at_byte(self, byte: u64) -> Error {
-        input_at(byte, self.0)
     }
 
     /// The same reason behind a prefix (the field or part it was found in).

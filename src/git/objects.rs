@@ -30,14 +30,14 @@ fn loose_level(cfg: &git2::Config) -> u32 {
 }
 
 /// Where and how blobs are written: the repository's loose object folder
-/// and level, or `None` for a repository of SHA-256 objects (left to
-/// libgit2). Plain data, so several threads can write blobs at once.
+/// and level. Plain data, so several threads can write blobs at once.
 struct Loose {
     objects: std::path::PathBuf,
     level: u32,
 }
 
 impl Loose {
+    /// `None` for a repository of SHA-256 objects (left to libgit2).
     fn of(repo: &git2::Repository) -> Result<Option<Loose>> {
         let cfg = repo.config().map_err(git_err)?;
         if cfg.get_string("extensions.objectformat").is_ok_and(|f| !f.eq_ignore_ascii_case("sha1")) {
@@ -110,6 +110,7 @@ impl Loose {
 /// unchanged. A file the index lists already, untouched since (a part that
 /// did not change keeps its inode and times), is not hashed again.
 pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Path, rels: &[&Path]) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
     let odb = repo.odb().map_err(git_err)?;
     let mut files = Vec::with_capacity(rels.len());
@@ -130,19 +131,15 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
         let known = listed.map(|e| e.id).filter(|id| odb.exists(*id));
         files.push((rel, path, m, known));
     }
-    let ids = match Loose::of(repo)? {
-        Some(loose) => {
-            let todo: Vec<&Path> = files.iter().filter(|f| f.3.is_none()).map(|f| f.1.as_path()).collect();
-            let mut written = write_all(&loose, &todo)?.into_iter();
-            files.iter().map(|f| f.3.or_else(|| written.next())).collect::<Vec<_>>()
-        }
-        None => files
-            .iter()
-            .map(|f| f.3.map_or_else(|| repo.blob_path(&f.1).map_err(git_err), Ok).map(Some))
-            .collect::<Result<Vec<_>>>()?,
-    };
-    for ((rel, _, m, _), id) in files.iter().zip(ids) {
-        use std::os::unix::ffi::OsStrExt;
+    // The files not listed unchanged, written side by side.
+    let todo: Vec<std::path::PathBuf> = files.iter().filter(|f| f.3.is_none()).map(|f| f.1.clone()).collect();
+    let mut written = match Loose::of(repo)? {
+        Some(loose) => crate::crypto::digest::files_parallel(&todo, |p| loose.write(p))?,
+        None => todo.iter().map(|p| repo.blob_path(p).map_err(git_err)).collect::<Result<_>>()?,
+    }
+    .into_iter();
+    for (rel, _, m, known) in &files {
+        let id = known.or_else(|| written.next()).expect("one id a file");
         let exec = m.mode() & 0o111 != 0;
         let entry = git2::IndexEntry {
             ctime: git2::IndexTime::new(m.ctime() as i32, m.ctime_nsec() as u32),
@@ -153,7 +150,7 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
             uid: m.uid(),
             gid: m.gid(),
             file_size: m.len() as u32,
-            id: id.expect("one id a file"),
+            id,
             flags: 0,
             flags_extended: 0,
             path: rel.as_os_str().as_bytes().to_vec(),
@@ -161,23 +158,4 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
         index.add(&entry).map_err(git_err)?;
     }
     Ok(())
-}
-
-/// Writes every file of `paths` as a blob, files shared out over the
-/// threads; the ids in `paths`' order.
-fn write_all(loose: &Loose, paths: &[&Path]) -> Result<Vec<git2::Oid>> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let done: Vec<std::sync::OnceLock<Result<git2::Oid>>> = paths.iter().map(|_| std::sync::OnceLock::new()).collect();
-    let work = || loop {
-        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let Some(p) = paths.get(i) else { break };
-        let _ = done[i].set(loose.write(p));
-    };
-    std::thread::scope(|s| {
-        for _ in 1..crate::threads::threads().min(paths.len()) {
-            s.spawn(work);
-        }
-        work();
-    });
-    done.into_iter().map(|d| d.into_inner().expect("every file written")).collect()
 }

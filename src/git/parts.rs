@@ -163,7 +163,7 @@ struct Section {
 /// Reads a part's arrays and chunks, streaming (chunks are not decoded):
 /// what it keeps is each chunk's `ch` line and where its text is.
 fn scan(text: &dyn Text, file: &Path) -> Result<Vec<Section>> {
-    let at = |n: u64, m: Reason| m.at_line(n).in_file(file);
+    let at = |n: u64, m: Reason| check_at(n, m).in_file(file);
     let mut lines = LineReader::new(text.stream());
     let next = |lines: &mut LineReader<_>| -> Result<Option<(u64, Vec<u8>)>> {
         let r = lines.next_range().map_err(|e| e.in_file(file))?;
