@@ -167,19 +167,22 @@ def _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, 
     return _call(_rust.save, staged, os.fspath(filename), writing, metadata, objects or None)
 
 
+def _path(x: Optional[PathLike]) -> Optional[str]:
+    """A path argument as the Rust side takes it (None stays None)."""
+    return None if x is None else os.fspath(x)
+
+
 def _trust(hmac_key, pubkey, trusted_keys, require_signature) -> Dict[str, object]:
     """What a reader demands of a snapshot, as the Rust side reads it (its `Trust`)."""
-    p = lambda x: None if x is None else os.fspath(x)
-    return {"hmac_key": p(hmac_key), "pubkey": p(pubkey), "trusted_keys": p(trusted_keys),
+    return {"hmac_key": _path(hmac_key), "pubkey": _path(pubkey), "trusted_keys": _path(trusted_keys),
             "require_signature": bool(require_signature)}
 
 
 def _writing(prev, sign_key, hmac_key, part_size, gen, ts, oms_key) -> Dict[str, object]:
     """The options every writer of a snapshot takes, as the Rust side reads
     them (its `Writing`)."""
-    p = lambda x: None if x is None else os.fspath(x)
-    return {"prev": p(prev), "sign_key": p(sign_key), "hmac_key": p(hmac_key), "gen": gen, "ts": ts,
-            "part_size": None if part_size is None else str(part_size), "oms_key": p(oms_key)}
+    return {"prev": _path(prev), "sign_key": _path(sign_key), "hmac_key": _path(hmac_key), "gen": gen, "ts": ts,
+            "part_size": None if part_size is None else str(part_size), "oms_key": _path(oms_key)}
 
 
 # The Python values a state dict may hold beside tensors: what
@@ -288,9 +291,8 @@ def verify(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Opti
            allow_unauthenticated: bool = False) -> Report:
     """`wtxt verify` of `filename`, as a `Report` (a failed check is in the
     report, not raised; an unreadable file raises `Error`)."""
-    p = lambda x: None if x is None else os.fspath(x)
     text = _call(_rust.verify, os.fspath(filename), _trust(hmac_key, pubkey, trusted_keys, require_signature),
-                 p(wsum), p(prev), allow_unauthenticated)
+                 _path(wsum), _path(prev), allow_unauthenticated)
     r = json.loads(text)
     return Report(ok=r["ok"], gen=r["gen"], signature=r["signature"],
                   errors=[(e["line"], e["message"]) for e in r["errors"]], arrays=r["arrays"],
@@ -349,12 +351,11 @@ class Snapshotter:
                  ring: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
                  recipients: Optional[List[str]] = None, keep: Optional[int] = None,
                  oms_key: Optional[PathLike] = None, coalesce: bool = False, max_pending: int = 2):
-        p = lambda x: None if x is None else os.fspath(x)
         if max_pending < 1:
             raise Error(f"max_pending must be at least 1, not {max_pending}")
-        self._inner = _call(_rust.Snapshotter, os.fspath(repo), os.fspath(path_in_repo), remote, p(sign_key),
-                            p(hmac_key), p(ring), None if part_size is None else str(part_size),
-                            list(recipients or []), keep, None, p(oms_key), bool(coalesce), int(max_pending))
+        self._inner = _call(_rust.Snapshotter, os.fspath(repo), os.fspath(path_in_repo), remote, _path(sign_key),
+                            _path(hmac_key), _path(ring), None if part_size is None else str(part_size),
+                            list(recipients or []), keep, None, _path(oms_key), bool(coalesce), int(max_pending))
         self._lock = threading.Lock()
         self._closed = False
         # Requests' futures in order, an Event that flush() waits on (set

@@ -43,7 +43,7 @@ from torch.distributed.checkpoint.planner import (LoadItemType, LoadPlan, LoadPl
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from .. import _ML_DTYPES, _TO_NUMPY, Error, SnapshotInfo, _call, _literal, _rust, _writing
+from .. import _ML_DTYPES, _TO_NUMPY, Error, SnapshotInfo, _call, _literal, _path, _rust, _writing
 from . import _TO_TORCH, _bits, _load, _wtxt_dtype
 
 __all__ = ["WtxtStorageWriter", "WtxtStorageReader"]
@@ -288,11 +288,10 @@ class WtxtStorageWriter(StorageWriter):
             raise Error("remote= pushes the commit that commit=True makes: give both")
         if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
             raise Error("metadata: expected a dict of str to str")
-        p = lambda x: None if x is None else os.fspath(x)
         self.path = os.fspath(path)
-        self.metadata, self.prev, self.sign_key, self.hmac_key = metadata, p(prev), p(sign_key), p(hmac_key)
+        self.metadata, self.prev, self.sign_key, self.hmac_key = metadata, _path(prev), _path(sign_key), _path(hmac_key)
         self.part_size = None if part_size is None else str(part_size)
-        self.gen, self.ts, self.oms_key = gen, ts, p(oms_key)
+        self.gen, self.ts, self.oms_key = gen, ts, _path(oms_key)
         self.commit, self.remote = commit, remote
         self.bytes_sent = 0  # what this rank sent the others in the last save
         self.committed: "ConcurrentFuture[Optional[SnapshotInfo]]" = ConcurrentFuture()
