@@ -4,8 +4,12 @@
 # In one run: `git add` + commit of each raw .safetensors into a repository
 # with Git's defaults (the baseline), and of each generation's split
 # snapshot (`wtxt snapshot --prev`) into a repository set up by `wtxt git
-# install`; then `git gc` of each. Prints CPU-seconds (user + sys), wall,
-# peak RSS, `.git` against raw x generations, and the largest pack.
+# install`, committed through its pre-commit hook (which verifies each
+# snapshot and packs its parts); each commit pushed on its own to a bare
+# remote that keeps what it receives as packs; then `git gc` of each.
+# Prints CPU-seconds (user + sys), wall, peak RSS, the `git add` total, `gc`
+# against it, `.git` against raw x generations, the largest pack and the
+# largest push.
 # DEFAULTS=1 also builds the snapshots' repository with Git's own settings.
 # Usage: BENCH_DIR=/tmp/bench-work scripts/git_full_change.sh [GIB] [GENS]
 set -euo pipefail
@@ -34,36 +38,52 @@ os.rename(path + ".tmp", path)
 EOF
 done
 
-cpu() { # label, command...: CPU (user+sys), wall, peak RSS
+last_cpu=0
+cpu() { # label, command...: CPU (user+sys), wall, peak RSS; the CPU in $last_cpu
   local label=$1; shift
   sync
   /usr/bin/time -f "%U %S %e %M" -o "$work/time.out" "$@" > /dev/null 2> "$work/cmd.err" || { cat "$work/cmd.err"; return 1; }
   read -r u s e kib < "$work/time.out"
-  printf '%-40s cpu %7.2f s  wall %7.2f s  %6d MiB\n' "$label" "$(echo "$u + $s" | bc)" "$e" $((kib / 1024))
+  last_cpu=$(echo "$u + $s" | bc)
+  printf '%-40s cpu %7.2f s  wall %7.2f s  %6d MiB\n' "$label" "$last_cpu" "$e" $((kib / 1024))
 }
-commit() { git -C "$1" -c user.name=bench -c user.email=b@example.com commit -q --no-verify -m "$2"; }
-figures() { # repo
-  local bytes largest
+commit() { git -C "$1" -c user.name=bench -c user.email=b@example.com commit -q -m "$2"; }
+largest_pack() { find "$1" -name '*.pack' -printf '%s\n' | sort -n | tail -1; }
+figures() { # repo, CPU-s of its `git add`s
+  local bytes largest pushed
   bytes=$(du -sb "$1/.git" | cut -f1)
-  largest=$(find "$1/.git/objects/pack" -name '*.pack' -printf '%s\n' | sort -n | tail -1)
-  echo "  .git $((bytes >> 20)) MiB = $(python3 -c "print(f'{$bytes / ($raw * $gens):.2f}')")x raw x $gens generations; largest pack $((${largest:-0} >> 20)) MiB"
+  largest=$(largest_pack "$1/.git/objects/pack")
+  pushed=$(largest_pack "$1.remote.git/objects/pack")
+  echo "  git add, all generations: cpu $2 s; git gc / that: $(python3 -c "print(f'{$last_cpu / $2:.2f}')")x"
+  echo "  .git $((bytes >> 20)) MiB = $(python3 -c "print(f'{$bytes / ($raw * $gens):.2f}')")x raw x $gens generations; largest pack $((${largest:-0} >> 20)) MiB; largest push $((${pushed:-0} >> 20)) MiB"
+}
+remote() { # repo: a bare remote beside it that keeps every push as its pack
+  rm -rf "$1.remote.git" && git init -q --bare "$1.remote.git"
+  git -C "$1.remote.git" config receive.unpackLimit 1
+  git -C "$1" remote add origin "$1.remote.git"
 }
 
 echo "== raw safetensors, Git's defaults: $gib GiB x $gens wholly changed generations"
 r="$work/raw"
 rm -rf "$r" && git init -q -b main "$r"
+remote "$r"
+added=0
 for g in $(seq 0 $((gens - 1))); do
   cp "$work/gen$g.safetensors" "$r/model.safetensors"
   cpu "git add (gen $g)" git -C "$r" add -A
-  commit "$r" "gen $g"
+  added=$(echo "$added + $last_cpu" | bc)
+  cpu "git commit (gen $g)" commit "$r" "gen $g"
+  cpu "git push (gen $g)" git -C "$r" push -q origin main
 done
 cpu "git gc" git -C "$r" gc -q
-figures "$r"
+figures "$r" "$added"
 
 snapshots() { # repo, install?: commits every generation's split snapshot
   local repo=$1
   rm -rf "$repo" && git init -q -b main "$repo"
+  remote "$repo"
   [ "$2" = install ] && (cd "$repo" && "$bin" git install > /dev/null)
+  local added=0
   for g in $(seq 0 $((gens - 1))); do
     chain=(--gen 0)
     [ "$g" -gt 0 ] && chain=(--prev "$work/prev.wtxt")
@@ -72,10 +92,12 @@ snapshots() { # repo, install?: commits every generation's split snapshot
     cp -r "$work/gen.wtxt" "$repo/model.wtxt" && cp -r "$work/gen.wtxt.parts" "$repo/model.wtxt.parts"
     mv "$work/gen.wtxt" "$work/prev.wtxt" && mv "$work/gen.wtxt.parts" "$work/prev.wtxt.parts"
     cpu "git add (gen $g)" git -C "$repo" add -A
-    commit "$repo" "gen $g"
+    added=$(echo "$added + $last_cpu" | bc)
+    cpu "git commit, hook included (gen $g)" commit "$repo" "gen $g"
+    cpu "git push (gen $g)" git -C "$repo" push -q origin main
   done
   cpu "git gc" git -C "$repo" gc -q
-  figures "$repo"
+  figures "$repo" "$added"
 }
 
 echo "== split snapshots, wtxt git install"

@@ -190,6 +190,15 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
     Ok(Checked { staged: staged.len(), refusals, notes })
 }
 
+/// Once the staged snapshots passed: the loose blobs of their staged parts
+/// moved into one pack, each stored whole (Huffman-coded) or as a delta
+/// against its path's version in HEAD, which `git gc` and `git push` then
+/// reuse as they are (docs/PERFORMANCE.md, "Git at 1 GiB"). Nothing when
+/// `wtxt.packParts` is false. Returns how many blobs it packed.
+pub fn pack_staged(dir: &Path) -> Result<usize> {
+    crate::git::objects::pack_staged_parts(dir)
+}
+
 /// The wtxt filter (`wtxt-FORMAT`) Git's attributes give `path`, if any.
 fn wtxt_filter(repo: &Repository, path: &Path) -> Option<String> {
     let filter = repo.get_attr(path, "filter", git2::AttrCheckFlags::FILE_THEN_INDEX).ok()??;

@@ -324,7 +324,9 @@ pub fn snapshot_attributes(committed: bool) -> Vec<String> {
         "*.wtxt text eol=lf diff=wtxt merge=wtxt".to_string(),
         // Parts of split snapshots: diffed chunk by chunk; merged by
         // `wtxt merge` on their heads, so Git never merges one alone.
-        format!("*.wtxtpart text eol=lf {} merge=binary", if committed { "-diff" } else { "diff=wtxt" }),
+        // Stored by wtxt whole or as a delta against the previous version
+        // (crate::git::pack): Git keeps either and never searches again.
+        format!("*.wtxtpart text eol=lf {} merge=binary -delta", if committed { "-diff" } else { "diff=wtxt" }),
         "*.wtxtdelta text eol=lf diff".to_string(),
         "*.wsum text eol=lf".to_string(),
     ]

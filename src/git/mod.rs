@@ -15,6 +15,7 @@ pub mod hooks;
 pub mod install;
 pub mod merge;
 pub(crate) mod objects;
+pub(crate) mod pack;
 pub mod parts;
 pub mod push;
 

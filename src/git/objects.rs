@@ -10,6 +10,7 @@
 //! zlib stream.
 
 use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use sha1::{Digest, Sha1};
@@ -102,6 +103,43 @@ impl Loose {
     }
 }
 
+/// Largest file written into a pack (a part is at most 50 MB by default):
+/// a pack's blob is read whole.
+const PACKED_MAX: u64 = 64 << 20;
+
+/// HEAD's blob at `rel`, when it is one small enough to try as a delta base.
+fn base_of(repo: &git2::Repository, head: &git2::Tree, rel: &Path) -> Option<git2::Oid> {
+    let entry = head.get_path(rel).ok()?;
+    (entry.kind() == Some(git2::ObjectType::Blob)
+        && crate::git::blob::size(repo, entry.id()).is_ok_and(|n| n <= PACKED_MAX))
+    .then(|| entry.id())
+}
+
+/// The bytes of the regular file at `path` (never through a link), read
+/// in full after a size check.
+fn read_regular(path: &Path) -> Result<Vec<u8>> {
+    let mut file = crate::atomic::open_no_follow(path).map_err(|e| Error::io(path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() {
+        return Err(Error::usage("not a regular file").in_file(path));
+    }
+    if meta.len() > PACKED_MAX {
+        return Err(
+            Error::input(Default::default(), format!("grew past {PACKED_MAX} bytes while it was read")).in_file(path)
+        );
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    Read::by_ref(&mut file).take(PACKED_MAX + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
+    if bytes.len() as u64 != meta.len() {
+        return Err(Error::input(
+            Default::default(),
+            format!("changed while it was read ({} bytes, then {})", meta.len(), bytes.len()),
+        )
+        .in_file(path));
+    }
+    Ok(bytes)
+}
+
 /// Adds the files at `rels` (relative to the work tree's top) to `index`
 /// as blobs written as `git hash-object -w` writes them (a repository of
 /// SHA-256 objects: by libgit2), on up to
@@ -131,15 +169,46 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
         let known = listed.map(|e| e.id).filter(|id| odb.exists(*id));
         files.push((rel, path, m, known));
     }
-    // The files not listed unchanged, written side by side.
-    let todo: Vec<std::path::PathBuf> = files.iter().filter(|f| f.3.is_none()).map(|f| f.1.clone()).collect();
-    let mut written = match Loose::of(repo)? {
-        Some(loose) => crate::crypto::digest::files_parallel(&todo, |p| loose.write(p))?,
-        None => todo.iter().map(|p| repo.blob_path(p).map_err(git_err)).collect::<Result<_>>()?,
+    // The files not listed unchanged: up to a part's size into one pack
+    // (each tried as a delta against its version in HEAD), larger ones
+    // loose, each set written side by side.
+    let todo: Vec<usize> = (0..files.len()).filter(|&i| files[i].3.is_none()).collect();
+    let mut ids: Vec<Option<git2::Oid>> = files.iter().map(|f| f.3).collect();
+    match Loose::of(repo)? {
+        Some(loose) => {
+            let (small, large): (Vec<usize>, Vec<usize>) = todo.iter().partition(|&&i| files[i].2.len() <= PACKED_MAX);
+            let head = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+            let jobs: Vec<(&Path, Option<git2::Oid>)> = small
+                .iter()
+                .map(|&i| (files[i].1.as_path(), head.as_ref().and_then(|t| base_of(repo, t, files[i].0))))
+                .collect();
+            let git_dir = repo.path();
+            let packed = crate::git::pack::store(&git_dir.join("objects"), &jobs, |&(path, base)| {
+                let target = crate::git::pack::Object::hashed(read_regular(path)?);
+                let base = match base {
+                    Some(b) => {
+                        let r = git2::Repository::open(git_dir).map_err(git_err)?;
+                        let blob = r.find_blob(b).map_err(git_err)?;
+                        Some(crate::git::pack::Object { id: b, bytes: blob.content().to_vec() })
+                    }
+                    None => None,
+                };
+                Ok(crate::git::pack::Job { target, base })
+            })?;
+            let large_paths: Vec<std::path::PathBuf> = large.iter().map(|&i| files[i].1.clone()).collect();
+            let written = crate::crypto::digest::files_parallel(&large_paths, |p| loose.write(p))?;
+            for (i, id) in small.into_iter().zip(packed).chain(large.into_iter().zip(written)) {
+                ids[i] = Some(id);
+            }
+        }
+        None => {
+            for &i in &todo {
+                ids[i] = Some(repo.blob_path(&files[i].1).map_err(git_err)?);
+            }
+        }
     }
-    .into_iter();
-    for (rel, _, m, known) in &files {
-        let id = known.or_else(|| written.next()).expect("one id a file");
+    for ((rel, _, m, _), id) in files.iter().zip(ids) {
+        let id = id.expect("one id a file");
         let exec = m.mode() & 0o111 != 0;
         let entry = git2::IndexEntry {
             ctime: git2::IndexTime::new(m.ctime() as i32, m.ctime_nsec() as u32),
@@ -158,4 +227,93 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
         index.add(&entry).map_err(git_err)?;
     }
     Ok(())
+}
+
+/// The blob `id` read from its loose object file at `file`, checked against
+/// its id; `None` when it is not a blob of at most [`PACKED_MAX`] bytes.
+fn read_loose(file: &Path, id: git2::Oid) -> Result<Option<crate::git::pack::Object>> {
+    let raw = std::fs::File::open(file).map_err(|e| Error::io(file, e))?;
+    let mut z = flate2::read::ZlibDecoder::new(std::io::BufReader::new(raw));
+    let mut head = Vec::new();
+    let mut byte = [0u8];
+    while head.len() < 32 {
+        z.read_exact(&mut byte).map_err(|e| Error::io(file, e))?;
+        if byte[0] == 0 {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    let Some(len) = head.strip_prefix(b"blob ").and_then(|n| std::str::from_utf8(n).ok()?.parse::<u64>().ok()) else {
+        return Ok(None);
+    };
+    if len > PACKED_MAX {
+        return Ok(None);
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    z.take(len + 1).read_to_end(&mut bytes).map_err(|e| Error::io(file, e))?;
+    verified(id, bytes).map(Some).map_err(|e| e.in_file(file))
+}
+
+/// `bytes` as the blob `id`, once they hash to it.
+fn verified(id: git2::Oid, bytes: Vec<u8>) -> Result<crate::git::pack::Object> {
+    let o = crate::git::pack::Object::hashed(bytes);
+    if o.id != id {
+        return Err(Error::input(Default::default(), format!("object {id} holds bytes that hash to {}", o.id)));
+    }
+    Ok(o)
+}
+
+/// Moves the loose blobs of the staged parts of split snapshots
+/// (`*.wtxtpart`) into one pack, as [`add_to_index`] stores what it
+/// commits: each tried as a delta against its path's version in HEAD.
+/// The pre-commit hook calls it once the staged snapshots passed, unless
+/// `wtxt.packParts` is false. Returns how many blobs it packed.
+pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
+    let repo = git2::Repository::discover(dir).map_err(git_err)?;
+    let cfg = repo.config().map_err(git_err)?;
+    if cfg.get_bool("wtxt.packParts").ok() == Some(false) || Loose::of(&repo)?.is_none() {
+        return Ok(0);
+    }
+    let index = repo.index().map_err(git_err)?;
+    let head = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+    let objects = repo.path().join("objects");
+    let mut jobs: Vec<(git2::Oid, Option<git2::Oid>, std::path::PathBuf)> = Vec::new();
+    for e in index.iter() {
+        // Stage bits: a conflicted entry is not one the commit stores.
+        if e.flags & 0x3000 != 0 || !e.path.ends_with(b".wtxtpart") {
+            continue;
+        }
+        let hex = e.id.to_string();
+        let loose = objects.join(&hex[..2]).join(&hex[2..]);
+        if !std::fs::symlink_metadata(&loose).is_ok_and(|m| m.is_file()) || jobs.iter().any(|j| j.0 == e.id) {
+            continue;
+        }
+        let rel = Path::new(std::ffi::OsStr::from_bytes(&e.path));
+        let base = head.as_ref().and_then(|t| base_of(&repo, t, rel)).filter(|b| *b != e.id);
+        jobs.push((e.id, base, loose));
+    }
+    // A blob larger than a part stays loose, for Git to pack.
+    jobs.retain(|j| crate::git::blob::size(&repo, j.0).is_ok_and(|n| n <= PACKED_MAX));
+    let git_dir = repo.path();
+    let load = |&(id, base, ref loose): &(git2::Oid, Option<git2::Oid>, std::path::PathBuf)| {
+        let Some(target) = read_loose(loose, id)? else {
+            return Err(Error::input(Default::default(), format!("expected a blob of at most {PACKED_MAX} bytes"))
+                .in_file(loose));
+        };
+        let base = match base {
+            Some(b) => {
+                let r = git2::Repository::open(git_dir).map_err(git_err)?;
+                let blob = r.find_blob(b).map_err(git_err)?;
+                Some(verified(b, blob.content().to_vec())?)
+            }
+            None => None,
+        };
+        Ok(crate::git::pack::Job { target, base })
+    };
+    crate::git::pack::store(&objects, &jobs, load)?;
+    // Packed and synced: the loose copies go, as `git prune-packed` would.
+    for (_, _, loose) in &jobs {
+        std::fs::remove_file(loose).map_err(|e| Error::io(loose, e))?;
+    }
+    Ok(jobs.len())
 }

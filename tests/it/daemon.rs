@@ -725,6 +725,11 @@ fn a_generation_that_changed_wholly_has_no_delta_beside_its_commit() {
     // gen 4 added four arrays (six chunks, four new); gen 5 changed two of six.
     assert_eq!(names(), ["gen-000005.wtxt", "gen-000005.wtxtdelta"]);
     daemon.stop();
+    // Each commit's files went into a pack of its own (none loose), which
+    // Git reads back whole.
+    let counts = git_ok(&repo, &["count-objects", "-v"]);
+    assert!(counts.contains("packs: 5\n"), "{counts}");
+    git_ok(&repo, &["fsck", "--full", "--strict"]);
 }
 
 /// While pushes fail, the ring keeps deltas, not a full copy per

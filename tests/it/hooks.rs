@@ -252,3 +252,109 @@ fn pre_commit_checks_the_index_git_commits_with_a_and_with_paths() {
     let log = git(d, &["rev-list", "--count", "HEAD"]);
     assert_eq!(String::from_utf8_lossy(&log.stdout).trim(), "1");
 }
+
+/// `git verify-pack -v` of every pack: (blobs stored as deltas, blobs stored whole).
+fn packed_blobs(d: &Path) -> (usize, usize) {
+    let mut counts = (0, 0);
+    for e in std::fs::read_dir(d.join(".git/objects/pack")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "idx") {
+            let out = crate::util::git_ok(d, &["verify-pack", "-v", p.to_str().unwrap()]);
+            for l in out.lines().filter(|l| l.split_whitespace().nth(1) == Some("blob")) {
+                if l.split_whitespace().count() == 7 {
+                    counts.0 += 1;
+                } else {
+                    counts.1 += 1;
+                }
+            }
+        }
+    }
+    counts
+}
+
+/// Loose objects left in the repository.
+fn loose(d: &Path) -> usize {
+    let objects = d.join(".git/objects");
+    std::fs::read_dir(&objects)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().len() == 2)
+        .map(|p| std::fs::read_dir(p).unwrap().count())
+        .sum()
+}
+
+/// A commit through the hook stores the staged parts in one pack: a part
+/// whose rows changed in a few places as a delta against HEAD's version
+/// (its base beside it), one that changed wholly whole. Git reads it all
+/// back (`fsck --full`), and `git gc` keeps the deltas without searching.
+#[test]
+fn the_hook_packs_staged_parts_as_deltas_where_few_lines_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let r = d.join("r");
+    std::fs::create_dir(&r).unwrap();
+    crate::util::git_ok(&r, &["init", "-q", "-b", "main"]);
+    let install = crate::util::wtxt().current_dir(&r).args(["git", "install"]).output().unwrap();
+    assert!(install.status.success(), "{}", String::from_utf8_lossy(&install.stderr));
+    let rows = 512u64;
+    let values = |seed: u32, changed: &dyn Fn(u64) -> bool| -> Vec<u8> {
+        (0..rows * 256)
+            .flat_map(|i| {
+                let row = i / 256;
+                let v = if changed(row) {
+                    seed.wrapping_mul(2654435761) ^ i as u32
+                } else {
+                    (i as u32).wrapping_mul(40503)
+                };
+                v.to_le_bytes()
+            })
+            .collect()
+    };
+    // A split snapshot copied as its head and parts folder.
+    let place = |from: &Path, to: &Path| {
+        let parts = |h: &Path| h.with_file_name(format!("{}.parts", h.file_name().unwrap().to_str().unwrap()));
+        let _ = std::fs::remove_dir_all(parts(to));
+        std::fs::create_dir_all(parts(to)).unwrap();
+        std::fs::copy(from, to).unwrap();
+        for p in std::fs::read_dir(parts(from)).unwrap() {
+            let p = p.unwrap().path();
+            std::fs::copy(&p, parts(to).join(p.file_name().unwrap())).unwrap();
+        }
+    };
+    let prev = d.join("prev.wtxt");
+    let commit = |g: u32, data: Vec<u8>| {
+        let chain = if g == 0 { ["--gen", "0"] } else { ["--prev", prev.to_str().unwrap()] };
+        let extra = [&["--part-size", "64K", "--rows-per-chunk", "16"][..], &chain[..]].concat();
+        let out = crate::util::snapshot(d, &format!("g{g}"), &[("w", "u32", vec![rows, 256], data)], &extra);
+        place(&out, &prev);
+        place(&out, &r.join("m.wtxt"));
+        crate::util::git_ok(&r, &["add", "-A"]);
+        crate::util::git_ok(&r, &["commit", "-qm", &format!("gen {g}")]);
+    };
+    commit(0, values(0, &|_| false));
+    let parts = std::fs::read_dir(r.join("m.wtxt.parts")).unwrap().count();
+    assert!(parts >= 4, "{parts} parts");
+    assert_eq!(packed_blobs(&r), (0, parts), "the first generation whole");
+    // One row in each part's 32 changed: every part changes a little.
+    commit(1, values(1, &|row| row % 32 == 5));
+    let (deltas, whole) = packed_blobs(&r);
+    assert_eq!(deltas, parts, "each changed part a delta");
+    assert_eq!(whole, 2 * parts, "with its base beside it");
+    // Every value new: stored whole.
+    commit(2, values(2, &|_| true));
+    assert_eq!(packed_blobs(&r), (parts, 3 * parts));
+    let loose_parts = crate::util::git_ok(&r, &["count-objects", "-v"]);
+    assert!(loose(&r) <= 16, "only heads, trees and commits stay loose: {loose_parts}");
+    crate::util::git_ok(&r, &["fsck", "--full", "--strict"]);
+    crate::util::git_ok(&r, &["gc", "-q"]);
+    crate::util::git_ok(&r, &["fsck", "--full", "--strict"]);
+    assert_eq!(packed_blobs(&r).0, parts, "gc kept the deltas");
+    let log = crate::util::wtxt().current_dir(&r).args(["log", "--verify", "m.wtxt"]).output().unwrap();
+    assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stderr));
+
+    // Turned off, the parts stay as `git add` wrote them.
+    crate::util::git_ok(&r, &["config", "wtxt.packParts", "false"]);
+    let before = loose(&r);
+    commit(3, values(3, &|row| row == 7));
+    assert!(loose(&r) > before + 1, "the changed part left loose");
+}

@@ -502,6 +502,7 @@ fn pre_commit() -> Result<u8> {
         eprintln!("pre-commit: warning: {note}");
     }
     if refusals.is_empty() {
+        wtxt::git::hooks::pack_staged(&here)?;
         return Ok(0);
     }
     for r in &refusals {
