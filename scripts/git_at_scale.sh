@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Git at real size: a model of GIB GiB of f32 (8 matrices), 5 generations
 # each changing 1% of the rows of 3 matrices, committed through
-# `wtxt snapshot --prev` into one repository as split snapshots (default
+# `wtxt snapshot --prev` and the pre-commit hook (which verifies each
+# snapshot and packs its parts) into one repository as split snapshots (default
 # part size) and into another as single files (--part-size none). For each:
 # .git after `git gc` against raw + changed bytes, the largest blob,
 # `git diff HEAD~1 HEAD` (time, peak RSS of git and its drivers),
@@ -47,10 +48,10 @@ build_repo() { # form: commits the generations (no timing but the snapshots')
     fi
     measure "$form gen $g: wtxt snapshot" "$bin" snapshot "$work/models/gen$g.npz" -o "$repo/model.wtxt" \
       "${chain[@]}" --ts "2026-01-01T00:0$g:00Z" "${size_flag[@]}"
-    git -C "$repo" add -A
-    git -C "$repo" -c user.name=bench -c user.email=b@example.com commit -q --no-verify -m "gen $g"
+    measure "$form gen $g: git add" git -C "$repo" add -A
+    measure "$form gen $g: git commit, hook included" git -C "$repo" -c user.name=bench -c user.email=b@example.com commit -q -m "gen $g"
   done
-  git -C "$repo" gc -q
+  measure "$form: git gc" git -C "$repo" gc -q
 }
 
 measure_repo() { # form: the figures, on the repository build_repo made

@@ -47,7 +47,7 @@ cpu() { # label, command...: CPU (user+sys), wall, peak RSS; the CPU in $last_cp
   last_cpu=$(echo "$u + $s" | bc)
   printf '%-40s cpu %7.2f s  wall %7.2f s  %6d MiB\n' "$label" "$last_cpu" "$e" $((kib / 1024))
 }
-commit() { git -C "$1" -c user.name=bench -c user.email=b@example.com commit -q -m "$2"; }
+ident=(-c user.name=bench -c user.email=b@example.com)
 largest_pack() { find "$1" -name '*.pack' -printf '%s\n' | sort -n | tail -1; }
 figures() { # repo, CPU-s of its `git add`s
   local bytes largest pushed
@@ -72,7 +72,7 @@ for g in $(seq 0 $((gens - 1))); do
   cp "$work/gen$g.safetensors" "$r/model.safetensors"
   cpu "git add (gen $g)" git -C "$r" add -A
   added=$(echo "$added + $last_cpu" | bc)
-  cpu "git commit (gen $g)" commit "$r" "gen $g"
+  cpu "git commit (gen $g)" git -C "$r" "${ident[@]}" commit -q -m "gen $g"
   cpu "git push (gen $g)" git -C "$r" push -q origin main
 done
 cpu "git gc" git -C "$r" gc -q
@@ -93,7 +93,7 @@ snapshots() { # repo, install?: commits every generation's split snapshot
     mv "$work/gen.wtxt" "$work/prev.wtxt" && mv "$work/gen.wtxt.parts" "$work/prev.wtxt.parts"
     cpu "git add (gen $g)" git -C "$repo" add -A
     added=$(echo "$added + $last_cpu" | bc)
-    cpu "git commit, hook included (gen $g)" commit "$repo" "gen $g"
+    cpu "git commit, hook included (gen $g)" git -C "$repo" "${ident[@]}" commit -q -m "gen $g"
     cpu "git push (gen $g)" git -C "$repo" push -q origin main
   done
   cpu "git gc" git -C "$repo" gc -q

@@ -185,14 +185,7 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
             let git_dir = repo.path();
             let packed = crate::git::pack::store(&git_dir.join("objects"), &jobs, |&(path, base)| {
                 let target = crate::git::pack::Object::hashed(read_regular(path)?);
-                let base = match base {
-                    Some(b) => {
-                        let r = git2::Repository::open(git_dir).map_err(git_err)?;
-                        let blob = r.find_blob(b).map_err(git_err)?;
-                        Some(crate::git::pack::Object { id: b, bytes: blob.content().to_vec() })
-                    }
-                    None => None,
-                };
+                let base = base.map(|b| base_for(git_dir, b, &target)).transpose()?.flatten();
                 Ok(crate::git::pack::Job { target, base })
             })?;
             let large_paths: Vec<std::path::PathBuf> = large.iter().map(|&i| files[i].1.clone()).collect();
@@ -254,6 +247,26 @@ fn read_loose(file: &Path, id: git2::Oid) -> Result<Option<crate::git::pack::Obj
     verified(id, bytes).map(Some).map_err(|e| e.in_file(file))
 }
 
+/// The blob `base` of the repository at `git_dir`, read whole and hashed,
+/// to try as `target`'s delta base; `None` without reading it whole when
+/// it is stored whole and its first 64 KiB of lines are mostly not
+/// `target`'s (a part that changed wholly: nothing to gain).
+fn base_for(
+    git_dir: &Path,
+    base: git2::Oid,
+    target: &crate::git::pack::Object,
+) -> Result<Option<crate::git::pack::Object>> {
+    const LOOK: usize = 64 << 10;
+    if let Some(start) = crate::git::pack::stored_prefix(&git_dir.join("objects"), base, LOOK) {
+        if !crate::git::pack::starts_alike(&start, &target.bytes[..target.bytes.len().min(LOOK)]) {
+            return Ok(None);
+        }
+    }
+    let r = git2::Repository::open(git_dir).map_err(git_err)?;
+    let blob = r.find_blob(base).map_err(git_err)?;
+    verified(base, blob.content().to_vec()).map(Some)
+}
+
 /// `bytes` as the blob `id`, once they hash to it.
 fn verified(id: git2::Oid, bytes: Vec<u8>) -> Result<crate::git::pack::Object> {
     let o = crate::git::pack::Object::hashed(bytes);
@@ -300,14 +313,7 @@ pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
             return Err(Error::input(Default::default(), format!("expected a blob of at most {PACKED_MAX} bytes"))
                 .in_file(loose));
         };
-        let base = match base {
-            Some(b) => {
-                let r = git2::Repository::open(git_dir).map_err(git_err)?;
-                let blob = r.find_blob(b).map_err(git_err)?;
-                Some(verified(b, blob.content().to_vec())?)
-            }
-            None => None,
-        };
+        let base = base.map(|b| base_for(git_dir, b, &target)).transpose()?.flatten();
         Ok(crate::git::pack::Job { target, base })
     };
     crate::git::pack::store(&objects, &jobs, load)?;

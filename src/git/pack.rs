@@ -380,6 +380,108 @@ pub(crate) fn store<T: Sync>(objects: &Path, items: &[T], load: impl Fn(&T) -> R
     Ok(ids)
 }
 
+/// The first `n` bytes (fewer when it is shorter) of the blob `id` in the
+/// object folder `objects`, inflated no further, when it is stored loose or
+/// whole in a pack; `None` when it is a delta or not found here (the
+/// caller then reads it whole, or not at all). What it returns is unchecked
+/// (a prefix cannot be hashed against the id): it only steers a choice.
+pub(crate) fn stored_prefix(objects: &Path, id: Oid, n: usize) -> Option<Vec<u8>> {
+    let hex = id.to_string();
+    let read = |r: &mut dyn Read| -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        r.take(n as u64).read_to_end(&mut out).ok()?;
+        Some(out)
+    };
+    if let Ok(f) = File::open(objects.join(&hex[..2]).join(&hex[2..])) {
+        let mut z = flate2::read::ZlibDecoder::new(std::io::BufReader::new(f));
+        let mut b = [0u8];
+        for _ in 0..32 {
+            z.read_exact(&mut b).ok()?;
+            if b[0] == 0 {
+                return read(&mut z);
+            }
+        }
+        return None;
+    }
+    let packs = std::fs::read_dir(objects.join("pack")).ok()?;
+    for idx in packs.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "idx")) {
+        let Some(at) = offset_in(&idx, id) else { continue };
+        let mut pack = std::io::BufReader::new(File::open(idx.with_extension("pack")).ok()?);
+        pack.seek(SeekFrom::Start(at)).ok()?;
+        let mut b = [0u8];
+        pack.read_exact(&mut b).ok()?;
+        if (b[0] >> 4) & 7 != BLOB {
+            return None;
+        }
+        while b[0] & 0x80 != 0 {
+            pack.read_exact(&mut b).ok()?;
+        }
+        return read(&mut flate2::read::ZlibDecoder::new(pack));
+    }
+    None
+}
+
+/// Where the version-2 pack index at `idx` puts `id` in its pack.
+fn offset_in(idx: &Path, id: Oid) -> Option<u64> {
+    let mut f = File::open(idx).ok()?;
+    let mut head = [0u8; 8 + 256 * 4];
+    f.read_exact(&mut head).ok()?;
+    if head[..8] != *b"\xfftOc\0\0\0\x02" {
+        return None;
+    }
+    let fan = |i: usize| u32::from_be_bytes(head[8 + 4 * i..12 + 4 * i].try_into().expect("4 bytes")) as u64;
+    let first = id.as_bytes()[0] as usize;
+    let total = fan(255);
+    let (mut lo, mut hi) = (if first == 0 { 0 } else { fan(first - 1) }, fan(first));
+    if hi > total || total > 1 << 32 {
+        return None;
+    }
+    let mut name = [0u8; 20];
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        f.seek(SeekFrom::Start(head.len() as u64 + 20 * mid)).ok()?;
+        f.read_exact(&mut name).ok()?;
+        match name.as_slice().cmp(id.as_bytes()) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => {
+                let mut word = [0u8; 4];
+                f.seek(SeekFrom::Start(head.len() as u64 + 24 * total + 4 * mid)).ok()?;
+                f.read_exact(&mut word).ok()?;
+                let small = u32::from_be_bytes(word) as u64;
+                if small & 0x8000_0000 == 0 {
+                    return Some(small);
+                }
+                let mut wide = [0u8; 8];
+                f.seek(SeekFrom::Start(head.len() as u64 + 28 * total + 8 * (small & 0x7fff_ffff))).ok()?;
+                f.read_exact(&mut wide).ok()?;
+                return Some(u64::from_be_bytes(wide));
+            }
+        }
+    }
+    None
+}
+
+/// Whether most of the first lines of `target` are those of `base` at the
+/// same places: a part worth reading its base whole for, to try a delta.
+pub(crate) fn starts_alike(base: &[u8], target: &[u8]) -> bool {
+    let (mut b, mut t, mut same) = (0, 0, 0);
+    while t < target.len() && b < base.len() {
+        let tl = line_len(&target[t..]);
+        let bl = line_len(&base[b..]);
+        // The last line of a prefix may be cut short: not counted.
+        if t + tl == target.len() {
+            break;
+        }
+        if target[t..t + tl] == base[b..b + bl] {
+            same += tl;
+        }
+        t += tl;
+        b += bl;
+    }
+    same * 2 > t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -451,6 +553,31 @@ mod tests {
         assert_eq!(apply(&base, &line_delta(&base, &shorter).unwrap()), shorter);
         assert!(line_delta(&base, &lines(5000, |_| true)).is_none(), "changed wholly: stored whole");
         assert!(line_delta(&base, &lines(5000, |i| i % 3 != 0)).is_none(), "two thirds changed");
+    }
+
+    #[test]
+    fn a_prefix_is_read_from_a_whole_packed_blob_and_not_from_a_delta() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = Object::hashed(lines(3000, |_| false));
+        let target = Object::hashed(lines(3000, |i| i == 10));
+        let other = Object::hashed(lines(3000, |_| true));
+        let (b, t, o) = (base.id, target.id, other.id);
+        let jobs = vec![Job { target, base: Some(base) }, Job { target: other, base: None }];
+        let ids = store(dir.path(), &[0, 1], |&i: &usize| {
+            Ok(Job {
+                target: Object { id: jobs[i].target.id, bytes: jobs[i].target.bytes.clone() },
+                base: jobs[i].base.as_ref().map(|b| Object { id: b.id, bytes: b.bytes.clone() }),
+            })
+        })
+        .unwrap();
+        assert_eq!(ids, [t, o]);
+        assert_eq!(stored_prefix(dir.path(), b, 100).unwrap(), lines(3000, |_| false)[..100]);
+        assert_eq!(stored_prefix(dir.path(), o, 1 << 20).unwrap(), lines(3000, |_| true));
+        assert!(stored_prefix(dir.path(), t, 100).is_none(), "a delta");
+        assert!(stored_prefix(dir.path(), Oid::zero(), 100).is_none(), "not there");
+        let start = |v: &[u8]| v[..4000].to_vec();
+        assert!(starts_alike(&start(&lines(3000, |_| false)), &start(&lines(3000, |i| i == 10))));
+        assert!(!starts_alike(&start(&lines(3000, |_| false)), &start(&lines(3000, |_| true))));
     }
 
     #[test]

@@ -352,9 +352,14 @@ fn the_hook_packs_staged_parts_as_deltas_where_few_lines_changed() {
     let log = crate::util::wtxt().current_dir(&r).args(["log", "--verify", "m.wtxt"]).output().unwrap();
     assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stderr));
 
+    // Against bases in the pack `git gc` wrote, as against wtxt's own.
+    commit(3, values(2, &|row| row % 32 != 9));
+    assert_eq!(packed_blobs(&r).0, 2 * parts, "a delta each against the packed generation");
+    crate::util::git_ok(&r, &["fsck", "--full", "--strict"]);
+
     // Turned off, the parts stay as `git add` wrote them.
     crate::util::git_ok(&r, &["config", "wtxt.packParts", "false"]);
     let before = loose(&r);
-    commit(3, values(3, &|row| row == 7));
+    commit(4, values(4, &|row| row == 7));
     assert!(loose(&r) > before + 1, "the changed part left loose");
 }
