@@ -188,6 +188,9 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
                 let base = base.map(|b| base_for(git_dir, b, &target)).transpose()?.flatten();
                 Ok(crate::git::pack::Job { target, base })
             })?;
+            if !packed.is_empty() {
+                index_packs(git_dir)?;
+            }
             let large_paths: Vec<std::path::PathBuf> = large.iter().map(|&i| files[i].1.clone()).collect();
             let written = crate::crypto::digest::files_parallel(&large_paths, |p| loose.write(p))?;
             for (i, id) in small.into_iter().zip(packed).chain(large.into_iter().zip(written)) {
@@ -267,6 +270,29 @@ fn base_for(
     verified(base, blob.content().to_vec()).map(Some)
 }
 
+/// Writes the repository's multi-pack index (`git multi-pack-index
+/// write`) once a pack was added. A pack of ours holds the previous version
+/// of a part again, as a delta; the index lists each object once, from the
+/// newest pack that has it, so `git gc` and `git push` take that delta, not
+/// the whole copy in the older pack (without it Git takes the copy from
+/// whichever pack it last read from).
+fn index_packs(git_dir: &Path) -> Result<()> {
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(["multi-pack-index", "write"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| Error::io_in("git multi-pack-index write", e))?;
+    if !out.status.success() {
+        return Err(Error::input(
+            Default::default(),
+            format!("git multi-pack-index write: {}", String::from_utf8_lossy(&out.stderr).trim()),
+        ));
+    }
+    Ok(())
+}
+
 /// `bytes` as the blob `id`, once they hash to it.
 fn verified(id: git2::Oid, bytes: Vec<u8>) -> Result<crate::git::pack::Object> {
     let o = crate::git::pack::Object::hashed(bytes);
@@ -316,7 +342,10 @@ pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
         let base = base.map(|b| base_for(git_dir, b, &target)).transpose()?.flatten();
         Ok(crate::git::pack::Job { target, base })
     };
-    crate::git::pack::store(&objects, &jobs, load)?;
+    if crate::git::pack::store(&objects, &jobs, load)?.is_empty() {
+        return Ok(0);
+    }
+    index_packs(git_dir)?;
     // Packed and synced: the loose copies go, as `git prune-packed` would.
     for (_, _, loose) in &jobs {
         std::fs::remove_file(loose).map_err(|e| Error::io(loose, e))?;

@@ -5,15 +5,16 @@
 //! hunting for repeats that random text does not have, and `gc` tries a
 //! delta for every part, 1.4 CPU-s each for one that changed wholly, at
 //! every repack. Here a blob is deflated with Huffman codes alone (220 MB/s,
-//! to 75.6% of the text, where Git's level 1 reaches 77.6%), and a part is
-//! stored as a delta against the same path's previous version only when
-//! most of its lines are unchanged, which a generation's fixed layout lets
-//! us find by comparing lines in place. Parts carry the `-delta` attribute
-//! (`wtxt git install`), so Git keeps both choices: it reuses a stored
-//! delta or whole object and never searches again.
+//! to 75.6% of the text, where Git's level 1 reaches 77.6%), and when most
+//! of a part's lines are those of the same path's previous version (found
+//! by comparing lines in place: a generation keeps its layout), that
+//! version is stored again beside it as a delta against it. Parts carry
+//! the `-delta` attribute (`wtxt git install`), so Git keeps both choices:
+//! it reuses a stored delta or whole object and never searches again.
 //!
-//! Git reads a delta only against a base in the same pack, so a delta's
-//! base goes in beside it.
+//! Git reads a delta only against a base in the same pack, so the delta
+//! goes from the new version (in this pack) to the old, as Git's own
+//! repacking would store it: the newest version whole.
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
@@ -43,12 +44,12 @@ impl Object {
     }
 }
 
-/// One blob to store, with the previous version of its path when there
-/// is one to try as a delta base.
+/// One blob to store, with the previous version of its path when there is
+/// one to store again as a delta against it.
 pub(crate) struct Job {
     /// The blob stored.
     pub target: Object,
-    /// The base tried.
+    /// The previous version tried as a delta.
     pub base: Option<Object>,
 }
 
@@ -182,19 +183,20 @@ pub(crate) fn line_delta(base: &[u8], target: &[u8]) -> Option<Vec<u8>> {
     (out.len() <= limit).then_some(out)
 }
 
-/// What one job puts in the pack: its target whole, or its base whole and
-/// the target as a delta against it.
+/// What one job puts in the pack: its target whole and, when most lines
+/// are shared, the previous version again as a delta against it (the
+/// newest version whole, older ones as deltas: what Git's own repacking
+/// chooses, so that reading the newest applies no delta).
 fn prepare(job: Job) -> Result<Vec<Entry>> {
-    let whole = |o: &Object| -> Result<Entry> {
-        Ok(Entry { id: o.id, base: None, size: o.bytes.len(), deflated: deflate(&o.bytes)? })
-    };
-    if let Some(base) = &job.base {
-        if let Some(delta) = line_delta(&base.bytes, &job.target.bytes) {
-            let d = Entry { id: job.target.id, base: Some(base.id), size: delta.len(), deflated: deflate(&delta)? };
-            return Ok(vec![whole(base)?, d]);
+    let whole =
+        Entry { id: job.target.id, base: None, size: job.target.bytes.len(), deflated: deflate(&job.target.bytes)? };
+    if let Some(old) = &job.base {
+        if let Some(delta) = line_delta(&job.target.bytes, &old.bytes) {
+            let d = Entry { id: old.id, base: Some(job.target.id), size: delta.len(), deflated: deflate(&delta)? };
+            return Ok(vec![whole, d]);
         }
     }
-    Ok(vec![whole(&job.target)?])
+    Ok(vec![whole])
 }
 
 /// A pack being written: its temporary file and what its index lists.
@@ -562,7 +564,7 @@ mod tests {
         let target = Object::hashed(lines(3000, |i| i == 10));
         let other = Object::hashed(lines(3000, |_| true));
         let (b, t, o) = (base.id, target.id, other.id);
-        let jobs = vec![Job { target, base: Some(base) }, Job { target: other, base: None }];
+        let jobs = [Job { target, base: Some(base) }, Job { target: other, base: None }];
         let ids = store(dir.path(), &[0, 1], |&i: &usize| {
             Ok(Job {
                 target: Object { id: jobs[i].target.id, bytes: jobs[i].target.bytes.clone() },
@@ -571,10 +573,10 @@ mod tests {
         })
         .unwrap();
         assert_eq!(ids, [t, o]);
-        assert_eq!(stored_prefix(dir.path(), b, 100).unwrap(), lines(3000, |_| false)[..100]);
+        assert_eq!(stored_prefix(dir.path(), t, 100).unwrap(), lines(3000, |i| i == 10)[..100]);
         assert_eq!(stored_prefix(dir.path(), o, 1 << 20).unwrap(), lines(3000, |_| true));
-        assert!(stored_prefix(dir.path(), t, 100).is_none(), "a delta");
-        assert!(stored_prefix(dir.path(), Oid::zero(), 100).is_none(), "not there");
+        assert!(stored_prefix(dir.path(), b, 100).is_none(), "the old version, a delta against the new");
+        assert!(stored_prefix(dir.path(), Oid::ZERO_SHA1, 100).is_none(), "not there");
         let start = |v: &[u8]| v[..4000].to_vec();
         assert!(starts_alike(&start(&lines(3000, |_| false)), &start(&lines(3000, |i| i == 10))));
         assert!(!starts_alike(&start(&lines(3000, |_| false)), &start(&lines(3000, |_| true))));
