@@ -11,6 +11,8 @@
 # against it, `.git` against raw x generations, the largest pack and the
 # largest push.
 # DEFAULTS=1 also builds the snapshots' repository with Git's own settings.
+# Needs about 6 x GIB x GENS GB of disk (each repository is removed after
+# its figures).
 # Usage: BENCH_DIR=/tmp/bench-work scripts/git_full_change.sh [GIB] [GENS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,6 +79,7 @@ for g in $(seq 0 $((gens - 1))); do
 done
 cpu "git gc" git -C "$r" gc -q
 figures "$r" "$added"
+rm -rf "$r" "$r.remote.git" # a repository and its remote: 8 GB at 1 GiB x 4
 
 snapshots() { # repo, install?: commits every generation's split snapshot
   local repo=$1
@@ -98,6 +101,7 @@ snapshots() { # repo, install?: commits every generation's split snapshot
   done
   cpu "git gc" git -C "$repo" gc -q
   figures "$repo" "$added"
+  rm -rf "$repo" "$repo.remote.git"
 }
 
 echo "== split snapshots, wtxt git install"

@@ -111,20 +111,18 @@ fn shell_word(s: &str) -> String {
 ///   is the same part's previous version, which sorts next to it; every
 ///   other candidate costs a failed delta search over 46 MB. `git gc` of
 ///   two wholly changed 1 GiB generations: 735 CPU-s and 2.2 GB -> 165 and
-///   0.4 GB, the pack 2% larger;
-/// - packs of at most 1 GiB (`gc` of four wholly changed 1 GiB generations
-///   made one 4.4 GB pack), and no repack started by the count of packs:
-///   a commit of parts adds one pack ([`crate::git::hooks::pack_staged`]), and
-///   past 50 of them every automatic `gc` would copy the whole history again.
-const REPOSITORY_DEFAULTS: [(&str, &str); 8] = [
+///   0.4 GB, the pack 2% larger.
+///
+/// No `pack.packSizeLimit`: `gc` writes reused deltas after the whole
+/// objects, so a limit puts a delta in another pack than its base and Git
+/// stores it whole again (two generations: 12 deltas became 1, 5 CPU-s 21).
+const REPOSITORY_DEFAULTS: [(&str, &str); 6] = [
     ("core.packedGitWindowSize", "32m"),
     ("core.packedGitLimit", "96m"),
     ("core.deltaBaseCacheLimit", "32m"),
     ("core.looseCompression", "0"),
     ("pack.compression", "1"),
     ("pack.window", "1"),
-    ("pack.packSizeLimit", "1g"),
-    ("gc.autoPackLimit", "0"),
 ];
 
 /// Works out what to write for `scope` from the repository around `dir`.
