@@ -198,6 +198,47 @@ for to in safetensors npz aero mldf; do
 done
 row split 1.4 "$bin" split "$one" -o "$work/f_out_split"
 row join 1.4 "$bin" join "$split" -o "$work/f_out_join"
+# Git: the pre-commit hook on a second, wholly new generation staged on the
+# first, once (it packs the staged parts: a second run finds none loose);
+# its floor is the read floor (its verification) plus the passes storing
+# the parts in a pack needs (examples/pack_pass: SHA-1 and one Huffman
+# pass, the crates the hook uses). `git diff HEAD~1 HEAD` of the two
+# against Git's own cost (the same diff with the driver off: Git inflating
+# both versions of every part).
+cargo build --release --quiet --example pack_pass
+repo="$work/floor_repo"
+rm -rf "$repo" && git init -q -b main "$repo" && (cd "$repo" && "$bin" git install > /dev/null)
+ident=(-c user.name=bench -c user.email=b@example.com)
+cp "$split" "$repo/model.wtxt" && cp -r "$split.parts" "$repo/model.wtxt.parts"
+git -C "$repo" add -A && git -C "$repo" "${ident[@]}" commit -q -m "gen 0"
+npy2="$work/model_${mib}m_gen1.npy"
+[ -f "$npy2" ] || python3 - "$npy" "$npy2" <<'EOF'
+import os, struct, sys
+src, dst = sys.argv[1:]
+with open(src, "rb") as f:
+    head = f.read(10)
+    head += f.read(struct.unpack("<H", head[8:10])[0])
+    n = os.fstat(f.fileno()).st_size - len(head)
+with open(dst + ".tmp", "wb") as out:
+    out.write(head)
+    for _ in range(n >> 24):
+        out.write(os.urandom(1 << 24))
+    out.write(os.urandom(n % (1 << 24)))
+os.rename(dst + ".tmp", dst)
+EOF
+rm -rf "$repo/model.wtxt.parts"
+"$bin" snapshot "$npy2" -o "$repo/model.wtxt" --prev "$split" --ts 2026-01-01T00:01:00Z 2> /dev/null
+git -C "$repo" add -A
+measure fpack target/release/examples/pack_pass "$repo"/model.wtxt.parts/*
+runs_saved=$runs; runs=1
+measure hook sh -c "cd '$repo' && exec '$PWD/$bin' hook pre-commit"
+runs=$runs_saved
+rows+=("hook 1.4 $(awk -v f="$read_floor" -v p="$c_fpack" 'BEGIN { printf "%.2f", f + p }')")
+git -C "$repo" "${ident[@]}" commit -q --no-verify -m "gen 1"
+measure gitdiff0 git -C "$repo" -c diff.wtxt.command=true diff HEAD~1 HEAD
+measure gitdiff git -C "$repo" diff HEAD~1 HEAD
+rows+=("gitdiff 1.4 $c_gitdiff0")
+rm -rf "$repo"
 echo
 printf '%-16s %8s %8s %8s %6s\n' command CPU-s floor ratio goal
 for r in "${rows[@]}"; do

@@ -250,7 +250,8 @@ fn read_loose(file: &Path, id: git2::Oid) -> Result<Option<crate::git::pack::Obj
     verified(id, bytes).map(Some).map_err(|e| e.in_file(file))
 }
 
-/// The blob `base` of the repository at `git_dir`, read whole and hashed,
+/// The blob `base` of the repository at `git_dir` (at most [`PACKED_MAX`]
+/// bytes, as [`base_of`] checked), read whole and hashed,
 /// to try as `target`'s delta base; `None` without reading it whole when
 /// it is stored whole and its first 64 KiB of lines are mostly not
 /// `target`'s (a part that changed wholly: nothing to gain).
@@ -265,9 +266,15 @@ fn base_for(
             return Ok(None);
         }
     }
-    let r = git2::Repository::open(git_dir).map_err(git_err)?;
-    let blob = r.find_blob(base).map_err(git_err)?;
-    verified(base, blob.content().to_vec()).map(Some)
+    // Stored whole: inflated here (libgit2 would map the pack and hash it
+    // with its collision-detecting SHA-1 too); else resolved by libgit2.
+    let bytes = match crate::git::pack::stored_prefix(&git_dir.join("objects"), base, PACKED_MAX as usize + 1) {
+        Some(bytes) => bytes,
+        None => {
+            git2::Repository::open(git_dir).and_then(|r| Ok(r.find_blob(base)?.content().to_vec())).map_err(git_err)?
+        }
+    };
+    verified(base, bytes).map(Some)
 }
 
 /// Writes the repository's multi-pack index (`git multi-pack-index
