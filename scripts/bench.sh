@@ -207,7 +207,7 @@ row join 1.4 "$bin" join "$split" -o "$work/f_out_join"
 # both versions of every part).
 cargo build --release --quiet --example pack_pass
 repo="$work/floor_repo"
-rm -rf "$repo" && git init -q -b main "$repo" && (cd "$repo" && "$bin" git install > /dev/null)
+rm -rf "$repo" && git init -q -b main "$repo" && (cd "$repo" && "$OLDPWD/$bin" git install > /dev/null)
 ident=(-c user.name=bench -c user.email=b@example.com)
 cp "$split" "$repo/model.wtxt" && cp -r "$split.parts" "$repo/model.wtxt.parts"
 git -C "$repo" add -A && git -C "$repo" "${ident[@]}" commit -q -m "gen 0"

@@ -328,9 +328,15 @@ pub fn snapshot_attributes(committed: bool) -> Vec<String> {
         "*.wtxt text eol=lf diff=wtxt merge=wtxt".to_string(),
         // Parts of split snapshots: diffed chunk by chunk; merged by
         // `wtxt merge` on their heads, so Git never merges one alone.
-        // Stored by wtxt whole or as a delta against the previous version
-        // (crate::git::pack): Git keeps either and never searches again.
-        format!("*.wtxtpart text eol=lf {} merge=binary -delta", if committed { "-diff" } else { "diff=wtxt" }),
+        // Committed: stored by wtxt whole or as a delta (crate::git::pack),
+        // which `git gc` keeps as they are, never searching again. Not in
+        // this clone's own file, so that a push given attributes from an
+        // empty tree (crate::git::push) may search against the remote's.
+        if committed {
+            "*.wtxtpart text eol=lf -diff merge=binary -delta".to_string()
+        } else {
+            "*.wtxtpart text eol=lf diff=wtxt merge=binary".to_string()
+        },
         "*.wtxtdelta text eol=lf diff".to_string(),
         "*.wsum text eol=lf".to_string(),
     ]

@@ -1,13 +1,14 @@
-//! Blobs written into a repository's object store as `git hash-object -w`
-//! writes them, at the repository's loose compression level.
+//! What a commit made by wtxt stores in the object store, and the staged
+//! parts the pre-commit hook stores once they passed.
 //!
-//! libgit2 deflates every loose object at its own fixed level, whatever the
-//! configuration says: 4.2 s for one 180 MB generation of snapshot text,
-//! which base64 leaves only 25% to gain from. `wtxt git install` sets
-//! `core.looseCompression=0` for that reason (Git's packs compress once,
-//! later), and a commit made here honours it: one pass that hashes
-//! (SHA-1, with the CPU's instructions) and copies the file into a stored
-//! zlib stream.
+//! Files up to a part's size go into one pack a commit ([`crate::git::pack`]:
+//! Huffman-coded, a part's previous version as a delta against it), which
+//! `git gc` and `git push` copy as it is. A larger file (a single-file
+//! snapshot of a whole model) is written loose as `git hash-object -w`
+//! writes it, at the repository's loose compression level: libgit2 would
+//! deflate it at its own fixed level whatever the configuration says (4.2 s
+//! for 180 MB of snapshot text, which base64 leaves only 25% to gain from),
+//! and `wtxt git install` sets `core.looseCompression=0`.
 
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -225,31 +226,6 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
     Ok(())
 }
 
-/// The blob `id` read from its loose object file at `file`, checked against
-/// its id; `None` when it is not a blob of at most [`PACKED_MAX`] bytes.
-fn read_loose(file: &Path, id: git2::Oid) -> Result<Option<crate::git::pack::Object>> {
-    let raw = std::fs::File::open(file).map_err(|e| Error::io(file, e))?;
-    let mut z = flate2::read::ZlibDecoder::new(std::io::BufReader::new(raw));
-    let mut head = Vec::new();
-    let mut byte = [0u8];
-    while head.len() < 32 {
-        z.read_exact(&mut byte).map_err(|e| Error::io(file, e))?;
-        if byte[0] == 0 {
-            break;
-        }
-        head.push(byte[0]);
-    }
-    let Some(len) = head.strip_prefix(b"blob ").and_then(|n| std::str::from_utf8(n).ok()?.parse::<u64>().ok()) else {
-        return Ok(None);
-    };
-    if len > PACKED_MAX {
-        return Ok(None);
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    z.take(len + 1).read_to_end(&mut bytes).map_err(|e| Error::io(file, e))?;
-    verified(id, bytes).map(Some).map_err(|e| e.in_file(file))
-}
-
 /// The blob `base` of the repository at `git_dir` (at most [`PACKED_MAX`]
 /// bytes, as [`base_of`] checked), read whole and hashed,
 /// to try as `target`'s delta base; `None` without reading it whole when
@@ -342,10 +318,10 @@ pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
     jobs.retain(|j| crate::git::blob::size(&repo, j.0).is_ok_and(|n| n <= PACKED_MAX));
     let git_dir = repo.path();
     let load = |&(id, base, ref loose): &(git2::Oid, Option<git2::Oid>, std::path::PathBuf)| {
-        let Some(target) = read_loose(loose, id)? else {
-            return Err(Error::input(Default::default(), format!("expected a blob of at most {PACKED_MAX} bytes"))
-                .in_file(loose));
+        let Some(bytes) = crate::git::pack::stored_prefix(&objects, id, PACKED_MAX as usize + 1) else {
+            return Err(Error::input(Default::default(), "expected a loose object that inflates").in_file(loose));
         };
+        let target = verified(id, bytes).map_err(|e| e.in_file(loose))?;
         let base = base.map(|b| base_for(git_dir, b, &target)).transpose()?.flatten();
         Ok(crate::git::pack::Job { target, base })
     };

@@ -84,6 +84,15 @@ pub fn push(repo_dir: &Path, remote: &str, what: Push<'_>, stopping: &std::sync:
     for (key, value) in pack_settings(&repo, what.changed_wholly) {
         cmd.arg("-c").arg(format!("{key}={value}"));
     }
+    // A generation that changed in places: attributes from an empty tree,
+    // so that the committed `-delta` of parts (which keeps `git gc` from
+    // searching) does not keep this push from finding each changed part's
+    // delta against the version the remote has (a thin pack of a few MB,
+    // not the changed parts whole).
+    if !what.changed_wholly {
+        let empty = repo.treebuilder(None).and_then(|t| t.write()).map_err(|e| failed(e.message().to_string()))?;
+        cmd.env("GIT_ATTR_SOURCE", empty.to_string());
+    }
     // Credentials in the URL go to git through the environment and a
     // credential helper, never on its command line (`ps` shows that).
     let (url, credentials) = split_credentials(remote);

@@ -253,10 +253,12 @@ fn pre_commit_checks_the_index_git_commits_with_a_and_with_paths() {
     assert_eq!(String::from_utf8_lossy(&log.stdout).trim(), "1");
 }
 
-/// `git verify-pack -v` of every pack: (blobs stored as deltas, blobs stored whole).
+/// `git verify-pack -v` of every pack of the repository at `d` (a work
+/// tree or a bare one): (blobs stored as deltas, blobs stored whole).
 fn packed_blobs(d: &Path) -> (usize, usize) {
     let mut counts = (0, 0);
-    for e in std::fs::read_dir(d.join(".git/objects/pack")).unwrap() {
+    let git = if d.join(".git").exists() { d.join(".git") } else { d.to_path_buf() };
+    for e in std::fs::read_dir(git.join("objects/pack")).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "idx") {
             let out = crate::util::git_ok(d, &["verify-pack", "-v", p.to_str().unwrap()]);
@@ -338,8 +340,21 @@ fn the_hook_packs_staged_parts_as_deltas_where_few_lines_changed() {
     // One row in each part's 32 changed: every part changes a little.
     commit(1, values(1, &|row| row % 32 == 5));
     let (deltas, whole) = packed_blobs(&r);
-    assert_eq!(deltas, parts, "each changed part a delta");
-    assert_eq!(whole, 2 * parts, "with its base beside it");
+    assert_eq!(deltas, parts, "each changed part's previous version a delta");
+    assert_eq!(whole, 2 * parts, "against the new version, whole");
+    // A push of this generation (as the daemon makes it) still sends each
+    // changed part as a delta against the version the remote has.
+    let remote = d.join("remote.git");
+    crate::util::git_ok(d, &["init", "-q", "--bare", "remote.git"]);
+    crate::util::git_ok(&remote, &["config", "receive.unpackLimit", "1"]);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let to = remote.to_str().unwrap();
+    let first = crate::util::git_ok(&r, &["rev-parse", "HEAD~1"]);
+    let push = |commit| wtxt::git::push::Push { commit, changed_wholly: false };
+    wtxt::git::push::push(&r, to, push(Some(first.trim())), &stop).unwrap();
+    let before = packed_blobs(&remote);
+    wtxt::git::push::push(&r, to, push(None), &stop).unwrap();
+    assert!(packed_blobs(&remote).0 - before.0 >= parts, "a thin pack of deltas");
     // Every value new: stored whole.
     commit(2, values(2, &|_| true));
     assert_eq!(packed_blobs(&r), (parts, 3 * parts));
