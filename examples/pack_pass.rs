@@ -1,5 +1,5 @@
 //! The passes storing a blob in a pack needs, over each file given: its
-//! Git id (SHA-1) and one Huffman-coded deflate, with the crates the
+//! Git id (SHA-1) and one Huffman-coded deflate, with the code the
 //! pre-commit hook and the daemon use (`src/git/pack.rs`). The packing part
 //! of the hook's floor, measured by `scripts/bench.sh` (section `floor`).
 //! Prints the bytes in and out.

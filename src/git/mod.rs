@@ -7,6 +7,7 @@ use crate::error::{Error, Reason, Result};
 
 pub(crate) mod blob;
 pub mod commit;
+pub mod deflate;
 pub mod diff;
 pub mod filter;
 pub mod folders;

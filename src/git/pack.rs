@@ -4,8 +4,9 @@
 //! (docs/PERFORMANCE.md, "Git at 1 GiB"): zlib runs at 45 MB/s on base64,
 //! hunting for repeats that random text does not have, and `gc` tries a
 //! delta for every part, 1.4 CPU-s each for one that changed wholly, at
-//! every repack. Here a blob is deflated with Huffman codes alone (220 MB/s,
-//! to 75.6% of the text, where Git's level 1 reaches 77.6%), and when most
+//! every repack. Here a blob is deflated with Huffman codes alone
+//! ([`crate::git::deflate`]: to 75.6% of the text, where Git's level 1
+//! reaches 77.6%), and when most
 //! of a part's lines are those of the same path's previous version (found
 //! by comparing lines in place: a generation keeps its layout), that
 //! version is stored again beside it as a delta against it. Parts carry
@@ -68,16 +69,8 @@ struct Entry {
 }
 
 /// `bytes` as a zlib stream of Huffman-coded literals (no repeats sought).
-fn deflate(bytes: &[u8]) -> Result<Vec<u8>> {
-    let mut out = vec![0u8; zlib_rs::compress_bound(bytes.len())];
-    let config = zlib_rs::DeflateConfig { level: 1, strategy: zlib_rs::Strategy::HuffmanOnly, ..Default::default() };
-    let (z, rc) = zlib_rs::compress_slice(&mut out, bytes, config);
-    if rc != zlib_rs::ReturnCode::Ok {
-        return Err(Error::io_in("deflating a blob", std::io::Error::other(format!("zlib: {rc:?}"))));
-    }
-    let n = z.len();
-    out.truncate(n);
-    Ok(out)
+fn deflate(bytes: &[u8]) -> Vec<u8> {
+    crate::git::deflate::zlib(bytes)
 }
 
 /// Git's delta-header number: seven bits a byte, low first.
@@ -189,10 +182,10 @@ pub(crate) fn line_delta(base: &[u8], target: &[u8]) -> Option<Vec<u8>> {
 /// chooses, so that reading the newest applies no delta).
 fn prepare(job: Job) -> Result<Vec<Entry>> {
     let whole =
-        Entry { id: job.target.id, base: None, size: job.target.bytes.len(), deflated: deflate(&job.target.bytes)? };
+        Entry { id: job.target.id, base: None, size: job.target.bytes.len(), deflated: deflate(&job.target.bytes) };
     if let Some(old) = &job.base {
         if let Some(delta) = line_delta(&job.target.bytes, &old.bytes) {
-            let d = Entry { id: old.id, base: Some(job.target.id), size: delta.len(), deflated: deflate(&delta)? };
+            let d = Entry { id: old.id, base: Some(job.target.id), size: delta.len(), deflated: deflate(&delta) };
             return Ok(vec![whole, d]);
         }
     }
