@@ -16,10 +16,7 @@ fn main() -> std::io::Result<()> {
         h.update(format!("blob {}\0", bytes.len()).as_bytes());
         h.update(&bytes);
         let _id = h.finalize();
-        let mut z = vec![0u8; zlib_rs::compress_bound(bytes.len())];
-        let config =
-            zlib_rs::DeflateConfig { level: 1, strategy: zlib_rs::Strategy::HuffmanOnly, ..Default::default() };
-        let (deflated, _) = zlib_rs::compress_slice(&mut z, &bytes, config);
+        let deflated = wtxt::git::deflate::zlib(&bytes);
         read += bytes.len();
         out += deflated.len();
     }

@@ -1,10 +1,11 @@
 //! A zlib stream of Huffman-coded literals: how wtxt stores a blob in the
 //! packs it writes (`git::pack`). Base64 text has no repeats for LZ77 to find, so a general deflater
 //! spends its time looking for them (zlib at level 1: 45 MB/s here) or, in
-//! its Huffman-only mode, tallying symbols one by one (zlib-rs: 220 MB/s).
-//! Here each 1 MiB block gets its own code from one count of its bytes and
-//! is written by table lookup: the same size (no repeats are lost), several
-//! times the speed. Any inflater reads it: dynamic-Huffman blocks of
+//! its Huffman-only mode, tallying symbols one by one (zlib-rs: 118-173
+//! MB/s). Here each 1 MiB block gets its own code from one count of its
+//! bytes and is written by table lookup: 460-550 MB/s in the same process
+//! on the same 44 MB part, 0.15% smaller (no repeats are lost); about
+//! 1 GB/s on an idle core. Any inflater reads it: dynamic-Huffman blocks of
 //! literals only (RFC 1951), in a zlib wrapper (RFC 1950).
 
 /// Bytes a block: each gets a code fitted to its own bytes.
