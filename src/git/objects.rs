@@ -31,6 +31,17 @@ fn loose_level(cfg: &git2::Config) -> u32 {
     }
 }
 
+/// The regular file at `path`, opened without following a link, and its
+/// length; anything else (a folder, a device, a FIFO) is refused.
+fn open_regular(path: &Path) -> Result<(std::fs::File, u64)> {
+    let file = crate::atomic::open_no_follow(path).map_err(|e| Error::io(path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() {
+        return Err(Error::usage("not a regular file").in_file(path));
+    }
+    Ok((file, meta.len()))
+}
+
 /// Where and how blobs are written: the repository's loose object folder
 /// and level. Plain data, so several threads can write blobs at once.
 struct Loose {
@@ -50,12 +61,7 @@ impl Loose {
 
     /// Writes the regular file at `path` as a blob and returns its id.
     fn write(&self, path: &Path) -> Result<git2::Oid> {
-        let mut file = crate::atomic::open_no_follow(path).map_err(|e| Error::io(path, e))?;
-        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-        if !meta.is_file() {
-            return Err(Error::usage("not a regular file").in_file(path));
-        }
-        let len = meta.len();
+        let (mut file, len) = open_regular(path)?;
         let objects = &self.objects;
         let mut tmp =
             tempfile::Builder::new().prefix("tmp_obj_").tempfile_in(objects).map_err(|e| Error::io(objects, e))?;
@@ -119,22 +125,18 @@ fn base_of(repo: &git2::Repository, head: &git2::Tree, rel: &Path) -> Option<git
 /// The bytes of the regular file at `path` (never through a link), read
 /// in full after a size check.
 fn read_regular(path: &Path) -> Result<Vec<u8>> {
-    let mut file = crate::atomic::open_no_follow(path).map_err(|e| Error::io(path, e))?;
-    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-    if !meta.is_file() {
-        return Err(Error::usage("not a regular file").in_file(path));
-    }
-    if meta.len() > PACKED_MAX {
+    let (mut file, len) = open_regular(path)?;
+    if len > PACKED_MAX {
         return Err(
             Error::input(Default::default(), format!("grew past {PACKED_MAX} bytes while it was read")).in_file(path)
         );
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    let mut bytes = Vec::with_capacity(len as usize);
     Read::by_ref(&mut file).take(PACKED_MAX + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
-    if bytes.len() as u64 != meta.len() {
+    if bytes.len() as u64 != len {
         return Err(Error::input(
             Default::default(),
-            format!("changed while it was read ({} bytes, then {})", meta.len(), bytes.len()),
+            format!("changed while it was read ({len} bytes, then {})", bytes.len()),
         )
         .in_file(path));
     }
@@ -149,7 +151,6 @@ fn read_regular(path: &Path) -> Result<Vec<u8>> {
 /// unchanged. A file the index lists already, untouched since (a part that
 /// did not change keeps its inode and times), is not hashed again.
 pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Path, rels: &[&Path]) -> Result<()> {
-    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
     let odb = repo.odb().map_err(git_err)?;
     let mut files = Vec::with_capacity(rels.len());

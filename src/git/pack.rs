@@ -68,11 +68,6 @@ struct Entry {
     deflated: Vec<u8>,
 }
 
-/// `bytes` as a zlib stream of Huffman-coded literals (no repeats sought).
-fn deflate(bytes: &[u8]) -> Vec<u8> {
-    crate::git::deflate::zlib(bytes)
-}
-
 /// Git's delta-header number: seven bits a byte, low first.
 fn varint(out: &mut Vec<u8>, mut n: usize) {
     while n >= 0x80 {
@@ -181,11 +176,20 @@ pub(crate) fn line_delta(base: &[u8], target: &[u8]) -> Option<Vec<u8>> {
 /// newest version whole, older ones as deltas: what Git's own repacking
 /// chooses, so that reading the newest applies no delta).
 fn prepare(job: Job) -> Result<Vec<Entry>> {
-    let whole =
-        Entry { id: job.target.id, base: None, size: job.target.bytes.len(), deflated: deflate(&job.target.bytes) };
+    let whole = Entry {
+        id: job.target.id,
+        base: None,
+        size: job.target.bytes.len(),
+        deflated: crate::git::deflate::zlib(&job.target.bytes),
+    };
     if let Some(old) = &job.base {
         if let Some(delta) = line_delta(&job.target.bytes, &old.bytes) {
-            let d = Entry { id: old.id, base: Some(job.target.id), size: delta.len(), deflated: deflate(&delta) };
+            let d = Entry {
+                id: old.id,
+                base: Some(job.target.id),
+                size: delta.len(),
+                deflated: crate::git::deflate::zlib(&delta),
+            };
             return Ok(vec![whole, d]);
         }
     }
