@@ -530,6 +530,18 @@ pub fn open_no_follow(path: &Path) -> std::io::Result<File> {
     std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)
 }
 
+/// The regular file at `path`, opened without following a link at its
+/// name or waiting on a FIFO, and its length; anything else (a folder, a
+/// device, a FIFO, a socket) is refused.
+pub fn open_regular(path: &Path) -> Result<(File, u64)> {
+    let file = open_no_follow(path).map_err(|e| Error::io(path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() {
+        return Err(Error::usage("not a regular file").in_file(path));
+    }
+    Ok((file, meta.len()))
+}
+
 /// Writes `bytes` to `dest` atomically.
 pub fn write_file(dest: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     use std::io::Write;

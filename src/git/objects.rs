@@ -31,17 +31,6 @@ fn loose_level(cfg: &git2::Config) -> u32 {
     }
 }
 
-/// The regular file at `path`, opened without following a link, and its
-/// length; anything else (a folder, a device, a FIFO) is refused.
-fn open_regular(path: &Path) -> Result<(std::fs::File, u64)> {
-    let file = crate::atomic::open_no_follow(path).map_err(|e| Error::io(path, e))?;
-    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-    if !meta.is_file() {
-        return Err(Error::usage("not a regular file").in_file(path));
-    }
-    Ok((file, meta.len()))
-}
-
 /// Where and how blobs are written: the repository's loose object folder
 /// and level. Plain data, so several threads can write blobs at once.
 struct Loose {
@@ -61,7 +50,7 @@ impl Loose {
 
     /// Writes the regular file at `path` as a blob and returns its id.
     fn write(&self, path: &Path) -> Result<git2::Oid> {
-        let (mut file, len) = open_regular(path)?;
+        let (mut file, len) = crate::atomic::open_regular(path)?;
         let objects = &self.objects;
         let mut tmp =
             tempfile::Builder::new().prefix("tmp_obj_").tempfile_in(objects).map_err(|e| Error::io(objects, e))?;
@@ -125,7 +114,7 @@ fn base_of(repo: &git2::Repository, head: &git2::Tree, rel: &Path) -> Option<git
 /// The bytes of the regular file at `path` (never through a link), read
 /// in full after a size check.
 fn read_regular(path: &Path) -> Result<Vec<u8>> {
-    let (mut file, len) = open_regular(path)?;
+    let (mut file, len) = crate::atomic::open_regular(path)?;
     if len > PACKED_MAX {
         return Err(
             Error::input(Default::default(), format!("grew past {PACKED_MAX} bytes while it was read")).in_file(path)

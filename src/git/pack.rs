@@ -391,7 +391,10 @@ pub(crate) fn stored_prefix(objects: &Path, id: Oid, n: usize) -> Option<Vec<u8>
         r.take(n as u64).read_to_end(&mut out).ok()?;
         Some(out)
     };
-    if let Ok(f) = File::open(objects.join(&hex[..2]).join(&hex[2..])) {
+    // An object store is read as a hostile repository may have laid it
+    // out: regular files only, never through a link, never a FIFO.
+    let open = |p: &Path| crate::atomic::open_regular(p).ok().map(|(f, _)| f);
+    if let Some(f) = open(&objects.join(&hex[..2]).join(&hex[2..])) {
         let mut z = flate2::read::ZlibDecoder::new(std::io::BufReader::new(f));
         let mut b = [0u8];
         for _ in 0..32 {
@@ -405,7 +408,7 @@ pub(crate) fn stored_prefix(objects: &Path, id: Oid, n: usize) -> Option<Vec<u8>
     let packs = std::fs::read_dir(objects.join("pack")).ok()?;
     for idx in packs.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "idx")) {
         let Some(at) = offset_in(&idx, id) else { continue };
-        let mut pack = std::io::BufReader::new(File::open(idx.with_extension("pack")).ok()?);
+        let mut pack = std::io::BufReader::new(open(&idx.with_extension("pack"))?);
         pack.seek(SeekFrom::Start(at)).ok()?;
         let mut b = [0u8];
         pack.read_exact(&mut b).ok()?;
@@ -422,7 +425,7 @@ pub(crate) fn stored_prefix(objects: &Path, id: Oid, n: usize) -> Option<Vec<u8>
 
 /// Where the version-2 pack index at `idx` puts `id` in its pack.
 fn offset_in(idx: &Path, id: Oid) -> Option<u64> {
-    let mut f = File::open(idx).ok()?;
+    let mut f = crate::atomic::open_regular(idx).ok()?.0;
     let mut head = [0u8; 8 + 256 * 4];
     f.read_exact(&mut head).ok()?;
     if head[..8] != *b"\xfftOc\0\0\0\x02" {
@@ -577,6 +580,20 @@ mod tests {
         let start = |v: &[u8]| v[..4000].to_vec();
         assert!(starts_alike(&start(&lines(3000, |_| false)), &start(&lines(3000, |i| i == 10))));
         assert!(!starts_alike(&start(&lines(3000, |_| false)), &start(&lines(3000, |_| true))));
+    }
+
+    #[test]
+    fn a_loose_object_that_is_a_fifo_or_a_link_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = Object::hashed(b"x".to_vec()).id;
+        let hex = id.to_string();
+        std::fs::create_dir_all(dir.path().join(&hex[..2])).unwrap();
+        let at = dir.path().join(&hex[..2]).join(&hex[2..]);
+        assert!(std::process::Command::new("mkfifo").arg(&at).status().unwrap().success());
+        assert!(stored_prefix(dir.path(), id, 100).is_none(), "a FIFO: refused, not waited on");
+        std::fs::remove_file(&at).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &at).unwrap();
+        assert!(stored_prefix(dir.path(), id, 100).is_none(), "a link to a device: not followed");
     }
 
     #[test]
