@@ -111,6 +111,15 @@ fn base_of(repo: &git2::Repository, head: &git2::Tree, rel: &Path) -> Option<git
     .then(|| entry.id())
 }
 
+/// The first [`LOOK`] bytes of the regular file at `path` (never through
+/// a link).
+fn read_start(path: &Path) -> Result<Vec<u8>> {
+    let (file, _) = crate::atomic::open_regular(path)?;
+    let mut bytes = Vec::with_capacity(LOOK);
+    file.take(LOOK as u64).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
+    Ok(bytes)
+}
+
 /// The bytes of the regular file at `path` (never through a link), read
 /// in full after a size check.
 fn read_regular(path: &Path) -> Result<Vec<u8>> {
@@ -169,16 +178,27 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
         Some(loose) => {
             let (small, large): (Vec<usize>, Vec<usize>) = todo.iter().partition(|&&i| files[i].2.len() <= PACKED_MAX);
             let head = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
-            let jobs: Vec<(&Path, Option<git2::Oid>)> = small
-                .iter()
-                .map(|&i| (files[i].1.as_path(), head.as_ref().and_then(|t| base_of(repo, t, files[i].0))))
-                .collect();
             let git_dir = repo.path();
-            let packed = crate::git::pack::store(&git_dir.join("objects"), &jobs, |&(path, base)| {
-                let target = crate::git::pack::Object::hashed(read_regular(path)?);
-                let base = base.map(|b| base_for(git_dir, b, &target)).transpose()?.flatten();
-                Ok(crate::git::pack::Job { target, base })
-            })?;
+            let objects = git_dir.join("objects");
+            let mut jobs: Vec<(&Path, Option<git2::Oid>)> = Vec::with_capacity(small.len());
+            for &i in &small {
+                let base = head.as_ref().and_then(|t| base_of(repo, t, files[i].0));
+                let base = match base {
+                    Some(_) => alike(&objects, base, &read_start(&files[i].1)?),
+                    None => None,
+                };
+                jobs.push((files[i].1.as_path(), base));
+            }
+            let packed = crate::git::pack::store(
+                &objects,
+                &jobs,
+                |j| j.1.is_some(),
+                |&(path, base)| {
+                    let target = crate::git::pack::Object::hashed(read_regular(path)?);
+                    let base = base.map(|b| base_for(git_dir, b)).transpose()?;
+                    Ok(crate::git::pack::Job { target, base })
+                },
+            )?;
             if !packed.is_empty() {
                 index_packs(git_dir)?;
             }
@@ -216,22 +236,24 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
     Ok(())
 }
 
-/// The blob `base` of the repository at `git_dir` (at most [`PACKED_MAX`]
-/// bytes, as [`base_of`] checked), read whole and hashed,
-/// to try as `target`'s delta base; `None` without reading it whole when
-/// it is stored whole and its first 64 KiB of lines are mostly not
-/// `target`'s (a part that changed wholly: nothing to gain).
-fn base_for(
-    git_dir: &Path,
-    base: git2::Oid,
-    target: &crate::git::pack::Object,
-) -> Result<Option<crate::git::pack::Object>> {
-    const LOOK: usize = 64 << 10;
-    if let Some(start) = crate::git::pack::stored_prefix(&git_dir.join("objects"), base, LOOK) {
-        if !crate::git::pack::starts_alike(&start, &target.bytes[..target.bytes.len().min(LOOK)]) {
-            return Ok(None);
-        }
+/// How much of a part and of its previous version [`alike`] compares.
+const LOOK: usize = 64 << 10;
+
+/// `base` when it is worth reading whole to try as the delta base of the
+/// blob that starts with `target` (its first [`LOOK`] bytes): not when it
+/// is stored whole and its first lines are mostly not `target`'s (a part
+/// that changed wholly: nothing to gain). One stored as a delta is tried.
+fn alike(objects: &Path, base: Option<git2::Oid>, target: &[u8]) -> Option<git2::Oid> {
+    let base = base?;
+    match crate::git::pack::stored_prefix(objects, base, LOOK) {
+        Some(start) => crate::git::pack::starts_alike(&start, target).then_some(base),
+        None => Some(base),
     }
+}
+
+/// The blob `base` of the repository at `git_dir` (at most [`PACKED_MAX`]
+/// bytes, as [`base_of`] checked), read whole and hashed.
+fn base_for(git_dir: &Path, base: git2::Oid) -> Result<crate::git::pack::Object> {
     // Stored whole: inflated here (libgit2 would map the pack and hash it
     // with its collision-detecting SHA-1 too); else resolved by libgit2.
     let bytes = match crate::git::pack::stored_prefix(&git_dir.join("objects"), base, PACKED_MAX as usize + 1) {
@@ -240,7 +262,7 @@ fn base_for(
             git2::Repository::open(git_dir).and_then(|r| Ok(r.find_blob(base)?.content().to_vec())).map_err(git_err)?
         }
     };
-    verified(base, bytes).map(Some)
+    verified(base, bytes)
 }
 
 /// Writes the repository's multi-pack index (`git multi-pack-index
@@ -306,16 +328,20 @@ pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
     }
     // A blob larger than a part stays loose, for Git to pack.
     jobs.retain(|j| crate::git::blob::size(&repo, j.0).is_ok_and(|n| n <= PACKED_MAX));
+    for j in jobs.iter_mut().filter(|j| j.1.is_some()) {
+        let start = crate::git::pack::stored_prefix(&objects, j.0, LOOK).unwrap_or_default();
+        j.1 = alike(&objects, j.1, &start);
+    }
     let git_dir = repo.path();
     let load = |&(id, base, ref loose): &(git2::Oid, Option<git2::Oid>, std::path::PathBuf)| {
         let Some(bytes) = crate::git::pack::stored_prefix(&objects, id, PACKED_MAX as usize + 1) else {
             return Err(Error::input(Default::default(), "expected a loose object that inflates").in_file(loose));
         };
         let target = verified(id, bytes).map_err(|e| e.in_file(loose))?;
-        let base = base.map(|b| base_for(git_dir, b, &target)).transpose()?.flatten();
+        let base = base.map(|b| base_for(git_dir, b)).transpose()?;
         Ok(crate::git::pack::Job { target, base })
     };
-    if crate::git::pack::store(&objects, &jobs, load)?.is_empty() {
+    if crate::git::pack::store(&objects, &jobs, |j| j.1.is_some(), load)?.is_empty() {
         return Ok(0);
     }
     index_packs(git_dir)?;

@@ -196,27 +196,35 @@ fn prepare(job: Job) -> Result<Vec<Entry>> {
     Ok(vec![whole])
 }
 
-/// A pack being written: its temporary file and what its index lists.
+/// A pack being written: its temporary file, what its index lists, and
+/// the checksum of what was written so far.
 struct Writer {
     dir: PathBuf,
     file: BufWriter<tempfile::NamedTempFile>,
     at: u64,
     /// Id, CRC-32 of the entry as stored, offset.
     listed: Vec<(Oid, u32, u64)>,
+    /// The object count the header says.
+    count: u32,
+    sum: Sha1,
 }
 
 impl Writer {
-    fn create(dir: &Path) -> Result<Writer> {
+    /// A pack whose header says `count` objects: the checksum runs over the
+    /// header first, so a count that holds lets the pack be hashed as it is
+    /// written (see `finish` for one that does not).
+    fn create(dir: &Path, count: u32) -> Result<Writer> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let tmp = tempfile::Builder::new().prefix("tmp_pack_").tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
-        let mut w =
-            Writer { dir: dir.to_path_buf(), file: BufWriter::with_capacity(1 << 20, tmp), at: 0, listed: Vec::new() };
-        // The count is written once known (see `finish`).
-        w.write(b"PACK\0\0\0\x02\0\0\0\0")?;
+        let file = BufWriter::with_capacity(1 << 20, tmp);
+        let mut w = Writer { dir: dir.to_path_buf(), file, at: 0, listed: Vec::new(), count, sum: Sha1::new() };
+        w.write(b"PACK\0\0\0\x02")?;
+        w.write(&count.to_be_bytes())?;
         Ok(w)
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.sum.update(bytes);
         self.file.write_all(bytes).map_err(|e| Error::io(&self.dir, e))?;
         self.at += bytes.len() as u64;
         Ok(())
@@ -264,28 +272,35 @@ impl Writer {
         self.write(&e.deflated)
     }
 
-    /// Writes the count and the trailing SHA-1 (read back: the count
-    /// comes first and is known last, as for `git index-pack --fix-thin`),
-    /// then the index, and moves both into place, the pack first.
+    /// Writes the trailing SHA-1, then the index, and moves both into
+    /// place, the pack first. When the header's count did not hold (an
+    /// expected delta did not save enough to be stored), the count is
+    /// corrected and the pack read back to hash it, as `git index-pack
+    /// --fix-thin` does.
     fn finish(self) -> Result<()> {
         let dir = self.dir;
         let mut tmp = self.file.into_inner().map_err(|e| Error::io(&dir, e.into_error()))?;
         let count = self.listed.len() as u32;
         let f = tmp.as_file_mut();
         let io = |e| Error::io(&dir, e);
-        f.seek(SeekFrom::Start(8)).map_err(io)?;
-        f.write_all(&count.to_be_bytes()).map_err(io)?;
-        f.seek(SeekFrom::Start(0)).map_err(io)?;
-        let mut h = Sha1::new();
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = f.read(&mut buf).map_err(io)?;
-            if n == 0 {
-                break;
+        let sum: [u8; 20] = if count == self.count {
+            self.sum.finalize().into()
+        } else {
+            f.seek(SeekFrom::Start(8)).map_err(io)?;
+            f.write_all(&count.to_be_bytes()).map_err(io)?;
+            f.seek(SeekFrom::Start(0)).map_err(io)?;
+            let mut h = Sha1::new();
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = f.read(&mut buf).map_err(io)?;
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
             }
-            h.update(&buf[..n]);
-        }
-        let sum: [u8; 20] = h.finalize().into();
+            f.seek(SeekFrom::End(0)).map_err(io)?;
+            h.finalize().into()
+        };
         f.write_all(&sum).map_err(io)?;
         let name = format!("pack-{}", hex::encode(sum));
         let idx = index_bytes(self.listed, &sum);
@@ -343,38 +358,39 @@ fn index_bytes(mut listed: Vec<(Oid, u32, u64)>, sum: &[u8; 20]) -> Vec<u8> {
 }
 
 /// Stores the blob of each of `items` in one new pack in the object
-/// folder `objects`: `load` reads an item's blob (and the base to try), on
-/// up to [`crate::threads::threads`] threads at a time, each deflated
-/// there; they are written in `items`' order. Returns each item's id.
-pub(crate) fn store<T: Sync>(objects: &Path, items: &[T], load: impl Fn(&T) -> Result<Job> + Sync) -> Result<Vec<Oid>> {
+/// folder `objects`: `load` reads an item's blob (and the base to try),
+/// on up to [`crate::threads::threads`] threads, each deflated there, and
+/// they are written in `items`' order as they come. `expects_delta` says
+/// beforehand which items come with a base (the header's count, which the
+/// checksum covers first, is then known before the first entry). Returns
+/// each item's id.
+pub(crate) fn store<T: Sync>(
+    objects: &Path,
+    items: &[T],
+    expects_delta: impl Fn(&T) -> bool,
+    load: impl Fn(&T) -> Result<Job> + Sync,
+) -> Result<Vec<Oid>> {
     if items.is_empty() {
         return Ok(Vec::new());
     }
-    let mut w = Writer::create(&objects.join("pack"))?;
+    let count = items.len() + items.iter().filter(|i| expects_delta(i)).count();
+    let mut w = Writer::create(&objects.join("pack"), u32::try_from(count).unwrap_or(u32::MAX))?;
     let mut ids = Vec::with_capacity(items.len());
-    for batch in items.chunks(crate::threads::threads().max(1)) {
-        let prepared: Vec<Result<(Oid, Vec<Entry>)>> = std::thread::scope(|s| {
-            let running: Vec<_> = batch
-                .iter()
-                .map(|item| {
-                    let load = &load;
-                    s.spawn(move || {
-                        let job = load(item)?;
-                        let id = job.target.id;
-                        Ok((id, prepare(job)?))
-                    })
-                })
-                .collect();
-            running.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
-        });
-        for p in prepared {
-            let (id, entries) = p?;
+    crate::threads::in_order(
+        items,
+        crate::threads::threads(),
+        |item| {
+            let job = load(item)?;
+            Ok((job.target.id, prepare(job)?))
+        },
+        |(id, entries)| {
             for e in &entries {
                 w.add(e)?;
             }
             ids.push(id);
-        }
-    }
+            Ok(())
+        },
+    )?;
     w.finish()?;
     Ok(ids)
 }
@@ -557,6 +573,26 @@ mod tests {
         assert!(line_delta(&base, &lines(5000, |i| i % 3 != 0)).is_none(), "two thirds changed");
     }
 
+    /// Stores `jobs` in a new pack under `dir`, saying beforehand that
+    /// those with a base make a delta; checks the pack with Git.
+    fn stored(dir: &Path, jobs: &[Job]) -> Vec<Oid> {
+        let copy = |o: &Object| Object { id: o.id, bytes: o.bytes.clone() };
+        let ids = store(
+            dir,
+            jobs,
+            |j| j.base.is_some(),
+            |j| Ok(Job { target: copy(&j.target), base: j.base.as_ref().map(copy) }),
+        )
+        .unwrap();
+        for idx in std::fs::read_dir(dir.join("pack")).unwrap().map(|e| e.unwrap().path()) {
+            if idx.extension().is_some_and(|x| x == "idx") {
+                let out = std::process::Command::new("git").arg("verify-pack").arg(&idx).output().unwrap();
+                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+        ids
+    }
+
     #[test]
     fn a_prefix_is_read_from_a_whole_packed_blob_and_not_from_a_delta() {
         let dir = tempfile::tempdir().unwrap();
@@ -564,14 +600,7 @@ mod tests {
         let target = Object::hashed(lines(3000, |i| i == 10));
         let other = Object::hashed(lines(3000, |_| true));
         let (b, t, o) = (base.id, target.id, other.id);
-        let jobs = [Job { target, base: Some(base) }, Job { target: other, base: None }];
-        let ids = store(dir.path(), &[0, 1], |&i: &usize| {
-            Ok(Job {
-                target: Object { id: jobs[i].target.id, bytes: jobs[i].target.bytes.clone() },
-                base: jobs[i].base.as_ref().map(|b| Object { id: b.id, bytes: b.bytes.clone() }),
-            })
-        })
-        .unwrap();
+        let ids = stored(dir.path(), &[Job { target, base: Some(base) }, Job { target: other, base: None }]);
         assert_eq!(ids, [t, o]);
         assert_eq!(stored_prefix(dir.path(), t, 100).unwrap(), lines(3000, |i| i == 10)[..100]);
         assert_eq!(stored_prefix(dir.path(), o, 1 << 20).unwrap(), lines(3000, |_| true));
@@ -580,6 +609,17 @@ mod tests {
         let start = |v: &[u8]| v[..4000].to_vec();
         assert!(starts_alike(&start(&lines(3000, |_| false)), &start(&lines(3000, |i| i == 10))));
         assert!(!starts_alike(&start(&lines(3000, |_| false)), &start(&lines(3000, |_| true))));
+    }
+
+    #[test]
+    fn a_pack_whose_expected_delta_did_not_pay_gets_its_count_and_checksum_corrected() {
+        let dir = tempfile::tempdir().unwrap();
+        // Alike in its first lines, changed in the rest: no delta after all.
+        let base = Object::hashed(lines(3000, |_| false));
+        let target = Object::hashed(lines(3000, |i| i > 100));
+        let t = target.id;
+        assert_eq!(stored(dir.path(), &[Job { target, base: Some(base) }]), [t]);
+        assert_eq!(stored_prefix(dir.path(), t, 1 << 20).unwrap(), lines(3000, |i| i > 100));
     }
 
     #[test]
