@@ -257,9 +257,11 @@ pub fn commit_snapshot(
         let (work, id) = wtxt::git::commit::commit_written(&path, oms, "wtxt", &message)?;
         let Some(remote) = remote else { return Ok((id, false, None)) };
         let never = std::sync::atomic::AtomicBool::new(false);
+        let failed = |said: String| Some(wtxt::git::push::redact(&format!("push to {remote}: {said}")));
         Ok(match wtxt::git::push::push(&work, &remote, Default::default(), &never) {
-            Ok(()) => (id, true, None),
-            Err(e) => (id, false, Some(wtxt::git::push::redact(&format!("push to {remote}: {e}")))),
+            Ok(wtxt::git::push::Outcome::Pushed) => (id, true, None),
+            Ok(wtxt::git::push::Outcome::Behind(said)) => (id, false, failed(said)),
+            Err(e) => (id, false, failed(e.to_string())),
         })
     })
     .map_err(raise)

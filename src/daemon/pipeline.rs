@@ -474,18 +474,24 @@ impl Pipeline {
             let what = crate::git::push::Push { commit: commit.as_deref(), changed_wholly };
             // A push of HEAD carries every generation queued.
             let carried = if commit.is_some() { 1 } else { self.state.resend_queue.len() };
-            let mut pushed = crate::git::push::push(&repo_dir, &remote, what, &self.cfg.stopping).map(|()| carried);
-            let refused =
-                |e: &crate::Error| e.message().contains("rejected") || e.message().contains("failed to push some refs");
-            if pushed.as_ref().is_err_and(refused) && commit.is_some() {
+            use crate::git::push::Outcome;
+            let behind = |said: String| Error::io_in("git push", std::io::Error::other(said));
+            let pushed = match crate::git::push::push(&repo_dir, &remote, what, &self.cfg.stopping) {
+                Ok(Outcome::Pushed) => Ok(carried),
                 // Another writer on this repository may have pushed a
                 // commit made on top of ours: the remote then refuses ours
                 // as not a fast-forward. HEAD holds every commit of ours.
-                let head = crate::git::push::Push { commit: None, changed_wholly };
-                if crate::git::push::push(&repo_dir, &remote, head, &self.cfg.stopping).is_ok() {
-                    pushed = Ok(self.state.resend_queue.len());
+                Ok(Outcome::Behind(_)) if commit.is_some() => {
+                    let head = crate::git::push::Push { commit: None, changed_wholly };
+                    match crate::git::push::push(&repo_dir, &remote, head, &self.cfg.stopping) {
+                        Ok(Outcome::Pushed) => Ok(self.state.resend_queue.len()),
+                        Ok(Outcome::Behind(said)) => Err(behind(said)),
+                        Err(e) => Err(e),
+                    }
                 }
-            }
+                Ok(Outcome::Behind(said)) => Err(behind(said)),
+                Err(e) => Err(e),
+            };
             match pushed {
                 Ok(done) => {
                     let secs = started.elapsed().as_secs_f64();

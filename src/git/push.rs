@@ -66,12 +66,38 @@ pub struct Push<'a> {
     pub changed_wholly: bool,
 }
 
+/// How a push that Git ran to its end came out.
+#[derive(Debug, PartialEq)]
+pub enum Outcome {
+    /// The remote's branch now holds the commit.
+    Pushed,
+    /// The remote refused the commit as not a fast-forward: its branch has
+    /// commits this one lacks (another writer pushed first). Git's words.
+    Behind(String),
+}
+
+/// Whether Git's `--porcelain` report on stdout (which Git never
+/// translates, unlike its messages) refuses a ref as not a fast-forward:
+/// a line `!<TAB>from:to<TAB>[rejected] (reason)`. A hook's refusal is
+/// `[remote rejected]`, which a retry cannot mend.
+fn refused_as_behind(porcelain: &str) -> bool {
+    porcelain.lines().any(|l| {
+        let mut fields = l.split('\t');
+        fields.next() == Some("!") && fields.nth(1).is_some_and(|summary| summary.starts_with("[rejected]"))
+    })
+}
+
 /// Pushes a commit (HEAD by default) to HEAD's branch on `remote` with the
 /// `git` binary: any transport `git push` knows (ssh://, user@host:path,
 /// https://, git://, paths), with the user's own authentication (ssh agent
 /// and keys, `core.sshCommand`, credential helpers, `insteadOf`). It never
 /// prompts (no terminal, no stdin); a failure returns git's own words.
-pub fn push(repo_dir: &Path, remote: &str, what: Push<'_>, stopping: &std::sync::atomic::AtomicBool) -> Result<()> {
+pub fn push(
+    repo_dir: &Path,
+    remote: &str,
+    what: Push<'_>,
+    stopping: &std::sync::atomic::AtomicBool,
+) -> Result<Outcome> {
     let failed = |m: String| Error::io_in("git push", std::io::Error::other(m));
     let repo =
         git2::Repository::open(repo_dir).map_err(|e| failed(format!("cannot open the repository: {}", e.message())))?;
@@ -113,10 +139,25 @@ pub fn push(repo_dir: &Path, remote: &str, what: Push<'_>, stopping: &std::sync:
         .args(["push", "--progress", "--porcelain", "--", &url, &format!("{}:{branch}", what.commit.unwrap_or("HEAD"))])
         .env("GIT_TERMINAL_PROMPT", "0")
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| Error::io_in("cannot run git", e))?;
+    // The porcelain report: a line a ref, kept up to 64 KiB.
+    let out = child.stdout.take().expect("piped");
+    let porcelain = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut buf = [0u8; 8192];
+        let mut out = out;
+        while let Ok(n) = std::io::Read::read(&mut out, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            let room = (64usize << 10).saturating_sub(kept.len());
+            kept.extend_from_slice(&buf[..n.min(room)]);
+        }
+        String::from_utf8_lossy(&kept).into_owned()
+    });
     // Read stderr on its own thread so a chatty git never blocks on a full
     // pipe; every byte (progress included) says git is still working.
     let mut err = child.stderr.take().expect("piped");
@@ -150,8 +191,9 @@ pub fn push(repo_dir: &Path, remote: &str, what: Push<'_>, stopping: &std::sync:
         }
     };
     let stderr = reader.join().unwrap_or_default();
+    let porcelain = porcelain.join().unwrap_or_default();
     match status {
-        Ok(s) if s.success() => Ok(()),
+        Ok(s) if s.success() => Ok(Outcome::Pushed),
         Ok(s) => {
             // Git's whole answer (the cause usually comes first), on one line.
             let said: Vec<&str> = stderr.iter().map(|l| l.trim()).filter(|l| !l.is_empty()).collect();
@@ -160,6 +202,9 @@ pub fn push(repo_dir: &Path, remote: &str, what: Push<'_>, stopping: &std::sync:
                 let cut = (0..=1000).rev().find(|&i| said.is_char_boundary(i)).unwrap_or(0);
                 said.truncate(cut);
                 said.push_str(" ...");
+            }
+            if refused_as_behind(&porcelain) {
+                return Ok(Outcome::Behind(said));
             }
             Err(Error::io_in(&format!("git push exited {}", s.code().unwrap_or(-1)), std::io::Error::other(said)))
         }
@@ -249,6 +294,37 @@ mod tests {
         let m = "push to https://user:tok3n@example.com/x.git: fatal: unable to access 'https://user:tok3n@example.com/x.git/'";
         assert!(!redact(m).contains("tok3n") && redact(m).contains("https://***@example.com/x.git"), "{}", redact(m));
         assert_eq!(redact("no url here"), "no url here");
+    }
+
+    #[test]
+    fn a_commit_behind_the_remote_s_branch_comes_back_as_behind_in_any_language() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        git(&["init", "-q", "-b", "main", "work"]);
+        git(&["init", "-q", "--bare", "-b", "main", "remote.git"]);
+        let work = dir.path().join("work");
+        let remote = dir.path().join("remote.git").display().to_string();
+        git(&["-C", "work", "commit", "-q", "--allow-empty", "-m", "one"]);
+        let first = git(&["-C", "work", "rev-parse", "HEAD"]);
+        git(&["-C", "work", "commit", "-q", "--allow-empty", "-m", "two"]);
+        let never = std::sync::atomic::AtomicBool::new(false);
+        assert_eq!(push(&work, &remote, Push::default(), &never).unwrap(), Outcome::Pushed);
+        let older = Push { commit: Some(&first), changed_wholly: true };
+        assert!(matches!(push(&work, &remote, older, &never).unwrap(), Outcome::Behind(_)));
+        // Not a refusal of that kind: an error.
+        assert!(push(&work, &dir.path().join("none.git").display().to_string(), Push::default(), &never).is_err());
+        assert!(refused_as_behind("To /r\n!\trefs/heads/main:refs/heads/main\t[rejected] (fetch first)\nDone\n"));
+        assert!(!refused_as_behind("To /r\n!\tHEAD:refs/heads/main\t[remote rejected] (hook declined)\nDone\n"));
+        assert!(!refused_as_behind("To /r\n=\tHEAD:refs/heads/main\t[up to date]\nDone\n"));
     }
 
     #[test]
