@@ -9,23 +9,51 @@
 //! literals only (RFC 1951), in a zlib wrapper (RFC 1950).
 
 /// Bytes a block: each gets a code fitted to its own bytes.
-const BLOCK: usize = 1 << 20;
+pub const BLOCK: usize = 1 << 20;
 
 /// `bytes` as a zlib stream.
 pub fn zlib(bytes: &[u8]) -> Vec<u8> {
-    let mut w = Bits { out: Vec::with_capacity(bytes.len() / 8 * 7 + 1024), acc: 0, n: 0 };
-    // CMF: deflate, 32 KiB window; FLG: fastest, check bits (0x7801 % 31 == 0).
-    w.out.extend_from_slice(&[0x78, 0x01]);
+    let mut z = Zlib::new(Vec::with_capacity(bytes.len() / 8 * 7 + 1024));
     let blocks: Vec<&[u8]> = if bytes.is_empty() { vec![bytes] } else { bytes.chunks(BLOCK).collect() };
-    // Indexed by two bytes; reused block to block.
-    let mut pairs: Box<[u64; 1 << 16]> = vec![0u64; 1 << 16].try_into().expect("1 << 16 words");
     for (i, block) in blocks.iter().enumerate() {
-        write_block(&mut w, &mut pairs, block, i + 1 == blocks.len());
+        z.block(block, i + 1 == blocks.len());
     }
-    w.flush();
-    let adler = zlib_rs::adler32::adler32(1, bytes);
-    w.out.extend_from_slice(&adler.to_be_bytes());
-    w.out
+    z.finish()
+}
+
+/// A zlib stream made a block at a time, so that what it codes need not
+/// be held whole (a file read [`BLOCK`] bytes at a time).
+pub struct Zlib {
+    w: Bits,
+    /// Indexed by two bytes; reused block to block.
+    pairs: Box<[u64; 1 << 16]>,
+    adler: u32,
+}
+
+impl Zlib {
+    /// A stream written into `out` (cleared; its room is reused).
+    pub fn new(mut out: Vec<u8>) -> Zlib {
+        out.clear();
+        // CMF: deflate, 32 KiB window; FLG: fastest, check bits (0x7801 % 31 == 0).
+        out.extend_from_slice(&[0x78, 0x01]);
+        let pairs = vec![0u64; 1 << 16].try_into().expect("1 << 16 words");
+        Zlib { w: Bits { out, acc: 0, n: 0 }, pairs, adler: 1 }
+    }
+
+    /// Codes `block` (at most [`BLOCK`] bytes; an empty one only as the
+    /// last), the stream's last when `last`.
+    pub fn block(&mut self, block: &[u8], last: bool) {
+        debug_assert!(block.len() <= BLOCK);
+        write_block(&mut self.w, &mut self.pairs, block, last);
+        self.adler = zlib_rs::adler32::adler32(self.adler, block);
+    }
+
+    /// The stream, once its last block was coded.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.w.flush();
+        self.w.out.extend_from_slice(&self.adler.to_be_bytes());
+        self.w.out
+    }
 }
 
 /// Bits written least significant first, as deflate orders them.

@@ -101,7 +101,7 @@ impl Loose {
 
 /// Largest file written into a pack (a part is at most 50 MB by default):
 /// a pack's blob is read whole.
-const PACKED_MAX: u64 = 64 << 20;
+pub(crate) const PACKED_MAX: u64 = 64 << 20;
 
 /// HEAD's blob at `rel`, when it is one small enough to try as a delta base.
 fn base_of(repo: &git2::Repository, head: &git2::Tree, rel: &Path) -> Option<git2::Oid> {
@@ -117,27 +117,6 @@ fn read_start(path: &Path) -> Result<Vec<u8>> {
     let (file, _) = crate::atomic::open_regular(path)?;
     let mut bytes = Vec::with_capacity(LOOK);
     file.take(LOOK as u64).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
-    Ok(bytes)
-}
-
-/// The bytes of the regular file at `path` (never through a link), read
-/// in full after a size check.
-fn read_regular(path: &Path) -> Result<Vec<u8>> {
-    let (mut file, len) = crate::atomic::open_regular(path)?;
-    if len > PACKED_MAX {
-        return Err(
-            Error::input(Default::default(), format!("grew past {PACKED_MAX} bytes while it was read")).in_file(path)
-        );
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    Read::by_ref(&mut file).take(PACKED_MAX + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
-    if bytes.len() as u64 != len {
-        return Err(Error::input(
-            Default::default(),
-            format!("changed while it was read ({len} bytes, then {})", bytes.len()),
-        )
-        .in_file(path));
-    }
     Ok(bytes)
 }
 
@@ -194,9 +173,9 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
                 &jobs,
                 |j| j.1.is_some(),
                 |&(path, base)| {
-                    let target = crate::git::pack::Object::hashed(read_regular(path)?);
-                    let base = base.map(|b| base_for(git_dir, b)).transpose()?;
-                    Ok(crate::git::pack::Job { target, base })
+                    let Some(base) = base else { return Ok(crate::git::pack::Job::File(path.to_path_buf())) };
+                    let target = crate::git::pack::Object::hashed(crate::git::pack::read_whole(path, PACKED_MAX)?);
+                    Ok(crate::git::pack::Job::Blob { target, base: Some(base_for(git_dir, base)?) })
                 },
             )?;
             if !packed.is_empty() {
@@ -339,7 +318,7 @@ pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
         };
         let target = verified(id, bytes).map_err(|e| e.in_file(loose))?;
         let base = base.map(|b| base_for(git_dir, b)).transpose()?;
-        Ok(crate::git::pack::Job { target, base })
+        Ok(crate::git::pack::Job::Blob { target, base })
     };
     if crate::git::pack::store(&objects, &jobs, |j| j.1.is_some(), load)?.is_empty() {
         return Ok(0);

@@ -45,13 +45,20 @@ impl Object {
     }
 }
 
-/// One blob to store, with the previous version of its path when there is
-/// one to store again as a delta against it.
-pub(crate) struct Job {
-    /// The blob stored.
-    pub target: Object,
-    /// The previous version tried as a delta.
-    pub base: Option<Object>,
+/// One blob to store.
+pub(crate) enum Job {
+    /// A blob in memory, with the previous version of its path when there
+    /// is one to store again as a delta against it.
+    Blob {
+        /// The blob stored.
+        target: Object,
+        /// The previous version tried as a delta.
+        base: Option<Object>,
+    },
+    /// The regular file at this path (at most [`crate::git::objects::PACKED_MAX`]
+    /// bytes), read and coded a block at a time: nothing holds it whole,
+    /// and no delta is tried.
+    File(PathBuf),
 }
 
 /// Object types as a pack's entry headers number them.
@@ -171,29 +178,110 @@ pub(crate) fn line_delta(base: &[u8], target: &[u8]) -> Option<Vec<u8>> {
     (out.len() <= limit).then_some(out)
 }
 
-/// What one job puts in the pack: its target whole and, when most lines
-/// are shared, the previous version again as a delta against it (the
-/// newest version whole, older ones as deltas: what Git's own repacking
-/// chooses, so that reading the newest applies no delta).
-fn prepare(job: Job) -> Result<Vec<Entry>> {
-    let whole = Entry {
-        id: job.target.id,
-        base: None,
-        size: job.target.bytes.len(),
-        deflated: crate::git::deflate::zlib(&job.target.bytes),
+/// The bytes of the regular file at `path` (never through a link, at most
+/// `max`), read in full after a size check.
+pub(crate) fn read_whole(path: &Path, max: u64) -> Result<Vec<u8>> {
+    let (file, len) = open_sized(path, max)?;
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(max + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
+    same_length(path, len, bytes.len() as u64)?;
+    Ok(bytes)
+}
+
+/// The regular file at `path` and its length, at most `max`.
+fn open_sized(path: &Path, max: u64) -> Result<(File, u64)> {
+    let (file, len) = crate::atomic::open_regular(path)?;
+    if len > max {
+        return Err(Error::input(Default::default(), format!("grew past {max} bytes while it was read")).in_file(path));
+    }
+    Ok((file, len))
+}
+
+/// A file that gave `read` bytes where its size said `len`.
+fn same_length(path: &Path, len: u64, read: u64) -> Result<()> {
+    if read != len {
+        return Err(Error::input(Default::default(), format!("changed while it was read ({len} bytes, then {read})"))
+            .in_file(path));
+    }
+    Ok(())
+}
+
+/// Reads into `buf` until it is full or the file ends; how many bytes.
+fn fill(file: &mut File, path: &Path, buf: &mut [u8]) -> Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io(path, e)),
+        }
+    }
+    Ok(n)
+}
+
+/// The file at `path` as one whole entry, hashed and coded as it is read
+/// (a block ahead, to know the last), into `out`'s room. Its blocks fall
+/// where they fall for a blob coded whole: the same bytes either way.
+fn prepare_file(path: &Path, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
+    use crate::git::deflate::{Zlib, BLOCK};
+    let (mut file, len) = open_sized(path, crate::git::objects::PACKED_MAX)?;
+    let mut h = Sha1::new();
+    h.update(format!("blob {len}\0").as_bytes());
+    let mut out = out;
+    out.reserve(len as usize / 8 * 7 + 1024);
+    let mut z = Zlib::new(out);
+    let (mut cur, mut next) = (vec![0u8; BLOCK], vec![0u8; BLOCK]);
+    let mut n = fill(&mut file, path, &mut cur)?;
+    let mut read = n as u64;
+    loop {
+        let m = if n == BLOCK { fill(&mut file, path, &mut next)? } else { 0 };
+        read += m as u64;
+        if read > len {
+            break;
+        }
+        h.update(&cur[..n]);
+        z.block(&cur[..n], m == 0);
+        if m == 0 {
+            break;
+        }
+        std::mem::swap(&mut cur, &mut next);
+        n = m;
+    }
+    same_length(path, len, read)?;
+    let id = Oid::from_bytes(&h.finalize()).expect("20 bytes");
+    Ok((id, vec![Entry { id, base: None, size: len as usize, deflated: z.finish() }]))
+}
+
+/// What one job puts in the pack, coded into `out`'s room: its target
+/// whole and, when most lines are shared, the previous version again as a
+/// delta against it (the newest version whole, older ones as deltas: what
+/// Git's own repacking chooses, so that reading the newest applies no
+/// delta). Returns the target's id with the entries.
+fn prepare(job: Job, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
+    let (target, base) = match job {
+        Job::File(path) => return prepare_file(&path, out),
+        Job::Blob { target, base } => (target, base),
     };
-    if let Some(old) = &job.base {
-        if let Some(delta) = line_delta(&job.target.bytes, &old.bytes) {
+    let mut z = crate::git::deflate::Zlib::new(out);
+    let blocks: Vec<&[u8]> =
+        if target.bytes.is_empty() { vec![&[]] } else { target.bytes.chunks(crate::git::deflate::BLOCK).collect() };
+    for (i, b) in blocks.iter().enumerate() {
+        z.block(b, i + 1 == blocks.len());
+    }
+    let whole = Entry { id: target.id, base: None, size: target.bytes.len(), deflated: z.finish() };
+    if let Some(old) = &base {
+        if let Some(delta) = line_delta(&target.bytes, &old.bytes) {
             let d = Entry {
                 id: old.id,
-                base: Some(job.target.id),
+                base: Some(target.id),
                 size: delta.len(),
                 deflated: crate::git::deflate::zlib(&delta),
             };
-            return Ok(vec![whole, d]);
+            return Ok((target.id, vec![whole, d]));
         }
     }
-    Ok(vec![whole])
+    Ok((target.id, vec![whole]))
 }
 
 /// A pack being written: its temporary file, what its index lists, and
@@ -376,16 +464,19 @@ pub(crate) fn store<T: Sync>(
     let count = items.len() + items.iter().filter(|i| expects_delta(i)).count();
     let mut w = Writer::create(&objects.join("pack"), u32::try_from(count).unwrap_or(u32::MAX))?;
     let mut ids = Vec::with_capacity(items.len());
+    // Coded entries' buffers, once written, for the next to code into:
+    // fresh memory costs a page fault a 4 KiB (about as much again as
+    // coding it, measured), reused memory none.
+    let spare: std::sync::Mutex<Vec<Vec<u8>>> = Default::default();
+    let take = || spare.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default();
     crate::threads::in_order(
         items,
         crate::threads::threads(),
-        |item| {
-            let job = load(item)?;
-            Ok((job.target.id, prepare(job)?))
-        },
+        |item| prepare(load(item)?, take()),
         |(id, entries)| {
-            for e in &entries {
-                w.add(e)?;
+            for e in entries {
+                w.add(&e)?;
+                spare.lock().unwrap_or_else(|p| p.into_inner()).push(e.deflated);
             }
             ids.push(id);
             Ok(())
@@ -580,8 +671,11 @@ mod tests {
         let ids = store(
             dir,
             jobs,
-            |j| j.base.is_some(),
-            |j| Ok(Job { target: copy(&j.target), base: j.base.as_ref().map(copy) }),
+            |j| matches!(j, Job::Blob { base: Some(_), .. }),
+            |j| match j {
+                Job::Blob { target, base } => Ok(Job::Blob { target: copy(target), base: base.as_ref().map(copy) }),
+                Job::File(p) => Ok(Job::File(p.clone())),
+            },
         )
         .unwrap();
         for idx in std::fs::read_dir(dir.join("pack")).unwrap().map(|e| e.unwrap().path()) {
@@ -600,7 +694,8 @@ mod tests {
         let target = Object::hashed(lines(3000, |i| i == 10));
         let other = Object::hashed(lines(3000, |_| true));
         let (b, t, o) = (base.id, target.id, other.id);
-        let ids = stored(dir.path(), &[Job { target, base: Some(base) }, Job { target: other, base: None }]);
+        let ids =
+            stored(dir.path(), &[Job::Blob { target, base: Some(base) }, Job::Blob { target: other, base: None }]);
         assert_eq!(ids, [t, o]);
         assert_eq!(stored_prefix(dir.path(), t, 100).unwrap(), lines(3000, |i| i == 10)[..100]);
         assert_eq!(stored_prefix(dir.path(), o, 1 << 20).unwrap(), lines(3000, |_| true));
@@ -618,8 +713,33 @@ mod tests {
         let base = Object::hashed(lines(3000, |_| false));
         let target = Object::hashed(lines(3000, |i| i > 100));
         let t = target.id;
-        assert_eq!(stored(dir.path(), &[Job { target, base: Some(base) }]), [t]);
+        assert_eq!(stored(dir.path(), &[Job::Blob { target, base: Some(base) }]), [t]);
         assert_eq!(stored_prefix(dir.path(), t, 1 << 20).unwrap(), lines(3000, |i| i > 100));
+    }
+
+    #[test]
+    fn a_file_coded_as_it_is_read_is_the_blob_coded_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let block = crate::git::deflate::BLOCK;
+        // Empty, a block exactly (the end found a block ahead), two and a half.
+        for (i, n) in [0, block, 2 * block, 2 * block + block / 2].into_iter().enumerate() {
+            let bytes: Vec<u8> = lines(n / 7 + 1, |j| j % 3 == 0).into_iter().cycle().take(n).collect();
+            let path = dir.path().join(format!("f{i}"));
+            std::fs::write(&path, &bytes).unwrap();
+            let objects = dir.path().join(format!("objects{i}"));
+            let whole = Object::hashed(bytes.clone());
+            assert_eq!(stored(&objects, &[Job::File(path)]), [whole.id], "{n} bytes");
+            assert_eq!(stored_prefix(&objects, whole.id, n + 1).unwrap(), bytes);
+            let (_, coded) = prepare(Job::Blob { target: whole, base: None }, Vec::new()).unwrap();
+            let pack = std::fs::read_dir(objects.join("pack")).unwrap().map(|e| e.unwrap().path());
+            let pack = std::fs::read(pack.into_iter().find(|p| p.extension().is_some_and(|x| x == "pack")).unwrap());
+            let pack = pack.unwrap();
+            let at = pack.windows(coded[0].deflated.len()).position(|w| w == coded[0].deflated);
+            assert!(at.is_some(), "{n} bytes: the same stream as the blob coded whole");
+        }
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        assert!(store(&dir.path().join("o"), &[0], |_| false, |_| Ok(Job::File(fifo.clone()))).is_err());
     }
 
     #[test]
