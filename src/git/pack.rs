@@ -295,6 +295,8 @@ struct Writer {
     /// The object count the header says.
     count: u32,
     sum: Sha1,
+    /// Where the kernel was last asked to start writing back.
+    kicked: u64,
 }
 
 impl Writer {
@@ -305,7 +307,8 @@ impl Writer {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let tmp = tempfile::Builder::new().prefix("tmp_pack_").tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
         let file = BufWriter::with_capacity(1 << 20, tmp);
-        let mut w = Writer { dir: dir.to_path_buf(), file, at: 0, listed: Vec::new(), count, sum: Sha1::new() };
+        let mut w =
+            Writer { dir: dir.to_path_buf(), file, at: 0, listed: Vec::new(), count, sum: Sha1::new(), kicked: 0 };
         w.write(b"PACK\0\0\0\x02")?;
         w.write(&count.to_be_bytes())?;
         Ok(w)
@@ -315,6 +318,12 @@ impl Writer {
         self.sum.update(bytes);
         self.file.write_all(bytes).map_err(|e| Error::io(&self.dir, e))?;
         self.at += bytes.len() as u64;
+        // The disk writes while the next parts are coded, so the sync at
+        // the end waits for little.
+        if self.at >= self.kicked + (32 << 20) {
+            crate::atomic::start_writeback(self.file.get_ref().as_file(), self.kicked, self.at - self.kicked);
+            self.kicked = self.at;
+        }
         Ok(())
     }
 
