@@ -39,10 +39,12 @@ pub fn threads() -> usize {
 /// `work` on each of `items` on up to [`threads`] threads, and `consume` of
 /// each result on the calling thread in `items`' order as soon as it and
 /// those before it are done: the consumer (a writer) runs beside the
-/// workers, not after each batch of them. At most `ahead` results wait
-/// beyond the one being consumed, whatever order they finish in, so memory
-/// stays bounded. Stops at the first error of either; a worker's panic is
-/// raised again on the calling thread.
+/// workers, not after each batch of them. No item is begun more than
+/// `ahead` places past the one the consumer awaits, whatever order they
+/// finish in, so at most `ahead + 2` results are held (`ahead = workers -
+/// 1` keeps every worker busy while one is consumed). Stops at the first
+/// error of either; a worker's panic is raised again on the calling
+/// thread.
 pub fn in_order<T: Sync, R: Send, E: Send>(
     items: &[T],
     ahead: usize,
@@ -149,7 +151,7 @@ mod tests {
         .unwrap();
         assert_eq!(seen, items);
         assert!(most.load(Ordering::SeqCst) <= super::threads());
-        // Waiting: the look-ahead, the one awaited, the one being consumed.
+        // The look-ahead, the one awaited, the one being consumed.
         assert!(most_ready.load(Ordering::SeqCst) <= 2 + 2, "{most_ready:?} results held");
 
         let started = AtomicUsize::new(0);

@@ -13,7 +13,15 @@ pub const BLOCK: usize = 1 << 20;
 
 /// `bytes` as a zlib stream.
 pub fn zlib(bytes: &[u8]) -> Vec<u8> {
-    let mut z = Zlib::new(Vec::with_capacity(bytes.len() / 8 * 7 + 1024));
+    zlib_into(bytes, Vec::new())
+}
+
+/// `bytes` as a zlib stream written into `out`'s room (cleared first).
+pub fn zlib_into(bytes: &[u8], mut out: Vec<u8>) -> Vec<u8> {
+    out.clear();
+    // Base64 codes to about 6 bits a byte: room for it all at once.
+    out.reserve(bytes.len() / 8 * 7 + 1024);
+    let mut z = Zlib::new(out);
     let blocks: Vec<&[u8]> = if bytes.is_empty() { vec![bytes] } else { bytes.chunks(BLOCK).collect() };
     for (i, block) in blocks.iter().enumerate() {
         z.block(block, i + 1 == blocks.len());

@@ -229,6 +229,7 @@ fn prepare_file(path: &Path, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
     let mut h = Sha1::new();
     h.update(format!("blob {len}\0").as_bytes());
     let mut out = out;
+    out.clear();
     out.reserve(len as usize / 8 * 7 + 1024);
     let mut z = Zlib::new(out);
     let (mut cur, mut next) = (vec![0u8; BLOCK], vec![0u8; BLOCK]);
@@ -263,13 +264,8 @@ fn prepare(job: Job, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
         Job::File(path) => return prepare_file(&path, out),
         Job::Blob { target, base } => (target, base),
     };
-    let mut z = crate::git::deflate::Zlib::new(out);
-    let blocks: Vec<&[u8]> =
-        if target.bytes.is_empty() { vec![&[]] } else { target.bytes.chunks(crate::git::deflate::BLOCK).collect() };
-    for (i, b) in blocks.iter().enumerate() {
-        z.block(b, i + 1 == blocks.len());
-    }
-    let whole = Entry { id: target.id, base: None, size: target.bytes.len(), deflated: z.finish() };
+    let deflated = crate::git::deflate::zlib_into(&target.bytes, out);
+    let whole = Entry { id: target.id, base: None, size: target.bytes.len(), deflated };
     if let Some(old) = &base {
         if let Some(delta) = line_delta(&target.bytes, &old.bytes) {
             let d = Entry {
@@ -473,19 +469,27 @@ pub(crate) fn store<T: Sync>(
     let count = items.len() + items.iter().filter(|i| expects_delta(i)).count();
     let mut w = Writer::create(&objects.join("pack"), u32::try_from(count).unwrap_or(u32::MAX))?;
     let mut ids = Vec::with_capacity(items.len());
-    // Coded entries' buffers, once written, for the next to code into:
-    // fresh memory costs a page fault a 4 KiB (about as much again as
-    // coding it, measured), reused memory none.
+    // A job's whole entry's buffer, once written, for the next to code
+    // into: fresh memory costs a page fault a 4 KiB (about as much again as
+    // coding it, measured), reused memory none. One comes back a job (a
+    // delta's small buffer is dropped), and no more are kept than results
+    // `in_order` holds at once.
     let spare: std::sync::Mutex<Vec<Vec<u8>>> = Default::default();
     let take = || spare.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default();
+    // As many coded ahead as keep every worker busy while one is
+    // written, no more: each holds a part's coded bytes.
+    let ahead = crate::threads::threads().saturating_sub(1).max(1);
     crate::threads::in_order(
         items,
-        crate::threads::threads(),
+        ahead,
         |item| prepare(load(item)?, take()),
         |(id, entries)| {
-            for e in entries {
+            for (i, e) in entries.into_iter().enumerate() {
                 w.add(&e)?;
-                spare.lock().unwrap_or_else(|p| p.into_inner()).push(e.deflated);
+                let mut spare = spare.lock().unwrap_or_else(|p| p.into_inner());
+                if i == 0 && spare.len() <= ahead + 2 {
+                    spare.push(e.deflated);
+                }
             }
             ids.push(id);
             Ok(())
@@ -502,8 +506,10 @@ pub(crate) fn store<T: Sync>(
 /// (a prefix cannot be hashed against the id): it only steers a choice.
 pub(crate) fn stored_prefix(objects: &Path, id: Oid, n: usize) -> Option<Vec<u8>> {
     let hex = id.to_string();
-    let read = |r: &mut dyn Read| -> Option<Vec<u8>> {
-        let mut out = Vec::new();
+    // Room for what the object says it holds, up to `n`: read whole, it
+    // is allocated once, not grown by doubling.
+    let read = |r: &mut dyn Read, size: u64| -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(size.min(n as u64) as usize);
         r.take(n as u64).read_to_end(&mut out).ok()?;
         Some(out)
     };
@@ -512,12 +518,16 @@ pub(crate) fn stored_prefix(objects: &Path, id: Oid, n: usize) -> Option<Vec<u8>
     let open = |p: &Path| crate::atomic::open_regular(p).ok().map(|(f, _)| f);
     if let Some(f) = open(&objects.join(&hex[..2]).join(&hex[2..])) {
         let mut z = flate2::read::ZlibDecoder::new(std::io::BufReader::new(f));
+        let mut head = Vec::with_capacity(32);
         let mut b = [0u8];
         for _ in 0..32 {
             z.read_exact(&mut b).ok()?;
             if b[0] == 0 {
-                return read(&mut z);
+                // `blob <size>`; a size that does not parse allocates nothing ahead.
+                let size = head.strip_prefix(b"blob ").and_then(|d| std::str::from_utf8(d).ok()?.parse().ok());
+                return read(&mut z, size.unwrap_or(0));
             }
+            head.push(b[0]);
         }
         return None;
     }
@@ -531,10 +541,15 @@ pub(crate) fn stored_prefix(objects: &Path, id: Oid, n: usize) -> Option<Vec<u8>
         if (b[0] >> 4) & 7 != BLOB {
             return None;
         }
+        let (mut size, mut shift) = ((b[0] & 0x0f) as u64, 4);
         while b[0] & 0x80 != 0 {
             pack.read_exact(&mut b).ok()?;
+            if shift < 64 {
+                size |= ((b[0] & 0x7f) as u64) << shift;
+            }
+            shift += 7;
         }
-        return read(&mut flate2::read::ZlibDecoder::new(pack));
+        return read(&mut flate2::read::ZlibDecoder::new(pack), size);
     }
     None
 }
