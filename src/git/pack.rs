@@ -206,20 +206,6 @@ fn same_length(path: &Path, len: u64, read: u64) -> Result<()> {
     Ok(())
 }
 
-/// Reads into `buf` until it is full or the file ends; how many bytes.
-fn fill(file: &mut File, path: &Path, buf: &mut [u8]) -> Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::io(path, e)),
-        }
-    }
-    Ok(n)
-}
-
 /// The file at `path` as one whole entry, hashed and coded as it is read
 /// (a block ahead, to know the last), into `out`'s room. Its blocks fall
 /// where they fall for a blob coded whole: the same bytes either way.
@@ -233,10 +219,11 @@ fn prepare_file(path: &Path, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
     out.reserve(len as usize / 8 * 7 + 1024);
     let mut z = Zlib::new(out);
     let (mut cur, mut next) = (vec![0u8; BLOCK], vec![0u8; BLOCK]);
-    let mut n = fill(&mut file, path, &mut cur)?;
+    let fill = |f: &mut File, buf: &mut [u8]| crate::git::parts::fill(f, buf).map_err(|e| Error::io(path, e));
+    let mut n = fill(&mut file, &mut cur)?;
     let mut read = n as u64;
     loop {
-        let m = if n == BLOCK { fill(&mut file, path, &mut next)? } else { 0 };
+        let m = if n == BLOCK { fill(&mut file, &mut next)? } else { 0 };
         read += m as u64;
         if read > len {
             break;

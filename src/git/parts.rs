@@ -72,7 +72,7 @@ fn same_bytes(a: &dyn Text, b: &dyn Text) -> std::io::Result<bool> {
 }
 
 /// Reads until `buf` is full or the input ends.
-fn fill(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+pub(crate) fn fill(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match r.read(&mut buf[n..]) {
