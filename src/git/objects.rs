@@ -18,6 +18,7 @@ use sha1::{Digest, Sha1};
 
 use crate::error::{Error, Result};
 use crate::git::git_err;
+use crate::git::pack::PACKED_MAX;
 
 /// The loose compression level `repo` asks for: `core.looseCompression`,
 /// else `core.compression`, else 0 (the level `wtxt git install` sets: the
@@ -98,10 +99,6 @@ impl Loose {
         git2::Oid::from_str(&id).map_err(git_err)
     }
 }
-
-/// Largest file written into a pack (a part is at most 50 MB by default):
-/// a pack's blob is read whole.
-pub(crate) const PACKED_MAX: u64 = 64 << 20;
 
 /// HEAD's blob at `rel`, when it is one small enough to try as a delta base.
 fn base_of(repo: &git2::Repository, head: &git2::Tree, rel: &Path) -> Option<git2::Oid> {

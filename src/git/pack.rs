@@ -45,6 +45,10 @@ impl Object {
     }
 }
 
+/// Largest file written into a pack (a part is at most 50 MB by default):
+/// a blob tried as a delta, and its base, are read whole.
+pub(crate) const PACKED_MAX: u64 = 64 << 20;
+
 /// One blob to store.
 pub(crate) enum Job {
     /// A blob in memory, with the previous version of its path when there
@@ -55,7 +59,7 @@ pub(crate) enum Job {
         /// The previous version tried as a delta.
         base: Option<Object>,
     },
-    /// The regular file at this path (at most [`crate::git::objects::PACKED_MAX`]
+    /// The regular file at this path (at most [`PACKED_MAX`]
     /// bytes), read and coded a block at a time: nothing holds it whole,
     /// and no delta is tried.
     File(PathBuf),
@@ -211,7 +215,7 @@ fn same_length(path: &Path, len: u64, read: u64) -> Result<()> {
 /// where they fall for a blob coded whole: the same bytes either way.
 fn prepare_file(path: &Path, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
     use crate::git::deflate::{Zlib, BLOCK};
-    let (mut file, len) = open_sized(path, crate::git::objects::PACKED_MAX)?;
+    let (mut file, len) = open_sized(path, PACKED_MAX)?;
     let mut h = Sha1::new();
     h.update(format!("blob {len}\0").as_bytes());
     let mut out = out;
