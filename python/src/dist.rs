@@ -257,11 +257,9 @@ pub fn commit_snapshot(
         let (work, id) = wtxt::git::commit::commit_written(&path, oms, "wtxt", &message)?;
         let Some(remote) = remote else { return Ok((id, false, None)) };
         let never = std::sync::atomic::AtomicBool::new(false);
-        let failed = |said: String| Some(wtxt::git::push::redact(&format!("push to {remote}: {said}")));
-        Ok(match wtxt::git::push::push(&work, &remote, Default::default(), &never) {
-            Ok(wtxt::git::push::Outcome::Pushed) => (id, true, None),
-            Ok(wtxt::git::push::Outcome::Behind(said)) => (id, false, failed(said)),
-            Err(e) => (id, false, failed(e.to_string())),
+        Ok(match wtxt::git::push::push(&work, &remote, Default::default(), &never).and_then(|o| o.done()) {
+            Ok(()) => (id, true, None),
+            Err(e) => (id, false, Some(wtxt::git::push::redact(&format!("push to {remote}: {e}")))),
         })
     })
     .map_err(raise)

@@ -474,23 +474,17 @@ impl Pipeline {
             let what = crate::git::push::Push { commit: commit.as_deref(), changed_wholly };
             // A push of HEAD carries every generation queued.
             let carried = if commit.is_some() { 1 } else { self.state.resend_queue.len() };
-            use crate::git::push::Outcome;
-            let behind = |said: String| Error::io_in("git push", std::io::Error::other(said));
             let pushed = match crate::git::push::push(&repo_dir, &remote, what, &self.cfg.stopping) {
-                Ok(Outcome::Pushed) => Ok(carried),
                 // Another writer on this repository may have pushed a
                 // commit made on top of ours: the remote then refuses ours
                 // as not a fast-forward. HEAD holds every commit of ours.
-                Ok(Outcome::Behind(_)) if commit.is_some() => {
+                Ok(crate::git::push::Outcome::Behind(_)) if commit.is_some() => {
                     let head = crate::git::push::Push { commit: None, changed_wholly };
-                    match crate::git::push::push(&repo_dir, &remote, head, &self.cfg.stopping) {
-                        Ok(Outcome::Pushed) => Ok(self.state.resend_queue.len()),
-                        Ok(Outcome::Behind(said)) => Err(behind(said)),
-                        Err(e) => Err(e),
-                    }
+                    crate::git::push::push(&repo_dir, &remote, head, &self.cfg.stopping)
+                        .and_then(|o| o.done())
+                        .map(|()| self.state.resend_queue.len())
                 }
-                Ok(Outcome::Behind(said)) => Err(behind(said)),
-                Err(e) => Err(e),
+                other => other.and_then(|o| o.done()).map(|()| carried),
             };
             match pushed {
                 Ok(done) => {

@@ -67,13 +67,24 @@ pub struct Push<'a> {
 }
 
 /// How a push that Git ran to its end came out.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub enum Outcome {
     /// The remote's branch now holds the commit.
     Pushed,
     /// The remote refused the commit as not a fast-forward: its branch has
-    /// commits this one lacks (another writer pushed first). Git's words.
-    Behind(String),
+    /// commits this one lacks (another writer pushed first). Git's words,
+    /// as any other failed push gives them.
+    Behind(Error),
+}
+
+impl Outcome {
+    /// `Ok` once pushed; a refusal as the error it is.
+    pub fn done(self) -> Result<()> {
+        match self {
+            Outcome::Pushed => Ok(()),
+            Outcome::Behind(e) => Err(e),
+        }
+    }
 }
 
 /// Whether Git's `--porcelain` report on stdout (which Git never
@@ -203,10 +214,11 @@ pub fn push(
                 said.truncate(cut);
                 said.push_str(" ...");
             }
+            let e = Error::io_in(&format!("git push exited {}", s.code().unwrap_or(-1)), std::io::Error::other(said));
             if refused_as_behind(&porcelain) {
-                return Ok(Outcome::Behind(said));
+                return Ok(Outcome::Behind(e));
             }
-            Err(Error::io_in(&format!("git push exited {}", s.code().unwrap_or(-1)), std::io::Error::other(said)))
+            Err(e)
         }
         Err(m) => Err(m),
     }
@@ -317,7 +329,7 @@ mod tests {
         let first = git(&["-C", "work", "rev-parse", "HEAD"]);
         git(&["-C", "work", "commit", "-q", "--allow-empty", "-m", "two"]);
         let never = std::sync::atomic::AtomicBool::new(false);
-        assert_eq!(push(&work, &remote, Push::default(), &never).unwrap(), Outcome::Pushed);
+        assert!(matches!(push(&work, &remote, Push::default(), &never).unwrap(), Outcome::Pushed));
         let older = Push { commit: Some(&first), changed_wholly: true };
         assert!(matches!(push(&work, &remote, older, &never).unwrap(), Outcome::Behind(_)));
         // Not a refusal of that kind: an error.
