@@ -14,7 +14,7 @@ use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use sha1::{Digest, Sha1};
+use sha1::Digest;
 
 use crate::error::{Error, Result};
 use crate::git::git_err;
@@ -55,9 +55,9 @@ impl Loose {
         let objects = &self.objects;
         let mut tmp =
             tempfile::Builder::new().prefix("tmp_obj_").tempfile_in(objects).map_err(|e| Error::io(objects, e))?;
+        // A loose object is its header and bytes, deflated; its name hashes the same.
         let header = format!("blob {len}\0");
-        let mut hash = Sha1::new();
-        hash.update(header.as_bytes());
+        let mut hash = crate::git::pack::Object::hasher(len);
         let written = {
             let out = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
             let mut z = flate2::write::ZlibEncoder::new(out, flate2::Compression::new(self.level));
@@ -79,13 +79,7 @@ impl Loose {
             };
             copy().map_err(|e| Error::io(path, e))?
         };
-        if written != len {
-            return Err(Error::input(
-                Default::default(),
-                format!("changed while it was read ({len} bytes, then {written})"),
-            )
-            .in_file(path));
-        }
+        crate::git::pack::same_length(path, len, written)?;
         let id = hex::encode(hash.finalize());
         let dir = objects.join(&id[..2]);
         let dest = dir.join(&id[2..]);
@@ -158,10 +152,9 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
             let objects = git_dir.join("objects");
             let mut jobs: Vec<(&Path, Option<git2::Oid>)> = Vec::with_capacity(small.len());
             for &i in &small {
-                let base = head.as_ref().and_then(|t| base_of(repo, t, files[i].0));
-                let base = match base {
-                    Some(_) => alike(&objects, base, &read_start(&files[i].1)?),
-                    None => None,
+                let base = match head.as_ref().and_then(|t| base_of(repo, t, files[i].0)) {
+                    Some(b) if alike(&objects, b, &read_start(&files[i].1)?) => Some(b),
+                    _ => None,
                 };
                 jobs.push((files[i].1.as_path(), base));
             }
@@ -215,16 +208,13 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
 /// How much of a part and of its previous version [`alike`] compares.
 const LOOK: usize = 64 << 10;
 
-/// `base` when it is worth reading whole to try as the delta base of the
+/// Whether `base` is worth reading whole to try as the delta base of the
 /// blob that starts with `target` (its first [`LOOK`] bytes): not when it
 /// is stored whole and its first lines are mostly not `target`'s (a part
 /// that changed wholly: nothing to gain). One stored as a delta is tried.
-fn alike(objects: &Path, base: Option<git2::Oid>, target: &[u8]) -> Option<git2::Oid> {
-    let base = base?;
-    match crate::git::pack::stored_prefix(objects, base, LOOK) {
-        Some(start) => crate::git::pack::starts_alike(&start, target).then_some(base),
-        None => Some(base),
-    }
+fn alike(objects: &Path, base: git2::Oid, target: &[u8]) -> bool {
+    crate::git::pack::stored_prefix(objects, base, LOOK)
+        .is_none_or(|start| crate::git::pack::starts_alike(&start, target))
 }
 
 /// The blob `base` of the repository at `git_dir` (at most [`PACKED_MAX`]
@@ -304,9 +294,11 @@ pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
     }
     // A blob larger than a part stays loose, for Git to pack.
     jobs.retain(|j| crate::git::blob::size(&repo, j.0).is_ok_and(|n| n <= PACKED_MAX));
-    for j in jobs.iter_mut().filter(|j| j.1.is_some()) {
-        let start = crate::git::pack::stored_prefix(&objects, j.0, LOOK).unwrap_or_default();
-        j.1 = alike(&objects, j.1, &start);
+    for j in jobs.iter_mut() {
+        if let Some(b) = j.1 {
+            let start = crate::git::pack::stored_prefix(&objects, j.0, LOOK).unwrap_or_default();
+            j.1 = alike(&objects, b, &start).then_some(b);
+        }
     }
     let git_dir = repo.path();
     let load = |&(id, base, ref loose): &(git2::Oid, Option<git2::Oid>, std::path::PathBuf)| {

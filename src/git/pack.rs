@@ -37,11 +37,18 @@ pub(crate) struct Object {
 impl Object {
     /// `bytes` with the id Git gives them.
     pub fn hashed(bytes: Vec<u8>) -> Object {
-        let mut h = Sha1::new();
-        h.update(format!("blob {}\0", bytes.len()).as_bytes());
+        let mut h = Object::hasher(bytes.len() as u64);
         h.update(&bytes);
         let id = Oid::from_bytes(&h.finalize()).expect("20 bytes");
         Object { id, bytes }
+    }
+
+    /// The SHA-1 that names a blob of `len` bytes once they are fed to it
+    /// (Git's `blob <len>` header and a NUL go first).
+    pub fn hasher(len: u64) -> Sha1 {
+        let mut h = Sha1::new();
+        h.update(format!("blob {len}\0").as_bytes());
+        h
     }
 }
 
@@ -202,7 +209,7 @@ fn open_sized(path: &Path, max: u64) -> Result<(File, u64)> {
 }
 
 /// A file that gave `read` bytes where its size said `len`.
-fn same_length(path: &Path, len: u64, read: u64) -> Result<()> {
+pub(crate) fn same_length(path: &Path, len: u64, read: u64) -> Result<()> {
     if read != len {
         return Err(Error::input(Default::default(), format!("changed while it was read ({len} bytes, then {read})"))
             .in_file(path));
@@ -216,8 +223,7 @@ fn same_length(path: &Path, len: u64, read: u64) -> Result<()> {
 fn prepare_file(path: &Path, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
     use crate::git::deflate::{Zlib, BLOCK};
     let (mut file, len) = open_sized(path, PACKED_MAX)?;
-    let mut h = Sha1::new();
-    h.update(format!("blob {len}\0").as_bytes());
+    let mut h = Object::hasher(len);
     let mut out = out;
     out.clear();
     out.reserve(len as usize / 8 * 7 + 1024);
@@ -462,9 +468,9 @@ pub(crate) fn store<T: Sync>(
     let mut ids = Vec::with_capacity(items.len());
     // A job's whole entry's buffer, once written, for the next to code
     // into: fresh memory costs a page fault every 4 KiB (about half what
-    // coding the bytes costs, measured), reused memory none. One comes back a job (a
-    // delta's small buffer is dropped), and no more are kept than results
-    // `in_order` holds at once.
+    // coding the bytes costs, measured), reused memory none. One comes
+    // back a job (a delta's small buffer is dropped), and no more are kept
+    // than results `in_order` holds at once.
     let spare: std::sync::Mutex<Vec<Vec<u8>>> = Default::default();
     let take = || spare.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default();
     // As many coded ahead as keep every worker busy while one is
