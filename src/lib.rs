@@ -12,7 +12,7 @@
 //! - [`wtxt`]: the format (grammar, layout, writer, reader, verifier, recovery, split form);
 //! - [`crypto`]: digests, HMAC, Ed25519 and EC keys, age;
 //! - [`model`] and [`buffer`]: named typed arrays, and the one byte buffer;
-//! - [`error`], [`limits`], [`atomic`], `pipe`, [`progress`]: shared plumbing.
+//! - [`error`], [`limits`], [`atomic`], `pipe`, [`progress`], [`threads`]: shared plumbing.
 //!
 //! Unsafe code is denied crate-wide; the few places that need it (memory
 //! maps, `flock`, `poll`, `setrlimit`, signals) allow it on one function
@@ -39,3 +39,21 @@ pub mod threads;
 pub mod wtxt;
 
 pub use error::{Error, Result};
+
+/// Inputs the unit tests of several modules share.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// `n` bytes of xorshift noise from `seed` (0 too): the same bytes on
+    /// every run and machine.
+    pub fn noise(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+}

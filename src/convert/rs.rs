@@ -293,23 +293,12 @@ fn correct_word(word: &mut [u8], nsym: usize) -> Option<Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sample(len: usize, seed: u32) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(2654435761).wrapping_add(1);
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                x as u8
-            })
-            .collect()
-    }
+    use crate::testing::noise;
 
     #[test]
     fn clean_payloads_decode_unchanged() {
         for (len, nsym) in [(0, 16), (1, 16), (239, 16), (240, 16), (1432, 16), (1430, 32), (5000, 64)] {
-            let data = sample(len, len as u32);
+            let data = noise(len, len as u64);
             let par = encode(&data, nsym);
             assert_eq!(par.len(), parity_len(len, nsym));
             let mut copy = data.clone();
@@ -321,7 +310,7 @@ mod tests {
     #[test]
     fn repairs_up_to_half_the_parity_per_block() {
         for nsym in [2, 16, 32, 64] {
-            let data = sample(3 * block_len(nsym) + 17, nsym as u32);
+            let data = noise(3 * block_len(nsym) + 17, nsym as u64);
             let par = encode(&data, nsym);
             for t in 1..=nsym / 2 {
                 let mut bad = data.clone();
@@ -342,7 +331,7 @@ mod tests {
     #[test]
     fn too_many_errors_are_refused_not_miscorrected() {
         let nsym = 16;
-        let data = sample(200, 7);
+        let data = noise(200, 7);
         let par = encode(&data, nsym);
         let mut bad = data.clone();
         for b in bad.iter_mut().take(40) {

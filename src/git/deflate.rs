@@ -325,22 +325,12 @@ fn write_block(w: &mut Bits, pairs: &mut [u64; 1 << 16], block: &[u8], last: boo
 mod tests {
     use std::io::Read;
 
+    use crate::testing::noise;
+
     fn inflate(z: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         flate2::read::ZlibDecoder::new(z).read_to_end(&mut out).expect("a valid zlib stream");
         out
-    }
-
-    fn noise(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
     }
 
     #[test]
