@@ -16,6 +16,12 @@
 //! Git reads a delta only against a base in the same pack, so the delta
 //! goes from the new version (in this pack) to the old, as Git's own
 //! repacking would store it: the newest version whole.
+//!
+//! A pack of whole objects only (every part of a full fine-tuning step)
+//! gets a `.keep` file: `git gc` would copy it byte for byte into one pack
+//! of the whole history (4.3 GB for four 1 GiB generations, a full rewrite
+//! at every `gc --auto` past 50 packs) and gain nothing. The keep comes off
+//! when a later pack stores one of its objects again as a delta ([`KEEP`]).
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
@@ -277,6 +283,14 @@ fn prepare(job: Job, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
     Ok((target.id, vec![whole]))
 }
 
+/// The content of the `.keep` file that keeps a pack of whole objects out
+/// of `git gc`'s repacking. It is taken off (only a keep file with exactly
+/// this content: any other is Git's or the user's) once a later pack
+/// stores one of the pack's objects as a delta: `gc` may then drop the
+/// whole copy. What a kept pack holds stays until its keep file goes, even
+/// once unreachable (docs/PERFORMANCE.md says how to drop it).
+const KEEP: &[u8] = b"wtxt: whole objects only; kept from repacking until a newer pack stores one as a delta\n";
+
 /// A pack being written: its temporary file, what its index lists, and
 /// the checksum of what was written so far.
 struct Writer {
@@ -290,6 +304,8 @@ struct Writer {
     sum: Sha1,
     /// Where the kernel was last asked to start writing back.
     kicked: u64,
+    /// Whether some entry is a delta (a pack of whole objects is kept).
+    deltas: bool,
 }
 
 impl Writer {
@@ -300,8 +316,16 @@ impl Writer {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let tmp = tempfile::Builder::new().prefix("tmp_pack_").tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
         let file = BufWriter::with_capacity(1 << 20, tmp);
-        let mut w =
-            Writer { dir: dir.to_path_buf(), file, at: 0, listed: Vec::new(), count, sum: Sha1::new(), kicked: 0 };
+        let mut w = Writer {
+            dir: dir.to_path_buf(),
+            file,
+            at: 0,
+            listed: Vec::new(),
+            count,
+            sum: Sha1::new(),
+            kicked: 0,
+            deltas: false,
+        };
         w.write(b"PACK\0\0\0\x02")?;
         w.write(&count.to_be_bytes())?;
         Ok(w)
@@ -340,6 +364,7 @@ impl Writer {
         }
         head.push(c);
         if let Some(base) = e.base {
+            self.deltas = true;
             let base_at = self.offset_of(base).expect("a delta's base is written before it");
             let mut ofs = self.at - base_at;
             let mut buf = [0u8; 10];
@@ -396,6 +421,14 @@ impl Writer {
         let idx = index_bytes(self.listed, &sum);
         let mut idx_tmp = tempfile::Builder::new().prefix("tmp_idx_").tempfile_in(&dir).map_err(io)?;
         idx_tmp.write_all(&idx).map_err(io)?;
+        // Kept before it can be seen, as `git index-pack --keep` does: a
+        // `gc` starting meanwhile leaves it.
+        if !self.deltas {
+            let keep = dir.join(format!("{name}.keep"));
+            if std::fs::symlink_metadata(&keep).is_err() {
+                crate::atomic::write_file(&keep, KEEP, 0o444)?;
+            }
+        }
         for (t, ext) in [(tmp, "pack"), (idx_tmp, "idx")] {
             let dest = dir.join(format!("{name}.{ext}"));
             t.as_file().sync_all().map_err(io)?;
@@ -476,12 +509,17 @@ pub(crate) fn store<T: Sync>(
     // As many coded ahead as keep every worker busy while one is
     // written, no more: each holds a part's coded bytes.
     let ahead = crate::threads::threads().saturating_sub(1).max(1);
+    // Objects stored here as deltas, whole in the packs they came from.
+    let mut superseded = Vec::new();
     crate::threads::in_order(
         items,
         ahead,
         |item| prepare(load(item)?, take()),
         |(id, entries)| {
             for (i, e) in entries.into_iter().enumerate() {
+                if e.base.is_some() {
+                    superseded.push(e.id);
+                }
                 w.add(&e)?;
                 let mut spare = spare.lock().unwrap_or_else(|p| p.into_inner());
                 if i == 0 && spare.len() <= ahead + 2 {
@@ -492,8 +530,36 @@ pub(crate) fn store<T: Sync>(
             Ok(())
         },
     )?;
+    let dir = w.dir.clone();
     w.finish()?;
+    release(&dir, &superseded)?;
     Ok(ids)
+}
+
+/// Takes the [`KEEP`] file off each pack in `dir` that holds one of
+/// `superseded` (objects a newer pack stores as deltas), so that `git gc`
+/// may drop their whole copies.
+fn release(dir: &Path, superseded: &[Oid]) -> Result<()> {
+    if superseded.is_empty() {
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    for keep in entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "keep"))
+    {
+        let idx = keep.with_extension("idx");
+        if !superseded.iter().any(|&id| offset_in(&idx, id).is_some()) {
+            continue;
+        }
+        let ours = crate::atomic::read_small_file(&keep, KEEP.len() as u64, crate::atomic::Links::Refuse)
+            .is_ok_and(|b| b.as_deref() == Some(KEEP));
+        if ours {
+            match std::fs::remove_file(&keep) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&keep, e)),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The first `n` bytes (fewer when it is shorter) of the blob `id` in the
@@ -736,6 +802,55 @@ mod tests {
         let t = target.id;
         assert_eq!(stored(dir.path(), &[Job::Blob { target, base: Some(base) }]), [t]);
         assert_eq!(stored_prefix(dir.path(), t, 1 << 20).unwrap(), lines(3000, |i| i > 100));
+    }
+
+    /// The keep files in the pack folder under `dir`, with their content.
+    fn keeps(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out: Vec<_> = std::fs::read_dir(dir.join("pack"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "keep"))
+            .map(|p| (p.clone(), std::fs::read(&p).unwrap()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_pack_of_whole_objects_is_kept_until_a_newer_pack_stores_one_as_a_delta() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let v0 = || Object::hashed(lines(3000, |_| false));
+        stored(d, &[Job::Blob { target: v0(), base: None }]);
+        let first = keeps(d);
+        assert_eq!(first.len(), 1, "whole objects only: kept");
+        assert_eq!(first[0].1, KEEP);
+        assert!(first[0].0.with_extension("pack").is_file());
+        // Someone else's keep on a second pack of whole objects.
+        let w0 = || Object::hashed(lines(3000, |i| i % 2 == 0));
+        stored(d, &[Job::Blob { target: w0(), base: None }]);
+        let foreign = keeps(d).into_iter().find(|k| k.0 != first[0].0).unwrap().0;
+        std::fs::remove_file(&foreign).unwrap();
+        std::fs::write(&foreign, b"receive-pack 42 on host\n").unwrap();
+        // A newer version of each, the old ones stored again as deltas.
+        let (v1, w1) = (Object::hashed(lines(3000, |i| i == 7)), Object::hashed(lines(3000, |i| i % 2 == 0 || i == 9)));
+        stored(d, &[Job::Blob { target: v1, base: Some(v0()) }, Job::Blob { target: w1, base: Some(w0()) }]);
+        assert_eq!(
+            keeps(d),
+            [(foreign, b"receive-pack 42 on host\n".to_vec())],
+            "ours off, theirs left, none on the pack of deltas"
+        );
+        // Whole again, and a pack that held none of the superseded stays kept.
+        stored(d, &[Job::Blob { target: Object::hashed(lines(3000, |_| true)), base: None }]);
+        assert_eq!(keeps(d).len(), 2);
+        stored(
+            d,
+            &[Job::Blob {
+                target: Object::hashed(lines(3000, |i| i == 8)),
+                base: Some(Object::hashed(lines(3000, |i| i == 7))),
+            }],
+        );
+        assert_eq!(keeps(d).len(), 2, "the superseded object was in a pack of deltas, kept by no one");
     }
 
     #[test]

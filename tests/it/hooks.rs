@@ -274,6 +274,20 @@ fn packed_blobs(d: &Path) -> (usize, usize) {
     counts
 }
 
+/// The packs of the repository at `d` that wtxt keeps out of `git gc`
+/// (a `.keep` file of its own), by name.
+fn kept(d: &Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(d.join(".git/objects/pack"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "keep"))
+        .filter(|p| std::fs::read(p).unwrap().starts_with(b"wtxt:"))
+        .map(|p| p.file_stem().unwrap().to_str().unwrap().to_string())
+        .collect();
+    out.sort();
+    out
+}
+
 /// Loose objects left in the repository.
 fn loose(d: &Path) -> usize {
     let objects = d.join(".git/objects");
@@ -289,6 +303,8 @@ fn loose(d: &Path) -> usize {
 /// whose rows changed in a few places as a delta against HEAD's version
 /// (its base beside it), one that changed wholly whole. Git reads it all
 /// back (`fsck --full`), and `git gc` keeps the deltas without searching.
+/// A pack of whole parts is kept out of `gc` until a newer pack stores one
+/// of them as a delta.
 #[test]
 fn the_hook_packs_staged_parts_as_deltas_where_few_lines_changed() {
     let dir = tempfile::tempdir().unwrap();
@@ -337,11 +353,13 @@ fn the_hook_packs_staged_parts_as_deltas_where_few_lines_changed() {
     let parts = std::fs::read_dir(r.join("m.wtxt.parts")).unwrap().count();
     assert!(parts >= 4, "{parts} parts");
     assert_eq!(packed_blobs(&r), (0, parts), "the first generation whole");
+    assert_eq!(kept(&r).len(), 1, "a pack of whole parts: kept");
     // One row in each part's 32 changed: every part changes a little.
     commit(1, values(1, &|row| row % 32 == 5));
     let (deltas, whole) = packed_blobs(&r);
     assert_eq!(deltas, parts, "each changed part's previous version a delta");
     assert_eq!(whole, 2 * parts, "against the new version, whole");
+    assert!(kept(&r).is_empty(), "the first generation's pack superseded; the second holds deltas");
     // A push of this generation (as the daemon makes it) still sends each
     // changed part as a delta against the version the remote has.
     let remote = d.join("remote.git");
@@ -358,19 +376,33 @@ fn the_hook_packs_staged_parts_as_deltas_where_few_lines_changed() {
     // Every value new: stored whole.
     commit(2, values(2, &|_| true));
     assert_eq!(packed_blobs(&r), (parts, 3 * parts));
+    let full = kept(&r);
+    assert_eq!(full.len(), 1, "every part whole: kept");
     let loose_parts = crate::util::git_ok(&r, &["count-objects", "-v"]);
     assert!(loose(&r) <= 16, "only heads, trees and commits stay loose: {loose_parts}");
     crate::util::git_ok(&r, &["fsck", "--full", "--strict"]);
     crate::util::git_ok(&r, &["gc", "-q"]);
     crate::util::git_ok(&r, &["fsck", "--full", "--strict"]);
     assert_eq!(packed_blobs(&r).0, parts, "gc kept the deltas");
+    assert_eq!(kept(&r), full, "gc left the kept pack as it was");
+    // The kept pack and `gc`'s (a cruft pack holds the empty tree the push made).
+    let pack = r.join(".git/objects/pack");
+    let packs: Vec<_> = std::fs::read_dir(&pack).unwrap().map(|e| e.unwrap().path()).collect();
+    let live =
+        |p: &&std::path::PathBuf| p.extension().is_some_and(|x| x == "pack") && !p.with_extension("mtimes").exists();
+    assert_eq!(packs.iter().filter(live).count(), 2, "{packs:?}");
     let log = crate::util::wtxt().current_dir(&r).args(["log", "--verify", "m.wtxt"]).output().unwrap();
     assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stderr));
 
     // Against bases in the pack `git gc` wrote, as against wtxt's own.
     commit(3, values(2, &|row| row % 32 != 9));
     assert_eq!(packed_blobs(&r).0, 2 * parts, "a delta each against the packed generation");
+    assert!(kept(&r).is_empty(), "the whole generation superseded");
     crate::util::git_ok(&r, &["fsck", "--full", "--strict"]);
+    crate::util::git_ok(&r, &["gc", "-q"]);
+    crate::util::git_ok(&r, &["fsck", "--full", "--strict"]);
+    assert_eq!(packed_blobs(&r).0, 2 * parts, "gc kept every delta, the superseded pack's included");
+    assert!(kept(&r).is_empty());
 
     // Turned off, the parts stay as `git add` wrote them.
     crate::util::git_ok(&r, &["config", "wtxt.packParts", "false"]);
