@@ -116,6 +116,8 @@ fn shell_word(s: &str) -> String {
 /// No `pack.packSizeLimit`: `gc` writes reused deltas after the whole
 /// objects, so a limit puts a delta in another pack than its base and Git
 /// stores it whole again (two generations: 12 deltas became 1, 5 CPU-s 21).
+/// `gc` leaves the packs of whole parts wtxt writes as they are instead
+/// (their `.keep` files: [`crate::git::pack`]).
 const REPOSITORY_DEFAULTS: [(&str, &str); 6] = [
     ("core.packedGitWindowSize", "32m"),
     ("core.packedGitLimit", "96m"),
