@@ -557,6 +557,9 @@ pub fn uninstall(dir: &Path, p: &Plan) -> Result<()> {
             Err(e) if e.code() == git2::ErrorCode::NotFound => {}
             Err(e) => return Err(git_err(e)),
         }
+        // Git repacks the packs of whole parts as any other again.
+        let repo = Repository::discover(dir).map_err(git_err)?;
+        crate::git::pack::release_all(&repo.path().join("objects"))?;
     }
     if let Some(h) = &p.hooks_dir {
         for name in std::iter::once("pre-commit").chain(FOLDER_HOOKS) {

@@ -543,23 +543,52 @@ fn release(dir: &Path, superseded: &[Oid]) -> Result<()> {
     if superseded.is_empty() {
         return Ok(());
     }
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
-    for keep in entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "keep"))
-    {
+    for keep in keep_files(dir)? {
         let idx = keep.with_extension("idx");
-        if !superseded.iter().any(|&id| offset_in(&idx, id).is_some()) {
-            continue;
-        }
-        let ours = crate::atomic::read_small_file(&keep, KEEP.len() as u64, crate::atomic::Links::Refuse)
-            .is_ok_and(|b| b.as_deref() == Some(KEEP));
-        if ours {
-            match std::fs::remove_file(&keep) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&keep, e)),
-                _ => {}
-            }
+        if superseded.iter().any(|&id| offset_in(&idx, id).is_some()) {
+            take_off(&keep)?;
         }
     }
     Ok(())
+}
+
+/// Takes every [`KEEP`] file off the packs of the object folder `objects`
+/// (`wtxt git install --uninstall`: Git repacks them as any other again).
+/// Returns how many it took off.
+pub(crate) fn release_all(objects: &Path) -> Result<usize> {
+    let mut n = 0;
+    for keep in keep_files(&objects.join("pack"))? {
+        n += usize::from(take_off(&keep)?);
+    }
+    Ok(n)
+}
+
+/// The `.keep` files in the pack folder `dir` (none when it is absent).
+fn keep_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    Ok(entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "keep"))
+        .collect())
+}
+
+/// Removes `keep` when it is a regular file holding [`KEEP`] (any other is
+/// Git's or the user's); whether it did.
+fn take_off(keep: &Path) -> Result<bool> {
+    let ours = crate::atomic::read_small_file(keep, KEEP.len() as u64, crate::atomic::Links::Refuse)
+        .is_ok_and(|b| b.as_deref() == Some(KEEP));
+    if !ours {
+        return Ok(false);
+    }
+    match std::fs::remove_file(keep) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(keep, e)),
+        _ => Ok(true),
+    }
 }
 
 /// The first `n` bytes (fewer when it is shorter) of the blob `id` in the
@@ -851,6 +880,8 @@ mod tests {
             }],
         );
         assert_eq!(keeps(d).len(), 2, "the superseded object was in a pack of deltas, kept by no one");
+        assert_eq!(release_all(d).unwrap(), 1, "every keep of ours taken off");
+        assert_eq!(keeps(d).len(), 1, "theirs left");
     }
 
     #[test]
@@ -876,6 +907,27 @@ mod tests {
         let fifo = dir.path().join("fifo");
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
         assert!(store(&dir.path().join("o"), &[0], |_| false, |_| Ok(Job::File(fifo.clone()))).is_err());
+    }
+
+    #[test]
+    fn a_file_that_gives_other_than_its_size_is_refused_as_changed_while_read() {
+        let refused = |path: &Path| {
+            let streamed = match prepare_file(path, Vec::new()) {
+                Ok(_) => panic!("{} streamed", path.display()),
+                Err(e) => e.to_string(),
+            };
+            let whole = read_whole(path, 1 << 20).expect_err("read whole").to_string();
+            for e in [streamed, whole] {
+                assert!(e.contains("changed while it was read") && e.contains(&*path.to_string_lossy()), "{e}");
+            }
+        };
+        // procfs says 0 bytes and gives more, as a file that grew meanwhile.
+        refused(Path::new("/proc/self/status"));
+        // sysfs says 4096 and gives fewer, as one cut short.
+        let short = Path::new("/sys/kernel/mm/transparent_hugepage/enabled");
+        if short.exists() {
+            refused(short);
+        }
     }
 
     #[test]

@@ -409,4 +409,12 @@ fn the_hook_packs_staged_parts_as_deltas_where_few_lines_changed() {
     let before = loose(&r);
     commit(4, values(4, &|row| row == 7));
     assert!(loose(&r) > before + 1, "the changed part left loose");
+
+    // Uninstalled, Git repacks every pack again.
+    crate::util::git_ok(&r, &["config", "--unset", "wtxt.packParts"]);
+    commit(5, values(5, &|_| true));
+    assert_eq!(kept(&r).len(), 1);
+    let out = crate::util::wtxt().current_dir(&r).args(["git", "install", "--uninstall"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(kept(&r).is_empty());
 }
