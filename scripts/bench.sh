@@ -32,21 +32,39 @@ cat "$npy" > /dev/null
 
 runs=${RUNS:-3}
 want() { [[ " ${SECTIONS:-core delta converters floor} " == *" $1 "* ]]; }
-measure() { # label, command...: median wall and CPU (user+sys) of $runs runs, max peak RSS
-  # (with FRESH=PATH, PATH and PATH.parts are removed before each run, untimed)
+run_once() { # label, command...: one timed run appended to the label's times (wall, RSS, CPU, user)
+  # (with FRESH=PATH, PATH and PATH.parts are removed first, untimed)
   local label=$1; shift
-  : > "$work/times.$label"
-  for _ in $(seq "$runs"); do
-    if [ -n "${FRESH:-}" ]; then rm -rf "$FRESH" "$FRESH.parts"; fi
-    sync   # each run starts with no dirty pages left by the one before
-    /usr/bin/time -f "%e %M %U %S" -o "$work/time.$label" "$@" > /dev/null 2> "$work/err.$label" || { cat "$work/err.$label"; exit 1; }
-    awk '{ print $1, $2, $3 + $4 }' "$work/time.$label" >> "$work/times.$label"
-  done
+  if [ -n "${FRESH:-}" ]; then rm -rf "$FRESH" "$FRESH.parts"; fi
+  sync   # each run starts with no dirty pages left by the one before
+  /usr/bin/time -f "%e %M %U %S" -o "$work/time.$label" "$@" > /dev/null 2> "$work/err.$label" || { cat "$work/err.$label"; exit 1; }
+  awk '{ print $1, $2, $3 + $4, $3 }' "$work/time.$label" >> "$work/times.$label"
+}
+summarize() { # label: prints the median wall, CPU and user time and the max peak RSS of its runs
+  local label=$1
   secs=$(sort -n "$work/times.$label" | awk -v n="$runs" 'NR == int((n + 1) / 2) { print $1 }')
   cpu=$(sort -n -k3 "$work/times.$label" | awk -v n="$runs" 'NR == int((n + 1) / 2) { print $3 }')
+  user=$(sort -n -k4 "$work/times.$label" | awk -v n="$runs" 'NR == int((n + 1) / 2) { print $4 }')
   rss=$(sort -n -k2 "$work/times.$label" | tail -n 1 | awk '{ print $2 }')
   printf '%-10s %8.2f s  cpu %6.2f s  %8d KiB peak RSS   (runs: %s)\n' "$label" "$secs" "$cpu" "$rss" "$(awk '{ printf "%s ", $1 }' "$work/times.$label")"
-  eval "t_$label=$secs; c_$label=$cpu; m_$label=$rss"
+  eval "t_$label=$secs; c_$label=$cpu; u_$label=$user; m_$label=$rss"
+}
+measure() { # label, command...: median wall and CPU (user+sys) of $runs runs, max peak RSS
+  local label=$1
+  : > "$work/times.$label"
+  for _ in $(seq "$runs"); do run_once "$@"; done
+  summarize "$label"
+}
+# Two commands run in turn, one of each a round, so that the drift of
+# this VM's system time from minute to minute falls on both alike:
+# paired LABEL_A FRESH_A LABEL_B FRESH_B, the commands in arrays A and B.
+paired() {
+  : > "$work/times.$1"; : > "$work/times.$3"
+  for _ in $(seq "$runs"); do
+    FRESH=$2 run_once "$1" "${A[@]}"
+    FRESH=$4 run_once "$3" "${B[@]}"
+  done
+  summarize "$1"; summarize "$3"
 }
 
 echo "input: $npy ($mib MiB), $(nproc) cores, median of $runs runs"
@@ -59,11 +77,12 @@ rm -f "$work/copy.npy"
 one="$work/model_one.wtxt"
 # Each into a fresh output: over an existing split snapshot, parts whose
 # frame is listed unchanged are compared byte for byte and left alone.
-FRESH="$one" measure snapshot "$bin" snapshot "$npy" -o "$one" --ts 2026-01-01T00:00:00Z --part-size none
-FRESH="$out" measure snapsplit "$bin" snapshot "$npy" -o "$out" --ts 2026-01-01T00:00:00Z
+A=("$bin" snapshot "$npy" -o "$one" --ts 2026-01-01T00:00:00Z --part-size none)
+B=("$bin" snapshot "$npy" -o "$out" --ts 2026-01-01T00:00:00Z)
+paired snapshot "$one" snapsplit "$out"
 cat "$one" "$out" "$out.parts"/* > /dev/null
-measure verify "$bin" verify "$one"
-measure versplit "$bin" verify "$out"
+A=("$bin" verify "$one") B=("$bin" verify "$out")
+paired verify "" versplit ""
 measure opensslw openssl dgst -sha256 "$one"
 echo "wtxt file: $(stat -c %s "$one") bytes; split: a head and $(ls "$out.parts" | wc -l) parts"
 awk -v s="$t_snapshot" -v v="$t_verify" -v o="$t_openssl" -v c="$t_cp" -v cs="$t_cpsync" -v ss="$t_snapsplit" -v vs="$t_versplit" 'BEGIN {
@@ -73,6 +92,8 @@ awk -v s="$t_snapshot" -v v="$t_verify" -v o="$t_openssl" -v c="$t_cp" -v cs="$t
 echo "verify peak RSS: $((m_verify / 1024)) MiB (target <= 64 MiB); split: $((m_versplit / 1024)) MiB"
 awk -v s="$c_snapshot" -v ss="$c_snapsplit" -v v="$c_verify" -v vs="$c_versplit" -v o="$c_openssl" 'BEGIN {
   printf "CPU (user+sys): snapshot %.2f s, split %.2f s (%.2fx); verify %.2f s, split %.2f s (%.2fx); openssl %.2f s\n", s, ss, ss / s, v, vs, vs / v, o }'
+awk -v s="$u_snapshot" -v ss="$u_snapsplit" -v v="$u_verify" -v vs="$u_versplit" 'BEGIN {
+  printf "user time alone: snapshot %.2f s, split %.2f s (%.2fx); verify %.2f s, split %.2f s (%.2fx)\n", s, ss, ss / s, v, vs, vs / v }'
 fi
 
 # --- DELTA v2: a model where 1% of rows changed -----------------------------

@@ -35,35 +35,50 @@ mkdir -p "$work/g0" "$work/g1"
 cat "$npy" "$g0" "$g0.parts"/* > /dev/null
 
 runs=${RUNS:-3}
-measure() { # label, command...: best CPU (user+sys) and wall of $runs runs
+once() { # label, command...: one run, its CPU (user+sys), wall and peak RSS kept if best so far
   local label=$1; shift
-  local best_cpu="" best_wall=""
-  for _ in $(seq "$runs"); do
-    sync
-    /usr/bin/time -f "%U %S %e %M" -o "$work/time" "$@" > /dev/null 2> "$work/err" || { cat "$work/err"; exit 1; }
-    read -r u s e m < "$work/time"
-    cpu=$(echo "$u + $s" | bc)
-    if [ -z "$best_cpu" ] || (( $(echo "$cpu < $best_cpu" | bc) )); then best_cpu=$cpu; fi
-    if [ -z "$best_wall" ] || (( $(echo "$e < $best_wall" | bc) )); then best_wall=$e; fi
-  done
-  printf '%-26s cpu %7.2f s   wall %7.2f s   peak RSS %7d KiB\n' "$label" "$best_cpu" "$best_wall" "$m"
-  eval "cpu_$label=$best_cpu"
+  sync
+  /usr/bin/time -f "%U %S %e %M" -o "$work/time" "$@" > /dev/null 2> "$work/err" || { cat "$work/err"; exit 1; }
+  read -r u s e m < "$work/time"
+  local cpu best_cpu best_wall
+  cpu=$(echo "$u + $s" | bc)
+  eval "best_cpu=\${cpu_$label:-} best_wall=\${wall_$label:-}"
+  if [ -z "$best_cpu" ] || (( $(echo "$cpu < $best_cpu" | bc) )); then best_cpu=$cpu; fi
+  if [ -z "$best_wall" ] || (( $(echo "$e < $best_wall" | bc) )); then best_wall=$e; fi
+  eval "cpu_$label=$best_cpu wall_$label=$best_wall rss_$label=$m"
+}
+show() { # label: its best CPU and wall
+  eval "printf '%-26s cpu %7.2f s   wall %7.2f s   peak RSS %7d KiB\n' $1 \$cpu_$1 \$wall_$1 \$rss_$1"
+}
+measure() { # label, command...: best CPU (user+sys) and wall of $runs runs
+  for _ in $(seq "$runs"); do once "$@"; done
+  show "$1"
+}
+# Two commands in turn, one of each a round, so that the drift of this
+# VM's system time from minute to minute falls on both alike: paired
+# LABEL_A LABEL_B, the commands in arrays A and B.
+paired() {
+  for _ in $(seq "$runs"); do once "$1" "${A[@]}"; once "$2" "${B[@]}"; done
+  show "$1"; show "$2"
 }
 
 echo "input: $npy ($mib MiB), $(nproc) cores, best of $runs runs"
 rm -f "$work/g1/model.sig"
-measure prev_plain "$bin" snapshot "$npy" -o "$g1" --prev "$g0" --ts 2026-01-02T00:00:00Z
-measure prev_oms "$bin" snapshot "$npy" -o "$g1" --prev "$g0" --ts 2026-01-02T00:00:00Z --oms-key "$work/ec.pem"
+A=("$bin" snapshot "$npy" -o "$g1" --prev "$g0" --ts 2026-01-02T00:00:00Z)
+B=("${A[@]}" --oms-key "$work/ec.pem")
+paired prev_plain prev_oms
 cat "$g1" "$g1.parts"/* > /dev/null
 measure ms_sign model_signing sign key --private_key "$work/ec.pem" --signature "$work/ref.sig" "$work/g1"
-measure verify "$bin" verify "$g1"
 measure oms_sign "$bin" oms sign "$g1" --key "$work/ec.pem"
 measure verify_oms "$bin" verify "$g1" --oms-pubkey "$work/ec.pem.pub"
 measure oms_verify "$bin" oms verify "$work/g1" --signature "$work/g1/model.sig" --public-key "$work/ec.pem.pub"
-measure ms_verify model_signing verify key --signature "$work/g1/model.sig" --public_key "$work/ec.pem.pub" "$work/g1"
+A=("$bin" verify "$g1")
+B=(model_signing verify key --signature "$work/g1/model.sig" --public_key "$work/ec.pem.pub" "$work/g1")
+paired verify ms_verify
 echo
 printf 'signing a new generation: +%.2f CPU-s (%.3fx); model_signing sign key of the folder: %.2f CPU-s\n' \
   "$(echo "$cpu_prev_oms - $cpu_prev_plain" | bc)" "$(echo "scale=3; $cpu_prev_oms / $cpu_prev_plain" | bc)" "$cpu_ms_sign"
 printf 'oms sign beyond verify: +%.2f CPU-s; verify --oms-pubkey beyond verify: +%.2f CPU-s\n' \
   "$(echo "$cpu_oms_sign - $cpu_verify" | bc)" "$(echo "$cpu_verify_oms - $cpu_verify" | bc)"
 printf 'wtxt oms verify / model_signing verify key: %.2fx CPU\n' "$(echo "scale=3; $cpu_oms_verify / $cpu_ms_verify" | bc)"
+printf 'wtxt verify / model_signing verify key: %.2fx CPU\n' "$(echo "scale=3; $cpu_verify / $cpu_ms_verify" | bc)"
