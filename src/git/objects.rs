@@ -217,6 +217,14 @@ fn alike(objects: &Path, base: git2::Oid, target: &[u8]) -> bool {
         .is_none_or(|start| crate::git::pack::starts_alike(&start, target))
 }
 
+/// Whether the blob `new` starts mostly as `old` does, both read from the
+/// object folder `objects` ([`LOOK`] bytes of each at most): a part that
+/// changed in places, whose push is worth Git's delta search. Yes when
+/// `new` is not stored whole here (its start is not at hand).
+pub(crate) fn starts_as(objects: &Path, old: git2::Oid, new: git2::Oid) -> bool {
+    crate::git::pack::stored_prefix(objects, new, LOOK).is_none_or(|start| alike(objects, old, &start))
+}
+
 /// The blob `base` of the repository at `git_dir` (at most [`PACKED_MAX`]
 /// bytes, as [`base_of`] checked), read whole and hashed.
 fn base_for(git_dir: &Path, base: git2::Oid) -> Result<crate::git::pack::Object> {

@@ -98,6 +98,25 @@ fn refused_as_behind(porcelain: &str) -> bool {
     })
 }
 
+/// `remote` as `git` takes it, its credentials (a `scheme://user:secret@`
+/// URL's) handed to `cmd` through the environment and a credential helper,
+/// never on its command line (`ps` shows that); never a prompt.
+fn with_credentials(cmd: &mut std::process::Command, remote: &str) -> String {
+    let (url, credentials) = split_credentials(remote);
+    if let Some((user, password)) = credentials {
+        cmd.env("GIT_CONFIG_COUNT", "1")
+            .env("GIT_CONFIG_KEY_0", "credential.helper")
+            .env(
+                "GIT_CONFIG_VALUE_0",
+                "!f() { test \"$1\" = get && printf 'username=%s\\npassword=%s\\n' \"$WTXT_PUSH_USER\" \"$WTXT_PUSH_PASSWORD\"; }; f",
+            )
+            .env("WTXT_PUSH_USER", user)
+            .env("WTXT_PUSH_PASSWORD", password);
+    }
+    cmd.env("GIT_TERMINAL_PROMPT", "0").stdin(std::process::Stdio::null());
+    url
+}
+
 /// Pushes a commit (HEAD by default) to HEAD's branch on `remote` with the
 /// `git` binary: any transport `git push` knows (ssh://, user@host:path,
 /// https://, git://, paths), with the user's own authentication (ssh agent
@@ -130,26 +149,12 @@ pub fn push(
         let empty = repo.treebuilder(None).and_then(|t| t.write()).map_err(|e| failed(e.message().to_string()))?;
         cmd.env("GIT_ATTR_SOURCE", empty.to_string());
     }
-    // Credentials in the URL go to git through the environment and a
-    // credential helper, never on its command line (`ps` shows that).
-    let (url, credentials) = split_credentials(remote);
-    if let Some((user, password)) = credentials {
-        cmd.env("GIT_CONFIG_COUNT", "1")
-            .env("GIT_CONFIG_KEY_0", "credential.helper")
-            .env(
-                "GIT_CONFIG_VALUE_0",
-                "!f() { test \"$1\" = get && printf 'username=%s\\npassword=%s\\n' \"$WTXT_PUSH_USER\" \"$WTXT_PUSH_PASSWORD\"; }; f",
-            )
-            .env("WTXT_PUSH_USER", user)
-            .env("WTXT_PUSH_PASSWORD", password);
-    }
+    let url = with_credentials(&mut cmd, remote);
     // Its own process group: a stalled push is stopped with its transport
     // (`ssh`, a remote helper), which would otherwise hold the pipe open.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child = cmd
         .args(["push", "--progress", "--porcelain", "--", &url, &format!("{}:{branch}", what.commit.unwrap_or("HEAD"))])
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -222,6 +227,101 @@ pub fn push(
         }
         Err(m) => Err(m),
     }
+}
+
+/// The top of the repository around `dir` (its work tree, else the
+/// repository itself): where [`push`] and [`backlog`] run.
+pub fn repository_top(dir: &Path) -> Result<std::path::PathBuf> {
+    let repo = git2::Repository::discover(dir).map_err(crate::git::git_err)?;
+    Ok(repo.workdir().unwrap_or(repo.path()).to_path_buf())
+}
+
+/// The remote `wtxt git push` sends to when none is named: the current
+/// branch's (`branch.<name>.remote`), else `origin`.
+pub fn default_remote(repo_dir: &Path) -> Result<String> {
+    let repo = git2::Repository::discover(repo_dir).map_err(crate::git::git_err)?;
+    let head = repo.head().map_err(crate::git::git_err)?;
+    let branch = head.shorthand().unwrap_or_default();
+    let cfg = repo.config().map_err(crate::git::git_err)?;
+    Ok(cfg.get_string(&format!("branch.{branch}.remote")).unwrap_or_else(|_| "origin".to_string()))
+}
+
+/// The commits of HEAD's first-parent line that `remote`'s branch of the
+/// same name lacks, oldest first, each as the [`Push`] that carries it:
+/// what `wtxt git push` sends, one push a generation, as the daemon does.
+/// A commit whose parts mostly start as their previous versions did
+/// (their first 64 KiB compared in place, as the pre-commit hook compares
+/// them) is pushed with Git's delta search
+/// over them, and one with no parent, or whose changed parts mostly do
+/// not, without. Empty when the remote's branch is HEAD or holds it; when
+/// the remote's branch is not in this repository's history (another writer
+/// pushed first) HEAD alone, for Git to refuse.
+pub fn backlog(repo_dir: &Path, remote: &str) -> Result<Vec<(git2::Oid, bool)>> {
+    let repo = git2::Repository::discover(repo_dir).map_err(crate::git::git_err)?;
+    let head = repo.head().map_err(crate::git::git_err)?;
+    let branch = head.name().map_err(|_| Error::usage("HEAD's branch name is not UTF-8"))?.to_string();
+    let tip = head.peel_to_commit().map_err(crate::git::git_err)?;
+    let theirs = remote_tip(repo_dir, remote, &branch)?;
+    if theirs == Some(tip.id()) || theirs.is_some_and(|t| repo.graph_descendant_of(t, tip.id()).unwrap_or(false)) {
+        return Ok(Vec::new());
+    }
+    let known =
+        theirs.filter(|&t| repo.find_commit(t).is_ok() && repo.graph_descendant_of(tip.id(), t).unwrap_or(false));
+    if theirs.is_some() && known.is_none() {
+        return Ok(vec![(tip.id(), false)]);
+    }
+    let mut walk = repo.revwalk().map_err(crate::git::git_err)?;
+    walk.simplify_first_parent().map_err(crate::git::git_err)?;
+    walk.push(tip.id()).map_err(crate::git::git_err)?;
+    if let Some(t) = known {
+        walk.hide(t).map_err(crate::git::git_err)?;
+    }
+    let objects = repo.path().join("objects");
+    let mut out = Vec::new();
+    for id in walk {
+        let commit = repo.find_commit(id.map_err(crate::git::git_err)?).map_err(crate::git::git_err)?;
+        out.push((commit.id(), changed_wholly(&repo, &objects, &commit)?));
+    }
+    out.reverse();
+    Ok(out)
+}
+
+/// Whether `commit` has no parent, or most of the parts it changes do not
+/// start as their previous versions did.
+fn changed_wholly(repo: &git2::Repository, objects: &Path, commit: &git2::Commit) -> Result<bool> {
+    let Ok(parent) = commit.parent(0) else { return Ok(true) };
+    let (old, new) = (parent.tree().map_err(crate::git::git_err)?, commit.tree().map_err(crate::git::git_err)?);
+    let diff = repo.diff_tree_to_tree(Some(&old), Some(&new), None).map_err(crate::git::git_err)?;
+    let (mut changed, mut alike) = (0usize, 0usize);
+    for d in diff.deltas().filter(|d| d.status() == git2::Delta::Modified) {
+        if d.new_file().path().is_some_and(|p| p.extension().is_some_and(|x| x == "wtxtpart")) {
+            changed += 1;
+            alike += usize::from(crate::git::objects::starts_as(objects, d.old_file().id(), d.new_file().id()));
+        }
+    }
+    Ok(changed > 0 && alike * 2 <= changed)
+}
+
+/// The commit `remote`'s `branch` (a full ref name) points at, `None` when
+/// it has no such branch (`git ls-remote`).
+fn remote_tip(repo_dir: &Path, remote: &str, branch: &str) -> Result<Option<git2::Oid>> {
+    let mut cmd = std::process::Command::new("git");
+    cmd.arg("-C").arg(repo_dir);
+    let url = with_credentials(&mut cmd, remote);
+    let out = cmd
+        .args(["ls-remote", "--", &url, branch])
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .map_err(|e| Error::io_in("cannot run git", e))?;
+    if !out.status.success() {
+        let said = redact(String::from_utf8_lossy(&out.stderr).trim());
+        return Err(Error::io_in("git ls-remote", std::io::Error::other(crate::error::one_line(&said).into_owned())));
+    }
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let tip =
+        listed.lines().find_map(|l| l.split_once('\t').filter(|(_, r)| *r == branch).map(|(id, _)| id.to_string()));
+    tip.map(|t| git2::Oid::from_str(&t).map_err(|_| Error::usage(format!("git ls-remote: {t}: not a commit id"))))
+        .transpose()
 }
 
 /// What git said on stderr, less its progress meters: a line ended by a

@@ -299,24 +299,31 @@ fn loose(d: &Path) -> usize {
         .sum()
 }
 
-/// A commit through the hook stores the staged parts in one pack: a part
-/// whose rows changed in a few places as a delta against HEAD's version
-/// (its base beside it), one that changed wholly whole. Git reads it all
-/// back (`fsck --full`), and `git gc` keeps the deltas without searching.
-/// A pack of whole parts is kept out of `gc` until a newer pack stores one
-/// of them as a delta.
-#[test]
-fn the_hook_packs_staged_parts_as_deltas_where_few_lines_changed() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let r = d.join("r");
-    std::fs::create_dir(&r).unwrap();
-    crate::util::git_ok(&r, &["init", "-q", "-b", "main"]);
-    let install = crate::util::wtxt().current_dir(&r).args(["git", "install"]).output().unwrap();
-    assert!(install.status.success(), "{}", String::from_utf8_lossy(&install.stderr));
-    let rows = 512u64;
-    let values = |seed: u32, changed: &dyn Fn(u64) -> bool| -> Vec<u8> {
-        (0..rows * 256)
+/// A repository under `wtxt git install` at `d/r` whose commits are
+/// generations of one split snapshot `m.wtxt` (a u32 matrix of [`ROWS`]
+/// rows, parts of 64 KiB), each chained to the one before.
+struct Generations {
+    d: std::path::PathBuf,
+    r: std::path::PathBuf,
+}
+
+/// Rows of the matrix [`Generations`] commits.
+const ROWS: u64 = 512;
+
+impl Generations {
+    fn new(d: &Path) -> Generations {
+        let r = d.join("r");
+        std::fs::create_dir(&r).unwrap();
+        crate::util::git_ok(&r, &["init", "-q", "-b", "main"]);
+        let install = crate::util::wtxt().current_dir(&r).args(["git", "install"]).output().unwrap();
+        assert!(install.status.success(), "{}", String::from_utf8_lossy(&install.stderr));
+        Generations { d: d.to_path_buf(), r }
+    }
+
+    /// The matrix's bytes: the rows `changed` picks drawn from `seed`, the
+    /// others the same in every generation.
+    fn values(seed: u32, changed: &dyn Fn(u64) -> bool) -> Vec<u8> {
+        (0..ROWS * 256)
             .flat_map(|i| {
                 let row = i / 256;
                 let v = if changed(row) {
@@ -327,28 +334,47 @@ fn the_hook_packs_staged_parts_as_deltas_where_few_lines_changed() {
                 v.to_le_bytes()
             })
             .collect()
-    };
-    // A split snapshot copied as its head and parts folder.
-    let place = |from: &Path, to: &Path| {
-        let parts = |h: &Path| h.with_file_name(format!("{}.parts", h.file_name().unwrap().to_str().unwrap()));
-        let _ = std::fs::remove_dir_all(parts(to));
-        std::fs::create_dir_all(parts(to)).unwrap();
-        std::fs::copy(from, to).unwrap();
-        for p in std::fs::read_dir(parts(from)).unwrap() {
-            let p = p.unwrap().path();
-            std::fs::copy(&p, parts(to).join(p.file_name().unwrap())).unwrap();
-        }
-    };
-    let prev = d.join("prev.wtxt");
-    let commit = |g: u32, data: Vec<u8>| {
+    }
+
+    /// Snapshots `data` as generation `g` (chained to the last) and commits
+    /// it through the hook.
+    fn commit(&self, g: u32, data: Vec<u8>) {
+        // A split snapshot copied as its head and parts folder.
+        let place = |from: &Path, to: &Path| {
+            let parts = |h: &Path| h.with_file_name(format!("{}.parts", h.file_name().unwrap().to_str().unwrap()));
+            let _ = std::fs::remove_dir_all(parts(to));
+            std::fs::create_dir_all(parts(to)).unwrap();
+            std::fs::copy(from, to).unwrap();
+            for p in std::fs::read_dir(parts(from)).unwrap() {
+                let p = p.unwrap().path();
+                std::fs::copy(&p, parts(to).join(p.file_name().unwrap())).unwrap();
+            }
+        };
+        let prev = self.d.join("prev.wtxt");
         let chain = if g == 0 { ["--gen", "0"] } else { ["--prev", prev.to_str().unwrap()] };
         let extra = [&["--part-size", "64K", "--rows-per-chunk", "16"][..], &chain[..]].concat();
-        let out = crate::util::snapshot(d, &format!("g{g}"), &[("w", "u32", vec![rows, 256], data)], &extra);
+        let out = crate::util::snapshot(&self.d, &format!("g{g}"), &[("w", "u32", vec![ROWS, 256], data)], &extra);
         place(&out, &prev);
-        place(&out, &r.join("m.wtxt"));
-        crate::util::git_ok(&r, &["add", "-A"]);
-        crate::util::git_ok(&r, &["commit", "-qm", &format!("gen {g}")]);
-    };
+        place(&out, &self.r.join("m.wtxt"));
+        crate::util::git_ok(&self.r, &["add", "-A"]);
+        crate::util::git_ok(&self.r, &["commit", "-qm", &format!("gen {g}")]);
+    }
+}
+
+/// A commit through the hook stores the staged parts in one pack: a part
+/// whose rows changed in a few places as a delta against HEAD's version
+/// (its base beside it), one that changed wholly whole. Git reads it all
+/// back (`fsck --full`), and `git gc` keeps the deltas without searching.
+/// A pack of whole parts is kept out of `gc` until a newer pack stores one
+/// of them as a delta.
+#[test]
+fn the_hook_packs_staged_parts_as_deltas_where_few_lines_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let gens = Generations::new(d);
+    let r = gens.r.clone();
+    let values = Generations::values;
+    let commit = |g, data| gens.commit(g, data);
     commit(0, values(0, &|_| false));
     let parts = std::fs::read_dir(r.join("m.wtxt.parts")).unwrap().count();
     assert!(parts >= 4, "{parts} parts");
@@ -417,4 +443,62 @@ fn the_hook_packs_staged_parts_as_deltas_where_few_lines_changed() {
     let out = crate::util::wtxt().current_dir(&r).args(["git", "install", "--uninstall"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(kept(&r).is_empty());
+}
+
+/// `wtxt git push` sends the commits the remote lacks one a push, oldest
+/// first, as the daemon does: the generation that changed in places as
+/// deltas against the version the remote has, where a plain `git push`
+/// sends its changed parts whole (they carry `-delta`).
+#[test]
+fn wtxt_git_push_sends_one_generation_a_push_and_changes_in_places_as_deltas() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let gens = Generations::new(d);
+    let r = &gens.r;
+    gens.commit(0, Generations::values(0, &|_| false));
+    gens.commit(1, Generations::values(1, &|row| row % 32 == 5));
+    gens.commit(2, Generations::values(2, &|_| true));
+    let parts = std::fs::read_dir(r.join("m.wtxt.parts")).unwrap().count();
+    // Remotes that keep each push as the pack it received.
+    let bare = |name: &str| {
+        crate::util::git_ok(d, &["init", "-q", "--bare", name]);
+        crate::util::git_ok(&d.join(name), &["config", "receive.unpackLimit", "1"]);
+        d.join(name)
+    };
+    let (plain, remote) = (bare("plain.git"), bare("remote.git"));
+    crate::util::git_ok(r, &["push", "-q", plain.to_str().unwrap(), "HEAD~2:refs/heads/main"]);
+    crate::util::git_ok(r, &["push", "-q", plain.to_str().unwrap(), "HEAD~1:refs/heads/main"]);
+    assert_eq!(packed_blobs(&plain).0, 0, "git push: the changed parts whole");
+
+    crate::util::git_ok(r, &["remote", "add", "origin", remote.to_str().unwrap()]);
+    let push = || crate::util::wtxt().current_dir(r.join("m.wtxt.parts")).args(["git", "push"]).output().unwrap();
+    let out = push();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.len(), 3, "{said}");
+    assert!(lines[0].contains("(1 of 3)") && lines[0].contains("as stored"), "{said}");
+    assert!(lines[1].contains("(2 of 3)") && lines[1].contains("as deltas"), "{said}");
+    assert!(lines[2].contains("(3 of 3)") && lines[2].contains("as stored"), "{said}");
+    let packs = std::fs::read_dir(remote.join("objects/pack")).unwrap();
+    assert_eq!(packs.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "pack")).count(), 3);
+    assert!(packed_blobs(&remote).0 >= parts, "the second generation's parts as deltas");
+    let head = crate::util::git_ok(r, &["rev-parse", "HEAD"]);
+    assert_eq!(crate::util::git_ok(&remote, &["rev-parse", "main"]), head);
+    crate::util::git_ok(&remote, &["fsck", "--full", "--strict"]);
+
+    let again = push();
+    assert!(again.status.success() && String::from_utf8_lossy(&again.stderr).contains("up to date"));
+    // A remote that moved on: Git's refusal, the remote untouched.
+    crate::util::git_ok(r, &["commit", "-q", "--allow-empty", "-m", "local"]);
+    let other = d.join("other");
+    crate::util::git_ok(d, &["clone", "-q", "-b", "main", remote.to_str().unwrap(), "other"]);
+    crate::util::git_ok(
+        &other,
+        &["-c", "user.name=o", "-c", "user.email=o@o", "commit", "-q", "--allow-empty", "-m", "theirs"],
+    );
+    crate::util::git_ok(&other, &["push", "-q"]);
+    let refused = push();
+    assert_eq!(refused.status.code(), Some(2), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert_ne!(crate::util::git_ok(&remote, &["rev-parse", "main"]), crate::util::git_ok(r, &["rev-parse", "HEAD"]));
 }

@@ -516,6 +516,15 @@ pub enum ColorWhen {
 pub enum GitCommand {
     /// Install the diff and merge drivers, attributes, filters and the pre-commit hook.
     Install(InstallArgs),
+    /// Push the current branch's commits the remote lacks one at a time,
+    /// oldest first, as the daemon does: no push carries more than one
+    /// generation, and a generation that changed in places goes as deltas
+    /// against the version the remote has (a plain `git push` sends its
+    /// changed parts whole: they carry -delta).
+    Push {
+        /// A remote's name or URL (default: the branch's remote, else origin).
+        remote: Option<String>,
+    },
     /// Write the snapshot at PATH in revision REV (head and parts from that commit) to OUT.
     Export {
         /// A revision: HEAD, MERGE_HEAD, a branch, a commit...

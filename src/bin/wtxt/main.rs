@@ -134,6 +134,7 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Git(cli::GitCommand::Textconv { file }) => textconv(file),
         Command::Git(cli::GitCommand::DiffDriver { args }) => diff_driver_cmd(args),
         Command::Git(cli::GitCommand::Resolve { path, how }) => git_resolve(path, how),
+        Command::Git(cli::GitCommand::Push { remote }) => git_push(remote),
         Command::Git(cli::GitCommand::Export { rev, path, output, parts }) => {
             let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
             let n = ops::export(&here, &rev, &path, &output, parts.size())?;
@@ -550,6 +551,28 @@ fn merge(a: cli::MergeArgs) -> Result<u8> {
     let what = a.path.clone().unwrap_or_else(|| a.ours.display().to_string());
     let out = ops::merge(&a.base, &a.ours, &a.theirs, &a.output, &opts)?;
     Ok(merge_told(&what, &out, opts.keys.sign_key.is_some(), "ours is untouched"))
+}
+
+fn git_push(remote: Option<String>) -> Result<u8> {
+    use wtxt::git::push;
+    let here = push::repository_top(&std::env::current_dir().map_err(|e| Error::io(".", e))?)?;
+    let remote = match remote {
+        Some(r) => r,
+        None => push::default_remote(&here)?,
+    };
+    let shown = push::redact(&remote);
+    let backlog = push::backlog(&here, &remote)?;
+    if backlog.is_empty() {
+        eprintln!("wtxt git push: {shown} is up to date");
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    for (i, (commit, changed_wholly)) in backlog.iter().enumerate() {
+        let id = commit.to_string();
+        let how = if *changed_wholly { "as stored" } else { "as deltas against the remote's version" };
+        eprintln!("wtxt git push: {} ({} of {}) to {shown}, {how}", &id[..12], i + 1, backlog.len());
+        push::push(&here, &remote, push::Push { commit: Some(&id), changed_wholly: *changed_wholly }, &stop)?.done()?;
+    }
+    Ok(0)
 }
 
 fn git_resolve(path: PathBuf, how: cli::MergeHow) -> Result<u8> {
