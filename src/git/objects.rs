@@ -325,5 +325,37 @@ pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
     for (_, _, loose) in &jobs {
         std::fs::remove_file(loose).map_err(|e| Error::io(loose, e))?;
     }
+    release_unreachable(git_dir)?;
     Ok(jobs.len())
+}
+
+/// Takes wtxt's keep file off the packs that nothing reaches any more:
+/// not a branch, tag or other ref, not a reflog, not the index (what is
+/// being committed). A generation that a reset or a rewrite dropped then
+/// goes back to `git gc`, which prunes it once its reflog entries expire,
+/// as any unreachable object. Only when some pack is kept, at the cost of
+/// `git rev-list --objects` over the history.
+fn release_unreachable(git_dir: &Path) -> Result<()> {
+    let reachable = || {
+        let out = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(git_dir)
+            .args(["rev-list", "--objects", "--all", "--reflog", "--indexed-objects"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| Error::io_in("git rev-list", e))?;
+        if !out.status.success() {
+            return Err(Error::input(
+                Default::default(),
+                format!("git rev-list --objects: {}", String::from_utf8_lossy(&out.stderr).trim()),
+            ));
+        }
+        Ok(out
+            .stdout
+            .split(|&b| b == b'\n')
+            .filter_map(|l| git2::Oid::from_str(std::str::from_utf8(l.get(..40)?).ok()?).ok())
+            .collect())
+    };
+    crate::git::pack::release_unreachable(&git_dir.join("objects"), reachable)?;
+    Ok(())
 }

@@ -21,7 +21,8 @@
 //! gets a `.keep` file: `git gc` would copy it byte for byte into one pack
 //! of the whole history (4.3 GB for four 1 GiB generations, a full rewrite
 //! at every `gc --auto` past 50 packs) and gain nothing. The keep comes off
-//! when a later pack stores one of its objects again as a delta ([`KEEP`]).
+//! when a later pack stores one of its objects again as a delta, or once
+//! nothing reaches the pack ([`KEEP`]).
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
@@ -287,8 +288,8 @@ fn prepare(job: Job, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
 /// of `git gc`'s repacking. It is taken off (only a keep file with exactly
 /// this content: any other is Git's or the user's) once a later pack
 /// stores one of the pack's objects as a delta: `gc` may then drop the
-/// whole copy. What a kept pack holds stays until its keep file goes, even
-/// once unreachable (docs/PERFORMANCE.md says how to drop it).
+/// whole copy. `gc` never prunes what a kept pack holds, so the keep also
+/// comes off once nothing reaches the pack ([`release_unreachable`]).
 const KEEP: &[u8] = b"wtxt: whole objects only; kept from repacking until a newer pack stores one as a delta\n";
 
 /// A pack being written: its temporary file, what its index lists, and
@@ -563,6 +564,54 @@ pub(crate) fn release_all(objects: &Path) -> Result<usize> {
     Ok(n)
 }
 
+/// Takes the [`KEEP`] file off each pack in the object folder `objects`
+/// none of whose objects the set `reachable` gives holds (a generation a
+/// reset or a rewrite dropped, once no reflog names it): `git gc` then
+/// prunes it as any unreachable object. `reachable` is asked only when
+/// some pack is kept. Returns how many keep files it took off.
+pub(crate) fn release_unreachable(
+    objects: &Path,
+    reachable: impl FnOnce() -> Result<std::collections::HashSet<Oid>>,
+) -> Result<usize> {
+    let kept: Vec<PathBuf> = keep_files(&objects.join("pack"))?.into_iter().filter(|k| is_ours(k)).collect();
+    if kept.is_empty() {
+        return Ok(0);
+    }
+    let reachable = reachable()?;
+    let mut n = 0;
+    for keep in kept {
+        let held = listed_in(&keep.with_extension("idx"));
+        if held.is_some_and(|ids| !ids.iter().any(|id| reachable.contains(id))) {
+            n += usize::from(take_off(&keep)?);
+        }
+    }
+    Ok(n)
+}
+
+/// Every object the version-2 pack index at `idx` lists; `None` when it is
+/// not one (or not all there: its length is checked against its count
+/// before a name is read).
+fn listed_in(idx: &Path) -> Option<Vec<Oid>> {
+    let (f, len) = crate::atomic::open_regular(idx).ok()?;
+    let mut f = std::io::BufReader::new(f);
+    let mut head = [0u8; 8 + 256 * 4];
+    f.read_exact(&mut head).ok()?;
+    if head[..8] != *b"\xfftOc\0\0\0\x02" {
+        return None;
+    }
+    let total = u32::from_be_bytes(head[head.len() - 4..].try_into().expect("4 bytes")) as u64;
+    if len < head.len() as u64 + 20 * total {
+        return None;
+    }
+    let mut ids = Vec::with_capacity(total as usize);
+    let mut name = [0u8; 20];
+    for _ in 0..total {
+        f.read_exact(&mut name).ok()?;
+        ids.push(Oid::from_bytes(&name).ok()?);
+    }
+    Some(ids)
+}
+
 /// The `.keep` files in the pack folder `dir` (none when it is absent).
 fn keep_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let entries = match std::fs::read_dir(dir) {
@@ -577,12 +626,16 @@ fn keep_files(dir: &Path) -> Result<Vec<PathBuf>> {
         .collect())
 }
 
-/// Removes `keep` when it is a regular file holding [`KEEP`] (any other is
-/// Git's or the user's); whether it did.
+/// Whether `keep` is a regular file holding [`KEEP`] (any other is Git's
+/// or the user's).
+fn is_ours(keep: &Path) -> bool {
+    crate::atomic::read_small_file(keep, KEEP.len() as u64, crate::atomic::Links::Refuse)
+        .is_ok_and(|b| b.as_deref() == Some(KEEP))
+}
+
+/// Removes `keep` when it [`is_ours`]; whether it did.
 fn take_off(keep: &Path) -> Result<bool> {
-    let ours = crate::atomic::read_small_file(keep, KEEP.len() as u64, crate::atomic::Links::Refuse)
-        .is_ok_and(|b| b.as_deref() == Some(KEEP));
-    if !ours {
+    if !is_ours(keep) {
         return Ok(false);
     }
     match std::fs::remove_file(keep) {

@@ -338,18 +338,25 @@ impl Generations {
 
     /// Snapshots `data` as generation `g` (chained to the last) and commits
     /// it through the hook.
+    /// A split snapshot copied as its head and parts folder.
+    fn place(from: &Path, to: &Path) {
+        let parts = |h: &Path| h.with_file_name(format!("{}.parts", h.file_name().unwrap().to_str().unwrap()));
+        let _ = std::fs::remove_dir_all(parts(to));
+        std::fs::create_dir_all(parts(to)).unwrap();
+        std::fs::copy(from, to).unwrap();
+        for p in std::fs::read_dir(parts(from)).unwrap() {
+            let p = p.unwrap().path();
+            std::fs::copy(&p, parts(to).join(p.file_name().unwrap())).unwrap();
+        }
+    }
+
+    /// The next generation chains to the work tree's (after a reset).
+    fn chain_to_work_tree(&self) {
+        Generations::place(&self.r.join("m.wtxt"), &self.d.join("prev.wtxt"));
+    }
+
     fn commit(&self, g: u32, data: Vec<u8>) {
-        // A split snapshot copied as its head and parts folder.
-        let place = |from: &Path, to: &Path| {
-            let parts = |h: &Path| h.with_file_name(format!("{}.parts", h.file_name().unwrap().to_str().unwrap()));
-            let _ = std::fs::remove_dir_all(parts(to));
-            std::fs::create_dir_all(parts(to)).unwrap();
-            std::fs::copy(from, to).unwrap();
-            for p in std::fs::read_dir(parts(from)).unwrap() {
-                let p = p.unwrap().path();
-                std::fs::copy(&p, parts(to).join(p.file_name().unwrap())).unwrap();
-            }
-        };
+        let place = Generations::place;
         let prev = self.d.join("prev.wtxt");
         let chain = if g == 0 { ["--gen", "0"] } else { ["--prev", prev.to_str().unwrap()] };
         let extra = [&["--part-size", "64K", "--rows-per-chunk", "16"][..], &chain[..]].concat();
@@ -501,4 +508,37 @@ fn wtxt_git_push_sends_one_generation_a_push_and_changes_in_places_as_deltas() {
     let refused = push();
     assert_eq!(refused.status.code(), Some(2), "{}", String::from_utf8_lossy(&refused.stderr));
     assert_ne!(crate::util::git_ok(&remote, &["rev-parse", "main"]), crate::util::git_ok(r, &["rev-parse", "HEAD"]));
+}
+
+/// A generation a reset dropped goes back to `git gc` once no reflog names
+/// it: the next commit through the hook takes its pack's keep file off, and
+/// `git gc --prune=now` removes it.
+#[test]
+fn a_kept_pack_nothing_reaches_is_released_for_gc_to_prune() {
+    let dir = tempfile::tempdir().unwrap();
+    let gens = Generations::new(dir.path());
+    let r = &gens.r;
+    gens.commit(0, Generations::values(0, &|_| false));
+    let first = kept(r);
+    gens.commit(1, Generations::values(1, &|_| true));
+    let dropped: Vec<String> = kept(r).into_iter().filter(|k| !first.contains(k)).collect();
+    assert_eq!((first.len(), dropped.len()), (1, 1), "every part whole each time: both packs kept");
+    crate::util::git_ok(r, &["reset", "-q", "--hard", "HEAD~1"]);
+    gens.chain_to_work_tree();
+    // Still named by the reflog: kept.
+    gens.commit(2, Generations::values(2, &|_| true));
+    assert!(kept(r).contains(&dropped[0]));
+    crate::util::git_ok(r, &["reset", "-q", "--hard", "HEAD~1"]);
+    crate::util::git_ok(r, &["reflog", "expire", "--expire=now", "--all"]);
+    gens.chain_to_work_tree();
+    gens.commit(3, Generations::values(3, &|_| true));
+    let now = kept(r);
+    assert!(now.contains(&first[0]) && !now.contains(&dropped[0]) && now.len() == 2, "{now:?}");
+    crate::util::git_ok(r, &["gc", "-q", "--prune=now"]);
+    let pack = r.join(".git/objects/pack").join(format!("{}.pack", dropped[0]));
+    assert!(!pack.exists(), "the dropped generation pruned");
+    assert!(r.join(".git/objects/pack").join(format!("{}.pack", first[0])).exists(), "the kept one left");
+    crate::util::git_ok(r, &["fsck", "--full", "--strict"]);
+    let log = crate::util::wtxt().current_dir(r).args(["log", "--verify", "m.wtxt"]).output().unwrap();
+    assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stderr));
 }
