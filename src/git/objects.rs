@@ -246,20 +246,27 @@ fn base_for(git_dir: &Path, base: git2::Oid) -> Result<crate::git::pack::Object>
 /// the whole copy in the older pack (without it Git takes the copy from
 /// whichever pack it last read from).
 fn index_packs(git_dir: &Path) -> Result<()> {
+    git_in(git_dir, &["multi-pack-index", "write"]).map(drop)
+}
+
+/// What `git --git-dir GIT_DIR ARGS...` prints on stdout; its stderr in the
+/// error when it fails.
+fn git_in(git_dir: &Path, args: &[&str]) -> Result<Vec<u8>> {
+    let what = format!("git {}", args.join(" "));
     let out = std::process::Command::new("git")
         .arg("--git-dir")
         .arg(git_dir)
-        .args(["multi-pack-index", "write"])
+        .args(args)
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|e| Error::io_in("git multi-pack-index write", e))?;
+        .map_err(|e| Error::io_in(&what, e))?;
     if !out.status.success() {
         return Err(Error::input(
             Default::default(),
-            format!("git multi-pack-index write: {}", String::from_utf8_lossy(&out.stderr).trim()),
+            format!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim()),
         ));
     }
-    Ok(())
+    Ok(out.stdout)
 }
 
 /// `bytes` as the blob `id`, once they hash to it.
@@ -337,21 +344,8 @@ pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
 /// `git rev-list --objects` over the history.
 fn release_unreachable(git_dir: &Path) -> Result<()> {
     let reachable = || {
-        let out = std::process::Command::new("git")
-            .arg("--git-dir")
-            .arg(git_dir)
-            .args(["rev-list", "--objects", "--all", "--reflog", "--indexed-objects"])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|e| Error::io_in("git rev-list", e))?;
-        if !out.status.success() {
-            return Err(Error::input(
-                Default::default(),
-                format!("git rev-list --objects: {}", String::from_utf8_lossy(&out.stderr).trim()),
-            ));
-        }
-        Ok(out
-            .stdout
+        let listed = git_in(git_dir, &["rev-list", "--objects", "--all", "--reflog", "--indexed-objects"])?;
+        Ok(listed
             .split(|&b| b == b'\n')
             .filter_map(|l| git2::Oid::from_str(std::str::from_utf8(l.get(..40)?).ok()?).ok())
             .collect())
