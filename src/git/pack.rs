@@ -305,8 +305,9 @@ struct Writer {
     sum: Sha1,
     /// Where the kernel was last asked to start writing back.
     kicked: u64,
-    /// Whether some entry is a delta (a pack of whole objects is kept).
-    deltas: bool,
+    /// What this pack stores as deltas, whole in the packs they came from
+    /// (none: a pack of whole objects, kept).
+    superseded: Vec<Oid>,
 }
 
 impl Writer {
@@ -325,7 +326,7 @@ impl Writer {
             count,
             sum: Sha1::new(),
             kicked: 0,
-            deltas: false,
+            superseded: Vec::new(),
         };
         w.write(b"PACK\0\0\0\x02")?;
         w.write(&count.to_be_bytes())?;
@@ -365,7 +366,7 @@ impl Writer {
         }
         head.push(c);
         if let Some(base) = e.base {
-            self.deltas = true;
+            self.superseded.push(e.id);
             let base_at = self.offset_of(base).expect("a delta's base is written before it");
             let mut ofs = self.at - base_at;
             let mut buf = [0u8; 10];
@@ -392,8 +393,8 @@ impl Writer {
     /// place, the pack first. When the header's count did not hold (an
     /// expected delta did not save enough to be stored), the count is
     /// corrected and the pack read back to hash it, as `git index-pack
-    /// --fix-thin` does.
-    fn finish(self) -> Result<()> {
+    /// --fix-thin` does. Returns the objects it stores as deltas.
+    fn finish(self) -> Result<Vec<Oid>> {
         let dir = self.dir;
         let mut tmp = self.file.into_inner().map_err(|e| Error::io(&dir, e.into_error()))?;
         let count = self.listed.len() as u32;
@@ -424,7 +425,7 @@ impl Writer {
         idx_tmp.write_all(&idx).map_err(io)?;
         // Kept before it can be seen, as `git index-pack --keep` does: a
         // `gc` starting meanwhile leaves it.
-        if !self.deltas {
+        if self.superseded.is_empty() {
             let keep = dir.join(format!("{name}.keep"));
             if std::fs::symlink_metadata(&keep).is_err() {
                 crate::atomic::write_file(&keep, KEEP, 0o444)?;
@@ -439,7 +440,8 @@ impl Writer {
                 t.persist(&dest).map_err(|e| Error::io(&dest, e.error))?;
             }
         }
-        File::open(&dir).and_then(|d| d.sync_all()).map_err(io)
+        File::open(&dir).and_then(|d| d.sync_all()).map_err(io)?;
+        Ok(self.superseded)
     }
 }
 
@@ -498,7 +500,8 @@ pub(crate) fn store<T: Sync>(
         return Ok(Vec::new());
     }
     let count = items.len() + items.iter().filter(|i| expects_delta(i)).count();
-    let mut w = Writer::create(&objects.join("pack"), u32::try_from(count).unwrap_or(u32::MAX))?;
+    let dir = objects.join("pack");
+    let mut w = Writer::create(&dir, u32::try_from(count).unwrap_or(u32::MAX))?;
     let mut ids = Vec::with_capacity(items.len());
     // A job's whole entry's buffer, once written, for the next to code
     // into: fresh memory costs a page fault every 4 KiB (about half what
@@ -510,17 +513,12 @@ pub(crate) fn store<T: Sync>(
     // As many coded ahead as keep every worker busy while one is
     // written, no more: each holds a part's coded bytes.
     let ahead = crate::threads::threads().saturating_sub(1).max(1);
-    // Objects stored here as deltas, whole in the packs they came from.
-    let mut superseded = Vec::new();
     crate::threads::in_order(
         items,
         ahead,
         |item| prepare(load(item)?, take()),
         |(id, entries)| {
             for (i, e) in entries.into_iter().enumerate() {
-                if e.base.is_some() {
-                    superseded.push(e.id);
-                }
                 w.add(&e)?;
                 let mut spare = spare.lock().unwrap_or_else(|p| p.into_inner());
                 if i == 0 && spare.len() <= ahead + 2 {
@@ -531,24 +529,17 @@ pub(crate) fn store<T: Sync>(
             Ok(())
         },
     )?;
-    let dir = w.dir.clone();
-    w.finish()?;
+    let superseded = w.finish()?;
     release(&dir, &superseded)?;
     Ok(ids)
 }
 
-/// Takes the [`KEEP`] file off each pack in `dir` that holds one of
-/// `superseded` (objects a newer pack stores as deltas), so that `git gc`
-/// may drop their whole copies.
+/// Takes the [`KEEP`] file off each pack in the pack folder `dir` that
+/// holds one of `superseded` (objects a newer pack stores as deltas), so
+/// that `git gc` may drop their whole copies.
 fn release(dir: &Path, superseded: &[Oid]) -> Result<()> {
-    if superseded.is_empty() {
-        return Ok(());
-    }
-    for keep in keep_files(dir)? {
-        let idx = keep.with_extension("idx");
-        if superseded.iter().any(|&id| offset_in(&idx, id).is_some()) {
-            take_off(&keep)?;
-        }
+    if !superseded.is_empty() {
+        release_where(dir, |idx| Ok(listed_in(idx).is_some_and(|ids| ids.iter().any(|id| superseded.contains(id)))))?;
     }
     Ok(())
 }
@@ -557,11 +548,7 @@ fn release(dir: &Path, superseded: &[Oid]) -> Result<()> {
 /// (`wtxt git install --uninstall`: Git repacks them as any other again).
 /// Returns how many it took off.
 pub(crate) fn release_all(objects: &Path) -> Result<usize> {
-    let mut n = 0;
-    for keep in keep_files(&objects.join("pack"))? {
-        n += usize::from(take_off(&keep)?);
-    }
-    Ok(n)
+    release_where(&objects.join("pack"), |_| Ok(true))
 }
 
 /// Takes the [`KEEP`] file off each pack in the object folder `objects`
@@ -573,16 +560,27 @@ pub(crate) fn release_unreachable(
     objects: &Path,
     reachable: impl FnOnce() -> Result<std::collections::HashSet<Oid>>,
 ) -> Result<usize> {
-    let kept: Vec<PathBuf> = keep_files(&objects.join("pack"))?.into_iter().filter(|k| is_ours(k)).collect();
-    if kept.is_empty() {
-        return Ok(0);
-    }
-    let reachable = reachable()?;
+    let mut reachable = Some(reachable);
+    let mut held = std::collections::HashSet::new();
+    release_where(&objects.join("pack"), |idx| {
+        if let Some(list) = reachable.take() {
+            held = list()?;
+        }
+        Ok(listed_in(idx).is_some_and(|ids| !ids.iter().any(|id| held.contains(id))))
+    })
+}
+
+/// Takes the [`KEEP`] file off each pack in the pack folder `dir` kept by
+/// wtxt whose index (its path) `drop` picks; asks nothing when none is
+/// kept. Returns how many it took off.
+fn release_where(dir: &Path, mut drop: impl FnMut(&Path) -> Result<bool>) -> Result<usize> {
     let mut n = 0;
-    for keep in kept {
-        let held = listed_in(&keep.with_extension("idx"));
-        if held.is_some_and(|ids| !ids.iter().any(|id| reachable.contains(id))) {
-            n += usize::from(take_off(&keep)?);
+    for keep in keep_files(dir)? {
+        if is_ours(&keep) && drop(&keep.with_extension("idx"))? {
+            match std::fs::remove_file(&keep) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&keep, e)),
+                _ => n += 1,
+            }
         }
     }
     Ok(n)
@@ -631,17 +629,6 @@ fn keep_files(dir: &Path) -> Result<Vec<PathBuf>> {
 fn is_ours(keep: &Path) -> bool {
     crate::atomic::read_small_file(keep, KEEP.len() as u64, crate::atomic::Links::Refuse)
         .is_ok_and(|b| b.as_deref() == Some(KEEP))
-}
-
-/// Removes `keep` when it [`is_ours`]; whether it did.
-fn take_off(keep: &Path) -> Result<bool> {
-    if !is_ours(keep) {
-        return Ok(false);
-    }
-    match std::fs::remove_file(keep) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(keep, e)),
-        _ => Ok(true),
-    }
 }
 
 /// The first `n` bytes (fewer when it is shorter) of the blob `id` in the

@@ -265,8 +265,8 @@ pub fn backlog(repo_dir: &Path, remote: &str) -> Result<Vec<(git2::Oid, bool)>> 
     if theirs == Some(tip.id()) || theirs.is_some_and(|t| repo.graph_descendant_of(t, tip.id()).unwrap_or(false)) {
         return Ok(Vec::new());
     }
-    let known =
-        theirs.filter(|&t| repo.find_commit(t).is_ok() && repo.graph_descendant_of(tip.id(), t).unwrap_or(false));
+    // A commit this repository lacks is no ancestor (libgit2 answers an error).
+    let known = theirs.filter(|&t| repo.graph_descendant_of(tip.id(), t).unwrap_or(false));
     if theirs.is_some() && known.is_none() {
         return Ok(vec![(tip.id(), false)]);
     }
