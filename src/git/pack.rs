@@ -25,12 +25,13 @@
 //! nothing reaches the pack ([`KEEP`]).
 
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use git2::Oid;
 use sha1::{Digest, Sha1};
 
+use crate::atomic::DirectWriter;
 use crate::error::{Error, Result};
 
 /// A blob's bytes and their id.
@@ -296,15 +297,13 @@ const KEEP: &[u8] = b"wtxt: whole objects only; kept from repacking until a newe
 /// the checksum of what was written so far.
 struct Writer {
     dir: PathBuf,
-    file: BufWriter<tempfile::NamedTempFile>,
+    file: DirectWriter<tempfile::NamedTempFile>,
     at: u64,
     /// Id, CRC-32 of the entry as stored, offset.
     listed: Vec<(Oid, u32, u64)>,
     /// The object count the header says.
     count: u32,
     sum: Sha1,
-    /// Where the kernel was last asked to start writing back.
-    kicked: u64,
     /// What this pack stores as deltas, whole in the packs they came from
     /// (none: a pack of whole objects, kept).
     superseded: Vec<Oid>,
@@ -317,7 +316,7 @@ impl Writer {
     fn create(dir: &Path, count: u32) -> Result<Writer> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let tmp = tempfile::Builder::new().prefix("tmp_pack_").tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
-        let file = BufWriter::with_capacity(1 << 20, tmp);
+        let file = DirectWriter::new(tmp);
         let mut w = Writer {
             dir: dir.to_path_buf(),
             file,
@@ -325,7 +324,6 @@ impl Writer {
             listed: Vec::new(),
             count,
             sum: Sha1::new(),
-            kicked: 0,
             superseded: Vec::new(),
         };
         w.write(b"PACK\0\0\0\x02")?;
@@ -337,12 +335,6 @@ impl Writer {
         self.sum.update(bytes);
         self.file.write_all(bytes).map_err(|e| Error::io(&self.dir, e))?;
         self.at += bytes.len() as u64;
-        // The disk writes while the next parts are coded, so the sync at
-        // the end waits for little.
-        if self.at >= self.kicked + (32 << 20) {
-            crate::atomic::start_writeback(self.file.get_ref().as_file(), self.kicked, self.at - self.kicked);
-            self.kicked = self.at;
-        }
         Ok(())
     }
 
@@ -396,7 +388,7 @@ impl Writer {
     /// --fix-thin` does. Returns the objects it stores as deltas.
     fn finish(self) -> Result<Vec<Oid>> {
         let dir = self.dir;
-        let mut tmp = self.file.into_inner().map_err(|e| Error::io(&dir, e.into_error()))?;
+        let mut tmp = self.file.into_inner().map_err(|e| Error::io(&dir, e))?;
         let count = self.listed.len() as u32;
         let f = tmp.as_file_mut();
         let io = |e| Error::io(&dir, e);
