@@ -703,7 +703,7 @@ impl<F: std::os::fd::AsFd + std::io::Write + Seek> Disk<F> {
     /// instead, and all that follows.
     fn write(&mut self, piece: &Piece) -> std::io::Result<()> {
         use std::io::Write;
-        if self.direct && piece.len % Piece::ALIGN == 0 {
+        if self.direct && piece.len.is_multiple_of(Piece::ALIGN) {
             match self.file.write_all(piece.bytes()) {
                 Ok(()) => {
                     self.pos += piece.len as u64;
