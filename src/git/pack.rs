@@ -316,7 +316,7 @@ impl Writer {
     fn create(dir: &Path, count: u32) -> Result<Writer> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let tmp = tempfile::Builder::new().prefix("tmp_pack_").tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
-        let file = DirectWriter::new(tmp);
+        let file = DirectWriter::new(tmp).map_err(|e| Error::io(dir, e))?;
         let mut w = Writer {
             dir: dir.to_path_buf(),
             file,
