@@ -249,6 +249,30 @@ fn committed_gen(repo: &Path, path: &Path) -> Option<u64> {
     crate::wtxt::syntax::Meta::parse(meta).ok().map(|m| m.gen)
 }
 
+/// The snapshot at `path` in `repo`'s work tree, once its bytes are
+/// those HEAD commits there (for a split snapshot, its head: the head
+/// binds its parts, which verifying it reads).
+fn checked_out_head(repo: &Path, path: &Path) -> Result<PathBuf> {
+    let git = crate::git::git_err;
+    let repo = git2::Repository::open(repo).map_err(git)?;
+    let work = repo.workdir().ok_or_else(|| Error::usage("--repo must be a work tree, not a bare repository"))?;
+    let file = work.join(path);
+    let tree = repo.head().and_then(|h| h.peel_to_tree()).map_err(git)?;
+    let blob = tree.get_path(path).and_then(|e| e.to_object(&repo)).and_then(|o| o.peel_to_blob()).map_err(git)?;
+    let here = crate::git::pack::read_whole(&file, blob.size() as u64).map_err(|e| {
+        Error::usage(format!("HEAD's snapshot is not checked out ({e}): `git checkout -- {}`", path.display()))
+    })?;
+    if here != blob.content() {
+        return Err(Error::usage(format!(
+            "{}: not what HEAD commits there, and the ring lacks HEAD's generation to continue the chain from: \
+             `git checkout -- {}`",
+            file.display(),
+            path.display()
+        )));
+    }
+    Ok(file)
+}
+
 impl Pipeline {
     /// Opens the ring (cleaning temp files a crash left), finds where the
     /// chain stands and reloads the resend queue.
@@ -263,6 +287,15 @@ impl Pipeline {
         })?;
         let mut newest = newest_in_ring(&cfg.ring)?;
         let committed_at_open = cfg.repo.as_deref().and_then(|r| committed_gen(r, &cfg.path_in_repo));
+        if let Some(repo) = cfg.repo.as_deref().and_then(|r| git2::Repository::open(r).ok()) {
+            // Generations a reset or a rewrite dropped go back to `git gc`
+            // (once a start, not a generation: it walks the history). Where
+            // it cannot be done (no `git` binary), their packs stay kept,
+            // costing room, never an object.
+            if let Ok(_lock) = crate::git::commit_lock(&repo) {
+                let _ = crate::git::objects::release_unreachable(repo.path());
+            }
+        }
         // A crash between writing a generation to the ring and committing
         // it leaves the ring ahead of the repository: that generation never
         // happened (its request is still pending and is redone), so the
@@ -275,19 +308,32 @@ impl Pipeline {
         }
         let mut state = PipelineState::default();
         let mut merkle_prev = [0; 32];
-        if let Some((g, p)) = &newest {
-            // The chain continues from this file: it is verified whole, and
-            // a signature by our own key must hold. Its tags are not asked
-            // for: a key added since it was written must not stop a restart.
+        // The chain continues from the ring's newest file or, when the
+        // ring lacks the generation HEAD holds (a reset dropped those it
+        // held, or it was emptied), from HEAD's, checked out in the work
+        // tree: never from nothing while a generation is committed.
+        let behind = committed_at_open.filter(|&c| newest.as_ref().is_none_or(|(g, _)| *g < c));
+        let from = match (behind, cfg.repo.as_deref()) {
+            (Some(c), Some(repo)) => Some((c, checked_out_head(repo, &cfg.path_in_repo)?, "HEAD's snapshot")),
+            _ => newest.as_ref().map(|(g, p)| (*g, p.clone(), "the ring's newest snapshot")),
+        };
+        if let Some((g, p, what)) = &from {
+            // Verified whole, and a signature by our own key must hold. Its
+            // tags are not asked for: a key added since it was written must
+            // not stop a restart.
             let trust = crate::wtxt::verify::InputTrust::new(None, None, cfg.sign_key.as_ref(), false);
-            let report = WtxtIn::verify_whole(p, &trust.options(), "the ring's newest snapshot")?;
+            let report = WtxtIn::verify_whole(p, &trust.options(), what)?;
             let h = report.header.ok_or_else(|| crate::error::check_at(1, "not a WTXT").in_file(p))?;
+            if h.meta.gen != *g {
+                return Err(crate::error::check_at(2, format!("{what}: gen {}, expected {g}", h.meta.gen)).in_file(p));
+            }
             if let Root::Final { merkle_this, sha256_all, .. } = h.root {
                 merkle_prev = merkle_this;
                 state.last_sha256_all = Some(hex::encode(sha256_all));
             }
             state.last_gen = Some(*g);
         }
+        let newest = if behind.is_some() { None } else { newest };
         let queue = std::fs::read_to_string(cfg.ring.join("resend.queue")).unwrap_or_default();
         let mut unpushed = std::collections::HashMap::new();
         for line in queue.lines() {

@@ -341,8 +341,9 @@ pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
 /// being committed). A generation that a reset or a rewrite dropped then
 /// goes back to `git gc`, which prunes it once its reflog entries expire,
 /// as any unreachable object. Only when some pack is kept, at the cost of
-/// `git rev-list --objects` over the history.
-fn release_unreachable(git_dir: &Path) -> Result<()> {
+/// `git rev-list --objects` over the history: the hook at each commit, the
+/// daemon and the Snapshotter once a start.
+pub(crate) fn release_unreachable(git_dir: &Path) -> Result<()> {
     let reachable = || {
         let listed = git_in(git_dir, &["rev-list", "--objects", "--all", "--reflog", "--indexed-objects"])?;
         Ok(listed

@@ -732,6 +732,65 @@ fn a_generation_that_changed_wholly_has_no_delta_beside_its_commit() {
     git_ok(&repo, &["fsck", "--full", "--strict"]);
 }
 
+/// wtxt's keep files in `repo`'s pack folder, sorted.
+fn kept(repo: &Path) -> Vec<String> {
+    let mut k: Vec<String> = std::fs::read_dir(repo.join(".git/objects/pack"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".keep"))
+        .collect();
+    k.sort();
+    k
+}
+
+/// A generation dropped by a reset, once no reflog names it, loses its
+/// pack's keep file when the daemon next starts, so that `git gc` prunes
+/// it; the generations still reached keep theirs. The chain goes on from
+/// HEAD's generation, which the ring no longer holds.
+#[test]
+fn a_restart_releases_the_kept_pack_of_a_generation_a_reset_dropped() {
+    let (dir, repo) = new_repo();
+    let d = dir.path();
+    let sock = d.join("s.sock");
+    let daemon = Daemon::start(&repo, &sock, &[]);
+    let mut packs = Vec::new();
+    for g in 1..=2 {
+        assert_eq!(daemon.ask(&format!("snapshot {} gen={g}", model(d, g).display())), format!("ok gen={g} queued"));
+        assert_eq!(daemon.ask("flush"), "ok");
+        packs.push(kept(&repo));
+    }
+    daemon.stop();
+    let dropped: Vec<&String> = packs[1].iter().filter(|k| !packs[0].contains(k)).collect();
+    assert_eq!((packs[0].len(), dropped.len()), (1, 1), "every chunk changed each time: both packs kept");
+    git_ok(&repo, &["reset", "-q", "--hard", "HEAD~1"]);
+    // Still named by the reflog: kept through a restart.
+    Daemon::start(&repo, &sock, &[]).stop();
+    assert_eq!(kept(&repo), packs[1]);
+    git_ok(&repo, &["reflog", "expire", "--expire=now", "--all"]);
+    // The ring no longer holds HEAD's generation: the chain goes on from
+    // the work tree's copy only while it is HEAD's.
+    let head = repo.join("snapshot.wtxt");
+    let committed = std::fs::read(&head).unwrap();
+    std::fs::write(&head, [&committed[..], b"\n"].concat()).unwrap();
+    let mut cfg = PipelineConfig::new(repo.join(".git/wtxt-ring"));
+    cfg.repo = Some(repo.clone());
+    cfg.path_in_repo = "snapshot.wtxt".into();
+    let refused = wtxt::daemon::pipeline::Pipeline::open(cfg).err().expect("a work tree that is not HEAD's refused");
+    assert!(refused.to_string().contains("git checkout -- snapshot.wtxt"), "{refused}");
+    git_ok(&repo, &["checkout", "--", "snapshot.wtxt"]);
+    let daemon = Daemon::start(&repo, &sock, &[]);
+    assert_eq!(kept(&repo), packs[0], "the dropped generation's pack released");
+    assert_eq!(daemon.ask(&format!("snapshot {} gen=3", model(d, 3).display())), "ok gen=3 queued");
+    assert_eq!(daemon.ask("flush"), "ok");
+    daemon.stop();
+    git_ok(&repo, &["gc", "-q", "--prune=now"]);
+    let pack = repo.join(".git/objects/pack").join(dropped[0].replace(".keep", ".pack"));
+    assert!(!pack.exists(), "the dropped generation pruned");
+    git_ok(&repo, &["fsck", "--full", "--strict"]);
+    let log = log_verified(&repo);
+    assert!(String::from_utf8_lossy(&log.stdout).contains("2 generation(s), chain OK"), "{:?}", log);
+}
+
 /// While pushes fail, the ring keeps deltas, not a full copy per
 /// generation (each commit holds its generation whole); each rebuilds
 /// exactly from the one before and its delta, and once the remote is back
