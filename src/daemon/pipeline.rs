@@ -239,30 +239,26 @@ fn newest_in_ring(ring: &Path) -> Result<Option<(u64, PathBuf)>> {
     Ok(newest)
 }
 
-/// The `gen` of the snapshot committed at `path` in HEAD of `repo`
+/// The snapshot committed at `path` in HEAD of `repo`, with its `gen`
 /// (`None` without one, or when it is not plain WTXT, e.g. age-armored).
-fn committed_gen(repo: &Path, path: &Path) -> Option<u64> {
-    let repo = git2::Repository::open(repo).ok()?;
+fn committed<'r>(repo: &'r git2::Repository, path: &Path) -> Option<(git2::Blob<'r>, u64)> {
     let tree = repo.head().ok()?.peel_to_tree().ok()?;
-    let blob = tree.get_path(path).ok()?.to_object(&repo).ok()?.peel_to_blob().ok()?;
+    let blob = tree.get_path(path).ok()?.to_object(repo).ok()?.peel_to_blob().ok()?;
     let meta = blob.content().split(|&b| b == b'\n').nth(1)?;
-    crate::wtxt::syntax::Meta::parse(meta).ok().map(|m| m.gen)
+    let gen = crate::wtxt::syntax::Meta::parse(meta).ok()?.gen;
+    Some((blob, gen))
 }
 
 /// The snapshot at `path` in `repo`'s work tree, once its bytes are
-/// those HEAD commits there (for a split snapshot, its head: the head
-/// binds its parts, which verifying it reads).
-fn checked_out_head(repo: &Path, path: &Path) -> Result<PathBuf> {
-    let git = crate::git::git_err;
-    let repo = git2::Repository::open(repo).map_err(git)?;
+/// `head`'s, what HEAD commits there (for a split snapshot, its head: the
+/// head binds its parts, which verifying it reads).
+fn checked_out_head(repo: &git2::Repository, path: &Path, head: &git2::Blob) -> Result<PathBuf> {
     let work = repo.workdir().ok_or_else(|| Error::usage("--repo must be a work tree, not a bare repository"))?;
     let file = work.join(path);
-    let tree = repo.head().and_then(|h| h.peel_to_tree()).map_err(git)?;
-    let blob = tree.get_path(path).and_then(|e| e.to_object(&repo)).and_then(|o| o.peel_to_blob()).map_err(git)?;
-    let here = crate::git::pack::read_whole(&file, blob.size() as u64).map_err(|e| {
+    let here = crate::git::pack::read_whole(&file, head.size() as u64).map_err(|e| {
         Error::usage(format!("HEAD's snapshot is not checked out ({e}): `git checkout -- {}`", path.display()))
     })?;
-    if here != blob.content() {
+    if here != head.content() {
         return Err(Error::usage(format!(
             "{}: not what HEAD commits there, and the ring lacks HEAD's generation to continue the chain from: \
              `git checkout -- {}`",
@@ -286,13 +282,15 @@ impl Pipeline {
             ))
         })?;
         let mut newest = newest_in_ring(&cfg.ring)?;
-        let committed_at_open = cfg.repo.as_deref().and_then(|r| committed_gen(r, &cfg.path_in_repo));
-        if let Some(repo) = cfg.repo.as_deref().and_then(|r| git2::Repository::open(r).ok()) {
+        let repo = cfg.repo.as_deref().and_then(|r| git2::Repository::open(r).ok());
+        let committed = repo.as_ref().and_then(|r| committed(r, &cfg.path_in_repo));
+        let committed_at_open = committed.as_ref().map(|c| c.1);
+        if let Some(repo) = &repo {
             // Generations a reset or a rewrite dropped go back to `git gc`
             // (once a start, not a generation: it walks the history). Where
             // it cannot be done (no `git` binary), their packs stay kept,
             // costing room, never an object.
-            if let Ok(_lock) = crate::git::commit_lock(&repo) {
+            if let Ok(_lock) = crate::git::commit_lock(repo) {
                 let _ = crate::git::objects::release_unreachable(repo.path());
             }
         }
@@ -312,9 +310,11 @@ impl Pipeline {
         // ring lacks the generation HEAD holds (a reset dropped those it
         // held, or it was emptied), from HEAD's, checked out in the work
         // tree: never from nothing while a generation is committed.
-        let behind = committed_at_open.filter(|&c| newest.as_ref().is_none_or(|(g, _)| *g < c));
-        let from = match (behind, cfg.repo.as_deref()) {
-            (Some(c), Some(repo)) => Some((c, checked_out_head(repo, &cfg.path_in_repo)?, "HEAD's snapshot")),
+        let behind = committed.as_ref().filter(|(_, c)| newest.as_ref().is_none_or(|(g, _)| g < c));
+        let from = match (behind, &repo) {
+            (Some((head, c)), Some(repo)) => {
+                Some((*c, checked_out_head(repo, &cfg.path_in_repo, head)?, "HEAD's snapshot"))
+            }
             _ => newest.as_ref().map(|(g, p)| (*g, p.clone(), "the ring's newest snapshot")),
         };
         if let Some((g, p, what)) = &from {
