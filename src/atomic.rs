@@ -701,8 +701,6 @@ impl Piece {
 /// The disk's side of a [`DirectWriter`].
 struct Disk<F: std::os::fd::AsFd + std::io::Write + Seek> {
     file: Writeback<F>,
-    /// Where the next piece goes.
-    pos: u64,
     direct: bool,
 }
 
@@ -712,30 +710,27 @@ impl<F: std::os::fd::AsFd + std::io::Write + Seek> Disk<F> {
     /// instead, and all that follows.
     fn write(&mut self, piece: &Piece) -> std::io::Result<()> {
         use std::io::Write;
+        let start = self.file.pos;
         if self.direct && piece.len.is_multiple_of(Piece::ALIGN) {
             match self.file.write_all(piece.bytes()) {
-                Ok(()) => {
-                    self.pos += piece.len as u64;
-                    return Ok(());
-                }
+                Ok(()) => return Ok(()),
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
                 Err(e) => return Err(e),
             }
         }
-        self.buffered()?;
-        self.file.write_all(piece.bytes())?;
-        self.pos += piece.len as u64;
-        Ok(())
+        self.buffered(start)?;
+        self.file.write_all(piece.bytes())
     }
 
-    /// Turns direct I/O off, the file positioned after what was written.
-    fn buffered(&mut self) -> std::io::Result<()> {
+    /// Turns direct I/O off, the file positioned at `at` (the start of a
+    /// piece a refused direct write may have written in part).
+    fn buffered(&mut self, at: u64) -> std::io::Result<()> {
         if self.direct {
             self.direct = false;
             if !set_direct(self.file.get_ref(), false) {
                 return Err(std::io::Error::other("cannot turn direct I/O off"));
             }
-            self.file.seek(SeekFrom::Start(self.pos))?;
+            self.file.seek(SeekFrom::Start(at))?;
         }
         Ok(())
     }
@@ -746,7 +741,7 @@ impl<F: std::os::fd::AsFd + std::io::Write + Seek + Send + 'static> DirectWriter
     /// can be started.
     pub fn new(file: F) -> std::io::Result<DirectWriter<F>> {
         let direct = set_direct(&file, true);
-        let mut disk = Disk { file: Writeback::new(file), pos: 0, direct };
+        let mut disk = Disk { file: Writeback::new(file), direct };
         let (to_disk, pieces) = crossbeam_channel::bounded::<Piece>(Piece::HANDED);
         let (back, spare) = crossbeam_channel::bounded(Piece::HANDED);
         for _ in 0..Piece::HANDED {
@@ -758,7 +753,7 @@ impl<F: std::os::fd::AsFd + std::io::Write + Seek + Send + 'static> DirectWriter
                 piece.len = 0;
                 let _ = back.send(piece);
             }
-            disk.buffered()?;
+            disk.buffered(disk.file.pos)?;
             Ok(disk.file.file)
         })?;
         Ok(DirectWriter { piece: Piece::new(), to_disk: Some(to_disk), spare, disk: Some(handle) })
@@ -906,7 +901,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("a folder");
         let file = tempfile::tempfile_in(dir.path()).expect("a temporary file");
         let direct = super::set_direct(&file, true);
-        let mut disk = super::Disk { file: super::Writeback::new(file), pos: 0, direct };
+        let mut disk = super::Disk { file: super::Writeback::new(file), direct };
         let mut piece = Piece::new();
         let bytes = noise(2 * Piece::ALIGN, 5);
         piece.buf[piece.at..piece.at + bytes.len()].copy_from_slice(&bytes);
