@@ -1,4 +1,5 @@
 //! Per-array HMAC-SHA256 and the hex key files that hold its key.
+#![forbid(unsafe_code)]
 
 use std::path::Path;
 
@@ -80,6 +81,13 @@ impl HmacKey {
         outer.finalize()
     }
 
+    /// Whether the tag of the bytes `inner` absorbed is `expected`,
+    /// compared in constant time.
+    pub fn verify_resumable(&self, inner: crate::crypto::digest::Sha256State, expected: &[u8; 32]) -> bool {
+        let tag = self.finish_resumable(inner);
+        std::hint::black_box(tag.iter().zip(expected).fold(0u8, |d, (a, b)| d | (a ^ b))) == 0
+    }
+
     /// The key as HMAC pads it (RFC 2104: hashed when longer than a block),
     /// XORed with `pad`.
     fn padded(&self, pad: u8) -> [u8; 64] {
@@ -143,7 +151,12 @@ mod tests {
             let mut inner = key.resumable(&[7; 8]);
             inner.update(&raw[..300]);
             inner.update(&raw[300..]);
-            assert_eq!(key.finish_resumable(inner), key.compute(&[7; 8], &raw), "key of {len} bytes");
+            let tag = key.compute(&[7; 8], &raw);
+            assert!(key.verify_resumable(inner.clone(), &tag));
+            let mut other = tag;
+            other[31] ^= 1;
+            assert!(!key.verify_resumable(inner.clone(), &other));
+            assert_eq!(key.finish_resumable(inner), tag, "key of {len} bytes");
         }
     }
 }

@@ -279,9 +279,9 @@ impl DistWrite {
         };
         for &(ix, raw) in chunks {
             let raw = self.chunk_raw(i, ix, raw)?;
-            h.sha.update(raw);
-            if let Some(m) = h.mac.as_mut() {
-                m.update(raw);
+            match h.mac.as_mut() {
+                Some(m) => Sha256State::update_pair(&mut h.sha, raw, m, raw),
+                None => h.sha.update(raw),
             }
         }
         Ok(h)

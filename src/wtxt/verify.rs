@@ -3,8 +3,9 @@
 //! `merkle_this`, `fastxor`, then the signature and the chain.
 //!
 //! The reader decodes on the calling thread; two workers share the decoded
-//! blocks: one computes array digests and HMACs, the other `sha256_all` and
-//! `fastxor`, and they split the chunk digests between them. Blocks come from
+//! blocks: one computes each array's digest paired with each chunk's, the
+//! other `sha256_all` paired with the HMAC, and `fastxor`
+//! ([`crate::crypto::sha256_pair`]: two digests cost about what one does). Blocks come from
 //! a small recycled pool over bounded channels, so memory stays constant
 //! whatever the file size.
 
@@ -13,10 +14,9 @@ use std::sync::Arc;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
-use crate::crypto::digest::{merkle_this, FastXor, Hash};
-use crate::crypto::mac::{verify_tag, HmacKey, HmacSha256};
+use crate::crypto::digest::{merkle_this, FastXor, Hash, Sha256State};
+use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::{SecretKey, TrustedKeys};
 use crate::error::{Kind, Result};
 use crate::limits::{BLOCK, PIPELINE_DEPTH};
@@ -405,13 +405,12 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
         let (tx_a, rx_a) = bounded::<Msg>(PIPELINE_DEPTH);
         let (tx_b, rx_b) = bounded::<Msg>(PIPELINE_DEPTH);
         let key = opts.hmac_key;
-        let wa = s.spawn(move || worker_arrays(rx_a, key));
-        let wb = s.spawn(move || worker_root(rx_b));
+        let wa = s.spawn(move || worker_arrays(rx_a));
+        let wb = s.spawn(move || worker_root(rx_b, key));
         let mut vis = Hashing {
             tx: vec![tx_a, tx_b],
             pool_rx,
             pool_tx,
-            seq: 0,
             arrays: Vec::new(),
             expected: Vec::new(),
             problems: Vec::new(),
@@ -427,9 +426,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
         (r, vis, a, b)
     });
     let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, .. } = vis;
-    let mut chunk_bad = std::mem::take(&mut digests.bad_chunks);
-    chunk_bad.extend(roots.bad_chunks);
-    for (ai, ix, line) in chunk_bad {
+    for (ai, ix, line) in std::mem::take(&mut digests.bad_chunks) {
         let m = format!("chunk {ix} of array {}: sha256 does not match its bytes", arrays[ai].name);
         problems.push(Problem::at(ProblemKind::Chunk, line, m).in_array(&arrays[ai].name));
         arrays[ai].bad_chunks.push(ix);
@@ -448,7 +445,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
     // order, so the first one names the root cause, not its consequences.
     problems.sort_by_key(|p| p.line);
     let complete = header.is_some();
-    judge_arrays(&mut arrays, &expected, &digests, opts, &mut problems);
+    judge_arrays(&mut arrays, &expected, &digests.arrays, &roots.macs, opts, &mut problems);
 
     let mut report = Report {
         ok: false,
@@ -486,7 +483,8 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
 fn judge_arrays(
     arrays: &mut [ArrayReport],
     expected: &[Expect],
-    digests: &ArrayDigests,
+    digests: &[Hash],
+    macs: &[Option<bool>],
     opts: &VerifyOptions,
     problems: &mut Vec<Problem>,
 ) {
@@ -496,7 +494,7 @@ fn judge_arrays(
     };
     for (i, (a, exp)) in arrays.iter_mut().zip(expected).enumerate() {
         a.bad_chunks.sort_unstable();
-        let Some((sha, mac_ok)) = digests.arrays.get(i) else {
+        let Some(sha) = digests.get(i) else {
             a.ok = false;
             continue;
         };
@@ -504,7 +502,7 @@ fn judge_arrays(
             let m = format!("array {}: sha256 does not match its bytes", a.name);
             fail(a, ProblemKind::Array, m);
         }
-        match mac_ok {
+        match macs.get(i).copied().flatten() {
             Some(true) => a.authenticated = true,
             Some(false) => {
                 let m = format!("array {}: hmac does not match (wrong key or altered data)", a.name);
@@ -650,8 +648,8 @@ impl Drop for Pooled {
 
 enum Msg {
     Array { text: Arc<Vec<u8>>, salt: [u8; 8], hmac: Option<Hash> },
-    Data { seq: u64, block: Arc<Pooled> },
-    ChunkEnd { seq: u64, array: usize, ix: u64, line: u64, sha256: Hash, bad: bool },
+    Data { block: Arc<Pooled> },
+    ChunkEnd { array: usize, ix: u64, line: u64, sha256: Hash, bad: bool },
     ArrayEnd,
 }
 
@@ -663,7 +661,6 @@ struct Hashing<'s> {
     tx: Vec<Sender<Msg>>,
     pool_rx: Receiver<Vec<u8>>,
     pool_tx: Sender<Vec<u8>>,
-    seq: u64,
     arrays: Vec<ArrayReport>,
     expected: Vec<Expect>,
     problems: Vec<Problem>,
@@ -720,17 +717,15 @@ impl Visitor for Hashing<'_> {
             s.data(&buf);
         }
         let block = Arc::new(Pooled { buf, home: self.pool_tx.clone() });
-        let seq = self.seq;
-        self.send(|| Msg::Data { seq, block: block.clone() });
+        self.send(|| Msg::Data { block: block.clone() });
     }
 
     fn chunk_end(&mut self, line: u64, ch: &ChLine, bad: bool) {
-        let (seq, array, ix, sha256) = (self.seq, self.arrays.len() - 1, ch.ix, ch.sha256);
-        self.send(|| Msg::ChunkEnd { seq, array, ix, line, sha256, bad });
+        let (array, ix, sha256) = (self.arrays.len() - 1, ch.ix, ch.sha256);
+        self.send(|| Msg::ChunkEnd { array, ix, line, sha256, bad });
         if bad {
             self.arrays[array].bad_chunks.push(ix);
         }
-        self.seq += 1;
     }
 
     fn array_end(&mut self) {
@@ -753,92 +748,64 @@ impl Visitor for Hashing<'_> {
 type BadChunk = (usize, u64, u64);
 
 struct ArrayDigests {
-    /// Per array: SHA-256 and, when checked, whether the HMAC matched.
-    arrays: Vec<(Hash, Option<bool>)>,
+    /// Per array, its SHA-256.
+    arrays: Vec<Hash>,
     bad_chunks: Vec<BadChunk>,
 }
 
 struct RootDigests {
     root: Option<(Hash, u64)>,
-    bad_chunks: Vec<BadChunk>,
+    /// Per array, whether its HMAC matched, where it was checked.
+    macs: Vec<Option<bool>>,
 }
 
-/// Shared by both workers: the digest of every other chunk.
-#[derive(Default)]
-struct ChunkShare {
-    hasher: Option<Sha256>,
-    bad: Vec<BadChunk>,
-}
-
-impl ChunkShare {
-    fn data(&mut self, mine: bool, b: &[u8]) {
-        if mine {
-            self.hasher.get_or_insert_with(Sha256::new).update(b);
-        }
-    }
-
-    fn end(&mut self, mine: bool, array: usize, ix: u64, line: u64, want: &Hash, bad: bool) {
-        if !mine {
-            return;
-        }
-        let got: Hash = self.hasher.take().unwrap_or_default().finalize().into();
-        if !bad && got != *want {
-            self.bad.push((array, ix, line));
-        }
-    }
-}
-
-fn worker_arrays(rx: Receiver<Msg>, key: Option<&HmacKey>) -> ArrayDigests {
+/// Each array's digest and each chunk's: two digests of the same bytes,
+/// computed as a pair.
+fn worker_arrays(rx: Receiver<Msg>) -> ArrayDigests {
     let mut out = ArrayDigests { arrays: Vec::new(), bad_chunks: Vec::new() };
-    let mut share = ChunkShare::default();
-    let mut cur: Option<(Sha256, Option<(HmacSha256, Hash)>)> = None;
+    let mut chunk = Sha256State::default();
+    let mut cur: Option<Sha256State> = None;
     for m in rx {
         match m {
-            Msg::Array { salt, hmac, .. } => {
-                let mac = hmac.and_then(|want| key.map(|k| (k.start(&salt), want)));
-                cur = Some((Sha256::new(), mac));
-            }
-            Msg::Data { seq, block } => {
-                if let Some((h, mac)) = cur.as_mut() {
-                    h.update(&block.buf);
-                    if let Some((m, _)) = mac.as_mut() {
-                        hmac::Mac::update(m, &block.buf);
-                    }
-                }
-                share.data(seq % 2 == 0, &block.buf);
-            }
-            Msg::ChunkEnd { seq, array, ix, line, sha256, bad } => {
-                share.end(seq % 2 == 0, array, ix, line, &sha256, bad)
-            }
-            Msg::ArrayEnd => {
-                if let Some((h, mac)) = cur.take() {
-                    let ok = mac.map(|(m, want)| verify_tag(m, &want));
-                    out.arrays.push((h.finalize().into(), ok));
+            Msg::Array { .. } => cur = Some(Sha256State::default()),
+            Msg::Data { block } => match cur.as_mut() {
+                Some(array) => Sha256State::update_pair(array, &block.buf, &mut chunk, &block.buf),
+                None => chunk.update(&block.buf),
+            },
+            Msg::ChunkEnd { array, ix, line, sha256, bad } => {
+                if std::mem::take(&mut chunk).finalize() != sha256 && !bad {
+                    out.bad_chunks.push((array, ix, line));
                 }
             }
+            Msg::ArrayEnd => out.arrays.extend(cur.take().map(Sha256State::finalize)),
         }
     }
-    out.bad_chunks = share.bad;
     out
 }
 
-fn worker_root(rx: Receiver<Msg>) -> RootDigests {
-    let mut all = Sha256::new();
+/// `sha256_all` and `fastxor`, and each HMAC checked, paired with
+/// `sha256_all`: both digests take the same bytes.
+fn worker_root(rx: Receiver<Msg>, key: Option<&HmacKey>) -> RootDigests {
+    let mut all = Sha256State::default();
     let mut fx = FastXor::default();
-    let mut share = ChunkShare::default();
+    let mut mac: Option<(Sha256State, Hash)> = None;
+    let mut macs = Vec::new();
     for m in rx {
         match m {
-            Msg::Array { text, .. } => all.update(&text[..]),
-            Msg::Data { seq, block } => {
-                all.update(&block.buf);
+            Msg::Array { text, salt, hmac } => {
+                all.update(&text[..]);
+                mac = hmac.zip(key).map(|(want, k)| (k.resumable(&salt), want));
+            }
+            Msg::Data { block } => {
+                match mac.as_mut() {
+                    Some((inner, _)) => Sha256State::update_pair(&mut all, &block.buf, inner, &block.buf),
+                    None => all.update(&block.buf),
+                }
                 fx.update(&block.buf);
-                share.data(seq % 2 == 1, &block.buf);
             }
-            Msg::ChunkEnd { seq, array, ix, line, sha256, bad } => {
-                share.end(seq % 2 == 1, array, ix, line, &sha256, bad)
-            }
-            Msg::ArrayEnd => {}
+            Msg::ChunkEnd { .. } => {}
+            Msg::ArrayEnd => macs.push(mac.take().zip(key).map(|((inner, want), k)| k.verify_resumable(inner, &want))),
         }
     }
-    RootDigests { root: Some((all.finalize().into(), fx.value())), bad_chunks: share.bad }
+    RootDigests { root: Some((all.finalize(), fx.value())), macs }
 }

@@ -5,8 +5,9 @@
 //! with placeholder `arr` and `ch` lines while other threads hash, then
 //! patches those lines and writes the header (root, signature) last. On two
 //! cores one thread base64-encodes and writes while the other computes the
-//! array digests (and HMACs), `sha256_all`, `fastxor` and the chunk sums;
-//! with more cores the chunk sums spread over them.
+//! array digests (and HMACs), `sha256_all`, `fastxor` and the chunks'
+//! SHA-256, each paired with another digest of the same bytes (two cost
+//! what one does); the chunks' CRC32C spread over the remaining cores.
 //!
 //! Inputs are only read (often a memory map), never copied whole; each
 //! reader drops the mapped pages it is done with, so a snapshot of a model
@@ -19,7 +20,7 @@ use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
-use crate::crypto::digest::{derive_salt, merkle_this, FastXor, Hash};
+use crate::crypto::digest::{derive_salt, merkle_this, FastXor, Hash, Sha256State};
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::SecretKey;
 use crate::error::{Error, Result};
@@ -210,8 +211,12 @@ impl<'a> WritePlan<'a> {
         let offsets = body?;
         let arr_lines =
             hashed.arr_lines.into_iter().map(|l| l.into_inner().expect("every array hashed")).collect::<Vec<_>>();
-        let chunk_sums: Vec<ChunkSum> =
-            hashed.chunks.into_iter().map(|c| c.into_inner().expect("every chunk hashed")).collect();
+        let chunk_sums: Vec<ChunkSum> = (hashed.chunk_sha.into_iter().zip(hashed.chunk_crc))
+            .map(|(sha, crc)| ChunkSum {
+                sha256: sha.into_inner().expect("every chunk hashed"),
+                crc32c: crc.into_inner().expect("every chunk summed"),
+            })
+            .collect();
         let (sha256_all, fastxor) = hashed.root.into_inner().expect("root hashed");
         let body_len = patch_lines(out, header_len as u64, plans, &arr_lines, &chunk_sums, &offsets)?;
         let (header, merkle) = self.header(sha256_all, fastxor);
@@ -528,7 +533,8 @@ fn placeholder_sign() -> SignLine {
 /// What the hashing threads produce, each slot filled once.
 struct Sums {
     arr_lines: Vec<OnceLock<ArrLine>>,
-    chunks: Vec<OnceLock<ChunkSum>>,
+    chunk_sha: Vec<OnceLock<Hash>>,
+    chunk_crc: Vec<OnceLock<u32>>,
     root: OnceLock<(Hash, u64)>,
     next: AtomicUsize,
 }
@@ -537,14 +543,15 @@ impl Sums {
     fn new(arrays: usize, chunks: usize) -> Sums {
         Sums {
             arr_lines: (0..arrays).map(|_| OnceLock::new()).collect(),
-            chunks: (0..chunks).map(|_| OnceLock::new()).collect(),
+            chunk_sha: (0..chunks).map(|_| OnceLock::new()).collect(),
+            chunk_crc: (0..chunks).map(|_| OnceLock::new()).collect(),
             root: OnceLock::new(),
             next: AtomicUsize::new(0),
         }
     }
 }
 
-/// Job 0 is the sequential root job; jobs 1.. are chunk sums. Threads take
+/// Job 0 is the sequential root job; jobs 1.. are chunk CRCs. Threads take
 /// jobs in order, so the long root job starts first.
 fn hash_jobs(plans: &[Plan], total_chunks: usize, opts: &WriteOptions, sums: &Sums, progress: &Progress) {
     // Chunk jobs map to (array, ix) through each plan's first chunk.
@@ -563,41 +570,88 @@ fn hash_jobs(plans: &[Plan], total_chunks: usize, opts: &WriteOptions, sums: &Su
         let ix = (c - p.first_chunk) as u64;
         let (off, len) = p.layout.chunk_range(ix);
         let raw = &p.array.bytes()[off as usize..(off + len) as usize];
-        let _ = sums.chunks[c].set(ChunkSum { sha256: Sha256::digest(raw).into(), crc32c: crc32c::crc32c(raw) });
+        let _ = sums.chunk_crc[c].set(crc32c::crc32c(raw));
         p.array.data.release(off as usize..(off + len) as usize);
         progress.inc(len);
     }
 }
 
-/// Per array: SHA-256 and HMAC in one pass, then its `arr` line; then
-/// `sha256_all` (each `arr` line without LF, then the raw bytes) and `fastxor`.
+/// Per array: its SHA-256 and HMAC in one pass, then its `arr` line; then
+/// `sha256_all` (each `arr` line without LF, then the raw bytes) and
+/// `fastxor`. Each chunk's SHA-256 is paired ([`crate::crypto::sha256_pair`])
+/// with the array's, or with `sha256_all` where the HMAC takes that place.
 fn root_job(plans: &[Plan], opts: &WriteOptions, sums: &Sums) {
-    let mut all = Sha256::new();
+    let mut all = Sha256State::default();
     let mut fx = FastXor::default();
-    for (i, p) in plans.iter().enumerate() {
-        let mut sha = Sha256::new();
-        let mut mac = opts.hmac_key.map(|k| k.start(&p.salt));
+    let each_block = |p: &Plan, f: &mut dyn FnMut(&[u8])| {
         let _ = p.array.data.each_window(&mut |window| {
-            for block in window.chunks(256 << 10) {
-                sha.update(block);
-                if let Some(m) = mac.as_mut() {
-                    hmac::Mac::update(m, block);
-                }
-            }
+            window.chunks(256 << 10).for_each(&mut *f);
             Ok(())
         });
-        let line = final_arr(p, opts, sha.finalize().into(), mac.map(|m| hmac::Mac::finalize(m).into_bytes().into()));
+    };
+    for (i, p) in plans.iter().enumerate() {
+        let mut chunks = ChunkDigests::new(p, &sums.chunk_sha);
+        let mut sha = Sha256State::default();
+        let mut mac = opts.hmac_key.map(|k| (k, k.resumable(&p.salt)));
+        each_block(p, &mut |block| match mac.as_mut() {
+            Some((_, m)) => Sha256State::update_pair(&mut sha, block, m, block),
+            None => chunks.pair(&mut sha, block),
+        });
+        let keyed = mac.is_some();
+        let line = final_arr(p, opts, sha.finalize(), mac.map(|(k, m)| k.finish_resumable(m)));
         all.update(line.to_line().as_bytes());
-        let _ = p.array.data.each_window(&mut |window| {
-            for block in window.chunks(256 << 10) {
-                all.update(block);
-                fx.update(block);
+        each_block(p, &mut |block| {
+            match keyed {
+                true => chunks.pair(&mut all, block),
+                false => all.update(block),
             }
-            Ok(())
+            fx.update(block);
         });
         let _ = sums.arr_lines[i].set(line);
     }
-    let _ = sums.root.set((all.finalize().into(), fx.value()));
+    let _ = sums.root.set((all.finalize(), fx.value()));
+}
+
+/// The SHA-256 of each chunk of one array, fed its bytes in order beside
+/// another digest of the same bytes; each is set in `out` once complete.
+struct ChunkDigests<'a> {
+    plan: &'a Plan<'a>,
+    out: &'a [OnceLock<Hash>],
+    ix: u64,
+    left: u64,
+    sha: Sha256State,
+}
+
+impl<'a> ChunkDigests<'a> {
+    fn new(plan: &'a Plan<'a>, out: &'a [OnceLock<Hash>]) -> ChunkDigests<'a> {
+        let mut c = ChunkDigests { plan, out, ix: 0, left: plan.layout.chunk_range(0).1, sha: Sha256State::default() };
+        // An array of 0 bytes has one chunk, of 0 bytes.
+        c.complete_empty();
+        c
+    }
+
+    /// Feeds `bytes` to the chunks and `other` alike.
+    fn pair(&mut self, other: &mut Sha256State, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let n = (self.left as usize).min(bytes.len());
+            Sha256State::update_pair(other, &bytes[..n], &mut self.sha, &bytes[..n]);
+            bytes = &bytes[n..];
+            self.left -= n as u64;
+            self.complete_empty();
+        }
+    }
+
+    /// Sets the digest of each chunk whose bytes were all fed.
+    fn complete_empty(&mut self) {
+        let chunks = self.plan.layout.chunk_count();
+        while self.left == 0 && self.ix < chunks {
+            let _ = self.out[self.plan.first_chunk + self.ix as usize].set(std::mem::take(&mut self.sha).finalize());
+            self.ix += 1;
+            if self.ix < chunks {
+                self.left = self.plan.layout.chunk_range(self.ix).1;
+            }
+        }
+    }
 }
 
 /// Where the body writer put each `arr` line and the first `ch` line's
