@@ -164,6 +164,32 @@ impl Behind<'_> {
     }
 }
 
+/// Appends to `out` what the standard base64 `b64` (no line breaks)
+/// decodes to, written straight into `out`'s spare room: the decoder is the
+/// only writer, so nothing is zeroed first (zeroing cost the verifier as
+/// much as copying the text in). `false`, with `out` unchanged, when `b64`
+/// is not valid base64.
+pub fn append_base64(out: &mut Vec<u8>, b64: &[u8]) -> bool {
+    let start = out.len();
+    let room = base64_simd::STANDARD.estimated_decoded_length(b64.len());
+    out.reserve(room);
+    let spare = &mut out.spare_capacity_mut()[..room];
+    let at = spare.as_ptr().cast::<u8>();
+    let Ok(written) = base64_simd::STANDARD.decode(b64, base64_simd::Out::from_uninit_slice(spare)) else {
+        return false;
+    };
+    // The decoder's contract: what it wrote starts the room it was given.
+    assert!(written.as_ptr() == at && written.len() <= room, "base64 written in place");
+    let len = written.len();
+    #[allow(unsafe_code)]
+    // SAFETY: `decode` initialized the first `len` bytes of the spare room
+    // (checked above), so the first `start + len` bytes of `out` are.
+    unsafe {
+        out.set_len(start + len)
+    };
+    true
+}
+
 impl From<Vec<u8>> for ArrayData {
     fn from(v: Vec<u8>) -> Self {
         ArrayData::Owned(Arc::new(v))

@@ -192,9 +192,9 @@ impl ChunkDecoder {
             return;
         }
         let start = out.len();
-        out.resize(start + self.staging.len() / 4 * 3, 0);
-        if base64_simd::STANDARD.decode(&self.staging, base64_simd::Out::from_slice(&mut out[start..])).is_err() {
+        if !crate::buffer::append_base64(out, &self.staging) {
             // Find the lines at fault; the others still decode.
+            out.resize(start + self.staging.len() / 4 * 3, 0);
             for (i, line) in self.staging.chunks(B64_WIDTH).enumerate() {
                 let o = start + i * RAW_PER_LINE;
                 let dst = base64_simd::Out::from_slice(&mut out[o..o + RAW_PER_LINE]);

@@ -3,12 +3,14 @@
 //! `merkle_this`, `fastxor`, then the signature and the chain.
 //!
 //! The reader decodes on the calling thread; two workers share the decoded
-//! blocks: one computes each array's digest paired with each chunk's, the
-//! other `sha256_all` paired with the HMAC, and `fastxor`
-//! ([`crate::crypto::sha256_pair`]: two digests cost about what one does). Blocks come from
+//! blocks: one computes each array's digest paired with `sha256_all`, and
+//! `fastxor`; the other the chunks' digests, two chunks at a time, or each
+//! paired with the array's HMAC ([`crate::crypto::sha256_pair`]: two
+//! digests cost what one does). Blocks come from
 //! a small recycled pool over bounded channels, so memory stays constant
 //! whatever the file size.
 
+use std::collections::VecDeque;
 use std::io::Read;
 use std::sync::Arc;
 
@@ -401,12 +403,12 @@ pub trait Sink {
 /// error only when reading fails; every failed check is in the report.
 pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sink>) -> Result<Report> {
     let (pool_tx, pool_rx) = unbounded::<Vec<u8>>();
-    let (read_result, vis, mut digests, roots) = std::thread::scope(|s| {
+    let (read_result, vis, roots, mut chunks) = std::thread::scope(|s| {
         let (tx_a, rx_a) = bounded::<Msg>(PIPELINE_DEPTH);
         let (tx_b, rx_b) = bounded::<Msg>(PIPELINE_DEPTH);
         let key = opts.hmac_key;
-        let wa = s.spawn(move || worker_arrays(rx_a));
-        let wb = s.spawn(move || worker_root(rx_b, key));
+        let wa = s.spawn(move || worker_root(rx_a));
+        let wb = s.spawn(move || worker_chunks(rx_b, key));
         let mut vis = Hashing {
             tx: vec![tx_a, tx_b],
             pool_rx,
@@ -421,12 +423,12 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
         };
         let r = read(input, &mut vis);
         vis.tx.clear();
-        let a = wa.join().expect("array hashing thread");
-        let b = wb.join().expect("root hashing thread");
+        let a = wa.join().expect("array and root hashing thread");
+        let b = wb.join().expect("chunk hashing thread");
         (r, vis, a, b)
     });
     let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, .. } = vis;
-    for (ai, ix, line) in std::mem::take(&mut digests.bad_chunks) {
+    for (ai, ix, line) in std::mem::take(&mut chunks.bad_chunks) {
         let m = format!("chunk {ix} of array {}: sha256 does not match its bytes", arrays[ai].name);
         problems.push(Problem::at(ProblemKind::Chunk, line, m).in_array(&arrays[ai].name));
         arrays[ai].bad_chunks.push(ix);
@@ -445,7 +447,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
     // order, so the first one names the root cause, not its consequences.
     problems.sort_by_key(|p| p.line);
     let complete = header.is_some();
-    judge_arrays(&mut arrays, &expected, &digests.arrays, &roots.macs, opts, &mut problems);
+    judge_arrays(&mut arrays, &expected, &roots.arrays, &chunks.macs, opts, &mut problems);
 
     let mut report = Report {
         ok: false,
@@ -747,65 +749,261 @@ impl Visitor for Hashing<'_> {
 
 type BadChunk = (usize, u64, u64);
 
-struct ArrayDigests {
+struct RootDigests {
     /// Per array, its SHA-256.
     arrays: Vec<Hash>,
-    bad_chunks: Vec<BadChunk>,
+    /// `sha256_all` and `fastxor`.
+    root: Option<(Hash, u64)>,
 }
 
-struct RootDigests {
-    root: Option<(Hash, u64)>,
+struct ChunkDigests {
+    bad_chunks: Vec<BadChunk>,
     /// Per array, whether its HMAC matched, where it was checked.
     macs: Vec<Option<bool>>,
 }
 
-/// Each array's digest and each chunk's: two digests of the same bytes,
-/// computed as a pair.
-fn worker_arrays(rx: Receiver<Msg>) -> ArrayDigests {
-    let mut out = ArrayDigests { arrays: Vec::new(), bad_chunks: Vec::new() };
-    let mut chunk = Sha256State::default();
+/// Each array's digest paired with `sha256_all` (both take the same
+/// bytes; the `arr` line that `sha256_all` starts with is read first), and
+/// `fastxor`.
+fn worker_root(rx: Receiver<Msg>) -> RootDigests {
+    let mut all = Sha256State::default();
+    let mut fx = FastXor::default();
+    let mut arrays = Vec::new();
     let mut cur: Option<Sha256State> = None;
     for m in rx {
         match m {
-            Msg::Array { .. } => cur = Some(Sha256State::default()),
-            Msg::Data { block } => match cur.as_mut() {
-                Some(array) => Sha256State::update_pair(array, &block.buf, &mut chunk, &block.buf),
-                None => chunk.update(&block.buf),
-            },
-            Msg::ChunkEnd { array, ix, line, sha256, bad } => {
-                if std::mem::take(&mut chunk).finalize() != sha256 && !bad {
-                    out.bad_chunks.push((array, ix, line));
-                }
-            }
-            Msg::ArrayEnd => out.arrays.extend(cur.take().map(Sha256State::finalize)),
-        }
-    }
-    out
-}
-
-/// `sha256_all` and `fastxor`, and each HMAC checked, paired with
-/// `sha256_all`: both digests take the same bytes.
-fn worker_root(rx: Receiver<Msg>, key: Option<&HmacKey>) -> RootDigests {
-    let mut all = Sha256State::default();
-    let mut fx = FastXor::default();
-    let mut mac: Option<(Sha256State, Hash)> = None;
-    let mut macs = Vec::new();
-    for m in rx {
-        match m {
-            Msg::Array { text, salt, hmac } => {
+            Msg::Array { text, .. } => {
                 all.update(&text[..]);
-                mac = hmac.zip(key).map(|(want, k)| (k.resumable(&salt), want));
+                cur = Some(Sha256State::default());
             }
             Msg::Data { block } => {
-                match mac.as_mut() {
-                    Some((inner, _)) => Sha256State::update_pair(&mut all, &block.buf, inner, &block.buf),
+                match cur.as_mut() {
+                    Some(array) => Sha256State::update_pair(array, &block.buf, &mut all, &block.buf),
                     None => all.update(&block.buf),
                 }
                 fx.update(&block.buf);
             }
             Msg::ChunkEnd { .. } => {}
+            Msg::ArrayEnd => arrays.extend(cur.take().map(Sha256State::finalize)),
+        }
+    }
+    RootDigests { arrays, root: Some((all.finalize(), fx.value())) }
+}
+
+/// Each chunk's digest, and each HMAC checked. Chunks are hashed two at a
+/// time ([`ChunkPairs`]); in an array with an HMAC, each chunk is paired
+/// with the HMAC instead, both taking the same bytes.
+fn worker_chunks(rx: Receiver<Msg>, key: Option<&HmacKey>) -> ChunkDigests {
+    let mut chunks = ChunkPairs::default();
+    let mut mac: Option<(Sha256State, Hash)> = None;
+    let mut macs = Vec::new();
+    for m in rx {
+        match m {
+            Msg::Array { salt, hmac, .. } => mac = hmac.zip(key).map(|(want, k)| (k.resumable(&salt), want)),
+            Msg::Data { block } => chunks.data(block, mac.as_mut().map(|(inner, _)| inner)),
+            Msg::ChunkEnd { array, ix, line, sha256, bad } => {
+                chunks.end(ChunkEnd { array, ix, line, want: sha256, bad })
+            }
             Msg::ArrayEnd => macs.push(mac.take().zip(key).map(|((inner, want), k)| k.verify_resumable(inner, &want))),
         }
     }
-    RootDigests { root: Some((all.finalize(), fx.value())), macs }
+    ChunkDigests { bad_chunks: chunks.finish(), macs }
+}
+
+/// A chunk's place and what its `ch` line says.
+struct ChunkEnd {
+    array: usize,
+    ix: u64,
+    line: u64,
+    want: Hash,
+    /// Already found damaged: its digest is not judged.
+    bad: bool,
+}
+
+/// A chunk whose bytes have all arrived and are not all hashed.
+struct Held {
+    sha: Sha256State,
+    /// Blocks not yet hashed, the first from `at`.
+    blocks: VecDeque<Arc<Pooled>>,
+    at: usize,
+    end: ChunkEnd,
+}
+
+/// Chunk digests computed two at a time: a chunk's blocks wait (at most
+/// [`HOLD`] bytes of them; beyond that they are hashed alone) until the
+/// next chunk's arrive, and the two chunks' bytes go through as a pair.
+#[derive(Default)]
+struct ChunkPairs {
+    held: Option<Held>,
+    /// The chunk arriving now, and its blocks waiting for a partner (the
+    /// first from `waiting_at`).
+    cur: Sha256State,
+    waiting: VecDeque<Arc<Pooled>>,
+    waiting_at: usize,
+    waiting_bytes: usize,
+    bad: Vec<BadChunk>,
+}
+
+/// Bytes of a chunk that may wait for a partner.
+const HOLD: usize = 4 * BLOCK;
+
+impl ChunkPairs {
+    /// The current chunk's next block; `partner` is another digest of the
+    /// same bytes (an HMAC) to pair it with instead of another chunk.
+    fn data(&mut self, block: Arc<Pooled>, partner: Option<&mut Sha256State>) {
+        if let Some(p) = partner {
+            if let Some(h) = self.held.take() {
+                self.alone(h);
+            }
+            while self.waiting_bytes > 0 {
+                self.hash_first_waiting();
+            }
+            Sha256State::update_pair(p, &block.buf, &mut self.cur, &block.buf);
+            return;
+        }
+        let mut from = 0;
+        if let Some(h) = self.held.as_mut() {
+            while from < block.buf.len() {
+                let Some(front) = h.blocks.front() else { break };
+                let n = (front.buf.len() - h.at).min(block.buf.len() - from);
+                Sha256State::update_pair(
+                    &mut self.cur,
+                    &block.buf[from..from + n],
+                    &mut h.sha,
+                    &front.buf[h.at..h.at + n],
+                );
+                from += n;
+                h.at += n;
+                if h.at == front.buf.len() {
+                    h.blocks.pop_front();
+                    h.at = 0;
+                }
+            }
+            if h.blocks.is_empty() {
+                let h = self.held.take().expect("held");
+                self.judge(h.sha, h.end);
+            }
+        }
+        if from < block.buf.len() {
+            if self.waiting.is_empty() {
+                self.waiting_at = from;
+            }
+            self.waiting_bytes += block.buf.len() - from;
+            self.waiting.push_back(block);
+            while self.waiting_bytes > HOLD {
+                self.hash_first_waiting();
+            }
+        }
+    }
+
+    /// Hashes the first block waiting by itself.
+    fn hash_first_waiting(&mut self) {
+        let b = self.waiting.pop_front().expect("bytes waiting");
+        self.cur.update(&b.buf[self.waiting_at..]);
+        self.waiting_bytes -= b.buf.len() - self.waiting_at;
+        self.waiting_at = 0;
+    }
+
+    /// The current chunk has ended.
+    fn end(&mut self, end: ChunkEnd) {
+        let sha = std::mem::take(&mut self.cur);
+        self.waiting_bytes = 0;
+        match self.held {
+            // Every byte of it went through paired with the held chunk.
+            Some(_) => self.judge(sha, end),
+            None => {
+                let blocks = std::mem::take(&mut self.waiting);
+                self.held = Some(Held { sha, blocks, at: self.waiting_at, end });
+            }
+        }
+    }
+
+    /// Hashes what `h` still holds by itself.
+    fn alone(&mut self, mut h: Held) {
+        for b in h.blocks.drain(..) {
+            h.sha.update(&b.buf[h.at..]);
+            h.at = 0;
+        }
+        self.judge(h.sha, h.end);
+    }
+
+    fn judge(&mut self, sha: Sha256State, e: ChunkEnd) {
+        if sha.finalize() != e.want && !e.bad {
+            self.bad.push((e.array, e.ix, e.line));
+        }
+    }
+
+    /// The chunks whose digest did not match, once every block arrived.
+    fn finish(mut self) -> Vec<BadChunk> {
+        if let Some(h) = self.held.take() {
+            self.alone(h);
+        }
+        self.bad
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::digest::sha256;
+
+    /// Chunks of these sizes, cut into blocks of at most `block` bytes, with
+    /// the chunks in `wrong` given a wrong digest; from chunk `mac_from`
+    /// on, with an HMAC's digest beside them (as in the arrays that have
+    /// one). Gives the chunks found bad.
+    fn run(sizes: &[usize], block: usize, wrong: &[usize], mac_from: usize) -> Vec<u64> {
+        let (home, _pool) = unbounded();
+        let mut pairs = ChunkPairs::default();
+        let mut inner = Sha256State::default();
+        let mut all = Vec::new();
+        for (ix, &n) in sizes.iter().enumerate() {
+            let bytes: Vec<u8> = (0..n).map(|i| (i * 7 + ix * 131) as u8).collect();
+            if ix >= mac_from {
+                all.extend_from_slice(&bytes);
+            }
+            for b in bytes.chunks(block) {
+                pairs.data(
+                    Arc::new(Pooled { buf: b.to_vec(), home: home.clone() }),
+                    (ix >= mac_from).then_some(&mut inner),
+                );
+                let held =
+                    pairs.held.as_ref().map_or(0, |h| h.blocks.iter().map(|b| b.buf.len()).sum::<usize>() - h.at);
+                assert!(pairs.waiting_bytes <= HOLD && held <= HOLD, "at most HOLD bytes wait");
+            }
+            let mut want = sha256(&bytes);
+            if wrong.contains(&ix) {
+                want[0] ^= 1;
+            }
+            pairs.end(ChunkEnd { array: 0, ix: ix as u64, line: ix as u64, want, bad: false });
+        }
+        let mut bad: Vec<u64> = pairs.finish().into_iter().map(|(_, ix, _)| ix).collect();
+        bad.sort_unstable();
+        assert_eq!(inner.finalize(), sha256(&all), "the HMAC's digest took each of its bytes once");
+        bad
+    }
+
+    #[test]
+    fn chunks_hashed_in_pairs_find_exactly_the_chunks_whose_digest_is_wrong() {
+        let hold = HOLD;
+        let cases: &[(&[usize], usize)] = &[
+            (&[100, 100, 100], 64),
+            (&[0, 5, 0, 0, 200], 64),
+            (&[1000, 10, 3000, 1], 128),
+            // Longer than may wait: hashed alone beyond HOLD.
+            (&[hold + 5000, hold * 2 + 1, 777, hold + 1], 1 << 20),
+            (&[3 << 20, 100, 3 << 20], 1 << 20),
+        ];
+        for (sizes, block) in cases {
+            for wrong in [vec![], vec![0], vec![sizes.len() - 1], (0..sizes.len()).step_by(2).collect()] {
+                for mac_from in [0, 1, sizes.len() / 2, usize::MAX] {
+                    let bad = run(sizes, *block, &wrong, mac_from);
+                    assert_eq!(
+                        bad,
+                        wrong.iter().map(|&i| i as u64).collect::<Vec<_>>(),
+                        "{sizes:?} {block} {mac_from}"
+                    );
+                }
+            }
+        }
+    }
 }
