@@ -99,18 +99,90 @@ fn xor_words(data: &[u8]) -> u64 {
     x ^ u64::from_le_bytes(tail)
 }
 
-/// SHA-256 of everything `r` gives.
-pub fn sha256_reader(r: &mut dyn Read) -> std::io::Result<Hash> {
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        match r.read(&mut buf) {
-            Ok(0) => return Ok(h.finalize().into()),
-            Ok(n) => h.update(&buf[..n]),
+/// SHA-256 of each file `open` gives for `paths`, on every core, each core
+/// hashing two files at a time with their rounds paired
+/// ([`Sha256State::update_pair`]): results in the order of `paths`, the
+/// first error (in that order) returned.
+pub fn sha256_files(
+    paths: &[std::path::PathBuf],
+    open: impl Fn(&std::path::Path) -> Result<std::fs::File> + Sync,
+) -> Result<Vec<Hash>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let found: Vec<std::sync::Mutex<Option<Result<Hash>>>> = paths.iter().map(|_| Default::default()).collect();
+    let put = |i: usize, r: Result<Hash>| *found[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+    // The next file to hash, opened; one that cannot be opened is recorded.
+    let take = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let path = paths.get(i)?;
+        match open(path) {
+            Ok(file) => return Some(Lane { i, path, file, sha: Sha256State::default(), buf: vec![0; 1 << 20] }),
+            Err(e) => put(i, Err(e)),
+        }
+    };
+    let workers = crate::threads::threads().min(paths.len().div_ceil(2)).max(1);
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| {
+                let mut lanes: [Option<Lane>; 2] = [None, None];
+                loop {
+                    for l in lanes.iter_mut().filter(|l| l.is_none()) {
+                        *l = take();
+                    }
+                    let read: Vec<(usize, std::io::Result<usize>)> = lanes
+                        .iter_mut()
+                        .enumerate()
+                        .filter_map(|(k, l)| l.as_mut().map(|l| (k, fill(&mut l.file, &mut l.buf))))
+                        .collect();
+                    if read.is_empty() {
+                        return;
+                    }
+                    let n = |k: usize| read.iter().find(|r| r.0 == k).and_then(|r| r.1.as_ref().ok().copied());
+                    match (&mut lanes, n(0), n(1)) {
+                        ([Some(a), Some(b)], Some(na), Some(nb)) => {
+                            Sha256State::update_pair(&mut a.sha, &a.buf[..na], &mut b.sha, &b.buf[..nb])
+                        }
+                        (lanes, _, _) => {
+                            for (k, l) in lanes.iter_mut().enumerate() {
+                                if let (Some(l), Some(n)) = (l.as_mut(), n(k)) {
+                                    l.sha.update(&l.buf[..n]);
+                                }
+                            }
+                        }
+                    }
+                    // A lane whose file ended (a short read) or failed is done.
+                    for (k, r) in read {
+                        let Some(l) = lanes[k].take_if(|l| !matches!(r, Ok(n) if n == l.buf.len())) else { continue };
+                        put(l.i, r.map(|_| l.sha.finalize()).map_err(|e| Error::io(l.path, e)));
+                    }
+                }
+            });
+        }
+    });
+    found.into_iter().map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()).expect("every file done")).collect()
+}
+
+/// A file being hashed by [`sha256_files`], and its read buffer.
+struct Lane<'p> {
+    i: usize,
+    path: &'p std::path::Path,
+    file: std::fs::File,
+    sha: Sha256State,
+    buf: Vec<u8>,
+}
+
+/// Reads into all of `buf` unless the input ends first; gives the bytes read.
+fn fill(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
+    Ok(n)
 }
 
 /// `each` of `paths`, on every core, results in the order of `paths`; the
@@ -351,6 +423,26 @@ mod tests {
             alone.extend_from_slice(&data);
             assert_eq!((a.finalize(), b.finalize()), (sha256(&data), sha256(&alone)), "steps {sa} and {sb}");
         }
+    }
+
+    #[test]
+    fn files_hashed_two_at_a_time_give_each_file_s_digest_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let sizes = [0usize, 1, 1 << 20, (1 << 20) + 1, 3 << 20 | 5, 64, 100_000];
+        let mut paths = Vec::new();
+        let mut want = Vec::new();
+        for (i, n) in sizes.iter().enumerate() {
+            let data: Vec<u8> = (0..*n).map(|k| (k * 13 + i) as u8).collect();
+            let p = dir.path().join(format!("f{i}"));
+            std::fs::write(&p, &data).unwrap();
+            want.push(sha256(&data));
+            paths.push(p);
+        }
+        let open = |p: &std::path::Path| std::fs::File::open(p).map_err(|e| Error::io(p, e));
+        assert_eq!(sha256_files(&paths, open).unwrap(), want);
+        paths.insert(3, dir.path().join("missing"));
+        let e = sha256_files(&paths, open).unwrap_err();
+        assert!(e.to_string().contains("missing"), "{e}");
     }
 
     #[test]

@@ -16,18 +16,19 @@ pub use crate::atomic::{is_ignored, list_files as list, MAX_FILES};
 /// opened without following links and must be a regular file.
 pub fn digests(root: &Path, names: &[String], hash: HashType) -> Result<Vec<Hash>> {
     let paths: Vec<PathBuf> = names.iter().map(|n| root.join(n)).collect();
-    crate::crypto::digest::files_parallel(&paths, |path| {
-        let mut f = crate::atomic::open_no_follow(path).map_err(|e| Error::io(path, e))?;
+    let open = |path: &Path| {
+        let f = crate::atomic::open_no_follow(path).map_err(|e| Error::io(path, e))?;
         if !f.metadata().map_err(|e| Error::io(path, e))?.is_file() {
             return Err(Error::input(Default::default(), "not a regular file").in_file(path));
         }
-        match hash {
-            HashType::Sha256 => crate::crypto::digest::sha256_reader(&mut f).map_err(|e| Error::io(path, e)),
-            HashType::Blake3 => {
-                let mut h = blake3::Hasher::new();
-                std::io::copy(&mut f, &mut h).map_err(|e| Error::io(path, e))?;
-                Ok(*h.finalize().as_bytes())
-            }
-        }
-    })
+        Ok(f)
+    };
+    match hash {
+        HashType::Sha256 => crate::crypto::digest::sha256_files(&paths, open),
+        HashType::Blake3 => crate::crypto::digest::files_parallel(&paths, |path| {
+            let mut h = blake3::Hasher::new();
+            std::io::copy(&mut open(path)?, &mut h).map_err(|e| Error::io(path, e))?;
+            Ok(*h.finalize().as_bytes())
+        }),
+    }
 }

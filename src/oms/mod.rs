@@ -83,9 +83,8 @@ impl SnapshotFiles {
             Some(d) => d,
             None => {
                 let paths: Vec<PathBuf> = parts.iter().map(|p| dir.join(split::part_name(p.ix))).collect();
-                crate::crypto::digest::files_parallel(&paths, |path| {
-                    let mut f = crate::atomic::open_no_follow(path).map_err(|e| Error::io(path, e))?;
-                    crate::crypto::digest::sha256_reader(&mut f).map_err(|e| Error::io(path, e))
+                crate::crypto::digest::sha256_files(&paths, |path| {
+                    crate::atomic::open_no_follow(path).map_err(|e| Error::io(path, e))
                 })?
             }
         };
