@@ -1,8 +1,9 @@
 //! Criterion benches of the writer and the verifier against a SHA-256 of the
-//! same bytes measured in the same run (`cargo bench`; ratios in docs/PERFORMANCE.md).
+//! same bytes (and two SHA-256 of them, paired) measured in the same run (`cargo bench`; ratios in docs/PERFORMANCE.md).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sha2::{Digest, Sha256};
+use wtxt::crypto::digest::Sha256State;
 use wtxt::model::Array;
 use wtxt::progress::Progress;
 use wtxt::wtxt::syntax::{Meta, Timestamp};
@@ -39,6 +40,15 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Bytes((MIB << 20) as u64));
     g.sample_size(10);
     g.bench_function("baseline_sha256", |b| b.iter(|| Sha256::digest(arrays[0].bytes())));
+    // Two digests of the same bytes, their rounds paired: what the writer
+    // and the verifier do for each chunk's and each array's.
+    g.bench_function("two_sha256_paired", |b| {
+        b.iter(|| {
+            let (mut x, mut y) = (Sha256State::default(), Sha256State::default());
+            Sha256State::update_pair(&mut x, arrays[0].bytes(), &mut y, arrays[0].bytes());
+            (x.finalize(), y.finalize())
+        })
+    });
     let mut out = std::io::Cursor::new(Vec::with_capacity(text.len()));
     g.bench_function("snapshot_to_memory", |b| {
         b.iter(|| {

@@ -15,8 +15,9 @@
 //! - [`error`], [`limits`], [`atomic`], `pipe`, [`progress`], [`threads`]: shared plumbing.
 //!
 //! Unsafe code is denied crate-wide; the few places that need it (memory
-//! maps, `flock`, `poll`, `setrlimit`, signals) allow it on one function
-//! each, with a `SAFETY` comment on the block.
+//! maps, `flock`, `poll`, `setrlimit`, signals, decoding into a buffer's
+//! spare room, the x86 SHA rounds of `crypto::sha256_pair`) allow it on one
+//! function or one module each, with a `SAFETY` comment on each block.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]

@@ -131,22 +131,23 @@ mod x86 {
                     let r: usize = $r;
                     let k =
                         _mm_set_epi32(K[4 * r + 3] as i32, K[4 * r + 2] as i32, K[4 * r + 1] as i32, K[4 * r] as i32);
-                    if r >= 4 {
-                        let j = r % 4;
-                        for w in [&mut w0, &mut w1] {
-                            let t = _mm_add_epi32(
-                                _mm_sha256msg1_epu32(w[j], w[(j + 1) % 4]),
-                                _mm_alignr_epi8(w[(j + 3) % 4], w[(j + 2) % 4], 4),
-                            );
-                            w[j] = _mm_sha256msg2_epu32(t, w[(j + 3) % 4]);
-                        }
+                    macro_rules! one {
+                        ($w:ident, $abef:ident, $cdgh:ident) => {{
+                            if r >= 4 {
+                                let j = r % 4;
+                                let t = _mm_add_epi32(
+                                    _mm_sha256msg1_epu32($w[j], $w[(j + 1) % 4]),
+                                    _mm_alignr_epi8($w[(j + 3) % 4], $w[(j + 2) % 4], 4),
+                                );
+                                $w[j] = _mm_sha256msg2_epu32(t, $w[(j + 3) % 4]);
+                            }
+                            let t = _mm_add_epi32($w[r % 4], k);
+                            $cdgh = _mm_sha256rnds2_epu32($cdgh, $abef, t);
+                            $abef = _mm_sha256rnds2_epu32($abef, $cdgh, _mm_shuffle_epi32(t, 0x0E));
+                        }};
                     }
-                    let t0 = _mm_add_epi32(w0[r % 4], k);
-                    let t1 = _mm_add_epi32(w1[r % 4], k);
-                    cdgh0 = _mm_sha256rnds2_epu32(cdgh0, abef0, t0);
-                    cdgh1 = _mm_sha256rnds2_epu32(cdgh1, abef1, t1);
-                    abef0 = _mm_sha256rnds2_epu32(abef0, cdgh0, _mm_shuffle_epi32(t0, 0x0E));
-                    abef1 = _mm_sha256rnds2_epu32(abef1, cdgh1, _mm_shuffle_epi32(t1, 0x0E));
+                    one!(w0, abef0, cdgh0);
+                    one!(w1, abef1, cdgh1);
                 }};
             }
             rounds!(0);
