@@ -16,8 +16,8 @@
 //!
 //! Unsafe code is denied crate-wide; the few places that need it (memory
 //! maps, `flock`, `poll`, `setrlimit`, signals, decoding into a buffer's
-//! spare room, the x86 SHA rounds of `crypto::sha256_pair`) allow it on one
-//! function or one module each, with a `SAFETY` comment on each block.
+//! spare room) allow it on one function each, with a `SAFETY` comment on
+//! the block. The x86 SHA rounds are the `wtxt-sha256-pair` crate's.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]

@@ -1,6 +1,5 @@
 //! age encryption with ASCII armor: a WTXT stays pure text while secret.
 //! Files interoperate with the standard `age` tool both ways.
-#![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;

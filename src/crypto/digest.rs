@@ -1,6 +1,5 @@
 //! The profile's derived values (salts, the Merkle link, key ids and
 //! `fastxor`), and fingerprints of what a command read.
-#![forbid(unsafe_code)]
 
 use std::io::Read;
 

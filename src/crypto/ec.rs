@@ -4,7 +4,6 @@
 //! Keys are read as openssl writes them: PKCS#8 (`BEGIN PRIVATE KEY`), SEC1
 //! (`BEGIN EC PRIVATE KEY`, after an optional `EC PARAMETERS` block) and SPKI
 //! public keys.
-#![forbid(unsafe_code)]
 
 use std::path::Path;
 

@@ -1,5 +1,4 @@
 //! Per-array HMAC-SHA256 and the hex key files that hold its key.
-#![forbid(unsafe_code)]
 
 use std::path::Path;
 

@@ -1,6 +1,5 @@
 //! Hashing, message authentication and signatures as the profile pins them.
-//! Unsafe code is forbidden in each module but `sha256_pair`, whose SIMD
-//! rounds allow it in their x86 module.
+#![forbid(unsafe_code)]
 
 pub mod armor;
 pub mod digest;

@@ -1,6 +1,5 @@
 //! Ed25519 keys and signatures: PKCS#8/SPKI PEM as openssl writes them,
 //! OpenSSH ed25519 keys, and trusted-keys files.
-#![forbid(unsafe_code)]
 
 use std::path::Path;
 
