@@ -626,7 +626,7 @@ impl<'a> ChunkDigests<'a> {
     fn new(plan: &'a Plan<'a>, out: &'a [OnceLock<Hash>]) -> ChunkDigests<'a> {
         let mut c = ChunkDigests { plan, out, ix: 0, left: plan.layout.chunk_range(0).1, sha: Sha256State::default() };
         // An array of 0 bytes has one chunk, of 0 bytes.
-        c.complete_empty();
+        c.set_completed();
         c
     }
 
@@ -634,15 +634,19 @@ impl<'a> ChunkDigests<'a> {
     fn pair(&mut self, other: &mut Sha256State, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             let n = (self.left as usize).min(bytes.len());
+            if n == 0 {
+                // Past the last chunk: the layout covers every byte, so never.
+                break;
+            }
             Sha256State::update_pair(other, &bytes[..n], &mut self.sha, &bytes[..n]);
             bytes = &bytes[n..];
             self.left -= n as u64;
-            self.complete_empty();
+            self.set_completed();
         }
     }
 
     /// Sets the digest of each chunk whose bytes were all fed.
-    fn complete_empty(&mut self) {
+    fn set_completed(&mut self) {
         let chunks = self.plan.layout.chunk_count();
         while self.left == 0 && self.ix < chunks {
             let _ = self.out[self.plan.first_chunk + self.ix as usize].set(std::mem::take(&mut self.sha).finalize());
