@@ -120,6 +120,12 @@ pub fn sha256_files(
         }
     };
     let workers = crate::threads::threads().min(paths.len().div_ceil(2)).max(1);
+    // A lane whose file ended (a short read) or failed is done.
+    let done = |lane: &mut Option<Lane>, read: std::io::Result<usize>| {
+        if let Some(l) = lane.take_if(|l| !matches!(read, Ok(n) if n == l.buf.len())) {
+            put(l.i, read.map(|_| l.sha.finalize()).map_err(|e| Error::io(l.path, e)));
+        }
+    };
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| {
@@ -128,31 +134,32 @@ pub fn sha256_files(
                     for l in lanes.iter_mut().filter(|l| l.is_none()) {
                         *l = take();
                     }
-                    let read: Vec<(usize, std::io::Result<usize>)> = lanes
-                        .iter_mut()
-                        .enumerate()
-                        .filter_map(|(k, l)| l.as_mut().map(|l| (k, fill(&mut l.file, &mut l.buf))))
-                        .collect();
-                    if read.is_empty() {
-                        return;
+                    // A lone lane goes first.
+                    let [x, y] = &mut lanes;
+                    if x.is_none() {
+                        std::mem::swap(x, y);
                     }
-                    let n = |k: usize| read.iter().find(|r| r.0 == k).and_then(|r| r.1.as_ref().ok().copied());
-                    match (&mut lanes, n(0), n(1)) {
-                        ([Some(a), Some(b)], Some(na), Some(nb)) => {
-                            Sha256State::update_pair(&mut a.sha, &a.buf[..na], &mut b.sha, &b.buf[..nb])
+                    match (x.as_mut(), y.as_mut()) {
+                        (None, _) => return,
+                        (Some(l), None) => {
+                            let r = l.read();
+                            l.hash(&r);
+                            done(x, r);
                         }
-                        (lanes, _, _) => {
-                            for (k, l) in lanes.iter_mut().enumerate() {
-                                if let (Some(l), Some(n)) = (l.as_mut(), n(k)) {
-                                    l.sha.update(&l.buf[..n]);
+                        (Some(a), Some(b)) => {
+                            let (ra, rb) = (a.read(), b.read());
+                            match (&ra, &rb) {
+                                (Ok(na), Ok(nb)) => {
+                                    Sha256State::update_pair(&mut a.sha, &a.buf[..*na], &mut b.sha, &b.buf[..*nb])
+                                }
+                                _ => {
+                                    a.hash(&ra);
+                                    b.hash(&rb);
                                 }
                             }
+                            done(x, ra);
+                            done(y, rb);
                         }
-                    }
-                    // A lane whose file ended (a short read) or failed is done.
-                    for (k, r) in read {
-                        let Some(l) = lanes[k].take_if(|l| !matches!(r, Ok(n) if n == l.buf.len())) else { continue };
-                        put(l.i, r.map(|_| l.sha.finalize()).map_err(|e| Error::io(l.path, e)));
                     }
                 }
             });
@@ -170,18 +177,18 @@ struct Lane<'p> {
     buf: Vec<u8>,
 }
 
-/// Reads into all of `buf` unless the input ends first; gives the bytes read.
-fn fill(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+impl Lane<'_> {
+    /// The file's next bytes, a buffer's worth unless it ends first.
+    fn read(&mut self) -> std::io::Result<usize> {
+        crate::atomic::read_full(&mut self.file, &mut self.buf)
+    }
+
+    /// Hashes what `read` gave, alone.
+    fn hash(&mut self, read: &std::io::Result<usize>) {
+        if let Ok(n) = read {
+            self.sha.update(&self.buf[..*n]);
         }
     }
-    Ok(n)
 }
 
 /// `each` of `paths`, on every core, results in the order of `paths`; the

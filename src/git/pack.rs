@@ -237,7 +237,7 @@ fn prepare_file(path: &Path, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
     out.reserve(len as usize / 8 * 7 + 1024);
     let mut z = Zlib::new(out);
     let (mut cur, mut next) = (vec![0u8; BLOCK], vec![0u8; BLOCK]);
-    let fill = |f: &mut File, buf: &mut [u8]| crate::git::parts::fill(f, buf).map_err(|e| Error::io(path, e));
+    let fill = |f: &mut File, buf: &mut [u8]| crate::atomic::read_full(f, buf).map_err(|e| Error::io(path, e));
     let mut n = fill(&mut file, &mut cur)?;
     let mut read = n as u64;
     loop {

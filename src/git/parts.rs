@@ -12,6 +12,7 @@ use std::ops::Range;
 
 use std::path::{Path, PathBuf};
 
+use crate::atomic::read_full;
 use crate::error::{check_at, Error, Reason, Result};
 use crate::git::blob::Text;
 use crate::git::diff::{
@@ -61,28 +62,14 @@ fn same_bytes(a: &dyn Text, b: &dyn Text) -> std::io::Result<bool> {
     let (mut ra, mut rb) = (a.stream(), b.stream());
     let (mut ba, mut bb) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
     loop {
-        let n = fill(&mut ra, &mut ba)?;
-        if n != fill(&mut rb, &mut bb)? || ba[..n] != bb[..n] {
+        let n = read_full(&mut ra, &mut ba)?;
+        if n != read_full(&mut rb, &mut bb)? || ba[..n] != bb[..n] {
             return Ok(false);
         }
         if n < ba.len() {
             return Ok(true);
         }
     }
-}
-
-/// Reads until `buf` is full or the input ends.
-pub(crate) fn fill(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 /// The difference of two heads: header fields, and which parts changed
