@@ -601,9 +601,10 @@ fn root_job(plans: &[Plan], opts: &WriteOptions, sums: &Sums) {
         let line = final_arr(p, opts, sha.finalize(), mac.map(|(k, m)| k.finish_resumable(m)));
         all.update(line.to_line().as_bytes());
         each_block(p, &mut |block| {
-            match keyed {
-                true => chunks.pair(&mut all, block),
-                false => all.update(block),
+            if keyed {
+                chunks.pair(&mut all, block);
+            } else {
+                all.update(block);
             }
             fx.update(block);
         });
