@@ -232,10 +232,7 @@ fn prepare_file(path: &Path, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
     use crate::git::deflate::{Zlib, BLOCK};
     let (mut file, len) = open_sized(path, PACKED_MAX)?;
     let mut h = Object::hasher(len);
-    let mut out = out;
-    out.clear();
-    out.reserve(len as usize / 8 * 7 + 1024);
-    let mut z = Zlib::new(out);
+    let mut z = Zlib::new(out, len as usize);
     let (mut cur, mut next) = (vec![0u8; BLOCK], vec![0u8; BLOCK]);
     let fill = |f: &mut File, buf: &mut [u8]| crate::atomic::read_full(f, buf).map_err(|e| Error::io(path, e));
     let mut n = fill(&mut file, &mut cur)?;
