@@ -3,7 +3,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sha2::{Digest, Sha256};
-use wtxt::crypto::digest::Sha256State;
+use wtxt::crypto::digest::{Sha1State, Sha256State};
 use wtxt::model::Array;
 use wtxt::progress::Progress;
 use wtxt::wtxt::syntax::{Meta, Timestamp};
@@ -46,6 +46,21 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let (mut x, mut y) = (Sha256State::default(), Sha256State::default());
             Sha256State::update_pair(&mut x, arrays[0].bytes(), &mut y, arrays[0].bytes());
+            (x.finalize(), y.finalize())
+        })
+    });
+    // Git's blob ids of two files, hashed side by side (the pack writer's).
+    g.bench_function("baseline_sha1", |b| {
+        b.iter(|| {
+            let mut x = Sha1State::default();
+            x.update(arrays[0].bytes());
+            x.finalize()
+        })
+    });
+    g.bench_function("two_sha1_paired", |b| {
+        b.iter(|| {
+            let (mut x, mut y) = (Sha1State::default(), Sha1State::default());
+            Sha1State::update_pair(&mut x, arrays[0].bytes(), &mut y, arrays[0].bytes());
             (x.finalize(), y.finalize())
         })
     });

@@ -5,6 +5,7 @@ use std::io::Read;
 
 use sha2::{Digest, Sha256};
 
+use crate::crypto::sha_pair::Rounds;
 use crate::error::{Error, Result};
 
 /// A SHA-256 digest.
@@ -264,43 +265,45 @@ pub fn fastxor_at(offset: u64, data: &[u8]) -> u64 {
     xor_words(data).rotate_left((offset % 8) as u32 * 8)
 }
 
-/// SHA-256 whose state can be handed to another process between any two
-/// bytes: a distributed writer hashes a stream whose pieces lie on
-/// different ranks, each continuing where the previous one stopped.
+/// A digest of 64-byte blocks (SHA-256, SHA-1) fed any bytes at a time,
+/// alone or two side by side ([`BlockState::update_pair`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Sha256State {
-    h: [u32; 8],
+pub struct BlockState<H: Rounds> {
+    h: H::State,
     /// Bytes absorbed so far; the last `len % 64` wait in `buf`.
     len: u64,
     buf: [u8; 64],
 }
 
-impl Default for Sha256State {
-    fn default() -> Sha256State {
-        const IV: [u32; 8] =
-            [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
-        Sha256State { h: IV, len: 0, buf: [0; 64] }
+/// SHA-256 whose state can be handed to another process between any two
+/// bytes: a distributed writer hashes a stream whose pieces lie on
+/// different ranks, each continuing where the previous one stopped.
+pub type Sha256State = BlockState<crate::crypto::sha_pair::Sha256>;
+
+/// SHA-1, for Git's object ids.
+pub type Sha1State = BlockState<crate::crypto::sha_pair::Sha1>;
+
+impl<H: Rounds> Default for BlockState<H> {
+    fn default() -> BlockState<H> {
+        BlockState { h: H::IV, len: 0, buf: [0; 64] }
     }
 }
 
-impl Sha256State {
-    /// Bytes of [`Sha256State::to_bytes`].
-    pub const BYTES: usize = 32 + 8 + 64;
-
+impl<H: Rounds> BlockState<H> {
     /// Absorbs `data`.
     pub fn update(&mut self, data: &[u8]) {
         let data = self.fill(data);
         let (blocks, rest) = data.as_chunks::<64>();
-        sha2::block_api::compress256(&mut self.h, blocks);
+        H::alone(&mut self.h, blocks);
         self.buf[..rest.len()].copy_from_slice(rest);
     }
 
     /// Absorbs `da` into `a` and `db` into `b`, the two digests' rounds
-    /// side by side where both have whole blocks ([`crate::crypto::sha256_pair`]).
-    pub fn update_pair(a: &mut Sha256State, da: &[u8], b: &mut Sha256State, db: &[u8]) {
+    /// side by side where both have whole blocks ([`crate::crypto::sha_pair`]).
+    pub fn update_pair(a: &mut BlockState<H>, da: &[u8], b: &mut BlockState<H>, db: &[u8]) {
         let (da, db) = (a.fill(da), b.fill(db));
         let ((ba, ra), (bb, rb)) = (da.as_chunks::<64>(), db.as_chunks::<64>());
-        crate::crypto::sha256_pair::compress_pair(&mut a.h, ba, &mut b.h, bb);
+        crate::crypto::sha_pair::compress_pair::<H>(&mut a.h, ba, &mut b.h, bb);
         a.buf[..ra.len()].copy_from_slice(ra);
         b.buf[..rb.len()].copy_from_slice(rb);
     }
@@ -317,24 +320,44 @@ impl Sha256State {
         let n = data.len().min(64 - have);
         self.buf[have..have + n].copy_from_slice(&data[..n]);
         if have + n == 64 {
-            sha2::block_api::compress256(&mut self.h, &[self.buf]);
+            H::alone(&mut self.h, &[self.buf]);
         }
         &data[n..]
     }
 
-    /// The digest of everything absorbed.
-    pub fn finalize(mut self) -> Hash {
+    /// The digest of everything absorbed: the padded state's words,
+    /// big-endian.
+    fn digest_into(mut self, out: &mut [u8]) {
         let bits = self.len.wrapping_mul(8);
         let have = (self.len % 64) as usize;
         let pad = if have < 56 { 56 - have } else { 120 - have };
-        let mut tail = vec![0u8; pad + 8];
+        let mut tail = [0u8; 128];
         tail[0] = 0x80;
-        tail[pad..].copy_from_slice(&bits.to_be_bytes());
-        self.update(&tail);
-        let mut out = [0u8; 32];
-        for (o, w) in out.chunks_exact_mut(4).zip(self.h) {
+        tail[pad..pad + 8].copy_from_slice(&bits.to_be_bytes());
+        self.update(&tail[..pad + 8]);
+        for (o, w) in out.chunks_exact_mut(4).zip(self.h.as_ref()) {
             o.copy_from_slice(&w.to_be_bytes());
         }
+    }
+}
+
+impl Sha1State {
+    /// The digest of everything absorbed.
+    pub fn finalize(self) -> [u8; 20] {
+        let mut out = [0u8; 20];
+        self.digest_into(&mut out);
+        out
+    }
+}
+
+impl Sha256State {
+    /// Bytes of [`Sha256State::to_bytes`].
+    pub const BYTES: usize = 32 + 8 + 64;
+
+    /// The digest of everything absorbed.
+    pub fn finalize(self) -> Hash {
+        let mut out = [0u8; 32];
+        self.digest_into(&mut out);
         out
     }
 
@@ -359,7 +382,7 @@ impl Sha256State {
             *w = u32::from_le_bytes(c.try_into().ok()?);
         }
         let len = u64::from_le_bytes(b[32..40].try_into().ok()?);
-        Some(Sha256State { h, len, buf: b[40..].try_into().ok()? })
+        Some(BlockState { h, len, buf: b[40..].try_into().ok()? })
     }
 }
 
@@ -428,7 +451,19 @@ mod tests {
             let mut alone = b"an arr line".to_vec();
             alone.extend_from_slice(&data);
             assert_eq!((a.finalize(), b.finalize()), (sha256(&data), sha256(&alone)), "steps {sa} and {sb}");
+            // SHA-1 the same way, against the `sha1` crate.
+            let (mut a, mut b) = (Sha1State::default(), Sha1State::default());
+            b.update(b"an arr line");
+            let (mut ia, mut ib) = (0, 0);
+            while ia < data.len() || ib < data.len() {
+                let (na, nb) = ((ia + sa).min(data.len()), (ib + sb).min(data.len()));
+                Sha1State::update_pair(&mut a, &data[ia..na], &mut b, &data[ib..nb]);
+                (ia, ib) = (na, nb);
+            }
+            let sha1 = |d: &[u8]| -> [u8; 20] { sha1::Sha1::digest(d).into() };
+            assert_eq!((a.finalize(), b.finalize()), (sha1(&data), sha1(&alone)), "SHA-1, steps {sa} and {sb}");
         }
+        assert_eq!(Sha1State::default().finalize(), <[u8; 20]>::from(sha1::Sha1::digest(b"")));
     }
 
     #[test]

@@ -5,5 +5,5 @@ pub mod armor;
 pub mod digest;
 pub mod ec;
 pub mod mac;
-pub mod sha256_pair;
+pub mod sha_pair;
 pub mod sign;

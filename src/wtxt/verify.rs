@@ -5,7 +5,7 @@
 //! The reader decodes on the calling thread; two workers share the decoded
 //! blocks: one computes each array's digest paired with `sha256_all`, and
 //! `fastxor`; the other the chunks' digests, two chunks at a time, or each
-//! paired with the array's HMAC ([`crate::crypto::sha256_pair`]: two
+//! paired with the array's HMAC ([`crate::crypto::sha_pair`]: two
 //! digests cost what one does). Blocks come from
 //! a small recycled pool over bounded channels, so memory stays constant
 //! whatever the file size.

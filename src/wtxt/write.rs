@@ -578,7 +578,7 @@ fn hash_jobs(plans: &[Plan], total_chunks: usize, opts: &WriteOptions, sums: &Su
 
 /// Per array: its SHA-256 and HMAC in one pass, then its `arr` line; then
 /// `sha256_all` (each `arr` line without LF, then the raw bytes) and
-/// `fastxor`. Each chunk's SHA-256 is paired ([`crate::crypto::sha256_pair`])
+/// `fastxor`. Each chunk's SHA-256 is paired ([`crate::crypto::sha_pair`])
 /// with the array's, or with `sha256_all` where the HMAC takes that place.
 fn root_job(plans: &[Plan], opts: &WriteOptions, sums: &Sums) {
     let mut all = Sha256State::default();
