@@ -14,8 +14,6 @@ use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use sha1::Digest;
-
 use crate::error::{Error, Result};
 use crate::git::git_err;
 use crate::git::pack::PACKED_MAX;

@@ -32,6 +32,7 @@ use git2::Oid;
 use sha1::{Digest, Sha1};
 
 use crate::atomic::DirectWriter;
+use crate::crypto::digest::Sha1State;
 use crate::error::{Error, Result};
 
 /// A blob's bytes and their id.
@@ -47,16 +48,20 @@ impl Object {
     pub fn hashed(bytes: Vec<u8>) -> Object {
         let mut h = Object::hasher(bytes.len() as u64);
         h.update(&bytes);
-        let id = Oid::from_bytes(&h.finalize()).expect("20 bytes");
-        Object { id, bytes }
+        Object { id: Object::id(h), bytes }
     }
 
     /// The SHA-1 that names a blob of `len` bytes once they are fed to it
     /// (Git's `blob <len>` header and a NUL go first).
-    pub fn hasher(len: u64) -> Sha1 {
-        let mut h = Sha1::new();
+    pub fn hasher(len: u64) -> Sha1State {
+        let mut h = Sha1State::default();
         h.update(format!("blob {len}\0").as_bytes());
         h
+    }
+
+    /// The id a [`Object::hasher`] fed all of a blob's bytes gives.
+    pub fn id(h: Sha1State) -> Oid {
+        Oid::from_bytes(&h.finalize()).expect("20 bytes")
     }
 }
 
@@ -225,47 +230,119 @@ pub(crate) fn same_length(path: &Path, len: u64, read: u64) -> Result<()> {
     Ok(())
 }
 
-/// The file at `path` as one whole entry, hashed and coded as it is read
-/// (a block ahead, to know the last), into `out`'s room. Its blocks fall
-/// where they fall for a blob coded whole: the same bytes either way.
-fn prepare_file(path: &Path, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
-    use crate::git::deflate::{Zlib, BLOCK};
-    let (mut file, len) = open_sized(path, PACKED_MAX)?;
-    let mut h = Object::hasher(len);
-    let mut z = Zlib::new(out, len as usize);
-    let (mut cur, mut next) = (vec![0u8; BLOCK], vec![0u8; BLOCK]);
-    let fill = |f: &mut File, buf: &mut [u8]| crate::atomic::read_full(f, buf).map_err(|e| Error::io(path, e));
-    let mut n = fill(&mut file, &mut cur)?;
-    let mut read = n as u64;
-    loop {
-        let m = if n == BLOCK { fill(&mut file, &mut next)? } else { 0 };
-        read += m as u64;
-        if read > len {
-            break;
-        }
-        h.update(&cur[..n]);
-        z.block(&cur[..n], m == 0);
-        if m == 0 {
-            break;
-        }
-        std::mem::swap(&mut cur, &mut next);
-        n = m;
-    }
-    same_length(path, len, read)?;
-    let id = Oid::from_bytes(&h.finalize()).expect("20 bytes");
-    Ok((id, vec![Entry { id, base: None, size: len as usize, deflated: z.finish() }]))
+/// A file read and coded a block at a time, a block ahead (to know the
+/// last), while its blob id is hashed.
+struct FileLane<'p> {
+    path: &'p Path,
+    file: File,
+    /// The size it had when opened, which the id's header says.
+    len: u64,
+    read: u64,
+    id: Sha1State,
+    z: crate::git::deflate::Zlib,
+    /// The block in hand: hashed by the caller, then coded.
+    cur: Vec<u8>,
+    n: usize,
+    next: Vec<u8>,
+    coded: bool,
 }
 
-/// What one job puts in the pack, coded into `out`'s room: its target
+impl<'p> FileLane<'p> {
+    fn open(path: &'p Path, out: Vec<u8>) -> Result<FileLane<'p>> {
+        use crate::git::deflate::{Zlib, BLOCK};
+        let (file, len) = open_sized(path, PACKED_MAX)?;
+        let z = Zlib::new(out, len as usize);
+        let (cur, next) = (vec![0u8; BLOCK], vec![0u8; BLOCK]);
+        let mut lane = FileLane { path, file, len, read: 0, id: Object::hasher(len), z, cur, n: 0, next, coded: false };
+        lane.n = lane.fill(false)?;
+        lane.read = lane.n as u64;
+        Ok(lane)
+    }
+
+    /// Reads a block into `next` (`cur` when not `next`); its length.
+    fn fill(&mut self, next: bool) -> Result<usize> {
+        let buf = if next { &mut self.next } else { &mut self.cur };
+        crate::atomic::read_full(&mut self.file, buf).map_err(|e| Error::io(self.path, e))
+    }
+
+    /// Codes the block in hand and reads the next.
+    fn code(&mut self) -> Result<()> {
+        use crate::git::deflate::BLOCK;
+        let m = if self.n == BLOCK { self.fill(true)? } else { 0 };
+        self.read += m as u64;
+        if self.read > self.len {
+            return same_length(self.path, self.len, self.read);
+        }
+        self.z.block(&self.cur[..self.n], m == 0);
+        self.coded = m == 0;
+        std::mem::swap(&mut self.cur, &mut self.next);
+        self.n = m;
+        Ok(())
+    }
+
+    /// The file's id and its one whole entry.
+    fn finish(self) -> Result<(Oid, Vec<Entry>)> {
+        same_length(self.path, self.len, self.read)?;
+        let id = Object::id(self.id);
+        Ok((id, vec![Entry { id, base: None, size: self.len as usize, deflated: self.z.finish() }]))
+    }
+}
+
+/// The files at `paths` (one or two) as whole entries, each coded into
+/// one of `outs`' room as it is read: two files' blob ids are hashed side
+/// by side on this core ([`Sha1State::update_pair`]). Blocks fall where
+/// they fall for a blob coded whole: the same bytes either way.
+fn prepare_files(paths: &[&Path], outs: impl FnMut() -> Vec<u8>) -> Result<Vec<(Oid, Vec<Entry>)>> {
+    let mut outs = outs;
+    let mut lanes = paths.iter().map(|p| FileLane::open(p, outs())).collect::<Result<Vec<_>>>()?;
+    while lanes.iter().any(|l| !l.coded) {
+        match lanes.as_mut_slice() {
+            [a, b] if !a.coded && !b.coded => {
+                Sha1State::update_pair(&mut a.id, &a.cur[..a.n], &mut b.id, &b.cur[..b.n]);
+            }
+            lanes => {
+                for l in lanes.iter_mut().filter(|l| !l.coded) {
+                    l.id.update(&l.cur[..l.n]);
+                }
+            }
+        }
+        for lane in lanes.iter_mut().filter(|l| !l.coded) {
+            lane.code()?;
+        }
+    }
+    lanes.into_iter().map(FileLane::finish).collect()
+}
+
+/// What `jobs` (one or two) put in the pack, in order, each coded into
+/// room `take` gives: two files are read side by side, their blob ids
+/// hashed as a pair.
+fn prepare_group(jobs: Vec<Job>, mut take: impl FnMut() -> Vec<u8>) -> Result<Vec<(Oid, Vec<Entry>)>> {
+    let files: Option<Vec<&Path>> = jobs
+        .iter()
+        .map(|j| match j {
+            Job::File(path) => Some(path.as_path()),
+            Job::Blob { .. } => None,
+        })
+        .collect();
+    if let Some(paths) = files {
+        return prepare_files(&paths, take);
+    }
+    let mut done = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        done.extend(match job {
+            Job::File(path) => prepare_files(&[&path], &mut take)?,
+            Job::Blob { target, base } => vec![prepare_blob(target, base, take())?],
+        });
+    }
+    Ok(done)
+}
+
+/// What a blob job puts in the pack, coded into `out`'s room: its target
 /// whole and, when most lines are shared, the previous version again as a
 /// delta against it (the newest version whole, older ones as deltas: what
 /// Git's own repacking chooses, so that reading the newest applies no
 /// delta). Returns the target's id with the entries.
-fn prepare(job: Job, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
-    let (target, base) = match job {
-        Job::File(path) => return prepare_file(&path, out),
-        Job::Blob { target, base } => (target, base),
-    };
+fn prepare_blob(target: Object, base: Option<Object>, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
     let deflated = crate::git::deflate::zlib_into(&target.bytes, out);
     let whole = Entry { id: target.id, base: None, size: target.bytes.len(), deflated };
     if let Some(old) = &base {
@@ -499,22 +576,26 @@ pub(crate) fn store<T: Sync>(
     // than results `in_order` holds at once.
     let spare: std::sync::Mutex<Vec<Vec<u8>>> = Default::default();
     let take = || spare.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default();
-    // As many coded ahead as keep every worker busy while one is
-    // written, no more: each holds a part's coded bytes.
+    // Items go two to a job, so that a core hashes two files' ids side by
+    // side. As many jobs coded ahead as keep every worker busy while one
+    // is written, no more: each holds two parts' coded bytes.
     let ahead = crate::threads::threads().saturating_sub(1).max(1);
+    let groups: Vec<&[T]> = items.chunks(2).collect();
     crate::threads::in_order(
-        items,
+        &groups,
         ahead,
-        |item| prepare(load(item)?, take()),
-        |(id, entries)| {
-            for (i, e) in entries.into_iter().enumerate() {
-                w.add(&e)?;
-                let mut spare = spare.lock().unwrap_or_else(|p| p.into_inner());
-                if i == 0 && spare.len() <= ahead + 2 {
-                    spare.push(e.deflated);
+        |group| prepare_group(group.iter().map(&load).collect::<Result<_>>()?, take),
+        |done| {
+            for (id, entries) in done {
+                for (i, e) in entries.into_iter().enumerate() {
+                    w.add(&e)?;
+                    let mut spare = spare.lock().unwrap_or_else(|p| p.into_inner());
+                    if i == 0 && spare.len() <= 2 * (ahead + 2) {
+                        spare.push(e.deflated);
+                    }
                 }
+                ids.push(id);
             }
-            ids.push(id);
             Ok(())
         },
     )?;
@@ -914,22 +995,34 @@ mod tests {
     }
 
     #[test]
-    fn a_file_coded_as_it_is_read_is_the_blob_coded_whole() {
+    fn files_coded_as_they_are_read_two_at_a_time_are_the_blobs_coded_whole() {
         let dir = tempfile::tempdir().unwrap();
         let block = crate::git::deflate::BLOCK;
-        // Empty, a block exactly (the end found a block ahead), two and a half.
-        for (i, n) in [0, block, 2 * block, 2 * block + block / 2].into_iter().enumerate() {
-            let bytes: Vec<u8> = lines(n / 7 + 1, |j| j % 3 == 0).into_iter().cycle().take(n).collect();
+        // Empty, a block exactly (the end found a block ahead), two and a
+        // half, a few bytes: in jobs of two files (of unlike lengths), of a
+        // file and a blob, and of one file.
+        let sizes = [0, block, 2 * block, 2 * block + block / 2, 3];
+        let mut jobs = Vec::new();
+        let mut wholes = Vec::new();
+        for (i, n) in sizes.into_iter().enumerate() {
+            let bytes: Vec<u8> = lines(n / 7 + 1, |j| j % (i + 2) == 0).into_iter().cycle().take(n).collect();
             let path = dir.path().join(format!("f{i}"));
             std::fs::write(&path, &bytes).unwrap();
-            let objects = dir.path().join(format!("objects{i}"));
-            let whole = Object::hashed(bytes.clone());
-            assert_eq!(stored(&objects, &[Job::File(path)]), [whole.id], "{n} bytes");
-            assert_eq!(stored_prefix(&objects, whole.id, n + 1).unwrap(), bytes);
-            let (_, coded) = prepare(Job::Blob { target: whole, base: None }, Vec::new()).unwrap();
-            let pack = std::fs::read_dir(objects.join("pack")).unwrap().map(|e| e.unwrap().path());
-            let pack = std::fs::read(pack.into_iter().find(|p| p.extension().is_some_and(|x| x == "pack")).unwrap());
-            let pack = pack.unwrap();
+            jobs.push(Job::File(path));
+            wholes.push(Object::hashed(bytes));
+        }
+        let blob = Object::hashed(lines(500, |j| j == 3));
+        jobs.insert(3, Job::Blob { target: Object::hashed(blob.bytes.clone()), base: None });
+        wholes.insert(3, blob);
+        let objects = dir.path().join("objects");
+        assert_eq!(stored(&objects, &jobs), wholes.iter().map(|w| w.id).collect::<Vec<_>>());
+        let pack = std::fs::read_dir(objects.join("pack")).unwrap().map(|e| e.unwrap().path());
+        let pack = std::fs::read(pack.into_iter().find(|p| p.extension().is_some_and(|x| x == "pack")).unwrap());
+        let pack = pack.unwrap();
+        for whole in wholes {
+            let n = whole.bytes.len();
+            assert_eq!(stored_prefix(&objects, whole.id, n + 1).unwrap(), whole.bytes);
+            let (_, coded) = prepare_blob(whole, None, Vec::new()).unwrap();
             let at = pack.windows(coded[0].deflated.len()).position(|w| w == coded[0].deflated);
             assert!(at.is_some(), "{n} bytes: the same stream as the blob coded whole");
         }
@@ -940,13 +1033,18 @@ mod tests {
 
     #[test]
     fn a_file_that_gives_other_than_its_size_is_refused_as_changed_while_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good");
+        std::fs::write(&good, lines(20_000, |_| false)).unwrap();
         let refused = |path: &Path| {
-            let streamed = match prepare_file(path, Vec::new()) {
-                Ok(_) => panic!("{} streamed", path.display()),
-                Err(e) => e.to_string(),
-            };
+            let streamed = [vec![path], vec![good.as_path(), path], vec![path, good.as_path()]].map(|paths| {
+                match prepare_files(&paths, Vec::new) {
+                    Ok(_) => panic!("{} streamed", path.display()),
+                    Err(e) => e.to_string(),
+                }
+            });
             let whole = read_whole(path, 1 << 20).expect_err("read whole").to_string();
-            for e in [streamed, whole] {
+            for e in streamed.into_iter().chain([whole]) {
                 assert!(e.contains("changed while it was read") && e.contains(&*path.to_string_lossy()), "{e}");
             }
         };
