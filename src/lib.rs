@@ -17,7 +17,7 @@
 //! Unsafe code is denied crate-wide; the few places that need it (memory
 //! maps, `flock`, `poll`, `setrlimit`, signals, decoding into a buffer's
 //! spare room) allow it on one function each, with a `SAFETY` comment on
-//! the block. The x86 SHA rounds are the `wtxt-sha256-pair` crate's.
+//! the block. The x86 SHA rounds are the `wtxt-sha-pair` crate's.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
