@@ -16,7 +16,7 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::git::git_err;
-use crate::git::pack::PACKED_MAX;
+use crate::git::pack::{Expect, PACKED_MAX};
 
 /// The loose compression level `repo` asks for: `core.looseCompression`,
 /// else `core.compression`, else 0 (the level `wtxt git install` sets: the
@@ -159,7 +159,7 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
             let packed = crate::git::pack::store(
                 &objects,
                 &jobs,
-                |j| j.1.is_some(),
+                |j| if j.1.is_some() { Expect::Delta } else { Expect::File },
                 |&(path, base)| {
                     let Some(base) = base else { return Ok(crate::git::pack::Job::File(path.to_path_buf())) };
                     let target = crate::git::pack::Object::hashed(crate::git::pack::read_whole(path, PACKED_MAX)?);
@@ -322,7 +322,8 @@ pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
         let base = base.map(|b| base_for(git_dir, b)).transpose()?;
         Ok(crate::git::pack::Job::Blob { target, base })
     };
-    if crate::git::pack::store(&objects, &jobs, |j| j.1.is_some(), load)?.is_empty() {
+    let expect = |j: &(_, Option<_>, _)| if j.1.is_some() { Expect::Delta } else { Expect::Blob };
+    if crate::git::pack::store(&objects, &jobs, expect, load)?.is_empty() {
         return Ok(0);
     }
     index_packs(git_dir)?;

@@ -549,23 +549,37 @@ fn index_bytes(mut listed: Vec<(Oid, u32, u64)>, sum: &[u8; 20]) -> Vec<u8> {
     out
 }
 
+/// What an item of [`store`] loads as, said before it is loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Expect {
+    /// A [`Job::File`]: two in a row go to one job, their ids hashed as a
+    /// pair.
+    File,
+    /// A [`Job::Blob`] without a base (or one whose delta is not expected).
+    Blob,
+    /// A [`Job::Blob`] whose base is expected to be stored as a delta.
+    Delta,
+}
+
 /// Stores the blob of each of `items` in one new pack in the object
 /// folder `objects`: `load` reads an item's blob (and the base to try),
 /// on up to [`crate::threads::threads`] threads, each deflated there, and
-/// they are written in `items`' order as they come. `expects_delta` says
-/// beforehand which items come with a base (the header's count, which the
-/// checksum covers first, is then known before the first entry). Returns
-/// each item's id.
+/// they are written in `items`' order as they come. `expect` says
+/// beforehand what each item loads as: how many entries a delta adds (the
+/// header's count, which the checksum covers first, is then known before
+/// the first entry), and which files go two to a job. Returns each item's
+/// id.
 pub(crate) fn store<T: Sync>(
     objects: &Path,
     items: &[T],
-    expects_delta: impl Fn(&T) -> bool,
+    expect: impl Fn(&T) -> Expect,
     load: impl Fn(&T) -> Result<Job> + Sync,
 ) -> Result<Vec<Oid>> {
     if items.is_empty() {
         return Ok(Vec::new());
     }
-    let count = items.len() + items.iter().filter(|i| expects_delta(i)).count();
+    let expected: Vec<Expect> = items.iter().map(expect).collect();
+    let count = items.len() + expected.iter().filter(|&&e| e == Expect::Delta).count();
     let dir = objects.join("pack");
     let mut w = Writer::create(&dir, u32::try_from(count).unwrap_or(u32::MAX))?;
     let mut ids = Vec::with_capacity(items.len());
@@ -576,11 +590,19 @@ pub(crate) fn store<T: Sync>(
     // than results `in_order` holds at once.
     let spare: std::sync::Mutex<Vec<Vec<u8>>> = Default::default();
     let take = || spare.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default();
-    // Items go two to a job, so that a core hashes two files' ids side by
-    // side. As many jobs coded ahead as keep every worker busy while one
-    // is written, no more: each holds two parts' coded bytes.
+    // Two files in a row go to one job, so that a core hashes their ids
+    // side by side; a blob (read whole first) goes alone. As many jobs
+    // coded ahead as keep every worker busy while one is written, no more:
+    // each holds one or two parts' coded bytes.
     let ahead = crate::threads::threads().saturating_sub(1).max(1);
-    let groups: Vec<&[T]> = items.chunks(2).collect();
+    let mut groups: Vec<&[T]> = Vec::with_capacity(items.len());
+    let mut at = 0;
+    while at < items.len() {
+        let two = expected.get(at..at + 2) == Some(&[Expect::File, Expect::File]);
+        let n = if two { 2 } else { 1 };
+        groups.push(&items[at..at + n]);
+        at += n;
+    }
     crate::threads::in_order(
         &groups,
         ahead,
@@ -897,7 +919,11 @@ mod tests {
         let ids = store(
             dir,
             jobs,
-            |j| matches!(j, Job::Blob { base: Some(_), .. }),
+            |j| match j {
+                Job::Blob { base: Some(_), .. } => Expect::Delta,
+                Job::Blob { base: None, .. } => Expect::Blob,
+                Job::File(_) => Expect::File,
+            },
             |j| match j {
                 Job::Blob { target, base } => Ok(Job::Blob { target: copy(target), base: base.as_ref().map(copy) }),
                 Job::File(p) => Ok(Job::File(p.clone())),
@@ -999,8 +1025,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let block = crate::git::deflate::BLOCK;
         // Empty, a block exactly (the end found a block ahead), two and a
-        // half, a few bytes: in jobs of two files (of unlike lengths), of a
-        // file and a blob, and of one file.
+        // half, a few bytes: in jobs of two files (of unlike lengths), and
+        // of one file before a blob's job of its own.
         let sizes = [0, block, 2 * block, 2 * block + block / 2, 3];
         let mut jobs = Vec::new();
         let mut wholes = Vec::new();
@@ -1028,7 +1054,7 @@ mod tests {
         }
         let fifo = dir.path().join("fifo");
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
-        assert!(store(&dir.path().join("o"), &[0], |_| false, |_| Ok(Job::File(fifo.clone()))).is_err());
+        assert!(store(&dir.path().join("o"), &[0], |_| Expect::File, |_| Ok(Job::File(fifo.clone()))).is_err());
     }
 
     #[test]
