@@ -434,36 +434,37 @@ mod tests {
         assert!(Sha256State::from_bytes(&[0; 10]).is_none());
     }
 
+    /// `data` fed `sa` and `sb` bytes a step to two digests side by side,
+    /// the second after `prefix`.
+    fn fed_in_pairs<H: Rounds>(data: &[u8], prefix: &[u8], sa: usize, sb: usize) -> (BlockState<H>, BlockState<H>) {
+        let (mut a, mut b) = (BlockState::<H>::default(), BlockState::<H>::default());
+        b.update(prefix);
+        let (mut ia, mut ib) = (0, 0);
+        while ia < data.len() || ib < data.len() {
+            let (na, nb) = ((ia + sa).min(data.len()), (ib + sb).min(data.len()));
+            BlockState::update_pair(&mut a, &data[ia..na], &mut b, &data[ib..nb]);
+            (ia, ib) = (na, nb);
+        }
+        (a, b)
+    }
+
     #[test]
     fn digests_fed_in_pairs_at_any_offsets_are_the_digests_fed_alone() {
         let data: Vec<u8> = (0..5000u32).map(|i| (i * 31 + 7) as u8).collect();
+        let prefix = b"an arr line";
+        let mut alone = prefix.to_vec();
+        alone.extend_from_slice(&data);
+        let sha1 = |d: &[u8]| -> [u8; 20] { sha1::Sha1::digest(d).into() };
         // Steps of each feed: whole blocks, partial ones, and ones that
         // leave the two digests at different offsets within a block.
         for (sa, sb) in [(64, 64), (1, 1), (100, 37), (3, 200), (640, 129), (5000, 1)] {
-            let (mut a, mut b) = (Sha256State::default(), Sha256State::default());
-            b.update(b"an arr line");
-            let (mut ia, mut ib) = (0, 0);
-            while ia < data.len() || ib < data.len() {
-                let (na, nb) = ((ia + sa).min(data.len()), (ib + sb).min(data.len()));
-                Sha256State::update_pair(&mut a, &data[ia..na], &mut b, &data[ib..nb]);
-                (ia, ib) = (na, nb);
-            }
-            let mut alone = b"an arr line".to_vec();
-            alone.extend_from_slice(&data);
+            let (a, b) = fed_in_pairs::<crate::crypto::sha_pair::Sha256>(&data, prefix, sa, sb);
             assert_eq!((a.finalize(), b.finalize()), (sha256(&data), sha256(&alone)), "steps {sa} and {sb}");
             // SHA-1 the same way, against the `sha1` crate.
-            let (mut a, mut b) = (Sha1State::default(), Sha1State::default());
-            b.update(b"an arr line");
-            let (mut ia, mut ib) = (0, 0);
-            while ia < data.len() || ib < data.len() {
-                let (na, nb) = ((ia + sa).min(data.len()), (ib + sb).min(data.len()));
-                Sha1State::update_pair(&mut a, &data[ia..na], &mut b, &data[ib..nb]);
-                (ia, ib) = (na, nb);
-            }
-            let sha1 = |d: &[u8]| -> [u8; 20] { sha1::Sha1::digest(d).into() };
+            let (a, b) = fed_in_pairs::<crate::crypto::sha_pair::Sha1>(&data, prefix, sa, sb);
             assert_eq!((a.finalize(), b.finalize()), (sha1(&data), sha1(&alone)), "SHA-1, steps {sa} and {sb}");
         }
-        assert_eq!(Sha1State::default().finalize(), <[u8; 20]>::from(sha1::Sha1::digest(b"")));
+        assert_eq!(Sha1State::default().finalize(), sha1(b""));
     }
 
     #[test]

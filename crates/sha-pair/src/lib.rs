@@ -23,57 +23,50 @@ pub fn available() -> bool {
     }
 }
 
-/// Two SHA-256 compressions.
-pub mod sha256 {
-    /// SHA-256's state: eight words, as `sha2::block_api::compress256` keeps it.
-    pub type State = [u32; 8];
+/// A hash's module: its state and its two-way compression, the rounds
+/// being `x86::$rounds`.
+macro_rules! two_way {
+    ($(#[$doc:meta])* $module:ident, $state:ty, $rounds:ident) => {
+        $(#[$doc])*
+        pub mod $module {
+            /// The chaining state, as the hash's RustCrypto crate keeps it.
+            pub type State = $state;
 
-    /// Compresses `a_blocks` into `a` and `b_blocks` into `b` (runs of the
-    /// same length), their rounds interleaved. Returns `false`, touching
-    /// nothing, where [`crate::available`] is false.
-    ///
-    /// # Panics
-    /// When the two runs differ in length.
-    pub fn compress2(a: &mut State, a_blocks: &[[u8; 64]], b: &mut State, b_blocks: &[[u8; 64]]) -> bool {
-        assert_eq!(a_blocks.len(), b_blocks.len(), "two runs of the same length");
-        if !crate::available() {
-            return false;
+            /// Compresses `a_blocks` into `a` and `b_blocks` into `b` (runs
+            /// of the same length), their rounds interleaved. Returns
+            /// `false`, touching nothing, where [`crate::available`] is false.
+            ///
+            /// # Panics
+            /// When the two runs differ in length.
+            pub fn compress2(a: &mut State, a_blocks: &[[u8; 64]], b: &mut State, b_blocks: &[[u8; 64]]) -> bool {
+                assert_eq!(a_blocks.len(), b_blocks.len(), "two runs of the same length");
+                if !crate::available() {
+                    return false;
+                }
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the rounds need the `sha`, `sse4.1` and `ssse3`
+                // features, which `available` detected.
+                unsafe {
+                    crate::x86::$rounds(a, a_blocks, b, b_blocks)
+                };
+                cfg!(target_arch = "x86_64")
+            }
         }
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `compress` needs the `sha`, `sse4.1` and `ssse3` features,
-        // which `available` detected.
-        unsafe {
-            crate::x86::sha256(a, a_blocks, b, b_blocks)
-        };
-        cfg!(target_arch = "x86_64")
-    }
+    };
 }
 
-/// Two SHA-1 compressions.
-pub mod sha1 {
-    /// SHA-1's state: five words, as `sha1::block_api::compress` keeps it.
-    pub type State = [u32; 5];
-
-    /// Compresses `a_blocks` into `a` and `b_blocks` into `b` (runs of the
-    /// same length), their rounds interleaved. Returns `false`, touching
-    /// nothing, where [`crate::available`] is false.
-    ///
-    /// # Panics
-    /// When the two runs differ in length.
-    pub fn compress2(a: &mut State, a_blocks: &[[u8; 64]], b: &mut State, b_blocks: &[[u8; 64]]) -> bool {
-        assert_eq!(a_blocks.len(), b_blocks.len(), "two runs of the same length");
-        if !crate::available() {
-            return false;
-        }
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `compress` needs the `sha`, `sse4.1` and `ssse3` features,
-        // which `available` detected.
-        unsafe {
-            crate::x86::sha1(a, a_blocks, b, b_blocks)
-        };
-        cfg!(target_arch = "x86_64")
-    }
-}
+two_way!(
+    /// Two SHA-256 compressions (state: eight words).
+    sha256,
+    [u32; 8],
+    sha256
+);
+two_way!(
+    /// Two SHA-1 compressions (state: five words).
+    sha1,
+    [u32; 5],
+    sha1
+);
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
