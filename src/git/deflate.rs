@@ -30,7 +30,10 @@ pub fn zlib_into(bytes: &[u8], out: Vec<u8>) -> Vec<u8> {
 /// be held whole (a file read [`BLOCK`] bytes at a time).
 pub struct Zlib {
     w: Bits,
-    tables: Tables,
+    /// Indexed by two bytes: their codes joined, and their length (five
+    /// bits); refilled for each block. At four bytes an entry, those of
+    /// base64's pairs (about 20 KB) stay in the core's first cache.
+    pairs: Box<[u32; 1 << 16]>,
     adler: u32,
 }
 
@@ -42,15 +45,15 @@ impl Zlib {
         let mut w = Bits::new(out, len / 8 * 7 + 1024);
         // CMF: deflate, 32 KiB window; FLG: fastest, check bits (0x7801 % 31 == 0).
         w.bytes(&[0x78, 0x01]);
-        let tables = Tables { pairs: vec![0u32; 1 << 16].try_into().expect("1 << 16 words") };
-        Zlib { w, tables, adler: 1 }
+        let pairs = vec![0u32; 1 << 16].try_into().expect("1 << 16 words");
+        Zlib { w, pairs, adler: 1 }
     }
 
     /// Codes `block` (at most [`BLOCK`] bytes; an empty one only as the
     /// last), the stream's last when `last`.
     pub fn block(&mut self, block: &[u8], last: bool) {
         debug_assert!(block.len() <= BLOCK);
-        write_block(&mut self.w, &mut self.tables, block, last);
+        write_block(&mut self.w, &mut self.pairs, block, last);
         self.adler = zlib_rs::adler32::adler32(self.adler, block);
     }
 
@@ -261,14 +264,6 @@ const STRIDE: usize = 32 << 10;
 /// Input bytes coded at a time into room made for them.
 const SUB: usize = 64 << 10;
 
-/// What coding a block needs beyond the stream, kept from block to block.
-struct Tables {
-    /// Indexed by two bytes: their codes joined, and their length (five
-    /// bits). At four bytes an entry, those of base64's pairs (about 20 KB)
-    /// stay in the core's first cache.
-    pairs: Box<[u32; 1 << 16]>,
-}
-
 /// Whether every byte of `bytes` is printable ASCII or a newline, as WTXT
 /// text is (each 4 KiB reduced without a branch, which vectorizes).
 fn is_text(bytes: &[u8]) -> bool {
@@ -300,7 +295,7 @@ fn count(bytes: &[u8], freq: &mut [u32; 257]) {
 /// Its code is fitted to a sample when the block is text (every text byte
 /// gets a code, used or not), to a count of every byte otherwise; no code
 /// is longer than 13 bits.
-fn write_block(w: &mut Bits, t: &mut Tables, block: &[u8], last: bool) {
+fn write_block(w: &mut Bits, pairs: &mut [u32; 1 << 16], block: &[u8], last: bool) {
     let mut freq = [0u32; 257];
     if is_text(block) {
         for window in block.chunks(STRIDE) {
@@ -351,7 +346,7 @@ fn write_block(w: &mut Bits, t: &mut Tables, block: &[u8], last: bool) {
     for &a in &used {
         for &b in &used {
             let code = lit_code[a] as u64 | (lit_code[b] as u64) << lit_len[a];
-            t.pairs[a | b << 8] = (code << 5 | (lit_len[a] + lit_len[b]) as u64) as u32;
+            pairs[a | b << 8] = (code << 5 | (lit_len[a] + lit_len[b]) as u64) as u32;
         }
     }
     // With codes of at most 13 bits, two pairs (52 bits) go on the fewer
@@ -366,7 +361,7 @@ fn write_block(w: &mut Bits, t: &mut Tables, block: &[u8], last: bool) {
         for q in sub.chunks_exact(4) {
             let v = u32::from_le_bytes([q[0], q[1], q[2], q[3]]);
             for pair in [v & 0xffff, v >> 16] {
-                let t = t.pairs[pair as usize];
+                let t = pairs[pair as usize];
                 acc |= ((t >> 5) as u64) << n;
                 n += t & 0x1f;
             }

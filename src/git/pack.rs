@@ -292,8 +292,7 @@ impl<'p> FileLane<'p> {
 /// one of `outs`' room as it is read: two files' blob ids are hashed side
 /// by side on this core ([`Sha1State::update_pair`]). Blocks fall where
 /// they fall for a blob coded whole: the same bytes either way.
-fn prepare_files(paths: &[&Path], outs: impl FnMut() -> Vec<u8>) -> Result<Vec<(Oid, Vec<Entry>)>> {
-    let mut outs = outs;
+fn prepare_files(paths: &[&Path], mut outs: impl FnMut() -> Vec<u8>) -> Result<Vec<(Oid, Vec<Entry>)>> {
     let mut lanes = paths.iter().map(|p| FileLane::open(p, outs())).collect::<Result<Vec<_>>>()?;
     while lanes.iter().any(|l| !l.coded) {
         match lanes.as_mut_slice() {
