@@ -190,6 +190,31 @@ pub fn append_base64(out: &mut Vec<u8>, b64: &[u8]) -> bool {
     true
 }
 
+/// Hands the whole pages of `room` (memory this process owns and holds
+/// nothing in) back to the kernel lazily (`MADV_FREE`): they stay mapped,
+/// and written again cost no fault, unless memory ran short in between and
+/// the kernel took them. A hint; where it is refused the pages stay.
+pub fn lazily_free(room: &mut [std::mem::MaybeUninit<u8>]) {
+    #[cfg(target_os = "linux")]
+    {
+        const PAGE: usize = 4096;
+        let at = room.as_mut_ptr() as usize;
+        let (start, end) = (at.next_multiple_of(PAGE), (at + room.len()) / PAGE * PAGE);
+        if start < end {
+            #[allow(unsafe_code)]
+            // SAFETY: `start..end` lies inside `room`, which the caller
+            // owns and which holds no initialized bytes: whatever the
+            // kernel leaves there (the old bytes or zeros) is never read
+            // before it is written.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_FREE)
+            };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = room;
+}
+
 impl From<Vec<u8>> for ArrayData {
     fn from(v: Vec<u8>) -> Self {
         ArrayData::Owned(Arc::new(v))
@@ -350,6 +375,17 @@ fn out_of_memory(n: u64) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lazily_freed_room_is_written_again_as_any_other() {
+        let mut room = vec![0xa5u8; 3 << 20];
+        room.clear();
+        super::lazily_free(room.spare_capacity_mut());
+        room.resize(3 << 20, 0);
+        assert!(room.iter().all(|&b| b == 0));
+        room[12345] = 7;
+        assert_eq!(room.iter().map(|&b| b as u64).sum::<u64>(), 7);
+    }
 
     #[test]
     fn a_mapped_array_reads_the_same_in_windows_and_after_them() {

@@ -582,18 +582,16 @@ pub(crate) fn store<T: Sync>(
     let dir = objects.join("pack");
     let mut w = Writer::create(&dir, u32::try_from(count).unwrap_or(u32::MAX))?;
     let mut ids = Vec::with_capacity(items.len());
-    // A job's whole entry's buffer, once written, for the next to code
-    // into: fresh memory costs a page fault every 4 KiB (about half what
-    // coding the bytes costs, measured), reused memory none. One comes
-    // back a job (a delta's small buffer is dropped), and no more are kept
-    // than results `in_order` holds at once.
-    let spare: std::sync::Mutex<Vec<Vec<u8>>> = Default::default();
-    let take = || spare.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default();
-    // Two files in a row go to one job, so that a core hashes their ids
-    // side by side; a blob (read whole first) goes alone. As many jobs
-    // coded ahead as keep every worker busy while one is written, no more:
-    // each holds one or two parts' coded bytes.
+    // As many jobs coded ahead as keep every worker busy while one is
+    // written, no more: each holds one or two parts' coded bytes.
     let ahead = crate::threads::threads().saturating_sub(1).max(1);
+    // A job's whole entry's buffer, once written, for the next to code
+    // into (see [`Rooms`]). One comes back a job (a delta's small buffer is
+    // dropped), and no more are kept than results `in_order` holds at once.
+    let spare = Rooms::kept(2 * (ahead + 2));
+    let take = || spare.take();
+    // Two files in a row go to one job, so that a core hashes their ids
+    // side by side; a blob (read whole first) goes alone.
     let mut groups: Vec<&[T]> = Vec::with_capacity(items.len());
     let mut at = 0;
     while at < items.len() {
@@ -610,9 +608,8 @@ pub(crate) fn store<T: Sync>(
             for (id, entries) in done {
                 for (i, e) in entries.into_iter().enumerate() {
                     w.add(&e)?;
-                    let mut spare = spare.lock().unwrap_or_else(|p| p.into_inner());
-                    if i == 0 && spare.len() <= 2 * (ahead + 2) {
-                        spare.push(e.deflated);
+                    if i == 0 {
+                        spare.give(e.deflated);
                     }
                 }
                 ids.push(id);
@@ -623,6 +620,64 @@ pub(crate) fn store<T: Sync>(
     let superseded = w.finish()?;
     release(&dir, &superseded)?;
     Ok(ids)
+}
+
+/// Rooms a pack's entries are coded into, reused from job to job and
+/// from pack to pack in one process (the daemon and the Snapshotter commit
+/// a generation at a time): fresh memory costs a page fault every 4 KiB,
+/// about half what coding the bytes costs (measured), reused memory none.
+/// Between packs at most [`Rooms::LEFT_MAX`] bytes of rooms are left,
+/// emptied and lazily freed (`MADV_FREE`): counted in the process's RSS,
+/// they are the first pages the kernel takes back when memory runs short,
+/// and until then a room taken again costs no fault.
+struct Rooms {
+    spare: std::sync::Mutex<Vec<Vec<u8>>>,
+    keep: usize,
+}
+
+/// The rooms the last pack of this process left.
+static LEFT: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+
+impl Rooms {
+    /// The most the rooms left between packs hold: what a generation of
+    /// the default 45M parts takes on two cores (four rooms of about
+    /// 41 MB), with room to spare, and not what many cores take.
+    const LEFT_MAX: usize = 256 << 20;
+
+    /// The rooms the last pack left, keeping at most `keep`.
+    fn kept(keep: usize) -> Rooms {
+        let mut left = std::mem::take(&mut *LEFT.lock().unwrap_or_else(|p| p.into_inner()));
+        left.truncate(keep);
+        Rooms { spare: std::sync::Mutex::new(left), keep }
+    }
+
+    fn take(&self) -> Vec<u8> {
+        self.spare.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default()
+    }
+
+    fn give(&self, room: Vec<u8>) {
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        if spare.len() < self.keep {
+            spare.push(room);
+        }
+    }
+}
+
+impl Drop for Rooms {
+    /// Leaves the rooms, emptied and lazily freed, for the next pack.
+    fn drop(&mut self) {
+        let mut spare = std::mem::take(&mut *self.spare.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut held = 0;
+        spare.retain(|room| {
+            held += room.capacity();
+            held <= Rooms::LEFT_MAX
+        });
+        for room in &mut spare {
+            room.clear();
+            crate::buffer::lazily_free(room.spare_capacity_mut());
+        }
+        *LEFT.lock().unwrap_or_else(|p| p.into_inner()) = spare;
+    }
 }
 
 /// Takes the [`KEEP`] file off each pack in the pack folder `dir` that
@@ -1054,6 +1109,31 @@ mod tests {
         let fifo = dir.path().join("fifo");
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
         assert!(store(&dir.path().join("o"), &[0], |_| Expect::File, |_| Ok(Job::File(fifo.clone()))).is_err());
+    }
+
+    #[test]
+    fn rooms_a_pack_leaves_dirty_and_lazily_freed_code_the_next_pack_to_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs: Vec<Job> = (0..5)
+            .map(|i| {
+                let path = dir.path().join(format!("f{i}"));
+                std::fs::write(&path, lines(40_000 + 977 * i, |j| j % (i + 2) == 0)).unwrap();
+                Job::File(path)
+            })
+            .collect();
+        let pack_of = |objects: &Path| {
+            stored(objects, &jobs);
+            let pack = std::fs::read_dir(objects.join("pack")).unwrap().map(|e| e.unwrap().path());
+            std::fs::read(pack.into_iter().find(|p| p.extension().is_some_and(|x| x == "pack")).unwrap()).unwrap()
+        };
+        let first = pack_of(&dir.path().join("a"));
+        // Rooms full of other bytes, larger and smaller than the parts' streams.
+        let rooms = Rooms::kept(8);
+        for n in [1 << 10, 1 << 20, 3 << 20, 64 << 10] {
+            rooms.give(vec![0xa5; n]);
+        }
+        drop(rooms);
+        assert_eq!(pack_of(&dir.path().join("b")), first);
     }
 
     #[test]
