@@ -16,7 +16,8 @@ Prints, all from this run:
   stages              each generation's write / delta / commit / push seconds
   write alone         wtxt.save_state_dict of the same state, idle machine
   one generation      write + delta + commit of one generation, idle machine,
-                      wall and CPU against the write alone; then with its push
+                      wall and CPU (this process's and the `git` it runs)
+                      against the write alone; then with its push
   ring                bytes the ring holds at the end, against the state's size
 
     python3 -m pip install ./python && pip install torch transformers
@@ -37,8 +38,9 @@ import wtxt
 
 
 def cpu():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+    """This process's CPU-seconds and its children's that were waited for
+    (the `git` a commit runs to update the multi-pack index)."""
+    return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 
 
 def du(path):

@@ -166,7 +166,7 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
                     Ok(crate::git::pack::Job::Blob { target, base: Some(base_for(git_dir, base)?) })
                 },
             )?;
-            if !packed.is_empty() {
+            if jobs.iter().any(|j| j.1.is_some()) {
                 index_packs(git_dir)?;
             }
             let large_paths: Vec<std::path::PathBuf> = large.iter().map(|&i| files[i].1.clone()).collect();
@@ -238,11 +238,14 @@ fn base_for(git_dir: &Path, base: git2::Oid) -> Result<crate::git::pack::Object>
 }
 
 /// Writes the repository's multi-pack index (`git multi-pack-index
-/// write`) once a pack was added. A pack of ours holds the previous version
-/// of a part again, as a delta; the index lists each object once, from the
-/// newest pack that has it, so `git gc` and `git push` take that delta, not
-/// the whole copy in the older pack (without it Git takes the copy from
-/// whichever pack it last read from).
+/// write`) once a pack that may hold a delta was added. Such a pack holds
+/// the previous version of a part again, as a delta; the index lists each
+/// object once, from the newest pack that has it, so `git gc` and `git
+/// push` take that delta, not the whole copy in the older pack (without it
+/// Git takes the copy from whichever pack it last read from). A pack of
+/// whole objects (every part of a full fine-tuning step) needs none: Git
+/// also reads the packs an index does not list, and a whole copy is the
+/// same whichever pack gives it.
 fn index_packs(git_dir: &Path) -> Result<()> {
     git_in(git_dir, &["multi-pack-index", "write"]).map(drop)
 }
@@ -326,7 +329,9 @@ pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
     if crate::git::pack::store(&objects, &jobs, expect, load)?.is_empty() {
         return Ok(0);
     }
-    index_packs(git_dir)?;
+    if jobs.iter().any(|j| j.1.is_some()) {
+        index_packs(git_dir)?;
+    }
     // Packed and synced: the loose copies go, as `git prune-packed` would.
     for (_, _, loose) in &jobs {
         std::fs::remove_file(loose).map_err(|e| Error::io(loose, e))?;
