@@ -56,13 +56,20 @@ measure() { # label, command...: median wall and CPU (user+sys) of $runs runs, m
   summarize "$label"
 }
 # Two commands run in turn, one of each a round, so that the drift of
-# this VM's system time from minute to minute falls on both alike:
+# this VM's system time from minute to minute falls on both alike; which
+# goes first alternates, since the second of a pair finds fewer of the
+# pages the first just freed (new ones cost this VM a fault in the host):
 # paired LABEL_A FRESH_A LABEL_B FRESH_B, the commands in arrays A and B.
 paired() {
   : > "$work/times.$1"; : > "$work/times.$3"
-  for _ in $(seq "$runs"); do
-    FRESH=$2 run_once "$1" "${A[@]}"
-    FRESH=$4 run_once "$3" "${B[@]}"
+  for round in $(seq "$runs"); do
+    if [ $((round % 2)) = 1 ]; then
+      FRESH=$2 run_once "$1" "${A[@]}"
+      FRESH=$4 run_once "$3" "${B[@]}"
+    else
+      FRESH=$4 run_once "$3" "${B[@]}"
+      FRESH=$2 run_once "$1" "${A[@]}"
+    fi
   done
   summarize "$1"; summarize "$3"
 }

@@ -39,7 +39,8 @@ import wtxt
 
 def cpu():
     """This process's CPU-seconds and its children's that were waited for
-    (the `git` a commit runs to update the multi-pack index)."""
+    (the `git` a commit runs when its pack may hold a delta: the
+    multi-pack index)."""
     return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 
 
