@@ -187,6 +187,22 @@ pub fn first_duplicate(originals: &[String]) -> Option<&str> {
     originals.iter().find(|n| !seen.insert(n.as_str())).map(String::as_str)
 }
 
+/// `base` with the suffix `_n`, cut to fit 255 bytes. A base of `_` (the
+/// empty name, `.`, `-`) would make `__n`, a metadata name that writers
+/// drop: it takes an `x` in front, as [`sanitize_name`] does (`x__2`).
+fn suffixed(base: &str, n: u64) -> String {
+    let suffix = format!("_{n}");
+    let mut b = base.to_string();
+    b.truncate(MAX_NAME - suffix.len());
+    let candidate = b + &suffix;
+    // A sanitized base never begins with `__`, so only the base `_` gets
+    // here, and `x__n` is far below the limit.
+    if is_metadata_name(&candidate) {
+        return format!("x{candidate}");
+    }
+    candidate
+}
+
 /// Gives every original name a unique WTXT name. Names that are already valid
 /// keep their spelling; the others are sanitized and, where that collides,
 /// get the smallest suffix `_2`, `_3`, ... that is free. Originals are taken
@@ -207,10 +223,7 @@ pub fn assign_names(originals: &[String]) -> Vec<String> {
         let mut candidate = base.clone();
         let mut n = 2u64;
         while taken.contains(&candidate) {
-            let suffix = format!("_{n}");
-            let mut b = base.clone();
-            b.truncate(MAX_NAME - suffix.len());
-            candidate = b + &suffix;
+            candidate = suffixed(&base, n);
             n += 1;
         }
         taken.insert(candidate.clone());
@@ -440,6 +453,19 @@ mod tests {
         let orig: Vec<String> = ["a.b", "a_b", "a-b", "ok", ""].iter().map(|s| s.to_string()).collect();
         let got = assign_names(&orig);
         assert_eq!(got, vec!["a_b_3", "a_b", "a_b_2", "ok", "_"]);
+    }
+
+    /// Issue 50.4: `_` taken, the empty name, `.`, `/` and `-` map to `_`
+    /// plus a suffix, which must never be a metadata name (`__2`).
+    #[test]
+    fn a_suffixed_underscore_is_never_a_metadata_name() {
+        let orig: Vec<String> = ["_", "", ".", "/", "-"].iter().map(|s| s.to_string()).collect();
+        let got = assign_names(&orig);
+        assert!(got.iter().all(|n| is_valid_name(n) && !is_metadata_name(n)), "{got:?}");
+        let unique: std::collections::HashSet<_> = got.iter().collect();
+        assert_eq!(unique.len(), got.len(), "{got:?}");
+        // In byte order of the originals: "" "-" "." "/".
+        assert_eq!(got, ["_", "x__2", "x__4", "x__5", "x__3"]);
     }
 
     #[test]

@@ -206,7 +206,9 @@ impl PyDistWriter {
 
     /// Puts the snapshot in place from every array's `arr` line, the final
     /// `sha256_all` state (`None` when there are no arrays), `fastxor` and
-    /// the parts' lines. Returns `sha256_all` as hex.
+    /// the parts' lines; with `verify`, only once the whole staged snapshot
+    /// verifies under the writer's keys. Returns `sha256_all` as hex.
+    #[pyo3(signature = (arr_lines, all_state, fastxor, parts, verify=true))]
     fn finish(
         &self,
         py: Python<'_>,
@@ -214,6 +216,7 @@ impl PyDistWriter {
         all_state: Option<&[u8]>,
         fastxor: u64,
         parts: Vec<Part>,
+        verify: bool,
     ) -> PyResult<String> {
         // No state: the snapshot has no arrays, and `sha256_all` hashed nothing.
         let all = all_state.map(sha_state).transpose().map_err(raise)?.unwrap_or_default();
@@ -222,7 +225,7 @@ impl PyDistWriter {
                 .into_iter()
                 .map(|(ix, bytes, lines, h)| PartLine { ix, bytes, lines, hash: PartHash::Frame(h) })
                 .collect();
-            let w = self.inner.finish(&arr_lines, all.finalize(), fastxor, &parts)?;
+            let w = self.inner.finish(&arr_lines, all.finalize(), fastxor, &parts, verify)?;
             Ok(crate::hex_of(&w.sha256_all))
         })
         .map_err(raise)

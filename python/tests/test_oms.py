@@ -151,3 +151,49 @@ def test_a_new_generation_is_signed_as_written_and_committed_by_the_snapshotter(
     assert "model.sig" in files and "model.wtxt" in files
     assert run(CLI, "verify", repo / "model.wtxt", "--oms-pubkey", public).returncode == 0
     assert reference_verify(repo, repo / "model.sig", public)
+
+
+def test_files_beside_a_signed_snapshot_are_signed_too(tmp_path, ec_key):
+    """Issue 50.1: `model.sig` covers the whole folder, so a `config.json`
+    beside the snapshot whose `auto_map` now names other code fails the
+    reference and both of wtxt's checks."""
+    key, public = ec_key
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama"}\n')
+    (folder / "tokenizer").mkdir()
+    (folder / "tokenizer" / "vocab.txt").write_text("a\nb\n")
+    head = folder / "model.wtxt"
+    wtxt.save_file(tensors(1), head, part_size="128K", ts="2026-01-01T00:00:00Z", oms_key=key)
+    sig = folder / "model.sig"
+    assert reference_verify(folder, sig, public) and wtxt_verify(folder, sig, public)
+    assert run(CLI, "verify", head, "--oms-pubkey", public).returncode == 0
+    (folder / "config.json").write_text('{"model_type": "llama", "auto_map": {"AutoModel": "evil.Model"}}\n')
+    assert not reference_verify(folder, sig, public)
+    assert not wtxt_verify(folder, sig, public)
+    r = run(CLI, "verify", head, "--oms-pubkey", public)
+    assert r.returncode == 1 and "config.json" in r.stderr, r.stderr
+
+
+def test_wtxt_signs_any_model_folder_as_the_reference_does(tmp_path, ec_key):
+    """Issue 54.4: `wtxt oms sign DIR` signs a folder the reference then
+    accepts; any WTXT snapshot in it is verified first."""
+    key, public = ec_key
+    folder = tmp_path / "hf"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "config.json").write_text('{"model_type": "llama"}\n')
+    (folder / "sub" / "weights.bin").write_bytes(bytes(range(256)) * 100)
+    wtxt.save_file(tensors(1), folder / "m.wtxt", part_size="128K", ts="2026-01-01T00:00:00Z")
+    r = run(CLI, "oms", "sign", folder, "--key", key)
+    assert r.returncode == 0, r.stderr
+    sig = folder / "model.sig"
+    assert reference_verify(folder, sig, public) and wtxt_verify(folder, sig, public)
+    (folder / "sub" / "weights.bin").write_bytes(b"x")
+    assert not reference_verify(folder, sig, public) and not wtxt_verify(folder, sig, public)
+    # A snapshot in the folder that does not verify: nothing is signed.
+    part = folder / "m.wtxt.parts" / "000001.wtxtpart"
+    part.write_bytes(part.read_bytes()[:-2] + b"Z\n")
+    elsewhere = tmp_path / "elsewhere.sig"
+    r = run(CLI, "oms", "sign", folder, "--key", key, "--signature", elsewhere)
+    assert r.returncode == 1, r.stderr
+    assert not elsewhere.exists()

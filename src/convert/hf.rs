@@ -238,6 +238,7 @@ impl<'a> Shards<'a> {
                 .ok_or_else(|| Error::input(Default::default(), format!("{HF} without {name}")))
         };
         let (files, headers) = (part(HF_FILES)?, part(HF_HEADERS)?);
+        let mut paths = std::collections::HashSet::new();
         for p in folder.files.iter().chain(&folder.shards) {
             if p.path.split('/').any(|c| !is_plain_name(c) || c.starts_with('.')) {
                 return Err(Error::input(
@@ -245,11 +246,27 @@ impl<'a> Shards<'a> {
                     format!("{HF}: {:?} is not a path inside a folder", p.path),
                 ));
             }
+            if !paths.insert(p.path.as_str()) {
+                return Err(Error::input(Default::default(), format!("{HF}: {:?} is listed twice", p.path)));
+            }
+        }
+        // A path that is also another's folder (`a` and `a/b`) cannot be written.
+        for p in &paths {
+            let mut at = 0;
+            while let Some(i) = p[at..].find('/') {
+                if paths.contains(&p[..at + i]) {
+                    return Err(Error::input(
+                        Default::default(),
+                        format!("{HF}: {:?} is both a file and the folder of {p:?}", &p[..at + i]),
+                    ));
+                }
+                at += i + 1;
+            }
         }
         let kept = OriginalNames::of(metas)?.unwrap_or_default();
         let by_name: HashMap<&str, (&str, u64)> =
             tensors.iter().map(|(n, len)| (kept.original(n), (n.as_str(), *len))).collect();
-        let mut placed = 0usize;
+        let mut placed = std::collections::HashSet::new();
         let mut shards = Vec::with_capacity(folder.shards.len());
         for p in &folder.shards {
             let header = slice(headers, p)?;
@@ -264,15 +281,17 @@ impl<'a> Shards<'a> {
                     return Err(bad("its offsets do not match its bytes"));
                 }
                 at = end;
+                if !placed.insert(wtxt_name) {
+                    return Err(bad("listed twice (in this shard's header or another's)"));
+                }
                 list.push((wtxt_name.to_string(), header.len() as u64 + start, len));
-                placed += 1;
             }
             shards.push(list);
         }
-        if placed != tensors.len() {
+        if placed.len() != tensors.len() {
             return Err(Error::input(
                 Default::default(),
-                format!("{} tensors are in no shard of {HF}", tensors.len() - placed),
+                format!("{} tensors are in no shard of {HF}", tensors.len() - placed.len()),
             ));
         }
         Ok(Shards { folder, files, headers, shards })

@@ -158,8 +158,22 @@ pub fn gather(loaded: Vec<(&Path, Vec<Array>)>, notes: &mut Notes) -> Result<Vec
     let mut arrays = Vec::new();
     let mut from: Vec<&Path> = Vec::new();
     let mut kept = names::OriginalNames::default();
+    // Each tensor's own name in its input (a WTXT input's `__names` gives
+    // its originals): two tensors of one name, from two inputs or the
+    // same input twice, cannot both be given back under it.
+    let mut originals: std::collections::HashMap<String, &Path> = std::collections::HashMap::new();
     for (p, got) in loaded {
-        if let Some(n) = names::OriginalNames::of(&got).map_err(|e| e.in_file(p))? {
+        let own = names::OriginalNames::of(&got).map_err(|e| e.in_file(p))?;
+        for a in got.iter().filter(|a| a.name != names::NAMES) {
+            let original = own.as_ref().map_or(a.name.as_str(), |n| n.original(&a.name));
+            if let Some(q) = originals.insert(original.to_string(), p) {
+                return Err(Error::input(
+                    Default::default(),
+                    format!("tensor {original:?} comes from both {} and {}", q.display(), p.display()),
+                ));
+            }
+        }
+        if let Some(n) = own {
             if let Some(why) = kept.merge(n) {
                 notes.push(format!("{}: {why}", p.display()));
             }
@@ -234,16 +248,20 @@ fn sniff(path: &Path) -> Result<(Option<Input>, u64)> {
             n => got += n,
         }
     }
-    if let Some(what) = torch_file(&head[..got], path) {
+    let detected = detect_head(&head[..got], len);
+    if let Some(what) = torch_file(&head[..got], path, detected.is_some()) {
         return Err(input_at(0, what));
     }
-    Ok((detect_head(&head[..got], len), len))
+    Ok((detected, len))
 }
 
 /// What a PyTorch file given as a snapshot input is, and what to use
 /// instead: `torch.save`'s zip (its first member `NAME/data.pkl`), its
 /// older pickle, or a DCP shard (raw bytes in a folder with `.metadata`).
-fn torch_file(head: &[u8], path: &Path) -> Option<String> {
+/// A file a format's magic already `recognized` is never taken for a
+/// pickle: a safetensors header length of 640 (mod 65536) begins with the
+/// bytes of pickle protocol 2.
+fn torch_file(head: &[u8], path: &Path, recognized: bool) -> Option<String> {
     let instead = "load it with torch and save the state dict with `wtxt.torch.save_state_dict` \
                    (or `save_pretrained(..., safe_serialization=True)` and snapshot the .safetensors)";
     let first_member = head.starts_with(b"PK\x03\x04").then(|| {
@@ -253,12 +271,12 @@ fn torch_file(head: &[u8], path: &Path) -> Option<String> {
     if first_member.flatten().is_some_and(|name| name.ends_with(b"/data.pkl")) {
         return Some(format!("a PyTorch `torch.save` file (a zip of pickles), not a tensor container: {instead}"));
     }
-    if head.starts_with(&[0x80, 0x02]) || head.starts_with(&[0x80, 0x04]) {
+    if !recognized && (head.starts_with(&[0x80, 0x02]) || head.starts_with(&[0x80, 0x04])) {
         return Some(format!("a Python pickle (`torch.save`'s older format), which wtxt never unpickles: {instead}"));
     }
     let dcp =
         path.extension().is_some_and(|e| e == "distcp") || path.parent().is_some_and(|d| d.join(".metadata").is_file());
-    (dcp && detect_head(head, u64::MAX).is_none()).then(|| {
+    (dcp && !recognized).then(|| {
         "a PyTorch DCP checkpoint shard (`torch.distributed.checkpoint`): load the checkpoint with `dcp.load` \
          and save the state dict with `wtxt.torch.save_state_dict`"
             .to_string()

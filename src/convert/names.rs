@@ -63,9 +63,19 @@ impl OriginalNames {
         self.names.get(wtxt_name).map_or(wtxt_name, String::as_str)
     }
 
-    /// The WTXT name of an array its input called `original`.
-    pub fn wtxt_name<'a>(&'a self, original: &'a str) -> &'a str {
-        self.names.iter().find(|(_, o)| *o == original).map_or(original, |(w, _)| w.as_str())
+    /// The WTXT name of an array its input called `original`; refused when
+    /// two arrays were both given that name (a crafted `__names`: a
+    /// snapshot never writes one), rather than picking either.
+    pub fn wtxt_name<'a>(&'a self, original: &'a str) -> Result<&'a str> {
+        let mut found = self.names.iter().filter(|(_, o)| *o == original).map(|(w, _)| w.as_str());
+        match (found.next(), found.next()) {
+            (None, _) => Ok(original),
+            (Some(w), None) => Ok(w),
+            (Some(a), Some(b)) => Err(Error::input(
+                Default::default(),
+                format!("{NAMES}: {a} and {b} were both named {original:?}: give the array's WTXT name"),
+            )),
+        }
     }
 
     /// Adds another input's names and metadata; metadata that disagrees

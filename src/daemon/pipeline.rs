@@ -273,6 +273,13 @@ impl Pipeline {
     /// Opens the ring (cleaning temp files a crash left), finds where the
     /// chain stands and reloads the resend queue.
     pub fn open(cfg: PipelineConfig) -> Result<Pipeline> {
+        // A ring that is a link is refused, not followed: the pipeline
+        // deletes files in its ring.
+        if std::fs::symlink_metadata(&cfg.ring).is_ok_and(|m| !m.is_dir()) {
+            return Err(
+                Error::input(Default::default(), "the ring must be a folder, not a link or a file").in_file(&cfg.ring)
+            );
+        }
         std::fs::create_dir_all(&cfg.ring).map_err(|e| Error::io(&cfg.ring, e))?;
         let ring_lock = crate::git::FileLock::take(&cfg.ring.join("lock"), false)?.ok_or_else(|| {
             Error::usage(format!(
@@ -318,11 +325,25 @@ impl Pipeline {
             _ => newest.as_ref().map(|(g, p)| (*g, p.clone(), "the ring's newest snapshot")),
         };
         if let Some((g, p, what)) = &from {
-            // Verified whole, and a signature by our own key must hold. Its
-            // tags are not asked for: a key added since it was written must
-            // not stop a restart.
-            let trust = crate::wtxt::verify::InputTrust::new(None, None, cfg.sign_key.as_ref(), false);
-            let report = WtxtIn::verify_whole(p, &trust.options(), what)?;
+            // Verified whole; with a sign key, a valid signature by it is
+            // required (an unsigned file planted at the top of the ring
+            // would otherwise become the chain's base). Its tags are not
+            // asked for: an HMAC key added since must not stop a restart.
+            let mut trust = crate::wtxt::verify::InputTrust::new(None, None, cfg.sign_key.as_ref(), false);
+            trust.require_signature = cfg.sign_key.is_some();
+            let report = WtxtIn::verify_whole(p, &trust.options(), what).map_err(|e| {
+                if cfg.sign_key.is_some() && e.kind() == crate::error::Kind::Check {
+                    Error::check(
+                        Default::default(),
+                        format!(
+                            "{e} (the chain continues only from a generation signed by the sign key: \
+                             with a key newly given, start a new chain in a new ring and path)"
+                        ),
+                    )
+                } else {
+                    e
+                }
+            })?;
             let h = report.header.ok_or_else(|| crate::error::check_at(1, "not a WTXT").in_file(p))?;
             if h.meta.gen != *g {
                 return Err(crate::error::check_at(2, format!("{what}: gen {}, expected {g}", h.meta.gen)).in_file(p));
@@ -472,9 +493,19 @@ impl Pipeline {
         // From the index read to HEAD moved, no other wtxt writer commits:
         // each commit is made on the other's tree, never over it.
         let _lock = crate::git::commit_lock(&repo)?;
+        // Every component resolved without following a link (a committed
+        // `ckpt -> /elsewhere` would take the snapshot out of the work
+        // tree and commit a tree that is not what was written).
+        crate::atomic::no_links_below(work, &self.cfg.path_in_repo)?;
         let dest = work.join(&self.cfg.path_in_repo);
         if let Some(d) = dest.parent() {
             std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+        }
+        crate::atomic::no_links_below(work, &self.cfg.path_in_repo)?;
+        if let Some(name) = dest.file_name() {
+            let mut parts = name.to_os_string();
+            parts.push(".parts");
+            crate::atomic::no_links_below(work, &self.cfg.path_in_repo.with_file_name(parts))?;
         }
         // Atomic in the work tree too; a split snapshot's parts first.
         let parts = crate::store::copy_snapshot(file, &dest)?;

@@ -37,6 +37,9 @@ pub struct DaemonConfig {
     pub keep: Option<usize>,
     /// Remote to push to after each commit.
     pub remote: Option<String>,
+    /// A file holding the remote's password or token (else
+    /// `WTXT_REMOTE_PASSWORD`): never on a command line, where `ps` shows it.
+    pub remote_password_file: Option<PathBuf>,
     /// Path of the snapshot inside the repository.
     pub path_in_repo: Option<PathBuf>,
     /// Ed25519 key that signs every snapshot.
@@ -75,6 +78,7 @@ impl DaemonConfig {
             ring: self.ring.or(other.ring),
             keep: self.keep.or(other.keep),
             remote: self.remote.or(other.remote),
+            remote_password_file: self.remote_password_file.or(other.remote_password_file),
             path_in_repo: self.path_in_repo.or(other.path_in_repo),
             sign_key: self.sign_key.or(other.sign_key),
             oms_key: self.oms_key.or(other.oms_key),
@@ -105,7 +109,11 @@ impl DaemonConfig {
         pc.ring = cfg.ring.clone().unwrap_or_else(|| git.path().join(default_ring(&pc.path_in_repo)));
         pc.keep = cfg.keep.unwrap_or(8);
         pc.repo = Some(repo.clone());
-        pc.remote = cfg.remote.clone();
+        pc.remote = match (&cfg.remote, remote_secret(cfg)?) {
+            (Some(r), Some(secret)) => Some(crate::git::push::with_secret(r, "wtxt", &secret)?),
+            (None, Some(_)) => return Err(Error::usage("a remote password is given, but no remote")),
+            (r, None) => r.clone(),
+        };
         pc.log = Some(log.clone());
         pc.sign_key = cfg.sign_key.as_deref().map(crate::crypto::sign::SecretKey::from_file).transpose()?;
         pc.oms_key = cfg.oms_key.as_deref().map(crate::crypto::ec::EcSecretKey::from_file).transpose()?;
@@ -134,6 +142,23 @@ impl DaemonConfig {
     }
 }
 
+/// The remote's password or token: from `remote_password_file`, else from
+/// `WTXT_REMOTE_PASSWORD` (surrounding whitespace dropped).
+fn remote_secret(cfg: &DaemonConfig) -> Result<Option<String>> {
+    let secret = match &cfg.remote_password_file {
+        Some(p) => crate::crypto::mac::read_small_text(p)?,
+        None => match std::env::var("WTXT_REMOTE_PASSWORD") {
+            Ok(v) => v,
+            Err(_) => return Ok(None),
+        },
+    };
+    let secret = secret.trim();
+    if secret.is_empty() {
+        return Err(Error::usage("the remote password (file or WTXT_REMOTE_PASSWORD) is empty"));
+    }
+    Ok(Some(secret.to_string()))
+}
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_term(_: libc::c_int) {
@@ -151,6 +176,11 @@ pub fn checked_path_in_repo(p: &Path) -> Result<PathBuf> {
             "path_in_repo {}: expected a relative path inside the repository, without `..`",
             p.display()
         )));
+    }
+    // Git's own folder, in any case (`.GIT/config` is `.git/config` on a
+    // case-insensitive file system).
+    if p.components().any(|c| c.as_os_str().to_string_lossy().eq_ignore_ascii_case(".git")) {
+        return Err(Error::usage(format!("path_in_repo {}: inside .git, which is Git's own", p.display())));
     }
     Ok(p.to_path_buf())
 }

@@ -207,22 +207,11 @@ impl State {
 /// like a folder above it, would point the snapshot or the write
 /// elsewhere), or a folder path that is not a folder.
 fn no_links(work: &Path, f: &Folder) -> Result<()> {
-    let mut at = work.to_path_buf();
-    for c in f.dir.components() {
-        at.push(c);
-        let Ok(m) = std::fs::symlink_metadata(&at) else { return Ok(()) };
-        if m.file_type().is_symlink() {
-            return Err(Error::input(Default::default(), "a symbolic link (wtxt does not follow links)").in_file(&at));
-        }
-        if !m.is_dir() {
-            return Err(Error::input(Default::default(), "expected a folder").in_file(&at));
-        }
+    crate::atomic::no_links_below(work, &f.dir)?;
+    if std::fs::symlink_metadata(work.join(&f.dir)).is_ok_and(|m| !m.is_dir()) {
+        return Err(Error::input(Default::default(), "expected a folder").in_file(work.join(&f.dir)));
     }
-    let snap = work.join(&f.snapshot);
-    if std::fs::symlink_metadata(&snap).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(Error::input(Default::default(), "a symbolic link (wtxt does not follow links)").in_file(&snap));
-    }
-    Ok(())
+    crate::atomic::no_links_below(work, &f.snapshot)
 }
 
 /// Where `f` stands in the repository around its work tree `work`. A
@@ -231,6 +220,14 @@ fn no_links(work: &Path, f: &Folder) -> Result<()> {
 pub fn state(repo: &git2::Repository, f: &Folder) -> Result<State> {
     let work = work_tree(repo)?;
     no_links(&work, f)?;
+    if let Some(path) = tracked_inside(repo, f)? {
+        let d = f.dir.display();
+        return Err(Error::usage(format!(
+            "{d}/: Git tracks {path} below this model folder (a merge, pull or checkout writes such files, and \
+             the next snapshot would take and sign them): `git rm -r --cached -- {d}`, then check what the folder \
+             holds before the next commit"
+        )));
+    }
     let (dir, snap) = (work.join(&f.dir), work.join(&f.snapshot));
     let id = snapshot_id(&snap)?;
     let has_dir = std::fs::symlink_metadata(&dir).is_ok();
@@ -250,6 +247,23 @@ pub fn state(repo: &git2::Repository, f: &Folder) -> Result<State> {
             }
         }
     })
+}
+
+/// The first path below the folder that the index holds (what the next
+/// commit takes; after a merge or checkout, what HEAD holds): the folder
+/// is kept out of Git (`.git/info/exclude`), so such a path came from
+/// someone else's commit (a branch that force-added it). Taking it out of
+/// the index (`git rm --cached`) is the way back.
+fn tracked_inside(repo: &git2::Repository, f: &Folder) -> Result<Option<String>> {
+    let dir = f.dir.to_str().ok_or_else(|| Error::usage("a model folder's path must be UTF-8"))?;
+    let prefix = format!("{dir}/");
+    let index = repo.index().map_err(git_err)?;
+    for e in index.iter() {
+        if e.path.starts_with(prefix.as_bytes()) || e.path == dir.as_bytes() {
+            return Ok(Some(String::from_utf8_lossy(&e.path).into_owned()));
+        }
+    }
+    Ok(None)
 }
 
 pub(crate) fn work_tree(repo: &git2::Repository) -> Result<PathBuf> {

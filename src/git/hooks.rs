@@ -74,6 +74,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
     let mut opts = StatusOptions::new();
     opts.show(StatusShow::Index).include_untracked(false).include_ignored(false);
     let statuses = repo.statuses(Some(&mut opts)).map_err(git_err)?;
+    let mut refusals = private_keys_staged(&repo, &index, &statuses)?;
     // Each staged path with the wtxt filter its attributes give (looked up once).
     let with_filter = |p: PathBuf| {
         let filter = wtxt_filter(&repo, &p);
@@ -97,7 +98,6 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
     staged.extend(heads_of_parts);
     staged.sort();
     staged.dedup();
-    let mut refusals = Vec::new();
     let mut notes = Vec::new();
     let part_size = crate::git::configured_part_size(&repo)?;
     for (path, filter) in &staged {
@@ -188,6 +188,55 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
         }
     }
     Ok(Checked { staged: staged.len(), refusals, notes })
+}
+
+/// Staged files that are private keys: the path a key setting
+/// (`wtxt.signKey`, `wtxt.omsKey`) names, or a small blob holding a PEM,
+/// OpenSSH or age private key. A key committed once is in every clone.
+fn private_keys_staged(repo: &Repository, index: &git2::Index, statuses: &git2::Statuses) -> Result<Vec<Refusal>> {
+    /// Larger blobs are not keys (a key file is a few hundred bytes).
+    const MAX_KEY_FILE: u64 = 64 << 10;
+    const MARKERS: [&[u8]; 3] = [b"PRIVATE KEY-----", b"AGE-SECRET-KEY-1", b"AGE-PLUGIN-"];
+    let work = repo.workdir().map(|w| std::fs::canonicalize(w).unwrap_or_else(|_| w.to_path_buf()));
+    let mut named = Vec::new();
+    for key in crate::git::PRIVATE_KEY_SETTINGS {
+        if let (Some(p), Some(w)) = (crate::git::configured_file(repo, key)?, &work) {
+            let p = std::fs::canonicalize(&p).unwrap_or(p);
+            if let Ok(rel) = p.strip_prefix(w) {
+                named.push((key, rel.to_path_buf()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let staged = statuses
+        .iter()
+        .filter(|e| e.status().intersects(Status::INDEX_NEW | Status::INDEX_MODIFIED | Status::INDEX_RENAMED))
+        .filter_map(|e| e.path().ok().map(PathBuf::from));
+    for path in staged {
+        let Some(entry) = index.get_path(&path, 0) else { continue };
+        let setting = named.iter().find(|(_, p)| *p == path).map(|(k, _)| *k);
+        let is_key = setting.is_some()
+            || (crate::git::blob::size(repo, entry.id)? <= MAX_KEY_FILE && {
+                let text = crate::git::blob::prefix(repo, entry.id, MAX_KEY_FILE)?;
+                MARKERS.iter().any(|m| text.windows(m.len()).any(|w| w == *m))
+            });
+        if is_key {
+            let why = match setting {
+                Some(k) => format!("the key `git config {k}` names"),
+                None => "a private key".into(),
+            };
+            out.push(Refusal {
+                path: path.display().to_string(),
+                line: 0,
+                problem: format!("{why}: a commit would give it to every clone"),
+                fix: format!(
+                    "`git rm --cached -- {}`, keep the key outside the work tree and point the setting there",
+                    path.display()
+                ),
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// Once the staged snapshots passed: the loose blobs of their staged parts

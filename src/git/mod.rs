@@ -31,13 +31,18 @@ impl FileLock {
     pub fn take(path: &Path, wait: bool) -> Result<Option<FileLock>> {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::OpenOptionsExt;
+        // Non-blocking open: a FIFO planted at the lock's path must not
+        // hang the opener; then it must be a regular file.
         let f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
             .map_err(|e| Error::io(path, e))?;
+        if !f.metadata().map_err(|e| Error::io(path, e))?.is_file() {
+            return Err(Error::input(Default::default(), "a lock file must be a regular file").in_file(path));
+        }
         let op = if wait { libc::LOCK_EX } else { libc::LOCK_EX | libc::LOCK_NB };
         loop {
             // SAFETY: flock on a descriptor this function owns; it only takes an advisory lock.
@@ -94,24 +99,46 @@ pub fn git_err(e: git2::Error) -> Error {
     Error::input(Default::default(), format!("git: {}", e.message()))
 }
 
+/// The key settings of `git config`: the files they name are keys, never
+/// to be committed (the hook refuses to stage them).
+pub const PRIVATE_KEY_SETTINGS: [&str; 2] = ["wtxt.signKey", "wtxt.omsKey"];
+
 /// The file `git config KEY` of `repo` names, if any (relative: from the
-/// work tree's top).
-pub fn configured_file(repo: &git2::Repository, key: &str) -> Option<std::path::PathBuf> {
-    let p = repo.config().and_then(|c| c.get_path(key)).ok()?;
-    Some(if p.is_absolute() { p } else { repo.workdir().unwrap_or(Path::new(".")).join(p) })
+/// work tree's top). Inside the work tree no component may be a link: the
+/// work tree is what a merge writes, so a committed link would choose the
+/// key (a trusted key, a key to sign with) for whoever merged it.
+pub fn configured_file(repo: &git2::Repository, key: &str) -> Result<Option<std::path::PathBuf>> {
+    let Ok(p) = repo.config().and_then(|c| c.get_path(key)) else { return Ok(None) };
+    let Some(work) = repo.workdir() else { return Ok(Some(p)) };
+    let p = if p.is_absolute() { p } else { work.join(p) };
+    let work = std::fs::canonicalize(work).unwrap_or_else(|_| work.to_path_buf());
+    if let Ok(rel) = p.strip_prefix(&work) {
+        let mut at = work.clone();
+        for c in rel.components() {
+            at.push(c);
+            if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(Error::usage(format!(
+                    "git config {key}: {} is a symbolic link inside the work tree (a merge can change where it \
+                     points): name the key's own path, outside the work tree",
+                    at.display()
+                )));
+            }
+        }
+    }
+    Ok(Some(p))
 }
 
 /// The trusted keys named by `git config wtxt.trustedKeys` of `repo`, if
 /// it names a file.
 pub fn configured_trusted_keys(repo: &git2::Repository) -> Result<Option<TrustedKeys>> {
-    configured_file(repo, "wtxt.trustedKeys").map(|p| TrustedKeys::from_file(&p)).transpose()
+    configured_file(repo, "wtxt.trustedKeys")?.map(|p| TrustedKeys::from_file(&p)).transpose()
 }
 
 /// The EC key named by `git config wtxt.omsKey` of the repository around
 /// `dir`: `git resolve` signs the merged snapshot's folder with it.
 pub fn oms_key_around(dir: &Path) -> Result<Option<crate::crypto::ec::EcSecretKey>> {
     let Ok(repo) = git2::Repository::discover(dir) else { return Ok(None) };
-    configured_file(&repo, "wtxt.omsKey").map(|p| crate::crypto::ec::EcSecretKey::from_file(&p)).transpose()
+    configured_file(&repo, "wtxt.omsKey")?.map(|p| crate::crypto::ec::EcSecretKey::from_file(&p)).transpose()
 }
 
 /// What the repository asks of every snapshot it takes in: its trusted

@@ -101,20 +101,70 @@ fn refused_as_behind(porcelain: &str) -> bool {
 /// `remote` as `git` takes it, its credentials (a `scheme://user:secret@`
 /// URL's) handed to `cmd` through the environment and a credential helper,
 /// never on its command line (`ps` shows that); never a prompt.
+/// The helper answers only Git's question about the remote's own origin:
+/// a remote that redirects elsewhere (`http.followRedirects`) gets nothing.
 fn with_credentials(cmd: &mut std::process::Command, remote: &str) -> String {
     let (url, credentials) = split_credentials(remote);
-    if let Some((user, password)) = credentials {
+    if let (Some((user, password)), Some((protocol, host))) = (credentials, credential_origin(&url)) {
         cmd.env("GIT_CONFIG_COUNT", "1")
             .env("GIT_CONFIG_KEY_0", "credential.helper")
-            .env(
-                "GIT_CONFIG_VALUE_0",
-                "!f() { test \"$1\" = get && printf 'username=%s\\npassword=%s\\n' \"$WTXT_PUSH_USER\" \"$WTXT_PUSH_PASSWORD\"; }; f",
-            )
+            .env("GIT_CONFIG_VALUE_0", CREDENTIAL_HELPER)
+            .env("WTXT_PUSH_PROTOCOL", protocol)
+            .env("WTXT_PUSH_HOST", host)
             .env("WTXT_PUSH_USER", user)
             .env("WTXT_PUSH_PASSWORD", password);
     }
     cmd.env("GIT_TERMINAL_PROMPT", "0").stdin(std::process::Stdio::null());
     url
+}
+
+/// Git's credential helper for a push: on `get`, reads Git's description of
+/// what it asks about (`protocol=`, `host=` with its port) and answers only
+/// when both are the remote's own.
+const CREDENTIAL_HELPER: &str = "!f() { test \"$1\" = get || exit 0; p=; h=; \
+     while IFS= read -r l; do case \"$l\" in protocol=*) p=\"${l#protocol=}\";; host=*) h=\"${l#host=}\";; esac; done; \
+     test \"$p\" = \"$WTXT_PUSH_PROTOCOL\" && test \"$h\" = \"$WTXT_PUSH_HOST\" && \
+     printf 'username=%s\\npassword=%s\\n' \"$WTXT_PUSH_USER\" \"$WTXT_PUSH_PASSWORD\"; }; f";
+
+/// Where `url` (`scheme://[userinfo@]host[:port]/path`) points, as Git's
+/// credential protocol names it: the protocol, and the host with its port.
+fn credential_origin(url: &str) -> Option<(String, String)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    Some((scheme.to_ascii_lowercase(), host.to_string()))
+}
+
+/// True when `remote` is a URL that carries a secret: `user:secret@`, or a
+/// lone `user@` of an http(s) URL (a token given as the user, as GitHub
+/// takes it) unless `user_is_a_name` (the secret is given apart). What
+/// must never be on a command line: `ps` shows it to every user.
+pub fn has_secret(remote: &str, user_is_a_name: bool) -> bool {
+    match split_credentials(remote).1 {
+        None => false,
+        Some((_, password)) => !password.is_empty() || !user_is_a_name,
+    }
+}
+
+/// `remote` with `secret` (and the URL's user, or `user` when it names
+/// none) put in its userinfo, for [`push`] to hand to Git through the
+/// environment; the URL must be `scheme://host/...` without a secret.
+pub fn with_secret(remote: &str, user: &str, secret: &str) -> Result<String> {
+    let bad = || Error::usage(format!("{}: a secret goes with an https:// or ssh:// URL", redact(remote)));
+    let (scheme, rest) = remote.split_once("://").ok_or_else(bad)?;
+    if has_secret(remote, true) {
+        return Err(Error::usage(format!("{}: the URL carries a secret already", redact(remote))));
+    }
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (name, host_and_path) = match rest[..authority_end].rfind('@') {
+        Some(at) => (&rest[..at], &rest[at + 1..]),
+        None => (user, rest),
+    };
+    let enc = |s: &str| s.bytes().all(|b| b.is_ascii_graphic() && !b"@:/%".contains(&b));
+    if !enc(name) || !enc(secret) {
+        return Err(Error::usage("the remote's user and secret may not hold spaces, '@', ':', '/' or '%'"));
+    }
+    Ok(format!("{scheme}://{name}:{secret}@{host_and_path}"))
 }
 
 /// Pushes a commit (HEAD by default) to HEAD's branch on `remote` with the

@@ -10,7 +10,7 @@ use crate::crypto::digest::Hash;
 use crate::error::{Error, Result};
 use crate::oms::bundle::HashType;
 
-pub use crate::atomic::{is_ignored, list_files as list, MAX_FILES};
+pub use crate::atomic::{is_ignored, list_files as list};
 
 /// Digests of the files `names` below `root`, on every core; each file is
 /// opened without following links and must be a regular file.

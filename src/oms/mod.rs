@@ -122,63 +122,56 @@ impl<R: Read> Read for Hashing<R> {
 }
 
 /// Writes `model.sig` beside the snapshot at `head` (atomically), signed
-/// with `key`: it lists the head and every part with their SHA-256, and
-/// names every other entry of the folder (and any stray file in the parts
-/// folder) as ignored, with OMS's default Git paths, so that
-/// `model_signing verify key` of the folder accepts it as it stands.
-pub fn sign_snapshot(files: &SnapshotFiles, key: &EcSecretKey) -> Result<PathBuf> {
-    let dir = folder_of(&files.head);
-    let head = files.head_name()?;
-    let parts_name = format!("{head}.parts");
+/// with `key`: the signature of the snapshot's whole folder
+/// ([`sign_folder`]), the head and every part listed with their SHA-256
+/// (the parts' from the head), every other regular file below the folder
+/// hashed here. Returns the signature's path and how many files it lists.
+pub fn sign_snapshot(files: &SnapshotFiles, key: &EcSecretKey) -> Result<(PathBuf, usize)> {
+    sign_folder(folder_of(&files.head), files.resources()?, &signature_path(&files.head), key)
+}
+
+/// Signs the folder `dir` as `model_signing sign key DIR --signature
+/// SIGNATURE` does: every regular file below it is listed with its SHA-256
+/// (`known` gives those the caller already has; the others are hashed on
+/// every core), only OMS's default Git paths and the signature itself (when
+/// it lies in the folder) left out, so a file that changes, appears or
+/// goes away fails every verifier (docs/SECURITY.md). A link or special
+/// file in the folder is refused, never followed. Written atomically;
+/// returns the signature's path and how many files it lists.
+pub fn sign_folder(dir: &Path, known: Vec<Resource>, signature: &Path, key: &EcSecretKey) -> Result<(PathBuf, usize)> {
     let mut ignore: Vec<String> = GIT_PATHS.iter().map(|s| s.to_string()).collect();
-    ignore.push(SIGNATURE_NAME.into());
-    for name in entries(dir)? {
-        if name != head && name != parts_name {
-            ignore.push(name);
-        }
-    }
-    let parts_dir = crate::store::parts_dir(&files.head);
-    if !files.parts.is_empty() {
-        for name in entries(&parts_dir)? {
-            if split::part_ix(&name).is_none_or(|ix| ix == 0 || ix > files.parts.len() as u64) {
-                ignore.push(format!("{parts_name}/{name}"));
-            }
-        }
-    }
+    ignore.extend(inside(dir, signature));
     ignore.sort();
     ignore.dedup();
+    let listed: HashSet<&str> = known.iter().map(|r| r.name.as_str()).collect();
+    let others: Vec<String> =
+        folder::list(dir, &ignore)?.into_iter().filter(|n| !listed.contains(n.as_str())).collect();
+    let digests = folder::digests(dir, &others, HashType::Sha256)?;
+    let mut resources = known;
+    resources.extend(others.into_iter().zip(digests).map(|(name, digest)| Resource { name, digest }));
+    let count = resources.len();
     let mut manifest = Manifest {
         model_name: model_name(dir),
         hash_type: HashType::Sha256,
         allow_symlinks: false,
         ignore_paths: ignore,
-        resources: files.resources()?,
+        resources,
     };
     manifest.sort();
-    let path = signature_path(&files.head);
-    crate::atomic::write_file(&path, &bundle::sign(&manifest, key), 0o644)?;
-    Ok(path)
+    crate::atomic::write_file(signature, &bundle::sign(&manifest, key), 0o644)?;
+    Ok((signature.to_path_buf(), count))
 }
 
-/// The names in a folder, UTF-8 only (a signature lists names as text).
-fn entries(dir: &Path) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
-        let e = e.map_err(|e| Error::io(dir, e))?;
-        let name = e.file_name();
-        let Some(name) = name.to_str() else {
-            return Err(Error::input(
-                Default::default(),
-                "a file name that is not UTF-8 cannot be listed in model.sig",
-            )
-            .in_file(e.path()));
-        };
-        out.push(name.to_string());
-        if out.len() > folder::MAX_FILES {
-            return Err(Error::input(Default::default(), "too many entries to sign").in_file(dir));
-        }
-    }
-    Ok(out)
+/// `path` relative to `dir` when it lies below it (the folder resolved,
+/// and the path's own folder: the file itself need not exist yet).
+fn inside(dir: &Path, path: &Path) -> Option<String> {
+    let root = std::fs::canonicalize(dir).ok()?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let abs = std::fs::canonicalize(parent).ok()?.join(path.file_name()?);
+    abs.strip_prefix(&root).ok()?.to_str().map(str::to_string)
 }
 
 fn model_name(dir: &Path) -> String {
@@ -219,9 +212,12 @@ impl Verdict {
 /// Checks the OMS signature of a snapshot whose data `wtxt verify` has
 /// proven: the bundle under `key`, every file of the snapshot listed with
 /// its SHA-256 (the head's as read, the parts' as the head records them),
-/// and any other listed file hashed and compared. `sig` is the user's
-/// path (a link there is followed), or `None` for `model.sig` in the
-/// snapshot's folder (a link there is refused: the folder may be anyone's).
+/// any other listed file hashed and compared, and no regular file below
+/// the folder left out (whatever the signature's own `ignore_paths` say,
+/// only Git's paths and the signature may be unsigned: what sits beside a
+/// snapshot is what a user loads with it). `sig` is the user's path (a
+/// link there is followed), or `None` for `model.sig` in the snapshot's
+/// folder (a link there is refused: the folder may be anyone's).
 pub fn check_snapshot(files: &SnapshotFiles, sig: Option<&Path>, key: &EcPublicKey) -> Result<Verdict> {
     let (path, links) = match sig {
         Some(p) => (p.to_path_buf(), crate::atomic::Links::Follow),
@@ -251,6 +247,15 @@ pub fn check_snapshot(files: &SnapshotFiles, sig: Option<&Path>, key: &EcPublicK
         }
     }
     others.extend(m.resources.iter().filter(|l| !our_names.contains(l.name.as_str())).cloned());
+    let mut ignore: Vec<String> = GIT_PATHS.iter().map(|s| s.to_string()).collect();
+    ignore.push(SIGNATURE_NAME.into());
+    ignore.extend(sig.and_then(|p| inside(dir, p)));
+    let unsigned: Vec<String> =
+        folder::list(dir, &ignore)?.into_iter().filter(|n| !by_name.contains_key(n.as_str())).collect();
+    if !unsigned.is_empty() {
+        let names: Vec<&str> = unsigned.iter().map(String::as_str).collect();
+        return Ok(Verdict::Invalid(format!("unsigned files beside the snapshot: {}", some_of(&names))));
+    }
     Ok(compare_listed(dir, &others, m.hash_type)?.map_or(Verdict::Valid, Verdict::Invalid))
 }
 

@@ -292,7 +292,7 @@ pub fn extract(
         let kept = OriginalNames::of(&all).map_err(|e| e.in_file(path))?.unwrap_or_default();
         let arrays: Vec<Array> = match array {
             Some(n) => {
-                let want = kept.wtxt_name(n);
+                let want = kept.wtxt_name(n).map_err(|e| e.in_file(path))?;
                 let a = all.iter().find(|a| a.name == n || a.name == want).cloned();
                 let a = a.ok_or_else(|| Error::usage(format!("{}: no array named {n}", path.display())))?;
                 let names = all.into_iter().filter(|x| x.name == NAMES);

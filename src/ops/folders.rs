@@ -45,10 +45,10 @@ pub fn stage(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Staged>
         Some((g, _)) => g.checked_add(1).ok_or_else(|| Error::usage("gen overflows"))?,
         None => 0,
     };
-    let sign_key = crate::git::configured_file(repo, "wtxt.signKey")
+    let sign_key = crate::git::configured_file(repo, "wtxt.signKey")?
         .map(|p| crate::crypto::sign::SecretKey::from_file(&p))
         .transpose()?;
-    let oms_key = crate::git::configured_file(repo, "wtxt.omsKey")
+    let oms_key = crate::git::configured_file(repo, "wtxt.omsKey")?
         .map(|p| crate::crypto::ec::EcSecretKey::from_file(&p))
         .transpose()?;
     let signs_oms = oms_key.is_some();

@@ -30,6 +30,7 @@ use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::SecretKey;
 use crate::error::{Error, Result};
 use crate::model::Array;
+use crate::store::input::WtxtIn;
 use crate::wtxt::layout::Layout;
 use crate::wtxt::split::{self, part_name, PartLine, PartSize, PartSpan};
 use crate::wtxt::syntax::{ArrLine, Meta};
@@ -375,8 +376,23 @@ impl DistWrite {
     /// done): the header and `arr` lines from the ranks' hashes, then the
     /// parts the ranks cut (or the text itself, for a single file), the
     /// head last. `arr_lines` are every array's, in order; `parts` every
-    /// part's line, in order.
-    pub fn finish(&self, arr_lines: &[String], sha256_all: Hash, fastxor: u64, parts: &[PartLine]) -> Result<Written> {
+    /// part's line, in order. With `verify`, the whole staged snapshot is
+    /// first verified as `wtxt verify` would, under the writer's own keys
+    /// (its signature, every HMAC tag): a head signed from what other
+    /// processes reported is installed only once every byte it vouches for
+    /// was read back and checked.
+    pub fn finish(
+        &self,
+        arr_lines: &[String],
+        sha256_all: Hash,
+        fastxor: u64,
+        parts: &[PartLine],
+        verify: bool,
+    ) -> Result<Written> {
+        let trust =
+            crate::wtxt::verify::InputTrust::new(self.o.hmac_key.as_ref(), None, self.o.sign_key.as_ref(), false);
+        let opts = trust.options();
+        let verify = verify.then_some(&opts);
         if arr_lines.len() != self.arrays.len() {
             return Err(Error::usage(format!("{} arr lines for {} arrays", arr_lines.len(), self.arrays.len())));
         }
@@ -394,6 +410,9 @@ impl DistWrite {
                     f.write_all_at(l.as_bytes(), at).map_err(io)?;
                 }
                 drop(f);
+                if let Some(opts) = verify {
+                    self.verify_staged(WtxtIn::open(&text_path, None)?, opts)?;
+                }
                 crate::store::install_text(&self.out, text_path)?;
             }
             Some(spans) => {
@@ -414,11 +433,34 @@ impl DistWrite {
                 let fixed = self.with_plan(|p| Ok(p.fixed_text(&self.places)))?;
                 let tail = fixed.iter().find(|p| p.kind == FixedKind::Tail).map_or(&[][..], |p| &p.bytes[..]);
                 let head = split::head_bytes(header.as_bytes(), parts, &arrs, tail);
+                if let Some(opts) = verify {
+                    let split::Opened::Split(h) = split::open(Box::new(&head[..]))? else {
+                        return Err(Error::usage("the head written is not a split snapshot's head"));
+                    };
+                    let source = Box::new(crate::store::PartFiles { dir: self.stage.clone(), unseal: None });
+                    self.verify_staged(WtxtIn::joined(h, source, &self.out, head.len() as u64), opts)?;
+                }
                 let staged = parts.iter().map(|p| (self.part_path(p.ix as usize - 1), *p)).collect();
                 crate::store::install_staged(&self.out, staged, &head)?;
             }
         }
         Ok(Written { sha256_all, merkle_this, fastxor, wsum: None, len: self.places.len, chunk_sha256: Vec::new() })
+    }
+}
+
+impl DistWrite {
+    /// Verifies the staged snapshot `input` whole; its first problem is the
+    /// error, named at the snapshot's path.
+    fn verify_staged(&self, input: WtxtIn<'_>, opts: &crate::wtxt::verify::VerifyOptions) -> Result<()> {
+        let report = input.verify(opts, &crate::progress::Progress::hidden())?;
+        match report.errors.first() {
+            None => Ok(()),
+            Some(p) => Err(crate::error::check_at(
+                p.line,
+                format!("the snapshot the ranks wrote does not verify, so it is not installed: {}", p.message),
+            )
+            .in_file(&self.out)),
+        }
     }
 }
 
@@ -518,7 +560,7 @@ mod tests {
             }
         }
         let parts: Vec<PartLine> = (0..ranks[0].part_count()).map(|k| ranks[k % world].hash_part(k).unwrap()).collect();
-        ranks[0].finish(&lines, all.unwrap().finalize(), fastxor, &parts).unwrap();
+        ranks[0].finish(&lines, all.unwrap().finalize(), fastxor, &parts, true).unwrap();
         std::fs::remove_dir_all(&stage).unwrap();
     }
 

@@ -284,3 +284,137 @@ fn wtxt_is_written_straight_into_each_container_with_the_same_bytes() {
         }
     }
 }
+
+/// A safetensors file of one f32 tensor per name, its header padded with
+/// spaces to exactly `header_len` bytes (as the library pads to 8).
+fn safetensors_padded(names: &[&str], header_len: usize) -> Vec<u8> {
+    let entries: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            format!(
+                "{}:{{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[{},{}]}}",
+                serde_json::json!(n),
+                4 * i,
+                4 * i + 4
+            )
+        })
+        .collect();
+    let mut header = format!("{{{}}}", entries.join(",")).into_bytes();
+    assert!(header.len() <= header_len);
+    header.resize(header_len, b' ');
+    let mut out = (header_len as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&header);
+    for i in 0..names.len() {
+        out.extend_from_slice(&(i as f32 + 0.5).to_le_bytes());
+    }
+    out
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Issue 50.5: a header of 640 or 1152 bytes (mod 65536) makes the file
+/// begin with pickle's magic (0x80 0x02, 0x80 0x04): still safetensors.
+#[test]
+fn a_safetensors_file_that_begins_like_a_pickle_is_read_as_safetensors() {
+    let dir = tempfile::tempdir().unwrap();
+    for len in [640usize, 1152, 65536 + 640] {
+        let st = dir.path().join(format!("m{len}.safetensors"));
+        std::fs::write(&st, safetensors_padded(&["w"], len)).unwrap();
+        let w = dir.path().join(format!("m{len}.wtxt"));
+        let r = crate::util::run(&["snapshot", s(&st), "-o", s(&w)]);
+        assert_eq!(r.code, 0, "header {len}: {}", r.stderr);
+        let r =
+            crate::util::run(&["convert", s(&st), "-o", s(&dir.path().join(format!("c{len}.wtxt"))), "--to", "wtxt"]);
+        assert_eq!(r.code, 0, "header {len}: {}", r.stderr);
+    }
+    // A real pickle is still refused, naming what to do.
+    let pkl = dir.path().join("state.pt");
+    std::fs::write(&pkl, [0x80, 0x02, b'}', b'q', 0, b'.']).unwrap();
+    let r = crate::util::run(&["snapshot", s(&pkl), "-o", s(&dir.path().join("p.wtxt"))]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("pickle"), "{}", r.stderr);
+}
+
+/// Issue 50.4: names that map to `_` while `_` is taken got `__2`, a
+/// metadata name that extract then dropped. Every tensor comes back, under
+/// its own name, and `--array` reaches it.
+#[test]
+fn names_that_map_to_an_underscore_keep_their_tensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["_", "", ".", "/", "-"];
+    let st = dir.path().join("odd.safetensors");
+    std::fs::write(&st, safetensors_padded(&names, 512)).unwrap();
+    let w = dir.path().join("odd.wtxt");
+    let r = crate::util::run(&["snapshot", s(&st), "-o", s(&w)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j: serde_json::Value = serde_json::from_str(&crate::util::run(&["inspect", s(&w), "--json"]).stdout).unwrap();
+    let stored: Vec<&str> = j["arrays"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert!(!stored.iter().any(|n| n.starts_with("__") && *n != "__names"), "{stored:?}");
+    let back = dir.path().join("back.safetensors");
+    let r = crate::util::run(&["extract", s(&w), "-o", s(&back)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let b = std::fs::read(&back).unwrap();
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&b[8..8 + n]).unwrap();
+    for name in names {
+        assert!(header.get(name).is_some(), "{name:?} lost: {header}");
+    }
+    for name in ["-", "."] {
+        let one = dir.path().join("one.npy");
+        let _ = std::fs::remove_file(&one);
+        let r = crate::util::run(&["extract", s(&w), "--array", name, "-o", s(&one)]);
+        assert_eq!(r.code, 0, "{name}: {}", r.stderr);
+    }
+}
+
+/// Issue 50.6: one name from two inputs (or one tensor given twice) is
+/// refused at snapshot, naming both files, as for a duplicate valid name.
+#[test]
+fn one_original_name_from_two_inputs_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.safetensors");
+    let b = dir.path().join("b.safetensors");
+    std::fs::write(&a, safetensors_padded(&["w.1"], 64)).unwrap();
+    std::fs::write(&b, safetensors_padded(&["w.1"], 64)).unwrap();
+    let out = dir.path().join("x.wtxt");
+    let r = crate::util::run(&["snapshot", s(&a), s(&b), "-o", s(&out)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("\"w.1\"") && r.stderr.contains("a.safetensors") && r.stderr.contains("b.safetensors"),
+        "{}",
+        r.stderr
+    );
+    assert!(!out.exists());
+    // A snapshot of `a` and `a` itself again: the same tensor twice.
+    let w = dir.path().join("a.wtxt");
+    assert_eq!(crate::util::run(&["snapshot", s(&a), "-o", s(&w)]).code, 0);
+    let r = crate::util::run(&["snapshot", s(&w), s(&a), "-o", s(&out)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(!out.exists());
+}
+
+/// Issue 50.6: a crafted `__names` giving two arrays one original name:
+/// `extract --array NAME` refuses instead of picking either.
+#[test]
+fn extract_refuses_an_original_name_two_arrays_share() {
+    use wtxt::model::{Array, Dtype};
+    let dir = tempfile::tempdir().unwrap();
+    let a = Array::new("w_1", Dtype::U8, vec![1], vec![1].into()).unwrap();
+    let b = Array::new("w_1_2", Dtype::U8, vec![1], vec![2].into()).unwrap();
+    let names =
+        wtxt::convert::meta_array("__names", &serde_json::json!({"names": {"w_1": "w.1", "w_1_2": "w.1"}})).unwrap();
+    let w = dir.path().join("twice.wtxt");
+    let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(0, None).unwrap(), 128);
+    wtxt::store::write_wtxt(&[names, a, b], &opts, &w, Default::default(), None, &wtxt::progress::Progress::hidden())
+        .unwrap();
+    let out = dir.path().join("one.npy");
+    let r = crate::util::run(&["extract", s(&w), "--array", "w.1", "-o", s(&out)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("w_1") && r.stderr.contains("w_1_2"), "{}", r.stderr);
+    assert!(!out.exists());
+    // By its WTXT name it is one array.
+    assert_eq!(crate::util::run(&["extract", s(&w), "--array", "w_1_2", "-o", s(&out)]).code, 0);
+}

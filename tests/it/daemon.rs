@@ -640,24 +640,39 @@ fn pushes_over_https_with_the_users_credential_helper() {
     ];
     pushes_arrive(d, &format!("https://127.0.0.1:{port}/remote.git"), &served.join("remote.git"), &env);
 
-    // Credentials in the URL reach git through its environment, never its
-    // command line; a wrong one fails with the secret left out of every message.
+    // A secret on the daemon's command line is refused (`ps` shows it),
+    // named without the secret.
+    let o = Command::new(env!("CARGO_BIN_EXE_wtxt"))
+        .args(["daemon", "--repo"])
+        .arg(d.join("repo"))
+        .arg("--socket")
+        .arg(d.join("refused.sock"))
+        .args(["--remote", &format!("https://pusher:s3cret@127.0.0.1:{port}/remote.git")])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{said}");
+    assert!(said.contains("--remote-password-file") && !said.contains("s3cret"), "{said}");
+    // The secret from the environment (or a file) reaches git through its
+    // environment, never its command line; a wrong one fails with the
+    // secret left out of every message.
     let d2 = d.join("with-credentials");
     std::fs::create_dir(&d2).unwrap();
     git_ok(&served, &["init", "-q", "--bare", "-b", "main", "second.git"]);
     git_ok(&served.join("second.git"), &["config", "http.receivepack", "true"]);
-    let url = format!("https://pusher:s3cret@127.0.0.1:{port}/second.git");
-    pushes_arrive(&d2, &url, &served.join("second.git"), &env[..1]);
+    let url = format!("https://pusher@127.0.0.1:{port}/second.git");
+    pushes_arrive(&d2, &url, &served.join("second.git"), &[env[0], ("WTXT_REMOTE_PASSWORD", "s3cret")]);
     let d3 = d.join("wrong");
     std::fs::create_dir(&d3).unwrap();
     let repo = d3.join("repo");
     git_ok(&d3, &["init", "-q", "-b", "main", "repo"]);
     let log = d3.join("daemon.err");
-    let url = format!("https://pusher:wr0ng-t0ken@127.0.0.1:{port}/second.git");
+    let secret = d3.join("token");
+    std::fs::write(&secret, "wr0ng-t0ken\n").unwrap();
     let daemon = Daemon::start_with(
         &repo,
         &d3.join("s.sock"),
-        &["--remote", &url],
+        &["--remote", &url, "--remote-password-file", secret.to_str().unwrap()],
         &env[..1],
         Stdio::from(std::fs::File::create(&log).unwrap()),
     );
@@ -667,6 +682,68 @@ fn pushes_over_https_with_the_users_credential_helper() {
     daemon.stop();
     let said = format!("{st} {}", std::fs::read_to_string(&log).unwrap());
     assert!(st["last_error"].is_string() && !said.contains("wr0ng-t0ken"), "{said}");
+}
+
+/// Issue 50.10: a remote that redirects to another origin is handed no
+/// credential (plain `git push` sends it nothing either): the helper
+/// answers only for the remote's own protocol, host and port.
+#[test]
+fn a_redirect_to_another_origin_gets_no_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let served = d.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    git_ok(&served, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
+    git_ok(&served.join("remote.git"), &["config", "http.receivepack", "true"]);
+    let o = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+        .arg(d.join("key.pem"))
+        .arg("-out")
+        .arg(d.join("cert.pem"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/https_git_server.py");
+    let (front, elsewhere) = (free_port(), free_port());
+    let heard = d.join("heard");
+    let serve = |port: u16, extra: &[String]| {
+        Server(
+            Command::new("python3")
+                .arg(&script)
+                .arg(port.to_string())
+                .arg(&served)
+                .arg(d.join("cert.pem"))
+                .arg(d.join("key.pem"))
+                .arg("pusher:s3cret")
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let _front = serve(front, &["--redirect-to".into(), format!("https://127.0.0.1:{elsewhere}")]);
+    let _elsewhere = serve(elsewhere, &["--log-auth".into(), heard.display().to_string()]);
+    wait_for_port(front);
+    wait_for_port(elsewhere);
+    let repo = d.join("repo");
+    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
+    let ca = d.join("cert.pem").display().to_string();
+    let daemon = Daemon::start_with(
+        &repo,
+        &d.join("s.sock"),
+        &["--remote", &format!("https://pusher@127.0.0.1:{front}/remote.git")],
+        &[("GIT_SSL_CAINFO", ca.as_str()), ("WTXT_REMOTE_PASSWORD", "s3cret")],
+        Stdio::null(),
+    );
+    assert_eq!(daemon.ask(&format!("snapshot {} gen=1", model(d, 1).display())), "ok gen=1 queued");
+    assert_eq!(daemon.ask("flush"), "ok");
+    let st = daemon.status();
+    daemon.stop();
+    assert!(st["last_error"].is_string(), "the push cannot succeed: {st}");
+    let got = std::fs::read_to_string(&heard).unwrap_or_default();
+    assert!(got.is_empty(), "the other origin was sent a credential: {got}");
 }
 
 /// A push that fails is said at once on stderr, with the remote's

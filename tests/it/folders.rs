@@ -233,3 +233,95 @@ fn a_link_in_place_of_a_model_folder_is_never_followed() {
     assert_ne!(o.status.code(), Some(0));
     assert_eq!(files(&target), before);
 }
+
+/// Issue 50.2: a merged branch that force-added files below a model folder
+/// (the folder is only in `.git/info/exclude`) would have the next commit
+/// snapshot and sign them: while HEAD or the index tracks any path below
+/// a configured folder, the hook and `git folder --stage` refuse, and the
+/// checkout hooks say so.
+#[test]
+fn files_a_branch_planted_in_a_model_folder_are_never_snapshotted() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    std::fs::create_dir(&root).unwrap();
+    let w = Work { root: root.clone() };
+    w.ok(&["init", "-q", "-b", "main"]);
+    folder(&root);
+    assert!(w.wtxt(&["git", "install", "--folder", "model"]).status.success());
+    w.ok(&["config", "wtxt.partSize", "8K"]);
+    w.ok(&["add", ".gitattributes"]);
+    w.ok(&["commit", "-q", "-m", "g0"]);
+    let g0 = w.ok(&["rev-parse", "HEAD:model.wtxt"]);
+    // Another branch force-adds code into the folder; merged, Git writes it.
+    w.ok(&["checkout", "-q", "-b", "evil"]);
+    std::fs::write(root.join("model/evil.py"), "import os\n").unwrap();
+    w.ok(&["add", "-f", "model/evil.py"]);
+    let o = w.git(&["commit", "-q", "-m", "plant"]);
+    let said = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "the hook refuses to commit a tracked path below the folder: {said}");
+    assert!(said.contains("model/evil.py"), "{said}");
+    w.ok(&["commit", "-q", "--no-verify", "-m", "plant"]);
+    w.ok(&["checkout", "-q", "main"]);
+    let o = w.ok(&["merge", "-q", "--no-verify", "evil"]);
+    assert!(o.contains("Git tracks model/evil.py"), "the merge's hook says so: {o}");
+    // Any later commit, and `git folder --stage`, refuse while it is tracked.
+    w.retrain((9, 2));
+    std::fs::write(root.join("notes.txt"), "x").unwrap();
+    w.ok(&["add", "notes.txt"]);
+    let o = w.git(&["commit", "-q", "-m", "g1"]);
+    let said = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success() && said.contains("Git tracks model/evil.py"), "{said}");
+    let o = w.wtxt(&["git", "folder", "model", "--stage"]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(w.ok(&["rev-parse", "HEAD:model.wtxt"]), g0, "no generation was committed");
+    assert!(!w.ok(&["diff", "--cached", "--name-only"]).contains("model.wtxt"), "nor staged");
+    // Taken out of Git, the folder is the user's again.
+    w.ok(&["rm", "-q", "--cached", "--", "model/evil.py"]);
+    std::fs::remove_file(root.join("model/evil.py")).unwrap();
+    let o = w.ok(&["commit", "-q", "-m", "g1"]);
+    assert!(o.contains("snapshotted the folder into model.wtxt"), "{o}");
+}
+
+/// Issue 50.3: a private key is never committed: the hook refuses a staged
+/// file that is one (the path `wtxt.signKey` names, or any PEM, OpenSSH or
+/// age private key), and a key setting never follows a link in the work
+/// tree.
+#[test]
+fn private_keys_are_never_committed_and_key_settings_follow_no_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    std::fs::create_dir(&root).unwrap();
+    let w = Work { root: root.clone() };
+    w.ok(&["init", "-q", "-b", "main"]);
+    folder(&root);
+    assert!(w.wtxt(&["git", "install", "--folder", "model"]).status.success());
+    let o = w.wtxt(&["keygen", "-o", "key.pem"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    w.ok(&["config", "wtxt.signKey", "key.pem"]);
+    w.ok(&["add", "-A"]);
+    let o = w.git(&["commit", "-q", "-m", "g0"]);
+    let said = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success() && said.contains("key.pem") && said.contains("wtxt.signKey"), "{said}");
+    // Any private key, under any name.
+    w.ok(&["reset", "-q"]);
+    let outside = dir.path().join("key.pem");
+    std::fs::rename(root.join("key.pem"), &outside).unwrap();
+    std::fs::rename(root.join("key.pem.pub"), dir.path().join("key.pem.pub")).unwrap();
+    w.ok(&["config", "wtxt.signKey", s(&outside)]);
+    std::fs::copy(&outside, root.join("backup.txt")).unwrap();
+    w.ok(&["add", "-A"]);
+    let o = w.git(&["commit", "-q", "-m", "g0"]);
+    let said = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success() && said.contains("backup.txt: a private key"), "{said}");
+    w.ok(&["rm", "-q", "--cached", "backup.txt"]);
+    std::fs::remove_file(root.join("backup.txt")).unwrap();
+    w.ok(&["commit", "-q", "-m", "g0"]);
+    // A key setting through a link in the work tree is refused.
+    std::os::unix::fs::symlink(&outside, root.join("linked.pem")).unwrap();
+    w.ok(&["config", "wtxt.signKey", "linked.pem"]);
+    w.retrain((3, 4));
+    let o = w.wtxt(&["git", "folder", "model", "--stage"]);
+    let said = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{said}");
+    assert!(said.contains("symbolic link inside the work tree"), "{said}");
+}

@@ -330,3 +330,86 @@ fn damage_is_reported_by_the_models_tensor_names() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("model.embed_tokens.weight"), "{err}");
 }
+
+/// Issue 50.7: a (crafted, verified) snapshot whose `__hf` lists a shard
+/// twice, or a file twice: `extract --hf` refuses, nothing written, never
+/// a folder with a shard or tensor left out.
+#[test]
+fn extract_hf_refuses_a_path_listed_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = folder(dir.path());
+    let snap = dir.path().join("m.wtxt");
+    assert_eq!(run(&["snapshot", s(&m), "-o", s(&snap)]).code, 0);
+    let loaded = wtxt::wtxt::load(&std::fs::read(&snap).unwrap()[..], u64::MAX, &Default::default()).unwrap();
+    for list in ["shards", "files"] {
+        let mut arrays = loaded.arrays.clone();
+        let at = arrays.iter().position(|a| a.name == "__hf").unwrap();
+        let mut hf: serde_json::Value = serde_json::from_slice(arrays[at].bytes()).unwrap();
+        let first = hf[list][0].clone();
+        hf[list].as_array_mut().unwrap().push(first);
+        arrays[at] = wtxt::convert::meta_array("__hf", &hf).unwrap();
+        let crafted = dir.path().join(format!("twice-{list}.wtxt"));
+        let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(0, None).unwrap(), 128);
+        wtxt::store::write_wtxt(
+            &arrays,
+            &opts,
+            &crafted,
+            Default::default(),
+            None,
+            &wtxt::progress::Progress::hidden(),
+        )
+        .unwrap();
+        assert_eq!(run(&["verify", s(&crafted)]).code, 0, "{list}: the snapshot itself verifies");
+        let out = dir.path().join(format!("out-{list}"));
+        let r = run(&["extract", s(&crafted), "--hf", s(&out)]);
+        assert_eq!(r.code, 2, "{list}: {}", r.stderr);
+        assert!(r.stderr.contains("listed twice"), "{list}: {}", r.stderr);
+        assert!(!out.exists(), "{list}");
+    }
+}
+
+/// Issue 50.8: a shard that shrinks while `snapshot DIR` has it mapped
+/// (`save_pretrained` rewriting it) ends the command with one line naming
+/// the shard and exit 2, nothing written, instead of a death by SIGBUS.
+#[test]
+fn a_shard_that_shrinks_while_mapped_is_reported_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("big");
+    std::fs::create_dir(&m).unwrap();
+    // Large enough that reading it takes a while after it is mapped.
+    let big = tensor("model.embed_tokens.weight", Dtype::U8, &[256 << 20], 7);
+    let st = m.join("model.safetensors");
+    shard(&st, &[&big]);
+    std::fs::write(m.join("config.json"), "{}").unwrap();
+    let out = dir.path().join("big.wtxt");
+    for attempt in 0..5 {
+        let _ = std::fs::remove_file(&out);
+        shard(&st, &[&big]);
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_wtxt"))
+            .args(["snapshot", s(&m), "-o", s(&out), "--part-size", "none"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Once the shard is mapped, cut it to its header.
+        let maps = format!("/proc/{}/maps", child.id());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !std::fs::read_to_string(&maps).unwrap_or_default().contains(s(&st)) {
+            assert!(std::time::Instant::now() < deadline, "the shard was never mapped");
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        std::fs::OpenOptions::new().write(true).open(&st).unwrap().set_len(4096).unwrap();
+        let o = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        if o.status.success() {
+            continue; // it had read the shard before the cut: try again
+        }
+        assert_eq!(o.status.code(), Some(2), "attempt {attempt}: {:?} {stderr}", o.status);
+        assert!(stderr.contains(s(&st)) && stderr.contains("changed while it was read"), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(!out.exists());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left.len(), 1, "only the folder stays: {left:?}");
+        return;
+    }
+    panic!("the snapshot read the shard before it was cut, five times");
+}

@@ -179,10 +179,18 @@ fn every_writer_signs_single_files_too() {
             run(&["oms", "verify", p(out.parent().unwrap()), "--signature", p(&sig_of(&out)), "--public-key", pubkey]);
         assert_eq!(r.code, 0, "{cmd}: {}", r.stderr);
     }
-    // A signature covers the snapshot, whatever else shares its folder: the
-    // other files are listed as ignored.
+    // A signature covers the snapshot's whole folder (issue 50.1): a file
+    // that appears beside it later is unsigned, and both checks say so;
+    // signed again, it is listed.
     let single = t.path().join("joined/one.wtxt");
     std::fs::write(t.path().join("joined/notes.txt"), b"later").unwrap();
+    let r = run(&["verify", p(&single), "--oms-pubkey", pubkey]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("unsigned files beside the snapshot: notes.txt"), "{}", r.stderr);
+    let sig = sig_of(&single);
+    let r = run(&["oms", "verify", p(single.parent().unwrap()), "--signature", p(&sig), "--public-key", pubkey]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(run(&["oms", "sign", p(&single), "--key", key]).code, 0);
     let r = run(&["verify", p(&single), "--oms-pubkey", pubkey]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     // --oms-key signs WTXT output only.

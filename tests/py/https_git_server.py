@@ -6,7 +6,12 @@ certificate: `git push https://...` must trust the certificate (its own
 `http.sslCAInfo`) and authenticate (its own credential helper), as against a
 real host.
 
-    https_git_server.py PORT ROOT CERT KEY USER:PASSWORD
+    https_git_server.py PORT ROOT CERT KEY USER:PASSWORD [--redirect-to URL] [--log-auth FILE]
+
+`--redirect-to URL` answers every request with a redirect to URL plus the
+request's path (a remote that sends its clients to another origin);
+`--log-auth FILE` appends every Authorization header the server is sent
+to FILE (what a client handed it).
 """
 import base64
 import http.server
@@ -16,6 +21,8 @@ import subprocess
 import sys
 
 port, root, cert, key, user_pass = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+options = dict(zip(sys.argv[6::2], sys.argv[7::2]))
+redirect_to, log_auth = options.get("--redirect-to"), options.get("--log-auth")
 backend = os.path.join(subprocess.run(["git", "--exec-path"], capture_output=True, text=True, check=True).stdout.strip(),
                        "git-http-backend")
 expected = "Basic " + base64.b64encode(user_pass.encode()).decode()
@@ -38,6 +45,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
     def serve(self):
+        if log_auth and self.headers.get("Authorization"):
+            with open(log_auth, "a") as f:
+                f.write(self.headers["Authorization"] + "\n")
+        if redirect_to:
+            self.send_response(301)
+            self.send_header("Location", redirect_to + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.headers.get("Authorization") != expected:
             self.send_response(401)
             self.send_header("WWW-Authenticate", 'Basic realm="git"')

@@ -172,8 +172,17 @@ def _path(x: Optional[PathLike]) -> Optional[str]:
     return None if x is None else os.fspath(x)
 
 
-def _trust(hmac_key, pubkey, trusted_keys, require_signature) -> Dict[str, object]:
-    """What a reader demands of a snapshot, as the Rust side reads it (its `Trust`)."""
+def _trust(hmac_key, pubkey, trusted_keys, require_signature: Optional[bool]) -> Dict[str, object]:
+    """What a reader demands of a snapshot, as the Rust side reads it (its `Trust`).
+
+    Naming a key (`pubkey`, `trusted_keys`) requires a valid signature by
+    it, as `model_signing verify` does: `require_signature=None` (the
+    default) means "required exactly when a key is named". Only an explicit
+    `require_signature=False` with a key accepts an unsigned snapshot or
+    one signed by another key (a signature that fails under a named key is
+    refused either way)."""
+    if require_signature is None:
+        require_signature = pubkey is not None or trusted_keys is not None
     return {"hmac_key": _path(hmac_key), "pubkey": _path(pubkey), "trusted_keys": _path(trusted_keys),
             "require_signature": bool(require_signature)}
 
@@ -233,7 +242,7 @@ def save_folder(folder: PathLike, filename: PathLike, prev: Optional[PathLike] =
 
 def extract_folder(filename: PathLike, out: PathLike, hmac_key: Optional[PathLike] = None,
                    pubkey: Optional[PathLike] = None, trusted_keys: Optional[PathLike] = None,
-                   require_signature: bool = False) -> int:
+                   require_signature: Optional[bool] = None) -> int:
     """Verifies `filename` (as `load_file` does) and writes the Hugging Face
     folder it was made from into `out`, a new folder that appears whole or
     not at all; every file byte for byte. Returns the number of shards."""
@@ -251,12 +260,14 @@ def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
 
 
 def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
-              require_signature: bool = False, trusted_keys: Optional[PathLike] = None) -> Dict[str, np.ndarray]:
+              require_signature: Optional[bool] = None, trusted_keys: Optional[PathLike] = None) -> Dict[str, np.ndarray]:
     """Reads and verifies `filename`: a dict of arrays under their original names.
 
     Every check runs; with `hmac_key` every array must authenticate, with
-    `pubkey` or `trusted_keys` a signature must hold (and be there with
-    `require_signature`). A failed check raises `VerifyError` with its line.
+    `pubkey` or `trusted_keys` a valid signature by one of those keys is
+    required (an unsigned snapshot, or one signed by another key, is
+    refused; `require_signature=False` is the explicit opt-out). A failed
+    check raises `VerifyError` with its line.
     """
     tensors, _, _ = _call(_rust.load, os.fspath(filename), _trust(hmac_key, pubkey, trusted_keys, require_signature))
     return {name: _from_bytes(dtype, shape, data) for name, dtype, shape, data in tensors}
@@ -286,7 +297,7 @@ class Report:
 
 
 def verify(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
-           trusted_keys: Optional[PathLike] = None, require_signature: bool = False,
+           trusted_keys: Optional[PathLike] = None, require_signature: Optional[bool] = None,
            wsum: Optional[PathLike] = None, prev: Optional[PathLike] = None,
            allow_unauthenticated: bool = False) -> Report:
     """`wtxt verify` of `filename`, as a `Report` (a failed check is in the

@@ -39,7 +39,7 @@ def load_file(
     filename: PathLike,
     hmac_key: Optional[PathLike] = ...,
     pubkey: Optional[PathLike] = ...,
-    require_signature: bool = ...,
+    require_signature: Optional[bool] = ...,
     trusted_keys: Optional[PathLike] = ...,
 ) -> Dict[str, np.ndarray]: ...
 def load_metadata(filename: PathLike) -> Dict[str, str]: ...
@@ -48,7 +48,7 @@ def verify(
     hmac_key: Optional[PathLike] = ...,
     pubkey: Optional[PathLike] = ...,
     trusted_keys: Optional[PathLike] = ...,
-    require_signature: bool = ...,
+    require_signature: Optional[bool] = ...,
     wsum: Optional[PathLike] = ...,
     prev: Optional[PathLike] = ...,
     allow_unauthenticated: bool = ...,
@@ -99,5 +99,5 @@ def extract_folder(
     hmac_key: Optional[PathLike] = ...,
     pubkey: Optional[PathLike] = ...,
     trusted_keys: Optional[PathLike] = ...,
-    require_signature: bool = ...,
+    require_signature: Optional[bool] = ...,
 ) -> int: ...

@@ -65,7 +65,8 @@ pub enum Command {
 
 #[derive(Subcommand, Debug)]
 pub enum OmsCommand {
-    /// Verify a snapshot whole, then write `model.sig` beside it.
+    /// Verify a snapshot whole, then sign its folder into `model.sig`
+    /// beside it; or sign any model folder as `model_signing sign key` does.
     Sign(OmsSignArgs),
     /// Check a folder against an OMS signature, as `model_signing verify key` does.
     Verify(OmsVerifyArgs),
@@ -73,11 +74,17 @@ pub enum OmsCommand {
 
 #[derive(Args, Debug)]
 pub struct OmsSignArgs {
-    /// The snapshot (a single file or the head of a split snapshot).
+    /// The snapshot (a single file or the head of a split snapshot), or a
+    /// model folder (every WTXT snapshot in it is verified first).
+    #[arg(value_name = "SNAPSHOT|DIR")]
     pub snapshot: PathBuf,
     /// EC private key (P-256/384/521, PKCS#8 or SEC1 PEM).
     #[arg(long, value_name = "EC.pem")]
     pub key: PathBuf,
+    /// Where a folder's signature goes (default: DIR/model.sig); a
+    /// snapshot's is always model.sig beside it.
+    #[arg(long, value_name = "model.sig")]
+    pub signature: Option<PathBuf>,
     #[command(flatten)]
     pub hmac: HmacArg,
     /// Keys the snapshot must be signed by before it is signed again.
@@ -680,9 +687,13 @@ pub struct DaemonArgs {
     /// Snapshots the ring keeps (default 8; unpushed ones are never dropped).
     #[arg(long, value_name = "N")]
     pub keep: Option<usize>,
-    /// Remote (name, path or file:// URL) to push to after each commit.
+    /// Remote (name, path or URL) to push to after each commit; a URL with
+    /// a secret in it is refused here (`ps` shows a command line).
     #[arg(long, value_name = "NAME")]
     pub remote: Option<String>,
+    /// File holding the remote's password or token (else $WTXT_REMOTE_PASSWORD).
+    #[arg(long, value_name = "FILE")]
+    pub remote_password_file: Option<PathBuf>,
     /// Path of the snapshot inside the repository (default snapshot.wtxt).
     #[arg(long, value_name = "FILE.wtxt")]
     pub path_in_repo: Option<PathBuf>,

@@ -34,6 +34,7 @@ fn main() -> ExitCode {
     if let Some(n) = cli.threads {
         wtxt::threads::set(n as usize);
     }
+    wtxt::atomic::exit_cleanly_when_a_mapped_input_shrinks();
     // The daemon finishes in-flight work on SIGTERM itself; every other
     // command removes its unfinished outputs' temporary files and exits.
     if !matches!(cli.command, Command::Daemon(_)) {
@@ -462,12 +463,21 @@ fn git_folder(dir: &str, checkout: bool, stage: bool, force: bool) -> Result<u8>
 
 fn daemon(a: cli::DaemonArgs) -> Result<u8> {
     use wtxt::daemon::server::{run as run_daemon, DaemonConfig};
+    let apart = a.remote_password_file.is_some() || std::env::var_os("WTXT_REMOTE_PASSWORD").is_some();
+    if a.remote.as_deref().is_some_and(|r| wtxt::git::push::has_secret(r, apart)) {
+        return Err(Error::usage(format!(
+            "--remote {}: a secret on the command line is shown by `ps` to every user: put the password or token \
+             in a file (--remote-password-file), in WTXT_REMOTE_PASSWORD, or in --config's file",
+            wtxt::git::push::redact(a.remote.as_deref().unwrap_or_default())
+        )));
+    }
     let flags = DaemonConfig {
         repo: a.repo,
         socket: a.socket,
         ring: a.ring,
         keep: a.keep,
         remote: a.remote,
+        remote_password_file: a.remote_password_file,
         path_in_repo: a.path_in_repo,
         sign_key: a.sign_key,
         oms_key: a.oms_key,
@@ -674,8 +684,17 @@ fn oms_sign(a: cli::OmsSignArgs) -> Result<u8> {
         None,
         a.hmac.allow_unauthenticated,
     );
-    let sig = ops::oms_sign(&a.snapshot, &key, &trust)?;
-    eprintln!("verified {}; wrote {}", a.snapshot.display(), sig.display());
+    let signed = ops::oms_sign(&a.snapshot, a.signature.as_deref(), &key, &trust)?;
+    let snapshots = match signed.verified {
+        1 => "1 snapshot verified".to_string(),
+        n => format!("{n} snapshots verified"),
+    };
+    eprintln!(
+        "{}: {snapshots}; wrote {} listing {} files",
+        a.snapshot.display(),
+        signed.signature.display(),
+        signed.files
+    );
     Ok(0)
 }
 

@@ -133,7 +133,7 @@ def _load(filename: PathLike, hmac_key, pubkey, trusted_keys, require_signature)
 
 def load_state_dict(filename: PathLike, device: Union[str, torch.device] = "cpu",
                     hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
-                    require_signature: bool = False, trusted_keys: Optional[PathLike] = None) -> Dict[str, Any]:
+                    require_signature: Optional[bool] = None, trusted_keys: Optional[PathLike] = None) -> Dict[str, Any]:
     """Reads and verifies `filename`: a flat `state_dict` under the original
     names, tensors on `device` and the other entries as they were saved."""
     tensors, objects = _load(filename, hmac_key, pubkey, trusted_keys, require_signature)

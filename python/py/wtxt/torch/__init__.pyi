@@ -22,6 +22,6 @@ def load_state_dict(
     device: Union[str, torch.device] = ...,
     hmac_key: Optional[PathLike] = ...,
     pubkey: Optional[PathLike] = ...,
-    require_signature: bool = ...,
+    require_signature: Optional[bool] = ...,
     trusted_keys: Optional[PathLike] = ...,
 ) -> Dict[str, Any]: ...

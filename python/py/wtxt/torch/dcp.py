@@ -538,13 +538,13 @@ class WtxtStorageReader(StorageReader):
 
     Every check runs before anything is copied into the state dict: with
     `hmac_key` every array must authenticate, with `pubkey` or
-    `trusted_keys` a signature must hold (and be there with
-    `require_signature`). A failure raises `wtxt.VerifyError` naming the
-    file (the part) and line.
+    `trusted_keys` a valid signature by one of those keys is required
+    (`require_signature=False` is the explicit opt-out). A failure raises
+    `wtxt.VerifyError` naming the file (the part) and line.
     """
 
     def __init__(self, path: PathLike, *, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
-                 trusted_keys: Optional[PathLike] = None, require_signature: bool = False):
+                 trusted_keys: Optional[PathLike] = None, require_signature: Optional[bool] = None):
         super().__init__()
         self.path = os.fspath(path)
         self.hmac_key, self.pubkey, self.trusted_keys = hmac_key, pubkey, trusted_keys

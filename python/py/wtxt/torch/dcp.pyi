@@ -48,7 +48,7 @@ class WtxtStorageReader(StorageReader):
         hmac_key: Optional[PathLike] = ...,
         pubkey: Optional[PathLike] = ...,
         trusted_keys: Optional[PathLike] = ...,
-        require_signature: bool = ...,
+        require_signature: Optional[bool] = ...,
     ) -> None: ...
     def reset(self, checkpoint_id: Optional[PathLike] = ...) -> None: ...
     @classmethod
