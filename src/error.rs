@@ -292,15 +292,23 @@ pub fn input_at(byte: u64, message: impl Into<String>) -> Error {
 /// A message as one printable line: newlines become spaces and other
 /// control bytes (ESC, CR, DEL, ...) `\xNN`, whatever a file put in a name.
 pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    if !text.chars().any(|c| c.is_control() || is_bidi_control(c)) {
         return text.into();
     }
     text.chars()
         .map(|c| match c {
             '\n' => " ".to_string(),
             c if c.is_control() => format!("\\x{:02x}", c as u32),
+            c if is_bidi_control(c) => format!("\\u{{{:04x}}}", c as u32),
             c => c.to_string(),
         })
         .collect::<String>()
         .into()
+}
+
+/// The characters that reorder text around them on a terminal (Unicode's
+/// bidirectional controls): a file name holding one could show another
+/// name than its own (`evil\u{202e}txt.py`).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }

@@ -4,7 +4,7 @@
 //! with the GIL released.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -241,6 +241,31 @@ impl PyDistWriter {
         })
         .map_err(raise)
     }
+}
+
+/// The HMAC key file's fingerprint (`HmacKey::fingerprint`), or None
+/// without a key: the ranks of a save compare theirs before any hashes.
+#[pyfunction]
+#[pyo3(signature = (path=None))]
+pub fn hmac_fingerprint(path: Option<PathBuf>) -> PyResult<Option<String>> {
+    Ok(hmac(path).map_err(raise)?.map(|k| k.fingerprint()))
+}
+
+/// The generation a commit at `path` continues: HEAD's version of that
+/// path in the work tree around it, verified whole under the repository's
+/// policy (nothing chains from what it did not verify): its (gen,
+/// merkle_this); None when HEAD has no snapshot there.
+#[pyfunction]
+pub fn head_link(py: Python<'_>, path: PathBuf) -> PyResult<Option<(u64, Py<PyBytes>)>> {
+    let link = py
+        .allow_threads(|| {
+            if let Some(dir) = std::path::absolute(&path).ok().and_then(|a| a.parent().map(Path::to_path_buf)) {
+                std::fs::create_dir_all(&dir).map_err(|e| wtxt::Error::io(&dir, e))?;
+            }
+            wtxt::git::commit::committed_link(&path)
+        })
+        .map_err(raise)?;
+    Ok(link.map(|(gen, merkle)| (gen, PyBytes::new(py, &merkle).unbind())))
 }
 
 /// Commits the snapshot at `path` (in a Git work tree: its parts, and its

@@ -481,16 +481,20 @@ type LoadedTensors = (
     Vec<(String, String, Vec<u64>, Py<PyArray1<u8>>)>,
     Option<BTreeMap<String, String>>,
     Option<BTreeMap<String, String>>,
+    String,
 );
 
 /// Reads and verifies `path` (every check; with `hmac_key` every array must
 /// authenticate; with `pubkey`/`trusted_keys` a signature must hold, and
 /// must be there with `require_signature`). With `metadata_only` every
-/// array is still verified but only the metadata is kept.
+/// array is still verified but only the metadata is kept. The last item
+/// is the snapshot's identity, its `merkle_this` as hex (it binds the
+/// header, the root and so every byte): ranks that load one checkpoint
+/// compare it before any of them uses a tensor.
 #[pyfunction]
 #[pyo3(signature = (path, trust=None, metadata_only=false))]
 fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool) -> PyResult<LoadedTensors> {
-    let (arrays, kept, objects) = py
+    let (arrays, kept, objects, identity) = py
         .allow_threads(|| {
             let keys = trust.map(Trust::keys).transpose()?.unwrap_or_default();
             let opts = keys.verify_options();
@@ -504,7 +508,11 @@ fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool
                 .map_err(|e| input.blame(e))?;
             let kept = OriginalNames::of(&loaded.arrays)?.unwrap_or_default();
             let objects = names::objects_of(&loaded.arrays)?;
-            Ok((loaded.arrays, kept, objects))
+            let identity = match loaded.header.root {
+                wtxt::wtxt::syntax::Root::Final { merkle_this, .. } => hex_of(&merkle_this),
+                wtxt::wtxt::syntax::Root::Pending => String::new(),
+            };
+            Ok((loaded.arrays, kept, objects, identity))
         })
         .map_err(raise)?;
     // Each decoded buffer is handed to NumPy as it is: the heap holds the
@@ -521,7 +529,7 @@ fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool
             (name, a.dtype.as_str().to_string(), a.shape, PyArray1::from_vec(py, bytes).unbind())
         })
         .collect();
-    Ok((tensors, kept.metadata.clone(), objects))
+    Ok((tensors, kept.metadata.clone(), objects, identity))
 }
 
 /// What a snapshot holds, from its `arr` lines and metadata arrays alone,
@@ -599,6 +607,8 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(extract_folder, m)?)?;
     m.add_function(wrap_pyfunction!(dist::snapshot_meta, m)?)?;
     m.add_function(wrap_pyfunction!(dist::commit_snapshot, m)?)?;
+    m.add_function(wrap_pyfunction!(dist::head_link, m)?)?;
+    m.add_function(wrap_pyfunction!(dist::hmac_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(dist::chunk_ranges, m)?)?;
     m.add_class::<dist::PyDistWriter>()?;
     m.add_class::<PySnapshotter>()?;

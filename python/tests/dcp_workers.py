@@ -227,3 +227,40 @@ def save_and_commit(rank: int, world: int, path: str, opts: dict, report: str) -
             json.dump(info.__dict__, f)
     else:
         assert info is None
+
+
+def save_with_rank_options(rank: int, world: int, path: str, per_rank: list) -> None:
+    """Saves with each rank given its own options (`per_rank[rank]`)."""
+    import torch.distributed.checkpoint as dcp
+
+    from wtxt.torch.dcp import WtxtStorageWriter
+
+    dcp.save(sharded_state(world), storage_writer=WtxtStorageWriter(path, **per_rank[rank]))
+
+
+def save_with_a_lying_rank(rank: int, world: int, path: str, opts: dict) -> None:
+    """A save in which rank 1 reports a `fastxor` share that is not what it
+    wrote: the head built from the reports would not verify."""
+    import torch.distributed.checkpoint as dcp
+
+    import wtxt.torch.dcp as wdcp
+
+    if rank == 1:
+        real = wdcp._call
+
+        def lying(fn, *args, **kwargs):
+            got = real(fn, *args, **kwargs)
+            return got ^ 1 if getattr(fn, "__name__", "") == "fastxor" else got
+        wdcp._call = lying
+    dcp.save(sharded_state(world), storage_writer=wdcp.WtxtStorageWriter(path, **opts))
+
+
+def load_two_generations(rank: int, world: int, path: str, other: str, out_dir: str) -> None:
+    """Loads `path`, except that rank 1 finds `other` there (the snapshot
+    replaced between the ranks' reads)."""
+    import wtxt.torch.dcp as wdcp
+
+    if rank == 1:
+        real = wdcp._load
+        wdcp._load = lambda p, *rest: real(other, *rest)
+    load_sharded(rank, world, path, {}, out_dir)

@@ -246,3 +246,108 @@ def test_the_coordinator_commits_and_pushes_each_generation(tmp_path):
     assert _git("status", "--porcelain", cwd=work) == ""
     r = subprocess.run([CLI, "verify", snap, "--prev", prev / "model.wtxt"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_named_key_requires_its_signature(tmp_path):
+    """Issue 50.9: `pubkey=` (or `trusted_keys=`) alone protects: an
+    unsigned snapshot or one signed by another key is refused by every
+    loader; `require_signature=False` is the explicit opt-out."""
+    snap = tmp_path / "model.wtxt"
+    w.run(2, w.save_sharded, str(snap), OPTS)  # unsigned
+    pub = str(KEYS / "sign.pem.pub")
+    out = tmp_path / "load"
+    out.mkdir()
+    with pytest.raises(AssertionError, match="signature"):
+        w.run(2, w.load_sharded, str(snap), {"pubkey": pub}, str(out))
+    for load in (wtxt.load_file, wt.load_state_dict):
+        with pytest.raises(wtxt.VerifyError, match="signature"):
+            load(snap, pubkey=pub)
+        assert load(snap, pubkey=pub, require_signature=False)
+    other = tmp_path / "other.pem"
+    subprocess.run([CLI, "keygen", "-o", other], check=True, capture_output=True)
+    signed = tmp_path / "signed.wtxt"
+    wt.save_state_dict(w.training_state(), signed, sign_key=other)
+    with pytest.raises(wtxt.VerifyError, match="signature"):
+        wtxt.load_file(signed, pubkey=pub)
+    with pytest.raises(wtxt.VerifyError, match="signature"):
+        wtxt.load_file(signed, trusted_keys=KEYS / "trusted_keys")
+    assert not wtxt.verify(signed, pubkey=pub).ok
+    wt.save_state_dict(w.training_state(), signed, sign_key=KEYS / "sign.pem")
+    assert wtxt.load_file(signed, pubkey=pub)
+
+
+def test_the_coordinator_commits_only_what_the_hook_would_accept(tmp_path):
+    """Issue 50.12: without `prev=`, a commit continues HEAD's chain (never
+    gen 0 again); a snapshot a rank lied about is neither installed nor
+    signed nor committed."""
+    import json
+
+    work = tmp_path / "work"
+    _git("init", "-q", work, cwd=tmp_path)
+    snap = work / "model.wtxt"
+    report = tmp_path / "info.json"
+    opts = dict(OPTS, sign_key=str(KEYS / "sign.pem"))
+    opts.pop("gen", None)
+    w.run(2, w.save_and_commit, str(snap), opts, str(report))
+    assert json.loads(report.read_text())["gen"] == 0
+    w.run(2, w.save_and_commit, str(snap), opts, str(report))
+    second = json.loads(report.read_text())
+    assert second["gen"] == 1
+    r = subprocess.run([CLI, "log", "model.wtxt", "--verify", "--pubkey", KEYS / "sign.pem.pub"], cwd=work,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # A gen that does not continue HEAD is not committed.
+    with pytest.raises(AssertionError, match="does not continue HEAD"):
+        w.run(2, w.save_and_commit, str(snap), dict(opts, gen=7), str(report))
+    _git("checkout", "-q", "--", ".", cwd=work)
+    before = files(snap)
+    with pytest.raises(AssertionError, match="does not verify"):
+        w.run(2, w.save_with_a_lying_rank, str(snap), dict(opts, commit=True))
+    assert files(snap) == before, "the previous generation stays whole"
+    assert _git("rev-list", "--count", "HEAD", cwd=work).strip() == "2"
+    assert leftovers(work) == []
+
+
+def test_ranks_that_read_two_generations_fill_nothing(tmp_path):
+    """Issue 50.13: the ranks agree on one snapshot before any tensor is
+    filled: one replaced between their reads fails the load everywhere."""
+    a, b = tmp_path / "a" / "model.wtxt", tmp_path / "b" / "model.wtxt"
+    w.run(2, w.save_sharded, str(a), OPTS)
+    w.run(2, w.save_sharded, str(b), dict(OPTS, gen=5))
+    out = tmp_path / "load"
+    out.mkdir()
+    with pytest.raises(AssertionError, match="different snapshots"):
+        w.run(2, w.load_two_generations, str(a), str(b), str(out))
+    for rank in range(2):
+        got = torch.load(out / f"rank{rank}.pt", weights_only=False)
+        assert all(not v.any() for v in got["model"].values())
+
+
+def test_a_second_save_to_one_path_fails_and_the_first_stays_whole(tmp_path):
+    """Issue 50.14: one save at a time writes a snapshot; one that finds
+    another in progress fails before it touches anything."""
+    import fcntl
+
+    snap = tmp_path / "model.wtxt"
+    w.run(2, w.save_sharded, str(snap), OPTS)
+    before = files(snap)
+    lock = tmp_path / ".model.wtxt.dcp.lock"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(AssertionError, match="another save to this snapshot is in progress"):
+            w.run(2, w.save_sharded, str(snap), dict(OPTS, gen=1))
+    assert files(snap) == before and wtxt.verify(snap).ok
+    w.run(2, w.save_sharded, str(snap), dict(OPTS, gen=1))
+    assert wtxt.verify(snap).gen == 1 and not lock.exists() and leftovers(tmp_path) == []
+
+
+def test_ranks_given_different_keys_fail_at_once_saying_which(tmp_path):
+    """Issue 50.16: ranks with different `hmac_key`s fail with a message
+    naming it, instead of waiting for gloo's timeout."""
+    other = tmp_path / "other.hex"
+    other.write_text("cd" * 32)
+    snap = tmp_path / "model.wtxt"
+    per_rank = [dict(OPTS, hmac_key=str(KEYS / "hmac.hex")), dict(OPTS, hmac_key=str(other))]
+    with pytest.raises(AssertionError, match="different hmac_key"):
+        w.run(2, w.save_with_rank_options, str(snap), per_rank)
+    assert not snap.exists()

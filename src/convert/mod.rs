@@ -296,6 +296,12 @@ fn stem_of(path: &Path) -> String {
 }
 
 fn load_one(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Vec<Array>> {
+    if !crate::atomic::is_real_dir(path) && std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+        return Err(Error::input(
+            Default::default(),
+            "a symbolic link to a folder: give the folder's own path (wtxt does not follow links into folders)",
+        ));
+    }
     if crate::atomic::is_real_dir(path) {
         if !hf::is_folder(path) {
             return Err(Error::input(

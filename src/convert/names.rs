@@ -167,3 +167,22 @@ pub fn originals_of(path: &std::path::Path) -> std::collections::BTreeMap<String
         .collect();
     OriginalNames::of(&metas).ok().flatten().map(|k| k.names).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes FORMAT.md section 14 promises for `__names`: compact,
+    /// keys in byte order, raw UTF-8, `"` and `\` escaped, the control
+    /// bytes below 0x20 as `\b \t \n \f \r` or `\u00xx` (lowercase hex),
+    /// DEL and every other character as it is.
+    #[test]
+    fn names_json_is_written_exactly_as_documented() {
+        let mut kept = OriginalNames::default();
+        kept.names.insert("b".into(), "z\u{1}\u{8}\t\n\u{c}\r\u{1f}\u{7f}\"\\é/".into());
+        kept.names.insert("a".into(), "x.y".into());
+        let a = kept.to_array().unwrap();
+        let want = "{\"names\":{\"a\":\"x.y\",\"b\":\"z\\u0001\\b\\t\\n\\f\\r\\u001f\u{7f}\\\"\\\\é/\"}}";
+        assert_eq!(std::str::from_utf8(a.bytes()).unwrap(), want);
+    }
+}

@@ -99,6 +99,15 @@ impl HmacKey {
         k.map(|b| b ^ pad)
     }
 
+    /// A name for the key that does not give it away: the first 8 bytes of
+    /// HMAC-SHA256(key, "wtxt key fingerprint"), hex. Processes that must
+    /// hash with one key (the ranks of a distributed save) compare it.
+    pub fn fingerprint(&self) -> String {
+        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC takes any key length");
+        mac.update(b"wtxt key fingerprint");
+        hex::encode(&mac.finalize().into_bytes()[..8])
+    }
+
     /// HMAC-SHA256(key, salt || raw).
     pub fn compute(&self, salt: &[u8; 8], raw: &[u8]) -> [u8; 32] {
         let mut m = self.start(salt);

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 pub mod pipeline;
+pub mod pushes;
 pub mod server;
 pub mod snapshotter;
 

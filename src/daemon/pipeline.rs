@@ -8,7 +8,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::crypto::armor::Seal;
 use crate::crypto::digest::Hash;
@@ -27,7 +27,8 @@ use crate::wtxt::write::WriteOptions;
 pub struct PipelineConfig {
     /// The ring folder: last `keep` snapshots, their deltas, WAL, resend queue.
     pub ring: PathBuf,
-    /// Snapshots kept in the ring (unpushed ones are never dropped).
+    /// Snapshots kept in the ring (with a repository, the newest whole and
+    /// the last `keep` deltas: each commit holds its generation).
     pub keep: usize,
     /// A Git work tree to commit snapshots into (none: ring only).
     pub repo: Option<PathBuf>,
@@ -90,7 +91,8 @@ pub struct PipelineState {
     pub last_sha256_all: Option<String>,
     /// Snapshots written since start.
     pub snapshots_written: u64,
-    /// Generations committed but not yet pushed (the resend queue).
+    /// Generations committed but not yet pushed (the resend queue; filled
+    /// in from [`crate::daemon::pushes::Pushes`] where a status is read).
     pub resend_queue: Vec<u64>,
     /// The newest generation pushed.
     pub pushed_gen: Option<u64>,
@@ -195,12 +197,9 @@ pub struct Pipeline {
     prev_file: Option<PathBuf>,
     /// The chunk digests of `prev_file` when this process wrote it.
     prev_chunks: Vec<(String, Vec<Hash>)>,
-    next_retry: Option<Instant>,
-    backoff: Duration,
-    /// For each generation in the resend queue: its commit (none for a
-    /// queue file that did not record it: HEAD is pushed) and whether it
-    /// changed wholly (see [`crate::git::push::Push`]).
-    unpushed: std::collections::HashMap<u64, (Option<String>, bool)>,
+    /// The commits waiting for their push, when there is a remote (the
+    /// push thread pushes them; see [`crate::daemon::pushes`]).
+    pushes: Option<std::sync::Arc<crate::daemon::pushes::Pushes>>,
     /// The repository's newest generation when the pipeline opened: every
     /// ring generation up to it is committed.
     committed_at_open: Option<u64>,
@@ -355,18 +354,17 @@ impl Pipeline {
             state.last_gen = Some(*g);
         }
         let newest = if behind.is_some() { None } else { newest };
-        let queue = std::fs::read_to_string(cfg.ring.join("resend.queue")).unwrap_or_default();
-        let mut unpushed = std::collections::HashMap::new();
-        for line in queue.lines() {
-            let mut words = line.split(' ');
-            let Some(gen) = words.next().and_then(|w| w.strip_prefix("gen=")?.parse().ok()) else { continue };
-            let commit =
-                words.next().and_then(|w| w.strip_prefix("commit=")).filter(|c| git2::Oid::from_str(c).is_ok());
-            state.resend_queue.push(gen);
-            unpushed.insert(gen, (commit.map(String::from), false));
-        }
+        let pushes = match (&cfg.remote, &cfg.repo) {
+            (Some(remote), Some(repo)) => Some(std::sync::Arc::new(crate::daemon::pushes::Pushes::open(
+                &cfg.ring,
+                repo.clone(),
+                remote.clone(),
+                cfg.stopping.clone(),
+                cfg.log.clone(),
+            ))),
+            _ => None,
+        };
         let wal = std::sync::Arc::new(Wal::open(&cfg.ring)?);
-        let retry = (!state.resend_queue.is_empty()).then(Instant::now);
         Ok(Pipeline {
             _ring_lock: ring_lock,
             prev_file: newest.map(|n| n.1),
@@ -375,9 +373,7 @@ impl Pipeline {
             wal,
             state,
             merkle_prev,
-            next_retry: retry,
-            backoff: Duration::from_millis(200),
-            unpushed,
+            pushes,
             committed_at_open,
             committed: Default::default(),
         })
@@ -388,10 +384,15 @@ impl Pipeline {
         self.wal.clone()
     }
 
-    /// Runs every stage for one pinned generation but the push: the
-    /// caller pushes ([`Pipeline::push_now`]) when no other request waits,
-    /// so a slow remote never holds back writing and committing.
-    pub fn snapshot(&mut self, gen: u64, arrays: &[Array]) -> Result<()> {
+    /// Runs every stage for one pinned generation but the push, which the
+    /// push thread makes beside the next generation's writing
+    /// ([`Pipeline::pushes`]): a slow remote never holds back writing and
+    /// committing, and requests that never stop never hold back pushes.
+    ///
+    /// Returns the commit that waits for its push, when there is a remote:
+    /// the caller hands it to [`Pipeline::pushes`] once it is ready to hear
+    /// how the push went.
+    pub fn snapshot(&mut self, gen: u64, arrays: &[Array]) -> Result<Option<crate::daemon::pushes::ToPush>> {
         if self.state.last_gen.is_some_and(|g| gen <= g) {
             return Err(Error::usage(format!(
                 "gen {gen} is not after the last snapshot's {}",
@@ -453,21 +454,20 @@ impl Pipeline {
         self.state.last_gen = Some(gen);
         self.state.last_sha256_all = Some(hex::encode(written.sha256_all));
         self.state.snapshots_written += 1;
+        let mut to_push = None;
         if let Some(repo) = self.cfg.repo.clone() {
             let commit = self.commit(&repo, &committed, gen, &written.sha256_all)?;
             self.state.last_commit = Some(commit.clone());
             self.committed.insert(gen);
-            if self.pushes() {
-                self.state.resend_queue.push(gen);
-                self.unpushed.insert(gen, (Some(commit), changed_wholly));
-                self.save_queue()?;
-            }
             stages.commit = lap();
+            if self.pushes.is_some() {
+                to_push = Some(crate::daemon::pushes::ToPush { gen, commit, wholly: changed_wholly, len: written.len });
+            }
         }
         self.state.last_stages = Some(stages);
         let _ = self.wal.append(&format!("snapshot done gen={gen} sha256_all={}", hex::encode(written.sha256_all)));
         self.prune()?;
-        Ok(())
+        Ok(to_push)
     }
 
     /// Writes the DELTA v2 from `prev` to `file`; returns its size.
@@ -518,9 +518,10 @@ impl Pipeline {
         crate::git::commit::commit_snapshot(&repo, &self.cfg.path_in_repo, parts, &extra, "wtxt daemon", &msg)
     }
 
-    /// True when snapshots are pushed to a remote.
-    pub fn pushes(&self) -> bool {
-        self.cfg.remote.is_some() && self.cfg.repo.is_some()
+    /// The commits waiting for their push, when snapshots are pushed to a
+    /// remote: the push thread runs [`crate::daemon::pushes::Pushes::run`].
+    pub fn pushes(&self) -> Option<std::sync::Arc<crate::daemon::pushes::Pushes>> {
+        self.pushes.clone()
     }
 
     /// Records a background failure in `last_error` and tells the log at once.
@@ -531,126 +532,16 @@ impl Pipeline {
         self.state.last_error = Some(message);
     }
 
-    /// Pushes the resend queue, one generation per push in order (so no
-    /// push carries more than one generation's text, however far behind
-    /// the remote is); a failure parks the rest and schedules a retry with
-    /// backoff. Returns the seconds each push took, by the generations it
-    /// carried.
-    pub fn push_now(&mut self) -> Vec<(u64, f64)> {
-        let mut took = Vec::new();
-        let Some(remote) = self.cfg.remote.clone() else {
-            self.state.resend_queue.clear();
-            self.unpushed.clear();
-            let _ = self.save_queue();
-            return took;
-        };
-        let Some(repo_dir) = self.cfg.repo.clone() else { return took };
-        while let Some(&gen) = self.state.resend_queue.first() {
-            let started = Instant::now();
-            let (commit, changed_wholly) = self.unpushed.get(&gen).cloned().unwrap_or_default();
-            let what = crate::git::push::Push { commit: commit.as_deref(), changed_wholly };
-            // A push of HEAD carries every generation queued.
-            let carried = if commit.is_some() { 1 } else { self.state.resend_queue.len() };
-            let pushed = match crate::git::push::push(&repo_dir, &remote, what, &self.cfg.stopping) {
-                // Another writer on this repository may have pushed a
-                // commit made on top of ours: the remote then refuses ours
-                // as not a fast-forward. HEAD holds every commit of ours.
-                Ok(crate::git::push::Outcome::Behind(_)) if commit.is_some() => {
-                    let head = crate::git::push::Push { commit: None, changed_wholly };
-                    crate::git::push::push(&repo_dir, &remote, head, &self.cfg.stopping)
-                        .and_then(|o| o.done())
-                        .map(|()| self.state.resend_queue.len())
-                }
-                other => other.and_then(|o| o.done()).map(|()| carried),
-            };
-            match pushed {
-                Ok(done) => {
-                    let secs = started.elapsed().as_secs_f64();
-                    for g in self.state.resend_queue.drain(..done) {
-                        self.unpushed.remove(&g);
-                        self.state.pushed_gen = Some(g);
-                        took.push((g, secs));
-                    }
-                    self.next_retry = None;
-                    self.backoff = Duration::from_millis(200);
-                    let _ = self.save_queue();
-                }
-                Err(e) => {
-                    self.fail(crate::git::push::redact(&format!("push to {remote}: {}", e.message())));
-                    self.next_retry = Some(Instant::now() + self.backoff);
-                    self.backoff = (self.backoff * 2).min(Duration::from_secs(60));
-                    break;
-                }
-            }
-        }
-        if let (Some(st), Some(&(g, secs))) = (&mut self.state.last_stages, took.last()) {
-            if Some(g) == self.state.last_gen {
-                st.push = secs;
-            }
-        }
-        // What is pushed now need not be kept whole.
-        if let Err(e) = self.prune() {
-            self.fail(format!("pruning the ring: {e}"));
-        }
-        took
-    }
-
-    /// True when generations wait to be pushed and no retry is scheduled
-    /// for later.
-    pub fn push_due(&self) -> bool {
-        self.pushes() && !self.state.resend_queue.is_empty() && self.next_retry.is_none_or(|t| t <= Instant::now())
-    }
-
-    /// When the next push retry is due, if one is pending.
-    pub fn retry_due(&self) -> Option<Instant> {
-        if self.state.resend_queue.is_empty() {
-            None
-        } else {
-            self.next_retry
-        }
-    }
-
-    fn save_queue(&self) -> Result<()> {
-        let text: String = self
-            .state
-            .resend_queue
-            .iter()
-            .map(|g| match self.unpushed.get(g) {
-                Some((Some(c), _)) => format!("gen={g} commit={c}\n"),
-                _ => format!("gen={g}\n"),
-            })
-            .collect();
-        crate::atomic::write_file(&self.cfg.ring.join("resend.queue"), text.as_bytes(), 0o644)
-    }
-
-    /// Keeps the last `keep` snapshots (with their deltas), never one that is not pushed yet.
+    /// Keeps the last `keep` snapshots (with their deltas). With a
+    /// repository, every committed generation is there whole
+    /// ([`Pipeline::prune_committed`]); pushes only read commits.
     fn prune(&self) -> Result<()> {
         let gens = self.ring_gens(".wtxt")?;
         if self.cfg.repo.is_some() {
             return self.prune_committed(&gens);
         }
-        let unpushed_from = self.state.resend_queue.first().copied().unwrap_or(u64::MAX);
-        let newest = gens.last().copied();
-        // While pushes fail, the ring keeps deltas, not full copies: an
-        // unpushed generation with a delta from the one before is dropped
-        // to that delta (the commit holds it whole, and it can be rebuilt
-        // from the last full copy and the deltas after it).
-        // (Generations only waiting for their push, which comes once no
-        // request waits, are not dropped to deltas.)
-        let base = gens.iter().rev().find(|g| **g < unpushed_from).copied();
-        let failing = self.next_retry.is_some();
-        for &g in gens.iter().filter(|g| failing && **g >= unpushed_from && Some(**g) != newest) {
-            if self.cfg.ring.join(ring_name(g, "wtxtdelta")).exists() && gens.first() != Some(&g) {
-                remove_ring(&self.cfg.ring, g, &["wtxt", "wtxt.age"]);
-            }
-        }
         let excess = gens.len().saturating_sub(self.cfg.keep.max(1));
-        // Pushed ones beyond `keep` go, but the full copy deltas start from.
-        for g in gens
-            .into_iter()
-            .take(excess)
-            .filter(|g| *g < unpushed_from && (unpushed_from == u64::MAX || Some(*g) != base))
-        {
+        for g in gens.into_iter().take(excess) {
             remove_ring(&self.cfg.ring, g, &["wtxt", "wtxtdelta", "wtxt.age"]);
         }
         Ok(())

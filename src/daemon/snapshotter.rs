@@ -18,6 +18,7 @@ use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TrySendErr
 use serde::Serialize;
 
 use crate::daemon::pipeline::{Pipeline, PipelineConfig, PipelineState, Stages, Wal};
+use crate::daemon::pushes::{Attempt, Pushes};
 use crate::error::Result;
 use crate::model::Array;
 
@@ -61,9 +62,9 @@ impl Default for Queue {
     }
 }
 
-/// A committed generation whose outcome waits for its push: gen, commit,
-/// stages.
-type Untold = (u64, Option<String>, Option<Stages>);
+/// Committed generations whose outcome waits for their push: commit and
+/// stages, by generation.
+type Untold = std::collections::BTreeMap<u64, (Option<String>, Option<Stages>)>;
 
 /// What a request hands the snapshot thread: the generation it pinned, or
 /// none (coalescing: the newest when the thread gets to it).
@@ -79,6 +80,30 @@ struct Shared {
     requested: AtomicU64,
     state: Mutex<PipelineState>,
     outcomes: Arc<Outcomes>,
+    /// The commits waiting for their push, when there is a remote.
+    pushes: Option<Arc<Pushes>>,
+    untold: Mutex<Untold>,
+}
+
+impl Shared {
+    /// Tells the futures of the generations a push attempt carried (and,
+    /// when it failed, of every generation waiting that was not told yet:
+    /// committed, not pushed, waiting in the resend queue).
+    fn tell(&self, a: &Attempt) {
+        let mut untold = self.untold.lock().unwrap_or_else(|e| e.into_inner());
+        let told: Vec<u64> = if a.pushed { a.carried.clone() } else { a.waiting.clone() };
+        for gen in told {
+            let Some((commit, mut stages)) = untold.remove(&gen) else { continue };
+            if let (Some(st), true) = (&mut stages, a.pushed) {
+                st.push = a.secs;
+            }
+            let error = a
+                .error
+                .as_ref()
+                .map(|why| format!("gen {gen} is committed but not pushed ({why}); it waits in the resend queue"));
+            self.outcomes.record(Outcome { gen, commit, pushed: a.pushed, error, stages });
+        }
+    }
 }
 
 /// What became of one snapshot: written and committed (`commit`), pushed,
@@ -101,8 +126,17 @@ pub struct Outcome {
 /// The outcomes of recent snapshots, for whoever waits on a request.
 #[derive(Default)]
 pub struct Outcomes {
-    list: Mutex<(std::collections::VecDeque<Outcome>, bool)>,
+    list: Mutex<Told>,
     changed: std::sync::Condvar,
+}
+
+/// Outcomes recorded, whether the snapshotter stopped, and the
+/// generations committed whose outcome waits for their push.
+#[derive(Default)]
+struct Told {
+    list: std::collections::VecDeque<Outcome>,
+    closed: bool,
+    awaited: std::collections::BTreeSet<u64>,
 }
 
 /// Outcomes kept for waiters (older requests were answered long ago).
@@ -111,28 +145,38 @@ const OUTCOMES_KEPT: usize = 4096;
 impl Outcomes {
     fn record(&self, o: Outcome) {
         let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
-        l.0.push_back(o);
-        if l.0.len() > OUTCOMES_KEPT {
-            l.0.pop_front();
+        l.awaited.remove(&o.gen);
+        l.list.push_back(o);
+        if l.list.len() > OUTCOMES_KEPT {
+            l.list.pop_front();
         }
         self.changed.notify_all();
     }
 
+    /// Generation `gen` is committed and its outcome comes with its push.
+    fn await_push(&self, gen: u64) {
+        self.list.lock().unwrap_or_else(|e| e.into_inner()).awaited.insert(gen);
+    }
+
     fn close(&self) {
-        self.list.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        self.list.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
         self.changed.notify_all();
     }
 
-    /// Waits for the outcome of the first snapshot of generation `gen` or
-    /// later; `None` when the snapshotter stopped first or `timeout` passed.
+    /// Waits for the outcome of generation `gen`, or of the first later
+    /// snapshot when `gen` was folded into one (requests coalesce); `None`
+    /// when the snapshotter stopped first or `timeout` passed. A committed
+    /// generation waits for its own push, whatever came of later ones.
     pub fn wait_for(&self, gen: u64, timeout: Option<Duration>) -> Option<Outcome> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if let Some(o) = l.0.iter().find(|o| o.gen >= gen) {
+            let own = l.list.iter().find(|o| o.gen == gen);
+            let later = || l.list.iter().find(|o| o.gen > gen).filter(|_| !l.awaited.contains(&gen));
+            if let Some(o) = own.or_else(later) {
                 return Some(o.clone());
             }
-            if l.1 {
+            if l.closed {
                 return None;
             }
             l = match deadline {
@@ -190,6 +234,7 @@ pub struct Snapshotter {
     wal_thread: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    push_thread: Option<JoinHandle<()>>,
     /// The pipeline's [`PipelineConfig::stopping`].
     stopping: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -205,7 +250,24 @@ impl Snapshotter {
             requested: AtomicU64::new(0),
             state: Mutex::new(pipeline.state.clone()),
             outcomes: Arc::new(Outcomes::default()),
+            pushes: pipeline.pushes(),
+            untold: Mutex::new(Untold::new()),
         });
+        // Pushes run beside writing, on a thread of their own.
+        let push_thread = match &shared.pushes {
+            None => None,
+            Some(p) => {
+                let (p, shared) = (p.clone(), shared.clone());
+                let t = std::thread::Builder::new()
+                    .name("wtxt-push".into())
+                    .spawn(move || {
+                        background_priority();
+                        p.run(|a| shared.tell(a));
+                    })
+                    .map_err(|e| crate::Error::io_in("push thread", e))?;
+                Some(t)
+            }
+        };
         let state = Arc::new(ArcSwap::from_pointee(initial));
         let (req_tx, req_rx) = bounded::<Pin>(match queue {
             Queue::Every { max_pending } => max_pending.max(1),
@@ -246,6 +308,7 @@ impl Snapshotter {
             wal_thread: Some(wal_thread),
             shared,
             thread: Some(thread),
+            push_thread,
             stopping,
         })
     }
@@ -331,7 +394,16 @@ impl Snapshotter {
 
     /// The pipeline's state.
     pub fn status(&self) -> Status {
-        let s = self.shared.state.lock().map(|s| s.clone()).unwrap_or_default();
+        let mut s = self.shared.state.lock().map(|s| s.clone()).unwrap_or_default();
+        if let Some(p) = &self.shared.pushes {
+            let (waiting, pushed, error) = p.status();
+            s.resend_queue = waiting;
+            s.pushed_gen = pushed;
+            // A push failure is newer than any write failure only while it waits.
+            if error.is_some() && (!s.resend_queue.is_empty() || s.last_error.is_none()) {
+                s.last_error = error;
+            }
+        }
         Status {
             last_gen: s.last_gen,
             queue_depth: self.req_tx.len(),
@@ -388,6 +460,10 @@ impl Snapshotter {
             }
             let _ = t.join();
         }
+        if let (Some(p), Some(t)) = (&self.shared.pushes, self.push_thread.take()) {
+            p.stop();
+            let _ = t.join();
+        }
         self.shared.outcomes.close();
     }
 }
@@ -431,10 +507,7 @@ fn run(
             s.lost = lost;
         }
     };
-    // Committed generations whose push has not been tried yet (gen, commit,
-    // stages): their outcomes are told once it has.
-    let mut untold: Vec<Untold> = Vec::new();
-    let once = |p: &mut Pipeline, pin: Pin, untold: &mut Vec<Untold>| {
+    let once = |p: &mut Pipeline, pin: Pin| {
         let pin = pin.unwrap_or_else(|| state.load_full());
         if p.state.last_gen == Some(pin.gen) {
             // Already written by an earlier request that pinned the same
@@ -448,11 +521,34 @@ fn run(
                 p.fail(message.clone());
                 Outcome { gen: pin.gen, commit: None, pushed: false, error: Some(message), stages: None }
             }
-            Ok(()) if p.pushes() => {
-                untold.push((pin.gen, p.state.last_commit.clone(), p.state.last_stages));
-                return;
+            Ok(Some(to_push)) => {
+                // Its outcome comes with its push (the push thread's).
+                let commit = p.state.last_commit.clone();
+                let queued = shared.pushes.as_ref().map(|pushes| {
+                    shared.outcomes.await_push(to_push.gen);
+                    let told = (commit.clone(), p.state.last_stages);
+                    shared.untold.lock().unwrap_or_else(|e| e.into_inner()).insert(to_push.gen, told);
+                    publish(p);
+                    pushes.add(to_push)
+                });
+                match queued {
+                    Some(Ok(())) => return,
+                    other => {
+                        shared.untold.lock().unwrap_or_else(|e| e.into_inner()).remove(&pin.gen);
+                        let why = other.and_then(|r| r.err()).map_or("no push queue".into(), |e| e.to_string());
+                        let message = format!("gen {} is committed, not queued for its push: {why}", pin.gen);
+                        p.fail(message.clone());
+                        Outcome {
+                            gen: pin.gen,
+                            commit,
+                            pushed: false,
+                            error: Some(message),
+                            stages: p.state.last_stages,
+                        }
+                    }
+                }
             }
-            Ok(()) => Outcome {
+            Ok(None) => Outcome {
                 gen: pin.gen,
                 commit: p.state.last_commit.clone(),
                 pushed: false,
@@ -464,62 +560,35 @@ fn run(
         publish(p);
         shared.outcomes.record(outcome);
     };
-    // Pushes what waits, one generation per push, and tells the outcomes.
-    let push = |p: &mut Pipeline, untold: &mut Vec<Untold>| {
-        let took = p.push_now();
-        publish(p);
-        for (gen, commit, mut stages) in untold.drain(..) {
-            let pushed = p.state.pushed_gen.is_some_and(|g| g >= gen);
-            if let (Some(st), Some((_, secs))) = (&mut stages, took.iter().find(|(g, _)| *g == gen)) {
-                st.push = *secs;
-            }
-            let error = (!pushed).then(|| {
-                let why = p.state.last_error.clone().unwrap_or_default();
-                format!("gen {gen} is committed but not pushed ({why}); it waits in the resend queue")
-            });
-            shared.outcomes.record(Outcome { gen, commit, pushed, error, stages });
-        }
-    };
-    // Flush and shutdown: what is queued is written, then everything pushed
-    // (a retry scheduled for later is tried now).
-    let finish = |p: &mut Pipeline, untold: &mut Vec<Untold>| {
+    // Flush and shutdown: what is queued is written, then everything
+    // pushed (a retry scheduled for later is tried now).
+    let finish = |p: &mut Pipeline| {
         while let Ok(pin) = req_rx.try_recv() {
-            once(p, pin, untold);
+            once(p, pin);
         }
-        if !p.state.resend_queue.is_empty() || !untold.is_empty() {
-            push(p, untold);
+        if let Some(pushes) = &shared.pushes {
+            pushes.flush();
         }
         publish(p);
     };
     loop {
-        let wait = p.retry_due().map_or(Duration::from_secs(1), |t| t.saturating_duration_since(Instant::now()));
         select! {
             recv(req_rx) -> r => match r {
-                Ok(pin) => {
-                    once(&mut p, pin, &mut untold);
-                    // Writing and committing come first: the push waits
-                    // until no request does.
-                    if req_rx.is_empty() && (p.push_due() || !untold.is_empty()) {
-                        push(&mut p, &mut untold);
-                    }
-                }
+                Ok(pin) => once(&mut p, pin),
                 Err(_) => break,
             },
             recv(ctl_rx) -> c => match c {
                 Ok(Control::Flush(reply)) => {
-                    finish(&mut p, &mut untold);
+                    finish(&mut p);
                     let _ = reply.send(());
                 }
                 Ok(Control::Shutdown(reply)) => {
-                    finish(&mut p, &mut untold);
+                    finish(&mut p);
                     let _ = reply.send(());
                     break;
                 }
                 Err(_) => break,
             },
-            default(wait) => {
-                if p.retry_due().is_some_and(|t| t <= Instant::now()) { push(&mut p, &mut untold); }
-            }
         }
         publish(&p);
     }

@@ -52,6 +52,21 @@ pub fn commit_snapshot(
 /// coordinator does after a save. Returns the repository's folder and the
 /// commit's id.
 pub fn commit_written(head: &Path, oms: bool, who: &str, message: &str) -> Result<(PathBuf, String)> {
+    let (repo, work, rel, abs) = in_work_tree(head)?;
+    let parts = match crate::wtxt::split::open(Box::new(crate::atomic::open_input_file(&abs)?))? {
+        crate::wtxt::split::Opened::Split(h) => h.parts.len() as u64,
+        crate::wtxt::split::Opened::Single(_) => 0,
+    };
+    let extra: Vec<PathBuf> = if oms { vec![rel.with_file_name(crate::oms::SIGNATURE_NAME)] } else { Vec::new() };
+    let _lock = crate::git::commit_lock(&repo)?;
+    continues_head(&repo, &rel, &abs)?;
+    let id = commit_snapshot(&repo, &rel, parts, &extra, who, message)?;
+    Ok((work, id))
+}
+
+/// The repository around `head` (a path that need not exist yet), its work
+/// tree, `head` relative to it (links resolved) and `head` made absolute.
+fn in_work_tree(head: &Path) -> Result<(git2::Repository, PathBuf, PathBuf, PathBuf)> {
     let abs = std::path::absolute(head).map_err(|e| crate::error::Error::io(head, e))?;
     let dir = abs.parent().unwrap_or(Path::new("/"));
     let repo = git2::Repository::discover(dir).map_err(git_err)?;
@@ -68,14 +83,59 @@ pub fn commit_written(head: &Path, oms: bool, who: &str, message: &str) -> Resul
             crate::error::Error::usage(format!("{}: not in the work tree {}", head.display(), work.display()))
         })?
         .to_path_buf();
-    let parts = match crate::wtxt::split::open(Box::new(crate::atomic::open_input_file(&abs)?))? {
-        crate::wtxt::split::Opened::Split(h) => h.parts.len() as u64,
-        crate::wtxt::split::Opened::Single(_) => 0,
+    Ok((repo, work, rel, abs))
+}
+
+/// The generation a commit of a snapshot at `head` continues: HEAD's
+/// version of that path, verified whole under the repository's policy
+/// (nothing chains from what it did not verify): its `gen` and
+/// `merkle_this`; `None` when HEAD holds none there. `head`'s folder must
+/// exist.
+pub fn committed_link(head: &Path) -> Result<Option<(u64, crate::crypto::digest::Hash)>> {
+    let (repo, _, rel, _) = in_work_tree(head)?;
+    let policy = crate::git::Policy::of(&repo)?;
+    crate::git::history::head_link(&repo, &rel, &policy.options())
+}
+
+/// What the pre-commit hook asks of a snapshot's header before it is
+/// committed at `rel`: a signature by the repository's trusted keys where
+/// `wtxt.requireSignature` says so (and none that fails), and, when HEAD
+/// holds `rel`, the next generation of HEAD's (`gen` + 1, `merkle_prev` =
+/// its `merkle_this`). The data is the writer's to have verified: a
+/// commit made without `git commit` runs no hook, so it checks here.
+fn continues_head(repo: &git2::Repository, rel: &Path, abs: &Path) -> Result<()> {
+    use crate::error::Error;
+    use crate::wtxt::syntax::Root;
+    let policy = crate::git::Policy::of(repo)?;
+    let f = crate::atomic::open_input_file(abs)?;
+    let h = crate::wtxt::read::read_head(&mut crate::wtxt::read::LineReader::new(std::io::BufReader::new(f)))
+        .map_err(|e| e.in_file(abs))?;
+    let status = crate::wtxt::verify::check_header(&h, &policy.options()).map_err(|p| p.to_error().in_file(abs))?;
+    if policy.require && status != crate::wtxt::verify::SigStatus::Valid {
+        return Err(Error::check(
+            Default::default(),
+            "wtxt.requireSignature: the repository requires a signature by its trusted keys",
+        )
+        .in_file(abs));
+    }
+    let Some(head) = crate::git::history::head_header(repo, rel)? else { return Ok(()) };
+    let (Root::Final { merkle_this, .. }, Root::Final { merkle_prev, .. }) = (&head.root, &h.root) else {
+        return Err(Error::check(Default::default(), "a WTXT-S cannot be committed: finalize it first").in_file(abs));
     };
-    let extra: Vec<PathBuf> = if oms { vec![rel.with_file_name(crate::oms::SIGNATURE_NAME)] } else { Vec::new() };
-    let _lock = crate::git::commit_lock(&repo)?;
-    let id = commit_snapshot(&repo, &rel, parts, &extra, who, message)?;
-    Ok((work, id))
+    if h.meta.gen != head.meta.gen.saturating_add(1) || merkle_prev != merkle_this {
+        return Err(Error::check(
+            Default::default(),
+            format!(
+                "gen {} does not continue HEAD's chain (HEAD holds gen {} of {}): chain it with prev=, or leave \
+                 prev and gen unset to continue from HEAD",
+                h.meta.gen,
+                head.meta.gen,
+                rel.display()
+            ),
+        )
+        .in_file(abs));
+    }
+    Ok(())
 }
 
 /// Stages the snapshot its writer just put at `head` (relative to the work

@@ -302,6 +302,16 @@ fn verify_version(
     input.verify(opts, progress)
 }
 
+/// The header of HEAD's version of `path`, if HEAD has one (read from the
+/// start of its blob: a head, or a single file's first lines), unverified.
+pub fn head_header(repo: &Repository, path: &Path) -> Result<Option<Header>> {
+    let Some(tree) = repo.head().ok().and_then(|h| h.peel_to_tree().ok()) else { return Ok(None) };
+    let Some(blob) = blob_at(&tree, path) else { return Ok(None) };
+    let shown = PathBuf::from(format!("HEAD:{}", path.display()));
+    let head = crate::git::blob::prefix(repo, blob, split::MAX_HEAD + 1)?;
+    read_header(&mut LineReader::new(&head[..])).map(Some).map_err(|e| e.in_file(&shown))
+}
+
 /// The link a new generation of `path` continues from HEAD's version, if
 /// HEAD has one: its `gen` and `merkle_this`, once that version verified
 /// whole from its blobs under `opts` (nothing chains from what it did not

@@ -31,8 +31,13 @@ impl FileLock {
     pub fn take(path: &Path, wait: bool) -> Result<Option<FileLock>> {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::OpenOptionsExt;
-        // Non-blocking open: a FIFO planted at the lock's path must not
-        // hang the opener; then it must be a regular file.
+        // A FIFO, device or link planted at the lock's path is refused, never
+        // opened (a FIFO would hang the opener); the open is non-blocking
+        // too, for one that appears in between, and checked after.
+        let not_a_file = || Error::input(Default::default(), "a lock file must be a regular file").in_file(path);
+        if std::fs::symlink_metadata(path).is_ok_and(|m| !m.is_file()) {
+            return Err(not_a_file());
+        }
         let f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -41,7 +46,7 @@ impl FileLock {
             .open(path)
             .map_err(|e| Error::io(path, e))?;
         if !f.metadata().map_err(|e| Error::io(path, e))?.is_file() {
-            return Err(Error::input(Default::default(), "a lock file must be a regular file").in_file(path));
+            return Err(not_a_file());
         }
         let op = if wait { libc::LOCK_EX } else { libc::LOCK_EX | libc::LOCK_NB };
         loop {

@@ -15,6 +15,11 @@ pub use crate::atomic::{is_ignored, list_files as list};
 /// Digests of the files `names` below `root`, on every core; each file is
 /// opened without following links and must be a regular file.
 pub fn digests(root: &Path, names: &[String], hash: HashType) -> Result<Vec<Hash>> {
+    // No folder on the way may be a link either (a listed `sub/w.bin`
+    // whose `sub` links elsewhere would be read from there).
+    for n in names {
+        crate::atomic::no_links_below(root, Path::new(n))?;
+    }
     let paths: Vec<PathBuf> = names.iter().map(|n| root.join(n)).collect();
     let open = |path: &Path| {
         let f = crate::atomic::open_no_follow(path).map_err(|e| Error::io(path, e))?;

@@ -87,6 +87,56 @@ fn snapshot_under_load(queue: Queue) -> (wtxt::daemon::snapshotter::Status, u64)
     (st, gen)
 }
 
+/// Issue 50.16: requests that never stop never hold pushes back. A
+/// producer requests without pause; the first generations are pushed (and
+/// their futures told) while it still does, and pushes carry several
+/// commits each when they come faster than the remote takes them.
+#[test]
+fn pushes_go_on_while_requests_never_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
+    git_ok(d, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
+    // Each push is one entry in the remote's reflog.
+    git_ok(&d.join("remote.git"), &["config", "core.logAllRefUpdates", "always"]);
+    let mut cfg = PipelineConfig::new(d.join("ring"));
+    cfg.repo = Some(d.join("repo"));
+    cfg.remote = Some(d.join("remote.git").display().to_string());
+    let snap = Arc::new(Snapshotter::start(cfg, Generation::default(), Queue::Every { max_pending: 2 }).unwrap());
+    let outcomes = snap.outcomes();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer = {
+        let (snap, stop) = (snap.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut gen = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                gen += 1;
+                snap.publish(Arc::new(uniform(gen)));
+                snap.request_snapshot();
+            }
+            gen
+        })
+    };
+    let told = outcomes.wait_for(2, Some(Duration::from_secs(60)));
+    let still_requesting = !producer.is_finished();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let last = producer.join().unwrap();
+    let told = told.expect("generation 2 was told while requests went on");
+    assert!(told.pushed && told.error.is_none(), "{told:?}");
+    assert!(still_requesting);
+    snap.flush();
+    let st = snap.status();
+    assert_eq!((st.last_gen, st.pushed_gen, st.resend_queue), (Some(last), Some(last), 0), "{st:?}");
+    let pushed: u64 = git_ok(&d.join("remote.git"), &["rev-list", "--count", "main"]).trim().parse().unwrap();
+    assert_eq!(pushed, last, "one commit per generation");
+    let pushes = git_ok(&d.join("remote.git"), &["reflog", "show", "main"]).lines().count() as u64;
+    assert!(pushes < last, "{pushes} pushes carried {last} generations");
+    match Arc::try_unwrap(snap) {
+        Ok(s) => s.shutdown(),
+        Err(_) => panic!("the producer holds no Snapshotter any more"),
+    }
+}
+
 struct Daemon {
     child: Child,
     socket: PathBuf,
@@ -1009,4 +1059,86 @@ fn the_daemon_snapshots_a_hugging_face_folder_and_commits_it() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(crate::hf::files(&out), crate::hf::files(&m));
     assert!(log_verified(&repo).status.success());
+}
+
+/// Issue 50.11: the snapshot's path in the repository is resolved without
+/// following a link: a committed `ckpt -> /elsewhere` is refused (nothing
+/// written there, nothing committed), and a path into `.git` never passes.
+#[test]
+fn a_path_in_the_repository_through_a_link_or_into_git_is_refused() {
+    use wtxt::daemon::server::DaemonConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
+    let repo = d.join("repo");
+    for bad in [".git/config", "sub/.GIT/x.wtxt", "../out.wtxt"] {
+        let cfg = DaemonConfig { repo: Some(repo.clone()), path_in_repo: Some(bad.into()), ..Default::default() };
+        assert!(cfg.pipeline(Arc::new(|_: &str| {})).is_err(), "{bad}");
+    }
+    let elsewhere = d.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, repo.join("ckpt")).unwrap();
+    let cfg =
+        DaemonConfig { repo: Some(repo.clone()), path_in_repo: Some("ckpt/model.wtxt".into()), ..Default::default() };
+    let (pc, _) = cfg.pipeline(Arc::new(|_: &str| {})).unwrap();
+    let snap = Snapshotter::start(pc, Generation::default(), Queue::default()).unwrap();
+    let outcomes = snap.outcomes();
+    snap.publish(Arc::new(uniform(1)));
+    snap.request_snapshot();
+    let o = outcomes.wait_for(1, Some(Duration::from_secs(60))).unwrap();
+    assert!(o.error.as_deref().is_some_and(|e| e.contains("symbolic link")), "{o:?}");
+    snap.shutdown();
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing written through the link");
+    assert!(!git_cmd_ok(&repo, &["rev-parse", "HEAD"]), "nothing committed");
+}
+
+/// Issue 50.15: with a sign key, the chain continues only from a
+/// generation it signed (an unsigned one planted at the top of the ring is
+/// refused); a lock that is a FIFO, or a ring that is a link, is refused
+/// at once, never waited on or followed.
+#[test]
+fn the_ring_is_taken_only_as_the_pipeline_left_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let key = || Some(wtxt::crypto::sign::SecretKey::from_file(&crate::util::fixture("keys/sign.pem")).unwrap());
+    let ring = d.join("ring");
+    let start = |ring: &Path, key: Option<wtxt::crypto::sign::SecretKey>| {
+        let mut cfg = PipelineConfig::new(ring);
+        cfg.sign_key = key;
+        Snapshotter::start(cfg, Generation::default(), Queue::default())
+    };
+    let snap = start(&ring, key()).unwrap();
+    snap.publish(Arc::new(uniform(1)));
+    snap.request_snapshot();
+    snap.flush();
+    snap.shutdown();
+    // An unsigned generation 2 at the top of the ring.
+    let forged = d.join("forged.wtxt");
+    let g = uniform(2);
+    let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(2, None).unwrap(), 128);
+    wtxt::store::write_wtxt(&g.arrays, &opts, &forged, Default::default(), None, &wtxt::progress::Progress::hidden())
+        .unwrap();
+    std::fs::rename(&forged, ring.join("gen-000002.wtxt")).unwrap();
+    let err = start(&ring, key()).err().expect("an unsigned chain base is refused").to_string();
+    assert!(err.contains("signature"), "{err}");
+    std::fs::remove_file(ring.join("gen-000002.wtxt")).unwrap();
+    assert!(start(&ring, key()).is_ok(), "its own signed generation is taken");
+    // A FIFO where the lock goes.
+    let fifo_ring = d.join("fifo-ring");
+    std::fs::create_dir(&fifo_ring).unwrap();
+    assert!(std::process::Command::new("mkfifo").arg(fifo_ring.join("lock")).status().unwrap().success());
+    let t = Instant::now();
+    let err = start(&fifo_ring, None).err().expect("a FIFO lock is refused").to_string();
+    assert!(t.elapsed() < Duration::from_secs(10) && err.contains("regular file"), "{err}");
+    // A ring that is a link: refused, nothing deleted where it points.
+    let target = d.join("target");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join(".keep.tmp"), "x").unwrap();
+    std::os::unix::fs::symlink(&target, d.join("linked-ring")).unwrap();
+    assert!(start(&d.join("linked-ring"), None).is_err());
+    assert!(target.join(".keep.tmp").exists());
+}
+
+fn git_cmd_ok(dir: &Path, args: &[&str]) -> bool {
+    crate::util::git_cmd(dir, args, &[]).status.success()
 }

@@ -354,3 +354,40 @@ fn a_linked_model_sig_is_not_followed() {
     let r = run(&["verify", p(&head), "--oms-pubkey", p(&k.public), "--oms-sig", p(&elsewhere)]);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+/// Issue 50 (nits): a file name with a bidirectional control is shown
+/// escaped (it could pose as another name), a listed file below a linked
+/// folder is never read through the link (`--ignore-unsigned-files` too),
+/// and `snapshot LINK_TO_DIR` says what it is.
+#[test]
+fn names_are_shown_escaped_and_linked_folders_are_not_followed() {
+    let t = tempfile::tempdir().unwrap();
+    let k = keys(t.path(), "prime256v1");
+    let dir = t.path().join("model");
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("sub/w.bin"), b"weights").unwrap();
+    let sig = t.path().join("model.sig");
+    let r = run(&["oms", "sign", p(&dir), "--key", p(&k.pkcs8), "--signature", p(&sig)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    std::fs::write(dir.join("evil\u{202e}txt.py"), b"x").unwrap();
+    let r = run(&["oms", "verify", p(&dir), "--signature", p(&sig), "--public-key", p(&k.public)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("evil\\u{202e}txt.py") && !r.stderr.contains('\u{202e}'), "{}", r.stderr);
+    std::fs::remove_file(dir.join("evil\u{202e}txt.py")).unwrap();
+    // `sub` replaced by a link to a folder holding the same file.
+    let elsewhere = t.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("w.bin"), b"weights").unwrap();
+    std::fs::remove_dir_all(dir.join("sub")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.join("sub")).unwrap();
+    for extra in [&[][..], &["--ignore-unsigned-files"][..]] {
+        let mut args = vec!["oms", "verify", p(&dir), "--signature", p(&sig), "--public-key", p(&k.public)];
+        args.extend(extra);
+        let r = run(&args);
+        assert_ne!(r.code, 0, "{extra:?}: {}", r.stdout);
+        assert!(r.stderr.contains("symbolic link"), "{extra:?}: {}", r.stderr);
+    }
+    let r = run(&["snapshot", p(&dir.join("sub")), "-o", p(&t.path().join("x.wtxt"))]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("symbolic link to a folder"), "{}", r.stderr);
+}

@@ -269,14 +269,14 @@ def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: O
     refused; `require_signature=False` is the explicit opt-out). A failed
     check raises `VerifyError` with its line.
     """
-    tensors, _, _ = _call(_rust.load, os.fspath(filename), _trust(hmac_key, pubkey, trusted_keys, require_signature))
+    tensors, _, _, _ = _call(_rust.load, os.fspath(filename), _trust(hmac_key, pubkey, trusted_keys, require_signature))
     return {name: _from_bytes(dtype, shape, data) for name, dtype, shape, data in tensors}
 
 
 def load_metadata(filename: PathLike) -> Dict[str, str]:
     """The safetensors-style metadata saved with `filename` (empty if none)."""
     # Every array is verified; only the metadata is kept.
-    _, metadata, _ = _call(_rust.load, os.fspath(filename), metadata_only=True)
+    _, metadata, _, _ = _call(_rust.load, os.fspath(filename), metadata_only=True)
     return dict(metadata or {})
 
 

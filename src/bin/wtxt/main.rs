@@ -708,7 +708,11 @@ fn oms_verify(a: cli::OmsVerifyArgs) -> Result<u8> {
         ignore_git_paths: !a.no_ignore_git_paths,
         ignore_unsigned_files: a.ignore_unsigned_files,
     })?;
-    emit(&format!("{}: OMS signature valid ({} files)\n", a.dir.display(), m.resources.len()))?;
+    emit(&format!(
+        "{}: OMS signature valid ({} files)\n",
+        wtxt::error::one_line(&a.dir.display().to_string()),
+        m.resources.len()
+    ))?;
     Ok(0)
 }
 

@@ -123,12 +123,13 @@ def _tensor(name: str, dtype: str, shape, data) -> torch.Tensor:
 
 
 def _load(filename: PathLike, hmac_key, pubkey, trusted_keys, require_signature):
-    """Every tensor of `filename` (verified as `load_state_dict` does) and its
-    other entries: two dicts under the original names."""
-    tensors, _, objects = _call(_rust.load, os.fspath(filename),
-                                _trust(hmac_key, pubkey, trusted_keys, require_signature))
+    """Every tensor of `filename` (verified as `load_state_dict` does), its
+    other entries (two dicts under the original names), and the snapshot's
+    identity (its `merkle_this`, hex)."""
+    tensors, _, objects, identity = _call(_rust.load, os.fspath(filename),
+                                          _trust(hmac_key, pubkey, trusted_keys, require_signature))
     out = {name: _tensor(name, dtype, shape, data) for name, dtype, shape, data in tensors}
-    return out, {k: _from_literal(k, v) for k, v in (objects or {}).items()}
+    return out, {k: _from_literal(k, v) for k, v in (objects or {}).items()}, identity
 
 
 def load_state_dict(filename: PathLike, device: Union[str, torch.device] = "cpu",
@@ -136,7 +137,7 @@ def load_state_dict(filename: PathLike, device: Union[str, torch.device] = "cpu"
                     require_signature: Optional[bool] = None, trusted_keys: Optional[PathLike] = None) -> Dict[str, Any]:
     """Reads and verifies `filename`: a flat `state_dict` under the original
     names, tensors on `device` and the other entries as they were saved."""
-    tensors, objects = _load(filename, hmac_key, pubkey, trusted_keys, require_signature)
+    tensors, objects, _ = _load(filename, hmac_key, pubkey, trusted_keys, require_signature)
     out: Dict[str, Any] = {k: t.to(device) for k, t in tensors.items()}
     out.update(objects)
     return out

@@ -24,6 +24,7 @@ size and sharding it was saved with.
 """
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import pickle
@@ -188,11 +189,61 @@ def _runs(owners: List[int]) -> List[Tuple[int, int, int]]:
     return runs
 
 
+def _lock_path(path: str) -> str:
+    """The lock file of saves to the snapshot at `path` (beside it, outside
+    the names the stage uses)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(folder, f".{name}.dcp.lock")
+
+
+def _take_save_lock(path: str) -> int:
+    """Takes the lock of saves to `path` without waiting: one save at a
+    time writes a snapshot, and a second one fails here, before it touches
+    anything, instead of deleting the first one's stage. The lock file is
+    a regular file (never a link or FIFO) and still the one at its name
+    once locked; it goes when the save finishes."""
+    lock = _lock_path(path)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        try:
+            st = os.fstat(fd)
+            if not (st.st_mode & 0o170000 == 0o100000):
+                raise Error(f"{lock}: not a regular file")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise Error(f"{path}: another save to this snapshot is in progress (it holds {lock}); "
+                            "the snapshot there stays as it is") from None
+            try:
+                now = os.stat(lock, follow_symlinks=False)
+            except FileNotFoundError:
+                now = None
+            if now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # the save before removed it after we opened it: again
+
+
+def _drop_save_lock(path: str, fd: Optional[int]) -> None:
+    """Removes the lock file (so a signed folder does not list it), then
+    lets it go."""
+    if fd is None:
+        return
+    try:
+        os.unlink(_lock_path(path))
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(fd)
+
+
 _GROUPS: Dict[int, Any] = {}
 
 
-def _writer_group():
-    """The gloo group the writers' own messages travel in (created once per
+def _wtxt_group():
+    """The gloo group wtxt's own messages travel in (created once per
     process, on every rank, beside whatever the training uses), or None
     in one process."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
@@ -204,7 +255,8 @@ def _writer_group():
 
 
 class _Ranks:
-    """This rank's place, and the few messages the ranks exchange."""
+    """This rank's place, and the few messages the ranks exchange (saving
+    and loading)."""
 
     def __init__(self, group):
         self.group = group
@@ -233,7 +285,7 @@ class _Ranks:
             raise failed
         for r, (err, _) in enumerate(every):
             if err is not None:
-                raise Error(f"rank {r} failed while writing the snapshot: {err}")
+                raise Error(f"rank {r} failed: {err}")
         return [v for _, v in every]
 
     def send(self, data: bytes, to: int) -> None:
@@ -296,21 +348,29 @@ class WtxtStorageWriter(StorageWriter):
         self.bytes_sent = 0  # what this rank sent the others in the last save
         self.committed: "ConcurrentFuture[Optional[SnapshotInfo]]" = ConcurrentFuture()
         self.is_coordinator = False
-        self._group = _writer_group()
+        self._group = _wtxt_group()
         self._stage: Optional[_Stage] = None
         self._done: Optional[Tuple[Any, List[Any]]] = None
+        self._lock: Optional[Tuple[str, int]] = None  # the coordinator's save lock: (path, fd)
 
     def reset(self, checkpoint_id: Optional[PathLike] = None) -> None:
+        self._unlock()  # a save of this writer that failed part way
         if checkpoint_id is not None:
             self.path = os.fspath(checkpoint_id)
         self._stage, self._done = None, None
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            path, fd = self._lock
+            self._lock = None
+            _drop_save_lock(path, fd)
 
     def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
         self.is_coordinator = is_coordinator
         if self.committed.done():  # a new save: a new future
             self.committed = ConcurrentFuture()
         if self._group is None:
-            self._group = _writer_group()
+            self._group = _wtxt_group()
 
     def storage_meta(self) -> Optional[StorageMeta]:
         return StorageMeta(checkpoint_id=self.path)
@@ -348,12 +408,32 @@ class WtxtStorageWriter(StorageWriter):
             n = _itemsize(dtype) * int(np.prod(shape, dtype=np.int64))
             regions[fqn] = _Region(at, n, dtype, shape)
             at += (n + 63) // 64 * 64
-        writing = _writing(self.prev, self.sign_key, self.hmac_key, None, self.gen, self.ts, None)
-        gen, ts, merkle_prev = _call(_rust.snapshot_meta, writing)
         folder, prefix = _stage_prefix(self.path)
         os.makedirs(folder, exist_ok=True)
+        self._unlock()
+        self._lock = (self.path, _take_save_lock(self.path))
+        try:
+            return self._plan(plans, regions, at, shards, folder, prefix)
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _plan(self, plans, regions, at: int, shards, folder: str, prefix: str) -> List[SavePlan]:
+        """The global plan, once the save lock is held: the stage file and
+        folder, every tensor's region, the header's values."""
+        gen, chain = self.gen, None
+        if self.commit and self.prev is None and gen is None:
+            # A commit continues HEAD's chain at this path (what the
+            # repository's hook would ask), never a new gen 0.
+            chain = _call(_rust.head_link, self.path)
+            if chain is not None:
+                gen = chain[0] + 1
+        writing = _writing(self.prev, self.sign_key, self.hmac_key, None, gen, self.ts, None)
+        gen, ts, merkle_prev = _call(_rust.snapshot_meta, writing)
+        if chain is not None:
+            merkle_prev = chain[1]
         # A save that died leaves its stage; one save at a time writes a
-        # snapshot, so this one removes what is left.
+        # snapshot (the lock above), so this one removes what is left.
         for e in os.scandir(folder):
             if e.name.startswith(prefix):
                 shutil.rmtree(e.path) if e.is_dir(follow_symlinks=False) else os.unlink(e.path)
@@ -367,10 +447,24 @@ class WtxtStorageWriter(StorageWriter):
         self._stage = _Stage(base + ".stage", base, regions, shards, gen, ts, merkle_prev)
         return [replace(plan, storage_data=self._stage) for plan in plans]
 
+    def _options_fingerprint(self) -> Tuple[Optional[str], Optional[str], Optional[Dict[str, str]], bool]:
+        """What every rank must give alike, as it can be compared without
+        giving a key away: the HMAC key's fingerprint, the part size, the
+        metadata, whether it signs."""
+        return (_call(_rust.hmac_fingerprint, self.hmac_key), self.part_size, self.metadata, self.sign_key is not None)
+
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
         stage: _Stage = plan.storage_data
         ranks = _Ranks(self._group)
         results: List[WriteResult] = []
+        # Options that differ between ranks would make them plan different
+        # texts and wait on each other for ever: they agree first.
+        every = ranks.agree(self._options_fingerprint)
+        if any(o != every[0] for o in every):
+            names = ("hmac_key", "part_size", "metadata", "sign_key")
+            differ = [n for k, n in enumerate(names) if any(o[k] != every[0][k] for o in every)]
+            raise Error(f"the ranks were given different {', '.join(differ)}: every rank must give the writer "
+                        "the same options")
         # Every tensor's chunks, who encodes each, and whether that rank has
         # all of it in its own shard: the same answer on every rank.
         chunks = {fqn: _call(_rust.chunk_ranges, r.dtype, list(r.shape)) for fqn, r in stage.regions.items()}
@@ -500,7 +594,10 @@ class WtxtStorageWriter(StorageWriter):
             for _, x, _ in reports:
                 fastxor ^= x
             parts = sorted(p for _, _, ps in reports for p in ps)
-            sha256_all = _call(dw.finish, lines, all_state, fastxor, parts)
+            # A head built from other processes' hashes is installed (and
+            # signed) only once the whole snapshot verifies; one rank wrote
+            # and hashed every byte itself, as `save_state_dict` does.
+            sha256_all = _call(dw.finish, lines, all_state, fastxor, parts, len(reports) > 1)
         except BaseException as e:
             self.committed.set_exception(Error(f"the snapshot was not written: {e}"))
             raise
@@ -511,6 +608,7 @@ class WtxtStorageWriter(StorageWriter):
                 os.unlink(stage.path)
             except FileNotFoundError:
                 pass
+            self._unlock()
         try:
             if self.oms_key is not None:
                 # Signed once the stage is gone: model.sig lists the folder as it stays.
@@ -550,6 +648,7 @@ class WtxtStorageReader(StorageReader):
         self.hmac_key, self.pubkey, self.trusted_keys = hmac_key, pubkey, trusted_keys
         self.require_signature = require_signature
         self.is_coordinator = False
+        self._group = None
 
     def reset(self, checkpoint_id: Optional[PathLike] = None) -> None:
         if checkpoint_id is not None:
@@ -589,6 +688,8 @@ class WtxtStorageReader(StorageReader):
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args, **kwargs) -> None:
         self.is_coordinator = is_coordinator
+        if self._group is None:
+            self._group = _wtxt_group()
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         return plan
@@ -597,7 +698,22 @@ class WtxtStorageReader(StorageReader):
         return plans
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> "Future[None]":
-        tensors, objects = _load(self.path, self.hmac_key, self.pubkey, self.trusted_keys, self.require_signature)
+        loaded: List[Any] = []
+
+        def load() -> str:
+            loaded[:] = _load(self.path, self.hmac_key, self.pubkey, self.trusted_keys, self.require_signature)
+            return loaded[2]
+
+        # Every rank verified what it read; they also agree that it was one
+        # snapshot (one `merkle_this`) before any fills a tensor: a file
+        # replaced while the ranks read it would fill one model from two
+        # generations.
+        identities = _Ranks(self._group).agree(load)
+        if len(set(identities)) > 1:
+            seen = ", ".join(f"rank {r}: {i[:16]}" for r, i in enumerate(identities))
+            raise Error(f"{self.path}: the ranks read different snapshots ({seen}): it changed while they read it; "
+                        "load again once it is no longer being written")
+        tensors, objects, _ = loaded
         # Every item is matched and checked before the first copy, so a
         # failure leaves the state dict as it was.
         work = []
