@@ -268,7 +268,7 @@ def _eight_generations(snapshotter):
         return infos, snap.status()
 
 
-def test_every_requested_generation_is_committed_and_pushed_on_its_own_unless_coalescing(tmp_path):
+def test_every_requested_generation_is_committed_on_its_own_and_pushed_unless_coalescing(tmp_path):
     repo, remote = _repos(tmp_path)
     # Requested faster than a generation is committed and pushed.
     infos, status = _eight_generations(wtxt.Snapshotter(repo, remote=str(remote), part_size="64K"))
