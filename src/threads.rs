@@ -1,8 +1,11 @@
-//! How many threads the hashing pools use. The writer hashes chunks on
-//! `threads() - 1` threads beside the one that writes (at least one), OMS
+//! How many threads of work a command uses (`--threads N`: N threads, the
+//! calling one counted; 1 is one core). The writer shares its work
+//! (encoding, digests, `sha256_all`, writing in order) over `threads()`
+//! threads, the caller among them; `verify` reads and decodes on the
+//! calling thread and hashes on two more, or, at 1, hashes in place; OMS
 //! signing hashes files on `threads()`, and a distributed rank encodes its
-//! chunks on `threads()`. `verify`'s pipeline has fixed roles (one thread
-//! reads and decodes, one hashes arrays, one the root) and does not grow.
+//! chunks on `threads()`. A thread that only waits on the disk (a direct
+//! writer's) is not work.
 //!
 //! The count is `--threads N` (which sets it for the process), else the
 //! environment's `WTXT_THREADS`, else the machine's parallelism.

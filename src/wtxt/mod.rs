@@ -216,7 +216,7 @@ pub fn canonical_bytes(loaded: &Loaded) -> Result<Vec<u8>> {
 
 /// Writes [`canonical_bytes`] to `out` (empty, at position 0), for a file
 /// too large to hold twice.
-pub fn write_canonical<W: std::io::Write + std::io::Seek>(loaded: &Loaded, out: &mut W) -> Result<()> {
+pub fn write_canonical<W: std::io::Write + std::io::Seek + Send>(loaded: &Loaded, out: &mut W) -> Result<()> {
     use crate::wtxt::syntax::Root;
     let (merkle_prev, streaming) = match &loaded.header.root {
         Root::Final { merkle_prev, .. } => (*merkle_prev, false),

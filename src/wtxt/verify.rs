@@ -403,30 +403,50 @@ pub trait Sink {
 /// error only when reading fails; every failed check is in the report.
 pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sink>) -> Result<Report> {
     let (pool_tx, pool_rx) = unbounded::<Vec<u8>>();
-    let (read_result, vis, roots, mut chunks) = std::thread::scope(|s| {
-        let (tx_a, rx_a) = bounded::<Msg>(PIPELINE_DEPTH);
-        let (tx_b, rx_b) = bounded::<Msg>(PIPELINE_DEPTH);
-        let key = opts.hmac_key;
-        let wa = s.spawn(move || worker_root(rx_a));
-        let wb = s.spawn(move || worker_chunks(rx_b, key));
-        let mut vis = Hashing {
-            tx: vec![tx_a, tx_b],
-            pool_rx,
-            pool_tx,
-            arrays: Vec::new(),
-            expected: Vec::new(),
-            problems: Vec::new(),
-            sink,
-            key_given: key.is_some(),
-            header: None,
-            audit: None,
-        };
+    let key = opts.hmac_key;
+    let vis = |hashers| Hashing {
+        hashers,
+        pool_rx,
+        pool_tx,
+        arrays: Vec::new(),
+        expected: Vec::new(),
+        problems: Vec::new(),
+        sink,
+        key_given: key.is_some(),
+        header: None,
+        audit: None,
+    };
+    // One thread of work (`--threads 1`): the hashing runs on the reading
+    // thread as each block is decoded; more: on two threads beside it.
+    let (read_result, vis, roots, mut chunks) = if crate::threads::threads() == 1 {
+        let mut vis = vis(Hashers::Inline(Box::default(), Box::new(ChunkWork::new(key))));
         let r = read(input, &mut vis);
-        vis.tx.clear();
-        let a = wa.join().expect("array and root hashing thread");
-        let b = wb.join().expect("chunk hashing thread");
-        (r, vis, a, b)
-    });
+        let Hashers::Inline(root, chunk) = std::mem::replace(&mut vis.hashers, Hashers::Threads(Vec::new())) else {
+            unreachable!("set above")
+        };
+        (r, vis, root.finish(), chunk.finish())
+    } else {
+        std::thread::scope(|s| {
+            let (tx_a, rx_a) = bounded::<Msg>(PIPELINE_DEPTH);
+            let (tx_b, rx_b) = bounded::<Msg>(PIPELINE_DEPTH);
+            let wa = s.spawn(move || {
+                let mut w = RootWork::default();
+                rx_a.into_iter().for_each(|m| w.take(m));
+                w.finish()
+            });
+            let wb = s.spawn(move || {
+                let mut w = ChunkWork::new(key);
+                rx_b.into_iter().for_each(|m| w.take(m));
+                w.finish()
+            });
+            let mut vis = vis(Hashers::Threads(vec![tx_a, tx_b]));
+            let r = read(input, &mut vis);
+            vis.hashers = Hashers::Threads(Vec::new());
+            let a = wa.join().expect("array and root hashing thread");
+            let b = wb.join().expect("chunk hashing thread");
+            (r, vis, a, b)
+        })
+    };
     let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, .. } = vis;
     for (ai, ix, line) in std::mem::take(&mut chunks.bad_chunks) {
         let m = format!("chunk {ix} of array {}: sha256 does not match its bytes", arrays[ai].name);
@@ -659,8 +679,15 @@ struct Expect {
     sha256: Hash,
 }
 
-struct Hashing<'s> {
-    tx: Vec<Sender<Msg>>,
+/// Where the reader's messages go: two hashing threads, or (one thread of
+/// work) the hashing done in place.
+enum Hashers<'k> {
+    Threads(Vec<Sender<Msg>>),
+    Inline(Box<RootWork>, Box<ChunkWork<'k>>),
+}
+
+struct Hashing<'s, 'k> {
+    hashers: Hashers<'k>,
     pool_rx: Receiver<Vec<u8>>,
     pool_tx: Sender<Vec<u8>>,
     arrays: Vec<ArrayReport>,
@@ -672,16 +699,24 @@ struct Hashing<'s> {
     audit: Option<crate::wtxt::syntax::Audit>,
 }
 
-impl Hashing<'_> {
-    fn send(&self, make: impl Fn() -> Msg) {
-        for t in &self.tx {
-            // A closed channel means a worker died; its join reports it.
-            let _ = t.send(make());
+impl Hashing<'_, '_> {
+    fn send(&mut self, make: impl Fn() -> Msg) {
+        match &mut self.hashers {
+            Hashers::Threads(tx) => {
+                for t in tx.iter() {
+                    // A closed channel means a worker died; its join reports it.
+                    let _ = t.send(make());
+                }
+            }
+            Hashers::Inline(root, chunks) => {
+                root.take(make());
+                chunks.take(make());
+            }
         }
     }
 }
 
-impl Visitor for Hashing<'_> {
+impl Visitor for Hashing<'_, '_> {
     fn header(&mut self, h: &Header) -> Result<()> {
         self.header = Some(h.clone());
         Ok(())
@@ -765,49 +800,71 @@ struct ChunkDigests {
 /// Each array's digest paired with `sha256_all` (both take the same
 /// bytes; the `arr` line that `sha256_all` starts with is read first), and
 /// `fastxor`.
-fn worker_root(rx: Receiver<Msg>) -> RootDigests {
-    let mut all = Sha256State::default();
-    let mut fx = FastXor::default();
-    let mut arrays = Vec::new();
-    let mut cur: Option<Sha256State> = None;
-    for m in rx {
+#[derive(Default)]
+struct RootWork {
+    all: Sha256State,
+    fx: FastXor,
+    arrays: Vec<Hash>,
+    cur: Option<Sha256State>,
+}
+
+impl RootWork {
+    fn take(&mut self, m: Msg) {
         match m {
             Msg::Array { text, .. } => {
-                all.update(&text[..]);
-                cur = Some(Sha256State::default());
+                self.all.update(&text[..]);
+                self.cur = Some(Sha256State::default());
             }
             Msg::Data { block } => {
-                match cur.as_mut() {
-                    Some(array) => Sha256State::update_pair(array, &block.buf, &mut all, &block.buf),
-                    None => all.update(&block.buf),
+                match self.cur.as_mut() {
+                    Some(array) => Sha256State::update_pair(array, &block.buf, &mut self.all, &block.buf),
+                    None => self.all.update(&block.buf),
                 }
-                fx.update(&block.buf);
+                self.fx.update(&block.buf);
             }
             Msg::ChunkEnd { .. } => {}
-            Msg::ArrayEnd => arrays.extend(cur.take().map(Sha256State::finalize)),
+            Msg::ArrayEnd => self.arrays.extend(self.cur.take().map(Sha256State::finalize)),
         }
     }
-    RootDigests { arrays, root: Some((all.finalize(), fx.value())) }
+
+    fn finish(self) -> RootDigests {
+        RootDigests { arrays: self.arrays, root: Some((self.all.finalize(), self.fx.value())) }
+    }
 }
 
 /// Each chunk's digest, and each HMAC checked. Chunks are hashed two at a
 /// time ([`ChunkPairs`]); in an array with an HMAC, each chunk is paired
 /// with the HMAC instead, both taking the same bytes.
-fn worker_chunks(rx: Receiver<Msg>, key: Option<&HmacKey>) -> ChunkDigests {
-    let mut chunks = ChunkPairs::default();
-    let mut mac: Option<(Sha256State, Hash)> = None;
-    let mut macs = Vec::new();
-    for m in rx {
+struct ChunkWork<'k> {
+    key: Option<&'k HmacKey>,
+    chunks: ChunkPairs,
+    mac: Option<(Sha256State, Hash)>,
+    macs: Vec<Option<bool>>,
+}
+
+impl<'k> ChunkWork<'k> {
+    fn new(key: Option<&'k HmacKey>) -> ChunkWork<'k> {
+        ChunkWork { key, chunks: ChunkPairs::default(), mac: None, macs: Vec::new() }
+    }
+
+    fn take(&mut self, m: Msg) {
+        let key = self.key;
         match m {
-            Msg::Array { salt, hmac, .. } => mac = hmac.zip(key).map(|(want, k)| (k.resumable(&salt), want)),
-            Msg::Data { block } => chunks.data(block, mac.as_mut().map(|(inner, _)| inner)),
+            Msg::Array { salt, hmac, .. } => self.mac = hmac.zip(key).map(|(want, k)| (k.resumable(&salt), want)),
+            Msg::Data { block } => self.chunks.data(block, self.mac.as_mut().map(|(inner, _)| inner)),
             Msg::ChunkEnd { array, ix, line, sha256, bad } => {
-                chunks.end(ChunkEnd { array, ix, line, want: sha256, bad })
+                self.chunks.end(ChunkEnd { array, ix, line, want: sha256, bad })
             }
-            Msg::ArrayEnd => macs.push(mac.take().zip(key).map(|((inner, want), k)| k.verify_resumable(inner, &want))),
+            Msg::ArrayEnd => {
+                let checked = self.mac.take().zip(key).map(|((inner, want), k)| k.verify_resumable(inner, &want));
+                self.macs.push(checked)
+            }
         }
     }
-    ChunkDigests { bad_chunks: chunks.finish(), macs }
+
+    fn finish(self) -> ChunkDigests {
+        ChunkDigests { bad_chunks: self.chunks.finish(), macs: self.macs }
+    }
 }
 
 /// A chunk's place and what its `ch` line says.
@@ -980,6 +1037,55 @@ mod tests {
         bad.sort_unstable();
         assert_eq!(inner.finalize(), sha256(&all), "the HMAC's digest took each of its bytes once");
         bad
+    }
+
+    /// One thread of work or three, the same report, for a sound text and
+    /// for damaged ones (a data byte, a chunk digest, an HMAC tag).
+    #[test]
+    fn one_thread_of_work_finds_what_three_do() {
+        use crate::model::{Array, Dtype};
+        let key = HmacKey::from_hex(&"cd".repeat(32)).unwrap();
+        let arrays = vec![
+            Array::new("a", Dtype::F32, vec![300, 40], crate::testing::noise(48_000, 5).into()).unwrap(),
+            Array::new("b", Dtype::U8, vec![70_000], crate::testing::noise(70_000, 6).into()).unwrap(),
+        ];
+        let meta = crate::wtxt::syntax::Meta::new(1, Some("2026-01-01T00:00:00Z")).unwrap();
+        let opts = crate::wtxt::write::WriteOptions {
+            hmac_key: Some(&key),
+            ..crate::wtxt::write::WriteOptions::new(meta, 64)
+        };
+        let mut out = std::io::Cursor::new(Vec::new());
+        crate::wtxt::write::write_snapshot(&arrays, &opts, &mut out, &crate::progress::Progress::hidden()).unwrap();
+        let good = out.into_inner();
+        let text = String::from_utf8(good.clone()).unwrap();
+        let mut data = good.clone();
+        let at = text.find("\nendch\n").unwrap() - 10;
+        data[at] = if data[at] == b'A' { b'B' } else { b'A' };
+        let chunk = {
+            let i = text.find("\nch ").unwrap();
+            let i = i + text[i..].find(" sha256=").unwrap() + 8;
+            let mut t = good.clone();
+            t[i] = if t[i] == b'0' { b'1' } else { b'0' };
+            t
+        };
+        let tag = {
+            let i = text.find(" hmac=").unwrap() + 6;
+            let mut t = good.clone();
+            t[i] = if t[i] == b'0' { b'1' } else { b'0' };
+            t
+        };
+        for (what, input) in [("good", good.clone()), ("data", data), ("chunk", chunk), ("tag", tag)] {
+            let vopts = VerifyOptions { hmac_key: Some(&key), ..Default::default() };
+            let mut seen = Vec::new();
+            for threads in [1, 3] {
+                crate::threads::set(threads);
+                let r = verify(&input[..], &vopts, None).unwrap();
+                seen.push(serde_json::to_string(&(r.ok, &r.errors, &r.arrays)).unwrap());
+            }
+            crate::threads::set(0);
+            assert_eq!(seen[0], seen[1], "{what}");
+            assert_eq!(what == "good", seen[0].starts_with("[true"), "{what}: {}", seen[0]);
+        }
     }
 
     #[test]

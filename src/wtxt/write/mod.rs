@@ -2,12 +2,11 @@
 //!
 //! Every line has a fixed width once the meta values, names and shapes are
 //! known (hashes are fixed-width hex), so the writer emits the body at once
-//! with placeholder `arr` and `ch` lines while other threads hash, then
-//! patches those lines and writes the header (root, signature) last. On two
-//! cores one thread base64-encodes and writes while the other computes the
-//! array digests (and HMACs), `sha256_all`, `fastxor` and the chunks'
-//! SHA-256, each paired with another digest of the same bytes (two cost
-//! what one does); the chunks' CRC32C spread over the remaining cores.
+//! with placeholder `arr` and `ch` lines while it hashes, then patches
+//! those lines and writes the header (root, signature) last. The work
+//! (encoding chunks, each array's digests, `sha256_all`, writing in order)
+//! is shared by `--threads` threads, the calling one among them
+//! ([`work`]); the bytes are the same whatever their number.
 //!
 //! Inputs are only read (often a memory map), never copied whole; each
 //! reader drops the mapped pages it is done with, so a snapshot of a model
@@ -15,12 +14,12 @@
 //! reader still needs is faulted in again from the page cache).
 
 use std::io::{Seek, SeekFrom, Write};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
-use crate::crypto::digest::{derive_salt, merkle_this, FastXor, Hash, Sha256State};
+mod work;
+
+use crate::crypto::digest::{derive_salt, merkle_this, Hash, Sha256State};
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::SecretKey;
 use crate::error::{Error, Result};
@@ -113,7 +112,7 @@ struct Plan<'a> {
 
 /// Writes `arrays` (sorted by name, unique; see `model::sort_arrays`) as a
 /// canonical WTXT to `out`, which must start empty at position 0.
-pub fn write_snapshot<W: Write + Seek>(
+pub fn write_snapshot<W: Write + Seek + Send>(
     arrays: &[Array],
     opts: &WriteOptions,
     out: &mut W,
@@ -185,40 +184,39 @@ impl<'a> WritePlan<'a> {
     }
 
     /// Writes the planned text to `out`, which must start empty at position 0.
-    pub fn write<W: Write + Seek>(&self, out: &mut W, progress: &Progress) -> Result<Written> {
+    pub fn write<W: Write + Seek + Send>(&self, out: &mut W, progress: &Progress) -> Result<Written> {
         let (arrays, opts, plans, total_chunks, header_len) =
             (self.arrays, self.opts, &self.plans, self.total_chunks, self.header_len);
         let raw_total: u64 = arrays.iter().map(|a| a.bytes().len() as u64).sum();
         progress.set_total(raw_total * 2);
 
         out.seek(SeekFrom::Start(header_len as u64)).map_err(io_err)?;
-
-        let sums = Sums::new(plans.len(), total_chunks);
-        let body = std::thread::scope(|s| {
-            let hashers = crate::threads::threads().saturating_sub(1).max(1);
-            let (plans, sums) = (&plans, &sums);
-            let handles: Vec<_> =
-                (0..hashers).map(|_| s.spawn(move || hash_jobs(plans, total_chunks, opts, sums, progress))).collect();
-            let body = body_phase(plans, opts.audit.as_ref(), out, progress);
-            // Done writing: help with whatever hashing is left.
-            hash_jobs(plans, total_chunks, opts, sums, progress);
-            for h in handles {
-                h.join().expect("hashing thread");
-            }
-            body
-        });
-        let hashed = sums;
-        let offsets = body?;
+        let work = work::Work::new(plans, opts, total_chunks, progress);
+        let body_len = work.run(out)?;
+        let fastxor = work.fastxor();
+        let sums = work.sums;
         let arr_lines =
-            hashed.arr_lines.into_iter().map(|l| l.into_inner().expect("every array hashed")).collect::<Vec<_>>();
-        let chunk_sums: Vec<ChunkSum> = (hashed.chunk_sha.into_iter().zip(hashed.chunk_crc))
+            sums.arr_lines.into_iter().map(|l| l.into_inner().expect("every array hashed")).collect::<Vec<_>>();
+        // Each chunk's CRC32C from its pieces', in order.
+        let mut crcs: Vec<Option<(u32, u64)>> = vec![None; total_chunks];
+        for (piece, crc) in work::pieces(plans).iter().zip(sums.piece_crc) {
+            let crc = crc.into_inner().expect("every piece encoded");
+            let c = &mut crcs[piece.chunk];
+            *c = Some(match *c {
+                None => (crc, piece.len),
+                Some((acc, len)) => (crc32c::crc32c_combine(acc, crc, piece.len as usize), len + piece.len),
+            });
+        }
+        let chunk_sums: Vec<ChunkSum> = (sums.chunk_sha.into_iter().zip(crcs))
             .map(|(sha, crc)| ChunkSum {
                 sha256: sha.into_inner().expect("every chunk hashed"),
-                crc32c: crc.into_inner().expect("every chunk summed"),
+                crc32c: crc.expect("every chunk encoded").0,
             })
             .collect();
-        let (sha256_all, fastxor) = hashed.root.into_inner().expect("root hashed");
-        let body_len = patch_lines(out, header_len as u64, plans, &arr_lines, &chunk_sums, &offsets)?;
+        // No arrays: `sha256_all` hashed nothing.
+        let sha256_all = sums.sha256_all.into_inner().unwrap_or_else(|| Sha256State::default().finalize());
+        let places = self.places();
+        patch_lines(out, plans, &arr_lines, &chunk_sums, &places)?;
         let (header, merkle) = self.header(sha256_all, fastxor);
         out.seek(SeekFrom::Start(0)).map_err(io_err)?;
         out.write_all(header.as_bytes()).map_err(io_err)?;
@@ -530,143 +528,6 @@ fn placeholder_sign() -> SignLine {
     SignLine { signature: [0; 64], keyid: [0; 8] }
 }
 
-/// What the hashing threads produce, each slot filled once.
-struct Sums {
-    arr_lines: Vec<OnceLock<ArrLine>>,
-    chunk_sha: Vec<OnceLock<Hash>>,
-    chunk_crc: Vec<OnceLock<u32>>,
-    root: OnceLock<(Hash, u64)>,
-    next: AtomicUsize,
-}
-
-impl Sums {
-    fn new(arrays: usize, chunks: usize) -> Sums {
-        Sums {
-            arr_lines: (0..arrays).map(|_| OnceLock::new()).collect(),
-            chunk_sha: (0..chunks).map(|_| OnceLock::new()).collect(),
-            chunk_crc: (0..chunks).map(|_| OnceLock::new()).collect(),
-            root: OnceLock::new(),
-            next: AtomicUsize::new(0),
-        }
-    }
-}
-
-/// Job 0 is the sequential root job; jobs 1.. are chunk CRCs. Threads take
-/// jobs in order, so the long root job starts first.
-fn hash_jobs(plans: &[Plan], total_chunks: usize, opts: &WriteOptions, sums: &Sums, progress: &Progress) {
-    // Chunk jobs map to (array, ix) through each plan's first chunk.
-    loop {
-        let j = sums.next.fetch_add(1, Ordering::Relaxed);
-        if j == 0 {
-            root_job(plans, opts, sums);
-            continue;
-        }
-        let c = j - 1;
-        if c >= total_chunks {
-            break;
-        }
-        let i = plans.partition_point(|p| p.first_chunk <= c) - 1;
-        let p = &plans[i];
-        let ix = (c - p.first_chunk) as u64;
-        let (off, len) = p.layout.chunk_range(ix);
-        let raw = &p.array.bytes()[off as usize..(off + len) as usize];
-        let _ = sums.chunk_crc[c].set(crc32c::crc32c(raw));
-        p.array.data.release(off as usize..(off + len) as usize);
-        progress.inc(len);
-    }
-}
-
-/// Per array: its SHA-256 and HMAC in one pass, then its `arr` line; then
-/// `sha256_all` (each `arr` line without LF, then the raw bytes) and
-/// `fastxor`. Each chunk's SHA-256 is paired ([`crate::crypto::sha_pair`])
-/// with the array's, or with `sha256_all` where the HMAC takes that place.
-fn root_job(plans: &[Plan], opts: &WriteOptions, sums: &Sums) {
-    let mut all = Sha256State::default();
-    let mut fx = FastXor::default();
-    let each_block = |p: &Plan, f: &mut dyn FnMut(&[u8])| {
-        let _ = p.array.data.each_window(&mut |window| {
-            window.chunks(256 << 10).for_each(&mut *f);
-            Ok(())
-        });
-    };
-    for (i, p) in plans.iter().enumerate() {
-        let mut chunks = ChunkDigests::new(p, &sums.chunk_sha);
-        let mut sha = Sha256State::default();
-        let mut mac = opts.hmac_key.map(|k| (k, k.resumable(&p.salt)));
-        each_block(p, &mut |block| match mac.as_mut() {
-            Some((_, m)) => Sha256State::update_pair(&mut sha, block, m, block),
-            None => chunks.pair(&mut sha, block),
-        });
-        let keyed = mac.is_some();
-        let line = final_arr(p, opts, sha.finalize(), mac.map(|(k, m)| k.finish_resumable(m)));
-        all.update(line.to_line().as_bytes());
-        each_block(p, &mut |block| {
-            if keyed {
-                chunks.pair(&mut all, block);
-            } else {
-                all.update(block);
-            }
-            fx.update(block);
-        });
-        let _ = sums.arr_lines[i].set(line);
-    }
-    let _ = sums.root.set((all.finalize(), fx.value()));
-}
-
-/// The SHA-256 of each chunk of one array, fed its bytes in order beside
-/// another digest of the same bytes; each is set in `out` once complete.
-struct ChunkDigests<'a> {
-    plan: &'a Plan<'a>,
-    out: &'a [OnceLock<Hash>],
-    ix: u64,
-    left: u64,
-    sha: Sha256State,
-}
-
-impl<'a> ChunkDigests<'a> {
-    fn new(plan: &'a Plan<'a>, out: &'a [OnceLock<Hash>]) -> ChunkDigests<'a> {
-        let mut c = ChunkDigests { plan, out, ix: 0, left: plan.layout.chunk_range(0).1, sha: Sha256State::default() };
-        // An array of 0 bytes has one chunk, of 0 bytes.
-        c.set_completed();
-        c
-    }
-
-    /// Feeds `bytes` to the chunks and `other` alike.
-    fn pair(&mut self, other: &mut Sha256State, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            let n = (self.left as usize).min(bytes.len());
-            if n == 0 {
-                // Past the last chunk: the layout covers every byte, so never.
-                break;
-            }
-            Sha256State::update_pair(other, &bytes[..n], &mut self.sha, &bytes[..n]);
-            bytes = &bytes[n..];
-            self.left -= n as u64;
-            self.set_completed();
-        }
-    }
-
-    /// Sets the digest of each chunk whose bytes were all fed.
-    fn set_completed(&mut self) {
-        let chunks = self.plan.layout.chunk_count();
-        while self.left == 0 && self.ix < chunks {
-            let _ = self.out[self.plan.first_chunk + self.ix as usize].set(std::mem::take(&mut self.sha).finalize());
-            self.ix += 1;
-            if self.ix < chunks {
-                self.left = self.plan.layout.chunk_range(self.ix).1;
-            }
-        }
-    }
-}
-
-/// Where the body writer put each `arr` line and the first `ch` line's
-/// offsets, relative to the body's start.
-struct Offsets {
-    arr: Vec<u64>,
-    ch: Vec<u64>,
-    len: u64,
-}
-
 /// The `arr` line of an array whose bytes give `sha256` and `hmac` (a
 /// carried tag, or zeros, without a key).
 fn final_arr(p: &Plan, opts: &WriteOptions, sha256: Hash, hmac: Option<Hash>) -> ArrLine {
@@ -693,81 +554,29 @@ fn ch_line(p: &Plan, ix: u64, sum: Option<&ChunkSum>) -> ChLine {
     ChLine { ix, off, len, sha256, crc32c, lines: lines_for(len) }
 }
 
-/// Everything after the header, with placeholder `arr` and `ch` lines.
 /// Raw bytes encoded at a time: whole base64 lines (a multiple of 57), about 1 MiB.
 const ENCODE_PIECE: usize = crate::wtxt::syntax::RAW_PER_LINE * 18396;
 
-fn body_phase<W: Write>(plans: &[Plan], audit: Option<&Audit>, out: &mut W, progress: &Progress) -> Result<Offsets> {
-    let mut buf: Vec<u8> = Vec::with_capacity(4 << 20);
-    let mut scratch = Vec::new();
-    let mut offsets = Offsets { arr: Vec::with_capacity(plans.len()), ch: Vec::new(), len: 0 };
-    let mut line = String::with_capacity(256);
-    let push = |buf: &mut Vec<u8>, l: &str| {
-        buf.extend_from_slice(l.as_bytes());
-        buf.push(b'\n');
-    };
-    for p in plans {
-        offsets.arr.push(offsets.len + buf.len() as u64);
-        push(&mut buf, &placeholder_arr(p).to_line());
-        if let Some(idx) = p.layout.idx {
-            line.clear();
-            idx.write(&mut line);
-            push(&mut buf, &line);
-        }
-        for ix in 0..p.layout.chunk_count() {
-            let (off, len) = p.layout.chunk_range(ix);
-            offsets.ch.push(offsets.len + buf.len() as u64);
-            line.clear();
-            ch_line(p, ix, None).write(&mut line);
-            push(&mut buf, &line);
-            // In pieces of whole lines: a chunk of wide rows can be hundreds
-            // of MiB, and its text never needs to be held at once.
-            for piece in p.array.bytes()[off as usize..(off + len) as usize].chunks(ENCODE_PIECE) {
-                encode_lines(piece, &mut buf, &mut scratch);
-                if buf.len() >= 2 << 20 {
-                    out.write_all(&buf).map_err(io_err)?;
-                    offsets.len += buf.len() as u64;
-                    buf.clear();
-                }
-            }
-            buf.extend_from_slice(b"endch\n");
-            p.array.data.release(off as usize..(off + len) as usize);
-            progress.inc(len);
-        }
-        buf.extend_from_slice(b"endarr\n");
-    }
-    if let Some(a) = audit {
-        line.clear();
-        a.write(&mut line);
-        push(&mut buf, &line);
-    }
-    buf.extend_from_slice(END.as_bytes());
-    buf.push(b'\n');
-    out.write_all(&buf).map_err(io_err)?;
-    offsets.len += buf.len() as u64;
-    Ok(offsets)
-}
-
-/// Overwrites the placeholder lines with the final ones (same widths).
+/// Overwrites the placeholder lines with the final ones (same widths), at
+/// the places the plan gives them.
 fn patch_lines<W: Write + Seek>(
     out: &mut W,
-    base: u64,
     plans: &[Plan],
     arr_lines: &[ArrLine],
     sums: &[ChunkSum],
-    offsets: &Offsets,
-) -> Result<u64> {
+    places: &Places,
+) -> Result<()> {
     let mut line = String::with_capacity(256);
     for (i, p) in plans.iter().enumerate() {
-        out.seek(SeekFrom::Start(base + offsets.arr[i])).map_err(io_err)?;
+        out.seek(SeekFrom::Start(places.arr[i])).map_err(io_err)?;
         out.write_all(arr_lines[i].to_line().as_bytes()).map_err(io_err)?;
         for ix in 0..p.layout.chunk_count() {
             let c = p.first_chunk + ix as usize;
             line.clear();
             ch_line(p, ix, Some(&sums[c])).write(&mut line);
-            out.seek(SeekFrom::Start(base + offsets.ch[c])).map_err(io_err)?;
+            out.seek(SeekFrom::Start(places.ch[c])).map_err(io_err)?;
             out.write_all(line.as_bytes()).map_err(io_err)?;
         }
     }
-    Ok(offsets.len)
+    Ok(())
 }
