@@ -3,7 +3,8 @@
 # a training state of many tensors (128 f32 tensors, SIZE_MIB in all, as a
 # .safetensors) and of one array of the same size (.npy), at each
 # `--threads N` of THREADS (default: 1, 2, 4, ... up to the machine's
-# cores), against `openssl dgst -sha256` of the same bytes (one SHA-256
+# cores), in each digest form of DIGESTS (default: sha256, the WTXT 1.1
+# form, and tree), against `openssl dgst -sha256` of the same bytes (one SHA-256
 # stream, the floor of a serial digest), `cp`, and a synced copy of the
 # snapshot's text (what writing it to this disk costs at least), in one run. Prints the
 # median wall and CPU (user + sys) of RUNS runs, each command's wall at N
@@ -87,26 +88,31 @@ rm -f "$work/copy"
 printf '%-34s %8s %8s\n' "baseline" "wall s" "cpu s"
 printf '%-34s %8.2f %8.2f\n' "openssl dgst -sha256" "$w_openssl" "$c_openssl"
 printf '%-34s %8.2f %8.2f\n' "cp" "$w_cp" "$c_cp"
-"$BIN" snapshot "$state" -o "$work/state.wtxt" --part-size none --ts 2026-01-01T00:00:00Z 2>/dev/null
-"$BIN" snapshot "$one" -o "$work/one.wtxt" --part-size none --ts 2026-01-01T00:00:00Z 2>/dev/null
+digests=${DIGESTS:-sha256 tree}
+for d in $digests; do
+  "$BIN" snapshot "$state" -o "$work/state_$d.wtxt" --part-size none --digest "$d" --ts 2026-01-01T00:00:00Z 2>/dev/null
+  "$BIN" snapshot "$one" -o "$work/one_$d.wtxt" --part-size none --digest "$d" --ts 2026-01-01T00:00:00Z 2>/dev/null
+done
 # What putting the snapshot's text on this disk costs at least: a copy of it, synced.
-measure cpsync sh -c "cp '$work/state.wtxt' '$work/copy' && sync '$work/copy'"
+measure cpsync sh -c "cp '$work/state_sha256.wtxt' '$work/copy' && sync '$work/copy'"
 rm -f "$work/copy"
 printf '%-34s %8.2f %8.2f\n' "cp + sync of the snapshot's text" "$w_cpsync" "$c_cpsync"
 printf '\n%-34s %7s %8s %8s %10s %10s\n' "command" "threads" "wall s" "cpu s" "vs 1 thr" "vs openssl"
+for d in $digests; do
 for input in state one; do
   src=$state; [ "$input" = one ] && src=$one
   for cmd in snapshot split verify; do
     base=""
     for n in $THREADS; do
       case $cmd in
-        snapshot) measure r "$BIN" --threads "$n" snapshot "$src" -o "$work/out.wtxt" --part-size none --ts 2026-01-01T00:00:00Z ;;
-        split) measure r "$BIN" --threads "$n" snapshot "$src" -o "$work/out.wtxt" --ts 2026-01-01T00:00:00Z ;;
-        verify) measure r "$BIN" --threads "$n" verify "$work/$input.wtxt" ;;
+        snapshot) measure r "$BIN" --threads "$n" snapshot "$src" -o "$work/out.wtxt" --part-size none --digest "$d" --ts 2026-01-01T00:00:00Z ;;
+        split) measure r "$BIN" --threads "$n" snapshot "$src" -o "$work/out.wtxt" --digest "$d" --ts 2026-01-01T00:00:00Z ;;
+        verify) measure r "$BIN" --threads "$n" verify "$work/${input}_$d.wtxt" ;;
       esac
       [ -n "$base" ] || base=$w_r
-      awk -v l="$cmd $input" -v n="$n" -v w="$w_r" -v c="$c_r" -v b="$base" -v o="$w_openssl" \
+      awk -v l="$cmd $input ($d)" -v n="$n" -v w="$w_r" -v c="$c_r" -v b="$base" -v o="$w_openssl" \
         'BEGIN { printf "%-34s %7d %8.2f %8.2f %9.2fx %9.2fx\n", l, n, w, c, w / b, w / o }'
     done
   done
+done
 done

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use wtxt::convert::names::OriginalNames;
-use wtxt::crypto::digest::Sha256State;
+use wtxt::crypto::digest::{Hash, Sha256State};
 use wtxt::crypto::sign::SecretKey;
 use wtxt::store::dist::{ArrayHash, DistOptions, DistWrite, Raw};
 use wtxt::wtxt::split::{PartHash, PartLine};
@@ -87,7 +87,7 @@ impl PyDistWriter {
     /// `stage_file`) and `objects`, its text and parts written in
     /// `stage_dir`; every rank gives the same arguments.
     #[new]
-    #[pyo3(signature = (tensors, stage_file, stage_dir, path, gen, ts, merkle_prev, metadata=None, objects=None, hmac_key=None, sign_key=None, part_size=None))]
+    #[pyo3(signature = (tensors, stage_file, stage_dir, path, gen, ts, merkle_prev, metadata=None, objects=None, hmac_key=None, sign_key=None, part_size=None, digest=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -103,6 +103,7 @@ impl PyDistWriter {
         hmac_key: Option<PathBuf>,
         sign_key: Option<PathBuf>,
         part_size: Option<String>,
+        digest: Option<String>,
     ) -> PyResult<PyDistWriter> {
         let merkle_prev = hash32(merkle_prev, "merkle_prev").map_err(raise)?;
         py.allow_threads(|| {
@@ -114,6 +115,12 @@ impl PyDistWriter {
                 hmac_key: hmac(hmac_key)?,
                 sign_key: sign_key.as_deref().map(SecretKey::from_file).transpose()?,
                 part_size: parse_part_size(part_size)?.unwrap_or_default(),
+                digest: digest
+                    .as_deref()
+                    .map(wtxt::wtxt::syntax::DigestForm::parse)
+                    .transpose()
+                    .map_err(|m| wtxt::Error::usage(format!("digest: {m}")))?
+                    .unwrap_or_default(),
             };
             Ok(PyDistWriter { inner: DistWrite::new(arrays, o, &path, &stage_dir)? })
         })
@@ -145,10 +152,29 @@ impl PyDistWriter {
         py.allow_threads(|| self.inner.write_fixed()).map_err(raise)
     }
 
-    /// Writes `chunks` ((array, chunk, bytes) this rank owns) into their files.
-    fn write_chunks(&self, py: Python<'_>, chunks: Vec<(usize, u64, Mem)>) -> PyResult<()> {
-        let chunks: Vec<(usize, u64, Raw)> = chunks.into_iter().map(|(i, ix, m)| (i, ix, mem(m))).collect();
-        py.allow_threads(|| self.inner.write_chunks(&chunks)).map_err(raise)
+    /// Writes `chunks` ((array, chunk, bytes) this rank owns) into their
+    /// files; returns each chunk's (array, chunk, SHA-256), which the tree
+    /// form's ranks report.
+    fn write_chunks(&self, py: Python<'_>, chunks: Vec<(usize, u64, Mem)>) -> PyResult<Vec<(usize, u64, Py<PyBytes>)>> {
+        let raw: Vec<(usize, u64, Raw)> = chunks.iter().map(|&(i, ix, m)| (i, ix, mem(m))).collect();
+        let digests = py.allow_threads(|| self.inner.write_chunks(&raw)).map_err(raise)?;
+        Ok(chunks.iter().zip(digests).map(|(&(i, ix, _), d)| (i, ix, PyBytes::new(py, &d).unbind())).collect())
+    }
+
+    /// The tree form: every array's `arr` line and `sha256_all`, from every
+    /// chunk's SHA-256 as the ranks reported them.
+    fn tree_arr_lines(
+        &self,
+        py: Python<'_>,
+        digests: Vec<(usize, u64, Vec<u8>)>,
+    ) -> PyResult<(Vec<String>, Py<PyBytes>)> {
+        let digests: Vec<(usize, u64, Hash)> = digests
+            .into_iter()
+            .map(|(i, ix, d)| hash32(&d, "a chunk's digest").map(|h| (i, ix, h)))
+            .collect::<Result<_, _>>()
+            .map_err(raise)?;
+        let (lines, all) = py.allow_threads(|| self.inner.tree_arr_lines(&digests)).map_err(raise)?;
+        Ok((lines, PyBytes::new(py, &all).unbind()))
     }
 
     /// Array `i`'s hash state after `chunks` ((chunk, bytes), consecutive),
@@ -208,7 +234,8 @@ impl PyDistWriter {
     /// `sha256_all` state (`None` when there are no arrays), `fastxor` and
     /// the parts' lines; with `verify`, only once the whole staged snapshot
     /// verifies under the writer's keys. Returns `sha256_all` as hex.
-    #[pyo3(signature = (arr_lines, all_state, fastxor, parts, verify=true))]
+    #[pyo3(signature = (arr_lines, all_state, fastxor, parts, verify=true, sha256_all=None))]
+    #[allow(clippy::too_many_arguments)]
     fn finish(
         &self,
         py: Python<'_>,
@@ -217,15 +244,20 @@ impl PyDistWriter {
         fastxor: u64,
         parts: Vec<Part>,
         verify: bool,
+        sha256_all: Option<&[u8]>,
     ) -> PyResult<String> {
-        // No state: the snapshot has no arrays, and `sha256_all` hashed nothing.
-        let all = all_state.map(sha_state).transpose().map_err(raise)?.unwrap_or_default();
+        // The tree form gives `sha256_all` itself; else its final state (none:
+        // the snapshot has no arrays, and `sha256_all` hashed nothing).
+        let all = match sha256_all {
+            Some(h) => hash32(h, "sha256_all").map_err(raise)?,
+            None => all_state.map(sha_state).transpose().map_err(raise)?.unwrap_or_default().finalize(),
+        };
         py.allow_threads(|| {
             let parts: Vec<PartLine> = parts
                 .into_iter()
                 .map(|(ix, bytes, lines, h)| PartLine { ix, bytes, lines, hash: PartHash::Frame(h) })
                 .collect();
-            let w = self.inner.finish(&arr_lines, all.finalize(), fastxor, &parts, verify)?;
+            let w = self.inner.finish(&arr_lines, all, fastxor, &parts, verify)?;
             Ok(crate::hex_of(&w.sha256_all))
         })
         .map_err(raise)

@@ -181,11 +181,21 @@ pub(crate) struct Writing {
     ts: Option<String>,
     part_size: Option<String>,
     oms_key: Option<PathBuf>,
+    /// `"sha256"` (WTXT 1.1) or `"tree"`.
+    digest: Option<String>,
 }
 
 impl Writing {
+    /// The digest form asked for (WTXT 1.1 when none is).
+    pub(crate) fn digest(&self) -> Result<wtxt::wtxt::syntax::DigestForm, wtxt::Error> {
+        self.digest.as_deref().map_or(Ok(Default::default()), |d| {
+            wtxt::wtxt::syntax::DigestForm::parse(d).map_err(|m| wtxt::Error::usage(format!("digest: {m}")))
+        })
+    }
+
     /// The snapshot options they give (keys read now).
     fn options(self) -> Result<wtxt::ops::SnapshotOptions, wtxt::Error> {
+        let digest = self.digest()?;
         let part_size = parse_part_size(self.part_size)?.unwrap_or_default();
         Ok(wtxt::ops::SnapshotOptions {
             meta: wtxt::ops::MetaFields { gen: self.gen, ts: self.ts, ..Default::default() },
@@ -198,6 +208,7 @@ impl Writing {
             output: wtxt::ops::Output {
                 part_size,
                 oms_key: self.oms_key.as_deref().map(wtxt::crypto::ec::EcSecretKey::from_file).transpose()?,
+                digest,
             },
             ..Default::default()
         })
@@ -351,7 +362,7 @@ impl PySnapshotter {
 #[pymethods]
 impl PySnapshotter {
     #[new]
-    #[pyo3(signature = (repo, path_in_repo, remote=None, sign_key=None, hmac_key=None, ring=None, part_size=None, recipients=Vec::new(), keep=None, build=None, oms_key=None, coalesce=false, max_pending=2))]
+    #[pyo3(signature = (repo, path_in_repo, remote=None, sign_key=None, hmac_key=None, ring=None, part_size=None, recipients=Vec::new(), keep=None, build=None, oms_key=None, coalesce=false, max_pending=2, digest=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -368,6 +379,7 @@ impl PySnapshotter {
         oms_key: Option<PathBuf>,
         coalesce: bool,
         max_pending: usize,
+        digest: Option<String>,
     ) -> PyResult<PySnapshotter> {
         py.allow_threads(|| {
             let cfg = DaemonConfig {
@@ -382,6 +394,7 @@ impl PySnapshotter {
                 keep,
                 build: Some(build.unwrap_or_else(|| "python".into())),
                 oms_key,
+                digest,
                 ..Default::default()
             };
             // Background failures reach Python through the futures and status().

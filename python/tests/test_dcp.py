@@ -5,6 +5,7 @@ and nothing loaded, nothing left behind, when something is wrong."""
 import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
@@ -36,9 +37,11 @@ def leftovers(folder: pathlib.Path):
     return sorted(p.name for p in folder.iterdir() if p.name.endswith(".stage") or p.name.endswith(".tmp"))
 
 
+@pytest.mark.parametrize("digest", ["sha256", "tree"])
 @pytest.mark.parametrize("world", [1, 2, 3])
-def test_one_snapshot_whatever_the_world_size(tmp_path, world):
-    opts = dict(OPTS, sign_key=str(KEYS / "sign.pem"), hmac_key=str(KEYS / "hmac.hex"), metadata={"run": "a"})
+def test_one_snapshot_whatever_the_world_size(tmp_path, world, digest):
+    opts = dict(OPTS, sign_key=str(KEYS / "sign.pem"), hmac_key=str(KEYS / "hmac.hex"), metadata={"run": "a"},
+                digest=digest)
     ref = tmp_path / "ref" / "model.wtxt"
     ref.parent.mkdir()
     wt.save_state_dict(w.training_state(), ref, **opts)
@@ -351,3 +354,31 @@ def test_ranks_given_different_keys_fail_at_once_saying_which(tmp_path):
     with pytest.raises(AssertionError, match="different hmac_key"):
         w.run(2, w.save_with_rank_options, str(snap), per_rank)
     assert not snap.exists()
+
+
+def test_the_tree_form_from_python_is_checked_independently(tmp_path):
+    """Issue 53: `digest="tree"` from every Python writer; the file is what
+    the CLI writes, and `tests/py/check_tree.py` (hashlib) recomputes it."""
+    import numpy as np
+    state = w.training_state()
+    a = tmp_path / "a" / "m.wtxt"  # the folder is made
+    wt.save_state_dict(state, a, hmac_key=KEYS / "hmac.hex", digest="tree", ts="2026-01-01T00:00:00Z")
+    check = subprocess.run([sys.executable, ROOT / "tests" / "py" / "check_tree.py", a, "--hmac-key",
+                            KEYS / "hmac.hex"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    back = wt.load_state_dict(a, hmac_key=KEYS / "hmac.hex")
+    assert torch.equal(back["model.embed.weight"], state["model"]["embed.weight"])
+    arrays = {"w": np.arange(12, dtype=np.float32).reshape(3, 4)}
+    b = tmp_path / "b.wtxt"
+    wtxt.save_file(arrays, b, digest="tree", ts="2026-01-01T00:00:00Z")
+    assert "digest_tree" in b.read_text().splitlines()[2]
+    with pytest.raises(wtxt.Error, match="digest"):
+        wtxt.save_file(arrays, b, digest="sha512")
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", repo], check=True)
+    with wtxt.Snapshotter(repo, path_in_repo="m.wtxt", digest="tree") as snap:
+        snap.publish(arrays)
+        assert snap.request_snapshot().result(timeout=60).commit
+    assert "digest_tree" in (repo / "m.wtxt").read_text().splitlines()[2]
+    assert wtxt.verify(repo / "m.wtxt").ok
+

@@ -16,6 +16,43 @@ pub fn sha256(data: &[u8]) -> Hash {
     Sha256::digest(data).into()
 }
 
+/// The tree form's domain strings (FORMAT.md section 19): an array node,
+/// the root over the `arr` lines, and the derivation of its HMAC key.
+pub const TREE_ARRAY: &[u8] = b"WTXT-TREE-1 array\0";
+/// See [`TREE_ARRAY`].
+pub const TREE_ALL: &[u8] = b"WTXT-TREE-1 all\0";
+/// See [`TREE_ARRAY`].
+pub const TREE_HMAC_KEY: &[u8] = b"WTXT-TREE-1 hmac key";
+
+/// An array's digest in the tree form, from its chunks' lengths and
+/// SHA-256 in order: `SHA256("WTXT-TREE-1 array\0" || le64(bytes) ||
+/// le64(chunks) || (le64(len) || sha256) for each chunk)`.
+pub fn tree_array(bytes: u64, chunks: &[(u64, Hash)]) -> Hash {
+    let mut h = Sha256::new();
+    h.update(TREE_ARRAY);
+    h.update(bytes.to_le_bytes());
+    h.update((chunks.len() as u64).to_le_bytes());
+    for (len, sha) in chunks {
+        h.update(len.to_le_bytes());
+        h.update(sha);
+    }
+    h.finalize().into()
+}
+
+/// `sha256_all` in the tree form, from every `arr` line (without its LF)
+/// in name order: `SHA256("WTXT-TREE-1 all\0" || le64(arrays) ||
+/// (le64(len(line)) || line) for each array)`.
+pub fn tree_all<'a>(lines: impl ExactSizeIterator<Item = &'a [u8]>) -> Hash {
+    let mut h = Sha256::new();
+    h.update(TREE_ALL);
+    h.update((lines.len() as u64).to_le_bytes());
+    for l in lines {
+        h.update((l.len() as u64).to_le_bytes());
+        h.update(l);
+    }
+    h.finalize().into()
+}
+
 /// The default salt of an array:
 /// `first 8 bytes of SHA256("wtxt-salt" || gen-as-written || 0x00 || name)`.
 /// Deterministic, yet it rotates with every generation.

@@ -99,6 +99,27 @@ impl HmacKey {
         k.map(|b| b ^ pad)
     }
 
+    /// An array's tag in the tree form (FORMAT.md section 19):
+    /// `HMAC-SHA256(K', salt || digest)` with `K' = HMAC-SHA256(key,
+    /// "WTXT-TREE-1 hmac key")`, so that no tag of one form is ever a tag
+    /// of the other.
+    pub fn tree_tag(&self, salt: &[u8; 8], digest: &[u8; 32]) -> [u8; 32] {
+        let mut derive = HmacSha256::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        derive.update(crate::crypto::digest::TREE_HMAC_KEY);
+        let derived = derive.finalize().into_bytes();
+        let mut m = HmacSha256::new_from_slice(&derived).expect("HMAC takes keys of any length");
+        m.update(salt);
+        m.update(digest);
+        m.finalize().into_bytes().into()
+    }
+
+    /// Whether `expected` is the tree-form tag of `digest`, compared in
+    /// constant time.
+    pub fn verify_tree_tag(&self, salt: &[u8; 8], digest: &[u8; 32], expected: &[u8; 32]) -> bool {
+        let tag = self.tree_tag(salt, digest);
+        std::hint::black_box(tag.iter().zip(expected).fold(0u8, |d, (a, b)| d | (a ^ b))) == 0
+    }
+
     /// A name for the key that does not give it away: the first 8 bytes of
     /// HMAC-SHA256(key, "wtxt key fingerprint"), hex. Processes that must
     /// hash with one key (the ranks of a distributed save) compare it.

@@ -54,6 +54,8 @@ pub struct PipelineConfig {
     pub log: Option<crate::daemon::Log>,
     /// Largest file of a snapshot (split above it), in the ring and the repository.
     pub part_size: crate::wtxt::split::PartSize,
+    /// The digest form of every snapshot.
+    pub digest: crate::wtxt::syntax::DigestForm,
     /// Set when the pipeline is shutting down: a push then waits on a
     /// silent remote [`crate::git::push::SHUTDOWN_STALL`], not [`crate::git::push::PUSH_STALL`].
     pub stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -77,6 +79,7 @@ impl PipelineConfig {
             log: None,
             message: "wtxt snapshot gen={gen} sha256_all={sha256_all}".into(),
             part_size: Default::default(),
+            digest: Default::default(),
             stopping: Default::default(),
         }
     }
@@ -405,6 +408,7 @@ impl Pipeline {
             merkle_prev: self.merkle_prev,
             hmac_key: self.cfg.hmac_key.as_ref(),
             sign_key: self.cfg.sign_key.as_ref(),
+            digest: self.cfg.digest,
             ..WriteOptions::new(meta, self.cfg.rows_per_chunk)
         };
         let mut stages = Stages::default();

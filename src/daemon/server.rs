@@ -61,6 +61,8 @@ pub struct DaemonConfig {
     pub message: Option<String>,
     /// Largest file of a snapshot: `"45M"` (the default), bytes with K/M/G, or `"none"`.
     pub part_size: Option<crate::wtxt::split::PartSize>,
+    /// The digest form: `"sha256"` (WTXT 1.1, the default) or `"tree"`.
+    pub digest: Option<String>,
 }
 
 impl DaemonConfig {
@@ -89,6 +91,7 @@ impl DaemonConfig {
             build: self.build.or(other.build),
             message: self.message.or(other.message),
             part_size: self.part_size.or(other.part_size),
+            digest: self.digest.or(other.digest),
         }
     }
 }
@@ -130,6 +133,9 @@ impl DaemonConfig {
         }
         if let Some(s) = cfg.part_size {
             pc.part_size = s;
+        }
+        if let Some(d) = &cfg.digest {
+            pc.digest = crate::wtxt::syntax::DigestForm::parse(d).map_err(Error::usage)?;
         }
         if let Some(b) = &cfg.build {
             crate::wtxt::syntax::check_token(b, "build").map_err(Error::usage)?;

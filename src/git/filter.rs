@@ -277,7 +277,12 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
     };
     // The writer's defaults (schema, host, cuda, ts rule); the build token is checked.
     let meta = Meta::new(gen, None)?.with_tokens(None, Some("git-filter"), None, None)?;
-    let opts = WriteOptions { merkle_prev, ..WriteOptions::new(meta, crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK) };
+    let digest = match git2::Repository::open(repo_dir) {
+        Ok(repo) => crate::git::configured_digest(&repo)?,
+        Err(_) => Default::default(),
+    };
+    let opts =
+        WriteOptions { merkle_prev, digest, ..WriteOptions::new(meta, crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK) };
     let mut out = std::io::Cursor::new(Vec::with_capacity(content.len() * 4 / 3 + 4096));
     write_snapshot(&arrays, &opts, &mut out, &crate::progress::Progress::hidden())?;
     let text = out.into_inner();

@@ -133,6 +133,18 @@ pub fn configured_file(repo: &git2::Repository, key: &str) -> Result<Option<std:
     Ok(Some(p))
 }
 
+/// The digest form `git config wtxt.digest` asks of the snapshots wtxt
+/// writes in `repo` (`sha256`, the default, or `tree`): the model folders'
+/// and the Git filter's.
+pub fn configured_digest(repo: &git2::Repository) -> Result<crate::wtxt::syntax::DigestForm> {
+    match repo.config().and_then(|c| c.get_string("wtxt.digest")) {
+        Ok(v) => {
+            crate::wtxt::syntax::DigestForm::parse(&v).map_err(|m| Error::usage(format!("git config wtxt.digest: {m}")))
+        }
+        Err(_) => Ok(Default::default()),
+    }
+}
+
 /// The trusted keys named by `git config wtxt.trustedKeys` of `repo`, if
 /// it names a file.
 pub fn configured_trusted_keys(repo: &git2::Repository) -> Result<Option<TrustedKeys>> {

@@ -134,6 +134,8 @@ pub struct Inspection {
     pub cuda: String,
     /// Capabilities (`cap ext=`).
     pub cap: Vec<String>,
+    /// The digest form: `sha256` (WTXT 1.1) or `tree` (`digest_tree`).
+    pub digest: &'static str,
     /// True for a WTXT-S.
     pub streaming: bool,
     /// `sha256_all`, hex.
@@ -244,6 +246,7 @@ pub fn inspect_reader<R: std::io::Read>(input: R) -> Result<Inspection> {
         host: h.meta.host.clone(),
         cuda: h.meta.cuda.clone(),
         cap: h.cap.items.clone(),
+        digest: h.digest().name(),
         streaming: h.root == Root::Pending,
         sha256_all: sha,
         merkle_prev: prev,

@@ -56,7 +56,11 @@ pub fn stage(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Staged>
         meta: super::MetaFields { gen: link.is_none().then_some(0), ..Default::default() },
         prev: link.map(|(gen, merkle_this)| super::Prev::Verified { gen, merkle_this }),
         keys: super::Keys { sign_key, ..Default::default() },
-        output: super::Output { part_size: crate::git::configured_part_size(repo)?, oms_key },
+        output: super::Output {
+            part_size: crate::git::configured_part_size(repo)?,
+            oms_key,
+            digest: crate::git::configured_digest(repo)?,
+        },
         ..Default::default()
     };
     // Read before the folder is: a file changed while it is read makes

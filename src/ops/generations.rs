@@ -255,6 +255,7 @@ fn apply_minimal(
         merkle_prev: base_this,
         hmac_key: o.keys.hmac_key.as_ref(),
         sign_key: o.keys.sign_key.as_ref(),
+        digest: loaded.header.digest(),
         ..WriteOptions::new(meta, rows)
     };
     write_wtxt(&arrays, &opts, out, o.output.part_size, None, &Progress::hidden())?;

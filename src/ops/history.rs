@@ -139,6 +139,7 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
         hmac_key: o.keys.hmac_key.as_ref(),
         sign_key: o.keys.sign_key.as_ref(),
         audit: Some(audit),
+        digest: ours_l.header.digest(),
         ..WriteOptions::new(meta, rows)
     };
     let written = write_wtxt(&merged.arrays, &opts, out, o.output.part_size, None, &Progress::hidden())?;

@@ -131,6 +131,9 @@ pub struct Output {
     pub part_size: crate::wtxt::split::PartSize,
     /// Also write an OpenSSF Model Signing `model.sig` beside it.
     pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
+    /// The digest form of a new snapshot (commands that write a snapshot
+    /// from others keep their form).
+    pub digest: crate::wtxt::syntax::DigestForm,
 }
 
 /// Refuses two outputs of one command that name the same file: one would

@@ -87,7 +87,10 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
             r.arrays
                 .iter()
                 .filter(|a| r.authenticated.contains(&a.name))
-                .map(|a| (a.name.clone(), k.compute(&crate::crypto::digest::derive_salt(&gen, &a.name), a.bytes())))
+                .map(|a| {
+                    let salt = crate::crypto::digest::derive_salt(&gen, &a.name);
+                    (a.name.clone(), carried_tag(k, r.digest, &salt, a, r.rows_per_chunk))
+                })
                 .collect()
         }
         None => r.carried_hmacs.clone(),
@@ -103,6 +106,7 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
         sign_key: o.keys.sign_key.as_ref(),
         audit: Some(audit),
         carried_hmacs,
+        digest: r.digest,
         ..WriteOptions::new(meta, r.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK))
     };
     write_wtxt(&r.arrays, &opts, out, o.output.part_size, None, &Progress::hidden())?;
@@ -115,4 +119,28 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
         write_file(p, format!("{json}\n").as_bytes(), 0o644)?;
     }
     Ok(r.report)
+}
+
+/// An array's tag under `key` in `digest`'s form, with the salt the
+/// output derives (the array laid out as the writer will lay it out).
+fn carried_tag(
+    key: &crate::crypto::mac::HmacKey,
+    digest: crate::wtxt::syntax::DigestForm,
+    salt: &[u8; 8],
+    a: &crate::model::Array,
+    rows: Option<u64>,
+) -> [u8; 32] {
+    if digest == crate::wtxt::syntax::DigestForm::Sha256 {
+        return key.compute(salt, a.bytes());
+    }
+    let Ok(layout) = crate::wtxt::layout::Layout::new(a.dtype, &a.shape, rows.unwrap_or(DEFAULT_ROWS_PER_CHUNK)) else {
+        return key.compute(salt, a.bytes());
+    };
+    let chunks: Vec<(u64, crate::crypto::digest::Hash)> = (0..layout.chunk_count())
+        .map(|ix| {
+            let (off, len) = layout.chunk_range(ix);
+            (len, crate::crypto::digest::sha256(&a.bytes()[off as usize..(off + len) as usize]))
+        })
+        .collect();
+    key.tree_tag(salt, &crate::crypto::digest::tree_array(layout.bytes, &chunks))
 }

@@ -81,6 +81,7 @@ pub fn snapshot_arrays(arrays: &[Array], out: &Path, o: &SnapshotOptions, progre
         sign_key: o.keys.sign_key.as_ref(),
         audit,
         streaming: o.wsum.is_some(),
+        digest: o.output.digest,
         ..WriteOptions::new(meta, rows)
     };
     let written = write_wtxt(arrays, &opts, out, o.output.part_size, o.wsum.as_deref(), progress)?;

@@ -55,6 +55,10 @@ pub struct DistOptions {
     pub sign_key: Option<SecretKey>,
     /// How the snapshot is stored.
     pub part_size: PartSize,
+    /// How its digests are computed: in the tree form the ranks only report
+    /// their chunks' SHA-256 ([`DistWrite::tree_arr_lines`]), nothing is
+    /// handed from rank to rank.
+    pub digest: crate::wtxt::syntax::DigestForm,
 }
 
 /// An array's SHA-256 and HMAC, part way through its bytes.
@@ -218,8 +222,8 @@ impl DistWrite {
     }
 
     /// Writes `chunks` ((array, chunk, bytes) this rank owns) into their
-    /// files, on every core.
-    pub fn write_chunks(&self, chunks: &[(usize, u64, Raw)]) -> Result<()> {
+    /// files, on every core; returns each chunk's SHA-256, in `chunks`' order.
+    pub fn write_chunks(&self, chunks: &[(usize, u64, Raw)]) -> Result<Vec<Hash>> {
         let mut places = Vec::with_capacity(chunks.len());
         for &(i, ix, _) in chunks {
             let first = self.first_chunk(i)?;
@@ -234,6 +238,7 @@ impl DistWrite {
                 files[k] = Some((path.clone(), Self::open(&path)?));
             }
         }
+        let digests: Vec<std::sync::OnceLock<Hash>> = chunks.iter().map(|_| std::sync::OnceLock::new()).collect();
         self.with_plan(|plan| {
             let next = AtomicUsize::new(0);
             let threads = crate::threads::threads().min(chunks.len().max(1));
@@ -246,9 +251,10 @@ impl DistWrite {
                         let (k, base) = places[n];
                         let (path, f) = files[k.unwrap_or(0)].as_ref().expect("opened");
                         let raw = self.chunk_raw(i, ix, raw)?;
-                        plan.write_chunk(i, ix, raw, &mut buf, &mut scratch, &mut |at, b| {
+                        let sha = plan.write_chunk(i, ix, raw, &mut buf, &mut scratch, &mut |at, b| {
                             f.write_all_at(b, base + at).map_err(|e| Error::io(path, e))
                         })?;
+                        let _ = digests[n].set(sha);
                     }
                 };
                 let handles: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
@@ -260,6 +266,34 @@ impl DistWrite {
                 }
                 r
             })
+        })?;
+        Ok(digests.into_iter().map(|d| d.into_inner().expect("every chunk written")).collect())
+    }
+
+    /// The tree form: every array's `arr` line (without LF) and
+    /// `sha256_all`, from every chunk's SHA-256 as the ranks reported them
+    /// ((array, chunk, digest), in any order; each chunk exactly once).
+    pub fn tree_arr_lines(&self, digests: &[(usize, u64, Hash)]) -> Result<(Vec<String>, Hash)> {
+        let total = self.layouts.iter().map(|(l, _)| l.chunk_count() as usize).sum();
+        let mut all: Vec<Option<Hash>> = vec![None; total];
+        for &(i, ix, sha) in digests {
+            let (layout, first) = self.layout(i)?;
+            if ix >= layout.chunk_count() {
+                return Err(Error::usage(format!("array {i}: no chunk {ix}")));
+            }
+            if all[first + ix as usize].replace(sha).is_some() {
+                return Err(Error::usage(format!("array {i}: chunk {ix} reported twice")));
+            }
+        }
+        let all: Vec<Hash> = all
+            .into_iter()
+            .enumerate()
+            .map(|(c, d)| d.ok_or_else(|| Error::usage(format!("chunk {c} of the snapshot was reported by no rank"))))
+            .collect::<Result<_>>()?;
+        self.with_plan(|p| {
+            let lines: Vec<String> = (0..self.arrays.len()).map(|i| p.tree_arr_line(i, &all).to_line()).collect();
+            let sha256_all = crate::crypto::digest::tree_all(lines.iter().map(|l| l.as_bytes()));
+            Ok((lines, sha256_all))
         })
     }
 
@@ -470,6 +504,7 @@ fn options(o: &DistOptions) -> WriteOptions<'_> {
         merkle_prev: o.merkle_prev,
         hmac_key: o.hmac_key.as_ref(),
         sign_key: o.sign_key.as_ref(),
+        digest: o.digest,
         ..WriteOptions::new(o.meta.clone(), o.rows_per_chunk)
     }
 }
@@ -479,6 +514,7 @@ mod tests {
     use super::*;
     use crate::model::Dtype;
     use crate::progress::Progress;
+    use crate::wtxt::syntax::DigestForm;
 
     fn arrays() -> Vec<Array> {
         let bytes = |n: usize, seed: u32| {
@@ -492,7 +528,7 @@ mod tests {
         ]
     }
 
-    fn options(size: PartSize, sign: bool) -> DistOptions {
+    fn options(size: PartSize, sign: bool, digest: DigestForm) -> DistOptions {
         DistOptions {
             meta: Meta::new(3, Some("2026-01-01T00:00:00Z")).unwrap(),
             rows_per_chunk: 128,
@@ -500,6 +536,7 @@ mod tests {
             hmac_key: Some(HmacKey::from_hex(&"ab".repeat(32)).unwrap()),
             sign_key: sign.then(|| SecretKey::from_file(Path::new("fixtures/wtxt/keys/sign.pem")).unwrap()),
             part_size: size,
+            digest,
         }
     }
 
@@ -516,26 +553,43 @@ mod tests {
     }
 
     /// `world` writers in one process, each owning a contiguous share of
-    /// every array's chunks, handing hash states on as ranks would.
-    fn write_as_ranks(world: usize, size: PartSize, sign: bool, out: &Path) {
+    /// every array's chunks, handing hash states on as ranks would (in the
+    /// tree form, reporting their chunks' digests instead).
+    fn write_as_ranks(world: usize, size: PartSize, sign: bool, digest: DigestForm, out: &Path) {
         let stage = out.parent().unwrap().join(format!(".stage{world}"));
         std::fs::create_dir(&stage).unwrap();
         let ranks: Vec<DistWrite> =
-            (0..world).map(|_| DistWrite::new(arrays(), options(size, sign), out, &stage).unwrap()).collect();
+            (0..world).map(|_| DistWrite::new(arrays(), options(size, sign, digest), out, &stage).unwrap()).collect();
         let n = ranks[0].arrays().len();
         let owner = |i: usize, ix: u64| {
             let count = ranks[0].chunks(i).unwrap().len() as u64;
             ((ix * world as u64) / count) as usize
         };
+        let mut reported = Vec::new();
         for (r, w) in ranks.iter().enumerate() {
             let mine: Vec<(usize, u64, Raw)> = (0..n)
                 .flat_map(|i| (0..w.chunks(i).unwrap().len() as u64).map(move |ix| (i, ix)))
                 .filter(|&(i, ix)| owner(i, ix) == r)
                 .map(|(i, ix)| (i, ix, None))
                 .collect();
-            w.write_chunks(&mine).unwrap();
+            let digests = w.write_chunks(&mine).unwrap();
+            reported.extend(mine.iter().zip(digests).map(|(&(i, ix, _), d)| (i, ix, d)));
         }
         ranks[0].write_fixed().unwrap();
+        if digest == DigestForm::Tree {
+            let fastxor = ranks.iter().enumerate().fold(0, |x, (r, w)| {
+                let mine: Vec<(usize, u64, Raw)> =
+                    reported.iter().filter(|&&(i, ix, _)| owner(i, ix) == r).map(|&(i, ix, _)| (i, ix, None)).collect();
+                x ^ w.fastxor(&mine).unwrap()
+            });
+            reported.reverse(); // any order
+            let (lines, sha256_all) = ranks[0].tree_arr_lines(&reported).unwrap();
+            let parts: Vec<PartLine> =
+                (0..ranks[0].part_count()).map(|k| ranks[k % world].hash_part(k).unwrap()).collect();
+            ranks[0].finish(&lines, sha256_all, fastxor, &parts, true).unwrap();
+            std::fs::remove_dir_all(&stage).unwrap();
+            return;
+        }
         // Each array's hash, chunk by chunk, by whichever rank owns it.
         let mut lines = Vec::new();
         let mut all: Option<Sha256State> = None;
@@ -566,20 +620,22 @@ mod tests {
 
     #[test]
     fn ranks_writing_their_chunks_give_the_one_process_snapshot() {
-        for (size, sign) in
-            [(PartSize::Max(64 << 10), true), (PartSize::Whole, false), (PartSize::Max(64 << 10), false)]
-        {
-            let dir = tempfile::tempdir().unwrap();
-            let one = dir.path().join("one.wtxt");
-            let o = options(size, sign);
-            let opts = super::options(&o);
-            crate::store::write_wtxt(&arrays(), &opts, &one, size, None, &Progress::hidden()).unwrap();
-            let want = files(&one);
-            assert_eq!(want.len() > 1, size != PartSize::Whole);
-            for world in [1, 2, 3] {
-                let out = dir.path().join(format!("w{world}.wtxt"));
-                write_as_ranks(world, size, sign, &out);
-                assert_eq!(files(&out), want, "{world} ranks, {size:?}");
+        for digest in [DigestForm::Sha256, DigestForm::Tree] {
+            for (size, sign) in
+                [(PartSize::Max(64 << 10), true), (PartSize::Whole, false), (PartSize::Max(64 << 10), false)]
+            {
+                let dir = tempfile::tempdir().unwrap();
+                let one = dir.path().join("one.wtxt");
+                let o = options(size, sign, digest);
+                let opts = super::options(&o);
+                crate::store::write_wtxt(&arrays(), &opts, &one, size, None, &Progress::hidden()).unwrap();
+                let want = files(&one);
+                assert_eq!(want.len() > 1, size != PartSize::Whole);
+                for world in [1, 2, 3] {
+                    let out = dir.path().join(format!("w{world}.wtxt"));
+                    write_as_ranks(world, size, sign, digest, &out);
+                    assert_eq!(files(&out), want, "{digest:?}, {world} ranks, {size:?}");
+                }
             }
         }
     }

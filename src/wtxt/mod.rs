@@ -227,6 +227,7 @@ pub fn write_canonical<W: std::io::Write + std::io::Seek + Send>(loaded: &Loaded
         audit: loaded.report.audit.clone(),
         streaming,
         carried_hmacs: loaded.hmacs.clone(),
+        digest: loaded.header.digest(),
         ..write::WriteOptions::new(
             loaded.header.meta.clone(),
             loaded.rows_per_chunk.unwrap_or(layout::DEFAULT_ROWS_PER_CHUNK),

@@ -32,6 +32,14 @@ pub struct Header {
     pub lines: u64,
 }
 
+impl Header {
+    /// The digest form its `cap` line announces (readers refuse a form
+    /// they do not know before a header reaches anyone).
+    pub fn digest(&self) -> crate::wtxt::syntax::DigestForm {
+        self.cap.digest_form().unwrap_or_default()
+    }
+}
+
 /// The start of an array as the reader saw it.
 #[derive(Clone, Debug)]
 pub struct ArrayStart {
@@ -335,6 +343,9 @@ pub fn read_header<R: Read>(lines: &mut LineReader<R>) -> Result<Header> {
     }
     let meta = take(lines, &mut signed, "the `meta` line", Meta::parse)?;
     let cap = take(lines, &mut signed, "the `cap` line", Cap::parse)?;
+    // A digest form this reader does not know: unusable, never checked
+    // the 1.1 way by mistake.
+    cap.digest_form().map_err(|m| Error::input(Position::Line(lines.line_no()), m))?;
     let root = take(lines, &mut signed, "the `root` line", Root::parse)?;
     Ok(Header { meta, cap, root, sign: None, signed_bytes: signed, lines: 4 })
 }

@@ -24,7 +24,7 @@ use crate::crypto::mac::HmacKey;
 use crate::model::{Array, ArrayData};
 use crate::wtxt::chunk;
 use crate::wtxt::read::SliceLines;
-use crate::wtxt::syntax::{ArrLine, ChLine, IdxLine, Meta, Root, B64_WIDTH};
+use crate::wtxt::syntax::{ArrLine, Cap, ChLine, DigestForm, IdxLine, Meta, Root, B64_WIDTH};
 
 /// What was found for one array.
 #[derive(Clone, Debug, Serialize)]
@@ -118,6 +118,8 @@ pub struct Recovered {
     pub partials: Vec<Array>,
     /// HMAC tags carried over for whole arrays whose salt the writer will derive again.
     pub carried_hmacs: Vec<(String, [u8; 32])>,
+    /// The digest form of the file (its `cap` line; 1.1 when it did not survive).
+    pub digest: DigestForm,
     /// What was kept and lost.
     pub report: RecoveryReport,
 }
@@ -144,6 +146,7 @@ struct Scan {
     orphans: u64,
     unparsed: u64,
     unnamed: Vec<UnnamedLoss>,
+    digest: Option<DigestForm>,
 }
 
 /// Resynchronizes on every `arr` and `ch` line; checks each chunk with the
@@ -152,11 +155,17 @@ fn scan(bytes: &[u8]) -> Scan {
     let mut lines = SliceLines::new(bytes);
     let mut meta = None;
     let mut root = None;
+    // `None`: a form this wtxt does not know, whose digests it cannot check.
+    let mut digest = Some(DigestForm::Sha256);
     for (_, _, l) in (SliceLines::new(bytes)).take(8) {
         if l.starts_with(b"meta ") {
             meta = meta.or(Meta::parse(l).ok());
         } else if l.starts_with(b"root ") {
             root = root.or(Root::parse(l).ok());
+        } else if l.starts_with(b"cap ") {
+            // A form this wtxt does not know recovers nothing: no array's
+            // digest can be checked.
+            digest = Cap::parse(l).ok().map_or(Some(DigestForm::Sha256), |c| c.digest_form().ok());
         }
     }
     let header_intact = lines.peek() == Some(&b"WTXT 1"[..]) && meta.is_some() && root.is_some();
@@ -222,7 +231,7 @@ fn scan(bytes: &[u8]) -> Scan {
             unparsed += 1;
         }
     }
-    Scan { meta, root, header_intact, cands, orphans, unparsed, unnamed }
+    Scan { meta, root, digest, header_intact, cands, orphans, unparsed, unnamed }
 }
 
 /// Scans `bytes` (a damaged WTXT) and keeps everything that still checks out.
@@ -233,7 +242,7 @@ fn scan(bytes: &[u8]) -> Scan {
 /// so no intact byte is lost. Its size is bounded by 4x the file's size
 /// (at least 64 MiB) before anything is allocated.
 pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool, keep_partial: bool) -> Recovered {
-    let Scan { meta, root, header_intact, cands, orphans, unparsed, unnamed } = scan(bytes);
+    let Scan { meta, root, digest, header_intact, cands, orphans, unparsed, unnamed } = scan(bytes);
     let gen_str = meta.as_ref().map(Meta::gen_str);
     let mut arrays = Vec::new();
     let mut authenticated = Vec::new();
@@ -244,7 +253,7 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool,
     let partial_limit = (bytes.len() as u64).saturating_mul(4).max(64 << 20);
     let mut partials = Vec::new();
     for c in cands {
-        let (whole, reason, missing) = assemble(bytes, &c, key, allow_unauthenticated);
+        let (whole, reason, missing) = assemble(bytes, &c, digest, key, allow_unauthenticated);
         let name = c.arr.name.clone();
         let duplicate = !seen.insert(name.clone());
         let recovered = whole.is_some() && !duplicate;
@@ -294,6 +303,7 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool,
         authenticated,
         partials,
         carried_hmacs: carried,
+        digest: digest.unwrap_or_default(),
         report: RecoveryReport {
             header_intact,
             arrays: reports,
@@ -374,7 +384,13 @@ type Assembled = (Option<ArrayData>, Option<String>, Vec<(u64, u64)>);
 
 /// Joins intact chunks into the whole array if they tile it and it checks
 /// out (SHA-256, and the HMAC under `key`).
-fn assemble(bytes: &[u8], c: &Candidate, key: Option<&HmacKey>, allow_unauthenticated: bool) -> Assembled {
+fn assemble(
+    bytes: &[u8],
+    c: &Candidate,
+    digest: Option<DigestForm>,
+    key: Option<&HmacKey>,
+    allow_unauthenticated: bool,
+) -> Assembled {
     let mut by_off: Vec<&(ChunkFound, ChLine, std::ops::Range<usize>)> = c.intact.values().collect();
     by_off.sort_by_key(|(f, _, _)| f.off);
     let mut missing = Vec::new();
@@ -397,14 +413,23 @@ fn assemble(bytes: &[u8], c: &Candidate, key: Option<&HmacKey>, allow_unauthenti
     let Ok(mut data) = Spill::with_expected(c.arr.bytes) else {
         return (None, Some("no room to hold the array".into()), missing);
     };
+    let Some(digest) = digest else {
+        return (None, Some("the file's digest form is not one this wtxt knows".into()), missing);
+    };
+    let tree = digest == DigestForm::Tree;
     let mut sha = Sha256::new();
-    let mut mac = key.filter(|_| !c.arr.hmac_is_zero()).map(|k| k.start(&c.arr.salt));
+    let mut mac = key.filter(|_| !c.arr.hmac_is_zero() && !tree).map(|k| k.start(&c.arr.salt));
+    let mut chunks = Vec::new();
     for (f, ch, body) in &by_off {
         if f.off != data.len() {
             return (None, Some("intact chunks overlap".into()), missing);
         }
         let raw = chunk_bytes(bytes, ch, body);
-        sha.update(&raw);
+        if tree {
+            chunks.push((raw.len() as u64, crate::crypto::digest::sha256(&raw)));
+        } else {
+            sha.update(&raw);
+        }
         if let Some(m) = mac.as_mut() {
             hmac::Mac::update(m, &raw);
         }
@@ -412,10 +437,15 @@ fn assemble(bytes: &[u8], c: &Candidate, key: Option<&HmacKey>, allow_unauthenti
             return (None, Some("no room to hold the array".into()), missing);
         }
     }
-    if <[u8; 32]>::from(sha.finalize()) != c.arr.sha256 {
+    let found = if tree { crate::crypto::digest::tree_array(c.arr.bytes, &chunks) } else { sha.finalize().into() };
+    if found != c.arr.sha256 {
         return (None, Some("chunks are intact but the array's sha256 does not match".into()), missing);
     }
     if mac.is_some_and(|m| !crate::crypto::mac::verify_tag(m, &c.arr.hmac)) {
+        return (None, Some("hmac does not match under the given key".into()), missing);
+    }
+    let tree_tag_fails = |k: &HmacKey| !k.verify_tree_tag(&c.arr.salt, &found, &c.arr.hmac);
+    if tree && !c.arr.hmac_is_zero() && key.is_some_and(tree_tag_fails) {
         return (None, Some("hmac does not match under the given key".into()), missing);
     }
     if key.is_some() && c.arr.hmac_is_zero() && !allow_unauthenticated {

@@ -23,6 +23,42 @@ pub const END: &str = "endwtxt";
 pub const CAP_BASE: &str = "crc32c,line_parity,arr_hmac,delta_v2,row_blocking";
 /// The extension listed when an array uses f16, bf16 or bool.
 pub const CAP_EXT_DTYPES: &str = "ext_dtypes";
+/// The `cap` item of the tree digest form (FORMAT.md section 19).
+pub const CAP_DIGEST_TREE: &str = "digest_tree";
+/// `cap` items that begin so say how the digests are computed: a reader
+/// that does not know one refuses the file rather than check it as WTXT 1.1.
+pub const CAP_DIGEST_PREFIX: &str = "digest_";
+
+/// How a file's array digests, HMACs and `sha256_all` are computed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DigestForm {
+    /// WTXT 1.1: SHA-256 and HMAC over each array's raw bytes, `sha256_all`
+    /// over every `arr` line and raw byte in name order.
+    #[default]
+    Sha256,
+    /// From the chunks' SHA-256 (`digest_tree`): no digest reads the raw
+    /// bytes a second time, so nothing of it is serial.
+    Tree,
+}
+
+impl DigestForm {
+    /// As `--digest` and `digest=` name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DigestForm::Sha256 => "sha256",
+            DigestForm::Tree => "tree",
+        }
+    }
+
+    /// From `--digest` (`sha256` or `tree`).
+    pub fn parse(s: &str) -> PResult<DigestForm> {
+        match s {
+            "sha256" => Ok(DigestForm::Sha256),
+            "tree" => Ok(DigestForm::Tree),
+            other => Err(reason!("digest: expected sha256 or tree, found `{}`", lossy(other.as_bytes(), 40))),
+        }
+    }
+}
 /// Base64 characters per full line (57 raw bytes).
 pub const B64_WIDTH: usize = 76;
 /// Raw bytes per full base64 line.
@@ -293,13 +329,34 @@ pub struct Cap {
 }
 
 impl Cap {
-    /// The profile's list, with `ext_dtypes` when needed.
-    pub fn for_profile(ext_dtypes: bool) -> Cap {
+    /// The profile's list, with `ext_dtypes` when needed, then
+    /// `digest_tree` for the tree form.
+    pub fn for_profile(ext_dtypes: bool, digest: DigestForm) -> Cap {
         let mut items: Vec<String> = CAP_BASE.split(',').map(String::from).collect();
         if ext_dtypes {
             items.push(CAP_EXT_DTYPES.into());
         }
+        if digest == DigestForm::Tree {
+            items.push(CAP_DIGEST_TREE.into());
+        }
         Cap { items }
+    }
+
+    /// The digest form the items announce; an error naming a `digest_`
+    /// item this reader does not know (or two forms at once).
+    pub fn digest_form(&self) -> PResult<DigestForm> {
+        let mut form = None;
+        for it in self.items.iter().filter(|i| i.starts_with(CAP_DIGEST_PREFIX)) {
+            if it != CAP_DIGEST_TREE {
+                return Err(reason!(
+                    "cap: `{it}` names a digest form this wtxt does not know: refused rather than checked as WTXT 1.1"
+                ));
+            }
+            if form.replace(DigestForm::Tree).is_some() {
+                return Err(reason!("cap: `{it}` listed twice"));
+            }
+        }
+        Ok(form.unwrap_or_default())
     }
 
     /// True when the file announces an item.

@@ -23,7 +23,7 @@ use crate::crypto::sign::{SecretKey, TrustedKeys};
 use crate::error::{Kind, Result};
 use crate::limits::{BLOCK, PIPELINE_DEPTH};
 use crate::wtxt::read::{read, ArrayStart, Header, Visitor};
-use crate::wtxt::syntax::{ChLine, Root, SignLine, Wsum};
+use crate::wtxt::syntax::{ChLine, DigestForm, Root, SignLine, Wsum};
 
 /// What to check besides the file itself.
 #[derive(Default)]
@@ -413,12 +413,13 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
         problems: Vec::new(),
         sink,
         key_given: key.is_some(),
+        tree: false,
         header: None,
         audit: None,
     };
     // One thread of work (`--threads 1`): the hashing runs on the reading
     // thread as each block is decoded; more: on two threads beside it.
-    let (read_result, vis, roots, mut chunks) = if crate::threads::threads() == 1 {
+    let (read_result, vis, roots, chunks) = if crate::threads::threads() == 1 {
         let mut vis = vis(Hashers::Inline(Box::default(), Box::new(ChunkWork::new(key))));
         let r = read(input, &mut vis);
         let Hashers::Inline(root, chunk) = std::mem::replace(&mut vis.hashers, Hashers::Threads(Vec::new())) else {
@@ -447,7 +448,11 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
             (r, vis, a, b)
         })
     };
-    let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, .. } = vis;
+    let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, tree, .. } = vis;
+    let (mut roots, mut chunks) = (roots, chunks);
+    if tree {
+        tree_digests(&expected, key, &mut roots, &mut chunks);
+    }
     for (ai, ix, line) in std::mem::take(&mut chunks.bad_chunks) {
         let m = format!("chunk {ix} of array {}: sha256 does not match its bytes", arrays[ai].name);
         problems.push(Problem::at(ProblemKind::Chunk, line, m).in_array(&arrays[ai].name));
@@ -498,6 +503,27 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
     report.ok = complete && problems.is_empty();
     report.errors = problems;
     Ok(report)
+}
+
+/// The tree form: each array's digest from its chunks' (as the chunks'
+/// bytes hashed, in order), and each tag checked against it.
+fn tree_digests(expected: &[Expect], key: Option<&HmacKey>, roots: &mut RootDigests, chunks: &mut ChunkDigests) {
+    let mut kept = std::mem::take(&mut chunks.kept);
+    kept.sort_unstable_by_key(|&(a, ix, _, _)| (a, ix));
+    let mut by_array: Vec<Vec<(u64, Hash)>> = vec![Vec::new(); expected.len()];
+    for (a, _, len, sha) in kept {
+        if let Some(v) = by_array.get_mut(a) {
+            v.push((len, sha));
+        }
+    }
+    roots.arrays.clear();
+    chunks.macs.clear();
+    for (chunks_of, exp) in by_array.iter().zip(expected) {
+        let bytes = chunks_of.iter().map(|(len, _)| len).sum();
+        let digest = crate::crypto::digest::tree_array(bytes, chunks_of);
+        chunks.macs.push(exp.hmac.zip(key).map(|(want, k)| k.verify_tree_tag(&exp.salt, &digest, &want)));
+        roots.arrays.push(digest);
+    }
 }
 
 /// Each array's verdict from its recomputed SHA-256 and HMAC against what
@@ -669,14 +695,32 @@ impl Drop for Pooled {
 }
 
 enum Msg {
-    Array { text: Arc<Vec<u8>>, salt: [u8; 8], hmac: Option<Hash> },
-    Data { block: Arc<Pooled> },
-    ChunkEnd { array: usize, ix: u64, line: u64, sha256: Hash, bad: bool },
+    /// An array begins; `tree`: the file is of the tree digest form.
+    Array {
+        text: Arc<Vec<u8>>,
+        salt: [u8; 8],
+        hmac: Option<Hash>,
+        tree: bool,
+    },
+    Data {
+        block: Arc<Pooled>,
+    },
+    ChunkEnd {
+        array: usize,
+        ix: u64,
+        len: u64,
+        line: u64,
+        sha256: Hash,
+        bad: bool,
+    },
     ArrayEnd,
 }
 
 struct Expect {
     sha256: Hash,
+    /// The tag the `arr` line carries (none when all zeros), and the salt.
+    hmac: Option<Hash>,
+    salt: [u8; 8],
 }
 
 /// Where the reader's messages go: two hashing threads, or (one thread of
@@ -695,6 +739,8 @@ struct Hashing<'s, 'k> {
     problems: Vec<Problem>,
     sink: Option<&'s mut dyn Sink>,
     key_given: bool,
+    /// The file is of the tree digest form.
+    tree: bool,
     header: Option<Header>,
     audit: Option<crate::wtxt::syntax::Audit>,
 }
@@ -718,6 +764,7 @@ impl Hashing<'_, '_> {
 
 impl Visitor for Hashing<'_, '_> {
     fn header(&mut self, h: &Header) -> Result<()> {
+        self.tree = h.cap.digest_form() == Ok(DigestForm::Tree);
         self.header = Some(h.clone());
         Ok(())
     }
@@ -737,11 +784,12 @@ impl Visitor for Hashing<'_, '_> {
             bad_chunks: Vec::new(),
             line: a.line,
         });
-        self.expected.push(Expect { sha256: a.arr.sha256 });
         let text = Arc::new(a.text.clone());
         let hmac = (self.key_given && !a.arr.hmac_is_zero()).then_some(a.arr.hmac);
         let salt = a.arr.salt;
-        self.send(|| Msg::Array { text: text.clone(), salt, hmac });
+        self.expected.push(Expect { sha256: a.arr.sha256, hmac, salt });
+        let tree = self.tree;
+        self.send(|| Msg::Array { text: text.clone(), salt, hmac, tree });
         Ok(())
     }
 
@@ -758,8 +806,8 @@ impl Visitor for Hashing<'_, '_> {
     }
 
     fn chunk_end(&mut self, line: u64, ch: &ChLine, bad: bool) {
-        let (array, ix, sha256) = (self.arrays.len() - 1, ch.ix, ch.sha256);
-        self.send(|| Msg::ChunkEnd { array, ix, line, sha256, bad });
+        let (array, ix, len, sha256) = (self.arrays.len() - 1, ch.ix, ch.len, ch.sha256);
+        self.send(|| Msg::ChunkEnd { array, ix, len, line, sha256, bad });
         if bad {
             self.arrays[array].bad_chunks.push(ix);
         }
@@ -784,6 +832,9 @@ impl Visitor for Hashing<'_, '_> {
 
 type BadChunk = (usize, u64, u64);
 
+/// A chunk's digest as the verifier computed it: (array, ix, len, SHA-256).
+type KeptDigest = (usize, u64, u64, Hash);
+
 struct RootDigests {
     /// Per array, its SHA-256.
     arrays: Vec<Hash>,
@@ -795,6 +846,8 @@ struct ChunkDigests {
     bad_chunks: Vec<BadChunk>,
     /// Per array, whether its HMAC matched, where it was checked.
     macs: Vec<Option<bool>>,
+    /// The tree form: every chunk's digest.
+    kept: Vec<KeptDigest>,
 }
 
 /// Each array's digest paired with `sha256_all` (both take the same
@@ -806,15 +859,20 @@ struct RootWork {
     fx: FastXor,
     arrays: Vec<Hash>,
     cur: Option<Sha256State>,
+    /// The tree form: the `arr` lines, for `sha256_all` once all are read
+    /// (no digest here reads the raw bytes; `fastxor` still does).
+    tree: Option<Vec<Arc<Vec<u8>>>>,
 }
 
 impl RootWork {
     fn take(&mut self, m: Msg) {
         match m {
+            Msg::Array { text, tree: true, .. } => self.tree.get_or_insert_with(Vec::new).push(text),
             Msg::Array { text, .. } => {
                 self.all.update(&text[..]);
                 self.cur = Some(Sha256State::default());
             }
+            Msg::Data { block } if self.tree.is_some() => self.fx.update(&block.buf),
             Msg::Data { block } => {
                 match self.cur.as_mut() {
                     Some(array) => Sha256State::update_pair(array, &block.buf, &mut self.all, &block.buf),
@@ -828,7 +886,11 @@ impl RootWork {
     }
 
     fn finish(self) -> RootDigests {
-        RootDigests { arrays: self.arrays, root: Some((self.all.finalize(), self.fx.value())) }
+        let all = match self.tree {
+            Some(lines) => crate::crypto::digest::tree_all(lines.iter().map(|l| &l[..])),
+            None => self.all.finalize(),
+        };
+        RootDigests { arrays: self.arrays, root: Some((all, self.fx.value())) }
     }
 }
 
@@ -850,10 +912,13 @@ impl<'k> ChunkWork<'k> {
     fn take(&mut self, m: Msg) {
         let key = self.key;
         match m {
+            // The tree form: every chunk's digest is kept; the arrays' digests
+            // and tags are computed from them at the end.
+            Msg::Array { tree: true, .. } => self.chunks.keep = true,
             Msg::Array { salt, hmac, .. } => self.mac = hmac.zip(key).map(|(want, k)| (k.resumable(&salt), want)),
             Msg::Data { block } => self.chunks.data(block, self.mac.as_mut().map(|(inner, _)| inner)),
-            Msg::ChunkEnd { array, ix, line, sha256, bad } => {
-                self.chunks.end(ChunkEnd { array, ix, line, want: sha256, bad })
+            Msg::ChunkEnd { array, ix, len, line, sha256, bad } => {
+                self.chunks.end(ChunkEnd { array, ix, len, line, want: sha256, bad })
             }
             Msg::ArrayEnd => {
                 let checked = self.mac.take().zip(key).map(|((inner, want), k)| k.verify_resumable(inner, &want));
@@ -863,7 +928,8 @@ impl<'k> ChunkWork<'k> {
     }
 
     fn finish(self) -> ChunkDigests {
-        ChunkDigests { bad_chunks: self.chunks.finish(), macs: self.macs }
+        let (bad_chunks, kept) = self.chunks.finish();
+        ChunkDigests { bad_chunks, macs: self.macs, kept }
     }
 }
 
@@ -871,6 +937,7 @@ impl<'k> ChunkWork<'k> {
 struct ChunkEnd {
     array: usize,
     ix: u64,
+    len: u64,
     line: u64,
     want: Hash,
     /// Already found damaged: its digest is not judged.
@@ -899,6 +966,9 @@ struct ChunkPairs {
     waiting_at: usize,
     waiting_bytes: usize,
     bad: Vec<BadChunk>,
+    /// Keep every chunk's digest (the tree form), in `kept`.
+    keep: bool,
+    kept: Vec<KeptDigest>,
 }
 
 /// Bytes of a chunk that may wait for a partner.
@@ -985,17 +1055,22 @@ impl ChunkPairs {
     }
 
     fn judge(&mut self, sha: Sha256State, e: ChunkEnd) {
-        if sha.finalize() != e.want && !e.bad {
+        let sha = sha.finalize();
+        if sha != e.want && !e.bad {
             self.bad.push((e.array, e.ix, e.line));
+        }
+        if self.keep {
+            self.kept.push((e.array, e.ix, e.len, sha));
         }
     }
 
-    /// The chunks whose digest did not match, once every block arrived.
-    fn finish(mut self) -> Vec<BadChunk> {
+    /// The chunks whose digest did not match, once every block arrived,
+    /// and every chunk's digest where they were kept.
+    fn finish(mut self) -> (Vec<BadChunk>, Vec<KeptDigest>) {
         if let Some(h) = self.held.take() {
             self.alone(h);
         }
-        self.bad
+        (self.bad, self.kept)
     }
 }
 
@@ -1031,9 +1106,9 @@ mod tests {
             if wrong.contains(&ix) {
                 want[0] ^= 1;
             }
-            pairs.end(ChunkEnd { array: 0, ix: ix as u64, line: ix as u64, want, bad: false });
+            pairs.end(ChunkEnd { array: 0, ix: ix as u64, len: n as u64, line: ix as u64, want, bad: false });
         }
-        let mut bad: Vec<u64> = pairs.finish().into_iter().map(|(_, ix, _)| ix).collect();
+        let mut bad: Vec<u64> = pairs.finish().0.into_iter().map(|(_, ix, _)| ix).collect();
         bad.sort_unstable();
         assert_eq!(inner.finalize(), sha256(&all), "the HMAC's digest took each of its bytes once");
         bad

@@ -105,3 +105,74 @@ fn every_expected_file_reemits_identically() {
     }
     assert_eq!(checked, 17, "checked {checked} files");
 }
+
+/// The tree digest form's vectors (`fixtures/wtxt/tree`, FORMAT.md section
+/// 19): written again byte for byte, accepted by `wtxt verify` (HMAC,
+/// signature and chain), and recomputed from the text alone by
+/// `tests/py/check_tree.py` (Python's hashlib, hmac and base64).
+#[test]
+fn tree_form_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let ts = ["--ts", "2026-01-01T00:00:00Z"];
+    let both = ["inputs/model.npz", "inputs/ext.safetensors"];
+    let hmac = ["--hmac-key", "keys/hmac.hex"];
+    let sign = ["--sign-key", "keys/sign.pem"];
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("single", [&both[..], &["--part-size", "none"], &ts].concat()),
+        ("split", [&both[..], &["--part-size", "48K"], &ts].concat()),
+        ("hmac", [&["inputs/model.npz"][..], &hmac, &["--part-size", "none"], &ts].concat()),
+        (
+            "signed",
+            [&["inputs/model.npz"][..], &hmac, &sign, &["--part-size", "none", "--build", "golden"], &ts].concat(),
+        ),
+        ("chain0", [&["inputs/single.npy"][..], &sign, &["--part-size", "none"], &ts].concat()),
+        (
+            "chain1",
+            [
+                &["inputs/single.npy", "--prev", "tree/chain0.wtxt"][..],
+                &sign,
+                &["--part-size", "none"],
+                &["--ts", "2026-01-02T00:00:00Z"],
+            ]
+            .concat(),
+        ),
+    ];
+    for (name, args) in &cases {
+        let o = out(&format!("{name}.wtxt"));
+        let r = wtxt().arg("snapshot").args(args).args(["-o", &o, "--digest", "tree"]).output().unwrap();
+        assert!(r.status.success(), "{name}: {}", String::from_utf8_lossy(&r.stderr));
+        let want = fixture(&format!("tree/{name}.wtxt"));
+        assert!(std::fs::read(&o).unwrap() == std::fs::read(&want).unwrap(), "{name}: not the golden bytes");
+        let parts = fixture(&format!("tree/{name}.wtxt.parts"));
+        if parts.is_dir() {
+            for e in std::fs::read_dir(&parts).unwrap() {
+                let p = e.unwrap().path();
+                let got = std::fs::read(format!("{o}.parts/{}", p.file_name().unwrap().to_str().unwrap())).unwrap();
+                assert!(got == std::fs::read(&p).unwrap(), "{name}: part {} differs", p.display());
+            }
+        }
+        let mut check = std::process::Command::new("python3");
+        check.arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/check_tree.py")).arg(&want);
+        if args.contains(&"--hmac-key") {
+            check.args(["--hmac-key", fixture("keys/hmac.hex").to_str().unwrap()]);
+        }
+        if args.contains(&"--sign-key") {
+            check.args(["--pubkey", fixture("keys/sign.pem.pub").to_str().unwrap()]);
+        }
+        let c = check.output().unwrap();
+        assert!(c.status.success(), "{name}: the independent check: {}", String::from_utf8_lossy(&c.stdout));
+        let mut v = vec!["verify", want.to_str().unwrap()];
+        if args.contains(&"--hmac-key") {
+            v.extend(["--hmac-key", "keys/hmac.hex"]);
+        }
+        if args.contains(&"--sign-key") {
+            v.extend(["--trusted-keys", "keys/trusted_keys", "--require-signature"]);
+        }
+        if *name == "chain1" {
+            v.extend(["--prev", "tree/chain0.wtxt"]);
+        }
+        let r = wtxt().args(&v).output().unwrap();
+        assert!(r.status.success(), "{name}: {}", String::from_utf8_lossy(&r.stderr));
+    }
+}

@@ -21,6 +21,7 @@
 //! - `log`: the Merkle chain through a real Git history;
 //! - `mutation`: seeded random damage through every reader, never a panic;
 //! - `oms`: OpenSSF Model Signing signatures written, checked and refused;
+//! - `tree`: the tree digest form through every command;
 //! - `trust`: nothing signs, HMACs or chains a forged input.
 
 mod age;
@@ -46,5 +47,6 @@ mod outputs;
 mod recover;
 mod roundtrip;
 mod split;
+mod tree;
 mod trust;
 mod util;

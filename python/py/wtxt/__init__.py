@@ -133,8 +133,9 @@ def _staged_as(name: str, dtype: str, a: np.ndarray) -> Tuple[Tuple[str, str, Li
 
 def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: Optional[Dict[str, str]] = None,
               prev: Optional[PathLike] = None, sign_key: Optional[PathLike] = None,
-              hmac_key: Optional[PathLike] = None, part_size: Optional[int] = None,
-              gen: Optional[int] = None, ts: Optional[str] = None, oms_key: Optional[PathLike] = None) -> str:
+              hmac_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
+              gen: Optional[int] = None, ts: Optional[str] = None, oms_key: Optional[PathLike] = None,
+              digest: str = "sha256") -> str:
     """Writes `tensors` as a canonical WTXT at `filename` (atomically).
 
     Names need not be WTXT names: they are mapped, and kept so that
@@ -147,23 +148,27 @@ def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: O
     `filename + ".parts/"`. `gen` and `ts` are the CLI's `--gen` and `--ts`
     (give `prev` or `gen`, not both). `oms_key` (an EC P-256/384/521 PEM)
     also writes an OpenSSF Model Signing `model.sig` beside the snapshot.
-    Returns `sha256_all` as hex.
+    `digest="tree"` writes the opt-in tree form (the arrays' digests and
+    `sha256_all` from the chunks' SHA-256: no serial pass; FORMAT.md
+    section 19); the default is WTXT 1.1. Returns `sha256_all` as hex.
     """
     if not isinstance(tensors, Mapping):
         raise Error(f"expected a dict of arrays, found {type(tensors).__name__}")
     if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise Error("metadata: expected a dict of str to str")
     items = [_staged(k, v) for k, v in tensors.items()]
-    return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key)
+    return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key,
+                       digest=digest)
 
 
 def _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key,
-                objects=None) -> str:
+                objects=None, digest: str = "sha256") -> str:
     """Saves `_staged` items (the arrays stay alive in `items` while the Rust
     side copies them): `save_file` and `wtxt.torch` share it. `objects`
     maps names to `_literal` texts."""
     staged = [s for s, _ in items]
-    writing = _writing(prev, sign_key, hmac_key, part_size, gen, ts, oms_key)
+    writing = _writing(prev, sign_key, hmac_key, part_size, gen, ts, oms_key, digest)
+    os.makedirs(os.path.dirname(os.path.abspath(os.fspath(filename))), exist_ok=True)
     return _call(_rust.save, staged, os.fspath(filename), writing, metadata, objects or None)
 
 
@@ -187,11 +192,13 @@ def _trust(hmac_key, pubkey, trusted_keys, require_signature: Optional[bool]) ->
             "require_signature": bool(require_signature)}
 
 
-def _writing(prev, sign_key, hmac_key, part_size, gen, ts, oms_key) -> Dict[str, object]:
+def _writing(prev, sign_key, hmac_key, part_size, gen, ts, oms_key, digest: str = "sha256") -> Dict[str, object]:
     """The options every writer of a snapshot takes, as the Rust side reads
     them (its `Writing`)."""
+    if digest not in ("sha256", "tree"):
+        raise Error(f"digest: expected 'sha256' or 'tree', not {digest!r}")
     return {"prev": _path(prev), "sign_key": _path(sign_key), "hmac_key": _path(hmac_key), "gen": gen, "ts": ts,
-            "part_size": None if part_size is None else str(part_size), "oms_key": _path(oms_key)}
+            "part_size": None if part_size is None else str(part_size), "oms_key": _path(oms_key), "digest": digest}
 
 
 # The Python values a state dict may hold beside tensors: what
@@ -229,14 +236,15 @@ def _from_literal(name: str, text: str):
 def save_folder(folder: PathLike, filename: PathLike, prev: Optional[PathLike] = None,
                 sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                 part_size: Optional[Union[int, str]] = None, gen: Optional[int] = None, ts: Optional[str] = None,
-                oms_key: Optional[PathLike] = None) -> str:
+                oms_key: Optional[PathLike] = None, digest: str = "sha256") -> str:
     """Writes a Hugging Face folder (as `save_pretrained` leaves it: shards
     and their index, config, tokenizer files) as one snapshot, `wtxt
     snapshot FOLDER`: every shard checked against the index, every file
     covered by the snapshot's hashes and signature, `extract_folder` gives
     it back byte for byte. Options as `save_file`. Returns `sha256_all`."""
+    os.makedirs(os.path.dirname(os.path.abspath(os.fspath(filename))), exist_ok=True)
     sha, _ = _call(_rust.save_folder, os.fspath(folder), os.fspath(filename),
-                   _writing(prev, sign_key, hmac_key, part_size, gen, ts, oms_key))
+                   _writing(prev, sign_key, hmac_key, part_size, gen, ts, oms_key, digest))
     return sha
 
 
@@ -361,12 +369,16 @@ class Snapshotter:
                  sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                  ring: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
                  recipients: Optional[List[str]] = None, keep: Optional[int] = None,
-                 oms_key: Optional[PathLike] = None, coalesce: bool = False, max_pending: int = 2):
+                 oms_key: Optional[PathLike] = None, coalesce: bool = False, max_pending: int = 2,
+                 digest: str = "sha256"):
         if max_pending < 1:
             raise Error(f"max_pending must be at least 1, not {max_pending}")
+        if digest not in ("sha256", "tree"):
+            raise Error(f"digest: expected 'sha256' or 'tree', not {digest!r}")
         self._inner = _call(_rust.Snapshotter, os.fspath(repo), os.fspath(path_in_repo), remote, _path(sign_key),
                             _path(hmac_key), _path(ring), None if part_size is None else str(part_size),
-                            list(recipients or []), keep, None, _path(oms_key), bool(coalesce), int(max_pending))
+                            list(recipients or []), keep, None, _path(oms_key), bool(coalesce), int(max_pending),
+                            digest)
         self._lock = threading.Lock()
         self._closed = False
         # Requests' futures in order, an Event that flush() waits on (set

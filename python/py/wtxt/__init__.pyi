@@ -1,7 +1,7 @@
 import os
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Literal, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -34,6 +34,7 @@ def save_file(
     gen: Optional[int] = ...,
     ts: Optional[str] = ...,
     oms_key: Optional[PathLike] = ...,
+    digest: Literal["sha256", "tree"] = ...,
 ) -> str: ...
 def load_file(
     filename: PathLike,
@@ -59,6 +60,7 @@ class SnapshotInfo:
     gen: int
     commit: Optional[str]
     pushed: bool
+    stages: Optional[Dict[str, float]] = ...
 
 class Snapshotter:
     def __init__(
@@ -73,8 +75,11 @@ class Snapshotter:
         recipients: Optional[List[str]] = ...,
         keep: Optional[int] = ...,
         oms_key: Optional[PathLike] = ...,
+        coalesce: bool = ...,
+        max_pending: int = ...,
+        digest: Literal["sha256", "tree"] = ...,
     ) -> None: ...
-    def publish(self, state: Mapping[str, np.ndarray], metadata: Optional[Dict[str, str]] = ...) -> int: ...
+    def publish(self, state: Mapping[str, Any], metadata: Optional[Dict[str, str]] = ...) -> int: ...
     def request_snapshot(self) -> Future[SnapshotInfo]: ...
     def flush(self) -> None: ...
     def status(self) -> Dict[str, object]: ...
@@ -92,6 +97,7 @@ def save_folder(
     gen: Optional[int] = ...,
     ts: Optional[str] = ...,
     oms_key: Optional[PathLike] = ...,
+    digest: Literal["sha256", "tree"] = ...,
 ) -> str: ...
 def extract_folder(
     filename: PathLike,

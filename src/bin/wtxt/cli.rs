@@ -266,6 +266,20 @@ impl PartSizeArg {
     }
 }
 
+/// How a new snapshot's digests are computed.
+#[derive(Args, Debug, Default)]
+pub struct DigestArg {
+    /// `sha256` (WTXT 1.1, the default) or `tree`: the opt-in tree form, the
+    /// arrays' digests and `sha256_all` computed from the chunks' SHA-256
+    /// (docs/FORMAT.md section 19).
+    #[arg(long, value_name = "sha256|tree", value_parser = parse_digest)]
+    pub digest: Option<wtxt::wtxt::syntax::DigestForm>,
+}
+
+fn parse_digest(s: &str) -> std::result::Result<wtxt::wtxt::syntax::DigestForm, String> {
+    wtxt::wtxt::syntax::DigestForm::parse(s).map_err(|r| r.to_string())
+}
+
 /// An OpenSSF Model Signing signature for a written snapshot.
 #[derive(Args, Debug, Default)]
 pub struct OmsKeyArg {
@@ -339,6 +353,8 @@ pub struct SnapshotArgs {
     pub parts: PartSizeArg,
     #[command(flatten)]
     pub oms: OmsKeyArg,
+    #[command(flatten)]
+    pub digest: DigestArg,
 }
 
 #[derive(Args, Debug)]
@@ -725,6 +741,8 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,
     #[command(flatten)]
+    pub digest: DigestArg,
+    #[command(flatten)]
     pub parts: PartSizeArg,
 }
 
@@ -756,4 +774,6 @@ pub struct ConvertArgs {
     pub parts: PartSizeArg,
     #[command(flatten)]
     pub oms: OmsKeyArg,
+    #[command(flatten)]
+    pub digest: DigestArg,
 }

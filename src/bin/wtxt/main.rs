@@ -104,7 +104,7 @@ fn keys(hmac: &cli::HmacArg, sign: &Option<PathBuf>, trust: &cli::TrustArg) -> R
 
 /// How the written snapshot is stored: `--part-size` and `--oms-key`.
 fn output(parts: &cli::PartSizeArg, oms: &cli::OmsKeyArg) -> Result<ops::Output> {
-    Ok(ops::Output { part_size: parts.size(), oms_key: oms_key(oms)? })
+    Ok(ops::Output { part_size: parts.size(), oms_key: oms_key(oms)?, digest: Default::default() })
 }
 
 fn trusted_keys(t: &cli::TrustArg) -> Result<Option<TrustedKeys>> {
@@ -178,7 +178,7 @@ fn snapshot(a: cli::SnapshotArgs) -> Result<u8> {
         audit: a.audit,
         wsum: if a.streaming { a.wsum } else { None },
         keys: keys(&a.hmac, &a.sign_key, &a.trust)?,
-        output: output(&a.parts, &a.oms)?,
+        output: ops::Output { digest: a.digest.digest.unwrap_or_default(), ..output(&a.parts, &a.oms)? },
     };
     let progress = Progress::for_terminal("snapshot");
     let mut notes = Vec::new();
@@ -342,10 +342,13 @@ fn convert(a: cli::ConvertArgs) -> Result<u8> {
     if a.oms.oms_key.is_some() && !matches!(to, ops::ConvertTo::Wtxt) {
         return Err(Error::usage("--oms-key signs a WTXT snapshot: it needs --to wtxt"));
     }
+    if a.digest.digest.is_some() && !matches!(to, ops::ConvertTo::Wtxt) {
+        return Err(Error::usage("--digest says how a WTXT snapshot is hashed: it needs --to wtxt"));
+    }
     let opts = ops::SnapshotOptions {
         meta: ops::MetaFields { gen: a.gen, ts: a.ts, ..Default::default() },
         keys: keys(&a.hmac, &a.sign_key, &a.trust)?,
-        output: output(&a.parts, &a.oms)?,
+        output: ops::Output { digest: a.digest.digest.unwrap_or_default(), ..output(&a.parts, &a.oms)? },
         ..Default::default()
     };
     let mut notes = Vec::new();
@@ -488,6 +491,7 @@ fn daemon(a: cli::DaemonArgs) -> Result<u8> {
         build: a.build,
         message: a.message,
         part_size: a.parts.part_size,
+        digest: a.digest.digest.map(|d| d.name().to_string()),
     };
     let cfg = match &a.config {
         Some(p) => flags.or(DaemonConfig::from_file(p)?),

@@ -52,6 +52,8 @@ pub fn inspection_text(i: &ops::Inspection) -> String {
         i.schema, i.gen, i.ts, i.build, i.host, i.cuda
     );
     let _ = writeln!(s, "cap {}", i.cap.join(","));
+    let form = if i.digest == "tree" { "tree (from the chunks' SHA-256)" } else { "sha256 (WTXT 1.1)" };
+    let _ = writeln!(s, "digest {form}");
     match &i.sha256_all {
         Some(sha) => {
             let _ = writeln!(s, "sha256_all {sha}");

@@ -27,7 +27,7 @@ use crate::model::Array;
 use crate::progress::Progress;
 use crate::wtxt::layout::{encode_lines, Layout};
 use crate::wtxt::read::Header;
-use crate::wtxt::syntax::{lines_for, ArrLine, Audit, Cap, ChLine, Meta, Root, SignLine, Wsum, END, MAGIC};
+use crate::wtxt::syntax::{lines_for, ArrLine, Audit, Cap, ChLine, DigestForm, Meta, Root, SignLine, Wsum, END, MAGIC};
 
 /// What the writer needs besides the arrays.
 pub struct WriteOptions<'a> {
@@ -48,6 +48,8 @@ pub struct WriteOptions<'a> {
     /// HMACs to carry over unchanged when no key is given, by array name
     /// (recovery keeps a damaged file's tags for the arrays it rescues).
     pub carried_hmacs: Vec<(String, Hash)>,
+    /// How the digests are computed: WTXT 1.1 (the default) or the tree form.
+    pub digest: DigestForm,
 }
 
 impl<'a> WriteOptions<'a> {
@@ -62,6 +64,7 @@ impl<'a> WriteOptions<'a> {
             audit: None,
             streaming: false,
             carried_hmacs: Vec::new(),
+            digest: DigestForm::Sha256,
         }
     }
 }
@@ -188,15 +191,25 @@ impl<'a> WritePlan<'a> {
         let (arrays, opts, plans, total_chunks, header_len) =
             (self.arrays, self.opts, &self.plans, self.total_chunks, self.header_len);
         let raw_total: u64 = arrays.iter().map(|a| a.bytes().len() as u64).sum();
-        progress.set_total(raw_total * 2);
+        // Encoded, and passed by the root (the tree form has none).
+        progress.set_total(raw_total * if opts.digest == DigestForm::Tree { 1 } else { 2 });
 
         out.seek(SeekFrom::Start(header_len as u64)).map_err(io_err)?;
         let work = work::Work::new(plans, opts, total_chunks, progress);
         let body_len = work.run(out)?;
         let fastxor = work.fastxor();
         let sums = work.sums;
-        let arr_lines =
-            sums.arr_lines.into_iter().map(|l| l.into_inner().expect("every array hashed")).collect::<Vec<_>>();
+        let chunk_sha: Vec<Hash> =
+            sums.chunk_sha.into_iter().map(|c| c.into_inner().expect("every chunk hashed")).collect();
+        let (arr_lines, tree_all) = if opts.digest == DigestForm::Tree {
+            let lines: Vec<ArrLine> = (0..plans.len()).map(|i| self.tree_arr_line(i, &chunk_sha)).collect();
+            let texts: Vec<String> = lines.iter().map(ArrLine::to_line).collect();
+            let all = crate::crypto::digest::tree_all(texts.iter().map(|t| t.as_bytes()));
+            (lines, Some(all))
+        } else {
+            let lines = sums.arr_lines.into_iter().map(|l| l.into_inner().expect("every array hashed")).collect();
+            (lines, None)
+        };
         // Each chunk's CRC32C from its pieces', in order.
         let mut crcs: Vec<Option<(u32, u64)>> = vec![None; total_chunks];
         for (piece, crc) in work::pieces(plans).iter().zip(sums.piece_crc) {
@@ -207,14 +220,12 @@ impl<'a> WritePlan<'a> {
                 Some((acc, len)) => (crc32c::crc32c_combine(acc, crc, piece.len as usize), len + piece.len),
             });
         }
-        let chunk_sums: Vec<ChunkSum> = (sums.chunk_sha.into_iter().zip(crcs))
-            .map(|(sha, crc)| ChunkSum {
-                sha256: sha.into_inner().expect("every chunk hashed"),
-                crc32c: crc.expect("every chunk encoded").0,
-            })
+        let chunk_sums: Vec<ChunkSum> = (chunk_sha.into_iter().zip(crcs))
+            .map(|(sha256, crc)| ChunkSum { sha256, crc32c: crc.expect("every chunk encoded").0 })
             .collect();
         // No arrays: `sha256_all` hashed nothing.
-        let sha256_all = sums.sha256_all.into_inner().unwrap_or_else(|| Sha256State::default().finalize());
+        let sha256_all =
+            tree_all.or_else(|| sums.sha256_all.into_inner()).unwrap_or_else(|| Sha256State::default().finalize());
         let places = self.places();
         patch_lines(out, plans, &arr_lines, &chunk_sums, &places)?;
         let (header, merkle) = self.header(sha256_all, fastxor);
@@ -342,7 +353,7 @@ impl WritePlan<'_> {
     /// Writes chunk `ix` of array `i`, whose bytes are `raw` (its `ch`
     /// line, base64 lines and `endch`), through `put(offset in the chunk's
     /// text, bytes)`, a piece at a time; `buf` and `scratch` are reused
-    /// between calls.
+    /// between calls. Returns the chunk's SHA-256.
     pub fn write_chunk(
         &self,
         i: usize,
@@ -351,7 +362,7 @@ impl WritePlan<'_> {
         buf: &mut Vec<u8>,
         scratch: &mut Vec<u8>,
         put: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<Hash> {
         let p = &self.plans[i];
         if raw.len() as u64 != p.layout.chunk_range(ix).1 {
             return Err(Error::usage(format!("array {}: chunk {ix} is not {} bytes", p.array.name, raw.len())));
@@ -370,13 +381,26 @@ impl WritePlan<'_> {
             buf.clear();
         }
         buf.extend_from_slice(b"endch\n");
-        put(at, buf)
+        put(at, buf)?;
+        Ok(sum.sha256)
     }
 
     /// Array `i`'s `arr` line, given the SHA-256 and HMAC of its bytes
     /// (zeros, or a carried tag, without a key).
     pub fn arr_line(&self, i: usize, sha256: Hash, hmac: Option<Hash>) -> ArrLine {
         final_arr(&self.plans[i], self.opts, sha256, hmac)
+    }
+
+    /// Array `i`'s `arr` line in the tree form, from every chunk's SHA-256
+    /// (all arrays' chunks, in order): its digest, and its tag with a key.
+    pub fn tree_arr_line(&self, i: usize, chunk_sha: &[Hash]) -> ArrLine {
+        let p = &self.plans[i];
+        let chunks: Vec<(u64, Hash)> = (0..p.layout.chunk_count())
+            .map(|ix| (p.layout.chunk_range(ix).1, chunk_sha[p.first_chunk + ix as usize]))
+            .collect();
+        let digest = crate::crypto::digest::tree_array(p.layout.bytes, &chunks);
+        let tag = self.opts.hmac_key.map(|k| k.tree_tag(&p.salt, &digest));
+        final_arr(p, self.opts, digest, tag)
     }
 
     /// Array `i`'s salt.
@@ -457,7 +481,7 @@ fn plan_arrays<'a>(arrays: &'a [Array], opts: &WriteOptions) -> Result<(Vec<Plan
 /// The `cap` line, and whether the file carries a `sign` line (a
 /// streaming write signs its WSUM instead).
 fn cap_and_sign(arrays: &[Array], opts: &WriteOptions) -> (Cap, bool) {
-    let cap = Cap::for_profile(arrays.iter().any(|a| a.dtype.is_extension()));
+    let cap = Cap::for_profile(arrays.iter().any(|a| a.dtype.is_extension()), opts.digest);
     (cap, opts.sign_key.is_some() && !opts.streaming)
 }
 

@@ -17,6 +17,10 @@
 //!   **writing** the encoded pieces in order, which one thread at a time
 //!   does, so any sink that takes bytes in order works.
 //!
+//! In the tree form (`digest_tree`) there is no root or digest work:
+//! encoding a chunk hashes it, and the caller computes the arrays'
+//! digests and `sha256_all` from the chunks' SHA-256 once all are encoded.
+//!
 //! Placeholder `ch` and `arr` lines go out with the pieces; the caller
 //! patches them once everything is hashed. The bytes never depend on the
 //! number of threads.
@@ -29,7 +33,7 @@ use crate::crypto::digest::{fastxor_at, Hash, Sha256State};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::wtxt::layout::encode_lines;
-use crate::wtxt::syntax::{ArrLine, Audit, END};
+use crate::wtxt::syntax::{ArrLine, Audit, DigestForm, END};
 
 use super::{ch_line, final_arr, placeholder_arr, Plan, WriteOptions, ENCODE_PIECE};
 
@@ -125,6 +129,8 @@ pub(super) struct Work<'a, 'p> {
     state: Mutex<State>,
     changed: Condvar,
     progress: &'a Progress,
+    /// The tree form: each chunk's SHA-256 is hashed as it is encoded.
+    tree: bool,
     /// Digests and pieces taken ahead of the root and the output.
     digest_ahead: usize,
     encode_ahead: usize,
@@ -151,7 +157,15 @@ impl<'a, 'p> Work<'a, 'p> {
             piece_crc: (0..pieces.len()).map(|_| OnceLock::new()).collect(),
             sha256_all: OnceLock::new(),
         };
-        let state = State { digested: vec![false; plans.len()], ..Default::default() };
+        // The tree form has no digest or root job: an array's digest and
+        // `sha256_all` come from the chunks' SHA-256, which encoding computes.
+        let tree = opts.digest == DigestForm::Tree;
+        let state = if tree {
+            let n = plans.len();
+            State { digested: vec![true; n], root_at: n, next_digest: n, ..Default::default() }
+        } else {
+            State { digested: vec![false; plans.len()], ..Default::default() }
+        };
         Work {
             plans,
             opts,
@@ -165,6 +179,7 @@ impl<'a, 'p> Work<'a, 'p> {
             state: Mutex::new(state),
             changed: Condvar::new(),
             progress,
+            tree,
             digest_ahead: threads + 1,
             encode_ahead: 2 * threads + 2,
         }
@@ -319,6 +334,13 @@ impl<'a, 'p> Work<'a, 'p> {
         }
         let range = piece.off as usize..(piece.off + piece.len) as usize;
         let raw = &p.array.bytes()[range.clone()];
+        if self.tree && piece.first {
+            // The whole chunk's digest, on the thread that encodes its first
+            // piece (a chunk is a piece unless its rows are very wide).
+            let (off, len) = p.layout.chunk_range(piece.ix);
+            let chunk = &p.array.bytes()[off as usize..(off + len) as usize];
+            let _ = self.sums.chunk_sha[piece.chunk].set(crate::crypto::digest::sha256(chunk));
+        }
         encode_lines(raw, &mut buf, scratch);
         let _ = self.sums.piece_crc[k].set(crc32c::crc32c(raw));
         let x = fastxor_at(self.starts[piece.array] + piece.off, raw);
@@ -461,26 +483,43 @@ mod tests {
     }
 
     /// The same bytes whatever the number of threads, with and without a
-    /// key, and the text verifies.
+    /// key, in either digest form, and the text verifies.
     #[test]
     fn the_bytes_do_not_depend_on_the_threads() {
+        use crate::wtxt::syntax::DigestForm;
         let key = crate::crypto::mac::HmacKey::from_hex(&"ab".repeat(32)).unwrap();
         let arrays = arrays();
-        for hmac in [None, Some(&key)] {
+        for (hmac, digest) in
+            [None, Some(&key)].into_iter().flat_map(|k| [(k, DigestForm::Sha256), (k, DigestForm::Tree)])
+        {
             let mut texts = Vec::new();
             for threads in [1, 2, 3, 8] {
                 crate::threads::set(threads);
                 let meta = crate::wtxt::syntax::Meta::new(3, Some("2026-01-01T00:00:00Z")).unwrap();
-                let opts = WriteOptions { hmac_key: hmac, ..WriteOptions::new(meta, 1) };
+                let opts = WriteOptions { hmac_key: hmac, digest, ..WriteOptions::new(meta, 1) };
                 let mut out = std::io::Cursor::new(Vec::new());
                 write_snapshot(&arrays, &opts, &mut out, &crate::progress::Progress::hidden()).unwrap();
                 texts.push(out.into_inner());
             }
             crate::threads::set(0);
             assert!(texts.iter().all(|t| *t == texts[0]), "a thread count changed the bytes");
+            assert_eq!(std::str::from_utf8(&texts[0]).unwrap().contains(",digest_tree\n"), digest == DigestForm::Tree);
             let opts = crate::wtxt::verify::VerifyOptions { hmac_key: hmac, ..Default::default() };
-            let report = crate::wtxt::verify::verify(&texts[0][..], &opts, None).unwrap();
-            assert!(report.ok, "{:?}", report.errors);
+            for threads in [1, 3] {
+                crate::threads::set(threads);
+                let report = crate::wtxt::verify::verify(&texts[0][..], &opts, None).unwrap();
+                assert!(report.ok, "{digest:?} {threads}: {:?}", report.errors);
+                assert!(report.arrays.iter().all(|a| a.authenticated == hmac.is_some()));
+                // One byte of one chunk changed, its `ch` line made to match:
+                // the array's digest (from the chunks') no longer does.
+                let mut t = String::from_utf8(texts[0].clone()).unwrap();
+                let at = t.find("\nendch\n").unwrap() - 8;
+                let flipped = if &t[at..at + 1] == "A" { "B" } else { "A" };
+                t.replace_range(at..at + 1, flipped);
+                let report = crate::wtxt::verify::verify(t.as_bytes(), &opts, None).unwrap();
+                assert!(!report.ok);
+            }
+            crate::threads::set(0);
         }
     }
 }

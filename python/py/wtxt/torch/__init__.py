@@ -84,8 +84,9 @@ def save_state_dict(state_dict: Mapping[str, Any], filename: PathLike,
                     metadata: Optional[Dict[str, str]] = None, prev: Optional[PathLike] = None,
                     sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                     part_size: Optional[Union[int, str]] = None, gen: Optional[int] = None,
-                    ts: Optional[str] = None, oms_key: Optional[PathLike] = None) -> str:
-    """Writes `state_dict` as a WTXT (see `wtxt.save_file`); returns `sha256_all`.
+                    ts: Optional[str] = None, oms_key: Optional[PathLike] = None, digest: str = "sha256") -> str:
+    """Writes `state_dict` as a WTXT (see `wtxt.save_file`, `digest` too);
+    returns `sha256_all`.
 
     Tensors become arrays; every other entry (int, float, str, bool, None,
     and lists, tuples, sets and dicts of them) is kept as a Python literal
@@ -101,7 +102,8 @@ def save_state_dict(state_dict: Mapping[str, Any], filename: PathLike,
             items.append(_item(k, v))
         else:
             objects[k] = _literal(k, v)
-    return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key, objects)
+    return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key, objects,
+                       digest=digest)
 
 
 def _tensor(name: str, dtype: str, shape, data) -> torch.Tensor:

@@ -1,5 +1,5 @@
 import os
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Literal, Mapping, Optional, Union
 
 import torch
 
@@ -16,6 +16,7 @@ def save_state_dict(
     gen: Optional[int] = ...,
     ts: Optional[str] = ...,
     oms_key: Optional[PathLike] = ...,
+    digest: Literal["sha256", "tree"] = ...,
 ) -> str: ...
 def load_state_dict(
     filename: PathLike,

@@ -317,7 +317,9 @@ class WtxtStorageWriter(StorageWriter):
     snapshot (every rank must give the same): `metadata` (safetensors-style
     strings), `prev` (the previous generation, verified, to chain from),
     `sign_key` (Ed25519), `hmac_key`, `part_size`, `gen`, `ts`, `oms_key`
-    (an OpenSSF Model Signing `model.sig` beside the snapshot). Entries that
+    (an OpenSSF Model Signing `model.sig` beside the snapshot), `digest`
+    (`"tree"`: the tree digest form, in which the ranks exchange only their
+    chunks' digests and no hash state passes from rank to rank). Entries that
     are not tensors (a step, a learning rate) are kept as Python literals.
     Construct it on every rank after `init_process_group`: it opens its own
     gloo group there (for `async_save`, whose writes run on another thread).
@@ -334,7 +336,7 @@ class WtxtStorageWriter(StorageWriter):
                  prev: Optional[PathLike] = None, sign_key: Optional[PathLike] = None,
                  hmac_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
                  gen: Optional[int] = None, ts: Optional[str] = None, oms_key: Optional[PathLike] = None,
-                 commit: bool = False, remote: Optional[str] = None):
+                 commit: bool = False, remote: Optional[str] = None, digest: str = "sha256"):
         super().__init__()
         if remote is not None and not commit:
             raise Error("remote= pushes the commit that commit=True makes: give both")
@@ -345,12 +347,15 @@ class WtxtStorageWriter(StorageWriter):
         self.part_size = None if part_size is None else str(part_size)
         self.gen, self.ts, self.oms_key = gen, ts, _path(oms_key)
         self.commit, self.remote = commit, remote
+        if digest not in ("sha256", "tree"):
+            raise Error(f"digest: expected 'sha256' or 'tree', not {digest!r}")
+        self.digest = digest
         self.bytes_sent = 0  # what this rank sent the others in the last save
         self.committed: "ConcurrentFuture[Optional[SnapshotInfo]]" = ConcurrentFuture()
         self.is_coordinator = False
         self._group = _wtxt_group()
         self._stage: Optional[_Stage] = None
-        self._done: Optional[Tuple[Any, List[Any]]] = None
+        self._done: Optional[Tuple[Any, List[str], List[Any], Optional[bytes]]] = None
         self._lock: Optional[Tuple[str, int]] = None  # the coordinator's save lock: (path, fd)
 
     def reset(self, checkpoint_id: Optional[PathLike] = None) -> None:
@@ -447,11 +452,12 @@ class WtxtStorageWriter(StorageWriter):
         self._stage = _Stage(base + ".stage", base, regions, shards, gen, ts, merkle_prev)
         return [replace(plan, storage_data=self._stage) for plan in plans]
 
-    def _options_fingerprint(self) -> Tuple[Optional[str], Optional[str], Optional[Dict[str, str]], bool]:
+    def _options_fingerprint(self) -> Tuple[Optional[str], Optional[str], Optional[Dict[str, str]], bool, str]:
         """What every rank must give alike, as it can be compared without
         giving a key away: the HMAC key's fingerprint, the part size, the
-        metadata, whether it signs."""
-        return (_call(_rust.hmac_fingerprint, self.hmac_key), self.part_size, self.metadata, self.sign_key is not None)
+        metadata, whether it signs, the digest form."""
+        return (_call(_rust.hmac_fingerprint, self.hmac_key), self.part_size, self.metadata, self.sign_key is not None,
+                self.digest)
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
         stage: _Stage = plan.storage_data
@@ -461,7 +467,7 @@ class WtxtStorageWriter(StorageWriter):
         # texts and wait on each other for ever: they agree first.
         every = ranks.agree(self._options_fingerprint)
         if any(o != every[0] for o in every):
-            names = ("hmac_key", "part_size", "metadata", "sign_key")
+            names = ("hmac_key", "part_size", "metadata", "sign_key", "digest")
             differ = [n for k, n in enumerate(names) if any(o[k] != every[0][k] for o in every)]
             raise Error(f"the ranks were given different {', '.join(differ)}: every rank must give the writer "
                         "the same options")
@@ -515,7 +521,8 @@ class WtxtStorageWriter(StorageWriter):
         # Every piece is in place: each rank plans the same text.
         tensors = [(fqn, r.dtype, list(r.shape), r.offset, r.nbytes) for fqn, r in sorted(stage.regions.items())]
         dw = _call(_rust.DistWriter, tensors, stage.path, stage.folder, self.path, stage.gen, stage.ts,
-                   stage.merkle_prev, self.metadata, objects or None, self.hmac_key, self.sign_key, self.part_size)
+                   stage.merkle_prev, self.metadata, objects or None, self.hmac_key, self.sign_key, self.part_size,
+                   self.digest)
         layout = dw.layout()
         runs = [_runs(owners[name] if not meta else [0] * len(cs)) for name, meta, cs in layout]
 
@@ -535,11 +542,30 @@ class WtxtStorageWriter(StorageWriter):
                for ix in range(a, b)]
 
         def encode():
-            _call(dw.write_chunks, own)
+            digests = _call(dw.write_chunks, own)
             if ranks.rank == 0:
                 _call(dw.write_fixed)
+            return digests
 
-        ranks.agree(encode)
+        written = ranks.agree(encode)
+        if self.digest == "tree":
+            # The tree form: the ranks report their chunks' SHA-256 and
+            # nothing passes from rank to rank; the coordinator computes
+            # every `arr` line and `sha256_all` from them.
+            def tree_report():
+                parts = [_call(dw.hash_part, k) for k in range(dw.part_count()) if k % ranks.world == ranks.rank]
+                return (_call(dw.fastxor, own), parts)
+
+            reports = ranks.agree(tree_report)
+            self.bytes_sent = ranks.sent
+            if self.is_coordinator:
+                lines, sha256_all = _call(dw.tree_arr_lines, [d for got in written for d in got])
+                self._done = (dw, lines, [(None, x, parts) for x, parts in reports], sha256_all)
+            elif not self.committed.done():
+                self.committed.set_result(None)
+            fut: Future = Future()
+            fut.set_result(results)
+            return fut
         # Each array's SHA-256 and HMAC, handed on along its runs.
         arr_lines: Dict[int, str] = {}
         for i, rs in enumerate(runs):
@@ -576,7 +602,7 @@ class WtxtStorageWriter(StorageWriter):
         reports = ranks.agree(report)
         self.bytes_sent = ranks.sent
         if self.is_coordinator:
-            self._done = (dw, lines, reports)
+            self._done = (dw, lines, reports, None)
         elif not self.committed.done():
             self.committed.set_result(None)
         fut: Future = Future()
@@ -588,7 +614,7 @@ class WtxtStorageWriter(StorageWriter):
         if stage is None or done is None:
             raise Error("finish() without prepare_global_plan() and write_data(): this writer did not plan the save")
         try:
-            dw, lines, reports = done
+            dw, lines, reports, tree_all = done
             all_state = next((s for s, _, _ in reports if s is not None), None)
             fastxor = 0
             for _, x, _ in reports:
@@ -597,7 +623,7 @@ class WtxtStorageWriter(StorageWriter):
             # A head built from other processes' hashes is installed (and
             # signed) only once the whole snapshot verifies; one rank wrote
             # and hashed every byte itself, as `save_state_dict` does.
-            sha256_all = _call(dw.finish, lines, all_state, fastxor, parts, len(reports) > 1)
+            sha256_all = _call(dw.finish, lines, all_state, fastxor, parts, len(reports) > 1, tree_all)
         except BaseException as e:
             self.committed.set_exception(Error(f"the snapshot was not written: {e}"))
             raise

@@ -1,6 +1,6 @@
 import os
 from concurrent.futures import Future as ConcurrentFuture
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Literal, Optional, Union
 
 from wtxt import SnapshotInfo
 
@@ -27,6 +27,7 @@ class WtxtStorageWriter(StorageWriter):
         oms_key: Optional[PathLike] = ...,
         commit: bool = ...,
         remote: Optional[str] = ...,
+        digest: Literal["sha256", "tree"] = ...,
     ) -> None: ...
     committed: ConcurrentFuture[Optional[SnapshotInfo]]
     def reset(self, checkpoint_id: Optional[PathLike] = ...) -> None: ...

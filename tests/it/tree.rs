@@ -1,0 +1,151 @@
+//! The tree digest form (`--digest tree`, FORMAT.md section 19) through
+//! every command that reads or writes a snapshot: verify (damage found,
+//! an unknown form refused), split and join, WSUM, DELTA v2, merge,
+//! recover, diff, OMS, the Git hook and `log --verify`. The golden vectors
+//! are in `golden.rs`.
+
+use std::path::Path;
+
+use crate::util::{fixture, run, Run};
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A tree-form snapshot of the fixtures' model at `out`, gen from `prev`.
+fn snap(out: &Path, input: &str, prev: Option<&Path>, extra: &[&str]) -> Run {
+    let mut args = vec!["snapshot", input, "-o", s(out), "--digest", "tree", "--ts", "2026-01-01T00:00:00Z"];
+    if let Some(p) = prev {
+        args.extend(["--prev", s(p)]);
+    }
+    args.extend(extra);
+    run(&args)
+}
+
+#[test]
+fn damage_is_found_and_an_unknown_form_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("m.wtxt");
+    let model = fixture("inputs/model.npz");
+    assert_eq!(snap(&w, s(&model), None, &["--part-size", "none"]).code, 0);
+    let text = std::fs::read_to_string(&w).unwrap();
+    // A base64 byte changed and its chunk's line made to match: the array's
+    // digest, built from the chunks', fails.
+    let bad = dir.path().join("bad.wtxt");
+    let at = text.find("\nendch\n").unwrap() - 8;
+    let mut t = text.clone().into_bytes();
+    t[at] = if t[at] == b'A' { b'B' } else { b'A' };
+    std::fs::write(&bad, &t).unwrap();
+    let r = run(&["verify", s(&bad)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    // A form this wtxt does not know: refused (exit 2), never checked as 1.1.
+    let unknown = dir.path().join("unknown.wtxt");
+    std::fs::write(&unknown, text.replace(",digest_tree\n", ",digest_tree2\n")).unwrap();
+    let r = run(&["verify", s(&unknown)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("digest_tree2") && r.stderr.contains("does not know"), "{}", r.stderr);
+    // The form is not the 1.1 one: its digests do not pass as 1.1's.
+    let as_11 = dir.path().join("as11.wtxt");
+    std::fs::write(&as_11, text.replace(",digest_tree\n", "\n")).unwrap();
+    assert_eq!(run(&["verify", s(&as_11)]).code, 1);
+    let r = run(&["inspect", s(&w)]);
+    assert!(r.stdout.contains("\ndigest tree"), "{}", r.stdout);
+    let j: serde_json::Value = serde_json::from_str(&run(&["inspect", s(&w), "--json"]).stdout).unwrap();
+    assert_eq!(j["digest"], "tree");
+}
+
+#[test]
+fn every_command_keeps_the_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let key = fixture("keys/hmac.hex");
+    let sign = fixture("keys/sign.pem");
+    let base = fixture("inputs/delta_base.npz");
+    let target = fixture("inputs/delta_target.npz");
+    let g0 = d.join("g0.wtxt");
+    let g1 = d.join("g1.wtxt");
+    let hm = ["--hmac-key", s(&key), "--sign-key", s(&sign), "--part-size", "64K"];
+    assert_eq!(snap(&g0, s(&base), None, &hm).code, 0);
+    let r = snap(&g1, s(&target), Some(&g0), &hm);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let tree = |p: &Path| std::fs::read_to_string(p).unwrap().lines().nth(2).unwrap().ends_with(",digest_tree");
+    assert!(tree(&g0) && tree(&g1));
+    let r = run(&["verify", s(&g1), "--prev", s(&g0), "--hmac-key", s(&key)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // Join and split: exact inverses, the same sha256_all.
+    let one = d.join("one.wtxt");
+    assert_eq!(run(&["join", s(&g1), "-o", s(&one)]).code, 0);
+    let again = d.join("again.wtxt");
+    assert_eq!(run(&["split", s(&one), "-o", s(&again), "--part-size", "64K"]).code, 0);
+    assert_eq!(std::fs::read(&again).unwrap(), std::fs::read(&g1).unwrap());
+    // DELTA v2: the target rebuilt byte for byte, and a minimal delta's
+    // output keeps the base's form.
+    let delta = d.join("d.wtxtdelta");
+    assert_eq!(run(&["delta", "create", s(&g0), s(&one), "-o", s(&delta)]).code, 0);
+    let rebuilt = d.join("rebuilt.wtxt");
+    let r = run(&["delta", "apply", s(&g0), s(&delta), "-o", s(&rebuilt), "--hmac-key", s(&key)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(std::fs::read(&rebuilt).unwrap(), std::fs::read(&one).unwrap());
+    // WTXT-S and its WSUM.
+    let streaming = d.join("s.wtxt");
+    let wsum = d.join("s.wsum");
+    let r = snap(&streaming, s(&target), None, &["--streaming", "--wsum", s(&wsum), "--part-size", "none"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(run(&["verify", s(&streaming), "--wsum", s(&wsum)]).code, 0);
+    // Merge: the result is of ours' form, and verifies.
+    let theirs = d.join("theirs.wtxt");
+    assert_eq!(snap(&theirs, s(&target), Some(&g0), &["--part-size", "none"]).code, 0);
+    let merged = d.join("merged.wtxt");
+    let r = run(&["merge", s(&g0), s(&g1), s(&theirs), "-o", s(&merged), "--strategy", "ours"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(tree(&merged));
+    assert_eq!(run(&["verify", s(&merged)]).code, 0);
+    // Diff compares chunk digests, whatever the form.
+    let r = run(&["diff", s(&g0), s(&g1), "--exit-code"]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    // Recover: a damaged single file gives its whole arrays back, checked in
+    // its own form; with the key, they are tagged again in it.
+    let damaged = d.join("damaged.wtxt");
+    let mut t = std::fs::read(&one).unwrap();
+    let at = String::from_utf8_lossy(&t).rfind("\nendch\n").unwrap() - 8;
+    t[at] = if t[at] == b'A' { b'B' } else { b'A' };
+    std::fs::write(&damaged, &t).unwrap();
+    let rescued = d.join("rescued.wtxt");
+    let r = run(&["recover", s(&damaged), "-o", s(&rescued), "--hmac-key", s(&key)]);
+    assert_eq!(r.code, 1, "an array was lost: {}", r.stderr);
+    assert!(tree(&rescued));
+    assert_eq!(run(&["verify", s(&rescued), "--hmac-key", s(&key)]).code, 0);
+}
+
+/// OMS, the Git hook and `log --verify` on the tree form.
+#[test]
+fn signatures_and_git_take_the_form_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let repo = d.join("repo");
+    crate::util::git_ok(d, &["init", "-q", "-b", "main", "repo"]);
+    let w = crate::util::wtxt().current_dir(&repo).args(["git", "install"]).output().unwrap();
+    assert!(w.status.success(), "{}", String::from_utf8_lossy(&w.stderr));
+    let base = fixture("inputs/delta_base.npz");
+    let target = fixture("inputs/delta_target.npz");
+    let m = repo.join("m.wtxt");
+    assert_eq!(snap(&m, s(&base), None, &["--part-size", "64K"]).code, 0);
+    crate::util::git_ok(&repo, &["add", "-A"]);
+    crate::util::git_ok(&repo, &["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", "g0"]);
+    let prev = d.join("prev.wtxt");
+    assert_eq!(run(&["join", s(&m), "-o", s(&prev)]).code, 0);
+    assert_eq!(snap(&m, s(&target), Some(&prev), &["--part-size", "64K"]).code, 0);
+    crate::util::git_ok(&repo, &["add", "-A"]);
+    crate::util::git_ok(&repo, &["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", "g1"]);
+    let log = crate::util::wtxt().current_dir(&repo).args(["log", "--verify", "m.wtxt"]).output().unwrap();
+    assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stdout));
+    // OMS over a tree-form snapshot's folder.
+    let oms = d.join("oms");
+    std::fs::create_dir(&oms).unwrap();
+    let key = d.join("ec.pem");
+    assert_eq!(run(&["keygen", "-o", s(&key), "--type", "p256"]).code, 0);
+    let o = oms.join("m.wtxt");
+    assert_eq!(snap(&o, s(&base), None, &["--part-size", "64K", "--oms-key", s(&key)]).code, 0);
+    let r = run(&["verify", s(&o), "--oms-pubkey", &format!("{}.pub", s(&key))]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
