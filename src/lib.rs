@@ -1,8 +1,9 @@
 //! `wtxt`: deterministic, self-checking ASCII snapshots of ML weights (WTXT 1.1).
 //!
-//! The library holds everything; the `wtxt` binary only parses flags and
-//! calls [`ops`]. Layout, from the top (each layer uses only those below
-//! it; docs/ARCHITECTURE.md):
+//! The library holds everything; the command line ([`cli`], which the `wtxt`
+//! binary and the Python package's `wtxt` command run) only parses flags
+//! and calls [`ops`]. Layout, from the top (each layer uses only those
+//! below it; docs/ARCHITECTURE.md):
 //! - [`daemon`]: the snapshot daemon and the pipeline Python runs in process;
 //! - [`ops`]: one function per command;
 //! - [`git`]: Git's drivers, filter, hooks, install, history, push;
@@ -24,6 +25,7 @@
 
 pub mod atomic;
 pub mod buffer;
+pub mod cli;
 pub mod convert;
 pub mod crypto;
 pub mod daemon;

@@ -606,6 +606,14 @@ fn verify(
     .map_err(raise)
 }
 
+/// Runs the `wtxt` command line `argv` (the program's name first) in this
+/// process, the GIL released, and gives its exit code: the Python package's
+/// `wtxt` command is the library's own command line, not a second one.
+#[pyfunction]
+fn main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
+    py.allow_threads(|| wtxt::cli::exit_code(argv))
+}
+
 #[pymodule]
 fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // A shard that shrinks under `save_folder`'s map: one line and exit 2,
@@ -613,6 +621,7 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     wtxt::atomic::exit_cleanly_when_a_mapped_input_shrinks();
     m.add("WtxtError", m.py().get_type::<WtxtError>())?;
     m.add_function(wrap_pyfunction!(save, m)?)?;
+    m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(outline, m)?)?;

@@ -17,11 +17,23 @@ import threading
 import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple, Union
-
-import numpy as np
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _rust
+
+
+class _Numpy:
+    """NumPy, imported on first use: the `wtxt` command (`wtxt._cli`) runs
+    without it, so no BLAS thread of NumPy's is there to take a signal the
+    command must handle."""
+
+    def __getattr__(self, name: str):
+        import numpy
+        globals()["np"] = numpy
+        return getattr(numpy, name)
+
+
+np: "Any" = _Numpy()
 
 __all__ = ["Error", "VerifyError", "Report", "save_file", "load_file", "load_metadata", "verify", "Snapshotter",
            "SnapshotInfo", "save_folder", "extract_folder"]
@@ -59,7 +71,9 @@ _TO_NUMPY = {
     "f64": "<f8", "f32": "<f4", "f16": "<f2", "i64": "<i8", "u64": "<u8", "i32": "<i4", "u32": "<u4",
     "i16": "<i2", "u16": "<u2", "i8": "|i1", "u8": "|u1", "bool": "|b1",
 }
-_FROM_NUMPY = {np.dtype(v).str: k for k, v in _TO_NUMPY.items()}
+def _from_numpy() -> Dict[str, str]:
+    """NumPy's dtype strings and the WTXT dtypes they are."""
+    return {np.dtype(v).str: k for k, v in _TO_NUMPY.items()}
 
 
 # WTXT dtypes NumPy has only through the optional `ml_dtypes` package, and
@@ -87,11 +101,12 @@ def _wtxt_dtype(a: np.ndarray, name: str) -> str:
             return wtxt_dtype
     d = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
     key = d.str if d.itemsize > 1 else d.str.replace("<", "|").replace(">", "|")
-    if key not in _FROM_NUMPY:
+    from_numpy = _from_numpy()
+    if key not in from_numpy:
         raise Error(f"tensor {name!r}: dtype {a.dtype} has no WTXT equivalent "
                     f"(supported: {', '.join(sorted(_TO_NUMPY))}, and bf16, float8_e4m3fn and float8_e5m2 "
                     "with ml_dtypes)")
-    return _FROM_NUMPY[key]
+    return from_numpy[key]
 
 
 def _as_array(name: str, a) -> Tuple[str, np.ndarray]:
@@ -260,9 +275,14 @@ def extract_folder(filename: PathLike, out: PathLike, hmac_key: Optional[PathLik
 
 def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
     """The array over `data` itself: the flat uint8 array the decoder filled
-    (writable, no copy)."""
+    (writable, no copy). bf16 and float8 come back typed with `ml_dtypes`
+    (the `bf16` extra); without it, as their bits, and a warning says so."""
     if dtype in _ML_DTYPES:
         ml = _ml_dtype(dtype)
+        if ml is None:
+            import warnings
+            warnings.warn(f"{dtype} arrays come back as their bits ({_ML_DTYPES[dtype][1]}): install ml_dtypes "
+                          "(pip install 'wtxt[bf16]') for typed arrays", stacklevel=3)
         return data.view(ml if ml is not None else _ML_DTYPES[dtype][1]).reshape(shape)
     return data.view(_TO_NUMPY[dtype]).reshape(shape)
 

@@ -6,7 +6,7 @@
 //! those lines and writes the header (root, signature) last. The work
 //! (encoding chunks, each array's digests, `sha256_all`, writing in order)
 //! is shared by `--threads` threads, the calling one among them
-//! ([`work`]); the bytes are the same whatever their number.
+//! (`work.rs`); the bytes are the same whatever their number.
 //!
 //! Inputs are only read (often a memory map), never copied whole; each
 //! reader drops the mapped pages it is done with, so a snapshot of a model

@@ -256,12 +256,12 @@ pub struct PartSizeArg {
     /// Store a snapshot whose text exceeds SIZE (bytes, or K/M/G for KiB/MiB/GiB)
     /// split: the head at OUT, parts in OUT.parts/ (default 45M; `none`: one file).
     #[arg(long, value_name = "SIZE|none")]
-    pub part_size: Option<wtxt::wtxt::split::PartSize>,
+    pub part_size: Option<crate::wtxt::split::PartSize>,
 }
 
 impl PartSizeArg {
     /// The size given, else the default (`PartSize::default`, 45M).
-    pub fn size(&self) -> wtxt::wtxt::split::PartSize {
+    pub fn size(&self) -> crate::wtxt::split::PartSize {
         self.part_size.unwrap_or_default()
     }
 }
@@ -273,11 +273,11 @@ pub struct DigestArg {
     /// arrays' digests and `sha256_all` computed from the chunks' SHA-256
     /// (docs/FORMAT.md section 19).
     #[arg(long, value_name = "sha256|tree", value_parser = parse_digest)]
-    pub digest: Option<wtxt::wtxt::syntax::DigestForm>,
+    pub digest: Option<crate::wtxt::syntax::DigestForm>,
 }
 
-fn parse_digest(s: &str) -> std::result::Result<wtxt::wtxt::syntax::DigestForm, String> {
-    wtxt::wtxt::syntax::DigestForm::parse(s).map_err(|r| r.to_string())
+fn parse_digest(s: &str) -> std::result::Result<crate::wtxt::syntax::DigestForm, String> {
+    crate::wtxt::syntax::DigestForm::parse(s).map_err(|r| r.to_string())
 }
 
 /// An OpenSSF Model Signing signature for a written snapshot.
@@ -754,7 +754,7 @@ pub struct ConvertArgs {
     #[arg(short, long, value_name = "OUT")]
     pub output: PathBuf,
     /// Output format: wtxt, or a container of the table that holds many arrays.
-    #[arg(long, value_name = "FORMAT", value_parser = clap::builder::PossibleValuesParser::new(wtxt::convert::formats::convert_targets()))]
+    #[arg(long, value_name = "FORMAT", value_parser = clap::builder::PossibleValuesParser::new(crate::convert::formats::convert_targets()))]
     pub to: String,
     /// For --to wtxt: generation number (default 0).
     #[arg(long, value_name = "N")]

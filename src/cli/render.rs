@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
-use wtxt::git::diff::{FileDiff, Status, MAX_RANGES};
-use wtxt::git::history::DataCheck;
-use wtxt::ops;
-use wtxt::wtxt::syntax::shape_str;
-use wtxt::wtxt::verify::{Report, SigStatus};
+use crate::git::diff::{FileDiff, Status, MAX_RANGES};
+use crate::git::history::DataCheck;
+use crate::ops;
+use crate::wtxt::syntax::shape_str;
+use crate::wtxt::verify::{Report, SigStatus};
 
 /// `verify`'s one line for a file that passed.
 pub fn verify_summary(file: &Path, r: &Report) -> String {
@@ -80,7 +80,7 @@ pub fn inspection_text(i: &ops::Inspection) -> String {
         if originals { "            original name" } else { "" }
     );
     for a in &i.arrays {
-        let shape = wtxt::wtxt::syntax::shape_str(&a.shape);
+        let shape = crate::wtxt::syntax::shape_str(&a.shape);
         let line = format!(
             "{:<w$}  {:<5}  {:<16}  {:>12}  {:>6}  {:<4}  {}  {}",
             a.name,
@@ -107,7 +107,7 @@ pub fn inspection_text(i: &ops::Inspection) -> String {
 
 /// `verified`: every generation's data was verified (`--verify`); else
 /// only headers and links were read, and the text says so.
-pub fn log_text(chains: &[wtxt::git::history::Chain], verified: bool) -> String {
+pub fn log_text(chains: &[crate::git::history::Chain], verified: bool) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     for c in chains {
@@ -166,7 +166,7 @@ pub fn log_text(chains: &[wtxt::git::history::Chain], verified: bool) -> String 
 pub fn driver_text(v: &ops::DriverView, color: bool) -> String {
     let path = &v.path;
     let head = format!("diff --wtxt a/{path} b/{path}\n");
-    let one = |what: &str, i: &wtxt::Result<ops::Inspection>| match i {
+    let one = |what: &str, i: &crate::Result<ops::Inspection>| match i {
         Ok(i) => format!("{head}{what} {path}: gen {:06}, {} arrays, {} bytes\n", i.gen, i.arrays.len(), i.total_bytes),
         Err(e) => format!("{head}{what} {path}: {}\n", e.message()),
     };
