@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub(crate) mod chunk;
+pub(crate) mod decode;
 pub mod delta;
 pub mod layout;
 pub(crate) mod read;

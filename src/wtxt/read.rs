@@ -4,15 +4,18 @@
 //! more than one block of decoded bytes and one read buffer, whatever the
 //! file size. Digests that span chunks or arrays are the visitor's work.
 
+use std::collections::VecDeque;
 use std::io::Read;
 use std::ops::Range;
 
 use crate::error::{check_at, reason, Error, Position, Reason, Result};
 use crate::limits::{BLOCK, MAX_LINE};
-use crate::wtxt::chunk::ChunkDecoder;
-use crate::wtxt::layout::Layout;
+use crate::wtxt::chunk::{ChunkDecoder, Fault};
+use crate::wtxt::decode::{Pool, MAX_POOLED_TEXT};
+use crate::wtxt::layout::{last_line_width, Layout};
 use crate::wtxt::syntax::{
-    lossy, ArrLine, Audit, Cap, ChLine, IdxLine, Meta, Root, SignLine, CAP_EXT_DTYPES, END, MAGIC, RAW_PER_LINE,
+    lines_for, lossy, ArrLine, Audit, Cap, ChLine, IdxLine, Meta, Root, SignLine, B64_WIDTH, CAP_EXT_DTYPES, END,
+    MAGIC, RAW_PER_LINE,
 };
 
 /// The header of a WTXT file.
@@ -71,6 +74,9 @@ pub trait Visitor {
     }
     /// The next decoded bytes of the current chunk (never more than `BLOCK`).
     fn data(&mut self, buf: Vec<u8>);
+    /// The chunk's SHA-256, computed as it was decoded (before its data,
+    /// and only where a decoding thread computed it).
+    fn chunk_digest(&mut self, _sha256: &crate::crypto::digest::Hash) {}
     /// The chunk ended; `bad` if parity, base64 or CRC failed (already reported).
     fn chunk_end(&mut self, _line: u64, _ch: &ChLine, _bad: bool) {}
     /// The array ended.
@@ -354,13 +360,124 @@ pub fn read_header<R: Read>(lines: &mut LineReader<R>) -> Result<Header> {
 /// and reports to `v`. Damage inside a chunk's base64 is a `problem` and
 /// reading goes on; anything that breaks the structure ends it with an error.
 pub fn read<R: Read, V: Visitor>(input: R, v: &mut V) -> Result<Header> {
+    read_on(input, v, 0)
+}
+
+/// [`read`], the chunks' base64 decoded on `decoders` threads beside this
+/// one (0: on this one, as it reads): `v` hears exactly what [`read`] would
+/// tell it, in the same order, and each chunk's SHA-256 besides
+/// ([`Visitor::chunk_digest`]), which the threads compute as they decode.
+/// It reads ahead of the visitor by at most `2 * decoders + 2` chunks, each
+/// of at most [`MAX_POOLED_TEXT`] of text (larger ones are decoded here).
+pub fn read_on<R: Read, V: Visitor>(input: R, v: &mut V, decoders: usize) -> Result<Header> {
+    if decoders == 0 {
+        return read_to(input, &mut Out { v, pool: None, queue: VecDeque::new() });
+    }
+    Pool::with(decoders, |pool| read_to(input, &mut Out { v, pool: Some(pool), queue: VecDeque::new() }))
+}
+
+/// What the reader has read and the visitor not yet heard: chunks being
+/// decoded on the pool, and the array boundaries around them.
+enum Event {
+    Array(ArrayStart),
+    ArrayEnd,
+    /// A chunk whose job is `id`; `end`: its `endch` was found (else the
+    /// reader stopped there, and the visitor hears no `chunk_end`).
+    Chunk {
+        id: u64,
+        line: u64,
+        ch: ChLine,
+        end: bool,
+    },
+}
+
+/// The visitor, and what it has yet to hear, in order.
+struct Out<'v, 'p, V> {
+    v: &'v mut V,
+    pool: Option<&'p Pool>,
+    queue: VecDeque<Event>,
+}
+
+impl<V: Visitor> Out<'_, '_, V> {
+    fn array(&mut self, a: ArrayStart) -> Result<()> {
+        if self.queue.is_empty() {
+            return self.v.array(&a);
+        }
+        self.queue.push_back(Event::Array(a));
+        Ok(())
+    }
+
+    fn array_end(&mut self) {
+        if self.queue.is_empty() {
+            return self.v.array_end();
+        }
+        self.queue.push_back(Event::ArrayEnd);
+    }
+
+    /// Queues a chunk decoded on the pool; hands the visitor what is due
+    /// once too much waits.
+    fn chunk(&mut self, pool: &Pool, line: u64, ch: ChLine, text: Vec<u8>, end: bool) -> Result<()> {
+        let id = pool.submit(ch, text);
+        self.queue.push_back(Event::Chunk { id, line, ch, end });
+        // Read ahead of what the visitor heard: enough to keep every
+        // thread busy, no more (each holds a chunk's text and bytes).
+        while self.queue.len() > 2 * pool.workers() + 2 {
+            self.deliver_front()?;
+        }
+        Ok(())
+    }
+
+    /// Everything queued, to the visitor.
+    fn drain(&mut self) -> Result<()> {
+        while !self.queue.is_empty() {
+            self.deliver_front()?;
+        }
+        Ok(())
+    }
+
+    fn deliver_front(&mut self) -> Result<()> {
+        let Some(e) = self.queue.pop_front() else { return Ok(()) };
+        match e {
+            Event::Array(a) => self.v.array(&a)?,
+            Event::ArrayEnd => self.v.array_end(),
+            Event::Chunk { id, line, ch, end } => {
+                let pool = self.pool.expect("a queued chunk came from the pool");
+                let d = pool.wait(id);
+                self.v.chunk(line, &ch);
+                self.v.chunk_digest(&d.sha256);
+                for block in d.blocks {
+                    self.v.data(block);
+                    // One block in, one out: the visitor's spares feed
+                    // the pool and neither grows.
+                    pool.give_back(self.v.buffer());
+                }
+                report_faults(self.v, line, &ch, &d.faults);
+                if end {
+                    self.v.chunk_end(line, &ch, !d.faults.is_empty());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn read_to<R: Read, V: Visitor>(input: R, out: &mut Out<'_, '_, V>) -> Result<Header> {
+    // Whatever stops the reading, the visitor first hears what was read
+    // before it, as the reader on one thread would have told it.
+    let read = read_all(input, out);
+    let told = out.drain();
+    let header = read?;
+    told.map(|()| header)
+}
+
+fn read_all<R: Read, V: Visitor>(input: R, out: &mut Out<'_, '_, V>) -> Result<Header> {
     let mut lines = LineReader::new(input);
     let mut header = read_header(&mut lines)?;
     let mut pending = match read_sign(&mut lines, &mut header)? {
         AfterHeader::Next(n, l) => Some((n, l)),
         AfterHeader::Sign(_) => None,
     };
-    v.header(&header)?;
+    out.v.header(&header)?;
     let ext_ok = header.cap.has(CAP_EXT_DTYPES);
     let mut prev_name: Option<String> = None;
     let mut arrays = 0usize;
@@ -389,12 +506,13 @@ pub fn read<R: Read, V: Visitor>(input: R, v: &mut V) -> Result<Header> {
                 let most = crate::limits::MAX_ARRAYS + crate::limits::MAX_METADATA_ARRAYS;
                 return Err(check_at(n, format!("more than {most} arrays: over the limit a snapshot may hold")));
             }
-            read_array(&mut lines, n, arr, l, v)?;
+            read_array(&mut lines, n, arr, l, out)?;
             continue;
         }
+        out.drain()?;
         if l.starts_with(b"audit ") {
             let a = Audit::parse(&l).map_err(|m| check_at(n, m))?;
-            v.audit(n, &a);
+            out.v.audit(n, &a);
             let (n2, l2) = lines.expect_line("`endwtxt`")?;
             if l2 != END.as_bytes() {
                 return Err(check_at(n2, format!("expected `{END}` after the audit line")));
@@ -414,7 +532,7 @@ fn read_array<R: Read, V: Visitor>(
     arr_no: u64,
     arr: ArrLine,
     text: Vec<u8>,
-    v: &mut V,
+    out: &mut Out<'_, '_, V>,
 ) -> Result<()> {
     let rank = arr.shape.len();
     let (n, l) = lines.expect_line("an `idx` or `ch` line")?;
@@ -435,7 +553,7 @@ fn read_array<R: Read, V: Visitor>(
         }
         Layout::new(arr.dtype, &arr.shape, 1).map_err(|m| check_at(n, m))?
     };
-    v.array(&ArrayStart { line: arr_no, arr, text, layout })?;
+    out.array(ArrayStart { line: arr_no, arr, text, layout })?;
     for ix in 0..layout.chunk_count() {
         let (n, l) = match first.take() {
             Some(p) => p,
@@ -455,23 +573,78 @@ fn read_array<R: Read, V: Visitor>(
                 ),
             ));
         }
-        v.chunk(n, &ch);
-        let bad = read_chunk_lines(lines, n, &ch, v)?;
-        let (n2, l2) = lines.expect_line("`endch`")?;
-        if l2 != b"endch" {
-            return Err(check_at(
-                n2,
-                format!("expected `endch` after {} base64 lines, found `{}`", ch.lines, lossy(l2, 40)),
-            ));
+        let endch = |lines: &mut LineReader<R>| -> Result<()> {
+            let (n2, l2) = lines.expect_line("`endch`")?;
+            if l2 != b"endch" {
+                return Err(check_at(
+                    n2,
+                    format!("expected `endch` after {} base64 lines, found `{}`", ch.lines, lossy(l2, 40)),
+                ));
+            }
+            Ok(())
+        };
+        let text_len = lines_for(ch.len) * (B64_WIDTH as u64 + 3);
+        match out.pool {
+            // On the pool: the lines are read and their shape checked here,
+            // decoded there.
+            Some(pool) if ch.lines == lines_for(ch.len) && text_len <= MAX_POOLED_TEXT => {
+                let text = chunk_text(lines, &ch)?;
+                let found = endch(lines);
+                out.chunk(pool, n, ch, text, found.is_ok())?;
+                found?;
+            }
+            _ => {
+                out.drain()?;
+                out.v.chunk(n, &ch);
+                let bad = read_chunk_lines(lines, n, &ch, out.v)?;
+                endch(lines)?;
+                out.v.chunk_end(n, &ch, bad);
+            }
         }
-        v.chunk_end(n, &ch, bad);
     }
     let (n, l) = lines.expect_line("`endarr`")?;
     if l != b"endarr" {
         return Err(check_at(n, format!("expected `endarr` after the array's last chunk, found `{}`", lossy(l, 40))));
     }
-    v.array_end();
+    out.array_end();
     Ok(())
+}
+
+/// A chunk's base64 lines, without their LFs, for a decoding thread: read
+/// here, each line's width and separator checked as [`ChunkDecoder`]
+/// checks them (a line of the wrong shape ends the reading with the same
+/// error, on the same line).
+fn chunk_text<R: Read>(lines: &mut LineReader<R>, ch: &ChLine) -> Result<Vec<u8>> {
+    let mut text = Vec::with_capacity((ch.lines * (B64_WIDTH as u64 + 2)) as usize);
+    for k in 0..ch.lines {
+        let Some(r) = lines.next_range()? else {
+            return Err(check_at(
+                lines.line_no() + 1,
+                format!("file ends inside a chunk: expected {} more base64 lines", ch.lines - k),
+            ));
+        };
+        let n = lines.line_no();
+        let l = lines.bytes(r);
+        let width = if k + 1 == ch.lines { last_line_width(ch.len) } else { B64_WIDTH };
+        if l.len() != width + 2 || l[width] != b' ' {
+            if l == b"endch" || l.starts_with(b"ch ") || l == b"endarr" {
+                return Err(check_at(n, format!("chunk has fewer base64 lines than lines={}", ch.lines)));
+            }
+            return Err(check_at(n, Fault::Shape { line: k, width, found: l.len() }.to_string()));
+        }
+        text.extend_from_slice(l);
+    }
+    Ok(text)
+}
+
+/// Tells the visitor a chunk's faults, each on its line.
+fn report_faults<V: Visitor>(v: &mut V, ch_no: u64, ch: &ChLine, faults: &[Fault]) {
+    for f in faults {
+        match f.line() {
+            Some(k) => v.problem(ch_no + 1 + k, f.to_string()),
+            None => v.problem(ch_no, format!("chunk {} {f}", ch.ix)),
+        }
+    }
 }
 
 /// Reads a chunk's base64 lines through the one chunk decoder, handing the
@@ -509,11 +682,6 @@ fn read_chunk_lines<R: Read, V: Visitor>(
         v.data(out);
     }
     let faults = dec.finish(ch, &mut Vec::new());
-    for f in &faults {
-        match f.line() {
-            Some(k) => v.problem(ch_no + 1 + k, f.to_string()),
-            None => v.problem(ch_no, format!("chunk {} {f}", ch.ix)),
-        }
-    }
+    report_faults(v, ch_no, ch, &faults);
     Ok(!faults.is_empty())
 }

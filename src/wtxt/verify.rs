@@ -418,8 +418,11 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
         audit: None,
     };
     // One thread of work (`--threads 1`): the hashing runs on the reading
-    // thread as each block is decoded; more: on two threads beside it.
-    let (read_result, vis, roots, chunks) = if crate::threads::threads() == 1 {
+    // thread as each block is decoded; more: on two threads beside it, and
+    // from four on, the chunks are decoded (and hashed) on the others.
+    let threads = crate::threads::threads();
+    let decoders = threads.saturating_sub(3);
+    let (read_result, vis, roots, chunks) = if threads == 1 {
         let mut vis = vis(Hashers::Inline(Box::default(), Box::new(ChunkWork::new(key))));
         let r = read(input, &mut vis);
         let Hashers::Inline(root, chunk) = std::mem::replace(&mut vis.hashers, Hashers::Threads(Vec::new())) else {
@@ -441,7 +444,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
                 w.finish()
             });
             let mut vis = vis(Hashers::Threads(vec![tx_a, tx_b]));
-            let r = read(input, &mut vis);
+            let r = crate::wtxt::read::read_on(input, &mut vis, decoders);
             vis.hashers = Hashers::Threads(Vec::new());
             let a = wa.join().expect("array and root hashing thread");
             let b = wb.join().expect("chunk hashing thread");
@@ -705,6 +708,11 @@ enum Msg {
     Data {
         block: Arc<Pooled>,
     },
+    /// The current chunk's SHA-256, as the thread that decoded it computed
+    /// it: its bytes need no hashing here.
+    ChunkDigest {
+        sha256: Hash,
+    },
     ChunkEnd {
         array: usize,
         ix: u64,
@@ -805,6 +813,11 @@ impl Visitor for Hashing<'_, '_> {
         self.send(|| Msg::Data { block: block.clone() });
     }
 
+    fn chunk_digest(&mut self, sha256: &Hash) {
+        let sha256 = *sha256;
+        self.send(|| Msg::ChunkDigest { sha256 });
+    }
+
     fn chunk_end(&mut self, line: u64, ch: &ChLine, bad: bool) {
         let (array, ix, len, sha256) = (self.arrays.len() - 1, ch.ix, ch.len, ch.sha256);
         self.send(|| Msg::ChunkEnd { array, ix, len, line, sha256, bad });
@@ -880,7 +893,7 @@ impl RootWork {
                 }
                 self.fx.update(&block.buf);
             }
-            Msg::ChunkEnd { .. } => {}
+            Msg::ChunkEnd { .. } | Msg::ChunkDigest { .. } => {}
             Msg::ArrayEnd => self.arrays.extend(self.cur.take().map(Sha256State::finalize)),
         }
     }
@@ -902,11 +915,13 @@ struct ChunkWork<'k> {
     chunks: ChunkPairs,
     mac: Option<(Sha256State, Hash)>,
     macs: Vec<Option<bool>>,
+    /// The current chunk's digest, when its decoding thread computed it.
+    given: Option<Hash>,
 }
 
 impl<'k> ChunkWork<'k> {
     fn new(key: Option<&'k HmacKey>) -> ChunkWork<'k> {
-        ChunkWork { key, chunks: ChunkPairs::default(), mac: None, macs: Vec::new() }
+        ChunkWork { key, chunks: ChunkPairs::default(), mac: None, macs: Vec::new(), given: None }
     }
 
     fn take(&mut self, m: Msg) {
@@ -916,9 +931,19 @@ impl<'k> ChunkWork<'k> {
             // and tags are computed from them at the end.
             Msg::Array { tree: true, .. } => self.chunks.keep = true,
             Msg::Array { salt, hmac, .. } => self.mac = hmac.zip(key).map(|(want, k)| (k.resumable(&salt), want)),
+            Msg::ChunkDigest { sha256 } => self.given = Some(sha256),
+            Msg::Data { block } if self.given.is_some() => {
+                if let Some((inner, _)) = self.mac.as_mut() {
+                    inner.update(&block.buf);
+                }
+            }
             Msg::Data { block } => self.chunks.data(block, self.mac.as_mut().map(|(inner, _)| inner)),
             Msg::ChunkEnd { array, ix, len, line, sha256, bad } => {
-                self.chunks.end(ChunkEnd { array, ix, len, line, want: sha256, bad })
+                let end = ChunkEnd { array, ix, len, line, want: sha256, bad };
+                match self.given.take() {
+                    Some(computed) => self.chunks.given(computed, end),
+                    None => self.chunks.end(end),
+                }
             }
             Msg::ArrayEnd => {
                 let checked = self.mac.take().zip(key).map(|((inner, want), k)| k.verify_resumable(inner, &want));
@@ -1045,6 +1070,21 @@ impl ChunkPairs {
         }
     }
 
+    /// A chunk whose digest another thread computed (its bytes never came
+    /// here): judged as any other, after a chunk still held for a partner
+    /// is hashed by itself.
+    fn given(&mut self, computed: Hash, end: ChunkEnd) {
+        if let Some(h) = self.held.take() {
+            self.alone(h);
+        }
+        if computed != end.want && !end.bad {
+            self.bad.push((end.array, end.ix, end.line));
+        }
+        if self.keep {
+            self.kept.push((end.array, end.ix, end.len, computed));
+        }
+    }
+
     /// Hashes what `h` still holds by itself.
     fn alone(&mut self, mut h: Held) {
         for b in h.blocks.drain(..) {
@@ -1149,17 +1189,45 @@ mod tests {
             t[i] = if t[i] == b'0' { b'1' } else { b'0' };
             t
         };
-        for (what, input) in [("good", good.clone()), ("data", data), ("chunk", chunk), ("tag", tag)] {
+        // A line cut short (the structure breaks there), `endch` missing,
+        // and the file cut inside a chunk.
+        let short = text.replacen(" 0\n", "\n", 1).into_bytes();
+        let no_endch = text.replacen("\nendch\n", "\n", 2).into_bytes();
+        let cut = good[..good.len() / 2].to_vec();
+        // Not base64 in a full line, and a parity digit changed.
+        let (alphabet, parity) = {
+            let i = text.find("\nch ").unwrap() + 1;
+            let first = i + text[i..].find('\n').unwrap() + 1;
+            let (mut a, mut p) = (good.clone(), good.clone());
+            a[first + 3] = b'!';
+            let nib = first + text[first..].find('\n').unwrap() - 1;
+            p[nib] = if p[nib] == b'0' { b'1' } else { b'0' };
+            (a, p)
+        };
+        let cases = [
+            ("alphabet", alphabet),
+            ("parity", parity),
+            ("good", good.clone()),
+            ("data", data),
+            ("chunk", chunk),
+            ("tag", tag),
+            ("short", short),
+            ("endch", no_endch),
+            ("cut", cut),
+        ];
+        for (what, input) in cases {
             let vopts = VerifyOptions { hmac_key: Some(&key), ..Default::default() };
             let mut seen = Vec::new();
-            for threads in [1, 3] {
+            // 1: in place; 3: two hashing threads; 5 and 8: chunks decoded
+            // on two and five more.
+            for threads in [1, 3, 5, 8] {
                 crate::threads::set(threads);
-                let r = verify(&input[..], &vopts, None).unwrap();
-                seen.push(serde_json::to_string(&(r.ok, &r.errors, &r.arrays)).unwrap());
+                let r = verify(&input[..], &vopts, None).map(|r| (r.ok, r.errors, r.arrays));
+                seen.push(format!("{:?}", r.map(|r| serde_json::to_string(&r).unwrap()).map_err(|e| e.to_string())));
             }
             crate::threads::set(0);
-            assert_eq!(seen[0], seen[1], "{what}");
-            assert_eq!(what == "good", seen[0].starts_with("[true"), "{what}: {}", seen[0]);
+            assert!(seen.iter().all(|x| *x == seen[0]), "{what}: {seen:?}");
+            assert_eq!(what == "good", seen[0].starts_with("Ok(\"[true"), "{what}: {}", seen[0]);
         }
     }
 
