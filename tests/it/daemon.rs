@@ -14,7 +14,7 @@ use wtxt::daemon::pipeline::PipelineConfig;
 use wtxt::daemon::snapshotter::{Generation, Queue, Snapshotter};
 use wtxt::model::{Array, ArrayData, Dtype};
 
-use crate::util::git_ok;
+use crate::util::{free_port, git_daemon, git_ok, wait_for_port, Server};
 
 /// A generation whose arrays are all filled with its own number.
 fn uniform(gen: u64) -> Generation {
@@ -99,6 +99,11 @@ fn pushes_go_on_while_requests_never_stop() {
     git_ok(d, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
     // Each push is one entry in the remote's reflog.
     git_ok(&d.join("remote.git"), &["config", "core.logAllRefUpdates", "always"]);
+    // A remote slower than the commits: each push takes at least half a
+    // second, so commits wait for it whatever the machine's load.
+    let hook = d.join("remote.git/hooks/pre-receive");
+    std::fs::write(&hook, "#!/bin/sh\ncat >/dev/null\nsleep 0.5\n").unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let mut cfg = PipelineConfig::new(d.join("ring"));
     cfg.repo = Some(d.join("repo"));
     cfg.remote = Some(d.join("remote.git").display().to_string());
@@ -478,8 +483,11 @@ fn idle_floods_huge_gens_and_regular_files_do_not_break_the_daemon() {
     assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me");
 
     let sock = d.join("s.sock");
-    // Under a 400 MB address-space limit.
+    // Under a 400 MB address-space limit. glibc reserves 64 MiB of address
+    // space (not heap) per thread arena, so at --threads 8 the arenas alone
+    // would pass the limit; two arenas keep the limit a bound on the heap.
     let child = Command::new("sh")
+        .env("MALLOC_ARENA_MAX", "2")
         .args(["-c", "ulimit -v 400000 && exec \"$0\" \"$@\"", env!("CARGO_BIN_EXE_wtxt"), "daemon", "--repo"])
         .arg(&repo)
         .arg("--socket")
@@ -523,29 +531,6 @@ fn idle_floods_huge_gens_and_regular_files_do_not_break_the_daemon() {
     assert_eq!(daemon.ask("flush"), "ok");
     daemon.stop();
     assert!(!sock.exists(), "the socket is removed on shutdown");
-}
-
-/// A free TCP port on 127.0.0.1 (bound, then released for the server).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A server this test started; stopped however the test ends.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_for_port(port: u16) {
-    let t = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(10), "no server on 127.0.0.1:{port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Snapshots two generations through the daemon to `remote` and checks
@@ -622,23 +607,7 @@ fn pushes_over_git_protocol_to_a_real_git_daemon() {
     let served = d.join("served");
     std::fs::create_dir_all(&served).unwrap();
     git_ok(&served, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
-    let port = free_port();
-    // `git daemon` runs `git-daemon` as a child: start that one directly,
-    // so stopping the server stops the process that listens.
-    let exec = Command::new("git").arg("--exec-path").output().unwrap();
-    let exec_path = String::from_utf8(exec.stdout).unwrap().trim().to_string();
-    let _server = Server(
-        Command::new(std::path::Path::new(&exec_path).join("git-daemon"))
-            .args(["--reuseaddr", "--export-all", "--enable=receive-pack", "--listen=127.0.0.1"])
-            .arg(format!("--port={port}"))
-            .arg(format!("--base-path={}", served.display()))
-            .arg(&served)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_for_port(port);
+    let (_server, port) = git_daemon(&served);
     pushes_arrive(d, &format!("git://127.0.0.1:{port}/remote.git"), &served.join("remote.git"), &[]);
 }
 

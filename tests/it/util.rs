@@ -116,3 +116,50 @@ pub fn npy_header(dict: &str) -> Vec<u8> {
     v[127] = b'\n';
     v
 }
+
+/// A free TCP port on 127.0.0.1 (bound, then released for the server).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A server this test started; stopped however the test ends.
+pub struct Server(pub std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn wait_for_port(port: u16) {
+    let t = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t.elapsed() < std::time::Duration::from_secs(10), "no server on 127.0.0.1:{port}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+
+/// A real `git daemon` on 127.0.0.1 serving (and taking pushes into) every
+/// repository under `served`; stopped when the returned server drops.
+pub fn git_daemon(served: &Path) -> (Server, u16) {
+    let port = free_port();
+    // `git daemon` runs `git-daemon` as a child: start that one directly,
+    // so stopping the server stops the process that listens.
+    let exec = std::process::Command::new("git").arg("--exec-path").output().unwrap();
+    let exec_path = String::from_utf8(exec.stdout).unwrap().trim().to_string();
+    let server = Server(
+        std::process::Command::new(Path::new(&exec_path).join("git-daemon"))
+            .args(["--reuseaddr", "--export-all", "--enable=receive-pack", "--listen=127.0.0.1"])
+            .arg(format!("--port={port}"))
+            .arg(format!("--base-path={}", served.display()))
+            .arg(served)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(port);
+    (server, port)
+}
