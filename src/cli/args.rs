@@ -677,6 +677,11 @@ pub struct InstallArgs {
     /// Remove what install wrote.
     #[arg(long)]
     pub uninstall: bool,
+    /// In the bare repository a host serves: the pre-receive hook that
+    /// refuses a push whose snapshots do not verify, whose chain breaks or
+    /// whose signatures are not from wtxt.trustedKeys.
+    #[arg(long, conflicts_with_all = ["global", "system", "filter", "folder", "manual"])]
+    pub server: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -687,6 +692,10 @@ pub enum HookCommand {
     /// Write each model folder from its snapshot where Git changed it (what
     /// hooks/post-checkout runs, also as post-merge, post-commit, post-rewrite).
     Checkout,
+    /// In a bare repository: refuse a push whose snapshots do not verify,
+    /// whose chain breaks or whose signatures are not by wtxt.trustedKeys
+    /// (what hooks/pre-receive runs; Git's OLD NEW REF lines on stdin).
+    PreReceive,
 }
 
 #[derive(Args, Debug)]

@@ -169,6 +169,7 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Daemon(a) => daemon(a),
         Command::Hook(cli::HookCommand::PreCommit) => pre_commit(),
         Command::Hook(cli::HookCommand::Checkout) => hook_checkout(),
+        Command::Hook(cli::HookCommand::PreReceive) => pre_receive(),
         Command::Git(cli::GitCommand::Folder { dir, checkout, stage, force }) => {
             git_folder(&dir, checkout, stage, force)
         }
@@ -430,6 +431,12 @@ fn git_install(a: cli::InstallArgs) -> Result<u8> {
     };
     let exe = command_path()?;
     let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    if a.server {
+        let hook = install::server(&here, &exe, a.uninstall)?;
+        let done = if a.uninstall { "removed" } else { "installed" };
+        eprintln!("wtxt: {done} the guard {}", hook.display());
+        return Ok(0);
+    }
     let plan = install::plan(&here, scope, &a.filter, &a.folder, &exe)?;
     if a.manual {
         emit(&install::describe(&plan))?;
@@ -546,12 +553,18 @@ fn daemon(a: cli::DaemonArgs) -> Result<u8> {
 
 fn pre_commit() -> Result<u8> {
     let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-    for s in crate::ops::folders::stage_changed(&here)? {
+    let staged = crate::ops::folders::stage_changed(&here)?;
+    for s in &staged {
         eprintln!(
             "pre-commit: snapshotted the folder into {} (gen {}, {} bytes), staged",
             s.snapshot.display(),
             s.gen,
             s.len
+        );
+    }
+    if !staged.is_empty() && crate::ops::folders::only_folders_staged(&here, &staged)? {
+        eprintln!(
+            "pre-commit: nothing else was staged, so Git may already have decided there is nothing to commit              (it checks before running this hook): the snapshot stays staged and the same commit again takes it;              `wtxt git folder DIR --stage` before `git commit` does it in one"
         );
     }
     let crate::git::hooks::Checked { staged: n, refusals, notes } = crate::git::hooks::pre_commit(&here)?;
@@ -567,6 +580,31 @@ fn pre_commit() -> Result<u8> {
     }
     eprintln!("pre-commit: commit blocked: {} of {n} staged WTXT file(s) refused", refusals.len());
     Ok(1)
+}
+
+fn pre_receive() -> Result<u8> {
+    use crate::git::guard;
+    // Git's input: one line of about 100 bytes per ref update.
+    let mut input = Vec::new();
+    let cap = (guard::MAX_UPDATES as u64 + 1) * 512;
+    std::io::Read::read_to_end(&mut std::io::Read::take(std::io::stdin().lock(), cap), &mut input)
+        .map_err(Error::read_failed)?;
+    if input.len() as u64 == cap {
+        return Err(Error::usage(format!("pre-receive: more than {} ref updates in one push", guard::MAX_UPDATES)));
+    }
+    let updates = guard::parse_updates(&input)?;
+    let repo = git2::Repository::open_from_env().map_err(crate::git::git_err)?;
+    let v = guard::check(&repo, &updates, &Progress::hidden())?;
+    for r in &v.refusals {
+        let at = if r.commit.is_empty() { String::new() } else { format!(" {} {}:", &r.commit[..10], r.path) };
+        eprintln!("wtxt pre-receive: {}:{at} {}", r.refname, crate::error::one_line(&r.reason));
+    }
+    if !v.refusals.is_empty() {
+        eprintln!("wtxt pre-receive: push refused: nothing of it is kept");
+        return Ok(1);
+    }
+    eprintln!("wtxt pre-receive: {} generation(s) in {} new commit(s) verified", v.generations, v.commits);
+    Ok(0)
 }
 
 fn filter_process(format: String) -> Result<u8> {

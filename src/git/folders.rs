@@ -169,7 +169,7 @@ pub(crate) fn write_record(path: &Path, r: &Record) -> Result<()> {
 pub enum State {
     /// Both as they were when they last matched.
     UpToDate,
-    /// The folder changed: the next commit snapshots it.
+    /// The folder changed: `--stage`, or the next commit of other changes, snapshots it.
     FolderChanged,
     /// The snapshot changed (a checkout, a merge): the folder is written from it.
     SnapshotChanged,
@@ -177,7 +177,7 @@ pub enum State {
     BothChanged,
     /// No folder: it is written from the snapshot.
     NoFolder,
-    /// No snapshot yet: the next commit takes the folder.
+    /// No snapshot yet: `--stage`, or the next commit of other changes, takes the folder.
     NoSnapshot,
     /// Neither exists.
     Neither,
@@ -189,14 +189,19 @@ impl State {
         let (d, s) = (f.dir.display(), f.snapshot.display());
         match self {
             State::UpToDate => format!("{d}/: up to date with {s}"),
-            State::FolderChanged => format!("{d}/: changed since it matched {s}: the next commit snapshots it"),
+            State::FolderChanged => format!(
+                "{d}/: changed since it matched {s}: `wtxt git folder {d} --stage` snapshots and stages it \
+                 (a commit of other staged changes does it too; Git commits nothing when nothing was staged)"
+            ),
             State::SnapshotChanged => format!("{d}/: {s} changed: `wtxt git folder {d} --checkout` writes the folder"),
             State::BothChanged => format!(
                 "{d}/ and {s} both changed: keep the folder's with `wtxt git folder {d} --stage`, \
                  or the snapshot's with `wtxt git folder {d} --checkout --force`"
             ),
             State::NoFolder => format!("{d}/: missing: `wtxt git folder {d} --checkout` writes it from {s}"),
-            State::NoSnapshot => format!("{d}/: no {s} yet: the next commit snapshots the folder"),
+            State::NoSnapshot => format!(
+                "{d}/: no {s} yet: `wtxt git folder {d} --stage` snapshots and stages it (or any commit of other staged changes)"
+            ),
             State::Neither => format!("{d}/: neither the folder nor {s} exists"),
         }
     }

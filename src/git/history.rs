@@ -126,11 +126,15 @@ struct Version {
 }
 
 /// Opens the repository around `dir` and resolves `path` (relative to the
-/// current directory) to a path inside it.
+/// current directory) to a path inside it; in a bare repository (a server
+/// auditing what it holds) `path` is taken as the path in its commits.
 pub fn open(dir: &Path, path: Option<&Path>) -> Result<(Repository, Option<PathBuf>)> {
     let repo =
         Repository::discover(dir).map_err(|e| Error::usage(format!("not in a Git repository: {}", e.message())))?;
-    let root = repo.workdir().ok_or_else(|| Error::usage("a bare repository: run this inside a work tree"))?;
+    let Some(root) = repo.workdir() else {
+        let rel = path.map(in_commits).transpose()?;
+        return Ok((repo, rel));
+    };
     let root = root.canonicalize().map_err(|e| Error::io(root, e))?;
     let rel = match path {
         None => None,
@@ -149,6 +153,18 @@ pub fn open(dir: &Path, path: Option<&Path>) -> Result<(Repository, Option<PathB
         }
     };
     Ok((repo, rel))
+}
+
+/// `path` as a path in a commit's tree: relative, with no `.` or `..`.
+fn in_commits(path: &Path) -> Result<PathBuf> {
+    let plain = path.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+    if !plain || path.as_os_str().is_empty() {
+        return Err(Error::usage(format!(
+            "{}: in a bare repository, name the snapshot by its path in the commits (as `git ls-tree -r HEAD` shows it)",
+            path.display()
+        )));
+    }
+    Ok(path.to_path_buf())
 }
 
 /// A merge, cherry-pick, revert or rebase that stopped on a conflict:
@@ -207,7 +223,11 @@ pub fn in_progress(repo: &Repository) -> Result<InProgress> {
 
 /// Every `*.wtxt` path in HEAD's tree.
 pub fn wtxt_paths(repo: &Repository) -> Result<Vec<PathBuf>> {
-    let tree = repo.head().and_then(|h| h.peel_to_tree()).map_err(git_err)?;
+    snapshot_paths(&repo.head().and_then(|h| h.peel_to_tree()).map_err(git_err)?)
+}
+
+/// Every `*.wtxt` path in `tree` (a split snapshot by its head).
+pub fn snapshot_paths(tree: &Tree) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
         if e.kind() == Some(ObjectType::Blob) && e.name().is_ok_and(|n| n.ends_with(".wtxt")) {
@@ -339,50 +359,89 @@ pub fn head_link(
 /// Walks the history of `path` from HEAD and checks every link (and, with
 /// [`LogOptions::verify`], every generation's data, counted on `progress`).
 pub fn chain(repo: &Repository, path: &Path, opts: &LogOptions, progress: &Progress) -> Result<Chain> {
-    let mut walk = repo.revwalk().map_err(git_err)?;
-    walk.push_head().map_err(git_err)?;
-    walk.set_sorting(Sort::TOPOLOGICAL | Sort::TIME).map_err(git_err)?;
     let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(git_err)?;
+    let mut walk = repo.revwalk().map_err(git_err)?;
+    walk.push(head.id()).map_err(git_err)?;
+    walk.set_sorting(Sort::TOPOLOGICAL | Sort::TIME).map_err(git_err)?;
     let mut paths: HashMap<Oid, PathBuf> = HashMap::from([(head.id(), path.to_path_buf())]);
-    let mut cache: HashMap<Oid, Version> = HashMap::new();
-    let mut blobs = Blobs::new(repo);
+    let mut versions = Versions::new(repo);
     let mut generations = Vec::new();
     for oid in walk {
         let oid = oid.map_err(git_err)?;
         let commit = repo.find_commit(oid).map_err(git_err)?;
-        let tree = commit.tree().map_err(git_err)?;
         let Some(p) = paths.get(&oid).cloned() else { continue };
+        let tree = commit.tree().map_err(git_err)?;
+        for parent in commit.parents() {
+            let pp = path_in_parent(repo, &parent.tree().map_err(git_err)?, &tree, &p)?;
+            paths.entry(parent.id()).or_insert(pp);
+        }
+        if let Some(g) = versions.generation(&commit, &p, opts, progress)? {
+            generations.push(g);
+        }
+    }
+    let ok = generations.iter().all(|g| g.problems.is_empty());
+    Ok(Chain { path: path.display().to_string(), generations, ok })
+}
+
+/// The versions of snapshots read so far (headers parsed once).
+pub struct Versions<'r> {
+    repo: &'r Repository,
+    blobs: Blobs<'r>,
+    cache: HashMap<Oid, Version>,
+}
+
+impl<'r> Versions<'r> {
+    /// Nothing read yet.
+    pub fn new(repo: &'r Repository) -> Versions<'r> {
+        Versions { repo, blobs: Blobs::new(repo), cache: HashMap::new() }
+    }
+
+    /// The generation `commit` makes of the snapshot at `path`, checked
+    /// against the version each parent has (following renames), or none
+    /// when the commit has no such file or did not change it: neither its
+    /// blob nor, for a split snapshot, its parts' folder.
+    pub fn generation(
+        &mut self,
+        commit: &Commit,
+        path: &Path,
+        opts: &LogOptions,
+        progress: &Progress,
+    ) -> Result<Option<Generation>> {
+        let repo = self.repo;
+        let tree = commit.tree().map_err(git_err)?;
+        let Some(blob) = blob_at(&tree, path) else { return Ok(None) };
+        let parts = parts_of(&tree, path);
         let mut prevs: Vec<(Oid, Oid)> = Vec::new();
         for parent in commit.parents() {
-            let ptree = parent.tree().map_err(git_err)?;
-            let pp = path_in_parent(repo, &ptree, &tree, &p)?;
-            paths.entry(parent.id()).or_insert_with(|| pp.clone());
-            if let Some(v) = last_version(&parent, &pp)? {
-                prevs.push(v);
+            let pp = path_in_parent(repo, &parent.tree().map_err(git_err)?, &tree, path)?;
+            if let Some((c, b)) = last_version(&parent, &pp)? {
+                // The same version as a parent's: this commit made no generation.
+                let same_parts = || -> Result<bool> {
+                    Ok(parts_of(&repo.find_commit(c).and_then(|c| c.tree()).map_err(git_err)?, &pp) == parts)
+                };
+                if b == blob && same_parts()? {
+                    return Ok(None);
+                }
+                prevs.push((c, b));
             }
         }
-        let Some(blob) = blob_at(&tree, &p) else { continue };
-        if prevs.iter().any(|(_, b)| *b == blob) {
-            continue; // this commit did not change the file
-        }
-        let cur = read_version(&mut blobs, oid, blob);
+        let cur = read_version(&mut self.blobs, commit.id(), blob);
         let prev_versions: Vec<Version> = prevs
             .iter()
-            .map(|(c, b)| cache.entry(*b).or_insert_with(|| read_version(&mut blobs, *c, *b)).clone())
+            .map(|(c, b)| self.cache.entry(*b).or_insert_with(|| read_version(&mut self.blobs, *c, *b)).clone())
             .collect();
-        let mut g = check(&commit, &p, &cur, &prev_versions, opts);
+        let mut g = check(commit, path, &cur, &prev_versions, opts);
         if opts.verify {
-            progress.restart(&format!("{} {}", &g.commit[..10], p.display()));
+            progress.restart(&format!("{} {}", &g.commit[..10], path.display()));
             let vopts = VerifyOptions { trusted: opts.trusted.as_ref(), ..Default::default() };
-            let verdict = verify_version(repo, &tree, &p, blob, &vopts, progress);
-            match verdict.map(|r| r.errors.into_iter().next()) {
+            match verify_version(repo, &tree, path, blob, &vopts, progress).map(|r| r.errors.into_iter().next()) {
                 Ok(None) => g.data = DataCheck::Verified,
                 Ok(Some(mut problem)) => {
                     // The model's names from the work tree's copy (display only).
                     if let (Some(a), Some(w)) = (&problem.array, repo.workdir()) {
-                        problem.original = crate::convert::names::originals_of(&w.join(&p)).remove(a);
+                        problem.original = crate::convert::names::originals_of(&w.join(path)).remove(a);
                     }
-                    let file = problem.file.clone().unwrap_or_else(|| p.display().to_string());
+                    let file = problem.file.clone().unwrap_or_else(|| path.display().to_string());
                     g.problems.push(format!("data: {file}: line {}: {}", problem.line, problem.text()));
                     g.data = DataCheck::Failed;
                 }
@@ -392,11 +451,16 @@ pub fn chain(repo: &Repository, path: &Path, opts: &LogOptions, progress: &Progr
                 }
             }
         }
-        generations.push(g);
-        cache.insert(blob, cur);
+        self.cache.insert(blob, cur);
+        Ok(Some(g))
     }
-    let ok = generations.iter().all(|g| g.problems.is_empty());
-    Ok(Chain { path: path.display().to_string(), generations, ok })
+}
+
+/// The tree entry of a split snapshot's parts folder (`PATH.parts`), if any.
+fn parts_of(tree: &Tree, path: &Path) -> Option<Oid> {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".parts");
+    tree.get_path(Path::new(&p)).ok().map(|e| e.id())
 }
 
 fn check(commit: &Commit, path: &Path, cur: &Version, prevs: &[Version], opts: &LogOptions) -> Generation {

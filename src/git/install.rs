@@ -28,6 +28,9 @@ pub const FOLDER_HOOK: &str = include_str!("../../hooks/post-checkout");
 /// work tree's snapshots (a checkout, a merge, a commit such as `git
 /// resolve`'s result, a rebase or amend).
 pub const FOLDER_HOOKS: [&str; 4] = ["post-checkout", "post-merge", "post-commit", "post-rewrite"];
+/// The hook a server's bare repository gets (`hooks/pre-receive` in the
+/// source tree): [`crate::git::guard`].
+pub const SERVER_HOOK: &str = include_str!("../../hooks/pre-receive");
 /// Marks a hook `wtxt` wrote.
 pub const HOOK_MARK: &str = "wtxt-managed-hook";
 const BEGIN: &str = "# >>> wtxt (managed by `wtxt git install`; `wtxt git install --uninstall` removes it)";
@@ -212,12 +215,17 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], ex
 
 /// The hooks to install, each calling the `wtxt` at `exe` (a shell word).
 fn hook_scripts(exe: &str, folders: bool) -> Vec<(&'static str, String)> {
-    let with_exe = |s: &str| s.replace("${WTXT:-wtxt}", &format!("${{WTXT:-{exe}}}"));
+    let with_exe = |s: &str| calling(s, exe);
     let mut hooks = vec![("pre-commit", with_exe(HOOK))];
     if folders {
         hooks.extend(FOLDER_HOOKS.iter().map(|&h| (h, with_exe(FOLDER_HOOK))));
     }
     hooks
+}
+
+/// A hook script calling the `wtxt` at `exe` (a shell word) unless `WTXT` names another.
+fn calling(script: &str, exe: &str) -> String {
+    script.replace("${WTXT:-wtxt}", &format!("${{WTXT:-{exe}}}"))
 }
 
 /// The lines `.git/info/exclude` gets for `folders`: Git never takes a
@@ -450,24 +458,71 @@ pub fn install(dir: &Path, p: &Plan) -> Result<Vec<String>> {
         write_file(x, with_block(&old, Some(&lines)).as_bytes(), 0o644)?;
     }
     if let Some(h) = &p.hooks_dir {
-        std::fs::create_dir_all(h).map_err(|e| Error::io(h, e))?;
-        for (name, text) in &p.hooks {
-            let hook = h.join(name);
-            let chained = h.join(format!("{name}.wtxt-chained"));
-            if std::fs::symlink_metadata(&hook).is_ok() && !is_our_hook(&hook) {
-                if std::fs::symlink_metadata(&chained).is_ok() {
-                    return Err(Error::usage(format!(
-                        "{} is not wtxt's and {} exists already: merge them by hand",
-                        hook.display(),
-                        chained.display()
-                    )));
-                }
-                std::fs::rename(&hook, &chained).map_err(|e| Error::io(&hook, e))?;
-            }
-            write_file(&hook, text.as_bytes(), 0o755)?;
-        }
+        put_hooks(h, &p.hooks)?;
     }
     smudge_clean_files(dir, &p.filtered)
+}
+
+/// Writes each hook into `dir`; a hook there that is not ours is kept as
+/// `NAME.wtxt-chained` (which ours runs first).
+fn put_hooks(dir: &Path, hooks: &[(&str, String)]) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    for (name, text) in hooks {
+        let hook = dir.join(name);
+        let chained = dir.join(format!("{name}.wtxt-chained"));
+        if std::fs::symlink_metadata(&hook).is_ok() && !is_our_hook(&hook) {
+            if std::fs::symlink_metadata(&chained).is_ok() {
+                return Err(Error::usage(format!(
+                    "{} is not wtxt's and {} exists already: merge them by hand",
+                    hook.display(),
+                    chained.display()
+                )));
+            }
+            std::fs::rename(&hook, &chained).map_err(|e| Error::io(&hook, e))?;
+        }
+        write_file(&hook, text.as_bytes(), 0o755)?;
+    }
+    Ok(())
+}
+
+/// Removes the hooks of `names` that are ours from `dir`, putting back the
+/// ones they replaced.
+fn remove_hooks<'a>(dir: &Path, names: impl IntoIterator<Item = &'a str>) -> Result<()> {
+    for name in names {
+        let hook = dir.join(name);
+        let chained = dir.join(format!("{name}.wtxt-chained"));
+        if is_our_hook(&hook) {
+            std::fs::remove_file(&hook).map_err(|e| Error::io(&hook, e))?;
+            if chained.exists() {
+                std::fs::rename(&chained, &hook).map_err(|e| Error::io(&chained, e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `wtxt git install --server`: the guard's `pre-receive` hook, calling the
+/// `wtxt` at `exe`, in the bare repository around `dir` (or, with
+/// `uninstall`, that hook removed). Returns the hook's path.
+pub fn server(dir: &Path, exe: &Path, uninstall: bool) -> Result<PathBuf> {
+    let repo = Repository::discover(dir)
+        .map_err(|e| Error::usage(format!("--server: not in a Git repository: {}", e.message())))?;
+    if !repo.is_bare() {
+        return Err(Error::usage(
+            "--server belongs in the bare repository a host serves (this one has a work tree: `git install` without --server)",
+        ));
+    }
+    let hooks = match repo.config().and_then(|c| c.get_path("core.hooksPath")) {
+        Ok(p) if p.is_absolute() => p,
+        Ok(p) => repo.path().join(p),
+        Err(_) => repo.path().join("hooks"),
+    };
+    if uninstall {
+        remove_hooks(&hooks, ["pre-receive"])?;
+    } else {
+        put_hooks(&hooks, &[("pre-receive", calling(SERVER_HOOK, &shell_word(&exe.display().to_string())))])?;
+    }
+    Ok(hooks.join("pre-receive"))
 }
 
 /// Files a filter now carries that the work tree holds in clean form (WTXT
@@ -562,16 +617,7 @@ pub fn uninstall(dir: &Path, p: &Plan) -> Result<()> {
         crate::git::pack::release_all(&repo.path().join("objects"))?;
     }
     if let Some(h) = &p.hooks_dir {
-        for name in std::iter::once("pre-commit").chain(FOLDER_HOOKS) {
-            let hook = h.join(name);
-            let chained = h.join(format!("{name}.wtxt-chained"));
-            if is_our_hook(&hook) {
-                std::fs::remove_file(&hook).map_err(|e| Error::io(&hook, e))?;
-                if chained.exists() {
-                    std::fs::rename(&chained, &hook).map_err(|e| Error::io(&chained, e))?;
-                }
-            }
-        }
+        remove_hooks(h, std::iter::once("pre-commit").chain(FOLDER_HOOKS))?;
     }
     Ok(())
 }

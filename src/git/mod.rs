@@ -11,6 +11,7 @@ pub mod deflate;
 pub mod diff;
 pub mod filter;
 pub mod folders;
+pub mod guard;
 pub mod history;
 pub mod hooks;
 pub mod install;
@@ -114,7 +115,8 @@ pub const PRIVATE_KEY_SETTINGS: [&str; 2] = ["wtxt.signKey", "wtxt.omsKey"];
 /// key (a trusted key, a key to sign with) for whoever merged it.
 pub fn configured_file(repo: &git2::Repository, key: &str) -> Result<Option<std::path::PathBuf>> {
     let Ok(p) = repo.config().and_then(|c| c.get_path(key)) else { return Ok(None) };
-    let Some(work) = repo.workdir() else { return Ok(Some(p)) };
+    // A bare repository (a server's): relative to it, as Git runs its hooks there.
+    let Some(work) = repo.workdir() else { return Ok(Some(if p.is_absolute() { p } else { repo.path().join(p) })) };
     let p = if p.is_absolute() { p } else { work.join(p) };
     let work = std::fs::canonicalize(work).unwrap_or_else(|_| work.to_path_buf());
     if let Ok(rel) = p.strip_prefix(&work) {

@@ -75,6 +75,26 @@ pub fn stage(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Staged>
     Ok(Staged { snapshot: f.snapshot.clone(), gen, len: written.len })
 }
 
+/// True when the index holds nothing against HEAD but what `staged` put
+/// there (each snapshot, its parts and the `model.sig` beside it): a
+/// commit Git began with nothing staged, which it ends as "nothing to
+/// commit" whatever its pre-commit hook stages (Git compares the index it
+/// read before running the hook), unless it amends or allows an empty one.
+pub fn only_folders_staged(dir: &Path, staged: &[Staged]) -> Result<bool> {
+    let repo = crate::git::open_for_hook(dir)?;
+    let Ok(head) = repo.head().and_then(|h| h.peel_to_tree()) else { return Ok(false) };
+    let index = repo.index().map_err(crate::git::git_err)?;
+    let diff = repo.diff_tree_to_index(Some(&head), Some(&index), None).map_err(crate::git::git_err)?;
+    let ours = |p: &Path| {
+        staged.iter().any(|s| {
+            let parts = crate::store::parts_dir(&s.snapshot);
+            let sig = s.snapshot.with_file_name(crate::oms::SIGNATURE_NAME);
+            p == s.snapshot || p.starts_with(&parts) || p == sig
+        })
+    };
+    Ok(diff.deltas().all(|d| d.new_file().path().or(d.old_file().path()).is_some_and(ours)))
+}
+
 /// Every configured folder of the repository around `dir` that changed,
 /// snapshotted and staged (what the pre-commit hook runs first).
 pub fn stage_changed(dir: &Path) -> Result<Vec<Staged>> {

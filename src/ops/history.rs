@@ -167,7 +167,8 @@ pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
     use crate::git::history;
     let (repo, rel) = history::open(dir, Some(path))?;
     let rel = rel.expect("a path was given");
-    let work = repo.workdir().expect("history::open refuses bare repositories").to_path_buf();
+    let work =
+        repo.workdir().ok_or_else(|| Error::usage("a bare repository: resolve a merge in a work tree"))?.to_path_buf();
     let op = history::in_progress(&repo)?;
     let tmp = tempfile::Builder::new()
         .prefix("wtxt-resolve")

@@ -165,6 +165,21 @@ fn a_model_folder_lives_in_the_work_tree_and_its_signed_snapshot_in_git() {
     };
     assert_eq!(merged["model-00001-of-00002.safetensors"], shard1((5, 6)), "side's embedding, main's projection");
     assert_eq!(w.ok(&["status", "--porcelain"]), "");
+
+    // Only the folder changed: the status says how to stage it. A commit
+    // begun with nothing staged is one Git ends before its hook's staging
+    // counts: the hook says so, and the same commit again takes it.
+    w.retrain((3, 4));
+    let st = String::from_utf8_lossy(&w.wtxt(&["git", "folder", "model"]).stdout).into_owned();
+    assert!(st.contains("`wtxt git folder model --stage`"), "{st}");
+    let o = w.git(&["commit", "-m", "only the folder"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("nothing else was staged") && err.contains("the same commit again takes it"), "{err}");
+    if !o.status.success() {
+        w.ok(&["commit", "-q", "-m", "only the folder"]);
+    }
+    assert_eq!(w.ok(&["log", "-1", "--format=%s"]).trim(), "only the folder");
+    assert_eq!(w.ok(&["status", "--porcelain"]), "");
 }
 
 /// Folders are named by the user, inside the work tree only; install and

@@ -140,7 +140,6 @@ pub fn wait_for_port(port: u16) {
     }
 }
 
-
 /// A real `git daemon` on 127.0.0.1 serving (and taking pushes into) every
 /// repository under `served`; stopped when the returned server drops.
 pub fn git_daemon(served: &Path) -> (Server, u16) {

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The server's guard (`wtxt git install --server`) at the size users push:
+# one generation of a SIZE_MIB training state (a split snapshot, the
+# default part size) pushed over file:// into a bare repository with the
+# guard, against the same push into one without it and against `wtxt
+# verify` of the same snapshot, in one run. Prints wall and CPU (user + sys,
+# the push's children included) of each; docs/PERFORMANCE.md keeps them.
+#
+#   scripts/bench_guard.sh [SIZE_MIB]      (default 1024)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mib=${1:-1024}
+work=${BENCH_DIR:-bench-work}/guard
+command -v /usr/bin/time >/dev/null || { echo "needs GNU time (apt-get install time)"; exit 2; }
+if [ -z "${BIN:-}" ]; then cargo build --release --quiet; BIN=target/release/wtxt; fi
+BIN=$(realpath "$BIN")
+rm -rf "$work" && mkdir -p "$work"
+python3 - "$mib" "$work/state.npz" <<'PY'
+import sys, numpy as np
+mib, out = int(sys.argv[1]), sys.argv[2]
+rng = np.random.default_rng(0)
+n = 64
+rows = (mib << 20) // (n * 1024 * 4)
+np.savez(out, **{f"layer{i:02d}": rng.standard_normal((rows, 1024), dtype=np.float32) for i in range(n)})
+PY
+export GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@example.com GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@example.com
+git init -q --bare -b main "$work/guarded.git"
+git init -q --bare -b main "$work/plain.git"
+# Servers keep what they receive as packs (as hosting services do; the
+# default unpacks a push of few objects into loose ones, deflating it all).
+git -C "$work/guarded.git" config receive.unpackLimit 1
+git -C "$work/plain.git" config receive.unpackLimit 1
+(cd "$work/guarded.git" && "$BIN" git install --server 2>/dev/null)
+git init -q -b main "$work/w"
+# As users commit: `wtxt git install` (its hook verifies and packs the parts).
+(cd "$work/w" && WTXT="$BIN" "$BIN" git install >/dev/null 2>&1 && "$BIN" snapshot ../state.npz -o m.wtxt --gen 0 >/dev/null 2>&1 &&
+  git add -A && WTXT="$BIN" git commit -q -m gen0 2>/dev/null)
+rm -f "$work/state.npz"
+t() { # label, command...
+  local label=$1; shift
+  sync
+  /usr/bin/time -f "%e %U %S" -o "$work/t" "$@" >/dev/null 2>"$work/err" || { cat "$work/err"; exit 1; }
+  read -r wall user sys < "$work/t"
+  printf '%-40s %8.2f %8.2f\n' "$label" "$wall" "$(echo "$user + $sys" | bc)"
+}
+size=$(du -sb "$work/w/m.wtxt" "$work/w/m.wtxt.parts" | awk '{s += $1} END {printf "%.0f", s / 1048576}')
+echo "$(nproc) cores; one generation of ${mib} MiB of f32 (${size} MiB of text, split)"
+printf '%-40s %8s %8s\n' "" "wall s" "cpu s"
+t "wtxt verify m.wtxt" "$BIN" verify "$work/w/m.wtxt"
+t "git push, no guard" git -C "$work/w" push -q "$work/plain.git" main
+t "git push, guarded (verified whole)" git -C "$work/w" push -q "$work/guarded.git" main
+grep -q "1 generation(s) in 1 new commit(s) verified" "$work/err" || { echo "the guard did not verify"; cat "$work/err"; exit 1; }

@@ -1,0 +1,174 @@
+//! The server's guard: Git's `pre-receive` hook in a bare repository
+//! (`wtxt git install --server` installs a hook that runs `wtxt hook
+//! pre-receive`).
+//!
+//! Git hands the hook one line per ref update (`OLD NEW REF`) while the
+//! pushed objects wait in quarantine, visible through the environment Git
+//! sets (which [`Repository::open_from_env`] and `git cat-file` honour); a
+//! non-zero exit refuses the whole push and nothing of it reaches the refs.
+//! Every commit the push brings (reachable from a new tip and from no ref
+//! the repository has) that adds or changes a snapshot (`*.wtxt`, a split
+//! snapshot's head or parts) is checked as `wtxt log --verify` checks a
+//! generation: the data verified whole from its blobs, the header's own
+//! `merkle_this`, the link to each parent's version, and with
+//! `wtxt.trustedKeys` set a valid signature by one of those keys. Nothing
+//! the push carries is run: blobs are read, never checked out, filtered or
+//! shown through a textconv. The work is bounded: at most
+//! [`MAX_UPDATES`] ref updates and `wtxt.guardMaxCommits` new commits
+//! (default [`DEFAULT_MAX_COMMITS`]), and a push still being checked after
+//! `wtxt.guardSeconds` (default [`DEFAULT_SECONDS`]) is refused at the next
+//! generation; verifying streams, so memory does not grow with a snapshot.
+
+use std::time::{Duration, Instant};
+
+use git2::{Oid, Repository, Sort};
+
+use crate::error::{Error, Result};
+use crate::git::git_err;
+use crate::git::history::{snapshot_paths, LogOptions, Versions};
+use crate::progress::Progress;
+
+/// The most ref updates one push may carry.
+pub const MAX_UPDATES: usize = 10_000;
+/// The most new commits one push may bring unless `wtxt.guardMaxCommits` says otherwise.
+pub const DEFAULT_MAX_COMMITS: u64 = 100_000;
+/// How long a push may be checked unless `wtxt.guardSeconds` says otherwise.
+pub const DEFAULT_SECONDS: u64 = 3600;
+
+/// One line of Git's input to `pre-receive`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update {
+    /// The ref's tip before the push (zero: the ref is new).
+    pub old: Oid,
+    /// Its tip after (zero: the ref is deleted).
+    pub new: Oid,
+    /// The ref, as Git names it.
+    pub refname: String,
+}
+
+/// Parses Git's `OLD NEW REF` lines.
+pub fn parse_updates(input: &[u8]) -> Result<Vec<Update>> {
+    let text = std::str::from_utf8(input).map_err(|_| Error::usage("pre-receive: Git's input is not UTF-8"))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.is_empty()) {
+        let bad = || Error::usage(format!("pre-receive: input line {}: expected OLD NEW REF", i + 1));
+        let mut f = line.splitn(3, ' ');
+        let (Some(old), Some(new), Some(refname)) = (f.next(), f.next(), f.next()) else { return Err(bad()) };
+        let (old, new) = (Oid::from_str(old).map_err(|_| bad())?, Oid::from_str(new).map_err(|_| bad())?);
+        if out.len() == MAX_UPDATES {
+            return Err(Error::usage(format!("pre-receive: more than {MAX_UPDATES} ref updates in one push")));
+        }
+        out.push(Update { old, new, refname: refname.to_string() });
+    }
+    Ok(out)
+}
+
+/// Why a push is refused: the first generation that failed in each ref.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// The ref the push updates.
+    pub refname: String,
+    /// The commit (hex), empty when the refusal is not about one.
+    pub commit: String,
+    /// The snapshot's path in it.
+    pub path: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// What the guard found.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    /// New commits walked.
+    pub commits: u64,
+    /// Generations checked (new or changed snapshots in those commits).
+    pub generations: u64,
+    /// Empty when the push may land.
+    pub refusals: Vec<Refusal>,
+}
+
+/// Checks what `updates` bring into `repo` (opened from Git's environment,
+/// so the quarantined objects are visible) under its policy.
+pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Result<Verdict> {
+    let cfg = repo.config().map_err(git_err)?;
+    let max_commits = cfg.get_i64("wtxt.guardMaxCommits").map_or(DEFAULT_MAX_COMMITS, |v| v.max(0) as u64);
+    let seconds = cfg.get_i64("wtxt.guardSeconds").map_or(DEFAULT_SECONDS, |v| v.max(0) as u64);
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let opts = LogOptions { trusted: crate::git::configured_trusted_keys(repo)?, verify: true };
+    // What the repository already holds: every ref's tip before the push.
+    let mut known = Vec::new();
+    for r in repo.references().map_err(git_err)?.flatten() {
+        if let Some(id) = r.resolve().ok().and_then(|r| r.target()) {
+            known.push(id);
+        }
+    }
+    let mut verdict = Verdict::default();
+    let mut versions = Versions::new(repo);
+    for u in updates.iter().filter(|u| !u.new.is_zero()) {
+        let refuse = |commit: &str, path: &str, reason: String| Refusal {
+            refname: u.refname.clone(),
+            commit: commit.to_string(),
+            path: path.to_string(),
+            reason,
+        };
+        // A tag or anything else that is not a commit carries no snapshot
+        // history of its own; its commit is checked when it is new.
+        let Ok(tip) = repo.find_object(u.new, None).and_then(|o| o.peel_to_commit()) else { continue };
+        let mut walk = repo.revwalk().map_err(git_err)?;
+        walk.push(tip.id()).map_err(git_err)?;
+        for k in &known {
+            // A tip that is not a commit (a tag of a blob) hides nothing.
+            let _ = walk.hide(*k);
+        }
+        // Parents first: a refusal names the earliest commit that fails.
+        walk.set_sorting(Sort::TOPOLOGICAL | Sort::REVERSE).map_err(git_err)?;
+        'commits: for oid in walk {
+            let commit = repo.find_commit(oid.map_err(git_err)?).map_err(git_err)?;
+            verdict.commits += 1;
+            if verdict.commits > max_commits {
+                verdict.refusals.push(refuse(
+                    "",
+                    "",
+                    format!("more than {max_commits} new commits (wtxt.guardMaxCommits)"),
+                ));
+                break;
+            }
+            for path in snapshot_paths(&commit.tree().map_err(git_err)?)? {
+                if Instant::now() > deadline {
+                    verdict.refusals.push(refuse(
+                        "",
+                        "",
+                        format!("still checking after {seconds} s (wtxt.guardSeconds)"),
+                    ));
+                    return Ok(verdict);
+                }
+                let Some(g) = versions.generation(&commit, &path, &opts, progress)? else { continue };
+                verdict.generations += 1;
+                if let Some(p) = g.problems.first() {
+                    verdict.refusals.push(refuse(&g.commit, &g.path, p.clone()));
+                    break 'commits;
+                }
+            }
+        }
+    }
+    Ok(verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn updates_are_parsed_strictly() {
+        let z = "0".repeat(40);
+        let a = "a".repeat(40);
+        let u = parse_updates(format!("{z} {a} refs/heads/main\n").as_bytes()).unwrap();
+        assert_eq!(
+            u,
+            vec![Update { old: Oid::ZERO_SHA1, new: Oid::from_str(&a).unwrap(), refname: "refs/heads/main".into() }]
+        );
+        for bad in [format!("{z} {a}\n"), format!("{z} nothex refs/heads/x\n"), "\u{ff}".into()] {
+            assert!(parse_updates(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The server's guard (`wtxt git install --server`): a real bare repository
+//! served by a real `git daemon` on 127.0.0.1 takes a push of good,
+//! signed, chained generations and refuses (naming the commit, path and
+//! reason) one that does not verify, breaks the chain or is not signed by
+//! its trusted keys, though the pusher skipped its own hook; nothing of a
+//! refused push reaches the refs or the object store. `wtxt log` audits the
+//! bare repository.
+
+use std::path::{Path, PathBuf};
+
+use crate::util::{fixture, git_cmd, git_daemon, git_ok, wtxt};
+
+/// Snapshots the example model to `out` (chained to `prev`, or gen 0),
+/// with the extra arguments.
+fn snapshot(out: &Path, prev: Option<&Path>, n: u32, extra: &[&str]) {
+    let mut c = wtxt();
+    c.arg("snapshot").arg(fixture("inputs/model.npz")).arg("-o").arg(out);
+    c.args(["--ts", &format!("2026-04-01T00:00:{n:02}Z")]);
+    match prev {
+        Some(p) => c.arg("--prev").arg(p),
+        None => c.args(["--gen", "0"]),
+    };
+    let o = c.args(extra).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Commits the work tree without its hook (as a pusher who skipped it
+/// would) and pushes; the push's exit status and stderr.
+fn commit_and_push(work: &Path, msg: &str) -> (bool, String) {
+    git_ok(work, &["add", "-A", "."]);
+    git_ok(work, &["commit", "-q", "--no-verify", "-m", msg]);
+    let o = git_cmd(work, &["push", "origin", "HEAD:main"], &[]);
+    (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn rev(git_dir: &Path, what: &str) -> String {
+    git_ok(git_dir, &["rev-parse", what]).trim().to_string()
+}
+
+#[test]
+fn a_bare_repository_refuses_what_does_not_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let served = d.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    let bare = served.join("models.git");
+    git_ok(&served, &["init", "-q", "--bare", "-b", "main", "models.git"]);
+    // --server needs a bare repository.
+    let work_repo = d.join("plain");
+    git_ok(d, &["init", "-q", "plain"]);
+    let o = wtxt().current_dir(&work_repo).args(["git", "install", "--server"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = wtxt().current_dir(&bare).args(["git", "install", "--server"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    git_ok(&bare, &["config", "wtxt.trustedKeys", fixture("keys/trusted_keys").to_str().unwrap()]);
+    let (_server, port) = git_daemon(&served);
+    let url = format!("git://127.0.0.1:{port}/models.git");
+    git_ok(d, &["clone", "-q", &url, "work"]);
+    let work = d.join("work");
+    let m = work.join("m.wtxt");
+    let keep = |n: u32| -> PathBuf {
+        let k = d.join(format!("gen{n}.wtxt"));
+        std::fs::copy(&m, &k).unwrap();
+        k
+    };
+    let (sign, trusted) = (fixture("keys/sign.pem"), fixture("keys/trusted_keys"));
+    let signed = ["--sign-key", sign.to_str().unwrap(), "--trusted-keys", trusted.to_str().unwrap()];
+
+    // Good, signed generations land.
+    snapshot(&m, None, 0, &signed);
+    let g0 = keep(0);
+    let (ok, err) = commit_and_push(&work, "gen 0");
+    assert!(ok, "{err}");
+    assert!(err.contains("1 generation(s) in 1 new commit(s) verified"), "{err}");
+    snapshot(&m, Some(&g0), 1, &signed);
+    let g1 = keep(1);
+    let (ok, err) = commit_and_push(&work, "gen 1");
+    assert!(ok, "{err}");
+    let landed = rev(&bare, "main");
+    assert_eq!(landed, rev(&work, "HEAD"));
+
+    // Each bad generation is refused, named, and leaves nothing behind.
+    let refused = |what: &str, expect: &str| {
+        let (ok, err) = commit_and_push(&work, what);
+        let tried = rev(&work, "HEAD");
+        assert!(!ok, "{what}: the push landed: {err}");
+        assert!(err.contains("pre-receive hook declined"), "{what}: {err}");
+        assert!(err.contains(&format!("refs/heads/main: {} m.wtxt: ", &tried[..10])), "{what}: {err}");
+        assert!(err.contains(expect), "{what}: expected {expect:?} in {err}");
+        assert_eq!(rev(&bare, "main"), landed, "{what}: the ref moved");
+        let o = git_cmd(&bare, &["cat-file", "-e", &tried], &[]);
+        assert!(!o.status.success(), "{what}: the refused commit is in the server's objects");
+        git_ok(&work, &["reset", "-q", "--hard", &landed]);
+    };
+    // Data changed after signing: one base64 character of a chunk.
+    snapshot(&m, Some(&g1), 2, &signed);
+    let text = std::fs::read_to_string(&m).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let at = lines.iter().position(|l| l.starts_with("ch ")).unwrap() + 1;
+    let c = if lines[at].as_bytes()[3] == b'A' { "B" } else { "A" };
+    lines[at].replace_range(3..4, c);
+    std::fs::write(&m, lines.join("\n") + "\n").unwrap();
+    refused("tampered data", "data: m.wtxt: line");
+    // A generation that does not continue the chain.
+    snapshot(&m, None, 3, &signed);
+    refused("a new chain", "broken link");
+    // Unsigned, and signed by a key the server does not trust.
+    snapshot(&m, Some(&g1), 4, &["--trusted-keys", trusted.to_str().unwrap()]);
+    refused("unsigned", "not signed");
+    let other = fixture("keys/other.pem");
+    snapshot(&m, Some(&g1), 5, &["--sign-key", other.to_str().unwrap(), "--trusted-keys", trusted.to_str().unwrap()]);
+    refused("another key", "not trusted");
+
+    // The next good generation still lands after the refusals.
+    snapshot(&m, Some(&g1), 6, &signed);
+    let (ok, err) = commit_and_push(&work, "gen 2");
+    assert!(ok, "{err}");
+
+    // The server audits what it holds: `wtxt log --verify` in the bare repository.
+    let o = wtxt().current_dir(&bare).args(["log", "m.wtxt", "--verify", "--json"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let gens = v["chains"][0]["generations"].as_array().unwrap();
+    assert_eq!(gens.len(), 3);
+    assert!(gens.iter().all(|g| g["data"] == "verified" && g["signature"] == "valid"), "{v}");
+    let o = wtxt().current_dir(&bare).args(["log", "../m.wtxt"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "a path outside the commits is refused");
+
+    // --uninstall puts back what was there.
+    let o = wtxt().current_dir(&bare).args(["git", "install", "--server", "--uninstall"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!bare.join("hooks/pre-receive").exists());
+}
+
+/// A hook the repository had is kept and runs first, on the same input;
+/// its refusal stands.
+#[test]
+fn a_hook_the_server_had_runs_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    git_ok(d, &["init", "-q", "--bare", "-b", "main", "r.git"]);
+    let bare = d.join("r.git");
+    let theirs = bare.join("hooks/pre-receive");
+    let seen = d.join("seen");
+    std::fs::write(&theirs, format!("#!/bin/sh\ncat > '{}'\nexit 0\n", seen.display())).unwrap();
+    std::fs::set_permissions(&theirs, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let o = wtxt().current_dir(&bare).args(["git", "install", "--server"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(bare.join("hooks/pre-receive.wtxt-chained").exists());
+    git_ok(d, &["clone", "-q", bare.to_str().unwrap(), "w"]);
+    let m = d.join("w/m.wtxt");
+    snapshot(&m, None, 0, &[]);
+    let (ok, err) = commit_and_push(&d.join("w"), "gen 0");
+    assert!(ok, "{err}");
+    let input = std::fs::read_to_string(&seen).unwrap();
+    assert!(input.ends_with(" refs/heads/main\n"), "{input:?}");
+    std::fs::write(theirs.with_extension("wtxt-chained"), "#!/bin/sh\necho no >&2\nexit 1\n").unwrap();
+    snapshot(&m, Some(&d.join("w/m.wtxt")), 1, &[]);
+    let (ok, _) = commit_and_push(&d.join("w"), "gen 1");
+    assert!(!ok, "the chained hook's refusal stands");
+}
+
+/// A push that changes one part of a split snapshot and not its head is
+/// still a new version of the snapshot: verified, and refused.
+#[test]
+fn a_changed_part_alone_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    git_ok(d, &["init", "-q", "--bare", "-b", "main", "r.git"]);
+    let bare = d.join("r.git");
+    let o = wtxt().current_dir(&bare).args(["git", "install", "--server"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    git_ok(d, &["clone", "-q", bare.to_str().unwrap(), "w"]);
+    let w = d.join("w");
+    snapshot(&w.join("s.wtxt"), None, 0, &["--part-size", "49152"]);
+    let parts: Vec<PathBuf> = std::fs::read_dir(w.join("s.wtxt.parts")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(parts.len() > 1, "the snapshot is split");
+    let (ok, err) = commit_and_push(&w, "gen 0");
+    assert!(ok, "{err}");
+    let part = &parts[parts.len() - 1];
+    let text = std::fs::read_to_string(part).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let at = lines.iter().position(|l| l.starts_with("ch ")).unwrap() + 1;
+    let c = if lines[at].as_bytes()[3] == b'A' { "B" } else { "A" };
+    lines[at].replace_range(3..4, c);
+    std::fs::write(part, lines.join("\n") + "\n").unwrap();
+    let (ok, err) = commit_and_push(&w, "a part changed");
+    assert!(!ok, "{err}");
+    assert!(err.contains(" s.wtxt: "), "{err}");
+    // `wtxt log` shows that commit as a version of the snapshot too.
+    let o = wtxt().current_dir(&w).args(["log", "s.wtxt", "--json"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
+}
