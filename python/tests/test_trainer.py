@@ -1,0 +1,110 @@
+"""wtxt.trainer with the real transformers Trainer (a small Llama, CPU):
+every checkpoint becomes a signed, chained generation committed and pushed
+in the background; a generation restored and resumed from trains on exactly
+as the Trainer's own checkpoint does; a tampered one is refused."""
+
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+import wtxt  # noqa: E402
+from wtxt.trainer import WtxtCallback, restore_checkpoint  # noqa: E402
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "wtxt"
+KEY, TRUSTED = FIXTURES / "keys" / "sign.pem", FIXTURES / "keys" / "trusted_keys"
+
+
+def git(cwd, *args):
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@example.com")
+    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r.stdout
+
+
+def train(out, max_steps, callbacks=(), resume=None):
+    """A one-layer Llama trained on fixed random tokens; its final weights."""
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+    model = transformers.LlamaForCausalLM(cfg)
+    g = torch.Generator().manual_seed(1)
+    data = [{"input_ids": torch.randint(0, 64, (8,), generator=g), "labels": torch.randint(0, 64, (8,), generator=g)}
+            for _ in range(32)]
+    args = transformers.TrainingArguments(output_dir=str(out), max_steps=max_steps, save_steps=2,
+                                          per_device_train_batch_size=4, report_to=[], use_cpu=True,
+                                          logging_steps=1000, seed=0, data_seed=0, disable_tqdm=True)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks))
+    trainer.train(resume_from_checkpoint=None if resume is None else str(resume))
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def same(a, b):
+    """Equal objects, tensors and arrays compared by value and dtype."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if hasattr(a, "dtype") and hasattr(a, "shape"):  # NumPy
+        return a.dtype == b.dtype and (a == b).all()
+    return a == b
+
+
+def test_every_trainer_checkpoint_is_a_generation_that_resumes_exactly(tmp_path):
+    repo, remote = tmp_path / "runs", tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
+    cb = WtxtCallback(repo, "llama.wtxt", remote=str(remote), sign_key=KEY)
+    train(tmp_path / "out", 4, callbacks=[cb])
+    # Steps 2 and 4: two generations, chained, committed and pushed.
+    assert [i.gen for i in cb.infos] == [0, 1] and all(i.pushed for i in cb.infos), cb.infos
+    assert git(remote, "rev-parse", "main").strip() == cb.infos[-1].commit
+    report = wtxt.verify(repo / "llama.wtxt", trusted_keys=TRUSTED, require_signature=True)
+    assert report.ok and report.gen == 1, report.errors
+
+    # Restored, the checkpoint holds what the Trainer saved: the other files
+    # byte for byte, the torch files' objects and the model's tensors equal.
+    back = restore_checkpoint(repo / "llama.wtxt", tmp_path / "back", trusted_keys=TRUSTED, require_signature=True)
+    orig = tmp_path / "out" / "checkpoint-4"
+    assert sorted(os.listdir(back)) == sorted(os.listdir(orig))
+    with wtxt.trainer._numpy_globals():
+        for name in sorted(os.listdir(orig)):
+            a, b = orig / name, pathlib.Path(back) / name
+            if name.endswith((".pt", ".pth")):
+                assert same(torch.load(a, weights_only=True), torch.load(b, weights_only=True)), name
+            else:
+                assert a.read_bytes() == b.read_bytes(), name
+
+    # Resumed from the generation, training goes on exactly as from the Trainer's own checkpoint.
+    from_own = train(tmp_path / "own", 6, resume=orig)
+    from_wtxt = train(tmp_path / "again", 6, resume=back)
+    assert same(from_own, from_wtxt)
+
+
+def test_a_tampered_generation_is_never_restored(tmp_path):
+    repo = tmp_path / "runs"
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    cb = WtxtCallback(repo, "ck.wtxt")
+    train(tmp_path / "out", 2, callbacks=[cb])
+    snap = repo / "ck.wtxt"
+    lines = snap.read_text().split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("ch ")) + 1
+    lines[at] = ("B" if lines[at][3] == "A" else "A").join([lines[at][:3], lines[at][4:]])
+    snap.write_text("\n".join(lines))
+    with pytest.raises(wtxt.Error):
+        restore_checkpoint(snap, tmp_path / "back")
+    assert not (tmp_path / "back").exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".wtxt-checkpoint-")]
+    # A snapshot that is not a Trainer checkpoint is named as such.
+    plain = tmp_path / "plain.wtxt"
+    wtxt.save_file({"w": torch.zeros(2).numpy()}, plain)
+    with pytest.raises(wtxt.Error, match="not a Trainer checkpoint"):
+        restore_checkpoint(plain, tmp_path / "back")
