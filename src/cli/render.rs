@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use crate::git::diff::{FileDiff, Status, MAX_RANGES};
+use crate::git::files_diff::FileStatus;
 use crate::git::history::DataCheck;
 use crate::ops;
 use crate::wtxt::syntax::shape_str;
@@ -261,18 +262,48 @@ pub fn diff_text(d: &FileDiff, old: &str, new: &str, color: bool) -> String {
         };
         let _ = writeln!(s, "= {} array(s) with unchanged values{note}", unchanged + rewrapped);
     }
-    if !d.header_unified.is_empty() {
-        for l in d.header_unified.lines() {
-            let l = match l.chars().next() {
-                Some('+') if !l.starts_with("+++") => paint("32", l.to_string()),
-                Some('-') if !l.starts_with("---") => paint("31", l.to_string()),
-                Some('@') => paint("36", l.to_string()),
-                _ => l.to_string(),
-            };
-            let _ = writeln!(s, "{l}");
+    for n in &d.names {
+        let _ = writeln!(s, "{} {n}", paint("36", "names".into()));
+    }
+    for f in &d.files {
+        let size = |n: Option<u64>| n.map_or(String::new(), |n| format!("{n} bytes"));
+        let line = match f.status {
+            FileStatus::Added => paint("32", format!("+ file {} ({})", f.path, size(f.new_len))),
+            FileStatus::Removed => paint("31", format!("- file {} ({})", f.path, size(f.old_len))),
+            FileStatus::Changed => {
+                paint("33", format!("~ file {}: {} -> {}", f.path, size(f.old_len), size(f.new_len)))
+            }
+        };
+        let _ = writeln!(s, "{line}");
+        match &f.unified {
+            Some(u) => {
+                unified(&mut s, u, &paint);
+                if f.lines_left_out > 0 {
+                    let _ = writeln!(s, "  ... {} more line(s) of this diff", f.lines_left_out);
+                }
+            }
+            None => {
+                let h = |x: &Option<String>| x.as_deref().map_or("(none)".to_string(), |x| x[..16].to_string());
+                let _ = writeln!(s, "  not text: sha256 {} -> {}", h(&f.old_sha256), h(&f.new_sha256));
+            }
         }
     }
+    unified(&mut s, &d.header_unified, &paint);
     s
+}
+
+/// A unified diff's lines, coloured as `git diff` colours them.
+fn unified(s: &mut String, text: &str, paint: &dyn Fn(&str, String) -> String) {
+    use std::fmt::Write as _;
+    for l in text.lines() {
+        let l = match l.chars().next() {
+            Some('+') if !l.starts_with("+++") => paint("32", l.to_string()),
+            Some('-') if !l.starts_with("---") => paint("31", l.to_string()),
+            Some('@') => paint("36", l.to_string()),
+            _ => l.to_string(),
+        };
+        let _ = writeln!(s, "{l}");
+    }
 }
 
 /// Sorted indices as half-open runs of consecutive ones.

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::git::files_diff;
 use crate::model::Dtype;
 use crate::wtxt::delta::ChunkText;
 use crate::wtxt::delta::{next_array, wtxt_tail, ArrayText, Walker};
@@ -108,6 +109,13 @@ pub struct FileDiff {
     /// Facts about the files besides arrays (a split snapshot's parts).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The files of a Hugging Face folder (`__hf_files`) that differ, by
+    /// path, a text file's lines as a unified diff.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<crate::git::files_diff::FileChange>,
+    /// Changes of the model's names (`__names`), in words.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
     /// Arrays whose `arr` lines record different SHA-256s although every
     /// chunk is the same: one side is damaged, and only verifying says
     /// which (see [`explain`]).
@@ -233,6 +241,7 @@ pub fn diff<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
     let mut arrays = Vec::new();
     let mut damage = Vec::new();
     let mut unexplained = Vec::new();
+    let mut captured = files_diff::Captured::default();
     let mut na = next_array(&mut wa).map_err(|e| e.in_file(names.old))?;
     let mut nb = next_array(&mut wb).map_err(|e| e.in_file(names.new))?;
     loop {
@@ -258,7 +267,11 @@ pub fn diff<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
             std::cmp::Ordering::Equal => {
                 let (x, y) = (na.take().expect("some"), nb.take().expect("some"));
                 let before = damage.len();
-                let d = compare_array(&mut wa, &x, &mut wb, &y, names, &mut damage)?;
+                let d = if files_diff::wanted(&x.arr.name) && small_bytes(&x) && small_bytes(&y) {
+                    compare_whole(&mut wa, &x, &mut wb, &y, names, &mut damage, &mut captured)?
+                } else {
+                    compare_array(&mut wa, &x, &mut wb, &y, names, &mut damage)?
+                };
                 // Equal chunks give equal bytes, hence equal SHA-256s.
                 let same_values = d.status != Status::DtypeChanged && d.status != Status::Reshaped;
                 if same_values && d.changed_chunks.is_empty() && damage.len() == before && x.arr.sha256 != y.arr.sha256
@@ -278,7 +291,8 @@ pub fn diff<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
         && ta == tb
         && damage.is_empty()
         && unexplained.is_empty();
-    Ok(FileDiff { identical, header, header_unified, arrays, damage, notes: Vec::new(), unexplained })
+    let (files, names) = (files_diff::file_changes(&captured), files_diff::names_changes(&captured));
+    Ok(FileDiff { identical, header, header_unified, arrays, damage, notes: Vec::new(), files, names, unexplained })
 }
 
 /// Names the damaged side behind `d.unexplained`: `check` verifies a side
@@ -448,17 +462,13 @@ fn compare_array<A: Read, B: Read>(
     damage: &mut Vec<Damage>,
 ) -> Result<ArrayDiff> {
     let mut d = whole(y, Status::Unchanged);
-    if x.arr.dtype != y.arr.dtype || x.arr.shape != y.arr.shape {
-        d.status = if x.arr.dtype != y.arr.dtype { Status::DtypeChanged } else { Status::Reshaped };
-        d.old_dtype = Some(x.arr.dtype.to_string());
-        d.old_shape = Some(x.arr.shape.clone());
+    if retyped(&mut d, x, y) {
         skip_array(wa, x).map_err(|e| e.in_file(names.old))?;
         skip_array(wb, y).map_err(|e| e.in_file(names.new))?;
         return Ok(d);
     }
     let (la, lb) = (x.layout()?, y.layout()?);
-    let row_elems = if y.arr.shape.len() >= 2 { y.arr.shape[1..].iter().product() } else { 1 };
-    let mut st = Stats::new(y.arr.dtype, row_elems);
+    let mut st = Stats::new(y.arr.dtype, row_elems(y));
     if la == lb {
         for _ in 0..la.chunk_count() {
             let ca = wa.chunk().map_err(|e| e.in_file(names.old))?;
@@ -482,6 +492,88 @@ fn compare_array<A: Read, B: Read>(
     st.finish(&mut d, y.arr.dtype);
     if d.status == Status::Unchanged && x.arr_text != y.arr_text {
         d.status = Status::Rewrapped;
+    }
+    Ok(d)
+}
+
+/// Marks `d` reshaped or retyped when `x` and `y` differ in dtype or shape.
+fn retyped(d: &mut ArrayDiff, x: &ArrayText, y: &ArrayText) -> bool {
+    if x.arr.dtype == y.arr.dtype && x.arr.shape == y.arr.shape {
+        return false;
+    }
+    d.status = if x.arr.dtype != y.arr.dtype { Status::DtypeChanged } else { Status::Reshaped };
+    d.old_dtype = Some(x.arr.dtype.to_string());
+    d.old_shape = Some(x.arr.shape.clone());
+    true
+}
+
+/// Elements in one row of `x` (one for rank 0 and 1).
+fn row_elems(x: &ArrayText) -> u64 {
+    if x.arr.shape.len() >= 2 {
+        x.arr.shape[1..].iter().product()
+    } else {
+        1
+    }
+}
+
+/// A `u8` array small enough to read whole ([`crate::limits::MAX_METADATA`]).
+fn small_bytes(x: &ArrayText) -> bool {
+    x.arr.dtype == Dtype::U8
+        && x.arr.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).is_some_and(|n| n <= crate::limits::MAX_METADATA)
+}
+
+/// One side's array read whole: its chunks' `ch` lines and its bytes (none
+/// when a chunk failed its checks, which becomes damage).
+fn read_whole<R: Read>(
+    w: &mut Walker<R>,
+    x: &ArrayText,
+    file: &Path,
+    damage: &mut Vec<Damage>,
+) -> Result<(Vec<ChLine>, Option<Vec<u8>>)> {
+    let mut chs = Vec::new();
+    let mut bytes = Some(Vec::new());
+    for _ in 0..x.layout()?.chunk_count() {
+        let c = w.chunk().map_err(|e| e.in_file(file))?;
+        match (decode_side(&c, file, &x.arr.name, damage), bytes.as_mut()) {
+            (Some(raw), Some(b)) => b.extend_from_slice(&raw),
+            _ => bytes = None,
+        }
+        chs.push(c.ch);
+    }
+    w.expect("endarr").map_err(|e| e.in_file(file))?;
+    Ok((chs, bytes))
+}
+
+/// [`compare_array`] for a small metadata array whose values the diff
+/// shows (`files_diff::wanted`): both sides are read whole, compared, and
+/// kept in `captured`.
+fn compare_whole<A: Read, B: Read>(
+    wa: &mut Walker<A>,
+    x: &ArrayText,
+    wb: &mut Walker<B>,
+    y: &ArrayText,
+    names: Names,
+    damage: &mut Vec<Damage>,
+    captured: &mut files_diff::Captured,
+) -> Result<ArrayDiff> {
+    let (ca, ba) = read_whole(wa, x, names.old, damage)?;
+    let (cb, bb) = read_whole(wb, y, names.new, damage)?;
+    let mut d = whole(y, Status::Unchanged);
+    if !retyped(&mut d, x, y) {
+        if let (Some(a), Some(b)) = (&ba, &bb) {
+            d.changed_chunks = cb.iter().filter(|c| !ca.iter().any(|o| same(o, c))).map(|c| c.ix).collect();
+            let mut st = Stats::new(y.arr.dtype, row_elems(y));
+            st.compare(0, a, b);
+            st.finish(&mut d, y.arr.dtype);
+        }
+        if d.status == Status::Unchanged && x.arr_text != y.arr_text {
+            d.status = Status::Rewrapped;
+        }
+    }
+    for (side, bytes) in [(0, ba), (1, bb)] {
+        if let Some(b) = bytes {
+            captured.keep(&x.arr.name, side, b);
+        }
     }
     Ok(d)
 }

@@ -9,6 +9,7 @@ pub(crate) mod blob;
 pub mod commit;
 pub mod deflate;
 pub mod diff;
+pub mod files_diff;
 pub mod filter;
 pub mod folders;
 pub mod guard;

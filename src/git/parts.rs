@@ -6,6 +6,7 @@
 //! being compared, never a whole part.
 #![forbid(unsafe_code)]
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
 use std::ops::Range;
@@ -16,8 +17,9 @@ use crate::atomic::read_full;
 use crate::error::{check_at, Error, Reason, Result};
 use crate::git::blob::Text;
 use crate::git::diff::{
-    check_unchanged, decode_pair, header_changes, ArrayDiff, Damage, FileDiff, Names, Stats, Status,
+    check_unchanged, decode_pair, decode_side, header_changes, ArrayDiff, Damage, FileDiff, Names, Stats, Status,
 };
+use crate::git::files_diff::{self, Captured};
 use crate::model::Dtype;
 use crate::wtxt::delta::ChunkText;
 use crate::wtxt::read::{LineReader, SliceLines};
@@ -74,7 +76,8 @@ fn same_bytes(a: &dyn Text, b: &dyn Text) -> std::io::Result<bool> {
 
 /// The difference of two heads: header fields, and which parts changed
 /// (their own diffs say how).
-pub fn diff_heads(old: &Head, new: &Head, names: Names) -> Result<FileDiff> {
+/// Arrays are named by `originals` (WTXT name to the model's) where it has them.
+pub fn diff_heads(old: &Head, new: &Head, names: Names, originals: &BTreeMap<String, String>) -> Result<FileDiff> {
     let read = |h: &Head, p: &Path| h.header().map_err(|e| e.in_file(p));
     let (ha, hb) = (read(old, names.old)?, read(new, names.new)?);
     let (header, header_unified) = header_changes(&ha, &old.prefix, &hb, &new.prefix);
@@ -91,34 +94,37 @@ pub fn diff_heads(old: &Head, new: &Head, names: Names) -> Result<FileDiff> {
     if old.parts.len() > new.parts.len() {
         notes.push(format!("parts removed: {}", list(old.parts[new.parts.len()..].iter().map(|p| p.ix).collect())));
     }
-    notes.extend(arr_changes(old, new));
+    notes.extend(arr_changes(old, new, originals));
     if old.tail != new.tail {
         notes.push("audit line changed".into());
     }
     let identical = header.is_empty() && notes.is_empty();
-    let (arrays, damage, unexplained) = (Vec::new(), Vec::new(), Vec::new());
-    Ok(FileDiff { identical, header, header_unified, arrays, damage, notes, unexplained })
+    let (arrays, damage, unexplained, files, names) = Default::default();
+    Ok(FileDiff { identical, header, header_unified, arrays, damage, notes, files, names, unexplained })
 }
 
 /// What the heads' `arr` lines say changed: arrays whose values (their
 /// SHA-256), dtype or shape differ, added or removed; arrays whose line
 /// changed with the same values (a new salt, as every generation has) are
 /// only counted.
-fn arr_changes(old: &Head, new: &Head) -> Vec<String> {
+fn arr_changes(old: &Head, new: &Head, originals: &BTreeMap<String, String>) -> Vec<String> {
     let lines = |h: &Head| -> Vec<ArrLine> { h.arrs.iter().flatten().filter_map(|l| ArrLine::parse(l).ok()).collect() };
     let (a, b) = (lines(old), lines(new));
     let find = |v: &[ArrLine], name: &str| v.iter().position(|x| x.name == name);
     let key = |x: &ArrLine| (x.dtype, x.shape.clone(), x.sha256);
+    fn shown<'a>(x: &'a ArrLine, originals: &'a BTreeMap<String, String>) -> &'a str {
+        originals.get(&x.name).map_or(x.name.as_str(), String::as_str)
+    }
     let (mut changed, mut added, mut rewrapped) = (Vec::new(), Vec::new(), 0);
     for y in &b {
         match find(&a, &y.name).map(|i| &a[i]) {
-            None => added.push(y.name.as_str()),
-            Some(x) if key(x) != key(y) => changed.push(y.name.as_str()),
+            None => added.push(shown(y, originals)),
+            Some(x) if key(x) != key(y) => changed.push(shown(y, originals)),
             Some(x) if x != y => rewrapped += 1,
             Some(_) => {}
         }
     }
-    let removed: Vec<&str> = a.iter().filter(|x| find(&b, &x.name).is_none()).map(|x| x.name.as_str()).collect();
+    let removed: Vec<&str> = a.iter().filter(|x| find(&b, &x.name).is_none()).map(|x| shown(x, originals)).collect();
     let mut notes = Vec::new();
     for (what, names) in [("changed", changed), ("added", added), ("removed", removed)] {
         if !names.is_empty() {
@@ -129,6 +135,27 @@ fn arr_changes(old: &Head, new: &Head) -> Vec<String> {
         notes.push(format!("{rewrapped} array(s) with the same values and a new `arr` line (salt, HMAC)"));
     }
     notes
+}
+
+/// Keeps the bytes of a metadata array the diff shows (`files_diff::wanted`)
+/// when the part holds all of it; a chunk that fails its checks keeps
+/// nothing (the diff itself reports it).
+fn capture(t: &dyn Text, file: &Path, s: &Section, side: usize, captured: &mut Captured) -> Result<()> {
+    let size = s.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+    let whole = s.chunks.first().is_none_or(|c| c.0.off == 0) && size == Some(s.chunks.iter().map(|c| c.0.len).sum());
+    if !files_diff::wanted(&s.name) || s.dtype != Dtype::U8 || !whole || size > Some(crate::limits::MAX_METADATA) {
+        return Ok(());
+    }
+    let mut bytes = Vec::new();
+    for (ch, line, r) in &s.chunks {
+        let c = ChunkText { ch: *ch, line: *line, text: t.range(r.clone()).map_err(|e| Error::io(file, e))? };
+        match decode_side(&c, file, &s.name, &mut Vec::new()) {
+            Some(raw) => bytes.extend_from_slice(&raw),
+            None => return Ok(()),
+        }
+    }
+    captured.keep(&s.name, side, bytes);
+    Ok(())
 }
 
 /// The run of one array inside a part.
@@ -225,6 +252,12 @@ pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDi
     let mut arrays = Vec::new();
     let mut damage = Vec::new();
     let mut notes = Vec::new();
+    let mut captured = Captured::default();
+    for (side, t, file, sections) in [(0, old, names.old, &a), (1, new, names.new, &b)] {
+        for s in sections {
+            capture(t, file, s, side, &mut captured)?;
+        }
+    }
     for y in &b {
         let Some(x) = a.iter().find(|x| x.name == y.name) else {
             arrays.push(section_diff(y, Status::Added));
@@ -301,7 +334,8 @@ pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDi
     let unchanged = arrays.iter().all(|d| d.status == Status::Unchanged) && damage.is_empty();
     let identical = unchanged && same_bytes(old, new).map_err(|e| Error::io(names.new, e))?;
     let (header, header_unified, unexplained) = (Vec::new(), String::new(), Vec::new());
-    Ok(FileDiff { identical, header, header_unified, arrays, damage, notes, unexplained })
+    let (files, names) = (files_diff::file_changes(&captured), files_diff::names_changes(&captured));
+    Ok(FileDiff { identical, header, header_unified, arrays, damage, notes, files, names, unexplained })
 }
 
 /// A changed chunk pair (both sides' text) the part driver decodes whole to

@@ -279,8 +279,8 @@ pub fn diff_driver(args: &[String], here: &Path) -> DriverView {
         };
         match (classify(&*x)?, classify(&*y)?) {
             (Blob::Head(hx), Blob::Head(hy)) => {
-                let mut d = diff_heads(&hx, &hy, names)?;
                 let n = snapshot_names(Path::new(path));
+                let mut d = diff_heads(&hx, &hy, names, &n)?;
                 d.name_originals(&n, &n);
                 Ok(d)
             }

@@ -166,6 +166,36 @@ fn a_model_folder_lives_in_the_work_tree_and_its_signed_snapshot_in_git() {
     assert_eq!(merged["model-00001-of-00002.safetensors"], shard1((5, 6)), "side's embedding, main's projection");
     assert_eq!(w.ok(&["status", "--porcelain"]), "");
 
+    // A changed config reads by file and line in `git diff`, not as bytes
+    // of `__hf_files`; the head's summary names tensors as the model does.
+    std::fs::write(
+        root.join("model/config.json"),
+        "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"auto_map\": \"evil.Model\"\n}\n",
+    )
+    .unwrap();
+    w.retrain((5, 5));
+    assert!(w.wtxt(&["git", "folder", "model", "--stage"]).status.success());
+    w.ok(&["commit", "-q", "-m", "config"]);
+    let d = w.ok(&["diff", "HEAD~1", "HEAD", "--", "model.wtxt", "model.wtxt.parts"]);
+    assert!(d.contains("~ file config.json: "), "{d}");
+    assert!(d.contains("--- a/config.json") && d.contains("+  \"auto_map\": \"evil.Model\""), "{d}");
+    assert!(d.contains("-  \"architectures\": [\"LlamaForCausalLM\"]\n"), "{d}");
+    assert!(d.contains("arrays changed: ") && d.contains("model.layers.0.mlp.up_proj.weight"), "{d}");
+    assert!(!d.contains("model_layers_0"), "{d}");
+    // `wtxt diff` of the two snapshots whole says the same, in JSON too.
+    let (a, b) = (root.join("old.wtxt"), root.join("new.wtxt"));
+    for (rev, out) in [("HEAD~1", &a), ("HEAD", &b)] {
+        let o = w.wtxt(&["git", "export", rev, "model.wtxt", "-o", s(out), "--part-size", "none"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = w.wtxt(&["diff", s(&a), s(&b), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let f = &v["files"][0];
+    assert_eq!((f["path"].as_str(), f["status"].as_str()), (Some("config.json"), Some("changed")), "{v}");
+    assert!(f["unified"].as_str().unwrap().contains("+  \"auto_map\""), "{v}");
+    std::fs::remove_file(&a).unwrap();
+    std::fs::remove_file(&b).unwrap();
+
     // Only the folder changed: the status says how to stage it. A commit
     // begun with nothing staged is one Git ends before its hook's staging
     // counts: the hook says so, and the same commit again takes it.
