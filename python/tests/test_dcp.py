@@ -382,3 +382,30 @@ def test_the_tree_form_from_python_is_checked_independently(tmp_path):
     assert "digest_tree" in (repo / "m.wtxt").read_text().splitlines()[2]
     assert wtxt.verify(repo / "m.wtxt").ok
 
+
+
+def test_a_load_that_does_not_verify_raises_wtxt_errors(tmp_path):
+    """torch wraps a rank's failure in CheckpointException (a BaseException,
+    which `except Exception` misses); wtxt.torch.dcp.load raises the
+    wtxt.VerifyError itself, with torch's exception as its cause."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    from wtxt.torch.dcp import WtxtStorageReader, load
+
+    snap = tmp_path / "model.wtxt"
+    state = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3)}
+    wt.save_state_dict(state, snap)
+    lines = snap.read_text().split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("ch ")) + 1
+    lines[at] = ("B" if lines[at][3] == "A" else "A").join([lines[at][:3], lines[at][4:]])
+    snap.write_text("\n".join(lines))
+    target = {"w": torch.zeros(2, 3)}
+    with pytest.raises(CheckpointException):
+        dcp.load(target, storage_reader=WtxtStorageReader(snap))
+    with pytest.raises(wtxt.VerifyError) as e:
+        load(target, WtxtStorageReader(snap))
+    assert isinstance(e.value.__cause__, CheckpointException)
+    assert torch.equal(target["w"], torch.zeros(2, 3)), "nothing copied from a snapshot that does not verify"
+    wt.save_state_dict(state, snap)
+    load(target, WtxtStorageReader(snap))
+    assert torch.equal(target["w"], state["w"])

@@ -773,3 +773,23 @@ class WtxtStorageReader(StorageReader):
         fut.set_result(None)
         return fut
 
+
+
+def load(state_dict: Dict[str, Any], storage_reader: "WtxtStorageReader", **kwargs) -> None:
+    """`torch.distributed.checkpoint.load(state_dict, storage_reader=...)`,
+    raising the `wtxt.Error` (a `wtxt.VerifyError` for a snapshot that does
+    not verify) that a rank raised. `dcp.load` itself wraps it in torch's
+    `CheckpointException`, which derives from `BaseException`, so `except
+    Exception` does not catch it; its `failures` map each failed rank to
+    the `wtxt.Error` and its traceback."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        dcp.load(state_dict, storage_reader=storage_reader, **kwargs)
+    except CheckpointException as e:
+        for _, failure in sorted(e.failures.items()):
+            exc = failure[0] if isinstance(failure, tuple) else failure
+            if isinstance(exc, Error):
+                raise exc from e
+        raise
