@@ -75,7 +75,7 @@ def test_every_trainer_checkpoint_is_a_generation_that_resumes_exactly(tmp_path)
     back = restore_checkpoint(repo / "llama.wtxt", tmp_path / "back", trusted_keys=TRUSTED, require_signature=True)
     orig = tmp_path / "out" / "checkpoint-4"
     assert sorted(os.listdir(back)) == sorted(os.listdir(orig))
-    with wtxt.trainer._numpy_globals():
+    with wtxt._objects.numpy_globals():
         for name in sorted(os.listdir(orig)):
             a, b = orig / name, pathlib.Path(back) / name
             if name.endswith((".pt", ".pth")):
@@ -106,5 +106,51 @@ def test_a_tampered_generation_is_never_restored(tmp_path):
     # A snapshot that is not a Trainer checkpoint is named as such.
     plain = tmp_path / "plain.wtxt"
     wtxt.save_file({"w": torch.zeros(2).numpy()}, plain)
-    with pytest.raises(wtxt.Error, match="not a Trainer checkpoint"):
+    with pytest.raises(wtxt.Error, match="not a checkpoint folder"):
         restore_checkpoint(plain, tmp_path / "back")
+
+
+def test_accelerate_save_state_folders_are_generations_that_load_back(tmp_path):
+    """accelerator.save_state through WtxtStateSaver: each folder a generation;
+    load_state from it gives back the model, optimizer, scheduler and RNG
+    state, and training goes on exactly as from Accelerate's own folder."""
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+    from wtxt.accelerate import WtxtStateSaver, load_state
+
+    def setup():
+        set_seed(0)
+        acc = Accelerator(cpu=True)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+        sch = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
+        return (acc, *acc.prepare(model, opt, sch))
+
+    def step(acc, model, opt, sch):
+        loss = model(torch.randn(5, 4)).pow(2).mean()  # the RNG state decides the batch
+        acc.backward(loss)
+        opt.step()
+        sch.step()
+        opt.zero_grad()
+
+    repo = tmp_path / "runs"
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    saver = WtxtStateSaver(repo, sign_key=KEY)
+    acc, model, opt, sch = setup()
+    for i in range(2):
+        step(acc, model, opt, sch)
+        saver.save_state(acc, tmp_path / f"state{i}")
+    assert [i.gen for i in saver.finish()] == [0, 1]
+
+    def go_on(folder, snapshot=None):
+        acc, model, opt, sch = setup()
+        if snapshot is None:
+            acc.load_state(str(folder))
+        else:
+            load_state(acc, snapshot, folder, trusted_keys=TRUSTED, require_signature=True)
+        step(acc, model, opt, sch)
+        return {k: v.detach().clone() for k, v in model.state_dict().items()}, sch.get_last_lr()
+
+    own = go_on(tmp_path / "state1")
+    ours = go_on(tmp_path / "back", repo / "state.wtxt")
+    assert same(own[0], ours[0]) and own[1] == ours[1]

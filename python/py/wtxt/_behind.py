@@ -1,0 +1,49 @@
+"""Generations requested behind a training loop: what the Trainer callback
+and the Lightning plugin share. One `wtxt.Snapshotter`, made on the first
+save; each save publishes (the copy, the only wait) and requests; `finish`
+waits for all of them and names the saves whose generation failed."""
+
+import time
+from concurrent.futures import Future
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from . import Error, Snapshotter, SnapshotInfo
+
+
+class Behind:
+    def __init__(self, snapshotter_args: Mapping[str, Any]):
+        self._args = dict(snapshotter_args)
+        self._snap: Optional[Snapshotter] = None
+        self._futures: List[Tuple[str, "Future[SnapshotInfo]"]] = []
+        #: What each generation came to, once `finish` waited for it.
+        self.infos: List[SnapshotInfo] = []
+        #: Seconds each save held the loop (building `arrays` included).
+        self.held: List[float] = []
+
+    def save(self, label: str, arrays: Dict[str, Any], metadata: Dict[str, str], started: float) -> None:
+        """Publishes `arrays` and requests their generation; `started` is
+        when the save began (`time.perf_counter()`)."""
+        if self._snap is None:
+            self._snap = Snapshotter(**self._args)
+        self._snap.publish(arrays, metadata=metadata)
+        self._futures.append((label, self._snap.request_snapshot()))
+        self.held.append(time.perf_counter() - started)
+
+    def finish(self) -> List[SnapshotInfo]:
+        """Waits for every generation requested so far; raises `wtxt.Error`
+        naming each save whose generation failed."""
+        if self._snap is None:
+            return self.infos
+        self._snap.flush()
+        failed = []
+        for label, fut in self._futures:
+            try:
+                self.infos.append(fut.result())
+            except Error as e:
+                failed.append(f"{label}: {e}")
+        self._futures = []
+        self._snap.close()
+        self._snap = None
+        if failed:
+            raise Error("checkpoints not snapshotted: " + "; ".join(failed))
+        return self.infos

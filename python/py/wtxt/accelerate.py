@@ -1,0 +1,79 @@
+"""Hugging Face Accelerate's `save_state` folders as WTXT generations in Git.
+
+`WtxtStateSaver.save_state(accelerator, output_dir)` runs
+`accelerator.save_state(output_dir)` and makes the folder it wrote (the
+model's safetensors, `optimizer.bin`, `scheduler.bin`, the RNG states) the
+next generation of one snapshot in a Git repository, chained and signed,
+written, committed and pushed behind the loop (`wtxt.Snapshotter`, on the
+main process). `load_state(accelerator, snapshot, output_dir)` writes a
+generation back as that folder, verified first, and loads it with
+`accelerator.load_state`. How a folder is kept: `wtxt.checkpoint`.
+
+    saver = WtxtStateSaver("runs", sign_key="signer.pem")
+    saver.save_state(accelerator, "state/")          # every process calls it, as save_state
+    ...
+    saver.finish()                                   # every generation written and committed
+    load_state(accelerator, "runs/state.wtxt", "resume/", trusted_keys="trusted_keys")
+"""
+
+import time
+from typing import List, Optional, Union
+
+from . import PathLike, SnapshotInfo
+from ._behind import Behind
+from .checkpoint import checkpoint_state, restore_checkpoint
+
+__all__ = ["WtxtStateSaver", "load_state"]
+
+
+class WtxtStateSaver:
+    """Each `save_state` a generation of `path_in_repo` in the Git work tree
+    `repo`; the other arguments are `wtxt.Snapshotter`'s."""
+
+    def __init__(self, repo: PathLike, path_in_repo: PathLike = "state.wtxt", remote: Optional[str] = None,
+                 sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
+                 oms_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
+                 digest: str = "sha256", max_pending: int = 1):
+        self._behind = Behind(dict(repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
+                                   hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,
+                                   max_pending=max_pending))
+
+    @property
+    def infos(self) -> List[SnapshotInfo]:
+        """What each generation came to, once written (after `finish`)."""
+        return self._behind.infos
+
+    @property
+    def held(self) -> List[float]:
+        """Seconds each save held the loop past `save_state` (reading the folder, the copy)."""
+        return self._behind.held
+
+    def save_state(self, accelerator, output_dir: PathLike, **kwargs) -> str:
+        """`accelerator.save_state(output_dir, **kwargs)`, then (main process)
+        the folder as the next generation, requested behind the loop.
+        Returns the folder Accelerate wrote."""
+        out = accelerator.save_state(output_dir, **kwargs)
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            t = time.perf_counter()
+            self._behind.save(str(out), checkpoint_state(out), {"accelerate_dir": str(out)}, t)
+        return out
+
+    def finish(self) -> List[SnapshotInfo]:
+        """Waits for every generation requested so far; raises `wtxt.Error`
+        naming the folder whose generation failed."""
+        return self._behind.finish()
+
+
+def load_state(accelerator, filename: PathLike, output_dir: PathLike, hmac_key: Optional[PathLike] = None,
+               pubkey: Optional[PathLike] = None, trusted_keys: Optional[PathLike] = None,
+               require_signature: Optional[bool] = None, **kwargs) -> str:
+    """Writes the generation at `filename` to `output_dir` (main process,
+    verified first; `output_dir` must not exist) and loads it into
+    `accelerator` (`accelerator.load_state(output_dir, **kwargs)`)."""
+    if accelerator.is_main_process:
+        restore_checkpoint(filename, output_dir, hmac_key=hmac_key, pubkey=pubkey, trusted_keys=trusted_keys,
+                           require_signature=require_signature)
+    accelerator.wait_for_everyone()
+    accelerator.load_state(str(output_dir), **kwargs)
+    return str(output_dir)

@@ -1,0 +1,113 @@
+"""wtxt.lightning with real PyTorch Lightning (CPU): every checkpoint the
+Trainer saves becomes a signed, chained generation committed behind the
+loop; `fit(ckpt_path=...)` from it, verified first, trains on exactly as
+from Lightning's own checkpoint; a tampered or unsigned one is refused."""
+
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+torch = pytest.importorskip("torch")
+L = pytest.importorskip("lightning")
+
+import wtxt  # noqa: E402
+from wtxt.lightning import WtxtCheckpointIO  # noqa: E402
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "wtxt"
+KEY, TRUSTED = FIXTURES / "keys" / "sign.pem", FIXTURES / "keys" / "trusted_keys"
+
+
+class Model(L.LightningModule):
+    def __init__(self, lr: float = 0.01):
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+
+    def training_step(self, batch, _):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr)
+        return [opt], [torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9)]
+
+
+def data():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 8, generator=g)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+
+
+def fit(root, max_steps, plugins=(), ckpt_path=None):
+    """Trains from seed 0 (or resumes); the final weights and the trainer."""
+    L.seed_everything(0, verbose=False)
+    model = Model()
+    every = L.pytorch.callbacks.ModelCheckpoint(dirpath=str(root / "ckpt"), every_n_train_steps=2, save_top_k=-1)
+    trainer = L.Trainer(max_steps=max_steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[every], plugins=list(plugins),
+                        default_root_dir=str(root))
+    trainer.fit(model, data(), ckpt_path=None if ckpt_path is None else str(ckpt_path))
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}, trainer
+
+
+def git(cwd, *args):
+    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    assert r.returncode == 0, (args, r.stderr)
+    return r.stdout
+
+
+def same(a, b):
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and torch.equal(a, b)
+    return a == b
+
+
+def test_every_lightning_checkpoint_is_a_generation_that_resumes_exactly(tmp_path):
+    repo = tmp_path / "runs"
+    git(tmp_path, "init", "-q", str(repo))
+    io = WtxtCheckpointIO(repo, sign_key=KEY, trusted_keys=TRUSTED)
+    fit(tmp_path / "w", 4, plugins=[io])
+    # Steps 2 and 4, written and committed before fit returned (teardown).
+    assert [i.gen for i in io.infos] == [0, 1], io.infos
+    assert len(git(repo, "log", "--format=%H").split()) == 2
+    snap = repo / "lightning.wtxt"
+    assert wtxt.verify(snap, trusted_keys=TRUSTED, require_signature=True).ok
+    # Nothing at Lightning's own paths: the history holds every generation.
+    assert not (tmp_path / "w" / "ckpt").exists() or not os.listdir(tmp_path / "w" / "ckpt")
+
+    # The same run with Lightning's own checkpoints.
+    fit(tmp_path / "own", 4)
+    own = sorted((tmp_path / "own" / "ckpt").iterdir())[-1]
+    theirs = torch.load(own, weights_only=False)
+    ours = WtxtCheckpointIO(repo, trusted_keys=TRUSTED).load_checkpoint(snap)
+    for k in ("state_dict", "optimizer_states", "lr_schedulers", "epoch", "global_step", "hyper_parameters"):
+        assert same(theirs[k], ours[k]), k
+    assert same(theirs["loops"], ours["loops"])
+
+    # Resumed from each, training goes on exactly alike.
+    a, _ = fit(tmp_path / "a", 6, ckpt_path=own)
+    io2 = WtxtCheckpointIO(repo, path_in_repo="resumed.wtxt", trusted_keys=TRUSTED)
+    b, _ = fit(tmp_path / "b", 6, plugins=[io2], ckpt_path=snap)
+    assert same(a, b)
+
+
+def test_a_tampered_or_unsigned_checkpoint_is_never_loaded(tmp_path):
+    repo = tmp_path / "runs"
+    git(tmp_path, "init", "-q", str(repo))
+    io = WtxtCheckpointIO(repo)
+    fit(tmp_path / "w", 2, plugins=[io])
+    snap = repo / "lightning.wtxt"
+    with pytest.raises(wtxt.VerifyError, match="signature"):
+        WtxtCheckpointIO(repo, trusted_keys=TRUSTED).load_checkpoint(snap)
+    lines = snap.read_text().split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("ch ")) + 1
+    lines[at] = ("B" if lines[at][3] == "A" else "A").join([lines[at][:3], lines[at][4:]])
+    snap.write_text("\n".join(lines))
+    with pytest.raises(wtxt.VerifyError):
+        WtxtCheckpointIO(repo).load_checkpoint(snap)
