@@ -36,6 +36,10 @@ pub enum Command {
     Delta(DeltaCommand),
     /// Prove the Merkle chain of a WTXT path through Git history.
     Log(LogArgs),
+    /// One self-contained HTML page of a WTXT path's history in Git: a heat
+    /// map of each tensor's change per generation, chain and signature
+    /// status, sizes.
+    Report(ReportArgs),
     /// Convert between WTXT and the containers: npy/npz/safetensors/VOLP in, WTXT/npz/safetensors/VOLP out.
     Convert(ConvertArgs),
     /// Show what changed between two WTXT files, array by array.
@@ -507,6 +511,24 @@ pub struct LogArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// The WTXT path (a split snapshot by its head).
+    pub path: PathBuf,
+    /// The page to write (replaced whole, or left as it was).
+    #[arg(short, long, value_name = "REPORT.html")]
+    pub output: PathBuf,
+    /// Run as if started in DIR.
+    #[arg(short = 'C', value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
+    /// Trusted keys (default: the file of `git config wtxt.trustedKeys`).
+    #[command(flatten)]
+    pub trust: TrustArg,
+    /// Verify every generation's data from its commit, as `wtxt log --verify` does.
+    #[arg(long)]
+    pub verify: bool,
 }
 
 #[derive(Args, Debug)]

@@ -5,6 +5,7 @@
 
 mod args;
 mod render;
+mod report;
 
 use args as cli;
 
@@ -163,6 +164,7 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Delta(DeltaCommand::Create(a)) => delta_create(a),
         Command::Delta(DeltaCommand::Apply(a)) => delta_apply(*a),
         Command::Log(a) => log(a),
+        Command::Report(a) => report(a),
         Command::Convert(a) => convert(a),
         Command::Diff(a) => diff_files(a),
         Command::Git(cli::GitCommand::Install(a)) => git_install(a),
@@ -374,6 +376,22 @@ fn log(a: cli::LogArgs) -> Result<u8> {
         eprintln!("wtxt: log --verify: commit {} ({} gen {:06}) does not verify: {why}", g.commit, g.path, g.gen);
     }
     Ok(if ok { 0 } else { 1 })
+}
+
+fn report(a: cli::ReportArgs) -> Result<u8> {
+    let progress = Progress::for_terminal("report");
+    let r = ops::report::report(&a.dir, &a.path, trusted_keys(&a.trust)?, a.verify, &progress)?;
+    progress.finish();
+    crate::atomic::write_file(&a.output, report::html(&r).as_bytes(), 0o644)?;
+    let cells: usize = r.cells.iter().map(|c| c.iter().flatten().count()).sum();
+    eprintln!(
+        "wtxt: wrote {} ({} generation(s), {} tensor(s), {cells} cell(s)){}",
+        a.output.display(),
+        r.generations.len(),
+        r.tensors.len(),
+        if r.ok { "" } else { "; the chain or a signature does not hold: see the page" }
+    );
+    Ok(if r.ok { 0 } else { 1 })
 }
 
 fn convert(a: cli::ConvertArgs) -> Result<u8> {

@@ -10,6 +10,7 @@ mod history;
 mod oms;
 mod parts;
 mod recover;
+pub mod report;
 mod secrets;
 mod snapshot;
 

@@ -13,6 +13,7 @@
 //! - `split`: split snapshots: one identity, exact join/split, every command, bad parts;
 //! - `outputs`: devices written through, temp files removed on SIGTERM, reserved names, escaped messages;
 //! - `recover`: partial recovery keeps everything intact;
+//! - `report`: the HTML page of a history, drawn by a headless browser;
 //! - `server`: the pre-receive guard of a bare repository behind a real `git daemon`;
 //! - `hf`: Hugging Face folders in and out, byte for byte, and inconsistent ones refused;
 //! - `hooks`: hooks/pre-commit in a real Git repository;
@@ -46,6 +47,7 @@ mod mutation;
 mod oms;
 mod outputs;
 mod recover;
+mod report;
 mod roundtrip;
 mod server;
 mod split;

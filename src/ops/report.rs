@@ -1,0 +1,151 @@
+//! `wtxt report`: the history of one snapshot path in Git as figures a page
+//! draws: per generation its commit, chain and signature status and size,
+//! and per tensor how much of it changed from the generation before.
+//!
+//! The chain is `wtxt log`'s (headers and links; with `verify`, every
+//! generation's data too). The changes are `wtxt diff`'s, of each
+//! generation against the one before it in the log's order (for a merge,
+//! the newer of its parents' generations), each exported whole from its
+//! commit into a temporary folder, two at a time.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::crypto::sign::TrustedKeys;
+use crate::error::{Error, Result};
+use crate::git::diff::Status;
+use crate::git::history::{DataCheck, Generation};
+use crate::progress::Progress;
+use crate::wtxt::split::PartSize;
+use crate::wtxt::verify::SigStatus;
+
+/// One generation, as the page shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct GenerationView {
+    /// Commit id, hex.
+    pub commit: String,
+    /// The commit message's first line.
+    pub summary: String,
+    /// The snapshot's generation.
+    pub gen: u64,
+    /// Its timestamp.
+    pub ts: String,
+    /// Its signature's status.
+    pub signature: SigStatus,
+    /// Whether its data was verified (`--verify`).
+    pub data: DataCheck,
+    /// What is wrong with it (chain, signature, data); empty when all holds.
+    pub problems: Vec<String>,
+    /// The snapshot's text, head and parts, in bytes.
+    pub bytes: u64,
+}
+
+/// How one tensor changed in one generation.
+#[derive(Clone, Debug, Serialize)]
+pub struct Cell {
+    /// What happened to it (against the generation before).
+    pub status: Status,
+    /// Fraction of its elements that changed (1 for an added, reshaped or
+    /// retyped tensor; 0 when unchanged).
+    pub changed: f64,
+    /// Largest |new - old| / max(|new|, |old|), for floats.
+    pub max_rel: Option<f64>,
+    /// L2 norm of the difference, for floats.
+    pub l2: Option<f64>,
+}
+
+/// The history of one path.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    /// The snapshot's path in the repository.
+    pub path: String,
+    /// Oldest first.
+    pub generations: Vec<GenerationView>,
+    /// Every tensor of any generation, by the model's names, in order.
+    pub tensors: Vec<String>,
+    /// `cells[t][g]`: tensor `t` in generation `g` (none where it is absent;
+    /// the first generation's cells say `added`).
+    pub cells: Vec<Vec<Option<Cell>>>,
+    /// True when every link, signature (and, with `verify`, data) holds.
+    pub ok: bool,
+}
+
+/// Gathers the report of `path` in the repository around `dir`.
+pub fn report(
+    dir: &Path,
+    path: &Path,
+    trusted: Option<TrustedKeys>,
+    verify: bool,
+    progress: &Progress,
+) -> Result<RunReport> {
+    let chain = super::log(dir, Some(path), trusted, verify, progress)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::usage(format!("{}: no history", path.display())))?;
+    let (_, rel) = crate::git::history::open(dir, Some(path))?;
+    let rel = rel.expect("a path was given");
+    let gens: Vec<Generation> = chain.generations.into_iter().rev().collect();
+    if gens.is_empty() {
+        return Err(Error::usage(format!("{}: no commit holds a snapshot at this path", rel.display())));
+    }
+    let tmp = tempfile::Builder::new().prefix("wtxt-report").tempdir().map_err(|e| Error::io(Path::new("/tmp"), e))?;
+    let mut views = Vec::new();
+    let mut columns: Vec<BTreeMap<String, Cell>> = Vec::new();
+    let mut prev: Option<std::path::PathBuf> = None;
+    for (i, g) in gens.iter().enumerate() {
+        progress.restart(&format!("{} {}", &g.commit[..10], rel.display()));
+        let out = tmp.path().join(format!("gen{i}.wtxt"));
+        crate::ops::export(dir, &g.commit, &rel, &out, PartSize::Whole)?;
+        let bytes = std::fs::metadata(&out).map_err(|e| Error::io(&out, e))?.len();
+        // The first generation against itself: every tensor, each "added".
+        let d = super::diff(prev.as_deref().unwrap_or(&out), &out, None)?;
+        let mut column = BTreeMap::new();
+        for a in d.arrays.iter().filter(|a| !a.name.starts_with("__") && a.status != Status::Removed) {
+            let c = if prev.is_some() {
+                cell(a)
+            } else {
+                Cell { status: Status::Added, changed: 1.0, max_rel: None, l2: None }
+            };
+            column.insert(a.shown_name().to_string(), c);
+        }
+        if let Some(p) = &prev {
+            std::fs::remove_file(p).map_err(|e| Error::io(p, e))?;
+        }
+        columns.push(column);
+        prev = Some(out);
+        views.push(GenerationView {
+            commit: g.commit.clone(),
+            summary: g.summary.clone(),
+            gen: g.gen,
+            ts: g.ts.clone(),
+            signature: g.signature,
+            data: g.data,
+            problems: g.problems.clone(),
+            bytes,
+        });
+    }
+    let mut tensors: Vec<String> = Vec::new();
+    for c in &columns {
+        for name in c.keys() {
+            if !tensors.contains(name) {
+                tensors.push(name.clone());
+            }
+        }
+    }
+    let cells = tensors.iter().map(|t| columns.iter().map(|c| c.get(t).cloned()).collect()).collect();
+    let ok = views.iter().all(|v| v.problems.is_empty());
+    Ok(RunReport { path: rel.display().to_string(), generations: views, tensors, cells, ok })
+}
+
+/// How much of `a` changed, as a cell.
+fn cell(a: &crate::git::diff::ArrayDiff) -> Cell {
+    let numel: u64 = a.shape.iter().product::<u64>().max(1);
+    let changed = match a.status {
+        Status::Unchanged | Status::Rewrapped => 0.0,
+        Status::Changed => a.changed_elements as f64 / numel as f64,
+        _ => 1.0,
+    };
+    Cell { status: a.status, changed, max_rel: a.max_rel, l2: a.l2 }
+}

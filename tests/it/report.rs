@@ -1,0 +1,136 @@
+//! `wtxt report`: one self-contained page of a snapshot path's history in a
+//! real Git repository, drawn by a real headless browser (Chromium): every
+//! tensor's change per generation, the chain and signature status; names
+//! from the repository are shown as text, never run.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::util::{fixture, git_ok, wtxt};
+
+/// The headless browser, when this machine has one (`.ci/run` installs it).
+fn browser() -> Option<&'static str> {
+    let found = ["chromium-headless-shell", "chromium", "chromium-browser"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("--version").output().is_ok_and(|o| o.status.success()));
+    if found.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "CI installs chromium-headless-shell for this test");
+        eprintln!("no headless Chromium here: the page is checked as text only");
+    }
+    found
+}
+
+fn floats(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A `.safetensors` of f32 tensors under any names, as the format writes it.
+fn safetensors(path: &Path, tensors: &[(&str, Vec<u64>, Vec<u8>)]) {
+    let (mut header, mut data) = (serde_json::Map::new(), Vec::new());
+    for (name, shape, bytes) in tensors {
+        let at = data.len();
+        data.extend_from_slice(bytes);
+        header.insert(
+            name.to_string(),
+            serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [at, data.len()]}),
+        );
+    }
+    let mut h = serde_json::to_vec(&header).unwrap();
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend(h);
+    out.extend(data);
+    std::fs::write(path, out).unwrap();
+}
+
+/// Snapshots `tensors` to `out` with the extra arguments.
+fn snapshot(d: &Path, name: &str, tensors: &[(&str, Vec<u64>, Vec<u8>)], extra: &[&str]) -> std::path::PathBuf {
+    let input = d.join(format!("{name}.safetensors"));
+    safetensors(&input, tensors);
+    let out = d.join(format!("{name}.wtxt"));
+    let o = wtxt().arg("snapshot").arg(&input).arg("-o").arg(&out).args(extra).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+#[test]
+fn a_page_of_the_history_drawn_by_a_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    git_ok(d, &["init", "-q", "-b", "main", "repo"]);
+    let repo = d.join("repo");
+    let hostile = "</script><script>document.title='owned'</script><b id=\"x\">";
+    let mut w0: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    let mut w1: Vec<f32> = vec![1.0; 16];
+    let key = fixture("keys/sign.pem");
+    let mut prev: Option<std::path::PathBuf> = None;
+    for g in 0..3u32 {
+        match g {
+            1 => w0[5] += 1.0,                          // one element of 64
+            2 => w1.iter_mut().for_each(|x| *x += 0.5), // all 16
+            _ => {}
+        }
+        let arrays = [
+            ("layer.0.w", vec![8, 8], floats(&w0)),
+            ("layer.1.w", vec![16], floats(&w1)),
+            (hostile, vec![2], floats(&[0.0, 0.0])),
+        ];
+        let (p, t) = (prev.as_ref().map(|x| x.display().to_string()), fixture("keys/trusted_keys"));
+        let mut extra = vec!["--sign-key", key.to_str().unwrap(), "--ts", "2026-05-01T00:00:00Z"];
+        match &p {
+            Some(p) => extra.extend(["--prev", p, "--trusted-keys", t.to_str().unwrap()]),
+            None => extra.extend(["--gen", "0"]),
+        }
+        let s = snapshot(d, &format!("g{g}"), &arrays, &extra);
+        std::fs::copy(&s, repo.join("m.wtxt")).unwrap();
+        git_ok(&repo, &["add", "m.wtxt"]);
+        git_ok(&repo, &["commit", "-q", "-m", &format!("gen {g}")]);
+        prev = Some(s);
+    }
+    let page = d.join("report.html");
+    let trusted = fixture("keys/trusted_keys");
+    let o = wtxt()
+        .current_dir(&repo)
+        .args(["report", "m.wtxt", "-o"])
+        .arg(&page)
+        .arg("--trusted-keys")
+        .arg(&trusted)
+        .arg("--verify")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    // Self-contained: nothing is fetched, and the policy forbids it.
+    assert!(!html.contains("http://") || html.matches("http://").all(|_| html.contains("http://www.w3.org/2000/svg")));
+    assert!(!html.contains("https://") && !html.contains(" src=") && html.contains("default-src 'none'"));
+    // Names are text: the only scripts are the page's own two.
+    assert_eq!(html.matches("<script").count(), 2, "{html}");
+    assert!(html.contains("&lt;/script&gt;&lt;script&gt;"));
+    // Three generations; cells: 3 tensors in gen 0, each after it.
+    assert!(html.contains("3 generation(s), 3 tensor(s), 0 problem(s)"), "{html}");
+    assert!(html.contains("layer.0.w, gen 1: changed, 1.56% of elements"), "{html}");
+    assert!(html.contains("layer.1.w, gen 2: changed, 100.00% of elements"), "{html}");
+    assert!(html.contains("signature valid") && html.contains("data verified"));
+
+    if let Some(b) = browser() {
+        let url = format!("file://{}", page.display());
+        let o =
+            Command::new(b).args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", &url]).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let dom = String::from_utf8_lossy(&o.stdout);
+        // The page's script ran over all 9 cells, and nothing of the names did.
+        assert!(dom.contains("data-ready=\"9\""), "{dom}");
+        assert!(dom.contains("<title>wtxt report: m.wtxt</title>") && !dom.contains("<b id=\"x\">"), "{dom}");
+    }
+
+    // A broken chain shows, and the command says so (exit 1).
+    let s = snapshot(d, "broken", &[("layer.0.w", vec![8, 8], floats(&w0))], &["--gen", "7"]);
+    std::fs::copy(&s, repo.join("m.wtxt")).unwrap();
+    git_ok(&repo, &["commit", "-q", "-am", "broken"]);
+    let o = wtxt().current_dir(&repo).args(["report", "m.wtxt", "-o"]).arg(&page).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("broken link"), "{html}");
+}
