@@ -70,8 +70,42 @@ fn tip(name: &str, gen: u64, c: &Cell) -> String {
     t
 }
 
-/// The page.
-pub fn html(r: &RunReport) -> String {
+/// The most generations (the newest) and tensors (the most changed) a page draws.
+const MAX_COLUMNS: usize = 1000;
+const MAX_ROWS: usize = 1000;
+
+/// `r` cut to what a page draws, and a line for what was left out.
+fn bounded(r: &RunReport) -> (RunReport, Option<String>) {
+    let (ng, nt) = (r.generations.len(), r.tensors.len());
+    if ng <= MAX_COLUMNS && nt <= MAX_ROWS {
+        return (r.clone(), None);
+    }
+    let first = ng.saturating_sub(MAX_COLUMNS);
+    let score = |t: usize| -> f64 { r.cells[t][first.max(1)..].iter().flatten().map(|c| c.changed).sum() };
+    let mut rows: Vec<usize> = (0..nt).collect();
+    rows.sort_by(|&a, &b| score(b).partial_cmp(&score(a)).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(&b)));
+    rows.truncate(MAX_ROWS);
+    rows.sort_unstable();
+    let cut = RunReport {
+        path: r.path.clone(),
+        generations: r.generations[first..].to_vec(),
+        tensors: rows.iter().map(|&t| r.tensors[t].clone()).collect(),
+        cells: rows.iter().map(|&t| r.cells[t][first..].to_vec()).collect(),
+        ok: r.ok,
+    };
+    let note = format!(
+        "Drawn: the newest {} of {ng} generation(s) and the {} of {nt} tensor(s) that changed most in them.",
+        cut.generations.len(),
+        cut.tensors.len()
+    );
+    (cut, Some(note))
+}
+
+/// The page: at most 1,000 generations (the newest) by 1,000 tensors (the
+/// most changed in them), whatever the history holds.
+pub fn html(full: &RunReport) -> String {
+    let (cut, note) = bounded(full);
+    let r = &cut;
     let (ng, nt) = (r.generations.len(), r.tensors.len());
     let width = LABEL_W + ng * CELL_W + 20;
     let height = TOP + (nt + 4) * CELL_H + 60;
@@ -167,22 +201,31 @@ pub fn html(r: &RunReport) -> String {
         svg.push_str("</g>");
     }
     svg.push_str("</svg>");
+    let mut most = String::from("<h2>Most changed per generation</h2><ol class=\"top\">");
+    for g in r.generations.iter().skip(1) {
+        let list: Vec<String> = g.top.iter().map(|(n, f)| format!("{} ({:.2}%)", esc(n), f * 100.0)).collect();
+        let list = if list.is_empty() { "nothing changed".to_string() } else { list.join(", ") };
+        let _ = write!(most, "<li>gen {} ({}): {list}</li>", g.gen, esc(&g.commit[..10.min(g.commit.len())]));
+    }
+    most.push_str("</ol>");
     // The report for the script; `<` escaped so no text can end the element.
     let data = serde_json::to_string(r).unwrap_or_default().replace('<', "\\u003c");
-    let problems: usize = r.generations.iter().map(|g| g.problems.len()).sum();
+    let problems: usize = full.generations.iter().map(|g| g.problems.len()).sum();
+    let (ng, nt) = (full.generations.len(), full.tensors.len());
+    let note = note.map_or(String::new(), |n| format!("<p class=\"note\">{}</p>", esc(&n)));
     let verdict = if r.ok { "every link and signature holds" } else { "problems: see the red squares" };
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; \
          script-src 'unsafe-inline'; img-src data:\">\
          <title>wtxt report: {path}</title><style>{STYLE}</style></head><body>\
-         <h1>{path}</h1><p id=\"summary\">{ng} generation(s), {nt} tensor(s), {problems} problem(s): {verdict}.</p>\
+         <h1>{path}</h1><p id=\"summary\">{ng} generation(s), {nt} tensor(s), {problems} problem(s): {verdict}.</p>{note}\
          <p class=\"legend\"><span style=\"background:#e8e8e8\">unchanged</span> \
          <span style=\"background:#ffd0d0\">few elements changed</span> \
          <span style=\"background:#ff1414;color:#fff\">all changed</span> \
          <span style=\"background:#7fbf7f\">added</span> <span style=\"background:#7f3fbf;color:#fff\">reshaped</span></p>\
          <p><input id=\"filter\" placeholder=\"filter tensors by name\" size=\"40\"></p>\
-         <div id=\"detail\">Click a cell for its figures.</div>{svg}\
+         <div id=\"detail\">Click a cell for its figures.</div>{svg}{most}\
          <script type=\"application/json\" id=\"data\">{data}</script><script>{SCRIPT}</script></body></html>\n",
         path = esc(&r.path),
     )
@@ -190,7 +233,8 @@ pub fn html(r: &RunReport) -> String {
 
 const STYLE: &str = "body{font-family:sans-serif;margin:16px;color:#222}h1{font-size:18px}\
     .legend span{padding:1px 6px;margin-right:4px;font-size:12px}#detail{font-family:monospace;font-size:12px;\
-    min-height:3em;white-space:pre-wrap;margin:6px 0}rect.cell{cursor:pointer}.hidden{display:none}";
+    min-height:3em;white-space:pre-wrap;margin:6px 0}rect.cell{cursor:pointer}.hidden{display:none}\
+    h2{font-size:15px}ol.top{font-family:monospace;font-size:12px}";
 
 const SCRIPT: &str = r#"(function(){
 var r=JSON.parse(document.getElementById("data").textContent);
@@ -207,3 +251,45 @@ Array.prototype.forEach.call(document.querySelectorAll("g.row"),function(g){
 var n=r.tensors[+g.getAttribute("data-row")].toLowerCase();g.setAttribute("class",n.indexOf(q)<0?"row hidden":"row");});});
 document.body.setAttribute("data-ready",String(document.querySelectorAll("rect.cell").length));
 })();"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::report::GenerationView;
+
+    /// A history larger than a page draws the newest generations and the
+    /// most changed tensors, and says so; names stay text.
+    #[test]
+    fn a_page_stays_bounded_and_names_stay_text() {
+        let gen = |g: u64| GenerationView {
+            commit: format!("{g:040x}"),
+            summary: String::new(),
+            gen: g,
+            ts: String::new(),
+            signature: SigStatus::Absent,
+            data: DataCheck::NotVerified,
+            problems: Vec::new(),
+            bytes: 10,
+            top: Vec::new(),
+        };
+        let (ng, nt) = (MAX_COLUMNS + 2, MAX_ROWS + 5);
+        let changed = |f: f64| Some(Cell { status: Status::Changed, changed: f, max_rel: None, l2: None });
+        let r = RunReport {
+            path: "m.wtxt".into(),
+            generations: (0..ng as u64).map(gen).collect(),
+            tensors: (0..nt)
+                .map(|t| if t == nt - 1 { "<img src=x onerror=alert(1)>".into() } else { format!("t{t}") })
+                .collect(),
+            // Tensor t changes by t / nt each generation: the last ones most.
+            cells: (0..nt).map(|t| (0..ng).map(|_| changed(t as f64 / nt as f64)).collect()).collect(),
+            ok: true,
+        };
+        let page = html(&r);
+        assert!(page.contains(&format!(
+            "Drawn: the newest {MAX_COLUMNS} of {ng} generation(s) and the {MAX_ROWS} of {nt} tensor(s)"
+        )));
+        assert_eq!(page.matches("<g class=\"row\"").count(), MAX_ROWS);
+        assert!(!page.contains(">t1<") && page.contains(&format!(">t{}<", nt - 2)), "the least changed are left out");
+        assert!(!page.contains("<img") && page.contains("&lt;img src=x onerror=alert(1)&gt;"));
+    }
+}

@@ -40,7 +40,13 @@ pub struct GenerationView {
     pub problems: Vec<String>,
     /// The snapshot's text, head and parts, in bytes.
     pub bytes: u64,
+    /// The tensors that changed most in it (by the fraction of their
+    /// elements, then the L2 of the difference), at most [`TOP`].
+    pub top: Vec<(String, f64)>,
 }
+
+/// How many of a generation's most changed tensors it lists.
+pub const TOP: usize = 10;
 
 /// How one tensor changed in one generation.
 #[derive(Clone, Debug, Serialize)]
@@ -124,6 +130,7 @@ pub fn report(
             data: g.data,
             problems: g.problems.clone(),
             bytes,
+            top: top(columns.last().expect("pushed above"), i > 0),
         });
     }
     let mut tensors: Vec<String> = Vec::new();
@@ -137,6 +144,20 @@ pub fn report(
     let cells = tensors.iter().map(|t| columns.iter().map(|c| c.get(t).cloned()).collect()).collect();
     let ok = views.iter().all(|v| v.problems.is_empty());
     Ok(RunReport { path: rel.display().to_string(), generations: views, tensors, cells, ok })
+}
+
+/// The most changed tensors of a generation's column (none for the first,
+/// where every tensor is new).
+fn top(column: &BTreeMap<String, Cell>, after_first: bool) -> Vec<(String, f64)> {
+    if !after_first {
+        return Vec::new();
+    }
+    let mut v: Vec<(&String, &Cell)> = column.iter().filter(|(_, c)| c.changed > 0.0).collect();
+    v.sort_by(|a, b| {
+        let key = |c: &Cell| (c.changed, c.l2.unwrap_or(0.0));
+        key(b.1).partial_cmp(&key(a.1)).unwrap_or(std::cmp::Ordering::Equal).then_with(|| a.0.cmp(b.0))
+    });
+    v.into_iter().take(TOP).map(|(n, c)| (n.clone(), c.changed)).collect()
 }
 
 /// How much of `a` changed, as a cell.

@@ -114,15 +114,35 @@ fn a_page_of_the_history_drawn_by_a_browser() {
     assert!(html.contains("layer.1.w, gen 2: changed, 100.00% of elements"), "{html}");
     assert!(html.contains("signature valid") && html.contains("data verified"));
 
+    assert!(html.contains("<li>gen 2 (") && html.contains("): layer.1.w (100.00%)</li>"), "{html}");
+
     if let Some(b) = browser() {
         let url = format!("file://{}", page.display());
-        let o =
-            Command::new(b).args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", &url]).output().unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let dom = String::from_utf8_lossy(&o.stdout);
+        let run = |extra: &[&str]| {
+            let o = Command::new(b)
+                .args(["--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"])
+                .args(extra)
+                .arg(&url)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr).into_owned();
+            assert!(o.status.success(), "{err}");
+            // No console errors: an exception in the page's script shows here.
+            assert!(!err.contains("Uncaught") && !err.contains(":CONSOLE"), "{err}");
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        let dom = run(&["--dump-dom"]);
         // The page's script ran over all 9 cells, and nothing of the names did.
         assert!(dom.contains("data-ready=\"9\""), "{dom}");
         assert!(dom.contains("<title>wtxt report: m.wtxt</title>") && !dom.contains("<b id=\"x\">"), "{dom}");
+        // The screenshot shows the heat map: the fully changed cell's red
+        // and the added cells' green, as drawn.
+        let shot = d.join("shot.png");
+        run(&["--window-size=900,500", &format!("--screenshot={}", shot.display())]);
+        let px = png_pixels(&std::fs::read(&shot).unwrap());
+        let count = |rgb: [u8; 3]| px.iter().filter(|p| **p == rgb).count();
+        assert!(count([0xff, 0x14, 0x14]) >= 200, "the fully changed cell is drawn");
+        assert!(count([0x7f, 0xbf, 0x7f]) >= 3 * 200, "the added cells are drawn");
     }
 
     // A broken chain shows, and the command says so (exit 1).
@@ -133,4 +153,59 @@ fn a_page_of_the_history_drawn_by_a_browser() {
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("broken link"), "{html}");
+}
+
+/// The RGB pixels of an 8-bit RGB or RGBA PNG (what Chromium writes).
+fn png_pixels(png: &[u8]) -> Vec<[u8; 3]> {
+    use std::io::Read;
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let (mut at, mut idat, mut dims) = (8, Vec::new(), (0usize, 0usize, 0usize));
+    while at + 8 <= png.len() {
+        let len = u32::from_be_bytes(png[at..at + 4].try_into().unwrap()) as usize;
+        let (kind, body) = (&png[at + 4..at + 8], &png[at + 8..at + 8 + len]);
+        match kind {
+            b"IHDR" => {
+                let w = u32::from_be_bytes(body[0..4].try_into().unwrap()) as usize;
+                let h = u32::from_be_bytes(body[4..8].try_into().unwrap()) as usize;
+                assert_eq!((body[8], body[12]), (8, 0), "8-bit, not interlaced");
+                dims = (w, h, if body[9] == 6 { 4 } else { 3 });
+            }
+            b"IDAT" => idat.extend_from_slice(body),
+            _ => {}
+        }
+        at += 12 + len;
+    }
+    let (w, h, bpp) = dims;
+    let mut raw = Vec::new();
+    flate2::read::ZlibDecoder::new(&idat[..]).read_to_end(&mut raw).unwrap();
+    let stride = w * bpp;
+    let mut out = vec![0u8; h * stride];
+    for y in 0..h {
+        let (filter, line) = (raw[y * (stride + 1)], &raw[y * (stride + 1) + 1..(y + 1) * (stride + 1)]);
+        for x in 0..stride {
+            let a = if x >= bpp { out[y * stride + x - bpp] as i32 } else { 0 };
+            let b = if y > 0 { out[(y - 1) * stride + x] as i32 } else { 0 };
+            let c = if x >= bpp && y > 0 { out[(y - 1) * stride + x - bpp] as i32 } else { 0 };
+            let pred = match filter {
+                0 => 0,
+                1 => a,
+                2 => b,
+                3 => (a + b) / 2,
+                4 => {
+                    let p = a + b - c;
+                    let (pa, pb, pc) = ((p - a).abs(), (p - b).abs(), (p - c).abs());
+                    if pa <= pb && pa <= pc {
+                        a
+                    } else if pb <= pc {
+                        b
+                    } else {
+                        c
+                    }
+                }
+                f => panic!("PNG filter {f}"),
+            };
+            out[y * stride + x] = (line[x] as i32 + pred) as u8;
+        }
+    }
+    out.chunks(bpp).map(|p| [p[0], p[1], p[2]]).collect()
 }
