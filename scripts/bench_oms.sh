@@ -75,6 +75,18 @@ measure oms_verify "$bin" oms verify "$work/g1" --signature "$work/g1/model.sig"
 A=("$bin" verify "$g1")
 B=(model_signing verify key --signature "$work/g1/model.sig" --public_key "$work/ec.pem.pub" "$work/g1")
 paired verify ms_verify
+# Any model folder (not a snapshot): `wtxt oms sign DIR` against
+# `model_signing sign key` of the same folder (the .npy and a config).
+plain="$work/plain"
+mkdir -p "$plain"
+[ -e "$plain/model.npy" ] || ln "$npy" "$plain/model.npy" 2>/dev/null || cp "$npy" "$plain/model.npy"
+echo '{"architectures": ["Bench"]}' > "$plain/config.json"
+cat "$plain/model.npy" > /dev/null
+A=(model_signing sign key --private_key "$work/ec.pem" --signature "$work/plain_ref.sig" "$plain")
+B=("$bin" oms sign "$plain" --key "$work/ec.pem")
+paired ms_sign_dir oms_sign_dir
+model_signing verify key --signature "$plain/model.sig" --public_key "$work/ec.pem.pub" "$plain" > /dev/null ||
+  { echo "model_signing does not accept wtxt's signature of the folder"; exit 1; }
 echo
 printf 'signing a new generation: +%.2f CPU-s (%.3fx); model_signing sign key of the folder: %.2f CPU-s\n' \
   "$(echo "$cpu_prev_oms - $cpu_prev_plain" | bc)" "$(echo "scale=3; $cpu_prev_oms / $cpu_prev_plain" | bc)" "$cpu_ms_sign"
