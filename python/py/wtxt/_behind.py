@@ -47,3 +47,28 @@ class Behind:
         if failed:
             raise Error("checkpoints not snapshotted: " + "; ".join(failed))
         return self.infos
+
+
+class BehindLoop:
+    """What the adapters (`wtxt.trainer`, `wtxt.lightning`, `wtxt.accelerate`)
+    share around their `Behind`: `infos`, `held` and `finish`."""
+
+    _behind: Behind
+
+    def _start_behind(self, **snapshotter_args: Any) -> None:
+        self._behind = Behind(snapshotter_args)
+
+    @property
+    def infos(self) -> List[SnapshotInfo]:
+        """What each generation came to, once written (after `finish`)."""
+        return self._behind.infos
+
+    @property
+    def held(self) -> List[float]:
+        """Seconds each save held the training loop (building its arrays, the copy)."""
+        return self._behind.held
+
+    def finish(self) -> List[SnapshotInfo]:
+        """Waits for every generation requested so far; raises `wtxt.Error`
+        naming each save whose generation failed."""
+        return self._behind.finish()

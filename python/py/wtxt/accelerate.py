@@ -17,16 +17,16 @@ generation back as that folder, verified first, and loads it with
 """
 
 import time
-from typing import List, Optional, Union
+from typing import Optional, Union
 
-from . import PathLike, SnapshotInfo
-from ._behind import Behind
+from . import PathLike
+from ._behind import BehindLoop
 from .checkpoint import checkpoint_state, restore_checkpoint
 
 __all__ = ["WtxtStateSaver", "load_state"]
 
 
-class WtxtStateSaver:
+class WtxtStateSaver(BehindLoop):
     """Each `save_state` a generation of `path_in_repo` in the Git work tree
     `repo`; the other arguments are `wtxt.Snapshotter`'s."""
 
@@ -34,19 +34,10 @@ class WtxtStateSaver:
                  sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                  oms_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
                  digest: str = "sha256", max_pending: int = 1):
-        self._behind = Behind(dict(repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
-                                   hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,
-                                   max_pending=max_pending))
+        self._start_behind(repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
+                           hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,
+                           max_pending=max_pending)
 
-    @property
-    def infos(self) -> List[SnapshotInfo]:
-        """What each generation came to, once written (after `finish`)."""
-        return self._behind.infos
-
-    @property
-    def held(self) -> List[float]:
-        """Seconds each save held the loop past `save_state` (reading the folder, the copy)."""
-        return self._behind.held
 
     def save_state(self, accelerator, output_dir: PathLike, **kwargs) -> str:
         """`accelerator.save_state(output_dir, **kwargs)`, then (main process)
@@ -59,10 +50,6 @@ class WtxtStateSaver:
             self._behind.save(str(out), checkpoint_state(out), {"accelerate_dir": str(out)}, t)
         return out
 
-    def finish(self) -> List[SnapshotInfo]:
-        """Waits for every generation requested so far; raises `wtxt.Error`
-        naming the folder whose generation failed."""
-        return self._behind.finish()
 
 
 def load_state(accelerator, filename: PathLike, output_dir: PathLike, hmac_key: Optional[PathLike] = None,

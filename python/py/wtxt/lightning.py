@@ -29,12 +29,12 @@ removes nothing from it.
 import json
 import os
 import time
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 import numpy as np
 
-from . import Error, PathLike, SnapshotInfo
-from ._behind import Behind
+from . import Error, PathLike
+from ._behind import BehindLoop
 from ._objects import Encoder, decode
 
 try:
@@ -51,7 +51,7 @@ _FORMAT = "wtxt-lightning-checkpoint/1"
 __all__ = ["WtxtCheckpointIO", "STRUCTURE"]
 
 
-class WtxtCheckpointIO(_Base):
+class WtxtCheckpointIO(BehindLoop, _Base):
     """A Lightning `CheckpointIO` storing checkpoints as generations of one
     WTXT snapshot in Git (see the module). The arguments after `repo` and
     `path_in_repo` are `wtxt.Snapshotter`'s; `pubkey`, `trusted_keys`,
@@ -68,21 +68,12 @@ class WtxtCheckpointIO(_Base):
         if _Base is object:
             raise Error("WtxtCheckpointIO needs Lightning (pip install lightning)")
         super().__init__()
-        self._behind = Behind(dict(repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
-                                   hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,
-                                   max_pending=max_pending))
+        self._start_behind(repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
+                           hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,
+                           max_pending=max_pending)
         self._trust = dict(hmac_key=hmac_key, pubkey=pubkey, trusted_keys=trusted_keys,
                            require_signature=require_signature)
 
-    @property
-    def infos(self) -> List[SnapshotInfo]:
-        """What each generation came to, once written (after `finish`)."""
-        return self._behind.infos
-
-    @property
-    def held(self) -> List[float]:
-        """Seconds each save held the training loop (the encoding, the copy)."""
-        return self._behind.held
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path, storage_options: Optional[Any] = None) -> None:
         if storage_options is not None:
@@ -114,10 +105,6 @@ class WtxtCheckpointIO(_Base):
     def remove_checkpoint(self, path) -> None:
         """Nothing to remove: every generation stays in the repository's history."""
 
-    def finish(self) -> List[SnapshotInfo]:
-        """Waits for every generation saved so far; raises `wtxt.Error`
-        naming the checkpoint whose generation failed."""
-        return self._behind.finish()
 
     def teardown(self) -> None:
         """Lightning calls this when the Trainer's strategy ends: every

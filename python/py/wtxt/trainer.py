@@ -13,10 +13,10 @@ kept) writes such a generation back as a folder that
 
 import os
 import time
-from typing import List, Optional, Union
+from typing import Optional, Union
 
-from . import Error, PathLike, SnapshotInfo
-from ._behind import Behind
+from . import Error, PathLike
+from ._behind import BehindLoop
 from .checkpoint import checkpoint_state, restore_checkpoint
 
 try:  # transformers is needed for the callback only
@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - restore_checkpoint works without it
 __all__ = ["WtxtCallback", "checkpoint_state", "restore_checkpoint"]
 
 
-class WtxtCallback(_Base):
+class WtxtCallback(BehindLoop, _Base):
     """A `transformers.TrainerCallback`: each checkpoint the Trainer saves
     becomes the next generation of `path_in_repo` in the Git work tree
     `repo`, chained to the one before, signed with `sign_key` (and an OMS
@@ -46,19 +46,10 @@ class WtxtCallback(_Base):
                  digest: str = "sha256", max_pending: int = 1):
         if _Base is object:
             raise Error("WtxtCallback needs transformers (pip install transformers)")
-        self._behind = Behind(dict(repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
-                                   hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,
-                                   max_pending=max_pending))
+        self._start_behind(repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
+                           hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,
+                           max_pending=max_pending)
 
-    @property
-    def infos(self) -> List[SnapshotInfo]:
-        """What each generation came to, once written (after `finish`)."""
-        return self._behind.infos
-
-    @property
-    def held(self) -> List[float]:
-        """Seconds each save held the training loop (reading the folder, the copy)."""
-        return self._behind.held
 
     def on_save(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
@@ -73,7 +64,3 @@ class WtxtCallback(_Base):
         self.finish()
         return control
 
-    def finish(self) -> List[SnapshotInfo]:
-        """Waits for every generation requested so far; raises `wtxt.Error`
-        naming the step whose generation failed."""
-        return self._behind.finish()
