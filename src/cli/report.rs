@@ -153,7 +153,7 @@ pub fn html(full: &RunReport) -> String {
         let data = match g.data {
             DataCheck::Verified => ", data verified",
             DataCheck::Failed => ", data failed",
-            DataCheck::NotVerified => "",
+            DataCheck::NotVerified => ", data not verified (headers and links only; --verify proves it)",
         };
         for (k, (fill, t)) in [(chain, format!("{chain_tip}{data}")), (sig, sig_tip.to_string())].iter().enumerate() {
             let _ = write!(
@@ -213,7 +213,12 @@ pub fn html(full: &RunReport) -> String {
     let problems: usize = full.generations.iter().map(|g| g.problems.len()).sum();
     let (ng, nt) = (full.generations.len(), full.tensors.len());
     let note = note.map_or(String::new(), |n| format!("<p class=\"note\">{}</p>", esc(&n)));
-    let verdict = if r.ok { "every link and signature holds" } else { "problems: see the red squares" };
+    let proven = full.generations.iter().all(|g| g.data == DataCheck::Verified);
+    let verdict = match (r.ok, proven) {
+        (true, true) => "every link, signature and generation's data holds",
+        (true, false) => "every link and signature in the headers holds; the data was not verified (--verify)",
+        (false, _) => "problems: see the red squares",
+    };
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; \

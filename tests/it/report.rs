@@ -153,6 +153,8 @@ fn a_page_of_the_history_drawn_by_a_browser() {
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("broken link"), "{html}");
+    // Without --verify the page never claims the data holds.
+    assert!(html.contains("data not verified") && !html.contains("data verified"), "{html}");
 }
 
 /// The RGB pixels of an 8-bit RGB or RGBA PNG (what Chromium writes).
