@@ -22,7 +22,7 @@ mib=${1:-1024}
 work=${BENCH_DIR:-bench-work}
 runs=${RUNS:-3}
 mkdir -p "$work"
-command -v /usr/bin/time >/dev/null || { echo "needs GNU time (apt-get install time)"; exit 2; }
+TIMEFORMAT="%R %U %S"   # bash's own time: wall, user, sys of the command and its children
 if [ -z "${BIN:-}" ]; then cargo build --release --quiet; BIN=target/release/wtxt; fi
 cores=$(nproc)
 if [ -z "${THREADS:-}" ]; then
@@ -72,7 +72,7 @@ measure() {
   for _ in $(seq "$runs"); do
     rm -rf "$work/out.wtxt" "$work/out.wtxt.parts"
     sync
-    /usr/bin/time -f "%e %U %S" -o "$work/time" "$@" > /dev/null 2> "$work/err" || { cat "$work/err"; exit 1; }
+    { time "$@" > /dev/null 2> "$work/err" || { cat "$work/err"; exit 1; }; } 2> "$work/time"
     awk '{ print $1, $2 + $3 }' "$work/time" >> "$work/t.$label"
   done
   local wall cpu
@@ -94,7 +94,8 @@ for d in $digests; do
   "$BIN" snapshot "$one" -o "$work/one_$d.wtxt" --part-size none --digest "$d" --ts 2026-01-01T00:00:00Z 2>/dev/null
 done
 # What putting the snapshot's text on this disk costs at least: a copy of it, synced.
-measure cpsync sh -c "cp '$work/state_sha256.wtxt' '$work/copy' && sync '$work/copy'"
+first=${digests%% *}
+measure cpsync sh -c "cp '$work/state_$first.wtxt' '$work/copy' && sync '$work/copy'"
 rm -f "$work/copy"
 printf '%-34s %8.2f %8.2f\n' "cp + sync of the snapshot's text" "$w_cpsync" "$c_cpsync"
 printf '\n%-34s %7s %8s %8s %10s %10s\n' "command" "threads" "wall s" "cpu s" "vs 1 thr" "vs openssl"

@@ -377,6 +377,11 @@ class Snapshotter:
     snapshot. Use it as a context manager,
     or call `close()`.
 
+    CUDA tensors are published through the GPU's copy engine into pinned
+    host buffers kept for the next publish (at most `pinned_budget` bytes;
+    default `WTXT_PINNED_BUDGET`, else a quarter of the machine's memory;
+    tensors past it are copied the pageable way).
+
     Every requested generation is written and committed, in order: a
     request pins the state published last. At most `max_pending` requests
     wait (each holds its state's copy); a request beyond that waits until
@@ -390,7 +395,7 @@ class Snapshotter:
                  ring: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
                  recipients: Optional[List[str]] = None, keep: Optional[int] = None,
                  oms_key: Optional[PathLike] = None, coalesce: bool = False, max_pending: int = 2,
-                 digest: str = "sha256"):
+                 digest: str = "sha256", pinned_budget: Optional[int] = None):
         if max_pending < 1:
             raise Error(f"max_pending must be at least 1, not {max_pending}")
         if digest not in ("sha256", "tree"):
@@ -401,6 +406,8 @@ class Snapshotter:
                             digest)
         self._lock = threading.Lock()
         self._closed = False
+        self._pinned_budget = pinned_budget
+        self._stager = None  # made by the first publish of a CUDA tensor
         # Requests' futures in order, an Event that flush() waits on (set
         # once every future before it is resolved), or None to stop.
         self._pending: "queue.Queue[Union[None, threading.Event, Tuple[int, Future]]]" = queue.Queue()
@@ -419,6 +426,15 @@ class Snapshotter:
         self._check_open()
         if not isinstance(state, Mapping):
             raise Error(f"expected a dict of arrays, found {type(state).__name__}")
+        if not any(getattr(a, "is_cuda", False) is True for a in state.values()):
+            return self._publish(state, metadata)
+        if self._stager is None:
+            from .torch._pinned import PinnedStager  # a CUDA tensor: torch is loaded
+            self._stager = PinnedStager(self._pinned_budget)
+        with self._stager.staged(state) as host:
+            return self._publish(host, metadata)
+
+    def _publish(self, state: Mapping[str, Any], metadata: Optional[Dict[str, str]]) -> int:
         items = [_staged(name, a) for name, a in state.items()]  # the arrays alive until copied
         return _call(self._inner.publish, [s for s, _ in items], metadata)
 

@@ -4,7 +4,9 @@
     wtxt.torch.save_state_dict(model.state_dict(), "model.wtxt", metadata={"format": "pt"})
     model.load_state_dict(wtxt.torch.load_state_dict("model.wtxt"))
 
-Tensors are moved to the CPU and saved under their own names; bfloat16 is
+Tensors are moved to the CPU and saved under their own names (CUDA tensors
+by the copy engine into pinned host buffers that later saves reuse, up to
+`set_pinned_budget` bytes); bfloat16 is
 kept as bf16 (no ml_dtypes needed), and comes back as torch.bfloat16. A
 nested state dict (`{"model": ..., "optim": ...}`) is flattened to dotted
 names as `torch.distributed.checkpoint` flattens it, and its entries that
@@ -21,6 +23,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 
+from . import _pinned
 from .. import _TO_NUMPY, Error, _call, _from_literal, _literal, _rust, _save_items, _staged, _staged_as, _trust
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -95,15 +98,31 @@ def save_state_dict(state_dict: Mapping[str, Any], filename: PathLike,
     if not isinstance(state_dict, Mapping):
         raise Error(f"expected a state dict, found {type(state_dict).__name__}")
     flat = _flat(state_dict)
-    items, objects = [], {}
+    tensors, objects = {}, {}
     for k, v in flat.items():
         if isinstance(v, torch.Tensor):
             _wtxt_dtype(k, v.dtype)
-            items.append(_item(k, v))
+            tensors[k] = v
         else:
             objects[k] = _literal(k, v)
-    return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key, objects,
-                       digest=digest)
+    with _pinned.shared().staged(tensors) as host:
+        items = [_item(k, t) for k, t in host.items()]
+        return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key,
+                           objects, digest=digest)
+
+
+def set_pinned_budget(budget: int) -> None:
+    """Bytes of pinned host memory that `save_state_dict` and the DCP writer
+    may keep for copying CUDA tensors (0: none, copies go through pageable
+    memory); the buffers held so far are given back. The default is
+    `WTXT_PINNED_BUDGET`, else a quarter of the machine's memory."""
+    _pinned.set_budget(budget)
+
+
+def release_pinned() -> None:
+    """Gives back the pinned buffers `save_state_dict` and the DCP writer
+    keep between saves (the next save pins anew)."""
+    _pinned.shared().release()
 
 
 def _tensor(name: str, dtype: str, shape, data) -> torch.Tensor:

@@ -45,7 +45,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 from torch.futures import Future
 
 from .. import _ML_DTYPES, _TO_NUMPY, Error, SnapshotInfo, _call, _literal, _path, _rust, _writing
-from . import _TO_TORCH, _bits, _load, _wtxt_dtype
+from . import _TO_TORCH, _bits, _load, _pinned, _wtxt_dtype
 
 __all__ = ["WtxtStorageWriter", "WtxtStorageReader"]
 
@@ -147,6 +147,12 @@ def _owners(region: Optional[_Region], shards: List[_Shard], chunks: List[Tuple[
         tied = sorted(r for r, n in held.items() if n == best)
         out.append(tied[ci * len(tied) // len(chunks)])
     return out
+
+
+def _item_key(item) -> str:
+    """A tensor write item's name for its pinned buffer: its tensor and
+    where its shard starts, the same from one save to the next."""
+    return f"{item.index.fqn}@{tuple(item.tensor_data.chunk.offsets)}"
 
 
 def _row_start(region: _Region, offsets, shape) -> Optional[int]:
@@ -460,6 +466,15 @@ class WtxtStorageWriter(StorageWriter):
                 self.digest)
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
+        # This rank's tensors on the host first: CUDA ones by the copy
+        # engine into pinned buffers, all in one wait, kept until written.
+        tensors = {_item_key(item): planner.resolve_data(item) for item in plan.items
+                   if item.type != WriteItemType.BYTE_IO}
+        with _pinned.shared().staged(tensors) as host:
+            return self._write_data(plan, planner, host)
+
+    def _write_data(self, plan: SavePlan, planner: SavePlanner,
+                    host: Dict[str, torch.Tensor]) -> "Future[List[WriteResult]]":
         stage: _Stage = plan.storage_data
         ranks = _Ranks(self._group)
         results: List[WriteResult] = []
@@ -497,7 +512,7 @@ class WtxtStorageWriter(StorageWriter):
                         objects[fqn] = _literal(fqn, value)
                         results.append(WriteResult(index=item.index, size_in_bytes=0, storage_data=None))
                         continue
-                    t = planner.resolve_data(item).detach().to("cpu").contiguous()
+                    t = host[_item_key(item)].detach().to("cpu").contiguous()
                     bits, region, offsets = _bits(t), stage.regions[fqn], item.tensor_data.chunk.offsets
                     results.append(WriteResult(index=item.index, size_in_bytes=t.numel() * t.element_size(),
                                                storage_data=None))
