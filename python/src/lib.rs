@@ -614,6 +614,13 @@ fn main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
     py.allow_threads(|| wtxt::cli::exit_code(argv))
 }
 
+/// The number of threads the library's pools use (`WTXT_THREADS`, else
+/// the cores this process may run on): Python's own pools size to it.
+#[pyfunction]
+fn threads() -> usize {
+    wtxt::threads::threads()
+}
+
 #[pymodule]
 fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // A shard that shrinks under `save_folder`'s map: one line and exit 2,
@@ -622,6 +629,7 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("WtxtError", m.py().get_type::<WtxtError>())?;
     m.add_function(wrap_pyfunction!(save, m)?)?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
+    m.add_function(wrap_pyfunction!(threads, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(outline, m)?)?;

@@ -31,6 +31,7 @@ import pickle
 import secrets
 import shutil
 from concurrent.futures import Future as ConcurrentFuture
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -147,6 +148,14 @@ def _owners(region: Optional[_Region], shards: List[_Shard], chunks: List[Tuple[
         tied = sorted(r for r, n in held.items() if n == best)
         out.append(tied[ci * len(tied) // len(chunks)])
     return out
+
+
+def _hash_parts(dw, ranks) -> List[Any]:
+    """The `part` lines of this rank's share of the parts (every rank's
+    parts written), read and hashed on the library's threads."""
+    mine = range(ranks.rank, dw.part_count(), ranks.world)
+    with ThreadPoolExecutor(max(1, min(len(mine), _rust.threads())), thread_name_prefix="wtxt-dcp-part") as pool:
+        return list(pool.map(lambda k: _call(dw.hash_part, k), mine))
 
 
 def _item_key(item) -> str:
@@ -568,7 +577,7 @@ class WtxtStorageWriter(StorageWriter):
             # nothing passes from rank to rank; the coordinator computes
             # every `arr` line and `sha256_all` from them.
             def tree_report():
-                parts = [_call(dw.hash_part, k) for k in range(dw.part_count()) if k % ranks.world == ranks.rank]
+                parts = _hash_parts(dw, ranks)
                 return (_call(dw.fastxor, own), parts)
 
             reports = ranks.agree(tree_report)
@@ -581,37 +590,54 @@ class WtxtStorageWriter(StorageWriter):
             fut: Future = Future()
             fut.set_result(results)
             return fut
-        # Each array's SHA-256 and HMAC, handed on along its runs.
-        arr_lines: Dict[int, str] = {}
-        for i, rs in enumerate(runs):
-            for k, (r, a, b) in enumerate(rs):
-                if r != ranks.rank:
-                    continue
-                state = ranks.recv(_ARRAY_STATE, rs[k - 1][0]) if k else None
-                state = _call(dw.hash_array, i, [(ix, raw(i, ix)) for ix in range(a, b)], state)
-                if k + 1 < len(rs):
-                    ranks.send(state, rs[k + 1][0])
-                else:
-                    arr_lines[i] = _call(dw.arr_line, i, state)
-        ranks.wait_sends()
-        every = {i: l for got in ranks.agree(lambda: arr_lines) for i, l in got.items()}
-        lines = [every[i] for i in range(len(layout))]
-        # sha256_all, along every run in the file's order.
-        state, before = None, None
-        for i, rs in enumerate(runs):
-            for r, a, b in rs:
-                if r == ranks.rank:
-                    if before is not None and before != ranks.rank:
-                        state = ranks.recv(_SHA_STATE, before)
-                    state = _call(dw.hash_all, state, i, [(ix, raw(i, ix)) for ix in range(a, b)], lines[i])
-                elif before == ranks.rank:
-                    ranks.send(state, r)
-                before = r
-        ranks.wait_sends()
-        last = before
+        # Each array's SHA-256 and HMAC: those this rank holds whole on a
+        # pool (its SHA-256 units side by side), the others handed on along
+        # their runs.
+        with ThreadPoolExecutor(max(1, _rust.threads() - 1), thread_name_prefix="wtxt-dcp-hash") as pool:
+            whole = {i: pool.submit(_call, dw.hash_array, i, [(ix, raw(i, ix)) for ix in range(a, b)], None)
+                     for i, rs in enumerate(runs) for r, a, b in rs if rs == [(ranks.rank, a, b)]}
+            arr_lines: Dict[int, str] = {}
+            for i, rs in enumerate(runs):
+                for k, (r, a, b) in enumerate(rs):
+                    if r != ranks.rank or i in whole:
+                        continue
+                    state = ranks.recv(_ARRAY_STATE, rs[k - 1][0]) if k else None
+                    state = _call(dw.hash_array, i, [(ix, raw(i, ix)) for ix in range(a, b)], state)
+                    if k + 1 < len(rs):
+                        ranks.send(state, rs[k + 1][0])
+                    else:
+                        arr_lines[i] = _call(dw.arr_line, i, state)
+            ranks.wait_sends()
+
+            def line(i: int) -> str:
+                if i not in arr_lines:
+                    arr_lines[i] = _call(dw.arr_line, i, whole[i].result())
+                return arr_lines[i]
+
+            # With one rank there is nothing to agree on: sha256_all follows
+            # the pool's digests as each is done, as `save_state_dict` does.
+            every = None if ranks.world == 1 else {
+                i: l for got in ranks.agree(lambda: {i: line(i) for i in range(len(layout))
+                                                     if i in arr_lines or i in whole})
+                for i, l in got.items()}
+            # sha256_all, along every run in the file's order.
+            state, before = None, None
+            for i, rs in enumerate(runs):
+                for r, a, b in rs:
+                    if r == ranks.rank:
+                        if before is not None and before != ranks.rank:
+                            state = ranks.recv(_SHA_STATE, before)
+                        state = _call(dw.hash_all, state, i, [(ix, raw(i, ix)) for ix in range(a, b)],
+                                      line(i) if every is None else every[i])
+                    elif before == ranks.rank:
+                        ranks.send(state, r)
+                    before = r
+            ranks.wait_sends()
+            last = before
+            lines = [line(i) if every is None else every[i] for i in range(len(layout))]
 
         def report():
-            parts = [_call(dw.hash_part, k) for k in range(dw.part_count()) if k % ranks.world == ranks.rank]
+            parts = _hash_parts(dw, ranks)
             return (state if last == ranks.rank else None, _call(dw.fastxor, own), parts)
 
         reports = ranks.agree(report)
