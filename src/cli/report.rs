@@ -36,18 +36,26 @@ fn esc(s: &str) -> String {
     o
 }
 
-/// The colour of a cell: grey unchanged, green added, a white-to-red ramp
-/// by the square root of the fraction of elements changed.
+/// The colour of a cell: grey unchanged, green added, purple reshaped, a
+/// white-to-red ramp by [`Cell::heat`] (the relative change of a float
+/// tensor on a log scale).
 fn colour(c: &Cell) -> String {
     match c.status {
         Status::Unchanged | Status::Rewrapped => "#e8e8e8".into(),
         Status::Added => "#7fbf7f".into(),
         Status::Reshaped | Status::DtypeChanged => "#7f3fbf".into(),
         _ => {
-            let t = c.changed.clamp(0.0, 1.0).sqrt();
-            let g = (235.0 * (1.0 - t) + 20.0) as u8;
+            let g = (235.0 * (1.0 - c.heat()) + 20.0) as u8;
             format!("#ff{g:02x}{g:02x}")
         }
+    }
+}
+
+/// How much a changed tensor changed, in words.
+fn amount(c: &Cell) -> String {
+    match c.rel {
+        Some(r) => format!("relative change {r:.2e}, {:.2}% of elements", c.changed * 100.0),
+        None => format!("{:.2}% of elements", c.changed * 100.0),
     }
 }
 
@@ -62,7 +70,7 @@ fn tip(name: &str, gen: u64, c: &Cell) -> String {
     };
     let mut t = format!("{name}, gen {gen}: {what}");
     if c.status == Status::Changed {
-        let _ = write!(t, ", {:.2}% of elements", c.changed * 100.0);
+        let _ = write!(t, ", {}", amount(c));
     }
     if let (Some(r), Some(l)) = (c.max_rel, c.l2) {
         let _ = write!(t, ", max rel {r:.3e}, L2 {l:.3e}");
@@ -81,7 +89,7 @@ fn bounded(r: &RunReport) -> (RunReport, Option<String>) {
         return (r.clone(), None);
     }
     let first = ng.saturating_sub(MAX_COLUMNS);
-    let score = |t: usize| -> f64 { r.cells[t][first.max(1)..].iter().flatten().map(|c| c.changed).sum() };
+    let score = |t: usize| -> f64 { r.cells[t][first.max(1)..].iter().flatten().map(|c| c.heat()).sum() };
     let mut rows: Vec<usize> = (0..nt).collect();
     rows.sort_by(|&a, &b| score(b).partial_cmp(&score(a)).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(&b)));
     rows.truncate(MAX_ROWS);
@@ -203,7 +211,7 @@ pub fn html(full: &RunReport) -> String {
     svg.push_str("</svg>");
     let mut most = String::from("<h2>Most changed per generation</h2><ol class=\"top\">");
     for g in r.generations.iter().skip(1) {
-        let list: Vec<String> = g.top.iter().map(|(n, f)| format!("{} ({:.2}%)", esc(n), f * 100.0)).collect();
+        let list: Vec<String> = g.top.iter().map(|(n, c)| format!("{} ({})", esc(n), amount(c))).collect();
         let list = if list.is_empty() { "nothing changed".to_string() } else { list.join(", ") };
         let _ = write!(most, "<li>gen {} ({}): {list}</li>", g.gen, esc(&g.commit[..10.min(g.commit.len())]));
     }
@@ -226,8 +234,9 @@ pub fn html(full: &RunReport) -> String {
          <title>wtxt report: {path}</title><style>{STYLE}</style></head><body>\
          <h1>{path}</h1><p id=\"summary\">{ng} generation(s), {nt} tensor(s), {problems} problem(s): {verdict}.</p>{note}\
          <p class=\"legend\"><span style=\"background:#e8e8e8\">unchanged</span> \
-         <span style=\"background:#ffd0d0\">few elements changed</span> \
-         <span style=\"background:#ff1414;color:#fff\">all changed</span> \
+         <span style=\"background:#ffd0d0\">changed little (relative change 1e-6)</span> \
+         <span style=\"background:#ff8080\">1e-3</span> \
+         <span style=\"background:#ff1414;color:#fff\">changed wholly (1)</span> \
          <span style=\"background:#7fbf7f\">added</span> <span style=\"background:#7f3fbf;color:#fff\">reshaped</span></p>\
          <p><input id=\"filter\" placeholder=\"filter tensors by name\" size=\"40\"></p>\
          <div id=\"detail\">Click a cell for its figures.</div>{svg}{most}\
@@ -246,7 +255,7 @@ var r=JSON.parse(document.getElementById("data").textContent);
 var detail=document.getElementById("detail");
 function put(t,g){var c=r.cells[t][g],v=r.generations[g];if(!c){return;}
 detail.textContent=r.tensors[t]+"\ngen "+v.gen+" (commit "+v.commit.slice(0,10)+", "+v.ts+"): "+c.status+
-(c.status==="rewrapped"?" (same values)":"")+(c.status==="changed"?", "+(c.changed*100).toFixed(3)+"% of elements":"")+
+(c.status==="rewrapped"?" (same values)":"")+(c.status==="changed"?", "+(c.rel!==null&&c.rel!==undefined?"relative change "+c.rel.toExponential(3)+", ":"")+(c.changed*100).toFixed(3)+"% of elements":"")+
 (c.max_rel!==null&&c.max_rel!==undefined?", max rel "+c.max_rel.toExponential(3)+", L2 "+c.l2.toExponential(3):"")+
 (v.problems.length?"\nproblems: "+v.problems.join("; "):"");}
 Array.prototype.forEach.call(document.querySelectorAll("rect.cell"),function(e){
@@ -278,7 +287,7 @@ mod tests {
             top: Vec::new(),
         };
         let (ng, nt) = (MAX_COLUMNS + 2, MAX_ROWS + 5);
-        let changed = |f: f64| Some(Cell { status: Status::Changed, changed: f, max_rel: None, l2: None });
+        let changed = |f: f64| Some(Cell { status: Status::Changed, changed: f, max_rel: None, l2: None, rel: None });
         let r = RunReport {
             path: "m.wtxt".into(),
             generations: (0..ng as u64).map(gen).collect(),

@@ -79,6 +79,10 @@ pub struct ArrayDiff {
     pub max_rel: Option<f64>,
     /// For float dtypes: L2 norm of (new - old).
     pub l2: Option<f64>,
+    /// For float dtypes, when asked for ([`diff_norms`]): L2 norm of the
+    /// new values, so that `l2 / norm` is the relative change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub norm: Option<f64>,
 }
 
 /// A header field that changed.
@@ -113,7 +117,8 @@ pub struct FileDiff {
     /// path, a text file's lines as a unified diff.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<crate::git::files_diff::FileChange>,
-    /// Changes of the model's names (`__names`), in words.
+    /// Changes of the model's names (`__names`) and of the shards'
+    /// safetensors headers (`__hf_headers`), in words.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<String>,
     /// Arrays whose `arr` lines record different SHA-256s although every
@@ -233,6 +238,16 @@ fn header_fields(h: &Header) -> Vec<(&'static str, String)> {
 
 /// Compares two WTXT files read from `a` (old) and `b` (new).
 pub fn diff<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
+    diff_with(a, b, names, false)
+}
+
+/// [`diff`], and the L2 norm of every float array's new values
+/// ([`ArrayDiff::norm`]): the chunks that did not change are decoded too.
+pub fn diff_norms<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
+    diff_with(a, b, names, true)
+}
+
+fn diff_with<A: Read, B: Read>(a: A, b: B, names: Names, norms: bool) -> Result<FileDiff> {
     let (mut wa, mut wb) = (Walker::new(a), Walker::new(b));
     let (ha, ta) = wa.wtxt_header().map_err(|e| e.in_file(names.old))?;
     let (hb, tb) = wb.wtxt_header().map_err(|e| e.in_file(names.new))?;
@@ -270,7 +285,7 @@ pub fn diff<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
                 let d = if files_diff::wanted(&x.arr.name) && small_bytes(&x) && small_bytes(&y) {
                     compare_whole(&mut wa, &x, &mut wb, &y, names, &mut damage, &mut captured)?
                 } else {
-                    compare_array(&mut wa, &x, &mut wb, &y, names, &mut damage)?
+                    compare_array(&mut wa, &x, &mut wb, &y, names, &mut damage, norms)?
                 };
                 // Equal chunks give equal bytes, hence equal SHA-256s.
                 let same_values = d.status != Status::DtypeChanged && d.status != Status::Reshaped;
@@ -291,7 +306,7 @@ pub fn diff<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
         && ta == tb
         && damage.is_empty()
         && unexplained.is_empty();
-    let (files, names) = (files_diff::file_changes(&captured), files_diff::names_changes(&captured));
+    let (files, names) = (files_diff::file_changes(&captured), files_diff::in_words(&captured));
     Ok(FileDiff { identical, header, header_unified, arrays, damage, notes: Vec::new(), files, names, unexplained })
 }
 
@@ -366,6 +381,7 @@ impl ArrayDiff {
             max_abs: None,
             max_rel: None,
             l2: None,
+            norm: None,
         }
     }
 }
@@ -388,10 +404,15 @@ pub(crate) struct Stats {
     max_abs: f64,
     max_rel: f64,
     sum_sq: f64,
+    /// With `norms`: the sum of squares of the new values, over `seen`
+    /// elements (the norm is given only when they are all of them).
+    norms: bool,
+    sum_sq_new: f64,
+    seen: u64,
 }
 
 impl Stats {
-    pub(crate) fn new(dtype: Dtype, row_elems: u64) -> Stats {
+    pub(crate) fn new(dtype: Dtype, row_elems: u64, norms: bool) -> Stats {
         Stats {
             dtype,
             row_elems,
@@ -401,11 +422,32 @@ impl Stats {
             max_abs: 0.0,
             max_rel: 0.0,
             sum_sq: 0.0,
+            norms: norms && dtype.is_float(),
+            sum_sq_new: 0.0,
+            seen: 0,
         }
+    }
+
+    /// Adds the squares of `new`'s finite values to the new side's norm.
+    fn add_norm(&mut self, new: &[u8]) {
+        if !self.norms {
+            return;
+        }
+        let size = self.dtype.size();
+        for y in new.chunks_exact(size) {
+            if let Some(v) = self.dtype.to_f64(y).filter(|v| v.is_finite()) {
+                self.sum_sq_new += v * v;
+            }
+        }
+        self.seen += (new.len() / size) as u64;
     }
 
     /// Puts the figures into `d` (status `Changed` when any element changed).
     pub(crate) fn finish(self, d: &mut ArrayDiff, dtype: Dtype) {
+        let numel = d.shape.iter().product::<u64>();
+        if self.norms && self.seen == numel {
+            d.norm = Some(self.sum_sq_new.sqrt());
+        }
         d.changed_elements = self.changed;
         d.changed_rows = self.rows;
         d.rows_truncated = self.truncated;
@@ -431,6 +473,7 @@ impl Stats {
 
     /// Compares `old` and `new`, equal-length byte runs starting at element `first`.
     pub(crate) fn compare(&mut self, first: u64, old: &[u8], new: &[u8]) {
+        self.add_norm(new);
         let size = self.dtype.size();
         for (k, (x, y)) in old.chunks_exact(size).zip(new.chunks_exact(size)).enumerate() {
             if x == y {
@@ -460,6 +503,7 @@ fn compare_array<A: Read, B: Read>(
     y: &ArrayText,
     names: Names,
     damage: &mut Vec<Damage>,
+    norms: bool,
 ) -> Result<ArrayDiff> {
     let mut d = whole(y, Status::Unchanged);
     if retyped(&mut d, x, y) {
@@ -468,13 +512,18 @@ fn compare_array<A: Read, B: Read>(
         return Ok(d);
     }
     let (la, lb) = (x.layout()?, y.layout()?);
-    let mut st = Stats::new(y.arr.dtype, row_elems(y));
+    let mut st = Stats::new(y.arr.dtype, row_elems(y), norms);
     if la == lb {
         for _ in 0..la.chunk_count() {
             let ca = wa.chunk().map_err(|e| e.in_file(names.old))?;
             let cb = wb.chunk().map_err(|e| e.in_file(names.new))?;
             if same(&ca.ch, &cb.ch) {
                 check_unchanged(&ca, &cb, names, &y.arr.name, damage);
+                if st.norms {
+                    if let Some(raw) = decode_side(&cb, names.new, &y.arr.name, damage) {
+                        st.add_norm(&raw);
+                    }
+                }
                 continue;
             }
             d.changed_chunks.push(cb.ch.ix);
@@ -562,7 +611,7 @@ fn compare_whole<A: Read, B: Read>(
     if !retyped(&mut d, x, y) {
         if let (Some(a), Some(b)) = (&ba, &bb) {
             d.changed_chunks = cb.iter().filter(|c| !ca.iter().any(|o| same(o, c))).map(|c| c.ix).collect();
-            let mut st = Stats::new(y.arr.dtype, row_elems(y));
+            let mut st = Stats::new(y.arr.dtype, row_elems(y), false);
             st.compare(0, a, b);
             st.finish(&mut d, y.arr.dtype);
         }

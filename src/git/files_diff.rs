@@ -1,7 +1,7 @@
 //! What changed in the files a Hugging Face folder's snapshot keeps beside
 //! its tensors (`__hf_files`: `config.json`, the tokenizer, the index...),
-//! by path, with a unified diff of a text file's lines; and a change of
-//! `__names` in words. A reviewer reads a changed `config.json` (which may
+//! by path, with a unified diff of a text file's lines; and changes of
+//! `__names` and of the shards' headers (`__hf_headers`) in words. A reviewer reads a changed `config.json` (which may
 //! name code to run, `auto_map`) as plain Git would show it, not as bytes
 //! of a `u8` array. Display only: the arrays' bytes are compared by the
 //! diff itself, and every byte shown was decoded from chunks whose
@@ -12,17 +12,17 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::convert::hf::{HF, HF_FILES};
+use crate::convert::hf::{HF, HF_FILES, HF_HEADERS};
 use crate::convert::names::NAMES;
 
 /// Text files larger than this are summarized, not diffed line by line.
 const MAX_TEXT_DIFF: usize = 1 << 20;
-/// Lines of a unified diff shown per file.
+/// Lines of a unified diff shown per file, and lines in words per diff.
 const MAX_DIFF_LINES: usize = 200;
 
 /// True for the metadata arrays whose values a diff reads whole.
 pub fn wanted(name: &str) -> bool {
-    name == HF || name == HF_FILES || name == NAMES
+    name == HF || name == HF_FILES || name == HF_HEADERS || name == NAMES
 }
 
 /// The wanted arrays' bytes on each side (old, new), as decoded.
@@ -39,6 +39,20 @@ impl Captured {
 
     fn get(&self, name: &str, side: usize) -> Option<&[u8]> {
         self.arrays.get(name).and_then(|s| s[side].as_deref())
+    }
+
+    /// One side's pieces of `array` by path, as that side's `__hf` list
+    /// (`files` or `shards`) places them; None without a readable list.
+    fn pieces(&self, array: &str, list: &str, side: usize) -> Option<BTreeMap<String, Vec<u8>>> {
+        let bytes = self.get(array, side)?;
+        let folder: serde_json::Value = serde_json::from_slice(self.get(HF, side)?).ok()?;
+        let mut out = BTreeMap::new();
+        for f in folder.get(list)?.as_array()? {
+            let (path, off, len) = (f.get("path")?.as_str()?, f.get("offset")?.as_u64()?, f.get("len")?.as_u64()?);
+            let end = off.checked_add(len)?;
+            out.insert(path.to_string(), bytes.get(off as usize..end as usize)?.to_vec());
+        }
+        Some(out)
     }
 }
 
@@ -91,17 +105,7 @@ pub fn file_changes(c: &Captured) -> Vec<FileChange> {
     if old == new {
         return Vec::new();
     }
-    let split = |side: usize, bytes: &[u8]| -> Option<BTreeMap<String, Vec<u8>>> {
-        let list: serde_json::Value = serde_json::from_slice(c.get(HF, side)?).ok()?;
-        let mut out = BTreeMap::new();
-        for f in list.get("files")?.as_array()? {
-            let (path, off, len) = (f.get("path")?.as_str()?, f.get("offset")?.as_u64()?, f.get("len")?.as_u64()?);
-            let end = off.checked_add(len)?;
-            out.insert(path.to_string(), bytes.get(off as usize..end as usize)?.to_vec());
-        }
-        Some(out)
-    };
-    let (a, b) = match (split(0, old), split(1, new)) {
+    let (a, b) = match (c.pieces(HF_FILES, "files", 0), c.pieces(HF_FILES, "files", 1)) {
         (Some(a), Some(b)) => (a, b),
         _ => {
             let whole = |x: &[u8]| BTreeMap::from([(HF_FILES.to_string(), x.to_vec())]);
@@ -162,7 +166,7 @@ fn as_text(x: &[u8]) -> Option<&str> {
 
 /// A change of the model's names (`__names`: WTXT name to the model's) in
 /// words, one line per name added, removed or mapped anew.
-pub fn names_changes(c: &Captured) -> Vec<String> {
+fn names_changes(c: &Captured) -> Vec<String> {
     let map = |side: usize| -> Option<BTreeMap<String, String>> {
         let v: serde_json::Value = serde_json::from_slice(c.get(NAMES, side)?).ok()?;
         let m = v.get("names")?.as_object()?;
@@ -181,6 +185,104 @@ pub fn names_changes(c: &Captured) -> Vec<String> {
         out.push(format!("name added: {v} (stored as {k})"));
     }
     out
+}
+
+/// The changes of `__names` and of the shards' headers, in words.
+pub fn in_words(c: &Captured) -> Vec<String> {
+    let mut out = names_changes(c);
+    out.extend(headers_changes(c));
+    out
+}
+
+/// A change of the shards' safetensors headers (`__hf_headers`) in words:
+/// shards added or removed, `__metadata__` entries, tensors added, removed,
+/// retyped or reshaped, and how many only moved. At most
+/// [`MAX_DIFF_LINES`] lines, then how many were left out.
+pub fn headers_changes(c: &Captured) -> Vec<String> {
+    let (Some(old), Some(new)) = (c.get(HF_HEADERS, 0), c.get(HF_HEADERS, 1)) else { return Vec::new() };
+    if old == new {
+        return Vec::new();
+    }
+    let (Some(a), Some(b)) = (c.pieces(HF_HEADERS, "shards", 0), c.pieces(HF_HEADERS, "shards", 1)) else {
+        return vec![format!("shard headers changed ({} -> {} bytes)", old.len(), new.len())];
+    };
+    let mut out = Vec::new();
+    for path in a.keys().chain(b.keys().filter(|p| !a.contains_key(*p))) {
+        let (x, y) = (a.get(path).map(|h| header(h)), b.get(path).map(|h| header(h)));
+        let count = |h: &Option<serde_json::Map<String, serde_json::Value>>| {
+            h.as_ref().map_or(0, |m| m.keys().filter(|k| *k != "__metadata__").count())
+        };
+        match (x, y) {
+            (None, Some(y)) => out.push(format!("shard added: {path} ({} tensors)", count(&y))),
+            (Some(x), None) => out.push(format!("shard removed: {path} ({} tensors)", count(&x))),
+            (Some(x), Some(y)) if a.get(path) != b.get(path) => match (x, y) {
+                (Some(x), Some(y)) => shard_changes(path, &x, &y, &mut out),
+                _ => out.push(format!("{path}: header changed (not a safetensors header)")),
+            },
+            _ => {}
+        }
+    }
+    if out.len() > MAX_DIFF_LINES {
+        let left = out.len() - MAX_DIFF_LINES;
+        out.truncate(MAX_DIFF_LINES);
+        out.push(format!("... {left} more header change(s)"));
+    }
+    out
+}
+
+/// A shard's header (8-byte length, then JSON) as its JSON object.
+fn header(h: &[u8]) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let n = u64::from_le_bytes(h.get(..8)?.try_into().ok()?);
+    let json = h.get(8..8usize.checked_add(usize::try_from(n).ok()?)?)?;
+    match serde_json::from_slice(json).ok()? {
+        serde_json::Value::Object(m) => Some(m),
+        _ => None,
+    }
+}
+
+/// One shard's header changes, as lines into `out`.
+fn shard_changes(
+    path: &str,
+    x: &serde_json::Map<String, serde_json::Value>,
+    y: &serde_json::Map<String, serde_json::Value>,
+    out: &mut Vec<String>,
+) {
+    let meta = |m: &serde_json::Map<String, serde_json::Value>| {
+        m.get("__metadata__").and_then(|v| v.as_object()).cloned().unwrap_or_default()
+    };
+    let (ma, mb) = (meta(x), meta(y));
+    for (k, v) in &ma {
+        match mb.get(k) {
+            None => out.push(format!("{path}: __metadata__ {k:?} removed (was {v})")),
+            Some(w) if w != v => out.push(format!("{path}: __metadata__ {k:?} was {v}, now {w}")),
+            _ => {}
+        }
+    }
+    for (k, v) in mb.iter().filter(|(k, _)| !ma.contains_key(*k)) {
+        out.push(format!("{path}: __metadata__ {k:?} added ({v})"));
+    }
+    let kind = |v: &serde_json::Value| {
+        format!(
+            "{} {}",
+            v.get("dtype").unwrap_or(&serde_json::Value::Null),
+            v.get("shape").unwrap_or(&serde_json::Value::Null)
+        )
+    };
+    let mut moved = 0usize;
+    for (k, v) in x.iter().filter(|(k, _)| *k != "__metadata__") {
+        match y.get(k) {
+            None => out.push(format!("{path}: tensor {k:?} removed ({})", kind(v))),
+            Some(w) if kind(w) != kind(v) => out.push(format!("{path}: tensor {k:?} was {}, now {}", kind(v), kind(w))),
+            Some(w) if w != v => moved += 1,
+            _ => {}
+        }
+    }
+    for (k, v) in y.iter().filter(|(k, _)| *k != "__metadata__" && !x.contains_key(*k)) {
+        out.push(format!("{path}: tensor {k:?} added ({})", kind(v)));
+    }
+    if moved > 0 {
+        out.push(format!("{path}: {moved} tensor(s) at other offsets"));
+    }
 }
 
 #[cfg(test)]
@@ -213,5 +315,56 @@ mod tests {
             u.contains("--- a/config.json") && u.contains("-  \"eps\": 1e-05,") && u.contains("+  \"eps\": 1e-06,")
         );
         assert_eq!((ch[1].path.as_str(), ch[1].unified.is_none(), ch[1].new_len), ("tok.bin", true, Some(4)));
+    }
+
+    fn shards(headers: &[(&str, serde_json::Value)]) -> (Vec<u8>, Vec<u8>) {
+        let (mut bytes, mut list) = (Vec::new(), Vec::new());
+        for (p, h) in headers {
+            let json = serde_json::to_vec(h).unwrap();
+            let at = bytes.len();
+            bytes.extend_from_slice(&(json.len() as u64).to_le_bytes());
+            bytes.extend_from_slice(&json);
+            list.push(serde_json::json!({"path": p, "offset": at, "len": bytes.len() - at}));
+        }
+        (serde_json::to_vec(&serde_json::json!({"files": [], "shards": list})).unwrap(), bytes)
+    }
+
+    #[test]
+    fn changed_shard_headers_are_told_in_words() {
+        use serde_json::json;
+        let t = |d: &str, s: &[u64], o: [u64; 2]| json!({"dtype": d, "shape": s, "data_offsets": o});
+        let (hf0, h0) = shards(&[
+            (
+                "a.safetensors",
+                json!({"__metadata__": {"format": "pt"}, "w": t("F32", &[2, 2], [0, 16]),
+                                     "b": t("F32", &[2], [16, 24]), "gone": t("F32", &[1], [24, 28])}),
+            ),
+            ("old.safetensors", json!({"x": t("F32", &[1], [0, 4])})),
+        ]);
+        let (hf1, h1) = shards(&[
+            (
+                "a.safetensors",
+                json!({"__metadata__": {"format": "np", "step": "5"}, "w": t("BF16", &[2, 2], [0, 8]),
+                                     "b": t("F32", &[2], [8, 16]), "new": t("F32", &[3], [16, 28])}),
+            ),
+            ("new.safetensors", json!({"y": t("F32", &[1], [0, 4]), "z": t("F32", &[1], [4, 8])})),
+        ]);
+        let mut c = Captured::default();
+        for (side, hf, h) in [(0, hf0, h0), (1, hf1, h1)] {
+            c.keep(HF, side, hf);
+            c.keep(HF_HEADERS, side, h);
+        }
+        let lines = headers_changes(&c);
+        let want = [
+            r#"a.safetensors: __metadata__ "format" was "pt", now "np""#,
+            r#"a.safetensors: __metadata__ "step" added ("5")"#,
+            r#"a.safetensors: tensor "w" was "F32" [2,2], now "BF16" [2,2]"#,
+            r#"a.safetensors: tensor "gone" removed ("F32" [1])"#,
+            r#"a.safetensors: tensor "new" added ("F32" [3])"#,
+            "a.safetensors: 1 tensor(s) at other offsets",
+            "shard removed: old.safetensors (1 tensors)",
+            "shard added: new.safetensors (2 tensors)",
+        ];
+        assert_eq!(lines, want);
     }
 }

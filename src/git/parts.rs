@@ -272,7 +272,7 @@ pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDi
             continue;
         }
         let row_elems = if y.shape.len() >= 2 { y.shape[1..].iter().product() } else { 1 };
-        let mut st = Stats::new(y.dtype, row_elems);
+        let mut st = Stats::new(y.dtype, row_elems, false);
         let text = |t: &dyn Text, file: &Path, (ch, line, r): &(ChLine, u64, Range<u64>)| -> Result<ChunkText> {
             Ok(ChunkText { ch: *ch, line: *line, text: t.range(r.clone()).map_err(|e| Error::io(file, e))? })
         };
@@ -334,7 +334,7 @@ pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDi
     let unchanged = arrays.iter().all(|d| d.status == Status::Unchanged) && damage.is_empty();
     let identical = unchanged && same_bytes(old, new).map_err(|e| Error::io(names.new, e))?;
     let (header, header_unified, unexplained) = (Vec::new(), String::new(), Vec::new());
-    let (files, names) = (files_diff::file_changes(&captured), files_diff::names_changes(&captured));
+    let (files, names) = (files_diff::file_changes(&captured), files_diff::in_words(&captured));
     Ok(FileDiff { identical, header, header_unified, arrays, damage, notes, files, names, unexplained })
 }
 

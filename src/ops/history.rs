@@ -38,9 +38,23 @@ pub fn log(
 
 /// `wtxt diff`: the semantic difference of two WTXT files (either may be age-encrypted).
 pub fn diff(old: &Path, new: &Path, unseal: Option<&Unseal>) -> Result<crate::git::diff::FileDiff> {
+    diff_with(old, new, unseal, false)
+}
+
+/// [`diff`] with every float array's norm (`report`'s relative change):
+/// the new file's unchanged chunks are decoded too.
+pub fn diff_norms(old: &Path, new: &Path) -> Result<crate::git::diff::FileDiff> {
+    diff_with(old, new, None, true)
+}
+
+fn diff_with(old: &Path, new: &Path, unseal: Option<&Unseal>, norms: bool) -> Result<crate::git::diff::FileDiff> {
     let (mut a, mut b) = (WtxtIn::open(old, unseal)?, WtxtIn::open(new, unseal)?);
     let names = crate::git::diff::Names { old, new };
-    let mut d = crate::git::diff::diff(a.text(), b.text(), names)?;
+    let mut d = if norms {
+        crate::git::diff::diff_norms(a.text(), b.text(), names)?
+    } else {
+        crate::git::diff::diff(a.text(), b.text(), names)?
+    };
     let check =
         |p: &Path| WtxtIn::verify_path(p, unseal, &Default::default()).ok()?.errors.first().map(|p| p.to_error());
     crate::git::diff::explain(&mut d, names, &check);

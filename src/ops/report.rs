@@ -40,9 +40,9 @@ pub struct GenerationView {
     pub problems: Vec<String>,
     /// The snapshot's text, head and parts, in bytes.
     pub bytes: u64,
-    /// The tensors that changed most in it (by the fraction of their
-    /// elements, then the L2 of the difference), at most [`TOP`].
-    pub top: Vec<(String, f64)>,
+    /// The tensors that changed most in it (by [`Cell::heat`], then the
+    /// fraction of their elements), at most [`TOP`].
+    pub top: Vec<(String, Cell)>,
 }
 
 /// How many of a generation's most changed tensors it lists.
@@ -60,6 +60,26 @@ pub struct Cell {
     pub max_rel: Option<f64>,
     /// L2 norm of the difference, for floats.
     pub l2: Option<f64>,
+    /// The relative change, L2 of the difference over L2 of the tensor's
+    /// new values, for floats that changed.
+    pub rel: Option<f64>,
+}
+
+impl Cell {
+    /// How much the tensor changed, from 0 (nothing) to 1 (all of it, or
+    /// added, reshaped, retyped): for floats the relative change on a log
+    /// scale (1e-6 and below at the bottom, 1 at the top), else the square
+    /// root of the fraction of elements changed.
+    pub fn heat(&self) -> f64 {
+        match self.status {
+            Status::Unchanged | Status::Rewrapped => 0.0,
+            Status::Changed => match self.rel {
+                Some(r) if r > 0.0 => ((r.log10() + 6.0) / 6.0).clamp(0.02, 1.0),
+                _ => self.changed.clamp(0.0, 1.0).sqrt(),
+            },
+            _ => 1.0,
+        }
+    }
 }
 
 /// The history of one path.
@@ -106,13 +126,16 @@ pub fn report(
         crate::ops::export(dir, &g.commit, &rel, &out, PartSize::Whole)?;
         let bytes = std::fs::metadata(&out).map_err(|e| Error::io(&out, e))?.len();
         // The first generation against itself: every tensor, each "added".
-        let d = super::diff(prev.as_deref().unwrap_or(&out), &out, None)?;
+        let d = match &prev {
+            Some(p) => super::diff_norms(p, &out)?,
+            None => super::diff(&out, &out, None)?,
+        };
         let mut column = BTreeMap::new();
         for a in d.arrays.iter().filter(|a| !a.name.starts_with("__") && a.status != Status::Removed) {
             let c = if prev.is_some() {
                 cell(a)
             } else {
-                Cell { status: Status::Added, changed: 1.0, max_rel: None, l2: None }
+                Cell { status: Status::Added, changed: 1.0, max_rel: None, l2: None, rel: None }
             };
             column.insert(a.shown_name().to_string(), c);
         }
@@ -148,16 +171,16 @@ pub fn report(
 
 /// The most changed tensors of a generation's column (none for the first,
 /// where every tensor is new).
-fn top(column: &BTreeMap<String, Cell>, after_first: bool) -> Vec<(String, f64)> {
+fn top(column: &BTreeMap<String, Cell>, after_first: bool) -> Vec<(String, Cell)> {
     if !after_first {
         return Vec::new();
     }
-    let mut v: Vec<(&String, &Cell)> = column.iter().filter(|(_, c)| c.changed > 0.0).collect();
+    let mut v: Vec<(&String, &Cell)> = column.iter().filter(|(_, c)| c.heat() > 0.0).collect();
     v.sort_by(|a, b| {
-        let key = |c: &Cell| (c.changed, c.l2.unwrap_or(0.0));
+        let key = |c: &Cell| (c.heat(), c.changed);
         key(b.1).partial_cmp(&key(a.1)).unwrap_or(std::cmp::Ordering::Equal).then_with(|| a.0.cmp(b.0))
     });
-    v.into_iter().take(TOP).map(|(n, c)| (n.clone(), c.changed)).collect()
+    v.into_iter().take(TOP).map(|(n, c)| (n.clone(), c.clone())).collect()
 }
 
 /// How much of `a` changed, as a cell.
@@ -168,5 +191,10 @@ fn cell(a: &crate::git::diff::ArrayDiff) -> Cell {
         Status::Changed => a.changed_elements as f64 / numel as f64,
         _ => 1.0,
     };
-    Cell { status: a.status, changed, max_rel: a.max_rel, l2: a.l2 }
+    let rel = match (a.status, a.l2, a.norm) {
+        (Status::Changed, Some(l2), Some(norm)) if norm > 0.0 => Some(l2 / norm),
+        (Status::Changed, Some(l2), Some(_)) if l2 > 0.0 => Some(1.0), // from all zeros
+        _ => None,
+    };
+    Cell { status: a.status, changed, max_rel: a.max_rel, l2: a.l2, rel }
 }

@@ -174,12 +174,24 @@ fn a_model_folder_lives_in_the_work_tree_and_its_signed_snapshot_in_git() {
     )
     .unwrap();
     w.retrain((5, 5));
+    // The first shard's header gains a `__metadata__` entry.
+    let (a, b) = (
+        tensor("model.embed_tokens.weight", Dtype::Bf16, &[64, 16], 5),
+        tensor("model.layers.0.mlp.up_proj.weight", Dtype::F32, &[40, 16], 5),
+    );
+    let meta =
+        std::collections::BTreeMap::from([("format".to_string(), "pt".to_string()), ("step".into(), "100".into())]);
+    let mut f = std::fs::File::create(root.join("model/model-00001-of-00002.safetensors")).unwrap();
+    wtxt::convert::safetensors::write_named(&[(a.name.as_str(), &a), (b.name.as_str(), &b)], Some(&meta), &mut f)
+        .unwrap();
+    drop(f);
     assert!(w.wtxt(&["git", "folder", "model", "--stage"]).status.success());
     w.ok(&["commit", "-q", "-m", "config"]);
     let d = w.ok(&["diff", "HEAD~1", "HEAD", "--", "model.wtxt", "model.wtxt.parts"]);
     assert!(d.contains("~ file config.json: "), "{d}");
     assert!(d.contains("--- a/config.json") && d.contains("+  \"auto_map\": \"evil.Model\""), "{d}");
     assert!(d.contains("-  \"architectures\": [\"LlamaForCausalLM\"]\n"), "{d}");
+    assert!(d.contains(r#"model-00001-of-00002.safetensors: __metadata__ "step" added ("100")"#), "{d}");
     assert!(d.contains("arrays changed: ") && d.contains("model.layers.0.mlp.up_proj.weight"), "{d}");
     assert!(!d.contains("model_layers_0"), "{d}");
     // `wtxt diff` of the two snapshots whole says the same, in JSON too.

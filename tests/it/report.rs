@@ -110,11 +110,18 @@ fn a_page_of_the_history_drawn_by_a_browser() {
     assert!(html.contains("&lt;/script&gt;&lt;script&gt;"));
     // Three generations; cells: 3 tensors in gen 0, each after it.
     assert!(html.contains("3 generation(s), 3 tensor(s), 0 problem(s)"), "{html}");
-    assert!(html.contains("layer.0.w, gen 1: changed, 1.56% of elements"), "{html}");
-    assert!(html.contains("layer.1.w, gen 2: changed, 100.00% of elements"), "{html}");
+    // Relative change: L2 of the difference over L2 of the new values
+    // (1 / sqrt(85355) for one element of 0..64 raised by 1; 2 / 6 for
+    // sixteen ones raised by a half).
+    assert!(html.contains("layer.0.w, gen 1: changed, relative change 3.42e-3, 1.56% of elements"), "{html}");
+    assert!(html.contains("layer.1.w, gen 2: changed, relative change 3.33e-1, 100.00% of elements"), "{html}");
     assert!(html.contains("signature valid") && html.contains("data verified"));
 
-    assert!(html.contains("<li>gen 2 (") && html.contains("): layer.1.w (100.00%)</li>"), "{html}");
+    assert!(
+        html.contains("<li>gen 2 (")
+            && html.contains("): layer.1.w (relative change 3.33e-1, 100.00% of elements)</li>"),
+        "{html}"
+    );
 
     if let Some(b) = browser() {
         let url = format!("file://{}", page.display());
@@ -135,13 +142,14 @@ fn a_page_of_the_history_drawn_by_a_browser() {
         // The page's script ran over all 9 cells, and nothing of the names did.
         assert!(dom.contains("data-ready=\"9\""), "{dom}");
         assert!(dom.contains("<title>wtxt report: m.wtxt</title>") && !dom.contains("<b id=\"x\">"), "{dom}");
-        // The screenshot shows the heat map: the fully changed cell's red
-        // and the added cells' green, as drawn.
+        // The screenshot shows the heat map: the most changed cell's red
+        // (relative change 1/3 on the log scale) and the added cells' green.
         let shot = d.join("shot.png");
         run(&["--window-size=900,500", &format!("--screenshot={}", shot.display())]);
         let px = png_pixels(&std::fs::read(&shot).unwrap());
         let count = |rgb: [u8; 3]| px.iter().filter(|p| **p == rgb).count();
-        assert!(count([0xff, 0x14, 0x14]) >= 200, "the fully changed cell is drawn");
+        let g = (235.0 * (1.0 - ((1.0f64 / 3.0).log10() + 6.0) / 6.0) + 20.0) as u8;
+        assert!(count([0xff, g, g]) >= 200, "the most changed cell is drawn");
         assert!(count([0x7f, 0xbf, 0x7f]) >= 3 * 200, "the added cells are drawn");
     }
 
