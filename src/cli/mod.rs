@@ -471,6 +471,17 @@ fn git_install(a: cli::InstallArgs) -> Result<u8> {
                 again.join(", ")
             );
         }
+        if scope == Scope::Local {
+            // A clone holds the snapshots, not the folders: say what writes them.
+            for f in crate::git::folders::unconfigured(&here)? {
+                eprintln!(
+                    "wtxt: {} holds the model folder {}/: `wtxt git install --folder {}` writes it and keeps it in step",
+                    f.snapshot.display(),
+                    f.dir.display(),
+                    f.dir.display()
+                );
+            }
+        }
         if !plan.folders.is_empty() {
             return hook_checkout();
         }

@@ -82,6 +82,32 @@ pub fn configured(repo: &git2::Repository) -> Result<Vec<Folder>> {
     Ok(out)
 }
 
+/// The snapshots of model folders HEAD's index tracks whose folder is not
+/// configured here (a fresh clone's): `DIR.wtxt` files, regular files of
+/// the work tree, whose outline holds the folder table (`__hf`). What
+/// `wtxt git install` tells the user to run `--folder DIR` for.
+pub fn unconfigured(here: &Path) -> Result<Vec<Folder>> {
+    let Ok(repo) = git2::Repository::discover(here) else { return Ok(Vec::new()) };
+    let Some(work) = repo.workdir().map(Path::to_path_buf) else { return Ok(Vec::new()) };
+    let known = configured(&repo)?;
+    let mut out = Vec::new();
+    for e in repo.index().map_err(git_err)?.iter() {
+        let Ok(path) = std::str::from_utf8(&e.path) else { continue };
+        let Some(dir) = path.strip_suffix(".wtxt") else { continue };
+        let Ok(f) = Folder::new(dir) else { continue };
+        let file = work.join(path);
+        // A regular file only: a committed link is not followed.
+        if known.contains(&f) || !std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let arrays = crate::store::outline::outline(&file, &|_| false, 0).unwrap_or_default();
+        if arrays.iter().any(|a| a.arr.name == crate::convert::hf::HF) {
+            out.push(f);
+        }
+    }
+    Ok(out)
+}
+
 /// The repository around `here` and its configured folder `dir`.
 pub fn open(here: &Path, dir: &str) -> Result<(git2::Repository, Folder)> {
     let repo = git2::Repository::discover(here).map_err(git_err)?;

@@ -134,6 +134,11 @@ fn a_model_folder_lives_in_the_work_tree_and_its_signed_snapshot_in_git() {
     assert!(!clone.join("model").exists());
     c.ok(&["config", "wtxt.trustedKeys", s(&trusted)]);
     c.ok(&["config", "wtxt.requireSignature", "true"]);
+    // The clone has the snapshot, not the folder: an install says what writes it.
+    let o = c.wtxt(&["git", "install"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("model.wtxt holds the model folder model/: `wtxt git install --folder model`"), "{err}");
     let o = c.wtxt(&["git", "install", "--folder", "model"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(c.model(), g1);
