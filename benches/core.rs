@@ -4,11 +4,11 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sha2::{Digest, Sha256};
 use wtxt::crypto::digest::{Sha1State, Sha256State};
+use wtxt::format::syntax::{Meta, Timestamp};
+use wtxt::format::verify::verify;
+use wtxt::format::write::{write_snapshot, WriteOptions};
 use wtxt::model::Array;
 use wtxt::progress::Progress;
-use wtxt::wtxt::syntax::{Meta, Timestamp};
-use wtxt::wtxt::verify::verify;
-use wtxt::wtxt::write::{write_snapshot, WriteOptions};
 
 mod common;
 

@@ -273,7 +273,7 @@ macro_rules! reason {
 pub(crate) use reason;
 
 /// Shorthand for a failed check on a line (0: the whole file, as a
-/// [`Problem`](crate::wtxt::verify::Problem) without a line has it).
+/// [`Problem`](crate::format::verify::Problem) without a line has it).
 pub fn check_at(line: u64, message: impl Into<String>) -> Error {
     Error::check(if line == 0 { Position::None } else { Position::Line(line) }, message)
 }

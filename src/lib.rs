@@ -10,7 +10,7 @@
 //! - [`oms`]: OpenSSF Model Signing signatures;
 //! - [`convert`]: the binary containers (npy, npz, safetensors, VOLP, FOLD, AERO, MLDF);
 //! - [`store`]: snapshots on disk, one file or a head and its parts;
-//! - [`wtxt`]: the format (grammar, layout, writer, reader, verifier, recovery, split form);
+//! - [`format`](mod@format): the WTXT format (grammar, layout, writer, reader, verifier, recovery, split form);
 //! - [`crypto`]: digests, HMAC, Ed25519 and EC keys, age;
 //! - [`model`] and [`buffer`]: named typed arrays, and the one byte buffer;
 //! - [`error`], [`limits`], [`atomic`], `pipe`, [`progress`], [`threads`]: shared plumbing.
@@ -30,6 +30,7 @@ pub mod convert;
 pub mod crypto;
 pub mod daemon;
 pub mod error;
+pub mod format;
 pub mod git;
 pub mod limits;
 pub mod model;
@@ -39,7 +40,6 @@ pub(crate) mod pipe;
 pub mod progress;
 pub mod store;
 pub mod threads;
-pub mod wtxt;
 
 pub use error::{Error, Result};
 

@@ -5,11 +5,11 @@ use libfuzzer_sys::fuzz_target;
 const BASE: &[u8] = include_bytes!("../../fixtures/wtxt/expected/delta_base.wtxt");
 
 fuzz_target!(|data: &[u8]| {
-    let _ = wtxt::wtxt::delta::check(data);
-    if let Ok(d) = wtxt::wtxt::delta::parse(data) {
-        let _ = wtxt::wtxt::delta::minimal_changes(&d);
+    let _ = wtxt::format::delta::check(data);
+    if let Ok(d) = wtxt::format::delta::parse(data) {
+        let _ = wtxt::format::delta::minimal_changes(&d);
     }
-    if let Ok(mut d) = wtxt::wtxt::delta::DeltaReader::open(data) {
-        let _ = wtxt::wtxt::delta::apply_extended(BASE, &mut d, "d".as_ref(), &mut std::io::sink());
+    if let Ok(mut d) = wtxt::format::delta::DeltaReader::open(data) {
+        let _ = wtxt::format::delta::apply_extended(BASE, &mut d, "d".as_ref(), &mut std::io::sink());
     }
 });

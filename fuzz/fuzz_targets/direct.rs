@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
             });
             if let Ok(Some(_)) = direct {
                 let got = std::fs::read(&out).expect("the direct output");
-                let loaded = wtxt::wtxt::load(data, data.len() as u64, &Default::default()).expect("it verified");
+                let loaded = wtxt::format::load(data, data.len() as u64, &Default::default()).expect("it verified");
                 let plain = dir.path().join(format!("plain.{to}"));
                 wtxt::convert::write_arrays_as(&foreign_metadata(loaded.arrays, fmt).expect("metadata").0, &plain, fmt)
                     .expect("the ordinary path writes it too");

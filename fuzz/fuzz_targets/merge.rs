@@ -4,16 +4,16 @@
 //! before it (as `wtxt merge` loads them) is exactly the side loaded alone.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use wtxt::wtxt::Loaded;
+use wtxt::format::Loaded;
 
 fuzz_target!(|data: &[u8]| {
     let parts: Vec<&[u8]> = data.splitn(3, |&b| b == 0).collect();
     let [base, ours, theirs] = parts[..] else { return };
     let key = wtxt::crypto::mac::HmacKey::from_hex(&"ab".repeat(32)).unwrap();
-    let opts = wtxt::wtxt::verify::VerifyOptions { hmac_key: Some(&key), ..Default::default() };
+    let opts = wtxt::format::verify::VerifyOptions { hmac_key: Some(&key), ..Default::default() };
     let load = |b: &[u8], known: &[&Loaded]| {
-        let alone = wtxt::wtxt::load(b, b.len() as u64, &opts).ok();
-        let shared = wtxt::wtxt::Load { known, ..Default::default() }.run(b, b.len() as u64, &opts).ok();
+        let alone = wtxt::format::load(b, b.len() as u64, &opts).ok();
+        let shared = wtxt::format::Load { known, ..Default::default() }.run(b, b.len() as u64, &opts).ok();
         assert_eq!(alone.is_some(), shared.is_some(), "sharing changes whether a side loads");
         if let (Some(a), Some(s)) = (&alone, &shared) {
             assert!(a.arrays.iter().zip(&s.arrays).all(|(x, y)| x.name == y.name && x.bytes() == y.bytes()));

@@ -5,7 +5,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use std::io::Read;
-use wtxt::wtxt::split;
+use wtxt::format::split;
 
 fuzz_target!(|data: &[u8]| {
     // As a head, with parts.
@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
             let parts = vec![part.to_vec(); h.parts.len().min(4)];
             let faults = lenient.then(Default::default);
             let mut joined = split::Joined::new(h, Box::new(parts), faults);
-            let _ = wtxt::wtxt::verify::verify(&mut joined, &Default::default(), None);
+            let _ = wtxt::format::verify::verify(&mut joined, &Default::default(), None);
         }
     }
     // As a part.

@@ -4,12 +4,12 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = wtxt::wtxt::verify::verify(data, &Default::default(), None);
-    if let Ok(l) = wtxt::wtxt::load(data, data.len() as u64, &Default::default()) {
-        let c = wtxt::wtxt::canonical_bytes(&l).expect("a verified file re-emits");
+    let _ = wtxt::format::verify::verify(data, &Default::default(), None);
+    if let Ok(l) = wtxt::format::load(data, data.len() as u64, &Default::default()) {
+        let c = wtxt::format::canonical_bytes(&l).expect("a verified file re-emits");
         // Canonical writer output is what verifies; anything else that
         // verifies must at least re-emit to something that verifies.
-        let again = wtxt::wtxt::load(&c[..], c.len() as u64, &Default::default()).expect("re-emitted file verifies");
+        let again = wtxt::format::load(&c[..], c.len() as u64, &Default::default()).expect("re-emitted file verifies");
         assert_eq!(again.arrays.len(), l.arrays.len());
     }
     let _ = wtxt::git::diff::textconv(data);

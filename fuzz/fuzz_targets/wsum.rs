@@ -1,7 +1,7 @@
 //! WSUM lines and every single-line parser of the grammar.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use wtxt::wtxt::syntax::*;
+use wtxt::format::syntax::*;
 
 fuzz_target!(|data: &[u8]| {
     let _ = Wsum::parse_file(data);

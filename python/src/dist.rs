@@ -13,8 +13,8 @@ use wtxt::convert::names::OriginalNames;
 use wtxt::crypto::digest::{Hash, Sha256State};
 use wtxt::crypto::sign::SecretKey;
 use wtxt::store::dist::{ArrayHash, DistOptions, DistWrite, Raw};
-use wtxt::wtxt::split::{PartHash, PartLine};
-use wtxt::wtxt::syntax::Meta;
+use wtxt::format::split::{PartHash, PartLine};
+use wtxt::format::syntax::Meta;
 
 use crate::{hmac, named_arrays, parse_part_size, raise, staged_file, Staged, Writing};
 
@@ -49,7 +49,7 @@ fn mem<'a>(m: Mem) -> Raw<'a> {
 pub fn chunk_ranges(dtype: &str, shape: Vec<u64>) -> PyResult<Vec<(u64, u64)>> {
     let dt = wtxt::model::Dtype::parse(dtype.as_bytes())
         .ok_or_else(|| raise(wtxt::Error::usage(format!("unknown dtype {dtype}"))))?;
-    let l = wtxt::wtxt::layout::Layout::new(dt, &shape, wtxt::wtxt::layout::DEFAULT_ROWS_PER_CHUNK)
+    let l = wtxt::format::layout::Layout::new(dt, &shape, wtxt::format::layout::DEFAULT_ROWS_PER_CHUNK)
         .map_err(|m| raise(wtxt::Error::usage(m.to_string())))?;
     Ok((0..l.chunk_count()).map(|ix| l.chunk_range(ix)).collect())
 }
@@ -110,14 +110,14 @@ impl PyDistWriter {
             let arrays = named_arrays(staged_file(&stage_file, tensors)?.into_iter(), metadata, objects)?;
             let o = DistOptions {
                 meta: Meta::new(gen, Some(&ts))?.with_tokens(None, None, None, None)?,
-                rows_per_chunk: wtxt::wtxt::layout::DEFAULT_ROWS_PER_CHUNK,
+                rows_per_chunk: wtxt::format::layout::DEFAULT_ROWS_PER_CHUNK,
                 merkle_prev,
                 hmac_key: hmac(hmac_key)?,
                 sign_key: sign_key.as_deref().map(SecretKey::from_file).transpose()?,
                 part_size: parse_part_size(part_size)?.unwrap_or_default(),
                 digest: digest
                     .as_deref()
-                    .map(wtxt::wtxt::syntax::DigestForm::parse)
+                    .map(wtxt::format::syntax::DigestForm::parse)
                     .transpose()
                     .map_err(|m| wtxt::Error::usage(format!("digest: {m}")))?
                     .unwrap_or_default(),

@@ -22,7 +22,7 @@ use wtxt::daemon::server::DaemonConfig;
 use wtxt::daemon::snapshotter::{Generation, Outcomes, Queue, Snapshotter};
 use wtxt::error::{Kind, Position};
 use wtxt::model::{Array, ArrayData, Dtype};
-use wtxt::wtxt::Keep;
+use wtxt::format::Keep;
 
 pyo3::create_exception!(_rust, WtxtError, PyException, "kind, line (or None), message");
 
@@ -75,8 +75,8 @@ impl Trust {
 }
 
 impl TrustKeys {
-    fn verify_options(&self) -> wtxt::wtxt::verify::VerifyOptions<'_> {
-        wtxt::wtxt::verify::VerifyOptions {
+    fn verify_options(&self) -> wtxt::format::verify::VerifyOptions<'_> {
+        wtxt::format::verify::VerifyOptions {
             hmac_key: self.hmac_key.as_ref(),
             trusted: self.trusted.as_ref(),
             require_signature: self.require_signature,
@@ -187,9 +187,9 @@ pub(crate) struct Writing {
 
 impl Writing {
     /// The digest form asked for (WTXT 1.1 when none is).
-    pub(crate) fn digest(&self) -> Result<wtxt::wtxt::syntax::DigestForm, wtxt::Error> {
+    pub(crate) fn digest(&self) -> Result<wtxt::format::syntax::DigestForm, wtxt::Error> {
         self.digest.as_deref().map_or(Ok(Default::default()), |d| {
-            wtxt::wtxt::syntax::DigestForm::parse(d).map_err(|m| wtxt::Error::usage(format!("digest: {m}")))
+            wtxt::format::syntax::DigestForm::parse(d).map_err(|m| wtxt::Error::usage(format!("digest: {m}")))
         })
     }
 
@@ -279,7 +279,7 @@ fn staged_file(stage: &std::path::Path, tensors: Vec<Staged>) -> Result<Vec<Name
 }
 
 /// `part_size=` as Python gives it (bytes, or `"45M"`, `"none"`), parsed once.
-fn parse_part_size(s: Option<String>) -> Result<Option<wtxt::wtxt::split::PartSize>, wtxt::Error> {
+fn parse_part_size(s: Option<String>) -> Result<Option<wtxt::format::split::PartSize>, wtxt::Error> {
     s.map(|s| s.parse().map_err(|m| wtxt::Error::usage(format!("part_size: {m}")))).transpose()
 }
 
@@ -516,14 +516,14 @@ fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool
             // On the heap: the arrays end up there anyway, and a temporary
             // file would cost another pass over fresh pages.
             let keep = if metadata_only { Keep::Metadata } else { Keep::InMemory };
-            let loaded = wtxt::wtxt::Load { keep, ..Default::default() }
+            let loaded = wtxt::format::Load { keep, ..Default::default() }
                 .run(input.text(), input.len, &opts)
                 .map_err(|e| input.blame(e))?;
             let kept = OriginalNames::of(&loaded.arrays)?.unwrap_or_default();
             let objects = names::objects_of(&loaded.arrays)?;
             let identity = match loaded.header.root {
-                wtxt::wtxt::syntax::Root::Final { merkle_this, .. } => hex_of(&merkle_this),
-                wtxt::wtxt::syntax::Root::Pending => String::new(),
+                wtxt::format::syntax::Root::Final { merkle_this, .. } => hex_of(&merkle_this),
+                wtxt::format::syntax::Root::Pending => String::new(),
             };
             Ok((loaded.arrays, kept, objects, identity))
         })

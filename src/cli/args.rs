@@ -260,12 +260,12 @@ pub struct PartSizeArg {
     /// Store a snapshot whose text exceeds SIZE (bytes, or K/M/G for KiB/MiB/GiB)
     /// split: the head at OUT, parts in OUT.parts/ (default 45M; `none`: one file).
     #[arg(long, value_name = "SIZE|none")]
-    pub part_size: Option<crate::wtxt::split::PartSize>,
+    pub part_size: Option<crate::format::split::PartSize>,
 }
 
 impl PartSizeArg {
     /// The size given, else the default (`PartSize::default`, 45M).
-    pub fn size(&self) -> crate::wtxt::split::PartSize {
+    pub fn size(&self) -> crate::format::split::PartSize {
         self.part_size.unwrap_or_default()
     }
 }
@@ -277,11 +277,11 @@ pub struct DigestArg {
     /// arrays' digests and `sha256_all` computed from the chunks' SHA-256
     /// (docs/FORMAT.md section 19).
     #[arg(long, value_name = "sha256|tree", value_parser = parse_digest)]
-    pub digest: Option<crate::wtxt::syntax::DigestForm>,
+    pub digest: Option<crate::format::syntax::DigestForm>,
 }
 
-fn parse_digest(s: &str) -> std::result::Result<crate::wtxt::syntax::DigestForm, String> {
-    crate::wtxt::syntax::DigestForm::parse(s).map_err(|r| r.to_string())
+fn parse_digest(s: &str) -> std::result::Result<crate::format::syntax::DigestForm, String> {
+    crate::format::syntax::DigestForm::parse(s).map_err(|r| r.to_string())
 }
 
 /// An OpenSSF Model Signing signature for a written snapshot.

@@ -19,11 +19,11 @@ use crate::crypto::ec::{EcPublicKey, EcSecretKey};
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::{SecretKey, TrustedKeys};
 use crate::error::{Error, Result};
+use crate::format::verify::InputTrust;
 use crate::git::history::DataCheck;
 use crate::git::merge;
 use crate::ops;
 use crate::progress::Progress;
-use crate::wtxt::verify::InputTrust;
 use clap::Parser;
 
 use cli::{Cli, Command, DeltaCommand};
@@ -207,7 +207,7 @@ fn run(cmd: Command) -> Result<u8> {
             Ok(0)
         }
         Command::Join(a) => {
-            ops::restore(&a.file, &a.output, crate::wtxt::split::PartSize::Whole, oms_key(&a.oms)?.as_ref())?;
+            ops::restore(&a.file, &a.output, crate::format::split::PartSize::Whole, oms_key(&a.oms)?.as_ref())?;
             eprintln!("wrote {}", a.output.display());
             Ok(0)
         }
@@ -283,7 +283,7 @@ fn inspect(a: cli::InspectArgs) -> Result<u8> {
 fn extract(a: cli::ExtractArgs) -> Result<u8> {
     let u = unseal(&a.sealed)?;
     let key = hmac_key(&a.hmac.hmac_key)?;
-    let checks = crate::wtxt::verify::VerifyOptions {
+    let checks = crate::format::verify::VerifyOptions {
         hmac_key: key.as_ref(),
         allow_unauthenticated: a.hmac.allow_unauthenticated,
         ..Default::default()

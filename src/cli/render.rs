@@ -4,12 +4,12 @@
 
 use std::path::Path;
 
+use crate::format::syntax::shape_str;
+use crate::format::verify::{Report, SigStatus};
 use crate::git::diff::{FileDiff, Status, MAX_RANGES};
 use crate::git::files_diff::FileStatus;
 use crate::git::history::DataCheck;
 use crate::ops;
-use crate::wtxt::syntax::shape_str;
-use crate::wtxt::verify::{Report, SigStatus};
 
 /// `verify`'s one line for a file that passed.
 pub fn verify_summary(file: &Path, r: &Report) -> String {
@@ -81,7 +81,7 @@ pub fn inspection_text(i: &ops::Inspection) -> String {
         if originals { "            original name" } else { "" }
     );
     for a in &i.arrays {
-        let shape = crate::wtxt::syntax::shape_str(&a.shape);
+        let shape = crate::format::syntax::shape_str(&a.shape);
         let line = format!(
             "{:<w$}  {:<5}  {:<16}  {:>12}  {:>6}  {:<4}  {}  {}",
             a.name,

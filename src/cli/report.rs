@@ -9,10 +9,10 @@
 
 use std::fmt::Write as _;
 
+use crate::format::verify::SigStatus;
 use crate::git::diff::Status;
 use crate::git::history::DataCheck;
 use crate::ops::report::{Cell, RunReport};
-use crate::wtxt::verify::SigStatus;
 
 const CELL_W: usize = 22;
 const CELL_H: usize = 16;

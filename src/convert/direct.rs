@@ -28,11 +28,11 @@ use crate::atomic::AtomicFile;
 use crate::convert::container::Container;
 use crate::convert::unseek::seek_to;
 use crate::error::{Error, Result};
+use crate::format::read::ArrayStart;
+use crate::format::verify::{verify, Sink, VerifyOptions};
 use crate::model::{Array, ArrayData};
 use crate::store::input::WtxtIn;
 use crate::store::outline::{outline, Outlined};
-use crate::wtxt::read::ArrayStart;
-use crate::wtxt::verify::{verify, Sink, VerifyOptions};
 
 /// How [`write_direct`] wrote its output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -330,12 +330,12 @@ impl<'a> Shards<'a> {
 /// folder that appears whole or not at all; every file byte for byte. One
 /// pass: each tensor is decoded straight to its place in its shard, so the
 /// heap holds only the folder's small files. Returns the number of shards.
-pub fn extract(path: &Path, opts: &crate::wtxt::verify::VerifyOptions, out: &Path) -> Result<usize> {
+pub fn extract(path: &Path, opts: &crate::format::verify::VerifyOptions, out: &Path) -> Result<usize> {
     let outlined = crate::store::outline::outline(path, &crate::model::is_metadata_name, crate::limits::MAX_METADATA)
         .ok_or_else(|| {
         // Not canonical, damaged or not a WTXT: the strict reader says which.
         match crate::store::input::WtxtIn::open(path, None).and_then(|mut i| {
-            crate::wtxt::Load { keep: crate::wtxt::Keep::Metadata, ..Default::default() }
+            crate::format::Load { keep: crate::format::Keep::Metadata, ..Default::default() }
                 .run(i.text(), i.len, opts)
                 .map_err(|e| i.blame(e))
         }) {

@@ -27,8 +27,8 @@ use memmap2::Mmap;
 use crate::atomic::AtomicFile;
 use crate::convert::container::Container;
 use crate::error::{input_at, reason, Error, Reason, Result};
+use crate::format::verify::VerifyOptions;
 use crate::model::{assign_names, sort_arrays, Array};
-use crate::wtxt::verify::VerifyOptions;
 
 /// What an input file is, told by its first bytes.
 #[derive(Clone, Copy)]
@@ -316,7 +316,7 @@ fn load_one(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Ve
         (Some(Input::Wtxt), _) => {
             // Streamed (a split snapshot joined): the decoded arrays are the only copy held.
             let mut input = crate::store::input::WtxtIn::open(path, None)?;
-            Ok(crate::wtxt::load(input.text(), input.len, verify).map_err(|e| input.blame(e))?.arrays)
+            Ok(crate::format::load(input.text(), input.len, verify).map_err(|e| input.blame(e))?.arrays)
         }
         (Some(Input::Container(c)), _) => {
             let src = crate::buffer::ArrayData::from_map(map_file(path)?);

@@ -15,13 +15,13 @@ use crate::crypto::digest::Hash;
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::SecretKey;
 use crate::error::{Error, Result};
+use crate::format::layout::DEFAULT_ROWS_PER_CHUNK;
+use crate::format::syntax::Meta;
+use crate::format::syntax::Root;
+use crate::format::write::WriteOptions;
 use crate::model::Array;
 use crate::progress::Progress;
 use crate::store::input::WtxtIn;
-use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
-use crate::wtxt::syntax::Meta;
-use crate::wtxt::syntax::Root;
-use crate::wtxt::write::WriteOptions;
 
 /// How the pipeline is set up.
 pub struct PipelineConfig {
@@ -53,9 +53,9 @@ pub struct PipelineConfig {
     /// Told at once of every background failure (also kept in `last_error`).
     pub log: Option<crate::daemon::Log>,
     /// Largest file of a snapshot (split above it), in the ring and the repository.
-    pub part_size: crate::wtxt::split::PartSize,
+    pub part_size: crate::format::split::PartSize,
     /// The digest form of every snapshot.
-    pub digest: crate::wtxt::syntax::DigestForm,
+    pub digest: crate::format::syntax::DigestForm,
     /// Set when the pipeline is shutting down: a push then waits on a
     /// silent remote [`crate::git::push::SHUTDOWN_STALL`], not [`crate::git::push::PUSH_STALL`].
     pub stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -247,7 +247,7 @@ fn committed<'r>(repo: &'r git2::Repository, path: &Path) -> Option<(git2::Blob<
     let tree = repo.head().ok()?.peel_to_tree().ok()?;
     let blob = tree.get_path(path).ok()?.to_object(repo).ok()?.peel_to_blob().ok()?;
     let meta = blob.content().split(|&b| b == b'\n').nth(1)?;
-    let gen = crate::wtxt::syntax::Meta::parse(meta).ok()?.gen;
+    let gen = crate::format::syntax::Meta::parse(meta).ok()?.gen;
     Some((blob, gen))
 }
 
@@ -331,7 +331,7 @@ impl Pipeline {
             // required (an unsigned file planted at the top of the ring
             // would otherwise become the chain's base). Its tags are not
             // asked for: an HMAC key added since must not stop a restart.
-            let mut trust = crate::wtxt::verify::InputTrust::new(None, None, cfg.sign_key.as_ref(), false);
+            let mut trust = crate::format::verify::InputTrust::new(None, None, cfg.sign_key.as_ref(), false);
             trust.require_signature = cfg.sign_key.is_some();
             let report = WtxtIn::verify_whole(p, &trust.options(), what).map_err(|e| {
                 if cfg.sign_key.is_some() && e.kind() == crate::error::Kind::Check {
@@ -431,7 +431,7 @@ impl Pipeline {
             // delta's size tells.
             Some(prev) if self.prev_chunks.is_empty() => self.delta(prev, &file, gen)?.saturating_mul(2) > written.len,
             Some(prev) => {
-                let (changed, total) = crate::wtxt::write::changed_chunks(&self.prev_chunks, &written.chunk_sha256);
+                let (changed, total) = crate::format::write::changed_chunks(&self.prev_chunks, &written.chunk_sha256);
                 let wholly = changed.saturating_mul(2) > total;
                 if !wholly || self.cfg.repo.is_none() {
                     self.delta(prev, &file, gen)?;
@@ -482,7 +482,7 @@ impl Pipeline {
             let mut b = crate::store::input::WtxtIn::open(prev, None)?;
             let mut t = crate::store::input::WtxtIn::open(file, None)?;
             let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
-            crate::wtxt::delta::create((b.text(), prev), (t.text(), file), &mut w)?;
+            crate::format::delta::create((b.text(), prev), (t.text(), file), &mut w)?;
             w.flush().map_err(|e| Error::io(&out, e))?;
         }
         let len = f.file().metadata().map_err(|e| Error::io(&out, e))?.len();

@@ -21,7 +21,7 @@ use crate::convert::load_inputs;
 use crate::daemon::pipeline::PipelineConfig;
 use crate::daemon::snapshotter::{pending_requests, Generation, Snapshotter};
 use crate::error::{Error, Reason, Result};
-use crate::wtxt::verify::InputTrust;
+use crate::format::verify::InputTrust;
 
 /// Settings from flags and/or a TOML file (flags win).
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -60,7 +60,7 @@ pub struct DaemonConfig {
     /// Commit message template (`{gen}`, `{sha256_all}`).
     pub message: Option<String>,
     /// Largest file of a snapshot: `"45M"` (the default), bytes with K/M/G, or `"none"`.
-    pub part_size: Option<crate::wtxt::split::PartSize>,
+    pub part_size: Option<crate::format::split::PartSize>,
     /// The digest form: `"sha256"` (WTXT 1.1, the default) or `"tree"`.
     pub digest: Option<String>,
 }
@@ -135,10 +135,10 @@ impl DaemonConfig {
             pc.part_size = s;
         }
         if let Some(d) = &cfg.digest {
-            pc.digest = crate::wtxt::syntax::DigestForm::parse(d).map_err(Error::usage)?;
+            pc.digest = crate::format::syntax::DigestForm::parse(d).map_err(Error::usage)?;
         }
         if let Some(b) = &cfg.build {
-            crate::wtxt::syntax::check_token(b, "build").map_err(Error::usage)?;
+            crate::format::syntax::check_token(b, "build").map_err(Error::usage)?;
             pc.build = b.clone();
         }
         if let Some(m) = &cfg.message {

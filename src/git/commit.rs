@@ -27,7 +27,7 @@ pub fn commit_snapshot(
     let parts_rel = crate::store::parts_dir(head);
     index.remove_dir(&parts_rel, 0).map_err(git_err)?;
     let work = repo.workdir().ok_or_else(|| crate::error::Error::usage("committing needs a work tree"))?;
-    let part_paths: Vec<PathBuf> = (1..=parts).map(|ix| parts_rel.join(crate::wtxt::split::part_name(ix))).collect();
+    let part_paths: Vec<PathBuf> = (1..=parts).map(|ix| parts_rel.join(crate::format::split::part_name(ix))).collect();
     let mut rels: Vec<&Path> = Vec::new();
     // So that a clone without wtxt never diffs parts as text.
     if crate::git::install::ensure_committed_attributes(work)? {
@@ -53,9 +53,9 @@ pub fn commit_snapshot(
 /// commit's id.
 pub fn commit_written(head: &Path, oms: bool, who: &str, message: &str) -> Result<(PathBuf, String)> {
     let (repo, work, rel, abs) = in_work_tree(head)?;
-    let parts = match crate::wtxt::split::open(Box::new(crate::atomic::open_input_file(&abs)?))? {
-        crate::wtxt::split::Opened::Split(h) => h.parts.len() as u64,
-        crate::wtxt::split::Opened::Single(_) => 0,
+    let parts = match crate::format::split::open(Box::new(crate::atomic::open_input_file(&abs)?))? {
+        crate::format::split::Opened::Split(h) => h.parts.len() as u64,
+        crate::format::split::Opened::Single(_) => 0,
     };
     let extra: Vec<PathBuf> = if oms { vec![rel.with_file_name(crate::oms::SIGNATURE_NAME)] } else { Vec::new() };
     let _lock = crate::git::commit_lock(&repo)?;
@@ -105,13 +105,13 @@ pub fn committed_link(head: &Path) -> Result<Option<(u64, crate::crypto::digest:
 /// commit made without `git commit` runs no hook, so it checks here.
 fn continues_head(repo: &git2::Repository, rel: &Path, abs: &Path) -> Result<()> {
     use crate::error::Error;
-    use crate::wtxt::syntax::Root;
+    use crate::format::syntax::Root;
     let policy = crate::git::Policy::of(repo)?;
     let f = crate::atomic::open_input_file(abs)?;
-    let h = crate::wtxt::read::read_head(&mut crate::wtxt::read::LineReader::new(std::io::BufReader::new(f)))
+    let h = crate::format::read::read_head(&mut crate::format::read::LineReader::new(std::io::BufReader::new(f)))
         .map_err(|e| e.in_file(abs))?;
-    let status = crate::wtxt::verify::check_header(&h, &policy.options()).map_err(|p| p.to_error().in_file(abs))?;
-    if policy.require && status != crate::wtxt::verify::SigStatus::Valid {
+    let status = crate::format::verify::check_header(&h, &policy.options()).map_err(|p| p.to_error().in_file(abs))?;
+    if policy.require && status != crate::format::verify::SigStatus::Valid {
         return Err(Error::check(
             Default::default(),
             "wtxt.requireSignature: the repository requires a signature by its trusted keys",

@@ -13,13 +13,13 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::format::delta::ChunkText;
+use crate::format::delta::{next_array, wtxt_tail, ArrayText, Walker};
+use crate::format::layout::Layout;
+use crate::format::read::Header;
+use crate::format::syntax::{shape_str, ChLine, Root};
 use crate::git::files_diff;
 use crate::model::Dtype;
-use crate::wtxt::delta::ChunkText;
-use crate::wtxt::delta::{next_array, wtxt_tail, ArrayText, Walker};
-use crate::wtxt::layout::Layout;
-use crate::wtxt::read::Header;
-use crate::wtxt::syntax::{shape_str, ChLine, Root};
 
 /// Most changed-row ranges listed per array (the counts stay exact).
 pub const MAX_RANGES: usize = 64;
@@ -165,10 +165,10 @@ impl ArrayDiff {
 
 /// Decodes one side's chunk; a fault becomes damage on that side.
 pub(crate) fn decode_side(c: &ChunkText, file: &Path, array: &str, damage: &mut Vec<Damage>) -> Option<Vec<u8>> {
-    match crate::wtxt::chunk::decode(&c.ch, c.body()) {
+    match crate::format::chunk::decode(&c.ch, c.body()) {
         Ok(raw) => Some(raw),
         Err(f) => {
-            let e = crate::wtxt::delta::fault_at(c, &f);
+            let e = crate::format::delta::fault_at(c, &f);
             let line = match e.position() {
                 crate::error::Position::Line(n) => n,
                 _ => c.line,

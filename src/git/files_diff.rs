@@ -197,7 +197,7 @@ pub fn in_words(c: &Captured) -> Vec<String> {
 /// A change of the shards' safetensors headers (`__hf_headers`) in words:
 /// shards added or removed, `__metadata__` entries, tensors added, removed,
 /// retyped or reshaped, and how many only moved. At most
-/// [`MAX_DIFF_LINES`] lines, then how many were left out.
+/// 200 lines (`MAX_DIFF_LINES`), then how many were left out.
 pub fn headers_changes(c: &Captured) -> Vec<String> {
     let (Some(old), Some(new)) = (c.get(HF_HEADERS, 0), c.get(HF_HEADERS, 1)) else { return Vec::new() };
     if old == new {

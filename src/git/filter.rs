@@ -21,9 +21,9 @@ use crate::crypto::digest::Hash;
 use crate::error::{Error, Result};
 use crate::model::Array;
 
-use crate::wtxt::syntax::{Meta, Root};
-use crate::wtxt::verify::VerifyOptions;
-use crate::wtxt::write::{write_snapshot, WriteOptions};
+use crate::format::syntax::{Meta, Root};
+use crate::format::verify::VerifyOptions;
+use crate::format::write::{write_snapshot, WriteOptions};
 
 pub use crate::convert::safetensors::ST_HEADER;
 use crate::convert::{formats, Input};
@@ -166,7 +166,7 @@ pub fn serve<R: BufRead, W: Write>(
         // Neither side keeps more than a file clean could store: clean
         // refuses more; smudge streams anything that is not WTXT straight
         // back, and a WTXT over the part size is none that clean stored.
-        let limit = crate::wtxt::split::DEFAULT_PART_SIZE as usize + 1;
+        let limit = crate::format::split::DEFAULT_PART_SIZE as usize + 1;
         let (content, total) = if command == "smudge" {
             let start = read_start(&mut input)?;
             if !start.starts_with(b"WTXT 1\n") {
@@ -187,7 +187,7 @@ pub fn serve<R: BufRead, W: Write>(
                 Default::default(),
                 format!(
                     "a WTXT blob of {total} bytes, over the {} byte part size: not one the clean filter stored",
-                    crate::wtxt::split::DEFAULT_PART_SIZE
+                    crate::format::split::DEFAULT_PART_SIZE
                 ),
             )),
             "clean" => clean(&content, repo_dir, &path),
@@ -266,7 +266,7 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
     if content.starts_with(b"WTXT ") {
         return Ok(content.to_vec()); // a WTXT, a head or a part: stored as it is
     }
-    let limit = crate::wtxt::split::DEFAULT_PART_SIZE;
+    let limit = crate::format::split::DEFAULT_PART_SIZE;
     let Some(arrays) = carried_arrays(content)? else {
         return Ok(content.to_vec());
     };
@@ -282,7 +282,7 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
         Err(_) => Default::default(),
     };
     let opts =
-        WriteOptions { merkle_prev, digest, ..WriteOptions::new(meta, crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK) };
+        WriteOptions { merkle_prev, digest, ..WriteOptions::new(meta, crate::format::layout::DEFAULT_ROWS_PER_CHUNK) };
     let mut out = std::io::Cursor::new(Vec::with_capacity(content.len() * 4 / 3 + 4096));
     write_snapshot(&arrays, &opts, &mut out, &crate::progress::Progress::hidden())?;
     let text = out.into_inner();
@@ -299,7 +299,7 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
 /// before anything is decoded) would exceed the part size.
 fn over_part_size(start: &[u8], total: u64, path: &str) -> Option<Error> {
     let text = if start.starts_with(b"WTXT ") { total } else { total / 3 * 4 };
-    (text > crate::wtxt::split::DEFAULT_PART_SIZE).then(|| too_large(text, path))
+    (text > crate::format::split::DEFAULT_PART_SIZE).then(|| too_large(text, path))
 }
 
 /// Why a filtered file is refused at `git add`, and the workflow that works.
@@ -313,7 +313,7 @@ fn too_large(text: u64, path: &str) -> Error {
              `wtxt snapshot {path} -o {path}.wtxt --prev <last>.wtxt`, then `git add {path}.wtxt {path}.wtxt.parts` \
              (and leave {path} out of Git, or untrack it with `git rm --cached {path}`)",
             text >> 20,
-            crate::wtxt::split::DEFAULT_PART_SIZE >> 20
+            crate::format::split::DEFAULT_PART_SIZE >> 20
         ),
     )
 }
@@ -323,7 +323,7 @@ pub fn smudge(content: &[u8]) -> Result<Vec<u8>> {
     if !content.starts_with(b"WTXT 1\n") {
         return Ok(content.to_vec());
     }
-    let loaded = crate::wtxt::load(content, content.len() as u64, &Default::default())?;
+    let loaded = crate::format::load(content, content.len() as u64, &Default::default())?;
     rebuild(&loaded.arrays)
 }
 
@@ -344,15 +344,15 @@ fn head_version(repo_dir: &Path, path: &str) -> Result<Option<HeadVersion>> {
     let Some(tree) = repo.head().ok().and_then(|h| h.peel_to_tree().ok()) else { return Ok(None) };
     let Some(id) = tree.get_path(Path::new(path)).ok().map(|e| e.id()) else { return Ok(None) };
     let size = crate::git::blob::size(&repo, id)?;
-    let whole = size <= crate::wtxt::split::DEFAULT_PART_SIZE;
-    let bytes = crate::git::blob::prefix(&repo, id, if whole { size } else { crate::wtxt::split::MAX_HEAD + 1 })?;
-    let Ok(h) = crate::wtxt::read::read_head(&mut crate::wtxt::read::LineReader::new(&bytes[..])) else {
+    let whole = size <= crate::format::split::DEFAULT_PART_SIZE;
+    let bytes = crate::git::blob::prefix(&repo, id, if whole { size } else { crate::format::split::MAX_HEAD + 1 })?;
+    let Ok(h) = crate::format::read::read_head(&mut crate::format::read::LineReader::new(&bytes[..])) else {
         return Ok(None);
     };
     let Root::Final { merkle_this, .. } = h.root else { return Ok(None) };
     let trusted = crate::git::configured_trusted_keys(&repo)?;
     let opts = VerifyOptions { trusted: trusted.as_ref(), require_signature: trusted.is_some(), ..Default::default() };
-    crate::wtxt::verify::check_header(&h, &opts).map_err(|p| {
+    crate::format::verify::check_header(&h, &opts).map_err(|p| {
         Error::check(
             crate::error::Position::Line(p.line),
             format!("HEAD's version fails verification ({}): the new one cannot chain from it", p.message),
@@ -365,10 +365,10 @@ fn head_version(repo_dir: &Path, path: &str) -> Result<Option<HeadVersion>> {
 /// True when `blob` (a WTXT) holds exactly these arrays.
 fn same_arrays(blob: &[u8], arrays: &[Array]) -> bool {
     use sha2::{Digest, Sha256};
-    let lines: Vec<crate::wtxt::syntax::ArrLine> = blob
+    let lines: Vec<crate::format::syntax::ArrLine> = blob
         .split(|&b| b == b'\n')
         .filter(|l| l.starts_with(b"arr "))
-        .filter_map(|l| crate::wtxt::syntax::ArrLine::parse(l).ok())
+        .filter_map(|l| crate::format::syntax::ArrLine::parse(l).ok())
         .collect();
     lines.len() == arrays.len()
         && lines.iter().zip(arrays).all(|(l, a)| {
@@ -413,7 +413,7 @@ mod tests {
     /// answered, and a WTXT under the part size passes as it is.
     #[test]
     fn clean_refuses_what_would_be_a_blob_over_the_part_size_and_stays_in_step() {
-        let limit = crate::wtxt::split::DEFAULT_PART_SIZE as usize;
+        let limit = crate::format::split::DEFAULT_PART_SIZE as usize;
         let mut input = handshake("clean");
         let mut wtxt = b"WTXT 1\n".to_vec();
         wtxt.resize(limit + 10, b'x');
@@ -459,7 +459,7 @@ mod tests {
     /// refused, and the protocol stays in step after both.
     #[test]
     fn smudge_streams_what_is_not_wtxt_and_refuses_an_oversized_wtxt() {
-        let limit = crate::wtxt::split::DEFAULT_PART_SIZE as usize;
+        let limit = crate::format::split::DEFAULT_PART_SIZE as usize;
         let mut input = handshake("smudge");
         let big: Vec<u8> = (0..limit + 100_000).map(|i| (i % 251) as u8).collect();
         let mut wtxt = b"WTXT 1\n".to_vec();

@@ -167,11 +167,11 @@ pub(crate) fn snapshot_id(path: &Path) -> Result<Option<String>> {
         return Ok(None);
     }
     let f = crate::atomic::open_input_file(path)?;
-    let mut lines = crate::wtxt::read::LineReader::new(std::io::BufReader::new(f));
-    let h = crate::wtxt::read::read_head(&mut lines).map_err(|e| e.in_file(path))?;
+    let mut lines = crate::format::read::LineReader::new(std::io::BufReader::new(f));
+    let h = crate::format::read::read_head(&mut lines).map_err(|e| e.in_file(path))?;
     match h.root {
-        crate::wtxt::syntax::Root::Final { merkle_this, .. } => Ok(Some(hex::encode(merkle_this))),
-        crate::wtxt::syntax::Root::Pending => {
+        crate::format::syntax::Root::Final { merkle_this, .. } => Ok(Some(hex::encode(merkle_this))),
+        crate::format::syntax::Root::Pending => {
             Err(Error::input(Default::default(), "a WTXT-S: finalize it first").in_file(path))
         }
     }

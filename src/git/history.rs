@@ -22,15 +22,15 @@ use serde::Serialize;
 use crate::crypto::digest::merkle_this;
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
+use crate::format::read::{read_header, Header, LineReader};
+use crate::format::split;
+use crate::format::syntax::{Root, SignLine};
+use crate::format::verify::{Report, SigStatus, VerifyOptions};
 use crate::git::blob::Blobs;
 use crate::git::git_err;
 use crate::git::parts::BlobParts;
 use crate::progress::Progress;
 use crate::store::input::WtxtIn;
-use crate::wtxt::read::{read_header, Header, LineReader};
-use crate::wtxt::split;
-use crate::wtxt::syntax::{Root, SignLine};
-use crate::wtxt::verify::{Report, SigStatus, VerifyOptions};
 
 /// How far back to look for the last version of a deleted file.
 const MAX_LOOKBACK: usize = 100_000;
@@ -559,7 +559,7 @@ fn check(commit: &Commit, path: &Path, cur: &Version, prevs: &[Version], opts: &
             g.problems.push(format!(
                 "gen goes backwards: {} after {}",
                 h.meta.gen_str(),
-                crate::wtxt::syntax::pad(max, 6)
+                crate::format::syntax::pad(max, 6)
             ));
         }
     }

@@ -22,14 +22,14 @@ use git2::{Repository, Status, StatusOptions, StatusShow};
 use crate::crypto::digest::{fingerprint_key, Fingerprint};
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
+use crate::format::split::{part_name, Head};
+use crate::format::syntax::Root;
+use crate::format::verify::{ProblemKind, SigStatus, VerifyOptions};
 use crate::git::git_err;
 use crate::git::parts::{classify, Blob, BlobParts};
 use crate::progress::Progress;
 use crate::store::input::WtxtIn;
 use crate::store::parts_dir;
-use crate::wtxt::split::{part_name, Head};
-use crate::wtxt::syntax::Root;
-use crate::wtxt::verify::{ProblemKind, SigStatus, VerifyOptions};
 
 /// A staged file that fails, with what to do about it.
 #[derive(Clone, Debug)]
@@ -140,7 +140,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
             .as_ref()
             .and_then(|t| t.get_path(path).ok())
             .filter(|e| e.id() != entry.id)
-            .and_then(|e| crate::git::blob::prefix(&repo, e.id(), crate::wtxt::split::MAX_HEAD + 1).ok());
+            .and_then(|e| crate::git::blob::prefix(&repo, e.id(), crate::format::split::MAX_HEAD + 1).ok());
         // A file a wtxt filter carries: its blob is the clean filter's WTXT,
         // checked as a single file; its work-tree copy is the smudged binary.
         let from_blob = || -> Result<Box<dyn Read + '_>> { Ok(Box::new(open()?)) };
@@ -161,7 +161,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
             continue;
         }
         // A head is told from a single file by its start (a head is whole in it).
-        let start = crate::git::blob::prefix(&repo, entry.id, crate::wtxt::split::MAX_HEAD + 1)?;
+        let start = crate::git::blob::prefix(&repo, entry.id, crate::format::split::MAX_HEAD + 1)?;
         if let Ok(Blob::Head(h)) = classify(&start) {
             let s = Split { repo: &repo, index: &index, path, head_len: size };
             if let Some(r) = s.check(h, head.as_deref(), require, trusted.as_ref()) {
@@ -262,7 +262,7 @@ fn line_of(e: &Error) -> u64 {
 }
 
 fn check_delta(input: impl Read) -> Result<()> {
-    crate::wtxt::delta::check(input)
+    crate::format::delta::check(input)
 }
 
 /// The first reason the staged text `open` gives (`len` bytes) may not be
@@ -281,9 +281,9 @@ fn check_wtxt<R: Read>(
     let opts = VerifyOptions { trusted, require_signature: require, ..Default::default() };
     // Read once, fingerprinted as it is verified; compared below with the
     // writer's text for the same arrays.
-    let read = |key: &[u8; 32]| -> Result<(std::result::Result<crate::wtxt::Loaded, _>, blake3::Hash)> {
+    let read = |key: &[u8; 32]| -> Result<(std::result::Result<crate::format::Loaded, _>, blake3::Hash)> {
         let mut staged = Fingerprint::new(open()?, key);
-        let loaded = crate::wtxt::Load::default().run_or_report(&mut staged, len, &opts)?;
+        let loaded = crate::format::Load::default().run_or_report(&mut staged, len, &opts)?;
         Ok((loaded, staged.finish_reading().map_err(Error::read_failed)?))
     };
     let key = match fingerprint_key() {
@@ -322,7 +322,7 @@ fn check_wtxt<R: Read>(
 type Names<'a> = dyn Fn() -> std::collections::BTreeMap<String, String> + 'a;
 
 /// Why a file that failed verification may not be committed (`None`: it did not fail).
-fn report_refusal(report: &crate::wtxt::verify::Report, names: &Names) -> Option<Refusal> {
+fn report_refusal(report: &crate::format::verify::Report, names: &Names) -> Option<Refusal> {
     let mut report = report.clone();
     if report.errors.iter().any(|e| e.array.is_some()) {
         report.name_originals(&names());
@@ -342,10 +342,10 @@ fn report_refusal(report: &crate::wtxt::verify::Report, names: &Names) -> Option
 /// with `key`) byte for byte. A signature needs the key, so the staged
 /// `sign` line is put where the writer would put it. The text goes to an
 /// unnamed temporary file: neither side is held whole.
-fn is_canonical(loaded: &crate::wtxt::Loaded, key: &[u8; 32], staged: blake3::Hash) -> Result<bool> {
+fn is_canonical(loaded: &crate::format::Loaded, key: &[u8; 32], staged: blake3::Hash) -> Result<bool> {
     let tmp = std::env::temp_dir();
     let mut canonical = std::io::BufWriter::new(tempfile::tempfile().map_err(|e| Error::io(&tmp, e))?);
-    crate::wtxt::write_canonical(loaded, &mut canonical)?;
+    crate::format::write_canonical(loaded, &mut canonical)?;
     let mut canonical = canonical.into_inner().map_err(|e| Error::io(&tmp, e.into_error()))?;
     canonical.rewind().map_err(|e| Error::io(&tmp, e))?;
     let mut canonical = std::io::BufReader::new(canonical);
@@ -364,10 +364,10 @@ fn is_canonical(loaded: &crate::wtxt::Loaded, key: &[u8; 32], staged: blake3::Ha
 }
 
 /// Why `header` does not continue HEAD's version `head` (a single file or a head).
-fn chain_refusal(header: &crate::wtxt::read::Header, head: &[u8]) -> Option<Refusal> {
+fn chain_refusal(header: &crate::format::read::Header, head: &[u8]) -> Option<Refusal> {
     let refusal =
         |line: u64, problem: String, fix: &str| Some(Refusal { path: String::new(), line, problem, fix: fix.into() });
-    let Ok(prev) = crate::wtxt::read::read_header(&mut crate::wtxt::read::LineReader::new(head)) else {
+    let Ok(prev) = crate::format::read::read_header(&mut crate::format::read::LineReader::new(head)) else {
         return None; // HEAD's version is not a WTXT: nothing to continue
     };
     let (Root::Final { merkle_this: prev_this, .. }, Root::Final { merkle_prev, .. }) = (&prev.root, &header.root)

@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::buffer::Spill;
 use crate::error::{reason, Error, Reason, Result};
+use crate::format::layout::Layout;
 use crate::model::{Array, Dtype};
-use crate::wtxt::layout::Layout;
 
 /// True when `ours` is a split snapshot's head handed over without its
 /// parts, as Git's merge driver gets it: Git merges a head and each part

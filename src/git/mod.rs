@@ -139,11 +139,10 @@ pub fn configured_file(repo: &git2::Repository, key: &str) -> Result<Option<std:
 /// The digest form `git config wtxt.digest` asks of the snapshots wtxt
 /// writes in `repo` (`sha256`, the default, or `tree`): the model folders'
 /// and the Git filter's.
-pub fn configured_digest(repo: &git2::Repository) -> Result<crate::wtxt::syntax::DigestForm> {
+pub fn configured_digest(repo: &git2::Repository) -> Result<crate::format::syntax::DigestForm> {
     match repo.config().and_then(|c| c.get_string("wtxt.digest")) {
-        Ok(v) => {
-            crate::wtxt::syntax::DigestForm::parse(&v).map_err(|m| Error::usage(format!("git config wtxt.digest: {m}")))
-        }
+        Ok(v) => crate::format::syntax::DigestForm::parse(&v)
+            .map_err(|m| Error::usage(format!("git config wtxt.digest: {m}"))),
         Err(_) => Ok(Default::default()),
     }
 }
@@ -183,8 +182,8 @@ impl Policy {
     }
 
     /// The verification it asks for.
-    pub fn options(&self) -> crate::wtxt::verify::VerifyOptions<'_> {
-        crate::wtxt::verify::VerifyOptions {
+    pub fn options(&self) -> crate::format::verify::VerifyOptions<'_> {
+        crate::format::verify::VerifyOptions {
             trusted: self.trusted.as_ref(),
             require_signature: self.require,
             ..Default::default()
@@ -193,7 +192,7 @@ impl Policy {
 }
 
 /// The part size a team keeps files under (`git config wtxt.partSize`, as `--part-size`).
-pub fn configured_part_size(repo: &git2::Repository) -> Result<crate::wtxt::split::PartSize> {
+pub fn configured_part_size(repo: &git2::Repository) -> Result<crate::format::split::PartSize> {
     match repo.config().and_then(|c| c.get_string("wtxt.partSize")) {
         Ok(v) => v.parse().map_err(|e: Reason| Error::usage(format!("git config wtxt.partSize: {e}"))),
         Err(_) => Ok(Default::default()),

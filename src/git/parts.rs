@@ -15,16 +15,16 @@ use std::path::{Path, PathBuf};
 
 use crate::atomic::read_full;
 use crate::error::{check_at, Error, Reason, Result};
+use crate::format::delta::ChunkText;
+use crate::format::read::{LineReader, SliceLines};
+use crate::format::split::{self, Head, PartLine};
+use crate::format::syntax::{parse_shape, ArrLine, ChLine, Fields};
 use crate::git::blob::Text;
 use crate::git::diff::{
     check_unchanged, decode_pair, decode_side, header_changes, ArrayDiff, Damage, FileDiff, Names, Stats, Status,
 };
 use crate::git::files_diff::{self, Captured};
 use crate::model::Dtype;
-use crate::wtxt::delta::ChunkText;
-use crate::wtxt::read::{LineReader, SliceLines};
-use crate::wtxt::split::{self, Head, PartLine};
-use crate::wtxt::syntax::{parse_shape, ArrLine, ChLine, Fields};
 
 /// What a blob of a WTXT path holds.
 pub enum Blob {
@@ -192,7 +192,7 @@ fn scan(text: &dyn Text, file: &Path) -> Result<Vec<Section>> {
         let start = lines.offset();
         let ended = lines.line_no() + 1;
         let (n, l) = next(&mut lines)?.ok_or_else(|| at(ended, "file ends early: expected `endpart`".into()))?;
-        crate::wtxt::read::check_text_line(&l).map_err(|m| at(n, m))?;
+        crate::format::read::check_text_line(&l).map_err(|m| at(n, m))?;
         if l == b"endpart" {
             return match next(&mut lines)? {
                 None => Ok(out),
@@ -387,7 +387,7 @@ pub fn textconv(text: &dyn Text, file: &Path) -> Result<String> {
                     sec.dtype.size() as u64
                 };
                 let unit = if sec.shape.len() >= 2 { "rows" } else { "elements" };
-                let shape = crate::wtxt::syntax::shape_str(&sec.shape);
+                let shape = crate::format::syntax::shape_str(&sec.shape);
                 let _ = writeln!(s, "array {} {}[{shape}]", sec.name, sec.dtype);
                 for (ch, _, _) in &sec.chunks {
                     let (r0, r1) = (ch.off / row.max(1), (ch.off + ch.len).div_ceil(row.max(1)));
@@ -430,7 +430,7 @@ pub fn check_part(bytes: &[u8], file: &Path, begins: &[String]) -> Result<()> {
             // The chunk's text runs from its `ch` line to `endch`: the lines between.
             let r = r.start as usize..r.end as usize;
             let body = SliceLines::new(&bytes[r]).skip(1).take(ch.lines as usize).map(|(_, _, b)| b);
-            if let Err(f) = crate::wtxt::chunk::decode(ch, body) {
+            if let Err(f) = crate::format::chunk::decode(ch, body) {
                 return Err(check_at(n + 1 + f.line().unwrap_or(0), format!("chunk {}: {f}", ch.ix)).in_file(file));
             }
         }
@@ -522,7 +522,7 @@ impl BlobParts {
     }
 }
 
-impl crate::wtxt::split::PartSource for BlobParts {
+impl crate::format::split::PartSource for BlobParts {
     fn open(&self, ix: u64) -> Result<Box<dyn Read>> {
         let i = (ix as usize).wrapping_sub(1);
         let name = self.name(ix);
@@ -545,7 +545,7 @@ impl crate::wtxt::split::PartSource for BlobParts {
     }
 
     fn name(&self, ix: u64) -> PathBuf {
-        self.dir.join(crate::wtxt::split::part_name(ix))
+        self.dir.join(crate::format::split::part_name(ix))
     }
 
     fn unlisted(&self, _count: u64) -> Vec<PathBuf> {
@@ -555,7 +555,7 @@ impl crate::wtxt::split::PartSource for BlobParts {
 
 /// The head a part path belongs to: `m.wtxt.parts/000003.wtxtpart` -> `m.wtxt`.
 pub fn head_of_part(p: &Path) -> Option<std::path::PathBuf> {
-    crate::wtxt::split::part_ix(&p.file_name()?.to_string_lossy())?;
+    crate::format::split::part_ix(&p.file_name()?.to_string_lossy())?;
     let dir = p.parent()?.to_string_lossy().into_owned();
     dir.strip_suffix(".parts").map(std::path::PathBuf::from)
 }

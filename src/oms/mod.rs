@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::crypto::digest::Hash;
 use crate::crypto::ec::{EcPublicKey, EcSecretKey};
 use crate::error::{Error, Result};
-use crate::wtxt::split;
+use crate::format::split;
 use bundle::{HashType, Manifest, Refusal, Resource};
 
 /// The signature's name in the snapshot's folder, OMS's default.

@@ -6,11 +6,11 @@ use crate::crypto::ec::EcPublicKey;
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{check_at, Error, Result};
+use crate::format::read::{read, ArrayStart, Visitor};
+use crate::format::syntax::{Audit, ChLine, Root, Wsum};
+use crate::format::verify::{Problem, ProblemKind, Report, VerifyOptions};
 use crate::model::Array;
 use crate::progress::Progress;
-use crate::wtxt::read::{read, ArrayStart, Visitor};
-use crate::wtxt::syntax::{Audit, ChLine, Root, Wsum};
-use crate::wtxt::verify::{Problem, ProblemKind, Report, VerifyOptions};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -268,7 +268,7 @@ pub fn extract_folder(path: &Path, out: &Path, opts: &VerifyOptions, unseal: Opt
         return crate::convert::hf::extract(path, opts, out);
     }
     let mut input = WtxtIn::open(path, unseal)?;
-    let loaded = crate::wtxt::load(input.text(), input.len, opts).map_err(|e| input.blame(e))?;
+    let loaded = crate::format::load(input.text(), input.len, opts).map_err(|e| input.blame(e))?;
     crate::convert::hf::write_folder(&loaded.arrays, out)
 }
 
@@ -315,7 +315,7 @@ pub fn extract(
         Some((chosen, _)) => chosen,
         None => {
             let mut input = WtxtIn::open(path, unseal)?;
-            let loaded = crate::wtxt::load(input.text(), input.len, opts).map_err(|e| input.blame(e))?;
+            let loaded = crate::format::load(input.text(), input.len, opts).map_err(|e| input.blame(e))?;
             let (arrays, chosen) = choose(loaded.arrays)?;
             write_arrays(&arrays, out)?;
             chosen

@@ -4,11 +4,11 @@ use crate::atomic::{write_file, AtomicFile};
 use crate::crypto::armor::Unseal;
 use crate::crypto::digest::{fingerprint_key, Fingerprint, Hash};
 use crate::error::{check_at, Error, Position, Result};
+use crate::format::layout::DEFAULT_ROWS_PER_CHUNK;
+use crate::format::syntax::{Meta, Root, Wsum};
+use crate::format::verify::{verify, InputTrust, ProblemKind, Report, VerifyOptions};
+use crate::format::write::WriteOptions;
 use crate::progress::Progress;
-use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
-use crate::wtxt::syntax::{Meta, Root, Wsum};
-use crate::wtxt::verify::{verify, InputTrust, ProblemKind, Report, VerifyOptions};
-use crate::wtxt::write::WriteOptions;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -73,7 +73,7 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
         None => [0; 32],
     };
     let fastxor = report.fastxor_value().ok_or_else(|| check_at(4, "no fastxor computed").in_file(path))?;
-    let fin = crate::wtxt::write::finalize(&header, sha_all, fastxor, merkle_prev, sign_key);
+    let fin = crate::format::write::finalize(&header, sha_all, fastxor, merkle_prev, sign_key);
     let wsum = fin.wsum;
     if let Some(out) = rewrite {
         let text = fin.header;
@@ -105,7 +105,7 @@ pub fn delta_create(
     target: &Path,
     out: &Path,
     unseal: Option<Unseal>,
-) -> Result<crate::wtxt::delta::DeltaStats> {
+) -> Result<crate::format::delta::DeltaStats> {
     let vf = VerifyFiles { unseal, ..Default::default() };
     // Both inputs are verified first, side by side: a delta names its base
     // by `sha256_all`, and one made from a damaged or forged file must not
@@ -124,7 +124,8 @@ pub fn delta_create(
     let mut f = AtomicFile::create(out)?;
     let stats = {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
-        let r = crate::wtxt::delta::create((b.text(), base), (t.text(), target), &mut w).map_err(|e| e.in_file(out))?;
+        let r =
+            crate::format::delta::create((b.text(), base), (t.text(), target), &mut w).map_err(|e| e.in_file(out))?;
         w.flush().map_err(|e| Error::io(out, e))?;
         r
     };
@@ -152,7 +153,7 @@ pub struct DeltaApplyOptions {
 /// result is verified before it is renamed into place; the base is only read.
 pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions) -> Result<Report> {
     let (d, _) = open_input(delta, o.unseal.as_ref())?;
-    let mut reader = crate::wtxt::delta::DeltaReader::open(d).map_err(|e| e.in_file(delta))?;
+    let mut reader = crate::format::delta::DeltaReader::open(d).map_err(|e| e.in_file(delta))?;
     if reader.is_extended() {
         let target_sha256_all = reader.head.target_sha256_all;
         if o.meta.gen.is_some() || o.meta.ts.is_some() || o.meta.build.is_some() || o.keys.sign_key.is_some() {
@@ -175,7 +176,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
         // Write the result and prove it in the same pass.
         let mut text = b.text();
         let merged = write_verified(&mut f, &vopts, |w| {
-            crate::wtxt::delta::apply_extended(&mut text, &mut reader, delta, &mut &mut *w)
+            crate::format::delta::apply_extended(&mut text, &mut reader, delta, &mut &mut *w)
                 .map_err(|e| b.blame_input(e).in_file(out))
         });
         let bad_base = || WtxtIn::find_bad_part(base, o.unseal.as_ref());
@@ -214,7 +215,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
 fn apply_minimal(
     base: &Path,
     delta: &Path,
-    d: &crate::wtxt::delta::Delta,
+    d: &crate::format::delta::Delta,
     out: &Path,
     o: &DeltaApplyOptions,
 ) -> Result<Report> {
@@ -229,7 +230,7 @@ fn apply_minimal(
     // The base is verified under the same rules as any input we sign or HMAC.
     let trust = InputTrust::new(o.keys.hmac_key.as_ref(), None, o.keys.sign_key.as_ref(), o.keys.allow_unauthenticated);
     let mut b = WtxtIn::open(base, o.unseal.as_ref())?;
-    let loaded = crate::wtxt::load(b.text(), b.len, &trust.options()).map_err(|e| b.blame(e))?;
+    let loaded = crate::format::load(b.text(), b.len, &trust.options()).map_err(|e| b.blame(e))?;
     let Root::Final { sha256_all, merkle_this: base_this, .. } = loaded.header.root else {
         return Err(check_at(4, "the base is a WTXT-S: finalize it first").in_file(base));
     };
@@ -239,7 +240,7 @@ fn apply_minimal(
     }
     let rows = loaded.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK);
     let mut arrays = loaded.arrays;
-    crate::wtxt::delta::apply_minimal(&mut arrays, rows, d).map_err(|e| e.in_file(delta))?;
+    crate::format::delta::apply_minimal(&mut arrays, rows, d).map_err(|e| e.in_file(delta))?;
     let m = &loaded.header.meta;
     let gen = match o.meta.gen {
         Some(g) => g,

@@ -3,11 +3,11 @@
 use crate::crypto::armor::Unseal;
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
+use crate::format::layout::DEFAULT_ROWS_PER_CHUNK;
+use crate::format::syntax::{Audit, Meta, Root};
+use crate::format::verify::VerifyOptions;
+use crate::format::write::{WriteOptions, Written};
 use crate::progress::Progress;
-use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
-use crate::wtxt::syntax::{Audit, Meta, Root};
-use crate::wtxt::verify::VerifyOptions;
-use crate::wtxt::write::{WriteOptions, Written};
 use std::path::{Path, PathBuf};
 
 use super::*;
@@ -90,12 +90,16 @@ pub struct MergeOutcome {
 
 /// One side of a merge, verified whole; arrays equal to one of `known`'s
 /// (by verified SHA-256) are shared with it, not held again.
-fn load_side(path: &Path, opts: &VerifyOptions, known: &[&crate::wtxt::Loaded]) -> Result<Option<crate::wtxt::Loaded>> {
+fn load_side(
+    path: &Path,
+    opts: &VerifyOptions,
+    known: &[&crate::format::Loaded],
+) -> Result<Option<crate::format::Loaded>> {
     let mut input = WtxtIn::open(path, None)?;
     if input.len == 0 {
         return Ok(None); // Git passes an empty base when there is no common ancestor.
     }
-    crate::wtxt::Load { known, ..Default::default() }
+    crate::format::Load { known, ..Default::default() }
         .run(input.text(), input.len, opts)
         .map(Some)
         .map_err(|e| input.blame(e))
@@ -193,7 +197,7 @@ pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
         let out = tmp.path().join(format!("{name}.wtxt"));
         match c.filter(|&c| has(c)) {
             Some(c) => {
-                export(&work, &c.to_string(), &rel, &out, crate::wtxt::split::PartSize::Whole)?;
+                export(&work, &c.to_string(), &rel, &out, crate::format::split::PartSize::Whole)?;
             }
             // No common version: an empty base, as Git gives its drivers.
             None if name == "base" => crate::atomic::write_file(&out, b"", 0o600)?,
@@ -310,7 +314,7 @@ pub fn diff_driver(args: &[String], here: &Path) -> DriverView {
                 let mut d = crate::git::diff::diff(x.stream(), y.stream(), names)?;
                 let check = |p: &Path| {
                     let t = if p == names.old { &x } else { &y };
-                    let report = crate::wtxt::verify::verify(t.stream(), &Default::default(), None).ok()?;
+                    let report = crate::format::verify::verify(t.stream(), &Default::default(), None).ok()?;
                     report.errors.first().map(|p| p.to_error())
                 };
                 crate::git::diff::explain(&mut d, names, &check);

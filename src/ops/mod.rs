@@ -1,6 +1,6 @@
 //! Whole-file operations, one per command, by family: the CLI parses flags
 //! into these option structs and calls them; the format's own logic lives
-//! in [`crate::wtxt`], the containers' in [`crate::convert`].
+//! in [`crate::format`], the containers' in [`crate::convert`].
 #![forbid(unsafe_code)]
 
 mod check;
@@ -26,11 +26,11 @@ pub use snapshot::*;
 use crate::crypto::armor::{open_maybe_sealed, Unseal};
 use crate::crypto::digest::Hash;
 use crate::error::{check_at, Error, Result};
+use crate::format::read::{read_head, Header, LineReader};
+use crate::format::syntax::Root;
+use crate::format::verify::InputTrust;
 use crate::store::input::WtxtIn;
 use crate::store::{write_wtxt, SnapshotOut};
-use crate::wtxt::read::{read_head, Header, LineReader};
-use crate::wtxt::syntax::Root;
-use crate::wtxt::verify::InputTrust;
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
@@ -129,12 +129,12 @@ pub struct MetaFields {
 #[derive(Default)]
 pub struct Output {
     /// Largest file (split above it).
-    pub part_size: crate::wtxt::split::PartSize,
+    pub part_size: crate::format::split::PartSize,
     /// Also write an OpenSSF Model Signing `model.sig` beside it.
     pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
     /// The digest form of a new snapshot (commands that write a snapshot
     /// from others keep their form).
-    pub digest: crate::wtxt::syntax::DigestForm,
+    pub digest: crate::format::syntax::DigestForm,
 }
 
 /// Refuses two outputs of one command that name the same file: one would

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use crate::crypto::ec::EcSecretKey;
 use crate::error::{Error, Result};
+use crate::format::verify::InputTrust;
 use crate::oms::{sign_folder, sign_snapshot, SnapshotFiles};
 use crate::store::input::WtxtIn;
-use crate::wtxt::verify::InputTrust;
 
 /// Writes `model.sig` for the snapshot a command has just written at
 /// `out`, when it was given an OMS key: the signature of the snapshot's

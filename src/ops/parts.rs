@@ -6,8 +6,8 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::format::split::{self, PartSize};
 use crate::store::SnapshotOut;
-use crate::wtxt::split::{self, PartSize};
 
 /// `wtxt split` and `wtxt join`: the same snapshot stored in the other form
 /// (split by `size`, or one file with [`PartSize::Whole`]). The bytes are
@@ -22,7 +22,7 @@ pub fn restore(
     size: PartSize,
     oms: Option<&crate::crypto::ec::EcSecretKey>,
 ) -> Result<usize> {
-    use crate::wtxt::verify::ProblemKind;
+    use crate::format::verify::ProblemKind;
     let mut src = crate::store::input::WtxtIn::open(input, None)?;
     let mut w = SnapshotOut::create(out, size)?;
     let mut text = src.text();
@@ -112,12 +112,12 @@ pub fn copy_text(r: &mut dyn Read, w: &mut dyn Write) -> std::result::Result<u64
 /// judges the report before [`SnapshotOut::finish`].
 pub fn write_verified<T>(
     out: &mut SnapshotOut,
-    opts: &crate::wtxt::verify::VerifyOptions,
+    opts: &crate::format::verify::VerifyOptions,
     write: impl FnOnce(&mut dyn Write) -> Result<T>,
-) -> Result<(T, crate::wtxt::verify::Report)> {
+) -> Result<(T, crate::format::verify::Report)> {
     let (pw, pr) = crate::pipe::pipe();
     let (wrote, report) = std::thread::scope(|s| {
-        let checker = s.spawn(|| crate::wtxt::verify::verify(pr, opts, None));
+        let checker = s.spawn(|| crate::format::verify::verify(pr, opts, None));
         let mut tee = crate::pipe::Tee(&mut *out, pw);
         let wrote = write(&mut tee);
         tee.1.close();

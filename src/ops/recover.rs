@@ -3,11 +3,11 @@
 use crate::atomic::write_file;
 use crate::convert::{map_file, write_arrays};
 use crate::error::{Error, Result};
+use crate::format::layout::DEFAULT_ROWS_PER_CHUNK;
+use crate::format::recover::{recover as scan, RecoveryReport};
+use crate::format::syntax::{Audit, Meta};
+use crate::format::write::WriteOptions;
 use crate::progress::Progress;
-use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
-use crate::wtxt::recover::{recover as scan, RecoveryReport};
-use crate::wtxt::syntax::{Audit, Meta};
-use crate::wtxt::write::WriteOptions;
 use std::path::{Path, PathBuf};
 
 use super::*;
@@ -125,15 +125,16 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
 /// output derives (the array laid out as the writer will lay it out).
 fn carried_tag(
     key: &crate::crypto::mac::HmacKey,
-    digest: crate::wtxt::syntax::DigestForm,
+    digest: crate::format::syntax::DigestForm,
     salt: &[u8; 8],
     a: &crate::model::Array,
     rows: Option<u64>,
 ) -> [u8; 32] {
-    if digest == crate::wtxt::syntax::DigestForm::Sha256 {
+    if digest == crate::format::syntax::DigestForm::Sha256 {
         return key.compute(salt, a.bytes());
     }
-    let Ok(layout) = crate::wtxt::layout::Layout::new(a.dtype, &a.shape, rows.unwrap_or(DEFAULT_ROWS_PER_CHUNK)) else {
+    let Ok(layout) = crate::format::layout::Layout::new(a.dtype, &a.shape, rows.unwrap_or(DEFAULT_ROWS_PER_CHUNK))
+    else {
         return key.compute(salt, a.bytes());
     };
     let chunks: Vec<(u64, crate::crypto::digest::Hash)> = (0..layout.chunk_count())

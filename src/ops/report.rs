@@ -15,11 +15,11 @@ use serde::Serialize;
 
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
+use crate::format::split::PartSize;
+use crate::format::verify::SigStatus;
 use crate::git::diff::Status;
 use crate::git::history::{DataCheck, Generation};
 use crate::progress::Progress;
-use crate::wtxt::split::PartSize;
-use crate::wtxt::verify::SigStatus;
 
 /// One generation, as the page shows it.
 #[derive(Clone, Debug, Serialize)]

@@ -49,7 +49,7 @@ fn is_wtxt_text(head: &[u8]) -> bool {
 pub fn encrypt(input: &Path, out: &Path, seal: Seal) -> Result<()> {
     let parts = split_parts(input)?;
     for ix in 1..=parts {
-        let name = crate::wtxt::split::part_name(ix);
+        let name = crate::format::split::part_name(ix);
         let dir = crate::store::parts_dir(out);
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         encrypt_one(&crate::store::parts_dir(input).join(&name), &dir.join(&name), &seal, true)?;
@@ -60,9 +60,9 @@ pub fn encrypt(input: &Path, out: &Path, seal: Seal) -> Result<()> {
 /// The number of parts when `path` is the head of a split snapshot, else 0.
 fn split_parts(path: &Path) -> Result<u64> {
     let (f, _) = open(path)?;
-    match crate::wtxt::split::open(Box::new(f)).map_err(|e| e.in_file(path))? {
-        crate::wtxt::split::Opened::Split(h) => Ok(h.parts.len() as u64),
-        crate::wtxt::split::Opened::Single(_) => Ok(0),
+    match crate::format::split::open(Box::new(f)).map_err(|e| e.in_file(path))? {
+        crate::format::split::Opened::Split(h) => Ok(h.parts.len() as u64),
+        crate::format::split::Opened::Single(_) => Ok(0),
     }
 }
 
@@ -91,11 +91,13 @@ pub fn decrypt(input: &Path, out: &Path, unseal: &Unseal) -> Result<()> {
     let head = decrypt_one(input, out, unseal)?;
     let mut f = head.try_clone()?;
     f.seek(std::io::SeekFrom::Start(0)).map_err(|e| Error::io(out, e))?;
-    if let crate::wtxt::split::Opened::Split(h) = crate::wtxt::split::open(Box::new(f)).map_err(|e| e.in_file(out))? {
+    if let crate::format::split::Opened::Split(h) =
+        crate::format::split::open(Box::new(f)).map_err(|e| e.in_file(out))?
+    {
         let (from, to) = (crate::store::parts_dir(input), crate::store::parts_dir(out));
         std::fs::create_dir_all(&to).map_err(|e| Error::io(&to, e))?;
         for p in &h.parts {
-            let name = crate::wtxt::split::part_name(p.ix);
+            let name = crate::format::split::part_name(p.ix);
             decrypt_one(&from.join(&name), &to.join(&name), unseal)?.commit()?;
         }
     }

@@ -3,11 +3,11 @@
 
 use crate::convert::{load_inputs, Notes};
 use crate::error::{Error, Result};
+use crate::format::layout::DEFAULT_ROWS_PER_CHUNK;
+use crate::format::syntax::{Audit, Meta};
+use crate::format::write::{WriteOptions, Written};
 use crate::model::Array;
 use crate::progress::Progress;
-use crate::wtxt::layout::DEFAULT_ROWS_PER_CHUNK;
-use crate::wtxt::syntax::{Audit, Meta};
-use crate::wtxt::write::{WriteOptions, Written};
 use std::path::{Path, PathBuf};
 
 use super::*;

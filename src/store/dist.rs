@@ -29,12 +29,12 @@ use crate::crypto::digest::{fastxor_at, Hash, Sha256State};
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::SecretKey;
 use crate::error::{Error, Result};
+use crate::format::layout::Layout;
+use crate::format::split::{self, part_name, PartLine, PartSize, PartSpan};
+use crate::format::syntax::{ArrLine, Meta};
+use crate::format::write::{FixedKind, Places, WriteOptions, WritePlan, Written};
 use crate::model::Array;
 use crate::store::input::WtxtIn;
-use crate::wtxt::layout::Layout;
-use crate::wtxt::split::{self, part_name, PartLine, PartSize, PartSpan};
-use crate::wtxt::syntax::{ArrLine, Meta};
-use crate::wtxt::write::{FixedKind, Places, WriteOptions, WritePlan, Written};
 
 /// Where a chunk's bytes are: the caller's memory, or (`None`) the
 /// array's own data.
@@ -58,7 +58,7 @@ pub struct DistOptions {
     /// How its digests are computed: in the tree form the ranks only report
     /// their chunks' SHA-256 ([`DistWrite::tree_arr_lines`]), nothing is
     /// handed from rank to rank.
-    pub digest: crate::wtxt::syntax::DigestForm,
+    pub digest: crate::format::syntax::DigestForm,
 }
 
 /// An array's SHA-256 and HMAC, part way through its bytes.
@@ -402,8 +402,8 @@ impl DistWrite {
         let span = self.spans.as_ref().and_then(|s| s.get(k)).ok_or_else(|| Error::usage(format!("no part {k}")))?;
         let path = self.part_path(k);
         let f = crate::atomic::open_no_follow(&path).map_err(|e| Error::io(&path, e))?;
-        let (frame, lines, bytes) = crate::wtxt::split::FrameHash::of(f).map_err(|e| Error::io(&path, e))?;
-        Ok(PartLine { ix: span.ix, bytes, lines, hash: crate::wtxt::split::PartHash::Frame(frame) })
+        let (frame, lines, bytes) = crate::format::split::FrameHash::of(f).map_err(|e| Error::io(&path, e))?;
+        Ok(PartLine { ix: span.ix, bytes, lines, hash: crate::format::split::PartHash::Frame(frame) })
     }
 
     /// Puts the snapshot in place (the coordinator, once every rank is
@@ -424,7 +424,7 @@ impl DistWrite {
         verify: bool,
     ) -> Result<Written> {
         let trust =
-            crate::wtxt::verify::InputTrust::new(self.o.hmac_key.as_ref(), None, self.o.sign_key.as_ref(), false);
+            crate::format::verify::InputTrust::new(self.o.hmac_key.as_ref(), None, self.o.sign_key.as_ref(), false);
         let opts = trust.options();
         let verify = verify.then_some(&opts);
         if arr_lines.len() != self.arrays.len() {
@@ -485,7 +485,7 @@ impl DistWrite {
 impl DistWrite {
     /// Verifies the staged snapshot `input` whole; its first problem is the
     /// error, named at the snapshot's path.
-    fn verify_staged(&self, input: WtxtIn<'_>, opts: &crate::wtxt::verify::VerifyOptions) -> Result<()> {
+    fn verify_staged(&self, input: WtxtIn<'_>, opts: &crate::format::verify::VerifyOptions) -> Result<()> {
         let report = input.verify(opts, &crate::progress::Progress::hidden())?;
         match report.errors.first() {
             None => Ok(()),
@@ -512,9 +512,9 @@ fn options(o: &DistOptions) -> WriteOptions<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::syntax::DigestForm;
     use crate::model::Dtype;
     use crate::progress::Progress;
-    use crate::wtxt::syntax::DigestForm;
 
     fn arrays() -> Vec<Array> {
         let bytes = |n: usize, seed: u32| {

@@ -4,7 +4,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Position, Result};
-use crate::wtxt::split::{part_ix, part_name, PartSource};
+use crate::format::split::{part_ix, part_name, PartSource};
 
 /// The folder holding the parts of the head at `head`: `model.wtxt` keeps
 /// its parts in `model.wtxt.parts/`.

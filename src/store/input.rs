@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use crate::crypto::armor::{open_maybe_sealed, Unseal};
 use crate::error::{Error, Result};
+use crate::format::split::{self, Joined};
+use crate::format::verify::{verify, Problem, ProblemKind, Report, VerifyOptions};
 use crate::store::{parts_dir, PartFiles};
-use crate::wtxt::split::{self, Joined};
-use crate::wtxt::verify::{verify, Problem, ProblemKind, Report, VerifyOptions};
 
 /// A WTXT input: a single file, or a split snapshot's head joined with its
 /// parts and read as the single file it stands for.

@@ -4,7 +4,7 @@
 //! [`write_wtxt`], the one entry point every writer of new text goes
 //! through: the CLI, the daemon and Python), and the part files themselves
 //! ([`PartFiles`]). The split form itself, which knows no files, is
-//! [`crate::wtxt::split`].
+//! [`crate::format::split`].
 
 pub mod dist;
 mod files;
@@ -19,10 +19,10 @@ use std::path::Path;
 
 use crate::atomic::write_file;
 use crate::error::Result;
+use crate::format::split::PartSize;
+use crate::format::write::{WriteOptions, WritePlan, Written};
 use crate::model::Array;
 use crate::progress::Progress;
-use crate::wtxt::split::PartSize;
-use crate::wtxt::write::{WriteOptions, WritePlan, Written};
 
 /// Writes arrays as WTXT to `out` atomically (split when its text is
 /// larger than `size`), and the WSUM when streaming.
@@ -41,7 +41,7 @@ pub fn write_wtxt(
     let placed = match size.limit() {
         Some(limit) if !crate::atomic::is_device(out) => {
             let shape = plan.shape();
-            let spans = crate::wtxt::split::place_parts(&shape, limit).map_err(|e| e.in_file(out))?;
+            let spans = crate::format::split::place_parts(&shape, limit).map_err(|e| e.in_file(out))?;
             spans.map(|s| (s, shape.tail))
         }
         _ => None,

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use crate::atomic::{AtomicFile, OutputDir, Writeback};
 use crate::error::{Error, Result};
+use crate::format::split::{self, part_ix, part_name, PartLine, PartSink, PartSize};
 use crate::store::parts_dir;
-use crate::wtxt::split::{self, part_ix, part_name, PartLine, PartSink, PartSize};
 
 /// A snapshot's text on its way to `out`: one file while it fits the part
 /// size; once it outgrows it, cut into parts as it streams, on a thread of
@@ -111,7 +111,7 @@ impl SnapshotOut {
     }
 }
 
-/// A split snapshot written in place by [`crate::wtxt::write::WritePlan::write`],
+/// A split snapshot written in place by [`crate::format::write::WritePlan::write`],
 /// whose cut points are known before it starts (they follow from sizes
 /// alone, [`split::place_parts`]): each write, the writer's patches too,
 /// lands straight in the part file that holds that offset of the single

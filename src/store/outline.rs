@@ -15,12 +15,12 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Cursor, Seek};
 use std::path::Path;
 
+use crate::format::chunk;
+use crate::format::layout::last_line_width;
+use crate::format::split::{self, part_name};
+use crate::format::syntax::{ArrLine, ChLine, B64_WIDTH};
 use crate::limits::MAX_LINE;
 use crate::store::parts_dir;
-use crate::wtxt::chunk;
-use crate::wtxt::layout::last_line_width;
-use crate::wtxt::split::{self, part_name};
-use crate::wtxt::syntax::{ArrLine, ChLine, B64_WIDTH};
 
 /// One array of the outline.
 pub struct Outlined {

@@ -29,7 +29,7 @@ fn convert(input: &Path, out: &Path, to: &str) -> (i32, String) {
 }
 
 fn load(path: &Path) -> Vec<wtxt::model::Array> {
-    wtxt::wtxt::load(&std::fs::read(path).unwrap()[..], u64::MAX, &Default::default()).unwrap().arrays
+    wtxt::format::load(&std::fs::read(path).unwrap()[..], u64::MAX, &Default::default()).unwrap().arrays
 }
 
 fn meta(arrays: &[wtxt::model::Array], name: &str) -> serde_json::Value {

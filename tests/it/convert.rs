@@ -50,7 +50,7 @@ fn volp_reference_files_convert_exactly_and_round_trip() {
             assert_eq!((&a["dtype"], &a["shape"], &a["sha256"]), (&t["dtype"], &t["shape"], &t["sha256"]), "{name}");
         }
         // The header is kept, unknown keys and scale/offset included.
-        let loaded = wtxt::wtxt::load(&std::fs::read(&w).unwrap()[..], u64::MAX, &Default::default()).unwrap();
+        let loaded = wtxt::format::load(&std::fs::read(&w).unwrap()[..], u64::MAX, &Default::default()).unwrap();
         let header = loaded.arrays.iter().find(|a| a.name == "__volp_header").unwrap();
         let h: serde_json::Value = serde_json::from_slice(header.bytes()).unwrap();
         assert_eq!(h, expected["header"], "{name}");
@@ -138,7 +138,7 @@ fn safetensors_round_trips_byte_for_byte_with_names_kept() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["st_all_dtypes.safetensors", "st_name_collisions.safetensors"] {
         let (src, w, expected) = peer_to_wtxt(dir.path(), name);
-        let loaded = wtxt::wtxt::load(&std::fs::read(&w).unwrap()[..], u64::MAX, &Default::default()).unwrap();
+        let loaded = wtxt::format::load(&std::fs::read(&w).unwrap()[..], u64::MAX, &Default::default()).unwrap();
         // Every tensor, under its mapped WTXT name, with the reference's bytes.
         let originals: Vec<String> =
             expected["tensors"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
@@ -407,7 +407,7 @@ fn extract_refuses_an_original_name_two_arrays_share() {
     let names =
         wtxt::convert::meta_array("__names", &serde_json::json!({"names": {"w_1": "w.1", "w_1_2": "w.1"}})).unwrap();
     let w = dir.path().join("twice.wtxt");
-    let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(0, None).unwrap(), 128);
+    let opts = wtxt::format::write::WriteOptions::new(wtxt::format::syntax::Meta::new(0, None).unwrap(), 128);
     wtxt::store::write_wtxt(&[names, a, b], &opts, &w, Default::default(), None, &wtxt::progress::Progress::hidden())
         .unwrap();
     let out = dir.path().join("one.npy");

@@ -74,7 +74,7 @@ fn snapshot_under_load(queue: Queue) -> (wtxt::daemon::snapshotter::Status, u64)
             continue;
         }
         let bytes = std::fs::read(&p).unwrap();
-        let l = wtxt::wtxt::load(&bytes[..], bytes.len() as u64, &Default::default()).unwrap();
+        let l = wtxt::format::load(&bytes[..], bytes.len() as u64, &Default::default()).unwrap();
         let g = l.header.meta.gen;
         let a: Vec<u32> = l.arrays[0].bytes().chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
         let b: Vec<f64> = l.arrays[1].bytes().chunks(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
@@ -461,7 +461,7 @@ fn sigterm_finishes_in_flight_work_and_armored_commits_decrypt_with_age() {
     assert!(armored.starts_with(b"-----BEGIN AGE ENCRYPTED FILE-----"));
     let plain = Command::new("age").arg("-d").arg("-i").arg(&key).arg(repo.join("m.wtxt.age")).output().unwrap();
     assert!(plain.status.success());
-    let l = wtxt::wtxt::load(&plain.stdout[..], plain.stdout.len() as u64, &Default::default()).unwrap();
+    let l = wtxt::format::load(&plain.stdout[..], plain.stdout.len() as u64, &Default::default()).unwrap();
     assert_eq!(l.header.meta.gen, 7);
 }
 
@@ -1084,7 +1084,7 @@ fn the_ring_is_taken_only_as_the_pipeline_left_it() {
     // An unsigned generation 2 at the top of the ring.
     let forged = d.join("forged.wtxt");
     let g = uniform(2);
-    let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(2, None).unwrap(), 128);
+    let opts = wtxt::format::write::WriteOptions::new(wtxt::format::syntax::Meta::new(2, None).unwrap(), 128);
     wtxt::store::write_wtxt(&g.arrays, &opts, &forged, Default::default(), None, &wtxt::progress::Progress::hidden())
         .unwrap();
     std::fs::rename(&forged, ring.join("gen-000002.wtxt")).unwrap();

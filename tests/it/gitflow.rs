@@ -461,7 +461,7 @@ fn npz_filter_keeps_numpy_archives_exactly_and_rebuilds_valid_ones_after_edits()
     std::fs::remove_file(&stored).unwrap();
     // A tensor changed in the WTXT (as a merge would) gives a valid archive: CRC-32 recomputed.
     let blob = r.ok(&["cat-file", "-p", "HEAD:plain.npz"]);
-    let loaded = wtxt::wtxt::load(blob.as_bytes(), blob.len() as u64, &Default::default()).unwrap();
+    let loaded = wtxt::format::load(blob.as_bytes(), blob.len() as u64, &Default::default()).unwrap();
     let mut arrays = loaded.arrays;
     let at = arrays.iter().position(|a| a.name == "layer_0_w").unwrap();
     let mut b = arrays[at].bytes().to_vec();

@@ -83,8 +83,8 @@ fn finalize_rewrites_streaming_into_the_expected_pair() {
 
 /// Re-emits a verified file with the values it carries.
 fn reemit(bytes: &[u8]) -> Vec<u8> {
-    let loaded = wtxt::wtxt::load(bytes, bytes.len() as u64, &Default::default()).unwrap();
-    wtxt::wtxt::canonical_bytes(&loaded).unwrap()
+    let loaded = wtxt::format::load(bytes, bytes.len() as u64, &Default::default()).unwrap();
+    wtxt::format::canonical_bytes(&loaded).unwrap()
 }
 
 #[test]
@@ -99,7 +99,7 @@ fn every_expected_file_reemits_identically() {
             continue;
         }
         let bytes = std::fs::read(&p).unwrap();
-        let unsigned = wtxt::wtxt::without_sign_line(&bytes);
+        let unsigned = wtxt::format::without_sign_line(&bytes);
         assert!(reemit(&bytes) == *unsigned, "{name}: re-emitting changed the bytes");
         checked += 1;
     }

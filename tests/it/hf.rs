@@ -340,7 +340,7 @@ fn extract_hf_refuses_a_path_listed_twice() {
     let m = folder(dir.path());
     let snap = dir.path().join("m.wtxt");
     assert_eq!(run(&["snapshot", s(&m), "-o", s(&snap)]).code, 0);
-    let loaded = wtxt::wtxt::load(&std::fs::read(&snap).unwrap()[..], u64::MAX, &Default::default()).unwrap();
+    let loaded = wtxt::format::load(&std::fs::read(&snap).unwrap()[..], u64::MAX, &Default::default()).unwrap();
     for list in ["shards", "files"] {
         let mut arrays = loaded.arrays.clone();
         let at = arrays.iter().position(|a| a.name == "__hf").unwrap();
@@ -349,7 +349,7 @@ fn extract_hf_refuses_a_path_listed_twice() {
         hf[list].as_array_mut().unwrap().push(first);
         arrays[at] = wtxt::convert::meta_array("__hf", &hf).unwrap();
         let crafted = dir.path().join(format!("twice-{list}.wtxt"));
-        let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(0, None).unwrap(), 128);
+        let opts = wtxt::format::write::WriteOptions::new(wtxt::format::syntax::Meta::new(0, None).unwrap(), 128);
         wtxt::store::write_wtxt(
             &arrays,
             &opts,

@@ -346,7 +346,7 @@ fn a_snapshot_keeps_windows_of_its_input_resident_not_the_input() {
 
 /// Writes `arrays` as generation 0 at `path`, as the library's writers do.
 fn write_gen0(arrays: &[wtxt::model::Array], path: &std::path::Path) {
-    let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(0, None).unwrap(), 128);
+    let opts = wtxt::format::write::WriteOptions::new(wtxt::format::syntax::Meta::new(0, None).unwrap(), 128);
     wtxt::store::write_wtxt(arrays, &opts, path, Default::default(), None, &wtxt::progress::Progress::hidden())
         .unwrap();
 }

@@ -109,7 +109,7 @@ fn never_panics(name: &str, base: &[u8], count: usize, reader: impl Fn(&[u8])) {
 }
 
 fn verify(b: &[u8]) {
-    let _ = wtxt::wtxt::verify::verify(b, &Default::default(), None);
+    let _ = wtxt::format::verify::verify(b, &Default::default(), None);
 }
 
 #[test]
@@ -121,12 +121,12 @@ fn wtxt_readers_never_panic() {
         let n = if base.len() > 10_000 { 400 } else { 2000 };
         never_panics(&format!("verify {f}"), &base, n, verify);
         never_panics(&format!("load+canonical {f}"), &base, n / 2, |b| {
-            if let Ok(l) = wtxt::wtxt::load(b, b.len() as u64, &Default::default()) {
-                let _ = wtxt::wtxt::canonical_bytes(&l);
+            if let Ok(l) = wtxt::format::load(b, b.len() as u64, &Default::default()) {
+                let _ = wtxt::format::canonical_bytes(&l);
             }
         });
         never_panics(&format!("recover {f}"), &base, n / 2, |b| {
-            let _ = wtxt::wtxt::recover::recover(b, None, false, true);
+            let _ = wtxt::format::recover::recover(b, None, false, true);
         });
         never_panics(&format!("textconv {f}"), &base, n / 2, |b| {
             let _ = wtxt::git::diff::textconv(b);
@@ -144,19 +144,19 @@ fn delta_and_wsum_readers_never_panic() {
     for f in ["expected/delta.wtxtdelta", "expected/delta.minimal.wtxtdelta"] {
         let base = read(f);
         never_panics(f, &base, 600, |b| {
-            let _ = wtxt::wtxt::delta::check(b);
-            if let Ok(d) = wtxt::wtxt::delta::parse(b) {
-                let _ = wtxt::wtxt::delta::minimal_changes(&d);
+            let _ = wtxt::format::delta::check(b);
+            if let Ok(d) = wtxt::format::delta::parse(b) {
+                let _ = wtxt::format::delta::minimal_changes(&d);
             }
-            if let Ok(mut d) = wtxt::wtxt::delta::DeltaReader::open(b) {
+            if let Ok(mut d) = wtxt::format::delta::DeltaReader::open(b) {
                 let target = read("expected/delta_base.wtxt");
-                let _ = wtxt::wtxt::delta::apply_extended(&target[..], &mut d, "d".as_ref(), &mut std::io::sink());
+                let _ = wtxt::format::delta::apply_extended(&target[..], &mut d, "d".as_ref(), &mut std::io::sink());
             }
         });
     }
     let wsum = read("expected/streaming.wsum");
     never_panics("wsum", &wsum, 3000, |b| {
-        let _ = wtxt::wtxt::syntax::Wsum::parse_file(b);
+        let _ = wtxt::format::syntax::Wsum::parse_file(b);
     });
 }
 
@@ -268,7 +268,7 @@ fn fuzz_regressions() {
 fn merge_and_recover_never_launder_mutated_inputs() {
     use wtxt::crypto::mac::HmacKey;
     use wtxt::crypto::sign::{SecretKey, TrustedKeys};
-    use wtxt::wtxt::verify::VerifyOptions;
+    use wtxt::format::verify::VerifyOptions;
     let dir = tempfile::tempdir().unwrap();
     let key = HmacKey::from_file(&crate::util::fixture("keys/hmac.hex")).unwrap();
     let sk = SecretKey::from_file(&crate::util::fixture("keys/sign.pem")).unwrap();
@@ -295,14 +295,14 @@ fn merge_and_recover_never_launder_mutated_inputs() {
         let _ = std::fs::remove_file(&out);
         if let Ok(m) = wtxt::ops::merge(&good_path, &good_path, &theirs, &out, &opts) {
             if m.written.is_some() {
-                let r = wtxt::wtxt::verify::verify(b, &checks, None).unwrap();
+                let r = wtxt::format::verify::verify(b, &checks, None).unwrap();
                 assert!(r.ok, "merge signed a result from an input that does not verify: {:?}", r.errors);
             }
         }
     });
     let hmac_only = read("expected/hmac.wtxt");
     never_panics("recover with a key", &hmac_only, 300, |b| {
-        let r = wtxt::wtxt::recover::recover(b, Some(&key), false, false);
+        let r = wtxt::format::recover::recover(b, Some(&key), false, false);
         for a in &r.arrays {
             assert!(r.authenticated.contains(&a.name), "recover kept {} without authenticating it", a.name);
         }
@@ -325,7 +325,7 @@ snapshot requested gen=2 ts=6 path=/tmp/x y.npz\n"
 /// Git side's part scanner and chunk check, and splitting itself.
 #[test]
 fn split_readers_never_panic() {
-    use wtxt::wtxt::split;
+    use wtxt::format::split;
     let dir = tempfile::tempdir().unwrap();
     let single = read("expected/defaults.wtxt");
     let head_path = dir.path().join("h.wtxt");
@@ -345,11 +345,11 @@ fn split_readers_never_panic() {
     };
     let read_set = || {
         if let Ok(mut input) = wtxt::store::input::WtxtIn::open_lenient(&head_path, None) {
-            let _ = wtxt::wtxt::verify::verify(input.text(), &Default::default(), None);
+            let _ = wtxt::format::verify::verify(input.text(), &Default::default(), None);
             let _ = input.faults();
         }
         if let Ok(mut input) = wtxt::store::input::WtxtIn::open(&head_path, None) {
-            let _ = wtxt::wtxt::load(input.text(), 1 << 20, &Default::default()).map_err(|e| input.blame(e));
+            let _ = wtxt::format::load(input.text(), 1 << 20, &Default::default()).map_err(|e| input.blame(e));
         }
     };
     never_panics("split head", &head, 300, |h| {

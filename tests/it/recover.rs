@@ -15,7 +15,7 @@ fn recover(damaged: &[u8], dir: &Path) -> (i32, serde_json::Value, Vec<u8>) {
 }
 
 fn arrays_of(wtxt_bytes: &[u8]) -> Vec<wtxt::model::Array> {
-    wtxt::wtxt::load(wtxt_bytes, wtxt_bytes.len() as u64, &Default::default()).unwrap().arrays
+    wtxt::format::load(wtxt_bytes, wtxt_bytes.len() as u64, &Default::default()).unwrap().arrays
 }
 
 #[test]

@@ -2,10 +2,10 @@
 //! chunk sizes; write -> verify -> read is exact and writing is deterministic.
 
 use proptest::prelude::*;
+use wtxt::format::syntax::{Meta, Timestamp};
+use wtxt::format::write::{write_snapshot, WriteOptions};
 use wtxt::model::{byte_size, Array, ArrayData, Dtype};
 use wtxt::progress::Progress;
-use wtxt::wtxt::syntax::{Meta, Timestamp};
-use wtxt::wtxt::write::{write_snapshot, WriteOptions};
 
 fn arb_array(i: usize) -> impl Strategy<Value = Array> {
     let dtype = prop::sample::select(Dtype::ALL.to_vec());
@@ -54,7 +54,7 @@ proptest! {
         wtxt::model::sort_arrays(&mut arrays).unwrap();
         let bytes = write(&arrays, rows, gen);
         prop_assert_eq!(&bytes, &write(&arrays, rows, gen), "deterministic");
-        let loaded = wtxt::wtxt::load(&bytes[..], bytes.len() as u64, &Default::default()).unwrap();
+        let loaded = wtxt::format::load(&bytes[..], bytes.len() as u64, &Default::default()).unwrap();
         prop_assert!(loaded.report.ok);
         prop_assert_eq!(loaded.arrays.len(), arrays.len());
         for (a, b) in arrays.iter().zip(&loaded.arrays) {
@@ -80,7 +80,7 @@ fn large_multi_chunk_arrays_round_trip() {
     wtxt::model::sort_arrays(&mut arrays).unwrap();
     for rows in [1, 128, 5000] {
         let bytes = write(&arrays, rows, 1);
-        let loaded = wtxt::wtxt::load(&bytes[..], bytes.len() as u64, &Default::default()).unwrap();
+        let loaded = wtxt::format::load(&bytes[..], bytes.len() as u64, &Default::default()).unwrap();
         assert!(loaded.report.ok, "{:?}", loaded.report.errors);
         for (a, b) in arrays.iter().zip(&loaded.arrays) {
             assert_eq!(a.bytes(), b.bytes());

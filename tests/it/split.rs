@@ -440,9 +440,9 @@ fn parts_written_directly_are_the_cut_of_the_single_text() {
 
 mod placed {
     use proptest::prelude::*;
+    use wtxt::format::split;
+    use wtxt::format::write::{write_snapshot, WriteOptions, WritePlan};
     use wtxt::model::{Array, Dtype};
-    use wtxt::wtxt::split;
-    use wtxt::wtxt::write::{write_snapshot, WriteOptions, WritePlan};
 
     fn arrays() -> impl Strategy<Value = Vec<(Dtype, Vec<u64>)>> {
         let dtype = prop::sample::select(vec![Dtype::F32, Dtype::U8, Dtype::I16, Dtype::F64]);
@@ -465,7 +465,7 @@ mod placed {
                     Array::new(format!("a{i}"), *d, s.clone(), bytes.into()).unwrap()
                 })
                 .collect();
-            let meta = wtxt::wtxt::syntax::Meta::new(3, Some("2026-01-01T00:00:00Z")).unwrap();
+            let meta = wtxt::format::syntax::Meta::new(3, Some("2026-01-01T00:00:00Z")).unwrap();
             let opts = WriteOptions::new(meta, rows);
             let mut text = std::io::Cursor::new(Vec::new());
             write_snapshot(&list, &opts, &mut text, &wtxt::progress::Progress::hidden()).unwrap();
@@ -517,8 +517,8 @@ fn a_text_that_does_not_fill_its_planned_parts_is_never_put_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("m.wtxt");
     let spans = vec![
-        wtxt::wtxt::split::PartSpan { ix: 1, start: 10, end: 20, cont: None, arrs: vec![] },
-        wtxt::wtxt::split::PartSpan {
+        wtxt::format::split::PartSpan { ix: 1, start: 10, end: 20, cont: None, arrs: vec![] },
+        wtxt::format::split::PartSpan {
             ix: 2,
             start: 20,
             end: 30,
@@ -670,7 +670,7 @@ fn forge_part(head: &Path, ix: u64, edit: impl Fn(&str) -> String) {
     let part = PathBuf::from(format!("{}.parts/{ix:06}.wtxtpart", head.display()));
     let text = edit(&std::fs::read_to_string(&part).unwrap());
     std::fs::write(&part, &text).unwrap();
-    let (frame, _, _) = wtxt::wtxt::split::FrameHash::of(std::io::Cursor::new(text.as_bytes())).unwrap();
+    let (frame, _, _) = wtxt::format::split::FrameHash::of(std::io::Cursor::new(text.as_bytes())).unwrap();
     let line = format!(
         "part ix={ix:06} bytes={} lines={} frame={}",
         text.len(),

@@ -11,13 +11,13 @@ use crate::util::{fixture, git_cmd, read, run};
 
 /// `expected/signed_pkcs8.wtxt` with array `bias` zeroed and unauthenticated.
 pub fn forged(dir: &Path) -> PathBuf {
-    use wtxt::wtxt::write::{write_snapshot, WriteOptions};
+    use wtxt::format::write::{write_snapshot, WriteOptions};
     let orig = read("expected/signed_pkcs8.wtxt");
-    let loaded = wtxt::wtxt::load(&orig[..], orig.len() as u64, &Default::default()).unwrap();
+    let loaded = wtxt::format::load(&orig[..], orig.len() as u64, &Default::default()).unwrap();
     let mut arrays = loaded.arrays.clone();
     let bias = arrays.iter_mut().find(|a| a.name == "bias").unwrap();
     bias.data = vec![0u8; bias.bytes().len()].into();
-    let wtxt::wtxt::syntax::Root::Final { merkle_prev, .. } = loaded.header.root else { unreachable!() };
+    let wtxt::format::syntax::Root::Final { merkle_prev, .. } = loaded.header.root else { unreachable!() };
     let opts = WriteOptions {
         merkle_prev,
         carried_hmacs: loaded.hmacs.iter().filter(|(n, _)| n != "bias").cloned().collect(),

@@ -41,9 +41,9 @@ pub fn run(args: &[&str]) -> Run {
 /// Verifies bytes with the library, as `wtxt verify` would.
 pub fn verify_bytes(
     bytes: &[u8],
-    opts: &wtxt::wtxt::verify::VerifyOptions,
-) -> Result<wtxt::wtxt::verify::Report, wtxt::Error> {
-    wtxt::wtxt::verify::verify(bytes, opts, None)
+    opts: &wtxt::format::verify::VerifyOptions,
+) -> Result<wtxt::format::verify::Report, wtxt::Error> {
+    wtxt::format::verify::verify(bytes, opts, None)
 }
 
 /// An array to snapshot: name, dtype, shape, bytes.

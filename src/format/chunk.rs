@@ -19,8 +19,8 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::wtxt::layout::{hex_digit, last_line_width, parity};
-use crate::wtxt::syntax::{lossy, ChLine, B64_WIDTH, RAW_PER_LINE};
+use crate::format::layout::{hex_digit, last_line_width, parity};
+use crate::format::syntax::{lossy, ChLine, B64_WIDTH, RAW_PER_LINE};
 
 /// What is wrong with a chunk. `line` is 0-based within the chunk's base64
 /// lines (the `ch` line's number + 1 + `line` is the file line).
@@ -270,7 +270,7 @@ mod tests {
 
     fn chunk(raw: &[u8]) -> (ChLine, Vec<Vec<u8>>) {
         let mut text = Vec::new();
-        crate::wtxt::layout::encode_lines(raw, &mut text, &mut Vec::new());
+        crate::format::layout::encode_lines(raw, &mut text, &mut Vec::new());
         let lines: Vec<Vec<u8>> = text.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(<[u8]>::to_vec).collect();
         let ch = ChLine {
             ix: 0,

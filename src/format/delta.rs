@@ -21,9 +21,9 @@ use std::path::Path;
 
 use crate::crypto::digest::Hash;
 use crate::error::{check_at, reason, Error, Reason, Result};
-use crate::wtxt::layout::Layout;
-use crate::wtxt::read::{read_header, Header, LineReader};
-use crate::wtxt::syntax::{hexn, lossy, ArrLine, Cap, ChLine, IdxLine, Meta, PResult, Root, SignLine, END};
+use crate::format::layout::Layout;
+use crate::format::read::{read_header, Header, LineReader};
+use crate::format::syntax::{hexn, lossy, ArrLine, Cap, ChLine, IdxLine, Meta, PResult, Root, SignLine, END};
 
 /// First token of a delta.
 pub const MAGIC: &str = "WTXT-DELTA 2";
@@ -65,7 +65,7 @@ impl DeltaHead {
             .strip_prefix(MAGIC.as_bytes())
             .and_then(|r| r.strip_prefix(b" "))
             .ok_or_else(|| reason!("expected `{MAGIC} base_sha256_all=...`"))?;
-        let mut f = crate::wtxt::syntax::Fields::new_unkeyed(rest, "WTXT-DELTA");
+        let mut f = crate::format::syntax::Fields::new_unkeyed(rest, "WTXT-DELTA");
         let base_sha256_all = hexn::<32>(f.next("base_sha256_all")?, "base_sha256_all")?;
         let target_sha256_all = if f.rest().is_empty() {
             None
@@ -104,12 +104,12 @@ impl<R: Read> Walker<R> {
     pub fn wtxt_header(&mut self) -> Result<(Header, Vec<u8>)> {
         let mut h = read_header(&mut self.lines)?;
         let mut text = h.signed_bytes.clone();
-        match crate::wtxt::read::read_sign(&mut self.lines, &mut h)? {
-            crate::wtxt::read::AfterHeader::Sign(l) => {
+        match crate::format::read::read_sign(&mut self.lines, &mut h)? {
+            crate::format::read::AfterHeader::Sign(l) => {
                 text.extend_from_slice(&l);
                 text.push(b'\n');
             }
-            crate::wtxt::read::AfterHeader::Next(n, l) => self.peeked = Some((n, l)),
+            crate::format::read::AfterHeader::Next(n, l) => self.peeked = Some((n, l)),
         }
         Ok((h, text))
     }
@@ -394,7 +394,7 @@ fn create_from<T: Read, W: Write>(
 
 /// Bytes of a chunk's text: its `ch` line, base64 lines and `endch`, each with LF.
 fn chunk_text_len(ch_line: usize, ch: &ChLine) -> u64 {
-    let last = if ch.lines == 0 { 0 } else { crate::wtxt::layout::last_line_width(ch.len) as u64 + 3 };
+    let last = if ch.lines == 0 { 0 } else { crate::format::layout::last_line_width(ch.len) as u64 + 3 };
     ch_line as u64 + 1 + ch.lines.saturating_sub(1) * 79 + last + "endch\n".len() as u64
 }
 
@@ -504,7 +504,7 @@ impl<R: Read> DeltaReader<R> {
         let (n, l) = self.w.next("an `arr` or `delarr` line, or `enddelta`")?;
         if l == DELTA_END.as_bytes() || (extended && l.starts_with(b"audit ")) {
             if l != DELTA_END.as_bytes() {
-                crate::wtxt::syntax::Audit::parse(&l).map_err(|m| check_at(n, m))?;
+                crate::format::syntax::Audit::parse(&l).map_err(|m| check_at(n, m))?;
                 self.audit = Some(l);
                 let (n2, l2) = self.w.next("`enddelta`")?;
                 if l2 != DELTA_END.as_bytes() {
@@ -857,11 +857,11 @@ pub fn minimal_changes(d: &Delta) -> Result<ChunkChanges> {
 
 /// Decodes a chunk's text with the one chunk decoder, every check included.
 fn decode_chunk(c: &ChunkText) -> Result<Vec<u8>> {
-    crate::wtxt::chunk::decode(&c.ch, c.body()).map_err(|f| fault_at(c, &f))
+    crate::format::chunk::decode(&c.ch, c.body()).map_err(|f| fault_at(c, &f))
 }
 
 /// A chunk fault as an error on its file line.
-pub fn fault_at(c: &ChunkText, f: &crate::wtxt::chunk::Fault) -> crate::Error {
+pub fn fault_at(c: &ChunkText, f: &crate::format::chunk::Fault) -> crate::Error {
     match f.line() {
         Some(k) => check_at(c.line + 1 + k, f.to_string()),
         None => check_at(c.line, format!("chunk {}: {f}", c.ch.ix)),

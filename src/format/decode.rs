@@ -5,7 +5,7 @@
 //! reader gives at the line it gives it; a job only does what cannot break
 //! the structure: parity, the base64 alphabet, decoding, CRC32C, and the
 //! chunk's SHA-256 (which the verifier then needs from no other thread).
-//! [`crate::wtxt::read::read_on`] uses it; `verify` gives it the threads
+//! [`crate::format::read::read_on`] uses it; `verify` gives it the threads
 //! beyond its own three.
 
 use std::collections::HashMap;
@@ -14,9 +14,9 @@ use std::sync::{Condvar, Mutex};
 use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::crypto::digest::{Hash, Sha256State};
+use crate::format::chunk::{ChunkDecoder, Fault};
+use crate::format::syntax::{ChLine, B64_WIDTH, RAW_PER_LINE};
 use crate::limits::BLOCK;
-use crate::wtxt::chunk::{ChunkDecoder, Fault};
-use crate::wtxt::syntax::{ChLine, B64_WIDTH, RAW_PER_LINE};
 
 /// Most text a chunk may have to be decoded on the pool (larger ones, rows
 /// of hundreds of MiB, are decoded by the reader a block at a time, as

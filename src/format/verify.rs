@@ -21,9 +21,9 @@ use crate::crypto::digest::{merkle_this, FastXor, Hash, Sha256State};
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::{SecretKey, TrustedKeys};
 use crate::error::{Kind, Result};
+use crate::format::read::{read, ArrayStart, Header, Visitor};
+use crate::format::syntax::{ChLine, DigestForm, Root, SignLine, Wsum};
 use crate::limits::{BLOCK, PIPELINE_DEPTH};
-use crate::wtxt::read::{read, ArrayStart, Header, Visitor};
-use crate::wtxt::syntax::{ChLine, DigestForm, Root, SignLine, Wsum};
 
 /// What to check besides the file itself.
 #[derive(Default)]
@@ -333,7 +333,7 @@ pub struct Report {
     pub header: Option<Header>,
     /// The `audit` line's pairs, if any.
     #[serde(skip)]
-    pub audit: Option<crate::wtxt::syntax::Audit>,
+    pub audit: Option<crate::format::syntax::Audit>,
 }
 
 /// Hashes and ids are bytes in the report and lowercase hex in its JSON.
@@ -444,7 +444,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
                 w.finish()
             });
             let mut vis = vis(Hashers::Threads(vec![tx_a, tx_b]));
-            let r = crate::wtxt::read::read_on(input, &mut vis, decoders);
+            let r = crate::format::read::read_on(input, &mut vis, decoders);
             vis.hashers = Hashers::Threads(Vec::new());
             let a = wa.join().expect("array and root hashing thread");
             let b = wb.join().expect("chunk hashing thread");
@@ -750,7 +750,7 @@ struct Hashing<'s, 'k> {
     /// The file is of the tree digest form.
     tree: bool,
     header: Option<Header>,
-    audit: Option<crate::wtxt::syntax::Audit>,
+    audit: Option<crate::format::syntax::Audit>,
 }
 
 impl Hashing<'_, '_> {
@@ -838,7 +838,7 @@ impl Visitor for Hashing<'_, '_> {
         });
     }
 
-    fn audit(&mut self, _line: u64, a: &crate::wtxt::syntax::Audit) {
+    fn audit(&mut self, _line: u64, a: &crate::format::syntax::Audit) {
         self.audit = Some(a.clone());
     }
 }
@@ -1164,13 +1164,13 @@ mod tests {
             Array::new("a", Dtype::F32, vec![300, 40], crate::testing::noise(48_000, 5).into()).unwrap(),
             Array::new("b", Dtype::U8, vec![70_000], crate::testing::noise(70_000, 6).into()).unwrap(),
         ];
-        let meta = crate::wtxt::syntax::Meta::new(1, Some("2026-01-01T00:00:00Z")).unwrap();
-        let opts = crate::wtxt::write::WriteOptions {
+        let meta = crate::format::syntax::Meta::new(1, Some("2026-01-01T00:00:00Z")).unwrap();
+        let opts = crate::format::write::WriteOptions {
             hmac_key: Some(&key),
-            ..crate::wtxt::write::WriteOptions::new(meta, 64)
+            ..crate::format::write::WriteOptions::new(meta, 64)
         };
         let mut out = std::io::Cursor::new(Vec::new());
-        crate::wtxt::write::write_snapshot(&arrays, &opts, &mut out, &crate::progress::Progress::hidden()).unwrap();
+        crate::format::write::write_snapshot(&arrays, &opts, &mut out, &crate::progress::Progress::hidden()).unwrap();
         let good = out.into_inner();
         let text = String::from_utf8(good.clone()).unwrap();
         let mut data = good.clone();

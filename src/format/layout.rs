@@ -1,8 +1,8 @@
 //! How an array is cut into chunks, and how a chunk's bytes become base64
 //! lines. Writer and verifier share this, so they cannot disagree.
 
+use crate::format::syntax::{IdxLine, PResult, B64_WIDTH, RAW_PER_LINE};
 use crate::model::{byte_size, Dtype};
-use crate::wtxt::syntax::{IdxLine, PResult, B64_WIDTH, RAW_PER_LINE};
 
 /// Raw chunk size of rank 0 and rank 1 arrays (the seed's default).
 pub const FLAT_CHUNK: u64 = 32 * 1024;

@@ -184,7 +184,7 @@ pub(super) fn array_units(lead: u64, layout: &Layout) -> Vec<u64> {
             let (off, len) = layout.chunk_range(ix);
             scratch.clear();
             ChLine { ix, off, len, sha256: [0; 32], crc32c: 0, lines: lines_for(len) }.write(&mut scratch);
-            let b64 = crate::wtxt::syntax::body_text_len(len);
+            let b64 = crate::format::syntax::body_text_len(len);
             let mut u = scratch.len() as u64 + 1 + b64 + "endch\n".len() as u64;
             if ix == 0 {
                 u += lead;

@@ -21,10 +21,10 @@ use sha2::{Digest, Sha256};
 use crate::buffer::Spill;
 use crate::crypto::digest::derive_salt;
 use crate::crypto::mac::HmacKey;
+use crate::format::chunk;
+use crate::format::read::SliceLines;
+use crate::format::syntax::{ArrLine, Cap, ChLine, DigestForm, IdxLine, Meta, Root, B64_WIDTH};
 use crate::model::{Array, ArrayData};
-use crate::wtxt::chunk;
-use crate::wtxt::read::SliceLines;
-use crate::wtxt::syntax::{ArrLine, Cap, ChLine, DigestForm, IdxLine, Meta, Root, B64_WIDTH};
 
 /// What was found for one array.
 #[derive(Clone, Debug, Serialize)]
@@ -338,7 +338,7 @@ fn chunk_bytes(bytes: &[u8], ch: &ChLine, body: &std::ops::Range<usize>) -> Vec<
 /// through a spill so a large array costs no heap.
 fn partial(bytes: &[u8], c: &Candidate) -> Vec<Array> {
     let rows = c.idx.map_or(1, |i| i.rows_per_chunk);
-    let Ok(layout) = crate::wtxt::layout::Layout::new(c.arr.dtype, &c.arr.shape, rows) else { return Vec::new() };
+    let Ok(layout) = crate::format::layout::Layout::new(c.arr.dtype, &c.arr.shape, rows) else { return Vec::new() };
     let mut mask = vec![0u8; layout.chunk_count() as usize];
     let Ok(mut data) = Spill::with_expected(c.arr.bytes) else { return Vec::new() };
     let zeros = [0u8; 1 << 16];

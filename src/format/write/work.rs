@@ -31,9 +31,9 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 use crate::crypto::digest::{fastxor_at, Hash, Sha256State};
 use crate::error::{Error, Result};
+use crate::format::layout::encode_lines;
+use crate::format::syntax::{ArrLine, Audit, DigestForm, END};
 use crate::progress::Progress;
-use crate::wtxt::layout::encode_lines;
-use crate::wtxt::syntax::{ArrLine, Audit, DigestForm, END};
 
 use super::{ch_line, final_arr, placeholder_arr, Plan, WriteOptions, ENCODE_PIECE};
 
@@ -465,8 +465,8 @@ impl<'a> ChunkDigests<'a> {
 
 #[cfg(test)]
 mod tests {
+    use crate::format::write::{write_snapshot, WriteOptions};
     use crate::model::{Array, Dtype};
-    use crate::wtxt::write::{write_snapshot, WriteOptions};
 
     /// Arrays that take every path: a chunk longer than a piece (its CRC
     /// combined from the pieces'), empty arrays, a scalar, a flat array of
@@ -486,7 +486,7 @@ mod tests {
     /// key, in either digest form, and the text verifies.
     #[test]
     fn the_bytes_do_not_depend_on_the_threads() {
-        use crate::wtxt::syntax::DigestForm;
+        use crate::format::syntax::DigestForm;
         let key = crate::crypto::mac::HmacKey::from_hex(&"ab".repeat(32)).unwrap();
         let arrays = arrays();
         for (hmac, digest) in
@@ -495,7 +495,7 @@ mod tests {
             let mut texts = Vec::new();
             for threads in [1, 2, 3, 8] {
                 crate::threads::set(threads);
-                let meta = crate::wtxt::syntax::Meta::new(3, Some("2026-01-01T00:00:00Z")).unwrap();
+                let meta = crate::format::syntax::Meta::new(3, Some("2026-01-01T00:00:00Z")).unwrap();
                 let opts = WriteOptions { hmac_key: hmac, digest, ..WriteOptions::new(meta, 1) };
                 let mut out = std::io::Cursor::new(Vec::new());
                 write_snapshot(&arrays, &opts, &mut out, &crate::progress::Progress::hidden()).unwrap();
@@ -504,10 +504,10 @@ mod tests {
             crate::threads::set(0);
             assert!(texts.iter().all(|t| *t == texts[0]), "a thread count changed the bytes");
             assert_eq!(std::str::from_utf8(&texts[0]).unwrap().contains(",digest_tree\n"), digest == DigestForm::Tree);
-            let opts = crate::wtxt::verify::VerifyOptions { hmac_key: hmac, ..Default::default() };
+            let opts = crate::format::verify::VerifyOptions { hmac_key: hmac, ..Default::default() };
             for threads in [1, 3] {
                 crate::threads::set(threads);
-                let report = crate::wtxt::verify::verify(&texts[0][..], &opts, None).unwrap();
+                let report = crate::format::verify::verify(&texts[0][..], &opts, None).unwrap();
                 assert!(report.ok, "{digest:?} {threads}: {:?}", report.errors);
                 assert!(report.arrays.iter().all(|a| a.authenticated == hmac.is_some()));
                 // One byte of one chunk changed, its `ch` line made to match:
@@ -516,7 +516,7 @@ mod tests {
                 let at = t.find("\nendch\n").unwrap() - 8;
                 let flipped = if &t[at..at + 1] == "A" { "B" } else { "A" };
                 t.replace_range(at..at + 1, flipped);
-                let report = crate::wtxt::verify::verify(t.as_bytes(), &opts, None).unwrap();
+                let report = crate::format::verify::verify(t.as_bytes(), &opts, None).unwrap();
                 assert!(!report.ok);
             }
             crate::threads::set(0);

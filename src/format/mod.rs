@@ -18,9 +18,9 @@ use std::io::Read;
 use crate::buffer::Spill;
 use crate::crypto::digest::Hash;
 use crate::error::{check_at, Result};
+use crate::format::read::{ArrayStart, Header};
+use crate::format::verify::{verify, Report, Sink, VerifyOptions};
 use crate::model::Array;
-use crate::wtxt::read::{ArrayStart, Header};
-use crate::wtxt::verify::{verify, Report, Sink, VerifyOptions};
 
 /// Which decoded arrays a load keeps, and where. Every array is verified
 /// whatever is kept.
@@ -218,7 +218,7 @@ pub fn canonical_bytes(loaded: &Loaded) -> Result<Vec<u8>> {
 /// Writes [`canonical_bytes`] to `out` (empty, at position 0), for a file
 /// too large to hold twice.
 pub fn write_canonical<W: std::io::Write + std::io::Seek + Send>(loaded: &Loaded, out: &mut W) -> Result<()> {
-    use crate::wtxt::syntax::Root;
+    use crate::format::syntax::Root;
     let (merkle_prev, streaming) = match &loaded.header.root {
         Root::Final { merkle_prev, .. } => (*merkle_prev, false),
         Root::Pending => ([0; 32], true),

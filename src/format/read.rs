@@ -9,14 +9,14 @@ use std::io::Read;
 use std::ops::Range;
 
 use crate::error::{check_at, reason, Error, Position, Reason, Result};
-use crate::limits::{BLOCK, MAX_LINE};
-use crate::wtxt::chunk::{ChunkDecoder, Fault};
-use crate::wtxt::decode::{Pool, MAX_POOLED_TEXT};
-use crate::wtxt::layout::{last_line_width, Layout};
-use crate::wtxt::syntax::{
+use crate::format::chunk::{ChunkDecoder, Fault};
+use crate::format::decode::{Pool, MAX_POOLED_TEXT};
+use crate::format::layout::{last_line_width, Layout};
+use crate::format::syntax::{
     lines_for, lossy, ArrLine, Audit, Cap, ChLine, IdxLine, Meta, Root, SignLine, B64_WIDTH, CAP_EXT_DTYPES, END,
     MAGIC, RAW_PER_LINE,
 };
+use crate::limits::{BLOCK, MAX_LINE};
 
 /// The header of a WTXT file.
 #[derive(Clone, Debug)]
@@ -38,7 +38,7 @@ pub struct Header {
 impl Header {
     /// The digest form its `cap` line announces (readers refuse a form
     /// they do not know before a header reaches anyone).
-    pub fn digest(&self) -> crate::wtxt::syntax::DigestForm {
+    pub fn digest(&self) -> crate::format::syntax::DigestForm {
         self.cap.digest_form().unwrap_or_default()
     }
 }

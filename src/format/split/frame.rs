@@ -10,8 +10,8 @@
 use sha2::{Digest, Sha256};
 
 use crate::crypto::digest::Hash;
+use crate::format::syntax::{body_text_len, ChLine};
 use crate::limits::MAX_LINE;
-use crate::wtxt::syntax::{body_text_len, ChLine};
 
 /// Hashes a part's frame from its bytes, given in pieces of any size, and
 /// counts its lines (the frame's LFs plus each chunk's `lines`).

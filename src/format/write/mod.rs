@@ -23,11 +23,13 @@ use crate::crypto::digest::{derive_salt, merkle_this, Hash, Sha256State};
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::SecretKey;
 use crate::error::{Error, Result};
+use crate::format::layout::{encode_lines, Layout};
+use crate::format::read::Header;
+use crate::format::syntax::{
+    lines_for, ArrLine, Audit, Cap, ChLine, DigestForm, Meta, Root, SignLine, Wsum, END, MAGIC,
+};
 use crate::model::Array;
 use crate::progress::Progress;
-use crate::wtxt::layout::{encode_lines, Layout};
-use crate::wtxt::read::Header;
-use crate::wtxt::syntax::{lines_for, ArrLine, Audit, Cap, ChLine, DigestForm, Meta, Root, SignLine, Wsum, END, MAGIC};
 
 /// What the writer needs besides the arrays.
 pub struct WriteOptions<'a> {
@@ -152,7 +154,7 @@ impl<'a> WritePlan<'a> {
     /// The sizes of the text [`WritePlan::write`] will write, known
     /// before a byte is written (every line has a fixed width): what a writer
     /// of split snapshots needs to put each part's bytes straight in its file.
-    pub fn shape(&self) -> crate::wtxt::split::TextShape {
+    pub fn shape(&self) -> crate::format::split::TextShape {
         let opts = self.opts;
         let arrays_text = self
             .plans
@@ -165,12 +167,12 @@ impl<'a> WritePlan<'a> {
                 });
                 let arr_len = placeholder_arr(p).to_line().len() as u64 + 1;
                 let (name, dtype, shape) = (&p.array.name, p.array.dtype, &p.array.shape);
-                crate::wtxt::split::ArrayText {
+                crate::format::split::ArrayText {
                     lead: arr_len + idx,
                     arr_len,
                     layout: p.layout,
-                    cont: crate::wtxt::split::cont_line(name, dtype, shape),
-                    begin: crate::wtxt::split::begin_line(name, dtype, shape),
+                    cont: crate::format::split::cont_line(name, dtype, shape),
+                    begin: crate::format::split::begin_line(name, dtype, shape),
                 }
             })
             .collect();
@@ -179,7 +181,7 @@ impl<'a> WritePlan<'a> {
             a.write(&mut l);
             l.len() as u64 + 1
         });
-        crate::wtxt::split::TextShape {
+        crate::format::split::TextShape {
             header: self.header_len as u64,
             arrays: arrays_text,
             tail: audit + END.len() as u64 + 1,
@@ -461,7 +463,7 @@ fn unit_len(p: &Plan, ix: u64) -> u64 {
     let mut line = String::with_capacity(200);
     ch_line(p, ix, None).write(&mut line);
     let b64 =
-        if len == 0 { 0 } else { (lines_for(len) - 1) * 79 + crate::wtxt::layout::last_line_width(len) as u64 + 3 };
+        if len == 0 { 0 } else { (lines_for(len) - 1) * 79 + crate::format::layout::last_line_width(len) as u64 + 3 };
     line.len() as u64 + 1 + b64 + b"endch\n".len() as u64
 }
 
@@ -579,7 +581,7 @@ fn ch_line(p: &Plan, ix: u64, sum: Option<&ChunkSum>) -> ChLine {
 }
 
 /// Raw bytes encoded at a time: whole base64 lines (a multiple of 57), about 1 MiB.
-const ENCODE_PIECE: usize = crate::wtxt::syntax::RAW_PER_LINE * 18396;
+const ENCODE_PIECE: usize = crate::format::syntax::RAW_PER_LINE * 18396;
 
 /// Overwrites the placeholder lines with the final ones (same widths), at
 /// the places the plan gives them.

@@ -45,10 +45,12 @@ use sha2::{Digest, Sha256};
 
 use crate::crypto::digest::Hash;
 use crate::error::{check_at, reason, Error, Position, Reason, Result};
+use crate::format::layout::Layout;
+use crate::format::read::LineReader;
+use crate::format::syntax::{
+    dec, hexn, lines_for, lossy, padded, shape_str, ArrLine, ChLine, Fields, IdxLine, PResult,
+};
 use crate::limits::MAX_LINE;
-use crate::wtxt::layout::Layout;
-use crate::wtxt::read::LineReader;
-use crate::wtxt::syntax::{dec, hexn, lines_for, lossy, padded, shape_str, ArrLine, ChLine, Fields, IdxLine, PResult};
 
 /// Default part size: 45 MiB (47,185,920 bytes) keeps every file under
 /// GitHub's 50 MB warning, with room to spare.
@@ -287,11 +289,11 @@ impl Head {
     }
 
     /// The header lines and `sign`, parsed (signature not checked).
-    pub fn header(&self) -> Result<crate::wtxt::read::Header> {
+    pub fn header(&self) -> Result<crate::format::read::Header> {
         // What follows the header in the joined text is an `arr` line; a
         // stand-in end lets the reader see that no `sign` line is left.
         let text = [&self.prefix[..], b"endwtxt\n"].concat();
-        crate::wtxt::read::read_head(&mut LineReader::new(&text[..]))
+        crate::format::read::read_head(&mut LineReader::new(&text[..]))
     }
 }
 
@@ -361,11 +363,11 @@ fn parse_head(prefix: Vec<u8>, rest: &[u8], first: u64) -> Result<Head> {
             part_lines.push(n);
             arrs.push(Vec::new());
         } else if l.starts_with(b"arr ") && tail.is_empty() && !parts.is_empty() {
-            crate::wtxt::read::check_text_line(l).map_err(|m| check_at(n, m))?;
+            crate::format::read::check_text_line(l).map_err(|m| check_at(n, m))?;
             begin_for(l).map_err(|m| check_at(n, m))?;
             arrs.last_mut().expect("after a part line").push(l.to_vec());
         } else if (l.starts_with(b"audit ") && tail.is_empty()) || l == b"endwtxt" {
-            crate::wtxt::read::check_text_line(l).map_err(|m| check_at(n, m))?;
+            crate::format::read::check_text_line(l).map_err(|m| check_at(n, m))?;
             tail.extend_from_slice(l);
             tail.push(b'\n');
         } else {
