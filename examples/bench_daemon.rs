@@ -23,7 +23,7 @@ fn main() -> wtxt::Result<()> {
     // Direct: the canonical writer on the same state.
     let direct_file = ring.with_extension("direct.wtxt");
     std::fs::create_dir_all(&ring).ok();
-    let opts = wtxt::wtxt::write::WriteOptions::new(wtxt::wtxt::syntax::Meta::new(1, None)?, 128);
+    let opts = wtxt::format::write::WriteOptions::new(wtxt::format::syntax::Meta::new(1, None)?, 128);
     let mut directs = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();
