@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Every figure of wtxt on a training node, in one run against its same-run
-baselines: a 16-core machine with a CUDA GPU (the device machine), prepared
-here and run there in about six minutes.
+"""Every figure of wtxt on a training node against its same-run baselines:
+a 16-core machine with a CUDA GPU (the device machine), prepared here and
+run there within --budget seconds (330 by default). All sections take
+about eleven minutes: run them as two calls (`--only tests,gpu,publish,threads
+--budget 470`, then `--only ranks,trainer`).
 
   gpu       a 4 GiB bf16 CUDA state (128 tensors of 4096 x 4096) through
             `safetensors.torch.save_file`, `torch.save`, `dcp.save` and
