@@ -12,9 +12,9 @@ use pyo3::types::PyBytes;
 use wtxt::convert::names::OriginalNames;
 use wtxt::crypto::digest::{Hash, Sha256State};
 use wtxt::crypto::sign::SecretKey;
-use wtxt::store::dist::{ArrayHash, DistOptions, DistWrite, Raw};
 use wtxt::format::split::{PartHash, PartLine};
 use wtxt::format::syntax::Meta;
+use wtxt::store::dist::{ArrayHash, DistOptions, DistWrite, Raw};
 
 use crate::{hmac, named_arrays, parse_part_size, raise, staged_file, Staged, Writing};
 

@@ -21,8 +21,8 @@ use wtxt::crypto::sign::{SecretKey, TrustedKeys};
 use wtxt::daemon::server::DaemonConfig;
 use wtxt::daemon::snapshotter::{Generation, Outcomes, Queue, Snapshotter};
 use wtxt::error::{Kind, Position};
-use wtxt::model::{Array, ArrayData, Dtype};
 use wtxt::format::Keep;
+use wtxt::model::{Array, ArrayData, Dtype};
 
 pyo3::create_exception!(_rust, WtxtError, PyException, "kind, line (or None), message");
 
