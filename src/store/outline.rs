@@ -41,7 +41,7 @@ impl<T: BufRead + Seek> Segment for T {}
 /// the arrays whose bytes are decoded; together they may hold at most
 /// `max_wanted` bytes. `None` when the file does not outline cleanly.
 pub fn outline(path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> Option<Vec<Outlined>> {
-    let file = File::open(path).ok()?;
+    let file = open_file(path)?;
     let mut first = BufReader::with_capacity(1 << 16, file);
     let mut segments: Vec<(Box<dyn Segment>, ArrLines)> = Vec::new();
     let head = {
@@ -51,13 +51,13 @@ pub fn outline(path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> O
     if !head {
         return None;
     }
-    match split::open(Box::new(File::open(path).ok()?)).ok()? {
+    match split::open(Box::new(open_file(path)?)).ok()? {
         split::Opened::Single(_) => segments.push((Box::new(first), VecDeque::new())),
         split::Opened::Split(h) => {
             let dir = parts_dir(path);
             segments.push((Box::new(Cursor::new(h.prefix)), VecDeque::new()));
             for (p, arrs) in h.parts.iter().zip(h.arrs) {
-                let f = File::open(dir.join(part_name(p.ix))).ok()?;
+                let f = open_file(&dir.join(part_name(p.ix)))?;
                 segments.push((Box::new(BufReader::with_capacity(1 << 16, f)), arrs.into()));
             }
             segments.push((Box::new(Cursor::new(h.tail)), VecDeque::new()));
@@ -72,6 +72,14 @@ pub fn outline(path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> O
         }
     }
     Some(out)
+}
+
+/// `path` opened for reading when it is a regular file, as a part is
+/// opened to be read ([`crate::store::PartFiles`]): a FIFO is never waited
+/// on, a device never read.
+fn open_file(path: &Path) -> Option<File> {
+    let f = crate::atomic::open_input_file(path).ok()?;
+    f.metadata().ok()?.is_file().then_some(f)
 }
 
 /// Reads one segment's lines, skipping the chunks of arrays not wanted;
@@ -207,5 +215,16 @@ mod tests {
             std::fs::write(&p, text).unwrap();
             assert!(outline(&p, &crate::model::is_metadata_name, 1 << 20).is_none(), "case {i}");
         }
+    }
+
+    /// A FIFO or device where the snapshot or a part should be is refused
+    /// at once, never waited on or read.
+    #[test]
+    fn a_fifo_or_device_is_not_outlined() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("f.wtxt");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        assert!(outline(&fifo, &|_| false, 0).is_none());
+        assert!(outline(Path::new("/dev/zero"), &|_| false, 0).is_none());
     }
 }
