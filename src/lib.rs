@@ -13,7 +13,7 @@
 //! - [`format`](mod@format): the WTXT format (grammar, layout, writer, reader, verifier, recovery, split form);
 //! - [`crypto`]: digests, HMAC, Ed25519 and EC keys, age;
 //! - [`model`] and [`buffer`]: named typed arrays, and the one byte buffer;
-//! - [`error`], [`limits`], [`atomic`], `pipe`, [`progress`], [`threads`]: shared plumbing.
+//! - [`error`], [`limits`], [`fs`], `pipe`, [`progress`], [`threads`]: shared plumbing.
 //!
 //! Unsafe code is denied crate-wide; the few places that need it (memory
 //! maps, `flock`, `poll`, `setrlimit`, signals, decoding into a buffer's
@@ -23,7 +23,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
-pub mod atomic;
 pub mod buffer;
 pub mod cli;
 pub mod convert;
@@ -31,9 +30,11 @@ pub mod crypto;
 pub mod daemon;
 pub mod error;
 pub mod format;
+pub mod fs;
 pub mod git;
 pub mod limits;
 pub mod model;
+pub mod odb;
 pub mod oms;
 pub mod ops;
 pub(crate) mod pipe;

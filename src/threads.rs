@@ -11,7 +11,7 @@
 //! environment's `WTXT_THREADS`, else the machine's parallelism.
 //!
 //! [`in_order`] is the pool whose results one writer takes in order while
-//! the next are made: the packs a commit stores (`git::pack`) are
+//! the next are made: the packs a commit stores (`odb::pack`) are
 //! Huffman-coded there, part by part.
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -625,7 +625,7 @@ fn threads() -> usize {
 fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // A shard that shrinks under `save_folder`'s map: one line and exit 2,
     // not a death by SIGBUS (any other SIGBUS goes to Python's handler).
-    wtxt::atomic::exit_cleanly_when_a_mapped_input_shrinks();
+    wtxt::fs::exit_cleanly_when_a_mapped_input_shrinks();
     m.add("WtxtError", m.py().get_type::<WtxtError>())?;
     m.add_function(wrap_pyfunction!(save, m)?)?;
     m.add_function(wrap_pyfunction!(main, m)?)?;

@@ -53,11 +53,11 @@ pub fn exit_code(argv: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
     if let Some(n) = cli.threads {
         crate::threads::set(n as usize);
     }
-    crate::atomic::exit_cleanly_when_a_mapped_input_shrinks();
+    crate::fs::exit_cleanly_when_a_mapped_input_shrinks();
     // The daemon finishes in-flight work on SIGTERM itself; every other
     // command removes its unfinished outputs' temporary files and exits.
     if !matches!(cli.command, Command::Daemon(_)) {
-        crate::atomic::remove_temp_files_on_signals();
+        crate::fs::remove_temp_files_on_signals();
     }
     match run(cli.command) {
         Ok(code) => code,
@@ -382,7 +382,7 @@ fn report(a: cli::ReportArgs) -> Result<u8> {
     let progress = Progress::for_terminal("report");
     let r = ops::report::report(&a.dir, &a.path, trusted_keys(&a.trust)?, a.verify, &progress)?;
     progress.finish();
-    crate::atomic::write_file(&a.output, report::html(&r).as_bytes(), 0o644)?;
+    crate::fs::write_file(&a.output, report::html(&r).as_bytes(), 0o644)?;
     let cells: usize = r.cells.iter().map(|c| c.iter().flatten().count()).sum();
     eprintln!(
         "wtxt: wrote {} ({} generation(s), {} tensor(s), {cells} cell(s)){}",

@@ -24,12 +24,12 @@ use std::sync::Arc;
 
 use memmap2::{Mmap, MmapOptions};
 
-use crate::atomic::AtomicFile;
 use crate::convert::container::Container;
 use crate::convert::unseek::seek_to;
 use crate::error::{Error, Result};
 use crate::format::read::ArrayStart;
 use crate::format::verify::{verify, Sink, VerifyOptions};
+use crate::fs::AtomicFile;
 use crate::model::{Array, ArrayData};
 use crate::store::input::WtxtIn;
 use crate::store::outline::{outline, Outlined};

@@ -79,7 +79,7 @@ struct Index {
 
 fn read_index(dir: &Path) -> Result<Index> {
     let path = dir.join(INDEX);
-    let text = crate::atomic::read_small_file(&path, crate::limits::MAX_METADATA, crate::atomic::Links::Refuse)?
+    let text = crate::fs::read_small_file(&path, crate::limits::MAX_METADATA, crate::fs::Links::Refuse)?
         .ok_or_else(|| bad(&path, "missing"))?;
     let v: serde_json::Value = serde_json::from_slice(&text).map_err(|e| bad(&path, format!("not JSON: {e}")))?;
     let map = v
@@ -114,7 +114,7 @@ fn is_plain_name(s: &str) -> bool {
 /// in two shards or in a shard the index does not say, a `total_size` that
 /// is not the tensors' bytes: each refused, naming the file and tensor.
 pub fn read_folder(dir: &Path, notes: &mut Notes) -> Result<Vec<Array>> {
-    let all = crate::atomic::list_files(dir, &[])?;
+    let all = crate::fs::list_files(dir, &[])?;
     let hidden = |p: &str| p.split('/').any(|c| c.starts_with('.'));
     let (skipped, files): (Vec<String>, Vec<String>) = all.into_iter().partition(|p| hidden(p));
     if !skipped.is_empty() {
@@ -185,7 +185,7 @@ pub fn read_folder(dir: &Path, notes: &mut Notes) -> Result<Vec<Array>> {
                 format!("the folder's files other than shards hold more than {MAX_OTHER_FILES} bytes"),
             ));
         }
-        let b = crate::atomic::read_small_file(&path, room, crate::atomic::Links::Refuse)?
+        let b = crate::fs::read_small_file(&path, room, crate::fs::Links::Refuse)?
             .ok_or_else(|| bad(&path, "vanished while read"))?;
         folder.files.push(Piece { path: f.clone(), offset: others.len() as u64, len: b.len() as u64 });
         others.extend_from_slice(&b);
@@ -309,7 +309,7 @@ impl<'a> Shards<'a> {
             Ok(dest)
         };
         for p in &self.folder.files {
-            crate::atomic::write_file(&place(p)?, slice(self.files, p)?, 0o644)?;
+            crate::fs::write_file(&place(p)?, slice(self.files, p)?, 0o644)?;
         }
         let mut out = Vec::with_capacity(self.shards.len());
         for (p, list) in self.folder.shards.iter().zip(&self.shards) {
@@ -352,7 +352,7 @@ pub fn extract(path: &Path, opts: &crate::format::verify::VerifyOptions, out: &P
     let tensors: Vec<(String, u64)> =
         outlined.iter().filter(|o| o.data.is_none()).map(|o| (o.arr.name.clone(), o.arr.bytes)).collect();
     let plan = Shards::plan(&metas, &tensors, out).map_err(|e| e.in_file(path))?;
-    let dir = crate::atomic::NewFolder::create(out)?;
+    let dir = crate::fs::NewFolder::create(out)?;
     let files = plan.start(dir.path())?;
     let place: HashMap<String, (usize, u64)> = plan
         .shards
@@ -374,7 +374,7 @@ pub fn write_folder(arrays: &[Array], out: &Path) -> Result<usize> {
     let tensors: Vec<(String, u64)> =
         arrays.iter().filter(|a| !a.is_metadata()).map(|a| (a.name.clone(), a.bytes().len() as u64)).collect();
     let plan = Shards::plan(&metas, &tensors, out)?;
-    let dir = crate::atomic::NewFolder::create(out)?;
+    let dir = crate::fs::NewFolder::create(out)?;
     let files = plan.start(dir.path())?;
     let by_name: HashMap<&str, &Array> = arrays.iter().map(|a| (a.name.as_str(), a)).collect();
     for ((dest, f), list) in files.iter().zip(&plan.shards) {

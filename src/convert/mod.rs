@@ -24,10 +24,10 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 
-use crate::atomic::AtomicFile;
 use crate::convert::container::Container;
 use crate::error::{input_at, reason, Error, Reason, Result};
 use crate::format::verify::VerifyOptions;
+use crate::fs::AtomicFile;
 use crate::model::{assign_names, sort_arrays, Array};
 
 /// What an input file is, told by its first bytes.
@@ -129,7 +129,7 @@ pub fn meta_typed<T: serde::de::DeserializeOwned>(arrays: &[Array], name: &str) 
 /// Maps a whole file read-only.
 #[allow(unsafe_code)]
 pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
-    let f = crate::atomic::open_input_file(path)?;
+    let f = crate::fs::open_input_file(path)?;
     // SAFETY: the map is read-only; a file truncated under us by another
     // process can fault, which is the accepted cost of not copying weights.
     // Not populated up front: that made every input wholly resident (a
@@ -217,7 +217,7 @@ pub fn load_for(
     verify: &VerifyOptions,
     notes: &mut Notes,
 ) -> Result<Vec<Array>> {
-    if crate::atomic::is_real_dir(path) {
+    if crate::fs::is_real_dir(path) {
         return load_inputs(&[path], verify, notes);
     }
     match sniff(path)? {
@@ -238,7 +238,7 @@ pub fn load_for(
 /// A file's format, from its first 16 bytes, and its length: enough to
 /// choose a reader before mapping (or streaming) the whole file.
 fn sniff(path: &Path) -> Result<(Option<Input>, u64)> {
-    let mut f = crate::atomic::open_input_file(path)?;
+    let mut f = crate::fs::open_input_file(path)?;
     let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
     let mut head = [0u8; 128];
     let mut got = 0;
@@ -296,13 +296,13 @@ fn stem_of(path: &Path) -> String {
 }
 
 fn load_one(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Vec<Array>> {
-    if !crate::atomic::is_real_dir(path) && std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+    if !crate::fs::is_real_dir(path) && std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
         return Err(Error::input(
             Default::default(),
             "a symbolic link to a folder: give the folder's own path (wtxt does not follow links into folders)",
         ));
     }
-    if crate::atomic::is_real_dir(path) {
+    if crate::fs::is_real_dir(path) {
         if !hf::is_folder(path) {
             return Err(Error::input(
                 Default::default(),

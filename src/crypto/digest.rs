@@ -218,7 +218,7 @@ struct Lane<'p> {
 impl Lane<'_> {
     /// The file's next bytes, a buffer's worth unless it ends first.
     fn read(&mut self) -> std::io::Result<usize> {
-        crate::atomic::read_full(&mut self.file, &mut self.buf)
+        crate::fs::read_full(&mut self.file, &mut self.buf)
     }
 
     /// Hashes what `read` gave, alone.

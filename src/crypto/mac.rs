@@ -144,9 +144,9 @@ pub fn verify_tag(mac: HmacSha256, expected: &[u8; 32]) -> bool {
 
 /// Reads a small text file (keys, trusted keys, identities, configuration):
 /// a regular file of at most `MAX_KEY_FILE` bytes, read through a bounded
-/// reader (see [`crate::atomic::read_small_file`]).
+/// reader (see [`crate::fs::read_small_file`]).
 pub fn read_small_text(path: &Path) -> Result<String> {
-    let bytes = crate::atomic::read_small_file(path, MAX_KEY_FILE, crate::atomic::Links::Follow)?
+    let bytes = crate::fs::read_small_file(path, MAX_KEY_FILE, crate::fs::Links::Follow)?
         .ok_or_else(|| Error::io(path, std::io::Error::from(std::io::ErrorKind::NotFound)))?;
     String::from_utf8(bytes).map_err(|_| Error::input(Default::default(), "expected text (UTF-8)").in_file(path))
 }

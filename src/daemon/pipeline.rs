@@ -257,7 +257,7 @@ fn committed<'r>(repo: &'r git2::Repository, path: &Path) -> Option<(git2::Blob<
 fn checked_out_head(repo: &git2::Repository, path: &Path, head: &git2::Blob) -> Result<PathBuf> {
     let work = repo.workdir().ok_or_else(|| Error::usage("--repo must be a work tree, not a bare repository"))?;
     let file = work.join(path);
-    let here = crate::git::pack::read_whole(&file, head.size() as u64).map_err(|e| {
+    let here = crate::odb::pack::read_whole(&file, head.size() as u64).map_err(|e| {
         Error::usage(format!("HEAD's snapshot is not checked out ({e}): `git checkout -- {}`", path.display()))
     })?;
     if here != head.content() {
@@ -300,7 +300,7 @@ impl Pipeline {
             // it cannot be done (no `git` binary), their packs stay kept,
             // costing room, never an object.
             if let Ok(_lock) = crate::git::commit_lock(repo) {
-                let _ = crate::git::objects::release_unreachable(repo.path());
+                let _ = crate::odb::objects::release_unreachable(repo.path());
             }
         }
         // A crash between writing a generation to the ring and committing
@@ -477,7 +477,7 @@ impl Pipeline {
     /// Writes the DELTA v2 from `prev` to `file`; returns its size.
     fn delta(&self, prev: &Path, file: &Path, gen: u64) -> Result<u64> {
         let out = self.cfg.ring.join(ring_name(gen, "wtxtdelta"));
-        let mut f = crate::atomic::AtomicFile::create(&out)?;
+        let mut f = crate::fs::AtomicFile::create(&out)?;
         {
             let mut b = crate::store::input::WtxtIn::open(prev, None)?;
             let mut t = crate::store::input::WtxtIn::open(file, None)?;
@@ -500,16 +500,16 @@ impl Pipeline {
         // Every component resolved without following a link (a committed
         // `ckpt -> /elsewhere` would take the snapshot out of the work
         // tree and commit a tree that is not what was written).
-        crate::atomic::no_links_below(work, &self.cfg.path_in_repo)?;
+        crate::fs::no_links_below(work, &self.cfg.path_in_repo)?;
         let dest = work.join(&self.cfg.path_in_repo);
         if let Some(d) = dest.parent() {
             std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
         }
-        crate::atomic::no_links_below(work, &self.cfg.path_in_repo)?;
+        crate::fs::no_links_below(work, &self.cfg.path_in_repo)?;
         if let Some(name) = dest.file_name() {
             let mut parts = name.to_os_string();
             parts.push(".parts");
-            crate::atomic::no_links_below(work, &self.cfg.path_in_repo.with_file_name(parts))?;
+            crate::fs::no_links_below(work, &self.cfg.path_in_repo.with_file_name(parts))?;
         }
         // Atomic in the work tree too; a split snapshot's parts first.
         let parts = crate::store::copy_snapshot(file, &dest)?;

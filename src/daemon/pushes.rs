@@ -140,7 +140,7 @@ impl Pushes {
                 None => format!("gen={}\n", w.gen),
             })
             .collect();
-        crate::atomic::write_file(&self.queue_file, text.as_bytes(), 0o644)
+        crate::fs::write_file(&self.queue_file, text.as_bytes(), 0o644)
     }
 
     /// The generations waiting, the newest pushed, and the last push error.

@@ -36,7 +36,7 @@ pub fn commit_snapshot(
     rels.extend(part_paths.iter().map(PathBuf::as_path));
     rels.push(head);
     rels.extend(extra.iter().map(PathBuf::as_path));
-    crate::git::objects::add_to_index(repo, &mut index, work, &rels)?;
+    crate::odb::objects::add_to_index(repo, &mut index, work, &rels)?;
     index.write().map_err(git_err)?;
     let tree = repo.find_tree(index.write_tree().map_err(git_err)?).map_err(git_err)?;
     let sig = git2::Signature::now(who, "wtxt@localhost").map_err(git_err)?;
@@ -53,7 +53,7 @@ pub fn commit_snapshot(
 /// commit's id.
 pub fn commit_written(head: &Path, oms: bool, who: &str, message: &str) -> Result<(PathBuf, String)> {
     let (repo, work, rel, abs) = in_work_tree(head)?;
-    let parts = match crate::format::split::open(Box::new(crate::atomic::open_input_file(&abs)?))? {
+    let parts = match crate::format::split::open(Box::new(crate::fs::open_input_file(&abs)?))? {
         crate::format::split::Opened::Split(h) => h.parts.len() as u64,
         crate::format::split::Opened::Single(_) => 0,
     };
@@ -107,7 +107,7 @@ fn continues_head(repo: &git2::Repository, rel: &Path, abs: &Path) -> Result<()>
     use crate::error::Error;
     use crate::format::syntax::Root;
     let policy = crate::git::Policy::of(repo)?;
-    let f = crate::atomic::open_input_file(abs)?;
+    let f = crate::fs::open_input_file(abs)?;
     let h = crate::format::read::read_head(&mut crate::format::read::LineReader::new(std::io::BufReader::new(f)))
         .map_err(|e| e.in_file(abs))?;
     let status = crate::format::verify::check_header(&h, &policy.options()).map_err(|p| p.to_error().in_file(abs))?;

@@ -343,9 +343,9 @@ fn head_version(repo_dir: &Path, path: &str) -> Result<Option<HeadVersion>> {
     let Ok(repo) = git2::Repository::discover(repo_dir) else { return Ok(None) };
     let Some(tree) = repo.head().ok().and_then(|h| h.peel_to_tree().ok()) else { return Ok(None) };
     let Some(id) = tree.get_path(Path::new(path)).ok().map(|e| e.id()) else { return Ok(None) };
-    let size = crate::git::blob::size(&repo, id)?;
+    let size = crate::odb::blob::size(&repo, id)?;
     let whole = size <= crate::format::split::DEFAULT_PART_SIZE;
-    let bytes = crate::git::blob::prefix(&repo, id, if whole { size } else { crate::format::split::MAX_HEAD + 1 })?;
+    let bytes = crate::odb::blob::prefix(&repo, id, if whole { size } else { crate::format::split::MAX_HEAD + 1 })?;
     let Ok(h) = crate::format::read::read_head(&mut crate::format::read::LineReader::new(&bytes[..])) else {
         return Ok(None);
     };

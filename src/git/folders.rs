@@ -144,7 +144,7 @@ pub(crate) struct Record {
 /// file is refused.
 pub(crate) fn stats(dir: &Path) -> Result<Vec<Stat>> {
     use std::os::unix::fs::MetadataExt;
-    let files = crate::atomic::list_files(dir, &[])?;
+    let files = crate::fs::list_files(dir, &[])?;
     let mut out = Vec::with_capacity(files.len());
     for f in files.into_iter().filter(|p| !p.split('/').any(|c| c.starts_with('.'))) {
         let p = dir.join(&f);
@@ -166,7 +166,7 @@ pub(crate) fn snapshot_id(path: &Path) -> Result<Option<String>> {
     if std::fs::symlink_metadata(path).is_err() {
         return Ok(None);
     }
-    let f = crate::atomic::open_input_file(path)?;
+    let f = crate::fs::open_input_file(path)?;
     let mut lines = crate::format::read::LineReader::new(std::io::BufReader::new(f));
     let h = crate::format::read::read_head(&mut lines).map_err(|e| e.in_file(path))?;
     match h.root {
@@ -178,7 +178,7 @@ pub(crate) fn snapshot_id(path: &Path) -> Result<Option<String>> {
 }
 
 pub(crate) fn read_record(path: &Path) -> Option<Record> {
-    let bytes = crate::atomic::read_small_file(path, MAX_RECORD, crate::atomic::Links::Refuse).ok()??;
+    let bytes = crate::fs::read_small_file(path, MAX_RECORD, crate::fs::Links::Refuse).ok()??;
     serde_json::from_slice(&bytes).ok()
 }
 
@@ -187,7 +187,7 @@ pub(crate) fn write_record(path: &Path, r: &Record) -> Result<()> {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }
     let text = serde_json::to_vec(r).map_err(|e| Error::usage(format!("recording a folder: {e}")))?;
-    crate::atomic::write_file(path, &text, 0o600)
+    crate::fs::write_file(path, &text, 0o600)
 }
 
 /// Where a folder stands against its snapshot.
@@ -238,11 +238,11 @@ impl State {
 /// like a folder above it, would point the snapshot or the write
 /// elsewhere), or a folder path that is not a folder.
 fn no_links(work: &Path, f: &Folder) -> Result<()> {
-    crate::atomic::no_links_below(work, &f.dir)?;
+    crate::fs::no_links_below(work, &f.dir)?;
     if std::fs::symlink_metadata(work.join(&f.dir)).is_ok_and(|m| !m.is_dir()) {
         return Err(Error::input(Default::default(), "expected a folder").in_file(work.join(&f.dir)));
     }
-    crate::atomic::no_links_below(work, &f.snapshot)
+    crate::fs::no_links_below(work, &f.snapshot)
 }
 
 /// Where `f` stands in the repository around its work tree `work`. A
@@ -331,7 +331,7 @@ pub fn checkout(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Chec
     let dir = work.join(&f.dir);
     let snap = work.join(&f.snapshot);
     if std::fs::symlink_metadata(&dir).is_ok() {
-        let kept: Vec<String> = crate::atomic::list_files(&dir, &[])?
+        let kept: Vec<String> = crate::fs::list_files(&dir, &[])?
             .into_iter()
             .filter(|p| p.split('/').any(|c| c.starts_with('.')))
             .collect();
@@ -355,7 +355,7 @@ pub fn checkout(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Chec
     let policy = crate::git::Policy::of(repo)?;
     let shards = crate::convert::hf::extract(&snap, &policy.options(), &new)?;
     if std::fs::symlink_metadata(&dir).is_ok() {
-        crate::atomic::exchange(&new, &dir, &scratch.path().join("old"))?;
+        crate::fs::exchange(&new, &dir, &scratch.path().join("old"))?;
     } else {
         std::fs::rename(&new, &dir).map_err(|e| Error::io(&dir, e))?;
     }

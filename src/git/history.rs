@@ -26,9 +26,9 @@ use crate::format::read::{read_header, Header, LineReader};
 use crate::format::split;
 use crate::format::syntax::{Root, SignLine};
 use crate::format::verify::{Report, SigStatus, VerifyOptions};
-use crate::git::blob::Blobs;
 use crate::git::git_err;
 use crate::git::parts::BlobParts;
+use crate::odb::blob::Blobs;
 use crate::progress::Progress;
 use crate::store::input::WtxtIn;
 
@@ -310,8 +310,8 @@ fn verify_version(
     opts: &VerifyOptions,
     progress: &Progress,
 ) -> Result<Report> {
-    let len = crate::git::blob::size(repo, blob)?;
-    let text = Box::new(crate::git::blob::stream(repo.path(), blob)?);
+    let len = crate::odb::blob::size(repo, blob)?;
+    let text = Box::new(crate::odb::blob::stream(repo.path(), blob)?);
     let input = match split::open(text).map_err(|e| e.in_file(path))? {
         split::Opened::Single(r) => WtxtIn::single(r, len, path),
         split::Opened::Split(head) => {
@@ -328,7 +328,7 @@ pub fn head_header(repo: &Repository, path: &Path) -> Result<Option<Header>> {
     let Some(tree) = repo.head().ok().and_then(|h| h.peel_to_tree().ok()) else { return Ok(None) };
     let Some(blob) = blob_at(&tree, path) else { return Ok(None) };
     let shown = PathBuf::from(format!("HEAD:{}", path.display()));
-    let head = crate::git::blob::prefix(repo, blob, split::MAX_HEAD + 1)?;
+    let head = crate::odb::blob::prefix(repo, blob, split::MAX_HEAD + 1)?;
     read_header(&mut LineReader::new(&head[..])).map(Some).map_err(|e| e.in_file(&shown))
 }
 
@@ -348,7 +348,7 @@ pub fn head_link(
     if let Some(p) = report.first_error() {
         return Err(p.to_error().in_file(&shown));
     }
-    let head = crate::git::blob::prefix(repo, blob, split::MAX_HEAD + 1)?;
+    let head = crate::odb::blob::prefix(repo, blob, split::MAX_HEAD + 1)?;
     let h = read_header(&mut LineReader::new(&head[..])).map_err(|e| e.in_file(&shown))?;
     match h.root {
         Root::Final { merkle_this, .. } => Ok(Some((h.meta.gen, merkle_this))),

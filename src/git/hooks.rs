@@ -104,11 +104,11 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
         let Some(entry) = index.get_path(path, 0) else { continue };
         // The staged blob is streamed, never inflated whole: a single file
         // may hold a whole model.
-        let open = || crate::git::blob::reader(&repo, entry.id).map(std::io::BufReader::new);
+        let open = || crate::odb::blob::reader(&repo, entry.id).map(std::io::BufReader::new);
         // A single file past the part size (written with `--part-size none`)
         // is the user's choice, but Git and the hosts pay for it: said, not
         // refused. (A head is a few KB: only a single file gets here.)
-        let size = crate::git::blob::size(&repo, entry.id)?;
+        let size = crate::odb::blob::size(&repo, entry.id)?;
         let over = part_size.limit().filter(|&limit| size > limit);
         if let (Some(limit), true) = (over, path.extension().is_some_and(|e| e == "wtxt")) {
             notes.push(format!(
@@ -140,7 +140,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
             .as_ref()
             .and_then(|t| t.get_path(path).ok())
             .filter(|e| e.id() != entry.id)
-            .and_then(|e| crate::git::blob::prefix(&repo, e.id(), crate::format::split::MAX_HEAD + 1).ok());
+            .and_then(|e| crate::odb::blob::prefix(&repo, e.id(), crate::format::split::MAX_HEAD + 1).ok());
         // A file a wtxt filter carries: its blob is the clean filter's WTXT,
         // checked as a single file; its work-tree copy is the smudged binary.
         let from_blob = || -> Result<Box<dyn Read + '_>> { Ok(Box::new(open()?)) };
@@ -161,7 +161,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
             continue;
         }
         // A head is told from a single file by its start (a head is whole in it).
-        let start = crate::git::blob::prefix(&repo, entry.id, crate::format::split::MAX_HEAD + 1)?;
+        let start = crate::odb::blob::prefix(&repo, entry.id, crate::format::split::MAX_HEAD + 1)?;
         if let Ok(Blob::Head(h)) = classify(&start) {
             let s = Split { repo: &repo, index: &index, path, head_len: size };
             if let Some(r) = s.check(h, head.as_deref(), require, trusted.as_ref()) {
@@ -216,8 +216,8 @@ fn private_keys_staged(repo: &Repository, index: &git2::Index, statuses: &git2::
         let Some(entry) = index.get_path(&path, 0) else { continue };
         let setting = named.iter().find(|(_, p)| *p == path).map(|(k, _)| *k);
         let is_key = setting.is_some()
-            || (crate::git::blob::size(repo, entry.id)? <= MAX_KEY_FILE && {
-                let text = crate::git::blob::prefix(repo, entry.id, MAX_KEY_FILE)?;
+            || (crate::odb::blob::size(repo, entry.id)? <= MAX_KEY_FILE && {
+                let text = crate::odb::blob::prefix(repo, entry.id, MAX_KEY_FILE)?;
                 MARKERS.iter().any(|m| text.windows(m.len()).any(|w| w == *m))
             });
         if is_key {
@@ -245,7 +245,7 @@ fn private_keys_staged(repo: &Repository, index: &git2::Index, statuses: &git2::
 /// reuse as they are (docs/PERFORMANCE.md, "Git at 1 GiB"). Nothing when
 /// `wtxt.packParts` is false. Returns how many blobs it packed.
 pub fn pack_staged(dir: &Path) -> Result<usize> {
-    crate::git::objects::pack_staged_parts(dir)
+    crate::odb::objects::pack_staged_parts(dir)
 }
 
 /// The wtxt filter (`wtxt-FORMAT`) Git's attributes give `path`, if any.
@@ -460,7 +460,7 @@ impl Split<'_> {
             if !rec.vouched(&path, index_written) {
                 return None;
             }
-            let file = crate::atomic::open_no_follow(&path).ok()?;
+            let file = crate::fs::open_no_follow(&path).ok()?;
             Some(Box::new(Vouched { file, rec: rec.clone(), path, index_written }))
         })
     }

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use git2::{Config, ConfigLevel, Repository};
 
-use crate::atomic::write_file;
 use crate::error::{Error, Result};
+use crate::fs::write_file;
 use crate::git::git_err;
 
 /// The hook script (`hooks/pre-commit` in the source tree).
@@ -120,7 +120,7 @@ fn shell_word(s: &str) -> String {
 /// objects, so a limit puts a delta in another pack than its base and Git
 /// stores it whole again (two generations: 12 deltas became 1, 5 CPU-s 21).
 /// `gc` leaves the packs of whole parts wtxt writes as they are instead
-/// (their `.keep` files: [`crate::git::pack`]).
+/// (their `.keep` files: [`crate::odb::pack`]).
 const REPOSITORY_DEFAULTS: [(&str, &str); 6] = [
     ("core.packedGitWindowSize", "32m"),
     ("core.packedGitLimit", "96m"),
@@ -338,7 +338,7 @@ pub fn snapshot_attributes(committed: bool) -> Vec<String> {
         "*.wtxt text eol=lf diff=wtxt merge=wtxt".to_string(),
         // Parts of split snapshots: diffed chunk by chunk; merged by
         // `wtxt merge` on their heads, so Git never merges one alone.
-        // Committed: stored by wtxt whole or as a delta (crate::git::pack),
+        // Committed: stored by wtxt whole or as a delta (crate::odb::pack),
         // which `git gc` keeps as they are, never searching again. Not in
         // this clone's own file, so that a push given attributes from an
         // empty tree (crate::git::push) may search against the remote's.
@@ -407,14 +407,14 @@ const MAX_TEXT: u64 = 1 << 20;
 /// (committed, pointing at `~/.ssh/id_ed25519` or `/dev/zero`) is refused,
 /// never followed, and a device or FIFO never read.
 fn read_attributes(path: &Path) -> Result<String> {
-    let bytes = crate::atomic::read_small_file(path, MAX_TEXT, crate::atomic::Links::Refuse)?.unwrap_or_default();
+    let bytes = crate::fs::read_small_file(path, MAX_TEXT, crate::fs::Links::Refuse)?.unwrap_or_default();
     String::from_utf8(bytes).map_err(|_| Error::input(Default::default(), "expected text (UTF-8)").in_file(path))
 }
 
 /// True when `hook` is a regular file `wtxt` wrote (a link, or anything
 /// else, is not ours: it is kept, never read through).
 fn is_our_hook(hook: &Path) -> bool {
-    crate::atomic::read_small_file(hook, MAX_TEXT, crate::atomic::Links::Refuse)
+    crate::fs::read_small_file(hook, MAX_TEXT, crate::fs::Links::Refuse)
         .is_ok_and(|t| t.is_some_and(|t| memchr::memmem::find(&t, HOOK_MARK.as_bytes()).is_some()))
 }
 
@@ -549,7 +549,7 @@ fn smudge_clean_files(dir: &Path, exts: &[&str]) -> Result<Vec<String>> {
             continue;
         }
         let mut start = [0u8; 7];
-        let wtxt = crate::atomic::open_no_follow(&file).and_then(|mut f| f.read_exact(&mut start)).is_ok()
+        let wtxt = crate::fs::open_no_follow(&file).and_then(|mut f| f.read_exact(&mut start)).is_ok()
             && &start == b"WTXT 1\n";
         if wtxt && git2::Oid::hash_file(git2::ObjectType::Blob, &file).is_ok_and(|id| id == e.id) {
             stale.push(path);
@@ -614,7 +614,7 @@ pub fn uninstall(dir: &Path, p: &Plan) -> Result<()> {
         }
         // Git repacks the packs of whole parts as any other again.
         let repo = Repository::discover(dir).map_err(git_err)?;
-        crate::git::pack::release_all(&repo.path().join("objects"))?;
+        crate::odb::pack::release_all(&repo.path().join("objects"))?;
     }
     if let Some(h) = &p.hooks_dir {
         remove_hooks(h, std::iter::once("pre-commit").chain(FOLDER_HOOKS))?;

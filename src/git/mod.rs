@@ -5,9 +5,7 @@ use std::path::Path;
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Reason, Result};
 
-pub(crate) mod blob;
 pub mod commit;
-pub mod deflate;
 pub mod diff;
 pub mod files_diff;
 pub mod filter;
@@ -17,10 +15,10 @@ pub mod history;
 pub mod hooks;
 pub mod install;
 pub mod merge;
-pub(crate) mod objects;
-pub(crate) mod pack;
 pub mod parts;
 pub mod push;
+
+pub use crate::odb::git_err;
 
 /// An exclusive lock on a file, held until dropped (`flock`: between
 /// processes and between handles of one process alike).
@@ -99,11 +97,6 @@ pub fn open_for_hook(dir: &Path) -> Result<git2::Repository> {
         repo.set_index(&mut index).map_err(git_err)?;
     }
     Ok(repo)
-}
-
-/// A libgit2 failure as unusable input, naming Git.
-pub fn git_err(e: git2::Error) -> Error {
-    Error::input(Default::default(), format!("git: {}", e.message()))
 }
 
 /// The key settings of `git config`: the files they name are keys, never

@@ -13,18 +13,18 @@ use std::ops::Range;
 
 use std::path::{Path, PathBuf};
 
-use crate::atomic::read_full;
 use crate::error::{check_at, Error, Reason, Result};
 use crate::format::delta::ChunkText;
 use crate::format::read::{LineReader, SliceLines};
 use crate::format::split::{self, Head, PartLine};
 use crate::format::syntax::{parse_shape, ArrLine, ChLine, Fields};
-use crate::git::blob::Text;
+use crate::fs::read_full;
 use crate::git::diff::{
     check_unchanged, decode_pair, decode_side, header_changes, ArrayDiff, Damage, FileDiff, Names, Stats, Status,
 };
 use crate::git::files_diff::{self, Captured};
 use crate::model::Dtype;
+use crate::odb::blob::Text;
 
 /// What a blob of a WTXT path holds.
 pub enum Blob {
@@ -508,7 +508,7 @@ impl BlobParts {
             .iter()
             .map(|p| {
                 let id = find(&dir.join(split::part_name(p.ix)))?;
-                Some((id, crate::git::blob::size(repo, id).ok()?))
+                Some((id, crate::odb::blob::size(repo, id).ok()?))
             })
             .collect();
         let want = head.parts.iter().map(|p| (p.bytes, head.part_line(p.ix))).collect();
@@ -541,7 +541,7 @@ impl crate::format::split::PartSource for BlobParts {
         if let Some(r) = self.local.as_ref().and_then(|local| local(ix, id)) {
             return Ok(r);
         }
-        Ok(Box::new(crate::git::blob::stream(&self.git_dir, id)?))
+        Ok(Box::new(crate::odb::blob::stream(&self.git_dir, id)?))
     }
 
     fn name(&self, ix: u64) -> PathBuf {

@@ -346,7 +346,7 @@ fn changed_wholly(repo: &git2::Repository, objects: &Path, commit: &git2::Commit
     for d in diff.deltas().filter(|d| d.status() == git2::Delta::Modified) {
         if d.new_file().path().is_some_and(|p| p.extension().is_some_and(|x| x == "wtxtpart")) {
             changed += 1;
-            alike += usize::from(crate::git::objects::starts_as(objects, d.old_file().id(), d.new_file().id()));
+            alike += usize::from(crate::odb::objects::starts_as(objects, d.old_file().id(), d.new_file().id()));
         }
     }
     Ok(changed > 0 && alike * 2 <= changed)

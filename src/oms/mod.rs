@@ -48,7 +48,7 @@ impl SnapshotFiles {
     /// Each part file's size is checked against its `part` line, so a
     /// signature never lists a part that is plainly not there.
     pub fn read(head: &Path) -> Result<SnapshotFiles> {
-        let f = crate::atomic::open_input_file(head)?;
+        let f = crate::fs::open_input_file(head)?;
         let mut r = Hashing { inner: f, sha: sha2::Sha256::new() };
         let parts = match split::open(Box::new(&mut r)).map_err(|e| e.in_file(head))? {
             split::Opened::Split(h) => h.parts,
@@ -84,7 +84,7 @@ impl SnapshotFiles {
             None => {
                 let paths: Vec<PathBuf> = parts.iter().map(|p| dir.join(split::part_name(p.ix))).collect();
                 crate::crypto::digest::sha256_files(&paths, |path| {
-                    crate::atomic::open_no_follow(path).map_err(|e| Error::io(path, e))
+                    crate::fs::open_no_follow(path).map_err(|e| Error::io(path, e))
                 })?
             }
         };
@@ -158,7 +158,7 @@ pub fn sign_folder(dir: &Path, known: Vec<Resource>, signature: &Path, key: &EcS
         resources,
     };
     manifest.sort();
-    crate::atomic::write_file(signature, &bundle::sign(&manifest, key), 0o644)?;
+    crate::fs::write_file(signature, &bundle::sign(&manifest, key), 0o644)?;
     Ok((signature.to_path_buf(), count))
 }
 
@@ -183,8 +183,8 @@ fn model_name(dir: &Path) -> String {
 
 /// Reads a signature file, bounded: `None` when there is none. `links`:
 /// follow a link only at a path the user named.
-fn read_signature(path: &Path, links: crate::atomic::Links) -> Result<Option<Vec<u8>>> {
-    crate::atomic::read_small_file(path, bundle::MAX_BUNDLE, links)
+fn read_signature(path: &Path, links: crate::fs::Links) -> Result<Option<Vec<u8>>> {
+    crate::fs::read_small_file(path, bundle::MAX_BUNDLE, links)
 }
 
 /// What an OMS check found.
@@ -220,8 +220,8 @@ impl Verdict {
 /// folder (a link there is refused: the folder may be anyone's).
 pub fn check_snapshot(files: &SnapshotFiles, sig: Option<&Path>, key: &EcPublicKey) -> Result<Verdict> {
     let (path, links) = match sig {
-        Some(p) => (p.to_path_buf(), crate::atomic::Links::Follow),
-        None => (signature_path(&files.head), crate::atomic::Links::Refuse),
+        Some(p) => (p.to_path_buf(), crate::fs::Links::Follow),
+        None => (signature_path(&files.head), crate::fs::Links::Refuse),
     };
     let Some(bytes) = read_signature(&path, links)? else { return Ok(Verdict::Absent) };
     let m = match bundle::open(&bytes, key) {
@@ -291,7 +291,7 @@ pub struct FolderCheck<'a> {
 /// does: an error of kind check (exit 1) says what differs; a signature
 /// that cannot be read at all is unusable input (exit 2).
 pub fn verify_folder(c: &FolderCheck) -> Result<Manifest> {
-    let bytes = read_signature(c.signature, crate::atomic::Links::Follow)?
+    let bytes = read_signature(c.signature, crate::fs::Links::Follow)?
         .ok_or_else(|| Error::io(c.signature, std::io::Error::from(std::io::ErrorKind::NotFound)))?;
     let m = bundle::open(&bytes, c.key).map_err(|r| Error::check(Default::default(), r.0).in_file(c.signature))?;
     let root = std::fs::canonicalize(c.dir).map_err(|e| Error::io(c.dir, e))?;

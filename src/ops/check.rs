@@ -42,7 +42,7 @@ pub struct VerifyFiles {
 pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<Report> {
     let wsum = match &o.wsum {
         Some(p) => {
-            let b = crate::atomic::read_small_file(p, 4096, crate::atomic::Links::Follow)?
+            let b = crate::fs::read_small_file(p, 4096, crate::fs::Links::Follow)?
                 .ok_or_else(|| Error::io(p, std::io::Error::from(std::io::ErrorKind::NotFound)))?;
             Some(Wsum::parse_file(&b).map_err(|m| check_at(1, m).in_file(p))?)
         }

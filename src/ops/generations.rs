@@ -1,6 +1,5 @@
 //! Generations: `wtxt finalize` (WTXT-S + WSUM) and `wtxt delta create|apply`.
 
-use crate::atomic::{write_file, AtomicFile};
 use crate::crypto::armor::Unseal;
 use crate::crypto::digest::{fingerprint_key, Fingerprint, Hash};
 use crate::error::{check_at, Error, Position, Result};
@@ -8,6 +7,7 @@ use crate::format::layout::DEFAULT_ROWS_PER_CHUNK;
 use crate::format::syntax::{Meta, Root, Wsum};
 use crate::format::verify::{verify, InputTrust, ProblemKind, Report, VerifyOptions};
 use crate::format::write::WriteOptions;
+use crate::fs::{write_file, AtomicFile};
 use crate::progress::Progress;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

@@ -200,7 +200,7 @@ pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
                 export(&work, &c.to_string(), &rel, &out, crate::format::split::PartSize::Whole)?;
             }
             // No common version: an empty base, as Git gives its drivers.
-            None if name == "base" => crate::atomic::write_file(&out, b"", 0o600)?,
+            None if name == "base" => crate::fs::write_file(&out, b"", 0o600)?,
             None => return Err(Error::usage(format!("{}: not in {name}'s commit: nothing to merge", rel.display()))),
         }
         Ok(out)
@@ -250,16 +250,16 @@ pub fn textconv(file: &Path, here: &Path) -> Result<String> {
 /// file, cleaned if a filter made it. Problems are part of the view, never
 /// an error: Git treats a failing external diff as fatal.
 pub fn diff_driver(args: &[String], here: &Path) -> DriverView {
-    use crate::git::blob::Text;
     use crate::git::diff::Names;
     use crate::git::parts::{classify, diff_heads, diff_parts, open_text, Blob};
+    use crate::odb::blob::Text;
     let [path, old, old_hex, _, new, new_hex, _] = args else {
         return DriverView { path: String::new(), shown: Shown::BadArguments(args.len()) };
     };
     let repo = git2::Repository::discover(here).ok();
     // Both sides' blobs from one reader: the older one is usually a delta
     // on the newer, whose base it then keeps.
-    let blobs = repo.as_ref().map(|r| std::cell::RefCell::new(crate::git::blob::Blobs::new(r)));
+    let blobs = repo.as_ref().map(|r| std::cell::RefCell::new(crate::odb::blob::Blobs::new(r)));
     // A side is the file Git wrote when it holds WTXT text (read as a
     // stream, so a part or a single file is never held whole), else the
     // blob it names (a filter smudged the file into a container).
@@ -269,7 +269,7 @@ pub fn diff_driver(args: &[String], here: &Path) -> DriverView {
         }
         let blob = repo.as_ref().zip(blobs.as_ref()).and_then(|(r, b)| {
             let oid = git2::Oid::from_str(hex).ok().filter(|o| !o.is_zero())?;
-            crate::git::blob::size(r, oid).is_ok().then_some((b, oid))
+            crate::odb::blob::size(r, oid).is_ok().then_some((b, oid))
         });
         match blob {
             Some((b, oid)) => b.borrow_mut().text(oid),

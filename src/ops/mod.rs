@@ -36,7 +36,7 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 fn open(path: &Path) -> Result<(File, u64)> {
-    let f = crate::atomic::open_input_file(path)?;
+    let f = crate::fs::open_input_file(path)?;
     let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
     Ok((f, len))
 }

@@ -16,7 +16,7 @@ use crate::store::input::WtxtIn;
 /// are those the writer put in the head.
 pub fn oms_sign_written(out: &Path, key: Option<&EcSecretKey>) -> Result<Option<PathBuf>> {
     let Some(key) = key else { return Ok(None) };
-    if crate::atomic::is_device(out) {
+    if crate::fs::is_device(out) {
         return Err(Error::usage(format!("{}: --oms-key signs files in a folder, not a device", out.display())));
     }
     sign_snapshot(&SnapshotFiles::read(out)?, key).map(|(path, _)| Some(path))
@@ -39,7 +39,7 @@ pub struct OmsSigned {
 /// begins as one) is verified the same way: nothing is signed that a
 /// verifier would refuse.
 pub fn oms_sign(target: &Path, signature: Option<&Path>, key: &EcSecretKey, trust: &InputTrust) -> Result<OmsSigned> {
-    if crate::atomic::is_real_dir(target) {
+    if crate::fs::is_real_dir(target) {
         let names = crate::oms::folder::list(target, &crate::oms::GIT_PATHS.map(String::from))?;
         let mut verified = 0;
         for name in &names {
@@ -64,8 +64,8 @@ pub fn oms_sign(target: &Path, signature: Option<&Path>, key: &EcSecretKey, trus
 /// True when the file at `path` begins as a WTXT (a single file or the
 /// head of a split one); read without following a link.
 fn begins_as_wtxt(path: &Path) -> Result<bool> {
-    let mut f = crate::atomic::open_no_follow(path).map_err(|e| Error::io(path, e))?;
+    let mut f = crate::fs::open_no_follow(path).map_err(|e| Error::io(path, e))?;
     let mut head = [0u8; 7];
-    let n = crate::atomic::read_full(&mut f, &mut head).map_err(|e| Error::io(path, e))?;
+    let n = crate::fs::read_full(&mut f, &mut head).map_err(|e| Error::io(path, e))?;
     Ok(n == head.len() && &head == b"WTXT 1\n")
 }

@@ -50,7 +50,7 @@ pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) ->
     let no = || Error::usage(format!("{rev}: no {} in that commit", path.display()));
     let blob = tree.get_path(path).map_err(|_| no())?.id();
     let shown = PathBuf::from(format!("{rev}:{}", path.display()));
-    if crate::git::blob::prefix(&repo, blob, 13)? == b"WTXT part ix=" {
+    if crate::odb::blob::prefix(&repo, blob, 13)? == b"WTXT part ix=" {
         return Err(Error::usage(format!(
             "{}: a part of a split snapshot, not a snapshot: export its head (the path before `.parts/`)",
             shown.display()
@@ -58,7 +58,7 @@ pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) ->
     }
     let mut w = SnapshotOut::create(out, size)?;
     // Streamed: a single file may hold a whole model.
-    let input = crate::git::blob::reader(&repo, blob).map_err(|e| e.in_file(&shown))?;
+    let input = crate::odb::blob::reader(&repo, blob).map_err(|e| e.in_file(&shown))?;
     let opened = split::open(input).map_err(|e| e.in_file(&shown))?;
     let copied = match opened {
         split::Opened::Single(mut r) => copy_text(&mut r, &mut w),

@@ -1,12 +1,12 @@
 //! `wtxt recover`: what survives of a damaged WTXT, signed only when authenticated.
 
-use crate::atomic::write_file;
 use crate::convert::{map_file, write_arrays};
 use crate::error::{Error, Result};
 use crate::format::layout::DEFAULT_ROWS_PER_CHUNK;
 use crate::format::recover::{recover as scan, RecoveryReport};
 use crate::format::syntax::{Audit, Meta};
 use crate::format::write::WriteOptions;
+use crate::fs::write_file;
 use crate::progress::Progress;
 use std::path::{Path, PathBuf};
 

@@ -1,9 +1,9 @@
 //! Keys and secrecy: `wtxt keygen`, `encrypt` and `decrypt` (age).
 
-use crate::atomic::{write_file, AtomicFile};
 use crate::crypto::armor::{Seal, Unseal};
 use crate::crypto::sign::SecretKey;
 use crate::error::{Error, Result};
+use crate::fs::{write_file, AtomicFile};
 use std::io::{BufReader, Seek, Write};
 use std::path::Path;
 

@@ -401,7 +401,7 @@ impl DistWrite {
     pub fn hash_part(&self, k: usize) -> Result<PartLine> {
         let span = self.spans.as_ref().and_then(|s| s.get(k)).ok_or_else(|| Error::usage(format!("no part {k}")))?;
         let path = self.part_path(k);
-        let f = crate::atomic::open_no_follow(&path).map_err(|e| Error::io(&path, e))?;
+        let f = crate::fs::open_no_follow(&path).map_err(|e| Error::io(&path, e))?;
         let (frame, lines, bytes) = crate::format::split::FrameHash::of(f).map_err(|e| Error::io(&path, e))?;
         Ok(PartLine { ix: span.ix, bytes, lines, hash: crate::format::split::PartHash::Frame(frame) })
     }

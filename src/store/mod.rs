@@ -17,10 +17,10 @@ pub use out::*;
 
 use std::path::Path;
 
-use crate::atomic::write_file;
 use crate::error::Result;
 use crate::format::split::PartSize;
 use crate::format::write::{WriteOptions, WritePlan, Written};
+use crate::fs::write_file;
 use crate::model::Array;
 use crate::progress::Progress;
 
@@ -39,7 +39,7 @@ pub fn write_wtxt(
     // plan that placed them.
     let plan = WritePlan::new(arrays, opts).map_err(|e| e.in_file(out))?;
     let placed = match size.limit() {
-        Some(limit) if !crate::atomic::is_device(out) => {
+        Some(limit) if !crate::fs::is_device(out) => {
             let shape = plan.shape();
             let spans = crate::format::split::place_parts(&shape, limit).map_err(|e| e.in_file(out))?;
             spans.map(|s| (s, shape.tail))

@@ -7,9 +7,9 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use crate::atomic::{AtomicFile, OutputDir, Writeback};
 use crate::error::{Error, Result};
 use crate::format::split::{self, part_ix, part_name, PartLine, PartSink, PartSize};
+use crate::fs::{AtomicFile, OutputDir, Writeback};
 use crate::store::parts_dir;
 
 /// A snapshot's text on its way to `out`: one file while it fits the part
@@ -80,7 +80,7 @@ impl SnapshotOut {
             w.flush().map_err(|e| Error::io(&out, e))?;
             drop(w);
             af.commit()?;
-            if crate::atomic::is_real_dir(&dir) {
+            if crate::fs::is_real_dir(&dir) {
                 remove_stale_parts(&dir, 0)?;
                 let _ = std::fs::remove_dir(&dir);
             }
@@ -238,7 +238,7 @@ impl PartedOut {
                     // Moving on from a part the body filled: its writeback
                     // starts now, so the fsync at the end finds it on disk.
                     if let Some((_, done)) = self.open.take().filter(|(i, _)| *i < k) {
-                        crate::atomic::start_writeback(&done, 0, 0);
+                        crate::fs::start_writeback(&done, 0, 0);
                     }
                     let f = std::fs::OpenOptions::new().write(true).open(path()).map_err(|e| Error::io(path(), e))?;
                     self.open = Some((k, f));
@@ -389,7 +389,7 @@ struct PartDir {
 /// The part table of the head at `out`, if it is one.
 fn old_parts(out: &Path) -> Vec<PartLine> {
     // A regular file only: a device or FIFO at the name has no parts.
-    let Ok(f) = crate::atomic::open_input_file(out) else { return Vec::new() };
+    let Ok(f) = crate::fs::open_input_file(out) else { return Vec::new() };
     if !f.metadata().is_ok_and(|m| m.is_file()) {
         return Vec::new();
     }
@@ -431,7 +431,7 @@ impl PartSink for PartDir {
             return Ok(()); // dropping the AtomicFile removes the copy
         }
         // Kept: its writeback starts now, so the fsync at the end finds it on disk.
-        crate::atomic::start_writeback(&file, 0, 0);
+        crate::fs::start_writeback(&file, 0, 0);
         self.parked.push(p.af);
         Ok(())
     }
@@ -493,7 +493,7 @@ pub fn install_staged(out: &Path, staged: Vec<(PathBuf, PartLine)>, head: &[u8])
 pub fn install_text(out: &Path, text: PathBuf) -> Result<()> {
     AtomicFile::adopt(out, text)?.commit()?;
     let dir = parts_dir(out);
-    if crate::atomic::is_real_dir(&dir) {
+    if crate::fs::is_real_dir(&dir) {
         remove_stale_parts(&dir, 0)?;
         let _ = std::fs::remove_dir(&dir);
     }
@@ -513,7 +513,7 @@ fn same_file(path: &Path, new: &Path) -> bool {
     if (a.dev(), a.ino()) == (b.dev(), b.ino()) {
         return true;
     }
-    let (Ok(mut x), Ok(mut y)) = (crate::atomic::open_no_follow(path), File::open(new)) else { return false };
+    let (Ok(mut x), Ok(mut y)) = (crate::fs::open_no_follow(path), File::open(new)) else { return false };
     let (mut bx, mut by) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
     loop {
         let n = match x.read(&mut bx) {
@@ -537,7 +537,7 @@ fn same_file(path: &Path, new: &Path) -> bool {
 pub fn copy_snapshot(src: &Path, dest: &Path) -> Result<u64> {
     let (from, to) = (parts_dir(src), parts_dir(dest));
     let mut count = 0;
-    if crate::atomic::is_real_dir(&from) {
+    if crate::fs::is_real_dir(&from) {
         OutputDir::create(&to)?.keep();
         while std::fs::symlink_metadata(from.join(part_name(count + 1))).is_ok_and(|m| m.is_file()) {
             count += 1;
@@ -548,7 +548,7 @@ pub fn copy_snapshot(src: &Path, dest: &Path) -> Result<u64> {
             }
         }
     }
-    if crate::atomic::is_real_dir(&to) {
+    if crate::fs::is_real_dir(&to) {
         remove_stale_parts(&to, count)?;
     }
     link_or_copy(src, dest)?;

@@ -78,7 +78,7 @@ pub fn outline(path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> O
 /// opened to be read ([`crate::store::PartFiles`]): a FIFO is never waited
 /// on, a device never read.
 fn open_file(path: &Path) -> Option<File> {
-    let f = crate::atomic::open_input_file(path).ok()?;
+    let f = crate::fs::open_input_file(path).ok()?;
     f.metadata().ok()?.is_file().then_some(f)
 }
 

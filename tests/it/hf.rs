@@ -52,7 +52,7 @@ pub(crate) fn folder(dir: &Path) -> PathBuf {
 }
 
 pub(crate) fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    wtxt::atomic::list_files(dir, &[])
+    wtxt::fs::list_files(dir, &[])
         .unwrap()
         .into_iter()
         .map(|f| (f.clone(), std::fs::read(dir.join(&f)).unwrap()))

@@ -1,7 +1,7 @@
 //! What a commit made by wtxt stores in the object store, and the staged
 //! parts the pre-commit hook stores once they passed.
 //!
-//! Files up to a part's size go into one pack a commit ([`crate::git::pack`]:
+//! Files up to a part's size go into one pack a commit ([`crate::odb::pack`]:
 //! Huffman-coded, a part's previous version as a delta against it), which
 //! `git gc` and `git push` copy as it is. A larger file (a single-file
 //! snapshot of a whole model) is written loose as `git hash-object -w`
@@ -15,8 +15,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::git::git_err;
-use crate::git::pack::{Expect, PACKED_MAX};
+use crate::odb::git_err;
+use crate::odb::pack::{Expect, PACKED_MAX};
 
 /// The loose compression level `repo` asks for: `core.looseCompression`,
 /// else `core.compression`, else 0 (the level `wtxt git install` sets: the
@@ -49,13 +49,13 @@ impl Loose {
 
     /// Writes the regular file at `path` as a blob and returns its id.
     fn write(&self, path: &Path) -> Result<git2::Oid> {
-        let (mut file, len) = crate::atomic::open_regular(path)?;
+        let (mut file, len) = crate::fs::open_regular(path)?;
         let objects = &self.objects;
         let mut tmp =
             tempfile::Builder::new().prefix("tmp_obj_").tempfile_in(objects).map_err(|e| Error::io(objects, e))?;
         // A loose object is its header and bytes, deflated; its name hashes the same.
         let header = format!("blob {len}\0");
-        let mut hash = crate::git::pack::Object::hasher(len);
+        let mut hash = crate::odb::pack::Object::hasher(len);
         let written = {
             let out = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
             let mut z = flate2::write::ZlibEncoder::new(out, flate2::Compression::new(self.level));
@@ -77,7 +77,7 @@ impl Loose {
             };
             copy().map_err(|e| Error::io(path, e))?
         };
-        crate::git::pack::same_length(path, len, written)?;
+        crate::odb::pack::same_length(path, len, written)?;
         let id = hex::encode(hash.finalize());
         let dir = objects.join(&id[..2]);
         let dest = dir.join(&id[2..]);
@@ -96,14 +96,14 @@ impl Loose {
 fn base_of(repo: &git2::Repository, head: &git2::Tree, rel: &Path) -> Option<git2::Oid> {
     let entry = head.get_path(rel).ok()?;
     (entry.kind() == Some(git2::ObjectType::Blob)
-        && crate::git::blob::size(repo, entry.id()).is_ok_and(|n| n <= PACKED_MAX))
+        && crate::odb::blob::size(repo, entry.id()).is_ok_and(|n| n <= PACKED_MAX))
     .then(|| entry.id())
 }
 
 /// The first [`LOOK`] bytes of the regular file at `path` (never through
 /// a link).
 fn read_start(path: &Path) -> Result<Vec<u8>> {
-    let (file, _) = crate::atomic::open_regular(path)?;
+    let (file, _) = crate::fs::open_regular(path)?;
     let mut bytes = Vec::with_capacity(LOOK);
     file.take(LOOK as u64).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
     Ok(bytes)
@@ -156,14 +156,14 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
                 };
                 jobs.push((files[i].1.as_path(), base));
             }
-            let packed = crate::git::pack::store(
+            let packed = crate::odb::pack::store(
                 &objects,
                 &jobs,
                 |j| if j.1.is_some() { Expect::Delta } else { Expect::File },
                 |&(path, base)| {
-                    let Some(base) = base else { return Ok(crate::git::pack::Job::File(path.to_path_buf())) };
-                    let target = crate::git::pack::Object::hashed(crate::git::pack::read_whole(path, PACKED_MAX)?);
-                    Ok(crate::git::pack::Job::Blob { target, base: Some(base_for(git_dir, base)?) })
+                    let Some(base) = base else { return Ok(crate::odb::pack::Job::File(path.to_path_buf())) };
+                    let target = crate::odb::pack::Object::hashed(crate::odb::pack::read_whole(path, PACKED_MAX)?);
+                    Ok(crate::odb::pack::Job::Blob { target, base: Some(base_for(git_dir, base)?) })
                 },
             )?;
             if jobs.iter().any(|j| j.1.is_some()) {
@@ -211,8 +211,8 @@ const LOOK: usize = 64 << 10;
 /// is stored whole and its first lines are mostly not `target`'s (a part
 /// that changed wholly: nothing to gain). One stored as a delta is tried.
 fn alike(objects: &Path, base: git2::Oid, target: &[u8]) -> bool {
-    crate::git::pack::stored_prefix(objects, base, LOOK)
-        .is_none_or(|start| crate::git::pack::starts_alike(&start, target))
+    crate::odb::pack::stored_prefix(objects, base, LOOK)
+        .is_none_or(|start| crate::odb::pack::starts_alike(&start, target))
 }
 
 /// Whether the blob `new` starts mostly as `old` does, both read from the
@@ -220,15 +220,15 @@ fn alike(objects: &Path, base: git2::Oid, target: &[u8]) -> bool {
 /// changed in places, whose push is worth Git's delta search. Yes when
 /// `new` is not stored whole here (its start is not at hand).
 pub(crate) fn starts_as(objects: &Path, old: git2::Oid, new: git2::Oid) -> bool {
-    crate::git::pack::stored_prefix(objects, new, LOOK).is_none_or(|start| alike(objects, old, &start))
+    crate::odb::pack::stored_prefix(objects, new, LOOK).is_none_or(|start| alike(objects, old, &start))
 }
 
 /// The blob `base` of the repository at `git_dir` (at most [`PACKED_MAX`]
 /// bytes, as [`base_of`] checked), read whole and hashed.
-fn base_for(git_dir: &Path, base: git2::Oid) -> Result<crate::git::pack::Object> {
+fn base_for(git_dir: &Path, base: git2::Oid) -> Result<crate::odb::pack::Object> {
     // Stored whole: inflated here (libgit2 would map the pack and hash it
     // with its collision-detecting SHA-1 too); else resolved by libgit2.
-    let bytes = match crate::git::pack::stored_prefix(&git_dir.join("objects"), base, PACKED_MAX as usize + 1) {
+    let bytes = match crate::odb::pack::stored_prefix(&git_dir.join("objects"), base, PACKED_MAX as usize + 1) {
         Some(bytes) => bytes,
         None => {
             git2::Repository::open(git_dir).and_then(|r| Ok(r.find_blob(base)?.content().to_vec())).map_err(git_err)?
@@ -271,8 +271,8 @@ fn git_in(git_dir: &Path, args: &[&str]) -> Result<Vec<u8>> {
 }
 
 /// `bytes` as the blob `id`, once they hash to it.
-fn verified(id: git2::Oid, bytes: Vec<u8>) -> Result<crate::git::pack::Object> {
-    let o = crate::git::pack::Object::hashed(bytes);
+fn verified(id: git2::Oid, bytes: Vec<u8>) -> Result<crate::odb::pack::Object> {
+    let o = crate::odb::pack::Object::hashed(bytes);
     if o.id != id {
         return Err(Error::input(Default::default(), format!("object {id} holds bytes that hash to {}", o.id)));
     }
@@ -309,24 +309,24 @@ pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
         jobs.push((e.id, base, loose));
     }
     // A blob larger than a part stays loose, for Git to pack.
-    jobs.retain(|j| crate::git::blob::size(&repo, j.0).is_ok_and(|n| n <= PACKED_MAX));
+    jobs.retain(|j| crate::odb::blob::size(&repo, j.0).is_ok_and(|n| n <= PACKED_MAX));
     for j in jobs.iter_mut() {
         if let Some(b) = j.1 {
-            let start = crate::git::pack::stored_prefix(&objects, j.0, LOOK).unwrap_or_default();
+            let start = crate::odb::pack::stored_prefix(&objects, j.0, LOOK).unwrap_or_default();
             j.1 = alike(&objects, b, &start).then_some(b);
         }
     }
     let git_dir = repo.path();
     let load = |&(id, base, ref loose): &(git2::Oid, Option<git2::Oid>, std::path::PathBuf)| {
-        let Some(bytes) = crate::git::pack::stored_prefix(&objects, id, PACKED_MAX as usize + 1) else {
+        let Some(bytes) = crate::odb::pack::stored_prefix(&objects, id, PACKED_MAX as usize + 1) else {
             return Err(Error::input(Default::default(), "expected a loose object that inflates").in_file(loose));
         };
         let target = verified(id, bytes).map_err(|e| e.in_file(loose))?;
         let base = base.map(|b| base_for(git_dir, b)).transpose()?;
-        Ok(crate::git::pack::Job::Blob { target, base })
+        Ok(crate::odb::pack::Job::Blob { target, base })
     };
     let expect = |j: &(_, Option<_>, _)| if j.1.is_some() { Expect::Delta } else { Expect::Blob };
-    if crate::git::pack::store(&objects, &jobs, expect, load)?.is_empty() {
+    if crate::odb::pack::store(&objects, &jobs, expect, load)?.is_empty() {
         return Ok(0);
     }
     if jobs.iter().any(|j| j.1.is_some()) {
@@ -355,6 +355,6 @@ pub(crate) fn release_unreachable(git_dir: &Path) -> Result<()> {
             .filter_map(|l| git2::Oid::from_str(std::str::from_utf8(l.get(..40)?).ok()?).ok())
             .collect())
     };
-    crate::git::pack::release_unreachable(&git_dir.join("objects"), reachable)?;
+    crate::odb::pack::release_unreachable(&git_dir.join("objects"), reachable)?;
     Ok(())
 }

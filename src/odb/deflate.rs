@@ -1,5 +1,5 @@
 //! A zlib stream of Huffman-coded literals: how wtxt stores a blob in the
-//! packs it writes (`git::pack`). Base64 text has no repeats for LZ77 to
+//! packs it writes (`odb::pack`). Base64 text has no repeats for LZ77 to
 //! find, so a general deflater spends its time looking for them (zlib at
 //! level 1: 45 MB/s here) or, in its Huffman-only mode, tallying symbols
 //! one by one (zlib-rs: 118-173 MB/s). Here each 1 MiB block gets its own

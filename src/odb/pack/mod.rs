@@ -5,7 +5,7 @@
 //! hunting for repeats that random text does not have, and `gc` tries a
 //! delta for every part, 1.4 CPU-s each for one that changed wholly, at
 //! every repack. Here a blob is deflated with Huffman codes alone
-//! ([`crate::git::deflate`]: to 75.9% of the text, where Git's level 1
+//! ([`crate::odb::deflate`]: to 75.9% of the text, where Git's level 1
 //! reaches 77.6%), and when most of a part's lines are those of the same
 //! path's previous version (found by comparing lines in place: a
 //! generation keeps its layout), that version is stored again beside it as
@@ -31,9 +31,19 @@ use std::path::{Path, PathBuf};
 use git2::Oid;
 use sha1::{Digest, Sha1};
 
-use crate::atomic::DirectWriter;
 use crate::crypto::digest::Sha1State;
 use crate::error::{Error, Result};
+use crate::fs::DirectWriter;
+
+mod delta;
+mod keep;
+mod stored;
+
+pub(crate) use delta::{line_delta, starts_alike};
+use keep::{release, KEEP};
+pub(crate) use keep::{release_all, release_unreachable};
+pub(crate) use stored::stored_prefix;
+use stored::{BLOB, OFS_DELTA};
 
 /// A blob's bytes and their id.
 pub(crate) struct Object {
@@ -85,10 +95,6 @@ pub(crate) enum Job {
     File(PathBuf),
 }
 
-/// Object types as a pack's entry headers number them.
-const BLOB: u8 = 3;
-const OFS_DELTA: u8 = 6;
-
 /// One object as it goes into the pack.
 struct Entry {
     id: Oid,
@@ -97,109 +103,6 @@ struct Entry {
     /// Length before deflating (of the delta, for a delta).
     size: usize,
     deflated: Vec<u8>,
-}
-
-/// Git's delta-header number: seven bits a byte, low first.
-fn varint(out: &mut Vec<u8>, mut n: usize) {
-    while n >= 0x80 {
-        out.push(0x80 | (n & 0x7f) as u8);
-        n >>= 7;
-    }
-    out.push(n as u8);
-}
-
-/// A copy of `len` bytes at `off` of the base, in pieces Git's 24-bit
-/// lengths hold.
-fn copy(out: &mut Vec<u8>, mut off: usize, mut len: usize) {
-    while len > 0 {
-        let n = len.min(0xff_ffff);
-        let at = out.len();
-        out.push(0x80);
-        for i in 0..4 {
-            let b = (off >> (8 * i)) as u8;
-            if b != 0 {
-                out[at] |= 1 << i;
-                out.push(b);
-            }
-        }
-        for i in 0..3 {
-            let b = (n >> (8 * i)) as u8;
-            if b != 0 {
-                out[at] |= 0x10 << i;
-                out.push(b);
-            }
-        }
-        off += n;
-        len -= n;
-    }
-}
-
-/// Literal bytes, at most 127 an instruction.
-fn insert(out: &mut Vec<u8>, bytes: &[u8]) {
-    for piece in bytes.chunks(0x7f) {
-        out.push(piece.len() as u8);
-        out.extend_from_slice(piece);
-    }
-}
-
-fn line_len(text: &[u8]) -> usize {
-    memchr::memchr(b'\n', text).map_or(text.len(), |i| i + 1)
-}
-
-/// A Git delta that rebuilds `target` from `base`, found by comparing the
-/// two line by line in place: a snapshot's next generation keeps every
-/// chunk's lines where they were, so an unchanged line is the base's line
-/// at the same position. `None` when the delta would not save half of the
-/// target (a part that changed wholly is stored whole), decided after the
-/// first sixteenth when most of it differs.
-pub(crate) fn line_delta(base: &[u8], target: &[u8]) -> Option<Vec<u8>> {
-    if base.len() > u32::MAX as usize {
-        return None;
-    }
-    let limit = target.len() / 2;
-    let mut out = Vec::new();
-    varint(&mut out, base.len());
-    varint(&mut out, target.len());
-    let (mut b, mut t) = (0, 0);
-    let mut copying: Option<(usize, usize)> = None;
-    let mut literal: Option<usize> = None;
-    let mut inserted = 0;
-    while t < target.len() {
-        let tl = line_len(&target[t..]);
-        let bl = line_len(&base[b..]);
-        if target[t..t + tl] == base[b..b + bl] {
-            if let Some(s) = literal.take() {
-                insert(&mut out, &target[s..t]);
-            }
-            match &mut copying {
-                Some((off, len)) if *off + *len == b => *len += tl,
-                _ => {
-                    if let Some((off, len)) = copying.take() {
-                        copy(&mut out, off, len);
-                    }
-                    copying = Some((b, tl));
-                }
-            }
-        } else {
-            if let Some((off, len)) = copying.take() {
-                copy(&mut out, off, len);
-            }
-            literal.get_or_insert(t);
-            inserted += tl;
-        }
-        t += tl;
-        b += bl;
-        if inserted > limit || (t > target.len() / 16 && inserted * 2 > t) {
-            return None;
-        }
-    }
-    if let Some(s) = literal {
-        insert(&mut out, &target[s..]);
-    }
-    if let Some((off, len)) = copying {
-        copy(&mut out, off, len);
-    }
-    (out.len() <= limit).then_some(out)
 }
 
 /// The bytes of the regular file at `path` (never through a link, at most
@@ -214,7 +117,7 @@ pub(crate) fn read_whole(path: &Path, max: u64) -> Result<Vec<u8>> {
 
 /// The regular file at `path` and its length, at most `max`.
 fn open_sized(path: &Path, max: u64) -> Result<(File, u64)> {
-    let (file, len) = crate::atomic::open_regular(path)?;
+    let (file, len) = crate::fs::open_regular(path)?;
     if len > max {
         return Err(Error::input(Default::default(), format!("grew past {max} bytes while it was read")).in_file(path));
     }
@@ -239,7 +142,7 @@ struct FileLane<'p> {
     len: u64,
     read: u64,
     id: Sha1State,
-    z: crate::git::deflate::Zlib,
+    z: crate::odb::deflate::Zlib,
     /// The block in hand: hashed by the caller, then coded.
     cur: Vec<u8>,
     n: usize,
@@ -249,7 +152,7 @@ struct FileLane<'p> {
 
 impl<'p> FileLane<'p> {
     fn open(path: &'p Path, out: Vec<u8>) -> Result<FileLane<'p>> {
-        use crate::git::deflate::{Zlib, BLOCK};
+        use crate::odb::deflate::{Zlib, BLOCK};
         let (file, len) = open_sized(path, PACKED_MAX)?;
         let z = Zlib::new(out, len as usize);
         let (cur, next) = (vec![0u8; BLOCK], vec![0u8; BLOCK]);
@@ -262,12 +165,12 @@ impl<'p> FileLane<'p> {
     /// Reads a block into `next` (`cur` when not `next`); its length.
     fn fill(&mut self, next: bool) -> Result<usize> {
         let buf = if next { &mut self.next } else { &mut self.cur };
-        crate::atomic::read_full(&mut self.file, buf).map_err(|e| Error::io(self.path, e))
+        crate::fs::read_full(&mut self.file, buf).map_err(|e| Error::io(self.path, e))
     }
 
     /// Codes the block in hand and reads the next.
     fn code(&mut self) -> Result<()> {
-        use crate::git::deflate::BLOCK;
+        use crate::odb::deflate::BLOCK;
         let m = if self.n == BLOCK { self.fill(true)? } else { 0 };
         self.read += m as u64;
         if self.read > self.len {
@@ -342,7 +245,7 @@ fn prepare_group(jobs: Vec<Job>, mut take: impl FnMut() -> Vec<u8>) -> Result<Ve
 /// Git's own repacking chooses, so that reading the newest applies no
 /// delta). Returns the target's id with the entries.
 fn prepare_blob(target: Object, base: Option<Object>, out: Vec<u8>) -> Result<(Oid, Vec<Entry>)> {
-    let deflated = crate::git::deflate::zlib_into(&target.bytes, out);
+    let deflated = crate::odb::deflate::zlib_into(&target.bytes, out);
     let whole = Entry { id: target.id, base: None, size: target.bytes.len(), deflated };
     if let Some(old) = &base {
         if let Some(delta) = line_delta(&target.bytes, &old.bytes) {
@@ -350,21 +253,13 @@ fn prepare_blob(target: Object, base: Option<Object>, out: Vec<u8>) -> Result<(O
                 id: old.id,
                 base: Some(target.id),
                 size: delta.len(),
-                deflated: crate::git::deflate::zlib(&delta),
+                deflated: crate::odb::deflate::zlib(&delta),
             };
             return Ok((target.id, vec![whole, d]));
         }
     }
     Ok((target.id, vec![whole]))
 }
-
-/// The content of the `.keep` file that keeps a pack of whole objects out
-/// of `git gc`'s repacking. It is taken off (only a keep file with exactly
-/// this content: any other is Git's or the user's) once a later pack
-/// stores one of the pack's objects as a delta: `gc` may then drop the
-/// whole copy. `gc` never prunes what a kept pack holds, so the keep also
-/// comes off once nothing reaches the pack ([`release_unreachable`]).
-const KEEP: &[u8] = b"wtxt: whole objects only; kept from repacking until a newer pack stores one as a delta\n";
 
 /// A pack being written: its temporary file, what its index lists, and
 /// the checksum of what was written so far.
@@ -493,7 +388,7 @@ impl Writer {
         if self.superseded.is_empty() {
             let keep = dir.join(format!("{name}.keep"));
             if std::fs::symlink_metadata(&keep).is_err() {
-                crate::atomic::write_file(&keep, KEEP, 0o444)?;
+                crate::fs::write_file(&keep, KEEP, 0o444)?;
             }
         }
         for (t, ext) in [(tmp, "pack"), (idx_tmp, "idx")] {
@@ -680,294 +575,11 @@ impl Drop for Rooms {
     }
 }
 
-/// Takes the [`KEEP`] file off each pack in the pack folder `dir` that
-/// holds one of `superseded` (objects a newer pack stores as deltas), so
-/// that `git gc` may drop their whole copies.
-fn release(dir: &Path, superseded: &[Oid]) -> Result<()> {
-    if !superseded.is_empty() {
-        release_where(dir, |idx| Ok(listed_in(idx).is_some_and(|ids| ids.iter().any(|id| superseded.contains(id)))))?;
-    }
-    Ok(())
-}
-
-/// Takes every [`KEEP`] file off the packs of the object folder `objects`
-/// (`wtxt git install --uninstall`: Git repacks them as any other again).
-/// Returns how many it took off.
-pub(crate) fn release_all(objects: &Path) -> Result<usize> {
-    release_where(&objects.join("pack"), |_| Ok(true))
-}
-
-/// Takes the [`KEEP`] file off each pack in the object folder `objects`
-/// none of whose objects the set `reachable` gives holds (a generation a
-/// reset or a rewrite dropped, once no reflog names it): `git gc` then
-/// prunes it as any unreachable object. `reachable` is asked only when
-/// some pack is kept. Returns how many keep files it took off.
-pub(crate) fn release_unreachable(
-    objects: &Path,
-    reachable: impl FnOnce() -> Result<std::collections::HashSet<Oid>>,
-) -> Result<usize> {
-    let mut reachable = Some(reachable);
-    let mut held = std::collections::HashSet::new();
-    release_where(&objects.join("pack"), |idx| {
-        if let Some(list) = reachable.take() {
-            held = list()?;
-        }
-        Ok(listed_in(idx).is_some_and(|ids| !ids.iter().any(|id| held.contains(id))))
-    })
-}
-
-/// Takes the [`KEEP`] file off each pack in the pack folder `dir` kept by
-/// wtxt whose index (its path) `drop` picks; asks nothing when none is
-/// kept. Returns how many it took off.
-fn release_where(dir: &Path, mut drop: impl FnMut(&Path) -> Result<bool>) -> Result<usize> {
-    let mut n = 0;
-    for keep in keep_files(dir)? {
-        if is_ours(&keep) && drop(&keep.with_extension("idx"))? {
-            match std::fs::remove_file(&keep) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&keep, e)),
-                _ => n += 1,
-            }
-        }
-    }
-    Ok(n)
-}
-
-/// Every object the version-2 pack index at `idx` lists; `None` when it is
-/// not one (or not all there: its length is checked against its count
-/// before a name is read).
-fn listed_in(idx: &Path) -> Option<Vec<Oid>> {
-    let (f, len) = crate::atomic::open_regular(idx).ok()?;
-    let mut f = std::io::BufReader::new(f);
-    let mut head = [0u8; 8 + 256 * 4];
-    f.read_exact(&mut head).ok()?;
-    if head[..8] != *b"\xfftOc\0\0\0\x02" {
-        return None;
-    }
-    let total = u32::from_be_bytes(head[head.len() - 4..].try_into().expect("4 bytes")) as u64;
-    if len < head.len() as u64 + 20 * total {
-        return None;
-    }
-    let mut ids = Vec::with_capacity(total as usize);
-    let mut name = [0u8; 20];
-    for _ in 0..total {
-        f.read_exact(&mut name).ok()?;
-        ids.push(Oid::from_bytes(&name).ok()?);
-    }
-    Some(ids)
-}
-
-/// The `.keep` files in the pack folder `dir` (none when it is absent).
-fn keep_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(dir, e)),
-    };
-    Ok(entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "keep"))
-        .collect())
-}
-
-/// Whether `keep` is a regular file holding [`KEEP`] (any other is Git's
-/// or the user's).
-fn is_ours(keep: &Path) -> bool {
-    crate::atomic::read_small_file(keep, KEEP.len() as u64, crate::atomic::Links::Refuse)
-        .is_ok_and(|b| b.as_deref() == Some(KEEP))
-}
-
-/// The first `n` bytes (fewer when it is shorter) of the blob `id` in the
-/// object folder `objects`, inflated no further, when it is stored loose or
-/// whole in a pack; `None` when it is a delta or not found here (the
-/// caller then reads it whole, or not at all). What it returns is unchecked
-/// (a prefix cannot be hashed against the id): it only steers a choice.
-pub(crate) fn stored_prefix(objects: &Path, id: Oid, n: usize) -> Option<Vec<u8>> {
-    let hex = id.to_string();
-    // Room for what the object says it holds, up to `n`: read whole, it
-    // is allocated once, not grown by doubling.
-    let read = |r: &mut dyn Read, size: u64| -> Option<Vec<u8>> {
-        let mut out = Vec::with_capacity(size.min(n as u64) as usize);
-        r.take(n as u64).read_to_end(&mut out).ok()?;
-        Some(out)
-    };
-    // An object store is read as a hostile repository may have laid it
-    // out: regular files only, never through a link, never a FIFO.
-    let open = |p: &Path| crate::atomic::open_regular(p).ok().map(|(f, _)| f);
-    if let Some(f) = open(&objects.join(&hex[..2]).join(&hex[2..])) {
-        let mut z = flate2::read::ZlibDecoder::new(std::io::BufReader::new(f));
-        let mut head = Vec::with_capacity(32);
-        let mut b = [0u8];
-        for _ in 0..32 {
-            z.read_exact(&mut b).ok()?;
-            if b[0] == 0 {
-                // `blob <size>`; a size that does not parse allocates nothing ahead.
-                let size = head.strip_prefix(b"blob ").and_then(|d| std::str::from_utf8(d).ok()?.parse().ok());
-                return read(&mut z, size.unwrap_or(0));
-            }
-            head.push(b[0]);
-        }
-        return None;
-    }
-    let packs = std::fs::read_dir(objects.join("pack")).ok()?;
-    for idx in packs.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "idx")) {
-        let Some(at) = offset_in(&idx, id) else { continue };
-        let mut pack = std::io::BufReader::new(open(&idx.with_extension("pack"))?);
-        pack.seek(SeekFrom::Start(at)).ok()?;
-        let mut b = [0u8];
-        pack.read_exact(&mut b).ok()?;
-        if (b[0] >> 4) & 7 != BLOB {
-            return None;
-        }
-        let (mut size, mut shift) = ((b[0] & 0x0f) as u64, 4);
-        while b[0] & 0x80 != 0 {
-            pack.read_exact(&mut b).ok()?;
-            if shift < 64 {
-                size |= ((b[0] & 0x7f) as u64) << shift;
-            }
-            shift += 7;
-        }
-        return read(&mut flate2::read::ZlibDecoder::new(pack), size);
-    }
-    None
-}
-
-/// Where the version-2 pack index at `idx` puts `id` in its pack.
-fn offset_in(idx: &Path, id: Oid) -> Option<u64> {
-    let mut f = crate::atomic::open_regular(idx).ok()?.0;
-    let mut head = [0u8; 8 + 256 * 4];
-    f.read_exact(&mut head).ok()?;
-    if head[..8] != *b"\xfftOc\0\0\0\x02" {
-        return None;
-    }
-    let fan = |i: usize| u32::from_be_bytes(head[8 + 4 * i..12 + 4 * i].try_into().expect("4 bytes")) as u64;
-    let first = id.as_bytes()[0] as usize;
-    let total = fan(255);
-    let (mut lo, mut hi) = (if first == 0 { 0 } else { fan(first - 1) }, fan(first));
-    if hi > total || total > 1 << 32 {
-        return None;
-    }
-    let mut name = [0u8; 20];
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        f.seek(SeekFrom::Start(head.len() as u64 + 20 * mid)).ok()?;
-        f.read_exact(&mut name).ok()?;
-        match name.as_slice().cmp(id.as_bytes()) {
-            std::cmp::Ordering::Less => lo = mid + 1,
-            std::cmp::Ordering::Greater => hi = mid,
-            std::cmp::Ordering::Equal => {
-                let mut word = [0u8; 4];
-                f.seek(SeekFrom::Start(head.len() as u64 + 24 * total + 4 * mid)).ok()?;
-                f.read_exact(&mut word).ok()?;
-                let small = u32::from_be_bytes(word) as u64;
-                if small & 0x8000_0000 == 0 {
-                    return Some(small);
-                }
-                let mut wide = [0u8; 8];
-                f.seek(SeekFrom::Start(head.len() as u64 + 28 * total + 8 * (small & 0x7fff_ffff))).ok()?;
-                f.read_exact(&mut wide).ok()?;
-                return Some(u64::from_be_bytes(wide));
-            }
-        }
-    }
-    None
-}
-
-/// Whether most of the first lines of `target` are those of `base` at the
-/// same places: a part worth reading its base whole for, to try a delta.
-pub(crate) fn starts_alike(base: &[u8], target: &[u8]) -> bool {
-    let (mut b, mut t, mut same) = (0, 0, 0);
-    while t < target.len() && b < base.len() {
-        let tl = line_len(&target[t..]);
-        let bl = line_len(&base[b..]);
-        // The last line of a prefix may be cut short: not counted.
-        if t + tl == target.len() {
-            break;
-        }
-        if target[t..t + tl] == base[b..b + bl] {
-            same += tl;
-        }
-        t += tl;
-        b += bl;
-    }
-    same * 2 > t
-}
-
 #[cfg(test)]
 mod tests {
+    use super::delta::lines;
     use super::*;
 
-    /// Git's patch-delta, enough to check ours.
-    fn apply(base: &[u8], delta: &[u8]) -> Vec<u8> {
-        let mut i = 0;
-        let mut num = || {
-            let (mut n, mut shift) = (0usize, 0);
-            loop {
-                let b = delta[i];
-                i += 1;
-                n |= ((b & 0x7f) as usize) << shift;
-                shift += 7;
-                if b < 0x80 {
-                    return n;
-                }
-            }
-        };
-        assert_eq!(num(), base.len());
-        let size = num();
-        let mut out = Vec::new();
-        while i < delta.len() {
-            let cmd = delta[i];
-            i += 1;
-            if cmd & 0x80 != 0 {
-                let (mut off, mut len) = (0usize, 0usize);
-                for k in 0..4 {
-                    if cmd & (1 << k) != 0 {
-                        off |= (delta[i] as usize) << (8 * k);
-                        i += 1;
-                    }
-                }
-                for k in 0..3 {
-                    if cmd & (0x10 << k) != 0 {
-                        len |= (delta[i] as usize) << (8 * k);
-                        i += 1;
-                    }
-                }
-                if len == 0 {
-                    len = 0x10000;
-                }
-                out.extend_from_slice(&base[off..off + len]);
-            } else {
-                out.extend_from_slice(&delta[i..i + cmd as usize]);
-                i += cmd as usize;
-            }
-        }
-        assert_eq!(out.len(), size);
-        out
-    }
-
-    fn lines(n: usize, changed: impl Fn(usize) -> bool) -> Vec<u8> {
-        (0..n).flat_map(|i| format!("line {i:06} {}\n", if changed(i) { "new" } else { "old" }).into_bytes()).collect()
-    }
-
-    #[test]
-    fn a_delta_rebuilds_the_target_and_only_when_most_lines_are_kept() {
-        let base = lines(5000, |_| false);
-        let some = lines(5000, |i| i % 97 == 3 || i == 4999);
-        let d = line_delta(&base, &some).expect("1% changed: a delta");
-        assert!(d.len() < some.len() / 20);
-        assert_eq!(apply(&base, &d), some);
-        // Longer and shorter targets, and one whose last line has no newline.
-        let mut longer = some.clone();
-        longer.extend_from_slice(b"tail without newline");
-        assert_eq!(apply(&base, &line_delta(&base, &longer).unwrap()), longer);
-        let shorter = some[..some.len() - 1000].to_vec();
-        assert_eq!(apply(&base, &line_delta(&base, &shorter).unwrap()), shorter);
-        assert!(line_delta(&base, &lines(5000, |_| true)).is_none(), "changed wholly: stored whole");
-        assert!(line_delta(&base, &lines(5000, |i| i % 3 != 0)).is_none(), "two thirds changed");
-    }
-
-    /// Stores `jobs` in a new pack under `dir`, saying beforehand that
-    /// those with a base make a delta; checks the pack with Git.
     fn stored(dir: &Path, jobs: &[Job]) -> Vec<Oid> {
         let copy = |o: &Object| Object { id: o.id, bytes: o.bytes.clone() };
         let ids = store(
@@ -1077,7 +689,7 @@ mod tests {
     #[test]
     fn files_coded_as_they_are_read_two_at_a_time_are_the_blobs_coded_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let block = crate::git::deflate::BLOCK;
+        let block = crate::odb::deflate::BLOCK;
         // Empty, a block exactly (the end found a block ahead), two and a
         // half, a few bytes: in jobs of two files (of unlike lengths), and
         // of one file before a blob's job of its own.
@@ -1174,12 +786,5 @@ mod tests {
         std::fs::remove_file(&at).unwrap();
         std::os::unix::fs::symlink("/dev/zero", &at).unwrap();
         assert!(stored_prefix(dir.path(), id, 100).is_none(), "a link to a device: not followed");
-    }
-
-    #[test]
-    fn copies_longer_than_git_s_24_bit_lengths_are_split() {
-        let base = vec![b'a'; 0x100_0000 + 10];
-        let d = line_delta(&base, &base).unwrap();
-        assert_eq!(apply(&base, &d), base);
     }
 }

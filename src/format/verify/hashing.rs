@@ -1,0 +1,446 @@
+//! The verifier's hashing work: blocks from a recycled pool handed to two
+//! workers, one for the arrays' digests, `sha256_all` and `fastxor`, one
+//! for the chunks' digests two at a time or each paired with the array's
+//! HMAC.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::crypto::digest::{FastXor, Hash, Sha256State};
+use crate::crypto::mac::HmacKey;
+use crate::error::Result;
+use crate::format::read::{ArrayStart, Header, Visitor};
+use crate::format::syntax::{ChLine, DigestForm};
+use crate::limits::BLOCK;
+
+use super::report::{ArrayReport, Problem, ProblemKind, Sink};
+
+pub(super) struct Pooled {
+    pub(super) buf: Vec<u8>,
+    pub(super) home: Sender<Vec<u8>>,
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let _ = self.home.send(std::mem::take(&mut self.buf));
+    }
+}
+
+pub(super) enum Msg {
+    /// An array begins; `tree`: the file is of the tree digest form.
+    Array {
+        text: Arc<Vec<u8>>,
+        salt: [u8; 8],
+        hmac: Option<Hash>,
+        tree: bool,
+    },
+    Data {
+        block: Arc<Pooled>,
+    },
+    /// The current chunk's SHA-256, as the thread that decoded it computed
+    /// it: its bytes need no hashing here.
+    ChunkDigest {
+        sha256: Hash,
+    },
+    ChunkEnd {
+        array: usize,
+        ix: u64,
+        len: u64,
+        line: u64,
+        sha256: Hash,
+        bad: bool,
+    },
+    ArrayEnd,
+}
+
+pub(super) struct Expect {
+    pub(super) sha256: Hash,
+    /// The tag the `arr` line carries (none when all zeros), and the salt.
+    pub(super) hmac: Option<Hash>,
+    pub(super) salt: [u8; 8],
+}
+
+/// Where the reader's messages go: two hashing threads, or (one thread of
+/// work) the hashing done in place.
+pub(super) enum Hashers<'k> {
+    Threads(Vec<Sender<Msg>>),
+    Inline(Box<RootWork>, Box<ChunkWork<'k>>),
+}
+
+pub(super) struct Hashing<'s, 'k> {
+    pub(super) hashers: Hashers<'k>,
+    pub(super) pool_rx: Receiver<Vec<u8>>,
+    pub(super) pool_tx: Sender<Vec<u8>>,
+    pub(super) arrays: Vec<ArrayReport>,
+    pub(super) expected: Vec<Expect>,
+    pub(super) problems: Vec<Problem>,
+    pub(super) sink: Option<&'s mut dyn Sink>,
+    pub(super) key_given: bool,
+    /// The file is of the tree digest form.
+    pub(super) tree: bool,
+    pub(super) header: Option<Header>,
+    pub(super) audit: Option<crate::format::syntax::Audit>,
+}
+
+impl Hashing<'_, '_> {
+    pub(super) fn send(&mut self, make: impl Fn() -> Msg) {
+        match &mut self.hashers {
+            Hashers::Threads(tx) => {
+                for t in tx.iter() {
+                    // A closed channel means a worker died; its join reports it.
+                    let _ = t.send(make());
+                }
+            }
+            Hashers::Inline(root, chunks) => {
+                root.take(make());
+                chunks.take(make());
+            }
+        }
+    }
+}
+
+impl Visitor for Hashing<'_, '_> {
+    fn header(&mut self, h: &Header) -> Result<()> {
+        self.tree = h.cap.digest_form() == Ok(DigestForm::Tree);
+        self.header = Some(h.clone());
+        Ok(())
+    }
+
+    fn array(&mut self, a: &ArrayStart) -> Result<()> {
+        if let Some(s) = self.sink.as_mut() {
+            s.array(a);
+        }
+        self.arrays.push(ArrayReport {
+            original: None,
+            name: a.arr.name.clone(),
+            dtype: a.arr.dtype.to_string(),
+            shape: a.arr.shape.clone(),
+            bytes: a.arr.bytes,
+            ok: true,
+            authenticated: false,
+            bad_chunks: Vec::new(),
+            line: a.line,
+        });
+        let text = Arc::new(a.text.clone());
+        let hmac = (self.key_given && !a.arr.hmac_is_zero()).then_some(a.arr.hmac);
+        let salt = a.arr.salt;
+        self.expected.push(Expect { sha256: a.arr.sha256, hmac, salt });
+        let tree = self.tree;
+        self.send(|| Msg::Array { text: text.clone(), salt, hmac, tree });
+        Ok(())
+    }
+
+    fn buffer(&mut self) -> Vec<u8> {
+        self.pool_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(BLOCK))
+    }
+
+    fn data(&mut self, buf: Vec<u8>) {
+        if let Some(s) = self.sink.as_mut() {
+            s.data(&buf);
+        }
+        let block = Arc::new(Pooled { buf, home: self.pool_tx.clone() });
+        self.send(|| Msg::Data { block: block.clone() });
+    }
+
+    fn chunk_digest(&mut self, sha256: &Hash) {
+        let sha256 = *sha256;
+        self.send(|| Msg::ChunkDigest { sha256 });
+    }
+
+    fn chunk_end(&mut self, line: u64, ch: &ChLine, bad: bool) {
+        let (array, ix, len, sha256) = (self.arrays.len() - 1, ch.ix, ch.len, ch.sha256);
+        self.send(|| Msg::ChunkEnd { array, ix, len, line, sha256, bad });
+        if bad {
+            self.arrays[array].bad_chunks.push(ix);
+        }
+    }
+
+    fn array_end(&mut self) {
+        self.send(|| Msg::ArrayEnd);
+    }
+
+    fn problem(&mut self, line: u64, message: String) {
+        let p = Problem::at(ProblemKind::Chunk, line, message);
+        self.problems.push(match self.arrays.last() {
+            Some(a) => p.in_array(&a.name),
+            None => p,
+        });
+    }
+
+    fn audit(&mut self, _line: u64, a: &crate::format::syntax::Audit) {
+        self.audit = Some(a.clone());
+    }
+}
+
+type BadChunk = (usize, u64, u64);
+
+/// A chunk's digest as the verifier computed it: (array, ix, len, SHA-256).
+type KeptDigest = (usize, u64, u64, Hash);
+
+pub(super) struct RootDigests {
+    /// Per array, its SHA-256.
+    pub(super) arrays: Vec<Hash>,
+    /// `sha256_all` and `fastxor`.
+    pub(super) root: Option<(Hash, u64)>,
+}
+
+pub(super) struct ChunkDigests {
+    pub(super) bad_chunks: Vec<BadChunk>,
+    /// Per array, whether its HMAC matched, where it was checked.
+    pub(super) macs: Vec<Option<bool>>,
+    /// The tree form: every chunk's digest.
+    pub(super) kept: Vec<KeptDigest>,
+}
+
+/// Each array's digest paired with `sha256_all` (both take the same
+/// bytes; the `arr` line that `sha256_all` starts with is read first), and
+/// `fastxor`.
+#[derive(Default)]
+pub(super) struct RootWork {
+    pub(super) all: Sha256State,
+    pub(super) fx: FastXor,
+    pub(super) arrays: Vec<Hash>,
+    pub(super) cur: Option<Sha256State>,
+    /// The tree form: the `arr` lines, for `sha256_all` once all are read
+    /// (no digest here reads the raw bytes; `fastxor` still does).
+    pub(super) tree: Option<Vec<Arc<Vec<u8>>>>,
+}
+
+impl RootWork {
+    pub(super) fn take(&mut self, m: Msg) {
+        match m {
+            Msg::Array { text, tree: true, .. } => self.tree.get_or_insert_with(Vec::new).push(text),
+            Msg::Array { text, .. } => {
+                self.all.update(&text[..]);
+                self.cur = Some(Sha256State::default());
+            }
+            Msg::Data { block } if self.tree.is_some() => self.fx.update(&block.buf),
+            Msg::Data { block } => {
+                match self.cur.as_mut() {
+                    Some(array) => Sha256State::update_pair(array, &block.buf, &mut self.all, &block.buf),
+                    None => self.all.update(&block.buf),
+                }
+                self.fx.update(&block.buf);
+            }
+            Msg::ChunkEnd { .. } | Msg::ChunkDigest { .. } => {}
+            Msg::ArrayEnd => self.arrays.extend(self.cur.take().map(Sha256State::finalize)),
+        }
+    }
+
+    pub(super) fn finish(self) -> RootDigests {
+        let all = match self.tree {
+            Some(lines) => crate::crypto::digest::tree_all(lines.iter().map(|l| &l[..])),
+            None => self.all.finalize(),
+        };
+        RootDigests { arrays: self.arrays, root: Some((all, self.fx.value())) }
+    }
+}
+
+/// Each chunk's digest, and each HMAC checked. Chunks are hashed two at a
+/// time ([`ChunkPairs`]); in an array with an HMAC, each chunk is paired
+/// with the HMAC instead, both taking the same bytes.
+pub(super) struct ChunkWork<'k> {
+    pub(super) key: Option<&'k HmacKey>,
+    pub(super) chunks: ChunkPairs,
+    pub(super) mac: Option<(Sha256State, Hash)>,
+    pub(super) macs: Vec<Option<bool>>,
+    /// The current chunk's digest, when its decoding thread computed it.
+    pub(super) given: Option<Hash>,
+}
+
+impl<'k> ChunkWork<'k> {
+    pub(super) fn new(key: Option<&'k HmacKey>) -> ChunkWork<'k> {
+        ChunkWork { key, chunks: ChunkPairs::default(), mac: None, macs: Vec::new(), given: None }
+    }
+
+    pub(super) fn take(&mut self, m: Msg) {
+        let key = self.key;
+        match m {
+            // The tree form: every chunk's digest is kept; the arrays' digests
+            // and tags are computed from them at the end.
+            Msg::Array { tree: true, .. } => self.chunks.keep = true,
+            Msg::Array { salt, hmac, .. } => self.mac = hmac.zip(key).map(|(want, k)| (k.resumable(&salt), want)),
+            Msg::ChunkDigest { sha256 } => self.given = Some(sha256),
+            Msg::Data { block } if self.given.is_some() => {
+                if let Some((inner, _)) = self.mac.as_mut() {
+                    inner.update(&block.buf);
+                }
+            }
+            Msg::Data { block } => self.chunks.data(block, self.mac.as_mut().map(|(inner, _)| inner)),
+            Msg::ChunkEnd { array, ix, len, line, sha256, bad } => {
+                let end = ChunkEnd { array, ix, len, line, want: sha256, bad };
+                match self.given.take() {
+                    Some(computed) => self.chunks.given(computed, end),
+                    None => self.chunks.end(end),
+                }
+            }
+            Msg::ArrayEnd => {
+                let checked = self.mac.take().zip(key).map(|((inner, want), k)| k.verify_resumable(inner, &want));
+                self.macs.push(checked)
+            }
+        }
+    }
+
+    pub(super) fn finish(self) -> ChunkDigests {
+        let (bad_chunks, kept) = self.chunks.finish();
+        ChunkDigests { bad_chunks, macs: self.macs, kept }
+    }
+}
+
+/// A chunk's place and what its `ch` line says.
+pub(super) struct ChunkEnd {
+    pub(super) array: usize,
+    pub(super) ix: u64,
+    pub(super) len: u64,
+    pub(super) line: u64,
+    pub(super) want: Hash,
+    /// Already found damaged: its digest is not judged.
+    pub(super) bad: bool,
+}
+
+/// A chunk whose bytes have all arrived and are not all hashed.
+pub(super) struct Held {
+    pub(super) sha: Sha256State,
+    /// Blocks not yet hashed, the first from `at`.
+    pub(super) blocks: VecDeque<Arc<Pooled>>,
+    pub(super) at: usize,
+    pub(super) end: ChunkEnd,
+}
+
+/// Chunk digests computed two at a time: a chunk's blocks wait (at most
+/// [`HOLD`] bytes of them; beyond that they are hashed alone) until the
+/// next chunk's arrive, and the two chunks' bytes go through as a pair.
+#[derive(Default)]
+pub(super) struct ChunkPairs {
+    pub(super) held: Option<Held>,
+    /// The chunk arriving now, and its blocks waiting for a partner (the
+    /// first from `waiting_at`).
+    pub(super) cur: Sha256State,
+    pub(super) waiting: VecDeque<Arc<Pooled>>,
+    pub(super) waiting_at: usize,
+    pub(super) waiting_bytes: usize,
+    pub(super) bad: Vec<BadChunk>,
+    /// Keep every chunk's digest (the tree form), in `kept`.
+    pub(super) keep: bool,
+    pub(super) kept: Vec<KeptDigest>,
+}
+
+/// Bytes of a chunk that may wait for a partner.
+pub(super) const HOLD: usize = 4 * BLOCK;
+
+impl ChunkPairs {
+    /// The current chunk's next block; `partner` is another digest of the
+    /// same bytes (an HMAC) to pair it with instead of another chunk.
+    pub(super) fn data(&mut self, block: Arc<Pooled>, partner: Option<&mut Sha256State>) {
+        if let Some(p) = partner {
+            if let Some(h) = self.held.take() {
+                self.alone(h);
+            }
+            while self.waiting_bytes > 0 {
+                self.hash_first_waiting();
+            }
+            Sha256State::update_pair(p, &block.buf, &mut self.cur, &block.buf);
+            return;
+        }
+        let mut from = 0;
+        if let Some(h) = self.held.as_mut() {
+            while from < block.buf.len() {
+                let Some(front) = h.blocks.front() else { break };
+                let n = (front.buf.len() - h.at).min(block.buf.len() - from);
+                Sha256State::update_pair(
+                    &mut self.cur,
+                    &block.buf[from..from + n],
+                    &mut h.sha,
+                    &front.buf[h.at..h.at + n],
+                );
+                from += n;
+                h.at += n;
+                if h.at == front.buf.len() {
+                    h.blocks.pop_front();
+                    h.at = 0;
+                }
+            }
+            if h.blocks.is_empty() {
+                let h = self.held.take().expect("held");
+                self.judge(h.sha, h.end);
+            }
+        }
+        if from < block.buf.len() {
+            if self.waiting.is_empty() {
+                self.waiting_at = from;
+            }
+            self.waiting_bytes += block.buf.len() - from;
+            self.waiting.push_back(block);
+            while self.waiting_bytes > HOLD {
+                self.hash_first_waiting();
+            }
+        }
+    }
+
+    /// Hashes the first block waiting by itself.
+    pub(super) fn hash_first_waiting(&mut self) {
+        let b = self.waiting.pop_front().expect("bytes waiting");
+        self.cur.update(&b.buf[self.waiting_at..]);
+        self.waiting_bytes -= b.buf.len() - self.waiting_at;
+        self.waiting_at = 0;
+    }
+
+    /// The current chunk has ended.
+    pub(super) fn end(&mut self, end: ChunkEnd) {
+        let sha = std::mem::take(&mut self.cur);
+        self.waiting_bytes = 0;
+        match self.held {
+            // Every byte of it went through paired with the held chunk.
+            Some(_) => self.judge(sha, end),
+            None => {
+                let blocks = std::mem::take(&mut self.waiting);
+                self.held = Some(Held { sha, blocks, at: self.waiting_at, end });
+            }
+        }
+    }
+
+    /// A chunk whose digest another thread computed (its bytes never came
+    /// here): judged as any other, after a chunk still held for a partner
+    /// is hashed by itself.
+    pub(super) fn given(&mut self, computed: Hash, end: ChunkEnd) {
+        if let Some(h) = self.held.take() {
+            self.alone(h);
+        }
+        if computed != end.want && !end.bad {
+            self.bad.push((end.array, end.ix, end.line));
+        }
+        if self.keep {
+            self.kept.push((end.array, end.ix, end.len, computed));
+        }
+    }
+
+    /// Hashes what `h` still holds by itself.
+    pub(super) fn alone(&mut self, mut h: Held) {
+        for b in h.blocks.drain(..) {
+            h.sha.update(&b.buf[h.at..]);
+            h.at = 0;
+        }
+        self.judge(h.sha, h.end);
+    }
+
+    pub(super) fn judge(&mut self, sha: Sha256State, e: ChunkEnd) {
+        let sha = sha.finalize();
+        if sha != e.want && !e.bad {
+            self.bad.push((e.array, e.ix, e.line));
+        }
+        if self.keep {
+            self.kept.push((e.array, e.ix, e.len, sha));
+        }
+    }
+
+    /// The chunks whose digest did not match, once every block arrived,
+    /// and every chunk's digest where they were kept.
+    pub(super) fn finish(mut self) -> (Vec<BadChunk>, Vec<KeptDigest>) {
+        if let Some(h) = self.held.take() {
+            self.alone(h);
+        }
+        (self.bad, self.kept)
+    }
+}

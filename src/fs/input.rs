@@ -1,0 +1,119 @@
+//! Opening inputs: regular files only, never blocking on a FIFO, links
+//! refused where they must be, small files read with a bound.
+
+use std::fs::File;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// True when `dest` exists and is not a regular file or folder (a device,
+/// FIFO or socket: written through, never replaced).
+pub fn is_device(dest: &Path) -> bool {
+    std::fs::metadata(dest).is_ok_and(|m| !m.is_file() && !m.is_dir())
+}
+
+/// Opens an input for reading, naming `path` in any error. Never blocks:
+/// a FIFO that no process writes to reads as empty instead of hanging the
+/// command (opened non-blocking, then switched back to blocking reads).
+#[allow(unsafe_code)]
+pub fn open_input_file(path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    // SAFETY: fcntl on a descriptor this function owns; it only changes its status flags.
+    unsafe {
+        use std::os::fd::AsRawFd;
+        let fd = f.as_raw_fd();
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    Ok(f)
+}
+
+/// Whether [`read_small_file`] follows a symbolic link at the path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Links {
+    /// A path the user named (a key file may be a link they made).
+    Follow,
+    /// A path a repository controls (a committed `.gitattributes`): a link
+    /// there could name any file the user can read.
+    Refuse,
+}
+
+/// Reads a small file whole: a regular file only (a device, FIFO, socket or
+/// folder is refused, never read or waited on), at most `max` bytes, counted
+/// as they are read (a device's `metadata` says 0). `Ok(None)` when nothing
+/// is at `path`.
+pub fn read_small_file(path: &Path, max: u64, links: Links) -> Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let meta = match links {
+        Links::Follow => std::fs::metadata(path),
+        Links::Refuse => std::fs::symlink_metadata(path),
+    };
+    let meta = match meta {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let refuse = |what: &str| Err(Error::input(Default::default(), what.to_string()).in_file(path));
+    if meta.file_type().is_symlink() {
+        return refuse("a symbolic link: refusing to follow it (replace it with a regular file)");
+    }
+    if !meta.is_file() {
+        return refuse("not a regular file (a device, FIFO, socket or folder): refusing to read it");
+    }
+    let nofollow = if links == Links::Refuse { libc::O_NOFOLLOW } else { 0 };
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | nofollow)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    // What was opened, not what was looked at: the name may have changed between.
+    if !f.metadata().map_err(|e| Error::io(path, e))?.is_file() {
+        return refuse("not a regular file (a device, FIFO, socket or folder): refusing to read it");
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, max + 1), &mut bytes).map_err(|e| Error::io(path, e))?;
+    if bytes.len() as u64 > max {
+        return refuse(&format!("larger than {max} bytes: not the small text file expected here"));
+    }
+    Ok(Some(bytes))
+}
+
+/// Opens a file for reading without following a symbolic link at its name
+/// and without waiting on a FIFO.
+pub fn open_no_follow(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)
+}
+
+/// The regular file at `path`, opened without following a link at its
+/// name or waiting on a FIFO, and its length; anything else (a folder, a
+/// device, a FIFO, a socket) is refused.
+pub fn open_regular(path: &Path) -> Result<(File, u64)> {
+    let file = open_no_follow(path).map_err(|e| Error::io(path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() {
+        return Err(Error::usage("not a regular file").in_file(path));
+    }
+    Ok((file, meta.len()))
+}
+
+/// Reads until `buf` is full or the input ends; gives the bytes read.
+pub(crate) fn read_full(r: &mut dyn std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}

@@ -1,0 +1,17 @@
+//! Git's object store, written and read without porcelain: the packs wtxt
+//! writes (Huffman-coded blobs, a part's previous version as a delta),
+//! loose objects written as `git hash-object -w` writes them, and blobs
+//! read as streams. Nothing here runs a hook, moves a ref or reads a work
+//! tree: that is [`crate::git`]'s. docs/STORAGE.md tells how the pieces fit.
+
+use crate::error::Error;
+
+pub(crate) mod blob;
+pub mod deflate;
+pub(crate) mod objects;
+pub(crate) mod pack;
+
+/// A libgit2 failure as unusable input, naming Git.
+pub fn git_err(e: git2::Error) -> Error {
+    Error::input(Default::default(), format!("git: {}", e.message()))
+}
