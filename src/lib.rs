@@ -37,6 +37,7 @@ pub mod model;
 pub mod odb;
 pub mod oms;
 pub mod ops;
+pub mod options;
 pub(crate) mod pipe;
 pub mod progress;
 pub mod store;

@@ -11,12 +11,12 @@ use pyo3::types::PyBytes;
 
 use wtxt::convert::names::OriginalNames;
 use wtxt::crypto::digest::{Hash, Sha256State};
-use wtxt::crypto::sign::SecretKey;
 use wtxt::format::split::{PartHash, PartLine};
 use wtxt::format::syntax::Meta;
+use wtxt::options::{KeyFiles, Output};
 use wtxt::store::dist::{ArrayHash, DistOptions, DistWrite, Raw};
 
-use crate::{hmac, named_arrays, parse_part_size, raise, staged_file, Staged, Writing};
+use crate::{named_arrays, parse_part_size, raise, staged_file, Staged, Writing};
 
 /// A `part` line as it crosses between ranks: (ix, bytes, lines, sha256).
 type Part = (u64, u64, u64, [u8; 32]);
@@ -112,15 +112,16 @@ impl PyDistWriter {
                 meta: Meta::new(gen, Some(&ts))?.with_tokens(None, None, None, None)?,
                 rows_per_chunk: wtxt::format::layout::DEFAULT_ROWS_PER_CHUNK,
                 merkle_prev,
-                hmac_key: hmac(hmac_key)?,
-                sign_key: sign_key.as_deref().map(SecretKey::from_file).transpose()?,
-                part_size: parse_part_size(part_size)?.unwrap_or_default(),
-                digest: digest
-                    .as_deref()
-                    .map(wtxt::format::syntax::DigestForm::parse)
-                    .transpose()
-                    .map_err(|m| wtxt::Error::usage(format!("digest: {m}")))?
-                    .unwrap_or_default(),
+                keys: KeyFiles { hmac_key, sign_key, ..KeyFiles::default() }.load()?,
+                output: Output {
+                    part_size: parse_part_size(part_size)?.unwrap_or_default(),
+                    digest: digest
+                        .as_deref()
+                        .map(wtxt::format::syntax::DigestForm::parse)
+                        .transpose()
+                        .map_err(|m| wtxt::Error::usage(format!("digest: {m}")))?
+                        .unwrap_or_default(),
+                },
             };
             Ok(PyDistWriter { inner: DistWrite::new(arrays, o, &path, &stage_dir)? })
         })
@@ -268,8 +269,8 @@ impl PyDistWriter {
     /// holds only what stays there: the stage is gone).
     fn sign_oms(&self, py: Python<'_>, oms_key: PathBuf) -> PyResult<()> {
         py.allow_threads(|| {
-            let key = wtxt::crypto::ec::EcSecretKey::from_file(&oms_key)?;
-            wtxt::ops::oms_sign_written(self.inner.out(), Some(&key)).map(drop)
+            let key = KeyFiles { oms_key: Some(oms_key), ..KeyFiles::default() }.oms()?;
+            wtxt::ops::oms_sign_written(self.inner.out(), key.as_ref()).map(drop)
         })
         .map_err(raise)
     }
@@ -280,7 +281,7 @@ impl PyDistWriter {
 #[pyfunction]
 #[pyo3(signature = (path=None))]
 pub fn hmac_fingerprint(path: Option<PathBuf>) -> PyResult<Option<String>> {
-    Ok(hmac(path).map_err(raise)?.map(|k| k.fingerprint()))
+    Ok(KeyFiles { hmac_key: path, ..KeyFiles::default() }.hmac().map_err(raise)?.map(|k| k.fingerprint()))
 }
 
 /// The generation a commit at `path` continues: HEAD's version of that

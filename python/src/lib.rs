@@ -17,12 +17,13 @@ use pyo3::prelude::*;
 
 use wtxt::convert::names::{self, OriginalNames};
 use wtxt::crypto::mac::HmacKey;
-use wtxt::crypto::sign::{SecretKey, TrustedKeys};
+use wtxt::crypto::sign::TrustedKeys;
 use wtxt::daemon::server::DaemonConfig;
 use wtxt::daemon::snapshotter::{Generation, Outcomes, Queue, Snapshotter};
 use wtxt::error::{Kind, Position};
 use wtxt::format::Keep;
 use wtxt::model::{Array, ArrayData, Dtype};
+use wtxt::options::KeyFiles;
 
 pyo3::create_exception!(_rust, WtxtError, PyException, "kind, line (or None), message");
 
@@ -39,10 +40,6 @@ fn raise(e: wtxt::Error) -> PyErr {
         _ => None,
     };
     WtxtError::new_err((kind, line, e.to_string()))
-}
-
-fn hmac(path: Option<PathBuf>) -> Result<Option<HmacKey>, wtxt::Error> {
-    path.as_deref().map(HmacKey::from_file).transpose()
 }
 
 /// What a reader of a snapshot demands of it, as paths: the dict
@@ -66,11 +63,13 @@ struct TrustKeys {
 
 impl Trust {
     fn keys(self) -> Result<TrustKeys, wtxt::Error> {
-        Ok(TrustKeys {
-            hmac_key: hmac(self.hmac_key)?,
-            trusted: TrustedKeys::from_flags(self.pubkey.as_deref(), self.trusted_keys.as_deref())?,
-            require_signature: self.require_signature,
-        })
+        let files = KeyFiles {
+            hmac_key: self.hmac_key,
+            pubkey: self.pubkey,
+            trusted_keys: self.trusted_keys,
+            ..KeyFiles::default()
+        };
+        Ok(TrustKeys { hmac_key: files.hmac()?, trusted: files.trusted()?, require_signature: self.require_signature })
     }
 }
 
@@ -193,23 +192,26 @@ impl Writing {
         })
     }
 
+    /// The key files named (no trust: a writer's inputs are arrays).
+    pub(crate) fn key_files(&self) -> KeyFiles {
+        KeyFiles {
+            hmac_key: self.hmac_key.clone(),
+            sign_key: self.sign_key.clone(),
+            oms_key: self.oms_key.clone(),
+            ..KeyFiles::default()
+        }
+    }
+
     /// The snapshot options they give (keys read now).
     fn options(self) -> Result<wtxt::ops::SnapshotOptions, wtxt::Error> {
         let digest = self.digest()?;
-        let part_size = parse_part_size(self.part_size)?.unwrap_or_default();
+        let part_size = parse_part_size(self.part_size.clone())?.unwrap_or_default();
+        let keys = self.key_files().load()?;
         Ok(wtxt::ops::SnapshotOptions {
-            meta: wtxt::ops::MetaFields { gen: self.gen, ts: self.ts, ..Default::default() },
+            meta: wtxt::options::MetaFields { gen: self.gen, ts: self.ts, ..Default::default() },
             prev: self.prev.map(wtxt::ops::Prev::File),
-            keys: wtxt::ops::Keys {
-                hmac_key: hmac(self.hmac_key)?,
-                sign_key: self.sign_key.as_deref().map(SecretKey::from_file).transpose()?,
-                ..Default::default()
-            },
-            output: wtxt::ops::Output {
-                part_size,
-                oms_key: self.oms_key.as_deref().map(wtxt::crypto::ec::EcSecretKey::from_file).transpose()?,
-                digest,
-            },
+            keys,
+            output: wtxt::options::Output { part_size, digest },
             ..Default::default()
         })
     }

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub use super::flags::{DigestArg, HmacArg, OmsKeyArg, PartSizeArg, SealedArg, TrustArg};
+
 /// Deterministic, self-checking ASCII snapshots of ML weights (WTXT 1.1).
 #[derive(Parser, Debug)]
 #[command(name = "wtxt", version, about, propagate_version = true)]
@@ -227,81 +229,6 @@ pub struct DeltaApplyArgs {
     pub parts: PartSizeArg,
     #[command(flatten)]
     pub oms: OmsKeyArg,
-}
-
-/// Reading age-encrypted inputs.
-#[derive(Args, Debug, Default)]
-pub struct SealedArg {
-    /// Decrypt an age-encrypted input with this identity (age key file or OpenSSH key); repeatable.
-    #[arg(short = 'i', long = "identity", value_name = "IDENTITY")]
-    pub identities: Vec<PathBuf>,
-    /// The input is passphrase-encrypted: passphrase from --passphrase-file or $WTXT_PASSPHRASE.
-    #[arg(short = 'p', long = "passphrase", conflicts_with = "identities")]
-    pub passphrase: bool,
-    /// Read the passphrase from this file's first line (implies -p).
-    #[arg(long, value_name = "FILE")]
-    pub passphrase_file: Option<PathBuf>,
-}
-
-#[derive(Args, Debug)]
-pub struct HmacArg {
-    /// HMAC key file (hex, at least 64 digits); else $WTXT_HMAC_KEY. With a
-    /// key, every array read must authenticate.
-    #[arg(long, value_name = "FILE")]
-    pub hmac_key: Option<PathBuf>,
-    /// With an HMAC key: accept arrays whose hmac is all zeros (reported as unauthenticated).
-    #[arg(long)]
-    pub allow_unauthenticated: bool,
-}
-
-/// How large the files of a written snapshot may be.
-#[derive(Args, Debug, Default)]
-pub struct PartSizeArg {
-    /// Store a snapshot whose text exceeds SIZE (bytes, or K/M/G for KiB/MiB/GiB)
-    /// split: the head at OUT, parts in OUT.parts/ (default 45M; `none`: one file).
-    #[arg(long, value_name = "SIZE|none")]
-    pub part_size: Option<crate::format::split::PartSize>,
-}
-
-impl PartSizeArg {
-    /// The size given, else the default (`PartSize::default`, 45M).
-    pub fn size(&self) -> crate::format::split::PartSize {
-        self.part_size.unwrap_or_default()
-    }
-}
-
-/// How a new snapshot's digests are computed.
-#[derive(Args, Debug, Default)]
-pub struct DigestArg {
-    /// `sha256` (WTXT 1.1, the default) or `tree`: the opt-in tree form, the
-    /// arrays' digests and `sha256_all` computed from the chunks' SHA-256
-    /// (docs/FORMAT.md section 19).
-    #[arg(long, value_name = "sha256|tree", value_parser = parse_digest)]
-    pub digest: Option<crate::format::syntax::DigestForm>,
-}
-
-fn parse_digest(s: &str) -> std::result::Result<crate::format::syntax::DigestForm, String> {
-    crate::format::syntax::DigestForm::parse(s).map_err(|r| r.to_string())
-}
-
-/// An OpenSSF Model Signing signature for a written snapshot.
-#[derive(Args, Debug, Default)]
-pub struct OmsKeyArg {
-    /// Also write an OMS `model.sig` beside the snapshot, signed with this
-    /// EC key (P-256/384/521, PKCS#8 or SEC1 PEM).
-    #[arg(long, value_name = "EC.pem")]
-    pub oms_key: Option<PathBuf>,
-}
-
-/// The keys whose signatures count.
-#[derive(Args, Debug, Default)]
-pub struct TrustArg {
-    /// Trust this public key (SPKI PEM or ssh-ed25519 line).
-    #[arg(long, value_name = "PUB.pem", conflicts_with = "trusted_keys")]
-    pub pubkey: Option<PathBuf>,
-    /// Trust the keys in this file (`<keyid> <base64 key> [comment]` lines).
-    #[arg(long, value_name = "FILE")]
-    pub trusted_keys: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -4,29 +4,32 @@
 //! command both run [`main`]: one code path, whichever way it was installed.
 
 mod args;
+mod flags;
+mod git;
+mod process;
 mod render;
 mod report;
 
 use args as cli;
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::convert::formats;
-use crate::crypto::armor::{self, Seal, Unseal};
+use crate::crypto::armor::{self, Seal};
 use crate::crypto::ec::{EcPublicKey, EcSecretKey};
-use crate::crypto::mac::HmacKey;
-use crate::crypto::sign::{SecretKey, TrustedKeys};
 use crate::error::{Error, Result};
 use crate::format::verify::InputTrust;
 use crate::git::history::DataCheck;
-use crate::git::merge;
 use crate::ops;
+use crate::options::{MetaFields, Output};
 use crate::progress::Progress;
 use clap::Parser;
 
 use cli::{Cli, Command, DeltaCommand};
+use flags::{hmac_key, keys, oms_key, output, trusted_keys, unseal};
+use process::{emit, warn, INVOKED_AS};
 
 /// Runs the command line `argv` (the program's name first) and gives the
 /// exit code. Prints to stdout and stderr; installs the process's signal
@@ -68,91 +71,6 @@ pub fn exit_code(argv: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
     }
 }
 
-/// The command line's first word, as this process was started.
-static INVOKED_AS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-
-/// The command Git should run for wtxt's hooks and drivers: this binary, or,
-/// when the command line runs inside another program (the Python package's
-/// `wtxt` script, whose process is Python's), the script it was started as.
-fn command_path() -> Result<PathBuf> {
-    let exe = std::env::current_exe().map_err(|e| Error::io("wtxt", e))?;
-    if exe.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("wtxt")) {
-        return Ok(exe);
-    }
-    let invoked = INVOKED_AS.get().cloned().unwrap_or_default();
-    let found = if invoked.components().count() > 1 {
-        Some(std::path::absolute(&invoked).map_err(|e| Error::io(&invoked, e))?)
-    } else {
-        // A bare name: the first on PATH.
-        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(&invoked)).find(|c| c.is_file()))
-    };
-    found.filter(|p| p.is_file()).ok_or_else(|| {
-        Error::usage(format!("cannot tell where the wtxt command is (started as {})", invoked.display()))
-    })
-}
-
-/// Prints what the library noted (repairs, versions, metadata left out).
-fn warn(notes: &[String]) {
-    for n in notes {
-        eprintln!("wtxt: warning: {}", crate::error::one_line(n));
-    }
-}
-
-/// Writes to stdout; a closed pipe (`wtxt inspect f | head`) is not an error.
-fn emit(text: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::io("stdout", e)),
-        _ => Ok(()),
-    }
-}
-
-fn hmac_key(path: &Option<PathBuf>) -> Result<Option<HmacKey>> {
-    HmacKey::from_file_or_env(path.as_deref())
-}
-
-fn sign_key(path: &Option<PathBuf>) -> Result<Option<SecretKey>> {
-    path.as_deref().map(SecretKey::from_file).transpose()
-}
-
-fn oms_key(a: &cli::OmsKeyArg) -> Result<Option<EcSecretKey>> {
-    a.oms_key.as_deref().map(EcSecretKey::from_file).transpose()
-}
-
-/// How to read age-encrypted inputs, if the user said.
-fn unseal(a: &cli::SealedArg) -> Result<Option<Unseal>> {
-    if a.passphrase || a.passphrase_file.is_some() {
-        return Ok(Some(Unseal::Passphrase(armor::passphrase(a.passphrase_file.as_deref())?)));
-    }
-    if a.identities.is_empty() {
-        return Ok(None);
-    }
-    let mut ids = Vec::new();
-    for p in &a.identities {
-        ids.extend(armor::read_identities(p)?);
-    }
-    Ok(Some(Unseal::Identities(ids)))
-}
-
-/// The keys of `--hmac-key`, `--sign-key` and the trust flags, read once.
-fn keys(hmac: &cli::HmacArg, sign: &Option<PathBuf>, trust: &cli::TrustArg) -> Result<ops::Keys> {
-    Ok(ops::Keys {
-        hmac_key: hmac_key(&hmac.hmac_key)?,
-        allow_unauthenticated: hmac.allow_unauthenticated,
-        sign_key: sign_key(sign)?,
-        trusted: trusted_keys(trust)?,
-    })
-}
-
-/// How the written snapshot is stored: `--part-size` and `--oms-key`.
-fn output(parts: &cli::PartSizeArg, oms: &cli::OmsKeyArg) -> Result<ops::Output> {
-    Ok(ops::Output { part_size: parts.size(), oms_key: oms_key(oms)?, digest: Default::default() })
-}
-
-fn trusted_keys(t: &cli::TrustArg) -> Result<Option<TrustedKeys>> {
-    TrustedKeys::from_flags(t.pubkey.as_deref(), t.trusted_keys.as_deref())
-}
-
 fn run(cmd: Command) -> Result<u8> {
     match cmd {
         Command::Snapshot(a) => snapshot(a),
@@ -167,31 +85,10 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Report(a) => report(a),
         Command::Convert(a) => convert(a),
         Command::Diff(a) => diff_files(a),
-        Command::Git(cli::GitCommand::Install(a)) => git_install(a),
         Command::Daemon(a) => daemon(a),
-        Command::Hook(cli::HookCommand::PreCommit) => pre_commit(),
-        Command::Hook(cli::HookCommand::Checkout) => hook_checkout(),
-        Command::Hook(cli::HookCommand::PreReceive) => pre_receive(),
-        Command::Git(cli::GitCommand::Folder { dir, checkout, stage, force }) => {
-            git_folder(&dir, checkout, stage, force)
-        }
-        Command::Git(cli::GitCommand::FilterProcess { format }) => filter_process(format),
-        Command::Git(cli::GitCommand::Textconv { file }) => textconv(file),
-        Command::Git(cli::GitCommand::DiffDriver { args }) => diff_driver_cmd(args),
-        Command::Git(cli::GitCommand::Resolve { path, how }) => git_resolve(path, how),
-        Command::Git(cli::GitCommand::Push { remote }) => git_push(remote),
-        Command::Git(cli::GitCommand::Export { rev, path, output, parts }) => {
-            let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-            let n = ops::export(&here, &rev, &path, &output, parts.size())?;
-            eprintln!(
-                "wrote {rev}:{} to {}{}",
-                path.display(),
-                output.display(),
-                if n > 0 { format!(" ({n} parts)") } else { String::new() }
-            );
-            Ok(0)
-        }
-        Command::Merge(a) => merge(a),
+        Command::Git(c) => git::run(c),
+        Command::Hook(c) => git::hook(c),
+        Command::Merge(a) => git::merge(a),
         Command::Encrypt(a) => encrypt(a),
         Command::Decrypt(a) => decrypt(a),
         Command::Keygen(a) => keygen(a),
@@ -216,13 +113,13 @@ fn run(cmd: Command) -> Result<u8> {
 
 fn snapshot(a: cli::SnapshotArgs) -> Result<u8> {
     let opts = ops::SnapshotOptions {
-        meta: ops::MetaFields { gen: a.gen, ts: a.ts, build: a.build, schema: a.schema, host: a.host, cuda: a.cuda },
+        meta: MetaFields { gen: a.gen, ts: a.ts, build: a.build, schema: a.schema, host: a.host, cuda: a.cuda },
         prev: a.prev.map(ops::Prev::File),
         rows_per_chunk: a.rows_per_chunk,
         audit: a.audit,
         wsum: if a.streaming { a.wsum } else { None },
-        keys: keys(&a.hmac, &a.sign_key, &a.trust)?,
-        output: ops::Output { digest: a.digest.digest.unwrap_or_default(), ..output(&a.parts, &a.oms)? },
+        keys: keys(&a.hmac, &a.sign_key, &a.trust, &a.oms)?,
+        output: Output { digest: a.digest.digest.unwrap_or_default(), ..output(&a.parts) },
     };
     let progress = Progress::for_terminal("snapshot");
     let mut notes = Vec::new();
@@ -238,7 +135,7 @@ fn verify(a: cli::VerifyArgs) -> Result<u8> {
     let trusted = trusted_keys(&a.trust)?;
     let opts = ops::VerifyFiles {
         wsum: a.wsum,
-        hmac_key: hmac_key(&a.hmac.hmac_key)?,
+        hmac_key: hmac_key(&a.hmac)?,
         trusted,
         require_signature: a.require_signature,
         prev: a.prev,
@@ -282,7 +179,7 @@ fn inspect(a: cli::InspectArgs) -> Result<u8> {
 
 fn extract(a: cli::ExtractArgs) -> Result<u8> {
     let u = unseal(&a.sealed)?;
-    let key = hmac_key(&a.hmac.hmac_key)?;
+    let key = hmac_key(&a.hmac)?;
     let checks = crate::format::verify::VerifyOptions {
         hmac_key: key.as_ref(),
         allow_unauthenticated: a.hmac.allow_unauthenticated,
@@ -306,8 +203,8 @@ fn recover(a: cli::RecoverArgs) -> Result<u8> {
     let opts = ops::RecoverOptions {
         report: a.report,
         partial: a.partial,
-        keys: keys(&a.hmac, &a.sign_key, &cli::TrustArg::default())?,
-        output: output(&a.parts, &a.oms)?,
+        keys: keys(&a.hmac, &a.sign_key, &cli::TrustArg::default(), &a.oms)?,
+        output: output(&a.parts),
     };
     let r = ops::recover(&a.file, &a.output, &opts)?;
     eprintln!("recovered {} array(s), lost {}, into {}", r.recovered_arrays, r.lost_arrays, a.output.display());
@@ -319,10 +216,10 @@ fn finalize(a: cli::FinalizeArgs) -> Result<u8> {
         return Err(Error::usage("--oms-key signs the snapshot of --rewrite: give --rewrite OUT.wtxt"));
     }
     let opts = ops::FinalizeOptions {
-        keys: keys(&a.hmac, &a.sign_key, &a.trust)?,
+        keys: keys(&a.hmac, &a.sign_key, &a.trust, &a.oms)?,
         prev: a.prev,
         rewrite: a.rewrite,
-        output: output(&a.parts, &a.oms)?,
+        output: output(&a.parts),
     };
     let w = ops::finalize(&a.file, &a.output, &opts)?;
     eprintln!("wrote {} sha256_all={}", a.output.display(), hex::encode(w.sha256_all));
@@ -343,10 +240,10 @@ fn delta_create(a: cli::DeltaCreateArgs) -> Result<u8> {
 
 fn delta_apply(a: cli::DeltaApplyArgs) -> Result<u8> {
     let opts = ops::DeltaApplyOptions {
-        meta: ops::MetaFields { gen: a.gen, ts: a.ts, build: a.build, ..Default::default() },
-        keys: keys(&a.hmac, &a.sign_key, &a.trust)?,
+        meta: MetaFields { gen: a.gen, ts: a.ts, build: a.build, ..Default::default() },
+        keys: keys(&a.hmac, &a.sign_key, &a.trust, &a.oms)?,
         unseal: unseal(&a.sealed)?,
-        output: output(&a.parts, &a.oms)?,
+        output: output(&a.parts),
     };
     let r = ops::delta_apply(&a.base, &a.delta, &a.output, &opts)?;
     eprintln!(
@@ -406,9 +303,9 @@ fn convert(a: cli::ConvertArgs) -> Result<u8> {
         return Err(Error::usage("--digest says how a WTXT snapshot is hashed: it needs --to wtxt"));
     }
     let opts = ops::SnapshotOptions {
-        meta: ops::MetaFields { gen: a.gen, ts: a.ts, ..Default::default() },
-        keys: keys(&a.hmac, &a.sign_key, &a.trust)?,
-        output: ops::Output { digest: a.digest.digest.unwrap_or_default(), ..output(&a.parts, &a.oms)? },
+        meta: MetaFields { gen: a.gen, ts: a.ts, ..Default::default() },
+        keys: keys(&a.hmac, &a.sign_key, &a.trust, &a.oms)?,
+        output: Output { digest: a.digest.digest.unwrap_or_default(), ..output(&a.parts) },
         ..Default::default()
     };
     let mut notes = Vec::new();
@@ -436,109 +333,6 @@ fn diff_files(a: cli::DiffArgs) -> Result<u8> {
         eprintln!("wtxt: {}: line {}: array {}: {}", x.file, x.line, x.array, crate::error::one_line(&x.message));
     }
     Ok(if !d.damage.is_empty() || (a.exit_code && d.differs()) { 1 } else { 0 })
-}
-
-fn git_install(a: cli::InstallArgs) -> Result<u8> {
-    use crate::git::install::{self, Scope};
-    let scope = if a.global {
-        Scope::Global
-    } else if a.system {
-        Scope::System
-    } else {
-        Scope::Local
-    };
-    let exe = command_path()?;
-    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-    if a.server {
-        let hook = install::server(&here, &exe, a.uninstall)?;
-        let done = if a.uninstall { "removed" } else { "installed" };
-        eprintln!("wtxt: {done} the guard {}", hook.display());
-        return Ok(0);
-    }
-    let plan = install::plan(&here, scope, &a.filter, &a.folder, &exe)?;
-    if a.manual {
-        emit(&install::describe(&plan))?;
-    } else if a.uninstall {
-        install::uninstall(&here, &plan)?;
-        eprintln!("wtxt: removed the drivers, attributes and hook");
-    } else {
-        let again = install::install(&here, &plan)?;
-        eprintln!("wtxt: installed (attributes in {})", plan.attributes_file.display());
-        if !again.is_empty() {
-            eprintln!(
-                "wtxt: checked out {} file(s) again through the filter (they were in their stored WTXT form): {}",
-                again.len(),
-                again.join(", ")
-            );
-        }
-        if scope == Scope::Local {
-            // A clone holds the snapshots, not the folders: say what writes them.
-            for f in crate::git::folders::unconfigured(&here)? {
-                eprintln!(
-                    "wtxt: {} holds the model folder {}/: `wtxt git install --folder {}` writes it and keeps it in step",
-                    f.snapshot.display(),
-                    f.dir.display(),
-                    f.dir.display()
-                );
-            }
-        }
-        if !plan.folders.is_empty() {
-            return hook_checkout();
-        }
-    }
-    Ok(0)
-}
-
-/// Writes every model folder whose snapshot changed; says what it left.
-fn hook_checkout() -> Result<u8> {
-    use crate::git::folders::{CheckedOut, State};
-    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-    let mut code = 0;
-    for (f, r) in crate::git::folders::checkout_changed(&here)? {
-        match r {
-            Ok(CheckedOut::Written(n)) => {
-                eprintln!("wtxt: wrote {}/ from {} ({n} shard(s))", f.dir.display(), f.snapshot.display())
-            }
-            Ok(CheckedOut::Left(s @ (State::FolderChanged | State::BothChanged))) => {
-                eprintln!("wtxt: warning: {}", s.describe(&f))
-            }
-            Ok(CheckedOut::Left(_)) => {}
-            Err(e) => {
-                eprintln!("wtxt: {}/ not written: {e}", f.dir.display());
-                code = e.exit_code() as u8;
-            }
-        }
-    }
-    Ok(code)
-}
-
-fn git_folder(dir: &str, checkout: bool, stage: bool, force: bool) -> Result<u8> {
-    use crate::git::folders::{self, CheckedOut};
-    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-    let (repo, f) = folders::open(&here, dir)?;
-    if stage {
-        let s = crate::ops::folders::stage(&repo, &f, force)?;
-        eprintln!(
-            "wtxt: snapshotted {}/ into {} (gen {}, {} bytes), staged",
-            f.dir.display(),
-            s.snapshot.display(),
-            s.gen,
-            s.len
-        );
-    } else if checkout {
-        match folders::checkout(&repo, &f, force)? {
-            CheckedOut::Written(n) => {
-                eprintln!("wtxt: wrote {}/ from {} ({n} shard(s))", f.dir.display(), f.snapshot.display())
-            }
-            CheckedOut::Left(s) => {
-                eprintln!("wtxt: {}", s.describe(&f));
-                return Ok(1);
-            }
-        }
-    } else {
-        emit(&format!("{}\n", folders::state(&repo, &f)?.describe(&f)))?;
-    }
-    Ok(0)
 }
 
 fn daemon(a: cli::DaemonArgs) -> Result<u8> {
@@ -580,190 +374,6 @@ fn daemon(a: cli::DaemonArgs) -> Result<u8> {
     Ok(0)
 }
 
-fn pre_commit() -> Result<u8> {
-    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-    let staged = crate::ops::folders::stage_changed(&here)?;
-    for s in &staged {
-        eprintln!(
-            "pre-commit: snapshotted the folder into {} (gen {}, {} bytes), staged",
-            s.snapshot.display(),
-            s.gen,
-            s.len
-        );
-    }
-    if !staged.is_empty() && crate::ops::folders::only_folders_staged(&here, &staged)? {
-        eprintln!(
-            "pre-commit: nothing else was staged, so Git may already have decided there is nothing to commit              (it checks before running this hook): the snapshot stays staged and the same commit again takes it;              `wtxt git folder DIR --stage` before `git commit` does it in one"
-        );
-    }
-    let crate::git::hooks::Checked { staged: n, refusals, notes } = crate::git::hooks::pre_commit(&here)?;
-    for note in &notes {
-        eprintln!("pre-commit: warning: {note}");
-    }
-    if refusals.is_empty() {
-        crate::git::hooks::pack_staged(&here)?;
-        return Ok(0);
-    }
-    for r in &refusals {
-        eprintln!("pre-commit: {r}");
-    }
-    eprintln!("pre-commit: commit blocked: {} of {n} staged WTXT file(s) refused", refusals.len());
-    Ok(1)
-}
-
-fn pre_receive() -> Result<u8> {
-    use crate::git::guard;
-    // Git's input: one line of about 100 bytes per ref update.
-    let mut input = Vec::new();
-    let cap = (guard::MAX_UPDATES as u64 + 1) * 512;
-    std::io::Read::read_to_end(&mut std::io::Read::take(std::io::stdin().lock(), cap), &mut input)
-        .map_err(Error::read_failed)?;
-    if input.len() as u64 == cap {
-        return Err(Error::usage(format!("pre-receive: more than {} ref updates in one push", guard::MAX_UPDATES)));
-    }
-    let updates = guard::parse_updates(&input)?;
-    let repo = git2::Repository::open_from_env().map_err(crate::git::git_err)?;
-    let v = guard::check(&repo, &updates, &Progress::hidden())?;
-    for r in &v.refusals {
-        let at = if r.commit.is_empty() { String::new() } else { format!(" {} {}:", &r.commit[..10], r.path) };
-        eprintln!("wtxt pre-receive: {}:{at} {}", r.refname, crate::error::one_line(&r.reason));
-    }
-    if !v.refusals.is_empty() {
-        eprintln!("wtxt pre-receive: push refused: nothing of it is kept");
-        return Ok(1);
-    }
-    eprintln!("wtxt pre-receive: {} generation(s) in {} new commit(s) verified", v.generations, v.commits);
-    Ok(0)
-}
-
-fn filter_process(format: String) -> Result<u8> {
-    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-    let stdin = std::io::stdin().lock();
-    let stdout = std::io::BufWriter::new(std::io::stdout().lock());
-    let log = |m: &str| eprintln!("wtxt filter: {}", crate::error::one_line(m));
-    crate::git::filter::serve(&format, &here, stdin, stdout, &log)?;
-    Ok(0)
-}
-
-fn textconv(file: PathBuf) -> Result<u8> {
-    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-    // A file that is not a readable WTXT is shown as it is: `git show`
-    // must not fail on it.
-    match ops::textconv(&file, &here) {
-        Ok(text) => emit(&text)?,
-        Err(e) => {
-            let raw = std::fs::read(&file).map_err(|e| Error::io(&file, e))?;
-            emit(&format!("wtxt textconv: {e} (shown as it is)\n{}", String::from_utf8_lossy(&raw)))?;
-        }
-    }
-    Ok(0)
-}
-
-fn diff_driver_cmd(args: Vec<String>) -> Result<u8> {
-    emit(&diff_driver(&args))?;
-    // Git treats a failing external diff as fatal: problems are printed instead.
-    Ok(0)
-}
-
-fn merge(a: cli::MergeArgs) -> Result<u8> {
-    if let (Some(p), true) = (&a.path, crate::git::merge::is_lone_head(&a.ours)) {
-        eprintln!("wtxt merge: {p} is a split snapshot: Git merges its head and parts one by one, which cannot merge the model; run `wtxt git resolve {p}` to merge it whole");
-        return Ok(1);
-    }
-    let opts = merge_options(&a.how)?;
-    let what = a.path.clone().unwrap_or_else(|| a.ours.display().to_string());
-    let out = ops::merge(&a.base, &a.ours, &a.theirs, &a.output, &opts)?;
-    Ok(merge_told(&what, &out, opts.keys.sign_key.is_some(), "ours is untouched"))
-}
-
-fn git_push(remote: Option<String>) -> Result<u8> {
-    use crate::git::push;
-    let here = push::repository_top(&std::env::current_dir().map_err(|e| Error::io(".", e))?)?;
-    let remote = match remote {
-        Some(r) => r,
-        None => push::default_remote(&here)?,
-    };
-    let shown = push::redact(&remote);
-    let backlog = push::backlog(&here, &remote)?;
-    if backlog.is_empty() {
-        eprintln!("wtxt git push: {shown} is up to date");
-    }
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    for (i, (commit, changed_wholly)) in backlog.iter().enumerate() {
-        let id = commit.to_string();
-        let how = if *changed_wholly { "as stored" } else { "as deltas against the remote's version" };
-        eprintln!("wtxt git push: {} ({} of {}) to {shown}, {how}", &id[..12], i + 1, backlog.len());
-        push::push(&here, &remote, push::Push { commit: Some(&id), changed_wholly: *changed_wholly }, &stop)?.done()?;
-    }
-    Ok(0)
-}
-
-fn git_resolve(path: PathBuf, how: cli::MergeHow) -> Result<u8> {
-    let mut opts = merge_options(&how)?;
-    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-    if opts.output.oms_key.is_none() {
-        opts.output.oms_key = crate::git::oms_key_around(&here)?;
-    }
-    let r = ops::resolve(&here, &path, &opts)?;
-    let what = format!("{} ({} of {})", path.display(), r.operation, r.theirs);
-    let code = merge_told(&what, &r.outcome, opts.keys.sign_key.is_some(), "the work tree is untouched");
-    if code == 0 {
-        eprintln!("wtxt git resolve: staged {}; commit to conclude", path.display());
-    }
-    Ok(code)
-}
-
-/// The options of a merge from its command line.
-fn merge_options(a: &cli::MergeHow) -> Result<ops::MergeOptions> {
-    let strategy =
-        a.strategy.clone().or_else(|| std::env::var("WTXT_MERGE_STRATEGY").ok()).unwrap_or_else(|| "fail".into());
-    let strategy = strategy.parse().map_err(Error::usage)?;
-    let decisions = match &a.decisions {
-        Some(p) => merge::Decisions::parse(&crate::crypto::mac::read_small_text(p)?)
-            .map_err(|m| Error::input(Default::default(), m).in_file(p))?,
-        None => Default::default(),
-    };
-    let key_path = a.sign_key.clone().or_else(|| std::env::var_os("WTXT_SIGN_KEY").map(PathBuf::from));
-    let sign = sign_key(&key_path)?;
-    // As Git's driver the keys come from `git config wtxt.trustedKeys`.
-    let trusted = match trusted_keys(&a.trust)? {
-        Some(t) => Some(t),
-        None => crate::git::trusted_keys_around(&std::env::current_dir().map_err(|e| Error::io(".", e))?)?,
-    };
-    let keys = ops::Keys {
-        hmac_key: hmac_key(&a.hmac.hmac_key)?,
-        sign_key: sign,
-        trusted,
-        allow_unauthenticated: a.hmac.allow_unauthenticated,
-    };
-    Ok(ops::MergeOptions { strategy, decisions, ts: a.ts.clone(), keys, output: output(&a.parts, &a.oms)? })
-}
-
-/// Tells how a merge ended: the conflicts left (exit 1), or what was written.
-fn merge_told(what: &str, out: &ops::MergeOutcome, signed: bool, untouched: &str) -> u8 {
-    let unsettled: Vec<_> = out.conflicts.iter().filter(|c| c.settled_by.is_none()).collect();
-    if !unsettled.is_empty() {
-        eprintln!("wtxt merge: {what}: {} conflict(s) left; {untouched}. Settle them with --strategy ours|theirs|average or --decisions FILE:", unsettled.len());
-        for c in unsettled {
-            let at = match (c.chunk, c.rows) {
-                (Some(ix), Some((r0, r1))) => format!(" chunk {ix} rows {r0}-{}", r1.saturating_sub(1)),
-                _ => String::new(),
-            };
-            eprintln!("  conflict: array {}{at}: {}", c.original.as_deref().unwrap_or(&c.array), c.what);
-        }
-        return 1;
-    }
-    let w = out.written.as_ref().expect("written when settled");
-    eprintln!(
-        "wtxt merge: {what}: merged gen {:06} ({} conflict(s) settled), sha256_all={}, {}",
-        out.gen,
-        out.conflicts.len(),
-        hex::encode(w.sha256_all),
-        if signed { "signed" } else { "unsigned (set WTXT_SIGN_KEY or --sign-key to sign merges)" }
-    );
-    0
-}
-
 fn encrypt(a: cli::EncryptArgs) -> Result<u8> {
     let seal = if a.passphrase || a.passphrase_file.is_some() {
         Seal::Passphrase(armor::passphrase(a.passphrase_file.as_deref())?)
@@ -792,7 +402,7 @@ fn decrypt(a: cli::DecryptArgs) -> Result<u8> {
 fn oms_sign(a: cli::OmsSignArgs) -> Result<u8> {
     let key = EcSecretKey::from_file(&a.key)?;
     let trust = InputTrust::new(
-        hmac_key(&a.hmac.hmac_key)?.as_ref(),
+        hmac_key(&a.hmac)?.as_ref(),
         trusted_keys(&a.trust)?.as_ref(),
         None,
         a.hmac.allow_unauthenticated,
@@ -833,11 +443,4 @@ fn keygen(a: cli::KeygenArgs) -> Result<u8> {
     let id = ops::keygen(&a.output, a.force, a.key_type == cli::KeyType::P256)?;
     emit(&format!("{id}\n"))?;
     Ok(0)
-}
-
-/// Git's external diff, which never fails (Git treats that as fatal).
-fn diff_driver(args: &[String]) -> String {
-    let color = std::env::var_os("GIT_PAGER_IN_USE").is_none() && std::io::stdout().is_terminal();
-    let here = std::env::current_dir().unwrap_or_default();
-    render::driver_text(&ops::diff_driver(args, &here), color)
 }

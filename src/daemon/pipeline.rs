@@ -12,14 +12,13 @@ use std::time::Instant;
 
 use crate::crypto::armor::Seal;
 use crate::crypto::digest::Hash;
-use crate::crypto::mac::HmacKey;
-use crate::crypto::sign::SecretKey;
 use crate::error::{Error, Result};
 use crate::format::layout::DEFAULT_ROWS_PER_CHUNK;
 use crate::format::syntax::Meta;
 use crate::format::syntax::Root;
 use crate::format::write::WriteOptions;
 use crate::model::Array;
+use crate::options::Keys;
 use crate::progress::Progress;
 use crate::store::input::WtxtIn;
 
@@ -36,12 +35,10 @@ pub struct PipelineConfig {
     pub path_in_repo: PathBuf,
     /// Remote to push to after each commit (none: no push).
     pub remote: Option<String>,
-    /// Signs every snapshot.
-    pub sign_key: Option<SecretKey>,
-    /// Signs each committed snapshot's folder with an OMS `model.sig`.
-    pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
-    /// HMACs every array.
-    pub hmac_key: Option<HmacKey>,
+    /// The keys: `sign_key` signs every snapshot, `hmac_key` HMACs every
+    /// array, `oms_key` signs each committed snapshot's folder with an OMS
+    /// `model.sig`; `trusted` is what a WTXT input must be signed by.
+    pub keys: Keys,
     /// age recipients: the committed file is armored.
     pub recipients: Vec<String>,
     /// Rows per chunk of arrays of rank >= 2.
@@ -70,9 +67,7 @@ impl PipelineConfig {
             repo: None,
             path_in_repo: PathBuf::from("snapshot.wtxt"),
             remote: None,
-            sign_key: None,
-            oms_key: None,
-            hmac_key: None,
+            keys: Keys::default(),
             recipients: Vec::new(),
             rows_per_chunk: DEFAULT_ROWS_PER_CHUNK,
             build: "daemon".into(),
@@ -331,10 +326,10 @@ impl Pipeline {
             // required (an unsigned file planted at the top of the ring
             // would otherwise become the chain's base). Its tags are not
             // asked for: an HMAC key added since must not stop a restart.
-            let mut trust = crate::format::verify::InputTrust::new(None, None, cfg.sign_key.as_ref(), false);
-            trust.require_signature = cfg.sign_key.is_some();
+            let mut trust = crate::format::verify::InputTrust::new(None, None, cfg.keys.sign_key.as_ref(), false);
+            trust.require_signature = cfg.keys.sign_key.is_some();
             let report = WtxtIn::verify_whole(p, &trust.options(), what).map_err(|e| {
-                if cfg.sign_key.is_some() && e.kind() == crate::error::Kind::Check {
+                if cfg.keys.sign_key.is_some() && e.kind() == crate::error::Kind::Check {
                     Error::check(
                         Default::default(),
                         format!(
@@ -406,8 +401,8 @@ impl Pipeline {
         let meta = Meta::new(gen, None)?.with_tokens(None, Some(&self.cfg.build), None, None)?;
         let opts = WriteOptions {
             merkle_prev: self.merkle_prev,
-            hmac_key: self.cfg.hmac_key.as_ref(),
-            sign_key: self.cfg.sign_key.as_ref(),
+            hmac_key: self.cfg.keys.hmac_key.as_ref(),
+            sign_key: self.cfg.keys.sign_key.as_ref(),
             digest: self.cfg.digest,
             ..WriteOptions::new(meta, self.cfg.rows_per_chunk)
         };
@@ -514,7 +509,7 @@ impl Pipeline {
         // Atomic in the work tree too; a split snapshot's parts first.
         let parts = crate::store::copy_snapshot(file, &dest)?;
         let mut extra = Vec::new();
-        if let Some(sig) = crate::ops::oms_sign_written(&dest, self.cfg.oms_key.as_ref())? {
+        if let Some(sig) = crate::ops::oms_sign_written(&dest, self.cfg.keys.oms_key.as_ref())? {
             let rel = sig.strip_prefix(work).map_err(|_| Error::usage("model.sig outside the work tree"))?;
             extra.push(rel.to_path_buf());
         }

@@ -22,6 +22,7 @@ use crate::daemon::pipeline::PipelineConfig;
 use crate::daemon::snapshotter::{pending_requests, Generation, Snapshotter};
 use crate::error::{Error, Reason, Result};
 use crate::format::verify::InputTrust;
+use crate::options::KeyFiles;
 
 /// Settings from flags and/or a TOML file (flags win).
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -66,6 +67,19 @@ pub struct DaemonConfig {
 }
 
 impl DaemonConfig {
+    /// The key files the settings name (the TOML file keeps its flat
+    /// `sign_key`, `hmac_key`, `oms_key` and `trusted_keys` fields).
+    pub fn key_files(&self) -> KeyFiles {
+        KeyFiles {
+            hmac_key: self.hmac_key.clone(),
+            hmac_from_env: true,
+            sign_key: self.sign_key.clone(),
+            trusted_keys: self.trusted_keys.clone(),
+            oms_key: self.oms_key.clone(),
+            ..KeyFiles::default()
+        }
+    }
+
     /// Reads a TOML file.
     pub fn from_file(path: &Path) -> Result<DaemonConfig> {
         let text = crate::crypto::mac::read_small_text(path)?;
@@ -118,11 +132,9 @@ impl DaemonConfig {
             (r, None) => r.clone(),
         };
         pc.log = Some(log.clone());
-        pc.sign_key = cfg.sign_key.as_deref().map(crate::crypto::sign::SecretKey::from_file).transpose()?;
-        pc.oms_key = cfg.oms_key.as_deref().map(crate::crypto::ec::EcSecretKey::from_file).transpose()?;
-        pc.hmac_key = crate::crypto::mac::HmacKey::from_file_or_env(cfg.hmac_key.as_deref())?;
+        pc.keys = cfg.key_files().load()?;
         pc.recipients = cfg.recipients.clone();
-        if pc.oms_key.is_some() && !pc.recipients.is_empty() {
+        if pc.keys.oms_key.is_some() && !pc.recipients.is_empty() {
             return Err(Error::usage("oms_key signs plain snapshots: it cannot be combined with recipients"));
         }
         for r in &pc.recipients {
@@ -212,14 +224,13 @@ pub fn default_ring(path_in_repo: &Path) -> PathBuf {
 #[allow(unsafe_code)]
 pub fn run(cfg: DaemonConfig, log: crate::daemon::Log) -> Result<()> {
     let socket = cfg.socket.clone().ok_or_else(|| Error::usage("--socket is required"))?;
-    let (pc, git) = cfg.pipeline(log.clone())?;
+    let (mut pc, git) = cfg.pipeline(log.clone())?;
+    if pc.keys.trusted.is_none() {
+        pc.keys.trusted = crate::git::configured_trusted_keys(&git)?;
+    }
     let ring = pc.ring.clone();
-    let trusted = match &cfg.trusted_keys {
-        Some(p) => Some(crate::crypto::sign::TrustedKeys::from_file(p)?),
-        None => crate::git::configured_trusted_keys(&git)?,
-    };
     // WTXT inputs are verified before the pipeline signs or HMACs them.
-    let trust = InputTrust::new(pc.hmac_key.as_ref(), trusted.as_ref(), pc.sign_key.as_ref(), false);
+    let trust = pc.keys.trust();
     let pending = pending_requests(&ring);
     let snap = Snapshotter::start(pc, Generation::default(), crate::daemon::snapshotter::Queue::Coalesce)?;
     let next = snap.next_gen()?;

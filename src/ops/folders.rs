@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::git::folders::{configured, snapshot_id, stats, work_tree, write_record, Folder, Record, State};
+use crate::options::{KeyFiles, Keys, MetaFields, Output};
 use crate::progress::Progress;
 
 /// What [`stage`] did.
@@ -45,20 +46,20 @@ pub fn stage(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Staged>
         Some((g, _)) => g.checked_add(1).ok_or_else(|| Error::usage("gen overflows"))?,
         None => 0,
     };
-    let sign_key = crate::git::configured_file(repo, "wtxt.signKey")?
-        .map(|p| crate::crypto::sign::SecretKey::from_file(&p))
-        .transpose()?;
-    let oms_key = crate::git::configured_file(repo, "wtxt.omsKey")?
-        .map(|p| crate::crypto::ec::EcSecretKey::from_file(&p))
-        .transpose()?;
-    let signs_oms = oms_key.is_some();
+    // The folder's snapshot is signed as configured, and HMAC'd by no key.
+    let files = KeyFiles {
+        sign_key: crate::git::configured_file(repo, "wtxt.signKey")?,
+        oms_key: crate::git::configured_file(repo, "wtxt.omsKey")?,
+        ..KeyFiles::default()
+    };
+    let keys = Keys { sign_key: files.sign()?, oms_key: files.oms()?, ..Keys::default() };
+    let signs_oms = keys.oms_key.is_some();
     let opts = super::SnapshotOptions {
-        meta: super::MetaFields { gen: link.is_none().then_some(0), ..Default::default() },
+        meta: MetaFields { gen: link.is_none().then_some(0), ..Default::default() },
         prev: link.map(|(gen, merkle_this)| super::Prev::Verified { gen, merkle_this }),
-        keys: super::Keys { sign_key, ..Default::default() },
-        output: super::Output {
+        keys,
+        output: Output {
             part_size: crate::git::configured_part_size(repo)?,
-            oms_key,
             digest: crate::git::configured_digest(repo)?,
         },
         ..Default::default()

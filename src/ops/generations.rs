@@ -8,6 +8,7 @@ use crate::format::syntax::{Meta, Root, Wsum};
 use crate::format::verify::{verify, InputTrust, ProblemKind, Report, VerifyOptions};
 use crate::format::write::WriteOptions;
 use crate::fs::{write_file, AtomicFile};
+use crate::options::{Keys, MetaFields, Output};
 use crate::progress::Progress;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -92,7 +93,7 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
             return Err(Error::check(Position::None, "the file changed while it was finalized").in_file(path));
         }
         w.finish()?;
-        oms_sign_written(out, o.output.oms_key.as_ref())?;
+        oms_sign_written(out, o.keys.oms_key.as_ref())?;
     }
     write_file(wsum_out, wsum.to_file().as_bytes(), 0o644)?;
     Ok(wsum)
@@ -205,7 +206,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
             .in_file(delta));
         }
         f.finish()?;
-        oms_sign_written(out, o.output.oms_key.as_ref())?;
+        oms_sign_written(out, o.keys.oms_key.as_ref())?;
         return Ok(report);
     }
     let parsed = reader.collect().map_err(|e| e.in_file(delta))?;
@@ -266,7 +267,7 @@ fn apply_minimal(
         &Progress::hidden(),
     )?;
     if report.ok {
-        oms_sign_written(out, o.output.oms_key.as_ref())?;
+        oms_sign_written(out, o.keys.oms_key.as_ref())?;
     }
     Ok(report)
 }

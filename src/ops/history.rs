@@ -7,6 +7,7 @@ use crate::format::layout::DEFAULT_ROWS_PER_CHUNK;
 use crate::format::syntax::{Audit, Meta, Root};
 use crate::format::verify::VerifyOptions;
 use crate::format::write::{WriteOptions, Written};
+use crate::options::{Keys, Output};
 use crate::progress::Progress;
 use std::path::{Path, PathBuf};
 
@@ -161,7 +162,7 @@ pub fn merge(base: &Path, ours: &Path, theirs: &Path, out: &Path, o: &MergeOptio
         ..WriteOptions::new(meta, rows)
     };
     let written = write_wtxt(&merged.arrays, &opts, out, o.output.part_size, None, &Progress::hidden())?;
-    oms_sign_written(out, o.output.oms_key.as_ref())?;
+    oms_sign_written(out, o.keys.oms_key.as_ref())?;
     Ok(MergeOutcome { conflicts: merged.conflicts, written: Some(written), gen })
 }
 
@@ -219,7 +220,7 @@ pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
     };
     let outcome = merge(&base, &ours, &theirs, &target, o).map_err(|e| e.renamed(named))?;
     if outcome.written.is_some() {
-        crate::git::commit::stage_snapshot(&repo, &rel, o.output.oms_key.is_some())?;
+        crate::git::commit::stage_snapshot(&repo, &rel, o.keys.oms_key.is_some())?;
     }
     let theirs = op.theirs.to_string()[..10].to_string();
     Ok(Resolved { outcome, operation: op.operation, theirs })

@@ -81,62 +81,6 @@ fn chain_from(prev: &Path, trust: &InputTrust) -> Result<(u64, Hash)> {
     }
 }
 
-/// The keys a command is given, parsed once at the edge: what its WTXT
-/// inputs must prove, and what its output is HMAC'd and signed with.
-#[derive(Default)]
-pub struct Keys {
-    /// Every input array must authenticate with it; the output is HMAC'd with it.
-    pub hmac_key: Option<crate::crypto::mac::HmacKey>,
-    /// Signs the output.
-    pub sign_key: Option<crate::crypto::sign::SecretKey>,
-    /// Keys that signed inputs must be signed by.
-    pub trusted: Option<crate::crypto::sign::TrustedKeys>,
-    /// With an HMAC key, accept input arrays whose hmac is all zeros.
-    pub allow_unauthenticated: bool,
-}
-
-impl Keys {
-    /// What the inputs must prove before the output is signed or HMAC'd.
-    pub fn trust(&self) -> InputTrust {
-        InputTrust::new(
-            self.hmac_key.as_ref(),
-            self.trusted.as_ref(),
-            self.sign_key.as_ref(),
-            self.allow_unauthenticated,
-        )
-    }
-}
-
-/// The `meta` fields a command may set; unset ones take the writer's
-/// defaults (section 3 of docs/FORMAT.md) or the base's.
-#[derive(Default)]
-pub struct MetaFields {
-    /// Generation number.
-    pub gen: Option<u64>,
-    /// Timestamp (default: `SOURCE_DATE_EPOCH`, else now).
-    pub ts: Option<String>,
-    /// `build` token.
-    pub build: Option<String>,
-    /// `schema` token.
-    pub schema: Option<String>,
-    /// `host` token.
-    pub host: Option<String>,
-    /// `cuda` token.
-    pub cuda: Option<String>,
-}
-
-/// How a command stores the snapshot it writes.
-#[derive(Default)]
-pub struct Output {
-    /// Largest file (split above it).
-    pub part_size: crate::format::split::PartSize,
-    /// Also write an OpenSSF Model Signing `model.sig` beside it.
-    pub oms_key: Option<crate::crypto::ec::EcSecretKey>,
-    /// The digest form of a new snapshot (commands that write a snapshot
-    /// from others keep their form).
-    pub digest: crate::format::syntax::DigestForm,
-}
-
 /// Refuses two outputs of one command that name the same file: one would
 /// overwrite the other.
 pub fn distinct_outputs(paths: &[&Path]) -> Result<()> {

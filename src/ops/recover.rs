@@ -7,6 +7,7 @@ use crate::format::recover::{recover as scan, RecoveryReport};
 use crate::format::syntax::{Audit, Meta};
 use crate::format::write::WriteOptions;
 use crate::fs::write_file;
+use crate::options::{Keys, Output};
 use crate::progress::Progress;
 use std::path::{Path, PathBuf};
 
@@ -110,7 +111,7 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
         ..WriteOptions::new(meta, r.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK))
     };
     write_wtxt(&r.arrays, &opts, out, o.output.part_size, None, &Progress::hidden())?;
-    oms_sign_written(out, o.output.oms_key.as_ref())?;
+    oms_sign_written(out, o.keys.oms_key.as_ref())?;
     if let Some(p) = &o.partial {
         write_arrays(&r.partials, p)?;
     }

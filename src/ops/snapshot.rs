@@ -7,6 +7,7 @@ use crate::format::layout::DEFAULT_ROWS_PER_CHUNK;
 use crate::format::syntax::{Audit, Meta};
 use crate::format::write::{WriteOptions, Written};
 use crate::model::Array;
+use crate::options::{Keys, MetaFields, Output};
 use crate::progress::Progress;
 use std::path::{Path, PathBuf};
 
@@ -85,7 +86,7 @@ pub fn snapshot_arrays(arrays: &[Array], out: &Path, o: &SnapshotOptions, progre
         ..WriteOptions::new(meta, rows)
     };
     let written = write_wtxt(arrays, &opts, out, o.output.part_size, o.wsum.as_deref(), progress)?;
-    oms_sign_written(out, o.output.oms_key.as_ref())?;
+    oms_sign_written(out, o.keys.oms_key.as_ref())?;
     Ok(written)
 }
 

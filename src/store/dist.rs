@@ -26,14 +26,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::crypto::digest::{fastxor_at, Hash, Sha256State};
-use crate::crypto::mac::HmacKey;
-use crate::crypto::sign::SecretKey;
 use crate::error::{Error, Result};
 use crate::format::layout::Layout;
-use crate::format::split::{self, part_name, PartLine, PartSize, PartSpan};
+use crate::format::split::{self, part_name, PartLine, PartSpan};
 use crate::format::syntax::{ArrLine, Meta};
 use crate::format::write::{FixedKind, Places, WriteOptions, WritePlan, Written};
 use crate::model::Array;
+use crate::options::{Keys, Output};
 use crate::store::input::WtxtIn;
 
 /// Where a chunk's bytes are: the caller's memory, or (`None`) the
@@ -48,17 +47,14 @@ pub struct DistOptions {
     pub rows_per_chunk: u64,
     /// The previous generation's `merkle_this` (the coordinator's concern).
     pub merkle_prev: Hash,
-    /// Per-array HMACs: every rank hashes with it.
-    pub hmac_key: Option<HmacKey>,
-    /// The `sign` line: its presence sets the header's size on every rank;
-    /// the coordinator signs.
-    pub sign_key: Option<SecretKey>,
-    /// How the snapshot is stored.
-    pub part_size: PartSize,
-    /// How its digests are computed: in the tree form the ranks only report
-    /// their chunks' SHA-256 ([`DistWrite::tree_arr_lines`]), nothing is
-    /// handed from rank to rank.
-    pub digest: crate::format::syntax::DigestForm,
+    /// The keys: `hmac_key` (every rank hashes with it) and `sign_key` (its
+    /// presence sets the header's size on every rank; the coordinator
+    /// signs). The others are not used here.
+    pub keys: Keys,
+    /// How the snapshot is stored, and how its digests are computed: in the
+    /// tree form the ranks only report their chunks' SHA-256
+    /// ([`DistWrite::tree_arr_lines`]), nothing is handed from rank to rank.
+    pub output: Output,
 }
 
 /// An array's SHA-256 and HMAC, part way through its bytes.
@@ -114,7 +110,7 @@ impl DistWrite {
         let opts = options(&o);
         let plan = WritePlan::new(&arrays, &opts).map_err(|e| e.in_file(out))?;
         let places = plan.places();
-        let spans = match o.part_size.limit() {
+        let spans = match o.output.part_size.limit() {
             Some(limit) => split::place_parts(&plan.shape(), limit).map_err(|e| e.in_file(out))?,
             None => None,
         };
@@ -309,7 +305,10 @@ impl DistWrite {
             Some(h) => h,
             None => {
                 let salt = self.with_plan(|p| Ok(p.salt(i)))?;
-                ArrayHash { sha: Sha256State::default(), mac: self.o.hmac_key.as_ref().map(|k| k.resumable(&salt)) }
+                ArrayHash {
+                    sha: Sha256State::default(),
+                    mac: self.o.keys.hmac_key.as_ref().map(|k| k.resumable(&salt)),
+                }
             }
         };
         for &(ix, raw) in chunks {
@@ -324,7 +323,7 @@ impl DistWrite {
 
     /// Array `i`'s `arr` line (without LF) once `h` has seen all its bytes.
     pub fn arr_line(&self, i: usize, h: ArrayHash) -> Result<String> {
-        let mac = match (&self.o.hmac_key, h.mac) {
+        let mac = match (&self.o.keys.hmac_key, h.mac) {
             (Some(k), Some(m)) => Some(k.finish_resumable(m)),
             (None, None) => None,
             _ => return Err(Error::usage("an array's hash state disagrees with the HMAC key")),
@@ -423,8 +422,12 @@ impl DistWrite {
         parts: &[PartLine],
         verify: bool,
     ) -> Result<Written> {
-        let trust =
-            crate::format::verify::InputTrust::new(self.o.hmac_key.as_ref(), None, self.o.sign_key.as_ref(), false);
+        let trust = crate::format::verify::InputTrust::new(
+            self.o.keys.hmac_key.as_ref(),
+            None,
+            self.o.keys.sign_key.as_ref(),
+            false,
+        );
         let opts = trust.options();
         let verify = verify.then_some(&opts);
         if arr_lines.len() != self.arrays.len() {
@@ -502,9 +505,9 @@ impl DistWrite {
 fn options(o: &DistOptions) -> WriteOptions<'_> {
     WriteOptions {
         merkle_prev: o.merkle_prev,
-        hmac_key: o.hmac_key.as_ref(),
-        sign_key: o.sign_key.as_ref(),
-        digest: o.digest,
+        hmac_key: o.keys.hmac_key.as_ref(),
+        sign_key: o.keys.sign_key.as_ref(),
+        digest: o.output.digest,
         ..WriteOptions::new(o.meta.clone(), o.rows_per_chunk)
     }
 }
@@ -512,6 +515,9 @@ fn options(o: &DistOptions) -> WriteOptions<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crypto::mac::HmacKey;
+    use crate::crypto::sign::SecretKey;
+    use crate::format::split::PartSize;
     use crate::format::syntax::DigestForm;
     use crate::model::Dtype;
     use crate::progress::Progress;
@@ -533,10 +539,12 @@ mod tests {
             meta: Meta::new(3, Some("2026-01-01T00:00:00Z")).unwrap(),
             rows_per_chunk: 128,
             merkle_prev: [7; 32],
-            hmac_key: Some(HmacKey::from_hex(&"ab".repeat(32)).unwrap()),
-            sign_key: sign.then(|| SecretKey::from_file(Path::new("fixtures/wtxt/keys/sign.pem")).unwrap()),
-            part_size: size,
-            digest,
+            keys: Keys {
+                hmac_key: Some(HmacKey::from_hex(&"ab".repeat(32)).unwrap()),
+                sign_key: sign.then(|| SecretKey::from_file(Path::new("fixtures/wtxt/keys/sign.pem")).unwrap()),
+                ..Keys::default()
+            },
+            output: Output { part_size: size, digest },
         }
     }
 

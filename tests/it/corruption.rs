@@ -26,9 +26,9 @@ fn signed_sample() -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("s.wtxt");
     let opts = wtxt::ops::SnapshotOptions {
-        meta: wtxt::ops::MetaFields { gen: Some(4), ts: Some("2026-02-02T12:00:00Z".into()), ..Default::default() },
+        meta: wtxt::options::MetaFields { gen: Some(4), ts: Some("2026-02-02T12:00:00Z".into()), ..Default::default() },
         rows_per_chunk: Some(2),
-        keys: wtxt::ops::Keys {
+        keys: wtxt::options::Keys {
             hmac_key: Some(keys().hmac),
             sign_key: Some(SecretKey::from_file(&fixture("keys/sign.pem")).unwrap()),
             ..Default::default()

@@ -1073,7 +1073,7 @@ fn the_ring_is_taken_only_as_the_pipeline_left_it() {
     let ring = d.join("ring");
     let start = |ring: &Path, key: Option<wtxt::crypto::sign::SecretKey>| {
         let mut cfg = PipelineConfig::new(ring);
-        cfg.sign_key = key;
+        cfg.keys.sign_key = key;
         Snapshotter::start(cfg, Generation::default(), Queue::default())
     };
     let snap = start(&ring, key()).unwrap();

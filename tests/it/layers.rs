@@ -14,16 +14,35 @@ const NEVER: &[(&str, &[&str])] = &[
     ("odb", &["ops", "git", "daemon", "oms", "store", "convert", "format", "cli"]),
     ("oms", &["ops", "git", "odb", "daemon", "convert", "cli"]),
     ("convert", &["ops", "git", "odb", "daemon", "oms", "cli"]),
+    ("options", &["ops", "git", "odb", "daemon", "oms", "store", "convert", "cli"]),
     ("store", &["ops", "git", "odb", "daemon", "oms", "convert", "cli"]),
-    ("format", &["ops", "git", "odb", "daemon", "oms", "store", "convert", "cli"]),
-    ("crypto", &["ops", "git", "odb", "daemon", "oms", "store", "convert", "format", "model", "cli"]),
-    ("model", &["ops", "git", "odb", "daemon", "oms", "store", "convert", "format", "crypto", "cli"]),
-    ("buffer", &["ops", "git", "odb", "daemon", "oms", "store", "convert", "format", "crypto", "model", "cli"]),
-    ("fs", &["ops", "git", "odb", "daemon", "oms", "store", "convert", "format", "crypto", "model", "cli"]),
-    ("error", &["ops", "git", "odb", "daemon", "oms", "store", "convert", "format", "crypto", "model", "cli"]),
-    ("limits", &["ops", "git", "odb", "daemon", "oms", "store", "convert", "format", "crypto", "model", "fs", "cli"]),
-    ("pipe", &["ops", "git", "odb", "daemon", "oms", "store", "convert", "format", "crypto", "model", "cli"]),
-    ("progress", &["ops", "git", "odb", "daemon", "oms", "store", "convert", "format", "crypto", "model", "cli"]),
+    ("format", &["ops", "git", "odb", "daemon", "oms", "store", "options", "convert", "cli"]),
+    ("crypto", &["ops", "git", "odb", "daemon", "oms", "store", "options", "convert", "format", "model", "cli"]),
+    ("model", &["ops", "git", "odb", "daemon", "oms", "store", "options", "convert", "format", "crypto", "cli"]),
+    (
+        "buffer",
+        &["ops", "git", "odb", "daemon", "oms", "store", "options", "convert", "format", "crypto", "model", "cli"],
+    ),
+    ("fs", &["ops", "git", "odb", "daemon", "oms", "store", "options", "convert", "format", "crypto", "model", "cli"]),
+    (
+        "error",
+        &["ops", "git", "odb", "daemon", "oms", "store", "options", "convert", "format", "crypto", "model", "cli"],
+    ),
+    (
+        "limits",
+        &[
+            "ops", "git", "odb", "daemon", "oms", "store", "options", "convert", "format", "crypto", "model", "fs",
+            "cli",
+        ],
+    ),
+    (
+        "pipe",
+        &["ops", "git", "odb", "daemon", "oms", "store", "options", "convert", "format", "crypto", "model", "cli"],
+    ),
+    (
+        "progress",
+        &["ops", "git", "odb", "daemon", "oms", "store", "options", "convert", "format", "crypto", "model", "cli"],
+    ),
 ];
 
 fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {

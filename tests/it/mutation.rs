@@ -283,7 +283,7 @@ fn merge_and_recover_never_launder_mutated_inputs() {
         strategy: wtxt::git::merge::Strategy::Theirs,
         decisions: Default::default(),
         ts: Some("2026-05-01T00:00:00Z".into()),
-        keys: wtxt::ops::Keys {
+        keys: wtxt::options::Keys {
             hmac_key: Some(key.clone()),
             sign_key: Some(SecretKey::from_file(&crate::util::fixture("keys/sign.pem")).unwrap()),
             ..Default::default()
