@@ -1,50 +1,12 @@
-//! The real binary: exit codes 0/1/2, one-line errors naming file and line,
-//! JSON per the CLI contract, keys, extract and atomic output.
+//! The real binary where a case needs more than a case file of
+//! `tests/cmd/` can say (files made or damaged first, bytes compared):
+//! forged signatures, keys, extract, WTXT-S pairs, diffs and threads.
 
 use crate::util::{fixture, read, run, wtxt};
 
 #[test]
-fn verify_ok_prints_summary_and_exits_0() {
-    let r = run(&["verify", "expected/hmac.wtxt", "--hmac-key", "keys/hmac.hex"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.starts_with("OK expected/hmac.wtxt: gen 000002"), "{}", r.stdout);
-    assert!(r.stdout.contains("all arrays authenticated"));
-}
-
-#[test]
-fn verify_json_has_the_contract_fields() {
-    let r = run(&["verify", "expected/signed_pkcs8.wtxt", "--pubkey", "keys/sign.pem.pub", "--json"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
-    assert_eq!(v["ok"], true);
-    assert_eq!(v["gen"], 3);
-    assert_eq!(v["signature"], "valid");
-    assert_eq!(v["errors"].as_array().unwrap().len(), 0);
-    let a = &v["arrays"][0];
-    for k in ["name", "dtype", "shape", "ok", "authenticated", "bad_chunks"] {
-        assert!(!a[k].is_null(), "arrays[0].{k} missing");
-    }
-    // Without the HMAC key the arrays are unauthenticated, not failed.
-    assert_eq!(a["authenticated"], false);
-    assert_eq!(a["ok"], true);
-}
-
-#[test]
-fn signature_outcomes() {
+fn a_forged_signature_under_a_trusted_keyid_is_invalid() {
     let f = "expected/signed_pkcs8.wtxt";
-    let untrusted = run(&["verify", f, "--json"]);
-    assert_eq!(untrusted.code, 0);
-    assert!(untrusted.stdout.contains("\"signature\":\"untrusted\""));
-    let other = run(&["verify", f, "--pubkey", "keys/other.pem.pub", "--require-signature"]);
-    assert_eq!(other.code, 1);
-    assert!(other.stderr.contains("line 5: signature required"), "{}", other.stderr);
-    let unsigned = run(&["verify", "expected/defaults.wtxt", "--require-signature"]);
-    assert_eq!(unsigned.code, 1);
-    assert!(unsigned.stderr.contains("not signed"));
-    let ssh = run(&["verify", f, "--pubkey", "keys/sign_openssh.pub", "--require-signature"]);
-    assert_eq!(ssh.code, 0, "{}", ssh.stderr);
-
-    // A forged signature under the trusted keyid is invalid, exit 1.
     let dir = tempfile::tempdir().unwrap();
     let text = String::from_utf8(read(f)).unwrap();
     let sig_start = text.find("sign ed25519=").unwrap() + "sign ed25519=".len();
@@ -66,73 +28,16 @@ fn hmac_with_the_wrong_key_fails() {
     let r = wtxt().args(["verify", "expected/hmac.wtxt", "--hmac-key"]).arg(&k).output().unwrap();
     assert_eq!(r.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&r.stderr).contains("hmac does not match"));
-    let env = wtxt().args(["verify", "expected/hmac.wtxt"]).env("WTXT_HMAC_KEY", "ab".repeat(32)).output().unwrap();
-    assert_eq!(env.status.code(), Some(1), "WTXT_HMAC_KEY is used when no file is given");
 }
 
 #[test]
-fn streaming_needs_its_wsum_and_the_pair_is_bound() {
-    let r = run(&["verify", "expected/streaming.wtxt"]);
-    assert_eq!(r.code, 1);
-    assert!(r.stderr.contains("line 4: root pending: give --wsum"), "{}", r.stderr);
+fn a_wsum_of_another_file_does_not_finalize_it() {
     let dir = tempfile::tempdir().unwrap();
     let w = String::from_utf8(read("expected/streaming.wsum")).unwrap();
     let bad = dir.path().join("bad.wsum");
     std::fs::write(&bad, w.replacen("sha256_all=f", "sha256_all=0", 1)).unwrap();
     let r = wtxt().args(["verify", "expected/streaming.wtxt", "--wsum"]).arg(&bad).output().unwrap();
     assert_eq!(r.status.code(), Some(1));
-    let ok = run(&[
-        "verify",
-        "expected/streaming.wtxt",
-        "--wsum",
-        "expected/streaming.wsum",
-        "--pubkey",
-        "keys/sign.pem.pub",
-        "--require-signature",
-    ]);
-    assert_eq!(ok.code, 0, "{}", ok.stderr);
-}
-
-#[test]
-fn chain_continuity_with_prev() {
-    assert_eq!(run(&["verify", "expected/chain.wtxt", "--prev", "expected/defaults.wtxt"]).code, 0);
-    let r = run(&["verify", "expected/chain.wtxt", "--prev", "expected/hmac.wtxt"]);
-    assert_eq!(r.code, 1);
-    assert!(r.stderr.contains("does not follow") || r.stderr.contains("merkle_prev"), "{}", r.stderr);
-}
-
-#[test]
-fn unusable_input_and_usage_exit_2() {
-    let r = run(&["verify", "cases.json"]);
-    assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("cases.json: line 1: expected `WTXT 1`"), "{}", r.stderr);
-    assert_eq!(run(&["verify", "no/such/file.wtxt"]).code, 2);
-    assert_eq!(run(&["snapshot", "inputs/model.npz"]).code, 2, "missing -o");
-    assert_eq!(run(&["snapshot", "cases.json", "-o", "/tmp/x.wtxt"]).code, 2);
-    let r = run(&["snapshot", "inputs/model.npz", "-o", "/tmp/x.wtxt", "--ts", "2026-13-01T00:00:00Z"]);
-    assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("ts"), "{}", r.stderr);
-    assert_eq!(
-        run(&["snapshot", "inputs/model.npz", "-o", "/tmp/x.wtxt", "--gen", "1", "--prev", "expected/defaults.wtxt"])
-            .code,
-        2
-    );
-    assert_eq!(run(&["snapshot", "inputs/model.npz", "-o", "/tmp/x.wtxt", "--build", "has space"]).code, 2);
-}
-
-#[test]
-fn failed_snapshot_leaves_no_file_behind() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.wtxt");
-    // The second input is not a snapshot input: nothing may be written.
-    let r = wtxt()
-        .args(["snapshot", "inputs/model.npz", "cases.json", "-o"])
-        .arg(&out)
-        .args(["--ts", "2026-01-01T00:00:00Z"])
-        .output()
-        .unwrap();
-    assert_eq!(r.status.code(), Some(2));
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no output and no temp file");
 }
 
 #[test]
@@ -207,19 +112,6 @@ fn extract_round_trips_through_every_output_format() {
     let r =
         wtxt().args(["extract", "expected/ext_dtypes.wtxt", "--array", "act_bf16", "-o"]).arg(&npy).output().unwrap();
     assert_eq!(r.status.code(), Some(2), "NumPy has no bf16");
-}
-
-#[test]
-fn inspect_shows_header_and_arrays() {
-    let r = run(&["inspect", "expected/audit_gen_7_digits.wtxt"]);
-    assert_eq!(r.code, 0);
-    assert!(r.stdout.contains("gen 1234567"));
-    assert!(r.stdout.contains("audit loss=0.0123 epoch=9 note=\"warm restart, lr x0.5\""));
-    let j = run(&["inspect", "expected/ext_dtypes.wtxt", "--json"]);
-    let v: serde_json::Value = serde_json::from_str(&j.stdout).unwrap();
-    assert_eq!(v["arrays"].as_array().unwrap().len(), 5);
-    assert_eq!(v["cap"].as_array().unwrap().last().unwrap(), "ext_dtypes");
-    assert!(fixture("expected/ext_dtypes.wtxt").exists());
 }
 
 #[test]

@@ -3,7 +3,8 @@
 //! - `attacker`: a hostile repository, pull request or key path;
 //! - `gitflow`: install, diff, log, merge and the hook inside real Git;
 //! - `golden`: the independent implementation's vectors, byte for byte;
-//! - `cli`: the real binary's exit codes, messages and JSON;
+//! - `cases`: the command line's behaviour as data, `tests/cmd/*.case`;
+//! - `cli`: the real binary where a case file cannot say it (forged or damaged inputs, bytes compared);
 //! - `containers`: FOLD, AERO and MLDF against reference files and independent readers;
 //! - `convert`: conversions, checked against the reference writers' files;
 //! - `corruption`: every kind of damage, on every line, is rejected with its line;
@@ -28,6 +29,7 @@
 
 mod age;
 mod attacker;
+mod cases;
 mod cli;
 mod containers;
 mod convert;
