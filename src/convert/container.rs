@@ -7,7 +7,8 @@ use std::io::{Seek, Write};
 use serde_json::Value;
 
 use crate::buffer::ArrayData;
-use crate::convert::{names, Notes};
+use crate::convert::common::Notes;
+use crate::convert::names;
 use crate::error::{Error, Result};
 use crate::model::Array;
 
@@ -58,7 +59,7 @@ pub trait Container: Sync {
     /// writer that builds its file in memory.
     fn check_sizes(&self, arrays: &[Array]) -> Result<()> {
         if self.writes_in_memory() {
-            crate::convert::fits_in_memory(arrays, self.name())?;
+            crate::convert::common::fits_in_memory(arrays, self.name())?;
         }
         Ok(())
     }

@@ -113,7 +113,7 @@ pub fn write_direct<T>(
         (Ok(()), None) => {
             // The layout moved with the values: write the ordinary way,
             // from the bytes already decoded.
-            crate::convert::write_arrays_as(&arrays, out, to)?;
+            crate::convert::write::write_arrays_as(&arrays, out, to)?;
             Ok(Some((extra, Route::Rewritten)))
         }
     }

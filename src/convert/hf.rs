@@ -12,8 +12,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::convert::common::Notes;
 use crate::convert::names::OriginalNames;
-use crate::convert::Notes;
 use crate::error::{Error, Result};
 use crate::model::{Array, ArrayData, Dtype};
 
@@ -144,7 +144,7 @@ pub fn read_folder(dir: &Path, notes: &mut Notes) -> Result<Vec<Array>> {
     let mut folder = Folder::default();
     for s in &shards {
         let path = dir.join(s);
-        let src = ArrayData::from_map(crate::convert::map_file(&path)?);
+        let src = ArrayData::from_map(crate::convert::common::map_file(&path)?);
         let got = crate::convert::safetensors::read(&src).map_err(|e| e.in_file(&path))?;
         let bytes = src.as_bytes();
         let n = u64::from_le_bytes(bytes[..8].try_into().expect("read checked the header")) as usize;
@@ -190,7 +190,7 @@ pub fn read_folder(dir: &Path, notes: &mut Notes) -> Result<Vec<Array>> {
         folder.files.push(Piece { path: f.clone(), offset: others.len() as u64, len: b.len() as u64 });
         others.extend_from_slice(&b);
     }
-    tensors.push(crate::convert::meta_array(HF, &serde_json::to_value(&folder).expect("a table serializes"))?);
+    tensors.push(crate::convert::common::meta_array(HF, &serde_json::to_value(&folder).expect("a table serializes"))?);
     tensors.push(Array::new(HF_FILES, Dtype::U8, vec![others.len() as u64], others.into())?);
     tensors.push(Array::new(HF_HEADERS, Dtype::U8, vec![headers.len() as u64], headers.into())?);
     Ok(tensors)
@@ -205,7 +205,7 @@ fn slice<'a>(b: &'a [u8], p: &Piece) -> Result<&'a [u8]> {
 
 /// The folder table among `arrays`, if they came from a folder.
 pub fn folder_of(arrays: &[Array]) -> Result<Option<Folder>> {
-    let Some(v) = crate::convert::meta_json(arrays, HF)? else { return Ok(None) };
+    let Some(v) = crate::convert::common::meta_json(arrays, HF)? else { return Ok(None) };
     serde_json::from_value(v).map(Some).map_err(|e| Error::input(Default::default(), format!("{HF}: {e}")))
 }
 

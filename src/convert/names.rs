@@ -48,7 +48,7 @@ impl OriginalNames {
 
     /// As the metadata array.
     pub fn to_array(&self) -> Result<Array> {
-        crate::convert::meta_array(NAMES, &serde_json::to_value(self).expect("names serialize"))
+        crate::convert::common::meta_array(NAMES, &serde_json::to_value(self).expect("names serialize"))
     }
 
     /// The names a container's exact form kept, from its (WTXT name,
@@ -103,12 +103,12 @@ pub const OBJECTS: &str = "__objects";
 
 /// `objects` as the [`OBJECTS`] array.
 pub fn objects_array(objects: &BTreeMap<String, String>) -> Result<Array> {
-    crate::convert::meta_array(OBJECTS, &serde_json::to_value(objects).expect("a map of strings serializes"))
+    crate::convert::common::meta_array(OBJECTS, &serde_json::to_value(objects).expect("a map of strings serializes"))
 }
 
 /// What the [`OBJECTS`] array among `arrays` holds, if there is one.
 pub fn objects_of(arrays: &[Array]) -> Result<Option<BTreeMap<String, String>>> {
-    let Some(v) = crate::convert::meta_json(arrays, OBJECTS)? else { return Ok(None) };
+    let Some(v) = crate::convert::common::meta_json(arrays, OBJECTS)? else { return Ok(None) };
     serde_json::from_value(v)
         .map(Some)
         .map_err(|e| Error::input(Default::default(), format!("{OBJECTS}: expected an object of strings: {e}")))

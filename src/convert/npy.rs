@@ -1,8 +1,8 @@
 //! NumPy `.npy`: read (v1-v3, any byte order, C or Fortran order) and write (v1/v2).
 #![forbid(unsafe_code)]
 
+use crate::convert::common::Notes;
 use crate::convert::container::{into_vec, Container, WriteSeek};
-use crate::convert::Notes;
 use crate::error::{input_at, reason, Error, Position, Reason, Result};
 use crate::limits::{MAX_NPY_HEADER, MAX_RANK};
 use crate::model::{byte_size, Array, ArrayData, Dtype};

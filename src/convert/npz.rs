@@ -9,11 +9,11 @@ use zip::CompressionMethod;
 
 use crate::buffer::ArrayData;
 use crate::buffer::Spill;
+use crate::convert::common::Notes;
 use crate::convert::container::{into_vec, Container, WriteSeek};
 use crate::convert::names;
 use crate::convert::names::OriginalNames;
 use crate::convert::npy;
-use crate::convert::Notes;
 use crate::error::{input_at, Error, Result};
 use crate::limits::{MAX_ARRAYS, MAX_NPZ_MEMBER};
 use crate::model::Array;
@@ -150,7 +150,7 @@ fn key_names(mut arrays: Vec<Array>, always: bool) -> Result<Vec<Array>> {
     if renamed || always {
         let list: Vec<serde_json::Value> =
             keys.iter().zip(&names).map(|(k, n)| serde_json::json!({"key": k, "array": n})).collect();
-        arrays.push(crate::convert::meta_array(META, &serde_json::json!({ "keys": list }))?);
+        arrays.push(crate::convert::common::meta_array(META, &serde_json::json!({ "keys": list }))?);
     }
     crate::model::sort_arrays(&mut arrays)?;
     Ok(arrays)
@@ -173,7 +173,7 @@ pub fn kept_names(arrays: &[Array]) -> Result<Option<OriginalNames>> {
     struct Keys {
         keys: Vec<Member>,
     }
-    let Some(m) = crate::convert::meta_typed::<Keys>(arrays, META)? else { return Ok(None) };
+    let Some(m) = crate::convert::common::meta_typed::<Keys>(arrays, META)? else { return Ok(None) };
     Ok(OriginalNames::from_pairs(m.keys.into_iter().map(|k| (k.array, k.key))))
 }
 
@@ -192,7 +192,7 @@ pub fn read_pinned(content: &[u8]) -> Result<Vec<Array>> {
     let keys: Vec<String> = keyed.iter().map(|a| a.name.clone()).collect();
     let mut arrays = key_names(keyed, true)?;
     let meta_at = arrays.iter().position(|a| a.name == META).expect("always written");
-    let mut meta = crate::convert::meta_json(&arrays, META)?.expect("present");
+    let mut meta = crate::convert::common::meta_json(&arrays, META)?.expect("present");
     let name_of = |key: &str| -> Option<String> {
         let list = meta["keys"].as_array()?;
         list.iter().find(|k| k["key"] == key).and_then(|k| k["array"].as_str().map(String::from))
@@ -241,7 +241,7 @@ pub fn read_pinned(content: &[u8]) -> Result<Vec<Array>> {
     }
     skeleton.extend_from_slice(&content[pos..]);
     meta["splices"] = serde_json::Value::Array(splices);
-    arrays[meta_at] = crate::convert::meta_array(META, &meta)?;
+    arrays[meta_at] = crate::convert::common::meta_array(META, &meta)?;
     let n = skeleton.len() as u64;
     arrays.push(Array::new(SKELETON, crate::model::Dtype::U8, vec![n], skeleton.into())?);
     crate::model::sort_arrays(&mut arrays)?;
@@ -253,7 +253,7 @@ pub fn read_pinned(content: &[u8]) -> Result<Vec<Array>> {
 /// (a merge may have changed values). When a tensor no longer has its old
 /// size the archive cannot keep its layout: a fresh `.npz` is written.
 pub fn rebuild(arrays: &[Array]) -> Result<Vec<u8>> {
-    let meta = crate::convert::meta_json(arrays, META)?;
+    let meta = crate::convert::common::meta_json(arrays, META)?;
     let resized = meta.as_ref().and_then(|m| m["splices"].as_array()).is_some_and(|list| {
         list.iter().any(|s| {
             let a = arrays.iter().find(|a| s["array"] == a.name.as_str());
@@ -282,7 +282,7 @@ pub fn rebuild(arrays: &[Array]) -> Result<Vec<u8>> {
 fn splice(arrays: &[Array]) -> Result<Vec<u8>> {
     let bad = |m: &str| Error::input(Default::default(), format!("{SKELETON}: {m}"));
     let skeleton = arrays.iter().find(|a| a.name == SKELETON).ok_or_else(|| bad("missing"))?.bytes();
-    let meta = crate::convert::meta_json(arrays, META)?.ok_or_else(|| bad("no __npz"))?;
+    let meta = crate::convert::common::meta_json(arrays, META)?.ok_or_else(|| bad("no __npz"))?;
     let splices = meta["splices"].as_array().ok_or_else(|| bad("no splices in __npz"))?;
     // Each array fills one place: a file whose splices reuse bytes would
     // make a small WTXT rebuild into an archive many times its size.
@@ -311,7 +311,7 @@ fn splice(arrays: &[Array]) -> Result<Vec<u8>> {
 /// Writes `.npz` with the keys `__npz` names (in its order), then every
 /// other array under its own name.
 pub fn write_with_keys<W: Write + Seek>(arrays: &[Array], out: W) -> Result<W> {
-    let Some(meta) = crate::convert::meta_json(arrays, META)? else {
+    let Some(meta) = crate::convert::common::meta_json(arrays, META)? else {
         return write(arrays, out);
     };
     let bad = || Error::input(Default::default(), format!("{META}: expected {{\"keys\": [{{\"key\", \"array\"}}]}}"));

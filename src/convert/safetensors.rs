@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use safetensors::{Dtype as St, SafeTensors};
 
+use crate::convert::common::Notes;
 use crate::convert::container::{Container, WriteSeek};
-use crate::convert::Notes;
 use crate::error::{input_at, Error, Result};
 use crate::limits::MAX_ARRAYS;
 use crate::model::{Array, ArrayData, Dtype};

@@ -8,8 +8,8 @@
 //! level 3. The seed's limits are enforced before anything is allocated.
 #![forbid(unsafe_code)]
 
+use crate::convert::common::Notes;
 use crate::convert::container::{into_vec, Container, WriteSeek};
-use crate::convert::Notes;
 use crate::error::{input_at, reason, Error, Reason, Result};
 use crate::model::{Array, ArrayData, Dtype};
 
@@ -88,7 +88,8 @@ pub fn read(b: &[u8]) -> Result<Vec<Array>> {
         .filter(|s| *s <= MAX_BODY)
         .ok_or_else(|| input_at(8, format!("shape {shape:?} exceeds the {MAX_BODY}-byte body limit")))?;
     let body = &b[8 + n..];
-    let out = crate::convert::zstd_exact(body, want).map_err(|m| input_at(8 + n as u64, format!("body: {m}")))?;
+    let out =
+        crate::convert::common::zstd_exact(body, want).map_err(|m| input_at(8 + n as u64, format!("body: {m}")))?;
     Ok(vec![
         Array::new(TENSOR, dtype, shape, out.slice(0..out.as_bytes().len()))?,
         Array::new(HEADER, Dtype::U8, vec![n as u64], ArrayData::from(header.to_vec()))?,

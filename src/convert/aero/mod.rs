@@ -17,11 +17,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::convert::bytes::{align, each_zero_piece, le_u16, le_u32, le_u64};
+use crate::convert::common::ReadAs;
+use crate::convert::common::{meta_array, meta_typed, zstd_exact, Notes};
 use crate::convert::container::MetaLayout;
 use crate::convert::names;
 use crate::convert::names::OriginalNames;
-use crate::convert::ReadAs;
-use crate::convert::{meta_array, meta_typed, msgpack, pyjson, zstd_exact, Notes};
+use crate::convert::{msgpack, pyjson};
 use crate::error::{check_byte, input_at, reason, Error, Reason, Result};
 use crate::model::{assign_names, Array, ArrayData, Dtype};
 

@@ -24,7 +24,7 @@ type Shards = std::collections::BTreeMap<u64, Vec<Part>>;
 
 /// Writes arrays as AERO into memory (see [`write_to`]).
 pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
-    crate::convert::in_memory(|w| write_to(arrays, w))
+    crate::convert::common::in_memory(|w| write_to(arrays, w))
 }
 
 /// Writes arrays as AERO, following `__aero` when present.

@@ -23,13 +23,14 @@ use std::io::{SeekFrom, Write};
 use crate::buffer::ArrayData;
 use crate::buffer::Spill;
 use crate::convert::bytes::{be_u32, be_u64};
+use crate::convert::common::{meta_array, meta_typed, Notes, ReadAs};
 use crate::convert::container::WriteSeek;
 use crate::convert::container::{with_original_names, MetaLayout};
 use crate::convert::names;
 use crate::convert::names::OriginalNames;
 use crate::convert::npy;
 use crate::convert::npz::Member;
-use crate::convert::{meta_array, meta_typed, npz, pyjson, rs, unseek, Notes, ReadAs};
+use crate::convert::{npz, pyjson, rs, unseek};
 use crate::error::{check_byte, input_at, reason, Error, Reason, Result};
 use crate::model::{assign_names, Array};
 

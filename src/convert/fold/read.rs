@@ -289,7 +289,7 @@ fn chunk_payload(src: &ArrayData, e: &Entry, notes: &mut Notes) -> Result<(Array
     }
     let (raw, stored) = match e.flags {
         1 => {
-            let raw = crate::convert::zstd_exact(stored_data.reader(), e.uncomp_len)
+            let raw = crate::convert::common::zstd_exact(stored_data.reader(), e.uncomp_len)
                 .map_err(|m| input_at(start as u64, format!("chunk {:?}: {m}", e.name)))?;
             (raw, Some(comp))
         }

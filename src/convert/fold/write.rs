@@ -297,7 +297,9 @@ fn write_chunk(out: &mut dyn WriteSeek, pos: &mut u64, c: Planned) -> std::resul
         Built::Bytes(payload) => {
             // Stored bytes `__fold` pins are kept when they still decode to the payload.
             let stored = stored.filter(|st| {
-                flags == 1 && crate::convert::zstd_exact(&st[..], len).is_ok_and(|s| s.as_bytes() == payload.as_bytes())
+                flags == 1
+                    && crate::convert::common::zstd_exact(&st[..], len)
+                        .is_ok_and(|s| s.as_bytes() == payload.as_bytes())
             });
             if let Some(st) = stored {
                 sink.write_all(&st).map_err(Error::write_failed)?;

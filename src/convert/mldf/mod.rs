@@ -16,9 +16,9 @@ use serde_json::Value;
 
 use crate::buffer::Spill;
 use crate::convert::bytes::{align, each_zero_piece, le_u16, le_u32, le_u64};
+use crate::convert::common::{meta_array, meta_typed, Notes};
 use crate::convert::container::{drop_default_meta, Container, WriteSeek};
 use crate::convert::names::{self, OriginalNames};
-use crate::convert::{meta_array, meta_typed, Notes};
 use crate::error::{input_at, reason, Error, Reason, Result};
 use crate::model::{assign_names, Array, ArrayData, Dtype};
 

@@ -225,7 +225,7 @@ const MAX_TABLES_FREE: u64 = 1 << 30;
 /// array is an NDARRAY field and all must share their first dimension (the
 /// sample count).
 pub fn write(arrays: &[Array]) -> Result<Vec<u8>> {
-    crate::convert::in_memory(|w| write_to(arrays, w))
+    crate::convert::common::in_memory(|w| write_to(arrays, w))
 }
 
 /// [`write()`] to a stream. The layout follows from the sizes alone, so the
