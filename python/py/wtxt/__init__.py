@@ -20,130 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _rust
-
-
-class _Numpy:
-    """NumPy, imported on first use: the `wtxt` command (`wtxt._cli`) runs
-    without it, so no BLAS thread of NumPy's is there to take a signal the
-    command must handle."""
-
-    def __getattr__(self, name: str):
-        import numpy
-        globals()["np"] = numpy
-        return getattr(numpy, name)
-
-
-np: "Any" = _Numpy()
+from ._common import (
+    Error, PathLike, VerifyError, as_path, call, ml_dtype, np, save_items, staged,
+    trust_of, writing_of, ML_DTYPES, TO_NUMPY,
+)
 
 __all__ = ["Error", "VerifyError", "Report", "save_file", "load_file", "load_metadata", "verify", "Snapshotter",
            "SnapshotInfo", "save_folder", "extract_folder"]
-
-PathLike = Union[str, "os.PathLike[str]"]
-
-
-class Error(Exception):
-    """A `wtxt` failure: unusable input, a bad argument, or an I/O error."""
-
-
-class VerifyError(Error):
-    """A file failed a check (damage, a wrong key, a bad signature).
-
-    `line` is the 1-based line of the WTXT file at fault, when there is one.
-    """
-
-    def __init__(self, message: str, line: Optional[int] = None):
-        super().__init__(message)
-        self.line = line
-
-
-def _call(fn, *args, **kwargs):
-    try:
-        return fn(*args, **kwargs)
-    except _rust.WtxtError as e:
-        kind, line, message = e.args
-        if kind == "check":
-            raise VerifyError(message, line) from None
-        raise Error(message) from None
-
-
-# WTXT dtypes and the NumPy dtypes they are (little-endian, as stored).
-_TO_NUMPY = {
-    "f64": "<f8", "f32": "<f4", "f16": "<f2", "i64": "<i8", "u64": "<u8", "i32": "<i4", "u32": "<u4",
-    "i16": "<i2", "u16": "<u2", "i8": "|i1", "u8": "|u1", "bool": "|b1",
-}
-def _from_numpy() -> Dict[str, str]:
-    """NumPy's dtype strings and the WTXT dtypes they are."""
-    return {np.dtype(v).str: k for k, v in _TO_NUMPY.items()}
-
-
-# WTXT dtypes NumPy has only through the optional `ml_dtypes` package, and
-# the unsigned type of their bits, which they come back as without it.
-_ML_DTYPES = {"bf16": ("bfloat16", "<u2"), "f8e4m3": ("float8_e4m3fn", "|u1"), "f8e5m2": ("float8_e5m2", "|u1")}
-
-
-def _ml_dtype(dtype: str):
-    """NumPy's dtype for `dtype` from `ml_dtypes`, or None without it."""
-    try:
-        import ml_dtypes  # optional: bf16 and float8 arrays come back typed
-    except ImportError:
-        return None
-    return np.dtype(getattr(ml_dtypes, _ML_DTYPES[dtype][0]))
-
-
-def _bfloat16():
-    return _ml_dtype("bf16")
-
-
-def _wtxt_dtype(a: np.ndarray, name: str) -> str:
-    for wtxt_dtype in _ML_DTYPES:
-        ml = _ml_dtype(wtxt_dtype)
-        if ml is not None and a.dtype == ml:
-            return wtxt_dtype
-    d = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
-    key = d.str if d.itemsize > 1 else d.str.replace("<", "|").replace(">", "|")
-    from_numpy = _from_numpy()
-    if key not in from_numpy:
-        raise Error(f"tensor {name!r}: dtype {a.dtype} has no WTXT equivalent "
-                    f"(supported: {', '.join(sorted(_TO_NUMPY))}, and bf16, float8_e4m3fn and float8_e5m2 "
-                    "with ml_dtypes)")
-    return from_numpy[key]
-
-
-def _as_array(name: str, a) -> Tuple[str, np.ndarray]:
-    """`a` as a C-contiguous little-endian NumPy array and its WTXT dtype
-    (a copy only when it is not one already)."""
-    if not isinstance(name, str):
-        raise Error(f"tensor names must be str, found {type(name).__name__}")
-    if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray):
-        a = np.from_dlpack(a)  # e.g. a CPU torch tensor, without importing torch
-    if not isinstance(a, np.ndarray):
-        raise Error(f"tensor {name!r}: expected a NumPy array (or anything with __dlpack__), found {type(a).__name__}")
-    if type(a) is not np.ndarray:
-        # A subclass's own __array_interface__ or nbytes could name any
-        # memory: the base array's buffer is what is read.
-        a = np.ndarray.view(a, np.ndarray)
-    if a.dtype.hasobject:
-        raise Error(f"tensor {name!r}: object arrays cannot be saved")
-    dtype = _wtxt_dtype(a, name)
-    if dtype not in _ML_DTYPES:
-        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
-    # Views, transposes and slices are copied into C order, not refused.
-    return dtype, a if a.flags.c_contiguous else a.copy(order="C")
-
-
-def _staged(name: str, a) -> Tuple[Tuple[str, str, List[int], int, int], np.ndarray]:
-    """What the Rust side copies `a` from: (name, WTXT dtype, shape, address,
-    length), and the C-contiguous array to keep alive until it has. A torch
-    tensor goes as `wtxt.torch` takes it (detached, bf16 kept)."""
-    if type(a).__module__.startswith("torch") and hasattr(a, "detach"):
-        from .torch import _item  # torch is loaded: the tensor came from it
-        return _item(name, a)
-    return _staged_as(name, *_as_array(name, a))
-
-
-def _staged_as(name: str, dtype: str, a: np.ndarray) -> Tuple[Tuple[str, str, List[int], int, int], np.ndarray]:
-    """`_staged` of a C-contiguous little-endian `a` holding `dtype`'s bits."""
-    return (name, dtype, [int(d) for d in a.shape], a.__array_interface__["data"][0], a.nbytes), a
 
 
 def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: Optional[Dict[str, str]] = None,
@@ -171,81 +54,9 @@ def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: O
         raise Error(f"expected a dict of arrays, found {type(tensors).__name__}")
     if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise Error("metadata: expected a dict of str to str")
-    items = [_staged(k, v) for k, v in tensors.items()]
-    return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key,
+    items = [staged(k, v) for k, v in tensors.items()]
+    return save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key,
                        digest=digest)
-
-
-def _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key,
-                objects=None, digest: str = "sha256") -> str:
-    """Saves `_staged` items (the arrays stay alive in `items` while the Rust
-    side copies them): `save_file` and `wtxt.torch` share it. `objects`
-    maps names to `_literal` texts."""
-    staged = [s for s, _ in items]
-    writing = _writing(prev, sign_key, hmac_key, part_size, gen, ts, oms_key, digest)
-    os.makedirs(os.path.dirname(os.path.abspath(os.fspath(filename))), exist_ok=True)
-    return _call(_rust.save, staged, os.fspath(filename), writing, metadata, objects or None)
-
-
-def _path(x: Optional[PathLike]) -> Optional[str]:
-    """A path argument as the Rust side takes it (None stays None)."""
-    return None if x is None else os.fspath(x)
-
-
-def _trust(hmac_key, pubkey, trusted_keys, require_signature: Optional[bool]) -> Dict[str, object]:
-    """What a reader demands of a snapshot, as the Rust side reads it (its `Trust`).
-
-    Naming a key (`pubkey`, `trusted_keys`) requires a valid signature by
-    it, as `model_signing verify` does: `require_signature=None` (the
-    default) means "required exactly when a key is named". Only an explicit
-    `require_signature=False` with a key accepts an unsigned snapshot or
-    one signed by another key (a signature that fails under a named key is
-    refused either way)."""
-    if require_signature is None:
-        require_signature = pubkey is not None or trusted_keys is not None
-    return {"hmac_key": _path(hmac_key), "pubkey": _path(pubkey), "trusted_keys": _path(trusted_keys),
-            "require_signature": bool(require_signature)}
-
-
-def _writing(prev, sign_key, hmac_key, part_size, gen, ts, oms_key, digest: str = "sha256") -> Dict[str, object]:
-    """The options every writer of a snapshot takes, as the Rust side reads
-    them (its `Writing`)."""
-    if digest not in ("sha256", "tree"):
-        raise Error(f"digest: expected 'sha256' or 'tree', not {digest!r}")
-    return {"prev": _path(prev), "sign_key": _path(sign_key), "hmac_key": _path(hmac_key), "gen": gen, "ts": ts,
-            "part_size": None if part_size is None else str(part_size), "oms_key": _path(oms_key), "digest": digest}
-
-
-# The Python values a state dict may hold beside tensors: what
-# `ast.literal_eval` reads back exactly.
-_LITERAL_TYPES = (int, float, str, bytes, bool, type(None))
-
-
-def _literal(name: str, value) -> str:
-    """`value` (a step, a learning rate, a list of betas, a scheduler's
-    fields) as the Python literal `__objects` keeps (FORMAT.md section 14);
-    anything that would not come back as the same value is refused."""
-    def plain(v) -> bool:
-        if type(v) in (list, tuple, set):
-            return all(plain(x) for x in v)
-        if type(v) is dict:
-            return all(plain(k) and plain(x) for k, x in v.items())
-        if type(v) is float:
-            return v == v and v not in (float("inf"), float("-inf"))  # repr of nan and inf is not a literal
-        return type(v) in _LITERAL_TYPES
-    if not plain(value):
-        raise Error(f"entry {name!r}: a {type(value).__name__} is neither a tensor nor a plain Python value "
-                    "(int, float but not nan or inf, str, bytes, bool, None, and lists, tuples, sets and dicts of them)")
-    return repr(value)
-
-
-def _from_literal(name: str, text: str):
-    """The value `_literal` kept as `text`."""
-    import ast
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
-        raise Error(f"__objects: entry {name!r} is not a Python literal ({type(e).__name__})") from None
 
 
 def save_folder(folder: PathLike, filename: PathLike, prev: Optional[PathLike] = None,
@@ -258,8 +69,8 @@ def save_folder(folder: PathLike, filename: PathLike, prev: Optional[PathLike] =
     covered by the snapshot's hashes and signature, `extract_folder` gives
     it back byte for byte. Options as `save_file`. Returns `sha256_all`."""
     os.makedirs(os.path.dirname(os.path.abspath(os.fspath(filename))), exist_ok=True)
-    sha, _ = _call(_rust.save_folder, os.fspath(folder), os.fspath(filename),
-                   _writing(prev, sign_key, hmac_key, part_size, gen, ts, oms_key, digest))
+    sha, _ = call(_rust.save_folder, os.fspath(folder), os.fspath(filename),
+                   writing_of(prev, sign_key, hmac_key, part_size, gen, ts, oms_key, digest))
     return sha
 
 
@@ -269,22 +80,22 @@ def extract_folder(filename: PathLike, out: PathLike, hmac_key: Optional[PathLik
     """Verifies `filename` (as `load_file` does) and writes the Hugging Face
     folder it was made from into `out`, a new folder that appears whole or
     not at all; every file byte for byte. Returns the number of shards."""
-    return _call(_rust.extract_folder, os.fspath(filename), os.fspath(out),
-                 _trust(hmac_key, pubkey, trusted_keys, require_signature))
+    return call(_rust.extract_folder, os.fspath(filename), os.fspath(out),
+                 trust_of(hmac_key, pubkey, trusted_keys, require_signature))
 
 
 def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
     """The array over `data` itself: the flat uint8 array the decoder filled
     (writable, no copy). bf16 and float8 come back typed with `ml_dtypes`
     (the `bf16` extra); without it, as their bits, and a warning says so."""
-    if dtype in _ML_DTYPES:
-        ml = _ml_dtype(dtype)
+    if dtype in ML_DTYPES:
+        ml = ml_dtype(dtype)
         if ml is None:
             import warnings
-            warnings.warn(f"{dtype} arrays come back as their bits ({_ML_DTYPES[dtype][1]}): install ml_dtypes "
+            warnings.warn(f"{dtype} arrays come back as their bits ({ML_DTYPES[dtype][1]}): install ml_dtypes "
                           "(pip install 'wtxt[bf16]') for typed arrays", stacklevel=3)
-        return data.view(ml if ml is not None else _ML_DTYPES[dtype][1]).reshape(shape)
-    return data.view(_TO_NUMPY[dtype]).reshape(shape)
+        return data.view(ml if ml is not None else ML_DTYPES[dtype][1]).reshape(shape)
+    return data.view(TO_NUMPY[dtype]).reshape(shape)
 
 
 def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
@@ -297,14 +108,14 @@ def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: O
     refused; `require_signature=False` is the explicit opt-out). A failed
     check raises `VerifyError` with its line.
     """
-    tensors, _, _, _ = _call(_rust.load, os.fspath(filename), _trust(hmac_key, pubkey, trusted_keys, require_signature))
+    tensors, _, _, _ = call(_rust.load, os.fspath(filename), trust_of(hmac_key, pubkey, trusted_keys, require_signature))
     return {name: _from_bytes(dtype, shape, data) for name, dtype, shape, data in tensors}
 
 
 def load_metadata(filename: PathLike) -> Dict[str, str]:
     """The safetensors-style metadata saved with `filename` (empty if none)."""
     # Every array is verified; only the metadata is kept.
-    _, metadata, _, _ = _call(_rust.load, os.fspath(filename), metadata_only=True)
+    _, metadata, _, _ = call(_rust.load, os.fspath(filename), metadata_only=True)
     return dict(metadata or {})
 
 
@@ -330,8 +141,8 @@ def verify(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Opti
            allow_unauthenticated: bool = False) -> Report:
     """`wtxt verify` of `filename`, as a `Report` (a failed check is in the
     report, not raised; an unreadable file raises `Error`)."""
-    text = _call(_rust.verify, os.fspath(filename), _trust(hmac_key, pubkey, trusted_keys, require_signature),
-                 _path(wsum), _path(prev), allow_unauthenticated)
+    text = call(_rust.verify, os.fspath(filename), trust_of(hmac_key, pubkey, trusted_keys, require_signature),
+                 as_path(wsum), as_path(prev), allow_unauthenticated)
     r = json.loads(text)
     return Report(ok=r["ok"], gen=r["gen"], signature=r["signature"],
                   errors=[(e["line"], e["message"]) for e in r["errors"]], arrays=r["arrays"],
@@ -400,9 +211,9 @@ class Snapshotter:
             raise Error(f"max_pending must be at least 1, not {max_pending}")
         if digest not in ("sha256", "tree"):
             raise Error(f"digest: expected 'sha256' or 'tree', not {digest!r}")
-        self._inner = _call(_rust.Snapshotter, os.fspath(repo), os.fspath(path_in_repo), remote, _path(sign_key),
-                            _path(hmac_key), _path(ring), None if part_size is None else str(part_size),
-                            list(recipients or []), keep, None, _path(oms_key), bool(coalesce), int(max_pending),
+        self._inner = call(_rust.Snapshotter, os.fspath(repo), os.fspath(path_in_repo), remote, as_path(sign_key),
+                            as_path(hmac_key), as_path(ring), None if part_size is None else str(part_size),
+                            list(recipients or []), keep, None, as_path(oms_key), bool(coalesce), int(max_pending),
                             digest)
         self._lock = threading.Lock()
         self._closed = False
@@ -435,8 +246,8 @@ class Snapshotter:
             return self._publish(host, metadata)
 
     def _publish(self, state: Mapping[str, Any], metadata: Optional[Dict[str, str]]) -> int:
-        items = [_staged(name, a) for name, a in state.items()]  # the arrays alive until copied
-        return _call(self._inner.publish, [s for s, _ in items], metadata)
+        items = [staged(name, a) for name, a in state.items()]  # the arrays alive until copied
+        return call(self._inner.publish, [s for s, _ in items], metadata)
 
     def request_snapshot(self) -> "Future[SnapshotInfo]":
         """Asks for a snapshot of the last published state; returns a future
@@ -444,7 +255,7 @@ class Snapshotter:
         `max_pending` requests already wait to be written: then it waits for
         the oldest (never with `coalesce=True`)."""
         self._check_open()
-        gen = _call(self._inner.request)
+        gen = call(self._inner.request)
         fut: "Future[SnapshotInfo]" = Future()
         fut.set_running_or_notify_cancel()
         self._pending.put((gen, fut))
@@ -479,7 +290,7 @@ class Snapshotter:
         (a failed push is retried once more and stays in the resend queue),
         and its future resolved (its callbacks run)."""
         self._check_open()
-        _call(self._inner.flush)
+        call(self._inner.flush)
         if threading.current_thread() is not self._watcher:  # a callback's own flush cannot wait for itself
             resolved = threading.Event()
             self._pending.put(resolved)
@@ -489,7 +300,7 @@ class Snapshotter:
         """The daemon's status: last_gen, queue_depth, coalesced, resend_queue,
         last_error, snapshots_written, pushed_gen, ..."""
         self._check_open()
-        return json.loads(_call(self._inner.status))
+        return json.loads(call(self._inner.status))
 
     def close(self) -> None:
         """Finishes queued snapshots and stops the background threads."""

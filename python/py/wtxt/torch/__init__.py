@@ -24,7 +24,8 @@ from typing import Any, Dict, Mapping, Optional, Union
 import torch
 
 from . import _pinned
-from .. import _TO_NUMPY, Error, _call, _from_literal, _literal, _rust, _save_items, _staged, _staged_as, _trust
+from .. import _rust
+from .._common import Error, TO_NUMPY, call, from_literal, literal, save_items, staged, staged_as, trust_of
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -61,12 +62,12 @@ def _bits(t: torch.Tensor):
 
 def _item(name: str, t: torch.Tensor):
     if not isinstance(t, torch.Tensor):
-        return _staged(name, t)
+        return staged(name, t)
     t = t.detach().to("cpu").contiguous()
     dtype = _wtxt_dtype(name, t.dtype)
     if dtype in ("bf16", "f8e4m3", "f8e5m2"):
-        return _staged_as(name, dtype, _bits(t))
-    return _staged(name, t.numpy())
+        return staged_as(name, dtype, _bits(t))
+    return staged(name, t.numpy())
 
 
 def _flat(state_dict: Mapping[str, Any]) -> Dict[str, Any]:
@@ -104,10 +105,10 @@ def save_state_dict(state_dict: Mapping[str, Any], filename: PathLike,
             _wtxt_dtype(k, v.dtype)
             tensors[k] = v
         else:
-            objects[k] = _literal(k, v)
+            objects[k] = literal(k, v)
     with _pinned.shared().staged(tensors) as host:
         items = [_item(k, t) for k, t in host.items()]
-        return _save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key,
+        return save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key,
                            objects, digest=digest)
 
 
@@ -135,7 +136,7 @@ def _tensor(name: str, dtype: str, shape, data) -> torch.Tensor:
             raise Error(f"tensor {name!r}: {dtype} has no tensor type in this torch")
         t = torch.from_numpy(data.view("|u1")).view(_TO_TORCH[dtype])
     else:
-        a = data.view(_TO_NUMPY[dtype])
+        a = data.view(TO_NUMPY[dtype])
         try:
             t = torch.from_numpy(a)
         except TypeError as e:  # unsigned dtypes older torch lacks
@@ -147,10 +148,10 @@ def _load(filename: PathLike, hmac_key, pubkey, trusted_keys, require_signature)
     """Every tensor of `filename` (verified as `load_state_dict` does), its
     other entries (two dicts under the original names), and the snapshot's
     identity (its `merkle_this`, hex)."""
-    tensors, _, objects, identity = _call(_rust.load, os.fspath(filename),
-                                          _trust(hmac_key, pubkey, trusted_keys, require_signature))
+    tensors, _, objects, identity = call(_rust.load, os.fspath(filename),
+                                          trust_of(hmac_key, pubkey, trusted_keys, require_signature))
     out = {name: _tensor(name, dtype, shape, data) for name, dtype, shape, data in tensors}
-    return out, {k: _from_literal(k, v) for k, v in (objects or {}).items()}, identity
+    return out, {k: from_literal(k, v) for k, v in (objects or {}).items()}, identity
 
 
 def load_state_dict(filename: PathLike, device: Union[str, torch.device] = "cpu",

@@ -45,7 +45,8 @@ from torch.distributed.checkpoint.planner import (LoadItemType, LoadPlan, LoadPl
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from .. import _ML_DTYPES, _TO_NUMPY, Error, SnapshotInfo, _call, _literal, _path, _rust, _writing
+from .. import SnapshotInfo, _rust
+from .._common import Error, ML_DTYPES, TO_NUMPY, as_path, call, literal, writing_of
 from . import _TO_TORCH, _bits, _load, _pinned, _wtxt_dtype
 
 __all__ = ["WtxtStorageWriter", "WtxtStorageReader"]
@@ -88,7 +89,7 @@ def _stage_prefix(path: str) -> Tuple[str, str]:
 
 def _itemsize(dtype: str) -> int:
     """Bytes per element of a WTXT dtype, from the tables that map them to NumPy."""
-    return np.dtype(_TO_NUMPY[dtype] if dtype in _TO_NUMPY else _ML_DTYPES[dtype][1]).itemsize
+    return np.dtype(TO_NUMPY[dtype] if dtype in TO_NUMPY else ML_DTYPES[dtype][1]).itemsize
 
 
 def _pwrite_all(fd: int, data: memoryview, at: int, path: str) -> None:
@@ -155,7 +156,7 @@ def _hash_parts(dw, ranks) -> List[Any]:
     parts written), read and hashed on the library's threads."""
     mine = range(ranks.rank, dw.part_count(), ranks.world)
     with ThreadPoolExecutor(max(1, min(len(mine), _rust.threads())), thread_name_prefix="wtxt-dcp-part") as pool:
-        return list(pool.map(lambda k: _call(dw.hash_part, k), mine))
+        return list(pool.map(lambda k: call(dw.hash_part, k), mine))
 
 
 def _item_key(item) -> str:
@@ -358,9 +359,9 @@ class WtxtStorageWriter(StorageWriter):
         if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
             raise Error("metadata: expected a dict of str to str")
         self.path = os.fspath(path)
-        self.metadata, self.prev, self.sign_key, self.hmac_key = metadata, _path(prev), _path(sign_key), _path(hmac_key)
+        self.metadata, self.prev, self.sign_key, self.hmac_key = metadata, as_path(prev), as_path(sign_key), as_path(hmac_key)
         self.part_size = None if part_size is None else str(part_size)
-        self.gen, self.ts, self.oms_key = gen, ts, _path(oms_key)
+        self.gen, self.ts, self.oms_key = gen, ts, as_path(oms_key)
         self.commit, self.remote = commit, remote
         if digest not in ("sha256", "tree"):
             raise Error(f"digest: expected 'sha256' or 'tree', not {digest!r}")
@@ -445,11 +446,11 @@ class WtxtStorageWriter(StorageWriter):
         if self.commit and self.prev is None and gen is None:
             # A commit continues HEAD's chain at this path (what the
             # repository's hook would ask), never a new gen 0.
-            chain = _call(_rust.head_link, self.path)
+            chain = call(_rust.head_link, self.path)
             if chain is not None:
                 gen = chain[0] + 1
-        writing = _writing(self.prev, self.sign_key, self.hmac_key, None, gen, self.ts, None)
-        gen, ts, merkle_prev = _call(_rust.snapshot_meta, writing)
+        writing = writing_of(self.prev, self.sign_key, self.hmac_key, None, gen, self.ts, None)
+        gen, ts, merkle_prev = call(_rust.snapshot_meta, writing)
         if chain is not None:
             merkle_prev = chain[1]
         # A save that died leaves its stage; one save at a time writes a
@@ -471,7 +472,7 @@ class WtxtStorageWriter(StorageWriter):
         """What every rank must give alike, as it can be compared without
         giving a key away: the HMAC key's fingerprint, the part size, the
         metadata, whether it signs, the digest form."""
-        return (_call(_rust.hmac_fingerprint, self.hmac_key), self.part_size, self.metadata, self.sign_key is not None,
+        return (call(_rust.hmac_fingerprint, self.hmac_key), self.part_size, self.metadata, self.sign_key is not None,
                 self.digest)
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
@@ -497,7 +498,7 @@ class WtxtStorageWriter(StorageWriter):
                         "the same options")
         # Every tensor's chunks, who encodes each, and whether that rank has
         # all of it in its own shard: the same answer on every rank.
-        chunks = {fqn: _call(_rust.chunk_ranges, r.dtype, list(r.shape)) for fqn, r in stage.regions.items()}
+        chunks = {fqn: call(_rust.chunk_ranges, r.dtype, list(r.shape)) for fqn, r in stage.regions.items()}
         owners = {fqn: _owners(r, stage.shards.get(fqn, []), chunks[fqn]) for fqn, r in stage.regions.items()}
         held = {fqn: [_holds(stage.regions[fqn], stage.shards.get(fqn, []), o, c)
                       for o, c in zip(owners[fqn], chunks[fqn])] for fqn in stage.regions}
@@ -518,7 +519,7 @@ class WtxtStorageWriter(StorageWriter):
                             value = torch.load(data, weights_only=True)
                         except Exception as e:  # noqa: BLE001 - anything torch.load refuses
                             raise Error(f"entry {fqn!r}: not a plain Python value ({type(e).__name__}: {e})") from None
-                        objects[fqn] = _literal(fqn, value)
+                        objects[fqn] = literal(fqn, value)
                         results.append(WriteResult(index=item.index, size_in_bytes=0, storage_data=None))
                         continue
                     t = host[_item_key(item)].detach().to("cpu").contiguous()
@@ -544,7 +545,7 @@ class WtxtStorageWriter(StorageWriter):
         objects = {k: v for o in ranks.agree(put_shards) for k, v in o.items()}
         # Every piece is in place: each rank plans the same text.
         tensors = [(fqn, r.dtype, list(r.shape), r.offset, r.nbytes) for fqn, r in sorted(stage.regions.items())]
-        dw = _call(_rust.DistWriter, tensors, stage.path, stage.folder, self.path, stage.gen, stage.ts,
+        dw = call(_rust.DistWriter, tensors, stage.path, stage.folder, self.path, stage.gen, stage.ts,
                    stage.merkle_prev, self.metadata, objects or None, self.hmac_key, self.sign_key, self.part_size,
                    self.digest)
         layout = dw.layout()
@@ -566,9 +567,9 @@ class WtxtStorageWriter(StorageWriter):
                for ix in range(a, b)]
 
         def encode():
-            digests = _call(dw.write_chunks, own)
+            digests = call(dw.write_chunks, own)
             if ranks.rank == 0:
-                _call(dw.write_fixed)
+                call(dw.write_fixed)
             return digests
 
         written = ranks.agree(encode)
@@ -578,12 +579,12 @@ class WtxtStorageWriter(StorageWriter):
             # every `arr` line and `sha256_all` from them.
             def tree_report():
                 parts = _hash_parts(dw, ranks)
-                return (_call(dw.fastxor, own), parts)
+                return (call(dw.fastxor, own), parts)
 
             reports = ranks.agree(tree_report)
             self.bytes_sent = ranks.sent
             if self.is_coordinator:
-                lines, sha256_all = _call(dw.tree_arr_lines, [d for got in written for d in got])
+                lines, sha256_all = call(dw.tree_arr_lines, [d for got in written for d in got])
                 self._done = (dw, lines, [(None, x, parts) for x, parts in reports], sha256_all)
             elif not self.committed.done():
                 self.committed.set_result(None)
@@ -594,7 +595,7 @@ class WtxtStorageWriter(StorageWriter):
         # pool (its SHA-256 units side by side), the others handed on along
         # their runs.
         with ThreadPoolExecutor(max(1, _rust.threads() - 1), thread_name_prefix="wtxt-dcp-hash") as pool:
-            whole = {i: pool.submit(_call, dw.hash_array, i, [(ix, raw(i, ix)) for ix in range(a, b)], None)
+            whole = {i: pool.submit(call, dw.hash_array, i, [(ix, raw(i, ix)) for ix in range(a, b)], None)
                      for i, rs in enumerate(runs) for r, a, b in rs if rs == [(ranks.rank, a, b)]}
             arr_lines: Dict[int, str] = {}
             for i, rs in enumerate(runs):
@@ -602,16 +603,16 @@ class WtxtStorageWriter(StorageWriter):
                     if r != ranks.rank or i in whole:
                         continue
                     state = ranks.recv(_ARRAY_STATE, rs[k - 1][0]) if k else None
-                    state = _call(dw.hash_array, i, [(ix, raw(i, ix)) for ix in range(a, b)], state)
+                    state = call(dw.hash_array, i, [(ix, raw(i, ix)) for ix in range(a, b)], state)
                     if k + 1 < len(rs):
                         ranks.send(state, rs[k + 1][0])
                     else:
-                        arr_lines[i] = _call(dw.arr_line, i, state)
+                        arr_lines[i] = call(dw.arr_line, i, state)
             ranks.wait_sends()
 
             def line(i: int) -> str:
                 if i not in arr_lines:
-                    arr_lines[i] = _call(dw.arr_line, i, whole[i].result())
+                    arr_lines[i] = call(dw.arr_line, i, whole[i].result())
                 return arr_lines[i]
 
             # With one rank there is nothing to agree on: sha256_all follows
@@ -627,7 +628,7 @@ class WtxtStorageWriter(StorageWriter):
                     if r == ranks.rank:
                         if before is not None and before != ranks.rank:
                             state = ranks.recv(_SHA_STATE, before)
-                        state = _call(dw.hash_all, state, i, [(ix, raw(i, ix)) for ix in range(a, b)],
+                        state = call(dw.hash_all, state, i, [(ix, raw(i, ix)) for ix in range(a, b)],
                                       line(i) if every is None else every[i])
                     elif before == ranks.rank:
                         ranks.send(state, r)
@@ -638,7 +639,7 @@ class WtxtStorageWriter(StorageWriter):
 
         def report():
             parts = _hash_parts(dw, ranks)
-            return (state if last == ranks.rank else None, _call(dw.fastxor, own), parts)
+            return (state if last == ranks.rank else None, call(dw.fastxor, own), parts)
 
         reports = ranks.agree(report)
         self.bytes_sent = ranks.sent
@@ -664,7 +665,7 @@ class WtxtStorageWriter(StorageWriter):
             # A head built from other processes' hashes is installed (and
             # signed) only once the whole snapshot verifies; one rank wrote
             # and hashed every byte itself, as `save_state_dict` does.
-            sha256_all = _call(dw.finish, lines, all_state, fastxor, parts, len(reports) > 1, tree_all)
+            sha256_all = call(dw.finish, lines, all_state, fastxor, parts, len(reports) > 1, tree_all)
         except BaseException as e:
             self.committed.set_exception(Error(f"the snapshot was not written: {e}"))
             raise
@@ -679,7 +680,7 @@ class WtxtStorageWriter(StorageWriter):
         try:
             if self.oms_key is not None:
                 # Signed once the stage is gone: model.sig lists the folder as it stays.
-                _call(dw.sign_oms, self.oms_key)
+                call(dw.sign_oms, self.oms_key)
             self._commit(stage.gen, sha256_all)
         except Error as e:
             self.committed.set_exception(Error(f"the snapshot was written, then: {e}"))
@@ -691,7 +692,7 @@ class WtxtStorageWriter(StorageWriter):
             self.committed.set_result(SnapshotInfo(gen=gen, commit=None, pushed=False))
             return
         message = f"wtxt snapshot gen={gen:06} sha256_all={sha256_all}"
-        commit, pushed, error = _call(_rust.commit_snapshot, self.path, message, self.oms_key is not None, self.remote)
+        commit, pushed, error = call(_rust.commit_snapshot, self.path, message, self.oms_key is not None, self.remote)
         if error is not None:
             self.committed.set_exception(Error(f"committed {commit}, not pushed: {error}"))
         else:
@@ -738,9 +739,9 @@ class WtxtStorageReader(StorageReader):
         # Planning needs names, dtypes and shapes only: they come from the
         # `arr` lines, unverified; read_data verifies every byte before it
         # uses any.
-        outlined = _call(_rust.outline, self.path)
+        outlined = call(_rust.outline, self.path)
         if outlined is None:
-            _call(_rust.load, self.path, metadata_only=True)  # raises what is wrong
+            call(_rust.load, self.path, metadata_only=True)  # raises what is wrong
             raise Error(f"{self.path}: not a snapshot this reader can plan from")
         tensors, objects = outlined
         sd: Dict[str, Union[TensorStorageMetadata, BytesStorageMetadata]] = {}

@@ -1,0 +1,210 @@
+"""What `wtxt` and `wtxt.torch` both need: the errors, the dtype tables,
+arrays staged for the Rust side, the option dicts it reads, and the plain
+Python values a state dict keeps beside its tensors. Private: the package's
+front is `wtxt` and `wtxt.torch`."""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from . import _rust
+
+
+class _Numpy:
+    """NumPy, imported on first use: the `wtxt` command (`wtxt._cli`) runs
+    without it, so no BLAS thread of NumPy's is there to take a signal the
+    command must handle."""
+
+    def __getattr__(self, name: str) -> Any:
+        import numpy
+        globals()["np"] = numpy
+        value = getattr(numpy, name)
+        # Kept on the proxy too: modules that imported it find it directly.
+        setattr(self, name, value)
+        return value
+
+
+np: "Any" = _Numpy()
+
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Error(Exception):
+    """A `wtxt` failure: unusable input, a bad argument, or an I/O error."""
+
+
+class VerifyError(Error):
+    """A file failed a check (damage, a wrong key, a bad signature).
+
+    `line` is the 1-based line of the WTXT file at fault, when there is one.
+    """
+
+    def __init__(self, message: str, line: Optional[int] = None):
+        super().__init__(message)
+        self.line = line
+
+
+# The package's front names them: tracebacks and pickles say `wtxt.Error`.
+Error.__module__ = VerifyError.__module__ = "wtxt"
+
+
+def call(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)`, a failure of the Rust side raised as `Error`
+    or, for a failed check, `VerifyError` with its line."""
+    try:
+        return fn(*args, **kwargs)
+    except _rust.WtxtError as e:
+        kind, line, message = e.args
+        if kind == "check":
+            raise VerifyError(message, line) from None
+        raise Error(message) from None
+
+
+# WTXT dtypes and the NumPy dtypes they are (little-endian, as stored).
+TO_NUMPY = {
+    "f64": "<f8", "f32": "<f4", "f16": "<f2", "i64": "<i8", "u64": "<u8", "i32": "<i4", "u32": "<u4",
+    "i16": "<i2", "u16": "<u2", "i8": "|i1", "u8": "|u1", "bool": "|b1",
+}
+def numpy_to_wtxt() -> Dict[str, str]:
+    """NumPy's dtype strings and the WTXT dtypes they are."""
+    return {np.dtype(v).str: k for k, v in TO_NUMPY.items()}
+
+
+# WTXT dtypes NumPy has only through the optional `ml_dtypes` package, and
+# the unsigned type of their bits, which they come back as without it.
+ML_DTYPES = {"bf16": ("bfloat16", "<u2"), "f8e4m3": ("float8_e4m3fn", "|u1"), "f8e5m2": ("float8_e5m2", "|u1")}
+
+
+def ml_dtype(dtype: str):
+    """NumPy's dtype for `dtype` from `ml_dtypes`, or None without it."""
+    try:
+        import ml_dtypes  # optional: bf16 and float8 arrays come back typed
+    except ImportError:
+        return None
+    return np.dtype(getattr(ml_dtypes, ML_DTYPES[dtype][0]))
+
+
+
+def wtxt_dtype(a: np.ndarray, name: str) -> str:
+    for wtxt_dtype in ML_DTYPES:
+        ml = ml_dtype(wtxt_dtype)
+        if ml is not None and a.dtype == ml:
+            return wtxt_dtype
+    d = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
+    key = d.str if d.itemsize > 1 else d.str.replace("<", "|").replace(">", "|")
+    table = numpy_to_wtxt()
+    if key not in table:
+        raise Error(f"tensor {name!r}: dtype {a.dtype} has no WTXT equivalent "
+                    f"(supported: {', '.join(sorted(TO_NUMPY))}, and bf16, float8_e4m3fn and float8_e5m2 "
+                    "with ml_dtypes)")
+    return table[key]
+
+
+def as_array(name: str, a) -> Tuple[str, np.ndarray]:
+    """`a` as a C-contiguous little-endian NumPy array and its WTXT dtype
+    (a copy only when it is not one already)."""
+    if not isinstance(name, str):
+        raise Error(f"tensor names must be str, found {type(name).__name__}")
+    if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray):
+        a = np.from_dlpack(a)  # e.g. a CPU torch tensor, without importing torch
+    if not isinstance(a, np.ndarray):
+        raise Error(f"tensor {name!r}: expected a NumPy array (or anything with __dlpack__), found {type(a).__name__}")
+    if type(a) is not np.ndarray:
+        # A subclass's own __array_interface__ or nbytes could name any
+        # memory: the base array's buffer is what is read.
+        a = np.ndarray.view(a, np.ndarray)
+    if a.dtype.hasobject:
+        raise Error(f"tensor {name!r}: object arrays cannot be saved")
+    dtype = wtxt_dtype(a, name)
+    if dtype not in ML_DTYPES:
+        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+    # Views, transposes and slices are copied into C order, not refused.
+    return dtype, a if a.flags.c_contiguous else a.copy(order="C")
+
+
+def staged(name: str, a) -> Tuple[Tuple[str, str, List[int], int, int], np.ndarray]:
+    """What the Rust side copies `a` from: (name, WTXT dtype, shape, address,
+    length), and the C-contiguous array to keep alive until it has. A torch
+    tensor goes as `wtxt.torch` takes it (detached, bf16 kept)."""
+    if type(a).__module__.startswith("torch") and hasattr(a, "detach"):
+        from .torch import _item  # torch is loaded: the tensor came from it
+        return _item(name, a)
+    return staged_as(name, *as_array(name, a))
+
+
+def staged_as(name: str, dtype: str, a: np.ndarray) -> Tuple[Tuple[str, str, List[int], int, int], np.ndarray]:
+    """`staged` of a C-contiguous little-endian `a` holding `dtype`'s bits."""
+    return (name, dtype, [int(d) for d in a.shape], a.__array_interface__["data"][0], a.nbytes), a
+
+
+def save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key,
+                objects=None, digest: str = "sha256") -> str:
+    """Saves `staged` items (the arrays stay alive in `items` while the Rust
+    side copies them): `save_file` and `wtxt.torch` share it. `objects`
+    maps names to `literal` texts."""
+    staged = [s for s, _ in items]
+    writing = writing_of(prev, sign_key, hmac_key, part_size, gen, ts, oms_key, digest)
+    os.makedirs(os.path.dirname(os.path.abspath(os.fspath(filename))), exist_ok=True)
+    return call(_rust.save, staged, os.fspath(filename), writing, metadata, objects or None)
+
+
+def as_path(x: Optional[PathLike]) -> Optional[str]:
+    """A path argument as the Rust side takes it (None stays None)."""
+    return None if x is None else os.fspath(x)
+
+
+def trust_of(hmac_key, pubkey, trusted_keys, require_signature: Optional[bool]) -> Dict[str, object]:
+    """What a reader demands of a snapshot, as the Rust side reads it (its `Trust`).
+
+    Naming a key (`pubkey`, `trusted_keys`) requires a valid signature by
+    it, as `model_signing verify` does: `require_signature=None` (the
+    default) means "required exactly when a key is named". Only an explicit
+    `require_signature=False` with a key accepts an unsigned snapshot or
+    one signed by another key (a signature that fails under a named key is
+    refused either way)."""
+    if require_signature is None:
+        require_signature = pubkey is not None or trusted_keys is not None
+    return {"hmac_key": as_path(hmac_key), "pubkey": as_path(pubkey), "trusted_keys": as_path(trusted_keys),
+            "require_signature": bool(require_signature)}
+
+
+def writing_of(prev, sign_key, hmac_key, part_size, gen, ts, oms_key, digest: str = "sha256") -> Dict[str, object]:
+    """The options every writer of a snapshot takes, as the Rust side reads
+    them (its `Writing`)."""
+    if digest not in ("sha256", "tree"):
+        raise Error(f"digest: expected 'sha256' or 'tree', not {digest!r}")
+    return {"prev": as_path(prev), "sign_key": as_path(sign_key), "hmac_key": as_path(hmac_key), "gen": gen, "ts": ts,
+            "part_size": None if part_size is None else str(part_size), "oms_key": as_path(oms_key), "digest": digest}
+
+
+# The Python values a state dict may hold beside tensors: what
+# `ast.literal_eval` reads back exactly.
+LITERAL_TYPES = (int, float, str, bytes, bool, type(None))
+
+
+def literal(name: str, value) -> str:
+    """`value` (a step, a learning rate, a list of betas, a scheduler's
+    fields) as the Python literal `__objects` keeps (FORMAT.md section 14);
+    anything that would not come back as the same value is refused."""
+    def plain(v) -> bool:
+        if type(v) in (list, tuple, set):
+            return all(plain(x) for x in v)
+        if type(v) is dict:
+            return all(plain(k) and plain(x) for k, x in v.items())
+        if type(v) is float:
+            return v == v and v not in (float("inf"), float("-inf"))  # repr of nan and inf is not a literal
+        return type(v) in LITERAL_TYPES
+    if not plain(value):
+        raise Error(f"entry {name!r}: a {type(value).__name__} is neither a tensor nor a plain Python value "
+                    "(int, float but not nan or inf, str, bytes, bool, None, and lists, tuples, sets and dicts of them)")
+    return repr(value)
+
+
+def from_literal(name: str, text: str):
+    """The value `literal` kept as `text`."""
+    import ast
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
+        raise Error(f"__objects: entry {name!r} is not a Python literal ({type(e).__name__})") from None
