@@ -246,12 +246,12 @@ def save_with_a_lying_rank(rank: int, world: int, path: str, opts: dict) -> None
     import wtxt.torch.dcp as wdcp
 
     if rank == 1:
-        real = wdcp._call
+        real = wdcp.call
 
         def lying(fn, *args, **kwargs):
             got = real(fn, *args, **kwargs)
             return got ^ 1 if getattr(fn, "__name__", "") == "fastxor" else got
-        wdcp._call = lying
+        wdcp.call = lying
     dcp.save(sharded_state(world), storage_writer=wdcp.WtxtStorageWriter(path, **opts))
 
 
