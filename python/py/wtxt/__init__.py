@@ -21,12 +21,22 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _rust
 from ._common import (
-    Error, PathLike, VerifyError, as_path, call, ml_dtype, np, save_items, staged,
+    Error, PathLike, VerifyError, as_path, call, ml_dtype, np, save_items, stage_array,
     trust_of, writing_of, ML_DTYPES, TO_NUMPY,
 )
 
 __all__ = ["Error", "VerifyError", "Report", "save_file", "load_file", "load_metadata", "verify", "Snapshotter",
            "SnapshotInfo", "save_folder", "extract_folder"]
+
+
+def _staged(name: str, a: Any) -> Tuple[Tuple[str, str, List[int], int, int], Any]:
+    """What the Rust side copies `a` from, and the array to keep alive until
+    it has. A torch tensor goes as `wtxt.torch` takes it (detached, bf16
+    kept)."""
+    if type(a).__module__.startswith("torch") and hasattr(a, "detach"):
+        from .torch import _item  # torch is loaded: the tensor came from it
+        return _item(name, a)
+    return stage_array(name, a)
 
 
 def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: Optional[Dict[str, str]] = None,
@@ -54,7 +64,7 @@ def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: O
         raise Error(f"expected a dict of arrays, found {type(tensors).__name__}")
     if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise Error("metadata: expected a dict of str to str")
-    items = [staged(k, v) for k, v in tensors.items()]
+    items = [_staged(k, v) for k, v in tensors.items()]
     return save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key,
                        digest=digest)
 
@@ -246,7 +256,7 @@ class Snapshotter:
             return self._publish(host, metadata)
 
     def _publish(self, state: Mapping[str, Any], metadata: Optional[Dict[str, str]]) -> int:
-        items = [staged(name, a) for name, a in state.items()]  # the arrays alive until copied
+        items = [_staged(name, a) for name, a in state.items()]  # the arrays alive until copied
         return call(self._inner.publish, [s for s, _ in items], metadata)
 
     def request_snapshot(self) -> "Future[SnapshotInfo]":

@@ -123,24 +123,21 @@ def as_array(name: str, a) -> Tuple[str, np.ndarray]:
     return dtype, a if a.flags.c_contiguous else a.copy(order="C")
 
 
-def staged(name: str, a) -> Tuple[Tuple[str, str, List[int], int, int], np.ndarray]:
-    """What the Rust side copies `a` from: (name, WTXT dtype, shape, address,
-    length), and the C-contiguous array to keep alive until it has. A torch
-    tensor goes as `wtxt.torch` takes it (detached, bf16 kept)."""
-    if type(a).__module__.startswith("torch") and hasattr(a, "detach"):
-        from .torch import _item  # torch is loaded: the tensor came from it
-        return _item(name, a)
+def stage_array(name: str, a: Any) -> Tuple[Tuple[str, str, List[int], int, int], np.ndarray]:
+    """What the Rust side copies an array `a` from: (name, WTXT dtype, shape,
+    address, length), and the C-contiguous array to keep alive until it
+    has."""
     return staged_as(name, *as_array(name, a))
 
 
 def staged_as(name: str, dtype: str, a: np.ndarray) -> Tuple[Tuple[str, str, List[int], int, int], np.ndarray]:
-    """`staged` of a C-contiguous little-endian `a` holding `dtype`'s bits."""
+    """`stage_array` of a C-contiguous little-endian `a` holding `dtype`'s bits."""
     return (name, dtype, [int(d) for d in a.shape], a.__array_interface__["data"][0], a.nbytes), a
 
 
 def save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key,
                 objects=None, digest: str = "sha256") -> str:
-    """Saves `staged` items (the arrays stay alive in `items` while the Rust
+    """Saves staged items (the arrays stay alive in `items` while the Rust
     side copies them): `save_file` and `wtxt.torch` share it. `objects`
     maps names to `literal` texts."""
     staged = [s for s, _ in items]

@@ -25,7 +25,7 @@ import torch
 
 from . import _pinned
 from .. import _rust
-from .._common import Error, TO_NUMPY, call, from_literal, literal, save_items, staged, staged_as, trust_of
+from .._common import Error, TO_NUMPY, call, from_literal, literal, save_items, stage_array, staged_as, trust_of
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -62,12 +62,12 @@ def _bits(t: torch.Tensor):
 
 def _item(name: str, t: torch.Tensor):
     if not isinstance(t, torch.Tensor):
-        return staged(name, t)
+        return stage_array(name, t)
     t = t.detach().to("cpu").contiguous()
     dtype = _wtxt_dtype(name, t.dtype)
     if dtype in ("bf16", "f8e4m3", "f8e5m2"):
         return staged_as(name, dtype, _bits(t))
-    return staged(name, t.numpy())
+    return stage_array(name, t.numpy())
 
 
 def _flat(state_dict: Mapping[str, Any]) -> Dict[str, Any]:
