@@ -75,19 +75,6 @@ impl KeyFiles {
     pub fn oms(&self) -> Result<Option<EcSecretKey>> {
         self.oms_key.as_deref().map(EcSecretKey::from_file).transpose()
     }
-
-    /// Each path of `self`, else `other`'s: flags over a config file.
-    pub fn or(self, other: KeyFiles) -> KeyFiles {
-        KeyFiles {
-            hmac_key: self.hmac_key.or(other.hmac_key),
-            hmac_from_env: self.hmac_from_env || other.hmac_from_env,
-            allow_unauthenticated: self.allow_unauthenticated || other.allow_unauthenticated,
-            sign_key: self.sign_key.or(other.sign_key),
-            pubkey: self.pubkey.or(other.pubkey),
-            trusted_keys: self.trusted_keys.or(other.trusted_keys),
-            oms_key: self.oms_key.or(other.oms_key),
-        }
-    }
 }
 
 /// The keys a command is given, read once: what its WTXT inputs must prove,
