@@ -3,10 +3,10 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sha2::{Digest, Sha256};
-use wtxt::crypto::digest::{Sha1State, Sha256State};
+use wtxt::crypto::{Sha1State, Sha256State};
 use wtxt::format::syntax::{Meta, Timestamp};
-use wtxt::format::verify::verify;
-use wtxt::format::write::{write_snapshot, WriteOptions};
+use wtxt::format::verify;
+use wtxt::format::{write_snapshot, WriteOptions};
 use wtxt::model::Array;
 use wtxt::progress::Progress;
 

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use wtxt::daemon::pipeline::PipelineConfig;
-use wtxt::daemon::snapshotter::{Generation, Queue, Snapshotter};
+use wtxt::daemon::PipelineConfig;
+use wtxt::daemon::{Generation, Queue, Snapshotter};
 
 #[path = "../benches/common/mod.rs"]
 mod common;
@@ -23,7 +23,7 @@ fn main() -> wtxt::Result<()> {
     // Direct: the canonical writer on the same state.
     let direct_file = ring.with_extension("direct.wtxt");
     std::fs::create_dir_all(&ring).ok();
-    let opts = wtxt::format::write::WriteOptions::new(wtxt::format::syntax::Meta::new(1, None)?, 128);
+    let opts = wtxt::format::WriteOptions::new(wtxt::format::syntax::Meta::new(1, None)?, 128);
     let mut directs = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();

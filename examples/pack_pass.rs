@@ -1,6 +1,6 @@
 //! The passes storing a blob in a pack needs, over each file given: its
 //! Git id (SHA-1) and one Huffman-coded deflate, with the code the
-//! pre-commit hook and the daemon use (`src/git/pack.rs`). The packing part
+//! pre-commit hook and the daemon use (`src/odb/`). The packing part
 //! of the hook's floor, measured by `scripts/bench.sh` (section `floor`).
 //! Prints the bytes in and out.
 //!
@@ -16,7 +16,7 @@ fn main() -> std::io::Result<()> {
         h.update(format!("blob {}\0", bytes.len()).as_bytes());
         h.update(&bytes);
         let _id = h.finalize();
-        let deflated = wtxt::odb::deflate::zlib(&bytes);
+        let deflated = wtxt::git::zlib(&bytes);
         read += bytes.len();
         out += deflated.len();
     }

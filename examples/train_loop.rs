@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use wtxt::daemon::pipeline::PipelineConfig;
-use wtxt::daemon::snapshotter::{Generation, Queue, Snapshotter};
+use wtxt::daemon::PipelineConfig;
+use wtxt::daemon::{Generation, Queue, Snapshotter};
 use wtxt::model::{Array, ArrayData, Dtype};
 
 fn main() -> wtxt::Result<()> {

@@ -272,11 +272,6 @@ impl Spill {
         self.len
     }
 
-    /// True when nothing was written.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Appends bytes.
     pub fn push(&mut self, b: &[u8]) -> Result<()> {
         if self.file.is_none() && self.len + b.len() as u64 > self.spill_at {

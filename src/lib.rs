@@ -1,19 +1,33 @@
 //! `wtxt`: deterministic, self-checking ASCII snapshots of ML weights (WTXT 1.1).
 //!
-//! The library holds everything; the command line ([`cli`], which the `wtxt`
-//! binary and the Python package's `wtxt` command run) only parses flags
-//! and calls [`ops`]. Layout, from the top (each layer uses only those
-//! below it; docs/ARCHITECTURE.md):
-//! - [`daemon`]: the snapshot daemon and the pipeline Python runs in process;
-//! - [`ops`]: one function per command;
-//! - [`git`]: Git's drivers, filter, hooks, install, history, push;
-//! - [`oms`]: OpenSSF Model Signing signatures;
-//! - [`convert`]: the binary containers (npy, npz, safetensors, VOLP, FOLD, AERO, MLDF);
-//! - [`store`]: snapshots on disk, one file or a head and its parts;
-//! - [`format`](mod@format): the WTXT format (grammar, layout, writer, reader, verifier, recovery, split form);
+//! # The front
+//!
+//! Everything outside this crate (the `wtxt` binary, the Python binding,
+//! the fuzz targets, the tests, the examples) uses only what this page
+//! lists; the rooms behind it (file I/O, Git's object store, the byte
+//! buffer, the thread pool) are private and free to move.
+//! - [`format`](mod@format): one snapshot: [`format::load`], [`format::verify`],
+//!   [`format::write_snapshot`], [`format::recover`]; its line grammar
+//!   ([`format::syntax`]), the split form ([`format::split`]) and DELTA v2
+//!   ([`format::delta`]);
+//! - [`store`]: snapshots on disk, one file or a head and its parts, and
+//!   the distributed writer ([`store::DistWrite`]);
+//! - [`convert`]: the binary containers (npy, npz, safetensors, VOLP, FOLD,
+//!   AERO, MLDF), one namespace each, and Hugging Face folders;
 //! - [`crypto`]: digests, HMAC, Ed25519 and EC keys, age;
-//! - [`model`] and [`buffer`]: named typed arrays, and the one byte buffer;
-//! - [`error`], [`limits`], [`fs`], `pipe`, [`progress`], [`threads`]: shared plumbing.
+//! - [`options`]: the keys, metadata and output choices every entry point
+//!   takes;
+//! - [`ops`]: one function per command; [`cli`]: the command line over it;
+//! - [`git`]: Git's drivers, filter, hooks and push; [`oms`]: OpenSSF Model
+//!   Signing; [`daemon`]: the snapshot daemon and the in-process pipeline;
+//! - [`model`]: named typed arrays; [`progress`]; [`limits`]: the bounds
+//!   every reader enforces;
+//! - at the root: [`Error`] (with its [`ErrorKind`] and [`Position`]),
+//!   [`threads`], [`list_files`] and
+//!   [`exit_cleanly_when_a_mapped_input_shrinks`].
+//!
+//! Each layer uses only those below it (docs/ARCHITECTURE.md; the layer
+//! test enforces it).
 //!
 //! Unsafe code is denied crate-wide; the few places that need it (memory
 //! maps, `flock`, `poll`, `setrlimit`, signals, decoding into a buffer's
@@ -23,27 +37,29 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
-pub mod buffer;
+mod buffer;
 pub mod cli;
 pub mod convert;
 pub mod crypto;
 pub mod daemon;
-pub mod error;
+mod error;
 pub mod format;
-pub mod fs;
+mod fs;
 pub mod git;
 pub mod limits;
 pub mod model;
-pub mod odb;
+mod odb;
 pub mod oms;
 pub mod ops;
 pub mod options;
-pub(crate) mod pipe;
+mod pipe;
 pub mod progress;
 pub mod store;
-pub mod threads;
+mod threads;
 
-pub use error::{Error, Result};
+pub use error::{Error, Kind as ErrorKind, Position, Result};
+pub use fs::{exit_cleanly_when_a_mapped_input_shrinks, list_files};
+pub use threads::threads;
 
 /// Inputs the unit tests of several modules share.
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //! whatever reads must write back and read again.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use wtxt::buffer::ArrayData;
 use wtxt::convert::aero;
+use wtxt::model::ArrayData;
 
 fuzz_target!(|data: &[u8]| {
     let src = ArrayData::Owned(std::sync::Arc::new(data.to_vec()));

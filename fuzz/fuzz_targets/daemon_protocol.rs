@@ -3,7 +3,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(wtxt::daemon::server::Request::Snapshot { path, .. }) = wtxt::daemon::server::parse_request(data) {
+    if let Ok(wtxt::daemon::Request::Snapshot { path, .. }) = wtxt::daemon::parse_request(data) {
         assert!(!path.as_os_str().is_empty());
     }
 });

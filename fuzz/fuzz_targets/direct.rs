@@ -3,7 +3,7 @@
 //! direct path writes is exactly what the ordinary path writes.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use wtxt::convert::formats::{by_name, foreign_metadata};
+use wtxt::convert::{by_name, foreign_metadata};
 
 fuzz_target!(|data: &[u8]| {
     thread_local! {
@@ -12,12 +12,12 @@ fuzz_target!(|data: &[u8]| {
     DIR.with(|dir| {
         let input = dir.path().join("in.wtxt");
         std::fs::write(&input, data).expect("write the input");
-        let _ = wtxt::store::outline::outline(&input, &|n| n.starts_with("__"), 1 << 20);
+        let _ = wtxt::store::outline(&input, &|n| n.starts_with("__"), 1 << 20);
         for to in ["safetensors", "aero", "npz"] {
             let fmt = by_name(to).expect("a container");
             let out = dir.path().join(format!("out.{to}"));
             let _ = std::fs::remove_file(&out);
-            let direct = wtxt::convert::direct::write_direct(&input, &Default::default(), fmt, &out, &|a| {
+            let direct = wtxt::convert::write_direct(&input, &Default::default(), fmt, &out, &|a| {
                 Ok((foreign_metadata(a, fmt)?.0, ()))
             });
             if let Ok(Some(_)) = direct {

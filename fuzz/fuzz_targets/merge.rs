@@ -9,8 +9,8 @@ use wtxt::format::Loaded;
 fuzz_target!(|data: &[u8]| {
     let parts: Vec<&[u8]> = data.splitn(3, |&b| b == 0).collect();
     let [base, ours, theirs] = parts[..] else { return };
-    let key = wtxt::crypto::mac::HmacKey::from_hex(&"ab".repeat(32)).unwrap();
-    let opts = wtxt::format::verify::VerifyOptions { hmac_key: Some(&key), ..Default::default() };
+    let key = wtxt::crypto::HmacKey::from_hex(&"ab".repeat(32)).unwrap();
+    let opts = wtxt::format::VerifyOptions { hmac_key: Some(&key), ..Default::default() };
     let load = |b: &[u8], known: &[&Loaded]| {
         let alone = wtxt::format::load(b, b.len() as u64, &opts).ok();
         let shared = wtxt::format::Load { known, ..Default::default() }.run(b, b.len() as u64, &opts).ok();
@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
     let Some(o) = load(ours, &[]) else { return };
     let Some(t) = load(theirs, &[&o]) else { return };
     let b = load(base, &[&o, &t]).map(|l| l.arrays).unwrap_or_default();
-    for s in [wtxt::git::merge::Strategy::Average, wtxt::git::merge::Strategy::Theirs] {
-        let _ = wtxt::git::merge::merge(&b, &o.arrays, &t.arrays, 4, s, &Default::default());
+    for s in [wtxt::git::Strategy::Average, wtxt::git::Strategy::Theirs] {
+        let _ = wtxt::git::merge(&b, &o.arrays, &t.arrays, 4, s, &Default::default());
     }
 });

@@ -18,15 +18,15 @@ fuzz_target!(|data: &[u8]| {
             let parts = vec![part.to_vec(); h.parts.len().min(4)];
             let faults = lenient.then(Default::default);
             let mut joined = split::Joined::new(h, Box::new(parts), faults);
-            let _ = wtxt::format::verify::verify(&mut joined, &Default::default(), None);
+            let _ = wtxt::format::verify(&mut joined, &Default::default(), None);
         }
     }
     // As a part.
     let p = std::path::Path::new("p");
-    let _ = wtxt::git::parts::check_part(part, p, &[]);
-    let _ = wtxt::git::parts::textconv(&part, p);
-    let names = wtxt::git::diff::Names { old: p, new: p };
-    let _ = wtxt::git::parts::diff_parts(&part, &part, names);
+    let _ = wtxt::git::check_part(part, p, &[]);
+    let _ = wtxt::git::textconv_part(&part, p);
+    let names = wtxt::git::Names { old: p, new: p };
+    let _ = wtxt::git::diff_parts(&part, &part, names);
     // As a text to split: what splits joins back to the same bytes, whatever
     // the size of the reads (the `begin` lines are spliced across them).
     let mut sink: Vec<Vec<u8>> = Vec::new();

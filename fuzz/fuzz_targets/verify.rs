@@ -4,7 +4,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = wtxt::format::verify::verify(data, &Default::default(), None);
+    let _ = wtxt::format::verify(data, &Default::default(), None);
     if let Ok(l) = wtxt::format::load(data, data.len() as u64, &Default::default()) {
         let c = wtxt::format::canonical_bytes(&l).expect("a verified file re-emits");
         // Canonical writer output is what verifies; anything else that
@@ -12,5 +12,5 @@ fuzz_target!(|data: &[u8]| {
         let again = wtxt::format::load(&c[..], c.len() as u64, &Default::default()).expect("re-emitted file verifies");
         assert_eq!(again.arrays.len(), l.arrays.len());
     }
-    let _ = wtxt::git::diff::textconv(data);
+    let _ = wtxt::git::textconv(data);
 });

@@ -4,7 +4,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = wtxt::daemon::pipeline::Wal::parse_pending(&String::from_utf8_lossy(data));
+    let _ = wtxt::daemon::Wal::parse_pending(&String::from_utf8_lossy(data));
     let path = std::path::PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(
         data.iter().copied().filter(|&b| b != 0).collect(),
     ));
@@ -12,5 +12,5 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let line = format!("snapshot requested gen=7 ts=1 pathhex={}\n", hex::encode(path.as_os_str().as_encoded_bytes()));
-    assert_eq!(wtxt::daemon::pipeline::Wal::parse_pending(&line), vec![(7, Some(path))]);
+    assert_eq!(wtxt::daemon::Wal::parse_pending(&line), vec![(7, Some(path))]);
 });

@@ -1,5 +1,5 @@
 //! `wtxt._rust.DistWriter`: one rank's part of a snapshot written by many
-//! (`wtxt.torch.dcp`), over [`wtxt::store::dist::DistWrite`]. The Python
+//! (`wtxt.torch.dcp`), over [`wtxt::store::DistWrite`]. The Python
 //! side moves hash states between ranks; everything else happens here,
 //! with the GIL released.
 
@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use wtxt::convert::names::OriginalNames;
-use wtxt::crypto::digest::{Hash, Sha256State};
+use wtxt::convert::OriginalNames;
+use wtxt::crypto::{Hash, Sha256State};
 use wtxt::format::split::{PartHash, PartLine};
 use wtxt::format::syntax::Meta;
 use wtxt::options::{KeyFiles, Output};
-use wtxt::store::dist::{ArrayHash, DistOptions, DistWrite, Raw};
+use wtxt::store::{ArrayHash, DistOptions, DistWrite, Raw};
 
 use crate::{named_arrays, parse_part_size, raise, staged_file, Staged, Writing};
 
@@ -49,7 +49,7 @@ fn mem<'a>(m: Mem) -> Raw<'a> {
 pub fn chunk_ranges(dtype: &str, shape: Vec<u64>) -> PyResult<Vec<(u64, u64)>> {
     let dt = wtxt::model::Dtype::parse(dtype.as_bytes())
         .ok_or_else(|| raise(wtxt::Error::usage(format!("unknown dtype {dtype}"))))?;
-    let l = wtxt::format::layout::Layout::new(dt, &shape, wtxt::format::layout::DEFAULT_ROWS_PER_CHUNK)
+    let l = wtxt::format::Layout::new(dt, &shape, wtxt::format::DEFAULT_ROWS_PER_CHUNK)
         .map_err(|m| raise(wtxt::Error::usage(m.to_string())))?;
     Ok((0..l.chunk_count()).map(|ix| l.chunk_range(ix)).collect())
 }
@@ -110,7 +110,7 @@ impl PyDistWriter {
             let arrays = named_arrays(staged_file(&stage_file, tensors)?.into_iter(), metadata, objects)?;
             let o = DistOptions {
                 meta: Meta::new(gen, Some(&ts))?.with_tokens(None, None, None, None)?,
-                rows_per_chunk: wtxt::format::layout::DEFAULT_ROWS_PER_CHUNK,
+                rows_per_chunk: wtxt::format::DEFAULT_ROWS_PER_CHUNK,
                 merkle_prev,
                 keys: KeyFiles { hmac_key, sign_key, ..KeyFiles::default() }.load()?,
                 output: Output {
@@ -295,7 +295,7 @@ pub fn head_link(py: Python<'_>, path: PathBuf) -> PyResult<Option<(u64, Py<PyBy
             if let Some(dir) = std::path::absolute(&path).ok().and_then(|a| a.parent().map(Path::to_path_buf)) {
                 std::fs::create_dir_all(&dir).map_err(|e| wtxt::Error::io(&dir, e))?;
             }
-            wtxt::git::commit::committed_link(&path)
+            wtxt::git::committed_link(&path)
         })
         .map_err(raise)?;
     Ok(link.map(|(gen, merkle)| (gen, PyBytes::new(py, &merkle).unbind())))
@@ -315,12 +315,12 @@ pub fn commit_snapshot(
     remote: Option<String>,
 ) -> PyResult<(String, bool, Option<String>)> {
     py.allow_threads(|| {
-        let (work, id) = wtxt::git::commit::commit_written(&path, oms, "wtxt", &message)?;
+        let (work, id) = wtxt::git::commit_written(&path, oms, "wtxt", &message)?;
         let Some(remote) = remote else { return Ok((id, false, None)) };
         let never = std::sync::atomic::AtomicBool::new(false);
-        Ok(match wtxt::git::push::push(&work, &remote, Default::default(), &never).and_then(|o| o.done()) {
+        Ok(match wtxt::git::push(&work, &remote, Default::default(), &never).and_then(|o| o.done()) {
             Ok(()) => (id, true, None),
-            Err(e) => (id, false, Some(wtxt::git::push::redact(&format!("push to {remote}: {e}")))),
+            Err(e) => (id, false, Some(wtxt::git::redact(&format!("push to {remote}: {e}")))),
         })
     })
     .map_err(raise)

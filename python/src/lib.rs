@@ -15,25 +15,23 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
-use wtxt::convert::names::{self, OriginalNames};
-use wtxt::crypto::mac::HmacKey;
-use wtxt::crypto::sign::TrustedKeys;
-use wtxt::daemon::server::DaemonConfig;
-use wtxt::daemon::snapshotter::{Generation, Outcomes, Queue, Snapshotter};
-use wtxt::error::{Kind, Position};
+use wtxt::convert::{give_wtxt_names, objects_array, objects_of, OriginalNames};
+use wtxt::crypto::{HmacKey, TrustedKeys};
+use wtxt::daemon::{DaemonConfig, Generation, Outcomes, Queue, Snapshotter};
 use wtxt::format::Keep;
 use wtxt::model::{Array, ArrayData, Dtype};
 use wtxt::options::KeyFiles;
+use wtxt::{ErrorKind, Position};
 
 pyo3::create_exception!(_rust, WtxtError, PyException, "kind, line (or None), message");
 
 /// A library error as `WtxtError(kind, line, message)`.
 fn raise(e: wtxt::Error) -> PyErr {
     let kind = match e.kind() {
-        Kind::Check => "check",
-        Kind::Input => "input",
-        Kind::Usage => "usage",
-        Kind::Io => "io",
+        ErrorKind::Check => "check",
+        ErrorKind::Input => "input",
+        ErrorKind::Usage => "usage",
+        ErrorKind::Io => "io",
     };
     let line = match e.position() {
         Position::Line(n) => Some(n),
@@ -74,8 +72,8 @@ impl Trust {
 }
 
 impl TrustKeys {
-    fn verify_options(&self) -> wtxt::format::verify::VerifyOptions<'_> {
-        wtxt::format::verify::VerifyOptions {
+    fn verify_options(&self) -> wtxt::format::VerifyOptions<'_> {
+        wtxt::format::VerifyOptions {
             hmac_key: self.hmac_key.as_ref(),
             trusted: self.trusted.as_ref(),
             require_signature: self.require_signature,
@@ -124,7 +122,7 @@ fn copy_staged(tensors: Vec<Staged>, spare: &mut Vec<Vec<u8>>) -> Vec<Named> {
         pieces.extend(src.chunks(PIECE).zip(dst.chunks_mut(PIECE)));
     }
     // The copy on the --threads pool, as torch's own clone spreads it.
-    let threads = wtxt::threads::threads().min(pieces.len()).max(1);
+    let threads = wtxt::threads().min(pieces.len()).max(1);
     let mut shares: Vec<Vec<(&[u8], &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, p) in pieces.into_iter().enumerate() {
         shares[i % threads].push(p);
@@ -223,7 +221,7 @@ impl Writing {
 #[pyfunction]
 fn save_folder(py: Python<'_>, folder: PathBuf, path: PathBuf, writing: Writing) -> PyResult<(String, Vec<String>)> {
     py.allow_threads(|| {
-        if !wtxt::convert::hf::is_folder(&folder) {
+        if !wtxt::convert::is_folder(&folder) {
             return Err(wtxt::Error::usage(format!("{}: not a Hugging Face folder", folder.display())));
         }
         let opts = writing.options()?;
@@ -308,9 +306,9 @@ fn named_arrays(
         }
     }
     let mut kept = OriginalNames { metadata, ..Default::default() };
-    names::give_wtxt_names(&mut arrays, &mut kept)?;
+    give_wtxt_names(&mut arrays, &mut kept)?;
     if let Some(o) = &objects {
-        arrays.push(names::objects_array(o)?);
+        arrays.push(objects_array(o)?);
     }
     wtxt::model::sort_arrays(&mut arrays)?;
     Ok(arrays)
@@ -514,7 +512,7 @@ fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool
             let keys = trust.map(Trust::keys).transpose()?.unwrap_or_default();
             let opts = keys.verify_options();
             // A split snapshot's head is read with its parts.
-            let mut input = wtxt::store::input::WtxtIn::open(&path, None)?;
+            let mut input = wtxt::store::WtxtIn::open(&path, None)?;
             // On the heap: the arrays end up there anyway, and a temporary
             // file would cost another pass over fresh pages.
             let keep = if metadata_only { Keep::Metadata } else { Keep::InMemory };
@@ -522,7 +520,7 @@ fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool
                 .run(input.text(), input.len, &opts)
                 .map_err(|e| input.blame(e))?;
             let kept = OriginalNames::of(&loaded.arrays)?.unwrap_or_default();
-            let objects = names::objects_of(&loaded.arrays)?;
+            let objects = objects_of(&loaded.arrays)?;
             let identity = match loaded.header.root {
                 wtxt::format::syntax::Root::Final { merkle_this, .. } => hex_of(&merkle_this),
                 wtxt::format::syntax::Root::Pending => String::new(),
@@ -554,9 +552,7 @@ fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool
 #[pyfunction]
 fn outline(py: Python<'_>, path: PathBuf) -> PyResult<Option<Outline>> {
     py.allow_threads(|| {
-        let Some(all) =
-            wtxt::store::outline::outline(&path, &wtxt::model::is_metadata_name, wtxt::limits::MAX_METADATA)
-        else {
+        let Some(all) = wtxt::store::outline(&path, &wtxt::model::is_metadata_name, wtxt::limits::MAX_METADATA) else {
             return Ok(None);
         };
         let (metas, tensors): (Vec<_>, Vec<_>) =
@@ -566,7 +562,7 @@ fn outline(py: Python<'_>, path: PathBuf) -> PyResult<Option<Outline>> {
             .map(|o| Array::new(o.arr.name, o.arr.dtype, o.arr.shape, ArrayData::from(o.data.unwrap_or_default())))
             .collect::<Result<_, _>>()?;
         let kept = OriginalNames::of(&metas)?.unwrap_or_default();
-        let objects = names::objects_of(&metas)?;
+        let objects = objects_of(&metas)?;
         let tensors = tensors
             .into_iter()
             .map(|o| (kept.original(&o.arr.name).to_string(), o.arr.dtype.as_str().to_string(), o.arr.shape))
@@ -620,14 +616,14 @@ fn main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
 /// the cores this process may run on): Python's own pools size to it.
 #[pyfunction]
 fn threads() -> usize {
-    wtxt::threads::threads()
+    wtxt::threads()
 }
 
 #[pymodule]
 fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // A shard that shrinks under `save_folder`'s map: one line and exit 2,
     // not a death by SIGBUS (any other SIGBUS goes to Python's handler).
-    wtxt::fs::exit_cleanly_when_a_mapped_input_shrinks();
+    wtxt::exit_cleanly_when_a_mapped_input_shrinks();
     m.add("WtxtError", m.py().get_type::<WtxtError>())?;
     m.add_function(wrap_pyfunction!(save, m)?)?;
     m.add_function(wrap_pyfunction!(main, m)?)?;

@@ -5,7 +5,6 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
-use crate::git::merge;
 use crate::ops;
 use crate::options::Keys;
 use crate::progress::Progress;
@@ -290,7 +289,7 @@ fn merge_options(a: &cli::MergeHow) -> Result<ops::MergeOptions> {
         a.strategy.clone().or_else(|| std::env::var("WTXT_MERGE_STRATEGY").ok()).unwrap_or_else(|| "fail".into());
     let strategy = strategy.parse().map_err(Error::usage)?;
     let decisions = match &a.decisions {
-        Some(p) => merge::Decisions::parse(&crate::crypto::mac::read_small_text(p)?)
+        Some(p) => crate::git::merge::Decisions::parse(&crate::crypto::mac::read_small_text(p)?)
             .map_err(|m| Error::input(Default::default(), m).in_file(p))?,
         None => Default::default(),
     };

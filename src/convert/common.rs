@@ -29,7 +29,7 @@ pub(crate) enum ReadAs {
 
 /// Decompresses one zstd payload that must decode to exactly `want` bytes,
 /// never inflating past that: a compression bomb stops at the declared
-/// size. Large payloads go to a mapped temporary file ([`crate::buffer::Spill`]), so the
+/// size. Large payloads go to a mapped temporary file (`buffer::Spill`), so the
 /// heap stays small whatever the file declares.
 pub fn zstd_exact(body: impl std::io::Read, want: u64) -> std::result::Result<crate::buffer::ArrayData, Reason> {
     use std::io::Read;

@@ -101,12 +101,12 @@ impl OriginalNames {
 /// literals (FORMAT.md section 14).
 pub const OBJECTS: &str = "__objects";
 
-/// `objects` as the [`OBJECTS`] array.
+/// `objects` as the `__objects` array.
 pub fn objects_array(objects: &BTreeMap<String, String>) -> Result<Array> {
     crate::convert::common::meta_array(OBJECTS, &serde_json::to_value(objects).expect("a map of strings serializes"))
 }
 
-/// What the [`OBJECTS`] array among `arrays` holds, if there is one.
+/// What the `__objects` array among `arrays` holds, if there is one.
 pub fn objects_of(arrays: &[Array]) -> Result<Option<BTreeMap<String, String>>> {
     let Some(v) = crate::convert::common::meta_json(arrays, OBJECTS)? else { return Ok(None) };
     serde_json::from_value(v)

@@ -106,12 +106,6 @@ impl FastXor {
     pub fn value(&self) -> u64 {
         self.acc
     }
-
-    /// Combines `self` with the XOR of bytes that follow `self`'s bytes.
-    pub fn then(self, next: FastXor) -> FastXor {
-        let shift = (self.pos % 8) as u32 * 8;
-        FastXor { acc: self.acc ^ next.acc.rotate_left(shift), pos: self.pos + next.pos }
-    }
 }
 
 /// XOR of `data` read as little-endian u64 words, the tail zero-padded.
@@ -443,11 +437,6 @@ mod tests {
             f.update(&data[..cut]);
             f.update(&data[cut..]);
             assert_eq!(f.value(), naive(&data), "cut {cut}");
-            let mut a = FastXor::default();
-            a.update(&data[..cut]);
-            let mut b = FastXor::default();
-            b.update(&data[cut..]);
-            assert_eq!(a.then(b).value(), naive(&data));
         }
     }
 

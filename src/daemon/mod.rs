@@ -3,10 +3,14 @@
 
 use std::sync::Arc;
 
-pub mod pipeline;
-pub mod pushes;
-pub mod server;
-pub mod snapshotter;
+pub(crate) mod pipeline;
+pub(crate) mod pushes;
+pub(crate) mod server;
+pub(crate) mod snapshotter;
+
+pub use pipeline::{Pipeline, PipelineConfig, Wal};
+pub use server::{parse_request, DaemonConfig, Request};
+pub use snapshotter::{Generation, Outcomes, Queue, Snapshotter, Status};
 
 /// Where the daemon reports what goes wrong in the background (a failed
 /// push, a snapshot that could not be written): the library never prints;

@@ -54,7 +54,7 @@ pub struct PipelineConfig {
     /// The digest form of every snapshot.
     pub digest: crate::format::syntax::DigestForm,
     /// Set when the pipeline is shutting down: a push then waits on a
-    /// silent remote [`crate::git::push::SHUTDOWN_STALL`], not [`crate::git::push::PUSH_STALL`].
+    /// silent remote `git::push::SHUTDOWN_STALL`, not `git::push::PUSH_STALL`.
     pub stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -121,8 +121,8 @@ pub struct Stages {
 
 impl Stages {
     /// The stages as one JSON object.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("stages serialize")
+    pub fn to_json(self) -> String {
+        serde_json::to_string(&self).expect("stages serialize")
     }
 }
 
@@ -518,7 +518,7 @@ impl Pipeline {
     }
 
     /// The commits waiting for their push, when snapshots are pushed to a
-    /// remote: the push thread runs [`crate::daemon::pushes::Pushes::run`].
+    /// remote: the push thread runs `daemon::pushes::Pushes::run`.
     pub fn pushes(&self) -> Option<std::sync::Arc<crate::daemon::pushes::Pushes>> {
         self.pushes.clone()
     }

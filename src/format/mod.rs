@@ -5,13 +5,18 @@
 pub(crate) mod chunk;
 pub(crate) mod decode;
 pub mod delta;
-pub mod layout;
+pub(crate) mod layout;
 pub(crate) mod read;
-pub mod recover;
+pub(crate) mod recover;
 pub mod split;
 pub mod syntax;
-pub mod verify;
-pub mod write;
+pub(crate) mod verify;
+pub(crate) mod write;
+
+pub use layout::{hex_digit, parity, Layout, DEFAULT_ROWS_PER_CHUNK};
+pub use recover::recover;
+pub use verify::{verify, Report, VerifyOptions};
+pub use write::{write_snapshot, WriteOptions, WritePlan};
 
 use std::io::Read;
 
@@ -19,7 +24,7 @@ use crate::buffer::Spill;
 use crate::crypto::digest::Hash;
 use crate::error::{check_at, Result};
 use crate::format::read::{ArrayStart, Header};
-use crate::format::verify::{verify, Report, Sink, VerifyOptions};
+use crate::format::verify::Sink;
 use crate::model::Array;
 
 /// Which decoded arrays a load keeps, and where. Every array is verified

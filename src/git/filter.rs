@@ -25,7 +25,6 @@ use crate::format::syntax::{Meta, Root};
 use crate::format::verify::VerifyOptions;
 use crate::format::write::{write_snapshot, WriteOptions};
 
-pub use crate::convert::safetensors::ST_HEADER;
 use crate::convert::{formats, Input};
 /// Largest pkt-line payload (Git's LARGE_PACKET_DATA_MAX).
 const PKT_MAX: usize = 65516;

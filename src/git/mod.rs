@@ -5,20 +5,27 @@ use std::path::Path;
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Reason, Result};
 
-pub mod commit;
-pub mod diff;
-pub mod files_diff;
-pub mod filter;
-pub mod folders;
-pub mod guard;
-pub mod history;
-pub mod hooks;
-pub mod install;
-pub mod merge;
-pub mod parts;
-pub mod push;
+pub(crate) mod commit;
+pub(crate) mod diff;
+pub(crate) mod files_diff;
+pub(crate) mod filter;
+pub(crate) mod folders;
+pub(crate) mod guard;
+pub(crate) mod history;
+pub(crate) mod hooks;
+pub(crate) mod install;
+pub(crate) mod merge;
+pub(crate) mod parts;
+pub(crate) mod push;
 
+pub use crate::odb::deflate::zlib;
 pub use crate::odb::git_err;
+pub use commit::{commit_written, committed_link};
+pub use diff::{diff, textconv, Names};
+pub use filter::{clean, smudge};
+pub use merge::{merge, Strategy};
+pub use parts::{check_part, diff_parts, textconv_part};
+pub use push::{push, redact, Push};
 
 /// An exclusive lock on a file, held until dropped (`flock`: between
 /// processes and between handles of one process alike).

@@ -373,7 +373,7 @@ fn section_diff(s: &Section, status: Status) -> ArrayDiff {
 /// the head's header fields and part table; a part's chunks with their row
 /// ranges and digests, so a line diff shows which rows changed. A part or
 /// a single file is streamed, never held whole.
-pub fn textconv(text: &dyn Text, file: &Path) -> Result<String> {
+pub fn textconv_part(text: &dyn Text, file: &Path) -> Result<String> {
     use std::fmt::Write as _;
     let mut s = String::new();
     match classify(text)? {

@@ -7,7 +7,7 @@
 use crate::error::Error;
 
 pub(crate) mod blob;
-pub mod deflate;
+pub(crate) mod deflate;
 pub(crate) mod objects;
 pub(crate) mod pack;
 

@@ -181,7 +181,7 @@ fn pae(payload: &[u8]) -> Vec<u8> {
 
 /// The signature file for `manifest`, signed with `key`. Deterministic:
 /// the same manifest and key give the same bytes (RFC 6979 nonces).
-pub fn sign(manifest: &Manifest, key: &EcSecretKey) -> Vec<u8> {
+pub fn sign_manifest(manifest: &Manifest, key: &EcSecretKey) -> Vec<u8> {
     let statement = Statement {
         ty: STATEMENT_TYPE.into(),
         subject: vec![Subject {
@@ -344,8 +344,8 @@ mod tests {
     #[test]
     fn signs_and_opens() {
         let k = EcSecretKey::generate_p256().unwrap();
-        let sig = sign(&manifest(), &k);
-        assert_eq!(sig, sign(&manifest(), &k));
+        let sig = sign_manifest(&manifest(), &k);
+        assert_eq!(sig, sign_manifest(&manifest(), &k));
         assert_eq!(open(&sig, &k.public()).unwrap(), manifest());
         let other = EcSecretKey::generate_p256().unwrap();
         assert!(open(&sig, &other.public()).unwrap_err().0.contains("another key"));
@@ -357,9 +357,9 @@ mod tests {
         for name in ["../x", "/etc/passwd", "a//b", "a/./b", ""] {
             let mut m = manifest();
             m.resources[0].name = name.into();
-            assert!(open(&sign(&m, &k), &k.public()).unwrap_err().0.contains("inside the folder"), "{name}");
+            assert!(open(&sign_manifest(&m, &k), &k.public()).unwrap_err().0.contains("inside the folder"), "{name}");
         }
-        let text = String::from_utf8(sign(&manifest(), &k)).unwrap();
+        let text = String::from_utf8(sign_manifest(&manifest(), &k)).unwrap();
         let wrong = text.replace(BUNDLE_MEDIA_TYPE, "application/json");
         assert!(open(wrong.as_bytes(), &k.public()).unwrap_err().0.contains("media type"));
         assert!(open(b"[[[[", &k.public()).unwrap_err().0.contains("JSON"));

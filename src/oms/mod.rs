@@ -4,7 +4,9 @@
 //! beside `wtxt verify`, and checked for any folder as the reference does.
 //! docs/SECURITY.md says what it proves next to the in-file signature.
 
-pub mod bundle;
+pub(crate) mod bundle;
+
+pub use bundle::{sign_manifest, HashType, Manifest, Resource};
 pub(crate) mod folder;
 
 use std::collections::HashSet;
@@ -17,7 +19,7 @@ use crate::crypto::digest::Hash;
 use crate::crypto::ec::{EcPublicKey, EcSecretKey};
 use crate::error::{Error, Result};
 use crate::format::split;
-use bundle::{HashType, Manifest, Refusal, Resource};
+use bundle::Refusal;
 
 /// The signature's name in the snapshot's folder, OMS's default.
 pub const SIGNATURE_NAME: &str = "model.sig";
@@ -158,7 +160,7 @@ pub fn sign_folder(dir: &Path, known: Vec<Resource>, signature: &Path, key: &EcS
         resources,
     };
     manifest.sort();
-    crate::fs::write_file(signature, &bundle::sign(&manifest, key), 0o644)?;
+    crate::fs::write_file(signature, &bundle::sign_manifest(&manifest, key), 0o644)?;
     Ok((signature.to_path_buf(), count))
 }
 

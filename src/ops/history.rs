@@ -235,7 +235,7 @@ pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
 pub fn textconv(file: &Path, here: &Path) -> Result<String> {
     use crate::git::parts::open_text;
     if let Some(f) = open_text(file)? {
-        return crate::git::parts::textconv(&f, file);
+        return crate::git::parts::textconv_part(&f, file);
     }
     let wtxt = crate::git::filter::as_wtxt(file, here, &file.to_string_lossy())?;
     let arrays = crate::git::diff::textconv_arrays(&wtxt[..]).map_err(|e| e.in_file(file))?;

@@ -4,13 +4,13 @@
 #![forbid(unsafe_code)]
 
 mod check;
-pub mod folders;
+pub(crate) mod folders;
 mod generations;
 mod history;
 mod oms;
 mod parts;
 mod recover;
-pub mod report;
+pub(crate) mod report;
 mod secrets;
 mod snapshot;
 

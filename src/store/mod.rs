@@ -6,14 +6,17 @@
 //! ([`PartFiles`]). The split form itself, which knows no files, is
 //! [`crate::format::split`].
 
-pub mod dist;
+pub(crate) mod dist;
 mod files;
-pub mod input;
+pub(crate) mod input;
 mod out;
-pub mod outline;
+pub(crate) mod outline;
 
+pub use dist::{ArrayHash, DistOptions, DistWrite, Raw};
 pub use files::*;
+pub use input::WtxtIn;
 pub use out::*;
+pub use outline::outline;
 
 use std::path::Path;
 

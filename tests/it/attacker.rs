@@ -191,7 +191,7 @@ fn names_that_would_map_to_reserved_ones_round_trip() {
     let out = d.join("out.npz");
     let o = wtxt().arg("extract").arg(&snap).arg("-o").arg(&out).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let src = wtxt::buffer::ArrayData::Owned(std::sync::Arc::new(std::fs::read(&out).unwrap()));
+    let src = wtxt::model::ArrayData::Owned(std::sync::Arc::new(std::fs::read(&out).unwrap()));
     let back = wtxt::convert::npz::read(&src).unwrap();
     let mut got: Vec<(String, Vec<u8>)> = back.iter().map(|a| (a.name.clone(), a.bytes().to_vec())).collect();
     got.sort();

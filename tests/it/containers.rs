@@ -320,8 +320,8 @@ fn npz_keys_that_are_not_wtxt_names_come_back_and_foreign_metadata_is_left_out()
 
 #[test]
 fn aero_control_and_page_hashes_and_packed_tensors() {
-    use wtxt::buffer::ArrayData;
     use wtxt::convert::aero;
+    use wtxt::model::ArrayData;
     use wtxt::model::{Array, Dtype};
     let dir = tempfile::tempdir().unwrap();
     let src = ArrayData::Owned(std::sync::Arc::new(std::fs::read(peers().join("aero_multi_shard.aero")).unwrap()));
@@ -409,7 +409,7 @@ fn snapshot_takes_the_tensors_of_fold_aero_and_mldf_inputs() {
 /// checked by the independent readers), and back to safetensors.
 #[test]
 fn aero_and_fold_written_from_safetensors_keep_the_original_names() {
-    use wtxt::buffer::ArrayData;
+    use wtxt::model::ArrayData;
     use wtxt::model::{Array, Dtype};
     let dir = tempfile::tempdir().unwrap();
     let st = dir.path().join("m.safetensors");
@@ -470,7 +470,7 @@ fn aero_and_fold_written_from_safetensors_keep_the_original_names() {
 /// A safetensors `__metadata__` that a format cannot hold is reported.
 #[test]
 fn names_an_exact_form_keeps_reach_every_other_format() {
-    use wtxt::buffer::ArrayData;
+    use wtxt::model::ArrayData;
     use wtxt::model::{Array, Dtype};
     let dir = tempfile::tempdir().unwrap();
     let st = dir.path().join("m.safetensors");
@@ -484,7 +484,7 @@ fn names_an_exact_form_keeps_reach_every_other_format() {
     std::fs::write(&st, bytes.into_inner()).unwrap();
     let own_names = |path: &Path| -> Vec<String> {
         let src = ArrayData::Owned(std::sync::Arc::new(std::fs::read(path).unwrap()));
-        let c = wtxt::convert::formats::sniff(src.as_bytes(), src.as_bytes().len() as u64).unwrap();
+        let c = wtxt::convert::sniff(src.as_bytes(), src.as_bytes().len() as u64).unwrap();
         let mut names: Vec<String> =
             c.read_tensors(&src, "m", &mut Vec::new()).unwrap().into_iter().map(|a| a.name).collect();
         names.sort();

@@ -216,7 +216,7 @@ fn hugging_face_names_and_metadata_come_back_on_extract() {
 /// gives, for every container and both forms of WTXT.
 #[test]
 fn wtxt_is_written_straight_into_each_container_with_the_same_bytes() {
-    use wtxt::convert::formats::{foreign_metadata, CONTAINERS};
+    use wtxt::convert::{foreign_metadata, CONTAINERS};
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let inputs = [
@@ -255,7 +255,7 @@ fn wtxt_is_written_straight_into_each_container_with_the_same_bytes() {
                         );
                     }
                 }
-                let taken = wtxt::convert::direct::write_direct(&w, &Default::default(), *fmt, &out, &|a| {
+                let taken = wtxt::convert::write_direct(&w, &Default::default(), *fmt, &out, &|a| {
                     Ok((foreign_metadata(wtxt::convert::gather(vec![(&w, a)], &mut Vec::new())?, *fmt)?.0, ()))
                 });
                 if let Ok(Some(((), route))) = taken {
@@ -265,7 +265,7 @@ fn wtxt_is_written_straight_into_each_container_with_the_same_bytes() {
             }
         }
     }
-    use wtxt::convert::direct::Route::*;
+    use wtxt::convert::Route::*;
     for form in ["none", "16K"] {
         for name in inputs.iter().filter(|n| !n.starts_with("aero_hash")) {
             // safetensors and AERO store each tensor's bytes whole: always in place.
@@ -407,7 +407,7 @@ fn extract_refuses_an_original_name_two_arrays_share() {
     let names =
         wtxt::convert::meta_array("__names", &serde_json::json!({"names": {"w_1": "w.1", "w_1_2": "w.1"}})).unwrap();
     let w = dir.path().join("twice.wtxt");
-    let opts = wtxt::format::write::WriteOptions::new(wtxt::format::syntax::Meta::new(0, None).unwrap(), 128);
+    let opts = wtxt::format::WriteOptions::new(wtxt::format::syntax::Meta::new(0, None).unwrap(), 128);
     wtxt::store::write_wtxt(&[names, a, b], &opts, &w, Default::default(), None, &wtxt::progress::Progress::hidden())
         .unwrap();
     let out = dir.path().join("one.npy");

@@ -3,9 +3,9 @@
 //! damaged line. `idx` and `audit` lines are outside every hash by the
 //! profile's design; they get their own checks.
 
-use wtxt::crypto::mac::HmacKey;
-use wtxt::crypto::sign::{PublicKey, SecretKey, TrustedKeys};
-use wtxt::format::verify::{Report, VerifyOptions};
+use wtxt::crypto::HmacKey;
+use wtxt::crypto::{PublicKey, SecretKey, TrustedKeys};
+use wtxt::format::{Report, VerifyOptions};
 
 use crate::util::{fixture, read, verify_bytes};
 
@@ -178,8 +178,8 @@ fn errors_name_the_damaged_line() {
     let l = &mut v[first_b64];
     let w = l.len() - 2;
     l[3] = if l[3] == b'Q' { b'R' } else { b'Q' };
-    let p = wtxt::format::layout::parity(&l[..w]);
-    l[w + 1] = wtxt::format::layout::hex_digit(p);
+    let p = wtxt::format::parity(&l[..w]);
+    l[w + 1] = wtxt::format::hex_digit(p);
     let r = strict(&join(&v), &k).unwrap();
     assert!(r.errors[0].message.contains("crc32c"), "{:?}", r.errors);
     assert!(r.errors[0].line < first_b64 as u64 + 1);

@@ -10,8 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use wtxt::daemon::pipeline::PipelineConfig;
-use wtxt::daemon::snapshotter::{Generation, Queue, Snapshotter};
+use wtxt::daemon::PipelineConfig;
+use wtxt::daemon::{Generation, Queue, Snapshotter};
 use wtxt::model::{Array, ArrayData, Dtype};
 
 use crate::util::{free_port, git_daemon, git_ok, wait_for_port, Server};
@@ -50,7 +50,7 @@ fn every_requested_generation_is_written_unless_coalescing_was_chosen() {
 /// that every snapshot in the ring holds one generation's values (no torn
 /// state) and that the newest was written. Returns the status and the
 /// last generation published.
-fn snapshot_under_load(queue: Queue) -> (wtxt::daemon::snapshotter::Status, u64) {
+fn snapshot_under_load(queue: Queue) -> (wtxt::daemon::Status, u64) {
     let dir = tempfile::tempdir().unwrap();
     let ring = dir.path().join("ring");
     let mut cfg = PipelineConfig::new(&ring);
@@ -871,7 +871,7 @@ fn a_restart_releases_the_kept_pack_of_a_generation_a_reset_dropped() {
     let mut cfg = PipelineConfig::new(repo.join(".git/wtxt-ring"));
     cfg.repo = Some(repo.clone());
     cfg.path_in_repo = "snapshot.wtxt".into();
-    let refused = wtxt::daemon::pipeline::Pipeline::open(cfg).err().expect("a work tree that is not HEAD's refused");
+    let refused = wtxt::daemon::Pipeline::open(cfg).err().expect("a work tree that is not HEAD's refused");
     assert!(refused.to_string().contains("git checkout -- snapshot.wtxt"), "{refused}");
     git_ok(&repo, &["checkout", "--", "snapshot.wtxt"]);
     let daemon = Daemon::start(&repo, &sock, &[]);
@@ -1035,7 +1035,7 @@ fn the_daemon_snapshots_a_hugging_face_folder_and_commits_it() {
 /// written there, nothing committed), and a path into `.git` never passes.
 #[test]
 fn a_path_in_the_repository_through_a_link_or_into_git_is_refused() {
-    use wtxt::daemon::server::DaemonConfig;
+    use wtxt::daemon::DaemonConfig;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     git_ok(d, &["init", "-q", "-b", "main", "repo"]);
@@ -1069,9 +1069,9 @@ fn a_path_in_the_repository_through_a_link_or_into_git_is_refused() {
 fn the_ring_is_taken_only_as_the_pipeline_left_it() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let key = || Some(wtxt::crypto::sign::SecretKey::from_file(&crate::util::fixture("keys/sign.pem")).unwrap());
+    let key = || Some(wtxt::crypto::SecretKey::from_file(&crate::util::fixture("keys/sign.pem")).unwrap());
     let ring = d.join("ring");
-    let start = |ring: &Path, key: Option<wtxt::crypto::sign::SecretKey>| {
+    let start = |ring: &Path, key: Option<wtxt::crypto::SecretKey>| {
         let mut cfg = PipelineConfig::new(ring);
         cfg.keys.sign_key = key;
         Snapshotter::start(cfg, Generation::default(), Queue::default())
@@ -1084,7 +1084,7 @@ fn the_ring_is_taken_only_as_the_pipeline_left_it() {
     // An unsigned generation 2 at the top of the ring.
     let forged = d.join("forged.wtxt");
     let g = uniform(2);
-    let opts = wtxt::format::write::WriteOptions::new(wtxt::format::syntax::Meta::new(2, None).unwrap(), 128);
+    let opts = wtxt::format::WriteOptions::new(wtxt::format::syntax::Meta::new(2, None).unwrap(), 128);
     wtxt::store::write_wtxt(&g.arrays, &opts, &forged, Default::default(), None, &wtxt::progress::Progress::hidden())
         .unwrap();
     std::fs::rename(&forged, ring.join("gen-000002.wtxt")).unwrap();

@@ -105,8 +105,8 @@ fn wrong_base_truncated_or_tampered_delta_fail_cleanly() {
     tampered[first_b64 + 5] = if tampered[first_b64 + 5] == b'A' { b'B' } else { b'A' };
     // Re-fix the parity nibble so only CRC/SHA can catch it.
     let line_end = first_b64 + text[first_b64..].find('\n').unwrap();
-    let p = wtxt::format::layout::parity(&tampered[first_b64..line_end - 2]);
-    tampered[line_end - 1] = wtxt::format::layout::hex_digit(p);
+    let p = wtxt::format::parity(&tampered[first_b64..line_end - 2]);
+    tampered[line_end - 1] = wtxt::format::hex_digit(p);
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("truncated", delta[..delta.len() / 2].to_vec()),
         ("tampered", tampered),

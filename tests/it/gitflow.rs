@@ -409,7 +409,7 @@ fn aero_and_fold_filters_store_wtxt_and_check_out_the_reference_bytes() {
     let o = r.run(&["add", "n.aero"], &[]);
     assert!(!o.status.success(), "a damaged AERO is refused by the filter");
     let fixed = wtxt::convert::aero::read(
-        &wtxt::buffer::ArrayData::Owned(std::sync::Arc::new(
+        &wtxt::model::ArrayData::Owned(std::sync::Arc::new(
             std::fs::read(peers.join("aero_multi_shard.aero")).unwrap(),
         )),
         &mut Vec::new(),

@@ -52,11 +52,7 @@ pub(crate) fn folder(dir: &Path) -> PathBuf {
 }
 
 pub(crate) fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    wtxt::fs::list_files(dir, &[])
-        .unwrap()
-        .into_iter()
-        .map(|f| (f.clone(), std::fs::read(dir.join(&f)).unwrap()))
-        .collect()
+    wtxt::list_files(dir, &[]).unwrap().into_iter().map(|f| (f.clone(), std::fs::read(dir.join(&f)).unwrap())).collect()
 }
 
 fn s(p: &Path) -> &str {
@@ -349,7 +345,7 @@ fn extract_hf_refuses_a_path_listed_twice() {
         hf[list].as_array_mut().unwrap().push(first);
         arrays[at] = wtxt::convert::meta_array("__hf", &hf).unwrap();
         let crafted = dir.path().join(format!("twice-{list}.wtxt"));
-        let opts = wtxt::format::write::WriteOptions::new(wtxt::format::syntax::Meta::new(0, None).unwrap(), 128);
+        let opts = wtxt::format::WriteOptions::new(wtxt::format::syntax::Meta::new(0, None).unwrap(), 128);
         wtxt::store::write_wtxt(
             &arrays,
             &opts,

@@ -401,10 +401,10 @@ fn the_hook_packs_staged_parts_as_deltas_where_few_lines_changed() {
     let stop = std::sync::atomic::AtomicBool::new(false);
     let to = remote.to_str().unwrap();
     let first = crate::util::git_ok(&r, &["rev-parse", "HEAD~1"]);
-    let push = |commit| wtxt::git::push::Push { commit, changed_wholly: false };
-    wtxt::git::push::push(&r, to, push(Some(first.trim())), &stop).unwrap();
+    let push = |commit| wtxt::git::Push { commit, changed_wholly: false };
+    wtxt::git::push(&r, to, push(Some(first.trim())), &stop).unwrap();
     let before = packed_blobs(&remote);
-    wtxt::git::push::push(&r, to, push(None), &stop).unwrap();
+    wtxt::git::push(&r, to, push(None), &stop).unwrap();
     assert!(packed_blobs(&remote).0 - before.0 >= parts, "a thin pack of deltas");
     // Every value new: stored whole, in a pack the multi-pack index (which
     // makes Git take the deltas above) is not rewritten for; Git, `gc` and

@@ -346,7 +346,7 @@ fn a_snapshot_keeps_windows_of_its_input_resident_not_the_input() {
 
 /// Writes `arrays` as generation 0 at `path`, as the library's writers do.
 fn write_gen0(arrays: &[wtxt::model::Array], path: &std::path::Path) {
-    let opts = wtxt::format::write::WriteOptions::new(wtxt::format::syntax::Meta::new(0, None).unwrap(), 128);
+    let opts = wtxt::format::WriteOptions::new(wtxt::format::syntax::Meta::new(0, None).unwrap(), 128);
     wtxt::store::write_wtxt(arrays, &opts, path, Default::default(), None, &wtxt::progress::Progress::hidden())
         .unwrap();
 }
@@ -371,7 +371,7 @@ fn npz_exact_form_may_not_reuse_an_array() {
     assert!(!out.exists());
     assert!(o.peak_anon_kib < HEAP_BOUND_KIB, "heap {} KiB", o.peak_anon_kib);
     let bytes = std::fs::read(&path).unwrap();
-    assert!(wtxt::git::filter::smudge(&bytes).is_err(), "the smudge filter refuses it too");
+    assert!(wtxt::git::smudge(&bytes).is_err(), "the smudge filter refuses it too");
 }
 
 /// A verified WTXT whose `__names` gives two arrays one original name (or

@@ -91,3 +91,46 @@ fn no_module_names_a_layer_above_its_own() {
     }
     assert!(broken.is_empty(), "layer rule broken (docs/ARCHITECTURE.md):\n{}", broken.join("\n"));
 }
+
+/// The front of docs/ARCHITECTURE.md: the modules `src/lib.rs` makes public,
+/// and the namespaces below them that stay public. Anything else public
+/// below a top module is a room someone outside could come to depend on.
+#[test]
+fn the_front_is_the_one_the_architecture_lists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let public = |file: &Path| -> Vec<String> {
+        let text = std::fs::read_to_string(file).unwrap();
+        text.lines().filter_map(|l| l.strip_prefix("pub mod ")?.strip_suffix(';').map(str::to_string)).collect()
+    };
+    let top = public(&root.join("src/lib.rs"));
+    let want = [
+        "cli", "convert", "crypto", "daemon", "format", "git", "limits", "model", "oms", "ops", "options", "progress",
+        "store",
+    ];
+    assert_eq!(top, want, "src/lib.rs's public modules differ from docs/ARCHITECTURE.md's front");
+    let doc = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let front = &doc[doc.find("## The front").unwrap()..doc.find("## Layers").unwrap()];
+    for m in &top {
+        assert!(front.contains(&format!("`{m}`")), "docs/ARCHITECTURE.md's front does not list `{m}`");
+    }
+    let mut below = Vec::new();
+    for m in &top {
+        let dir = root.join("src").join(m);
+        if dir.is_dir() {
+            below.extend(public(&dir.join("mod.rs")).into_iter().map(|s| format!("{m}::{s}")));
+        }
+    }
+    let namespaces = [
+        "convert::aero",
+        "convert::fold",
+        "convert::mldf",
+        "convert::npy",
+        "convert::npz",
+        "convert::safetensors",
+        "convert::volp",
+        "format::delta",
+        "format::split",
+        "format::syntax",
+    ];
+    assert_eq!(below, namespaces, "public modules below the top differ from docs/ARCHITECTURE.md's front");
+}

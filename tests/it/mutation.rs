@@ -109,7 +109,7 @@ fn never_panics(name: &str, base: &[u8], count: usize, reader: impl Fn(&[u8])) {
 }
 
 fn verify(b: &[u8]) {
-    let _ = wtxt::format::verify::verify(b, &Default::default(), None);
+    let _ = wtxt::format::verify(b, &Default::default(), None);
 }
 
 #[test]
@@ -126,15 +126,15 @@ fn wtxt_readers_never_panic() {
             }
         });
         never_panics(&format!("recover {f}"), &base, n / 2, |b| {
-            let _ = wtxt::format::recover::recover(b, None, false, true);
+            let _ = wtxt::format::recover(b, None, false, true);
         });
         never_panics(&format!("textconv {f}"), &base, n / 2, |b| {
-            let _ = wtxt::git::diff::textconv(b);
+            let _ = wtxt::git::textconv(b);
         });
         let good = base.clone();
         never_panics(&format!("diff {f}"), &base, n / 4, |b| {
-            let names = wtxt::git::diff::Names { old: std::path::Path::new("a"), new: std::path::Path::new("b") };
-            let _ = wtxt::git::diff::diff(&good[..], b, names);
+            let names = wtxt::git::Names { old: std::path::Path::new("a"), new: std::path::Path::new("b") };
+            let _ = wtxt::git::diff(&good[..], b, names);
         });
     }
 }
@@ -170,7 +170,7 @@ fn container_readers_never_panic() {
         never_panics(f, &base, 400, |b| {
             std::fs::write(&path, b).unwrap();
             let _ = wtxt::convert::load_inputs(&[&path], &Default::default(), &mut Vec::new());
-            let _ = wtxt::git::filter::clean(b, dir.path(), "x");
+            let _ = wtxt::git::clean(b, dir.path(), "x");
             if let Ok(arrays) = wtxt::convert::npz::read_pinned(b) {
                 let _ = wtxt::convert::npz::rebuild(&arrays);
             }
@@ -187,8 +187,8 @@ fn container_readers_never_panic() {
 
 #[test]
 fn fold_aero_mldf_readers_never_panic() {
-    use wtxt::buffer::ArrayData;
     use wtxt::convert::{aero, fold, mldf};
+    use wtxt::model::ArrayData;
     let peers = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/peers");
     let owned = |b: &[u8]| ArrayData::Owned(std::sync::Arc::new(b.to_vec()));
     for f in ["fold_zstd_noecc.fold", "fold_rs32_corrupted.fold", "fold_zstd_rs32_sten.fold"] {
@@ -225,11 +225,11 @@ fn fold_aero_mldf_readers_never_panic() {
 
 #[test]
 fn age_armor_never_panics() {
-    use wtxt::crypto::armor::{decrypt, Unseal};
+    use wtxt::crypto::{decrypt, Unseal};
     // An armored file made here (X25519: no scrypt cost per case), then mangled.
     let id = age::x25519::Identity::generate();
-    let seal = wtxt::crypto::armor::Seal::Recipients(vec![Box::new(id.to_public())]);
-    let enc = wtxt::crypto::armor::encrypt(&read("expected/defaults.wtxt")[..], &seal, Vec::new()).unwrap();
+    let seal = wtxt::crypto::Seal::Recipients(vec![Box::new(id.to_public())]);
+    let enc = wtxt::crypto::encrypt(&read("expected/defaults.wtxt")[..], &seal, Vec::new()).unwrap();
     let unseal = Unseal::Identities(vec![Box::new(id)]);
     never_panics("age armor", &enc, 1000, |b| {
         if let Ok(mut r) = decrypt(b, &unseal) {
@@ -241,8 +241,8 @@ fn age_armor_never_panics() {
 /// Inputs the fuzzers found (fuzz/artifacts): each read must fail or round trip.
 #[test]
 fn fuzz_regressions() {
-    use wtxt::buffer::ArrayData;
     use wtxt::convert::mldf;
+    use wtxt::model::ArrayData;
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fuzz");
     for e in std::fs::read_dir(dir.join("mldf")).unwrap() {
         let b = std::fs::read(e.unwrap().path()).unwrap();
@@ -266,9 +266,9 @@ fn fuzz_regressions() {
 /// inputs that verified under the same keys.
 #[test]
 fn merge_and_recover_never_launder_mutated_inputs() {
-    use wtxt::crypto::mac::HmacKey;
-    use wtxt::crypto::sign::{SecretKey, TrustedKeys};
-    use wtxt::format::verify::VerifyOptions;
+    use wtxt::crypto::HmacKey;
+    use wtxt::crypto::{SecretKey, TrustedKeys};
+    use wtxt::format::VerifyOptions;
     let dir = tempfile::tempdir().unwrap();
     let key = HmacKey::from_file(&crate::util::fixture("keys/hmac.hex")).unwrap();
     let sk = SecretKey::from_file(&crate::util::fixture("keys/sign.pem")).unwrap();
@@ -280,7 +280,7 @@ fn merge_and_recover_never_launder_mutated_inputs() {
     let theirs = dir.path().join("theirs.wtxt");
     let out = dir.path().join("out.wtxt");
     let opts = wtxt::ops::MergeOptions {
-        strategy: wtxt::git::merge::Strategy::Theirs,
+        strategy: wtxt::git::Strategy::Theirs,
         decisions: Default::default(),
         ts: Some("2026-05-01T00:00:00Z".into()),
         keys: wtxt::options::Keys {
@@ -295,14 +295,14 @@ fn merge_and_recover_never_launder_mutated_inputs() {
         let _ = std::fs::remove_file(&out);
         if let Ok(m) = wtxt::ops::merge(&good_path, &good_path, &theirs, &out, &opts) {
             if m.written.is_some() {
-                let r = wtxt::format::verify::verify(b, &checks, None).unwrap();
+                let r = wtxt::format::verify(b, &checks, None).unwrap();
                 assert!(r.ok, "merge signed a result from an input that does not verify: {:?}", r.errors);
             }
         }
     });
     let hmac_only = read("expected/hmac.wtxt");
     never_panics("recover with a key", &hmac_only, 300, |b| {
-        let r = wtxt::format::recover::recover(b, Some(&key), false, false);
+        let r = wtxt::format::recover(b, Some(&key), false, false);
         for a in &r.arrays {
             assert!(r.authenticated.contains(&a.name), "recover kept {} without authenticating it", a.name);
         }
@@ -316,7 +316,7 @@ fn wal_replay_never_panics() {
 snapshot requested gen=2 ts=6 path=/tmp/x y.npz\n"
         .to_vec();
     never_panics("wal", &base, 3000, |b| {
-        let _ = wtxt::daemon::pipeline::Wal::parse_pending(&String::from_utf8_lossy(b));
+        let _ = wtxt::daemon::Wal::parse_pending(&String::from_utf8_lossy(b));
     });
 }
 
@@ -344,11 +344,11 @@ fn split_readers_never_panic() {
         std::fs::write(&head_path, h).unwrap();
     };
     let read_set = || {
-        if let Ok(mut input) = wtxt::store::input::WtxtIn::open_lenient(&head_path, None) {
-            let _ = wtxt::format::verify::verify(input.text(), &Default::default(), None);
+        if let Ok(mut input) = wtxt::store::WtxtIn::open_lenient(&head_path, None) {
+            let _ = wtxt::format::verify(input.text(), &Default::default(), None);
             let _ = input.faults();
         }
-        if let Ok(mut input) = wtxt::store::input::WtxtIn::open(&head_path, None) {
+        if let Ok(mut input) = wtxt::store::WtxtIn::open(&head_path, None) {
             let _ = wtxt::format::load(input.text(), 1 << 20, &Default::default()).map_err(|e| input.blame(e));
         }
     };
@@ -365,10 +365,10 @@ fn split_readers_never_panic() {
             split::Opened::Split(h) => Some(h.begins(2)),
             _ => None,
         });
-        let _ = wtxt::git::parts::check_part(p, std::path::Path::new("p"), &arrs.unwrap_or_default());
-        let names = wtxt::git::diff::Names { old: std::path::Path::new("a"), new: std::path::Path::new("b") };
-        let _ = wtxt::git::parts::diff_parts(&parts[1], &p, names);
-        let _ = wtxt::git::parts::textconv(&p, std::path::Path::new("p"));
+        let _ = wtxt::git::check_part(p, std::path::Path::new("p"), &arrs.unwrap_or_default());
+        let names = wtxt::git::Names { old: std::path::Path::new("a"), new: std::path::Path::new("b") };
+        let _ = wtxt::git::diff_parts(&parts[1], &p, names);
+        let _ = wtxt::git::textconv_part(&p, std::path::Path::new("p"));
     });
     never_panics("split input", &single, 300, |b| {
         let _ = split::split(b, 48 << 10, &mut Vec::<Vec<u8>>::new());

@@ -270,15 +270,15 @@ fn hostile_signature_files() {
         assert!(v.code == 1 || v.code == 2, "{what}: {}", v.stderr);
     }
     // A statement naming a file outside the folder, properly signed, is refused too.
-    let key = wtxt::crypto::ec::EcSecretKey::from_file(&k.sec1).unwrap();
-    let m = wtxt::oms::bundle::Manifest {
+    let key = wtxt::crypto::EcSecretKey::from_file(&k.sec1).unwrap();
+    let m = wtxt::oms::Manifest {
         model_name: "model".into(),
-        hash_type: wtxt::oms::bundle::HashType::Sha256,
+        hash_type: wtxt::oms::HashType::Sha256,
         allow_symlinks: false,
         ignore_paths: vec![],
-        resources: vec![wtxt::oms::bundle::Resource { name: "../in.npz".into(), digest: [0; 32] }],
+        resources: vec![wtxt::oms::Resource { name: "../in.npz".into(), digest: [0; 32] }],
     };
-    std::fs::write(&sig, wtxt::oms::bundle::sign(&m, &key)).unwrap();
+    std::fs::write(&sig, wtxt::oms::sign_manifest(&m, &key)).unwrap();
     let r = run(&["oms", "verify", p(folder), "--signature", p(&sig), "--public-key", p(&k.public)]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains("not a path inside the folder"), "{}", r.stderr);

@@ -118,7 +118,7 @@ fn reserved_names_from_inputs_are_refused_never_interpreted() {
     let meta = wtxt::convert::meta_array("__npz", &serde_json::json!({"keys": [{"key": "../../evil", "array": "a"}]}))
         .unwrap();
     let w = dir.path().join("keys.wtxt");
-    let opts = wtxt::format::write::WriteOptions::new(wtxt::format::syntax::Meta::new(0, None).unwrap(), 128);
+    let opts = wtxt::format::WriteOptions::new(wtxt::format::syntax::Meta::new(0, None).unwrap(), 128);
     wtxt::store::write_wtxt(&[meta, a], &opts, &w, Default::default(), None, &wtxt::progress::Progress::hidden())
         .unwrap();
     let npz = dir.path().join("o.npz");

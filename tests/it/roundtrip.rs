@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use wtxt::format::syntax::{Meta, Timestamp};
-use wtxt::format::write::{write_snapshot, WriteOptions};
+use wtxt::format::{write_snapshot, WriteOptions};
 use wtxt::model::{byte_size, Array, ArrayData, Dtype};
 use wtxt::progress::Progress;
 

@@ -441,7 +441,7 @@ fn parts_written_directly_are_the_cut_of_the_single_text() {
 mod placed {
     use proptest::prelude::*;
     use wtxt::format::split;
-    use wtxt::format::write::{write_snapshot, WriteOptions, WritePlan};
+    use wtxt::format::{write_snapshot, WriteOptions, WritePlan};
     use wtxt::model::{Array, Dtype};
 
     fn arrays() -> impl Strategy<Value = Vec<(Dtype, Vec<u64>)>> {
@@ -800,7 +800,7 @@ fn every_byte_of_every_part_is_bound_by_frame_and_chunk_checks() {
     let head = snapshot(d, "s", &arrays, &["--part-size", "4K", "--rows-per-chunk", "8"]);
     let ps = parts(&head);
     assert!(ps.len() >= 2, "{} parts", ps.len());
-    let verifies = || wtxt::store::input::WtxtIn::verify_path(&head, None, &Default::default()).is_ok_and(|r| r.ok);
+    let verifies = || wtxt::store::WtxtIn::verify_path(&head, None, &Default::default()).is_ok_and(|r| r.ok);
     assert!(verifies());
     let mut cases = 0;
     for p in &ps {

@@ -11,7 +11,7 @@ use crate::util::{fixture, git_cmd, read, run};
 
 /// `expected/signed_pkcs8.wtxt` with array `bias` zeroed and unauthenticated.
 pub fn forged(dir: &Path) -> PathBuf {
-    use wtxt::format::write::{write_snapshot, WriteOptions};
+    use wtxt::format::{write_snapshot, WriteOptions};
     let orig = read("expected/signed_pkcs8.wtxt");
     let loaded = wtxt::format::load(&orig[..], orig.len() as u64, &Default::default()).unwrap();
     let mut arrays = loaded.arrays.clone();

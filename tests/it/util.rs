@@ -39,11 +39,8 @@ pub fn run(args: &[&str]) -> Run {
 }
 
 /// Verifies bytes with the library, as `wtxt verify` would.
-pub fn verify_bytes(
-    bytes: &[u8],
-    opts: &wtxt::format::verify::VerifyOptions,
-) -> Result<wtxt::format::verify::Report, wtxt::Error> {
-    wtxt::format::verify::verify(bytes, opts, None)
+pub fn verify_bytes(bytes: &[u8], opts: &wtxt::format::VerifyOptions) -> Result<wtxt::format::Report, wtxt::Error> {
+    wtxt::format::verify(bytes, opts, None)
 }
 
 /// An array to snapshot: name, dtype, shape, bytes.

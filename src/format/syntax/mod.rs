@@ -2,7 +2,7 @@
 //! `write` that emits the only canonical spelling, and a strict `parse` beside
 //! it that accepts nothing else (docs/FORMAT.md gives the ABNF).
 //!
-//! Parsers return a [`Reason`](crate::error::Reason) naming what was expected; the caller adds the
+//! Parsers return a `Reason` naming what was expected; the caller adds the
 //! file and line number.
 
 mod arrays;
