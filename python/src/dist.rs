@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use wtxt::convert::OriginalNames;
 use wtxt::crypto::{Hash, Sha256State};
 use wtxt::format::split::{PartHash, PartLine};
 use wtxt::format::syntax::Meta;
@@ -20,10 +19,6 @@ use crate::{named_arrays, parse_part_size, raise, staged_file, Staged, Writing};
 
 /// A `part` line as it crosses between ranks: (ix, bytes, lines, sha256).
 type Part = (u64, u64, u64, [u8; 32]);
-
-/// An array as [`PyDistWriter::layout`] gives it: (original name, whether
-/// it is a metadata array, its chunks as (offset, length)).
-type Planned = (String, bool, Vec<(u64, u64)>);
 
 /// A chunk's bytes as Python gives them: (address, length) of memory it
 /// keeps alive for the call (a rank's own shard), or None (the stage).
@@ -41,17 +36,6 @@ fn mem<'a>(m: Mem) -> Raw<'a> {
         // returns; the memory is only read.
         unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
     })
-}
-
-/// Chunk offsets and lengths of an array of `dtype` and `shape`, as the
-/// writer lays it out (default rows per chunk).
-#[pyfunction]
-pub fn chunk_ranges(dtype: &str, shape: Vec<u64>) -> PyResult<Vec<(u64, u64)>> {
-    let dt = wtxt::model::Dtype::parse(dtype.as_bytes())
-        .ok_or_else(|| raise(wtxt::Error::usage(format!("unknown dtype {dtype}"))))?;
-    let l = wtxt::format::Layout::new(dt, &shape, wtxt::format::DEFAULT_ROWS_PER_CHUNK)
-        .map_err(|m| raise(wtxt::Error::usage(m.to_string())))?;
-    Ok((0..l.chunk_count()).map(|ix| l.chunk_range(ix)).collect())
 }
 
 fn hash32(b: &[u8], what: &str) -> Result<[u8; 32], wtxt::Error> {
@@ -128,24 +112,15 @@ impl PyDistWriter {
         .map_err(raise)
     }
 
-    /// Every array in the file's order: (original name, whether it is a
-    /// metadata array, its chunks as (offset, length) in its bytes).
-    fn layout(&self) -> PyResult<Vec<Planned>> {
-        let arrays = self.inner.arrays();
-        let kept = OriginalNames::of(arrays).map_err(raise)?.unwrap_or_default();
-        arrays
-            .iter()
-            .enumerate()
-            .map(|(i, a)| {
-                let chunks = self.inner.chunks(i).map_err(raise)?;
-                Ok((kept.original(&a.name).to_string(), a.is_metadata(), chunks))
-            })
-            .collect()
-    }
-
-    /// Parts of the snapshot (0: a single file).
-    fn part_count(&self) -> usize {
-        self.inner.part_count()
+    /// What `rank` of `world` does, given each tensor's plan by its name
+    /// (every rank gives the same plans).
+    fn schedule(
+        &self,
+        plans: std::collections::HashMap<String, PyRef<'_, crate::schedule::PyTensorPlan>>,
+        rank: usize,
+        world: usize,
+    ) -> PyResult<crate::schedule::PySchedule> {
+        crate::schedule::schedule(&self.inner, plans, rank, world)
     }
 
     /// Writes the text around the chunks (the coordinator).

@@ -10,6 +10,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 mod dist;
+mod records;
+mod schedule;
 
 use numpy::PyArray1;
 use pyo3::exceptions::PyException;
@@ -447,14 +449,19 @@ impl PySnapshotter {
     }
 
     /// Waits (the GIL released) for the snapshot that answers a request of
-    /// generation `gen`: (gen, commit, pushed, error), or None if the
+    /// generation `gen`: how it ended, or None if the
     /// Snapshotter closed first or `timeout` seconds passed.
     #[pyo3(signature = (gen, timeout=None))]
-    fn wait(&self, py: Python<'_>, gen: u64, timeout: Option<f64>) -> Option<Told> {
+    fn wait(&self, py: Python<'_>, gen: u64, timeout: Option<f64>) -> Option<records::PyOutcome> {
         let outcomes = self.outcomes.clone();
         let timeout = timeout.map(|t| std::time::Duration::from_secs_f64(t.max(0.0)));
-        py.allow_threads(move || outcomes.wait_for(gen, timeout))
-            .map(|o| (o.gen, o.commit, o.pushed, o.error, o.stages.map(|s| s.to_json())))
+        py.allow_threads(move || outcomes.wait_for(gen, timeout)).map(|o| records::PyOutcome {
+            gen: o.gen,
+            commit: o.commit,
+            pushed: o.pushed,
+            error: o.error,
+            stages: o.stages.map(|s| s.to_json()),
+        })
     }
 
     /// Waits until every request so far is written, committed and pushed
@@ -478,35 +485,17 @@ impl PySnapshotter {
     }
 }
 
-/// An outcome as Python's `SnapshotInfo` is built from it: gen, commit,
-/// pushed, error, and the stages' seconds as JSON.
-type Told = (u64, Option<String>, bool, Option<String>, Option<String>);
-
 fn hex_of(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// A verified WTXT's tensors under their original names (metadata arrays
-/// left out), each as a flat NumPy `uint8` array over the bytes the
-/// decoder wrote (no copy: NumPy owns the Rust buffer), and the metadata
-/// kept with them.
-type LoadedTensors = (
-    Vec<(String, String, Vec<u64>, Py<PyArray1<u8>>)>,
-    Option<BTreeMap<String, String>>,
-    Option<BTreeMap<String, String>>,
-    String,
-);
-
 /// Reads and verifies `path` (every check; with `hmac_key` every array must
 /// authenticate; with `pubkey`/`trusted_keys` a signature must hold, and
 /// must be there with `require_signature`). With `metadata_only` every
-/// array is still verified but only the metadata is kept. The last item
-/// is the snapshot's identity, its `merkle_this` as hex (it binds the
-/// header, the root and so every byte): ranks that load one checkpoint
-/// compare it before any of them uses a tensor.
+/// array is still verified but only the metadata is kept.
 #[pyfunction]
 #[pyo3(signature = (path, trust=None, metadata_only=false))]
-fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool) -> PyResult<LoadedTensors> {
+fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool) -> PyResult<records::PyLoaded> {
     let (arrays, kept, objects, identity) = py
         .allow_threads(|| {
             let keys = trust.map(Trust::keys).transpose()?.unwrap_or_default();
@@ -539,10 +528,16 @@ fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool
                 ArrayData::Owned(v) => Arc::try_unwrap(v).unwrap_or_else(|shared| shared.to_vec()),
                 mapped => mapped.as_bytes().to_vec(),
             };
-            (name, a.dtype.as_str().to_string(), a.shape, PyArray1::from_vec(py, bytes).unbind())
+            let t = records::PyLoadedTensor {
+                name,
+                dtype: a.dtype.as_str().to_string(),
+                shape: a.shape,
+                data: PyArray1::from_vec(py, bytes).unbind(),
+            };
+            Py::new(py, t)
         })
-        .collect();
-    Ok((tensors, kept.metadata.clone(), objects, identity))
+        .collect::<PyResult<_>>()?;
+    Ok(records::PyLoaded { tensors, metadata: kept.metadata.clone(), objects, identity })
 }
 
 /// What a snapshot holds, from its `arr` lines and metadata arrays alone,
@@ -550,7 +545,7 @@ fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool
 /// `__objects`. `None` when the text does not outline cleanly (`load` then
 /// says why). For planning a load whose every byte is verified after.
 #[pyfunction]
-fn outline(py: Python<'_>, path: PathBuf) -> PyResult<Option<Outline>> {
+fn outline(py: Python<'_>, path: PathBuf) -> PyResult<Option<records::PyOutline>> {
     py.allow_threads(|| {
         let Some(all) = wtxt::store::outline(&path, &wtxt::model::is_metadata_name, wtxt::limits::MAX_METADATA) else {
             return Ok(None);
@@ -565,15 +560,16 @@ fn outline(py: Python<'_>, path: PathBuf) -> PyResult<Option<Outline>> {
         let objects = objects_of(&metas)?;
         let tensors = tensors
             .into_iter()
-            .map(|o| (kept.original(&o.arr.name).to_string(), o.arr.dtype.as_str().to_string(), o.arr.shape))
+            .map(|o| records::PyTensorInfo {
+                name: kept.original(&o.arr.name).to_string(),
+                dtype: o.arr.dtype.as_str().to_string(),
+                shape: o.arr.shape,
+            })
             .collect();
-        Ok(Some((tensors, objects)))
+        Ok(Some(records::PyOutline { tensors, objects }))
     })
     .map_err(raise)
 }
-
-/// [`outline`]'s answer.
-type Outline = (Vec<(String, String, Vec<u64>)>, Option<BTreeMap<String, String>>);
 
 /// `wtxt verify --json` of `path`: the report as JSON text.
 #[pyfunction]
@@ -637,8 +633,17 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dist::commit_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(dist::head_link, m)?)?;
     m.add_function(wrap_pyfunction!(dist::hmac_fingerprint, m)?)?;
-    m.add_function(wrap_pyfunction!(dist::chunk_ranges, m)?)?;
+    m.add_function(wrap_pyfunction!(schedule::plan_tensor, m)?)?;
+    m.add_class::<schedule::PyTensorPlan>()?;
+    m.add_class::<schedule::PyChunk>()?;
+    m.add_class::<schedule::PyStep>()?;
+    m.add_class::<schedule::PySchedule>()?;
     m.add_class::<dist::PyDistWriter>()?;
     m.add_class::<PySnapshotter>()?;
+    m.add_class::<records::PyOutcome>()?;
+    m.add_class::<records::PyTensorInfo>()?;
+    m.add_class::<records::PyOutline>()?;
+    m.add_class::<records::PyLoadedTensor>()?;
+    m.add_class::<records::PyLoaded>()?;
     Ok(())
 }

@@ -190,17 +190,18 @@ def test_the_reader_refuses_what_is_not_a_snapshot(tmp_path):
 
 
 def test_chunks_go_to_the_rank_holding_most_of_them():
-    from wtxt.torch.dcp import _owners, _Region, _runs
+    from wtxt import _rust
 
     # 301 rows of 96 bytes in chunks of 128 rows, rows 0..150 on rank 0.
-    region = _Region(0, 301 * 96, "f32", (301, 24))
-    chunks = [(0, 128 * 96), (128 * 96, 128 * 96), (256 * 96, 45 * 96)]
-    shards = [(0, (0, 0), (151, 24)), (1, (151, 0), (150, 24))]
-    assert _runs(_owners(region, shards, chunks)) == [(0, 0, 1), (1, 1, 3)]
-    # Sharded along columns, every chunk is half on each: long runs all the same.
-    cols = [(0, (0, 0), (301, 12)), (1, (0, 12), (301, 12))]
-    assert _runs(_owners(region, cols, chunks)) == [(0, 0, 2), (1, 2, 3)]
-    assert _owners(None, [], [(0, 10)]) == [0]
+    p = _rust.plan_tensor("f32", [301, 24], [(0, [0, 0], [151, 24]), (1, [151, 0], [150, 24])])
+    assert p.chunks == [(0, 128 * 96), (128 * 96, 128 * 96), (256 * 96, 45 * 96)]
+    assert p.owners == [0, 1, 1] and p.held == [True, False, True]
+    # Sharded along columns, every chunk is half on each: long runs all the
+    # same, and none held whole (each is assembled in the stage).
+    p = _rust.plan_tensor("f32", [301, 24], [(0, [0, 0], [301, 12]), (1, [0, 12], [301, 12])])
+    assert p.owners == [0, 0, 1] and p.held == [False, False, False]
+    with pytest.raises(_rust.WtxtError, match="dimensions"):
+        _rust.plan_tensor("f32", [301, 24], [(0, [0], [301, 24])])
 
 
 def test_state_dicts_with_other_values_round_trip_in_one_process(tmp_path):

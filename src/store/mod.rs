@@ -11,12 +11,14 @@ mod files;
 pub(crate) mod input;
 mod out;
 pub(crate) mod outline;
+pub(crate) mod schedule;
 
 pub use dist::{ArrayHash, DistOptions, DistWrite, Raw};
 pub use files::*;
 pub use input::WtxtIn;
 pub use out::*;
 pub use outline::outline;
+pub use schedule::{plan_tensor, runs, schedule, Run, Schedule, Shard, Step, TensorPlan};
 
 use std::path::Path;
 

@@ -35,7 +35,8 @@ def _staged(name: str, a: Any) -> Tuple[Tuple[str, str, List[int], int, int], An
     kept)."""
     if type(a).__module__.startswith("torch") and hasattr(a, "detach"):
         from .torch import _item  # torch is loaded: the tensor came from it
-        return _item(name, a)
+        staged: Tuple[Tuple[str, str, List[int], int, int], Any] = _item(name, a)
+        return staged
     return stage_array(name, a)
 
 
@@ -118,15 +119,14 @@ def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: O
     refused; `require_signature=False` is the explicit opt-out). A failed
     check raises `VerifyError` with its line.
     """
-    tensors, _, _, _ = call(_rust.load, os.fspath(filename), trust_of(hmac_key, pubkey, trusted_keys, require_signature))
-    return {name: _from_bytes(dtype, shape, data) for name, dtype, shape, data in tensors}
+    loaded = call(_rust.load, os.fspath(filename), trust_of(hmac_key, pubkey, trusted_keys, require_signature))
+    return {t.name: _from_bytes(t.dtype, t.shape, t.data) for t in loaded.tensors}
 
 
 def load_metadata(filename: PathLike) -> Dict[str, str]:
     """The safetensors-style metadata saved with `filename` (empty if none)."""
     # Every array is verified; only the metadata is kept.
-    _, metadata, _, _ = call(_rust.load, os.fspath(filename), metadata_only=True)
-    return dict(metadata or {})
+    return dict(call(_rust.load, os.fspath(filename), metadata_only=True).metadata or {})
 
 
 @dataclass
@@ -138,7 +138,7 @@ class Report:
     gen: int
     signature: str
     errors: List[Tuple[int, str]] = field(default_factory=list)
-    arrays: List[dict] = field(default_factory=list)
+    arrays: List[Dict[str, Any]] = field(default_factory=list)
     sha256_all: Optional[str] = None
 
     def __bool__(self) -> bool:
@@ -228,10 +228,10 @@ class Snapshotter:
         self._lock = threading.Lock()
         self._closed = False
         self._pinned_budget = pinned_budget
-        self._stager = None  # made by the first publish of a CUDA tensor
+        self._stager: Optional[Any] = None  # made by the first publish of a CUDA tensor
         # Requests' futures in order, an Event that flush() waits on (set
         # once every future before it is resolved), or None to stop.
-        self._pending: "queue.Queue[Union[None, threading.Event, Tuple[int, Future]]]" = queue.Queue()
+        self._pending: "queue.Queue[Union[None, threading.Event, Tuple[int, Future[SnapshotInfo]]]]" = queue.Queue()
         self._watcher = threading.Thread(target=self._watch, name="wtxt-snapshot-futures", daemon=True)
         self._watcher.start()
         _OPEN_SNAPSHOTTERS.add(self)
@@ -288,12 +288,11 @@ class Snapshotter:
             if r is None:
                 fut.set_exception(Error(f"the Snapshotter closed before generation {gen} was snapshotted"))
                 continue
-            done_gen, commit, pushed, error, stages = r
-            if error:
-                fut.set_exception(Error(error))
+            if r.error:
+                fut.set_exception(Error(r.error))
             else:
-                fut.set_result(SnapshotInfo(gen=done_gen, commit=commit, pushed=pushed,
-                                            stages=None if stages is None else json.loads(stages)))
+                fut.set_result(SnapshotInfo(gen=r.gen, commit=r.commit, pushed=r.pushed,
+                                            stages=None if r.stages is None else json.loads(r.stages)))
 
     def flush(self) -> None:
         """Waits until every request so far is written, committed and pushed
@@ -310,7 +309,8 @@ class Snapshotter:
         """The daemon's status: last_gen, queue_depth, coalesced, resend_queue,
         last_error, snapshots_written, pushed_gen, ..."""
         self._check_open()
-        return json.loads(call(self._inner.status))
+        status: Dict[str, object] = json.loads(call(self._inner.status))
+        return status
 
     def close(self) -> None:
         """Finishes queued snapshots and stops the background threads."""
@@ -325,5 +325,5 @@ class Snapshotter:
     def __enter__(self) -> "Snapshotter":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

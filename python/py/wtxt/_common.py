@@ -5,9 +5,15 @@ front is `wtxt` and `wtxt.torch`."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from . import _rust
+
+if TYPE_CHECKING:
+    from typing_extensions import ParamSpec
+
+    P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class _Numpy:
@@ -24,10 +30,14 @@ class _Numpy:
         return value
 
 
-np: "Any" = _Numpy()
+np: Any = _Numpy()
 
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+# An array staged for the Rust side: (name, WTXT dtype, shape, address,
+# length in bytes), and the array that keeps that memory alive.
+Staged = Tuple[Tuple[str, str, List[int], int, int], Any]
 
 
 class Error(Exception):
@@ -49,7 +59,7 @@ class VerifyError(Error):
 Error.__module__ = VerifyError.__module__ = "wtxt"
 
 
-def call(fn, *args, **kwargs):
+def call(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """`fn(*args, **kwargs)`, a failure of the Rust side raised as `Error`
     or, for a failed check, `VerifyError` with its line."""
     try:
@@ -76,17 +86,17 @@ def numpy_to_wtxt() -> Dict[str, str]:
 ML_DTYPES = {"bf16": ("bfloat16", "<u2"), "f8e4m3": ("float8_e4m3fn", "|u1"), "f8e5m2": ("float8_e5m2", "|u1")}
 
 
-def ml_dtype(dtype: str):
+def ml_dtype(dtype: str) -> Any:
     """NumPy's dtype for `dtype` from `ml_dtypes`, or None without it."""
     try:
-        import ml_dtypes  # optional: bf16 and float8 arrays come back typed
+        import ml_dtypes  # type: ignore[import-not-found,unused-ignore]  # optional: typed bf16 and float8
     except ImportError:
         return None
     return np.dtype(getattr(ml_dtypes, ML_DTYPES[dtype][0]))
 
 
 
-def wtxt_dtype(a: np.ndarray, name: str) -> str:
+def wtxt_dtype(a: Any, name: str) -> str:
     for wtxt_dtype in ML_DTYPES:
         ml = ml_dtype(wtxt_dtype)
         if ml is not None and a.dtype == ml:
@@ -101,7 +111,7 @@ def wtxt_dtype(a: np.ndarray, name: str) -> str:
     return table[key]
 
 
-def as_array(name: str, a) -> Tuple[str, np.ndarray]:
+def as_array(name: str, a: Any) -> Tuple[str, Any]:
     """`a` as a C-contiguous little-endian NumPy array and its WTXT dtype
     (a copy only when it is not one already)."""
     if not isinstance(name, str):
@@ -123,20 +133,22 @@ def as_array(name: str, a) -> Tuple[str, np.ndarray]:
     return dtype, a if a.flags.c_contiguous else a.copy(order="C")
 
 
-def stage_array(name: str, a: Any) -> Tuple[Tuple[str, str, List[int], int, int], np.ndarray]:
+def stage_array(name: str, a: Any) -> Staged:
     """What the Rust side copies an array `a` from: (name, WTXT dtype, shape,
     address, length), and the C-contiguous array to keep alive until it
     has."""
     return staged_as(name, *as_array(name, a))
 
 
-def staged_as(name: str, dtype: str, a: np.ndarray) -> Tuple[Tuple[str, str, List[int], int, int], np.ndarray]:
+def staged_as(name: str, dtype: str, a: Any) -> Staged:
     """`stage_array` of a C-contiguous little-endian `a` holding `dtype`'s bits."""
     return (name, dtype, [int(d) for d in a.shape], a.__array_interface__["data"][0], a.nbytes), a
 
 
-def save_items(items, filename, metadata, prev, sign_key, hmac_key, part_size, gen, ts, oms_key,
-                objects=None, digest: str = "sha256") -> str:
+def save_items(items: List[Staged], filename: PathLike, metadata: Optional[Dict[str, str]],
+               prev: Optional[PathLike], sign_key: Optional[PathLike], hmac_key: Optional[PathLike],
+               part_size: Union[int, str, None], gen: Optional[int], ts: Optional[str], oms_key: Optional[PathLike],
+               objects: Optional[Dict[str, str]] = None, digest: str = "sha256") -> str:
     """Saves staged items (the arrays stay alive in `items` while the Rust
     side copies them): `save_file` and `wtxt.torch` share it. `objects`
     maps names to `literal` texts."""
@@ -151,7 +163,8 @@ def as_path(x: Optional[PathLike]) -> Optional[str]:
     return None if x is None else os.fspath(x)
 
 
-def trust_of(hmac_key, pubkey, trusted_keys, require_signature: Optional[bool]) -> Dict[str, object]:
+def trust_of(hmac_key: Optional[PathLike], pubkey: Optional[PathLike], trusted_keys: Optional[PathLike],
+             require_signature: Optional[bool]) -> _rust._Trust:
     """What a reader demands of a snapshot, as the Rust side reads it (its `Trust`).
 
     Naming a key (`pubkey`, `trusted_keys`) requires a valid signature by
@@ -166,7 +179,9 @@ def trust_of(hmac_key, pubkey, trusted_keys, require_signature: Optional[bool]) 
             "require_signature": bool(require_signature)}
 
 
-def writing_of(prev, sign_key, hmac_key, part_size, gen, ts, oms_key, digest: str = "sha256") -> Dict[str, object]:
+def writing_of(prev: Optional[PathLike], sign_key: Optional[PathLike], hmac_key: Optional[PathLike],
+               part_size: Union[int, str, None], gen: Optional[int], ts: Optional[str], oms_key: Optional[PathLike],
+               digest: str = "sha256") -> _rust._Writing:
     """The options every writer of a snapshot takes, as the Rust side reads
     them (its `Writing`)."""
     if digest not in ("sha256", "tree"):
@@ -180,11 +195,11 @@ def writing_of(prev, sign_key, hmac_key, part_size, gen, ts, oms_key, digest: st
 LITERAL_TYPES = (int, float, str, bytes, bool, type(None))
 
 
-def literal(name: str, value) -> str:
+def literal(name: str, value: Any) -> str:
     """`value` (a step, a learning rate, a list of betas, a scheduler's
     fields) as the Python literal `__objects` keeps (FORMAT.md section 14);
     anything that would not come back as the same value is refused."""
-    def plain(v) -> bool:
+    def plain(v: Any) -> bool:
         if type(v) in (list, tuple, set):
             return all(plain(x) for x in v)
         if type(v) is dict:
@@ -198,7 +213,7 @@ def literal(name: str, value) -> str:
     return repr(value)
 
 
-def from_literal(name: str, text: str):
+def from_literal(name: str, text: str) -> Any:
     """The value `literal` kept as `text`."""
     import ast
     try:

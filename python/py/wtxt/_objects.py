@@ -10,10 +10,10 @@ from typing import Any, Dict
 import numpy as np
 import torch
 
-from . import Error
+from ._common import Error
 
 
-def numpy_globals():
+def numpy_globals() -> Any:
     """What `torch.load(weights_only=True)` must allow for NumPy arrays (the
     Trainer's RNG state holds one), as transformers allows it."""
     core = getattr(np, "_core", None) or np.core
@@ -28,7 +28,7 @@ class Encoder:
     def __init__(self, arrays: Dict[str, Any]):
         self.arrays = arrays
 
-    def put(self, name: str, a) -> str:
+    def put(self, name: str, a: Any) -> str:
         if name in self.arrays:
             n = 2
             while f"{name}#{n}" in self.arrays:
@@ -37,7 +37,7 @@ class Encoder:
         self.arrays[name] = a
         return name
 
-    def encode(self, obj, name: str):
+    def encode(self, obj: Any, name: str) -> Any:
         if isinstance(obj, np.generic):  # a NumPy scalar: its Python value
             obj = obj.item()
         if isinstance(obj, torch.Tensor):
@@ -59,7 +59,7 @@ class Encoder:
         raise Error(f"{name}: a {type(obj).__name__} has no plain form")
 
 
-def decode(node, arrays: Dict[str, Any]):
+def decode(node: Any, arrays: Dict[str, Any]) -> Any:
     (kind, v), = node.items()
     if kind == "tensor":
         return arrays[v]

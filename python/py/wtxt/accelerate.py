@@ -17,9 +17,9 @@ generation back as that folder, verified first, and loads it with
 """
 
 import time
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
-from . import PathLike
+from ._common import PathLike
 from ._behind import BehindLoop
 from .checkpoint import checkpoint_state, restore_checkpoint
 
@@ -39,11 +39,11 @@ class WtxtStateSaver(BehindLoop):
                            max_pending=max_pending)
 
 
-    def save_state(self, accelerator, output_dir: PathLike, **kwargs) -> str:
+    def save_state(self, accelerator: Any, output_dir: PathLike, **kwargs: Any) -> str:
         """`accelerator.save_state(output_dir, **kwargs)`, then (main process)
         the folder as the next generation, requested behind the loop.
         Returns the folder Accelerate wrote."""
-        out = accelerator.save_state(output_dir, **kwargs)
+        out = str(accelerator.save_state(output_dir, **kwargs))
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             t = time.perf_counter()
@@ -52,9 +52,9 @@ class WtxtStateSaver(BehindLoop):
 
 
 
-def load_state(accelerator, filename: PathLike, output_dir: PathLike, hmac_key: Optional[PathLike] = None,
+def load_state(accelerator: Any, filename: PathLike, output_dir: PathLike, hmac_key: Optional[PathLike] = None,
                pubkey: Optional[PathLike] = None, trusted_keys: Optional[PathLike] = None,
-               require_signature: Optional[bool] = None, **kwargs) -> str:
+               require_signature: Optional[bool] = None, **kwargs: Any) -> str:
     """Writes the generation at `filename` to `output_dir` (main process,
     verified first; `output_dir` must not exist) and loads it into
     `accelerator` (`accelerator.load_state(output_dir, **kwargs)`)."""

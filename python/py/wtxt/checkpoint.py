@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
-from . import Error, PathLike
+from ._common import Error, PathLike
 from ._objects import Encoder, decode, numpy_globals
 
 MANIFEST = "wtxt.checkpoint.json"

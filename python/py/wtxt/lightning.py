@@ -29,21 +29,24 @@ removes nothing from it.
 import json
 import os
 import time
-from typing import Any, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 import numpy as np
 
-from . import Error, PathLike
+from ._common import Error, PathLike
 from ._behind import BehindLoop
 from ._objects import Encoder, decode
 
-try:
+if TYPE_CHECKING:
     from lightning.pytorch.plugins.io import CheckpointIO as _Base
-except ImportError:  # pragma: no cover - the standalone package name
+else:
     try:
-        from pytorch_lightning.plugins.io import CheckpointIO as _Base
-    except ImportError:
-        _Base = object
+        from lightning.pytorch.plugins.io import CheckpointIO as _Base
+    except ImportError:  # pragma: no cover - the standalone package name
+        try:
+            from pytorch_lightning.plugins.io import CheckpointIO as _Base
+        except ImportError:
+            _Base = object
 
 STRUCTURE = "wtxt.lightning.json"
 _FORMAT = "wtxt-lightning-checkpoint/1"
@@ -71,11 +74,11 @@ class WtxtCheckpointIO(BehindLoop, _Base):
         self._start_behind(repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
                            hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,
                            max_pending=max_pending)
-        self._trust = dict(hmac_key=hmac_key, pubkey=pubkey, trusted_keys=trusted_keys,
+        self._trust: Dict[str, Any] = dict(hmac_key=hmac_key, pubkey=pubkey, trusted_keys=trusted_keys,
                            require_signature=require_signature)
 
 
-    def save_checkpoint(self, checkpoint: Dict[str, Any], path, storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(self, checkpoint: Dict[str, Any], path: PathLike, storage_options: Optional[Any] = None) -> None:
         if storage_options is not None:
             raise Error("WtxtCheckpointIO takes no storage_options")
         t = time.perf_counter()
@@ -88,7 +91,7 @@ class WtxtCheckpointIO(BehindLoop, _Base):
         meta = {"global_step": str(checkpoint.get("global_step", "")), "lightning_path": os.fspath(path)}
         self._behind.save(os.fspath(path), arrays, meta, t)
 
-    def load_checkpoint(self, path, map_location: Optional[Any] = None,
+    def load_checkpoint(self, path: PathLike, map_location: Optional[Any] = None,
                         weights_only: Optional[bool] = None) -> Dict[str, Any]:
         """The checkpoint a WTXT snapshot at `path` holds, verified first
         (nothing is unpickled, so `weights_only` has nothing to allow)."""
@@ -100,9 +103,10 @@ class WtxtCheckpointIO(BehindLoop, _Base):
         doc = json.loads(sd.pop(STRUCTURE).numpy().tobytes())
         if doc.get("format") != _FORMAT:
             raise Error(f"{os.fspath(path)}: checkpoint format {doc.get('format')!r}, expected {_FORMAT!r}")
-        return decode(doc["checkpoint"], sd)
+        out: Dict[str, Any] = decode(doc["checkpoint"], sd)
+        return out
 
-    def remove_checkpoint(self, path) -> None:
+    def remove_checkpoint(self, path: PathLike) -> None:
         """Nothing to remove: every generation stays in the repository's history."""
 
 

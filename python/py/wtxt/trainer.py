@@ -13,16 +13,19 @@ kept) writes such a generation back as a folder that
 
 import os
 import time
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
-from . import Error, PathLike
+from ._common import Error, PathLike
 from ._behind import BehindLoop
 from .checkpoint import checkpoint_state, restore_checkpoint
 
-try:  # transformers is needed for the callback only
+if TYPE_CHECKING:
     from transformers import TrainerCallback as _Base
-except ImportError:  # pragma: no cover - restore_checkpoint works without it
-    _Base = object
+else:
+    try:  # transformers is needed for the callback only
+        from transformers import TrainerCallback as _Base
+    except ImportError:  # pragma: no cover - restore_checkpoint works without it
+        _Base = object
 
 __all__ = ["WtxtCallback", "checkpoint_state", "restore_checkpoint"]
 
@@ -43,7 +46,7 @@ class WtxtCallback(BehindLoop, _Base):
     def __init__(self, repo: PathLike, path_in_repo: PathLike = "checkpoint.wtxt", remote: Optional[str] = None,
                  sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                  oms_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
-                 digest: str = "sha256", max_pending: int = 1):
+                 digest: str = "sha256", max_pending: int = 1) -> None:
         if _Base is object:
             raise Error("WtxtCallback needs transformers (pip install transformers)")
         self._start_behind(repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
@@ -51,7 +54,7 @@ class WtxtCallback(BehindLoop, _Base):
                            max_pending=max_pending)
 
 
-    def on_save(self, args, state, control, **kwargs):
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         if not state.is_world_process_zero:
             return control
         t = time.perf_counter()
@@ -60,7 +63,7 @@ class WtxtCallback(BehindLoop, _Base):
                           {"global_step": str(state.global_step)}, t)
         return control
 
-    def on_train_end(self, args, state, control, **kwargs):
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         self.finish()
         return control
 

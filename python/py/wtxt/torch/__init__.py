@@ -19,13 +19,15 @@ DLPack).
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 
 from . import _pinned
 from .. import _rust
-from .._common import Error, TO_NUMPY, call, from_literal, literal, save_items, stage_array, staged_as, trust_of
+from .._common import (
+    Error, Staged, TO_NUMPY, call, from_literal, literal, save_items, stage_array, staged_as, trust_of,
+)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -50,7 +52,7 @@ def _wtxt_dtype(name: str, dtype: torch.dtype) -> str:
     return _FROM_TORCH[dtype]
 
 
-def _bits(t: torch.Tensor):
+def _bits(t: torch.Tensor) -> Any:
     """A CPU, C-contiguous tensor's bytes as NumPy sees them (bf16 and
     float8 as their bit patterns: NumPy has no such types)."""
     if t.dtype == torch.bfloat16:
@@ -60,7 +62,7 @@ def _bits(t: torch.Tensor):
     return t.numpy()
 
 
-def _item(name: str, t: torch.Tensor):
+def _item(name: str, t: Any) -> Staged:
     if not isinstance(t, torch.Tensor):
         return stage_array(name, t)
     t = t.detach().to("cpu").contiguous()
@@ -126,7 +128,7 @@ def release_pinned() -> None:
     _pinned.shared().release()
 
 
-def _tensor(name: str, dtype: str, shape, data) -> torch.Tensor:
+def _tensor(name: str, dtype: str, shape: List[int], data: Any) -> torch.Tensor:
     """The tensor over `data`, the flat uint8 array the decoder filled (its
     memory is used, no copy)."""
     if dtype == "bf16":
@@ -144,14 +146,15 @@ def _tensor(name: str, dtype: str, shape, data) -> torch.Tensor:
     return t.reshape(shape)
 
 
-def _load(filename: PathLike, hmac_key, pubkey, trusted_keys, require_signature):
+def _load(filename: PathLike, hmac_key: Optional[PathLike], pubkey: Optional[PathLike],
+          trusted_keys: Optional[PathLike], require_signature: Optional[bool],
+          ) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any], str]:
     """Every tensor of `filename` (verified as `load_state_dict` does), its
     other entries (two dicts under the original names), and the snapshot's
     identity (its `merkle_this`, hex)."""
-    tensors, _, objects, identity = call(_rust.load, os.fspath(filename),
-                                          trust_of(hmac_key, pubkey, trusted_keys, require_signature))
-    out = {name: _tensor(name, dtype, shape, data) for name, dtype, shape, data in tensors}
-    return out, {k: from_literal(k, v) for k, v in (objects or {}).items()}, identity
+    loaded = call(_rust.load, os.fspath(filename), trust_of(hmac_key, pubkey, trusted_keys, require_signature))
+    out = {t.name: _tensor(t.name, t.dtype, t.shape, t.data) for t in loaded.tensors}
+    return out, {k: from_literal(k, v) for k, v in (loaded.objects or {}).items()}, loaded.identity
 
 
 def load_state_dict(filename: PathLike, device: Union[str, torch.device] = "cpu",

@@ -33,7 +33,7 @@ import shutil
 from concurrent.futures import Future as ConcurrentFuture
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata,
                                                    StorageMeta, TensorProperties, TensorStorageMetadata)
 from torch.distributed.checkpoint.planner import (LoadItemType, LoadPlan, LoadPlanner, SavePlan, SavePlanner,
-                                                  WriteItemType)
+                                                  TensorWriteData, WriteItem, WriteItemType)
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
@@ -101,7 +101,7 @@ def _pwrite_all(fd: int, data: memoryview, at: int, path: str) -> None:
         data, at = data[n:], at + n
 
 
-def _write_block(stage: str, region: _Region, offsets, bits: np.ndarray) -> None:
+def _write_block(stage: str, region: _Region, offsets: Sequence[int], bits: np.ndarray) -> None:
     """Puts a shard that is not whole rows (`bits`, C-contiguous, at
     `offsets` of the full tensor) at its place in the tensor's region of
     the stage file (whole rows go there as one range; see `write_data`)."""
@@ -115,57 +115,43 @@ def _write_block(stage: str, region: _Region, offsets, bits: np.ndarray) -> None
         del mm
 
 
-def _owners(region: Optional[_Region], shards: List[_Shard], chunks: List[Tuple[int, int]]) -> List[int]:
-    """The rank that encodes and hashes each chunk of a tensor: the one
-    holding most of its bytes (ties go to the holders in turn, by position,
-    so an array sharded along another dimension still falls in a few long
-    runs). A metadata array, and a chunk nobody holds bytes of (an empty
-    tensor), go to the first holder or rank 0."""
-    first = min((r for r, _, _ in shards), default=0)
-    if region is None or not chunks:
-        return [first] * len(chunks)
-    shape, isz = region.shape, _itemsize(region.dtype)
-    # Flat units: a row of a rank >= 2 array, an element otherwise.
-    unit = isz * int(np.prod(shape[1:], dtype=np.int64)) if len(shape) >= 2 else isz
-    spans = []
-    for r, off, size in shards:
-        if len(shape) == 0:
-            spans.append((r, 0, 1, 1))
-            continue
-        inner = int(np.prod(size[1:], dtype=np.int64)) if len(shape) >= 2 else 1
-        spans.append((r, int(off[0]), int(off[0]) + int(size[0]), inner))
-    out = []
-    for ci, (coff, clen) in enumerate(chunks):
-        lo, hi = (coff // unit, (coff + clen) // unit) if unit else (0, 0)
-        held: Dict[int, int] = {}
-        for r, a, b, inner in spans:
-            n = max(0, min(hi, b) - max(lo, a)) * inner
-            if n:
-                held[r] = held.get(r, 0) + n
-        if not held:
-            out.append(first)
-            continue
-        best = max(held.values())
-        tied = sorted(r for r, n in held.items() if n == best)
-        out.append(tied[ci * len(tied) // len(chunks)])
-    return out
-
-
-def _hash_parts(dw, ranks) -> List[Any]:
+def _hash_parts(dw: Any, mine: List[int]) -> List[Any]:
     """The `part` lines of this rank's share of the parts (every rank's
     parts written), read and hashed on the library's threads."""
-    mine = range(ranks.rank, dw.part_count(), ranks.world)
     with ThreadPoolExecutor(max(1, min(len(mine), _rust.threads())), thread_name_prefix="wtxt-dcp-part") as pool:
         return list(pool.map(lambda k: call(dw.hash_part, k), mine))
 
 
-def _item_key(item) -> str:
+def _in_hand(state: Optional[bytes]) -> bytes:
+    """The hash state a step hands on or finishes: the schedule gives one
+    only after a step that made it."""
+    if state is None:
+        raise Error("the schedule hands on a hash state this rank does not hold")
+    return state
+
+
+def _resolved(results: List[WriteResult]) -> "Future[List[WriteResult]]":
+    """`results` as the finished future DCP waits on."""
+    fut: Future[List[WriteResult]] = Future()
+    fut.set_result(results)
+    return fut
+
+
+def _item_key(item: WriteItem) -> str:
     """A tensor write item's name for its pinned buffer: its tensor and
     where its shard starts, the same from one save to the next."""
-    return f"{item.index.fqn}@{tuple(item.tensor_data.chunk.offsets)}"
+    return f"{item.index.fqn}@{tuple(_tensor_data(item).chunk.offsets)}"
 
 
-def _row_start(region: _Region, offsets, shape) -> Optional[int]:
+def _tensor_data(item: WriteItem) -> TensorWriteData:
+    """A tensor write item's dtype, size and shard (DCP leaves it None only
+    on byte items)."""
+    if item.tensor_data is None:
+        raise Error(f"entry {item.index.fqn!r}: a tensor item without its tensor's size and shard")
+    return item.tensor_data
+
+
+def _row_start(region: _Region, offsets: Sequence[int], shape: Sequence[int]) -> Optional[int]:
     """The first byte, in its tensor's C-order bytes, of a shard of whole
     rows (all of every dimension but the first), which is then one run of
     those bytes; None for any other shard."""
@@ -175,34 +161,6 @@ def _row_start(region: _Region, offsets, shape) -> Optional[int]:
     if tuple(int(d) for d in shape[1:]) != tuple(full[1:]) or any(int(o) for o in offsets[1:]):
         return None
     return int(offsets[0]) * _itemsize(region.dtype) * int(np.prod(full[1:], dtype=np.int64))
-
-
-def _holds(region: _Region, shards: List[_Shard], owner: int, chunk: Tuple[int, int]) -> bool:
-    """Whether `owner` has all of `chunk` (offset, length in the tensor's
-    bytes) in one shard of whole rows: it then encodes the chunk from its
-    own memory; otherwise the chunk is assembled in the stage."""
-    coff, clen = chunk
-    for r, off, size in shards:
-        if r != owner:
-            continue
-        start = _row_start(region, off, size)
-        if start is None:
-            continue
-        n = _itemsize(region.dtype) * int(np.prod(size, dtype=np.int64))
-        if start <= coff and coff + clen <= start + n:
-            return True
-    return False
-
-
-def _runs(owners: List[int]) -> List[Tuple[int, int, int]]:
-    """Maximal runs of one owner: (owner, first chunk, end chunk)."""
-    runs: List[Tuple[int, int, int]] = []
-    for ix, r in enumerate(owners):
-        if runs and runs[-1][0] == r:
-            runs[-1] = (r, runs[-1][1], ix + 1)
-        else:
-            runs.append((r, ix, ix + 1))
-    return runs
 
 
 def _lock_path(path: str) -> str:
@@ -258,7 +216,7 @@ def _drop_save_lock(path: str, fd: Optional[int]) -> None:
 _GROUPS: Dict[int, Any] = {}
 
 
-def _wtxt_group():
+def _wtxt_group() -> Any:
     """The gloo group wtxt's own messages travel in (created once per
     process, on every rank, beside whatever the training uses), or None
     in one process."""
@@ -274,7 +232,7 @@ class _Ranks:
     """This rank's place, and the few messages the ranks exchange (saving
     and loading)."""
 
-    def __init__(self, group):
+    def __init__(self, group: Any) -> None:
         self.group = group
         self.rank = dist.get_rank() if group is not None else 0
         self.world = dist.get_world_size() if group is not None else 1
@@ -291,9 +249,8 @@ class _Ranks:
             failed: Optional[BaseException] = e
         else:
             failed = None
-        if self.group is None:
-            every = [mine]
-        else:
+        every: List[Any] = [mine]
+        if self.group is not None:
             every = [None] * self.world
             self.sent += len(pickle.dumps(mine)) * (self.world - 1)
             dist.all_gather_object(every, mine, group=self.group)
@@ -386,7 +343,7 @@ class WtxtStorageWriter(StorageWriter):
             self._lock = None
             _drop_save_lock(path, fd)
 
-    def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         self.is_coordinator = is_coordinator
         if self.committed.done():  # a new save: a new future
             self.committed = ConcurrentFuture()
@@ -417,7 +374,7 @@ class WtxtStorageWriter(StorageWriter):
             for item in plan.items:
                 if item.type == WriteItemType.BYTE_IO:
                     continue
-                fqn, td = item.index.fqn, item.tensor_data
+                fqn, td = item.index.fqn, _tensor_data(item)
                 got = (_wtxt_dtype(fqn, td.properties.dtype), tuple(int(d) for d in td.size))
                 if tensors.setdefault(fqn, got) != got:
                     raise Error(f"tensor {fqn!r}: the ranks disagree on its dtype or shape ({tensors[fqn]} / {got})")
@@ -439,7 +396,8 @@ class WtxtStorageWriter(StorageWriter):
             self._unlock()
             raise
 
-    def _plan(self, plans, regions, at: int, shards, folder: str, prefix: str) -> List[SavePlan]:
+    def _plan(self, plans: List[SavePlan], regions: Dict[str, _Region], at: int, shards: Dict[str, List[_Shard]],
+              folder: str, prefix: str) -> List[SavePlan]:
         """The global plan, once the save lock is held: the stage file and
         folder, every tensor's region, the header's values."""
         gen, chain = self.gen, None
@@ -478,7 +436,7 @@ class WtxtStorageWriter(StorageWriter):
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
         # This rank's tensors on the host first: CUDA ones by the copy
         # engine into pinned buffers, all in one wait, kept until written.
-        tensors = {_item_key(item): planner.resolve_data(item) for item in plan.items
+        tensors = {_item_key(item): cast(torch.Tensor, planner.resolve_data(item)) for item in plan.items
                    if item.type != WriteItemType.BYTE_IO}
         with _pinned.shared().staged(tensors) as host:
             return self._write_data(plan, planner, host)
@@ -498,22 +456,21 @@ class WtxtStorageWriter(StorageWriter):
                         "the same options")
         # Every tensor's chunks, who encodes each, and whether that rank has
         # all of it in its own shard: the same answer on every rank.
-        chunks = {fqn: call(_rust.chunk_ranges, r.dtype, list(r.shape)) for fqn, r in stage.regions.items()}
-        owners = {fqn: _owners(r, stage.shards.get(fqn, []), chunks[fqn]) for fqn, r in stage.regions.items()}
-        held = {fqn: [_holds(stage.regions[fqn], stage.shards.get(fqn, []), o, c)
-                      for o, c in zip(owners[fqn], chunks[fqn])] for fqn in stage.regions}
+        plans = {fqn: call(_rust.plan_tensor, r.dtype, list(r.shape),
+                           [(rk, list(off), list(size)) for rk, off, size in stage.shards.get(fqn, [])])
+                 for fqn, r in stage.regions.items()}
         # This rank's shards that are whole rows, by tensor: (keep-alive,
         # flat bytes, first byte in the tensor) each.
         mine: Dict[str, List[Tuple[Any, np.ndarray, int]]] = {}
 
-        def put_shards():
-            objects = {}
+        def put_shards() -> Dict[str, str]:
+            objects: Dict[str, str] = {}
             fd = os.open(stage.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:
                 for item in plan.items:
                     fqn = item.index.fqn
                     if item.type == WriteItemType.BYTE_IO:
-                        data = planner.resolve_data(item)
+                        data = cast(io.BytesIO, planner.resolve_data(item))
                         data.seek(0)
                         try:
                             value = torch.load(data, weights_only=True)
@@ -523,7 +480,7 @@ class WtxtStorageWriter(StorageWriter):
                         results.append(WriteResult(index=item.index, size_in_bytes=0, storage_data=None))
                         continue
                     t = host[_item_key(item)].detach().to("cpu").contiguous()
-                    bits, region, offsets = _bits(t), stage.regions[fqn], item.tensor_data.chunk.offsets
+                    bits, region, offsets = _bits(t), stage.regions[fqn], _tensor_data(item).chunk.offsets
                     results.append(WriteResult(index=item.index, size_in_bytes=t.numel() * t.element_size(),
                                                storage_data=None))
                     start = _row_start(region, offsets, bits.shape)
@@ -534,7 +491,7 @@ class WtxtStorageWriter(StorageWriter):
                     flat = bits.reshape(-1).view(np.uint8)
                     mine.setdefault(fqn, []).append((t, flat, start))
                     # The pieces of chunks its owner does not hold whole go to the stage.
-                    for (coff, clen), whole in zip(chunks[fqn], held[fqn]):
+                    for (coff, clen), whole in zip(plans[fqn].chunks, plans[fqn].held):
                         lo, hi = max(coff, start), min(coff + clen, start + flat.size)
                         if lo < hi and not whole:
                             _pwrite_all(fd, memoryview(flat[lo - start:hi - start]), region.offset + lo, stage.path)
@@ -548,25 +505,25 @@ class WtxtStorageWriter(StorageWriter):
         dw = call(_rust.DistWriter, tensors, stage.path, stage.folder, self.path, stage.gen, stage.ts,
                    stage.merkle_prev, self.metadata, objects or None, self.hmac_key, self.sign_key, self.part_size,
                    self.digest)
-        layout = dw.layout()
-        runs = [_runs(owners[name] if not meta else [0] * len(cs)) for name, meta, cs in layout]
+        sched = dw.schedule(plans, ranks.rank, ranks.world)
 
-        def raw(i: int, ix: int):
-            """Where chunk `ix` of array `i` is: this rank's memory (the
-            shard that holds all of it), or (None) the stage."""
-            name, meta, cs = layout[i]
-            if meta or not held[name][ix]:
+        def raw(c: Any) -> Optional[Tuple[int, int]]:
+            """Where chunk `c` is: this rank's memory (the shard that holds
+            all of it), or (None) the stage."""
+            if not c.held:
                 return None
-            coff, clen = cs[ix]
-            for _, flat, start in mine.get(name, []):
-                if start <= coff and coff + clen <= start + flat.size:
-                    return (flat.__array_interface__["data"][0] + coff - start, clen)
-            raise Error(f"tensor {name!r}: chunk {ix} is planned on this rank, which does not hold it")
+            for _, flat, start in mine.get(c.name, []):
+                if start <= c.offset and c.offset + c.length <= start + flat.size:
+                    return (flat.__array_interface__["data"][0] + c.offset - start, c.length)
+            raise Error(f"tensor {c.name!r}: chunk {c.index} is planned on this rank, which does not hold it")
 
-        own = [(i, ix, raw(i, ix)) for i, rs in enumerate(runs) for r, a, b in rs if r == ranks.rank
-               for ix in range(a, b)]
+        at = {(c.array, c.index): raw(c) for c in sched.own}
+        own = [(c.array, c.index, at[c.array, c.index]) for c in sched.own]
 
-        def encode():
+        def span(s: Any) -> List[Tuple[int, Optional[Tuple[int, int]]]]:
+            return [(ix, at[s.array, ix]) for ix in range(s.start, s.end)]
+
+        def encode() -> List[Tuple[int, int, bytes]]:
             digests = call(dw.write_chunks, own)
             if ranks.rank == 0:
                 call(dw.write_fixed)
@@ -577,9 +534,8 @@ class WtxtStorageWriter(StorageWriter):
             # The tree form: the ranks report their chunks' SHA-256 and
             # nothing passes from rank to rank; the coordinator computes
             # every `arr` line and `sha256_all` from them.
-            def tree_report():
-                parts = _hash_parts(dw, ranks)
-                return (call(dw.fastxor, own), parts)
+            def tree_report() -> Tuple[int, List[Any]]:
+                return (call(dw.fastxor, own), _hash_parts(dw, sched.parts))
 
             reports = ranks.agree(tree_report)
             self.bytes_sent = ranks.sent
@@ -588,26 +544,23 @@ class WtxtStorageWriter(StorageWriter):
                 self._done = (dw, lines, [(None, x, parts) for x, parts in reports], sha256_all)
             elif not self.committed.done():
                 self.committed.set_result(None)
-            fut: Future = Future()
-            fut.set_result(results)
-            return fut
+            return _resolved(results)
         # Each array's SHA-256 and HMAC: those this rank holds whole on a
         # pool (its SHA-256 units side by side), the others handed on along
-        # their runs.
+        # their runs, step by step as the schedule says.
         with ThreadPoolExecutor(max(1, _rust.threads() - 1), thread_name_prefix="wtxt-dcp-hash") as pool:
-            whole = {i: pool.submit(call, dw.hash_array, i, [(ix, raw(i, ix)) for ix in range(a, b)], None)
-                     for i, rs in enumerate(runs) for r, a, b in rs if rs == [(ranks.rank, a, b)]}
+            whole = {s.array: pool.submit(call, dw.hash_array, s.array, span(s), None) for s in sched.whole}
             arr_lines: Dict[int, str] = {}
-            for i, rs in enumerate(runs):
-                for k, (r, a, b) in enumerate(rs):
-                    if r != ranks.rank or i in whole:
-                        continue
-                    state = ranks.recv(_ARRAY_STATE, rs[k - 1][0]) if k else None
-                    state = call(dw.hash_array, i, [(ix, raw(i, ix)) for ix in range(a, b)], state)
-                    if k + 1 < len(rs):
-                        ranks.send(state, rs[k + 1][0])
-                    else:
-                        arr_lines[i] = call(dw.arr_line, i, state)
+            state: Optional[bytes] = None
+            for s in sched.array_steps:
+                if s.kind == "recv":
+                    state = ranks.recv(_ARRAY_STATE, s.peer)
+                elif s.kind == "hash":
+                    state = call(dw.hash_array, s.array, span(s), state if s.carry else None)
+                elif s.kind == "send":
+                    ranks.send(_in_hand(state), s.peer)
+                else:
+                    arr_lines[s.array] = call(dw.arr_line, s.array, _in_hand(state))
             ranks.wait_sends()
 
             def line(i: int) -> str:
@@ -617,29 +570,26 @@ class WtxtStorageWriter(StorageWriter):
 
             # With one rank there is nothing to agree on: sha256_all follows
             # the pool's digests as each is done, as `save_state_dict` does.
-            every = None if ranks.world == 1 else {
-                i: l for got in ranks.agree(lambda: {i: line(i) for i in range(len(layout))
+            agreed = None if ranks.world == 1 else {
+                i: l for got in ranks.agree(lambda: {i: line(i) for i in range(sched.arrays)
                                                      if i in arr_lines or i in whole})
                 for i, l in got.items()}
             # sha256_all, along every run in the file's order.
-            state, before = None, None
-            for i, rs in enumerate(runs):
-                for r, a, b in rs:
-                    if r == ranks.rank:
-                        if before is not None and before != ranks.rank:
-                            state = ranks.recv(_SHA_STATE, before)
-                        state = call(dw.hash_all, state, i, [(ix, raw(i, ix)) for ix in range(a, b)],
-                                      line(i) if every is None else every[i])
-                    elif before == ranks.rank:
-                        ranks.send(state, r)
-                    before = r
+            state = None
+            for s in sched.all_steps:
+                if s.kind == "recv":
+                    state = ranks.recv(_SHA_STATE, s.peer)
+                elif s.kind == "hash":
+                    arr = line(s.array) if agreed is None else agreed[s.array]
+                    state = call(dw.hash_all, state, s.array, span(s), arr)
+                else:
+                    ranks.send(_in_hand(state), s.peer)
             ranks.wait_sends()
-            last = before
-            lines = [line(i) if every is None else every[i] for i in range(len(layout))]
+            lines = [line(i) if agreed is None else agreed[i] for i in range(sched.arrays)]
 
-        def report():
-            parts = _hash_parts(dw, ranks)
-            return (state if last == ranks.rank else None, call(dw.fastxor, own), parts)
+        def report() -> Tuple[Optional[bytes], int, List[Any]]:
+            parts = _hash_parts(dw, sched.parts)
+            return (state if sched.last == ranks.rank else None, call(dw.fastxor, own), parts)
 
         reports = ranks.agree(report)
         self.bytes_sent = ranks.sent
@@ -647,9 +597,7 @@ class WtxtStorageWriter(StorageWriter):
             self._done = (dw, lines, reports, None)
         elif not self.committed.done():
             self.committed.set_result(None)
-        fut: Future = Future()
-        fut.set_result(results)
-        return fut
+        return _resolved(results)
 
     def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
         stage, done = self._stage, self._done
@@ -735,7 +683,7 @@ class WtxtStorageReader(StorageReader):
         except (OSError, TypeError):
             return False
 
-    def read_metadata(self, *args, **kwargs) -> Metadata:
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         # Planning needs names, dtypes and shapes only: they come from the
         # `arr` lines, unverified; read_data verifies every byte before it
         # uses any.
@@ -743,18 +691,17 @@ class WtxtStorageReader(StorageReader):
         if outlined is None:
             call(_rust.load, self.path, metadata_only=True)  # raises what is wrong
             raise Error(f"{self.path}: not a snapshot this reader can plan from")
-        tensors, objects = outlined
         sd: Dict[str, Union[TensorStorageMetadata, BytesStorageMetadata]] = {}
-        for name, dtype, shape in tensors:
-            size = torch.Size(shape)
-            sd[name] = TensorStorageMetadata(
-                properties=TensorProperties(dtype=_TO_TORCH[dtype]), size=size,
-                chunks=[ChunkStorageMetadata(offsets=torch.Size([0] * len(shape)), sizes=size)])
-        for name in objects or {}:
+        for t in outlined.tensors:
+            size = torch.Size(t.shape)
+            sd[t.name] = TensorStorageMetadata(
+                properties=TensorProperties(dtype=_TO_TORCH[t.dtype]), size=size,
+                chunks=[ChunkStorageMetadata(offsets=torch.Size([0] * len(t.shape)), sizes=size)])
+        for name in outlined.objects or {}:
             sd[name] = BytesStorageMetadata()
         return Metadata(state_dict_metadata=sd, storage_meta=StorageMeta(checkpoint_id=self.path))
 
-    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args, **kwargs) -> None:
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         self.is_coordinator = is_coordinator
         if self._group is None:
             self._group = _wtxt_group()
@@ -769,8 +716,8 @@ class WtxtStorageReader(StorageReader):
         loaded: List[Any] = []
 
         def load() -> str:
-            loaded[:] = _load(self.path, self.hmac_key, self.pubkey, self.trusted_keys, self.require_signature)
-            return loaded[2]
+            loaded[:] = got = _load(self.path, self.hmac_key, self.pubkey, self.trusted_keys, self.require_signature)
+            return got[2]
 
         # Every rank verified what it read; they also agree that it was one
         # snapshot (one `merkle_this`) before any fills a tensor: a file
@@ -784,7 +731,7 @@ class WtxtStorageReader(StorageReader):
         tensors, objects, _ = loaded
         # Every item is matched and checked before the first copy, so a
         # failure leaves the state dict as it was.
-        work = []
+        work: List[Tuple[Any, Any, Optional[torch.Tensor]]] = []
         for item in plan.items:
             fqn = item.storage_index.fqn
             if item.type == LoadItemType.BYTE_IO:
@@ -802,33 +749,33 @@ class WtxtStorageReader(StorageReader):
                 raise Error(f"tensor {fqn!r}: the snapshot holds {src.dtype} {tuple(src.shape)} where the state dict "
                             f"has {target.dtype} {tuple(target.shape)}")
             work.append((item, src, target))
-        for item, src, target in work:
-            if target is None:
+        for item, src, into in work:
+            if into is None:
                 buf = io.BytesIO()
                 torch.save(src, buf)
                 buf.seek(0)
                 planner.load_bytes(item, buf)
             else:
-                target.copy_(src)
-                planner.commit_tensor(item, target)
-        fut: Future = Future()
+                into.copy_(src)
+                planner.commit_tensor(item, into)
+        fut: Future[None] = Future()
         fut.set_result(None)
         return fut
 
 
 
-def load(state_dict: Dict[str, Any], storage_reader: "WtxtStorageReader", **kwargs) -> None:
+def load(state_dict: Dict[str, Any], storage_reader: "WtxtStorageReader", **kwargs: Any) -> None:
     """`torch.distributed.checkpoint.load(state_dict, storage_reader=...)`,
     raising the `wtxt.Error` (a `wtxt.VerifyError` for a snapshot that does
     not verify) that a rank raised. `dcp.load` itself wraps it in torch's
     `CheckpointException`, which derives from `BaseException`, so `except
     Exception` does not catch it; its `failures` map each failed rank to
     the `wtxt.Error` and its traceback."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
     try:
-        dcp.load(state_dict, storage_reader=storage_reader, **kwargs)
+        dcp_load(state_dict, storage_reader=storage_reader, **kwargs)
     except CheckpointException as e:
         for _, failure in sorted(e.failures.items()):
             exc = failure[0] if isinstance(failure, tuple) else failure
