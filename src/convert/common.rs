@@ -85,16 +85,20 @@ pub fn meta_typed<T: serde::de::DeserializeOwned>(arrays: &[Array], name: &str) 
 }
 
 /// Maps a whole file read-only.
-#[allow(unsafe_code)]
 pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
-    let f = crate::fs::open_input_file(path)?;
+    map_open(&crate::fs::open_input_file(path)?, path)
+}
+
+/// [`map_file`] of a file already open, named `path`.
+#[allow(unsafe_code)]
+pub fn map_open(f: &std::fs::File, path: &Path) -> Result<Arc<Mmap>> {
     // SAFETY: the map is read-only; a file truncated under us by another
     // process can fault, which is the accepted cost of not copying weights.
     // Not populated up front: that made every input wholly resident (a
     // 4.2 GiB safetensors held 4.4 GB of RSS through a snapshot), where the
     // WTXT writer drops the pages it is done with; faulting them in as read
     // costs about as much (docs/PERFORMANCE.md).
-    let m = unsafe { memmap2::MmapOptions::new().map(&f) }.map_err(|e| Error::io(path, e))?;
+    let m = unsafe { memmap2::MmapOptions::new().map(f) }.map_err(|e| Error::io(path, e))?;
     Ok(Arc::new(m))
 }
 

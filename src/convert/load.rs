@@ -8,7 +8,7 @@ use crate::error::{input_at, Error, Result};
 use crate::format::verify::VerifyOptions;
 use crate::model::{assign_names, sort_arrays, Array};
 
-use crate::convert::common::{map_file, Notes};
+use crate::convert::common::{map_open, Notes};
 use crate::convert::{container, formats, hf, names};
 
 /// What an input file is, told by its first bytes.
@@ -110,13 +110,10 @@ pub fn load_for(
     verify: &VerifyOptions,
     notes: &mut Notes,
 ) -> Result<Vec<Array>> {
-    if crate::fs::is_real_dir(path) {
-        return load_inputs(&[path], verify, notes);
-    }
-    match sniff(path)? {
-        (Some(Input::Container(c)), len) if len > 0 && to.is_none_or(|t| t.name() == c.name()) => {
-            let src = crate::buffer::ArrayData::from_map(map_file(path)?);
-            let mut arrays = noted(path, notes, |n| c.read(&src, &stem_of(path), n)).map_err(|e| e.in_file(path))?;
+    match Source::open(path).map_err(|e| e.in_file(path))? {
+        Source::Container { kind, file, len } if len > 0 && to.is_none_or(|t| t.name() == kind.name()) => {
+            let src = crate::buffer::ArrayData::from_map(map_open(&file, path)?);
+            let mut arrays = noted(path, notes, |n| kind.read(&src, &stem_of(path), n)).map_err(|e| e.in_file(path))?;
             let originals: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
             for (a, n) in arrays.iter_mut().zip(assign_names(&originals)) {
                 a.name = n;
@@ -124,28 +121,87 @@ pub fn load_for(
             sort_arrays(&mut arrays).map_err(|e| e.in_file(path))?;
             Ok(arrays)
         }
-        _ => load_inputs(&[path], verify, notes),
+        source => {
+            let got = load_source(path, source, verify, notes).map_err(|e| e.in_file(path))?;
+            gather(vec![(path, got)], notes)
+        }
     }
 }
 
-/// A file's format, from its first 16 bytes, and its length: enough to
-/// choose a reader before mapping (or streaming) the whole file.
-fn sniff(path: &Path) -> Result<(Option<Input>, u64)> {
-    let mut f = crate::fs::open_input_file(path)?;
-    let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
-    let mut head = [0u8; 128];
-    let mut got = 0;
-    while got < head.len() {
-        match std::io::Read::read(&mut f, &mut head[got..]).map_err(|e| Error::io(path, e))? {
-            0 => break,
-            n => got += n,
+/// An input path, opened once: what it is, told by its first bytes (never
+/// its name), and the open file every reader of it then uses, so a path
+/// replaced between the look and the read cannot swap what is read.
+pub enum Source {
+    /// A folder (a Hugging Face folder, if anything).
+    Folder,
+    /// A WTXT snapshot (or its head).
+    Wtxt {
+        /// The file, at its start.
+        file: std::fs::File,
+        /// Its length.
+        len: u64,
+    },
+    /// A binary container of the table.
+    Container {
+        /// Which one.
+        kind: &'static dyn Container,
+        /// The file.
+        file: std::fs::File,
+        /// Its length.
+        len: u64,
+    },
+    /// An empty file, or one no format claims.
+    Unknown {
+        /// Its length.
+        len: u64,
+    },
+}
+
+impl Source {
+    /// Opens `path`: a real folder, or a regular file (a link the user
+    /// named is followed; a device, FIFO or socket is refused before a byte
+    /// is read) whose first 128 bytes are read in place.
+    pub fn open(path: &Path) -> Result<Source> {
+        if crate::fs::is_real_dir(path) {
+            return Ok(Source::Folder);
         }
+        if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+            return Err(Error::input(
+                Default::default(),
+                "a symbolic link to a folder: give the folder's own path (wtxt does not follow links into folders)",
+            ));
+        }
+        let file = crate::fs::open_input_file(path)?;
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        if !meta.is_file() {
+            return Err(Error::input(
+                Default::default(),
+                "not a regular file (a device, FIFO or socket): inputs are mapped or read more than once; \
+                 save it to a file first",
+            ));
+        }
+        let len = meta.len();
+        let mut head = [0u8; 128];
+        let mut got = 0;
+        while got < head.len() {
+            // Read in place: the file's position stays at its start for the reader.
+            match std::os::unix::fs::FileExt::read_at(&file, &mut head[got..], got as u64)
+                .map_err(|e| Error::io(path, e))?
+            {
+                0 => break,
+                n => got += n,
+            }
+        }
+        let detected = detect_head(&head[..got], len);
+        if let Some(what) = torch_file(&head[..got], path, detected.is_some()) {
+            return Err(input_at(0, what));
+        }
+        Ok(match detected {
+            Some(Input::Wtxt) => Source::Wtxt { file, len },
+            Some(Input::Container(kind)) => Source::Container { kind, file, len },
+            None => Source::Unknown { len },
+        })
     }
-    let detected = detect_head(&head[..got], len);
-    if let Some(what) = torch_file(&head[..got], path, detected.is_some()) {
-        return Err(input_at(0, what));
-    }
-    Ok((detected, len))
 }
 
 /// What a PyTorch file given as a snapshot input is, and what to use
@@ -189,35 +245,74 @@ fn stem_of(path: &Path) -> String {
 }
 
 fn load_one(path: &Path, verify: &VerifyOptions, notes: &mut Notes) -> Result<Vec<Array>> {
-    if !crate::fs::is_real_dir(path) && std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
-        return Err(Error::input(
+    load_source(path, Source::open(path)?, verify, notes)
+}
+
+/// The arrays of an input opened as `source`: a WTXT's verified, a
+/// container's tensors, a Hugging Face folder's.
+fn load_source(path: &Path, source: Source, verify: &VerifyOptions, notes: &mut Notes) -> Result<Vec<Array>> {
+    match source {
+        Source::Folder if !hf::is_folder(path) => Err(Error::input(
             Default::default(),
-            "a symbolic link to a folder: give the folder's own path (wtxt does not follow links into folders)",
-        ));
-    }
-    if crate::fs::is_real_dir(path) {
-        if !hf::is_folder(path) {
-            return Err(Error::input(
-                Default::default(),
-                format!("a folder without {} or {}: not a Hugging Face folder", hf::INDEX, hf::SINGLE),
-            ));
+            format!("a folder without {} or {}: not a Hugging Face folder", hf::INDEX, hf::SINGLE),
+        )),
+        Source::Folder => hf::read_folder(path, notes),
+        Source::Wtxt { len: 0, .. } | Source::Container { len: 0, .. } | Source::Unknown { len: 0 } => {
+            Err(input_at(0, "empty file: expected .npy, .npz, .safetensors, FOLD, AERO, VOLP, MLDF or WTXT"))
         }
-        return hf::read_folder(path, notes);
-    }
-    match sniff(path)? {
-        (_, 0) => Err(input_at(0, "empty file: expected .npy, .npz, .safetensors, FOLD, AERO, VOLP, MLDF or WTXT")),
-        (Some(Input::Wtxt), _) => {
+        Source::Wtxt { file, len } => {
             // Streamed (a split snapshot joined): the decoded arrays are the only copy held.
-            let mut input = crate::store::input::WtxtIn::open(path, None)?;
+            let mut input = crate::store::WtxtIn::from_file(file, len, path, None)?;
             Ok(crate::format::load(input.text(), input.len, verify).map_err(|e| input.blame(e))?.arrays)
         }
-        (Some(Input::Container(c)), _) => {
-            let src = crate::buffer::ArrayData::from_map(map_file(path)?);
-            noted(path, notes, |n| c.read_tensors(&src, &stem_of(path), n))
+        Source::Container { kind, file, .. } => {
+            let src = crate::buffer::ArrayData::from_map(map_open(&file, path)?);
+            noted(path, notes, |n| kind.read_tensors(&src, &stem_of(path), n))
         }
-        (None, _) => Err(input_at(
+        Source::Unknown { .. } => Err(input_at(
             0,
             "unrecognized format: expected .npy, .npz (zip), .safetensors, FOLD, AERO, VOLP, MLDF or WTXT magic bytes",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Dtype;
+
+    fn npy(values: &[u8]) -> Vec<u8> {
+        let a = Array::new("x", Dtype::U8, vec![values.len() as u64], values.to_vec().into()).unwrap();
+        let mut b = crate::convert::npy::header(&a).unwrap();
+        b.extend_from_slice(values);
+        b
+    }
+
+    #[test]
+    fn what_is_read_is_the_file_that_was_looked_at() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.npy");
+        std::fs::write(&path, npy(&[1, 2, 3])).unwrap();
+        let source = Source::open(&path).unwrap();
+        assert!(matches!(source, Source::Container { len, .. } if len > 0));
+        // The path now names another file: the open source still reads the first.
+        let other = dir.path().join("y.npy");
+        std::fs::write(&other, npy(&[9, 9, 9, 9])).unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        let got = load_source(&path, source, &VerifyOptions::default(), &mut Notes::new()).unwrap();
+        assert_eq!(got[0].bytes(), &[1, 2, 3]);
+    }
+
+    #[test]
+    fn links_devices_and_empty_files_are_told_apart_before_any_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("link")).unwrap();
+        let e = Source::open(&dir.path().join("link")).err().unwrap();
+        assert!(e.to_string().contains("symbolic link to a folder"), "{e}");
+        assert!(Source::open(Path::new("/dev/zero")).is_err());
+        std::fs::write(dir.path().join("empty"), b"").unwrap();
+        let empty = Source::open(&dir.path().join("empty")).unwrap();
+        let e = load_source(&dir.path().join("empty"), empty, &VerifyOptions::default(), &mut Notes::new());
+        assert!(e.err().unwrap().to_string().contains("empty file"));
     }
 }

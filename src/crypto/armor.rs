@@ -193,7 +193,11 @@ pub fn decrypt<'a, R: BufRead + 'a>(input: R, unseal: &Unseal) -> Result<Box<dyn
 /// Opens `path` for reading, decrypting it when it is an age file and
 /// `unseal` is given; an age file without it is unusable input.
 pub fn open_maybe_sealed(path: &Path, unseal: Option<&Unseal>) -> Result<Box<dyn Read>> {
-    let f = crate::fs::open_input_file(path)?;
+    read_maybe_sealed(crate::fs::open_input_file(path)?, path, unseal)
+}
+
+/// [`open_maybe_sealed`] of a file already open (at its start), named `path`.
+pub fn read_maybe_sealed(f: std::fs::File, path: &Path, unseal: Option<&Unseal>) -> Result<Box<dyn Read>> {
     let mut r = BufReader::with_capacity(1 << 20, f);
     let head = r.fill_buf().map_err(|e| Error::io(path, e))?;
     if is_age(head) {

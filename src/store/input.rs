@@ -6,7 +6,7 @@
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use crate::crypto::armor::{open_maybe_sealed, Unseal};
+use crate::crypto::armor::{open_maybe_sealed, read_maybe_sealed, Unseal};
 use crate::error::{Error, Result};
 use crate::format::split::{self, Joined};
 use crate::format::verify::{verify, Problem, ProblemKind, Report, VerifyOptions};
@@ -29,6 +29,14 @@ impl<'a> WtxtIn<'a> {
     /// naming the part.
     pub fn open(path: &Path, unseal: Option<&'a Unseal>) -> Result<WtxtIn<'a>> {
         WtxtIn::open_with(path, unseal, false, true)
+    }
+
+    /// As [`WtxtIn::open`], of `file` already open at its start (`len`
+    /// bytes), named `path`: a caller that told what the file is from its
+    /// first bytes reads the file it looked at, not whatever the path names
+    /// by then.
+    pub fn from_file(file: std::fs::File, len: u64, path: &Path, unseal: Option<&'a Unseal>) -> Result<WtxtIn<'a>> {
+        WtxtIn::from_reader(read_maybe_sealed(file, path, unseal)?, len, path, unseal, false, true)
     }
 
     /// As [`WtxtIn::open`], but faulty parts are recorded (see
@@ -133,7 +141,17 @@ impl<'a> WtxtIn<'a> {
 
     fn open_with(path: &Path, unseal: Option<&'a Unseal>, lenient: bool, hash_parts: bool) -> Result<WtxtIn<'a>> {
         let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
-        let raw = open_maybe_sealed(path, unseal)?;
+        WtxtIn::from_reader(open_maybe_sealed(path, unseal)?, len, path, unseal, lenient, hash_parts)
+    }
+
+    fn from_reader(
+        raw: Box<dyn Read>,
+        len: u64,
+        path: &Path,
+        unseal: Option<&'a Unseal>,
+        lenient: bool,
+        hash_parts: bool,
+    ) -> Result<WtxtIn<'a>> {
         Ok(match split::open(raw).map_err(|e| e.in_file(path))? {
             split::Opened::Single(reader) => WtxtIn::single(reader, len, path),
             split::Opened::Split(head) => {

@@ -138,7 +138,8 @@ pub fn plan_tensor(dtype: &str, shape: &[u64], shards: &[Shard]) -> Result<Tenso
         .collect::<Result<_>>()?;
     let mut owners = Vec::with_capacity(chunks.len());
     for (ci, &(coff, clen)) in chunks.iter().enumerate() {
-        let (lo, hi) = if unit == 0 { (0, 0) } else { (coff / unit, (coff + clen) / unit) };
+        let lo = coff.checked_div(unit).unwrap_or(0);
+        let hi = (coff + clen).checked_div(unit).unwrap_or(0);
         let mut held: Vec<(usize, u128)> = Vec::new();
         for &(r, a, b, inner) in &spans {
             let n = hi.min(b).saturating_sub(lo.max(a)) as u128 * inner as u128;
