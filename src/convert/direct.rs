@@ -32,7 +32,7 @@ use crate::format::verify::{verify, Sink, VerifyOptions};
 use crate::fs::AtomicFile;
 use crate::model::{Array, ArrayData};
 use crate::store::input::WtxtIn;
-use crate::store::outline::{outline, Outlined};
+use crate::store::outline::{outline_of, Outlined};
 
 /// How [`write_direct`] wrote its output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,7 +61,21 @@ pub fn write_direct<T>(
     out: &Path,
     prepare: &dyn Fn(Vec<Array>) -> Chosen<T>,
 ) -> Result<Option<(T, Route)>> {
-    let Some(outlined) = outline(path, &crate::model::is_metadata_name, crate::limits::MAX_METADATA) else {
+    let Some(input) = crate::store::outline::open_file(path) else { return Ok(None) };
+    write_direct_from(&input, path, opts, to, out, prepare)
+}
+
+/// [`write_direct`] of `input`, the WTXT at `path` open already: the
+/// outline and the strict read both read this file.
+pub fn write_direct_from<T>(
+    input: &File,
+    path: &Path,
+    opts: &VerifyOptions,
+    to: &dyn Container,
+    out: &Path,
+    prepare: &dyn Fn(Vec<Array>) -> Chosen<T>,
+) -> Result<Option<(T, Route)>> {
+    let Some(outlined) = outline_of(input, path, &crate::model::is_metadata_name, crate::limits::MAX_METADATA) else {
         return Ok(None);
     };
     if to.writes_in_memory() || !to.stores_tensors_verbatim() {
@@ -79,7 +93,7 @@ pub fn write_direct<T>(
     let dest = AtomicFile::create(out)?;
     let file = dest.file_ref().try_clone().map_err(|e| Error::io(out, e))?;
     let starts: HashMap<String, (usize, u64)> = place.iter().map(|(n, r)| (n.clone(), (0, r.start))).collect();
-    let meta = decode_into(path, opts, &outlined, &[(out, &file)], &starts)?;
+    let meta = decode_into(input, path, opts, &outlined, &[(out, &file)], &starts)?;
 
     // The tensors are in place: hand them to the writer as windows of the output.
     let span = place.values().map(|r| r.start).min().unwrap_or(0)..place.values().map(|r| r.end).max().unwrap_or(0);
@@ -223,19 +237,21 @@ impl Seek for Recorder {
     }
 }
 
-/// Reads and verifies the WTXT at `path` (every check under `opts`),
+/// Reads and verifies `input`, the WTXT at `path` (every check under `opts`),
 /// writing each tensor's bytes where `place` says, (file, offset) into
 /// `files`, as they are decoded; every array must come as `outlined`
 /// announced. Returns the bytes of the outlined metadata arrays. Nothing
 /// is held but the metadata: the output files are the only copy.
 pub(crate) fn decode_into(
+    input: &File,
     path: &Path,
     opts: &VerifyOptions,
     outlined: &[Outlined],
     files: &[(&Path, &File)],
     place: &HashMap<String, (usize, u64)>,
 ) -> Result<Vec<Vec<u8>>> {
-    let mut input = WtxtIn::open(path, None)?;
+    let len = input.metadata().map_err(|e| Error::io(path, e))?.len();
+    let mut input = WtxtIn::from_file(input.try_clone().map_err(|e| Error::io(path, e))?, len, path, None)?;
     let mut sink = Place { files, outlined, place, next: 0, at: None, meta: Vec::new(), failed: None };
     let report = verify(input.text(), opts, Some(&mut sink)).map_err(|e| input.blame(e))?;
     if let Some(p) = report.first_error() {

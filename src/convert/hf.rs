@@ -331,18 +331,35 @@ impl<'a> Shards<'a> {
 /// pass: each tensor is decoded straight to its place in its shard, so the
 /// heap holds only the folder's small files. Returns the number of shards.
 pub fn extract(path: &Path, opts: &crate::format::verify::VerifyOptions, out: &Path) -> Result<usize> {
-    let outlined = crate::store::outline::outline(path, &crate::model::is_metadata_name, crate::limits::MAX_METADATA)
+    // Opened once: the outline, the strict read and any error come from this file.
+    let input = crate::fs::open_input_file(path)?;
+    let len = input.metadata().map_err(|e| Error::io(path, e))?.len();
+    let outlined = input
+        .metadata()
+        .is_ok_and(|m| m.is_file())
+        .then(|| {
+            crate::store::outline::outline_of(
+                &input,
+                path,
+                &crate::model::is_metadata_name,
+                crate::limits::MAX_METADATA,
+            )
+        })
+        .flatten()
         .ok_or_else(|| {
-        // Not canonical, damaged or not a WTXT: the strict reader says which.
-        match crate::store::input::WtxtIn::open(path, None).and_then(|mut i| {
-            crate::format::Load { keep: crate::format::Keep::Metadata, ..Default::default() }
-                .run(i.text(), i.len, opts)
-                .map_err(|e| i.blame(e))
-        }) {
-            Err(e) => e,
-            Ok(_) => Error::input(Default::default(), "its metadata arrays are too large to plan from").in_file(path),
-        }
-    })?;
+            // Not canonical, damaged or not a WTXT: the strict reader says which.
+            let reopened = input.try_clone().map_err(|e| Error::io(path, e));
+            match reopened.and_then(|f| crate::store::WtxtIn::from_file(f, len, path, None)).and_then(|mut i| {
+                crate::format::Load { keep: crate::format::Keep::Metadata, ..Default::default() }
+                    .run(i.text(), i.len, opts)
+                    .map_err(|e| i.blame(e))
+            }) {
+                Err(e) => e,
+                Ok(_) => {
+                    Error::input(Default::default(), "its metadata arrays are too large to plan from").in_file(path)
+                }
+            }
+        })?;
     let metas: Vec<Array> = outlined
         .iter()
         .filter_map(|o| {
@@ -361,7 +378,7 @@ pub fn extract(path: &Path, opts: &crate::format::verify::VerifyOptions, out: &P
         .flat_map(|(k, list)| list.iter().map(move |(n, at, _)| (n.clone(), (k, *at))))
         .collect();
     let targets: Vec<(&Path, &std::fs::File)> = files.iter().map(|(p, f)| (p.as_path(), f)).collect();
-    crate::convert::direct::decode_into(path, opts, &outlined, &targets, &place)?;
+    crate::convert::direct::decode_into(&input, path, opts, &outlined, &targets, &place)?;
     dir.commit()?;
     Ok(plan.shards.len())
 }

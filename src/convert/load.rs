@@ -110,7 +110,18 @@ pub fn load_for(
     verify: &VerifyOptions,
     notes: &mut Notes,
 ) -> Result<Vec<Array>> {
-    match Source::open(path).map_err(|e| e.in_file(path))? {
+    load_source_for(path, Source::open(path).map_err(|e| e.in_file(path))?, to, verify, notes)
+}
+
+/// [`load_for`] of `source`, the input at `path` opened already.
+pub fn load_source_for(
+    path: &Path,
+    source: Source,
+    to: Option<&dyn container::Container>,
+    verify: &VerifyOptions,
+    notes: &mut Notes,
+) -> Result<Vec<Array>> {
+    match source {
         Source::Container { kind, file, len } if len > 0 && to.is_none_or(|t| t.name() == kind.name()) => {
             let src = crate::buffer::ArrayData::from_map(map_open(&file, path)?);
             let mut arrays = noted(path, notes, |n| kind.read(&src, &stem_of(path), n)).map_err(|e| e.in_file(path))?;

@@ -26,6 +26,6 @@ pub use common::{in_memory, map_file, meta_array, meta_json, meta_typed, zstd_ex
 pub use direct::{write_direct, Route};
 pub use formats::{by_name, foreign_metadata, sniff, CONTAINERS};
 pub use hf::is_folder;
-pub use load::{detect, detect_head, gather, load_for, load_inputs, load_lossless, Input};
+pub use load::{detect, detect_head, gather, load_for, load_inputs, load_lossless, load_source_for, Input, Source};
 pub use names::{give_wtxt_names, objects_array, objects_of, OriginalNames};
 pub use write::{write_arrays, write_arrays_as};

@@ -125,9 +125,12 @@ pub enum ConvertTo {
 /// options, plus the container's metadata arrays, so converting back gives
 /// the same file) or to another container.
 pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions, notes: &mut Notes) -> Result<()> {
-    use crate::convert::write_arrays_as;
+    use crate::convert::{write_arrays_as, Source};
     let trust = o.keys.trust();
-    if let ConvertTo::Container(fmt) = to {
+    // The input is opened once: what it is, the outline, and the read all
+    // come from this file.
+    let source = Source::open(input).map_err(|e| e.in_file(input))?;
+    if let (ConvertTo::Container(fmt), Source::Wtxt { file, .. }) = (to, &source) {
         // A WTXT goes straight into the container's layout (when it can).
         let prepare = |arrays: Vec<Array>| -> crate::convert::direct::Chosen<(Vec<String>, Notes)> {
             let mut found = Notes::new();
@@ -136,7 +139,7 @@ pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions, not
             Ok((arrays, (dropped, found)))
         };
         if let Some(((dropped, found), _)) =
-            crate::convert::direct::write_direct(input, &trust.options(), fmt, out, &prepare)?
+            crate::convert::direct::write_direct_from(file, input, &trust.options(), fmt, out, &prepare)?
         {
             notes.extend(found);
             note_dropped(&dropped, notes);
@@ -147,7 +150,7 @@ pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions, not
         ConvertTo::Wtxt => None,
         ConvertTo::Container(fmt) => Some(fmt),
     };
-    let arrays = crate::convert::load_for(input, target, &trust.options(), notes)?;
+    let arrays = crate::convert::load_source_for(input, source, target, &trust.options(), notes)?;
     match to {
         ConvertTo::Wtxt => snapshot_arrays(&arrays, out, o, &Progress::hidden()).map(|_| ()),
         ConvertTo::Container(fmt) => {

@@ -12,7 +12,8 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Cursor, Seek};
+use std::io::{BufRead, BufReader, Cursor, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::format::chunk;
@@ -41,9 +42,15 @@ impl<T: BufRead + Seek> Segment for T {}
 /// the arrays whose bytes are decoded; together they may hold at most
 /// `max_wanted` bytes. `None` when the file does not outline cleanly.
 pub fn outline(path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> Option<Vec<Outlined>> {
-    let file = open_file(path)?;
-    let mut first = BufReader::with_capacity(1 << 16, file);
-    let mut segments: Vec<(Box<dyn Segment>, ArrLines)> = Vec::new();
+    outline_of(&open_file(path)?, path, wanted, max_wanted)
+}
+
+/// [`outline`] of `file`, open already (its parts are found beside
+/// `path`). Read in place: `file`'s own position is left where it was, so
+/// the strict reader can read the same open file after.
+pub fn outline_of(file: &File, path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> Option<Vec<Outlined>> {
+    let mut first = BufReader::with_capacity(1 << 16, ReadAt::new(file)?);
+    let mut segments: Vec<(Box<dyn Segment + '_>, ArrLines)> = Vec::new();
     let head = {
         let start = first.fill_buf().ok()?;
         start.starts_with(b"WTXT 1\n")
@@ -51,7 +58,7 @@ pub fn outline(path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> O
     if !head {
         return None;
     }
-    match split::open(Box::new(open_file(path)?)).ok()? {
+    match split::open(Box::new(ReadAt::new(file)?)).ok()? {
         split::Opened::Single(_) => segments.push((Box::new(first), VecDeque::new())),
         split::Opened::Split(h) => {
             let dir = parts_dir(path);
@@ -74,10 +81,44 @@ pub fn outline(path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> O
     Some(out)
 }
 
+/// A file read by position from its start, its descriptor's own offset
+/// untouched.
+struct ReadAt<'a> {
+    file: &'a File,
+    pos: u64,
+    len: u64,
+}
+
+impl<'a> ReadAt<'a> {
+    fn new(file: &'a File) -> Option<ReadAt<'a>> {
+        Some(ReadAt { file, pos: 0, len: file.metadata().ok()?.len() })
+    }
+}
+
+impl Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for ReadAt<'_> {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        let at = match to {
+            SeekFrom::Start(n) => Some(n),
+            SeekFrom::End(d) => self.len.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = at.ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before the start"))?;
+        Ok(self.pos)
+    }
+}
+
 /// `path` opened for reading when it is a regular file, as a part is
 /// opened to be read ([`crate::store::PartFiles`]): a FIFO is never waited
 /// on, a device never read.
-fn open_file(path: &Path) -> Option<File> {
+pub(crate) fn open_file(path: &Path) -> Option<File> {
     let f = crate::fs::open_input_file(path).ok()?;
     f.metadata().ok()?.is_file().then_some(f)
 }
