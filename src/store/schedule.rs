@@ -206,10 +206,11 @@ pub fn schedule(runs: &[Vec<Run>], rank: usize) -> Schedule {
             rs.iter().filter(|r| r.owner == rank).flat_map(move |r| (r.start..r.end).map(move |ix| (i, ix)))
         })
         .collect();
-    let whole: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].len() == 1 && runs[i][0].owner == rank).collect();
+    let is_whole = |rs: &[Run]| rs.len() == 1 && rs[0].owner == rank;
+    let whole: Vec<usize> = (0..runs.len()).filter(|&i| is_whole(&runs[i])).collect();
     let mut arrays = Vec::new();
     for (i, rs) in runs.iter().enumerate() {
-        if whole.contains(&i) {
+        if is_whole(rs) {
             continue;
         }
         for (k, r) in rs.iter().enumerate().filter(|(_, r)| r.owner == rank) {
