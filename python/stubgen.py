@@ -117,15 +117,14 @@ def docs(text, end):
     return " ".join(reversed(out)).replace("[`", "`").replace("`]", "`")
 
 
-def functions(b, body, base):
-    """Each `fn` of `body` marked for Python: (name, params, return, doc, is_new)."""
+def functions(b, body, methods):
+    """Each `fn` of `body` Python sees (every one of a `#[pymethods]` block,
+    else those marked `#[pyfunction]`): (name, params, return, doc, is_new)."""
     out = []
     for m in re.finditer(r"((?:\s*#\[[^\n]*\]\n)*)\s*(?:pub(?:\(crate\))? )?fn (\w+)\(", body):
         attrs, name = m.group(1), m.group(2)
-        if base is None and "#[pyfunction]" not in attrs:
+        if not methods and "#[pyfunction]" not in attrs:
             continue
-        if base is not None and m.start() and not body[: m.start()].rstrip().endswith(("}", "{", "]")) and "#[" not in attrs:
-            pass
         open_at = m.end() - 1
         close = closing(body, open_at)
         ret = re.match(r"\s*->\s*(.*?)\s*(?:where|\{)", body[close:], re.S)
@@ -191,18 +190,18 @@ def render(text):
         impl = re.search(r"#\[pymethods\]\s*impl " + rust + r" \{", text)
         if impl:
             body = text[impl.end() - 1:closing(text, impl.end() - 1)]
-            for name, params, ret, doc, new in functions(b, body, rust):
+            for name, params, ret, doc, new in functions(b, body, True):
                 if new:
                     out.append(f"    def __new__({signature(params, 'cls')}) -> {pyname}:\n")
                 else:
                     out.append(f"    def {name}({signature(params, 'self')}) -> {b.py(ret)}:\n")
                 out.append(doc_line(doc, "        ") + "        ...\n")
         out.append("\n")
-    names = sorted([exc.group(1)] + list(b.classes.values()) + [n for n, *_ in functions(b, text, None) if n in registered])
+    exposed = sorted(f for f in functions(b, text, False) if f[0] in registered)
+    names = sorted([exc.group(1)] + list(b.classes.values()) + [f[0] for f in exposed])
     out.append("__all__ = [" + ", ".join(f'"{n}"' for n in names) + "]\n\n")
-    for name, params, ret, doc, _ in sorted(functions(b, text, None)):
-        if name in registered:
-            out.append(f"def {name}({signature(params)}) -> {b.py(ret)}:\n" + doc_line(doc, "    ") + "    ...\n\n")
+    for name, params, ret, doc, _ in exposed:
+        out.append(f"def {name}({signature(params)}) -> {b.py(ret)}:\n" + doc_line(doc, "    ") + "    ...\n\n")
     return "".join(out).rstrip() + "\n"
 
 
