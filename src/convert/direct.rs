@@ -251,7 +251,7 @@ pub(crate) fn decode_into(
     place: &HashMap<String, (usize, u64)>,
 ) -> Result<Vec<Vec<u8>>> {
     let len = input.metadata().map_err(|e| Error::io(path, e))?.len();
-    let mut input = WtxtIn::from_file(input.try_clone().map_err(|e| Error::io(path, e))?, len, path, None)?;
+    let mut input = WtxtIn::from_file(input, len, path, None)?;
     let mut sink = Place { files, outlined, place, next: 0, at: None, meta: Vec::new(), failed: None };
     let report = verify(input.text(), opts, Some(&mut sink)).map_err(|e| input.blame(e))?;
     if let Some(p) = report.first_error() {

@@ -333,10 +333,9 @@ impl<'a> Shards<'a> {
 pub fn extract(path: &Path, opts: &crate::format::verify::VerifyOptions, out: &Path) -> Result<usize> {
     // Opened once: the outline, the strict read and any error come from this file.
     let input = crate::fs::open_input_file(path)?;
-    let len = input.metadata().map_err(|e| Error::io(path, e))?.len();
-    let outlined = input
-        .metadata()
-        .is_ok_and(|m| m.is_file())
+    let meta = input.metadata().map_err(|e| Error::io(path, e))?;
+    let outlined = meta
+        .is_file()
         .then(|| {
             crate::store::outline::outline_of(
                 &input,
@@ -348,8 +347,7 @@ pub fn extract(path: &Path, opts: &crate::format::verify::VerifyOptions, out: &P
         .flatten()
         .ok_or_else(|| {
             // Not canonical, damaged or not a WTXT: the strict reader says which.
-            let reopened = input.try_clone().map_err(|e| Error::io(path, e));
-            match reopened.and_then(|f| crate::store::WtxtIn::from_file(f, len, path, None)).and_then(|mut i| {
+            match crate::store::WtxtIn::from_file(&input, meta.len(), path, None).and_then(|mut i| {
                 crate::format::Load { keep: crate::format::Keep::Metadata, ..Default::default() }
                     .run(i.text(), i.len, opts)
                     .map_err(|e| i.blame(e))

@@ -193,16 +193,8 @@ impl Source {
         }
         let len = meta.len();
         let mut head = [0u8; 128];
-        let mut got = 0;
-        while got < head.len() {
-            // Read in place: the file's position stays at its start for the reader.
-            match std::os::unix::fs::FileExt::read_at(&file, &mut head[got..], got as u64)
-                .map_err(|e| Error::io(path, e))?
-            {
-                0 => break,
-                n => got += n,
-            }
-        }
+        let got =
+            crate::fs::read_full(&mut crate::fs::ReadAt::new(&file), &mut head).map_err(|e| Error::io(path, e))?;
         let detected = detect_head(&head[..got], len);
         if let Some(what) = torch_file(&head[..got], path, detected.is_some()) {
             return Err(input_at(0, what));
@@ -273,7 +265,7 @@ fn load_source(path: &Path, source: Source, verify: &VerifyOptions, notes: &mut 
         }
         Source::Wtxt { file, len } => {
             // Streamed (a split snapshot joined): the decoded arrays are the only copy held.
-            let mut input = crate::store::WtxtIn::from_file(file, len, path, None)?;
+            let mut input = crate::store::WtxtIn::from_file(&file, len, path, None)?;
             Ok(crate::format::load(input.text(), input.len, verify).map_err(|e| input.blame(e))?.arrays)
         }
         Source::Container { kind, file, .. } => {

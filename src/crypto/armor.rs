@@ -196,8 +196,8 @@ pub fn open_maybe_sealed(path: &Path, unseal: Option<&Unseal>) -> Result<Box<dyn
     read_maybe_sealed(crate::fs::open_input_file(path)?, path, unseal)
 }
 
-/// [`open_maybe_sealed`] of a file already open (at its start), named `path`.
-pub fn read_maybe_sealed(f: std::fs::File, path: &Path, unseal: Option<&Unseal>) -> Result<Box<dyn Read>> {
+/// [`open_maybe_sealed`] of `f`, an input already open, named `path`.
+pub fn read_maybe_sealed<'a>(f: impl Read + 'a, path: &Path, unseal: Option<&Unseal>) -> Result<Box<dyn Read + 'a>> {
     let mut r = BufReader::with_capacity(1 << 20, f);
     let head = r.fill_buf().map_err(|e| Error::io(path, e))?;
     if is_age(head) {

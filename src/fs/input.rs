@@ -104,6 +104,41 @@ pub fn open_regular(path: &Path) -> Result<(File, u64)> {
     Ok((file, meta.len()))
 }
 
+/// A file read from a position of its own, from its start: the handle's
+/// offset is left alone, so several readers of one open file (a look at
+/// its first bytes, an outline, the strict read) never disturb each other.
+pub(crate) struct ReadAt<'a> {
+    file: &'a File,
+    pos: u64,
+}
+
+impl<'a> ReadAt<'a> {
+    /// `file`, read from its first byte.
+    pub(crate) fn new(file: &'a File) -> ReadAt<'a> {
+        ReadAt { file, pos: 0 }
+    }
+}
+
+impl std::io::Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = std::os::unix::fs::FileExt::read_at(self.file, buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for ReadAt<'_> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let at = match to {
+            std::io::SeekFrom::Start(n) => Some(n),
+            std::io::SeekFrom::End(d) => self.file.metadata()?.len().checked_add_signed(d),
+            std::io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = at.ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before the start"))?;
+        Ok(self.pos)
+    }
+}
+
 /// Reads until `buf` is full or the input ends; gives the bytes read.
 pub(crate) fn read_full(r: &mut dyn std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;

@@ -20,8 +20,8 @@ mod signals;
 mod walk;
 
 pub use direct::{start_writeback, DirectWriter, Writeback};
-pub(crate) use input::read_full;
 pub use input::{is_device, open_input_file, open_no_follow, open_regular, read_small_file, Links};
+pub(crate) use input::{read_full, ReadAt};
 pub use out::{exchange, write_file, AtomicFile, NewFolder, OutputDir};
 pub use signals::{exit_cleanly_when_a_mapped_input_shrinks, remove_temp_files_on_signals};
 pub use walk::{is_ignored, is_real_dir, list_files, no_links_below};

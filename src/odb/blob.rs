@@ -260,26 +260,12 @@ impl Text for Vec<u8> {
 
 impl Text for File {
     fn stream(&self) -> Box<dyn Read + '_> {
-        Box::new(At { file: self, pos: 0 })
+        Box::new(crate::fs::ReadAt::new(self))
     }
     fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>> {
         let mut v = vec![0; (r.end - r.start) as usize];
         self.read_exact_at(&mut v, r.start)?;
         Ok(v)
-    }
-}
-
-/// Reads a file from a position of its own (the handle's is left alone).
-struct At<'a> {
-    file: &'a File,
-    pos: u64,
-}
-
-impl Read for At<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.file.read_at(buf, self.pos)?;
-        self.pos += n as u64;
-        Ok(n)
     }
 }
 

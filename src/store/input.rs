@@ -6,7 +6,7 @@
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use crate::crypto::armor::{open_maybe_sealed, read_maybe_sealed, Unseal};
+use crate::crypto::armor::{read_maybe_sealed, Unseal};
 use crate::error::{Error, Result};
 use crate::format::split::{self, Joined};
 use crate::format::verify::{verify, Problem, ProblemKind, Report, VerifyOptions};
@@ -31,12 +31,13 @@ impl<'a> WtxtIn<'a> {
         WtxtIn::open_with(path, unseal, false, true)
     }
 
-    /// As [`WtxtIn::open`], of `file` already open at its start (`len`
-    /// bytes), named `path`: a caller that told what the file is from its
-    /// first bytes reads the file it looked at, not whatever the path names
-    /// by then.
-    pub fn from_file(file: std::fs::File, len: u64, path: &Path, unseal: Option<&'a Unseal>) -> Result<WtxtIn<'a>> {
-        WtxtIn::from_reader(read_maybe_sealed(file, path, unseal)?, len, path, unseal, false, true)
+    /// As [`WtxtIn::open`], of `file` (`len` bytes) open already, read from
+    /// its start by position, named `path`: a caller that told what the
+    /// file is from its first bytes reads the file it looked at, not
+    /// whatever the path names by then.
+    pub fn from_file(file: &'a std::fs::File, len: u64, path: &Path, unseal: Option<&'a Unseal>) -> Result<WtxtIn<'a>> {
+        let raw = read_maybe_sealed(crate::fs::ReadAt::new(file), path, unseal)?;
+        WtxtIn::from_reader(raw, len, path, unseal, false, true)
     }
 
     /// As [`WtxtIn::open`], but faulty parts are recorded (see
@@ -140,12 +141,13 @@ impl<'a> WtxtIn<'a> {
     }
 
     fn open_with(path: &Path, unseal: Option<&'a Unseal>, lenient: bool, hash_parts: bool) -> Result<WtxtIn<'a>> {
-        let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
-        WtxtIn::from_reader(open_maybe_sealed(path, unseal)?, len, path, unseal, lenient, hash_parts)
+        let file = crate::fs::open_input_file(path)?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        WtxtIn::from_reader(read_maybe_sealed(file, path, unseal)?, len, path, unseal, lenient, hash_parts)
     }
 
     fn from_reader(
-        raw: Box<dyn Read>,
+        raw: Box<dyn Read + 'a>,
         len: u64,
         path: &Path,
         unseal: Option<&'a Unseal>,

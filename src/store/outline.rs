@@ -12,14 +12,14 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Cursor, Read, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
+use std::io::{BufRead, BufReader, Cursor, Seek};
 use std::path::Path;
 
 use crate::format::chunk;
 use crate::format::layout::last_line_width;
 use crate::format::split::{self, part_name};
 use crate::format::syntax::{ArrLine, ChLine, B64_WIDTH};
+use crate::fs::ReadAt;
 use crate::limits::MAX_LINE;
 use crate::store::parts_dir;
 
@@ -49,7 +49,7 @@ pub fn outline(path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> O
 /// `path`). Read in place: `file`'s own position is left where it was, so
 /// the strict reader can read the same open file after.
 pub fn outline_of(file: &File, path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> Option<Vec<Outlined>> {
-    let mut first = BufReader::with_capacity(1 << 16, ReadAt::new(file)?);
+    let mut first = BufReader::with_capacity(1 << 16, ReadAt::new(file));
     let mut segments: Vec<(Box<dyn Segment + '_>, ArrLines)> = Vec::new();
     let head = {
         let start = first.fill_buf().ok()?;
@@ -58,7 +58,7 @@ pub fn outline_of(file: &File, path: &Path, wanted: &dyn Fn(&str) -> bool, max_w
     if !head {
         return None;
     }
-    match split::open(Box::new(ReadAt::new(file)?)).ok()? {
+    match split::open(Box::new(ReadAt::new(file))).ok()? {
         split::Opened::Single(_) => segments.push((Box::new(first), VecDeque::new())),
         split::Opened::Split(h) => {
             let dir = parts_dir(path);
@@ -79,40 +79,6 @@ pub fn outline_of(file: &File, path: &Path, wanted: &dyn Fn(&str) -> bool, max_w
         }
     }
     Some(out)
-}
-
-/// A file read by position from its start, its descriptor's own offset
-/// untouched.
-struct ReadAt<'a> {
-    file: &'a File,
-    pos: u64,
-    len: u64,
-}
-
-impl<'a> ReadAt<'a> {
-    fn new(file: &'a File) -> Option<ReadAt<'a>> {
-        Some(ReadAt { file, pos: 0, len: file.metadata().ok()?.len() })
-    }
-}
-
-impl Read for ReadAt<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.file.read_at(buf, self.pos)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
-impl Seek for ReadAt<'_> {
-    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
-        let at = match to {
-            SeekFrom::Start(n) => Some(n),
-            SeekFrom::End(d) => self.len.checked_add_signed(d),
-            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
-        };
-        self.pos = at.ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before the start"))?;
-        Ok(self.pos)
-    }
 }
 
 /// `path` opened for reading when it is a regular file, as a part is
