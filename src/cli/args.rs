@@ -540,6 +540,15 @@ pub enum GitCommand {
         /// The binary format kept in the work tree (safetensors).
         format: String,
     },
+    /// Git's smudge filter for a model folder's snapshot
+    /// (filter.wtxt-folder.smudge): passes the snapshot through unchanged
+    /// and, where the folder is not set up here (a fresh clone), says what
+    /// writes it.
+    #[command(hide = true)]
+    FolderNotice {
+        /// The snapshot's path in the work tree (Git's %f).
+        path: String,
+    },
     /// Git's textconv (diff.wtxt.textconv): one line per header field, array and chunk.
     #[command(hide = true)]
     Textconv {

@@ -20,6 +20,7 @@ pub(super) fn run(cmd: cli::GitCommand) -> Result<u8> {
         cli::GitCommand::Install(a) => git_install(a),
         cli::GitCommand::Folder { dir, checkout, stage, force } => git_folder(&dir, checkout, stage, force),
         cli::GitCommand::FilterProcess { format } => filter_process(format),
+        cli::GitCommand::FolderNotice { path } => folder_notice(&path),
         cli::GitCommand::Textconv { file } => textconv(file),
         cli::GitCommand::DiffDriver { args } => diff_driver_cmd(args),
         cli::GitCommand::Resolve { path, how } => git_resolve(path, how),
@@ -83,12 +84,7 @@ fn git_install(a: cli::InstallArgs) -> Result<u8> {
         if scope == Scope::Local {
             // A clone holds the snapshots, not the folders: say what writes them.
             for f in crate::git::folders::unconfigured(&here)? {
-                eprintln!(
-                    "wtxt: {} holds the model folder {}/: `wtxt git install --folder {}` writes it and keeps it in step",
-                    f.snapshot.display(),
-                    f.dir.display(),
-                    f.dir.display()
-                );
+                eprintln!("wtxt: {}", f.not_set_up());
             }
         }
         if !plan.folders.is_empty() {
@@ -212,6 +208,20 @@ fn filter_process(format: String) -> Result<u8> {
     let stdout = std::io::BufWriter::new(std::io::stdout().lock());
     let log = |m: &str| eprintln!("wtxt filter: {}", crate::error::one_line(m));
     crate::git::filter::serve(&format, &here, stdin, stdout, &log)?;
+    Ok(0)
+}
+
+/// Git's smudge filter for the snapshot of a model folder: the snapshot's
+/// bytes go through as they are (streamed, never held), then a clone that
+/// has the snapshot but not the folder hears what writes it. Nothing of
+/// the snapshot is read or acted on.
+fn folder_notice(path: &str) -> Result<u8> {
+    let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    std::io::copy(&mut std::io::stdin().lock(), &mut std::io::stdout().lock())
+        .map_err(|e| Error::io_in("the snapshot Git smudges", e))?;
+    if let Some(f) = crate::git::folders::unset_up(&here, path)? {
+        eprintln!("wtxt: {}", f.not_set_up());
+    }
     Ok(0)
 }
 

@@ -59,6 +59,31 @@ impl Folder {
         Ok(Folder { dir: p.to_path_buf(), snapshot: PathBuf::from(format!("{rel}.wtxt")) })
     }
 
+    /// What a clone that has this folder's snapshot but not the folder
+    /// is told to run, as one printable line (the name is the
+    /// repository's: a control character in it is shown escaped).
+    pub fn not_set_up(&self) -> String {
+        let dir = self.dir.display().to_string();
+        let text = format!(
+            "{} holds the model folder {dir}/: `wtxt git install --folder {}` writes it and keeps it in step",
+            self.snapshot.display(),
+            crate::git::install::shell_word(&dir)
+        );
+        crate::error::one_line(&text).into_owned()
+    }
+
+    /// The committed attribute that has Git smudge this folder's snapshot
+    /// through `wtxt git folder-notice` (filter.wtxt-folder.smudge, set by
+    /// every `wtxt git install`), so that a clone says what writes the
+    /// folder. None for a name an attributes pattern cannot hold literally
+    /// (spaces, quotes, glob characters): that folder is named by `wtxt git
+    /// install` alone.
+    pub(crate) fn attribute(&self) -> Option<String> {
+        let name = self.snapshot.to_str()?;
+        let literal = name.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+@,=".contains(&b));
+        literal.then(|| format!("/{name} filter=wtxt-folder"))
+    }
+
     pub(crate) fn record_path(&self, repo: &git2::Repository) -> PathBuf {
         let id = crate::crypto::digest::sha256(self.dir.as_os_str().as_encoded_bytes());
         repo.path().join("wtxt/folders").join(hex::encode(&id[..16]))
@@ -106,6 +131,15 @@ pub fn unconfigured(here: &Path) -> Result<Vec<Folder>> {
         }
     }
     Ok(out)
+}
+
+/// The folder whose snapshot is `path` (from the work tree's top) when the
+/// repository around `here` does not set it up: what `wtxt git
+/// folder-notice` names.
+pub fn unset_up(here: &Path, path: &str) -> Result<Option<Folder>> {
+    let Some(f) = path.strip_suffix(".wtxt").and_then(|d| Folder::new(d).ok()) else { return Ok(None) };
+    let Ok(repo) = git2::Repository::discover(here) else { return Ok(None) };
+    Ok((!configured(&repo)?.contains(&f)).then_some(f))
 }
 
 /// The repository around `here` and its configured folder `dir`.

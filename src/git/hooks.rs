@@ -248,10 +248,12 @@ pub fn pack_staged(dir: &Path) -> Result<usize> {
     crate::odb::objects::pack_staged_parts(dir)
 }
 
-/// The wtxt filter (`wtxt-FORMAT`) Git's attributes give `path`, if any.
+/// The wtxt format filter (`wtxt-FORMAT`) Git's attributes give `path`, if
+/// any (`wtxt-folder`, a folder snapshot's notice, keeps the file as it is).
 fn wtxt_filter(repo: &Repository, path: &Path) -> Option<String> {
     let filter = repo.get_attr(path, "filter", git2::AttrCheckFlags::FILE_THEN_INDEX).ok()??;
-    filter.starts_with("wtxt-").then(|| filter.to_string())
+    let format = filter.strip_prefix("wtxt-")?;
+    crate::git::install::FILTER_FORMATS.contains(&format).then(|| filter.to_string())
 }
 
 fn line_of(e: &Error) -> u64 {

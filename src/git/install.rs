@@ -92,7 +92,8 @@ pub struct Plan {
     pub filtered: Vec<&'static str>,
 }
 
-fn shell_word(s: &str) -> String {
+/// `s` as one word of a POSIX shell command line.
+pub(crate) fn shell_word(s: &str) -> String {
     if s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+".contains(&b)) {
         s.to_string()
     } else {
@@ -148,6 +149,9 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], ex
         ("diff.wtxt.textconv".to_string(), format!("{w} git textconv")),
         ("merge.wtxt.name".to_string(), "wtxt: three-way merge of WTXT chunks".to_string()),
         ("merge.wtxt.driver".to_string(), format!("{w} merge %O %A %B -o %A --path %P")),
+        // A model folder's snapshot passes through unchanged; a clone
+        // without the folder set up hears what writes it.
+        ("filter.wtxt-folder.smudge".to_string(), format!("{w} git folder-notice %f")),
     ];
     let mut attributes = snapshot_attributes(false);
     let mut filtered = Vec::new();
@@ -176,6 +180,10 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], ex
             clone_attributes = Some((repo.path().join("info/attributes"), std::mem::take(&mut attributes)));
             attributes = snapshot_attributes(true);
             attributes.extend(filtered);
+            // Every folder set up here, these included: the committed block is written whole.
+            let mut all = crate::git::folders::configured(&repo)?;
+            all.extend(folders.iter().filter(|f| !all.contains(f)).cloned().collect::<Vec<_>>());
+            attributes.extend(all.iter().filter_map(|f| f.attribute()));
             (root.join(".gitattributes"), Some(hooks))
         }
         Scope::Global => {

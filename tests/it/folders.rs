@@ -143,6 +143,35 @@ fn a_model_folder_lives_in_the_work_tree_and_its_signed_snapshot_in_git() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(c.model(), g1);
 
+    // Where wtxt is installed for the user (`--global`, as git-lfs is), the
+    // clone itself says what writes the folder: the committed attributes
+    // smudge the folder's snapshot through `wtxt git folder-notice`, which
+    // passes it through unchanged.
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let config = home.join(".config");
+    let env = [("HOME", s(&home)), ("XDG_CONFIG_HOME", s(&config))];
+    let mut install = Command::new(env!("CARGO_BIN_EXE_wtxt"));
+    install.current_dir(&home).args(["git", "install", "--global"]).envs(env);
+    let o = install.output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let told = dir.path().join("told");
+    let o = git_cmd(dir.path(), &["clone", "-q", s(&root), s(&told)], &env);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(
+        err.matches("model.wtxt holds the model folder model/: `wtxt git install --folder model`").count(),
+        1,
+        "{err}"
+    );
+    assert_eq!(std::fs::read(told.join("model.wtxt")).unwrap(), std::fs::read(root.join("model.wtxt")).unwrap());
+    assert!(!told.join("model").exists());
+    // Set up, the folder's checkouts say nothing of the kind.
+    let o = git_cmd(&clone, &["checkout", "-q", "HEAD~2"], &env);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && !err.contains("holds the model folder"), "{err}");
+    git_cmd(&clone, &["checkout", "-q", "main"], &env);
+
     // Both sides train different tensors; Git cannot merge a split
     // snapshot file by file, `wtxt git resolve` merges it whole, and the
     // commit writes the merged folder.
