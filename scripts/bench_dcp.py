@@ -5,6 +5,10 @@ hash state handed from rank to rank); `async_save` (how
 long the loop is blocked, how long until the snapshot is there); peak RSS
 and CPU-seconds per rank; bytes the writer sends between ranks; and, for
 reference, `wtxt.torch.save_state_dict` of the full state in one process.
+Then the loads, each rank a fresh process: `dcp.load` with DCP's
+`FileSystemReader` and with `WtxtStorageReader` (which verifies the whole
+snapshot and keeps only the rank's rows), wall and how much the load adds
+to each rank's peak RSS (the rank's zeroed shards are there before it).
 
     python3 scripts/bench_dcp.py [--gib 1] [--ranks 2] [--dir /tmp/wtxt-bench-dcp]
 
@@ -107,6 +111,49 @@ def rank_main(rank: int, world: int, port: int, args, results) -> None:
     os._exit(0)
 
 
+def hwm_mib() -> float:
+    """This process's peak RSS (`VmHWM`: unlike `ru_maxrss`, not carried
+    over from the process that forked it before `exec`)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+
+
+def load_main(rank: int, world: int, port: int, args, reader: str, results) -> None:
+    """One rank's `dcp.load` of the saves above into a state of its shards;
+    a fresh process, so that its peak RSS is the load's."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    import torch.distributed.checkpoint as dcp
+
+    from wtxt.torch.dcp import WtxtStorageReader
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    # The rank's zeroed shards alone (`state` builds each full tensor first,
+    # which would set the peak before the load starts).
+    mesh = init_device_mesh("cpu", (world,))
+    n = max(1, int(args.gib * (1 << 30) / (4096 * 4096 * 4)))
+    local = 4096 // world
+    sd = {"model": {f"layers.{i}.weight": DTensor.from_local(
+        torch.zeros(local, 4096), mesh, [Shard(0)], run_check=False, shape=torch.Size([4096, 4096]),
+        stride=(4096, 1)) for i in range(n)}, "step": 0}
+    dist.barrier()
+    before = hwm_mib()
+    c0, t0 = cpu(), time.perf_counter()
+    if reader == "FileSystemReader":
+        dcp.load(sd, storage_reader=dcp.FileSystemReader(os.path.join(args.dir, "fs0")))
+    else:
+        dcp.load(sd, storage_reader=WtxtStorageReader(os.path.join(args.dir, "w0", "model.wtxt")))
+    dist.barrier()
+    got = (time.perf_counter() - t0, cpu() - c0, hwm_mib() - before, before)
+    results.put((rank, got))
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def one_process(args) -> dict:
     """The full state saved by one process (what the ranks' snapshot equals)."""
     import wtxt.torch
@@ -155,6 +202,18 @@ def main() -> None:
     print(f"{'sent between ranks':18} " + " ".join(f"{r['sent']}" for _, r in sorted(per_rank.items())) + " bytes")
     t, c = one["save_state_dict"]
     print(f"{'save_state_dict':18} wall {t:6.2f} s   CPU-s {c:.2f} (one process, the full state)")
+    share = args.gib * 1024 / args.ranks
+    for reader in ("FileSystemReader", "WtxtStorageReader"):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.start_processes(load_main, args=(args.ranks, port, args, reader, results), nprocs=args.ranks,
+                           start_method="spawn")
+        loads = dict(results.get() for _ in range(args.ranks))
+        wall = max(r[0] for r in loads.values())
+        rss = " ".join(f"{r[2]:.0f} (of {r[3] + r[2]:.0f})" for _, r in sorted(loads.items()))
+        print(f"load, {reader:17} wall {wall:6.2f} s   peak RSS added by the load, per rank {rss} MiB "
+              f"(a rank's share: {share:.0f} MiB)")
     json.dump({"ranks": per_rank, "one": one}, open(os.path.join(args.dir, "results.json"), "w"))
 
 

@@ -6,7 +6,7 @@
 //! or written.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod dist;
@@ -492,37 +492,62 @@ fn hex_of(b: &[u8]) -> String {
 /// Reads and verifies `path` (every check; with `hmac_key` every array must
 /// authenticate; with `pubkey`/`trusted_keys` a signature must hold, and
 /// must be there with `require_signature`). With `metadata_only` every
-/// array is still verified but only the metadata is kept.
+/// array is still verified but only the metadata is kept. With `rows` (by
+/// original name: `start..end` of the first dimension) every array is
+/// still verified but only those rows of those tensors are kept: a rank's
+/// share of a distributed load.
 #[pyfunction]
-#[pyo3(signature = (path, trust=None, metadata_only=false))]
-fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool) -> PyResult<records::PyLoaded> {
-    let (arrays, kept, objects, identity) = py
+#[pyo3(signature = (path, trust=None, metadata_only=false, rows=None))]
+fn load(
+    py: Python<'_>,
+    path: PathBuf,
+    trust: Option<Trust>,
+    metadata_only: bool,
+    rows: Option<BTreeMap<String, (u64, u64)>>,
+) -> PyResult<records::PyLoaded> {
+    let (arrays, taken, kept, objects, identity) = py
         .allow_threads(|| {
             let keys = trust.map(Trust::keys).transpose()?.unwrap_or_default();
             let opts = keys.verify_options();
+            let stored = rows.as_ref().map(|r| stored_rows(&path, r)).transpose()?;
             // A split snapshot's head is read with its parts.
             let mut input = wtxt::store::WtxtIn::open(&path, None)?;
             // On the heap: the arrays end up there anyway, and a temporary
             // file would cost another pass over fresh pages.
             let keep = if metadata_only { Keep::Metadata } else { Keep::InMemory };
-            let loaded = wtxt::format::Load { keep, ..Default::default() }
+            let loaded = wtxt::format::Load { keep, rows: stored.as_ref(), ..Default::default() }
                 .run(input.text(), input.len, &opts)
                 .map_err(|e| input.blame(e))?;
             let kept = OriginalNames::of(&loaded.arrays)?.unwrap_or_default();
+            if let Some(rows) = &rows {
+                // The stored names came from the outline, read before
+                // anything was verified: every array kept must be, by its
+                // verified name, one asked for, with the rows asked.
+                for (a, got) in loaded.arrays.iter().zip(&loaded.rows) {
+                    let name = kept.original(&a.name);
+                    if !a.is_metadata() && (rows.get(name) != got.as_ref() || got.is_none()) {
+                        return Err(wtxt::Error::input(
+                            Default::default(),
+                            format!("{}: the snapshot changed while it was read (array {})", path.display(), a.name),
+                        ));
+                    }
+                }
+            }
             let objects = objects_of(&loaded.arrays)?;
             let identity = match loaded.header.root {
                 wtxt::format::syntax::Root::Final { merkle_this, .. } => hex_of(&merkle_this),
                 wtxt::format::syntax::Root::Pending => String::new(),
             };
-            Ok((loaded.arrays, kept, objects, identity))
+            Ok((loaded.arrays, loaded.rows, kept, objects, identity))
         })
         .map_err(raise)?;
     // Each decoded buffer is handed to NumPy as it is: the heap holds the
     // arrays once, and nothing is copied.
     let tensors = arrays
         .into_iter()
-        .filter(|a| !a.is_metadata())
-        .map(|a| {
+        .zip(taken)
+        .filter(|(a, _)| !a.is_metadata())
+        .map(|(a, rows)| {
             let name = kept.original(&a.name).to_string();
             let bytes = match a.data {
                 ArrayData::Owned(v) => Arc::try_unwrap(v).unwrap_or_else(|shared| shared.to_vec()),
@@ -533,11 +558,36 @@ fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool
                 dtype: a.dtype.as_str().to_string(),
                 shape: a.shape,
                 data: PyArray1::from_vec(py, bytes).unbind(),
+                rows,
             };
             Py::new(py, t)
         })
         .collect::<PyResult<_>>()?;
     Ok(records::PyLoaded { tensors, metadata: kept.metadata.clone(), objects, identity })
+}
+
+/// `rows` by original name as rows by stored name, from the snapshot's
+/// outline (unverified: `load` checks the result against the verified names).
+fn stored_rows(path: &Path, rows: &BTreeMap<String, (u64, u64)>) -> wtxt::Result<BTreeMap<String, (u64, u64)>> {
+    let Some((_, names, tensors)) = outlined(path)? else { return Ok(BTreeMap::new()) };
+    Ok(tensors.into_iter().filter_map(|(stored, ..)| rows.get(names.original(&stored)).map(|&r| (stored, r))).collect())
+}
+
+/// A snapshot's outline, nothing verified: its metadata arrays, the
+/// original names they give, and (stored name, dtype, shape) of every
+/// other array. `None` when the text does not outline cleanly.
+#[allow(clippy::type_complexity)]
+fn outlined(path: &Path) -> wtxt::Result<Option<(Vec<Array>, OriginalNames, Vec<(String, Dtype, Vec<u64>)>)>> {
+    let Some(all) = wtxt::store::outline(path, &wtxt::model::is_metadata_name, wtxt::limits::MAX_METADATA) else {
+        return Ok(None);
+    };
+    let (metas, tensors): (Vec<_>, Vec<_>) = all.into_iter().partition(|o| wtxt::model::is_metadata_name(&o.arr.name));
+    let metas: Vec<Array> = metas
+        .into_iter()
+        .map(|o| Array::new(o.arr.name, o.arr.dtype, o.arr.shape, ArrayData::from(o.data.unwrap_or_default())))
+        .collect::<Result<_, _>>()?;
+    let names = OriginalNames::of(&metas)?.unwrap_or_default();
+    Ok(Some((metas, names, tensors.into_iter().map(|o| (o.arr.name, o.arr.dtype, o.arr.shape)).collect())))
 }
 
 /// What a snapshot holds, from its `arr` lines and metadata arrays alone,
@@ -547,23 +597,14 @@ fn load(py: Python<'_>, path: PathBuf, trust: Option<Trust>, metadata_only: bool
 #[pyfunction]
 fn outline(py: Python<'_>, path: PathBuf) -> PyResult<Option<records::PyOutline>> {
     py.allow_threads(|| {
-        let Some(all) = wtxt::store::outline(&path, &wtxt::model::is_metadata_name, wtxt::limits::MAX_METADATA) else {
-            return Ok(None);
-        };
-        let (metas, tensors): (Vec<_>, Vec<_>) =
-            all.into_iter().partition(|o| wtxt::model::is_metadata_name(&o.arr.name));
-        let metas: Vec<Array> = metas
-            .into_iter()
-            .map(|o| Array::new(o.arr.name, o.arr.dtype, o.arr.shape, ArrayData::from(o.data.unwrap_or_default())))
-            .collect::<Result<_, _>>()?;
-        let kept = OriginalNames::of(&metas)?.unwrap_or_default();
+        let Some((metas, names, tensors)) = outlined(&path)? else { return Ok(None) };
         let objects = objects_of(&metas)?;
         let tensors = tensors
             .into_iter()
-            .map(|o| records::PyTensorInfo {
-                name: kept.original(&o.arr.name).to_string(),
-                dtype: o.arr.dtype.as_str().to_string(),
-                shape: o.arr.shape,
+            .map(|(stored, dtype, shape)| records::PyTensorInfo {
+                name: names.original(&stored).to_string(),
+                dtype: dtype.as_str().to_string(),
+                shape,
             })
             .collect();
         Ok(Some(records::PyOutline { tensors, objects }))

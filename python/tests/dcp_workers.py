@@ -122,6 +122,27 @@ def load_sharded(rank: int, world: int, path: str, opts: dict, out_dir: str) -> 
         torch.save({"model": full, "optim": state["optim"]}, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
+def load_sharded_keeping(rank: int, world: int, path: str, out_dir: str) -> None:
+    """`load_sharded`, writing also the shape of each tensor the rank's
+    verified read kept (`rank{N}.kept.json`)."""
+    import json
+
+    import wtxt.torch.dcp as wdcp
+
+    real = wdcp._load
+    kept = {}
+
+    def recording(*args, **kw):
+        got = real(*args, **kw)
+        kept.update({k: list(v.shape) for k, v in got[0].items()})
+        return got
+
+    wdcp._load = recording
+    load_sharded(rank, world, path, {}, out_dir)
+    with open(os.path.join(out_dir, f"rank{rank}.kept.json"), "w") as f:
+        json.dump(kept, f)
+
+
 def fsdp_model(seed: int, lr: float):
     """A small MLP sharded with FSDP2 (`fully_shard`, each linear layer and
     the whole), and its AdamW."""
@@ -262,5 +283,5 @@ def load_two_generations(rank: int, world: int, path: str, other: str, out_dir: 
 
     if rank == 1:
         real = wdcp._load
-        wdcp._load = lambda p, *rest: real(other, *rest)
+        wdcp._load = lambda p, *rest, **kw: real(other, *rest, **kw)
     load_sharded(rank, world, path, {}, out_dir)

@@ -76,6 +76,29 @@ def test_saved_on_two_ranks_loads_on_three_and_on_one(tmp_path):
         _check_loaded(out, world)
 
 
+def test_a_rank_that_loads_keeps_its_share_of_the_rows(tmp_path):
+    """Every rank verifies the whole snapshot but holds only the rows its
+    shards span (of the first dimension): its share, not the model."""
+    import json
+
+    snap = tmp_path / "model.wtxt"
+    w.run(2, w.save_sharded, str(snap), OPTS)
+    out = tmp_path / "load"
+    out.mkdir()
+    w.run(3, w.load_sharded_keeping, str(snap), str(out))
+    _check_loaded(out, 3)
+    kept = [json.loads((out / f"rank{r}.kept.json").read_text()) for r in range(3)]
+    full = w.training_state()["model"]
+    for name, dim in w.SHARDED.items():
+        rows = [k[f"model.{name}"][0] for k in kept]
+        if dim == 0:
+            # Row shards: each rank holds its own rows; together, the tensor once.
+            assert sum(rows) == full[name].shape[0] and max(rows) < full[name].shape[0], (name, rows)
+        else:
+            assert rows == [full[name].shape[0]] * 3, (name, rows)
+    assert all(k["model.count"] == [] for k in kept)  # a 0-dim tensor: whole
+
+
 def test_fsdp2_with_adamw_saved_on_two_ranks_loads_on_three(tmp_path):
     snap, ref = tmp_path / "dcp" / "model.wtxt", tmp_path / "ref" / "model.wtxt"
     ref.parent.mkdir()

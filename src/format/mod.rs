@@ -18,6 +18,7 @@ pub use recover::recover;
 pub use verify::{verify, Report, VerifyOptions};
 pub use write::{write_snapshot, WriteOptions, WritePlan};
 
+use std::collections::BTreeMap;
 use std::io::Read;
 
 use crate::buffer::Spill;
@@ -67,6 +68,30 @@ pub struct Collect {
     rows_per_chunk: Option<u64>,
     /// The first failure to hold decoded bytes (disk full, no memory).
     failed: Option<crate::Error>,
+    /// See [`Load::rows`].
+    rows: Option<BTreeMap<String, (u64, u64)>>,
+    /// The byte window of the array being read that is kept, and how far
+    /// into that array the data has come.
+    window: Option<(u64, u64)>,
+    at: u64,
+    /// The rows each kept array holds (`None`: all of it), as `arrays`.
+    taken: Vec<Option<(u64, u64)>>,
+}
+
+impl Collect {
+    /// The byte window rows `wanted` of `a` span, checked against its
+    /// (verified) `arr` line; an array of no dimensions is one row.
+    fn window_of(a: &ArrayStart, (start, end): (u64, u64)) -> Result<(u64, u64)> {
+        let rows = a.arr.shape.first().copied().unwrap_or(1);
+        if start > end || end > rows {
+            return Err(crate::Error::usage(format!(
+                "array {}: rows {start}..{end} asked of its {rows}",
+                crate::error::one_line(&a.arr.name)
+            )));
+        }
+        let row = a.arr.bytes.checked_div(rows).unwrap_or(0);
+        Ok((start * row, end * row))
+    }
 }
 
 impl Sink for Collect {
@@ -76,7 +101,21 @@ impl Sink for Collect {
         if !a.arr.hmac_is_zero() {
             self.hmacs.push((a.arr.name.clone(), a.arr.hmac));
         }
-        self.skipping = self.keep == Keep::Metadata && !crate::model::is_metadata_name(&a.arr.name);
+        let metadata = crate::model::is_metadata_name(&a.arr.name);
+        self.skipping = self.keep == Keep::Metadata && !metadata;
+        self.window = None;
+        self.at = 0;
+        let mut taken = None;
+        if let (Some(rows), false) = (&self.rows, metadata) {
+            match rows.get(&a.arr.name).map(|&r| (r, Self::window_of(a, r))) {
+                None => self.skipping = true,
+                Some((r, Ok(w))) => (taken, self.window) = (Some(r), Some(w)),
+                Some((_, Err(e))) => {
+                    self.failed.get_or_insert(e);
+                    self.skipping = true;
+                }
+            }
+        }
         if self.skipping {
             return;
         }
@@ -87,13 +126,15 @@ impl Sink for Collect {
             // Verified like any other, but not held twice: once the file
             // verifies, equal SHA-256 means equal bytes.
             self.arrays.push((a.clone(), Held::Known(k.clone())));
+            self.taken.push(None);
             self.skipping = true;
             return;
         }
         // All arrays together are bounded by the file's size (decoded bytes
         // are fewer than their text): what one declares cannot reserve more
         // than is left of it.
-        let expected = a.arr.bytes.min(self.limit.saturating_sub(self.reserved));
+        let want = self.window.map_or(a.arr.bytes, |(lo, hi)| hi - lo);
+        let expected = want.min(self.limit.saturating_sub(self.reserved));
         self.reserved += expected;
         let buf = match self.keep {
             Keep::InMemory => Spill::in_memory(expected),
@@ -107,11 +148,23 @@ impl Sink for Collect {
             }
         };
         self.arrays.push((a.clone(), Held::Own(buf)));
+        self.taken.push(taken);
     }
 
     fn data(&mut self, bytes: &[u8]) {
         if self.skipping {
             return;
+        }
+        let mut bytes = bytes;
+        if let Some((lo, hi)) = self.window {
+            // Only the part of these bytes inside the window is held.
+            let (from, to) = (self.at, self.at + bytes.len() as u64);
+            self.at = to;
+            let (a, b) = (from.max(lo), to.min(hi));
+            if a >= b {
+                return;
+            }
+            bytes = &bytes[(a - from) as usize..(b - from) as usize];
         }
         if let Some((_, Held::Own(held))) = self.arrays.last_mut() {
             if let Some(Err(e)) = held.as_mut().map(|buf| buf.push(bytes)) {
@@ -136,6 +189,9 @@ pub struct Loaded {
     pub hmacs: Vec<(String, [u8; 32])>,
     /// Each array's SHA-256 (its `arr` line's, verified), as `arrays`.
     pub digests: Vec<Hash>,
+    /// With [`Load::rows`]: the rows of its first dimension each array
+    /// holds (`None`: all of it, a metadata array), as `arrays`.
+    pub rows: Vec<Option<(u64, u64)>>,
 }
 
 /// How a WTXT is loaded: which arrays are kept, and verified arrays of
@@ -150,6 +206,12 @@ pub struct Load<'a> {
     /// SHA-256 as one of theirs is verified in full, then handed back as
     /// theirs.
     pub known: &'a [&'a Loaded],
+    /// Only these rows (`start..end` of the first dimension) of these
+    /// arrays, by stored name, are kept, with the metadata arrays; every
+    /// other array is verified and dropped. What a rank of a distributed
+    /// load holds: its share, whatever the snapshot's size. A range past
+    /// an array's rows fails the load.
+    pub rows: Option<&'a BTreeMap<String, (u64, u64)>>,
 }
 
 impl Load<'_> {
@@ -169,7 +231,8 @@ impl Load<'_> {
         opts: &VerifyOptions,
     ) -> Result<std::result::Result<Loaded, Report>> {
         let known = self.known.iter().flat_map(|l| l.arrays.iter().cloned().zip(l.digests.iter().copied())).collect();
-        load_with(input, opts, Collect { limit: file_len, keep: self.keep, known, ..Default::default() })
+        let rows = self.rows.cloned();
+        load_with(input, opts, Collect { limit: file_len, keep: self.keep, known, rows, ..Default::default() })
     }
 }
 
@@ -193,7 +256,7 @@ fn load_with<R: Read>(
     let header = report.header.clone().ok_or_else(|| check_at(1, "no header"))?;
     let mut arrays = Vec::with_capacity(sink.arrays.len());
     let mut digests = Vec::with_capacity(sink.arrays.len());
-    for (a, held) in sink.arrays {
+    for ((a, held), taken) in sink.arrays.into_iter().zip(&sink.taken) {
         let line = a.line;
         digests.push(a.arr.sha256);
         let arr = match held {
@@ -201,13 +264,18 @@ fn load_with<R: Read>(
             Held::Own(data) => {
                 let data = data.expect("no failure").finish()?;
                 let n = data.as_bytes().len();
-                Array::new(a.arr.name, a.arr.dtype, a.arr.shape, data.slice(0..n))
+                let mut shape = a.arr.shape;
+                if let (Some((start, end)), Some(first)) = (taken, shape.first_mut()) {
+                    *first = end - start;
+                }
+                Array::new(a.arr.name, a.arr.dtype, shape, data.slice(0..n))
                     .map_err(|e| check_at(line, e.message().to_string()))?
             }
         };
         arrays.push(arr);
     }
-    Ok(Ok(Loaded { header, arrays, report, rows_per_chunk: sink.rows_per_chunk, hmacs: sink.hmacs, digests }))
+    let rows = sink.taken;
+    Ok(Ok(Loaded { header, arrays, report, rows_per_chunk: sink.rows_per_chunk, hmacs: sink.hmacs, digests, rows }))
 }
 
 /// The canonical bytes of a verified file: what the writer emits for the
@@ -303,5 +371,35 @@ mod tests {
         assert!(Load { known: &[&first], ..Default::default() }
             .run(&bad[..], bad.len() as u64, &Default::default())
             .is_err());
+    }
+
+    #[test]
+    fn a_load_of_rows_keeps_those_rows_and_the_metadata_and_still_checks_everything() {
+        let counting = Array::new("a", Dtype::U8, vec![64, 4], (0..=255u8).collect::<Vec<_>>().into()).unwrap();
+        let meta = Array::new("__m", Dtype::U8, vec![3], vec![7, 8, 9].into()).unwrap();
+        let t = text(&[meta, counting, arr("b", 2)]);
+        let load = |rows: &BTreeMap<String, (u64, u64)>, t: &[u8]| {
+            Load { rows: Some(rows), ..Default::default() }.run(t, t.len() as u64, &Default::default())
+        };
+        // Rows 10..23 cross chunk boundaries (4 rows a chunk).
+        let rows = BTreeMap::from([("a".to_string(), (10, 23))]);
+        let got = load(&rows, &t).unwrap();
+        let names: Vec<_> = got.arrays.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["__m", "a"]);
+        assert_eq!(got.arrays[1].shape, [13, 4]);
+        assert_eq!(got.arrays[1].bytes(), &(40..92u8).collect::<Vec<_>>()[..]);
+        assert_eq!(got.rows, [None, Some((10, 23))]);
+        assert_eq!(got.arrays[0].bytes(), &[7, 8, 9]);
+        // Rows past the array's end are refused.
+        let past = BTreeMap::from([("a".to_string(), (60, 65))]);
+        let Err(e) = load(&past, &t) else { panic!("rows past the end were loaded") };
+        assert!(e.to_string().contains("rows 60..65 asked of its 64"), "{e}");
+        // Damage in an array not kept still fails the load.
+        let at = t.windows(11).position(|w| w == b"arr name=b ").unwrap();
+        let body = at + t[at..].windows(13).position(|w| w == b"\nch ix=000000").unwrap() + 1;
+        let line = body + t[body..].iter().position(|&c| c == b'\n').unwrap() + 1;
+        let mut bad = t.clone();
+        bad[line] = if bad[line] == b'A' { b'B' } else { b'A' };
+        assert!(load(&rows, &bad).is_err());
     }
 }

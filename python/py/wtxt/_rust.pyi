@@ -124,11 +124,15 @@ class LoadedTensor:
         ...
     @property
     def shape(self) -> list[int]:
-        """Its shape."""
+        """Its shape (with `rows`, the first dimension counts those rows)."""
         ...
     @property
     def data(self) -> npt.NDArray[np.uint8]:
         """Its bytes, little-endian."""
+        ...
+    @property
+    def rows(self) -> tuple[int, int] | None:
+        """The rows `start..end` of its first dimension it holds, when `load` was asked for rows; `None`: all of it."""
         ...
 
 @final
@@ -293,8 +297,8 @@ def hmac_fingerprint(path: str | os.PathLike[str] | None = None) -> str | None:
     """The HMAC key file's fingerprint (`HmacKey::fingerprint`), or None without a key: the ranks of a save compare theirs before any hashes."""
     ...
 
-def load(path: str | os.PathLike[str], trust: _Trust | None = None, metadata_only: bool = False) -> Loaded:
-    """Reads and verifies `path` (every check; with `hmac_key` every array must authenticate; with `pubkey`/`trusted_keys` a signature must hold, and must be there with `require_signature`). With `metadata_only` every array is still verified but only the metadata is kept."""
+def load(path: str | os.PathLike[str], trust: _Trust | None = None, metadata_only: bool = False, rows: dict[str, tuple[int, int]] | None = None) -> Loaded:
+    """Reads and verifies `path` (every check; with `hmac_key` every array must authenticate; with `pubkey`/`trusted_keys` a signature must hold, and must be there with `require_signature`). With `metadata_only` every array is still verified but only the metadata is kept. With `rows` (by original name: `start..end` of the first dimension) every array is still verified but only those rows of those tensors are kept: a rank's share of a distributed load."""
     ...
 
 def main(argv: list[str]) -> int:

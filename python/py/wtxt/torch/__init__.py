@@ -148,11 +148,16 @@ def _tensor(name: str, dtype: str, shape: List[int], data: Any) -> torch.Tensor:
 
 def _load(filename: PathLike, hmac_key: Optional[PathLike], pubkey: Optional[PathLike],
           trusted_keys: Optional[PathLike], require_signature: Optional[bool],
+          rows: Optional[Dict[str, Tuple[int, int]]] = None,
           ) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any], str]:
     """Every tensor of `filename` (verified as `load_state_dict` does), its
     other entries (two dicts under the original names), and the snapshot's
-    identity (its `merkle_this`, hex)."""
-    loaded = call(_rust.load, os.fspath(filename), trust_of(hmac_key, pubkey, trusted_keys, require_signature))
+    identity (its `merkle_this`, hex). With `rows` (name: `start, end` of
+    the first dimension) the whole file is still verified, but only those
+    rows of those tensors are returned (each tensor's first dimension
+    counts its rows)."""
+    trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature)
+    loaded = call(_rust.load, os.fspath(filename), trust, rows=rows)
     out = {t.name: _tensor(t.name, t.dtype, t.shape, t.data) for t in loaded.tensors}
     return out, {k: from_literal(k, v) for k, v in (loaded.objects or {}).items()}, loaded.identity
 

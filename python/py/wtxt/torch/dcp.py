@@ -714,9 +714,20 @@ class WtxtStorageReader(StorageReader):
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> "Future[None]":
         loaded: List[Any] = []
+        # The rows of each tensor this rank's items span (of its first
+        # dimension): the whole snapshot is verified, but only those rows
+        # are kept, so a rank holds its share of the state, not all of it.
+        rows: Dict[str, Tuple[int, int]] = {}
+        for item in plan.items:
+            if item.type != LoadItemType.BYTE_IO:
+                fqn = item.storage_index.fqn
+                o, n = (int(item.storage_offsets[0]), int(item.lengths[0])) if len(item.lengths) else (0, 1)
+                lo, hi = rows.get(fqn, (o, o + n))
+                rows[fqn] = (min(lo, o), max(hi, o + n))
 
         def load() -> str:
-            loaded[:] = got = _load(self.path, self.hmac_key, self.pubkey, self.trusted_keys, self.require_signature)
+            loaded[:] = got = _load(self.path, self.hmac_key, self.pubkey, self.trusted_keys, self.require_signature,
+                                    rows=rows)
             return got[2]
 
         # Every rank verified what it read; they also agree that it was one
@@ -743,7 +754,8 @@ class WtxtStorageReader(StorageReader):
                 raise Error(f"{self.path}: holds no tensor {fqn!r}")
             src = tensors[fqn]
             for d, (o, n) in enumerate(zip(item.storage_offsets, item.lengths)):
-                src = src.narrow(d, int(o), int(n))
+                # The first dimension holds only the rows asked for, from rows[fqn][0] on.
+                src = src.narrow(d, int(o) - (rows[fqn][0] if d == 0 else 0), int(n))
             target = planner.resolve_tensor(item).detach()
             if target.shape != src.shape or target.dtype != src.dtype:
                 raise Error(f"tensor {fqn!r}: the snapshot holds {src.dtype} {tuple(src.shape)} where the state dict "
