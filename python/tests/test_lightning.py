@@ -5,7 +5,6 @@ from Lightning's own checkpoint; a tampered or unsigned one is refused."""
 
 import os
 import pathlib
-import subprocess
 
 import pytest
 
@@ -14,6 +13,7 @@ L = pytest.importorskip("lightning")
 
 import wtxt  # noqa: E402
 from wtxt.lightning import WtxtCheckpointIO  # noqa: E402
+from stacks import git, same  # noqa: E402
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "wtxt"
 KEY, TRUSTED = FIXTURES / "keys" / "sign.pem", FIXTURES / "keys" / "trusted_keys"
@@ -52,20 +52,8 @@ def fit(root, max_steps, plugins=(), ckpt_path=None):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, trainer
 
 
-def git(cwd, *args):
-    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    assert r.returncode == 0, (args, r.stderr)
-    return r.stdout
 
 
-def same(a, b):
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, torch.Tensor):
-        return a.dtype == b.dtype and torch.equal(a, b)
-    return a == b
 
 
 def test_every_lightning_checkpoint_is_a_generation_that_resumes_exactly(tmp_path):

@@ -19,15 +19,12 @@ from torch_checkpointing.config import AsyncCheckpointSaverConfig, SyncCheckpoin
 
 import wtxt  # noqa: E402
 from wtxt.torch_checkpointing import WtxtStorageConfig, restore  # noqa: E402
+from stacks import git, same  # noqa: E402
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "wtxt"
 KEY, TRUSTED = FIXTURES / "keys" / "sign.pem", FIXTURES / "keys" / "trusted_keys"
 
 
-def git(cwd, *args):
-    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    assert r.returncode == 0, (args, r.stderr)
-    return r.stdout
 
 
 def train(model, opt, steps):
@@ -51,14 +48,6 @@ def manager(repo, save):
     return CheckpointManager(CheckpointManager.Config(save=save, storage_config=storage))
 
 
-def same(a, b):
-    if isinstance(a, dict):
-        return sorted(a) == sorted(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, torch.Tensor):
-        return a.dtype == b.dtype and torch.equal(a, b)
-    return a == b
 
 
 def save_sync_then_async(tmp_path):

@@ -5,7 +5,6 @@ as the Trainer's own checkpoint does; a tampered one is refused."""
 
 import os
 import pathlib
-import subprocess
 
 import pytest
 
@@ -15,17 +14,12 @@ pytest.importorskip("accelerate")
 
 import wtxt  # noqa: E402
 from wtxt.trainer import WtxtCallback, restore_checkpoint  # noqa: E402
+from stacks import git, same  # noqa: E402
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "wtxt"
 KEY, TRUSTED = FIXTURES / "keys" / "sign.pem", FIXTURES / "keys" / "trusted_keys"
 
 
-def git(cwd, *args):
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t",
-               GIT_COMMITTER_EMAIL="t@example.com")
-    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env)
-    assert r.returncode == 0, (args, r.stdout, r.stderr)
-    return r.stdout
 
 
 def train(out, max_steps, callbacks=(), resume=None):
@@ -45,17 +39,6 @@ def train(out, max_steps, callbacks=(), resume=None):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def same(a, b):
-    """Equal objects, tensors and arrays compared by value and dtype."""
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if hasattr(a, "dtype") and hasattr(a, "shape"):  # NumPy
-        return a.dtype == b.dtype and (a == b).all()
-    return a == b
 
 
 def test_every_trainer_checkpoint_is_a_generation_that_resumes_exactly(tmp_path):
