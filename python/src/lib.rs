@@ -505,7 +505,7 @@ fn load(
     metadata_only: bool,
     rows: Option<BTreeMap<String, (u64, u64)>>,
 ) -> PyResult<records::PyLoaded> {
-    let (arrays, taken, kept, objects, identity) = py
+    let (arrays, kept, objects, identity) = py
         .allow_threads(|| {
             let keys = trust.map(Trust::keys).transpose()?.unwrap_or_default();
             let opts = keys.verify_options();
@@ -525,7 +525,7 @@ fn load(
                 // verified name, one asked for, with the rows asked.
                 for (a, got) in loaded.arrays.iter().zip(&loaded.rows) {
                     let name = kept.original(&a.name);
-                    if !a.is_metadata() && (rows.get(name) != got.as_ref() || got.is_none()) {
+                    if !a.is_metadata() && (got.is_none() || rows.get(name) != got.as_ref()) {
                         return Err(wtxt::Error::input(
                             Default::default(),
                             format!("{}: the snapshot changed while it was read (array {})", path.display(), a.name),
@@ -538,16 +538,15 @@ fn load(
                 wtxt::format::syntax::Root::Final { merkle_this, .. } => hex_of(&merkle_this),
                 wtxt::format::syntax::Root::Pending => String::new(),
             };
-            Ok((loaded.arrays, loaded.rows, kept, objects, identity))
+            Ok((loaded.arrays, kept, objects, identity))
         })
         .map_err(raise)?;
     // Each decoded buffer is handed to NumPy as it is: the heap holds the
     // arrays once, and nothing is copied.
     let tensors = arrays
         .into_iter()
-        .zip(taken)
-        .filter(|(a, _)| !a.is_metadata())
-        .map(|(a, rows)| {
+        .filter(|a| !a.is_metadata())
+        .map(|a| {
             let name = kept.original(&a.name).to_string();
             let bytes = match a.data {
                 ArrayData::Owned(v) => Arc::try_unwrap(v).unwrap_or_else(|shared| shared.to_vec()),
@@ -558,7 +557,6 @@ fn load(
                 dtype: a.dtype.as_str().to_string(),
                 shape: a.shape,
                 data: PyArray1::from_vec(py, bytes).unbind(),
-                rows,
             };
             Py::new(py, t)
         })

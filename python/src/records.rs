@@ -51,13 +51,11 @@ pub struct PyLoadedTensor {
     pub name: String,
     /// Its WTXT dtype.
     pub dtype: String,
-    /// Its shape (with `rows`, the first dimension counts those rows).
+    /// Its shape (when `load` was asked for rows, the first dimension
+    /// counts those rows).
     pub shape: Vec<u64>,
     /// Its bytes, little-endian.
     pub data: Py<PyArray1<u8>>,
-    /// The rows `start..end` of its first dimension it holds, when `load`
-    /// was asked for rows; `None`: all of it.
-    pub rows: Option<(u64, u64)>,
 }
 
 /// A verified snapshot's tensors and what was kept with them.

@@ -51,10 +51,14 @@ enum Held {
     Known(Array),
 }
 
+/// Rows `start..end` of an array's first dimension (see [`Load::rows`]).
+type Rows = (u64, u64);
+
 /// Collects decoded arrays while a file is verified (see [`Keep`]).
 #[derive(Default)]
 pub struct Collect {
-    arrays: Vec<(ArrayStart, Held)>,
+    /// Each array kept, and the rows it holds (`None`: all of it).
+    arrays: Vec<(ArrayStart, Held, Option<Rows>)>,
     /// Verified arrays of other files, with their SHA-256 (see [`Load::known`]).
     known: Vec<(Array, Hash)>,
     keep: Keep,
@@ -74,8 +78,6 @@ pub struct Collect {
     /// into that array the data has come.
     window: Option<(u64, u64)>,
     at: u64,
-    /// The rows each kept array holds (`None`: all of it), as `arrays`.
-    taken: Vec<Option<(u64, u64)>>,
 }
 
 impl Collect {
@@ -125,8 +127,7 @@ impl Sink for Collect {
         if let Some((k, _)) = self.known.iter().find(same) {
             // Verified like any other, but not held twice: once the file
             // verifies, equal SHA-256 means equal bytes.
-            self.arrays.push((a.clone(), Held::Known(k.clone())));
-            self.taken.push(None);
+            self.arrays.push((a.clone(), Held::Known(k.clone()), None));
             self.skipping = true;
             return;
         }
@@ -147,8 +148,7 @@ impl Sink for Collect {
                 None
             }
         };
-        self.arrays.push((a.clone(), Held::Own(buf)));
-        self.taken.push(taken);
+        self.arrays.push((a.clone(), Held::Own(buf), taken));
     }
 
     fn data(&mut self, bytes: &[u8]) {
@@ -166,7 +166,7 @@ impl Sink for Collect {
             }
             bytes = &bytes[(a - from) as usize..(b - from) as usize];
         }
-        if let Some((_, Held::Own(held))) = self.arrays.last_mut() {
+        if let Some((_, Held::Own(held), _)) = self.arrays.last_mut() {
             if let Some(Err(e)) = held.as_mut().map(|buf| buf.push(bytes)) {
                 self.failed.get_or_insert(e);
                 *held = None;
@@ -256,7 +256,8 @@ fn load_with<R: Read>(
     let header = report.header.clone().ok_or_else(|| check_at(1, "no header"))?;
     let mut arrays = Vec::with_capacity(sink.arrays.len());
     let mut digests = Vec::with_capacity(sink.arrays.len());
-    for ((a, held), taken) in sink.arrays.into_iter().zip(&sink.taken) {
+    let mut rows = Vec::with_capacity(sink.arrays.len());
+    for (a, held, taken) in sink.arrays {
         let line = a.line;
         digests.push(a.arr.sha256);
         let arr = match held {
@@ -273,8 +274,8 @@ fn load_with<R: Read>(
             }
         };
         arrays.push(arr);
+        rows.push(taken);
     }
-    let rows = sink.taken;
     Ok(Ok(Loaded { header, arrays, report, rows_per_chunk: sink.rows_per_chunk, hmacs: sink.hmacs, digests, rows }))
 }
 

@@ -124,15 +124,11 @@ class LoadedTensor:
         ...
     @property
     def shape(self) -> list[int]:
-        """Its shape (with `rows`, the first dimension counts those rows)."""
+        """Its shape (when `load` was asked for rows, the first dimension counts those rows)."""
         ...
     @property
     def data(self) -> npt.NDArray[np.uint8]:
         """Its bytes, little-endian."""
-        ...
-    @property
-    def rows(self) -> tuple[int, int] | None:
-        """The rows `start..end` of its first dimension it holds, when `load` was asked for rows; `None`: all of it."""
         ...
 
 @final
