@@ -6,9 +6,12 @@ long the loop is blocked, how long until the snapshot is there); peak RSS
 and CPU-seconds per rank; bytes the writer sends between ranks; and, for
 reference, `wtxt.torch.save_state_dict` of the full state in one process.
 Then the loads, each rank a fresh process: `dcp.load` with DCP's
-`FileSystemReader` and with `WtxtStorageReader` (which verifies the whole
-snapshot and keeps only the rank's rows), wall and how much the load adds
+`FileSystemReader` and with `WtxtStorageReader` of the 1.1-form and the
+tree-form save (each rank keeps only its rows; in the tree form it
+decodes only their chunks), wall, CPU-seconds and how much the load adds
 to each rank's peak RSS (the rank's zeroed shards are there before it).
+Last, each snapshot loaded in one process keeping all rows, half, and
+none: decoding against reading past.
 
     python3 scripts/bench_dcp.py [--gib 1] [--ranks 2] [--dir /tmp/wtxt-bench-dcp]
 
@@ -144,7 +147,9 @@ def load_main(rank: int, world: int, port: int, args, reader: str, results) -> N
     if reader == "FileSystemReader":
         dcp.load(sd, storage_reader=dcp.FileSystemReader(os.path.join(args.dir, "fs0")))
     else:
-        dcp.load(sd, storage_reader=WtxtStorageReader(os.path.join(args.dir, "w0", "model.wtxt")))
+        # The tree form's snapshot: a rank decodes only the chunks it keeps.
+        snap = "t0" if reader.endswith("tree") else "w0"
+        dcp.load(sd, storage_reader=WtxtStorageReader(os.path.join(args.dir, snap, "model.wtxt")))
     dist.barrier()
     got = (time.perf_counter() - t0, cpu() - c0, hwm_mib() - before, before)
     results.put((rank, got))
@@ -203,7 +208,7 @@ def main() -> None:
     t, c = one["save_state_dict"]
     print(f"{'save_state_dict':18} wall {t:6.2f} s   CPU-s {c:.2f} (one process, the full state)")
     share = args.gib * 1024 / args.ranks
-    for reader in ("FileSystemReader", "WtxtStorageReader"):
+    for reader in ("FileSystemReader", "WtxtStorageReader", "WtxtStorageReader tree"):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -212,9 +217,35 @@ def main() -> None:
         loads = dict(results.get() for _ in range(args.ranks))
         wall = max(r[0] for r in loads.values())
         rss = " ".join(f"{r[2]:.0f} (of {r[3] + r[2]:.0f})" for _, r in sorted(loads.items()))
-        print(f"load, {reader:17} wall {wall:6.2f} s   peak RSS added by the load, per rank {rss} MiB "
-              f"(a rank's share: {share:.0f} MiB)")
+        cpus = " ".join(f"{r[1]:.2f}" for _, r in sorted(loads.items()))
+        print(f"load, {reader:22} wall {wall:6.2f} s   CPU-s per rank {cpus}   peak RSS added by the load, "
+              f"per rank {rss} MiB (a rank's share: {share:.0f} MiB)")
+    rows_in_one_process(args)
     json.dump({"ranks": per_rank, "one": one}, open(os.path.join(args.dir, "results.json"), "w"))
+
+
+def rows_in_one_process(args) -> None:
+    """Each snapshot loaded in this process keeping all rows, half of each
+    tensor's, and none (best of 3): what a rank's decoding costs against
+    reading past what it does not keep."""
+    import wtxt._rust as rust
+    from wtxt.torch import _load
+
+    for snap, form in (("w0", "1.1 form"), ("t0", "tree form")):
+        path = os.path.join(args.dir, snap, "model.wtxt")
+        shapes = {t.name: t.shape for t in rust.outline(path).tensors if t.shape}
+        cases = {"all": None, "half": {n: (0, s[0] // 2) for n, s in shapes.items()},
+                 "none": {n: (0, 0) for n in shapes}}
+        line = []
+        for what, rows in cases.items():
+            best = None
+            for _ in range(3):
+                c0, t0 = cpu(), time.perf_counter()
+                _load(path, None, None, None, None, rows=rows)
+                got = (time.perf_counter() - t0, cpu() - c0)
+                best = got if best is None or got[0] < best[0] else best
+            line.append(f"{what} {best[0]:.2f} s ({best[1]:.2f} CPU-s)")
+        print(f"one process, rows kept, {form:9}: " + ", ".join(line))
 
 
 if __name__ == "__main__":

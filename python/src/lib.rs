@@ -510,14 +510,22 @@ fn load(
             let keys = trust.map(Trust::keys).transpose()?.unwrap_or_default();
             let opts = keys.verify_options();
             let stored = rows.as_ref().map(|r| stored_rows(&path, r)).transpose()?;
-            // A split snapshot's head is read with its parts.
-            let mut input = wtxt::store::WtxtIn::open(&path, None)?;
+            // A split snapshot's head is read with its parts. A rank's
+            // share does not hash every part: what it keeps is proven by
+            // the arrays' digests (the tree form reads little else), and
+            // the parts are checked only to name the culprit of a failure.
+            let unhashed = stored.is_some();
+            let open = if unhashed { wtxt::store::WtxtIn::open_unhashed } else { wtxt::store::WtxtIn::open };
+            let mut input = open(&path, None)?;
             // On the heap: the arrays end up there anyway, and a temporary
             // file would cost another pass over fresh pages.
             let keep = if metadata_only { Keep::Metadata } else { Keep::InMemory };
             let loaded = wtxt::format::Load { keep, rows: stored.as_ref(), ..Default::default() }
                 .run(input.text(), input.len, &opts)
-                .map_err(|e| input.blame(e))?;
+                .map_err(|e| {
+                    let part = unhashed.then(|| wtxt::store::WtxtIn::find_bad_part(&path, None)).flatten();
+                    part.unwrap_or_else(|| input.blame(e))
+                })?;
             let kept = OriginalNames::of(&loaded.arrays)?.unwrap_or_default();
             if let Some(rows) = &rows {
                 // The stored names came from the outline, read before

@@ -76,13 +76,15 @@ def test_saved_on_two_ranks_loads_on_three_and_on_one(tmp_path):
         _check_loaded(out, world)
 
 
-def test_a_rank_that_loads_keeps_its_share_of_the_rows(tmp_path):
-    """Every rank verifies the whole snapshot but holds only the rows its
-    shards span (of the first dimension): its share, not the model."""
+@pytest.mark.parametrize("digest", ["sha256", "tree"])
+def test_a_rank_that_loads_keeps_its_share_of_the_rows(tmp_path, digest):
+    """Every rank holds only the rows its shards span (of the first
+    dimension): its share, not the model. In the 1.1 form it verifies every
+    byte; in the tree form it decodes only the chunks of its share."""
     import json
 
     snap = tmp_path / "model.wtxt"
-    w.run(2, w.save_sharded, str(snap), OPTS)
+    w.run(2, w.save_sharded, str(snap), dict(OPTS, digest=digest))
     out = tmp_path / "load"
     out.mkdir()
     w.run(3, w.load_sharded_keeping, str(snap), str(out))
@@ -97,6 +99,46 @@ def test_a_rank_that_loads_keeps_its_share_of_the_rows(tmp_path):
         else:
             assert rows == [full[name].shape[0]] * 3, (name, rows)
     assert all(k["model.count"] == [] for k in kept)  # a 0-dim tensor: whole
+
+
+def test_a_share_of_the_tree_form_is_proven_without_the_rest(tmp_path):
+    """In the tree form a load of some rows decodes only their chunks: damage
+    elsewhere is not its concern, damage in them is refused naming the part,
+    and a chunk's claimed digest is bound to the root all the same."""
+    from wtxt.torch import _load
+
+    # 4 chunks of 128 rows (32 KiB each), over several parts.
+    w_ = torch.arange(512 * 64, dtype=torch.float32).reshape(512, 64)
+    snap = tmp_path / "model.wtxt"
+    wt.save_state_dict({"w": w_, "b": torch.ones(1000)}, snap, digest="tree", **OPTS)
+    parts = sorted((tmp_path / "model.wtxt.parts").iterdir())
+    assert len(parts) > 2
+
+    def damage(ix, in_ch=False):
+        """Changes chunk `ix` of `w`: its first base64 line, or its `ch` line's digest."""
+        for p in parts:
+            lines = p.read_bytes().split(b"\n")
+            for k, line in enumerate(lines):
+                if line.startswith(b"ch ix=%06d " % ix) and b"len=32768" in line:
+                    at = k if in_ch else k + 1
+                    lines[at] = lines[at][:-3] + (b"a" if lines[at][-3:-2] != b"a" else b"b") + lines[at][-2:] \
+                        if in_ch else (b"a" if lines[at][:1] != b"a" else b"b") + lines[at][1:]
+                    p.write_bytes(b"\n".join(lines))
+                    return p
+        raise AssertionError(f"no chunk {ix}")
+
+    good = {p: p.read_bytes() for p in parts}
+    bad = damage(3)
+    got, _, _ = _load(snap, None, None, None, None, rows={"w": (0, 128)})
+    assert set(got) == {"w"} and torch.equal(got["w"], w_[:128])
+    with pytest.raises(wtxt.VerifyError):
+        wt.load_state_dict(snap)
+    with pytest.raises(wtxt.VerifyError, match=bad.name):
+        _load(snap, None, None, None, None, rows={"w": (300, 400)})
+    bad.write_bytes(good[bad])
+    damage(2, in_ch=True)
+    with pytest.raises(wtxt.VerifyError):
+        _load(snap, None, None, None, None, rows={"w": (0, 128)})
 
 
 def test_fsdp2_with_adamw_saved_on_two_ranks_loads_on_three(tmp_path):

@@ -151,6 +151,23 @@ impl Sink for Collect {
         self.arrays.push((a.clone(), Held::Own(buf), taken));
     }
 
+    fn wants(&self, a: &ArrayStart, ch: &crate::format::syntax::ChLine) -> bool {
+        let Some(rows) = &self.rows else { return true };
+        if crate::model::is_metadata_name(&a.arr.name) {
+            return true;
+        }
+        match rows.get(&a.arr.name).map(|&r| Self::window_of(a, r)) {
+            None => false,
+            Some(Ok((lo, hi))) => ch.off < hi && lo < ch.off + ch.len,
+            // The load fails; the array's own report says why.
+            Some(Err(_)) => true,
+        }
+    }
+
+    fn chunk(&mut self, ch: &crate::format::syntax::ChLine) {
+        self.at = ch.off;
+    }
+
     fn data(&mut self, bytes: &[u8]) {
         if self.skipping {
             return;
@@ -210,7 +227,12 @@ pub struct Load<'a> {
     /// arrays, by stored name, are kept, with the metadata arrays; every
     /// other array is verified and dropped. What a rank of a distributed
     /// load holds: its share, whatever the snapshot's size. A range past
-    /// an array's rows fails the load.
+    /// an array's rows fails the load. In the tree form only the chunks
+    /// these rows touch are decoded: every other chunk's `ch` line digest
+    /// is bound to the root through its array's tree digest, so what is
+    /// kept is proven without the rest's bytes, which go unchecked (as
+    /// does `fastxor`; [`Report::skipped_chunks`] counts them). The 1.1
+    /// form decodes and checks every byte.
     pub rows: Option<&'a BTreeMap<String, (u64, u64)>>,
 }
 
@@ -336,16 +358,29 @@ mod tests {
     use crate::model::Dtype;
 
     fn text(arrays: &[Array]) -> Vec<u8> {
+        text_in(arrays, syntax::DigestForm::Sha256)
+    }
+
+    fn text_in(arrays: &[Array], digest: syntax::DigestForm) -> Vec<u8> {
         let meta = syntax::Meta::new(0, Some("2026-01-01T00:00:00Z")).unwrap();
         let mut out = std::io::Cursor::new(Vec::new());
-        write::write_snapshot(
-            arrays,
-            &write::WriteOptions::new(meta, 4),
-            &mut out,
-            &crate::progress::Progress::hidden(),
-        )
-        .unwrap();
+        let opts = write::WriteOptions { digest, ..write::WriteOptions::new(meta, 4) };
+        write::write_snapshot(arrays, &opts, &mut out, &crate::progress::Progress::hidden()).unwrap();
         out.into_inner()
+    }
+
+    /// `t` with one character of the first base64 line of chunk `ix` of
+    /// array `name` changed; `in_ch`: a digit of that chunk's `ch` line's
+    /// `sha256` instead.
+    fn damaged(t: &[u8], name: &str, ix: u64, in_ch: bool) -> Vec<u8> {
+        let at = t.windows(name.len() + 10).position(|w| w == format!("arr name={name} ").as_bytes()).unwrap();
+        let ch = format!("\nch ix={ix:06}");
+        let body = at + t[at..].windows(ch.len()).position(|w| w == ch.as_bytes()).unwrap() + 1;
+        let line = body + t[body..].iter().position(|&c| c == b'\n').unwrap() + 1;
+        let at = if in_ch { line - 2 } else { line };
+        let mut bad = t.to_vec();
+        bad[at] = if bad[at] == b'a' { b'b' } else { b'a' };
+        bad
     }
 
     fn arr(name: &str, fill: u8) -> Array {
@@ -402,5 +437,53 @@ mod tests {
         let mut bad = t.clone();
         bad[line] = if bad[line] == b'A' { b'B' } else { b'A' };
         assert!(load(&rows, &bad).is_err());
+        assert!(load(&rows, &damaged(&t, "b", 7, false)).is_err());
+    }
+
+    #[test]
+    fn a_load_of_rows_in_the_tree_form_decodes_only_the_chunks_it_keeps_and_proves_them() {
+        let counting = Array::new("a", Dtype::U8, vec![64, 4], (0..=255u8).collect::<Vec<_>>().into()).unwrap();
+        let meta = Array::new("__m", Dtype::U8, vec![3], vec![7, 8, 9].into()).unwrap();
+        let t = text_in(&[meta, counting, arr("b", 2)], syntax::DigestForm::Tree);
+        let rows = BTreeMap::from([("a".to_string(), (10, 23))]);
+        let load =
+            |t: &[u8]| Load { rows: Some(&rows), ..Default::default() }.run(t, t.len() as u64, &Default::default());
+        // In place, on two hashing threads, and with chunks decoded on two more.
+        for threads in [1, 3, 5] {
+            crate::threads::set(threads);
+            let got = load(&t).unwrap();
+            assert_eq!(got.arrays[1].bytes(), &(40..92u8).collect::<Vec<_>>()[..]);
+            assert_eq!(got.arrays[0].bytes(), &[7, 8, 9]);
+            // Rows 10..23 are in chunks 2..=5 of a's 16; none of b's is needed.
+            assert_eq!(got.report.skipped_chunks, 12 + 16);
+            assert_eq!(got.report.fastxor, None);
+            // Damage in a chunk not decoded touches nothing kept...
+            assert!(load(&damaged(&t, "b", 7, false)).is_ok());
+            assert!(load(&damaged(&t, "a", 0, false)).is_ok());
+            // ...but its `ch` line's digest is bound to the root, and a chunk
+            // kept is checked.
+            for (name, ix, in_ch) in
+                [("b", 7, true), ("a", 15, true), ("a", 3, false), ("a", 3, true), ("__m", 0, false)]
+            {
+                let Err(e) = load(&damaged(&t, name, ix, in_ch)) else { panic!("{name} {ix} {in_ch} loaded") };
+                assert_eq!(e.kind(), crate::error::Kind::Check, "{e}");
+            }
+            // A chunk not decoded still has its lines counted: one LF
+            // fewer is a structural error, named on its line.
+            let mut joined = t.clone();
+            // b is the last array; its chunk 7's one base64 line (16 bytes:
+            // 24 characters, a space and the parity digit) ends 27 bytes
+            // after its `ch` line does.
+            let ch = t.windows(13).rposition(|w| w == b"\nch ix=000007").unwrap() + 1;
+            let lf = ch + t[ch..].iter().position(|&c| c == b'\n').unwrap() + 27;
+            assert_eq!(joined[lf], b'\n');
+            joined.remove(lf);
+            let Err(e) = load(&joined) else { panic!("a chunk one line short loaded") };
+            assert!(e.to_string().contains("base64 lines"), "{e}");
+            // A load of everything decodes every chunk.
+            let all = Load::default().run(&t[..], t.len() as u64, &Default::default()).unwrap();
+            assert_eq!((all.report.skipped_chunks, all.report.fastxor.is_some()), (0, true));
+        }
+        crate::threads::set(0);
     }
 }

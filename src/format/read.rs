@@ -13,8 +13,8 @@ use crate::format::chunk::{ChunkDecoder, Fault};
 use crate::format::decode::{Pool, MAX_POOLED_TEXT};
 use crate::format::layout::{last_line_width, Layout};
 use crate::format::syntax::{
-    lines_for, lossy, ArrLine, Audit, Cap, ChLine, IdxLine, Meta, Root, SignLine, B64_WIDTH, CAP_EXT_DTYPES, END,
-    MAGIC, RAW_PER_LINE,
+    body_text_len, lines_for, lossy, ArrLine, Audit, Cap, ChLine, IdxLine, Meta, Root, SignLine, B64_WIDTH,
+    CAP_EXT_DTYPES, END, MAGIC, RAW_PER_LINE,
 };
 use crate::limits::{BLOCK, MAX_LINE};
 
@@ -65,6 +65,15 @@ pub trait Visitor {
     /// An array begins.
     fn array(&mut self, _a: &ArrayStart) -> Result<()> {
         Ok(())
+    }
+    /// Whether chunk `ch` of `a` must be decoded. A chunk it does not need
+    /// has its lines' shape checked and is told as a chunk with no data
+    /// whose digest is its `ch` line's claim ([`Visitor::chunk_digest`]),
+    /// so only a visitor that proves that claim by other means (the tree
+    /// form's array digest) may say no. Asked as the chunk is read, which
+    /// may be before the visitor hears of `a`.
+    fn needs(&mut self, _a: &ArrayStart, _ch: &ChLine) -> bool {
+        true
     }
     /// A chunk begins.
     fn chunk(&mut self, _line: u64, _ch: &ChLine) {}
@@ -191,6 +200,37 @@ impl<R: Read> LineReader<R> {
             }
         }
         self.next_range()
+    }
+
+    /// Reads past the next `len` bytes, which must hold exactly `lines`
+    /// lines (each ending with its LF), without looking at them otherwise:
+    /// text nobody needs (a chunk's base64, undecoded) costs a count of its
+    /// LFs, and the lines after it keep their numbers. `Err` names the line
+    /// where the text ends early or where the count goes wrong.
+    pub fn skip_lines(&mut self, len: u64, lines: u64) -> Result<()> {
+        let (mut left, mut seen) = (len, 0u64);
+        while left > 0 {
+            if self.start == self.end {
+                if self.eof {
+                    return Err(check_at(self.line + 1, "file ends inside a chunk: expected more base64 lines"));
+                }
+                self.fill()?;
+                continue;
+            }
+            let n = (self.end - self.start).min(usize::try_from(left).unwrap_or(usize::MAX));
+            let piece = &self.buf[self.start..self.start + n];
+            seen += memchr::memchr_iter(b'\n', piece).count() as u64;
+            if left == n as u64 && piece.last() != Some(&b'\n') {
+                seen = u64::MAX;
+            }
+            self.start += n;
+            left -= n as u64;
+        }
+        if seen != lines {
+            return Err(check_at(self.line + 1, format!("chunk text: expected {lines} base64 lines of {len} bytes")));
+        }
+        self.line += lines;
+        Ok(())
     }
 
     /// The bytes of a range returned by `next_range`.
@@ -389,6 +429,11 @@ enum Event {
         ch: ChLine,
         end: bool,
     },
+    /// A chunk the visitor does not need ([`Visitor::needs`]), read past.
+    Skipped {
+        line: u64,
+        ch: ChLine,
+    },
 }
 
 /// The visitor, and what it has yet to hear, in order.
@@ -427,6 +472,17 @@ impl<V: Visitor> Out<'_, '_, V> {
         Ok(())
     }
 
+    /// A chunk read past undecoded: told as one whose digest is its
+    /// `ch` line's and whose bytes never come.
+    fn skipped(&mut self, line: u64, ch: ChLine) {
+        if !self.queue.is_empty() {
+            return self.queue.push_back(Event::Skipped { line, ch });
+        }
+        self.v.chunk(line, &ch);
+        self.v.chunk_digest(&ch.sha256);
+        self.v.chunk_end(line, &ch, false);
+    }
+
     /// Everything queued, to the visitor.
     fn drain(&mut self) -> Result<()> {
         while !self.queue.is_empty() {
@@ -440,6 +496,11 @@ impl<V: Visitor> Out<'_, '_, V> {
         match e {
             Event::Array(a) => self.v.array(&a)?,
             Event::ArrayEnd => self.v.array_end(),
+            Event::Skipped { line, ch } => {
+                self.v.chunk(line, &ch);
+                self.v.chunk_digest(&ch.sha256);
+                self.v.chunk_end(line, &ch, false);
+            }
             Event::Chunk { id, line, ch, end } => {
                 let pool = self.pool.expect("a queued chunk came from the pool");
                 let d = pool.wait(id);
@@ -553,7 +614,8 @@ fn read_array<R: Read, V: Visitor>(
         }
         Layout::new(arr.dtype, &arr.shape, 1).map_err(|m| check_at(n, m))?
     };
-    out.array(ArrayStart { line: arr_no, arr, text, layout })?;
+    let start = ArrayStart { line: arr_no, arr, text, layout };
+    out.array(start.clone())?;
     for ix in 0..layout.chunk_count() {
         let (n, l) = match first.take() {
             Some(p) => p,
@@ -584,6 +646,13 @@ fn read_array<R: Read, V: Visitor>(
             Ok(())
         };
         let text_len = lines_for(ch.len) * (B64_WIDTH as u64 + 3);
+        if ch.lines == lines_for(ch.len) && !out.v.needs(&start, &ch) {
+            // Its lines are counted, not read: nothing of them is used.
+            lines.skip_lines(body_text_len(ch.len), ch.lines)?;
+            endch(lines)?;
+            out.skipped(n, ch);
+            continue;
+        }
         match out.pool {
             // On the pool: the lines are read and their shape checked here,
             // decoded there.
@@ -617,7 +686,8 @@ fn read_array<R: Read, V: Visitor>(
 fn chunk_text<R: Read>(lines: &mut LineReader<R>, ch: &ChLine) -> Result<Vec<u8>> {
     let mut text = Vec::with_capacity((ch.lines * (B64_WIDTH as u64 + 2)) as usize);
     for k in 0..ch.lines {
-        let Some(r) = lines.next_range()? else {
+        let width = if k + 1 == ch.lines { last_line_width(ch.len) } else { B64_WIDTH };
+        let Some(r) = lines.next_range_of(width + 2)? else {
             return Err(check_at(
                 lines.line_no() + 1,
                 format!("file ends inside a chunk: expected {} more base64 lines", ch.lines - k),
@@ -625,7 +695,6 @@ fn chunk_text<R: Read>(lines: &mut LineReader<R>, ch: &ChLine) -> Result<Vec<u8>
         };
         let n = lines.line_no();
         let l = lines.bytes(r);
-        let width = if k + 1 == ch.lines { last_line_width(ch.len) } else { B64_WIDTH };
         if l.len() != width + 2 || l[width] != b' ' {
             if l == b"endch" || l.starts_with(b"ch ") || l == b"endarr" {
                 return Err(check_at(n, format!("chunk has fewer base64 lines than lines={}", ch.lines)));

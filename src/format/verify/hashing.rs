@@ -82,6 +82,8 @@ pub(super) struct Hashing<'s, 'k> {
     pub(super) tree: bool,
     pub(super) header: Option<Header>,
     pub(super) audit: Option<crate::format::syntax::Audit>,
+    /// Chunks read past undecoded (see [`Sink::wants`]).
+    pub(super) skipped: u64,
 }
 
 impl Hashing<'_, '_> {
@@ -130,6 +132,20 @@ impl Visitor for Hashing<'_, '_> {
         let tree = self.tree;
         self.send(|| Msg::Array { text: text.clone(), salt, hmac, tree });
         Ok(())
+    }
+
+    fn needs(&mut self, a: &ArrayStart, ch: &ChLine) -> bool {
+        // Only the tree form binds a chunk's claimed digest to the root
+        // without its bytes.
+        let wanted = !self.tree || self.sink.as_ref().is_none_or(|s| s.wants(a, ch));
+        self.skipped += u64::from(!wanted);
+        wanted
+    }
+
+    fn chunk(&mut self, _line: u64, ch: &ChLine) {
+        if let Some(s) = self.sink.as_mut() {
+            s.chunk(ch);
+        }
     }
 
     fn buffer(&mut self) -> Vec<u8> {

@@ -183,6 +183,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
         tree: false,
         header: None,
         audit: None,
+        skipped: 0,
     };
     // One thread of work (`--threads 1`): the hashing runs on the reading
     // thread as each block is decoded; more: on two threads beside it, and
@@ -218,7 +219,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
             (r, vis, a, b)
         })
     };
-    let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, tree, .. } = vis;
+    let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, tree, skipped, .. } = vis;
     let (mut roots, mut chunks) = (roots, chunks);
     if tree {
         tree_digests(&expected, key, &mut roots, &mut chunks);
@@ -261,8 +262,11 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
         oms: None,
         header: header.clone().or(seen_header.clone()),
         audit,
+        skipped_chunks: skipped,
     };
     if let (Some(h), Some((sha_all, fastxor))) = (header.as_ref(), roots.root.filter(|_| complete)) {
+        // `fastxor` covers every byte: not known when some went undecoded.
+        let fastxor = (skipped == 0).then_some(fastxor);
         check_root(h, &sha_all, fastxor, opts, &mut report, &mut problems);
     }
     if let Some(h) = header.as_ref().or(seen_header.as_ref()) {
@@ -346,13 +350,13 @@ fn judge_arrays(
 fn check_root(
     h: &Header,
     sha_all: &Hash,
-    fastxor: u64,
+    fastxor: Option<u64>,
     opts: &VerifyOptions,
     report: &mut Report,
     problems: &mut Vec<Problem>,
 ) {
     report.sha256_all = Some(*sha_all);
-    report.fastxor = Some(fastxor.to_be_bytes());
+    report.fastxor = fastxor.map(u64::to_be_bytes);
     let (merkle_prev, signed, sign) = match (&h.root, opts.wsum) {
         (Root::Final { .. }, _) => check_final_root(h, sha_all, fastxor, opts.wsum, problems),
         (Root::Pending, None) => {
@@ -386,7 +390,7 @@ type RootParts = (Hash, Vec<u8>, Option<SignLine>);
 fn check_final_root(
     h: &Header,
     sha_all: &Hash,
-    fastxor: u64,
+    fastxor: Option<u64>,
     wsum: Option<&Wsum>,
     problems: &mut Vec<Problem>,
 ) -> RootParts {
@@ -398,7 +402,7 @@ fn check_final_root(
         problems.push(Problem::at(ProblemKind::Root, ROOT_LINE, m));
     }
     check_merkle_this(h, problems);
-    if *fx != fastxor {
+    if let Some(fastxor) = fastxor.filter(|f| f != fx) {
         let m = format!("fastxor is {fx:016x}, the arrays give {fastxor:016x}");
         problems.push(Problem::at(ProblemKind::Root, ROOT_LINE, m));
     }

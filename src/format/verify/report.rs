@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::crypto::digest::Hash;
 use crate::format::read::{ArrayStart, Header};
+use crate::format::syntax::ChLine;
 
 /// The outcome for a signature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -177,6 +178,11 @@ pub struct Report {
     /// The `audit` line's pairs, if any.
     #[serde(skip)]
     pub audit: Option<crate::format::syntax::Audit>,
+    /// Chunks read past undecoded, because the sink did not want them
+    /// (the tree form; see [`Sink::wants`]): their bytes were not checked,
+    /// nor `fastxor`, which covers every byte. 0 for `wtxt verify`.
+    #[serde(skip)]
+    pub skipped_chunks: u64,
 }
 
 /// Hashes and ids are bytes in the report and lowercase hex in its JSON.
@@ -240,4 +246,15 @@ pub trait Sink {
     fn array(&mut self, a: &ArrayStart);
     /// Its next bytes, in order.
     fn data(&mut self, bytes: &[u8]);
+    /// Whether the bytes of chunk `ch` of `a` are wanted. Only in the tree
+    /// form may an unwanted chunk go undecoded (its `ch` line's digest, bound
+    /// to the root through its array's, stands in for it); the 1.1 form's
+    /// digests read every byte, so there every chunk is decoded. Asked
+    /// when the chunk is read, which may be before [`Sink::array`] of `a`.
+    fn wants(&self, _a: &ArrayStart, _ch: &ChLine) -> bool {
+        true
+    }
+    /// A chunk of the current array begins; the data that follows starts
+    /// at its `off` (a chunk not decoded has none).
+    fn chunk(&mut self, _ch: &ChLine) {}
 }

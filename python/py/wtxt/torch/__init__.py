@@ -153,9 +153,11 @@ def _load(filename: PathLike, hmac_key: Optional[PathLike], pubkey: Optional[Pat
     """Every tensor of `filename` (verified as `load_state_dict` does), its
     other entries (two dicts under the original names), and the snapshot's
     identity (its `merkle_this`, hex). With `rows` (name: `start, end` of
-    the first dimension) the whole file is still verified, but only those
-    rows of those tensors are returned (each tensor's first dimension
-    counts its rows)."""
+    the first dimension) only those rows of those tensors are returned
+    (each tensor's first dimension counts its rows), proven as `verify`
+    proves them: in the 1.1 form every byte of the file is still checked;
+    in the tree form only the chunks that hold those rows are decoded (the
+    others' digests, bound to the root, stand in for them)."""
     trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature)
     loaded = call(_rust.load, os.fspath(filename), trust, rows=rows)
     out = {t.name: _tensor(t.name, t.dtype, t.shape, t.data) for t in loaded.tensors}

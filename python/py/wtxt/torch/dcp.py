@@ -715,8 +715,8 @@ class WtxtStorageReader(StorageReader):
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> "Future[None]":
         loaded: List[Any] = []
         # The rows of each tensor this rank's items span (of its first
-        # dimension): the whole snapshot is verified, but only those rows
-        # are kept, so a rank holds its share of the state, not all of it.
+        # dimension): only those rows are kept, so a rank holds its share of
+        # the state, not all of it (and in the tree form decodes only that).
         rows: Dict[str, Tuple[int, int]] = {}
         for item in plan.items:
             if item.type != LoadItemType.BYTE_IO:
