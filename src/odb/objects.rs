@@ -163,6 +163,11 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
                 |&(path, base)| {
                     let Some(base) = base else { return Ok(crate::odb::pack::Job::File(path.to_path_buf())) };
                     let target = crate::odb::pack::Object::hashed(crate::odb::pack::read_whole(path, PACKED_MAX)?);
+                    if target.id == base {
+                        // Rewritten unchanged (a part no chunk of which
+                        // changed): HEAD's blob is this one.
+                        return Ok(crate::odb::pack::Job::Stored(base));
+                    }
                     Ok(crate::odb::pack::Job::Blob { target, base: Some(base_for(git_dir, base)?) })
                 },
             )?;

@@ -93,6 +93,9 @@ pub(crate) enum Job {
     /// bytes), read and coded a block at a time: nothing holds it whole,
     /// and no delta is tried.
     File(PathBuf),
+    /// A blob the repository holds already (a part unchanged since HEAD,
+    /// though rewritten): nothing is stored.
+    Stored(Oid),
 }
 
 /// One object as it goes into the pack.
@@ -223,7 +226,7 @@ fn prepare_group(jobs: Vec<Job>, mut take: impl FnMut() -> Vec<u8>) -> Result<Ve
         .iter()
         .map(|j| match j {
             Job::File(path) => Some(path.as_path()),
-            Job::Blob { .. } => None,
+            Job::Blob { .. } | Job::Stored(_) => None,
         })
         .collect();
     if let Some(paths) = files {
@@ -234,6 +237,7 @@ fn prepare_group(jobs: Vec<Job>, mut take: impl FnMut() -> Vec<u8>) -> Result<Ve
         done.extend(match job {
             Job::File(path) => prepare_files(&[&path], &mut take)?,
             Job::Blob { target, base } => vec![prepare_blob(target, base, take())?],
+            Job::Stored(id) => vec![(id, Vec::new())],
         });
     }
     Ok(done)
@@ -355,6 +359,11 @@ impl Writer {
     /// corrected and the pack read back to hash it, as `git index-pack
     /// --fix-thin` does. Returns the objects it stores as deltas.
     fn finish(self) -> Result<Vec<Oid>> {
+        if self.listed.is_empty() {
+            // Every object was there already: no pack (the temporary
+            // file goes), and nothing superseded.
+            return Ok(self.superseded);
+        }
         let dir = self.dir;
         let mut tmp = self.file.into_inner().map_err(|e| Error::io(&dir, e))?;
         let count = self.listed.len() as u32;
@@ -589,10 +598,12 @@ mod tests {
                 Job::Blob { base: Some(_), .. } => Expect::Delta,
                 Job::Blob { base: None, .. } => Expect::Blob,
                 Job::File(_) => Expect::File,
+                Job::Stored(_) => Expect::Blob,
             },
             |j| match j {
                 Job::Blob { target, base } => Ok(Job::Blob { target: copy(target), base: base.as_ref().map(copy) }),
                 Job::File(p) => Ok(Job::File(p.clone())),
+                Job::Stored(id) => Ok(Job::Stored(*id)),
             },
         )
         .unwrap();
@@ -603,6 +614,23 @@ mod tests {
             }
         }
         ids
+    }
+
+    #[test]
+    fn a_blob_held_already_is_not_stored_again_and_a_pack_of_none_is_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let packs = || std::fs::read_dir(dir.path().join("pack")).map_or(0, |d| d.count());
+        let held = Object::hashed(lines(300, |_| false));
+        let id = held.id;
+        assert_eq!(stored(dir.path(), &[Job::Blob { target: held, base: None }]), [id]);
+        let before = packs();
+        assert_eq!(stored(dir.path(), &[Job::Stored(id), Job::Stored(id)]), [id, id]);
+        assert_eq!(packs(), before, "a pack of no objects was written");
+        // Beside a new object: its pack lists that one alone (and verifies).
+        let new = Object::hashed(lines(300, |_| true));
+        let n = new.id;
+        assert_eq!(stored(dir.path(), &[Job::Stored(id), Job::Blob { target: new, base: None }]), [id, n]);
+        assert_eq!(stored_prefix(dir.path(), n, 1 << 20).unwrap(), lines(300, |_| true));
     }
 
     #[test]
