@@ -67,8 +67,8 @@ pub trait Visitor {
         Ok(())
     }
     /// Whether chunk `ch` of `a` must be decoded. A chunk it does not need
-    /// has its lines' shape checked and is told as a chunk with no data
-    /// whose digest is its `ch` line's claim ([`Visitor::chunk_digest`]),
+    /// has its lines counted and is told as a chunk with no data whose
+    /// digest is its `ch` line's claim ([`Visitor::chunk_digest`]),
     /// so only a visitor that proves that claim by other means (the tree
     /// form's array digest) may say no. Asked as the chunk is read, which
     /// may be before the visitor hears of `a`.
@@ -475,12 +475,10 @@ impl<V: Visitor> Out<'_, '_, V> {
     /// A chunk read past undecoded: told as one whose digest is its
     /// `ch` line's and whose bytes never come.
     fn skipped(&mut self, line: u64, ch: ChLine) {
-        if !self.queue.is_empty() {
-            return self.queue.push_back(Event::Skipped { line, ch });
+        if self.queue.is_empty() {
+            return tell_skipped(self.v, line, &ch);
         }
-        self.v.chunk(line, &ch);
-        self.v.chunk_digest(&ch.sha256);
-        self.v.chunk_end(line, &ch, false);
+        self.queue.push_back(Event::Skipped { line, ch });
     }
 
     /// Everything queued, to the visitor.
@@ -496,11 +494,7 @@ impl<V: Visitor> Out<'_, '_, V> {
         match e {
             Event::Array(a) => self.v.array(&a)?,
             Event::ArrayEnd => self.v.array_end(),
-            Event::Skipped { line, ch } => {
-                self.v.chunk(line, &ch);
-                self.v.chunk_digest(&ch.sha256);
-                self.v.chunk_end(line, &ch, false);
-            }
+            Event::Skipped { line, ch } => tell_skipped(self.v, line, &ch),
             Event::Chunk { id, line, ch, end } => {
                 let pool = self.pool.expect("a queued chunk came from the pool");
                 let d = pool.wait(id);
@@ -520,6 +514,14 @@ impl<V: Visitor> Out<'_, '_, V> {
         }
         Ok(())
     }
+}
+
+/// What the visitor hears of a chunk read past: its `ch` line's digest,
+/// no data.
+fn tell_skipped<V: Visitor>(v: &mut V, line: u64, ch: &ChLine) {
+    v.chunk(line, ch);
+    v.chunk_digest(&ch.sha256);
+    v.chunk_end(line, ch, false);
 }
 
 fn read_to<R: Read, V: Visitor>(input: R, out: &mut Out<'_, '_, V>) -> Result<Header> {
