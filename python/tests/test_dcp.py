@@ -114,15 +114,21 @@ def test_a_share_of_the_tree_form_is_proven_without_the_rest(tmp_path):
     parts = sorted((tmp_path / "model.wtxt.parts").iterdir())
     assert len(parts) > 2
 
+    def flip(line: bytes, at: int) -> bytes:
+        """`line` with the character at `at` changed (a base64 or hex digit stays one)."""
+        return line[:at] + (b"a" if line[at:at + 1] != b"a" else b"b") + line[at + 1:]
+
     def damage(ix, in_ch=False):
-        """Changes chunk `ix` of `w`: its first base64 line, or its `ch` line's digest."""
+        """Changes chunk `ix` of `w`: its first base64 line's first character,
+        or the last digit of its `ch` line's `sha256`."""
         for p in parts:
             lines = p.read_bytes().split(b"\n")
             for k, line in enumerate(lines):
                 if line.startswith(b"ch ix=%06d " % ix) and b"len=32768" in line:
-                    at = k if in_ch else k + 1
-                    lines[at] = lines[at][:-3] + (b"a" if lines[at][-3:-2] != b"a" else b"b") + lines[at][-2:] \
-                        if in_ch else (b"a" if lines[at][:1] != b"a" else b"b") + lines[at][1:]
+                    if in_ch:
+                        lines[k] = flip(line, len(line) - 1)
+                    else:
+                        lines[k + 1] = flip(lines[k + 1], 0)
                     p.write_bytes(b"\n".join(lines))
                     return p
         raise AssertionError(f"no chunk {ix}")
