@@ -178,9 +178,10 @@ pub struct Report {
     /// The `audit` line's pairs, if any.
     #[serde(skip)]
     pub audit: Option<crate::format::syntax::Audit>,
-    /// Chunks read past undecoded, because the sink did not want them
-    /// (the tree form; see [`Sink::wants`]): their bytes were not checked,
-    /// nor `fastxor`, which covers every byte. 0 for `wtxt verify`.
+    /// Chunks read past undecoded, because the sink did not want them (a
+    /// load of some rows of a tree-form file, `format::Load::rows`): their
+    /// bytes were not checked, nor `fastxor`, which covers every byte. 0
+    /// for `wtxt verify`.
     #[serde(skip)]
     pub skipped_chunks: u64,
 }
