@@ -13,7 +13,7 @@ to each rank's peak RSS (the rank's zeroed shards are there before it).
 Last, each snapshot loaded in one process keeping all rows, half, and
 none: decoding against reading past.
 
-    python3 scripts/bench_dcp.py [--gib 1] [--ranks 2] [--dir /tmp/wtxt-bench-dcp]
+    python3 scripts/bench_dcp.py [--gib 1] [--ranks 2] [--one-process-runs 3] [--dir /tmp/wtxt-bench-dcp]
 
 Prints one line per measurement (best of --runs); docs/PERFORMANCE.md keeps
 the figures. Needs the wtxt package installed (pip install ./python).
@@ -177,6 +177,8 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--dir", default="/tmp/wtxt-bench-dcp")
+    ap.add_argument("--one-process-runs", type=int, default=3,
+                    help="runs of each one-process load (best taken; 0: none)")
     args = ap.parse_args()
     shutil.rmtree(args.dir, ignore_errors=True)
     os.makedirs(os.path.join(args.dir, "one"))
@@ -220,14 +222,15 @@ def main() -> None:
         cpus = " ".join(f"{r[1]:.2f}" for _, r in sorted(loads.items()))
         print(f"load, {reader:22} wall {wall:6.2f} s   CPU-s per rank {cpus}   peak RSS added by the load, "
               f"per rank {rss} MiB (a rank's share: {share:.0f} MiB)")
-    rows_in_one_process(args)
+    if args.one_process_runs > 0:
+        rows_in_one_process(args)
     json.dump({"ranks": per_rank, "one": one}, open(os.path.join(args.dir, "results.json"), "w"))
 
 
 def rows_in_one_process(args) -> None:
     """Each snapshot loaded in this process keeping all rows, half of each
-    tensor's, and none (best of 3): what a rank's decoding costs against
-    reading past what it does not keep."""
+    tensor's, and none (best of --one-process-runs): what a rank's decoding
+    costs against reading past what it does not keep."""
     import wtxt._rust as rust
     from wtxt.torch import _load
 
@@ -239,7 +242,7 @@ def rows_in_one_process(args) -> None:
         line = []
         for what, rows in cases.items():
             best = None
-            for _ in range(3):
+            for _ in range(args.one_process_runs):
                 c0, t0 = cpu(), time.perf_counter()
                 _load(path, None, None, None, None, rows=rows)
                 got = (time.perf_counter() - t0, cpu() - c0)
