@@ -17,10 +17,12 @@ parts. The coordinator writes the head from what the ranks report, without
 reading the model back. docs/DISTRIBUTED.md says what each rank does and
 what crosses between ranks.
 
-Loading verifies the whole snapshot (every check `load_state_dict` runs,
-under the same trust options) before it copies anything into the state
-dict, then gives each rank the slices its plan asks for, whatever the world
-size and sharding it was saved with.
+Loading verifies the snapshot (every check `load_state_dict` runs, under
+the same trust options) before it copies anything into the state dict, then
+gives each rank the slices its plan asks for, whatever the world size and
+sharding it was saved with. Each rank keeps only the rows it needs; in the
+tree digest form it also decodes only their chunks, the others' digests
+bound to the root through their arrays' (docs/DISTRIBUTED.md).
 """
 from __future__ import annotations
 
@@ -654,7 +656,9 @@ class WtxtStorageReader(StorageReader):
     `hmac_key` every array must authenticate, with `pubkey` or
     `trusted_keys` a valid signature by one of those keys is required
     (`require_signature=False` is the explicit opt-out). A failure raises
-    `wtxt.VerifyError` naming the file (the part) and line.
+    `wtxt.VerifyError` naming the file (the part) and line. A rank keeps
+    only the rows its plan spans, and of a tree-form snapshot decodes only
+    the chunks that hold them.
     """
 
     def __init__(self, path: PathLike, *, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
