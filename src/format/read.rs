@@ -647,7 +647,9 @@ fn read_array<R: Read, V: Visitor>(
             }
             Ok(())
         };
-        let text_len = lines_for(ch.len) * (B64_WIDTH as u64 + 3);
+        // Saturating: `len` is what the file declares (a layout of a
+        // declared shape), not what it holds.
+        let text_len = lines_for(ch.len).saturating_mul(B64_WIDTH as u64 + 3);
         if ch.lines == lines_for(ch.len) && !out.v.needs(&start, &ch) {
             // Its lines are counted, not read: nothing of them is used.
             lines.skip_lines(body_text_len(ch.len), ch.lines)?;
@@ -686,7 +688,8 @@ fn read_array<R: Read, V: Visitor>(
 /// checks them (a line of the wrong shape ends the reading with the same
 /// error, on the same line).
 fn chunk_text<R: Read>(lines: &mut LineReader<R>, ch: &ChLine) -> Result<Vec<u8>> {
-    let mut text = Vec::with_capacity((ch.lines * (B64_WIDTH as u64 + 2)) as usize);
+    // The caller checked that this chunk's text is at most MAX_POOLED_TEXT.
+    let mut text = Vec::with_capacity(ch.lines.saturating_mul(B64_WIDTH as u64 + 2).min(MAX_POOLED_TEXT) as usize);
     for k in 0..ch.lines {
         let width = if k + 1 == ch.lines { last_line_width(ch.len) } else { B64_WIDTH };
         let Some(r) = lines.next_range_of(width + 2)? else {

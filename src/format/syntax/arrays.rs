@@ -161,10 +161,12 @@ pub fn lines_for(len: u64) -> u64 {
 
 /// Bytes of the base64 lines of a chunk of `len` raw bytes: 79 for each
 /// full line (76 characters, a space, the parity nibble, LF), `4 x
-/// ceil(r/3) + 3` for a last line of `r` bytes.
+/// ceil(r/3) + 3` for a last line of `r` bytes. A `len` that a hostile
+/// line declares may make this exceed `u64`: it saturates, and no input
+/// holds that much.
 pub fn body_text_len(len: u64) -> u64 {
     let (full, rest) = (len / RAW_PER_LINE as u64, len % RAW_PER_LINE as u64);
-    full * (B64_WIDTH as u64 + 3) + if rest > 0 { rest.div_ceil(3) * 4 + 3 } else { 0 }
+    full.saturating_mul(B64_WIDTH as u64 + 3).saturating_add(if rest > 0 { rest.div_ceil(3) * 4 + 3 } else { 0 })
 }
 
 impl ChLine {

@@ -501,6 +501,42 @@ mod tests {
         bad
     }
 
+    /// A chunk whose declared size makes its text longer than `u64` counts
+    /// (a shape of 2^64 - 1 bytes in rows of one) is refused on its line,
+    /// whatever the threads, and by a load that would read past it.
+    #[test]
+    fn a_chunk_declared_past_any_size_is_refused_not_overflowed() {
+        use crate::format::syntax::{lines_for, DigestForm};
+        use crate::model::{Array, Dtype};
+        let a = Array::new("a", Dtype::U8, vec![1, 64], vec![0; 64].into()).unwrap();
+        let meta = crate::format::syntax::Meta::new(1, Some("2026-01-01T00:00:00Z")).unwrap();
+        let opts = crate::format::write::WriteOptions {
+            digest: DigestForm::Tree,
+            ..crate::format::write::WriteOptions::new(meta, 1)
+        };
+        let mut out = std::io::Cursor::new(Vec::new());
+        crate::format::write::write_snapshot(&[a], &opts, &mut out, &crate::progress::Progress::hidden()).unwrap();
+        let big = u64::MAX;
+        let text = String::from_utf8(out.into_inner())
+            .unwrap()
+            .replace("shape=1,64 order=C bytes=64 ", &format!("shape=1,{big} order=C bytes={big} "))
+            .replace("row_size=64 ", &format!("row_size={big} "))
+            .replace(" len=64 ", &format!(" len={big} "))
+            .replace(" lines=2", &format!(" lines={}", lines_for(big)));
+        assert!(text.contains(&format!("lines={}", lines_for(big))), "{text}");
+        for threads in [1, 3, 5] {
+            crate::threads::set(threads);
+            let r = verify(text.as_bytes(), &VerifyOptions::default(), None).unwrap();
+            assert!(!r.ok && r.first_error().is_some_and(|p| p.line == 9), "{threads}: {:?}", r.first_error());
+            let rows = std::collections::BTreeMap::from([("a".to_string(), (0, 0))]);
+            let load = crate::format::Load { rows: Some(&rows), ..Default::default() };
+            assert!(load.run(text.as_bytes(), text.len() as u64, &VerifyOptions::default()).is_err());
+        }
+        crate::threads::set(0);
+        let mut frame = crate::format::split::FrameHash::default();
+        frame.update(text.as_bytes());
+    }
+
     /// One thread of work or three, the same report, for a sound text and
     /// for damaged ones (a data byte, a chunk digest, an HMAC tag).
     #[test]
