@@ -54,6 +54,15 @@ pub(crate) struct Pool {
     next: std::sync::atomic::AtomicU64,
 }
 
+/// Closes a pool's queue when dropped (see [`Pool::with`]).
+struct Closing<'p>(&'p Pool);
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        self.0.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+}
+
 impl Pool {
     /// Runs `f` with a pool of `workers` decoding threads.
     pub(crate) fn with<T>(workers: usize, f: impl FnOnce(&Pool) -> T) -> T {
@@ -72,10 +81,11 @@ impl Pool {
                 s.spawn(move || pool.work(rx));
             }
             drop(rx);
-            let out = f(&pool);
-            // Closing the queue ends the threads once they are done.
-            pool.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
-            out
+            // Closing the queue ends the threads once they are done, also
+            // when `f` panics: the scope waits for them before the panic
+            // goes on, and an open queue would keep them waiting forever.
+            let _close = Closing(&pool);
+            f(&pool)
         })
     }
 
@@ -153,5 +163,18 @@ impl Pool {
         let faults = dec.finish(ch, &mut rest);
         debug_assert!(rest.is_empty(), "every line was flushed");
         Decoded { blocks, faults, sha256: sha.finalize() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader that panics beside its pool panics; it does not wait
+    /// forever on threads that wait for more chunks.
+    #[test]
+    fn a_panic_beside_the_pool_ends_its_threads_and_goes_on() {
+        let got = std::panic::catch_unwind(|| Pool::with(3, |_| panic!("a reader's bug")));
+        assert!(got.is_err());
     }
 }
