@@ -171,12 +171,12 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
                     Ok(crate::odb::pack::Job::Blob { target, base: Some(base_for(git_dir, base)?) })
                 },
             )?;
-            if jobs.iter().any(|j| j.1.is_some()) {
+            if packed.deltas {
                 index_packs(git_dir)?;
             }
             let large_paths: Vec<std::path::PathBuf> = large.iter().map(|&i| files[i].1.clone()).collect();
             let written = crate::crypto::digest::files_parallel(&large_paths, |p| loose.write(p))?;
-            for (i, id) in small.into_iter().zip(packed).chain(large.into_iter().zip(written)) {
+            for (i, id) in small.into_iter().zip(packed.ids).chain(large.into_iter().zip(written)) {
                 ids[i] = Some(id);
             }
         }
@@ -331,10 +331,11 @@ pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
         Ok(crate::odb::pack::Job::Blob { target, base })
     };
     let expect = |j: &(_, Option<_>, _)| if j.1.is_some() { Expect::Delta } else { Expect::Blob };
-    if crate::odb::pack::store(&objects, &jobs, expect, load)?.is_empty() {
+    let packed = crate::odb::pack::store(&objects, &jobs, expect, load)?;
+    if packed.ids.is_empty() {
         return Ok(0);
     }
-    if jobs.iter().any(|j| j.1.is_some()) {
+    if packed.deltas {
         index_packs(git_dir)?;
     }
     // Packed and synced: the loose copies go, as `git prune-packed` would.

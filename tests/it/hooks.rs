@@ -355,7 +355,22 @@ impl Generations {
         Generations::place(&self.r.join("m.wtxt"), &self.d.join("prev.wtxt"));
     }
 
+    /// Snapshots `data` as generation `g` into the work tree (new files,
+    /// new inodes) and commits it through the hook.
     fn commit(&self, g: u32, data: Vec<u8>) {
+        self.write(g, data);
+        crate::util::git_ok(&self.r, &["add", "-A"]);
+        crate::util::git_ok(&self.r, &["commit", "-qm", &format!("gen {g}")]);
+    }
+
+    /// As [`Generations::commit`], committed in this process as the daemon
+    /// and the Snapshotter commit a generation.
+    fn commit_in_process(&self, g: u32, data: Vec<u8>) {
+        self.write(g, data);
+        wtxt::git::commit_written(&self.r.join("m.wtxt"), false, "t", &format!("gen {g}")).unwrap();
+    }
+
+    fn write(&self, g: u32, data: Vec<u8>) {
         let place = Generations::place;
         let prev = self.d.join("prev.wtxt");
         let chain = if g == 0 { ["--gen", "0"] } else { ["--prev", prev.to_str().unwrap()] };
@@ -363,8 +378,6 @@ impl Generations {
         let out = crate::util::snapshot(&self.d, &format!("g{g}"), &[("w", "u32", vec![ROWS, 256], data)], &extra);
         place(&out, &prev);
         place(&out, &self.r.join("m.wtxt"));
-        crate::util::git_ok(&self.r, &["add", "-A"]);
-        crate::util::git_ok(&self.r, &["commit", "-qm", &format!("gen {g}")]);
     }
 }
 
@@ -461,6 +474,38 @@ fn the_hook_packs_staged_parts_as_deltas_where_few_lines_changed() {
 /// first, as the daemon does: the generation that changed in places as
 /// deltas against the version the remote has, where a plain `git push`
 /// sends its changed parts whole (they carry `-delta`).
+/// A generation committed in process stores its changed parts in a pack
+/// as deltas and writes the multi-pack index for them; parts rewritten
+/// unchanged (new files, the same bytes) are HEAD's blobs already: only
+/// the new head is stored, and the index is not written again.
+#[test]
+fn an_in_process_commit_of_parts_rewritten_unchanged_stores_nothing() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let gens = Generations::new(dir.path());
+    let r = &gens.r;
+    let few = |row: u64| row % 32 == 5;
+    gens.commit_in_process(0, Generations::values(0, &|_| false));
+    gens.commit_in_process(1, Generations::values(1, &few));
+    let parts = std::fs::read_dir(r.join("m.wtxt.parts")).unwrap().count();
+    assert_eq!(packed_blobs(r).0, parts, "each changed part's previous version a delta");
+    let midx = r.join(".git/objects/pack/multi-pack-index");
+    let stamp = || {
+        let m = std::fs::symlink_metadata(&midx).expect("a pack of deltas is indexed");
+        (m.ino(), m.mtime(), m.mtime_nsec())
+    };
+    let (indexed, blobs, loose_before) = (stamp(), packed_blobs(r), loose(r));
+    gens.commit_in_process(2, Generations::values(1, &few));
+    assert_eq!(stamp(), indexed, "the multi-pack index not written again");
+    assert_eq!(packed_blobs(r), (blobs.0, blobs.1 + 1), "only the new head stored, whole");
+    assert_eq!(loose(r), loose_before + 2, "a tree and a commit");
+    let log = crate::util::git_ok(r, &["log", "--format=%s"]);
+    assert_eq!(log.lines().collect::<Vec<_>>(), ["gen 2", "gen 1", "gen 0"]);
+    crate::util::git_ok(r, &["fsck", "--full", "--strict"]);
+    let verify = crate::util::wtxt().current_dir(r).args(["log", "--verify", "m.wtxt"]).output().unwrap();
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
+}
+
 #[test]
 fn wtxt_git_push_sends_one_generation_a_push_and_changes_in_places_as_deltas() {
     let dir = tempfile::tempdir().unwrap();

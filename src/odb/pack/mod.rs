@@ -470,16 +470,15 @@ pub(crate) enum Expect {
 /// they are written in `items`' order as they come. `expect` says
 /// beforehand what each item loads as: how many entries a delta adds (the
 /// header's count, which the checksum covers first, is then known before
-/// the first entry), and which files go two to a job. Returns each item's
-/// id.
+/// the first entry), and which files go two to a job.
 pub(crate) fn store<T: Sync>(
     objects: &Path,
     items: &[T],
     expect: impl Fn(&T) -> Expect,
     load: impl Fn(&T) -> Result<Job> + Sync,
-) -> Result<Vec<Oid>> {
+) -> Result<Stored> {
     if items.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Stored { ids: Vec::new(), deltas: false });
     }
     let expected: Vec<Expect> = items.iter().map(expect).collect();
     let count = items.len() + expected.iter().filter(|&&e| e == Expect::Delta).count();
@@ -523,7 +522,16 @@ pub(crate) fn store<T: Sync>(
     )?;
     let superseded = w.finish()?;
     release(&dir, &superseded)?;
-    Ok(ids)
+    Ok(Stored { ids, deltas: !superseded.is_empty() })
+}
+
+/// What [`store`] did.
+pub(crate) struct Stored {
+    /// Each item's id, in order.
+    pub ids: Vec<Oid>,
+    /// Whether the pack it wrote holds a delta (none when every object was
+    /// there already, or no delta saved enough to be stored as one).
+    pub deltas: bool,
 }
 
 /// Rooms a pack's entries are coded into, reused from job to job and
@@ -606,7 +614,8 @@ mod tests {
                 Job::Stored(id) => Ok(Job::Stored(*id)),
             },
         )
-        .unwrap();
+        .unwrap()
+        .ids;
         for idx in std::fs::read_dir(dir.join("pack")).unwrap().map(|e| e.unwrap().path()) {
             if idx.extension().is_some_and(|x| x == "idx") {
                 let out = std::process::Command::new("git").arg("verify-pack").arg(&idx).output().unwrap();
