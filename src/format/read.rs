@@ -649,10 +649,10 @@ fn read_array<R: Read, V: Visitor>(
         };
         // Saturating: `len` is what the file declares (a layout of a
         // declared shape), not what it holds.
-        let text_len = lines_for(ch.len).saturating_mul(B64_WIDTH as u64 + 3);
+        let text_len = body_text_len(ch.len);
         if ch.lines == lines_for(ch.len) && !out.v.needs(&start, &ch) {
             // Its lines are counted, not read: nothing of them is used.
-            lines.skip_lines(body_text_len(ch.len), ch.lines)?;
+            lines.skip_lines(text_len, ch.lines)?;
             endch(lines)?;
             out.skipped(n, ch);
             continue;
