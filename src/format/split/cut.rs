@@ -1,6 +1,8 @@
 //! Cutting a single-file text into parts as it streams, line by line.
 
 use super::*;
+use crate::format::layout::last_line_width;
+use crate::format::syntax::{lines_for, B64_WIDTH};
 
 /// Where parts are written while a snapshot is split.
 pub trait PartSink {
@@ -135,10 +137,24 @@ impl<R: Read, S: PartSink> Splitter<'_, R, S> {
         Ok((n, l.to_vec()))
     }
 
-    /// Copies the next `count` lines (base64) as they are.
-    fn copy_lines(&mut self, count: u64) -> Result<()> {
-        for _ in 0..count {
+    /// Copies the base64 lines of the chunk `ch` as they are, once each is
+    /// as wide as the canonical form makes it: a part's frame leaves out
+    /// exactly those bytes (section 18), so a line of another width could
+    /// not be framed.
+    fn copy_lines(&mut self, ch: &ChLine) -> Result<()> {
+        if ch.lines != lines_for(ch.len) {
+            let m = format!("chunk {}: {} base64 lines, where its length makes {}", ch.ix, ch.lines, lines_for(ch.len));
+            return Err(check_at(self.lines.line_no(), m));
+        }
+        for k in 0..ch.lines {
             let r = self.lines.next_range()?.ok_or_else(|| check_at(self.lines.line_no() + 1, "file ends early"))?;
+            let want = if k + 1 == ch.lines { last_line_width(ch.len) } else { B64_WIDTH } + 2;
+            if r.len() != want {
+                return Err(check_at(
+                    self.lines.line_no(),
+                    format!("a base64 line of {} bytes, where chunk {} has {want}: not canonical WTXT", r.len(), ch.ix),
+                ));
+            }
             let cur = self.cur.as_mut().expect("a part is open");
             cur.line(self.lines.bytes(r))?;
         }
@@ -226,7 +242,7 @@ impl<R: Read, S: PartSink> Splitter<'_, R, S> {
                 self.start_part(Some(&cont))?;
             }
             self.cur.as_mut().expect("open").line(&l)?;
-            self.copy_lines(ch.lines)?;
+            self.copy_lines(&ch)?;
             let (e, end) = self.next("`endch`")?;
             if end != b"endch" {
                 return Err(check_at(e, format!("expected `endch`, found `{}`", lossy(&end, 40))));
