@@ -234,6 +234,11 @@ def rows_in_one_process(args) -> None:
     import wtxt._rust as rust
     from wtxt.torch import _load
 
+    def rchar() -> int:
+        """Bytes this process has read from files (and pipes) so far."""
+        with open("/proc/self/io") as f:
+            return int(next(l for l in f if l.startswith("rchar:")).split()[1])
+
     for snap, form in (("w0", "1.1 form"), ("t0", "tree form")):
         path = os.path.join(args.dir, snap, "model.wtxt")
         shapes = {t.name: t.shape for t in rust.outline(path).tensors if t.shape}
@@ -243,11 +248,11 @@ def rows_in_one_process(args) -> None:
         for what, rows in cases.items():
             best = None
             for _ in range(args.one_process_runs):
-                c0, t0 = cpu(), time.perf_counter()
+                c0, t0, r0 = cpu(), time.perf_counter(), rchar()
                 _load(path, None, None, None, None, rows=rows)
-                got = (time.perf_counter() - t0, cpu() - c0)
+                got = (time.perf_counter() - t0, cpu() - c0, rchar() - r0)
                 best = got if best is None or got[0] < best[0] else best
-            line.append(f"{what} {best[0]:.2f} s ({best[1]:.2f} CPU-s)")
+            line.append(f"{what} {best[0]:.2f} s ({best[1]:.2f} CPU-s, {best[2] / 1e6:.0f} MB read)")
         print(f"one process, rows kept, {form:9}: " + ", ".join(line))
 
 

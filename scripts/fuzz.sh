@@ -16,7 +16,7 @@ seed() { # target, files...
   mkdir -p "fuzz/corpus/$t"
   for f in "$@"; do [ -f "$f" ] && cp "$f" "fuzz/corpus/$t/$(basename "$f")"; done
 }
-seed verify fixtures/wtxt/expected/*.wtxt
+seed verify fixtures/wtxt/expected/*.wtxt fixtures/wtxt/tree/*.wtxt
 seed delta fixtures/wtxt/expected/*.wtxtdelta
 seed wsum fixtures/wtxt/expected/streaming.wsum
 seed containers fixtures/wtxt/inputs/single.npy fixtures/wtxt/inputs/ext.safetensors fixtures/peers/*.safetensors fixtures/peers/*.volp

@@ -520,12 +520,18 @@ fn load(
             // On the heap: the arrays end up there anyway, and a temporary
             // file would cost another pass over fresh pages.
             let keep = if metadata_only { Keep::Metadata } else { Keep::InMemory };
-            let loaded = wtxt::format::Load { keep, rows: stored.as_ref(), ..Default::default() }
-                .run(input.text(), input.len, &opts)
-                .map_err(|e| {
-                    let part = unhashed.then(|| wtxt::store::WtxtIn::find_bad_part(&path, None)).flatten();
-                    part.unwrap_or_else(|| input.blame(e))
-                })?;
+            let load = wtxt::format::Load { keep, rows: stored.as_ref(), ..Default::default() };
+            // A share of the tree form passes over the chunks it does not
+            // keep unread, where the parts are plain files.
+            let loaded = if unhashed {
+                load.run_lines(input.lines(), input.len, &opts)
+            } else {
+                load.run(input.text(), input.len, &opts)
+            }
+            .map_err(|e| {
+                let part = unhashed.then(|| wtxt::store::WtxtIn::find_bad_part(&path, None)).flatten();
+                part.unwrap_or_else(|| input.blame(e))
+            })?;
             let kept = OriginalNames::of(&loaded.arrays)?.unwrap_or_default();
             if let Some(rows) = &rows {
                 // The stored names came from the outline, read before

@@ -107,10 +107,11 @@ def test_a_share_of_the_tree_form_is_proven_without_the_rest(tmp_path):
     and a chunk's claimed digest is bound to the root all the same."""
     from wtxt.torch import _load
 
-    # 4 chunks of 128 rows (32 KiB each), over several parts.
-    w_ = torch.arange(512 * 64, dtype=torch.float32).reshape(512, 64)
+    # 4 chunks of 128 rows (512 KiB each), a part each: far more than a
+    # reader reads ahead.
+    w_ = torch.arange(512 * 1024, dtype=torch.float32).reshape(512, 1024)
     snap = tmp_path / "model.wtxt"
-    wt.save_state_dict({"w": w_, "b": torch.ones(1000)}, snap, digest="tree", **OPTS)
+    wt.save_state_dict({"w": w_, "b": torch.ones(1000)}, snap, digest="tree", **{**OPTS, "part_size": "1M"})
     parts = sorted((tmp_path / "model.wtxt.parts").iterdir())
     assert len(parts) > 2
 
@@ -124,9 +125,9 @@ def test_a_share_of_the_tree_form_is_proven_without_the_rest(tmp_path):
         for p in parts:
             lines = p.read_bytes().split(b"\n")
             for k, line in enumerate(lines):
-                if line.startswith(b"ch ix=%06d " % ix) and b"len=32768" in line:
+                if line.startswith(b"ch ix=%06d " % ix) and b"len=524288" in line:
                     if in_ch:
-                        lines[k] = flip(line, len(line) - 1)
+                        lines[k] = flip(line, line.index(b"sha256=") + 7 + 63)
                     else:
                         lines[k + 1] = flip(lines[k + 1], 0)
                     p.write_bytes(b"\n".join(lines))
@@ -134,6 +135,21 @@ def test_a_share_of_the_tree_form_is_proven_without_the_rest(tmp_path):
         raise AssertionError(f"no chunk {ix}")
 
     good = {p: p.read_bytes() for p in parts}
+
+    def read_by(load) -> int:
+        """Bytes this process reads from files while `load` runs."""
+        def rchar() -> int:
+            io = pathlib.Path("/proc/self/io").read_text()
+            return int(next(l for l in io.splitlines() if l.startswith("rchar:")).split()[1])
+        before = rchar()
+        load()
+        return rchar() - before
+
+    # The chunks not kept are passed over unread; a whole load reads them all.
+    text = sum(len(b) for b in good.values())
+    share = read_by(lambda: _load(snap, None, None, None, None, rows={"w": (0, 128)}))
+    assert share < text // 2, (share, text)
+    assert read_by(lambda: wt.load_state_dict(snap)) >= text
     bad = damage(3)
     got, _, _ = _load(snap, None, None, None, None, rows={"w": (0, 128)})
     assert set(got) == {"w"} and torch.equal(got["w"], w_[:128])

@@ -190,25 +190,43 @@ pub fn decrypt<'a, R: BufRead + 'a>(input: R, unseal: &Unseal) -> Result<Box<dyn
     Ok(Box::new(reader))
 }
 
-/// Opens `path` for reading, decrypting it when it is an age file and
-/// `unseal` is given; an age file without it is unusable input.
-pub fn open_maybe_sealed(path: &Path, unseal: Option<&Unseal>) -> Result<Box<dyn Read>> {
-    read_maybe_sealed(crate::fs::open_input_file(path)?, path, unseal)
+/// Opens `path` for reading through a buffer of `buffer` bytes (reads of
+/// at least that many go straight to the file), decrypting it when it is
+/// an age file and `unseal` is given; an age file without it is unusable
+/// input. A plain file can be passed over unread ([`crate::fs::Skip`]); a
+/// decrypted one is read through.
+pub fn open_maybe_sealed(path: &Path, unseal: Option<&Unseal>, buffer: usize) -> Result<Box<dyn crate::fs::Skip>> {
+    Ok(match unsealed(BufReader::with_capacity(buffer, crate::fs::open_input_file(path)?), path, unseal)? {
+        Unsealed::Decrypted(r) => Box::new(crate::fs::Streamed(r)),
+        Unsealed::Plain(r) => Box::new(r),
+    })
 }
 
 /// [`open_maybe_sealed`] of `f`, an input already open, named `path`.
 pub fn read_maybe_sealed<'a>(f: impl Read + 'a, path: &Path, unseal: Option<&Unseal>) -> Result<Box<dyn Read + 'a>> {
-    let mut r = BufReader::with_capacity(1 << 20, f);
+    Ok(match unsealed(BufReader::with_capacity(1 << 20, f), path, unseal)? {
+        Unsealed::Decrypted(r) => r,
+        Unsealed::Plain(r) => Box::new(r),
+    })
+}
+
+/// An input as read: decrypted, or as it is.
+enum Unsealed<'a, R> {
+    Decrypted(Box<dyn Read + 'a>),
+    Plain(BufReader<R>),
+}
+
+/// `r` decrypted with `unseal` when its first bytes are an age file's.
+fn unsealed<'a, R: Read + 'a>(mut r: BufReader<R>, path: &Path, unseal: Option<&Unseal>) -> Result<Unsealed<'a, R>> {
     let head = r.fill_buf().map_err(|e| Error::io(path, e))?;
-    if is_age(head) {
-        return match unseal {
-            Some(u) => decrypt(r, u).map_err(|e| e.in_file(path)),
-            None => Err(Error::input(
-                crate::error::Position::Line(1),
-                "the file is age-encrypted: give -i IDENTITY (or -p)",
-            )
-            .in_file(path)),
-        };
+    if !is_age(head) {
+        return Ok(Unsealed::Plain(r));
     }
-    Ok(Box::new(r))
+    match unseal {
+        Some(u) => decrypt(r, u).map(Unsealed::Decrypted).map_err(|e| e.in_file(path)),
+        None => {
+            Err(Error::input(crate::error::Position::Line(1), "the file is age-encrypted: give -i IDENTITY (or -p)")
+                .in_file(path))
+        }
+    }
 }

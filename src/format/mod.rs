@@ -13,7 +13,10 @@ pub mod syntax;
 pub(crate) mod verify;
 pub(crate) mod write;
 
+/// What a [`LineReader::skipping`] reads from (and a [`split::PartSource`] gives).
+pub use crate::fs::{Skip, Streamed};
 pub use layout::{hex_digit, parity, Layout, DEFAULT_ROWS_PER_CHUNK};
+pub use read::LineReader;
 pub use recover::recover;
 pub use verify::{verify, Report, VerifyOptions};
 pub use write::{write_snapshot, WriteOptions, WritePlan};
@@ -240,7 +243,14 @@ impl Load<'_> {
     /// Reads and verifies a whole WTXT. Any failed check is an error naming
     /// its line (exit 1); `file_len` bounds pre-allocation.
     pub fn run<R: Read>(&self, input: R, file_len: u64, opts: &VerifyOptions) -> Result<Loaded> {
-        self.run_or_report(input, file_len, opts)?
+        self.run_lines(LineReader::new(input), file_len, opts)
+    }
+
+    /// [`Load::run`] of the text `lines` reads: with [`Load::rows`] in the
+    /// tree form, one made by [`LineReader::skipping`] passes over
+    /// the chunks not kept unread, where its input can.
+    pub fn run_lines<R: Read>(&self, lines: LineReader<R>, file_len: u64, opts: &VerifyOptions) -> Result<Loaded> {
+        self.report_lines(lines, file_len, opts)?
             .map_err(|report| report.first_error().expect("a failed report names its problem").to_error())
     }
 
@@ -252,9 +262,18 @@ impl Load<'_> {
         file_len: u64,
         opts: &VerifyOptions,
     ) -> Result<std::result::Result<Loaded, Report>> {
+        self.report_lines(LineReader::new(input), file_len, opts)
+    }
+
+    fn report_lines<R: Read>(
+        &self,
+        lines: LineReader<R>,
+        file_len: u64,
+        opts: &VerifyOptions,
+    ) -> Result<std::result::Result<Loaded, Report>> {
         let known = self.known.iter().flat_map(|l| l.arrays.iter().cloned().zip(l.digests.iter().copied())).collect();
         let rows = self.rows.cloned();
-        load_with(input, opts, Collect { limit: file_len, keep: self.keep, known, rows, ..Default::default() })
+        load_with(lines, opts, Collect { limit: file_len, keep: self.keep, known, rows, ..Default::default() })
     }
 }
 
@@ -264,11 +283,11 @@ pub fn load<R: Read>(input: R, file_len: u64, opts: &VerifyOptions) -> Result<Lo
 }
 
 fn load_with<R: Read>(
-    input: R,
+    lines: LineReader<R>,
     opts: &VerifyOptions,
     mut sink: Collect,
 ) -> Result<std::result::Result<Loaded, Report>> {
-    let report = verify(input, opts, Some(&mut sink))?;
+    let report = verify::verify_lines(lines, opts, Some(&mut sink))?;
     if report.first_error().is_some() {
         return Ok(Err(report));
     }
@@ -362,25 +381,126 @@ mod tests {
     }
 
     fn text_in(arrays: &[Array], digest: syntax::DigestForm) -> Vec<u8> {
+        text_of(arrays, digest, 4)
+    }
+
+    fn text_of(arrays: &[Array], digest: syntax::DigestForm, rows_per_chunk: u64) -> Vec<u8> {
         let meta = syntax::Meta::new(0, Some("2026-01-01T00:00:00Z")).unwrap();
         let mut out = std::io::Cursor::new(Vec::new());
-        let opts = write::WriteOptions { digest, ..write::WriteOptions::new(meta, 4) };
+        let opts = write::WriteOptions { digest, ..write::WriteOptions::new(meta, rows_per_chunk) };
         write::write_snapshot(arrays, &opts, &mut out, &crate::progress::Progress::hidden()).unwrap();
         out.into_inner()
     }
 
     /// `t` with one character of the first base64 line of chunk `ix` of
-    /// array `name` changed; `in_ch`: a digit of that chunk's `ch` line's
-    /// `sha256` instead.
+    /// array `name` changed; `in_ch`: the first digit of that chunk's `ch`
+    /// line's `sha256` instead.
     fn damaged(t: &[u8], name: &str, ix: u64, in_ch: bool) -> Vec<u8> {
         let at = t.windows(name.len() + 10).position(|w| w == format!("arr name={name} ").as_bytes()).unwrap();
         let ch = format!("\nch ix={ix:06}");
         let body = at + t[at..].windows(ch.len()).position(|w| w == ch.as_bytes()).unwrap() + 1;
         let line = body + t[body..].iter().position(|&c| c == b'\n').unwrap() + 1;
-        let at = if in_ch { line - 2 } else { line };
+        let at = if in_ch { body + find(&t[body..line], b"sha256=").unwrap() + 7 } else { line };
         let mut bad = t.to_vec();
         bad[at] = if bad[at] == b'a' { b'b' } else { b'a' };
         bad
+    }
+
+    /// Parts in memory that count the bytes read from them, and pass over
+    /// bytes unread as files do.
+    struct Counted {
+        parts: Vec<Vec<u8>>,
+        read: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    struct CountedPart(std::io::Cursor<Vec<u8>>, std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+    impl Read for CountedPart {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.0.read(buf)?;
+            self.1.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            Ok(n)
+        }
+    }
+
+    impl crate::fs::Skip for CountedPart {
+        fn skip(&mut self, n: u64, lines: u64) -> std::io::Result<bool> {
+            self.0.skip(n, lines)
+        }
+    }
+
+    impl split::PartSource for Counted {
+        fn open(&self, ix: u64) -> Result<Box<dyn crate::fs::Skip>> {
+            let part = std::io::Cursor::new(self.parts[ix as usize - 1].clone());
+            Ok(Box::new(CountedPart(part, self.read.clone())))
+        }
+        fn name(&self, ix: u64) -> std::path::PathBuf {
+            split::part_name(ix).into()
+        }
+    }
+
+    /// A rank's share of a split snapshot in the tree form: the chunks it
+    /// does not keep are passed over unread (a third of the parts' bytes
+    /// is read for a quarter of them kept), the rows it keeps are exact and proven as when every
+    /// byte is read, and a part cut short still fails.
+    #[test]
+    fn a_share_of_split_parts_passes_over_the_chunks_it_does_not_keep_unread() {
+        // Eight chunks of one 128 KiB row each, past what the readers read ahead.
+        let row = 1usize << 17;
+        let values: Vec<u8> = (0..8 * row).map(|i| (i * 7 % 251) as u8).collect();
+        let a = Array::new("a", Dtype::U8, vec![8, row as u64], values.clone().into()).unwrap();
+        let t = text_of(&[a, arr("b", 2)], syntax::DigestForm::Tree, 1);
+        let rows = BTreeMap::from([("a".to_string(), (3, 5))]);
+        let cut = |t: &[u8]| {
+            let mut parts: Vec<Vec<u8>> = Vec::new();
+            let head = split::split(t, 400 << 10, &mut parts).unwrap();
+            (head, parts)
+        };
+        let load = |(head, parts): &(Vec<u8>, Vec<Vec<u8>>), skipping: bool| {
+            let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let Ok(split::Opened::Split(h)) = split::open(Box::new(&head[..])) else { panic!("a head") };
+            let source = Counted { parts: parts.clone(), read: read.clone() };
+            let joined = split::Joined::new(h, Box::new(source), None).without_part_hashes();
+            let lines = if skipping { LineReader::skipping(joined) } else { LineReader::new(joined) };
+            let got = Load { rows: Some(&rows), ..Default::default() }.run_lines(lines, 1 << 30, &Default::default());
+            (got, read.load(std::sync::atomic::Ordering::Relaxed))
+        };
+        let whole = cut(&t);
+        let total: u64 = whole.1.iter().map(|p| p.len() as u64).sum();
+        assert!(whole.1.len() >= 3, "{} parts", whole.1.len());
+        for threads in [1, 5] {
+            crate::threads::set(threads);
+            let (got, read) = load(&whole, true);
+            let got = got.unwrap();
+            assert_eq!(got.arrays[0].bytes(), &values[3 * row..5 * row]);
+            assert_eq!(got.report.skipped_chunks, 6 + 64, "all of b's one-row chunks but none kept");
+            // The two chunks kept are a quarter of the parts; each chunk
+            // passed over costs what was read ahead into it.
+            assert!(read < total / 3, "{read} of {total} bytes read");
+            let (through, all) = load(&whole, false);
+            assert_eq!(through.unwrap().arrays[0].bytes(), got.arrays[0].bytes());
+            assert_eq!(all, total, "read through: every byte");
+            // What is passed over is not checked (`wtxt verify` checks it)...
+            assert!(load(&cut(&damaged(&t, "a", 6, false)), true).0.is_ok());
+            // ...but its `ch` line's digest is bound to the root, and a kept
+            // chunk is checked.
+            for (name, ix, in_ch) in [("a", 6, true), ("a", 0, true), ("a", 4, false), ("b", 9, true)] {
+                let Err(e) = load(&cut(&damaged(&t, name, ix, in_ch)), true).0 else { panic!("{name} {ix} loaded") };
+                assert_eq!(e.kind(), crate::error::Kind::Check, "{e}");
+            }
+            // A byte gone from a chunk passed over: the line after it is
+            // not where the text says it is.
+            let mut short = whole.clone();
+            let (p, at) = short.1.iter().enumerate().find_map(|(i, p)| Some((i, find(p, b"\nch ix=000006")?))).unwrap();
+            short.1[p].remove(at + 300);
+            let Err(e) = load(&short, true).0 else { panic!("a part cut short loaded") };
+            assert!(e.to_string().contains("endch"), "{e}");
+        }
+        crate::threads::set(0);
+    }
+
+    fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+        hay.windows(needle.len()).position(|w| w == needle)
     }
 
     fn arr(name: &str, fill: u8) -> Array {

@@ -6,6 +6,8 @@
 
 use std::collections::VecDeque;
 use std::io::Read;
+
+use crate::fs::Skip;
 use std::ops::Range;
 
 use crate::error::{check_at, reason, Error, Position, Reason, Result};
@@ -106,12 +108,33 @@ pub struct LineReader<R> {
     line: u64,
     /// Bytes of the input already moved out of `buf`.
     consumed: u64,
+    /// Passes over bytes of `inner` unread (see [`LineReader::skipping`]).
+    skip: Option<SkipFn<R>>,
+    /// The most one read of `inner` asks for.
+    read_size: usize,
+}
+
+/// [`Skip::skip`] of a [`LineReader`]'s input.
+type SkipFn<R> = fn(&mut R, u64, u64) -> std::io::Result<bool>;
+
+impl<S: Skip> LineReader<S> {
+    /// Wraps an input that can pass over bytes unread: [`LineReader::skip_lines`]
+    /// passes over what it has not read yet. It reads ahead 16 KiB at a
+    /// time (not 1 MiB), so that little of a chunk passed over is read.
+    pub fn skipping(inner: S) -> Self {
+        LineReader::with(inner, Some(S::skip), crate::fs::SKIP_READ_AHEAD)
+    }
 }
 
 impl<R: Read> LineReader<R> {
     /// Wraps a reader.
     pub fn new(inner: R) -> Self {
-        LineReader { inner, buf: vec![0; (1 << 20) + MAX_LINE + 1], start: 0, end: 0, eof: false, line: 0, consumed: 0 }
+        LineReader::with(inner, None, 1 << 20)
+    }
+
+    fn with(inner: R, skip: Option<SkipFn<R>>, read_size: usize) -> Self {
+        let buf = vec![0; read_size + MAX_LINE + 1];
+        LineReader { inner, buf, start: 0, end: 0, eof: false, line: 0, consumed: 0, skip, read_size }
     }
 
     /// The input's offset of the next line (where the last one's LF ended).
@@ -168,7 +191,8 @@ impl<R: Read> LineReader<R> {
         self.end -= self.start;
         self.start = 0;
         while self.end < self.buf.len() {
-            match self.inner.read(&mut self.buf[self.end..]) {
+            let to = self.buf.len().min(self.end + self.read_size);
+            match self.inner.read(&mut self.buf[self.end..to]) {
                 Ok(0) => {
                     self.eof = true;
                     break;
@@ -206,13 +230,23 @@ impl<R: Read> LineReader<R> {
     /// lines (each ending with its LF), without looking at them otherwise:
     /// text nobody needs (a chunk's base64, undecoded) costs a count of its
     /// LFs, and the lines after it keep their numbers. `Err` names the line
-    /// where the text ends early or where the count goes wrong.
+    /// where the text ends early or where the count goes wrong. Over an
+    /// input that can ([`LineReader::skipping`]), what is not read yet is
+    /// passed over unread: its lines are counted as `lines` says, and the
+    /// line after it must be where the text says it is.
     pub fn skip_lines(&mut self, len: u64, lines: u64) -> Result<()> {
         let (mut left, mut seen) = (len, 0u64);
         while left > 0 {
             if self.start == self.end {
                 if self.eof {
                     return Err(check_at(self.line + 1, "file ends inside a chunk: expected more base64 lines"));
+                }
+                if let Some(skip) = self.skip.filter(|_| seen <= lines) {
+                    if skip(&mut self.inner, left, lines - seen).map_err(Error::read_failed)? {
+                        self.consumed += left;
+                        self.line += lines;
+                        return Ok(());
+                    }
                 }
                 self.fill()?;
                 continue;
@@ -400,7 +434,7 @@ pub fn read_header<R: Read>(lines: &mut LineReader<R>) -> Result<Header> {
 /// and reports to `v`. Damage inside a chunk's base64 is a `problem` and
 /// reading goes on; anything that breaks the structure ends it with an error.
 pub fn read<R: Read, V: Visitor>(input: R, v: &mut V) -> Result<Header> {
-    read_on(input, v, 0)
+    read_on(LineReader::new(input), v, 0)
 }
 
 /// [`read`], the chunks' base64 decoded on `decoders` threads beside this
@@ -409,11 +443,11 @@ pub fn read<R: Read, V: Visitor>(input: R, v: &mut V) -> Result<Header> {
 /// ([`Visitor::chunk_digest`]), which the threads compute as they decode.
 /// It reads ahead of the visitor by at most `2 * decoders + 2` chunks, each
 /// of at most [`MAX_POOLED_TEXT`] of text (larger ones are decoded here).
-pub fn read_on<R: Read, V: Visitor>(input: R, v: &mut V, decoders: usize) -> Result<Header> {
+pub fn read_on<R: Read, V: Visitor>(lines: LineReader<R>, v: &mut V, decoders: usize) -> Result<Header> {
     if decoders == 0 {
-        return read_to(input, &mut Out { v, pool: None, queue: VecDeque::new() });
+        return read_to(lines, &mut Out { v, pool: None, queue: VecDeque::new() });
     }
-    Pool::with(decoders, |pool| read_to(input, &mut Out { v, pool: Some(pool), queue: VecDeque::new() }))
+    Pool::with(decoders, |pool| read_to(lines, &mut Out { v, pool: Some(pool), queue: VecDeque::new() }))
 }
 
 /// What the reader has read and the visitor not yet heard: chunks being
@@ -524,17 +558,16 @@ fn tell_skipped<V: Visitor>(v: &mut V, line: u64, ch: &ChLine) {
     v.chunk_end(line, ch, false);
 }
 
-fn read_to<R: Read, V: Visitor>(input: R, out: &mut Out<'_, '_, V>) -> Result<Header> {
+fn read_to<R: Read, V: Visitor>(lines: LineReader<R>, out: &mut Out<'_, '_, V>) -> Result<Header> {
     // Whatever stops the reading, the visitor first hears what was read
     // before it, as the reader on one thread would have told it.
-    let read = read_all(input, out);
+    let read = read_all(lines, out);
     let told = out.drain();
     let header = read?;
     told.map(|()| header)
 }
 
-fn read_all<R: Read, V: Visitor>(input: R, out: &mut Out<'_, '_, V>) -> Result<Header> {
-    let mut lines = LineReader::new(input);
+fn read_all<R: Read, V: Visitor>(mut lines: LineReader<R>, out: &mut Out<'_, '_, V>) -> Result<Header> {
     let mut header = read_header(&mut lines)?;
     let mut pending = match read_sign(&mut lines, &mut header)? {
         AfterHeader::Next(n, l) => Some((n, l)),

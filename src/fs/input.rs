@@ -152,3 +152,61 @@ pub(crate) fn read_full(r: &mut dyn std::io::Read, buf: &mut [u8]) -> std::io::R
     }
     Ok(n)
 }
+
+/// An input that can pass over bytes nobody reads without reading them: a
+/// distributed load of the tree form seeks past the chunks it does not
+/// keep instead of reading the whole model's text.
+pub trait Skip: std::io::Read {
+    /// Passes over the next `n` bytes, which hold `lines` LFs by what the
+    /// caller read about them (a chunk's `ch` line), without reading them.
+    /// `Ok(false)`, nothing consumed: this input cannot (the caller reads
+    /// them through). Bytes passed over are not checked.
+    fn skip(&mut self, n: u64, lines: u64) -> std::io::Result<bool>;
+}
+
+/// How much each buffer in front of a [`Skip`] input reads ahead: what
+/// is read ahead into a chunk passed over is read for nothing (a chunk's
+/// text is about 1.4 MB at the default 128 rows of 4096 bf16 values),
+/// while each read is a call down the layers.
+pub const SKIP_READ_AHEAD: usize = 16 << 10;
+
+impl<S: Skip + ?Sized> Skip for Box<S> {
+    fn skip(&mut self, n: u64, lines: u64) -> std::io::Result<bool> {
+        (**self).skip(n, lines)
+    }
+}
+
+/// A file seeks: the buffer's bytes are passed over first, then the
+/// file's offset moves. A seek past the end is not an error here; the
+/// next read finds the end.
+impl Skip for std::io::BufReader<File> {
+    fn skip(&mut self, n: u64, _lines: u64) -> std::io::Result<bool> {
+        let Ok(n) = i64::try_from(n) else { return Ok(false) };
+        self.seek_relative(n)?;
+        Ok(true)
+    }
+}
+
+/// Bytes in memory (tests, fuzzing) pass over as a file does.
+impl Skip for std::io::Cursor<Vec<u8>> {
+    fn skip(&mut self, n: u64, _lines: u64) -> std::io::Result<bool> {
+        self.set_position(self.position().saturating_add(n));
+        Ok(true)
+    }
+}
+
+/// An input read only in order (a pipe, a decrypting stream, a Git blob):
+/// nothing is skipped.
+pub struct Streamed<R>(pub R);
+
+impl<R: std::io::Read> std::io::Read for Streamed<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl<R: std::io::Read> Skip for Streamed<R> {
+    fn skip(&mut self, _n: u64, _lines: u64) -> std::io::Result<bool> {
+        Ok(false)
+    }
+}

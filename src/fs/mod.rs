@@ -20,7 +20,9 @@ mod signals;
 mod walk;
 
 pub use direct::{start_writeback, DirectWriter, Writeback};
-pub use input::{is_device, open_input_file, open_no_follow, open_regular, read_small_file, Links};
+pub use input::{
+    is_device, open_input_file, open_no_follow, open_regular, read_small_file, Links, Skip, Streamed, SKIP_READ_AHEAD,
+};
 pub(crate) use input::{read_full, ReadAt};
 pub use out::{exchange, write_file, AtomicFile, NewFolder, OutputDir};
 pub use signals::{exit_cleanly_when_a_mapped_input_shrinks, remove_temp_files_on_signals};

@@ -523,7 +523,7 @@ impl BlobParts {
 }
 
 impl crate::format::split::PartSource for BlobParts {
-    fn open(&self, ix: u64) -> Result<Box<dyn Read>> {
+    fn open(&self, ix: u64) -> Result<Box<dyn crate::fs::Skip>> {
         let i = (ix as usize).wrapping_sub(1);
         let name = self.name(ix);
         let Some((id, size)) = self.listed.get(i).copied().flatten() else {
@@ -539,9 +539,9 @@ impl crate::format::split::PartSource for BlobParts {
             return Err(Error::check(Default::default(), m).in_file(&name));
         }
         if let Some(r) = self.local.as_ref().and_then(|local| local(ix, id)) {
-            return Ok(r);
+            return Ok(Box::new(crate::fs::Streamed(r)));
         }
-        Ok(Box::new(crate::odb::blob::stream(&self.git_dir, id)?))
+        Ok(Box::new(crate::fs::Streamed(crate::odb::blob::stream(&self.git_dir, id)?)))
     }
 
     fn name(&self, ix: u64) -> PathBuf {

@@ -45,7 +45,7 @@ fn open(path: &Path) -> Result<(File, u64)> {
 /// `unseal`); the length is the file's, an upper bound of the plaintext's.
 fn open_input(path: &Path, unseal: Option<&Unseal>) -> Result<(Box<dyn Read>, u64)> {
     let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
-    Ok((open_maybe_sealed(path, unseal)?, len))
+    Ok((open_maybe_sealed(path, unseal, 1 << 20)?, len))
 }
 
 /// Reads only the header (and `sign` line) of a WTXT file.

@@ -1,6 +1,6 @@
 //! Where a split snapshot's part files live, and reading them.
 
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Position, Result};
@@ -23,7 +23,7 @@ pub struct PartFiles<'a> {
 }
 
 impl PartSource for PartFiles<'_> {
-    fn open(&self, ix: u64) -> Result<Box<dyn Read>> {
+    fn open(&self, ix: u64) -> Result<Box<dyn crate::fs::Skip>> {
         let p = self.name(ix);
         match std::fs::metadata(&p) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -34,7 +34,9 @@ impl PartSource for PartFiles<'_> {
             Ok(m) if !m.is_file() => {
                 Err(Error::check(Position::None, "not a regular file: the head lists a part here").in_file(&p))
             }
-            _ => crate::crypto::armor::open_maybe_sealed(&p, self.unseal),
+            // The joined reader reads in larger blocks (straight from the
+            // file) except where it passes over chunks ([`crate::fs::Skip`]).
+            _ => crate::crypto::armor::open_maybe_sealed(&p, self.unseal, crate::fs::SKIP_READ_AHEAD),
         }
     }
 

@@ -8,14 +8,18 @@ use std::path::{Path, PathBuf};
 
 use crate::crypto::armor::{read_maybe_sealed, Unseal};
 use crate::error::{Error, Result};
+use crate::format::read::LineReader;
 use crate::format::split::{self, Joined};
 use crate::format::verify::{verify, Problem, ProblemKind, Report, VerifyOptions};
+use crate::fs::{Skip, Streamed};
 use crate::store::{parts_dir, PartFiles};
 
 /// A WTXT input: a single file, or a split snapshot's head joined with its
 /// parts and read as the single file it stands for.
 pub struct WtxtIn<'a> {
-    reader: Box<dyn Read + 'a>,
+    /// The text: a split snapshot's parts joined, which can pass over a
+    /// chunk unread ([`WtxtIn::lines`]).
+    reader: Box<dyn Skip + 'a>,
     /// Bytes the reader will give at most (progress, size bounds).
     pub len: u64,
     path: PathBuf,
@@ -78,7 +82,7 @@ impl<'a> WtxtIn<'a> {
 
     /// A single-file text of `len` bytes read from `reader` (a Git blob), named `path`.
     pub fn single(reader: Box<dyn Read + 'a>, len: u64, path: &Path) -> WtxtIn<'a> {
-        WtxtIn { reader, len, path: path.to_path_buf(), map: None, faults: None }
+        WtxtIn { reader: Box::new(Streamed(reader)), len, path: path.to_path_buf(), map: None, faults: None }
     }
 
     /// A split snapshot's `head` (read from `path`, `head_len` bytes) joined
@@ -119,7 +123,7 @@ impl<'a> WtxtIn<'a> {
     /// cannot be read at all.
     pub fn verify(mut self, opts: &VerifyOptions, progress: &crate::progress::Progress) -> Result<Report> {
         progress.set_total(self.len);
-        let inner = std::mem::replace(&mut self.reader, Box::new(std::io::empty()));
+        let inner = self.take();
         let text = BufReader::with_capacity(1 << 20, crate::progress::Counted { inner, progress });
         let mut report = verify(text, opts, None).map_err(|e| self.blame(e))?;
         self.locate_report(&mut report);
@@ -165,7 +169,18 @@ impl<'a> WtxtIn<'a> {
 
     /// The text, buffered; the input keeps what names errors.
     pub fn text(&mut self) -> BufReader<Box<dyn Read + 'a>> {
-        BufReader::with_capacity(1 << 20, std::mem::replace(&mut self.reader, Box::new(std::io::empty())))
+        BufReader::with_capacity(1 << 20, self.take())
+    }
+
+    /// The text as lines, passing over what a load does not keep unread
+    /// where it can ([`LineReader::skipping`]): a split snapshot's parts
+    /// opened with [`WtxtIn::open_unhashed`], read from plain files.
+    pub fn lines(&mut self) -> LineReader<Box<dyn Skip + 'a>> {
+        LineReader::skipping(self.take())
+    }
+
+    fn take(&mut self) -> Box<dyn Skip + 'a> {
+        std::mem::replace(&mut self.reader, Box::new(Streamed(std::io::empty())))
     }
 
     /// True for a split snapshot.

@@ -49,7 +49,8 @@ pub fn outline(path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> O
 /// `path`). Read in place: `file`'s own position is left where it was, so
 /// the strict reader can read the same open file after.
 pub fn outline_of(file: &File, path: &Path, wanted: &dyn Fn(&str) -> bool, max_wanted: u64) -> Option<Vec<Outlined>> {
-    let mut first = BufReader::with_capacity(1 << 16, ReadAt::new(file));
+    // Little is read ahead of each chunk seeked over (see `crate::fs::Skip`).
+    let mut first = BufReader::with_capacity(crate::fs::SKIP_READ_AHEAD, ReadAt::new(file));
     let mut segments: Vec<(Box<dyn Segment + '_>, ArrLines)> = Vec::new();
     let head = {
         let start = first.fill_buf().ok()?;
@@ -65,7 +66,7 @@ pub fn outline_of(file: &File, path: &Path, wanted: &dyn Fn(&str) -> bool, max_w
             segments.push((Box::new(Cursor::new(h.prefix)), VecDeque::new()));
             for (p, arrs) in h.parts.iter().zip(h.arrs) {
                 let f = open_file(&dir.join(part_name(p.ix)))?;
-                segments.push((Box::new(BufReader::with_capacity(1 << 16, f)), arrs.into()));
+                segments.push((Box::new(BufReader::with_capacity(crate::fs::SKIP_READ_AHEAD, f)), arrs.into()));
             }
             segments.push((Box::new(Cursor::new(h.tail)), VecDeque::new()));
         }

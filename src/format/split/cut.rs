@@ -28,7 +28,7 @@ impl PartSink for Vec<Vec<u8>> {
 }
 
 impl PartSource for Vec<Vec<u8>> {
-    fn open(&self, ix: u64) -> Result<Box<dyn Read>> {
+    fn open(&self, ix: u64) -> Result<Box<dyn crate::fs::Skip>> {
         match ix.checked_sub(1).and_then(|i| self.get(i as usize)) {
             Some(p) => Ok(Box::new(io::Cursor::new(p.clone()))),
             None => Err(Error::check(Position::None, format!("part {ix} is missing"))),

@@ -6,8 +6,10 @@ use super::*;
 /// Where the parts of a head are read from: files next to it, or blobs in
 /// a Git tree or index.
 pub trait PartSource {
-    /// Opens part `ix` (a reader that owns what it reads).
-    fn open(&self, ix: u64) -> Result<Box<dyn Read>>;
+    /// Opens part `ix` (a reader that owns what it reads; one that can
+    /// pass over bytes unread where the source allows, see
+    /// [`Joined::without_part_hashes`]).
+    fn open(&self, ix: u64) -> Result<Box<dyn crate::fs::Skip>>;
     /// The path that names part `ix` in messages.
     fn name(&self, ix: u64) -> PathBuf;
     /// Parts present beyond the `count` the head lists (a stray part is
@@ -276,6 +278,18 @@ impl Read for Joined<'_> {
     }
 }
 
+/// A chunk's lines are passed over unread only where nothing else needs
+/// them: the parts unhashed ([`Joined::without_part_hashes`], the caller
+/// proves what it keeps) and a fault stopping the read (not lenient).
+impl Skip for Joined<'_> {
+    fn skip(&mut self, n: u64, lines: u64) -> io::Result<bool> {
+        match &mut self.current {
+            Some(cur) if !self.hash_parts && self.faults.is_none() => cur.skip(n, lines),
+            _ => Ok(false),
+        }
+    }
+}
+
 /// How a part's bytes are checked against its `part` line as they pass.
 enum PartCheck {
     /// Its frame hash (and lines, counted by the frame).
@@ -321,7 +335,7 @@ impl PartCheck {
 
 /// One part's body, with its framing checked and its bytes hashed.
 struct PartReader {
-    inner: BufReader<io::Take<Box<dyn Read>>>,
+    inner: BufReader<Limited>,
     want: PartLine,
     name: PathBuf,
     head_line: u64,
@@ -395,11 +409,14 @@ fn begin_at(s: &[u8], line_start: bool) -> usize {
 }
 
 impl PartReader {
-    fn new(inner: Box<dyn Read>, want: PartLine, name: PathBuf, head_line: u64, hash: bool) -> PartReader {
+    fn new(inner: Box<dyn Skip>, want: PartLine, name: PathBuf, head_line: u64, hash: bool) -> PartReader {
+        // Unhashed, a part may be passed over in places ([`PartReader::skip`]):
+        // little is read ahead of them.
+        let ahead = if hash { 1 << 20 } else { crate::fs::SKIP_READ_AHEAD };
         PartReader {
             // Never read past what the head declares (and the one byte that
             // shows a part is longer): a huge part costs no more than its size.
-            inner: BufReader::with_capacity(1 << 20, inner.take(want.bytes.saturating_add(1))),
+            inner: BufReader::with_capacity(ahead, Limited { src: inner, left: want.bytes.saturating_add(1) }),
             want,
             name,
             head_line,
@@ -493,6 +510,77 @@ impl PartReader {
             return fail("its hash differs: it was changed, or comes from another generation".into());
         }
         Ok(())
+    }
+}
+
+impl PartReader {
+    /// Passes over the next `n` body bytes (a chunk's base64 lines,
+    /// `lines` of them by its `ch` line) without reading them, when the
+    /// part's bytes are proven by other means ([`PartCheck::Lines`]: a
+    /// frame hash needs every byte) and its source can: what was read
+    /// ahead is dropped, the rest passed over, and the lines counted as
+    /// declared. `Ok(false)`, nothing consumed: read them through.
+    fn skip(&mut self, n: u64, lines: u64) -> io::Result<bool> {
+        let arr_left = self.splice.out.get_ref().len() as u64 - self.splice.out.position();
+        if !matches!(self.check, PartCheck::Lines(_)) || self.eof || arr_left > 0 {
+            return Ok(false);
+        }
+        // Read ahead, in the order the body gives them: counted already
+        // (all but the buffer's), and to be dropped.
+        let pending = &self.pending.get_ref()[(self.pending.position() as usize).min(self.pending.get_ref().len())..];
+        let ahead = [&self.splice.carry[..], pending, &self.held[..]];
+        let lfs = |b: &[u8]| memchr::memchr_iter(b'\n', b).count() as u64;
+        let counted: u64 = ahead.iter().map(|b| lfs(b)).sum();
+        let buffered = self.inner.buffer();
+        let read = ahead.iter().map(|b| b.len() as u64).sum::<u64>() + buffered.len() as u64;
+        if read >= n || counted + lfs(buffered) > lines {
+            return Ok(false);
+        }
+        let buffered = buffered.len();
+        if !self.inner.get_mut().skip(n - read)? {
+            return Ok(false);
+        }
+        self.inner.consume(buffered);
+        if let PartCheck::Lines(seen) = &mut self.check {
+            *seen += lines - counted;
+        }
+        self.bytes += buffered as u64 + (n - read);
+        self.splice.carry.clear();
+        self.splice.mid_line = false;
+        self.pending = io::Cursor::new(Vec::new());
+        self.held.clear();
+        self.given_tail.clear();
+        Ok(true)
+    }
+}
+
+/// A part's source, never read past `left` bytes.
+struct Limited {
+    src: Box<dyn Skip>,
+    left: u64,
+}
+
+impl Read for Limited {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let m = buf.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        if m == 0 {
+            return Ok(0);
+        }
+        let n = self.src.read(&mut buf[..m])?;
+        self.left = self.left.saturating_sub(n as u64);
+        Ok(n)
+    }
+}
+
+impl Limited {
+    /// Passes over the next `n` bytes when the source can and they end
+    /// before the limit (else the read through finds where the part ends).
+    fn skip(&mut self, n: u64) -> io::Result<bool> {
+        if n >= self.left || !self.src.skip(n, 0)? {
+            return Ok(false);
+        }
+        self.left -= n;
+        Ok(true)
     }
 }
 

@@ -50,6 +50,7 @@ use crate::format::read::LineReader;
 use crate::format::syntax::{
     dec, hexn, lines_for, lossy, padded, shape_str, ArrLine, ChLine, Fields, IdxLine, PResult,
 };
+use crate::fs::Skip;
 use crate::limits::MAX_LINE;
 
 /// Default part size: 45 MiB (47,185,920 bytes) keeps every file under

@@ -18,7 +18,7 @@ use crate::crypto::digest::{merkle_this, Hash};
 use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::{SecretKey, TrustedKeys};
 use crate::error::{Kind, Result};
-use crate::format::read::{read, Header};
+use crate::format::read::{read_on, Header, LineReader};
 use crate::format::syntax::{Root, SignLine, Wsum};
 use crate::limits::PIPELINE_DEPTH;
 
@@ -169,6 +169,16 @@ fn signature_status(
 /// Verifies a WTXT (or WTXT-S with its WSUM) read from `input`. Returns an
 /// error only when reading fails; every failed check is in the report.
 pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sink>) -> Result<Report> {
+    verify_lines(LineReader::new(input), opts, sink)
+}
+
+/// [`verify`] of the text `lines` reads (one that passes over the chunks
+/// `sink` does not want, [`LineReader::skipping`]).
+pub fn verify_lines<R: Read>(
+    lines: LineReader<R>,
+    opts: &VerifyOptions,
+    sink: Option<&mut dyn Sink>,
+) -> Result<Report> {
     let (pool_tx, pool_rx) = unbounded::<Vec<u8>>();
     let key = opts.hmac_key;
     let vis = |hashers| Hashing {
@@ -192,7 +202,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
     let decoders = threads.saturating_sub(3);
     let (read_result, vis, roots, chunks) = if threads == 1 {
         let mut vis = vis(Hashers::Inline(Box::default(), Box::new(ChunkWork::new(key))));
-        let r = read(input, &mut vis);
+        let r = read_on(lines, &mut vis, 0);
         let Hashers::Inline(root, chunk) = std::mem::replace(&mut vis.hashers, Hashers::Threads(Vec::new())) else {
             unreachable!("set above")
         };
@@ -212,7 +222,7 @@ pub fn verify<R: Read>(input: R, opts: &VerifyOptions, sink: Option<&mut dyn Sin
                 w.finish()
             });
             let mut vis = vis(Hashers::Threads(vec![tx_a, tx_b]));
-            let r = crate::format::read::read_on(input, &mut vis, decoders);
+            let r = read_on(lines, &mut vis, decoders);
             vis.hashers = Hashers::Threads(Vec::new());
             let a = wa.join().expect("array and root hashing thread");
             let b = wb.join().expect("chunk hashing thread");
