@@ -6,8 +6,6 @@
 
 use std::collections::VecDeque;
 use std::io::Read;
-
-use crate::fs::Skip;
 use std::ops::Range;
 
 use crate::error::{check_at, reason, Error, Position, Reason, Result};
@@ -18,6 +16,7 @@ use crate::format::syntax::{
     body_text_len, lines_for, lossy, ArrLine, Audit, Cap, ChLine, IdxLine, Meta, Root, SignLine, B64_WIDTH,
     CAP_EXT_DTYPES, END, MAGIC, RAW_PER_LINE,
 };
+use crate::fs::Skip;
 use crate::limits::{BLOCK, MAX_LINE};
 
 /// The header of a WTXT file.
