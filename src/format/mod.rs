@@ -400,7 +400,7 @@ mod tests {
         let ch = format!("\nch ix={ix:06}");
         let body = at + t[at..].windows(ch.len()).position(|w| w == ch.as_bytes()).unwrap() + 1;
         let line = body + t[body..].iter().position(|&c| c == b'\n').unwrap() + 1;
-        let at = if in_ch { body + find(&t[body..line], b"sha256=").unwrap() + 7 } else { line };
+        let at = if in_ch { body + memchr::memmem::find(&t[body..line], b"sha256=").unwrap() + 7 } else { line };
         let mut bad = t.to_vec();
         bad[at] = if bad[at] == b'a' { b'b' } else { b'a' };
         bad
@@ -441,8 +441,9 @@ mod tests {
 
     /// A rank's share of a split snapshot in the tree form: the chunks it
     /// does not keep are passed over unread (a third of the parts' bytes
-    /// is read for a quarter of them kept), the rows it keeps are exact and proven as when every
-    /// byte is read, and a part cut short still fails.
+    /// is read for a quarter of them kept), the rows it keeps are exact
+    /// and proven as when every byte is read, and a part cut short still
+    /// fails.
     #[test]
     fn a_share_of_split_parts_passes_over_the_chunks_it_does_not_keep_unread() {
         // Eight chunks of one 128 KiB row each, past what the readers read ahead.
@@ -491,16 +492,17 @@ mod tests {
             // A byte gone from a chunk passed over: the line after it is
             // not where the text says it is.
             let mut short = whole.clone();
-            let (p, at) = short.1.iter().enumerate().find_map(|(i, p)| Some((i, find(p, b"\nch ix=000006")?))).unwrap();
+            let (p, at) = short
+                .1
+                .iter()
+                .enumerate()
+                .find_map(|(i, p)| Some((i, memchr::memmem::find(p, b"\nch ix=000006")?)))
+                .unwrap();
             short.1[p].remove(at + 300);
             let Err(e) = load(&short, true).0 else { panic!("a part cut short loaded") };
             assert!(e.to_string().contains("endch"), "{e}");
         }
         crate::threads::set(0);
-    }
-
-    fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-        hay.windows(needle.len()).position(|w| w == needle)
     }
 
     fn arr(name: &str, fill: u8) -> Array {
