@@ -39,6 +39,21 @@ pub fn threads() -> usize {
     }
 }
 
+/// From this many threads of work on, no serial SHA-256 stream is paired
+/// with another digest ([`crate::crypto::sha_pair`]). Two digests paired
+/// cost 1.11x one, on one core: pairing saves a core's worth of work, but
+/// the stream every other step waits on (`sha256_all`, and an array's
+/// digest, which `sha256_all` waits on) then runs at 0.9x its speed, and
+/// so does the whole command. From four threads there are cores to run the
+/// other digest beside it: the writer hashes each chunk where it encodes
+/// it, the verifier hashes the arrays on the thread that checks the chunks.
+pub const STREAMS_ALONE_FROM: usize = 4;
+
+/// Whether the serial streams run alone ([`STREAMS_ALONE_FROM`]).
+pub fn streams_alone() -> bool {
+    threads() >= STREAMS_ALONE_FROM
+}
+
 /// `work` on each of `items` on up to [`threads`] threads, and `consume` of
 /// each result on the calling thread in `items`' order as soon as it and
 /// those before it are done: the consumer (a writer) runs beside the

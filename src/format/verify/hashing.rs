@@ -1,7 +1,10 @@
 //! The verifier's hashing work: blocks from a recycled pool handed to two
 //! workers, one for the arrays' digests, `sha256_all` and `fastxor`, one
 //! for the chunks' digests two at a time or each paired with the array's
-//! HMAC.
+//! HMAC. When the chunks' digests come from the threads that decode them
+//! and the serial stream runs alone ([`crate::threads::streams_alone`]),
+//! the first worker computes `sha256_all` alone and the second the arrays'
+//! digests and `fastxor`.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -203,6 +206,8 @@ pub(super) struct RootDigests {
 }
 
 pub(super) struct ChunkDigests {
+    /// The arrays' digests and `fastxor`, where this worker computed them.
+    pub(super) alone: Option<(Vec<Hash>, u64)>,
     pub(super) bad_chunks: Vec<BadChunk>,
     /// Per array, whether its HMAC matched, where it was checked.
     pub(super) macs: Vec<Option<bool>>,
@@ -212,9 +217,10 @@ pub(super) struct ChunkDigests {
 
 /// Each array's digest paired with `sha256_all` (both take the same
 /// bytes; the `arr` line that `sha256_all` starts with is read first), and
-/// `fastxor`.
+/// `fastxor`; or, `alone`, `sha256_all` by itself.
 #[derive(Default)]
 pub(super) struct RootWork {
+    pub(super) alone: bool,
     pub(super) all: Sha256State,
     pub(super) fx: FastXor,
     pub(super) arrays: Vec<Hash>,
@@ -230,7 +236,12 @@ impl RootWork {
             Msg::Array { text, tree: true, .. } => self.tree.get_or_insert_with(Vec::new).push(text),
             Msg::Array { text, .. } => {
                 self.all.update(&text[..]);
-                self.cur = Some(Sha256State::default());
+                self.cur = (!self.alone).then(Sha256State::default);
+            }
+            Msg::Data { block } if self.alone => {
+                if self.tree.is_none() {
+                    self.all.update(&block.buf);
+                }
             }
             Msg::Data { block } if self.tree.is_some() => self.fx.update(&block.buf),
             Msg::Data { block } => {
@@ -259,6 +270,9 @@ impl RootWork {
 /// with the HMAC instead, both taking the same bytes.
 pub(super) struct ChunkWork<'k> {
     pub(super) key: Option<&'k HmacKey>,
+    /// The arrays' digests and `fastxor`, here instead of beside
+    /// `sha256_all` ([`RootWork::alone`]).
+    pub(super) alone: Option<Arrays>,
     pub(super) chunks: ChunkPairs,
     pub(super) mac: Option<(Sha256State, Hash)>,
     pub(super) macs: Vec<Option<bool>>,
@@ -267,8 +281,10 @@ pub(super) struct ChunkWork<'k> {
 }
 
 impl<'k> ChunkWork<'k> {
-    pub(super) fn new(key: Option<&'k HmacKey>) -> ChunkWork<'k> {
-        ChunkWork { key, chunks: ChunkPairs::default(), mac: None, macs: Vec::new(), given: None }
+    /// `alone`: the arrays' digests and `fastxor` are computed here.
+    pub(super) fn new(key: Option<&'k HmacKey>, alone: bool) -> ChunkWork<'k> {
+        let alone = alone.then(Arrays::default);
+        ChunkWork { key, alone, chunks: ChunkPairs::default(), mac: None, macs: Vec::new(), given: None }
     }
 
     pub(super) fn take(&mut self, m: Msg) {
@@ -277,14 +293,32 @@ impl<'k> ChunkWork<'k> {
             // The tree form: every chunk's digest is kept; the arrays' digests
             // and tags are computed from them at the end.
             Msg::Array { tree: true, .. } => self.chunks.keep = true,
-            Msg::Array { salt, hmac, .. } => self.mac = hmac.zip(key).map(|(want, k)| (k.resumable(&salt), want)),
-            Msg::ChunkDigest { sha256 } => self.given = Some(sha256),
-            Msg::Data { block } if self.given.is_some() => {
-                if let Some((inner, _)) = self.mac.as_mut() {
-                    inner.update(&block.buf);
+            Msg::Array { salt, hmac, .. } => {
+                self.mac = hmac.zip(key).map(|(want, k)| (k.resumable(&salt), want));
+                if let Some(a) = self.alone.as_mut() {
+                    a.cur = Some(Sha256State::default());
                 }
             }
-            Msg::Data { block } => self.chunks.data(block, self.mac.as_mut().map(|(inner, _)| inner)),
+            Msg::ChunkDigest { sha256 } => self.given = Some(sha256),
+            Msg::Data { block } => {
+                let mut mac = self.mac.as_mut().map(|(inner, _)| inner);
+                let mut array = None;
+                if let Some(a) = self.alone.as_mut() {
+                    a.fx.update(&block.buf);
+                    array = a.cur.as_mut();
+                }
+                // The array's digest pairs with the HMAC, else with the
+                // chunk's when this thread hashes it.
+                if let (Some(m), Some(a)) = (mac.as_mut(), array.as_mut()) {
+                    Sha256State::update_pair(m, &block.buf, a, &block.buf);
+                    (mac, array) = (None, None);
+                }
+                match (self.given.is_some(), mac.or(array)) {
+                    (true, Some(other)) => other.update(&block.buf),
+                    (true, None) => {}
+                    (false, partner) => self.chunks.data(block, partner),
+                }
+            }
             Msg::ChunkEnd { array, ix, len, line, sha256, bad } => {
                 let end = ChunkEnd { array, ix, len, line, want: sha256, bad };
                 match self.given.take() {
@@ -294,15 +328,27 @@ impl<'k> ChunkWork<'k> {
             }
             Msg::ArrayEnd => {
                 let checked = self.mac.take().zip(key).map(|((inner, want), k)| k.verify_resumable(inner, &want));
-                self.macs.push(checked)
+                self.macs.push(checked);
+                if let Some(a) = self.alone.as_mut() {
+                    a.done.extend(a.cur.take().map(Sha256State::finalize));
+                }
             }
         }
     }
 
     pub(super) fn finish(self) -> ChunkDigests {
         let (bad_chunks, kept) = self.chunks.finish();
-        ChunkDigests { bad_chunks, macs: self.macs, kept }
+        let alone = self.alone.map(|a| (a.done, a.fx.value()));
+        ChunkDigests { alone, bad_chunks, macs: self.macs, kept }
     }
+}
+
+/// The arrays' digests and `fastxor`, on the chunks' worker.
+#[derive(Default)]
+pub(super) struct Arrays {
+    cur: Option<Sha256State>,
+    done: Vec<Hash>,
+    fx: FastXor,
 }
 
 /// A chunk's place and what its `ch` line says.

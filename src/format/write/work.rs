@@ -10,7 +10,7 @@
 //!   no thread takes other work while it can advance;
 //! - **digest**: an array's SHA-256 (and HMAC), each array on its own, a
 //!   few arrays ahead of the root (later arrays' digests run beside it),
-//!   paired with its chunks' SHA-256 when there is no key;
+//!   paired with its chunks' SHA-256 when there is no key and few threads;
 //! - **encode**: a piece of text (a chunk's base64 lines with their parity,
 //!   its CRC32C and its share of `fastxor`, or a run of whole lines of a
 //!   larger chunk), a bounded number of pieces ahead of the output; and
@@ -20,6 +20,11 @@
 //! In the tree form (`digest_tree`) there is no root or digest work:
 //! encoding a chunk hashes it, and the caller computes the arrays'
 //! digests and `sha256_all` from the chunks' SHA-256 once all are encoded.
+//!
+//! From [`crate::threads::STREAMS_ALONE_FROM`] threads on, encoding a
+//! chunk hashes it in the sha256 form too, so that neither an array's
+//! digest nor `sha256_all`, the two streams everything waits on, is slowed
+//! by a digest paired with it.
 //!
 //! Placeholder `ch` and `arr` lines go out with the pieces; the caller
 //! patches them once everything is hashed. The bytes never depend on the
@@ -129,8 +134,9 @@ pub(super) struct Work<'a, 'p> {
     state: Mutex<State>,
     changed: Condvar,
     progress: &'a Progress,
-    /// The tree form: each chunk's SHA-256 is hashed as it is encoded.
-    tree: bool,
+    /// Each chunk's SHA-256 is hashed as it is encoded (the tree form, or
+    /// the serial streams alone), not beside a digest or the root.
+    chunks_in_encode: bool,
     /// Digests and pieces taken ahead of the root and the output.
     digest_ahead: usize,
     encode_ahead: usize,
@@ -179,7 +185,7 @@ impl<'a, 'p> Work<'a, 'p> {
             state: Mutex::new(state),
             changed: Condvar::new(),
             progress,
-            tree,
+            chunks_in_encode: tree || crate::threads::streams_alone(),
             digest_ahead: threads + 1,
             encode_ahead: 2 * threads + 2,
         }
@@ -334,7 +340,7 @@ impl<'a, 'p> Work<'a, 'p> {
         }
         let range = piece.off as usize..(piece.off + piece.len) as usize;
         let raw = &p.array.bytes()[range.clone()];
-        if self.tree && piece.first {
+        if self.chunks_in_encode && piece.first {
             // The whole chunk's digest, on the thread that encodes its first
             // piece (a chunk is a piece unless its rows are very wide).
             let (off, len) = p.layout.chunk_range(piece.ix);
@@ -369,36 +375,36 @@ impl<'a, 'p> Work<'a, 'p> {
     }
 
     /// Array `i`'s SHA-256 and HMAC in one pass; without a key, each chunk's
-    /// SHA-256 beside the array's (two digests cost what one does).
+    /// SHA-256 beside the array's (two digests cost little more than one)
+    /// unless encoding hashes the chunks.
     fn digest(&self, i: usize) {
         let p = &self.plans[i];
         let mut sha = Sha256State::default();
         let mut mac = self.opts.hmac_key.map(|k| (k, k.resumable(&p.salt)));
-        let mut chunks = ChunkDigests::new(p, &self.sums.chunk_sha);
-        each_block(p, &mut |block| match mac.as_mut() {
-            Some((_, m)) => Sha256State::update_pair(&mut sha, block, m, block),
-            None => chunks.pair(&mut sha, block),
+        let mut chunks = (!self.chunks_in_encode).then(|| ChunkDigests::new(p, &self.sums.chunk_sha));
+        each_block(p, &mut |block| match (mac.as_mut(), chunks.as_mut()) {
+            (Some((_, m)), _) => Sha256State::update_pair(&mut sha, block, m, block),
+            (None, Some(chunks)) => chunks.pair(&mut sha, block),
+            (None, None) => sha.update(block),
         });
         let _ = self.digests[i].set((sha.finalize(), mac.map(|(k, m)| k.finish_resumable(m))));
     }
 
     /// `sha256_all` through array `i` (its `arr` line, then its bytes): the
     /// stream is this job's alone, one array at a time in order. With a
-    /// key, the chunks' SHA-256 beside it (the digest job paired the HMAC).
+    /// key, the chunks' SHA-256 beside it (the digest job paired the HMAC)
+    /// unless encoding hashes them.
     fn root(&self, i: usize) {
         let p = &self.plans[i];
         let (sha, hmac) = *self.digests[i].get().expect("the root takes an array once its digest is done");
         let line = final_arr(p, self.opts, sha, hmac);
         let mut all = self.root_state.lock().unwrap_or_else(|p| p.into_inner());
         all.update(line.to_line().as_bytes());
-        let keyed = self.opts.hmac_key.is_some();
-        let mut chunks = ChunkDigests::new(p, &self.sums.chunk_sha);
-        each_block(p, &mut |block| {
-            if keyed {
-                chunks.pair(&mut all, block);
-            } else {
-                all.update(block);
-            }
+        let keyed = self.opts.hmac_key.is_some() && !self.chunks_in_encode;
+        let mut chunks = keyed.then(|| ChunkDigests::new(p, &self.sums.chunk_sha));
+        each_block(p, &mut |block| match chunks.as_mut() {
+            Some(chunks) => chunks.pair(&mut all, block),
+            None => all.update(block),
         });
         self.progress.inc(p.layout.bytes);
         let _ = self.sums.arr_lines[i].set(line);
@@ -505,7 +511,8 @@ mod tests {
             assert!(texts.iter().all(|t| *t == texts[0]), "a thread count changed the bytes");
             assert_eq!(std::str::from_utf8(&texts[0]).unwrap().contains(",digest_tree\n"), digest == DigestForm::Tree);
             let opts = crate::format::verify::VerifyOptions { hmac_key: hmac, ..Default::default() };
-            for threads in [1, 3] {
+            // 5: `sha256_all` alone, the arrays' digests on the chunks' worker.
+            for threads in [1, 3, 5] {
                 crate::threads::set(threads);
                 let report = crate::format::verify::verify(&texts[0][..], &opts, None).unwrap();
                 assert!(report.ok, "{digest:?} {threads}: {:?}", report.errors);
