@@ -531,8 +531,8 @@ class WtxtStorageWriter(StorageWriter):
                 call(dw.write_fixed)
             return digests
 
-        written = ranks.agree(encode)
         if self.digest == "tree":
+            written = ranks.agree(encode)
             # The tree form: the ranks report their chunks' SHA-256 and
             # nothing passes from rank to rank; the coordinator computes
             # every `arr` line and `sha256_all` from them.
@@ -549,10 +549,40 @@ class WtxtStorageWriter(StorageWriter):
             return _resolved(results)
         # Each array's SHA-256 and HMAC: those this rank holds whole on a
         # pool (its SHA-256 units side by side), the others handed on along
-        # their runs, step by step as the schedule says.
-        with ThreadPoolExecutor(max(1, _rust.threads() - 1), thread_name_prefix="wtxt-dcp-hash") as pool:
+        # their runs, step by step as the schedule says. The pool reads this
+        # rank's memory only, so it starts before the chunks are encoded and
+        # runs beside them.
+        with ThreadPoolExecutor(max(1, _rust.threads() - 1), thread_name_prefix="wtxt-dcp-hash") as pool, \
+                ThreadPoolExecutor(1, thread_name_prefix="wtxt-dcp-all") as serial:
             whole = {s.array: pool.submit(call, dw.hash_array, s.array, span(s), None) for s in sched.whole}
             arr_lines: Dict[int, str] = {}
+
+            def line(i: int) -> str:
+                if i not in arr_lines:
+                    arr_lines[i] = call(dw.arr_line, i, whole[i].result())
+                return arr_lines[i]
+
+            def chain(agreed: Optional[Dict[int, str]]) -> Optional[bytes]:
+                """sha256_all, along every run in the file's order."""
+                state: Optional[bytes] = None
+                for s in sched.all_steps:
+                    if s.kind == "recv":
+                        state = ranks.recv(_SHA_STATE, s.peer)
+                    elif s.kind == "hash":
+                        arr = line(s.array) if agreed is None else agreed[s.array]
+                        state = call(dw.hash_all, state, s.array, span(s), arr)
+                    else:
+                        ranks.send(_in_hand(state), s.peer)
+                ranks.wait_sends()
+                return state
+
+            # With one rank every step is this process's own and there is
+            # nothing to agree on: sha256_all follows the pool's digests as
+            # each is done, on a thread of its own beside the encoding, as
+            # `save_state_dict` does. With more, the steps pass hash states
+            # between ranks, after the encoding's collective.
+            alone = serial.submit(chain, None) if ranks.world == 1 else None
+            written = ranks.agree(encode)
             state: Optional[bytes] = None
             for s in sched.array_steps:
                 if s.kind == "recv":
@@ -564,29 +594,14 @@ class WtxtStorageWriter(StorageWriter):
                 else:
                     arr_lines[s.array] = call(dw.arr_line, s.array, _in_hand(state))
             ranks.wait_sends()
-
-            def line(i: int) -> str:
-                if i not in arr_lines:
-                    arr_lines[i] = call(dw.arr_line, i, whole[i].result())
-                return arr_lines[i]
-
-            # With one rank there is nothing to agree on: sha256_all follows
-            # the pool's digests as each is done, as `save_state_dict` does.
-            agreed = None if ranks.world == 1 else {
-                i: l for got in ranks.agree(lambda: {i: line(i) for i in range(sched.arrays)
-                                                     if i in arr_lines or i in whole})
-                for i, l in got.items()}
-            # sha256_all, along every run in the file's order.
-            state = None
-            for s in sched.all_steps:
-                if s.kind == "recv":
-                    state = ranks.recv(_SHA_STATE, s.peer)
-                elif s.kind == "hash":
-                    arr = line(s.array) if agreed is None else agreed[s.array]
-                    state = call(dw.hash_all, state, s.array, span(s), arr)
-                else:
-                    ranks.send(_in_hand(state), s.peer)
-            ranks.wait_sends()
+            if alone is not None:
+                agreed = None
+                state = alone.result()
+            else:
+                agreed = {i: l for got in ranks.agree(lambda: {i: line(i) for i in range(sched.arrays)
+                                                               if i in arr_lines or i in whole})
+                          for i, l in got.items()}
+                state = chain(agreed)
             lines = [line(i) if agreed is None else agreed[i] for i in range(sched.arrays)]
 
         def report() -> Tuple[Optional[bytes], int, List[Any]]:
