@@ -469,15 +469,20 @@ impl Pipeline {
         Ok(to_push)
     }
 
-    /// Writes the DELTA v2 from `prev` to `file`; returns its size.
+    /// Writes the DELTA v2 from `prev` to `file`; returns its size. Both are
+    /// this pipeline's own ring files, read unhashed so that the chunks the
+    /// delta does not carry are sought past, not read: the delta names
+    /// both by `sha256_all`, and `delta apply` verifies what it makes, so a
+    /// part changed on disk since it was written makes a delta that does
+    /// not apply, never a wrong snapshot.
     fn delta(&self, prev: &Path, file: &Path, gen: u64) -> Result<u64> {
         let out = self.cfg.ring.join(ring_name(gen, "wtxtdelta"));
         let mut f = crate::fs::AtomicFile::create(&out)?;
         {
-            let mut b = crate::store::input::WtxtIn::open(prev, None)?;
-            let mut t = crate::store::input::WtxtIn::open(file, None)?;
+            let mut b = crate::store::input::WtxtIn::open_unhashed(prev, None)?;
+            let mut t = crate::store::input::WtxtIn::open_unhashed(file, None)?;
             let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
-            crate::format::delta::create((b.text(), prev), (t.text(), file), &mut w)?;
+            crate::format::delta::create((b.lines(), prev), (t.lines(), file), &mut w)?;
             w.flush().map_err(|e| Error::io(&out, e))?;
         }
         let len = f.file().metadata().map_err(|e| Error::io(&out, e))?.len();

@@ -427,6 +427,10 @@ mod tests {
         fn skip(&mut self, n: u64, lines: u64) -> std::io::Result<bool> {
             self.0.skip(n, lines)
         }
+
+        fn passes_over(&self) -> bool {
+            true
+        }
     }
 
     impl split::PartSource for Counted {

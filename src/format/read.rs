@@ -119,9 +119,11 @@ type SkipFn<R> = fn(&mut R, u64, u64) -> std::io::Result<bool>;
 impl<S: Skip> LineReader<S> {
     /// Wraps an input that can pass over bytes unread: [`LineReader::skip_lines`]
     /// passes over what it has not read yet. It reads ahead 16 KiB at a
-    /// time (not 1 MiB), so that little of a chunk passed over is read.
+    /// time (not 1 MiB), so that little of a chunk passed over is read,
+    /// where the input can pass over anything ([`Skip::passes_over`]).
     pub fn skipping(inner: S) -> Self {
-        LineReader::with(inner, Some(S::skip), crate::fs::SKIP_READ_AHEAD)
+        let read_size = if inner.passes_over() { crate::fs::SKIP_READ_AHEAD } else { 1 << 20 };
+        LineReader::with(inner, Some(S::skip), read_size)
     }
 }
 

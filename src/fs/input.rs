@@ -162,6 +162,10 @@ pub trait Skip: std::io::Read {
     /// `Ok(false)`, nothing consumed: this input cannot (the caller reads
     /// them through). Bytes passed over are not checked.
     fn skip(&mut self, n: u64, lines: u64) -> std::io::Result<bool>;
+
+    /// Whether [`Skip::skip`] can pass over anything: a reader in front of
+    /// one that cannot reads ahead in large blocks, as any reader does.
+    fn passes_over(&self) -> bool;
 }
 
 /// How much each buffer in front of a [`Skip`] input reads ahead: what
@@ -174,6 +178,10 @@ impl<S: Skip + ?Sized> Skip for Box<S> {
     fn skip(&mut self, n: u64, lines: u64) -> std::io::Result<bool> {
         (**self).skip(n, lines)
     }
+
+    fn passes_over(&self) -> bool {
+        (**self).passes_over()
+    }
 }
 
 /// A file seeks: the buffer's bytes are passed over first, then the
@@ -185,6 +193,10 @@ impl Skip for std::io::BufReader<File> {
         self.seek_relative(n)?;
         Ok(true)
     }
+
+    fn passes_over(&self) -> bool {
+        true
+    }
 }
 
 /// Bytes in memory (tests, fuzzing) pass over as a file does.
@@ -192,6 +204,10 @@ impl Skip for std::io::Cursor<Vec<u8>> {
     fn skip(&mut self, n: u64, _lines: u64) -> std::io::Result<bool> {
         self.set_position(self.position().saturating_add(n));
         Ok(true)
+    }
+
+    fn passes_over(&self) -> bool {
+        true
     }
 }
 
@@ -208,5 +224,9 @@ impl<R: std::io::Read> std::io::Read for Streamed<R> {
 impl<R: std::io::Read> Skip for Streamed<R> {
     fn skip(&mut self, _n: u64, _lines: u64) -> std::io::Result<bool> {
         Ok(false)
+    }
+
+    fn passes_over(&self) -> bool {
+        false
     }
 }

@@ -126,7 +126,7 @@ pub fn delta_create(
     let stats = {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, f.file());
         let r =
-            crate::format::delta::create((b.text(), base), (t.text(), target), &mut w).map_err(|e| e.in_file(out))?;
+            crate::format::delta::create((b.lines(), base), (t.lines(), target), &mut w).map_err(|e| e.in_file(out))?;
         w.flush().map_err(|e| Error::io(out, e))?;
         r
     };

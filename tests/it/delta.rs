@@ -160,3 +160,58 @@ fn create_refuses_a_base_or_target_that_fails_verification() {
         assert!(!out.exists());
     }
 }
+
+/// Split snapshots read unhashed, as the snapshot pipeline reads its own
+/// ring files: the chunks the delta does not carry are sought past, and
+/// the delta is the one `delta create` makes after verifying both files.
+/// A chunk passed over that is a byte short still fails, at its `endch`.
+#[test]
+fn a_delta_of_parts_read_unhashed_is_the_verified_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let base_bytes = f64_rows(4096, 64, 1);
+    let mut target_bytes = base_bytes.clone();
+    for row in [5usize, 3000] {
+        target_bytes[row * 512..row * 512 + 8].copy_from_slice(&42f64.to_le_bytes());
+    }
+    let split = ["--rows-per-chunk", "64", "--part-size", "300000"];
+    let base =
+        snapshot(d, "base", &[("R", "f64", vec![4096, 64], base_bytes)], &[&["--gen", "1"][..], &split].concat());
+    let prev = base.to_str().unwrap().to_string();
+    let target = snapshot(
+        d,
+        "target",
+        &[("R", "f64", vec![4096, 64], target_bytes)],
+        &[&["--prev", &prev][..], &split].concat(),
+    );
+    assert!(d.join("base.wtxt.parts").is_dir(), "split into parts");
+    let made = |base: &Path| -> wtxt::Result<Vec<u8>> {
+        let mut b = wtxt::store::WtxtIn::open_unhashed(base, None)?;
+        let mut t = wtxt::store::WtxtIn::open_unhashed(&target, None)?;
+        let mut out = Vec::new();
+        wtxt::format::delta::create((b.lines(), base), (t.lines(), &target), &mut out)?;
+        Ok(out)
+    };
+    let verified = d.join("verified.wtxtdelta");
+    let r = create(&base, &target, &verified);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let unhashed = made(&base).unwrap();
+    assert!(unhashed == std::fs::read(&verified).unwrap(), "the same delta");
+    assert_eq!(String::from_utf8_lossy(&unhashed).lines().filter(|l| l.starts_with("ch ")).count(), 2);
+    let out = d.join("out.wtxt");
+    let r = apply(&base, &verified, &out);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let joined = d.join("joined.wtxt");
+    assert!(wtxt().arg("join").arg(&target).arg("-o").arg(&joined).output().unwrap().status.success());
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(&joined).unwrap(), "the target's text, rebuilt");
+    // A base64 character dropped from a chunk of the base, which the delta
+    // only names: its length no longer ends at `endch`.
+    let part = d.join("base.wtxt.parts").join(wtxt::format::split::part_name(1));
+    let mut text = std::fs::read(&part).unwrap();
+    let ch = memchr::memmem::find(&text, b"\nch ").unwrap() + 1;
+    let line = ch + memchr::memchr(b'\n', &text[ch..]).unwrap() + 1;
+    text.remove(line + 10);
+    std::fs::write(&part, &text).unwrap();
+    let e = made(&base).unwrap_err().to_string();
+    assert!(e.contains("endch"), "{e}");
+}

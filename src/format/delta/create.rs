@@ -5,6 +5,7 @@ use std::path::Path;
 
 use crate::crypto::digest::Hash;
 use crate::error::{Error, Result};
+use crate::format::read::LineReader;
 use crate::format::syntax::ChLine;
 
 use super::walk::{final_sha, next_array, wtxt_tail, ArrayText, DeltaHead, Walker, DELTA_END};
@@ -15,13 +16,19 @@ fn same_chunk(a: &ChLine, b: &ChLine) -> bool {
 }
 
 /// Writes the extended DELTA v2 that turns `base` into `target`. Both are
-/// read as text; the caller verifies `target` strictly first.
-pub fn create<B: Read, T: Read, W: Write>(base: (B, &Path), target: (T, &Path), out: &mut W) -> Result<DeltaStats> {
+/// read as text lines, the chunks the delta does not carry passed over
+/// (sought past where the readers can, [`LineReader::skipping`]); the
+/// caller verifies `target` strictly first.
+pub fn create<B: Read, T: Read, W: Write>(
+    base: (LineReader<B>, &Path),
+    target: (LineReader<T>, &Path),
+    out: &mut W,
+) -> Result<DeltaStats> {
     let (base, base_path) = base;
     let (target, target_path) = target;
     let in_base = |e: Error| e.in_input(base_path);
     let in_target = |e: Error| e.in_input(target_path);
-    let mut bw = Walker::new(base);
+    let mut bw = Walker::on(base);
     let base_arrays = (|| -> Result<(Hash, Vec<BaseArray>)> {
         let (bh, _) = bw.wtxt_header()?;
         let base_sha = final_sha(&bh, "the base")?;
@@ -38,7 +45,7 @@ pub fn create<B: Read, T: Read, W: Write>(base: (B, &Path), target: (T, &Path), 
     })()
     .map_err(in_base)?;
     let (base_sha, base_arrays) = base_arrays;
-    create_from(base_sha, &base_arrays, Walker::new(target), out).map_err(in_target)
+    create_from(base_sha, &base_arrays, Walker::on(target), out).map_err(in_target)
 }
 
 /// A base array as `create` needs it: its lines and its chunks' `ch` lines.

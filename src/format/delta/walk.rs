@@ -8,7 +8,7 @@ use crate::crypto::digest::Hash;
 use crate::error::{check_at, reason, Error, Reason, Result};
 use crate::format::layout::Layout;
 use crate::format::read::{read_header, Header, LineReader};
-use crate::format::syntax::{hexn, lossy, ArrLine, ChLine, IdxLine, Root, END};
+use crate::format::syntax::{body_text_len, hexn, lines_for, lossy, ArrLine, ChLine, IdxLine, Root, END};
 
 /// First token of a delta.
 pub const MAGIC: &str = "WTXT-DELTA 2";
@@ -84,6 +84,12 @@ impl<R: Read> Walker<R> {
         Walker { lines: LineReader::new(inner), peeked: None }
     }
 
+    /// Walks `lines` (one made [`LineReader::skipping`] seeks past the
+    /// chunks it skips).
+    pub fn on(lines: LineReader<R>) -> Self {
+        Walker { lines, peeked: None }
+    }
+
     /// Reads a WTXT header (and its optional `sign` line) as the strict
     /// reader does, and gives its text too.
     pub fn wtxt_header(&mut self) -> Result<(Header, Vec<u8>)> {
@@ -142,8 +148,16 @@ impl<R: Read> Walker<R> {
     }
 
     /// The base64 lines and `endch` of a chunk whose `ch` line was read,
-    /// copied to `out` (with their LFs) or skipped.
+    /// copied to `out` (with their LFs) or skipped. A chunk of the canonical
+    /// line count is skipped as the strict reader passes over a chunk it
+    /// does not decode ([`LineReader::skip_lines`]): its lines counted in the
+    /// length its `len` makes them, or sought past, and `endch` where that
+    /// length ends; nothing of it is used.
     pub(super) fn chunk_body<W: Write>(&mut self, ch: &ChLine, mut out: Option<&mut W>) -> Result<()> {
+        if out.is_none() && self.peeked.is_none() && ch.lines == lines_for(ch.len) {
+            self.lines.skip_lines(body_text_len(ch.len), ch.lines)?;
+            return self.endch(ch);
+        }
         for _ in 0..ch.lines {
             let Some(r) = self.lines.next_range_of(78)? else {
                 return Err(check_at(self.lines.line_no() + 1, "file ends inside a chunk"));
@@ -156,12 +170,17 @@ impl<R: Read> Walker<R> {
                 o.write_all(b).map_err(Error::write_failed)?;
             }
         }
-        let (n2, e) = self.next("`endch`")?;
-        if e != b"endch" {
-            return Err(check_at(n2, format!("expected `endch` after {} base64 lines", ch.lines)));
-        }
+        self.endch(ch)?;
         if let Some(o) = out.as_mut() {
             o.write_all(b"endch\n").map_err(Error::write_failed)?;
+        }
+        Ok(())
+    }
+
+    fn endch(&mut self, ch: &ChLine) -> Result<()> {
+        let (n, e) = self.next("`endch`")?;
+        if e != b"endch" {
+            return Err(check_at(n, format!("expected `endch` after {} base64 lines", ch.lines)));
         }
         Ok(())
     }

@@ -283,10 +283,17 @@ impl Read for Joined<'_> {
 /// proves what it keeps) and a fault stopping the read (not lenient).
 impl Skip for Joined<'_> {
     fn skip(&mut self, n: u64, lines: u64) -> io::Result<bool> {
-        match &mut self.current {
-            Some(cur) if !self.hash_parts && self.faults.is_none() => cur.skip(n, lines),
-            _ => Ok(false),
+        if !self.passes_over() {
+            return Ok(false);
         }
+        match &mut self.current {
+            Some(cur) => cur.skip(n, lines),
+            None => Ok(false),
+        }
+    }
+
+    fn passes_over(&self) -> bool {
+        !self.hash_parts && self.faults.is_none()
     }
 }
 
