@@ -154,6 +154,18 @@ fn delta_and_wsum_readers_never_panic() {
             }
         });
     }
+    // Creating one from a mutated base or target, read through or passed
+    // over by seeking (the snapshot pipeline's ring delta).
+    let (base, target) = (read("expected/delta_base.wtxt"), read("expected/delta_target.wtxt"));
+    let create = |b: &[u8], t: &[u8]| {
+        use wtxt::format::{delta, LineReader};
+        let p = std::path::Path::new("x");
+        let _ = delta::create((LineReader::new(b), p), (LineReader::new(t), p), &mut std::io::sink());
+        let (b, t) = (std::io::Cursor::new(b.to_vec()), std::io::Cursor::new(t.to_vec()));
+        let _ = delta::create((LineReader::skipping(b), p), (LineReader::skipping(t), p), &mut std::io::sink());
+    };
+    never_panics("delta create, base", &base, 600, |b| create(b, &target));
+    never_panics("delta create, target", &target, 600, |t| create(&base, t));
     let wsum = read("expected/streaming.wsum");
     never_panics("wsum", &wsum, 3000, |b| {
         let _ = wtxt::format::syntax::Wsum::parse_file(b);
