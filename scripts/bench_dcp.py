@@ -150,8 +150,10 @@ def load_main(rank: int, world: int, port: int, args, reader: str, results) -> N
         # The tree form's snapshot: a rank decodes only the chunks it keeps.
         snap = "t0" if reader.endswith("tree") else "w0"
         dcp.load(sd, storage_reader=WtxtStorageReader(os.path.join(args.dir, snap, "model.wtxt")))
+    # CPU before the barrier: a rank that waits there for the other spins.
+    c1 = cpu()
     dist.barrier()
-    got = (time.perf_counter() - t0, cpu() - c0, hwm_mib() - before, before)
+    got = (time.perf_counter() - t0, c1 - c0, hwm_mib() - before, before)
     results.put((rank, got))
     dist.barrier()
     dist.destroy_process_group()
