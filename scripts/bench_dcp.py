@@ -72,8 +72,10 @@ def rank_main(rank: int, world: int, port: int, args, results) -> None:
             dist.barrier()
             c0, t0 = cpu(), time.perf_counter()
             fn(k)
+            # CPU before the barrier: a rank that waits there for the other spins.
+            c1 = cpu()
             dist.barrier()
-            got = (time.perf_counter() - t0, cpu() - c0)
+            got = (time.perf_counter() - t0, c1 - c0)
             best = got if best is None or got[0] < best[0] else best
         out[name] = best
 
@@ -150,8 +152,7 @@ def load_main(rank: int, world: int, port: int, args, reader: str, results) -> N
         # The tree form's snapshot: a rank decodes only the chunks it keeps.
         snap = "t0" if reader.endswith("tree") else "w0"
         dcp.load(sd, storage_reader=WtxtStorageReader(os.path.join(args.dir, snap, "model.wtxt")))
-    # CPU before the barrier: a rank that waits there for the other spins.
-    c1 = cpu()
+    c1 = cpu()  # before the barrier, as in rank_main
     dist.barrier()
     got = (time.perf_counter() - t0, c1 - c0, hwm_mib() - before, before)
     results.put((rank, got))
