@@ -635,6 +635,51 @@ mod tests {
         }
     }
 
+    /// Mutated texts (a byte changed, dropped or doubled) get the same
+    /// report at one thread, three (two hashing threads) and five (the
+    /// chunks decoded beside them, `sha256_all` alone), with and without
+    /// the key: the digests move between threads, never what is found.
+    #[test]
+    fn mutated_texts_get_one_report_whatever_the_threads() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/wtxt");
+        let hex = std::fs::read_to_string(dir.join("keys/hmac.hex")).unwrap();
+        let key = HmacKey::from_hex(hex.trim()).unwrap();
+        const PICK: &[u8] = b"AZaz09+/ =\n";
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % n as u64) as usize
+        };
+        for f in ["expected/hmac.wtxt", "expected/defaults.wtxt", "expected/rows_per_chunk_3.wtxt"] {
+            let good = std::fs::read(dir.join(f)).unwrap();
+            for case in 0..60 {
+                let mut t = good.clone();
+                let at = next(t.len());
+                match case % 3 {
+                    0 => t[at] = PICK[next(PICK.len())],
+                    1 => drop(t.remove(at)),
+                    _ => t.insert(at, t[at]),
+                }
+                for key in [Some(&key), None] {
+                    let opts = VerifyOptions { hmac_key: key, ..Default::default() };
+                    let mut seen = Vec::new();
+                    for threads in [1, 3, 5] {
+                        crate::threads::set(threads);
+                        let r = verify(&t[..], &opts, None).map(|r| (r.ok, r.errors, r.arrays));
+                        seen.push(format!(
+                            "{:?}",
+                            r.map(|r| serde_json::to_string(&r).unwrap()).map_err(|e| e.to_string())
+                        ));
+                    }
+                    crate::threads::set(0);
+                    assert!(seen.iter().all(|x| *x == seen[0]), "{f} case {case} at {at}: {seen:?}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn chunks_hashed_in_pairs_find_exactly_the_chunks_whose_digest_is_wrong() {
         let hold = HOLD;
