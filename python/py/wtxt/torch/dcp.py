@@ -579,9 +579,10 @@ class WtxtStorageWriter(StorageWriter):
             # With one rank every step is this process's own and there is
             # nothing to agree on: sha256_all follows the pool's digests as
             # each is done, on a thread of its own beside the encoding, as
-            # `save_state_dict` does. With more, the steps pass hash states
-            # between ranks, after the encoding's collective.
-            alone = serial.submit(chain, None) if ranks.world == 1 else None
+            # `save_state_dict` does (one thread of work: after it). With
+            # more, the steps pass hash states between ranks, after the
+            # encoding's collective.
+            alone = serial.submit(chain, None) if ranks.world == 1 and _rust.threads() > 1 else None
             written = ranks.agree(encode)
             state: Optional[bytes] = None
             for s in sched.array_steps:
@@ -594,14 +595,11 @@ class WtxtStorageWriter(StorageWriter):
                 else:
                     arr_lines[s.array] = call(dw.arr_line, s.array, _in_hand(state))
             ranks.wait_sends()
-            if alone is not None:
-                agreed = None
-                state = alone.result()
-            else:
-                agreed = {i: l for got in ranks.agree(lambda: {i: line(i) for i in range(sched.arrays)
-                                                               if i in arr_lines or i in whole})
-                          for i, l in got.items()}
-                state = chain(agreed)
+            agreed = None if ranks.world == 1 else {
+                i: l for got in ranks.agree(lambda: {i: line(i) for i in range(sched.arrays)
+                                                     if i in arr_lines or i in whole})
+                for i, l in got.items()}
+            state = chain(agreed) if alone is None else alone.result()
             lines = [line(i) if agreed is None else agreed[i] for i in range(sched.arrays)]
 
         def report() -> Tuple[Optional[bytes], int, List[Any]]:
