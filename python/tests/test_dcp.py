@@ -56,6 +56,20 @@ def test_one_snapshot_whatever_the_world_size(tmp_path, world, digest):
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.parametrize("threads", ["1", "4"])
+def test_one_rank_writes_the_same_snapshot_at_any_threads_of_work(tmp_path, monkeypatch, threads):
+    """One rank hashes beside its encoding from two threads of work, after
+    it at one, and from four the serial streams run alone: the same bytes."""
+    monkeypatch.setenv("WTXT_THREADS", threads)
+    opts = dict(OPTS, hmac_key=str(KEYS / "hmac.hex"))
+    ref = tmp_path / "ref" / "model.wtxt"
+    ref.parent.mkdir()
+    wt.save_state_dict(w.training_state(), ref, **opts)
+    out = tmp_path / "dcp" / "model.wtxt"
+    w.run(1, w.save_sharded, str(out), opts)
+    assert files(out) == files(ref)
+
+
 def _check_loaded(out_dir: pathlib.Path, world: int):
     full = w.training_state()
     for rank in range(world):
