@@ -49,11 +49,6 @@ pub fn threads() -> usize {
 /// it, the verifier hashes the arrays on the thread that checks the chunks.
 pub const STREAMS_ALONE_FROM: usize = 4;
 
-/// Whether the serial streams run alone ([`STREAMS_ALONE_FROM`]).
-pub fn streams_alone() -> bool {
-    threads() >= STREAMS_ALONE_FROM
-}
-
 /// `work` on each of `items` on up to [`threads`] threads, and `consume` of
 /// each result on the calling thread in `items`' order as soon as it and
 /// those before it are done: the consumer (a writer) runs beside the

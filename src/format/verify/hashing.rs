@@ -2,7 +2,7 @@
 //! workers, one for the arrays' digests, `sha256_all` and `fastxor`, one
 //! for the chunks' digests two at a time or each paired with the array's
 //! HMAC. When the chunks' digests come from the threads that decode them
-//! and the serial stream runs alone ([`crate::threads::streams_alone`]),
+//! and the serial stream runs alone ([`crate::threads::STREAMS_ALONE_FROM`]),
 //! the first worker computes `sha256_all` alone and the second the arrays'
 //! digests and `fastxor`.
 

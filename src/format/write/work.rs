@@ -185,7 +185,7 @@ impl<'a, 'p> Work<'a, 'p> {
             state: Mutex::new(state),
             changed: Condvar::new(),
             progress,
-            chunks_in_encode: tree || crate::threads::streams_alone(),
+            chunks_in_encode: tree || threads >= crate::threads::STREAMS_ALONE_FROM,
             digest_ahead: threads + 1,
             encode_ahead: 2 * threads + 2,
         }
