@@ -9,6 +9,15 @@ fn f64_rows(rows: usize, cols: usize, seed: u64) -> Vec<u8> {
     (0..rows * cols).flat_map(|i| ((i as u64 * 2654435761 + seed) as f64).to_le_bytes()).collect()
 }
 
+/// `base` (4096 x 64 f64 rows) with the first value of each of `rows` set to 42.
+fn rows_set(base: &[u8], rows: &[usize]) -> Vec<u8> {
+    let mut target = base.to_vec();
+    for row in rows {
+        target[row * 512..row * 512 + 8].copy_from_slice(&42f64.to_le_bytes());
+    }
+    target
+}
+
 fn create(base: &Path, target: &Path, out: &Path) -> std::process::Output {
     wtxt().args(["delta", "create"]).arg(base).arg(target).arg("-o").arg(out).output().unwrap()
 }
@@ -22,10 +31,7 @@ fn three_changed_rows_of_4096x64_carry_at_most_three_chunks() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let base_bytes = f64_rows(4096, 64, 1);
-    let mut target_bytes = base_bytes.clone();
-    for row in [5usize, 1000, 3000] {
-        target_bytes[row * 512..row * 512 + 8].copy_from_slice(&42f64.to_le_bytes());
-    }
+    let target_bytes = rows_set(&base_bytes, &[5, 1000, 3000]);
     let base = snapshot(d, "base", &[("R", "f64", vec![4096, 64], base_bytes)], &["--gen", "1"]);
     let prev = base.to_str().unwrap().to_string();
     let target = snapshot(d, "target", &[("R", "f64", vec![4096, 64], target_bytes)], &["--prev", &prev]);
@@ -170,10 +176,7 @@ fn a_delta_of_parts_read_unhashed_is_the_verified_one() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let base_bytes = f64_rows(4096, 64, 1);
-    let mut target_bytes = base_bytes.clone();
-    for row in [5usize, 3000] {
-        target_bytes[row * 512..row * 512 + 8].copy_from_slice(&42f64.to_le_bytes());
-    }
+    let target_bytes = rows_set(&base_bytes, &[5, 3000]);
     let split = ["--rows-per-chunk", "64", "--part-size", "300000"];
     let base =
         snapshot(d, "base", &[("R", "f64", vec![4096, 64], base_bytes)], &[&["--gen", "1"][..], &split].concat());
