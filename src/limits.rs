@@ -58,7 +58,7 @@ pub const PIPELINE_DEPTH: usize = 8;
 pub const MAX_KEY_FILE: u64 = 1 << 20;
 
 /// Largest audit line accepted on the command line (it must fit a WTXT line).
-pub const MAX_AUDIT: usize = MAX_LINE - "audit ".len();
+pub const MAX_AUDIT: usize = MAX_LINE - "audit ".len() - " wtxt.bind=".len() - 64;
 
 /// Most tensor bytes a writer that builds its whole output in memory
 /// (VOLP) may take: the heap cap. Larger outputs are refused with a pointer

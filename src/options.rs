@@ -29,6 +29,8 @@ pub struct KeyFiles {
     pub hmac_from_env: bool,
     /// With an HMAC key, accept input arrays whose hmac is all zeros.
     pub allow_unauthenticated: bool,
+    /// With an HMAC key, accept inputs without the keyed tag that binds them.
+    pub allow_unbound: bool,
     /// Ed25519 key that signs the output.
     pub sign_key: Option<PathBuf>,
     /// The one public key a signed input must be signed by (wins over
@@ -46,6 +48,7 @@ impl KeyFiles {
         Ok(Keys {
             hmac_key: self.hmac()?,
             allow_unauthenticated: self.allow_unauthenticated,
+            allow_unbound: self.allow_unbound,
             sign_key: self.sign()?,
             trusted: self.trusted()?,
             oms_key: self.oms()?,
@@ -91,6 +94,8 @@ pub struct Keys {
     pub oms_key: Option<EcSecretKey>,
     /// With an HMAC key, accept input arrays whose hmac is all zeros.
     pub allow_unauthenticated: bool,
+    /// With an HMAC key, accept inputs without the keyed tag that binds them.
+    pub allow_unbound: bool,
 }
 
 impl Keys {
@@ -101,6 +106,7 @@ impl Keys {
             self.trusted.as_ref(),
             self.sign_key.as_ref(),
             self.allow_unauthenticated,
+            self.allow_unbound,
         )
     }
 }

@@ -51,6 +51,7 @@ struct Trust {
     pubkey: Option<PathBuf>,
     trusted_keys: Option<PathBuf>,
     require_signature: bool,
+    allow_unbound: bool,
 }
 
 /// [`Trust`] with its keys read.
@@ -59,6 +60,7 @@ struct TrustKeys {
     hmac_key: Option<HmacKey>,
     trusted: Option<TrustedKeys>,
     require_signature: bool,
+    allow_unbound: bool,
 }
 
 impl Trust {
@@ -69,7 +71,12 @@ impl Trust {
             trusted_keys: self.trusted_keys,
             ..KeyFiles::default()
         };
-        Ok(TrustKeys { hmac_key: files.hmac()?, trusted: files.trusted()?, require_signature: self.require_signature })
+        Ok(TrustKeys {
+            hmac_key: files.hmac()?,
+            trusted: files.trusted()?,
+            require_signature: self.require_signature,
+            allow_unbound: self.allow_unbound,
+        })
     }
 }
 
@@ -79,6 +86,7 @@ impl TrustKeys {
             hmac_key: self.hmac_key.as_ref(),
             trusted: self.trusted.as_ref(),
             require_signature: self.require_signature,
+            allow_unbound: self.allow_unbound,
             ..Default::default()
         }
     }
@@ -644,6 +652,7 @@ fn verify(
             require_signature: keys.require_signature,
             prev,
             allow_unauthenticated,
+            allow_unbound: keys.allow_unbound,
             unseal: None,
             oms: None,
         };

@@ -498,3 +498,18 @@ def test_a_script_that_exits_while_a_snapshotter_is_busy_exits_cleanly(tmp_path)
     assert r.returncode == 0, r.stderr
     assert "FATAL" not in r.stderr
     assert wtxt.verify(repo / "model.wtxt").ok
+
+
+def test_a_key_demands_the_tag_that_binds_the_file_whole(tmp_path):
+    key = FIXTURES / "keys" / "hmac.hex"
+    path = tmp_path / "m.wtxt"
+    wtxt.save_file({"a": np.ones(4, "<f4"), "b": np.zeros(4, "<f4")}, path, hmac_key=key)
+    assert "wtxt.bind=" in path.read_text().splitlines()[-2]
+    assert set(wtxt.load_file(path, hmac_key=key)) == {"a", "b"}
+    # Another writer's HMAC'd 1.1 file binds nothing: refused unless told.
+    other = FIXTURES / "expected" / "hmac.wtxt"
+    with pytest.raises(wtxt.VerifyError, match="no keyed tag"):
+        wtxt.load_file(other, hmac_key=key)
+    assert wtxt.load_file(other, hmac_key=key, allow_unbound=True)
+    assert not wtxt.verify(other, hmac_key=key).ok
+    assert wtxt.verify(other, hmac_key=key, allow_unbound=True).ok

@@ -36,6 +36,11 @@ pub struct HmacArg {
     /// With an HMAC key: accept arrays whose hmac is all zeros (reported as unauthenticated).
     #[arg(long)]
     pub allow_unauthenticated: bool,
+    /// With an HMAC key: accept a file without the keyed tag that binds its
+    /// generation, names and set of arrays (a 1.1 file from a writer that
+    /// binds nothing; reported as unbound).
+    #[arg(long)]
+    pub allow_unbound: bool,
 }
 
 /// How large the files of a written snapshot may be.
@@ -94,6 +99,7 @@ pub(super) fn key_files(hmac: &HmacArg, sign: &Option<PathBuf>, trust: &TrustArg
         hmac_key: hmac.hmac_key.clone(),
         hmac_from_env: true,
         allow_unauthenticated: hmac.allow_unauthenticated,
+        allow_unbound: hmac.allow_unbound,
         sign_key: sign.clone(),
         pubkey: trust.pubkey.clone(),
         trusted_keys: trust.trusted_keys.clone(),

@@ -316,6 +316,7 @@ fn merge_options(a: &cli::MergeHow) -> Result<ops::MergeOptions> {
         trusted,
         oms_key: oms_key(&a.oms)?,
         allow_unauthenticated: a.hmac.allow_unauthenticated,
+        allow_unbound: a.hmac.allow_unbound,
     };
     Ok(ops::MergeOptions { strategy, decisions, ts: a.ts.clone(), keys, output: output(&a.parts) })
 }

@@ -140,6 +140,7 @@ fn verify(a: cli::VerifyArgs) -> Result<u8> {
         require_signature: a.require_signature,
         prev: a.prev,
         allow_unauthenticated: a.hmac.allow_unauthenticated,
+        allow_unbound: a.hmac.allow_unbound,
         unseal: unseal(&a.sealed)?,
         oms: a.oms_pubkey.as_deref().map(EcPublicKey::from_file).transpose()?.map(|k| (k, a.oms_sig)),
     };
@@ -183,6 +184,7 @@ fn extract(a: cli::ExtractArgs) -> Result<u8> {
     let checks = crate::format::verify::VerifyOptions {
         hmac_key: key.as_ref(),
         allow_unauthenticated: a.hmac.allow_unauthenticated,
+        allow_unbound: a.hmac.allow_unbound,
         ..Default::default()
     };
     if let Some(dir) = &a.hf {
@@ -406,6 +408,7 @@ fn oms_sign(a: cli::OmsSignArgs) -> Result<u8> {
         trusted_keys(&a.trust)?.as_ref(),
         None,
         a.hmac.allow_unauthenticated,
+        a.hmac.allow_unbound,
     );
     let signed = ops::oms_sign(&a.snapshot, a.signature.as_deref(), &key, &trust)?;
     let snapshots = match signed.verified {

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::format::syntax::shape_str;
-use crate::format::verify::{Report, SigStatus};
+use crate::format::verify::{Binding, Report, SigStatus};
 use crate::git::diff::{FileDiff, Status, MAX_RANGES};
 use crate::git::files_diff::FileStatus;
 use crate::git::history::DataCheck;
@@ -15,10 +15,20 @@ use crate::ops;
 pub fn verify_summary(file: &Path, r: &Report) -> String {
     let keyid = r.keyid.map(hex::encode).unwrap_or_default();
     let authed = r.arrays.iter().filter(|a| a.authenticated).count();
-    let hmac = if authed == r.arrays.len() && !r.arrays.is_empty() {
+    let hmac = if !r.keyed {
+        "HMAC not checked (no key given)".to_string()
+    } else if authed == r.arrays.len() && !r.arrays.is_empty() {
         "all arrays authenticated".to_string()
     } else {
         format!("{authed}/{} arrays authenticated", r.arrays.len())
+    };
+    let hmac = match (r.keyed, r.binding) {
+        (true, Binding::Bound) => format!("{hmac}, file bound by the key"),
+        (true, _) => format!(
+            "{hmac}, file NOT bound by the key (--allow-unbound: its generation, names and set of arrays are \
+             not authenticated)"
+        ),
+        (false, _) => hmac,
     };
     let sig = match r.signature {
         SigStatus::Valid => format!("signature valid (keyid {keyid})"),

@@ -21,8 +21,12 @@ pub fn sha256(data: &[u8]) -> Hash {
 pub const TREE_ARRAY: &[u8] = b"WTXT-TREE-1 array\0";
 /// See [`TREE_ARRAY`].
 pub const TREE_ALL: &[u8] = b"WTXT-TREE-1 all\0";
-/// See [`TREE_ARRAY`].
-pub const TREE_HMAC_KEY: &[u8] = b"WTXT-TREE-1 hmac key";
+/// See [`TREE_ARRAY`]. Shorter than a salt, so that the derived key is no
+/// array's tag (FORMAT.md section 10).
+pub const TREE_HMAC_KEY: &[u8] = b"WT-TREE";
+/// The derivation of the keyed tag's key (FORMAT.md section 5): shorter
+/// than a salt, as [`TREE_HMAC_KEY`].
+pub const BIND_HMAC_KEY: &[u8] = b"WT-BIND";
 
 /// An array's digest in the tree form, from its chunks' lengths and
 /// SHA-256 in order: `SHA256("WTXT-TREE-1 array\0" || le64(bytes) ||

@@ -100,17 +100,39 @@ impl HmacKey {
     }
 
     /// An array's tag in the tree form (FORMAT.md section 19):
-    /// `HMAC-SHA256(K', salt || digest)` with `K' = HMAC-SHA256(key,
-    /// "WTXT-TREE-1 hmac key")`, so that no tag of one form is ever a tag
-    /// of the other.
+    /// `HMAC-SHA256(K', salt || digest)` with `K' = HMAC-SHA256(key, "WT-TREE")`.
     pub fn tree_tag(&self, salt: &[u8; 8], digest: &[u8; 32]) -> [u8; 32] {
-        let mut derive = HmacSha256::new_from_slice(&self.0).expect("HMAC takes keys of any length");
-        derive.update(crate::crypto::digest::TREE_HMAC_KEY);
-        let derived = derive.finalize().into_bytes();
-        let mut m = HmacSha256::new_from_slice(&derived).expect("HMAC takes keys of any length");
+        let mut m = self.derived(crate::crypto::digest::TREE_HMAC_KEY);
         m.update(salt);
         m.update(digest);
         m.finalize().into_bytes().into()
+    }
+
+    /// A MAC under the key derived from this one for `purpose`:
+    /// `HMAC-SHA256(key, purpose)`. Every 1.1 array tag is the HMAC of at
+    /// least its 8 salt bytes, so a purpose shorter than that makes a key
+    /// no array tag ever published, and tags of one use never serve another.
+    fn derived(&self, purpose: &[u8]) -> HmacSha256 {
+        debug_assert!(purpose.len() < 8, "a derivation must be shorter than a salt");
+        let mut derive = HmacSha256::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        derive.update(purpose);
+        let derived = derive.finalize().into_bytes();
+        HmacSha256::new_from_slice(&derived).expect("HMAC takes keys of any length")
+    }
+
+    /// The keyed tag that binds a whole file (FORMAT.md section 5):
+    /// `HMAC-SHA256(HMAC-SHA256(key, "WT-BIND"), message)`.
+    pub fn bind_tag(&self, message: &[u8]) -> [u8; 32] {
+        let mut m = self.derived(crate::crypto::digest::BIND_HMAC_KEY);
+        m.update(message);
+        m.finalize().into_bytes().into()
+    }
+
+    /// Whether `expected` is the keyed tag of `message`, compared in constant time.
+    pub fn verify_bind_tag(&self, message: &[u8], expected: &[u8; 32]) -> bool {
+        let mut m = self.derived(crate::crypto::digest::BIND_HMAC_KEY);
+        m.update(message);
+        verify_tag(m, expected)
     }
 
     /// Whether `expected` is the tree-form tag of `digest`, compared in

@@ -2,6 +2,7 @@
 //! verifier, recovery and streaming finalization.
 #![forbid(unsafe_code)]
 
+pub(crate) mod bind;
 pub(crate) mod chunk;
 pub(crate) mod decode;
 pub mod delta;

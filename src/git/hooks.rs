@@ -334,6 +334,7 @@ fn report_refusal(report: &crate::format::verify::Report, names: &Names) -> Opti
     let fix = match p.kind {
         ProblemKind::RootPending => "finalize it first: `wtxt finalize FILE -o FILE.wsum --rewrite FILE`",
         ProblemKind::Signature => "sign it with a trusted key: `wtxt snapshot ... --sign-key KEY.pem`",
+        ProblemKind::Binding => "write it again with `wtxt snapshot ... --hmac-key KEY`, which binds it whole",
         _ => "the file is damaged: write it again with `wtxt snapshot`, or `wtxt recover` it",
     };
     let path = p.file.clone().unwrap_or_default();

@@ -31,6 +31,8 @@ pub struct VerifyFiles {
     pub prev: Option<PathBuf>,
     /// With an HMAC key, accept arrays whose hmac is all zeros.
     pub allow_unauthenticated: bool,
+    /// With an HMAC key, accept a file without the keyed tag that binds it.
+    pub allow_unbound: bool,
     /// Decrypts an age-encrypted input.
     pub unseal: Option<Unseal>,
     /// Also check the OMS signature with this key (at this path, else
@@ -56,6 +58,7 @@ pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<
         wsum: wsum.as_ref(),
         prev: prev.as_ref(),
         allow_unauthenticated: o.allow_unauthenticated,
+        allow_unbound: o.allow_unbound,
         refuse_untrusted: false,
     };
     if o.oms.is_some() && o.unseal.is_some() {

@@ -42,6 +42,7 @@ pub fn finalize(path: &Path, wsum_out: &Path, o: &FinalizeOptions) -> Result<Wsu
     let opts = VerifyOptions {
         hmac_key: trust.hmac_key.as_ref(),
         allow_unauthenticated: trust.allow_unauthenticated,
+        allow_unbound: trust.allow_unbound,
         ..Default::default()
     };
     let key = fingerprint_key()?;
@@ -172,6 +173,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
             trusted: o.keys.trusted.as_ref(),
             require_signature: o.keys.trusted.is_some(),
             allow_unauthenticated: o.keys.allow_unauthenticated,
+            allow_unbound: o.keys.allow_unbound,
             ..Default::default()
         };
         // Write the result and prove it in the same pass.
@@ -229,7 +231,12 @@ fn apply_minimal(
         .in_file(delta));
     }
     // The base is verified under the same rules as any input we sign or HMAC.
-    let trust = InputTrust::new(o.keys.hmac_key.as_ref(), None, o.keys.sign_key.as_ref(), o.keys.allow_unauthenticated);
+    let trust = InputTrust::new(
+        o.keys.hmac_key.as_ref(),
+        None, o.keys.sign_key.as_ref(),
+        o.keys.allow_unauthenticated,
+        o.keys.allow_unbound,
+    );
     let mut b = WtxtIn::open(base, o.unseal.as_ref())?;
     let loaded = crate::format::load(b.text(), b.len, &trust.options()).map_err(|e| b.blame(e))?;
     let Root::Final { sha256_all, merkle_this: base_this, .. } = loaded.header.root else {

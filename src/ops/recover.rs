@@ -102,7 +102,10 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
             ("lost_arrays".into(), r.report.lost_arrays.to_string()),
         ],
     };
+    // The key binds the file whole only when it vouches for every array in it.
+    let every_array_authenticated = r.arrays.iter().all(|a| r.authenticated.contains(&a.name));
     let opts = WriteOptions {
+        bind_key: key.filter(|_| every_array_authenticated),
         merkle_prev: r.merkle_prev.unwrap_or([0; 32]),
         sign_key: o.keys.sign_key.as_ref(),
         audit: Some(audit),

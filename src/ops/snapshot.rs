@@ -51,7 +51,12 @@ pub fn parse_audit(s: &str) -> Result<Audit> {
     if s.len() > crate::limits::MAX_AUDIT {
         return Err(Error::usage(format!("--audit: longer than {} bytes", crate::limits::MAX_AUDIT)));
     }
-    Audit::parse_pairs(s.as_bytes()).map_err(|m| Error::usage(format!("--audit: {m}")))
+    let a = Audit::parse_pairs(s.as_bytes()).map_err(|m| Error::usage(format!("--audit: {m}")))?;
+    if a.pairs.iter().any(|(k, _)| k == crate::format::bind::BIND_KEY) {
+        let m = format!("--audit: `{}` is the keyed tag's, which the writer computes", crate::format::bind::BIND_KEY);
+        return Err(Error::usage(m));
+    }
+    Ok(a)
 }
 
 /// `wtxt snapshot`: reads inputs, writes a canonical WTXT (and WSUM)

@@ -427,6 +427,7 @@ impl DistWrite {
             None,
             self.o.keys.sign_key.as_ref(),
             false,
+            false,
         );
         let opts = trust.options();
         let verify = verify.then_some(&opts);
@@ -437,6 +438,7 @@ impl DistWrite {
             self.check_arr(i, l)?;
         }
         let (header, merkle_this) = self.with_plan(|p| Ok(p.header(sha256_all, fastxor)))?;
+        let tail = self.with_plan(|p| Ok(p.tail_text(Some((&sha256_all, &merkle_this)))))?;
         let text_path = self.text_path();
         match &self.spans {
             None => {
@@ -446,6 +448,7 @@ impl DistWrite {
                 for (l, &at) in arr_lines.iter().zip(&self.places.arr) {
                     f.write_all_at(l.as_bytes(), at).map_err(io)?;
                 }
+                f.write_all_at(&tail, self.places.len - tail.len() as u64).map_err(io)?;
                 drop(f);
                 if let Some(opts) = verify {
                     self.verify_staged(WtxtIn::open(&text_path, None)?, opts)?;
@@ -467,9 +470,7 @@ impl DistWrite {
                     }
                     arrs.push(lines);
                 }
-                let fixed = self.with_plan(|p| Ok(p.fixed_text(&self.places)))?;
-                let tail = fixed.iter().find(|p| p.kind == FixedKind::Tail).map_or(&[][..], |p| &p.bytes[..]);
-                let head = split::head_bytes(header.as_bytes(), parts, &arrs, tail);
+                let head = split::head_bytes(header.as_bytes(), parts, &arrs, &tail);
                 if let Some(opts) = verify {
                     let split::Opened::Split(h) = split::open(Box::new(&head[..]))? else {
                         return Err(Error::usage("the head written is not a split snapshot's head"));

@@ -54,7 +54,7 @@ fn age_encrypts_wtxt_reads_verifies_and_extracts() {
     let (key, recipient) = keygen(d);
     let enc = d.join("h.age");
     let o =
-        tool("age").args(["-a", "-r", &recipient, "-o"]).arg(&enc).arg(fixture("expected/hmac.wtxt")).output().unwrap();
+        tool("age").args(["-a", "-r", &recipient, "-o"]).arg(&enc).arg(fixture("bind/hmac.wtxt")).output().unwrap();
     assert!(o.status.success());
     let k = key.to_str().unwrap();
     let r = wtxt().arg("verify").arg(&enc).args(["-i", k, "--hmac-key", "keys/hmac.hex"]).output().unwrap();
@@ -67,13 +67,13 @@ fn age_encrypts_wtxt_reads_verifies_and_extracts() {
     let plain = d.join("p.wtxt");
     let r = wtxt().arg("decrypt").arg(&enc).args(["-i", k, "-o"]).arg(&plain).output().unwrap();
     assert!(r.status.success());
-    assert!(std::fs::read(&plain).unwrap() == read("expected/hmac.wtxt"));
+    assert!(std::fs::read(&plain).unwrap() == read("bind/hmac.wtxt"));
     // Binary (unarmored) age files are read too.
     let bin = d.join("h.bin.age");
     assert!(tool("age")
         .args(["-r", &recipient, "-o"])
         .arg(&bin)
-        .arg(fixture("expected/hmac.wtxt"))
+        .arg(fixture("bind/hmac.wtxt"))
         .status()
         .unwrap()
         .success());

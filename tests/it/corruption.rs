@@ -216,12 +216,16 @@ fn hostile_headers_and_sizes_fail_cleanly() {
 }
 
 #[test]
-fn audit_is_outside_the_hashes_by_design() {
-    // The profile: `audit` is covered by no hash and no signature. This test
-    // pins that documented fact (docs/FORMAT.md, "What the hashes cover").
+fn audit_is_outside_the_hashes_and_inside_the_keyed_tag() {
+    // The profile: `audit` is covered by no hash and no signature
+    // (docs/FORMAT.md, "What the hashes cover"); the keyed tag, which a
+    // writer holding an HMAC key adds, covers the pairs before it.
     let k = keys();
     let text = String::from_utf8(signed_sample()).unwrap();
     let edited = text.replace("audit note=\"sample\"", "audit note=\"edited\"");
     assert_ne!(edited, text);
-    assert!(strict(edited.as_bytes(), &k).unwrap().ok);
+    let unkeyed = VerifyOptions { trusted: Some(&k.trusted), require_signature: true, ..Default::default() };
+    assert!(verify_bytes(edited.as_bytes(), &unkeyed).unwrap().ok);
+    let r = strict(edited.as_bytes(), &k).unwrap();
+    assert!(!r.ok && r.errors.iter().any(|e| e.message.contains("keyed tag does not match")), "{:?}", r.errors);
 }

@@ -1,5 +1,7 @@
 //! Every case of `fixtures/wtxt/cases.json`, written by an independent
-//! implementation: our output must equal the expected files byte for byte,
+//! implementation: our output must equal the expected files byte for byte
+//! (with an HMAC key, once the keyed tag every wtxt writer adds is taken
+//! out; the tagged files are vectors of their own, `fixtures/wtxt/bind`),
 //! and the expected files must verify.
 
 use crate::util::{fixture, fixtures, wtxt};
@@ -30,16 +32,56 @@ fn run_case(case: &serde_json::Value) {
     }
     let out = cmd.args(&args).output().unwrap();
     assert!(out.status.success(), "case {name}: {}", String::from_utf8_lossy(&out.stderr));
+    let keyed = args.iter().any(|a| a == "--hmac-key");
     for (produced, expected) in case["outputs"].as_object().unwrap() {
         let got = std::fs::read(dir.path().join(produced)).unwrap();
         let want = std::fs::read(fixtures().join(expected.as_str().unwrap())).unwrap();
-        assert!(got == want, "case {name}: {produced} differs from {expected}");
+        if keyed {
+            let bound = fixture(&format!("bind/{name}.wtxt"));
+            assert!(got == std::fs::read(&bound).unwrap(), "case {name}: {produced} differs from {bound:?}");
+            assert!(without_tag(&got) == want, "case {name}: {produced} less its tag differs from {expected}");
+            check_tag(&bound);
+        } else {
+            assert!(got == want, "case {name}: {produced} differs from {expected}");
+        }
     }
-    let verify: Vec<&str> = case["verify"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let mut verify: Vec<&str> = case["verify"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    if keyed {
+        // The independent writer binds nothing: its files verify as such.
+        let o = wtxt().args(&verify[1..]).output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "case {name}: an unbound file passed under its key");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("--allow-unbound"), "case {name}");
+        verify.push("--allow-unbound");
+    }
     if !verify.is_empty() {
         let o = wtxt().args(&verify[1..]).output().unwrap();
         assert!(o.status.success(), "case {name}: verify failed: {}", String::from_utf8_lossy(&o.stderr));
     }
+}
+
+/// `text` with its keyed tag taken out of the `audit` line (the line
+/// itself when the tag was its only pair).
+fn without_tag(text: &[u8]) -> Vec<u8> {
+    let s = std::str::from_utf8(text).unwrap();
+    let at = s.rfind(" wtxt.bind=").expect("a keyed tag");
+    let line_start = s[..at].rfind('\n').unwrap() + 1;
+    let end = at + " wtxt.bind=".len() + 64;
+    if &s[line_start..at] == "audit" {
+        [&s[..line_start], &s[end + 1..]].concat().into_bytes()
+    } else {
+        [&s[..at], &s[end..]].concat().into_bytes()
+    }
+}
+
+/// The keyed tag and salts of `file` recomputed by `tests/py/check_tree.py`.
+fn check_tag(file: &std::path::Path) {
+    let c = std::process::Command::new("python3")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/check_tree.py"))
+        .arg(file)
+        .args(["--bind-only", "--hmac-key", fixture("keys/hmac.hex").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{file:?}: the independent check: {}", String::from_utf8_lossy(&c.stdout));
 }
 
 #[test]

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 
 use crate::util::{fixture, git_cmd, read, run};
 
-/// `expected/signed_pkcs8.wtxt` with array `bias` zeroed and unauthenticated.
+/// `bind/signed_pkcs8.wtxt` with array `bias` zeroed and unauthenticated.
 pub fn forged(dir: &Path) -> PathBuf {
     use wtxt::format::{write_snapshot, WriteOptions};
-    let orig = read("expected/signed_pkcs8.wtxt");
+    let orig = read("bind/signed_pkcs8.wtxt");
     let loaded = wtxt::format::load(&orig[..], orig.len() as u64, &Default::default()).unwrap();
     let mut arrays = loaded.arrays.clone();
     let bias = arrays.iter_mut().find(|a| a.name == "bias").unwrap();
@@ -47,7 +47,11 @@ fn hmac_key_means_every_array_authenticates() {
     let r = run(&["verify", s(&f), "--hmac-key", "keys/hmac.hex"]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains("array bias: not authenticated"), "{}", r.stderr);
+    // The forger left the keyed tag out: a file unbound as well.
     let r = run(&["verify", s(&f), "--hmac-key", "keys/hmac.hex", "--allow-unauthenticated"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("no keyed tag"), "{}", r.stderr);
+    let r = run(&["verify", s(&f), "--hmac-key", "keys/hmac.hex", "--allow-unauthenticated", "--allow-unbound"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("11/12 arrays authenticated"), "{}", r.stdout);
     // The stale signature is caught as soon as its key is given.
@@ -63,7 +67,7 @@ fn hmac_key_means_every_array_authenticates() {
 fn merge_snapshot_and_convert_refuse_to_sign_a_forged_input() {
     let dir = tempfile::tempdir().unwrap();
     let f = forged(dir.path());
-    let good = fixture("expected/signed_pkcs8.wtxt");
+    let good = fixture("bind/signed_pkcs8.wtxt");
     let out = dir.path().join("out.wtxt");
     for keys in [&["--hmac-key", "keys/hmac.hex", "--sign-key", "keys/sign.pem"][..], &["--sign-key", "keys/sign.pem"]]
     {
@@ -109,7 +113,7 @@ fn git_merge_with_keys_set_refuses_a_forged_branch() {
         .output()
         .unwrap();
     assert!(o.status.success());
-    std::fs::copy(fixture("expected/signed_pkcs8.wtxt"), repo.join("model.wtxt")).unwrap();
+    std::fs::copy(fixture("bind/signed_pkcs8.wtxt"), repo.join("model.wtxt")).unwrap();
     assert!(git(&["add", "-A"]).0);
     assert!(git(&["commit", "-qm", "signed base"]).0);
     assert!(git(&["checkout", "-qb", "evil"]).0);
@@ -307,4 +311,88 @@ fn finalize_refuses_a_file_replaced_between_its_two_reads() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(!p("f.wsum").exists() && !p("f.wtxt").exists(), "nothing written: {left:?}");
     assert!(left.iter().all(|n| !n.to_string_lossy().ends_with(".tmp")), "no temporary file left: {left:?}");
+}
+
+/// The lines of array `name`'s block in `text`, from its `arr` line to its `endarr`.
+fn block(lines: &[String], name: &str) -> std::ops::Range<usize> {
+    let start = lines.iter().position(|l| l.starts_with(&format!("arr name={name} "))).unwrap();
+    let end = start + lines[start..].iter().position(|l| l == "endarr").unwrap();
+    start..end + 1
+}
+
+/// `lines` with the root recomputed as one without the key would: the
+/// unkeyed `sha256_all` the arrays give, and `merkle_this` over it.
+fn rerooted(lines: &[String]) -> String {
+    use sha2::{Digest, Sha256};
+    let text = lines.join("\n") + "\n";
+    let r = crate::util::verify_bytes(text.as_bytes(), &Default::default()).unwrap();
+    let sha_all = r.sha256_all.unwrap_or_else(|| panic!("{:?}", r.errors));
+    let f = |k: &str| lines[1].split(' ').find_map(|p| p.strip_prefix(k)).unwrap().to_string();
+    let (gen, ts, build) = (f("gen="), f("ts="), f("build="));
+    let mut h = Sha256::new();
+    h.update([0u8; 32]);
+    h.update(sha_all);
+    h.update(format!("{ts}{gen}{build}"));
+    let this: [u8; 32] = h.finalize().into();
+    let mut out = lines.to_vec();
+    let fastxor = format!("{:016x}", r.fastxor_value().unwrap());
+    out[3] = format!(
+        "root sha256_all={} merkle_prev={} merkle_this={} fastxor={fastxor}",
+        hex::encode(sha_all),
+        "0".repeat(64),
+        hex::encode(this)
+    );
+    out.join("\n") + "\n"
+}
+
+#[test]
+fn hmac_only_files_bind_their_arrays_names_and_generation() {
+    // T5-2: without the key, drop an array, swap two of one shape, or put
+    // in one from an older generation, then recompute the unkeyed root.
+    let dir = tempfile::tempdir().unwrap();
+    let f32s = |v: f32| v.to_le_bytes().repeat(4);
+    let gen = |g: &str, v: f32| {
+        let arrays: Vec<crate::util::ArraySpec> =
+            vec![("a", "f32", vec![4], f32s(v)), ("b", "f32", vec![4], f32s(v + 1.0)), ("c", "f32", vec![4], f32s(v + 2.0))];
+        crate::util::snapshot(dir.path(), &format!("g{g}"), &arrays, &["--gen", g, "--hmac-key", "keys/hmac.hex"])
+    };
+    let old: Vec<String> = std::fs::read_to_string(gen("1", 10.0)).unwrap().lines().map(String::from).collect();
+    let new: Vec<String> = std::fs::read_to_string(gen("2", 20.0)).unwrap().lines().map(String::from).collect();
+    let mut dropped = new.clone();
+    dropped.drain(block(&new, "c"));
+    let mut swapped = new.clone();
+    let (ra, rb) = (block(&new, "a"), block(&new, "b"));
+    // Each name keeps its place; its data, digest, tag and salt are the other's.
+    let (mut now_b, mut now_a) = (new[ra.clone()].to_vec(), new[rb.clone()].to_vec());
+    now_b[0] = now_b[0].replacen("name=a ", "name=b ", 1);
+    now_a[0] = now_a[0].replacen("name=b ", "name=a ", 1);
+    swapped.splice(rb, now_b);
+    swapped.splice(ra, now_a);
+    let mut replayed = new.clone();
+    replayed.splice(block(&new, "a"), old[block(&old, "a")].to_vec());
+    for (what, lines) in [("dropped", dropped), ("swapped", swapped), ("replayed", replayed)] {
+        let forged = rerooted(&lines);
+        let p = dir.path().join(format!("{what}.wtxt"));
+        std::fs::write(&p, &forged).unwrap();
+        let r = run(&["verify", s(&p), "--hmac-key", "keys/hmac.hex"]);
+        assert_eq!(r.code, 1, "{what}: {}", r.stdout);
+        assert!(r.stderr.contains("keyed tag") || r.stderr.contains("salt"), "{what}: {}", r.stderr);
+        let out = dir.path().join(format!("{what}.npz"));
+        assert_eq!(run(&["extract", s(&p), "-o", s(&out), "--hmac-key", "keys/hmac.hex"]).code, 1, "{what}");
+        assert!(!out.exists());
+        let signed = dir.path().join(format!("{what}.signed.wtxt"));
+        let r = run(&["snapshot", s(&p), "-o", s(&signed), "--hmac-key", "keys/hmac.hex", "--sign-key", "keys/sign.pem"]);
+        assert_eq!(r.code, 1, "{what}: signed a forgery: {}", r.stderr);
+        assert!(!signed.exists());
+        // Stripping the tag is no way around it: an unbound file needs the flag.
+        let stripped = forged.lines().filter(|l| !l.starts_with("audit ")).collect::<Vec<_>>().join("\n") + "\n";
+        std::fs::write(&p, stripped).unwrap();
+        // Unkeyed, the forgery is a well-formed file; every array's tag holds alone.
+        assert_eq!(run(&["verify", s(&p)]).code, 0, "{what}");
+        let r = run(&["verify", s(&p), "--hmac-key", "keys/hmac.hex"]);
+        assert_eq!(r.code, 1, "{what}: {}", r.stdout);
+        assert!(r.stderr.contains("no keyed tag"), "{what}: {}", r.stderr);
+        let r = run(&["verify", s(&p), "--hmac-key", "keys/hmac.hex", "--allow-unbound"]);
+        assert!(r.stdout.contains("NOT bound"), "{what}: {} {}", r.stdout, r.stderr);
+    }
 }

@@ -9,10 +9,14 @@ form's derived key, `sha256_all` from the `arr` lines, `merkle_this` and
 mismatch (naming it), so the Rust tests hold the writer to a second
 computation rather than to itself.
 
-    check_tree.py HEAD.wtxt [--hmac-key FILE] [--pubkey SPKI.pem]
+    check_tree.py HEAD.wtxt [--hmac-key FILE] [--pubkey SPKI.pem] [--bind-only]
 
 With `--pubkey`, the `sign` line is checked too (Ed25519 over the four
-header lines, through the `cryptography` package).
+header lines, through the `cryptography` package). With `--hmac-key`, the
+keyed tag that binds the file (`wtxt.bind` on the audit line, section 5)
+must be there and hold, and every salt must derive from `gen` and the
+array's name. `--bind-only` checks just that, in a file of either digest
+form.
 """
 import base64
 import hashlib
@@ -77,6 +81,31 @@ def text_lines(head: str):
     return out
 
 
+def check_bind(lines, key, problems):
+    """The keyed tag over the meta and cap lines, the root's three hashes and
+    the audit pairs before it, under HMAC(key, "WT-BIND"); and the salts."""
+    meta, root = fields(lines[1]), fields(lines[3])
+    audit = [l for l in lines if l.startswith("audit ")]
+    if not audit or " wtxt.bind=" not in audit[0]:
+        problems.append("no keyed tag")
+        return None
+    before, tag = audit[0].rsplit(" wtxt.bind=", 1)
+    message = (b"WTXT-BIND-1\0" + (lines[1] + "\n" + lines[2] + "\n").encode("ascii")
+               + bytes.fromhex(root["sha256_all"]) + bytes.fromhex(root["merkle_prev"])
+               + bytes.fromhex(root["merkle_this"]) + before.encode("ascii"))
+    derived = hmac.new(key, b"WT-BIND", hashlib.sha256).digest()
+    want = hmac.new(derived, message, hashlib.sha256).hexdigest()
+    if want != tag:
+        problems.append(f"keyed tag: computed {want}, the file says {tag}")
+    for l in lines:
+        if l.startswith("arr "):
+            a = fields(l)
+            salt = hashlib.sha256(b"wtxt-salt" + meta["gen"].encode() + b"\0" + a["name"].encode()).hexdigest()[:16]
+            if salt != a["salt"]:
+                problems.append(f"{a['name']}: salt not derived")
+    return want
+
+
 def main():
     head = sys.argv[1]
     key = None
@@ -85,6 +114,11 @@ def main():
             key = bytes.fromhex(f.read().strip())
     lines = text_lines(head)
     assert lines[0] == "WTXT 1", lines[0]
+    if "--bind-only" in sys.argv:
+        problems = []
+        tag = check_bind(lines, key, problems)
+        print(json.dumps({"bind": tag, "problems": problems}))
+        sys.exit(1 if problems else 0)
     meta, cap, root = fields(lines[1]), lines[2], fields(lines[3])
     assert "digest_tree" in cap.split("=", 1)[1].split(","), cap
     problems, arrays, arr_lines = [], [], []
@@ -122,7 +156,7 @@ def main():
             if digest.hex() != a["sha256"]:
                 problems.append(f"{a['name']}: array digest")
             if key is not None:
-                derived = hmac.new(key, b"WTXT-TREE-1 hmac key", hashlib.sha256).digest()
+                derived = hmac.new(key, b"WT-TREE", hashlib.sha256).digest()
                 tag = hmac.new(derived, bytes.fromhex(a["salt"]) + digest, hashlib.sha256).hexdigest()
                 if tag != a["hmac"]:
                     problems.append(f"{a['name']}: hmac")
@@ -144,6 +178,8 @@ def main():
                             ("merkle_this", merkle, root["merkle_this"]), ("fastxor", "%016x" % fx, root["fastxor"])]:
         if got != want:
             problems.append(f"{name}: computed {got}, the root says {want}")
+    if key is not None:
+        check_bind(lines, key, problems)
     if "--pubkey" in sys.argv:
         from cryptography.hazmat.primitives.serialization import load_pem_public_key
         with open(sys.argv[sys.argv.index("--pubkey") + 1], "rb") as f:

@@ -110,16 +110,20 @@ def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
 
 
 def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
-              require_signature: Optional[bool] = None, trusted_keys: Optional[PathLike] = None) -> Dict[str, np.ndarray]:
+              require_signature: Optional[bool] = None, trusted_keys: Optional[PathLike] = None,
+              allow_unbound: bool = False) -> Dict[str, np.ndarray]:
     """Reads and verifies `filename`: a dict of arrays under their original names.
 
     Every check runs; with `hmac_key` every array must authenticate, with
     `pubkey` or `trusted_keys` a valid signature by one of those keys is
     required (an unsigned snapshot, or one signed by another key, is
-    refused; `require_signature=False` is the explicit opt-out). A failed
-    check raises `VerifyError` with its line.
+    refused; `require_signature=False` is the explicit opt-out); with
+    `hmac_key` the keyed tag that binds the file whole must hold too
+    (`allow_unbound=True` accepts a file from a writer that binds nothing).
+    A failed check raises `VerifyError` with its line.
     """
-    loaded = call(_rust.load, os.fspath(filename), trust_of(hmac_key, pubkey, trusted_keys, require_signature))
+    trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, allow_unbound)
+    loaded = call(_rust.load, os.fspath(filename), trust)
     return {t.name: _from_bytes(t.dtype, t.shape, t.data) for t in loaded.tensors}
 
 
@@ -148,10 +152,11 @@ class Report:
 def verify(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
            trusted_keys: Optional[PathLike] = None, require_signature: Optional[bool] = None,
            wsum: Optional[PathLike] = None, prev: Optional[PathLike] = None,
-           allow_unauthenticated: bool = False) -> Report:
+           allow_unauthenticated: bool = False, allow_unbound: bool = False) -> Report:
     """`wtxt verify` of `filename`, as a `Report` (a failed check is in the
     report, not raised; an unreadable file raises `Error`)."""
-    text = call(_rust.verify, os.fspath(filename), trust_of(hmac_key, pubkey, trusted_keys, require_signature),
+    trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, allow_unbound)
+    text = call(_rust.verify, os.fspath(filename), trust,
                  as_path(wsum), as_path(prev), allow_unauthenticated)
     r = json.loads(text)
     return Report(ok=r["ok"], gen=r["gen"], signature=r["signature"],

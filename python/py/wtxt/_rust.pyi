@@ -16,6 +16,7 @@ class _Trust(TypedDict):
     pubkey: str | os.PathLike[str] | None
     trusted_keys: str | os.PathLike[str] | None
     require_signature: bool
+    allow_unbound: bool
 
 class _Writing(TypedDict):
     """The options every Python writer of a snapshot takes, as paths and values: the dict `wtxt._writing` builds, one key per field."""

@@ -85,6 +85,8 @@ pub(super) struct Hashing<'s, 'k> {
     pub(super) tree: bool,
     pub(super) header: Option<Header>,
     pub(super) audit: Option<crate::format::syntax::Audit>,
+    /// The `audit` line's number.
+    pub(super) audit_line: u64,
     /// Chunks read past undecoded (see [`Sink::wants`]).
     pub(super) skipped: u64,
 }
@@ -188,8 +190,9 @@ impl Visitor for Hashing<'_, '_> {
         });
     }
 
-    fn audit(&mut self, _line: u64, a: &crate::format::syntax::Audit) {
+    fn audit(&mut self, line: u64, a: &crate::format::syntax::Audit) {
         self.audit = Some(a.clone());
+        self.audit_line = line;
     }
 }
 

@@ -28,7 +28,7 @@ mod hashing;
 mod report;
 
 use hashing::{ChunkDigests, ChunkWork, Expect, Hashers, Hashing, Msg, RootDigests, RootWork};
-pub use report::{ArrayReport, Problem, ProblemKind, Report, SigStatus, Sink};
+pub use report::{ArrayReport, Binding, Problem, ProblemKind, Report, SigStatus, Sink};
 
 /// What to check besides the file itself.
 #[derive(Default)]
@@ -48,6 +48,11 @@ pub struct VerifyOptions<'a> {
     /// unauthenticated). Without it, every array must authenticate: an
     /// attacker without the key could otherwise change an array and zero its tag.
     pub allow_unauthenticated: bool,
+    /// With an HMAC key, accept a file without the keyed tag that binds it
+    /// whole ([`crate::format::bind`]): a 1.1 file from a writer that binds
+    /// nothing. Without it such a file fails: stripping the tag would
+    /// otherwise undo what it binds.
+    pub allow_unbound: bool,
     /// Fails a signature by a key not in `trusted`: a command about to sign
     /// must not pass on what it cannot check.
     pub refuse_untrusted: bool,
@@ -71,6 +76,8 @@ pub struct InputTrust {
     pub refuse_untrusted: bool,
     /// With a key: accept all-zero tags (reported unauthenticated).
     pub allow_unauthenticated: bool,
+    /// With a key: accept a file without the keyed tag (reported unbound).
+    pub allow_unbound: bool,
 }
 
 impl InputTrust {
@@ -80,6 +87,7 @@ impl InputTrust {
         trusted: Option<&TrustedKeys>,
         sign_key: Option<&SecretKey>,
         allow_unauthenticated: bool,
+        allow_unbound: bool,
     ) -> InputTrust {
         let require_signature = trusted.is_some_and(|t| !t.is_empty());
         let mut keys = trusted.cloned();
@@ -92,6 +100,7 @@ impl InputTrust {
             require_signature,
             refuse_untrusted: sign_key.is_some(),
             allow_unauthenticated,
+            allow_unbound,
         }
     }
 
@@ -102,6 +111,7 @@ impl InputTrust {
             trusted: self.trusted.as_ref(),
             require_signature: self.require_signature,
             allow_unauthenticated: self.allow_unauthenticated,
+            allow_unbound: self.allow_unbound,
             refuse_untrusted: self.refuse_untrusted,
             ..Default::default()
         }
@@ -195,6 +205,7 @@ pub fn verify_lines<R: Read>(
         tree: false,
         header: None,
         audit: None,
+        audit_line: 0,
         skipped: 0,
     };
     // One thread of work (`--threads 1`): the hashing runs on the reading
@@ -233,7 +244,8 @@ pub fn verify_lines<R: Read>(
             (r, vis, a, b)
         })
     };
-    let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, tree, skipped, .. } = vis;
+    let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, audit_line, tree, skipped, .. } =
+        vis;
     let (mut roots, mut chunks) = (roots, chunks);
     if let Some((arrays, fastxor)) = chunks.alone.take() {
         roots.arrays = arrays;
@@ -282,12 +294,16 @@ pub fn verify_lines<R: Read>(
         oms: None,
         header: header.clone().or(seen_header.clone()),
         audit,
+        binding: Binding::NotChecked,
+        keyed: key.is_some(),
         skipped_chunks: skipped,
     };
     if let (Some(h), Some((sha_all, fastxor))) = (header.as_ref(), roots.root.filter(|_| complete)) {
         // `fastxor` covers every byte: not known when some went undecoded.
         let fastxor = (skipped == 0).then_some(fastxor);
         check_root(h, &sha_all, fastxor, opts, &mut report, &mut problems);
+        let audit = report.audit.as_ref().map(|a| (audit_line, a));
+        report.binding = check_binding(h, &report, audit, &expected, opts, &mut problems);
     }
     if let Some(h) = header.as_ref().or(seen_header.as_ref()) {
         report.gen = h.meta.gen;
@@ -297,6 +313,66 @@ pub fn verify_lines<R: Read>(
     report.ok = complete && problems.is_empty();
     report.errors = problems;
     Ok(report)
+}
+
+/// The keyed tag that binds the file whole (FORMAT.md section 5), checked
+/// against the root as verified: with a key it must be there (unless
+/// `allow_unbound`) and hold; wherever it is, every salt must derive from
+/// `gen` and the array's name, so that no array of another generation
+/// stands in one of this.
+fn check_binding(
+    h: &Header,
+    report: &Report,
+    audit: Option<(u64, &crate::format::syntax::Audit)>,
+    expected: &[Expect],
+    opts: &VerifyOptions,
+    problems: &mut Vec<Problem>,
+) -> Binding {
+    let found = match audit.map(|(line, a)| (line, crate::format::bind::find(a))) {
+        None => None,
+        Some((line, Err(m))) => {
+            problems.push(Problem::at(ProblemKind::Binding, line, m));
+            return Binding::Absent;
+        }
+        Some((_, Ok(None))) => None,
+        Some((line, Ok(Some((tag, before))))) => Some((line, tag, before)),
+    };
+    if found.is_some() {
+        let gen = h.meta.gen_str();
+        for (a, exp) in report.arrays.iter().zip(expected) {
+            if crate::crypto::digest::derive_salt(&gen, &a.name) != exp.salt {
+                let m = format!(
+                    "array {}: salt {} is not the one gen {gen} and its name derive, in a file whose keyed tag binds them",
+                    a.name,
+                    hex::encode(exp.salt)
+                );
+                problems.push(Problem::at(ProblemKind::Binding, a.line, m).in_array(&a.name));
+            }
+        }
+    }
+    let (Some(key), Some(sha256_all), Some(merkle_prev), Some(merkle_this)) =
+        (opts.hmac_key, report.sha256_all.as_ref(), report.merkle_prev.as_ref(), report.merkle_this.as_ref())
+    else {
+        return if found.is_some() { Binding::NotChecked } else { Binding::Absent };
+    };
+    let Some((line, tag, before)) = found else {
+        if !opts.allow_unbound {
+            let m = "the HMAC key was given, but the file carries no keyed tag (`wtxt.bind` on its audit line): \
+                     its generation, names and set of arrays are not bound by the key; --allow-unbound accepts a \
+                     file from a writer that binds nothing";
+            problems.push(Problem::at(ProblemKind::Binding, 0, m));
+        }
+        return Binding::Absent;
+    };
+    let bound = crate::format::bind::Bound { meta: &h.meta, cap: &h.cap, sha256_all, merkle_prev, merkle_this };
+    if key.verify_bind_tag(&bound.message(before), &tag) {
+        Binding::Bound
+    } else {
+        let m = "keyed tag does not match (wrong key, or the file's generation, names, set of arrays or audit \
+                 pairs are not what the key holder wrote)";
+        problems.push(Problem::at(ProblemKind::Binding, line, m));
+        Binding::Invalid
+    }
 }
 
 /// The tree form: each array's digest from its chunks' (as the chunks'

@@ -21,6 +21,21 @@ pub enum SigStatus {
     Untrusted,
 }
 
+/// What the keyed tag that binds the file whole ([`crate::format::bind`]) showed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Binding {
+    /// The tag holds under the key given.
+    Bound,
+    /// The tag does not hold.
+    Invalid,
+    /// No tag: the key (if one was given) authenticated each array alone,
+    /// not the generation, the names or the set of arrays.
+    Absent,
+    /// A tag, but no key to check it with.
+    NotChecked,
+}
+
 /// Which check a problem failed; callers match on it, never on the text.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -39,6 +54,9 @@ pub enum ProblemKind {
     RootPending,
     /// The WSUM does not match the file.
     Wsum,
+    /// The keyed tag that binds the file: missing although a key was
+    /// given, wrong, or a salt it binds that is not derived.
+    Binding,
     /// A signature that fails, is missing or is not checkable as required.
     Signature,
     /// The link to the previous generation.
@@ -172,6 +190,10 @@ pub struct Report {
     /// one was asked for (`--oms-pubkey`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oms: Option<&'static str>,
+    /// The keyed tag's verdict.
+    pub binding: Binding,
+    /// Whether an HMAC key was given (else no array can be authenticated).
+    pub keyed: bool,
     /// The parsed header, when the file got that far.
     #[serde(skip)]
     pub header: Option<Header>,

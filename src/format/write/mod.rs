@@ -52,6 +52,9 @@ pub struct WriteOptions<'a> {
     pub carried_hmacs: Vec<(String, Hash)>,
     /// How the digests are computed: WTXT 1.1 (the default) or the tree form.
     pub digest: DigestForm,
+    /// The key of the keyed tag when it is not `hmac_key`: a writer that
+    /// carries tags it computed itself (recovery) binds with it.
+    pub bind_key: Option<&'a HmacKey>,
 }
 
 impl<'a> WriteOptions<'a> {
@@ -67,7 +70,13 @@ impl<'a> WriteOptions<'a> {
             streaming: false,
             carried_hmacs: Vec::new(),
             digest: DigestForm::Sha256,
+            bind_key: None,
         }
+    }
+
+    /// The key the keyed tag is computed with, if any.
+    fn tag_key(&self) -> Option<&'a HmacKey> {
+        self.hmac_key.or(self.bind_key)
     }
 }
 
@@ -136,6 +145,9 @@ pub struct WritePlan<'a> {
     plans: Vec<Plan<'a>>,
     total_chunks: usize,
     header_len: usize,
+    /// The `audit` line as planned: with a key, the keyed tag's
+    /// placeholder last ([`crate::format::bind`]).
+    audit: Option<Audit>,
 }
 
 impl<'a> WritePlan<'a> {
@@ -148,14 +160,14 @@ impl<'a> WritePlan<'a> {
             ));
         }
         let (plans, total_chunks) = plan_arrays(arrays, opts)?;
-        Ok(WritePlan { arrays, opts, plans, total_chunks, header_len: header_len(arrays, opts) })
+        let audit = crate::format::bind::planned(opts.audit.as_ref(), opts.tag_key().is_some());
+        Ok(WritePlan { arrays, opts, plans, total_chunks, header_len: header_len(arrays, opts), audit })
     }
 
     /// The sizes of the text [`WritePlan::write`] will write, known
     /// before a byte is written (every line has a fixed width): what a writer
     /// of split snapshots needs to put each part's bytes straight in its file.
     pub fn shape(&self) -> crate::format::split::TextShape {
-        let opts = self.opts;
         let arrays_text = self
             .plans
             .iter()
@@ -176,15 +188,10 @@ impl<'a> WritePlan<'a> {
                 }
             })
             .collect();
-        let audit = opts.audit.as_ref().map_or(0, |a| {
-            let mut l = String::new();
-            a.write(&mut l);
-            l.len() as u64 + 1
-        });
         crate::format::split::TextShape {
             header: self.header_len as u64,
             arrays: arrays_text,
-            tail: audit + END.len() as u64 + 1,
+            tail: self.tail_text(None).len() as u64,
         }
     }
 
@@ -197,7 +204,7 @@ impl<'a> WritePlan<'a> {
         progress.set_total(raw_total * if opts.digest == DigestForm::Tree { 1 } else { 2 });
 
         out.seek(SeekFrom::Start(header_len as u64)).map_err(io_err)?;
-        let work = work::Work::new(plans, opts, total_chunks, progress);
+        let work = work::Work::new(plans, opts, self.tail_text(None), total_chunks, progress);
         let body_len = work.run(out)?;
         let fastxor = work.fastxor();
         let sums = work.sums;
@@ -233,6 +240,11 @@ impl<'a> WritePlan<'a> {
         let (header, merkle) = self.header(sha256_all, fastxor);
         out.seek(SeekFrom::Start(0)).map_err(io_err)?;
         out.write_all(header.as_bytes()).map_err(io_err)?;
+        if opts.tag_key().is_some() {
+            let tail = self.tail_text(Some((&sha256_all, &merkle)));
+            out.seek(SeekFrom::Start(places.len - tail.len() as u64)).map_err(io_err)?;
+            out.write_all(&tail).map_err(io_err)?;
+        }
         out.flush().map_err(io_err)?;
 
         let wsum = opts.streaming.then(|| {
@@ -302,12 +314,7 @@ impl WritePlan<'_> {
             }
             pos += b"endarr\n".len() as u64;
         }
-        if let Some(a) = &self.opts.audit {
-            line.clear();
-            a.write(&mut line);
-            pos += line.len() as u64 + 1;
-        }
-        places.len = pos + END.len() as u64 + 1;
+        places.len = pos + self.tail_text(None).len() as u64;
         places
     }
 
@@ -339,17 +346,37 @@ impl WritePlan<'_> {
             let at = places.ch[last] + unit_len(p, p.layout.chunk_count() - 1);
             out.push(Fixed { at, bytes: b"endarr\n".to_vec(), kind: FixedKind::Body });
         }
-        let mut tail = Vec::new();
-        if let Some(a) = &self.opts.audit {
-            line.clear();
-            a.write(&mut line);
-            tail.extend_from_slice(line.as_bytes());
-            tail.push(b'\n');
-        }
-        tail.extend_from_slice(END.as_bytes());
-        tail.push(b'\n');
+        let tail = self.tail_text(None);
         out.push(Fixed { at: places.len - tail.len() as u64, bytes: tail, kind: FixedKind::Tail });
         out
+    }
+
+    /// The text after the last array, `audit` (if any) and `endwtxt`:
+    /// with the keyed tag over the root's `sha256_all` and `merkle_this`
+    /// when they are given and the options carry a key, else with its
+    /// placeholder (same width).
+    pub fn tail_text(&self, root: Option<(&Hash, &Hash)>) -> Vec<u8> {
+        let mut line = String::new();
+        if let Some(a) = &self.audit {
+            match (root, self.opts.tag_key()) {
+                (Some((sha256_all, merkle_this)), Some(key)) => {
+                    let (cap, _) = cap_and_sign(self.arrays, self.opts);
+                    let bound = crate::format::bind::Bound {
+                        meta: &self.opts.meta,
+                        cap: &cap,
+                        sha256_all,
+                        merkle_prev: &self.opts.merkle_prev,
+                        merkle_this,
+                    };
+                    bound.tagged(a, key).write(&mut line);
+                }
+                _ => a.write(&mut line),
+            }
+            line.push('\n');
+        }
+        line.push_str(END);
+        line.push('\n');
+        line.into_bytes()
     }
 
     /// Writes chunk `ix` of array `i`, whose bytes are `raw` (its `ch`

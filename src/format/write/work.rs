@@ -37,7 +37,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use crate::crypto::digest::{fastxor_at, Hash, Sha256State};
 use crate::error::{Error, Result};
 use crate::format::layout::encode_lines;
-use crate::format::syntax::{ArrLine, Audit, DigestForm, END};
+use crate::format::syntax::{ArrLine, DigestForm};
 use crate::progress::Progress;
 
 use super::{ch_line, final_arr, placeholder_arr, Plan, WriteOptions, ENCODE_PIECE};
@@ -124,7 +124,8 @@ pub(super) struct Work<'a, 'p> {
     pieces: Vec<Piece>,
     /// Each array's first byte among all arrays' bytes (for `fastxor`).
     starts: Vec<u64>,
-    audit: Option<&'a Audit>,
+    /// The text after the last array (placeholders where the root goes).
+    tail: Vec<u8>,
     pub sums: Sums,
     /// Each array's SHA-256 and HMAC, as its digest job left them.
     digests: Vec<OnceLock<(Hash, Option<Hash>)>>,
@@ -146,6 +147,7 @@ impl<'a, 'p> Work<'a, 'p> {
     pub(super) fn new(
         plans: &'a [Plan<'p>],
         opts: &'a WriteOptions<'a>,
+        tail: Vec<u8>,
         total_chunks: usize,
         progress: &'a Progress,
     ) -> Work<'a, 'p> {
@@ -177,7 +179,7 @@ impl<'a, 'p> Work<'a, 'p> {
             opts,
             pieces,
             starts,
-            audit: opts.audit.as_ref(),
+            tail,
             sums,
             digests: (0..plans.len()).map(|_| OnceLock::new()).collect(),
             fastxor: Mutex::new(0),
@@ -213,10 +215,8 @@ impl<'a, 'p> Work<'a, 'p> {
             return Err(e);
         }
         let (out, len) = out.into_inner().unwrap_or_else(|p| p.into_inner());
-        let mut tail = Vec::new();
-        self.tail(&mut tail);
-        out.write_all(&tail).map_err(Error::write_failed)?;
-        Ok(len + tail.len() as u64)
+        out.write_all(&self.tail).map_err(Error::write_failed)?;
+        Ok(len + self.tail.len() as u64)
     }
 
     /// `fastxor` once the work is done.
@@ -360,18 +360,6 @@ impl<'a, 'p> Work<'a, 'p> {
         p.array.data.release(range);
         self.progress.inc(piece.len);
         buf
-    }
-
-    /// The text after the last array: the `audit` line and `endwtxt`.
-    fn tail(&self, buf: &mut Vec<u8>) {
-        if let Some(a) = self.audit {
-            let mut line = String::new();
-            a.write(&mut line);
-            buf.extend_from_slice(line.as_bytes());
-            buf.push(b'\n');
-        }
-        buf.extend_from_slice(END.as_bytes());
-        buf.push(b'\n');
     }
 
     /// Array `i`'s SHA-256 and HMAC in one pass; without a key, each chunk's
