@@ -191,8 +191,12 @@ fn pre_receive() -> Result<u8> {
     let repo = git2::Repository::open_from_env().map_err(crate::git::git_err)?;
     let v = guard::check(&repo, &updates, &Progress::hidden())?;
     for r in &v.refusals {
-        let at = if r.commit.is_empty() { String::new() } else { format!(" {} {}:", &r.commit[..10], r.path) };
-        eprintln!("wtxt pre-receive: {}:{at} {}", r.refname, crate::error::one_line(&r.reason));
+        // Names and paths are the pusher's: shown escaped, so none can
+        // forge a line of Git's `remote:` output or reorder the terminal's.
+        let one_line = crate::error::one_line;
+        let at =
+            if r.commit.is_empty() { String::new() } else { format!(" {} {}:", &r.commit[..10], one_line(&r.path)) };
+        eprintln!("wtxt pre-receive: {}:{at} {}", one_line(&r.refname), one_line(&r.reason));
     }
     if !v.refusals.is_empty() {
         eprintln!("wtxt pre-receive: push refused: nothing of it is kept");

@@ -326,7 +326,8 @@ impl Pipeline {
             // required (an unsigned file planted at the top of the ring
             // would otherwise become the chain's base). Its tags are not
             // asked for: an HMAC key added since must not stop a restart.
-            let mut trust = crate::format::verify::InputTrust::new(None, None, cfg.keys.sign_key.as_ref(), false, false);
+            let mut trust =
+                crate::format::verify::InputTrust::new(None, None, cfg.keys.sign_key.as_ref(), false, false);
             trust.require_signature = cfg.keys.sign_key.is_some();
             let report = WtxtIn::verify_whole(p, &trust.options(), what).map_err(|e| {
                 if cfg.keys.sign_key.is_some() && e.kind() == crate::error::Kind::Check {

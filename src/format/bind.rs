@@ -80,10 +80,13 @@ pub fn planned(audit: Option<&Audit>, keyed: bool) -> Option<Audit> {
     Some(Audit { pairs })
 }
 
+/// A tag found: its value, and the audit pairs before it.
+pub type Found<'a> = (Hash, &'a [(String, String)]);
+
 /// The tag an `audit` line carries and the pairs before it: `Ok(None)`
 /// without one; an error when it is not the last pair, comes twice, or is
 /// not 64 lowercase hex digits.
-pub fn find(audit: &Audit) -> std::result::Result<Option<(Hash, &[(String, String)])>, String> {
+pub fn find(audit: &Audit) -> std::result::Result<Option<Found<'_>>, String> {
     let at = audit.pairs.iter().position(|(k, _)| k == BIND_KEY);
     let Some(at) = at else { return Ok(None) };
     if at + 1 != audit.pairs.len() {

@@ -111,6 +111,13 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
             path: path.to_string(),
             reason,
         };
+        // A replace ref changes what every reader that follows replace refs
+        // sees in place of an object: a signed stand-in for an unsigned blob.
+        if u.refname.starts_with("refs/replace/") {
+            let why = "replace refs are refused: they would show readers other objects than the ones checked";
+            verdict.refusals.push(refuse("", "", why.into()));
+            continue;
+        }
         // A tag or anything else that is not a commit carries no snapshot
         // history of its own; its commit is checked when it is new.
         let Ok(tip) = repo.find_object(u.new, None).and_then(|o| o.peel_to_commit()) else { continue };
@@ -133,7 +140,14 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
                 ));
                 break;
             }
-            for path in snapshot_paths(&commit.tree().map_err(git_err)?)? {
+            let paths = match snapshot_paths(&commit.tree().map_err(git_err)?) {
+                Ok(p) => p,
+                Err(e) => {
+                    verdict.refusals.push(refuse(&oid_hex(&commit), "", e.message().to_string()));
+                    break 'commits;
+                }
+            };
+            for path in paths {
                 if Instant::now() > deadline {
                     verdict.refusals.push(refuse(
                         "",
@@ -150,8 +164,25 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
                 }
             }
         }
+        // The ref's new tip against its old one, path by path: however the
+        // commits between came (a rename, a merge with another history, a
+        // force push), no snapshot goes back or starts over.
+        if u.old.is_zero() {
+            continue;
+        }
+        let Ok(old) = repo.find_object(u.old, None).and_then(|o| o.peel_to_commit()) else { continue };
+        let Ok(paths) = snapshot_paths(&tip.tree().map_err(git_err)?) else { continue };
+        for path in paths {
+            if let Some(why) = versions.continues(&old, &tip, &path, max_commits)? {
+                verdict.refusals.push(refuse(&tip.id().to_string(), &path.display().to_string(), why));
+            }
+        }
     }
     Ok(verdict)
+}
+
+fn oid_hex(c: &git2::Commit) -> String {
+    c.id().to_string()
 }
 
 #[cfg(test)]

@@ -229,13 +229,25 @@ pub fn wtxt_paths(repo: &Repository) -> Result<Vec<PathBuf>> {
 /// Every `*.wtxt` path in `tree` (a split snapshot by its head).
 pub fn snapshot_paths(tree: &Tree) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
-        if e.kind() == Some(ObjectType::Blob) && e.name().is_ok_and(|n| n.ends_with(".wtxt")) {
-            out.push(PathBuf::from(format!("{dir}{}", e.name().unwrap_or_default())));
+    // A tree that names one entry twice is malformed (`git fsck` refuses
+    // it): which of the two a reader sees depends on the reader.
+    let mut seen = std::collections::HashSet::new();
+    let mut twice = None;
+    let walked = tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
+        let name = String::from_utf8_lossy(e.name_bytes());
+        if !seen.insert(format!("{dir}{name}")) {
+            twice = Some(format!("{dir}{name}"));
+            return git2::TreeWalkResult::Abort;
+        }
+        if e.kind() == Some(ObjectType::Blob) && name.to_ascii_lowercase().ends_with(".wtxt") {
+            out.push(PathBuf::from(format!("{dir}{name}")));
         }
         git2::TreeWalkResult::Ok
-    })
-    .map_err(git_err)?;
+    });
+    if let Some(p) = twice {
+        return Err(Error::input(Default::default(), format!("tree {}: `{p}` is listed twice", tree.id())));
+    }
+    walked.map_err(git_err)?;
     Ok(out)
 }
 
@@ -454,6 +466,97 @@ impl<'r> Versions<'r> {
         self.cache.insert(blob, cur);
         Ok(Some(g))
     }
+}
+
+impl Versions<'_> {
+    /// Why the snapshot at `path` in `new_tip` does not continue the newest
+    /// version `old_tip`'s history holds there (along first parents: a
+    /// version deleted since still counts), when a ref moves from one to the
+    /// other; `None` when it does or the path never had one: its generation
+    /// is newer, and
+    /// its `merkle_prev` links, version by version through `new_tip`'s
+    /// history (every parent, at most `max_commits` commits), reach the old
+    /// version. A rollback (an older generation put back, by a rename, a
+    /// merge with another history or a force push) and a new chain where
+    /// the path had one are refused so.
+    pub fn continues(
+        &mut self,
+        old_tip: &Commit,
+        new_tip: &Commit,
+        path: &Path,
+        max_commits: u64,
+    ) -> Result<Option<String>> {
+        let Some(new_blob) = blob_at(&new_tip.tree().map_err(git_err)?, path) else { return Ok(None) };
+        let Some((old_commit, old_blob)) = last_version(old_tip, path)? else { return Ok(None) };
+        if old_blob == new_blob {
+            return Ok(None);
+        }
+        let header = |v: &mut Versions, c: Oid, b: Oid| {
+            v.cache.entry(b).or_insert_with(|| read_version(&mut v.blobs, c, b)).header.clone()
+        };
+        let (Some(old), Some(new)) = (header(self, old_commit, old_blob), header(self, new_tip.id(), new_blob)) else {
+            return Ok(Some("a version whose header does not read".into()));
+        };
+        let link = |h: &Header| match h.root {
+            crate::format::syntax::Root::Final { merkle_prev, merkle_this, .. } => Some((merkle_prev, merkle_this)),
+            crate::format::syntax::Root::Pending => None,
+        };
+        let (Some((_, old_this)), Some((mut want, _))) = (link(&old), link(&new)) else {
+            return Ok(Some("a version with its root pending".into()));
+        };
+        if new.meta.gen <= old.meta.gen {
+            return Ok(Some(format!(
+                "gen {} does not follow gen {}, which the ref held: no generation goes back",
+                new.meta.gen_str(),
+                old.meta.gen_str()
+            )));
+        }
+        // The versions of `path` in the new tip's history, newest first, by
+        // merkle_this; the links are followed as the walk finds them.
+        let mut by_link: HashMap<[u8; 32], (u64, [u8; 32])> = HashMap::new();
+        let mut walk = self.repo.revwalk().map_err(git_err)?;
+        walk.push(new_tip.id()).map_err(git_err)?;
+        walk.set_sorting(Sort::TIME).map_err(git_err)?;
+        let mut seen_blobs = std::collections::HashSet::new();
+        // Follows the links known so far: reached, broken, or still open.
+        let advance = |by_link: &HashMap<[u8; 32], (u64, [u8; 32])>, want: &mut [u8; 32]| loop {
+            if *want == old_this {
+                return Some(true);
+            }
+            match by_link.get(want) {
+                Some(&(gen, prev)) if gen > old.meta.gen => *want = prev,
+                Some(_) => return Some(false),
+                None => return None,
+            }
+        };
+        for (n, oid) in walk.enumerate() {
+            match advance(&by_link, &mut want) {
+                Some(true) => return Ok(None),
+                Some(false) => return Ok(Some(not_reached(&new, &old))),
+                None if n as u64 >= max_commits => break,
+                None => {}
+            }
+            let c = self.repo.find_commit(oid.map_err(git_err)?).map_err(git_err)?;
+            if let Some(b) = blob_at(&c.tree().map_err(git_err)?, path).filter(|b| seen_blobs.insert(*b)) {
+                if let Some((h, (prev, this))) = header(self, c.id(), b).and_then(|h| link(&h).map(|l| (h, l))) {
+                    by_link.insert(this, (h.meta.gen, prev));
+                }
+            }
+        }
+        match advance(&by_link, &mut want) {
+            Some(true) => Ok(None),
+            _ => Ok(Some(not_reached(&new, &old))),
+        }
+    }
+}
+
+fn not_reached(new: &Header, old: &Header) -> String {
+    format!(
+        "gen {}'s chain does not reach gen {}, which the ref held (a new chain or another history where the path \
+         had one)",
+        new.meta.gen_str(),
+        old.meta.gen_str()
+    )
 }
 
 /// The tree entry of a split snapshot's parts folder (`PATH.parts`), if any.

@@ -528,10 +528,26 @@ pub fn server(dir: &Path, exe: &Path, uninstall: bool) -> Result<PathBuf> {
     if uninstall {
         remove_hooks(&hooks, ["pre-receive"])?;
     } else {
+        let mut cfg = repo.config().and_then(|c| c.open_level(git2::ConfigLevel::Local)).map_err(git_err)?;
+        for (key, value) in SERVER_CONFIG {
+            cfg.set_str(key, value).map_err(git_err)?;
+        }
         put_hooks(&hooks, &[("pre-receive", calling(SERVER_HOOK, &shell_word(&exe.display().to_string())))])?;
     }
     Ok(hooks.join("pre-receive"))
 }
+
+/// What `--server` sets in the bare repository's own config, beside the
+/// guard: Git itself refuses malformed objects (a tree that names an entry
+/// twice, which readers resolve differently) before the guard runs; every
+/// push is kept as the pack it came in (no loose objects to deflate
+/// again), and partial clones may ask for what they need.
+pub const SERVER_CONFIG: [(&str, &str); 4] = [
+    ("receive.fsckObjects", "true"),
+    ("receive.unpackLimit", "1"),
+    ("uploadpack.allowFilter", "true"),
+    ("uploadpack.allowAnySHA1InWant", "true"),
+];
 
 /// Files a filter now carries that the work tree holds in clean form (WTXT
 /// text where the binary belongs: the repository was cloned before the

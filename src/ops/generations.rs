@@ -233,7 +233,8 @@ fn apply_minimal(
     // The base is verified under the same rules as any input we sign or HMAC.
     let trust = InputTrust::new(
         o.keys.hmac_key.as_ref(),
-        None, o.keys.sign_key.as_ref(),
+        None,
+        o.keys.sign_key.as_ref(),
         o.keys.allow_unauthenticated,
         o.keys.allow_unbound,
     );

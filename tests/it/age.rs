@@ -53,8 +53,7 @@ fn age_encrypts_wtxt_reads_verifies_and_extracts() {
     let d = dir.path();
     let (key, recipient) = keygen(d);
     let enc = d.join("h.age");
-    let o =
-        tool("age").args(["-a", "-r", &recipient, "-o"]).arg(&enc).arg(fixture("bind/hmac.wtxt")).output().unwrap();
+    let o = tool("age").args(["-a", "-r", &recipient, "-o"]).arg(&enc).arg(fixture("bind/hmac.wtxt")).output().unwrap();
     assert!(o.status.success());
     let k = key.to_str().unwrap();
     let r = wtxt().arg("verify").arg(&enc).args(["-i", k, "--hmac-key", "keys/hmac.hex"]).output().unwrap();

@@ -191,3 +191,104 @@ fn a_changed_part_alone_is_checked() {
     let o = wtxt().current_dir(&w).args(["log", "s.wtxt", "--json"]).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
 }
+
+/// What a probe walked around the guard with (issue findings T5-1, T5-3,
+/// T5-5), each against a real `git daemon`: replace refs, a rollback by
+/// rename over two pushes, a merge with an orphan history, a force push
+/// to an old commit, and a tree that lists a snapshot twice.
+#[test]
+fn the_guard_cannot_be_walked_around() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let served = d.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    let bare = served.join("models.git");
+    git_ok(&served, &["init", "-q", "--bare", "-b", "main", "models.git"]);
+    let o = wtxt().current_dir(&bare).args(["git", "install", "--server"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(git_ok(&bare, &["config", "receive.fsckObjects"]).trim(), "true");
+    git_ok(&bare, &["config", "wtxt.trustedKeys", fixture("keys/trusted_keys").to_str().unwrap()]);
+    let (_server, port) = git_daemon(&served);
+    let url = format!("git://127.0.0.1:{port}/models.git");
+    git_ok(d, &["clone", "-q", &url, "work"]);
+    let work = d.join("work");
+    let m = work.join("m.wtxt");
+    let (sign, trusted) = (fixture("keys/sign.pem"), fixture("keys/trusted_keys"));
+    let signed = ["--sign-key", sign.to_str().unwrap(), "--trusted-keys", trusted.to_str().unwrap()];
+    let (g0, g1) = (d.join("g0.wtxt"), d.join("g1.wtxt"));
+    snapshot(&g0, None, 0, &signed);
+    snapshot(&g1, Some(&g0), 1, &signed);
+    std::fs::copy(&g0, &m).unwrap();
+    assert!(commit_and_push(&work, "gen 0").0);
+    let first = rev(&work, "HEAD");
+    std::fs::copy(&g1, &m).unwrap();
+    let (ok, err) = commit_and_push(&work, "gen 1");
+    assert!(ok, "{err}");
+    let push = |args: &[&str]| {
+        let o = git_cmd(&work, args, &[]);
+        (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+
+    // T5-1: a replace ref is refused, whatever it replaces.
+    let unsigned = d.join("unsigned.wtxt");
+    snapshot(&unsigned, Some(&g1), 2, &[]);
+    let blob = git_ok(&work, &["hash-object", "-w", unsigned.to_str().unwrap()]).trim().to_string();
+    let good = git_ok(&work, &["rev-parse", "HEAD:m.wtxt"]).trim().to_string();
+    let (ok, err) = push(&["push", "origin", &format!("{good}:refs/replace/{blob}")]);
+    assert!(!ok && err.contains("replace refs are refused"), "{err}");
+
+    // T5-3: an old signed generation put back by a rename, over two pushes.
+    git_ok(&work, &["rm", "-q", "m.wtxt"]);
+    std::fs::copy(&g0, work.join("a.wtxt")).unwrap();
+    // Git sees the rename, so the per-commit link already refuses it...
+    let (ok, err) = commit_and_push(&work, "a new path");
+    assert!(!ok && err.contains("broken link"), "{err}");
+    // ...and where it sees none (another file at a new path), the path's
+    // own history still holds: its old generation cannot come back.
+    git_ok(&work, &["reset", "-q", "--hard", "origin/main"]);
+    git_ok(&work, &["rm", "-q", "m.wtxt"]);
+    let (ok, err) = commit_and_push(&work, "deleted");
+    assert!(ok, "{err}");
+    std::fs::copy(&g0, &m).unwrap();
+    let (ok, err) = commit_and_push(&work, "gen 0 back");
+    assert!(!ok && err.contains("does not follow gen 000001"), "{err}");
+    git_ok(&work, &["reset", "-q", "--hard", "origin/main"]);
+    std::fs::copy(&g1, &m).unwrap();
+    let (ok, err) = commit_and_push(&work, "gen 1 back");
+    assert!(ok, "{err}");
+    let landed = rev(&bare, "main");
+
+    // T5-3: a merge with an orphan history holding gen 0 at the path.
+    git_ok(&work, &["checkout", "-q", "--orphan", "old"]);
+    git_ok(&work, &["rm", "-rfq", "."]);
+    std::fs::copy(&g0, &m).unwrap();
+    git_ok(&work, &["add", "m.wtxt"]);
+    git_ok(&work, &["commit", "-q", "--no-verify", "-m", "orphan"]);
+    git_ok(&work, &["checkout", "-q", "main"]);
+    git_ok(&work, &["reset", "-q", "--hard", "origin/main"]);
+    git_cmd(&work, &["merge", "-q", "--allow-unrelated-histories", "-s", "ours", "--no-edit", "old"], &[]);
+    git_ok(&work, &["checkout", "old", "--", "m.wtxt"]);
+    git_ok(&work, &["commit", "-q", "--no-verify", "--amend", "--no-edit"]);
+    let (ok, err) = push(&["push", "origin", "HEAD:main"]);
+    assert!(!ok, "an orphan's old generation merged in landed: {err}");
+
+    // T5-3: a force push to an old commit.
+    let (ok, err) = push(&["push", "-f", "origin", &format!("{first}:main")]);
+    assert!(!ok && err.contains("does not follow"), "{err}");
+    assert_eq!(rev(&bare, "main"), landed, "the ref did not move");
+
+    // T5-5: a tree naming m.wtxt twice, the unsigned version first.
+    let tree_text = format!("100644 blob {blob}\tm.wtxt\n100644 blob {good}\tm.wtxt\n");
+    let mut mktree = std::process::Command::new("git");
+    mktree.current_dir(&work).args(["mktree", "--missing"]).stdin(std::process::Stdio::piped());
+    mktree.stdout(std::process::Stdio::piped());
+    let mut child = mktree.spawn().unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), tree_text.as_bytes()).unwrap();
+    let tree = String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap().trim().to_string();
+    if !tree.is_empty() {
+        let commit = git_ok(&work, &["commit-tree", &tree, "-p", &landed, "-m", "twice"]).trim().to_string();
+        let (ok, err) = push(&["push", "origin", &format!("{commit}:refs/heads/main")]);
+        assert!(!ok, "a tree listing m.wtxt twice landed: {err}");
+    }
+    assert_eq!(rev(&bare, "main"), landed);
+}

@@ -352,8 +352,11 @@ fn hmac_only_files_bind_their_arrays_names_and_generation() {
     let dir = tempfile::tempdir().unwrap();
     let f32s = |v: f32| v.to_le_bytes().repeat(4);
     let gen = |g: &str, v: f32| {
-        let arrays: Vec<crate::util::ArraySpec> =
-            vec![("a", "f32", vec![4], f32s(v)), ("b", "f32", vec![4], f32s(v + 1.0)), ("c", "f32", vec![4], f32s(v + 2.0))];
+        let arrays: Vec<crate::util::ArraySpec> = vec![
+            ("a", "f32", vec![4], f32s(v)),
+            ("b", "f32", vec![4], f32s(v + 1.0)),
+            ("c", "f32", vec![4], f32s(v + 2.0)),
+        ];
         crate::util::snapshot(dir.path(), &format!("g{g}"), &arrays, &["--gen", g, "--hmac-key", "keys/hmac.hex"])
     };
     let old: Vec<String> = std::fs::read_to_string(gen("1", 10.0)).unwrap().lines().map(String::from).collect();
@@ -381,7 +384,8 @@ fn hmac_only_files_bind_their_arrays_names_and_generation() {
         assert_eq!(run(&["extract", s(&p), "-o", s(&out), "--hmac-key", "keys/hmac.hex"]).code, 1, "{what}");
         assert!(!out.exists());
         let signed = dir.path().join(format!("{what}.signed.wtxt"));
-        let r = run(&["snapshot", s(&p), "-o", s(&signed), "--hmac-key", "keys/hmac.hex", "--sign-key", "keys/sign.pem"]);
+        let r =
+            run(&["snapshot", s(&p), "-o", s(&signed), "--hmac-key", "keys/hmac.hex", "--sign-key", "keys/sign.pem"]);
         assert_eq!(r.code, 1, "{what}: signed a forgery: {}", r.stderr);
         assert!(!signed.exists());
         // Stripping the tag is no way around it: an unbound file needs the flag.

@@ -49,7 +49,7 @@ pub struct VerifyOptions<'a> {
     /// attacker without the key could otherwise change an array and zero its tag.
     pub allow_unauthenticated: bool,
     /// With an HMAC key, accept a file without the keyed tag that binds it
-    /// whole ([`crate::format::bind`]): a 1.1 file from a writer that binds
+    /// whole (FORMAT.md section 5): a 1.1 file from a writer that binds
     /// nothing. Without it such a file fails: stripping the tag would
     /// otherwise undo what it binds.
     pub allow_unbound: bool,
@@ -244,8 +244,7 @@ pub fn verify_lines<R: Read>(
             (r, vis, a, b)
         })
     };
-    let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, audit_line, tree, skipped, .. } =
-        vis;
+    let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, audit_line, tree, skipped, .. } = vis;
     let (mut roots, mut chunks) = (roots, chunks);
     if let Some((arrays, fastxor)) = chunks.alone.take() {
         roots.arrays = arrays;
