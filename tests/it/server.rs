@@ -33,6 +33,24 @@ fn commit_and_push(work: &Path, msg: &str) -> (bool, String) {
     (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
+/// A bare repository `served/models.git` with the guard installed and the
+/// example keys trusted, served by a `git daemon` on 127.0.0.1, and a clone
+/// of it at `work`: the repository, the clone and the server (stopped when
+/// dropped).
+fn guarded(d: &Path) -> (PathBuf, PathBuf, crate::util::Server) {
+    let served = d.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    let bare = served.join("models.git");
+    git_ok(&served, &["init", "-q", "--bare", "-b", "main", "models.git"]);
+    let o = wtxt().current_dir(&bare).args(["git", "install", "--server"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    git_ok(&bare, &["config", "wtxt.trustedKeys", fixture("keys/trusted_keys").to_str().unwrap()]);
+    let (server, port) = git_daemon(&served);
+    let url = format!("git://127.0.0.1:{port}/models.git");
+    git_ok(d, &["clone", "-q", &url, "work"]);
+    (bare, d.join("work"), server)
+}
+
 fn rev(git_dir: &Path, what: &str) -> String {
     git_ok(git_dir, &["rev-parse", what]).trim().to_string()
 }
@@ -41,22 +59,12 @@ fn rev(git_dir: &Path, what: &str) -> String {
 fn a_bare_repository_refuses_what_does_not_verify() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let served = d.join("served");
-    std::fs::create_dir_all(&served).unwrap();
-    let bare = served.join("models.git");
-    git_ok(&served, &["init", "-q", "--bare", "-b", "main", "models.git"]);
     // --server needs a bare repository.
     let work_repo = d.join("plain");
     git_ok(d, &["init", "-q", "plain"]);
     let o = wtxt().current_dir(&work_repo).args(["git", "install", "--server"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = wtxt().current_dir(&bare).args(["git", "install", "--server"]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    git_ok(&bare, &["config", "wtxt.trustedKeys", fixture("keys/trusted_keys").to_str().unwrap()]);
-    let (_server, port) = git_daemon(&served);
-    let url = format!("git://127.0.0.1:{port}/models.git");
-    git_ok(d, &["clone", "-q", &url, "work"]);
-    let work = d.join("work");
+    let (bare, work, _server) = guarded(d);
     let m = work.join("m.wtxt");
     let keep = |n: u32| -> PathBuf {
         let k = d.join(format!("gen{n}.wtxt"));
@@ -200,18 +208,8 @@ fn a_changed_part_alone_is_checked() {
 fn the_guard_cannot_be_walked_around() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let served = d.join("served");
-    std::fs::create_dir_all(&served).unwrap();
-    let bare = served.join("models.git");
-    git_ok(&served, &["init", "-q", "--bare", "-b", "main", "models.git"]);
-    let o = wtxt().current_dir(&bare).args(["git", "install", "--server"]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (bare, work, _server) = guarded(d);
     assert_eq!(git_ok(&bare, &["config", "receive.fsckObjects"]).trim(), "true");
-    git_ok(&bare, &["config", "wtxt.trustedKeys", fixture("keys/trusted_keys").to_str().unwrap()]);
-    let (_server, port) = git_daemon(&served);
-    let url = format!("git://127.0.0.1:{port}/models.git");
-    git_ok(d, &["clone", "-q", &url, "work"]);
-    let work = d.join("work");
     let m = work.join("m.wtxt");
     let (sign, trusted) = (fixture("keys/sign.pem"), fixture("keys/trusted_keys"));
     let signed = ["--sign-key", sign.to_str().unwrap(), "--trusted-keys", trusted.to_str().unwrap()];
