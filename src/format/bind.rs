@@ -14,7 +14,7 @@
 
 use crate::crypto::digest::Hash;
 use crate::crypto::mac::HmacKey;
-use crate::format::syntax::{Audit, Cap, Meta};
+use crate::format::syntax::{hexn, Audit, Cap, Meta};
 
 /// The audit key that carries the tag.
 pub const BIND_KEY: &str = "wtxt.bind";
@@ -92,12 +92,7 @@ pub fn find(audit: &Audit) -> std::result::Result<Option<Found<'_>>, String> {
     if at + 1 != audit.pairs.len() {
         return Err(format!("audit: `{BIND_KEY}` must be the last pair"));
     }
-    let value = &audit.pairs[at].1;
-    let tag = (value.len() == 64 && value.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-        .then(|| hex::decode(value).ok())
-        .flatten()
-        .and_then(|v| <Hash>::try_from(v).ok())
-        .ok_or_else(|| format!("audit: `{BIND_KEY}` expected 64 lowercase hex digits"))?;
+    let tag = hexn::<32>(audit.pairs[at].1.as_bytes(), &format!("audit: `{BIND_KEY}`")).map_err(|r| r.to_string())?;
     Ok(Some((tag, &audit.pairs[..at])))
 }
 

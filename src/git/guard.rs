@@ -143,7 +143,7 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
             let paths = match snapshot_paths(&commit.tree().map_err(git_err)?) {
                 Ok(p) => p,
                 Err(e) => {
-                    verdict.refusals.push(refuse(&oid_hex(&commit), "", e.message().to_string()));
+                    verdict.refusals.push(refuse(&commit.id().to_string(), "", e.message().to_string()));
                     break 'commits;
                 }
             };
@@ -179,10 +179,6 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
         }
     }
     Ok(verdict)
-}
-
-fn oid_hex(c: &git2::Commit) -> String {
-    c.id().to_string()
 }
 
 #[cfg(test)]

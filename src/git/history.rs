@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use git2::{Commit, DiffFindOptions, DiffOptions, ObjectType, Oid, Repository, Sort, Tree};
 use serde::Serialize;
 
-use crate::crypto::digest::merkle_this;
+use crate::crypto::digest::{merkle_this, Hash};
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
 use crate::format::read::{read_header, Header, LineReader};
@@ -234,14 +234,16 @@ pub fn snapshot_paths(tree: &Tree) -> Result<Vec<PathBuf>> {
     let mut seen = std::collections::HashSet::new();
     let mut twice = None;
     let walked = tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
-        let name = String::from_utf8_lossy(e.name_bytes());
-        if !seen.insert(format!("{dir}{name}")) {
-            twice = Some(format!("{dir}{name}"));
+        let path = format!("{dir}{}", String::from_utf8_lossy(e.name_bytes()));
+        if seen.contains(&path) {
+            twice = Some(path);
             return git2::TreeWalkResult::Abort;
         }
-        if e.kind() == Some(ObjectType::Blob) && name.to_ascii_lowercase().ends_with(".wtxt") {
-            out.push(PathBuf::from(format!("{dir}{name}")));
+        let b = path.as_bytes();
+        if e.kind() == Some(ObjectType::Blob) && b.len() >= 5 && b[b.len() - 5..].eq_ignore_ascii_case(b".wtxt") {
+            out.push(PathBuf::from(&path));
         }
+        seen.insert(path);
         git2::TreeWalkResult::Ok
     });
     if let Some(p) = twice {
@@ -348,11 +350,7 @@ pub fn head_header(repo: &Repository, path: &Path) -> Result<Option<Header>> {
 /// HEAD has one: its `gen` and `merkle_this`, once that version verified
 /// whole from its blobs under `opts` (nothing chains from what it did not
 /// verify).
-pub fn head_link(
-    repo: &Repository,
-    path: &Path,
-    opts: &VerifyOptions,
-) -> Result<Option<(u64, crate::crypto::digest::Hash)>> {
+pub fn head_link(repo: &Repository, path: &Path, opts: &VerifyOptions) -> Result<Option<(u64, Hash)>> {
     let Some(tree) = repo.head().ok().and_then(|h| h.peel_to_tree().ok()) else { return Ok(None) };
     let Some(blob) = blob_at(&tree, path) else { return Ok(None) };
     let shown = PathBuf::from(format!("HEAD:{}", path.display()));
@@ -438,10 +436,7 @@ impl<'r> Versions<'r> {
             }
         }
         let cur = read_version(&mut self.blobs, commit.id(), blob);
-        let prev_versions: Vec<Version> = prevs
-            .iter()
-            .map(|(c, b)| self.cache.entry(*b).or_insert_with(|| read_version(&mut self.blobs, *c, *b)).clone())
-            .collect();
+        let prev_versions: Vec<Version> = prevs.iter().map(|(c, b)| self.version(*c, *b).clone()).collect();
         let mut g = check(commit, path, &cur, &prev_versions, opts);
         if opts.verify {
             progress.restart(&format!("{} {}", &g.commit[..10], path.display()));
@@ -469,6 +464,11 @@ impl<'r> Versions<'r> {
 }
 
 impl Versions<'_> {
+    /// The version `blob` (first seen in `commit`), its header read once.
+    fn version(&mut self, commit: Oid, blob: Oid) -> &Version {
+        self.cache.entry(blob).or_insert_with(|| read_version(&mut self.blobs, commit, blob))
+    }
+
     /// Why the snapshot at `path` in `new_tip` does not continue the newest
     /// version `old_tip`'s history holds there (along first parents: a
     /// version deleted since still counts), when a ref moves from one to the
@@ -491,15 +491,14 @@ impl Versions<'_> {
         if old_blob == new_blob {
             return Ok(None);
         }
-        let header = |v: &mut Versions, c: Oid, b: Oid| {
-            v.cache.entry(b).or_insert_with(|| read_version(&mut v.blobs, c, b)).header.clone()
-        };
-        let (Some(old), Some(new)) = (header(self, old_commit, old_blob), header(self, new_tip.id(), new_blob)) else {
+        let (Some(old), Some(new)) =
+            (self.version(old_commit, old_blob).header.clone(), self.version(new_tip.id(), new_blob).header.clone())
+        else {
             return Ok(Some("a version whose header does not read".into()));
         };
         let link = |h: &Header| match h.root {
-            crate::format::syntax::Root::Final { merkle_prev, merkle_this, .. } => Some((merkle_prev, merkle_this)),
-            crate::format::syntax::Root::Pending => None,
+            Root::Final { merkle_prev, merkle_this, .. } => Some((merkle_prev, merkle_this)),
+            Root::Pending => None,
         };
         let (Some((_, old_this)), Some((mut want, _))) = (link(&old), link(&new)) else {
             return Ok(Some("a version with its root pending".into()));
@@ -513,13 +512,12 @@ impl Versions<'_> {
         }
         // The versions of `path` in the new tip's history, newest first, by
         // merkle_this; the links are followed as the walk finds them.
-        let mut by_link: HashMap<[u8; 32], (u64, [u8; 32])> = HashMap::new();
+        let mut by_link: HashMap<Hash, (u64, Hash)> = HashMap::new();
         let mut walk = self.repo.revwalk().map_err(git_err)?;
         walk.push(new_tip.id()).map_err(git_err)?;
         walk.set_sorting(Sort::TIME).map_err(git_err)?;
-        let mut seen_blobs = std::collections::HashSet::new();
         // Follows the links known so far: reached, broken, or still open.
-        let advance = |by_link: &HashMap<[u8; 32], (u64, [u8; 32])>, want: &mut [u8; 32]| loop {
+        let advance = |by_link: &HashMap<Hash, (u64, Hash)>, want: &mut Hash| loop {
             if *want == old_this {
                 return Some(true);
             }
@@ -537,9 +535,11 @@ impl Versions<'_> {
                 None => {}
             }
             let c = self.repo.find_commit(oid.map_err(git_err)?).map_err(git_err)?;
-            if let Some(b) = blob_at(&c.tree().map_err(git_err)?, path).filter(|b| seen_blobs.insert(*b)) {
-                if let Some((h, (prev, this))) = header(self, c.id(), b).and_then(|h| link(&h).map(|l| (h, l))) {
-                    by_link.insert(this, (h.meta.gen, prev));
+            if let Some(b) = blob_at(&c.tree().map_err(git_err)?, path) {
+                if let Some((gen, (prev, this))) =
+                    self.version(c.id(), b).header.as_ref().and_then(|h| link(h).map(|l| (h.meta.gen, l)))
+                {
+                    by_link.insert(this, (gen, prev));
                 }
             }
         }

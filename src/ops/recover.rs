@@ -67,8 +67,11 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
             (c.file, c.line) = (file.map(|f| f.display().to_string()), line);
         }
     }
+    // The key vouches for the output (signs it, binds it whole) only when it
+    // authenticated every array in it.
+    let unauthenticated = r.arrays.iter().find(|a| !r.authenticated.contains(&a.name));
     if o.keys.sign_key.is_some() {
-        if let Some(a) = r.arrays.iter().find(|a| !r.authenticated.contains(&a.name)) {
+        if let Some(a) = unauthenticated {
             return Err(Error::check(
                 Default::default(),
                 format!("array {} is not authenticated by the HMAC key: refusing to sign it", a.name),
@@ -102,10 +105,8 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
             ("lost_arrays".into(), r.report.lost_arrays.to_string()),
         ],
     };
-    // The key binds the file whole only when it vouches for every array in it.
-    let every_array_authenticated = r.arrays.iter().all(|a| r.authenticated.contains(&a.name));
     let opts = WriteOptions {
-        bind_key: key.filter(|_| every_array_authenticated),
+        bind_key: key.filter(|_| unauthenticated.is_none()),
         merkle_prev: r.merkle_prev.unwrap_or([0; 32]),
         sign_key: o.keys.sign_key.as_ref(),
         audit: Some(audit),

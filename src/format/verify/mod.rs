@@ -301,8 +301,7 @@ pub fn verify_lines<R: Read>(
         // `fastxor` covers every byte: not known when some went undecoded.
         let fastxor = (skipped == 0).then_some(fastxor);
         check_root(h, &sha_all, fastxor, opts, &mut report, &mut problems);
-        let audit = report.audit.as_ref().map(|a| (audit_line, a));
-        report.binding = check_binding(h, &report, audit, &expected, opts, &mut problems);
+        report.binding = check_binding(h, &report, audit_line, &expected, opts, &mut problems);
     }
     if let Some(h) = header.as_ref().or(seen_header.as_ref()) {
         report.gen = h.meta.gen;
@@ -322,19 +321,18 @@ pub fn verify_lines<R: Read>(
 fn check_binding(
     h: &Header,
     report: &Report,
-    audit: Option<(u64, &crate::format::syntax::Audit)>,
+    audit_line: u64,
     expected: &[Expect],
     opts: &VerifyOptions,
     problems: &mut Vec<Problem>,
 ) -> Binding {
-    let found = match audit.map(|(line, a)| (line, crate::format::bind::find(a))) {
-        None => None,
-        Some((line, Err(m))) => {
-            problems.push(Problem::at(ProblemKind::Binding, line, m));
+    let found = match report.audit.as_ref().map(crate::format::bind::find) {
+        None | Some(Ok(None)) => None,
+        Some(Err(m)) => {
+            problems.push(Problem::at(ProblemKind::Binding, audit_line, m));
             return Binding::Absent;
         }
-        Some((_, Ok(None))) => None,
-        Some((line, Ok(Some((tag, before))))) => Some((line, tag, before)),
+        Some(Ok(Some((tag, before)))) => Some((tag, before)),
     };
     if found.is_some() {
         let gen = h.meta.gen_str();
@@ -354,7 +352,7 @@ fn check_binding(
     else {
         return if found.is_some() { Binding::NotChecked } else { Binding::Absent };
     };
-    let Some((line, tag, before)) = found else {
+    let Some((tag, before)) = found else {
         if !opts.allow_unbound {
             let m = "the HMAC key was given, but the file carries no keyed tag (`wtxt.bind` on its audit line): \
                      its generation, names and set of arrays are not bound by the key; --allow-unbound accepts a \
@@ -369,7 +367,7 @@ fn check_binding(
     } else {
         let m = "keyed tag does not match (wrong key, or the file's generation, names, set of arrays or audit \
                  pairs are not what the key holder wrote)";
-        problems.push(Problem::at(ProblemKind::Binding, line, m));
+        problems.push(Problem::at(ProblemKind::Binding, audit_line, m));
         Binding::Invalid
     }
 }
