@@ -140,10 +140,10 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
                 ));
                 break;
             }
-            let paths = match snapshot_paths(&commit.tree().map_err(git_err)?) {
+            let paths = match listed(&commit)? {
                 Ok(p) => p,
-                Err(e) => {
-                    verdict.refusals.push(refuse(&commit.id().to_string(), "", e.message().to_string()));
+                Err(why) => {
+                    verdict.refusals.push(refuse(&commit.id().to_string(), "", why));
                     break 'commits;
                 }
             };
@@ -171,7 +171,15 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
             continue;
         }
         let Ok(old) = repo.find_object(u.old, None).and_then(|o| o.peel_to_commit()) else { continue };
-        let Ok(paths) = snapshot_paths(&tip.tree().map_err(git_err)?) else { continue };
+        // A tip already held (so not walked above) whose tree does not list
+        // cleanly is refused, not passed over.
+        let paths = match listed(&tip)? {
+            Ok(p) => p,
+            Err(why) => {
+                verdict.refusals.push(refuse(&tip.id().to_string(), "", why));
+                continue;
+            }
+        };
         for path in paths {
             if let Some(why) = versions.continues(&old, &tip, &path, max_commits)? {
                 verdict.refusals.push(refuse(&tip.id().to_string(), &path.display().to_string(), why));
@@ -179,6 +187,13 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
         }
     }
     Ok(verdict)
+}
+
+/// The snapshot paths of `commit`'s tree, or why the push is refused: a
+/// tree that does not list cleanly (an entry named twice).
+fn listed(commit: &git2::Commit) -> Result<std::result::Result<Vec<std::path::PathBuf>, String>> {
+    let tree = commit.tree().map_err(git_err)?;
+    Ok(snapshot_paths(&tree).map_err(|e| e.message().to_string()))
 }
 
 #[cfg(test)]
