@@ -67,7 +67,7 @@ impl Folder {
         let text = format!(
             "{} holds the model folder {dir}/: `wtxt git install --folder {}` writes it and keeps it in step",
             self.snapshot.display(),
-            crate::git::install::shell_word(&dir)
+            crate::git::shell::shell_word(&dir)
         );
         crate::error::one_line(&text).into_owned()
     }

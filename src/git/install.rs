@@ -18,6 +18,7 @@ use git2::{Config, ConfigLevel, Repository};
 use crate::error::{Error, Result};
 use crate::fs::write_file;
 use crate::git::git_err;
+use crate::git::shell::shell_word;
 
 /// The hook script (`hooks/pre-commit` in the source tree).
 pub const HOOK: &str = include_str!("../../hooks/pre-commit");
@@ -90,15 +91,6 @@ pub struct Plan {
     pub exclude_file: Option<PathBuf>,
     /// File name extensions the installed filters carry.
     pub filtered: Vec<&'static str>,
-}
-
-/// `s` as one word of a POSIX shell command line.
-pub(crate) fn shell_word(s: &str) -> String {
-    if s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+".contains(&b)) {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
 }
 
 /// What a repository of large snapshots sets where it sets nothing itself

@@ -17,6 +17,7 @@ pub(crate) mod install;
 pub(crate) mod merge;
 pub(crate) mod parts;
 pub(crate) mod push;
+pub(crate) mod shell;
 
 pub use crate::odb::deflate::zlib;
 pub use crate::odb::git_err;
