@@ -15,12 +15,20 @@ pub struct Progress {
     start: Instant,
     shown: AtomicBool,
     total: AtomicU64,
+    /// Work still reading past this instant fails, with this reason.
+    deadline: Option<(Instant, String)>,
 }
 
 impl Progress {
     /// A counter that never draws (library use, tests, pipes).
     pub fn hidden() -> Progress {
-        Progress { bar: None, start: Instant::now(), shown: AtomicBool::new(true), total: AtomicU64::new(0) }
+        Progress {
+            bar: None,
+            start: Instant::now(),
+            shown: AtomicBool::new(true),
+            total: AtomicU64::new(0),
+            deadline: None,
+        }
     }
 
     /// A counter that draws `label` on stderr after one second if stderr is a terminal.
@@ -35,7 +43,26 @@ impl Progress {
                 .progress_chars("=> "),
         );
         bar.set_message(label.to_string());
-        Progress { bar: Some(bar), start: Instant::now(), shown: AtomicBool::new(false), total: AtomicU64::new(0) }
+        Progress {
+            bar: Some(bar),
+            start: Instant::now(),
+            shown: AtomicBool::new(false),
+            total: AtomicU64::new(0),
+            deadline: None,
+        }
+    }
+
+    /// The same counter with a deadline: every read counted on it after
+    /// `at` fails with `why`, so a bound on time (the guard's
+    /// `wtxt.guardSeconds`) holds inside one long verification too.
+    pub fn until(mut self, at: Instant, why: impl Into<String>) -> Progress {
+        self.deadline = Some((at, why.into()));
+        self
+    }
+
+    /// Why the work must stop now, if its deadline has passed.
+    pub fn expired(&self) -> Option<&str> {
+        self.deadline.as_ref().filter(|(at, _)| Instant::now() > *at).map(|(_, why)| why.as_str())
     }
 
     /// Sets how many units the work has.
@@ -82,6 +109,9 @@ pub struct Counted<'a, R> {
 
 impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(why) = self.progress.expired() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why.to_string()));
+        }
         let n = self.inner.read(buf)?;
         self.progress.inc(n as u64);
         Ok(n)
@@ -91,5 +121,25 @@ impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
 impl Drop for Progress {
     fn drop(&mut self) {
         self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn a_read_past_the_deadline_fails_with_its_reason() {
+        let data = [7u8; 64];
+        let ahead = Progress::hidden().until(Instant::now() + Duration::from_secs(3600), "late");
+        let mut buf = Vec::new();
+        Counted { inner: &data[..], progress: &ahead }.read_to_end(&mut buf).unwrap();
+        assert_eq!(buf.len(), 64);
+        let past = Progress::hidden().until(Instant::now() - Duration::from_millis(1), "still checking (limit)");
+        let e = Counted { inner: &data[..], progress: &past }.read_to_end(&mut buf).unwrap_err();
+        assert_eq!(e.to_string(), "still checking (limit)");
+        assert_eq!(past.expired(), Some("still checking (limit)"));
+        assert_eq!(Progress::hidden().expired(), None);
     }
 }

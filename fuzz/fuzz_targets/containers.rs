@@ -10,5 +10,5 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(back, data, "safetensors round trip is byte-identical");
     }
     let _ = wtxt::convert::volp::read(data);
-    let _ = wtxt::git::smudge(data);
+    let _ = wtxt::git::smudge(data, &Default::default());
 });

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use crate::error::{Error, Result};
 use crate::ops;
 use crate::options::Keys;
-use crate::progress::Progress;
 
 use super::args as cli;
 use super::flags::{hmac_key, oms_key, output, sign_key, trusted_keys};
@@ -189,13 +188,14 @@ fn pre_receive() -> Result<u8> {
     }
     let updates = guard::parse_updates(&input)?;
     let repo = git2::Repository::open_from_env().map_err(crate::git::git_err)?;
-    let v = guard::check(&repo, &updates, &Progress::hidden())?;
+    let v = guard::check(&repo, &updates)?;
     for r in &v.refusals {
         // Names and paths are the pusher's: shown escaped, so none can
         // forge a line of Git's `remote:` output or reorder the terminal's.
         let one_line = crate::error::one_line;
-        let at =
-            if r.commit.is_empty() { String::new() } else { format!(" {} {}:", &r.commit[..10], one_line(&r.path)) };
+        let commit = if r.commit.is_empty() { String::new() } else { format!(" {}", &r.commit[..10]) };
+        let path = if r.path.is_empty() { String::new() } else { format!(" {}", one_line(&r.path)) };
+        let at = if commit.is_empty() && path.is_empty() { String::new() } else { format!("{commit}{path}:") };
         eprintln!("wtxt pre-receive: {}:{at} {}", one_line(&r.refname), one_line(&r.reason));
     }
     if !v.refusals.is_empty() {

@@ -151,6 +151,10 @@ pub fn serve<R: BufRead, W: Write>(
         }
     }
     flush(&mut out)?;
+    // What the repository trusts: a smudge writes into the work tree only
+    // what its policy accepts, as the hook takes in only that.
+    let policy = git2::Repository::discover(repo_dir).ok().map(|r| crate::git::Policy::of(&r)).transpose()?;
+    let opts = policy.as_ref().map(crate::git::Policy::options).unwrap_or_default();
     loop {
         let mut header = Vec::new();
         match read_pkt(&mut input) {
@@ -190,7 +194,7 @@ pub fn serve<R: BufRead, W: Write>(
                 ),
             )),
             "clean" => clean(&content, repo_dir, &path),
-            "smudge" => smudge(&content),
+            "smudge" => smudge(&content, &opts),
             c => Err(Error::usage(format!("filter protocol: unknown command {c}"))),
         };
         match result {
@@ -317,12 +321,13 @@ fn too_large(text: u64, path: &str) -> Error {
     )
 }
 
-/// A WTXT made by `clean` back to the file it came from.
-pub fn smudge(content: &[u8]) -> Result<Vec<u8>> {
+/// A WTXT made by `clean` back to the file it came from, verified under
+/// `opts` (the repository's trusted keys and whether it requires a signature).
+pub fn smudge(content: &[u8], opts: &VerifyOptions) -> Result<Vec<u8>> {
     if !content.starts_with(b"WTXT 1\n") {
         return Ok(content.to_vec());
     }
-    let loaded = crate::format::load(content, content.len() as u64, &Default::default())?;
+    let loaded = crate::format::load(content, content.len() as u64, opts)?;
     rebuild(&loaded.arrays)
 }
 

@@ -7,25 +7,33 @@
 //! sets (which [`Repository::open_from_env`] and `git cat-file` honour); a
 //! non-zero exit refuses the whole push and nothing of it reaches the refs.
 //! Every commit the push brings (reachable from a new tip and from no ref
-//! the repository has) that adds or changes a snapshot (`*.wtxt`, a split
+//! the repository has) that adds or changes a snapshot (a path named
+//! `*.wtxt` in any case, any blob that begins with the WTXT magic line
+//! whatever its name, as a filter stores `model.safetensors`; a split
 //! snapshot's head or parts) is checked as `wtxt log --verify` checks a
 //! generation: the data verified whole from its blobs, the header's own
 //! `merkle_this`, the link to each parent's version, and with
-//! `wtxt.trustedKeys` set a valid signature by one of those keys. Nothing
-//! the push carries is run: blobs are read, never checked out, filtered or
-//! shown through a textconv. The work is bounded: at most
+//! `wtxt.trustedKeys` set a valid signature by one of those keys. A tag
+//! or ref naming a tree or a blob has every snapshot it holds verified so.
+//! Nothing the push carries is run: blobs are read, never checked out,
+//! filtered or shown through a textconv. The work is bounded: at most
 //! [`MAX_UPDATES`] ref updates and `wtxt.guardMaxCommits` new commits
 //! (default [`DEFAULT_MAX_COMMITS`]), and a push still being checked after
-//! `wtxt.guardSeconds` (default [`DEFAULT_SECONDS`]) is refused at the next
-//! generation; verifying streams, so memory does not grow with a snapshot.
+//! `wtxt.guardSeconds` (default [`DEFAULT_SECONDS`]) is refused, inside a
+//! generation's verification too; verifying streams, so memory does not
+//! grow with a snapshot.
 
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use git2::{Oid, Repository, Sort};
+use git2::{ObjectType, Oid, Repository, Sort, Tree};
 
 use crate::error::{Error, Result};
+use crate::format::verify::VerifyOptions;
 use crate::git::git_err;
-use crate::git::history::{snapshot_paths, LogOptions, Versions};
+use crate::git::history::{snapshot_paths, verify_version, LogOptions, Versions};
+use crate::odb::blob::Blobs;
 use crate::progress::Progress;
 
 /// The most ref updates one push may carry.
@@ -89,11 +97,12 @@ pub struct Verdict {
 
 /// Checks what `updates` bring into `repo` (opened from Git's environment,
 /// so the quarantined objects are visible) under its policy.
-pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Result<Verdict> {
+pub fn check(repo: &Repository, updates: &[Update]) -> Result<Verdict> {
     let cfg = repo.config().map_err(git_err)?;
     let max_commits = cfg.get_i64("wtxt.guardMaxCommits").map_or(DEFAULT_MAX_COMMITS, |v| v.max(0) as u64);
     let seconds = cfg.get_i64("wtxt.guardSeconds").map_or(DEFAULT_SECONDS, |v| v.max(0) as u64);
-    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let late = format!("still checking after {seconds} s (wtxt.guardSeconds)");
+    let progress = &Progress::hidden().until(Instant::now() + Duration::from_secs(seconds), late);
     let opts = LogOptions { trusted: crate::git::configured_trusted_keys(repo)?, verify: true };
     // What the repository already holds: every ref's tip before the push.
     let mut known = Vec::new();
@@ -104,6 +113,7 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
     }
     let mut verdict = Verdict::default();
     let mut versions = Versions::new(repo);
+    let mut held = Held::new(repo);
     for u in updates.iter().filter(|u| !u.new.is_zero()) {
         let refuse = |commit: &str, path: &str, reason: String| Refusal {
             refname: u.refname.clone(),
@@ -118,9 +128,20 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
             verdict.refusals.push(refuse("", "", why.into()));
             continue;
         }
-        // A tag or anything else that is not a commit carries no snapshot
-        // history of its own; its commit is checked when it is new.
-        let Ok(tip) = repo.find_object(u.new, None).and_then(|o| o.peel_to_commit()) else { continue };
+        let object = repo.find_object(u.new, None).map_err(git_err)?;
+        let Ok(tip) = object.peel_to_commit() else {
+            // A tag or ref naming a tree or a blob: no history, but every
+            // snapshot it holds is one a clone can read.
+            let vopts = VerifyOptions {
+                trusted: opts.trusted.as_ref(),
+                require_signature: opts.trusted.is_some(),
+                ..Default::default()
+            };
+            for (path, why) in held.unchained(&object, &u.refname, &vopts, progress)? {
+                verdict.refusals.push(refuse("", &path, why));
+            }
+            continue;
+        };
         let mut walk = repo.revwalk().map_err(git_err)?;
         walk.push(tip.id()).map_err(git_err)?;
         for k in &known {
@@ -140,7 +161,8 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
                 ));
                 break;
             }
-            let paths = match listed(&commit)? {
+            let base = commit.parents().next().map(|p| p.tree()).transpose().map_err(git_err)?;
+            let paths = match held.paths(base.as_ref(), &commit.tree().map_err(git_err)?)? {
                 Ok(p) => p,
                 Err(why) => {
                     verdict.refusals.push(refuse(&commit.id().to_string(), "", why));
@@ -148,12 +170,8 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
                 }
             };
             for path in paths {
-                if Instant::now() > deadline {
-                    verdict.refusals.push(refuse(
-                        "",
-                        "",
-                        format!("still checking after {seconds} s (wtxt.guardSeconds)"),
-                    ));
+                if let Some(why) = progress.expired() {
+                    verdict.refusals.push(refuse("", "", why.to_string()));
                     return Ok(verdict);
                 }
                 let Some(g) = versions.generation(&commit, &path, &opts, progress)? else { continue };
@@ -173,7 +191,7 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
         let Ok(old) = repo.find_object(u.old, None).and_then(|o| o.peel_to_commit()) else { continue };
         // A tip already held (so not walked above) whose tree does not list
         // cleanly is refused, not passed over.
-        let paths = match listed(&tip)? {
+        let paths = match held.paths(Some(&old.tree().map_err(git_err)?), &tip.tree().map_err(git_err)?)? {
             Ok(p) => p,
             Err(why) => {
                 verdict.refusals.push(refuse(&tip.id().to_string(), "", why));
@@ -181,7 +199,7 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
             }
         };
         for path in paths {
-            if let Some(why) = versions.continues(&old, &tip, &path, max_commits)? {
+            if let Some(why) = versions.continues(&old, &tip, &path, max_commits, progress)? {
                 verdict.refusals.push(refuse(&tip.id().to_string(), &path.display().to_string(), why));
             }
         }
@@ -189,11 +207,101 @@ pub fn check(repo: &Repository, updates: &[Update], progress: &Progress) -> Resu
     Ok(verdict)
 }
 
-/// The snapshot paths of `commit`'s tree, or why the push is refused: a
-/// tree that does not list cleanly (an entry named twice).
-fn listed(commit: &git2::Commit) -> Result<std::result::Result<Vec<std::path::PathBuf>, String>> {
-    let tree = commit.tree().map_err(git_err)?;
-    Ok(snapshot_paths(&tree).map_err(|e| e.message().to_string()))
+/// Where snapshots are held, by name and by content, each blob looked at once.
+struct Held<'r> {
+    repo: &'r Repository,
+    blobs: Blobs<'r>,
+    /// Whether a blob begins with the WTXT magic line.
+    wtxt: HashMap<Oid, bool>,
+}
+
+impl<'r> Held<'r> {
+    fn new(repo: &'r Repository) -> Held<'r> {
+        Held { repo, blobs: Blobs::new(repo), wtxt: HashMap::new() }
+    }
+
+    /// The snapshot paths of `tree` to check against `base`: every path
+    /// named `*.wtxt`, and every other path whose blob differs from
+    /// `base`'s (all of them without a base) and holds a WTXT head. Or why
+    /// the tree is refused: an entry named twice, or two snapshot paths
+    /// that differ only in case (a case-insensitive checkout keeps one).
+    fn paths(&mut self, base: Option<&Tree>, tree: &Tree) -> Result<std::result::Result<Vec<PathBuf>, String>> {
+        let mut paths = match snapshot_paths(tree) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e.message().to_string())),
+        };
+        let named = paths.len();
+        let mut opts = git2::DiffOptions::new();
+        opts.ignore_submodules(true);
+        let diff = self.repo.diff_tree_to_tree(base, Some(tree), Some(&mut opts)).map_err(git_err)?;
+        for d in diff.deltas() {
+            let f = d.new_file();
+            let blob = matches!(f.mode(), git2::FileMode::Blob | git2::FileMode::BlobExecutable);
+            let Some(path) = f.path().filter(|_| blob && !f.id().is_zero()) else { continue };
+            if !paths[..named].iter().any(|p| p == path) && self.holds_wtxt(f.id())? {
+                paths.push(path.to_path_buf());
+            }
+        }
+        let mut folded = HashMap::new();
+        for p in &paths {
+            if let Some(other) = folded.insert(p.to_string_lossy().to_lowercase(), p) {
+                return Ok(Err(format!(
+                    "`{}` and `{}` differ only in case: a case-insensitive checkout keeps one of them",
+                    other.display(),
+                    p.display()
+                )));
+            }
+        }
+        Ok(Ok(paths))
+    }
+
+    /// Whether `blob` begins with the WTXT magic line (with either line end).
+    fn holds_wtxt(&mut self, blob: Oid) -> Result<bool> {
+        if let Some(&w) = self.wtxt.get(&blob) {
+            return Ok(w);
+        }
+        let start = self.blobs.prefix(blob, 8)?;
+        let w = start.starts_with(b"WTXT 1\n") || start.starts_with(b"WTXT 1\r\n");
+        self.wtxt.insert(blob, w);
+        Ok(w)
+    }
+
+    /// Every snapshot held by `object`, a tree or a blob (through tags),
+    /// verified whole under `opts`: the path (`refname` for a blob) and
+    /// the first problem of each that fails.
+    fn unchained(
+        &mut self,
+        object: &git2::Object,
+        refname: &str,
+        opts: &VerifyOptions,
+        progress: &Progress,
+    ) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        let mut verify = |tree: Option<&Tree>, path: &Path, blob: Oid| {
+            let first = match verify_version(self.repo, tree, path, blob, opts, progress) {
+                Ok(r) => r.errors.into_iter().next().map(|p| format!("data: line {}: {}", p.line, p.text())),
+                Err(e) => Some(format!("data: {}", crate::error::one_line(&e.to_string()))),
+            };
+            if let Some(why) = first {
+                out.push((path.display().to_string(), why));
+            }
+        };
+        if let Ok(tree) = object.peel_to_tree() {
+            let paths = match self.paths(None, &tree)? {
+                Ok(p) => p,
+                Err(why) => return Ok(vec![(String::new(), why)]),
+            };
+            for p in paths {
+                let entry = tree.get_path(&p).map_err(git_err)?;
+                verify(Some(&tree), &p, entry.id());
+            }
+        } else if let Ok(blob) = object.peel(ObjectType::Blob) {
+            if self.holds_wtxt(blob.id())? {
+                verify(None, Path::new(refname), blob.id());
+            }
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]

@@ -315,10 +315,10 @@ fn last_version(start: &Commit, path: &Path) -> Result<Option<(Oid, Oid)>> {
 
 /// Verifies the version of `path` whose blob is `blob` in `tree` whole, as
 /// `wtxt verify` does: a single file streamed from its blob, a head joined
-/// with the tree's parts.
-fn verify_version(
+/// with the tree's parts (a head with no tree has none to join: refused).
+pub(crate) fn verify_version(
     repo: &Repository,
-    tree: &Tree,
+    tree: Option<&Tree>,
     path: &Path,
     blob: Oid,
     opts: &VerifyOptions,
@@ -329,6 +329,10 @@ fn verify_version(
     let input = match split::open(text).map_err(|e| e.in_file(path))? {
         split::Opened::Single(r) => WtxtIn::single(r, len, path),
         split::Opened::Split(head) => {
+            let Some(tree) = tree else {
+                return Err(Error::input(Default::default(), "a split snapshot's head with no tree to hold its parts")
+                    .in_file(path));
+            };
             let parts = BlobParts::of_tree(repo, tree, path, &head);
             WtxtIn::joined(head, Box::new(parts), path, len)
         }
@@ -354,7 +358,8 @@ pub fn head_link(repo: &Repository, path: &Path, opts: &VerifyOptions) -> Result
     let Some(tree) = repo.head().ok().and_then(|h| h.peel_to_tree().ok()) else { return Ok(None) };
     let Some(blob) = blob_at(&tree, path) else { return Ok(None) };
     let shown = PathBuf::from(format!("HEAD:{}", path.display()));
-    let report = verify_version(repo, &tree, path, blob, opts, &Progress::hidden()).map_err(|e| e.in_file(&shown))?;
+    let report =
+        verify_version(repo, Some(&tree), path, blob, opts, &Progress::hidden()).map_err(|e| e.in_file(&shown))?;
     if let Some(p) = report.first_error() {
         return Err(p.to_error().in_file(&shown));
     }
@@ -441,7 +446,7 @@ impl<'r> Versions<'r> {
         if opts.verify {
             progress.restart(&format!("{} {}", &g.commit[..10], path.display()));
             let vopts = VerifyOptions { trusted: opts.trusted.as_ref(), ..Default::default() };
-            match verify_version(repo, &tree, path, blob, &vopts, progress).map(|r| r.errors.into_iter().next()) {
+            match verify_version(repo, Some(&tree), path, blob, &vopts, progress).map(|r| r.errors.into_iter().next()) {
                 Ok(None) => g.data = DataCheck::Verified,
                 Ok(Some(mut problem)) => {
                     // The model's names from the work tree's copy (display only).
@@ -485,6 +490,7 @@ impl Versions<'_> {
         new_tip: &Commit,
         path: &Path,
         max_commits: u64,
+        progress: &Progress,
     ) -> Result<Option<String>> {
         let Some(new_blob) = blob_at(&new_tip.tree().map_err(git_err)?, path) else { return Ok(None) };
         let Some((old_commit, old_blob)) = last_version(old_tip, path)? else { return Ok(None) };
@@ -528,6 +534,9 @@ impl Versions<'_> {
             }
         };
         for (n, oid) in walk.enumerate() {
+            if let Some(why) = progress.expired() {
+                return Ok(Some(why.to_string()));
+            }
             match advance(&by_link, &mut want) {
                 Some(true) => return Ok(None),
                 Some(false) => return Ok(Some(not_reached(&new, &old))),

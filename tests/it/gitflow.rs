@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::util::{fixture, git_cmd, snapshot};
+use crate::util::{fixture, git_cmd, git_ok, snapshot};
 
 struct Repo {
     _dir: tempfile::TempDir,
@@ -369,6 +369,17 @@ fn safetensors_filter_stores_wtxt_and_checks_out_the_same_bytes() {
     );
     assert!(std::fs::read(&cloned).unwrap() == changed, "the binary is back");
     assert_eq!(String::from_utf8_lossy(&git_cmd(&clone, &["status", "--porcelain"], &[]).stdout), "");
+    // A clone that requires signatures smudges nothing unsigned into its
+    // work tree (the filter signs nothing).
+    let trusted = fixture("keys/trusted_keys");
+    git_ok(&clone, &["config", "wtxt.trustedKeys", trusted.to_str().unwrap()]);
+    git_ok(&clone, &["config", "wtxt.requireSignature", "true"]);
+    std::fs::remove_file(&cloned).unwrap();
+    let o = git_cmd(&clone, &["checkout", "--", "model.safetensors"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "an unsigned snapshot was smudged: {err}");
+    assert!(err.contains("model.safetensors") && err.contains("sign"), "{err}");
+    assert!(std::fs::read(&cloned).map_or(true, |b| b != changed), "the model reached the work tree");
 }
 
 #[test]

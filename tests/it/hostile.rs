@@ -371,7 +371,7 @@ fn npz_exact_form_may_not_reuse_an_array() {
     assert!(!out.exists());
     assert!(o.peak_anon_kib < HEAP_BOUND_KIB, "heap {} KiB", o.peak_anon_kib);
     let bytes = std::fs::read(&path).unwrap();
-    assert!(wtxt::git::smudge(&bytes).is_err(), "the smudge filter refuses it too");
+    assert!(wtxt::git::smudge(&bytes, &Default::default()).is_err(), "the smudge filter refuses it too");
 }
 
 /// A verified WTXT whose `__names` gives two arrays one original name (or

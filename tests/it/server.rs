@@ -290,3 +290,57 @@ fn the_guard_cannot_be_walked_around() {
     }
     assert_eq!(rev(&bare, "main"), landed);
 }
+
+/// T5-4, T5-11: WTXT is checked wherever it is held: under a filtered
+/// name, under any other name, in two paths one case-insensitive checkout
+/// cannot hold apart, and through a tag or ref naming a blob or a tree.
+#[test]
+fn the_guard_checks_wtxt_whatever_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (bare, work, _server) = guarded(d);
+    let (sign, trusted) = (fixture("keys/sign.pem"), fixture("keys/trusted_keys"));
+    let signed = ["--sign-key", sign.to_str().unwrap(), "--trusted-keys", trusted.to_str().unwrap()];
+    let (good, unsigned) = (d.join("good.wtxt"), d.join("unsigned.wtxt"));
+    snapshot(&good, None, 0, &signed);
+    snapshot(&unsigned, None, 0, &[]);
+    std::fs::copy(&good, work.join("m.wtxt")).unwrap();
+    let (ok, err) = commit_and_push(&work, "gen 0");
+    assert!(ok, "{err}");
+    let landed = rev(&bare, "main");
+    let push = |args: &[&str]| {
+        let o = git_cmd(&work, args, &[]);
+        (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let refused = |what: &str, expect: &str, (ok, err): (bool, String)| {
+        assert!(!ok, "{what} landed: {err}");
+        assert!(err.contains(expect), "{what}: expected {expect:?} in {err}");
+        git_ok(&work, &["reset", "-q", "--hard", &landed]);
+    };
+    // What a filter stores (`*.safetensors filter=wtxt-safetensors` in a
+    // clone), and a copy under a name that is not `*.wtxt`.
+    for name in ["model.safetensors", "m.wtxt.bak"] {
+        std::fs::copy(&unsigned, work.join(name)).unwrap();
+        refused(name, &format!("{name}: not signed"), commit_and_push(&work, name));
+    }
+    // Two snapshots a case-insensitive checkout cannot both hold.
+    std::fs::copy(&good, work.join("M.wtxt")).unwrap();
+    refused("M.wtxt beside m.wtxt", "differ only in case", commit_and_push(&work, "case"));
+    // Tags and refs naming a blob or a tree.
+    let blob = git_ok(&work, &["hash-object", "-w", unsigned.to_str().unwrap()]).trim().to_string();
+    git_ok(&work, &["tag", "-a", "-m", "a blob", "blob-tag", &blob]);
+    refused("a tag of a blob", "not signed", push(&["push", "origin", "refs/tags/blob-tag"]));
+    refused("a ref to a blob", "not signed", push(&["push", "origin", &format!("{blob}:refs/tags/bare-blob")]));
+    let mut mktree = std::process::Command::new("git");
+    mktree.current_dir(&work).arg("mktree").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+    let mut child = mktree.spawn().unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), format!("100644 blob {blob}\tweights.bin\n").as_bytes())
+        .unwrap();
+    let tree = String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap().trim().to_string();
+    refused("a ref to a tree", "weights.bin: data: ", push(&["push", "origin", &format!("{tree}:refs/tags/tree")]));
+    // A signed snapshot under a tag lands.
+    let signed_blob = git_ok(&work, &["rev-parse", "HEAD:m.wtxt"]).trim().to_string();
+    let (ok, err) = push(&["push", "origin", &format!("{signed_blob}:refs/tags/signed-blob")]);
+    assert!(ok, "{err}");
+    assert_eq!(rev(&bare, "main"), landed);
+}
