@@ -50,6 +50,9 @@ struct Trust {
     hmac_key: Option<PathBuf>,
     pubkey: Option<PathBuf>,
     trusted_keys: Option<PathBuf>,
+    /// A signing key whose public half is the one key trusted, when
+    /// neither `pubkey` nor `trusted_keys` names one (a writer's loads).
+    signer: Option<PathBuf>,
     require_signature: bool,
     allow_unbound: bool,
 }
@@ -71,9 +74,13 @@ impl Trust {
             trusted_keys: self.trusted_keys,
             ..KeyFiles::default()
         };
+        let trusted = match (files.trusted()?, self.signer) {
+            (None, Some(signer)) => Some(TrustedKeys::single(wtxt::crypto::SecretKey::from_file(&signer)?.public())),
+            (trusted, _) => trusted,
+        };
         Ok(TrustKeys {
             hmac_key: files.hmac()?,
-            trusted: files.trusted()?,
+            trusted,
             require_signature: self.require_signature,
             allow_unbound: self.allow_unbound,
         })

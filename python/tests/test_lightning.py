@@ -93,6 +93,18 @@ def test_a_tampered_or_unsigned_checkpoint_is_never_loaded(tmp_path):
     snap = repo / "lightning.wtxt"
     with pytest.raises(wtxt.VerifyError, match="signature"):
         WtxtCheckpointIO(repo, trusted_keys=TRUSTED).load_checkpoint(snap)
+    # T5-7: made with only `sign_key` (the README's form), the plugin loads
+    # only what that key signed: not an unsigned checkpoint, not another key's.
+    with pytest.raises(wtxt.VerifyError, match="signature"):
+        WtxtCheckpointIO(repo, sign_key=KEY).load_checkpoint(snap)
+    other = tmp_path / "other.wtxt"
+    wtxt.save_file({"w": torch.zeros(2).numpy()}, other, sign_key=FIXTURES / "keys" / "other.pem")
+    with pytest.raises(wtxt.VerifyError, match="signature|trusted"):
+        WtxtCheckpointIO(repo, sign_key=KEY).load_checkpoint(other)
+    mine = tmp_path / "mine.wtxt"
+    wtxt.save_file({"w": torch.zeros(2).numpy()}, mine, sign_key=KEY)
+    with pytest.raises(wtxt.Error, match="not a Lightning checkpoint"):
+        WtxtCheckpointIO(repo, sign_key=KEY).load_checkpoint(mine)
     lines = snap.read_text().split("\n")
     at = next(i for i, line in enumerate(lines) if line.startswith("ch ")) + 1
     lines[at] = ("B" if lines[at][3] == "A" else "A").join([lines[at][:3], lines[at][4:]])

@@ -93,6 +93,37 @@ def test_a_tampered_generation_is_never_restored(tmp_path):
         restore_checkpoint(plain, tmp_path / "back")
 
 
+def test_a_checkpoint_never_holds_or_restores_a_git_folder(tmp_path):
+    """T5-6, T5-16: a manifest naming `.git/...` (in any case) or `..` is
+    refused before anything is written; a folder holding `.git`, or given
+    as a link, is never taken in."""
+    import json
+
+    import numpy as np
+    from wtxt.checkpoint import MANIFEST, checkpoint_state
+
+    for rel in [".git/config", "sub/.GIT/hooks/pre-commit", "a/../../b", "./x", "a\\b"]:
+        files = [{"path": rel, "kind": "bytes"}]
+        manifest = json.dumps({"format": "wtxt-checkpoint-folder/1", "files": files}).encode()
+        snap = tmp_path / "hostile.wtxt"
+        wtxt.save_file({MANIFEST: np.frombuffer(manifest, np.uint8), rel: np.frombuffer(b"x", np.uint8)}, snap)
+        with pytest.raises(wtxt.Error, match="not a plain path"):
+            restore_checkpoint(snap, tmp_path / "back")
+        assert not (tmp_path / "back").exists(), rel
+        assert not [p for p in os.listdir(tmp_path) if p.startswith(".wtxt-checkpoint-")]
+    folder = tmp_path / "checkpoint-5"
+    (folder / ".git").mkdir(parents=True)
+    (folder / ".git" / "config").write_text("[core]\n")
+    with pytest.raises(wtxt.Error, match="not a plain path"):
+        checkpoint_state(folder)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "model.bin").write_bytes(b"secret")
+    (tmp_path / "checkpoint-6").symlink_to(elsewhere)
+    with pytest.raises(wtxt.Error, match="not a folder"):
+        checkpoint_state(tmp_path / "checkpoint-6")
+
+
 def test_accelerate_save_state_folders_are_generations_that_load_back(tmp_path):
     """accelerator.save_state through WtxtStateSaver: each folder a generation;
     load_state from it gives back the model, optimizer, scheduler and RNG

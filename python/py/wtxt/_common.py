@@ -164,7 +164,8 @@ def as_path(x: Optional[PathLike]) -> Optional[str]:
 
 
 def trust_of(hmac_key: Optional[PathLike], pubkey: Optional[PathLike], trusted_keys: Optional[PathLike],
-             require_signature: Optional[bool], allow_unbound: bool = False) -> _rust._Trust:
+             require_signature: Optional[bool], allow_unbound: bool = False,
+             signer: Optional[PathLike] = None) -> _rust._Trust:
     """What a reader demands of a snapshot, as the Rust side reads it (its `Trust`).
 
     Naming a key (`pubkey`, `trusted_keys`) requires a valid signature by
@@ -175,11 +176,16 @@ def trust_of(hmac_key: Optional[PathLike], pubkey: Optional[PathLike], trusted_k
     refused either way). With `hmac_key`, a snapshot must carry the keyed
     tag that binds its generation, names and set of arrays (every wtxt
     writer given the key writes it); `allow_unbound=True` accepts one from a
-    writer that binds nothing."""
+    writer that binds nothing. `signer` (a signing key) names its public
+    half as the one trusted key when `pubkey` and `trusted_keys` name none:
+    a writer's own loads demand its own signature."""
+    if pubkey is not None or trusted_keys is not None:
+        signer = None
     if require_signature is None:
-        require_signature = pubkey is not None or trusted_keys is not None
+        require_signature = pubkey is not None or trusted_keys is not None or signer is not None
     return {"hmac_key": as_path(hmac_key), "pubkey": as_path(pubkey), "trusted_keys": as_path(trusted_keys),
-            "require_signature": bool(require_signature), "allow_unbound": allow_unbound}
+            "signer": as_path(signer), "require_signature": bool(require_signature),
+            "allow_unbound": allow_unbound}
 
 
 def writing_of(prev: Optional[PathLike], sign_key: Optional[PathLike], hmac_key: Optional[PathLike],

@@ -15,6 +15,7 @@ class _Trust(TypedDict):
     hmac_key: str | os.PathLike[str] | None
     pubkey: str | os.PathLike[str] | None
     trusted_keys: str | os.PathLike[str] | None
+    signer: str | os.PathLike[str] | None
     require_signature: bool
     allow_unbound: bool
 

@@ -35,9 +35,21 @@ _TORCH_FILES = (".pt", ".pth", ".bin", ".pkl")
 __all__ = ["checkpoint_state", "restore_checkpoint", "MANIFEST"]
 
 
+def _checked(rel: str, where: str) -> str:
+    """`rel` if it is a plain relative path inside a folder: no empty, `.`
+    or `..` component, no backslash, and no `.git` in any case (a restored
+    `.git/config` would run its `core.fsmonitor` at the next `git status`)."""
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") or "\\" in p or p.lower() == ".git" for p in parts):
+        raise Error(f"{where}: path {rel!r} is not a plain path inside the folder (no `..`, no `.git`)")
+    return rel
+
+
 def _files(folder: str) -> List[str]:
     """Every regular file under `folder`, relative, in sorted order; a link
-    or a special file is refused, never followed."""
+    or a special file is refused, never followed (`folder` itself included)."""
+    if not stat.S_ISDIR(os.lstat(folder).st_mode):
+        raise Error(f"{folder}: not a folder (a link to one is not followed)")
     out = []
     for root, dirs, names in os.walk(folder, followlinks=False):
         dirs.sort()
@@ -45,7 +57,7 @@ def _files(folder: str) -> List[str]:
             p = os.path.join(root, n)
             if not stat.S_ISREG(os.lstat(p).st_mode):
                 raise Error(f"{p}: not a regular file (a checkpoint folder holds files only)")
-            out.append(os.path.relpath(p, folder).replace(os.sep, "/"))
+            out.append(_checked(os.path.relpath(p, folder).replace(os.sep, "/"), folder))
     return sorted(out)
 
 
@@ -116,9 +128,7 @@ def restore_checkpoint(filename: PathLike, out: PathLike, hmac_key: Optional[Pat
     tmp = tempfile.mkdtemp(prefix=".wtxt-checkpoint-", dir=parent)
     try:
         for f in manifest["files"]:
-            rel = f["path"]
-            if rel.startswith("/") or ".." in rel.split("/"):
-                raise Error(f"{MANIFEST}: path {rel!r} leaves the folder")
+            rel = _checked(f["path"], MANIFEST)
             path = os.path.join(tmp, *rel.split("/"))
             os.makedirs(os.path.dirname(path), exist_ok=True)
             if f["kind"] == "safetensors":

@@ -59,7 +59,9 @@ class WtxtCheckpointIO(BehindLoop, _Base):
     WTXT snapshot in Git (see the module). The arguments after `repo` and
     `path_in_repo` are `wtxt.Snapshotter`'s; `pubkey`, `trusted_keys`,
     `require_signature` and `hmac_key` are what a loaded checkpoint must
-    prove (a named key requires its signature). `infos` lists what each
+    prove (a named key requires its signature); with `sign_key` and
+    neither `pubkey` nor `trusted_keys`, a loaded checkpoint must be signed
+    by `sign_key` itself (`require_signature=False` lifts that). `infos` lists what each
     saved generation came to once written; `held` the seconds each save
     held the loop."""
 
@@ -75,7 +77,7 @@ class WtxtCheckpointIO(BehindLoop, _Base):
                            hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,
                            max_pending=max_pending)
         self._trust: Dict[str, Any] = dict(hmac_key=hmac_key, pubkey=pubkey, trusted_keys=trusted_keys,
-                           require_signature=require_signature)
+                                           require_signature=require_signature, signer=sign_key)
 
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: PathLike, storage_options: Optional[Any] = None) -> None:

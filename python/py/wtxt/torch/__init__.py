@@ -148,7 +148,7 @@ def _tensor(name: str, dtype: str, shape: List[int], data: Any) -> torch.Tensor:
 
 def _load(filename: PathLike, hmac_key: Optional[PathLike], pubkey: Optional[PathLike],
           trusted_keys: Optional[PathLike], require_signature: Optional[bool],
-          rows: Optional[Dict[str, Tuple[int, int]]] = None,
+          rows: Optional[Dict[str, Tuple[int, int]]] = None, signer: Optional[PathLike] = None,
           ) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any], str]:
     """Every tensor of `filename` (verified as `load_state_dict` does), its
     other entries (two dicts under the original names), and the snapshot's
@@ -158,7 +158,7 @@ def _load(filename: PathLike, hmac_key: Optional[PathLike], pubkey: Optional[Pat
     proves them: in the 1.1 form every byte of the file is still checked;
     in the tree form only the chunks that hold those rows are decoded (the
     others' digests, bound to the root, stand in for them)."""
-    trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature)
+    trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, signer=signer)
     loaded = call(_rust.load, os.fspath(filename), trust, rows=rows)
     out = {t.name: _tensor(t.name, t.dtype, t.shape, t.data) for t in loaded.tensors}
     return out, {k: from_literal(k, v) for k, v in (loaded.objects or {}).items()}, loaded.identity
@@ -166,10 +166,13 @@ def _load(filename: PathLike, hmac_key: Optional[PathLike], pubkey: Optional[Pat
 
 def load_state_dict(filename: PathLike, device: Union[str, torch.device] = "cpu",
                     hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
-                    require_signature: Optional[bool] = None, trusted_keys: Optional[PathLike] = None) -> Dict[str, Any]:
+                    require_signature: Optional[bool] = None, trusted_keys: Optional[PathLike] = None,
+                    signer: Optional[PathLike] = None) -> Dict[str, Any]:
     """Reads and verifies `filename`: a flat `state_dict` under the original
-    names, tensors on `device` and the other entries as they were saved."""
-    tensors, objects, _ = _load(filename, hmac_key, pubkey, trusted_keys, require_signature)
+    names, tensors on `device` and the other entries as they were saved.
+    The keys are `wtxt.load_file`'s; `signer` (a signing key) demands a
+    signature by its public half where no other key is named."""
+    tensors, objects, _ = _load(filename, hmac_key, pubkey, trusted_keys, require_signature, signer=signer)
     out: Dict[str, Any] = {k: t.to(device) for k, t in tensors.items()}
     out.update(objects)
     return out
