@@ -11,7 +11,9 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 const BLOCK: usize = 1 << 20;
 const DEPTH: usize = 8;
 
-/// The writing end. Writes after the reader has gone are dropped.
+/// The writing end. A write after the reader has gone fails (`BrokenPipe`),
+/// so a copy feeding a verifier that stopped at a problem stops too; the
+/// reader's result says why.
 pub struct PipeWriter {
     tx: Option<Sender<Vec<u8>>>,
     buf: Vec<u8>,
@@ -49,6 +51,11 @@ impl PipeWriter {
         }
     }
 
+    /// Whether the reader still takes what is written.
+    pub fn is_open(&self) -> bool {
+        self.tx.is_some()
+    }
+
     /// Sends what is buffered and closes the pipe (the reader sees EOF).
     pub fn close(mut self) {
         self.send();
@@ -58,6 +65,9 @@ impl PipeWriter {
 
 impl Write for PipeWriter {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if self.tx.is_none() {
+            return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the reading side stopped"));
+        }
         self.buf.extend_from_slice(b);
         if self.buf.len() >= BLOCK {
             self.send();
@@ -123,5 +133,17 @@ mod tests {
         }
         w.close();
         assert_eq!(t.join().unwrap(), data);
+    }
+
+    #[test]
+    fn writes_after_the_reader_has_gone_fail_and_are_not_kept() {
+        let (mut w, r) = pipe();
+        drop(r);
+        let block = vec![0u8; BLOCK];
+        w.write_all(&block).unwrap(); // sent: the reader's absence shows here
+        assert!(!w.is_open());
+        let e = w.write_all(&block).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe);
+        assert!(w.buf.len() <= BLOCK, "{} bytes kept", w.buf.len());
     }
 }

@@ -5,7 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let r = wtxt::format::recover(data, None, false, true);
+    let r = wtxt::format::recover(data, None, Default::default(), true);
     let rep = &r.report;
     assert_eq!(rep.recovered_arrays + rep.lost_arrays, rep.arrays.len() + rep.unnamed_lost.len());
     for a in &r.arrays {

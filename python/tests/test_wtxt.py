@@ -450,6 +450,13 @@ def test_two_snapshotters_on_one_repository_keep_each_others_files(tmp_path):
     c.close()
     with pytest.raises(wtxt.Error, match="inside the repository"):
         wtxt.Snapshotter(repo, path_in_repo="../outside.wtxt")
+    # T5-13: another spelling of a path, and Git's own files, at any depth.
+    for other in ("./a.wtxt", "a//b.wtxt", "a/./b.wtxt", "a/"):
+        with pytest.raises(wtxt.Error, match="plain names"):
+            wtxt.Snapshotter(repo, path_in_repo=other)
+    for own in (".gitattributes", ".gitmodules", "sub/.GITIGNORE", ".Git/config"):
+        with pytest.raises(wtxt.Error, match="Git's own"):
+            wtxt.Snapshotter(repo, path_in_repo=own)
 
 
 def test_publish_takes_torch_bf16_and_parameters_that_require_grad(tmp_path):

@@ -209,6 +209,10 @@ fn recover(a: cli::RecoverArgs) -> Result<u8> {
         output: output(&a.parts),
     };
     let r = ops::recover(&a.file, &a.output, &opts)?;
+    if r.recovered_arrays == 0 {
+        eprintln!("recovered no array (lost {}): {} not written", r.lost_arrays, a.output.display());
+        return Ok(1);
+    }
     eprintln!("recovered {} array(s), lost {}, into {}", r.recovered_arrays, r.lost_arrays, a.output.display());
     Ok(if r.lost_arrays == 0 && r.header_intact { 0 } else { 1 })
 }

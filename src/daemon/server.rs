@@ -183,22 +183,37 @@ extern "C" fn on_term(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// `path_in_repo` as given, when it names a file inside the work tree: a
-/// relative path with no `..` (an absolute one, or one climbing out, would
-/// be written outside the repository before Git could refuse it).
+/// Names Git reads as its own wherever they are (in any case: `.GIT` is
+/// `.git` on a case-insensitive file system): never a snapshot's.
+const GIT_OWN: [&str; 4] = [".git", ".gitattributes", ".gitignore", ".gitmodules"];
+
+/// `path_in_repo` as given, when it names a file inside the work tree as
+/// Git spells it: a relative path of plain names joined by single `/`
+/// (an absolute one, or one climbing out, would be written outside the
+/// repository before Git could refuse it; `./a.wtxt` or `a//b.wtxt` is
+/// another spelling of a path, so another ring and another lock), none of
+/// them one of Git's own files.
 pub fn checked_path_in_repo(p: &Path) -> Result<PathBuf> {
     use std::path::Component;
-    let inside = p.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-    if !inside || p.file_name().is_none() {
+    let text = p.to_string_lossy();
+    let names: Vec<_> = p.components().collect();
+    let plain = names.iter().all(|c| matches!(c, Component::Normal(_)))
+        && !names.is_empty()
+        && names.iter().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/") == text;
+    if !plain {
         return Err(Error::usage(format!(
-            "path_in_repo {}: expected a relative path inside the repository, without `..`",
-            p.display()
+            "path_in_repo {}: expected a relative path inside the repository, plain names joined by `/` (no `..`, `.` or `//`)",
+            crate::error::one_line(&text)
         )));
     }
-    // Git's own folder, in any case (`.GIT/config` is `.git/config` on a
-    // case-insensitive file system).
-    if p.components().any(|c| c.as_os_str().to_string_lossy().eq_ignore_ascii_case(".git")) {
-        return Err(Error::usage(format!("path_in_repo {}: inside .git, which is Git's own", p.display())));
+    if let Some(own) =
+        names.iter().find(|c| GIT_OWN.iter().any(|g| c.as_os_str().to_string_lossy().eq_ignore_ascii_case(g)))
+    {
+        return Err(Error::usage(format!(
+            "path_in_repo {}: {} is Git's own, never a snapshot's",
+            crate::error::one_line(&text),
+            own.as_os_str().to_string_lossy()
+        )));
     }
     Ok(p.to_path_buf())
 }

@@ -111,7 +111,8 @@ pub struct Recovered {
     pub rows_per_chunk: Option<u64>,
     /// The whole arrays, in name order.
     pub arrays: Vec<Array>,
-    /// Names of the whole arrays whose HMAC held under the key.
+    /// Names of the whole arrays whose HMAC held under the key, their salts
+    /// derived from `gen` and their names.
     pub authenticated: Vec<String>,
     /// What survives of damaged arrays (only with `keep_partial`): `NAME`
     /// (intact chunks, zeros elsewhere) and `NAME__intact` (u8, 1 per intact chunk).
@@ -234,6 +235,17 @@ fn scan(bytes: &[u8]) -> Scan {
     Scan { meta, root, digest, header_intact, cands, orphans, unparsed, unnamed }
 }
 
+/// What recovery with a key keeps though the key cannot vouch for it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Accept {
+    /// Arrays whose hmac is all zeros.
+    pub unauthenticated: bool,
+    /// Arrays whose salt does not derive from the file's `gen` and their
+    /// name (a writer that binds nothing, as `--allow-unbound` says): their
+    /// tag holds, but could be another generation's array put in.
+    pub unbound: bool,
+}
+
 /// Scans `bytes` (a damaged WTXT) and keeps everything that still checks out.
 ///
 /// With `keep_partial`, an array that is not whole but has intact chunks is
@@ -241,7 +253,10 @@ fn scan(bytes: &[u8]) -> Scan {
 /// zero-filled) with `NAME__intact` (u8, one per chunk: 1 intact, 0 not),
 /// so no intact byte is lost. Its size is bounded by 4x the file's size
 /// (at least 64 MiB) before anything is allocated.
-pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool, keep_partial: bool) -> Recovered {
+/// With a key, an array whose tag holds is kept only if its salt derives
+/// from `gen` and its name (unless `accept.unbound`): a tag alone does not
+/// say which generation the array came from.
+pub fn recover(bytes: &[u8], key: Option<&HmacKey>, accept: Accept, keep_partial: bool) -> Recovered {
     let Scan { meta, root, digest, header_intact, cands, orphans, unparsed, unnamed } = scan(bytes);
     let gen_str = meta.as_ref().map(Meta::gen_str);
     let mut arrays = Vec::new();
@@ -253,8 +268,14 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool,
     let partial_limit = (bytes.len() as u64).saturating_mul(4).max(64 << 20);
     let mut partials = Vec::new();
     for c in cands {
-        let (whole, reason, missing) = assemble(bytes, &c, digest, key, allow_unauthenticated);
+        let (mut whole, mut reason, missing) = assemble(bytes, &c, digest, key, accept.unauthenticated);
         let name = c.arr.name.clone();
+        let salt_kept = gen_str.as_ref().is_some_and(|g| derive_salt(g, &name) == c.arr.salt);
+        if whole.is_some() && key.is_some() && !c.arr.hmac_is_zero() && !salt_kept && !accept.unbound {
+            whole = None;
+            let why = "its salt does not derive from the file's gen and its name (an array of another generation?); --allow-unbound keeps it";
+            reason = Some(why.into());
+        }
         let duplicate = !seen.insert(name.clone());
         let recovered = whole.is_some() && !duplicate;
         if keep_partial && !recovered && !duplicate && !c.intact.is_empty() && c.arr.bytes <= partial_limit {
@@ -265,11 +286,12 @@ pub fn recover(bytes: &[u8], key: Option<&HmacKey>, allow_unauthenticated: bool,
                 if c.idx.is_some() {
                     rows_per_chunk = rows_per_chunk.or(c.idx.map(|i| i.rows_per_chunk));
                 }
-                let salt_kept = gen_str.as_ref().is_some_and(|g| derive_salt(g, &name) == c.arr.salt);
                 if salt_kept && !c.arr.hmac_is_zero() {
                     carried.push((name.clone(), c.arr.hmac));
                 }
-                if key.is_some() && !c.arr.hmac_is_zero() {
+                // Kept by `accept.unbound` alone, an array is not one the
+                // key vouches for: nothing signs or binds it.
+                if key.is_some() && !c.arr.hmac_is_zero() && salt_kept {
                     authenticated.push(name.clone());
                 }
                 arrays.push(a);

@@ -23,6 +23,7 @@ pub fn open_input_file(path: &Path) -> Result<File> {
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| Error::io(path, e))?;
+    refuse_device(&f, path)?;
     // SAFETY: fcntl on a descriptor this function owns; it only changes its status flags.
     unsafe {
         use std::os::fd::AsRawFd;
@@ -33,6 +34,23 @@ pub fn open_input_file(path: &Path) -> Result<File> {
         }
     }
     Ok(f)
+}
+
+/// Refuses a character or block device (`/dev/zero` would never end, a
+/// disk is no snapshot); `/dev/null`, which Git hands a diff driver for a
+/// side that does not exist, reads as empty and is taken. FIFOs and
+/// sockets are streams their writer ends.
+fn refuse_device(f: &File, path: &Path) -> Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let m = f.metadata().map_err(|e| Error::io(path, e))?;
+    let t = m.file_type();
+    if !(t.is_char_device() || t.is_block_device()) {
+        return Ok(());
+    }
+    if t.is_char_device() && std::fs::metadata("/dev/null").is_ok_and(|n| n.rdev() == m.rdev()) {
+        return Ok(());
+    }
+    Err(Error::input(Default::default(), "a device, not a file: it is never read as a snapshot").in_file(path))
 }
 
 /// Whether [`read_small_file`] follows a symbolic link at the path.

@@ -88,25 +88,45 @@ extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
             libc::sigaction(libc::SIGBUS, (*old).as_ptr(), std::ptr::null_mut());
             return;
         };
+        // Several threads reading the shrunk map fault at once: the first
+        // speaks and cleans up, the others wait for its exit.
+        static FIRST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if FIRST.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            loop {
+                libc::pause();
+            }
+        }
         let say = |b: &[u8]| {
             libc::write(2, b.as_ptr().cast(), b.len());
         };
         say(b"wtxt: ");
         say(&path[..n]);
         say(b": changed while it was read (it shrank under its memory map): nothing was written\n");
-        if let Ok(files) = LIVE.try_lock() {
-            for p in files.iter() {
-                with_c_path(p, |c| {
-                    libc::unlink(c);
-                });
+        // A thread listing or removing a file holds a list only briefly, and
+        // never while it reads a map: wait for it (up to 2 s) rather than
+        // leave the temporary files behind.
+        let tick = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+        for _ in 0..2000 {
+            if let Ok(files) = LIVE.try_lock() {
+                for p in files.iter() {
+                    with_c_path(p, |c| {
+                        libc::unlink(c);
+                    });
+                }
+                break;
             }
+            libc::nanosleep(&tick, std::ptr::null_mut());
         }
-        if let Ok(dirs) = LIVE_DIRS.try_lock() {
-            for d in dirs.iter() {
-                with_c_path(d, |c| {
-                    libc::rmdir(c);
-                });
+        for _ in 0..2000 {
+            if let Ok(dirs) = LIVE_DIRS.try_lock() {
+                for d in dirs.iter() {
+                    with_c_path(d, |c| {
+                        libc::rmdir(c);
+                    });
+                }
+                break;
             }
+            libc::nanosleep(&tick, std::ptr::null_mut());
         }
         libc::_exit(2);
     }

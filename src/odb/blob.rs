@@ -45,11 +45,15 @@ fn reader_inflating<'r>(repo: &'r Repository, blob: Oid, whole: u64) -> Result<B
 /// The blob's bytes streamed by `git cat-file` from the repository at
 /// `git_dir`, whatever its size: the reader owns its process, so it can be
 /// handed on (a part source's readers outlive any borrow of a repository).
+/// Git holds a blob under `core.bigFileThreshold` (512 MiB by default)
+/// whole in memory before writing it; at 1 MiB it streams every loose or
+/// undeltified blob, so a blob of zeros that a few MB of `.git` declare as
+/// gigabytes costs Git no more memory than wtxt.
 pub fn stream(git_dir: &std::path::Path, blob: Oid) -> Result<impl Read + Send> {
     let mut child = Command::new("git")
         .arg("--git-dir")
         .arg(git_dir)
-        .arg("--no-replace-objects")
+        .args(["--no-replace-objects", "-c", "core.bigFileThreshold=1m"])
         .args(["cat-file", "blob", &blob.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -183,7 +183,7 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
                 .map_err(|e| b.blame_input(e).in_file(out))
         });
         let bad_base = || WtxtIn::find_bad_part(base, o.unseal.as_ref());
-        let ((), report) = merged.map_err(|e| bad_base().unwrap_or(e))?;
+        let report = merged.map_err(|e| bad_base().unwrap_or(e))?;
         if let Some(e) =
             (report.first_error().is_some() || report.sha256_all != target_sha256_all).then(bad_base).flatten()
         {

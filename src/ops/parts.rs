@@ -26,7 +26,7 @@ pub fn restore(
     let mut src = crate::store::input::WtxtIn::open(input, None)?;
     let mut w = SnapshotOut::create(out, size)?;
     let mut text = src.text();
-    let ((), mut report) = write_verified(&mut w, &Default::default(), |o| {
+    let mut report = write_verified(&mut w, &Default::default(), |o| {
         copy_text(&mut text, o).map(|_| ()).map_err(|e| e.either(|e| src.blame(e), |e| e.in_file(out)))
     })?;
     src.locate_report(&mut report);
@@ -110,18 +110,29 @@ pub fn copy_text(r: &mut dyn Read, w: &mut dyn Write) -> std::result::Result<u64
 /// another thread, so what is put in place is what was proven, not only the
 /// input it was made from (`delta apply`). The caller
 /// judges the report before [`SnapshotOut::finish`].
-pub fn write_verified<T>(
+pub fn write_verified(
     out: &mut SnapshotOut,
     opts: &crate::format::verify::VerifyOptions,
-    write: impl FnOnce(&mut dyn Write) -> Result<T>,
-) -> Result<(T, crate::format::verify::Report)> {
+    write: impl FnOnce(&mut dyn Write) -> Result<()>,
+) -> Result<crate::format::verify::Report> {
     let (pw, pr) = crate::pipe::pipe();
-    let (wrote, report) = std::thread::scope(|s| {
+    let (wrote, stopped, report) = std::thread::scope(|s| {
         let checker = s.spawn(|| crate::format::verify::verify(pr, opts, None));
         let mut tee = crate::pipe::Tee(&mut *out, pw);
         let wrote = write(&mut tee);
+        let stopped = !tee.1.is_open();
         tee.1.close();
-        (wrote, checker.join().expect("verifier thread"))
+        (wrote, stopped, checker.join().expect("verifier thread"))
     });
-    Ok((wrote?, report?))
+    match wrote {
+        Ok(()) => report,
+        // The writer failed on its own: its error.
+        Err(e) if !stopped => Err(e),
+        // The verifier stopped reading at a problem, so the copy stopped:
+        // what the verifier found is the answer.
+        Err(e) => match report {
+            Ok(r) if r.first_error().is_none() => Err(e),
+            found => found,
+        },
+    }
 }

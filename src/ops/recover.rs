@@ -3,7 +3,7 @@
 use crate::convert::{map_file, write_arrays};
 use crate::error::{Error, Result};
 use crate::format::layout::DEFAULT_ROWS_PER_CHUNK;
-use crate::format::recover::{recover as scan, RecoveryReport};
+use crate::format::recover::{recover as scan, Accept, RecoveryReport};
 use crate::format::syntax::{Audit, Meta};
 use crate::format::write::WriteOptions;
 use crate::fs::write_file;
@@ -58,7 +58,8 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
     let faults = input.faults();
     let bytes = text.as_ref().map_or(&[][..], |m| m.as_bytes());
     let key = o.keys.hmac_key.as_ref();
-    let mut r = scan(bytes, key, o.keys.allow_unauthenticated, o.partial.is_some());
+    let accept = Accept { unauthenticated: o.keys.allow_unauthenticated, unbound: o.keys.allow_unbound };
+    let mut r = scan(bytes, key, accept, o.partial.is_some());
     r.report.part_faults = faults.iter().map(|e| e.to_string()).collect();
     // A chunk of a split snapshot is named by its part and line there.
     for a in &mut r.report.arrays {
@@ -114,8 +115,12 @@ pub fn recover(path: &Path, out: &Path, o: &RecoverOptions) -> Result<RecoveryRe
         digest: r.digest,
         ..WriteOptions::new(meta, r.rows_per_chunk.unwrap_or(DEFAULT_ROWS_PER_CHUNK))
     };
-    write_wtxt(&r.arrays, &opts, out, o.output.part_size, None, &Progress::hidden())?;
-    oms_sign_written(out, o.keys.oms_key.as_ref())?;
+    // Nothing kept: no snapshot is written, so an output already there
+    // (a good copy, say) is never replaced by an empty one.
+    if !r.arrays.is_empty() {
+        write_wtxt(&r.arrays, &opts, out, o.output.part_size, None, &Progress::hidden())?;
+        oms_sign_written(out, o.keys.oms_key.as_ref())?;
+    }
     if let Some(p) = &o.partial {
         write_arrays(&r.partials, p)?;
     }

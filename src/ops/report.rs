@@ -156,10 +156,12 @@ pub fn report(
             top: top(columns.last().expect("pushed above"), i > 0),
         });
     }
+    // First seen, first listed; the set keeps it linear in the names.
     let mut tensors: Vec<String> = Vec::new();
+    let mut listed = std::collections::HashSet::new();
     for c in &columns {
         for name in c.keys() {
-            if !tensors.contains(name) {
+            if listed.insert(name.as_str()) {
                 tensors.push(name.clone());
             }
         }

@@ -65,10 +65,13 @@ impl SnapshotOut {
         drop(w);
         let mut start = af.file_ref().try_clone().map_err(|e| Error::io(&out, e))?;
         start.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&out, e))?;
-        std::io::copy(&mut (&mut start).take(self.written), &mut pipe).map_err(|e| Error::io(&out, e))?;
+        let copied = std::io::copy(&mut (&mut start).take(self.written), &mut pipe);
         drop(af); // the single form is not wanted: its temporary file goes
         self.split = Some(Splitting { pipe, cutter, made });
-        Ok(())
+        match copied {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(self.cutter_failure()),
+            copied => copied.map(drop).map_err(|e| Error::io(&out, e)),
+        }
     }
 
     /// Puts the snapshot in place. Returns the number of parts (0: one file).
@@ -76,7 +79,7 @@ impl SnapshotOut {
         let out = self.out.clone();
         let dir = parts_dir(&out);
         let Some(Splitting { pipe, cutter, made }) = self.split.take() else {
-            let (af, mut w) = self.single.take().expect("single until split");
+            let Some((af, mut w)) = self.single.take() else { return Err(stopped_earlier()) };
             w.flush().map_err(|e| Error::io(&out, e))?;
             drop(w);
             af.commit()?;
@@ -95,6 +98,16 @@ impl SnapshotOut {
         install(sink.parked, AtomicFile::create(&out)?, &head, made, count)
     }
 
+    /// Why the part writer stopped reading before the text ended.
+    fn cutter_failure(&mut self) -> Error {
+        let Some(Splitting { cutter, .. }) = self.split.take() else { unreachable!("splitting") };
+        let dir = parts_dir(&self.out);
+        match cutter.join() {
+            Ok(Err(e)) => e.in_files(&self.out, &dir),
+            _ => Error::io_in("the part writer", std::io::Error::other("stopped unexpectedly")),
+        }
+    }
+
     fn put(&mut self, b: &[u8]) -> Result<()> {
         if self.split.is_none() {
             if let Some(limit) = self.limit.filter(|&l| self.written + b.len() as u64 > l) {
@@ -102,13 +115,24 @@ impl SnapshotOut {
             }
         }
         match (&mut self.split, &mut self.single) {
-            (Some(s), _) => s.pipe.write_all(b).map_err(Error::write_failed)?,
+            // The part writer stopped at a problem: its error, not the pipe's.
+            (Some(s), _) if !s.pipe.is_open() => return Err(self.cutter_failure()),
+            (Some(s), _) => {
+                if s.pipe.write_all(b).is_err() {
+                    return Err(self.cutter_failure());
+                }
+            }
             (None, Some((_, w))) => w.write_all(b).map_err(|e| Error::io(&self.out, e))?,
-            (None, None) => unreachable!("single until split"),
+            (None, None) => return Err(stopped_earlier()),
         }
         self.written += b.len() as u64;
         Ok(())
     }
+}
+
+/// A write to a [`SnapshotOut`] whose part writer failed already.
+fn stopped_earlier() -> Error {
+    Error::io_in("the part writer", std::io::Error::other("stopped at an earlier error"))
 }
 
 /// A split snapshot written in place by [`crate::format::write::WritePlan::write`],

@@ -96,10 +96,11 @@ fn hostile_npy_and_safetensors_fail_with_one_line() {
     }
 }
 
-/// Runs `wtxt ARGS` under a 256 MiB address-space limit.
-fn under_memory_limit(args: &str) -> std::process::Output {
+/// Runs `wtxt ARGS` in `dir` under a 256 MiB address-space limit.
+fn under_memory_limit(dir: &Path, args: &str) -> std::process::Output {
     let bin = env!("CARGO_BIN_EXE_wtxt");
-    std::process::Command::new("sh").arg("-c").arg(format!("ulimit -v 262144 && exec {bin} {args}")).output().unwrap()
+    let mut sh = std::process::Command::new("sh");
+    sh.current_dir(dir).arg("-c").arg(format!("ulimit -v 262144 && exec {bin} {args}")).output().unwrap()
 }
 
 #[test]
@@ -128,8 +129,26 @@ fn hostile_inputs_fail_cleanly_under_a_memory_limit() {
     let gib = zstd_gib();
     std::fs::write(d.join("bomb.fold"), fold_bomb(&gib)).unwrap();
     std::fs::write(d.join("bomb.aero"), aero_bomb(&gib)).unwrap();
+    // T5-8: a line that never ends (2 GB sparse, no newline), a link to
+    // /dev/zero, and a Git blob of 300 MB of zeros in a few hundred KB of
+    // `.git` that `git export` reads.
+    std::fs::File::create(d.join("long.wtxt")).unwrap().set_len(2 << 30).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", d.join("zero.wtxt")).unwrap();
+    let repo = d.join("repo");
+    crate::util::git_ok(d, &["init", "-q", "repo"]);
+    let mut hash = std::process::Command::new("git");
+    hash.current_dir(&repo).args(["hash-object", "-w", "--stdin"]);
+    let mut child = hash.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    std::io::copy(&mut std::io::repeat(0).take(300 << 20), child.stdin.as_mut().unwrap()).unwrap();
+    let blob = String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap().trim().to_string();
+    crate::util::git_ok(&repo, &["update-index", "--add", "--cacheinfo", &format!("100644,{blob},m.wtxt")]);
+    let tree = crate::util::git_ok(&repo, &["write-tree"]).trim().to_string();
     let p = |n: &str| d.join(n).display().to_string();
     for (args, want) in [
+        (format!("split {} -o {}", p("long.wtxt"), p("s.wtxt")), 2),
+        (format!("join {} -o {}", p("long.wtxt"), p("j.wtxt")), 2),
+        (format!("split {} -o {}", p("zero.wtxt"), p("z.wtxt")), 2),
+        (format!("git export {tree} m.wtxt -o {}", p("e.wtxt")), 2),
         (format!("convert {} -o {} --to wtxt", p("bomb.fold"), p("f.wtxt")), 2),
         (format!("convert {} -o {} --to wtxt", p("bomb.aero"), p("a.wtxt")), 2),
         (format!("verify {}", p("huge.wtxt")), 1),
@@ -139,10 +158,13 @@ fn hostile_inputs_fail_cleanly_under_a_memory_limit() {
         (format!("snapshot {} -o {}", p("huge.safetensors"), p("o.wtxt")), 2),
         (format!("snapshot {} -o {}", p("claims.npz"), p("o.wtxt")), 2),
     ] {
-        let o = under_memory_limit(&args);
+        let o = under_memory_limit(&repo, &args);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(want), "wtxt {args}: {err}");
         assert!(err.lines().count() <= 1 || args.starts_with("recover"), "wtxt {args}: one line, got {err}");
+        if args.contains("long") || args.contains("export") {
+            assert!(err.contains("line 1: not a WTXT file"), "wtxt {args}: {err}");
+        }
         if args.contains("bomb") {
             // Refused by a limit, or the spill's map does not fit under ulimit -v.
             let clean = ["out of memory", "Cannot allocate memory", "exceed"];

@@ -126,7 +126,7 @@ fn wtxt_readers_never_panic() {
             }
         });
         never_panics(&format!("recover {f}"), &base, n / 2, |b| {
-            let _ = wtxt::format::recover(b, None, false, true);
+            let _ = wtxt::format::recover(b, None, Default::default(), true);
         });
         never_panics(&format!("textconv {f}"), &base, n / 2, |b| {
             let _ = wtxt::git::textconv(b);
@@ -314,7 +314,7 @@ fn merge_and_recover_never_launder_mutated_inputs() {
     });
     let hmac_only = read("expected/hmac.wtxt");
     never_panics("recover with a key", &hmac_only, 300, |b| {
-        let r = wtxt::format::recover(b, Some(&key), false, false);
+        let r = wtxt::format::recover(b, Some(&key), Default::default(), false);
         for a in &r.arrays {
             assert!(r.authenticated.contains(&a.name), "recover kept {} without authenticating it", a.name);
         }

@@ -398,5 +398,34 @@ fn hmac_only_files_bind_their_arrays_names_and_generation() {
         assert!(r.stderr.contains("no keyed tag"), "{what}: {}", r.stderr);
         let r = run(&["verify", s(&p), "--hmac-key", "keys/hmac.hex", "--allow-unbound"]);
         assert!(r.stdout.contains("NOT bound"), "{what}: {} {}", r.stdout, r.stderr);
+        // Recovery with the key keeps no array of another generation, and
+        // so binds and signs none, unless told the writer bound nothing.
+        let (rec, report) = (dir.path().join(format!("{what}.rec.wtxt")), dir.path().join(format!("{what}.json")));
+        let args = [
+            "recover",
+            s(&p),
+            "-o",
+            s(&rec),
+            "--report",
+            s(&report),
+            "--hmac-key",
+            "keys/hmac.hex",
+            "--sign-key",
+            "keys/sign.pem",
+        ];
+        let r = run(&args);
+        let lost =
+            |r: &serde_json::Value| r["arrays"].as_array().unwrap().iter().filter(|a| a["recovered"] == false).count();
+        let rep: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        if what != "dropped" {
+            // A swap moves two arrays' salts away from their names.
+            assert_eq!(r.code, 1, "{what}: {}", r.stderr);
+            assert_eq!(lost(&rep), if what == "swapped" { 2 } else { 1 }, "{what}: {rep}");
+            assert!(rep.to_string().contains("does not derive"), "{what}: {rep}");
+            let r = run(&[&args[..], &["--allow-unbound"]].concat());
+            assert_eq!(r.code, 1, "{what}: signed an unbound array: {}", r.stderr);
+        } else {
+            assert_eq!(lost(&rep), 0, "{what}: {rep}");
+        }
     }
 }
