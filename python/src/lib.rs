@@ -561,6 +561,13 @@ fn load(
                         ));
                     }
                 }
+                // A name asked for that the snapshot does not hold is the
+                // caller's mistake, never an empty answer.
+                let held: std::collections::HashSet<&str> =
+                    loaded.arrays.iter().map(|a| kept.original(&a.name)).collect();
+                if let Some(absent) = rows.keys().find(|n| !held.contains(n.as_str())) {
+                    return Err(wtxt::Error::usage(format!("{}: no tensor named {absent:?}", path.display())));
+                }
             }
             let objects = objects_of(&loaded.arrays)?;
             let identity = match loaded.header.root {

@@ -67,7 +67,7 @@ impl Folder {
         let text = format!(
             "{} holds the model folder {dir}/: `wtxt git install --folder {}` writes it and keeps it in step",
             self.snapshot.display(),
-            crate::git::shell::shell_word(&dir)
+            crate::git::shell::typed_word(&dir)
         );
         crate::error::one_line(&text).into_owned()
     }
@@ -246,21 +246,23 @@ pub enum State {
 impl State {
     /// One line for a person.
     pub fn describe(self, f: &Folder) -> String {
+        // The folder as shown, and as a suggested command names it (quoted).
         let (d, s) = (f.dir.display(), f.snapshot.display());
+        let w = crate::git::shell::typed_word(&d.to_string());
         match self {
             State::UpToDate => format!("{d}/: up to date with {s}"),
             State::FolderChanged => format!(
-                "{d}/: changed since it matched {s}: `wtxt git folder {d} --stage` snapshots and stages it \
+                "{d}/: changed since it matched {s}: `wtxt git folder {w} --stage` snapshots and stages it \
                  (a commit of other staged changes does it too; Git commits nothing when nothing was staged)"
             ),
-            State::SnapshotChanged => format!("{d}/: {s} changed: `wtxt git folder {d} --checkout` writes the folder"),
+            State::SnapshotChanged => format!("{d}/: {s} changed: `wtxt git folder {w} --checkout` writes the folder"),
             State::BothChanged => format!(
-                "{d}/ and {s} both changed: keep the folder's with `wtxt git folder {d} --stage`, \
-                 or the snapshot's with `wtxt git folder {d} --checkout --force`"
+                "{d}/ and {s} both changed: keep the folder's with `wtxt git folder {w} --stage --force`, \
+                 or the snapshot's with `wtxt git folder {w} --checkout --force`"
             ),
-            State::NoFolder => format!("{d}/: missing: `wtxt git folder {d} --checkout` writes it from {s}"),
+            State::NoFolder => format!("{d}/: missing: `wtxt git folder {w} --checkout` writes it from {s}"),
             State::NoSnapshot => format!(
-                "{d}/: no {s} yet: `wtxt git folder {d} --stage` snapshots and stages it (or any commit of other staged changes)"
+                "{d}/: no {s} yet: `wtxt git folder {w} --stage` snapshots and stages it (or any commit of other staged changes)"
             ),
             State::Neither => format!("{d}/: neither the folder nor {s} exists"),
         }
@@ -374,7 +376,7 @@ pub fn checkout(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Chec
                 "{}: holds files its snapshot does not keep ({}): move them out, then `wtxt git folder {} --checkout`",
                 f.dir.display(),
                 kept.join(", "),
-                f.dir.display()
+                crate::git::shell::typed_word(&f.dir.display().to_string())
             )));
         }
     }
@@ -404,4 +406,19 @@ pub fn checkout(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Chec
 pub fn checkout_changed(dir: &Path) -> Result<Vec<(Folder, Result<CheckedOut>)>> {
     let repo = git2::Repository::discover(dir).map_err(git_err)?;
     Ok(configured(&repo)?.into_iter().map(|f| (f.clone(), checkout(&repo, &f, false))).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_suggested_command_names_the_folder_as_a_shell_reads_it() {
+        let f = Folder { dir: PathBuf::from("my\nmodel"), snapshot: PathBuf::from("my\nmodel.wtxt") };
+        let line = f.not_set_up();
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.contains("`wtxt git install --folder $'my\\nmodel'`"), "{line}");
+        let both = State::BothChanged.describe(&f);
+        assert!(both.contains("`wtxt git folder $'my\\nmodel' --stage --force`"), "{both}");
+    }
 }

@@ -427,15 +427,24 @@ impl<'r> Versions<'r> {
         let Some(blob) = blob_at(&tree, path) else { return Ok(None) };
         let parts = parts_of(&tree, path);
         let mut prevs: Vec<(Oid, Oid)> = Vec::new();
+        // A parent's head kept as it was while its parts changed.
+        let mut parts_alone = false;
         for parent in commit.parents() {
             let pp = path_in_parent(repo, &parent.tree().map_err(git_err)?, &tree, path)?;
             if let Some((c, b)) = last_version(&parent, &pp)? {
-                // The same version as a parent's: this commit made no generation.
                 let same_parts = || -> Result<bool> {
                     Ok(parts_of(&repo.find_commit(c).and_then(|c| c.tree()).map_err(git_err)?, &pp) == parts)
                 };
-                if b == blob && same_parts()? {
-                    return Ok(None);
+                if b == blob {
+                    // The same version as a parent's: this commit made no
+                    // generation. The same head over other parts is no new
+                    // generation either, but damage: the head commits to
+                    // its parts' bytes.
+                    if same_parts()? {
+                        return Ok(None);
+                    }
+                    parts_alone = true;
+                    continue;
                 }
                 prevs.push((c, b));
             }
@@ -443,6 +452,9 @@ impl<'r> Versions<'r> {
         let cur = read_version(&mut self.blobs, commit.id(), blob);
         let prev_versions: Vec<Version> = prevs.iter().map(|(c, b)| self.version(*c, *b).clone()).collect();
         let mut g = check(commit, path, &cur, &prev_versions, opts);
+        if parts_alone {
+            g.problems.push("its parts changed under an unchanged head: they no longer match the head".into());
+        }
         if opts.verify {
             progress.restart(&format!("{} {}", &g.commit[..10], path.display()));
             let vopts = VerifyOptions { trusted: opts.trusted.as_ref(), ..Default::default() };

@@ -195,9 +195,12 @@ fn a_changed_part_alone_is_checked() {
     let (ok, err) = commit_and_push(&w, "a part changed");
     assert!(!ok, "{err}");
     assert!(err.contains(" s.wtxt: "), "{err}");
+    // Named as what it is: damage, not a broken link.
+    assert!(!err.contains("broken link") && !err.contains("backwards"), "{err}");
     // `wtxt log` shows that commit as a version of the snapshot too.
     let o = wtxt().current_dir(&w).args(["log", "s.wtxt", "--json"]).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("parts changed under an unchanged head"));
 }
 
 /// What a probe walked around the guard with (issue findings T5-1, T5-3,
