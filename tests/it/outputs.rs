@@ -112,6 +112,25 @@ fn reserved_names_from_inputs_are_refused_never_interpreted() {
     let r = run(&["snapshot", s(&p), "-o", s(&out)]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("reserved"), "{}", r.stderr);
+    // An original that begins with `__` but does not fit the name set is
+    // refused too (FORMAT.md section 9), never mapped.
+    for name in ["__.x", "__\u{e9}", "___weight..1"] {
+        // Written under a name of the same length, renamed in the archive's bytes.
+        let stand_in = "q".repeat(name.len());
+        let a = wtxt::model::Array::new(stand_in.clone(), wtxt::model::Dtype::U8, vec![1], vec![1].into()).unwrap();
+        let mut zip = wtxt::convert::npz::write(&[a], std::io::Cursor::new(Vec::new())).unwrap().into_inner();
+        let (from, to) = (format!("{stand_in}.npy").into_bytes(), format!("{name}.npy").into_bytes());
+        let mut at = 0;
+        while let Some(p) = zip[at..].windows(from.len()).position(|w| w == from) {
+            zip[at + p..at + p + to.len()].copy_from_slice(&to);
+            at += p + to.len();
+        }
+        let npz = dir.path().join("under.npz");
+        std::fs::write(&npz, zip).unwrap();
+        let r = run(&["snapshot", s(&npz), "-o", s(&out)]);
+        assert_eq!(r.code, 2, "{name}: {}", r.stderr);
+        assert!(r.stderr.contains("reserved"), "{name}: {}", r.stderr);
+    }
     // A WTXT whose __npz names a member outside the archive's folder.
     use wtxt::model::{Array, Dtype};
     let a = Array::new("a", Dtype::U8, vec![3], vec![1, 2, 3].into()).unwrap();
