@@ -3,7 +3,9 @@
 # one generation of a SIZE_MIB training state (a split snapshot, the
 # default part size) pushed over file:// into a bare repository with the
 # guard, against the same push into one without it and against `wtxt
-# verify` of the same snapshot, in one run. Prints wall and CPU (user + sys,
+# verify` of the same snapshot, in one run; then the next generation (the
+# same arrays, chained), where the guard also compares the ref's new tip
+# with its old one and looks for WTXT under other names. Prints wall and CPU (user + sys,
 # the push's children included) of each; docs/PERFORMANCE.md keeps them.
 #
 #   scripts/bench_guard.sh [SIZE_MIB]      (default 1024)
@@ -49,4 +51,11 @@ printf '%-40s %8s %8s\n' "" "wall s" "cpu s"
 t "wtxt verify m.wtxt" "$BIN" verify "$work/w/m.wtxt"
 t "git push, no guard" git -C "$work/w" push -q "$work/plain.git" main
 t "git push, guarded (verified whole)" git -C "$work/w" push -q "$work/guarded.git" main
+grep -q "1 generation(s) in 1 new commit(s) verified" "$work/err" || { echo "the guard did not verify"; cat "$work/err"; exit 1; }
+# The next generation: chained to the first, pushed where the ref has a tip.
+(cd "$work/w" && "$BIN" snapshot m.wtxt -o ../next.wtxt --prev m.wtxt >/dev/null 2>&1 &&
+  rm -rf m.wtxt m.wtxt.parts && mv ../next.wtxt m.wtxt && mv ../next.wtxt.parts m.wtxt.parts &&
+  git add -A && WTXT="$BIN" git commit -q -m gen1 2>/dev/null)
+t "git push gen 1, no guard" git -C "$work/w" push -q "$work/plain.git" main
+t "git push gen 1, guarded (+ tip to tip)" git -C "$work/w" push -q "$work/guarded.git" main
 grep -q "1 generation(s) in 1 new commit(s) verified" "$work/err" || { echo "the guard did not verify"; cat "$work/err"; exit 1; }

@@ -378,6 +378,11 @@ def test_a_named_key_requires_its_signature(tmp_path):
         wtxt.load_file(signed, pubkey=pub)
     with pytest.raises(wtxt.VerifyError, match="signature"):
         wtxt.load_file(signed, trusted_keys=KEYS / "trusted_keys")
+    # Another key's signature is refused even where none is required.
+    with pytest.raises(wtxt.VerifyError, match="not among the trusted keys"):
+        wtxt.load_file(signed, pubkey=pub, require_signature=False)
+    # The .pub keygen writes is a trusted-keys file of one key.
+    assert wtxt.load_file(signed, trusted_keys=str(other) + ".pub")
     assert not wtxt.verify(signed, pubkey=pub).ok
     wt.save_state_dict(w.training_state(), signed, sign_key=KEYS / "sign.pem")
     assert wtxt.load_file(signed, pubkey=pub)

@@ -64,6 +64,9 @@ def test_every_lightning_checkpoint_is_a_generation_that_resumes_exactly(tmp_pat
     # Steps 2 and 4, written and committed before fit returned (teardown).
     assert [i.gen for i in io.infos] == [0, 1], io.infos
     assert len(git(repo, "log", "--format=%H").split()) == 2
+    # Each commit names its step and epoch.
+    subjects = git(repo, "log", "--format=%s").splitlines()
+    assert " step=4 epoch=" in subjects[0] and " step=2 epoch=" in subjects[1], subjects
     snap = repo / "lightning.wtxt"
     assert wtxt.verify(snap, trusted_keys=TRUSTED, require_signature=True).ok
     # Nothing at Lightning's own paths: the history holds every generation.

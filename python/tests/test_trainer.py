@@ -45,10 +45,15 @@ def test_every_trainer_checkpoint_is_a_generation_that_resumes_exactly(tmp_path)
     repo, remote = tmp_path / "runs", tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "-b", "main", str(repo))
     git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
+    git(repo, "config", "user.name", "Ada Trainer")
+    git(repo, "config", "user.email", "ada@example.com")
     cb = WtxtCallback(repo, "llama.wtxt", remote=str(remote), sign_key=KEY)
     train(tmp_path / "out", 4, callbacks=[cb])
     # Steps 2 and 4: two generations, chained, committed and pushed.
     assert [i.gen for i in cb.infos] == [0, 1] and all(i.pushed for i in cb.infos), cb.infos
+    # Each commit names its step, under the author Git's config names.
+    assert git(repo, "log", "-1", "--format=%s").split()[3] == "step=4"
+    assert git(repo, "log", "-1", "--format=%an <%ae>").strip() == "Ada Trainer <ada@example.com>"
     assert git(remote, "rev-parse", "main").strip() == cb.infos[-1].commit
     report = wtxt.verify(repo / "llama.wtxt", trusted_keys=TRUSTED, require_signature=True)
     assert report.ok and report.gen == 1, report.errors

@@ -499,6 +499,9 @@ pub enum GitCommand {
     },
     /// Write the snapshot at PATH in revision REV (head and parts from that commit) to OUT.
     Export {
+        /// Run as if started in DIR (the repository, and where OUT is written).
+        #[arg(short = 'C', value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
         /// A revision: HEAD, MERGE_HEAD, a branch, a commit...
         rev: String,
         /// The snapshot's path in the repository.
@@ -638,7 +641,7 @@ pub struct InstallArgs {
     /// In the bare repository a host serves: the pre-receive hook that
     /// refuses a push whose snapshots do not verify, whose chain breaks or
     /// whose signatures are not from wtxt.trustedKeys.
-    #[arg(long, conflicts_with_all = ["global", "system", "filter", "folder", "manual"])]
+    #[arg(long, conflicts_with_all = ["global", "system", "filter", "folder"])]
     pub server: bool,
 }
 

@@ -24,8 +24,9 @@ pub(super) fn run(cmd: cli::GitCommand) -> Result<u8> {
         cli::GitCommand::DiffDriver { args } => diff_driver_cmd(args),
         cli::GitCommand::Resolve { path, how } => git_resolve(path, how),
         cli::GitCommand::Push { remote } => git_push(remote),
-        cli::GitCommand::Export { rev, path, output, parts } => {
-            let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+        cli::GitCommand::Export { dir, rev, path, output, parts } => {
+            let here = std::env::current_dir().map_err(|e| Error::io(".", e))?.join(dir);
+            let output = here.join(output);
             let n = ops::export(&here, &rev, &path, &output, parts.size())?;
             eprintln!(
                 "wrote {rev}:{} to {}{}",
@@ -58,6 +59,10 @@ fn git_install(a: cli::InstallArgs) -> Result<u8> {
     };
     let exe = command_path()?;
     let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    if a.server && a.manual {
+        emit(&install::describe_server(&here, &exe)?)?;
+        return Ok(0);
+    }
     if a.server {
         let hook = install::server(&here, &exe, a.uninstall)?;
         let done = if a.uninstall { "removed" } else { "installed" };

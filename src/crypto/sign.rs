@@ -222,7 +222,9 @@ impl TrustedKeys {
 
     /// Reads a trusted-keys file: one key a line,
     /// `<keyid> <base64 of the 32-byte public key> [comment]`, `#` comments.
-    /// A line whose keyid does not match its key is refused.
+    /// A line whose keyid does not match its key is refused. A public key
+    /// file as `--pubkey` takes it (the `.pub` that `wtxt keygen` writes, an
+    /// `ssh-ed25519` line) is taken too, meaning that one key.
     pub fn from_file(path: &Path) -> Result<TrustedKeys> {
         let text = read_small_text(path)?;
         TrustedKeys::parse(&text).map_err(|e| e.in_file(path))
@@ -231,6 +233,10 @@ impl TrustedKeys {
     /// Parses a trusted-keys file; errors carry the 1-based line.
     pub fn parse(text: &str) -> Result<TrustedKeys> {
         let at = |n: u64, m: &str| Error::input(crate::error::Position::Line(n), m);
+        let t = text.trim_start();
+        if t.starts_with("-----BEGIN ") || t.starts_with("ssh-") {
+            return PublicKey::parse(text).map(TrustedKeys::single).map_err(|m| at(1, m.as_str()));
+        }
         let mut keys = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let n = i as u64 + 1;

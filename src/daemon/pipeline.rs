@@ -45,7 +45,10 @@ pub struct PipelineConfig {
     pub rows_per_chunk: u64,
     /// The `build` token of every snapshot.
     pub build: String,
-    /// Commit message; `{gen}` and `{sha256_all}` are filled in.
+    /// Commit message; `{gen}`, `{sha256_all}` and `{step}` are filled in
+    /// (`{step}`: ` step=N` or ` epoch=N` from the metadata the producer
+    /// published with the state, `global_step`, `step` or `epoch`; empty
+    /// when it published none).
     pub message: String,
     /// Told at once of every background failure (also kept in `last_error`).
     pub log: Option<crate::daemon::Log>,
@@ -72,7 +75,7 @@ impl PipelineConfig {
             rows_per_chunk: DEFAULT_ROWS_PER_CHUNK,
             build: "daemon".into(),
             log: None,
-            message: "wtxt snapshot gen={gen} sha256_all={sha256_all}".into(),
+            message: "wtxt snapshot gen={gen}{step} sha256_all={sha256_all}".into(),
             part_size: Default::default(),
             digest: Default::default(),
             stopping: Default::default(),
@@ -456,7 +459,13 @@ impl Pipeline {
         self.state.snapshots_written += 1;
         let mut to_push = None;
         if let Some(repo) = self.cfg.repo.clone() {
-            let commit = self.commit(&repo, &committed, gen, &written.sha256_all)?;
+            let msg = self
+                .cfg
+                .message
+                .replace("{gen}", &format!("{gen:06}"))
+                .replace("{sha256_all}", &hex::encode(written.sha256_all))
+                .replace("{step}", &step_of(arrays));
+            let commit = self.commit(&repo, &committed, &msg)?;
             self.state.last_commit = Some(commit.clone());
             self.committed.insert(gen);
             stages.commit = lap();
@@ -491,7 +500,7 @@ impl Pipeline {
         Ok(len)
     }
 
-    fn commit(&self, repo_dir: &Path, file: &Path, gen: u64, sha: &Hash) -> Result<String> {
+    fn commit(&self, repo_dir: &Path, file: &Path, msg: &str) -> Result<String> {
         let git = crate::git::git_err;
         let repo = git2::Repository::open(repo_dir).map_err(git)?;
         let work = repo.workdir().ok_or_else(|| Error::usage("--repo must be a work tree, not a bare repository"))?;
@@ -519,8 +528,7 @@ impl Pipeline {
             let rel = sig.strip_prefix(work).map_err(|_| Error::usage("model.sig outside the work tree"))?;
             extra.push(rel.to_path_buf());
         }
-        let msg = self.cfg.message.replace("{gen}", &format!("{gen:06}")).replace("{sha256_all}", &hex::encode(sha));
-        crate::git::commit::commit_snapshot(&repo, &self.cfg.path_in_repo, parts, &extra, "wtxt daemon", &msg)
+        crate::git::commit::commit_snapshot(&repo, &self.cfg.path_in_repo, parts, &extra, "wtxt daemon", msg)
     }
 
     /// The commits waiting for their push, when snapshots are pushed to a
@@ -606,5 +614,19 @@ mod tests {
         assert_eq!(p[0], (3, Some(PathBuf::from(odd))));
         assert_eq!(p[1], (4, Some(PathBuf::from("/old style/with space.npz"))));
         assert!(Wal::parse_pending("snapshot requested gen=5 ts=1\nsnapshot done gen=5\n").is_empty());
+    }
+}
+
+/// ` step=N` (or ` epoch=N`) from the metadata a producer published with
+/// the state (`global_step`, `step`, `epoch`: a Trainer's, Lightning's),
+/// for the commit message; empty when there is none or it is not a number.
+fn step_of(arrays: &[Array]) -> String {
+    let meta = crate::convert::names::OriginalNames::of(arrays).ok().flatten().and_then(|n| n.metadata);
+    let number = |k: &str| meta.as_ref()?.get(k).filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
+    match (number("global_step").or(number("step")), number("epoch")) {
+        (Some(s), Some(e)) => format!(" step={s} epoch={e}"),
+        (Some(s), None) => format!(" step={s}"),
+        (None, Some(e)) => format!(" epoch={e}"),
+        (None, None) => String::new(),
     }
 }

@@ -58,7 +58,7 @@ pub struct DaemonConfig {
     pub rows_per_chunk: Option<u64>,
     /// The `build` token written into each snapshot.
     pub build: Option<String>,
-    /// Commit message template (`{gen}`, `{sha256_all}`).
+    /// Commit message template (`{gen}`, `{sha256_all}`, `{step}`).
     pub message: Option<String>,
     /// Largest file of a snapshot: `"45M"` (the default), bytes with K/M/G, or `"none"`.
     pub part_size: Option<crate::format::split::PartSize>,

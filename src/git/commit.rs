@@ -39,7 +39,9 @@ pub fn commit_snapshot(
     crate::odb::objects::add_to_index(repo, &mut index, work, &rels)?;
     index.write().map_err(git_err)?;
     let tree = repo.find_tree(index.write_tree().map_err(git_err)?).map_err(git_err)?;
-    let sig = git2::Signature::now(who, "wtxt@localhost").map_err(git_err)?;
+    // The author Git's config names (user.name, user.email), as `git
+    // commit` would; `who` only where none is configured.
+    let sig = repo.signature().or_else(|_| git2::Signature::now(who, "wtxt@localhost")).map_err(git_err)?;
     let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
     let parents: Vec<&git2::Commit> = parent.iter().collect();
     let oid = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &parents).map_err(git_err)?;

@@ -505,6 +505,41 @@ fn remove_hooks<'a>(dir: &Path, names: impl IntoIterator<Item = &'a str>) -> Res
 /// `wtxt` at `exe`, in the bare repository around `dir` (or, with
 /// `uninstall`, that hook removed). Returns the hook's path.
 pub fn server(dir: &Path, exe: &Path, uninstall: bool) -> Result<PathBuf> {
+    let (repo, hooks) = server_repo(dir)?;
+    if uninstall {
+        remove_hooks(&hooks, ["pre-receive"])?;
+    } else {
+        let mut cfg = repo.config().and_then(|c| c.open_level(git2::ConfigLevel::Local)).map_err(git_err)?;
+        for (key, value) in SERVER_CONFIG {
+            cfg.set_str(key, value).map_err(git_err)?;
+        }
+        put_hooks(&hooks, &[("pre-receive", server_hook(exe))])?;
+    }
+    Ok(hooks.join("pre-receive"))
+}
+
+/// What `--server --manual` prints: the configuration and the hook
+/// `--server` would write in the bare repository at `dir`, nothing written.
+pub fn describe_server(dir: &Path, exe: &Path) -> Result<String> {
+    let (_, hooks) = server_repo(dir)?;
+    let mut s = String::from("# Git configuration of the bare repository:\n");
+    for (key, value) in SERVER_CONFIG {
+        s.push_str(&format!("git config --local {key} {}\n", shell_word(value)));
+    }
+    s.push_str(&format!(
+        "\n# Hook {} (an existing hook is kept as pre-receive.wtxt-chained and runs first):\n{}",
+        hooks.join("pre-receive").display(),
+        server_hook(exe)
+    ));
+    Ok(s)
+}
+
+fn server_hook(exe: &Path) -> String {
+    calling(SERVER_HOOK, &shell_word(&exe.display().to_string()))
+}
+
+/// The bare repository around `dir` and its hooks folder.
+fn server_repo(dir: &Path) -> Result<(Repository, PathBuf)> {
     let repo = Repository::discover(dir)
         .map_err(|e| Error::usage(format!("--server: not in a Git repository: {}", e.message())))?;
     if !repo.is_bare() {
@@ -517,16 +552,7 @@ pub fn server(dir: &Path, exe: &Path, uninstall: bool) -> Result<PathBuf> {
         Ok(p) => repo.path().join(p),
         Err(_) => repo.path().join("hooks"),
     };
-    if uninstall {
-        remove_hooks(&hooks, ["pre-receive"])?;
-    } else {
-        let mut cfg = repo.config().and_then(|c| c.open_level(git2::ConfigLevel::Local)).map_err(git_err)?;
-        for (key, value) in SERVER_CONFIG {
-            cfg.set_str(key, value).map_err(git_err)?;
-        }
-        put_hooks(&hooks, &[("pre-receive", calling(SERVER_HOOK, &shell_word(&exe.display().to_string())))])?;
-    }
-    Ok(hooks.join("pre-receive"))
+    Ok((repo, hooks))
 }
 
 /// What `--server` sets in the bare repository's own config, beside the

@@ -27,8 +27,10 @@ impl PartSource for PartFiles<'_> {
         let p = self.name(ix);
         match std::fs::metadata(&p) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                Err(Error::check(Position::None, "missing part: the head lists it, the folder does not have it")
-                    .in_file(&p))
+                // A head alone is what `git show REV:PATH` gives of a split snapshot.
+                let m = "missing part: the head lists it, the folder does not have it (from Git history, \
+                         `wtxt git export REV PATH -o OUT` writes a split snapshot whole)";
+                Err(Error::check(Position::None, m).in_file(&p))
             }
             // A folder, device or FIFO (`/dev/stdin`) is not a part: never read or waited on.
             Ok(m) if !m.is_file() => {

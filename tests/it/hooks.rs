@@ -44,6 +44,26 @@ fn pre_commit_blocks_damaged_and_unsigned_snapshots() {
     git(d, &["add", "s.wtxt"]);
     let r = git(d, &["commit", "-qm", "signed"]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+
+    // With trusted keys set, another key's signature is refused even where
+    // no signature is required; an unsigned file is the policy's to allow.
+    git(d, &["config", "--unset", "wtxt.requireSignature"]);
+    let o = crate::util::wtxt()
+        .arg("snapshot")
+        .arg(fixture("inputs/model.npz"))
+        .args(["-o", d.join("o.wtxt").to_str().unwrap(), "--gen", "0", "--sign-key"])
+        .arg(fixture("keys/other.pem"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    git(d, &["add", "o.wtxt"]);
+    let r = git(d, &["commit", "-qm", "another key"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("not among the trusted keys"), "{err}");
+    git(d, &["rm", "-q", "--cached", "o.wtxt"]);
+    git(d, &["add", "u.wtxt"]);
+    let r = git(d, &["commit", "-qm", "unsigned, not required"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
 }
 
 /// A file that verifies but is not what the writer emits (here its `cap`

@@ -64,6 +64,15 @@ fn a_bare_repository_refuses_what_does_not_verify() {
     git_ok(d, &["init", "-q", "plain"]);
     let o = wtxt().current_dir(&work_repo).args(["git", "install", "--server"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    // --manual prints what --server would set and writes nothing.
+    git_ok(d, &["init", "-q", "--bare", "shown.git"]);
+    let shown = d.join("shown.git");
+    let o = wtxt().current_dir(&shown).args(["git", "install", "--server", "--manual"]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("git config --local receive.fsckObjects true") && text.contains("hook pre-receive"), "{text}");
+    assert!(!shown.join("hooks/pre-receive").exists());
+    assert!(git_cmd(&shown, &["config", "receive.fsckObjects"], &[]).stdout.is_empty());
     let (bare, work, _server) = guarded(d);
     let m = work.join("m.wtxt");
     let keep = |n: u32| -> PathBuf {

@@ -821,3 +821,34 @@ fn every_byte_of_every_part_is_bound_by_frame_and_chunk_checks() {
     }
     assert!(cases > 10_000, "{cases}");
 }
+
+/// `git show REV:PATH` of a split snapshot gives its head alone: verifying
+/// it says how to get the whole from history, and `wtxt git export -C DIR`
+/// does, from anywhere.
+#[test]
+fn a_head_from_git_show_points_to_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let repo = d.join("repo");
+    crate::util::git_ok(d, &["init", "-q", "repo"]);
+    let o = wtxt()
+        .arg("snapshot")
+        .arg(crate::util::fixture("inputs/model.npz"))
+        .args(["-o", repo.join("s.wtxt").to_str().unwrap(), "--gen", "0", "--part-size", "50000"])
+        .args(["--rows-per-chunk", "64"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(repo.join("s.wtxt.parts").is_dir(), "the snapshot is split");
+    crate::util::git_ok(&repo, &["add", "-A"]);
+    crate::util::git_ok(&repo, &["commit", "-q", "--no-verify", "-m", "gen 0"]);
+    let head = crate::util::git_ok(&repo, &["show", "HEAD:s.wtxt"]);
+    std::fs::write(d.join("head.wtxt"), head).unwrap();
+    let (code, err) = fails(&["verify".as_ref(), d.join("head.wtxt").as_os_str()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("`wtxt git export REV PATH -o OUT`"), "{err}");
+    let o = wtxt().current_dir(d).args(["git", "export", "-C", "repo", "HEAD", "s.wtxt", "-o", "../whole.wtxt"]).output();
+    let o = o.unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(&["verify".as_ref(), d.join("whole.wtxt").as_os_str()]);
+}

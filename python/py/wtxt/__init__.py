@@ -117,7 +117,8 @@ def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: O
     Every check runs; with `hmac_key` every array must authenticate, with
     `pubkey` or `trusted_keys` a valid signature by one of those keys is
     required (an unsigned snapshot, or one signed by another key, is
-    refused; `require_signature=False` is the explicit opt-out); with
+    refused; `require_signature=False` accepts an unsigned one, never
+    another key's); with
     `hmac_key` the keyed tag that binds the file whole must hold too
     (`allow_unbound=True` accepts a file from a writer that binds nothing).
     A failed check raises `VerifyError` with its line.

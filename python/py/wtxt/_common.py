@@ -171,9 +171,8 @@ def trust_of(hmac_key: Optional[PathLike], pubkey: Optional[PathLike], trusted_k
     Naming a key (`pubkey`, `trusted_keys`) requires a valid signature by
     it, as `model_signing verify` does: `require_signature=None` (the
     default) means "required exactly when a key is named". Only an explicit
-    `require_signature=False` with a key accepts an unsigned snapshot or
-    one signed by another key (a signature that fails under a named key is
-    refused either way). With `hmac_key`, a snapshot must carry the keyed
+    `require_signature=False` with a key accepts an unsigned snapshot; one
+    signed by another key, or whose signature fails, is refused either way. With `hmac_key`, a snapshot must carry the keyed
     tag that binds its generation, names and set of arrays (every wtxt
     writer given the key writes it); `allow_unbound=True` accepts one from a
     writer that binds nothing. `signer` (a signing key) names its public

@@ -90,7 +90,8 @@ class WtxtCheckpointIO(BehindLoop, _Base):
             raise Error(f"the checkpoint holds an entry named {STRUCTURE}, the name of wtxt's own structure")
         doc = json.dumps({"format": _FORMAT, "checkpoint": tree}, sort_keys=True).encode()
         arrays[STRUCTURE] = np.frombuffer(doc, dtype=np.uint8)
-        meta = {"global_step": str(checkpoint.get("global_step", "")), "lightning_path": os.fspath(path)}
+        meta = {"global_step": str(checkpoint.get("global_step", "")), "epoch": str(checkpoint.get("epoch", "")),
+                "lightning_path": os.fspath(path)}
         self._behind.save(os.fspath(path), arrays, meta, t)
 
     def load_checkpoint(self, path: PathLike, map_location: Optional[Any] = None,
