@@ -261,6 +261,15 @@ fn extract_folder(py: Python<'_>, path: PathBuf, out: PathBuf, trust: Trust) -> 
     .map_err(raise)
 }
 
+/// `wtxt git export`: the snapshot at `path` (a file in a Git work tree)
+/// as revision `rev` holds it, head and parts read from that commit,
+/// written to `out` (nothing verified here: the loader that reads `out`
+/// verifies it). Returns the number of parts.
+#[pyfunction]
+fn export(py: Python<'_>, path: PathBuf, rev: String, out: PathBuf) -> PyResult<usize> {
+    py.allow_threads(|| wtxt::ops::export_path(&path, &rev, &out)).map_err(raise)
+}
+
 /// An array before it has its WTXT name: (name, dtype, shape, bytes).
 type Named = (String, String, Vec<u64>, ArrayData);
 
@@ -432,12 +441,13 @@ impl PySnapshotter {
 
     /// Stages one copy of the arrays (the GIL released while copying) and
     /// publishes it as the next generation, which it returns.
-    #[pyo3(signature = (tensors, metadata=None))]
+    #[pyo3(signature = (tensors, metadata=None, objects=None))]
     fn publish(
         &self,
         py: Python<'_>,
         tensors: Vec<Staged>,
         metadata: Option<BTreeMap<String, String>>,
+        objects: Option<BTreeMap<String, String>>,
     ) -> PyResult<u64> {
         self.with(py, |_| ())?;
         // One publish at a time, from taking a generation to publishing it
@@ -447,7 +457,7 @@ impl PySnapshotter {
             let _one = self.publishing.lock().unwrap_or_else(|e| e.into_inner());
             let gen = self.next_gen.load(std::sync::atomic::Ordering::SeqCst);
             let mut spare = reclaim(self.replaced.lock().unwrap_or_else(|e| e.into_inner()).take());
-            let arrays = named_arrays(copy_staged(tensors, &mut spare).into_iter(), metadata, None)?;
+            let arrays = named_arrays(copy_staged(tensors, &mut spare).into_iter(), metadata, objects)?;
             let old = self.with_inner(|s| s.swap(std::sync::Arc::new(Generation { gen, arrays })))?;
             *self.replaced.lock().unwrap_or_else(|e| e.into_inner()) = Some(old);
             self.next_gen.store(gen + 1, std::sync::atomic::Ordering::SeqCst);
@@ -705,6 +715,7 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(outline, m)?)?;
     m.add_function(wrap_pyfunction!(save_folder, m)?)?;
     m.add_function(wrap_pyfunction!(extract_folder, m)?)?;
+    m.add_function(wrap_pyfunction!(export, m)?)?;
     m.add_function(wrap_pyfunction!(dist::snapshot_meta, m)?)?;
     m.add_function(wrap_pyfunction!(dist::commit_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(dist::head_link, m)?)?;

@@ -69,8 +69,11 @@ def test_every_lightning_checkpoint_is_a_generation_that_resumes_exactly(tmp_pat
     assert " step=4 epoch=" in subjects[0] and " step=2 epoch=" in subjects[1], subjects
     snap = repo / "lightning.wtxt"
     assert wtxt.verify(snap, trusted_keys=TRUSTED, require_signature=True).ok
-    # Nothing at Lightning's own paths: the history holds every generation.
-    assert not (tmp_path / "w" / "ckpt").exists() or not os.listdir(tmp_path / "w" / "ckpt")
+    # At Lightning's own paths only the lines that name each generation:
+    # the history holds the generations.
+    from wtxt.lightning import NAME_LINE
+    for name in os.listdir(tmp_path / "w" / "ckpt"):
+        assert (tmp_path / "w" / "ckpt" / name).read_text().startswith(NAME_LINE + "\n"), name
 
     # The same run with Lightning's own checkpoints.
     fit(tmp_path / "own", 4)
@@ -114,3 +117,47 @@ def test_a_tampered_or_unsigned_checkpoint_is_never_loaded(tmp_path):
     snap.write_text("\n".join(lines))
     with pytest.raises(wtxt.VerifyError):
         WtxtCheckpointIO(repo).load_checkpoint(snap)
+
+
+class Monitored(Model):
+    def validation_step(self, batch, _):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+
+def test_best_last_and_top_k_resolve_to_generations(tmp_path):
+    """Issue 69.1: `ModelCheckpoint(monitor=..., save_top_k=2, save_last=True)`:
+    one generation per state saved (the `last` save names the same one),
+    `best_model_path` and `ckpt_path="best"`/`"last"` load their
+    generations verified, and top-k pruning drops names, never history."""
+    from wtxt.lightning import REFS
+
+    repo = tmp_path / "runs"
+    git(tmp_path, "init", "-q", str(repo))
+    io = WtxtCheckpointIO(repo, sign_key=KEY)
+    L.seed_everything(0, verbose=False)
+    model = Monitored()
+    ckpt = L.pytorch.callbacks.ModelCheckpoint(dirpath=str(tmp_path / "ck"), monitor="val_loss", save_top_k=2,
+                                               save_last=True)
+    trainer = L.Trainer(max_epochs=4, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[ckpt], plugins=[io], default_root_dir=str(tmp_path))
+    trainer.fit(model, data(), data())
+    final = float(trainer.callback_metrics["val_loss"])
+    # One state saved an epoch (top-k's save and `last` name one
+    # generation): four generations, not eight.
+    assert len(io.infos) == 4, io.infos
+    assert len(git(repo, "log", "--format=%H").split()) == 4
+    # Two best and the last keep their names; the pruned ones lost theirs only.
+    names = git(repo, "for-each-ref", "--format=%(refname)", REFS).split()
+    assert len(names) == 3, names
+    kept = sorted(os.listdir(tmp_path / "ck"))
+    assert len(kept) == 3 and "last.ckpt" in kept, kept
+    assert os.path.basename(ckpt.best_model_path) in kept
+    # "best" loads the best generation, verified: its score is the best score.
+    best = trainer.validate(model, data(), ckpt_path="best", verbose=False)[0]["val_loss"]
+    assert abs(best - float(ckpt.best_model_score)) < 1e-6, (best, ckpt.best_model_score)
+    last = trainer.validate(model, data(), ckpt_path="last", verbose=False)[0]["val_loss"]
+    assert abs(last - final) < 1e-6, (last, final)
+    # A path no save made names no generation.
+    with pytest.raises(wtxt.Error, match="no such checkpoint"):
+        io.load_checkpoint(tmp_path / "ck" / "never-saved.ckpt")

@@ -471,6 +471,57 @@ def test_publish_takes_torch_bf16_and_parameters_that_require_grad(tmp_path):
     assert back["weight"].dtype == torch.bfloat16 and torch.equal(back["weight"], model.weight.detach())
 
 
+def test_publish_takes_a_loops_nested_state_and_gives_it_back_as_wtxt_torch_does(tmp_path):
+    """Issue 69.2: model and AdamW `state_dict()`s published as they are;
+    the snapshot holds what `wtxt.torch.save_state_dict` writes of the same
+    state, and an optimizer loaded from it steps exactly as the original."""
+    torch = pytest.importorskip("torch")
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict, unflatten_state_dict
+    import wtxt.torch as wt
+
+    def setup():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        return model, torch.optim.AdamW(model.parameters(), lr=0.01, betas=(0.8, 0.99))
+
+    def step(model, opt):
+        torch.manual_seed(len(opt.state))
+        model(torch.randn(16, 4)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    model, opt = setup()
+    for _ in range(3):
+        step(model, opt)
+    state = {"model": model.state_dict(), "optim": opt.state_dict(), "epoch": 3}
+    repo, _ = _repos(tmp_path)
+    with wtxt.Snapshotter(repo) as snap:
+        snap.publish(state)
+        assert snap.request_snapshot().result(timeout=60).commit
+    ref = tmp_path / "ref.wtxt"
+    wt.save_state_dict(state, ref, gen=0)
+    got, want = wt.load_state_dict(repo / "model.wtxt"), wt.load_state_dict(ref)
+    assert got.keys() == want.keys() and got["epoch"] == 3 and got["optim.param_groups.0.betas"] == (0.8, 0.99)
+    for k, v in want.items():
+        assert torch.equal(got[k], v) if isinstance(v, torch.Tensor) else got[k] == v, k
+    # Back into a fresh model and optimizer: the next steps are the same.
+    model2, opt2 = setup()
+    step(model2, opt2)  # AdamW's state exists once it has stepped
+    _, mapping = flatten_state_dict({"model": model2.state_dict(), "optim": opt2.state_dict(), "epoch": 0})
+    back = unflatten_state_dict(got, mapping)
+    model2.load_state_dict(back["model"])
+    opt2.load_state_dict(back["optim"])
+    for _ in range(2):
+        step(model, opt)
+        step(model2, opt2)
+    for a, b in zip(model.parameters(), model2.parameters()):
+        assert torch.equal(a, b)
+    # A nested value that has no literal form is refused, naming it.
+    with wtxt.Snapshotter(repo, path_in_repo="other.wtxt") as snap:
+        with pytest.raises(wtxt.Error, match="odd"):
+            snap.publish({"w": np.ones(2, np.float32), "odd": object()})
+
+
 def test_a_subclass_cannot_point_publish_or_save_at_other_memory(tmp_path):
     class Liar(np.ndarray):
         @property

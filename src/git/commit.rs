@@ -68,7 +68,7 @@ pub fn commit_written(head: &Path, oms: bool, who: &str, message: &str) -> Resul
 
 /// The repository around `head` (a path that need not exist yet), its work
 /// tree, `head` relative to it (links resolved) and `head` made absolute.
-fn in_work_tree(head: &Path) -> Result<(git2::Repository, PathBuf, PathBuf, PathBuf)> {
+pub(crate) fn in_work_tree(head: &Path) -> Result<(git2::Repository, PathBuf, PathBuf, PathBuf)> {
     let abs = std::path::absolute(head).map_err(|e| crate::error::Error::io(head, e))?;
     let dir = abs.parent().unwrap_or(Path::new("/"));
     let repo = git2::Repository::discover(dir).map_err(git_err)?;

@@ -71,6 +71,14 @@ pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) ->
     w.finish()
 }
 
+/// [`export`] of the snapshot at `path`, a file in a Git work tree (which
+/// need not hold it now): its repository and its path there found from
+/// `path`, as a caller that holds a checkpoint's path names it.
+pub fn export_path(path: &Path, rev: &str, out: &Path) -> Result<usize> {
+    let (_, work, rel, _) = crate::git::commit::in_work_tree(path)?;
+    export(&work, rev, &rel, out, PartSize::default())
+}
+
 /// Which side of a copy failed.
 pub enum CopyError {
     /// Reading the input failed.

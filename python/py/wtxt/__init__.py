@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _rust
 from ._common import (
-    Error, PathLike, VerifyError, as_path, call, ml_dtype, np, save_items, stage_array,
+    Error, PathLike, VerifyError, as_path, call, literal, ml_dtype, np, save_items, stage_array,
     trust_of, writing_of, ML_DTYPES, TO_NUMPY,
 )
 
@@ -38,6 +38,30 @@ def _staged(name: str, a: Any) -> Tuple[Tuple[str, str, List[int], int, int], An
         staged: Tuple[Tuple[str, str, List[int], int, int], Any] = _item(name, a)
         return staged
     return stage_array(name, a)
+
+
+def _arrays_and_objects(state: Mapping[str, Any]) -> Tuple[Mapping[str, Any], Optional[Dict[str, str]]]:
+    """`state` as the arrays to stage and the other entries as literals
+    (`__objects`), as `wtxt.torch.save_state_dict` splits a state: a nested
+    one (`{"model": model.state_dict(), "optim": opt.state_dict()}`) is
+    flattened to dotted names as `torch.distributed.checkpoint` flattens
+    it, so a training loop publishes what it has and `load_state_dict`
+    gives it back under the same names."""
+    def is_array(v: Any) -> bool:
+        return isinstance(v, np.ndarray) or hasattr(v, "__dlpack__") or hasattr(v, "__array_interface__")
+    if all(is_array(v) for v in state.values()):
+        return state, None
+    flat: Mapping[str, Any] = state
+    if any(isinstance(v, (Mapping, list, tuple)) for v in state.values()):
+        try:
+            from .torch import _flat
+        except ImportError:
+            raise Error("a nested state is flattened as torch.distributed.checkpoint flattens it: "
+                        "that needs torch (pip install torch), or publish a flat dict") from None
+        flat = _flat(state)
+    arrays = {k: v for k, v in flat.items() if is_array(v)}
+    objects = {k: literal(k, v) for k, v in flat.items() if not is_array(v)}
+    return arrays, objects or None
 
 
 def save_file(tensors: Mapping[str, np.ndarray], filename: PathLike, metadata: Optional[Dict[str, str]] = None,
@@ -249,21 +273,26 @@ class Snapshotter:
     def publish(self, state: Mapping[str, np.ndarray], metadata: Optional[Dict[str, str]] = None) -> int:
         """Stages a copy of `state` (a dict of arrays, torch tensors through
         DLPack) as the next generation, which it returns. The arrays may be
-        changed as soon as this returns: the snapshot holds these values."""
+        changed as soon as this returns: the snapshot holds these values.
+        A nested state (model and optimizer `state_dict()`s, lists, scalars)
+        is taken as `wtxt.torch.save_state_dict` takes it: flattened to
+        dotted names, its other entries kept as Python literals."""
         self._check_open()
         if not isinstance(state, Mapping):
             raise Error(f"expected a dict of arrays, found {type(state).__name__}")
-        if not any(getattr(a, "is_cuda", False) is True for a in state.values()):
-            return self._publish(state, metadata)
+        arrays, objects = _arrays_and_objects(state)
+        if not any(getattr(a, "is_cuda", False) is True for a in arrays.values()):
+            return self._publish(arrays, metadata, objects)
         if self._stager is None:
             from .torch._pinned import PinnedStager  # a CUDA tensor: torch is loaded
             self._stager = PinnedStager(self._pinned_budget)
-        with self._stager.staged(state) as host:
-            return self._publish(host, metadata)
+        with self._stager.staged(arrays) as host:
+            return self._publish(host, metadata, objects)
 
-    def _publish(self, state: Mapping[str, Any], metadata: Optional[Dict[str, str]]) -> int:
-        items = [_staged(name, a) for name, a in state.items()]  # the arrays alive until copied
-        return call(self._inner.publish, [s for s, _ in items], metadata)
+    def _publish(self, arrays: Mapping[str, Any], metadata: Optional[Dict[str, str]],
+                 objects: Optional[Dict[str, str]]) -> int:
+        items = [_staged(name, a) for name, a in arrays.items()]  # the arrays alive until copied
+        return call(self._inner.publish, [s for s, _ in items], metadata, objects)
 
     def request_snapshot(self) -> "Future[SnapshotInfo]":
         """Asks for a snapshot of the last published state; returns a future

@@ -19,15 +19,20 @@ class Behind:
         self.infos: List[SnapshotInfo] = []
         #: Seconds each save held the loop (building `arrays` included).
         self.held: List[float] = []
+        #: The generation the last save published.
+        self.last_gen = -1
 
-    def save(self, label: str, arrays: Dict[str, Any], metadata: Dict[str, str], started: float) -> None:
-        """Publishes `arrays` and requests their generation; `started` is
-        when the save began (`time.perf_counter()`)."""
+    def save(self, label: str, arrays: Dict[str, Any], metadata: Dict[str, str],
+             started: float) -> "Future[SnapshotInfo]":
+        """Publishes `arrays` and requests their generation, whose future it
+        returns; `started` is when the save began (`time.perf_counter()`)."""
         if self._snap is None:
             self._snap = Snapshotter(**self._args)
-        self._snap.publish(arrays, metadata=metadata)
-        self._futures.append((label, self._snap.request_snapshot()))
+        self.last_gen = self._snap.publish(arrays, metadata=metadata)
+        fut = self._snap.request_snapshot()
+        self._futures.append((label, fut))
         self.held.append(time.perf_counter() - started)
+        return fut
 
     def finish(self) -> List[SnapshotInfo]:
         """Waits for every generation requested so far; raises `wtxt.Error`

@@ -4,8 +4,10 @@ Python values a state dict keeps beside its tensors. Private: the package's
 front is `wtxt` and `wtxt.torch`."""
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
+import tempfile
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
 
 from . import _rust
 
@@ -228,3 +230,18 @@ def from_literal(name: str, text: str) -> Any:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
         raise Error(f"__objects: entry {name!r} is not a Python literal ({type(e).__name__})") from None
+
+
+@contextlib.contextmanager
+def at_revision(filename: PathLike, rev: Optional[str]) -> Iterator[str]:
+    """`filename` itself when `rev` is None; else the snapshot at that path
+    (a file in a Git work tree) as revision `rev` holds it, head and parts
+    exported from that commit into a temporary folder that lasts the block
+    (nothing is verified here: the caller loads it verified)."""
+    if rev is None:
+        yield os.fspath(filename)
+        return
+    with tempfile.TemporaryDirectory(prefix="wtxt-rev-") as d:
+        out = os.path.join(d, os.path.basename(os.fspath(filename)))
+        call(_rust.export, os.fspath(filename), rev, out)
+        yield out

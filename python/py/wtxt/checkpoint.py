@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
-from ._common import Error, PathLike
+from ._common import Error, PathLike, at_revision
 from ._objects import Encoder, decode, numpy_globals
 
 MANIFEST = "wtxt.checkpoint.json"
@@ -103,21 +103,24 @@ def checkpoint_state(folder: PathLike) -> Dict[str, Any]:
 
 def restore_checkpoint(filename: PathLike, out: PathLike, hmac_key: Optional[PathLike] = None,
                        pubkey: Optional[PathLike] = None, trusted_keys: Optional[PathLike] = None,
-                       require_signature: Optional[bool] = None) -> str:
+                       require_signature: Optional[bool] = None, rev: Optional[str] = None) -> str:
     """Writes the checkpoint folder a generation holds to
     `out` (which must not exist), verified first as `wtxt.verify` would
     (the keys as `wtxt.load_file` takes them); returns `out`. The folder
     appears whole or not at all. Safetensors and torch files are written
     again by their libraries (the same tensors and objects); every other
-    file comes back byte for byte."""
+    file comes back byte for byte. With `rev` (a Git revision: `HEAD~3`, a
+    commit, a tag), the generation that revision holds at `filename`'s
+    path in its work tree, read from history (head and parts)."""
     from safetensors.torch import save_file
     from .torch import load_state_dict
 
     out = os.fspath(out)
     if os.path.lexists(out):
         raise Error(f"{out}: exists already")
-    sd = load_state_dict(filename, hmac_key=hmac_key, pubkey=pubkey, trusted_keys=trusted_keys,
-                         require_signature=require_signature)
+    with at_revision(filename, rev) as snapshot:
+        sd = load_state_dict(snapshot, hmac_key=hmac_key, pubkey=pubkey, trusted_keys=trusted_keys,
+                             require_signature=require_signature)
     if MANIFEST not in sd:
         raise Error(f"{os.fspath(filename)}: not a checkpoint folder's snapshot (no {MANIFEST} array)")
     manifest = json.loads(sd.pop(MANIFEST).numpy().tobytes())

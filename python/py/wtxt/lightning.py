@@ -17,9 +17,18 @@ plain structure in one more array (`wtxt.lightning.json`); a value that has
 no plain form (an arbitrary object among the hyperparameters) is refused
 at save, naming it.
 
-Lightning writes nothing at the `.ckpt` paths it passes: the repository's
-history holds every generation, so `remove_checkpoint` (top-k pruning)
-removes nothing from it.
+The repository's history holds every generation; at each `.ckpt` path
+Lightning passes, a few lines name the generation (so Lightning's own
+look at its folder, `ckpt_path="last"`, finds it), and a ref,
+`refs/wtxt/lightning/<the path, encoded>`, names its commit (made when the
+Trainer's strategy ends, once every generation is committed). So
+`best_model_path`, `last_model_path`, the top-k paths and
+`ckpt_path="best"` / `"last"` load that generation from history,
+verified; what the path's file says is never trusted, only the ref this
+repository holds for the path. `remove_checkpoint` (top-k pruning) removes
+the file and the ref, not the generation. A second save at the same step and epoch (`save_last=True`
+saves the state it just saved again) makes no new generation: its path
+names the one the first save made.
 
     trainer = L.Trainer(plugins=[WtxtCheckpointIO("runs", sign_key="signer.pem")], ...)
     trainer.fit(model)                                  # every checkpoint a commit of runs/lightning.wtxt
@@ -28,12 +37,15 @@ removes nothing from it.
 
 import json
 import os
+import subprocess
 import time
-from typing import TYPE_CHECKING, Any, Dict, Optional, Union
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
 import numpy as np
 
-from ._common import Error, PathLike
+from . import SnapshotInfo
+from ._common import Error, PathLike, at_revision
 from ._behind import BehindLoop
 from ._objects import Encoder, decode
 
@@ -50,6 +62,21 @@ else:
 
 STRUCTURE = "wtxt.lightning.json"
 _FORMAT = "wtxt-lightning-checkpoint/1"
+#: Where the ref naming each saved path's generation lives.
+REFS = "refs/wtxt/lightning/"
+#: The first line of the file left at a saved path.
+NAME_LINE = "wtxt-lightning-checkpoint-name/1"
+
+
+def _ref(path: PathLike) -> str:
+    """The ref that names `path`'s generation: its absolute form, every byte
+    but letters, digits, `_=+,-` and the `/` between names written `%XX`,
+    so any path is a valid ref name and two paths never share one."""
+    out = []
+    for b in os.path.abspath(os.fspath(path)).lstrip("/").encode():
+        c = chr(b)
+        out.append(c if c.isascii() and (c.isalnum() or c in "_=+,-/") else f"%{b:02X}")
+    return REFS + "".join(out)
 
 __all__ = ["WtxtCheckpointIO", "STRUCTURE"]
 
@@ -78,6 +105,11 @@ class WtxtCheckpointIO(BehindLoop, _Base):
                            max_pending=max_pending)
         self._trust: Dict[str, Any] = dict(hmac_key=hmac_key, pubkey=pubkey, trusted_keys=trusted_keys,
                                            require_signature=require_signature, signer=sign_key)
+        self._repo, self._path_in_repo = os.fspath(repo), os.fspath(path_in_repo)
+        #: Paths saved whose ref is not made yet, and the generation of each.
+        self._pending: Dict[str, "Future[SnapshotInfo]"] = {}
+        #: (global_step, epoch) of the last save, its generation's future and number.
+        self._last: Optional[Tuple[Any, Any, "Future[SnapshotInfo]", int]] = None
 
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: PathLike, storage_options: Optional[Any] = None) -> None:
@@ -90,17 +122,32 @@ class WtxtCheckpointIO(BehindLoop, _Base):
             raise Error(f"the checkpoint holds an entry named {STRUCTURE}, the name of wtxt's own structure")
         doc = json.dumps({"format": _FORMAT, "checkpoint": tree}, sort_keys=True).encode()
         arrays[STRUCTURE] = np.frombuffer(doc, dtype=np.uint8)
-        meta = {"global_step": str(checkpoint.get("global_step", "")), "epoch": str(checkpoint.get("epoch", "")),
-                "lightning_path": os.fspath(path)}
-        self._behind.save(os.fspath(path), arrays, meta, t)
+        step, epoch = checkpoint.get("global_step"), checkpoint.get("epoch")
+        if self._last is not None and self._last[:2] == (step, epoch):
+            # The state just saved, saved again (`save_last`): the same generation.
+            fut, gen = self._last[2], self._last[3]
+        else:
+            meta = {"global_step": "" if step is None else str(step), "epoch": "" if epoch is None else str(epoch),
+                    "lightning_path": os.fspath(path)}
+            fut = self._behind.save(os.fspath(path), arrays, meta, t)
+            gen = self._behind.last_gen
+            self._last = (step, epoch, fut, gen)
+        self._pending[os.fspath(path)] = fut
+        self._name_file(path, gen)
 
     def load_checkpoint(self, path: PathLike, map_location: Optional[Any] = None,
                         weights_only: Optional[bool] = None) -> Dict[str, Any]:
-        """The checkpoint a WTXT snapshot at `path` holds, verified first
-        (nothing is unpickled, so `weights_only` has nothing to allow)."""
+        """The checkpoint a WTXT snapshot at `path` holds, or the generation a
+        path this plugin saved names (`best_model_path`, a top-k path, the
+        last), verified first (nothing is unpickled, so `weights_only` has
+        nothing to allow)."""
         from .torch import load_state_dict
 
-        sd = load_state_dict(path, device=map_location if isinstance(map_location, str) else "cpu", **self._trust)
+        named = self._names_a_generation(path) or not os.path.lexists(path)
+        rev = self._generation_of(path) if named else None
+        snapshot = os.path.join(self._repo, self._path_in_repo) if rev else path
+        with at_revision(snapshot, rev) as snap:
+            sd = load_state_dict(snap, device=map_location if isinstance(map_location, str) else "cpu", **self._trust)
         if STRUCTURE not in sd:
             raise Error(f"{os.fspath(path)}: not a Lightning checkpoint (no {STRUCTURE} array)")
         doc = json.loads(sd.pop(STRUCTURE).numpy().tobytes())
@@ -110,10 +157,63 @@ class WtxtCheckpointIO(BehindLoop, _Base):
         return out
 
     def remove_checkpoint(self, path: PathLike) -> None:
-        """Nothing to remove: every generation stays in the repository's history."""
+        """Drops the name `path` (its file and ref): the generation stays in
+        the repository's history."""
+        if self._names_a_generation(path):
+            os.remove(path)
+        if self._pending.pop(os.fspath(path), None) is None:
+            self._git("update-ref", "-d", _ref(path), check=False)
 
+    def _name_file(self, path: PathLike, gen: int) -> None:
+        """The few lines left at `path`, written whole (a link there is
+        replaced, never followed)."""
+        path = os.fspath(path)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        text = (f"{NAME_LINE}\ngeneration {gen} of {self._path_in_repo} in {os.path.abspath(self._repo)}; "
+                f"its commit is {_ref(path)} there\n")
+        tmp = f"{path}.wtxt-{os.getpid()}.tmp"
+        with open(tmp, "x") as f:
+            f.write(text)
+        os.replace(tmp, path)
+
+    @staticmethod
+    def _names_a_generation(path: PathLike) -> bool:
+        """Whether `path` is a file this plugin left at a saved path."""
+        try:
+            with open(path, "rb") as f:
+                return f.read(len(NAME_LINE) + 1) == (NAME_LINE + "\n").encode()
+        except OSError:
+            return False
 
     def teardown(self) -> None:
         """Lightning calls this when the Trainer's strategy ends: every
-        generation is written, committed and pushed before it returns."""
+        generation is written, committed and pushed, and every saved path
+        kept names its generation, before it returns."""
         self.finish()
+        self._name_generations()
+
+    def _name_generations(self) -> None:
+        """A ref for each saved path whose generation is committed."""
+        for path, fut in list(self._pending.items()):
+            if fut.done() and fut.exception() is None and fut.result().commit:
+                self._git("update-ref", _ref(path), fut.result().commit)
+                del self._pending[path]
+
+    def _generation_of(self, path: PathLike) -> str:
+        """The commit holding the generation `path` names."""
+        fut = self._pending.get(os.fspath(path))
+        if fut is not None:
+            commit = fut.result().commit  # saved in this run: wait for it
+            if commit:
+                return commit
+        found = self._git("rev-parse", "--verify", "--quiet", _ref(path) + "^{commit}", check=False)
+        if not found:
+            raise Error(f"{os.fspath(path)}: no such checkpoint (neither a WTXT snapshot nor a path this plugin "
+                        f"saved in {self._repo})")
+        return found
+
+    def _git(self, *args: str, check: bool = True) -> str:
+        r = subprocess.run(["git", "-C", self._repo, *args], capture_output=True, text=True)
+        if check and r.returncode != 0:
+            raise Error(f"git {' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout.strip() if r.returncode == 0 else ""
