@@ -70,7 +70,10 @@ fn a_bare_repository_refuses_what_does_not_verify() {
     let o = wtxt().current_dir(&shown).args(["git", "install", "--server", "--manual"]).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(text.contains("git config --local receive.fsckObjects true") && text.contains("hook pre-receive"), "{text}");
+    assert!(
+        text.contains("git config --local receive.fsckObjects true") && text.contains("hook pre-receive"),
+        "{text}"
+    );
     assert!(!shown.join("hooks/pre-receive").exists());
     assert!(git_cmd(&shown, &["config", "receive.fsckObjects"], &[]).stdout.is_empty());
     let (bare, work, _server) = guarded(d);

@@ -847,7 +847,8 @@ fn a_head_from_git_show_points_to_export() {
     let (code, err) = fails(&["verify".as_ref(), d.join("head.wtxt").as_os_str()]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("`wtxt git export REV PATH -o OUT`"), "{err}");
-    let o = wtxt().current_dir(d).args(["git", "export", "-C", "repo", "HEAD", "s.wtxt", "-o", "../whole.wtxt"]).output();
+    let o =
+        wtxt().current_dir(d).args(["git", "export", "-C", "repo", "HEAD", "s.wtxt", "-o", "../whole.wtxt"]).output();
     let o = o.unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     ok(&["verify".as_ref(), d.join("whole.wtxt").as_os_str()]);

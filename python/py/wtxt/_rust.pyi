@@ -206,7 +206,7 @@ class Snapshotter:
     """The snapshot daemon's pipeline inside the process (ring, delta, age, commit, push, resend queue); `wtxt.Snapshotter` is its Python face."""
     def __new__(cls, repo: str | os.PathLike[str], path_in_repo: str | os.PathLike[str], remote: str | None = None, sign_key: str | os.PathLike[str] | None = None, hmac_key: str | os.PathLike[str] | None = None, ring: str | os.PathLike[str] | None = None, part_size: str | None = None, recipients: list[str] = ..., keep: int | None = None, build: str | None = None, oms_key: str | os.PathLike[str] | None = None, coalesce: bool = False, max_pending: int = 2, digest: str | None = None) -> Snapshotter:
         ...
-    def publish(self, tensors: list[tuple[str, str, list[int], int, int]], metadata: dict[str, str] | None = None) -> int:
+    def publish(self, tensors: list[tuple[str, str, list[int], int, int]], metadata: dict[str, str] | None = None, objects: dict[str, str] | None = None) -> int:
         """Stages one copy of the arrays (the GIL released while copying) and publishes it as the next generation, which it returns."""
         ...
     def request(self) -> int:
@@ -277,10 +277,14 @@ class TensorPlan:
         """Whether the owner reads the chunk from its own memory."""
         ...
 
-__all__ = ["Chunk", "DistWriter", "Loaded", "LoadedTensor", "Outcome", "Outline", "Schedule", "Snapshotter", "Step", "TensorInfo", "TensorPlan", "WtxtError", "commit_snapshot", "extract_folder", "head_link", "hmac_fingerprint", "load", "main", "outline", "plan_tensor", "save", "save_folder", "snapshot_meta", "threads", "verify"]
+__all__ = ["Chunk", "DistWriter", "Loaded", "LoadedTensor", "Outcome", "Outline", "Schedule", "Snapshotter", "Step", "TensorInfo", "TensorPlan", "WtxtError", "commit_snapshot", "export", "extract_folder", "head_link", "hmac_fingerprint", "load", "main", "outline", "plan_tensor", "save", "save_folder", "snapshot_meta", "threads", "verify"]
 
 def commit_snapshot(path: str | os.PathLike[str], message: str, oms: bool = False, remote: str | None = None) -> tuple[str, bool, str | None]:
     """Commits the snapshot at `path` (in a Git work tree: its parts, and its `model.sig` with `oms`) as the next commit on HEAD with `message`, then pushes HEAD's branch to `remote` when given: (commit id, pushed, the push's error). A failed push leaves the commit; the next push carries it."""
+    ...
+
+def export(path: str | os.PathLike[str], rev: str, out: str | os.PathLike[str]) -> int:
+    """`wtxt git export`: the snapshot at `path` (a file in a Git work tree) as revision `rev` holds it, head and parts read from that commit, written to `out` (nothing verified here: the loader that reads `out` verifies it). Returns the number of parts."""
     ...
 
 def extract_folder(path: str | os.PathLike[str], out: str | os.PathLike[str], trust: _Trust) -> int:
