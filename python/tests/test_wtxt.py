@@ -580,3 +580,44 @@ def test_a_key_demands_the_tag_that_binds_the_file_whole(tmp_path):
     assert wtxt.load_file(other, hmac_key=key, allow_unbound=True)
     assert not wtxt.verify(other, hmac_key=key).ok
     assert wtxt.verify(other, hmac_key=key, allow_unbound=True).ok
+
+
+def test_load_file_names_reads_those_tensors_proven_as_a_whole_load(tmp_path):
+    """`load_file(names=[...])`: exactly the bytes a whole load gives; in the
+    tree form a damaged chunk of another array is not its concern, a
+    damaged chunk of its own is refused; in the 1.1 form every byte still
+    counts."""
+    rng = np.random.default_rng(3)
+    arrays = {"a.weight": rng.standard_normal((300, 16)).astype(np.float32),
+              "b.weight": rng.standard_normal((300, 16)).astype(np.float32),
+              "scale": np.array(2.5, np.float64)}
+
+    def damaged(path, name):
+        lines = path.read_text().split("\n")
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"arr name={name} "))
+        at = next(i for i in range(at, len(lines)) if lines[i].startswith("ch ")) + 1
+        lines[at] = ("B" if lines[at][3] == "A" else "A").join([lines[at][:3], lines[at][4:]])
+        bad = path.with_name(f"bad-{name}-{path.name}")
+        bad.write_text("\n".join(lines))
+        return bad
+
+    for digest in ("tree", "sha256"):
+        path = tmp_path / f"{digest}.wtxt"
+        wtxt.save_file(arrays, path, digest=digest)
+        whole = wtxt.load_file(path)
+        got = wtxt.load_file(path, names=["a.weight", "scale"])
+        assert sorted(got) == ["a.weight", "scale"]
+        for k, v in got.items():
+            assert v.dtype == whole[k].dtype and v.shape == whole[k].shape and (v == whole[k]).all(), k
+        with pytest.raises(wtxt.Error, match="no tensor named"):
+            wtxt.load_file(path, names=["absent"])
+        with pytest.raises(wtxt.VerifyError):
+            wtxt.load_file(damaged(path, "a_weight"), names=["a.weight"])
+        other = damaged(path, "b_weight")
+        with pytest.raises(wtxt.VerifyError):
+            wtxt.load_file(other)
+        if digest == "tree":
+            assert (wtxt.load_file(other, names=["a.weight"])["a.weight"] == arrays["a.weight"]).all()
+        else:
+            with pytest.raises(wtxt.VerifyError):
+                wtxt.load_file(other, names=["a.weight"])

@@ -342,9 +342,9 @@ pub struct ExtractArgs {
     /// snapshot DIR`) into this new folder, every file byte for byte.
     #[arg(long, value_name = "OUTDIR", conflicts_with = "array")]
     pub hf: Option<PathBuf>,
-    /// Extract only this array.
+    /// Extract only this array (its original or WTXT name); repeat for more.
     #[arg(long, value_name = "NAME")]
-    pub array: Option<String>,
+    pub array: Vec<String>,
     #[command(flatten)]
     pub hmac: HmacArg,
 }

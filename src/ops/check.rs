@@ -284,7 +284,7 @@ pub fn extract_folder(path: &Path, out: &Path, opts: &VerifyOptions, unseal: Opt
 pub fn extract(
     path: &Path,
     out: &Path,
-    array: Option<&str>,
+    array: &[String],
     opts: &VerifyOptions,
     unseal: Option<&Unseal>,
     notes: &mut Notes,
@@ -296,15 +296,20 @@ pub fn extract(
     // the direct path plans with: it depends on names and metadata only.
     let choose = |all: Vec<Array>| -> crate::convert::direct::Chosen<(usize, Vec<String>)> {
         let kept = OriginalNames::of(&all).map_err(|e| e.in_file(path))?.unwrap_or_default();
-        let arrays: Vec<Array> = match array {
-            Some(n) => {
+        let arrays: Vec<Array> = if array.is_empty() {
+            all
+        } else {
+            let mut picked = Vec::with_capacity(array.len() + 1);
+            for n in array {
                 let want = kept.wtxt_name(n).map_err(|e| e.in_file(path))?;
-                let a = all.iter().find(|a| a.name == n || a.name == want).cloned();
+                let a = all.iter().find(|a| a.name == *n || a.name == want).cloned();
                 let a = a.ok_or_else(|| Error::usage(format!("{}: no array named {n}", path.display())))?;
-                let names = all.into_iter().filter(|x| x.name == NAMES);
-                std::iter::once(a).chain(names).collect()
+                if !picked.iter().any(|p: &Array| p.name == a.name) {
+                    picked.push(a);
+                }
             }
-            None => all,
+            picked.extend(all.into_iter().filter(|x| x.name == NAMES));
+            picked
         };
         let (arrays, dropped) = formats::foreign_metadata(arrays, to)?;
         let count = arrays.iter().filter(|a| !a.is_metadata()).count();

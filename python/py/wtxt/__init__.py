@@ -135,7 +135,7 @@ def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
 
 def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
               require_signature: Optional[bool] = None, trusted_keys: Optional[PathLike] = None,
-              allow_unbound: bool = False) -> Dict[str, np.ndarray]:
+              allow_unbound: bool = False, names: Optional[List[str]] = None) -> Dict[str, np.ndarray]:
     """Reads and verifies `filename`: a dict of arrays under their original names.
 
     Every check runs; with `hmac_key` every array must authenticate, with
@@ -146,9 +146,22 @@ def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: O
     `hmac_key` the keyed tag that binds the file whole must hold too
     (`allow_unbound=True` accepts a file from a writer that binds nothing).
     A failed check raises `VerifyError` with its line.
+
+    With `names` (original names), only those tensors are returned, proven
+    as a whole load proves them: in the 1.1 form every byte is still
+    checked; in the tree form only their chunks are decoded, the others'
+    digests (bound to the root and its signature) standing in for them. A
+    name the snapshot does not hold raises `wtxt.Error`.
     """
     trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, allow_unbound)
-    loaded = call(_rust.load, os.fspath(filename), trust)
+    rows = None
+    if names is not None:
+        # Each named tensor whole: its rows, from the outline (unverified;
+        # the load checks what it keeps against the verified names).
+        outline = call(_rust.outline, os.fspath(filename))
+        shapes = {t.name: t.shape for t in outline.tensors} if outline is not None else {}
+        rows = {n: (0, shapes[n][0] if shapes.get(n) else 1) for n in names}
+    loaded = call(_rust.load, os.fspath(filename), trust, rows=rows)
     return {t.name: _from_bytes(t.dtype, t.shape, t.data) for t in loaded.tensors}
 
 

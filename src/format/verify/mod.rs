@@ -168,17 +168,17 @@ fn signature_status(
             _ => format!("keyid {keyid} is not a trusted key"),
         };
         problems.push(Problem::at(ProblemKind::Signature, line, format!("signature required: {why}")));
-    } else if opts.trusted.is_some() && status == SigStatus::Untrusted {
-        // Keys named are the ones that may sign: another key's signature is
-        // refused whether or not a signature is required (an unsigned file
-        // is the policy's to allow).
-        let m = format!("signed by keyid {keyid}, which is not among the trusted keys");
-        problems.push(Problem::at(ProblemKind::Signature, line, m));
     } else if opts.refuse_untrusted && status == SigStatus::Untrusted {
         let m = format!(
             "signed by keyid {keyid}, which no trusted key checks: nothing is signed that was not verified first \
              (give --trusted-keys or --pubkey)"
         );
+        problems.push(Problem::at(ProblemKind::Signature, line, m));
+    } else if opts.trusted.is_some() && status == SigStatus::Untrusted {
+        // Keys named are the ones that may sign: another key's signature is
+        // refused whether or not a signature is required (an unsigned file
+        // is the policy's to allow).
+        let m = format!("signed by keyid {keyid}, which is not among the trusted keys");
         problems.push(Problem::at(ProblemKind::Signature, line, m));
     }
     status
