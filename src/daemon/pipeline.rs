@@ -599,6 +599,21 @@ impl Pipeline {
     }
 }
 
+/// ` step=N` (or ` epoch=N`) from the metadata a producer published with
+/// the state (`global_step`, `step`, `epoch`: a Trainer's, Lightning's),
+/// for the commit message; empty when there is none or it is not a number.
+fn step_of(arrays: &[Array]) -> String {
+    let meta = crate::convert::names::OriginalNames::of(arrays).ok().flatten().and_then(|n| n.metadata);
+    let number = |k: &str| meta.as_ref()?.get(k).filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
+    match (number("global_step").or(number("step")), number("epoch")) {
+        (Some(s), Some(e)) => format!(" step={s} epoch={e}"),
+        (Some(s), None) => format!(" step={s}"),
+        (None, Some(e)) => format!(" epoch={e}"),
+        (None, None) => String::new(),
+    }
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -614,19 +629,5 @@ mod tests {
         assert_eq!(p[0], (3, Some(PathBuf::from(odd))));
         assert_eq!(p[1], (4, Some(PathBuf::from("/old style/with space.npz"))));
         assert!(Wal::parse_pending("snapshot requested gen=5 ts=1\nsnapshot done gen=5\n").is_empty());
-    }
-}
-
-/// ` step=N` (or ` epoch=N`) from the metadata a producer published with
-/// the state (`global_step`, `step`, `epoch`: a Trainer's, Lightning's),
-/// for the commit message; empty when there is none or it is not a number.
-fn step_of(arrays: &[Array]) -> String {
-    let meta = crate::convert::names::OriginalNames::of(arrays).ok().flatten().and_then(|n| n.metadata);
-    let number = |k: &str| meta.as_ref()?.get(k).filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
-    match (number("global_step").or(number("step")), number("epoch")) {
-        (Some(s), Some(e)) => format!(" step={s} epoch={e}"),
-        (Some(s), None) => format!(" step={s}"),
-        (None, Some(e)) => format!(" epoch={e}"),
-        (None, None) => String::new(),
     }
 }
