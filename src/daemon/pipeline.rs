@@ -613,10 +613,22 @@ fn step_of(arrays: &[Array]) -> String {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_commit_names_the_step_a_producer_published() {
+        let with = |pairs: &[(&str, &str)]| {
+            let metadata = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            let names = crate::convert::names::OriginalNames { metadata: Some(metadata), ..Default::default() };
+            step_of(&[names.to_array().unwrap()])
+        };
+        assert_eq!(with(&[("global_step", "12"), ("epoch", "3")]), " step=12 epoch=3");
+        assert_eq!(with(&[("step", "7")]), " step=7");
+        assert_eq!(with(&[("global_step", "1\nforged: line"), ("epoch", "")]), "");
+        assert_eq!(step_of(&[]), "");
+    }
 
     #[test]
     fn wal_paths_come_back_exactly() {
