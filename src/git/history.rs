@@ -265,6 +265,9 @@ fn path_in_parent(repo: &Repository, parent: &Tree, child: &Tree, path: &Path) -
     let mut diff = repo
         .diff_tree_to_tree(Some(parent), Some(child), Some(DiffOptions::new().ignore_submodules(true)))
         .map_err(git_err)?;
+    // Renames are found by content: in a partial clone, both sides' blobs first.
+    let sides = diff.deltas().flat_map(|d| [d.old_file().id(), d.new_file().id()]).filter(|o| !o.is_zero());
+    crate::odb::promisor::fetch_missing(repo, sides.collect::<Vec<_>>())?;
     diff.find_similar(Some(DiffFindOptions::new().renames(true).rename_threshold(50))).map_err(git_err)?;
     for d in diff.deltas() {
         if d.status() == git2::Delta::Renamed && d.new_file().path() == Some(path) {
@@ -371,9 +374,40 @@ pub fn head_link(repo: &Repository, path: &Path, opts: &VerifyOptions) -> Result
     }
 }
 
+/// In a blobless partial clone, fetches in one round trip what a walk of
+/// `path`'s history from HEAD will read: every version's head (a single
+/// file, or a split snapshot's head), and with `parts` every part of
+/// every version. Nothing in a repository that holds every object. The
+/// walk reads trees only, which a blobless clone has; a version reached
+/// through a rename is fetched when the rename is followed.
+pub fn prefetch(repo: &Repository, path: &Path, parts: bool) -> Result<usize> {
+    if crate::odb::promisor::promisor(repo).is_none() {
+        return Ok(0);
+    }
+    let Ok(head) = repo.head().and_then(|h| h.peel_to_commit()) else { return Ok(0) };
+    let mut walk = repo.revwalk().map_err(git_err)?;
+    walk.push(head.id()).map_err(git_err)?;
+    let mut want = std::collections::HashSet::new();
+    let mut seen_parts = std::collections::HashSet::new();
+    for oid in walk {
+        let tree = repo.find_commit(oid.map_err(git_err)?).and_then(|c| c.tree()).map_err(git_err)?;
+        want.extend(blob_at(&tree, path));
+        match parts_of(&tree, path) {
+            Some(dir) if parts && seen_parts.insert(dir) => {
+                if let Ok(sub) = repo.find_tree(dir) {
+                    want.extend(sub.iter().filter(|e| e.kind() == Some(ObjectType::Blob)).map(|e| e.id()));
+                }
+            }
+            _ => {}
+        }
+    }
+    crate::odb::promisor::fetch_missing(repo, want)
+}
+
 /// Walks the history of `path` from HEAD and checks every link (and, with
 /// [`LogOptions::verify`], every generation's data, counted on `progress`).
 pub fn chain(repo: &Repository, path: &Path, opts: &LogOptions, progress: &Progress) -> Result<Chain> {
+    prefetch(repo, path, opts.verify)?;
     let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(git_err)?;
     let mut walk = repo.revwalk().map_err(git_err)?;
     walk.push(head.id()).map_err(git_err)?;

@@ -10,6 +10,7 @@ pub(crate) mod blob;
 pub(crate) mod deflate;
 pub(crate) mod objects;
 pub(crate) mod pack;
+pub(crate) mod promisor;
 
 /// A libgit2 failure as unusable input, naming Git.
 pub fn git_err(e: git2::Error) -> Error {

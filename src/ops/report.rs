@@ -110,8 +110,10 @@ pub fn report(
         .into_iter()
         .next()
         .ok_or_else(|| Error::usage(format!("{}: no history", path.display())))?;
-    let (_, rel) = crate::git::history::open(dir, Some(path))?;
+    let (repo, rel) = crate::git::history::open(dir, Some(path))?;
     let rel = rel.expect("a path was given");
+    // Every generation is exported whole below: in a partial clone, one fetch.
+    crate::git::history::prefetch(&repo, &rel, true)?;
     let gens: Vec<Generation> = chain.generations.into_iter().rev().collect();
     if gens.is_empty() {
         return Err(Error::usage(format!("{}: no commit holds a snapshot at this path", rel.display())));

@@ -292,3 +292,76 @@ fn log_verify_proves_the_data_and_plain_log_says_it_did_not() {
         assert_eq!((gens[0]["data"].as_str(), gens[1]["data"].as_str()), (Some("failed"), Some("verified")), "{v}");
     }
 }
+
+/// Objects a partial clone lacks (`rev-list --missing=print` lists them
+/// without fetching).
+fn missing(repo: &Path) -> usize {
+    git_ok(repo, &["rev-list", "--objects", "--all", "--missing=print"]).lines().filter(|l| l.starts_with('?')).count()
+}
+
+/// Issue 66.3: in a blobless partial clone from a real `git daemon`,
+/// `wtxt log` proves the chain from the heads alone (fetching those, in
+/// one go), `log --verify` fetches and verifies every generation, and `git
+/// export` gives an old generation whole.
+#[test]
+fn a_blobless_clone_logs_verifies_and_exports() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let served = d.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    git_ok(&served, &["init", "-q", "--bare", "-b", "main", "models.git"]);
+    let bare = served.join("models.git");
+    let o = wtxt().current_dir(&bare).args(["git", "install", "--server"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    git_ok(d, &["init", "-q", "-b", "main", "w"]);
+    let w = d.join("w");
+    for n in 0..3u32 {
+        // Another chunking each generation: every part differs.
+        let rows = (64 - 16 * n).to_string();
+        let mut c = wtxt();
+        c.arg("snapshot").arg(fixture("inputs/model.npz")).args(["-o", "m.wtxt", "--part-size", "50000"]);
+        c.args(["--rows-per-chunk", &rows]);
+        c.args(["--ts", &format!("2026-04-01T00:00:0{n}Z"), "--audit", &format!("run={n}")]);
+        if n == 0 {
+            c.args(["--gen", "0"]);
+        } else {
+            c.args(["--prev", "m.wtxt"]);
+        }
+        let o = c.current_dir(&w).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        git_ok(&w, &["add", "-A"]);
+        git_ok(&w, &["commit", "-q", "--no-verify", "-m", &format!("gen {n}")]);
+    }
+    git_ok(&w, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    let (_server, port) = crate::util::git_daemon(&served);
+    let url = format!("git://127.0.0.1:{port}/models.git");
+    let clone = |name: &str| {
+        git_ok(d, &["clone", "-q", "--filter=blob:none", &url, name]);
+        d.join(name)
+    };
+    let c = clone("c");
+    let before = missing(&c);
+    assert!(before > 0, "the clone is blobless");
+    let log = |args: &[&str]| {
+        let o = wtxt().current_dir(&c).arg("log").args(args).args(["m.wtxt", "--json"]).output().unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+        (o.status.code(), v)
+    };
+    let (code, v) = log(&[]);
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["chains"][0]["generations"].as_array().unwrap().len(), 3, "{v}");
+    let heads_only = missing(&c);
+    assert!(heads_only < before && heads_only > 0, "{before} -> {heads_only}: only the heads were fetched");
+    let (code, v) = log(&["--verify"]);
+    assert_eq!(code, Some(0), "{v}");
+    assert!(v["chains"][0]["generations"].as_array().unwrap().iter().all(|g| g["data"] == "verified"), "{v}");
+    assert_eq!(missing(&c), 0, "every generation was fetched to be verified");
+    // A fresh blobless clone: an old generation, exported whole.
+    let e = clone("e");
+    let o = wtxt().current_dir(&e).args(["git", "export", "HEAD~2", "m.wtxt", "-o", "../old.wtxt"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = wtxt().arg("verify").arg(d.join("old.wtxt")).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("gen 000000"));
+}
