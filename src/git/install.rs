@@ -332,7 +332,9 @@ pub fn describe(p: &Plan) -> String {
 /// diffed as text (hundreds of MB of it for one generation), so parts are
 /// `-diff` there; `wtxt git install` turns the semantic diff on in the
 /// clone's own `.git/info/attributes` (the lines with `committed` false),
-/// which wins. Heads stay text: a few KB a reviewer can read.
+/// which wins. Heads stay text: a few KB a reviewer can read. Committed
+/// parts are `linguist-generated` too, so a host's pull-request page folds
+/// them and shows the heads.
 pub fn snapshot_attributes(committed: bool) -> Vec<String> {
     vec![
         "*.wtxt text eol=lf diff=wtxt merge=wtxt".to_string(),
@@ -343,7 +345,7 @@ pub fn snapshot_attributes(committed: bool) -> Vec<String> {
         // this clone's own file, so that a push given attributes from an
         // empty tree (crate::git::push) may search against the remote's.
         if committed {
-            "*.wtxtpart text eol=lf -diff merge=binary -delta".to_string()
+            "*.wtxtpart text eol=lf -diff merge=binary -delta linguist-generated".to_string()
         } else {
             "*.wtxtpart text eol=lf diff=wtxt merge=binary".to_string()
         },

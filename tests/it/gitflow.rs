@@ -93,6 +93,8 @@ fn install_is_idempotent_chains_hooks_and_uninstalls() {
     // Committed: parts are no text diff for a clone without wtxt; this
     // clone's own attributes (which win) turn the semantic diff on.
     assert!(attrs.contains("*.wtxtpart text eol=lf -diff merge=binary"), "{attrs}");
+    // A host's pull-request page folds parts (GitHub's and GitLab's attribute).
+    assert!(r.ok(&["check-attr", "linguist-generated", "--", "m.wtxt.parts/000001.wtxtpart"]).ends_with("set\n"));
     let mine = std::fs::read_to_string(r.root.join(".git/info/attributes")).unwrap();
     assert_eq!(mine.matches("*.wtxtpart text eol=lf diff=wtxt merge=binary").count(), 1, "{mine}");
     assert!(r.ok(&["check-attr", "diff", "--", "m.wtxt.parts/000001.wtxtpart"]).contains("diff: wtxt"));
