@@ -163,7 +163,9 @@ fn pre_commit() -> Result<u8> {
     }
     if !staged.is_empty() && crate::ops::folders::only_folders_staged(&here, &staged)? {
         eprintln!(
-            "pre-commit: nothing else was staged, so Git may already have decided there is nothing to commit              (it checks before running this hook): the snapshot stays staged and the same commit again takes it;              `wtxt git folder DIR --stage` before `git commit` does it in one"
+            "pre-commit: nothing else was staged, so Git may already have decided there is nothing to commit \
+             (it checks before running this hook): the snapshot stays staged and the same commit again takes it; \
+             `wtxt git folder DIR --stage` before `git commit` does it in one"
         );
     }
     let crate::git::hooks::Checked { staged: n, refusals, notes } = crate::git::hooks::pre_commit(&here)?;

@@ -251,6 +251,7 @@ fn a_model_folder_lives_in_the_work_tree_and_its_signed_snapshot_in_git() {
     let o = w.git(&["commit", "-m", "only the folder"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("nothing else was staged") && err.contains("the same commit again takes it"), "{err}");
+    assert!(!err.contains("  "), "no runs of spaces: {err}");
     if !o.status.success() {
         w.ok(&["commit", "-q", "-m", "only the folder"]);
     }
