@@ -102,33 +102,34 @@ extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
         say(b"wtxt: ");
         say(&path[..n]);
         say(b": changed while it was read (it shrank under its memory map): nothing was written\n");
-        // A thread listing or removing a file holds a list only briefly, and
-        // never while it reads a map: wait for it (up to 2 s) rather than
-        // leave the temporary files behind.
-        let tick = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
-        for _ in 0..2000 {
-            if let Ok(files) = LIVE.try_lock() {
-                for p in files.iter() {
-                    with_c_path(p, |c| {
-                        libc::unlink(c);
-                    });
-                }
-                break;
-            }
-            libc::nanosleep(&tick, std::ptr::null_mut());
-        }
-        for _ in 0..2000 {
-            if let Ok(dirs) = LIVE_DIRS.try_lock() {
-                for d in dirs.iter() {
-                    with_c_path(d, |c| {
-                        libc::rmdir(c);
-                    });
-                }
-                break;
-            }
-            libc::nanosleep(&tick, std::ptr::null_mut());
-        }
+        // unlink and rmdir on NUL-terminated paths on the stack.
+        each_when_free(&LIVE, |c| {
+            libc::unlink(c);
+        });
+        each_when_free(&LIVE_DIRS, |c| {
+            libc::rmdir(c);
+        });
         libc::_exit(2);
+    }
+}
+
+/// Calls `f` on every path of `list` as a C string, once no thread holds
+/// it: a thread listing or removing a file holds a list only briefly, and
+/// never while it reads a map, so the handler waits for it (up to 2 s)
+/// rather than leave temporary files behind.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn each_when_free(list: &std::sync::Mutex<Vec<std::path::PathBuf>>, f: impl Fn(*const libc::c_char)) {
+    let tick = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+    for _ in 0..2000 {
+        if let Ok(paths) = list.try_lock() {
+            for p in paths.iter() {
+                with_c_path(p, &f);
+            }
+            return;
+        }
+        // SAFETY: nanosleep with a valid timespec on the stack; async-signal-safe.
+        unsafe { libc::nanosleep(&tick, std::ptr::null_mut()) };
     }
 }
 

@@ -103,7 +103,11 @@ pub fn check(repo: &Repository, updates: &[Update]) -> Result<Verdict> {
     let seconds = cfg.get_i64("wtxt.guardSeconds").map_or(DEFAULT_SECONDS, |v| v.max(0) as u64);
     let late = format!("still checking after {seconds} s (wtxt.guardSeconds)");
     let progress = &Progress::hidden().until(Instant::now() + Duration::from_secs(seconds), late);
-    let opts = LogOptions { trusted: crate::git::configured_trusted_keys(repo)?, verify: true };
+    let opts = LogOptions {
+        trusted: crate::git::configured_trusted_keys(repo)?,
+        verify: true,
+        hmac: crate::git::configured_hmac_key(repo)?,
+    };
     // What the repository already holds: every ref's tip before the push.
     let mut known = Vec::new();
     for r in repo.references().map_err(git_err)?.flatten() {
@@ -135,6 +139,7 @@ pub fn check(repo: &Repository, updates: &[Update]) -> Result<Verdict> {
             let vopts = VerifyOptions {
                 trusted: opts.trusted.as_ref(),
                 require_signature: opts.trusted.is_some(),
+                hmac_key: opts.hmac.as_ref(),
                 ..Default::default()
             };
             for (path, why) in held.unchained(&object, &u.refname, &vopts, progress)? {

@@ -115,6 +115,9 @@ pub struct LogOptions {
     pub trusted: Option<TrustedKeys>,
     /// Verify every generation's data from its commit (`--verify`).
     pub verify: bool,
+    /// With `verify`: every array must authenticate with it, and the file
+    /// carry the keyed tag (`git config wtxt.hmacKey`).
+    pub hmac: Option<crate::crypto::HmacKey>,
 }
 
 /// A version of the file: which blob, and its parsed header.
@@ -491,7 +494,8 @@ impl<'r> Versions<'r> {
         }
         if opts.verify {
             progress.restart(&format!("{} {}", &g.commit[..10], path.display()));
-            let vopts = VerifyOptions { trusted: opts.trusted.as_ref(), ..Default::default() };
+            let vopts =
+                VerifyOptions { trusted: opts.trusted.as_ref(), hmac_key: opts.hmac.as_ref(), ..Default::default() };
             match verify_version(repo, Some(&tree), path, blob, &vopts, progress).map(|r| r.errors.into_iter().next()) {
                 Ok(None) => g.data = DataCheck::Verified,
                 Ok(Some(mut problem)) => {

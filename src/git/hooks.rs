@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use git2::{Repository, Status, StatusOptions, StatusShow};
 
 use crate::crypto::digest::{fingerprint_key, Fingerprint};
-use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
 use crate::format::split::{part_name, Head};
 use crate::format::syntax::Root;
@@ -65,7 +64,8 @@ pub struct Checked {
 /// Checks every staged WTXT file of the repository around `dir`.
 pub fn pre_commit(dir: &Path) -> Result<Checked> {
     let repo = crate::git::open_for_hook(dir)?;
-    let crate::git::Policy { trusted, require } = crate::git::Policy::of(&repo)?;
+    let policy = crate::git::Policy::of(&repo)?;
+    let checks = policy.options();
     let index = repo.index().map_err(git_err)?;
     let head_tree = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
     // What is staged: HEAD's tree against the index only. The work tree is
@@ -145,13 +145,13 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
         // checked as a single file; its work-tree copy is the smudged binary.
         let from_blob = || -> Result<Box<dyn Read + '_>> { Ok(Box::new(open()?)) };
         if let Some(filter) = filter {
-            if require {
+            if checks.require_signature {
                 refusals.push(refuse(
                     0,
                     format!("wtxt.requireSignature is set, and the {filter} filter does not sign"),
                     "keep signed snapshots as .wtxt files: `wtxt snapshot ... --sign-key KEY.pem`",
                 ));
-            } else if let Some(r) = check_wtxt(&from_blob, size, head.as_deref(), false, trusted.as_ref(), &names) {
+            } else if let Some(r) = check_wtxt(&from_blob, size, head.as_deref(), &checks, &names) {
                 let fix = format!(
                     "stage it through the filter: `wtxt git install --filter {}` where it is missing, then `git add {shown}`",
                     filter.strip_prefix("wtxt-").unwrap_or(filter)
@@ -164,7 +164,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
         let start = crate::odb::blob::prefix(&repo, entry.id, crate::format::split::MAX_HEAD + 1)?;
         if let Ok(Blob::Head(h)) = classify(&start) {
             let s = Split { repo: &repo, index: &index, path, head_len: size };
-            if let Some(r) = s.check(h, head.as_deref(), require, trusted.as_ref()) {
+            if let Some(r) = s.check(h, head.as_deref(), &checks) {
                 refusals.push(Refusal { path: if r.path.is_empty() { shown.clone() } else { r.path.clone() }, ..r });
             }
             continue;
@@ -178,11 +178,10 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
             let from_file = || -> Result<Box<dyn Read>> {
                 Ok(Box::new(std::io::BufReader::new(std::fs::File::open(p).map_err(|e| Error::io(p, e))?)))
             };
-            let v = check_wtxt(&from_file, size, head.as_deref(), require, trusted.as_ref(), &names);
+            let v = check_wtxt(&from_file, size, head.as_deref(), &checks, &names);
             verdict = rec.vouched(p, index_written(&repo)).then_some(v);
         }
-        let verdict =
-            verdict.unwrap_or_else(|| check_wtxt(&from_blob, size, head.as_deref(), require, trusted.as_ref(), &names));
+        let verdict = verdict.unwrap_or_else(|| check_wtxt(&from_blob, size, head.as_deref(), &checks, &names));
         if let Some(r) = verdict {
             refusals.push(Refusal { path: shown.clone(), ..r });
         }
@@ -273,19 +272,17 @@ fn check_wtxt<R: Read>(
     open: &dyn Fn() -> Result<R>,
     len: u64,
     head: Option<&[u8]>,
-    require: bool,
-    trusted: Option<&TrustedKeys>,
+    opts: &VerifyOptions,
     names: &Names,
 ) -> Option<Refusal> {
     let refusal =
         |line: u64, problem: String, fix: &str| Some(Refusal { path: String::new(), line, problem, fix: fix.into() });
     let unreadable = "not a readable WTXT: write it with `wtxt snapshot`";
-    let opts = VerifyOptions { trusted, require_signature: require, ..Default::default() };
     // Read once, fingerprinted as it is verified; compared below with the
     // writer's text for the same arrays.
     let read = |key: &[u8; 32]| -> Result<(std::result::Result<crate::format::Loaded, _>, blake3::Hash)> {
         let mut staged = Fingerprint::new(open()?, key);
-        let loaded = crate::format::Load::default().run_or_report(&mut staged, len, &opts)?;
+        let loaded = crate::format::Load::default().run_or_report(&mut staged, len, opts)?;
         Ok((loaded, staged.finish_reading().map_err(Error::read_failed)?))
     };
     let key = match fingerprint_key() {
@@ -297,7 +294,7 @@ fn check_wtxt<R: Read>(
         Ok((Err(report), _)) => return report_refusal(&report, names),
         Err(e) => return refusal(line_of(&e), e.message().to_string(), unreadable),
     };
-    if require && loaded.report.signature != SigStatus::Valid {
+    if opts.require_signature && loaded.report.signature != SigStatus::Valid {
         return refusal(
             5,
             format!("signature required, found {:?}", loaded.report.signature).to_lowercase(),
@@ -408,7 +405,7 @@ impl Split<'_> {
     /// then the chain to HEAD's version. No part is skipped because HEAD
     /// had it: the signature binds the data only through `sha256_all`,
     /// which needs every byte.
-    fn check(&self, h: Head, prev: Option<&[u8]>, require: bool, trusted: Option<&TrustedKeys>) -> Option<Refusal> {
+    fn check(&self, h: Head, prev: Option<&[u8]>, opts: &VerifyOptions) -> Option<Refusal> {
         let damaged = "the file is damaged: write it again with `wtxt snapshot`, or `wtxt recover` it";
         let refusal = |e: &Error, fix: &str| {
             let path = e.path().map(|p| p.display().to_string()).unwrap_or_default();
@@ -419,9 +416,8 @@ impl Split<'_> {
             Err(e) => return refusal(&e, damaged),
         };
         let source = BlobParts::of_index(self.repo, self.index, self.path, &h).with_local(self.work_tree_copies(&h));
-        let opts = VerifyOptions { trusted, require_signature: require, ..Default::default() };
         let report =
-            match WtxtIn::joined(h, Box::new(source), self.path, self.head_len).verify(&opts, &Progress::hidden()) {
+            match WtxtIn::joined(h, Box::new(source), self.path, self.head_len).verify(opts, &Progress::hidden()) {
                 Ok(r) => r,
                 Err(e) => return refusal(&e, damaged),
             };

@@ -154,6 +154,12 @@ pub fn configured_trusted_keys(repo: &git2::Repository) -> Result<Option<Trusted
     configured_file(repo, "wtxt.trustedKeys")?.map(|p| TrustedKeys::from_file(&p)).transpose()
 }
 
+/// The HMAC key named by `git config wtxt.hmacKey` of `repo` (a hex key
+/// file), if it names one: the hook and the guard check every array with it.
+pub fn configured_hmac_key(repo: &git2::Repository) -> Result<Option<crate::crypto::HmacKey>> {
+    configured_file(repo, "wtxt.hmacKey")?.map(|p| crate::crypto::HmacKey::from_file(&p)).transpose()
+}
+
 /// The EC key named by `git config wtxt.omsKey` of the repository around
 /// `dir`: `git resolve` signs the merged snapshot's folder with it.
 pub fn oms_key_around(dir: &Path) -> Result<Option<crate::crypto::ec::EcSecretKey>> {
@@ -162,13 +168,17 @@ pub fn oms_key_around(dir: &Path) -> Result<Option<crate::crypto::ec::EcSecretKe
 }
 
 /// What the repository asks of every snapshot it takes in: its trusted
-/// keys, and whether a valid signature by one of them is required
-/// (`wtxt.requireSignature`, which needs `wtxt.trustedKeys`).
+/// keys, whether a valid signature by one of them is required
+/// (`wtxt.requireSignature`, which needs `wtxt.trustedKeys`), and the HMAC
+/// key every array must authenticate with (`wtxt.hmacKey`, a hex key
+/// file), under which every snapshot must also carry the keyed tag.
 pub struct Policy {
     /// `wtxt.trustedKeys`.
     pub trusted: Option<TrustedKeys>,
     /// `wtxt.requireSignature`.
     pub require: bool,
+    /// `wtxt.hmacKey`.
+    pub hmac: Option<crate::crypto::HmacKey>,
 }
 
 impl Policy {
@@ -179,12 +189,14 @@ impl Policy {
         if require && trusted.is_none() {
             return Err(Error::usage("wtxt.requireSignature is set but wtxt.trustedKeys names no key file"));
         }
-        Ok(Policy { trusted, require })
+        let hmac = configured_hmac_key(repo)?;
+        Ok(Policy { trusted, require, hmac })
     }
 
     /// The verification it asks for.
     pub fn options(&self) -> crate::format::verify::VerifyOptions<'_> {
         crate::format::verify::VerifyOptions {
+            hmac_key: self.hmac.as_ref(),
             trusted: self.trusted.as_ref(),
             require_signature: self.require,
             ..Default::default()

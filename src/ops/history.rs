@@ -33,7 +33,7 @@ pub fn log(
         Some(p) => vec![p],
         None => history::wtxt_paths(&repo)?,
     };
-    let opts = history::LogOptions { trusted, verify };
+    let opts = history::LogOptions { trusted, verify, hmac: crate::git::configured_hmac_key(&repo)? };
     paths.iter().map(|p| history::chain(&repo, p, &opts, progress)).collect()
 }
 

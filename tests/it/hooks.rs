@@ -64,6 +64,20 @@ fn pre_commit_blocks_damaged_and_unsigned_snapshots() {
     git(d, &["add", "u.wtxt"]);
     let r = git(d, &["commit", "-qm", "unsigned, not required"]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+
+    // With wtxt.hmacKey, every array must authenticate and the file carry
+    // the keyed tag: a 1.1 file of another writer (no tag) is refused,
+    // wtxt's own keyed file is taken.
+    git(d, &["config", "wtxt.hmacKey", fixture("keys/hmac.hex").to_str().unwrap()]);
+    std::fs::write(d.join("h.wtxt"), read("expected/hmac.wtxt")).unwrap();
+    git(d, &["add", "h.wtxt"]);
+    let r = git(d, &["commit", "-qm", "no keyed tag"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("keyed tag"), "{err}");
+    std::fs::write(d.join("h.wtxt"), read("bind/hmac.wtxt")).unwrap();
+    git(d, &["add", "h.wtxt"]);
+    let r = git(d, &["commit", "-qm", "keyed"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
 }
 
 /// A file that verifies but is not what the writer emits (here its `cap`

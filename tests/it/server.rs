@@ -359,3 +359,40 @@ fn the_guard_checks_wtxt_whatever_holds_it() {
     assert!(ok, "{err}");
     assert_eq!(rev(&bare, "main"), landed);
 }
+
+/// With `wtxt.hmacKey` set on the server, every array pushed must
+/// authenticate with it and every snapshot carry the keyed tag that binds
+/// it whole: a signed but unkeyed generation, and one whose tag was
+/// stripped, are refused.
+#[test]
+fn a_configured_hmac_key_is_demanded_of_every_push() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (bare, work, _server) = guarded(d);
+    git_ok(&bare, &["config", "wtxt.hmacKey", fixture("keys/hmac.hex").to_str().unwrap()]);
+    let (sign, hmac) = (fixture("keys/sign.pem"), fixture("keys/hmac.hex"));
+    let signed = ["--sign-key", sign.to_str().unwrap()];
+    let keyed = ["--sign-key", sign.to_str().unwrap(), "--hmac-key", hmac.to_str().unwrap()];
+    let m = work.join("m.wtxt");
+    let g0 = d.join("g0.wtxt");
+    snapshot(&g0, None, 0, &keyed);
+    std::fs::copy(&g0, &m).unwrap();
+    let (ok, err) = commit_and_push(&work, "gen 0, keyed");
+    assert!(ok, "{err}");
+    let landed = rev(&bare, "main");
+    let refused = |what: &str, expect: &str| {
+        let (ok, err) = commit_and_push(&work, what);
+        assert!(!ok && err.contains(expect), "{what}: expected {expect:?} in {err}");
+        git_ok(&work, &["reset", "-q", "--hard", &landed]);
+    };
+    snapshot(&m, Some(&g0), 1, &signed);
+    refused("signed, not keyed", "hmac");
+    snapshot(&m, Some(&g0), 2, &keyed);
+    let text = std::fs::read_to_string(&m).unwrap();
+    let stripped: String = text.lines().filter(|l| !l.starts_with("audit ")).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&m, stripped).unwrap();
+    refused("keyed, its tag stripped", "keyed tag");
+    snapshot(&m, Some(&g0), 3, &keyed);
+    let (ok, err) = commit_and_push(&work, "gen 1, keyed");
+    assert!(ok, "{err}");
+}
