@@ -307,12 +307,7 @@ fn missing(repo: &Path) -> usize {
 fn a_blobless_clone_logs_verifies_and_exports() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let served = d.join("served");
-    std::fs::create_dir_all(&served).unwrap();
-    git_ok(&served, &["init", "-q", "--bare", "-b", "main", "models.git"]);
-    let bare = served.join("models.git");
-    let o = wtxt().current_dir(&bare).args(["git", "install", "--server"]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (served, bare) = crate::util::served_repository(d);
     git_ok(d, &["init", "-q", "-b", "main", "w"]);
     let w = d.join("w");
     for n in 0..3u32 {

@@ -38,12 +38,7 @@ fn commit_and_push(work: &Path, msg: &str) -> (bool, String) {
 /// of it at `work`: the repository, the clone and the server (stopped when
 /// dropped).
 fn guarded(d: &Path) -> (PathBuf, PathBuf, crate::util::Server) {
-    let served = d.join("served");
-    std::fs::create_dir_all(&served).unwrap();
-    let bare = served.join("models.git");
-    git_ok(&served, &["init", "-q", "--bare", "-b", "main", "models.git"]);
-    let o = wtxt().current_dir(&bare).args(["git", "install", "--server"]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (served, bare) = crate::util::served_repository(d);
     git_ok(&bare, &["config", "wtxt.trustedKeys", fixture("keys/trusted_keys").to_str().unwrap()]);
     let (server, port) = git_daemon(&served);
     let url = format!("git://127.0.0.1:{port}/models.git");

@@ -159,3 +159,16 @@ pub fn git_daemon(served: &Path) -> (Server, u16) {
     wait_for_port(port);
     (server, port)
 }
+
+/// A bare repository `served/models.git` under `d` set up by `wtxt git
+/// install --server` (the guard and the settings a host needs): the
+/// folder to serve and the repository.
+pub fn served_repository(d: &Path) -> (PathBuf, PathBuf) {
+    let served = d.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    git_ok(&served, &["init", "-q", "--bare", "-b", "main", "models.git"]);
+    let bare = served.join("models.git");
+    let o = wtxt().current_dir(&bare).args(["git", "install", "--server"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    (served, bare)
+}
