@@ -195,8 +195,9 @@ class WtxtCheckpointIO(BehindLoop, _Base):
     def _name_generations(self) -> None:
         """A ref for each saved path whose generation is committed."""
         for path, fut in list(self._pending.items()):
-            if fut.done() and fut.exception() is None and fut.result().commit:
-                self._git("update-ref", _ref(path), fut.result().commit)
+            commit = fut.result().commit if fut.done() and fut.exception() is None else None
+            if commit:
+                self._git("update-ref", _ref(path), commit)
                 del self._pending[path]
 
     def _generation_of(self, path: PathLike) -> str:
