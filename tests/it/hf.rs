@@ -389,7 +389,9 @@ fn shrinks_while_mapped(parts: &str) {
         let _ = std::fs::remove_file(&out);
         shard(&st, &[&big]);
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_wtxt"))
-            .args(["snapshot", s(&m), "-o", s(&out), "--part-size", parts])
+            // Four threads read the map: several fault at once, and the
+            // first to fault must clean up before any of them exits.
+            .args(["--threads", "4", "snapshot", s(&m), "-o", s(&out), "--part-size", parts])
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
