@@ -472,6 +472,10 @@ pub struct DiffArgs {
     /// Exit 1 when the files differ, like `git diff --exit-code`.
     #[arg(long)]
     pub exit_code: bool,
+    /// Show everything: the header's hashes and raw lines, and wtxt's own
+    /// arrays (in `git diff`: `WTXT_DIFF_FULL=1`).
+    #[arg(long)]
+    pub full: bool,
     /// Colour: auto (on a terminal), always, never.
     #[arg(long, value_name = "WHEN", default_value = "auto")]
     pub color: ColorWhen,

@@ -332,7 +332,7 @@ fn diff_files(a: cli::DiffArgs) -> Result<u8> {
             cli::ColorWhen::Never => false,
             cli::ColorWhen::Auto => std::io::stdout().is_terminal(),
         };
-        emit(&render::diff_text(&d, &a.old.display().to_string(), &a.new.display().to_string(), color))?;
+        emit(&render::diff_text(&d, &a.old.display().to_string(), &a.new.display().to_string(), color, a.full))?;
     }
     // A side that fails a check is a failed check, whatever the diff found.
     for x in &d.damage {

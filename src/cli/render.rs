@@ -184,7 +184,9 @@ pub fn driver_text(v: &ops::DriverView, color: bool) -> String {
     match &v.shown {
         ops::Shown::Added(i) => one("new file", i),
         ops::Shown::Deleted(i) => one("deleted file", i),
-        ops::Shown::Diff(d) => format!("{head}{}", diff_text(d, &format!("a/{path}"), &format!("b/{path}"), color)),
+        ops::Shown::Diff(d) => {
+            format!("{head}{}", diff_text(d, &format!("a/{path}"), &format!("b/{path}"), color, diff_full()))
+        }
         ops::Shown::BadArguments(_) => "wtxt: the diff driver takes 7 arguments\n".to_string(),
         ops::Shown::Failed(e) => {
             format!("{head}wtxt diff: {e} (use git diff --no-ext-diff --no-textconv for the text)\n")
@@ -192,8 +194,16 @@ pub fn driver_text(v: &ops::DriverView, color: bool) -> String {
     }
 }
 
-/// The diff as text, `git diff` style; `color` adds ANSI colours.
-pub fn diff_text(d: &FileDiff, old: &str, new: &str, color: bool) -> String {
+/// Header fields a reviewer does not read: hashes that change with every
+/// generation and say nothing of what changed (`--full` shows them).
+const HASH_FIELDS: [&str; 4] = ["sha256_all", "merkle_prev", "merkle_this", "fastxor"];
+
+/// The diff as text, `git diff` style; `color` adds ANSI colours. Without
+/// `full`, what a reviewer does not read is counted, not shown: the
+/// header's hashes and its raw lines, and wtxt's own arrays (`__...`, the
+/// integrations' `wtxt.*.json`); a text file of a checkpoint folder is
+/// shown as a diff of its lines, not as an array.
+pub fn diff_text(d: &FileDiff, old: &str, new: &str, color: bool, full: bool) -> String {
     use std::fmt::Write as _;
     let paint = |code: &str, s: String| if color { format!("\x1b[{code}m{s}\x1b[0m") } else { s };
     let mut s = String::new();
@@ -215,18 +225,38 @@ pub fn diff_text(d: &FileDiff, old: &str, new: &str, color: bool) -> String {
         let _ = writeln!(s, "identical");
         return s;
     }
+    let mut hidden = 0;
     for f in &d.header {
+        if !full && HASH_FIELDS.contains(&f.field.as_str()) {
+            hidden += 1;
+            continue;
+        }
         let _ = writeln!(s, "{} {}: {} -> {}", paint("36", "header".into()), f.field, short(&f.old), short(&f.new));
+    }
+    if hidden > 0 {
+        let _ = writeln!(
+            s,
+            "{} {hidden} hash(es) changed, as every generation's do (--full shows them)",
+            paint("36", "header".into())
+        );
     }
     for n in &d.notes {
         let _ = writeln!(s, "{} {n}", paint("36", "split".into()));
     }
-    let (mut unchanged, mut rewrapped) = (0, 0);
+    let (mut unchanged, mut rewrapped, mut internal) = (0, 0, 0);
     let ty_of = |dtype: &str, shape: &[u64]| {
         format!("{dtype}[{}]", if shape.is_empty() { String::new() } else { shape_str(shape) })
     };
     for a in &d.arrays {
         let ty = ty_of(&a.dtype, &a.shape);
+        // A text file shown below as a diff of its lines.
+        if d.files.iter().any(|f| f.path == a.shown_name()) {
+            continue;
+        }
+        if !full && a.status != Status::Unchanged && (a.name.starts_with("__") || a.shown_name().starts_with("wtxt.")) {
+            internal += 1;
+            continue;
+        }
         let line = match a.status {
             Status::Unchanged => {
                 unchanged += 1;
@@ -272,6 +302,9 @@ pub fn diff_text(d: &FileDiff, old: &str, new: &str, color: bool) -> String {
         };
         let _ = writeln!(s, "= {} array(s) with unchanged values{note}", unchanged + rewrapped);
     }
+    if internal > 0 {
+        let _ = writeln!(s, "= {internal} of wtxt's own array(s) changed (names, structure; --full shows them)");
+    }
     for n in &d.names {
         let _ = writeln!(s, "{} {n}", paint("36", "names".into()));
     }
@@ -298,7 +331,9 @@ pub fn diff_text(d: &FileDiff, old: &str, new: &str, color: bool) -> String {
             }
         }
     }
-    unified(&mut s, &d.header_unified, &paint);
+    if full {
+        unified(&mut s, &d.header_unified, &paint);
+    }
     s
 }
 
@@ -365,4 +400,10 @@ mod tests {
         assert!(text.ends_with(&format!("{}, ...", 2 * (MAX_RANGES - 1))), "{text}");
         assert_eq!(ranges_text(&[(3, 4)], true), "3, ...");
     }
+}
+
+/// Whether Git's diff driver shows everything (`WTXT_DIFF_FULL=1`), as
+/// `wtxt diff --full` does.
+fn diff_full() -> bool {
+    std::env::var_os("WTXT_DIFF_FULL").is_some_and(|v| v == "1")
 }

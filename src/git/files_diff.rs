@@ -20,9 +20,22 @@ const MAX_TEXT_DIFF: usize = 1 << 20;
 /// Lines of a unified diff shown per file, and lines in words per diff.
 const MAX_DIFF_LINES: usize = 200;
 
-/// True for the metadata arrays whose values a diff reads whole.
+/// How the stored names of the text files a checkpoint folder keeps as
+/// `u8` arrays end (`trainer_state.json` is stored as `trainer_state_json`).
+const TEXT_SUFFIXES: [&str; 7] = ["_json", "_jsonl", "_yaml", "_yml", "_txt", "_md", "_csv"];
+
+/// A stored name that holds a text file of a checkpoint folder (a Trainer's
+/// `trainer_state.json`, a config): not wtxt's own arrays (`__...`, the
+/// `wtxt.*.json` structures the integrations keep).
+fn text_file(name: &str) -> bool {
+    !name.starts_with("__") && !name.starts_with("wtxt_") && TEXT_SUFFIXES.iter().any(|s| name.ends_with(s))
+}
+
+/// True for the arrays whose values a diff reads whole (`u8`, up to the
+/// metadata limit): the metadata it shows in words or lines, and the text
+/// files of a checkpoint folder.
 pub fn wanted(name: &str) -> bool {
-    name == HF || name == HF_FILES || name == HF_HEADERS || name == NAMES
+    name == HF || name == HF_FILES || name == HF_HEADERS || name == NAMES || text_file(name)
 }
 
 /// The wanted arrays' bytes on each side (old, new), as decoded.
@@ -101,6 +114,45 @@ fn is_zero(n: &u64) -> bool {
 /// `__hf` list names them; without it (a part that holds the bytes but not
 /// the list), the whole array is one text.
 pub fn file_changes(c: &Captured) -> Vec<FileChange> {
+    let mut out = folder_changes(c);
+    out.extend(text_changes(c));
+    out
+}
+
+/// The text files of a checkpoint folder that changed, by their names in
+/// the folder, as a unified diff of their lines (a file that is not text
+/// stays an array of the diff).
+fn text_changes(c: &Captured) -> Vec<FileChange> {
+    let names = |side: usize| -> BTreeMap<String, String> {
+        let v: Option<serde_json::Value> = c.get(NAMES, side).and_then(|b| serde_json::from_slice(b).ok());
+        let m = v.as_ref().and_then(|v| v.get("names")?.as_object().cloned()).unwrap_or_default();
+        m.into_iter().filter_map(|(k, v)| Some((k, v.as_str()?.to_string()))).collect()
+    };
+    let original = names(1);
+    let mut out = Vec::new();
+    for (name, [x, y]) in c.arrays.iter().filter(|(n, _)| text_file(n)) {
+        let (Some(x), Some(y)) = (x, y) else { continue };
+        if x == y {
+            continue;
+        }
+        let path = original.get(name).unwrap_or(name);
+        let (Some(unified), lines_left_out) = unified(path, x, y) else { continue };
+        out.push(FileChange {
+            path: path.clone(),
+            status: FileStatus::Changed,
+            old_len: Some(x.len() as u64),
+            new_len: Some(y.len() as u64),
+            old_sha256: Some(hex::encode(Sha256::digest(x))),
+            new_sha256: Some(hex::encode(Sha256::digest(y))),
+            unified: Some(unified),
+            lines_left_out,
+        });
+    }
+    out
+}
+
+/// The files of `__hf_files` that differ (see [`file_changes`]).
+fn folder_changes(c: &Captured) -> Vec<FileChange> {
     let (Some(old), Some(new)) = (c.get(HF_FILES, 0), c.get(HF_FILES, 1)) else { return Vec::new() };
     if old == new {
         return Vec::new();

@@ -281,3 +281,41 @@ fn threads_change_no_byte() {
     assert_eq!(one, out("env.wtxt", None, Some("3")));
     assert_eq!(run(&["--threads", "0", "verify", "expected/hmac.wtxt"]).code, 2);
 }
+
+/// Issue 69.5: what a reviewer reads. A checkpoint folder's text file
+/// (`trainer_state.json`, kept as a `u8` array) is shown as a diff of its
+/// lines; the header's hashes, its raw lines and wtxt's own arrays are
+/// counted, not shown, unless `--full`.
+#[test]
+fn a_diff_shows_text_files_as_lines_and_leaves_out_what_no_reviewer_reads() {
+    use wtxt::model::{Array, Dtype};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let state = |step: u32| format!("{{\n  \"global_step\": {step},\n  \"epoch\": 1.0,\n  \"log_history\": []\n}}\n");
+    let gen = |step: u32, w: f32| {
+        let text = state(step).into_bytes();
+        let n = text.len() as u64;
+        let weights: Vec<u8> = [1.0f32, w, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        vec![
+            Array::with_original_name("trainer_state.json".into(), Dtype::U8, vec![n], text.into()).unwrap(),
+            Array::with_original_name("model.w".into(), Dtype::F32, vec![3], weights.into()).unwrap(),
+        ]
+    };
+    let (npz0, npz1) = (d.join("s0.npz"), d.join("s1.npz"));
+    wtxt::convert::npz::write(&gen(2, 2.0), std::fs::File::create(&npz0).unwrap()).unwrap();
+    wtxt::convert::npz::write(&gen(14, 2.5), std::fs::File::create(&npz1).unwrap()).unwrap();
+    let (a, b) = (d.join("a.wtxt"), d.join("b.wtxt"));
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    assert_eq!(run(&["snapshot", &s(&npz0), "-o", &s(&a), "--gen", "0"]).code, 0);
+    assert_eq!(run(&["snapshot", &s(&npz1), "-o", &s(&b), "--prev", &s(&a)]).code, 0);
+    let shown = run(&["diff", &s(&a), &s(&b), "--color", "never"]).stdout;
+    assert!(shown.contains("~ file trainer_state.json"), "{shown}");
+    assert!(shown.contains("-  \"global_step\": 2,\n+  \"global_step\": 14,"), "{shown}");
+    assert!(!shown.contains("u8["), "the text file is not an array line: {shown}");
+    assert!(shown.contains("~ model.w f32[3]"), "{shown}");
+    assert!(shown.contains("header gen: 000000 -> 000001"), "{shown}");
+    assert!(!shown.contains("sha256_all") && !shown.contains("+++ new header"), "{shown}");
+    assert!(shown.contains("(--full shows them)"), "{shown}");
+    let full = run(&["diff", &s(&a), &s(&b), "--color", "never", "--full"]).stdout;
+    assert!(full.contains("header sha256_all:") && full.contains("+++ new header"), "{full}");
+}
