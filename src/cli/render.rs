@@ -387,6 +387,12 @@ fn short(v: &str) -> String {
     }
 }
 
+/// Whether Git's diff driver shows everything (`WTXT_DIFF_FULL=1`), as
+/// `wtxt diff --full` does.
+fn diff_full() -> bool {
+    std::env::var_os("WTXT_DIFF_FULL").is_some_and(|v| v == "1")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,10 +406,4 @@ mod tests {
         assert!(text.ends_with(&format!("{}, ...", 2 * (MAX_RANGES - 1))), "{text}");
         assert_eq!(ranges_text(&[(3, 4)], true), "3, ...");
     }
-}
-
-/// Whether Git's diff driver shows everything (`WTXT_DIFF_FULL=1`), as
-/// `wtxt diff --full` does.
-fn diff_full() -> bool {
-    std::env::var_os("WTXT_DIFF_FULL").is_some_and(|v| v == "1")
 }
