@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::format::syntax::shape_str;
 use crate::format::verify::{Binding, Report, SigStatus};
-use crate::git::diff::{FileDiff, Status, MAX_RANGES};
+use crate::git::diff::{FileDiff, Status};
 use crate::git::files_diff::FileStatus;
 use crate::git::history::DataCheck;
 use crate::ops;
@@ -363,18 +363,25 @@ fn runs(ix: &[u64]) -> Vec<(u64, u64)> {
     out
 }
 
-/// `a,b-c,...`: at most [`MAX_RANGES`] half-open ranges, then `, ...` when
-/// more were left out (here or by whoever built the list), so that a change
-/// that touches thousands of chunks stays one readable line.
+/// Ranges a diff line shows before it folds the rest into a count.
+const SHOWN_RANGES: usize = 8;
+
+/// `a,b-c,...`: at most [`SHOWN_RANGES`] half-open ranges, then how many
+/// more (`, +N more`, or `, ...` when whoever built the list left some
+/// out), so that a change that touches thousands of chunks stays a short
+/// line (`--json` lists up to [`crate::git::diff::MAX_RANGES`]).
 fn ranges_text(ranges: &[(u64, u64)], more: bool) -> String {
-    let shown = ranges.len().min(MAX_RANGES);
+    let shown = ranges.len().min(SHOWN_RANGES);
     let mut s = ranges[..shown]
         .iter()
         .map(|(x, y)| if y - x == 1 { x.to_string() } else { format!("{x}-{}", y - 1) })
         .collect::<Vec<_>>()
         .join(",");
-    if more || shown < ranges.len() {
-        s.push_str(", ...");
+    match (ranges.len() - shown, more) {
+        (0, false) => {}
+        (0, true) => s.push_str(", ..."),
+        (n, false) => s.push_str(&format!(", +{n} more")),
+        (n, true) => s.push_str(&format!(", +{n} more, ...")),
     }
     s
 }
@@ -402,8 +409,8 @@ mod tests {
         assert_eq!(ranges_text(&runs(&[0, 1, 2, 5, 7, 8]), false), "0-2,5,7-8");
         let every_other: Vec<u64> = (0..1000).map(|i| 2 * i).collect();
         let text = ranges_text(&runs(&every_other), false);
-        assert_eq!(text.split(',').count(), MAX_RANGES + 1, "{text}");
-        assert!(text.ends_with(&format!("{}, ...", 2 * (MAX_RANGES - 1))), "{text}");
+        assert_eq!(text.split(',').count(), SHOWN_RANGES + 1, "{text}");
+        assert!(text.ends_with(&format!("{}, +{} more", 2 * (SHOWN_RANGES - 1), 1000 - SHOWN_RANGES)), "{text}");
         assert_eq!(ranges_text(&[(3, 4)], true), "3, ...");
     }
 }
