@@ -29,5 +29,6 @@ def test_the_stub_matches_the_compiled_module_and_the_package_checks_strictly(tm
     cache = tmp_path_factory.mktemp("mypy")
     r = _run("-m", "mypy.stubtest", "--mypy-config-file", os.devnull, "wtxt._rust", cache=cache)
     assert r.returncode == 0, r.stdout + r.stderr
-    r = _run("-m", "mypy", "--strict", "--config-file", os.devnull, ROOT / "python" / "py" / "wtxt", cache=cache)
+    r = _run("-m", "mypy", "--config-file", ROOT / "python" / "pyproject.toml", ROOT / "python" / "py" / "wtxt",
+             cache=cache)
     assert r.returncode == 0, r.stdout + r.stderr

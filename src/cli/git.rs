@@ -194,7 +194,7 @@ fn pre_receive() -> Result<u8> {
         return Err(Error::usage(format!("pre-receive: more than {} ref updates in one push", guard::MAX_UPDATES)));
     }
     let updates = guard::parse_updates(&input)?;
-    let repo = git2::Repository::open_from_env().map_err(crate::git::git_err)?;
+    let repo = git2::Repository::open_from_env().map_err(crate::odb::git_err)?;
     let v = guard::check(&repo, &updates)?;
     for r in &v.refusals {
         // Names and paths are the pusher's: shown escaped, so none can

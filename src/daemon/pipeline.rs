@@ -501,7 +501,7 @@ impl Pipeline {
     }
 
     fn commit(&self, repo_dir: &Path, file: &Path, msg: &str) -> Result<String> {
-        let git = crate::git::git_err;
+        let git = crate::odb::git_err;
         let repo = git2::Repository::open(repo_dir).map_err(git)?;
         let work = repo.workdir().ok_or_else(|| Error::usage("--repo must be a work tree, not a bare repository"))?;
         // From the index read to HEAD moved, no other wtxt writer commits:

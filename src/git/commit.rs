@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::Result;
-use crate::git::git_err;
+use crate::odb::git_err;
 
 /// Stages the snapshot at `head` (a path in the work tree: its `parts`
 /// parts replace whatever the index listed in its parts folder) and the

@@ -25,7 +25,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::git::git_err;
+use crate::odb::git_err;
 
 /// The Git configuration key naming the folders (one value each).
 pub const FOLDER_KEY: &str = "wtxt.folder";

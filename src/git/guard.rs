@@ -31,9 +31,9 @@ use git2::{ObjectType, Oid, Repository, Sort, Tree};
 
 use crate::error::{Error, Result};
 use crate::format::verify::VerifyOptions;
-use crate::git::git_err;
 use crate::git::history::{snapshot_paths, verify_version, LogOptions, Versions};
 use crate::odb::blob::Blobs;
+use crate::odb::git_err;
 use crate::progress::Progress;
 
 /// The most ref updates one push may carry.

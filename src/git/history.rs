@@ -26,9 +26,9 @@ use crate::format::read::{read_header, Header, LineReader};
 use crate::format::split;
 use crate::format::syntax::{Root, SignLine};
 use crate::format::verify::{Report, SigStatus, VerifyOptions};
-use crate::git::git_err;
 use crate::git::parts::BlobParts;
 use crate::odb::blob::Blobs;
+use crate::odb::git_err;
 use crate::progress::Progress;
 use crate::store::input::WtxtIn;
 

@@ -17,8 +17,8 @@ use git2::{Config, ConfigLevel, Repository};
 
 use crate::error::{Error, Result};
 use crate::fs::write_file;
-use crate::git::git_err;
 use crate::git::shell::shell_word;
+use crate::odb::git_err;
 
 /// The hook script (`hooks/pre-commit` in the source tree).
 pub const HOOK: &str = include_str!("../../hooks/pre-commit");

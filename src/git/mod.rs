@@ -19,8 +19,7 @@ pub(crate) mod parts;
 pub(crate) mod push;
 pub(crate) mod shell;
 
-pub use crate::odb::deflate::zlib;
-pub use crate::odb::git_err;
+use crate::odb::git_err;
 pub use commit::{commit_written, committed_link};
 pub use diff::{diff, textconv, Names};
 pub use filter::{clean, smudge};

@@ -282,17 +282,17 @@ pub fn push(
 /// The top of the repository around `dir` (its work tree, else the
 /// repository itself): where [`push`] and [`backlog`] run.
 pub fn repository_top(dir: &Path) -> Result<std::path::PathBuf> {
-    let repo = git2::Repository::discover(dir).map_err(crate::git::git_err)?;
+    let repo = git2::Repository::discover(dir).map_err(crate::odb::git_err)?;
     Ok(repo.workdir().unwrap_or(repo.path()).to_path_buf())
 }
 
 /// The remote `wtxt git push` sends to when none is named: the current
 /// branch's (`branch.<name>.remote`), else `origin`.
 pub fn default_remote(repo_dir: &Path) -> Result<String> {
-    let repo = git2::Repository::discover(repo_dir).map_err(crate::git::git_err)?;
-    let head = repo.head().map_err(crate::git::git_err)?;
+    let repo = git2::Repository::discover(repo_dir).map_err(crate::odb::git_err)?;
+    let head = repo.head().map_err(crate::odb::git_err)?;
     let branch = head.shorthand().unwrap_or_default();
-    let cfg = repo.config().map_err(crate::git::git_err)?;
+    let cfg = repo.config().map_err(crate::odb::git_err)?;
     Ok(cfg.get_string(&format!("branch.{branch}.remote")).unwrap_or_else(|_| "origin".to_string()))
 }
 
@@ -307,10 +307,10 @@ pub fn default_remote(repo_dir: &Path) -> Result<String> {
 /// the remote's branch is not in this repository's history (another writer
 /// pushed first) HEAD alone, for Git to refuse.
 pub fn backlog(repo_dir: &Path, remote: &str) -> Result<Vec<(git2::Oid, bool)>> {
-    let repo = git2::Repository::discover(repo_dir).map_err(crate::git::git_err)?;
-    let head = repo.head().map_err(crate::git::git_err)?;
+    let repo = git2::Repository::discover(repo_dir).map_err(crate::odb::git_err)?;
+    let head = repo.head().map_err(crate::odb::git_err)?;
     let branch = head.name().map_err(|_| Error::usage("HEAD's branch name is not UTF-8"))?.to_string();
-    let tip = head.peel_to_commit().map_err(crate::git::git_err)?;
+    let tip = head.peel_to_commit().map_err(crate::odb::git_err)?;
     let theirs = remote_tip(repo_dir, remote, &branch)?;
     if theirs == Some(tip.id()) || theirs.is_some_and(|t| repo.graph_descendant_of(t, tip.id()).unwrap_or(false)) {
         return Ok(Vec::new());
@@ -320,16 +320,16 @@ pub fn backlog(repo_dir: &Path, remote: &str) -> Result<Vec<(git2::Oid, bool)>> 
     if theirs.is_some() && known.is_none() {
         return Ok(vec![(tip.id(), false)]);
     }
-    let mut walk = repo.revwalk().map_err(crate::git::git_err)?;
-    walk.simplify_first_parent().map_err(crate::git::git_err)?;
-    walk.push(tip.id()).map_err(crate::git::git_err)?;
+    let mut walk = repo.revwalk().map_err(crate::odb::git_err)?;
+    walk.simplify_first_parent().map_err(crate::odb::git_err)?;
+    walk.push(tip.id()).map_err(crate::odb::git_err)?;
     if let Some(t) = known {
-        walk.hide(t).map_err(crate::git::git_err)?;
+        walk.hide(t).map_err(crate::odb::git_err)?;
     }
     let objects = repo.path().join("objects");
     let mut out = Vec::new();
     for id in walk {
-        let commit = repo.find_commit(id.map_err(crate::git::git_err)?).map_err(crate::git::git_err)?;
+        let commit = repo.find_commit(id.map_err(crate::odb::git_err)?).map_err(crate::odb::git_err)?;
         out.push((commit.id(), changed_wholly(&repo, &objects, &commit)?));
     }
     out.reverse();
@@ -340,8 +340,8 @@ pub fn backlog(repo_dir: &Path, remote: &str) -> Result<Vec<(git2::Oid, bool)>> 
 /// start as their previous versions did.
 fn changed_wholly(repo: &git2::Repository, objects: &Path, commit: &git2::Commit) -> Result<bool> {
     let Ok(parent) = commit.parent(0) else { return Ok(true) };
-    let (old, new) = (parent.tree().map_err(crate::git::git_err)?, commit.tree().map_err(crate::git::git_err)?);
-    let diff = repo.diff_tree_to_tree(Some(&old), Some(&new), None).map_err(crate::git::git_err)?;
+    let (old, new) = (parent.tree().map_err(crate::odb::git_err)?, commit.tree().map_err(crate::odb::git_err)?);
+    let diff = repo.diff_tree_to_tree(Some(&old), Some(&new), None).map_err(crate::odb::git_err)?;
     let (mut changed, mut alike) = (0usize, 0usize);
     for d in diff.deltas().filter(|d| d.status() == git2::Delta::Modified) {
         if d.new_file().path().is_some_and(|p| p.extension().is_some_and(|x| x == "wtxtpart")) {

@@ -84,8 +84,8 @@ pub fn stage(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Staged>
 pub fn only_folders_staged(dir: &Path, staged: &[Staged]) -> Result<bool> {
     let repo = crate::git::open_for_hook(dir)?;
     let Ok(head) = repo.head().and_then(|h| h.peel_to_tree()) else { return Ok(false) };
-    let index = repo.index().map_err(crate::git::git_err)?;
-    let diff = repo.diff_tree_to_index(Some(&head), Some(&index), None).map_err(crate::git::git_err)?;
+    let index = repo.index().map_err(crate::odb::git_err)?;
+    let diff = repo.diff_tree_to_index(Some(&head), Some(&index), None).map_err(crate::odb::git_err)?;
     let ours = |p: &Path| {
         staged.iter().any(|s| {
             let parts = crate::store::parts_dir(&s.snapshot);

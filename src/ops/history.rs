@@ -206,7 +206,7 @@ pub fn resolve(dir: &Path, path: &Path, o: &MergeOptions) -> Result<Resolved> {
         }
         Ok(out)
     };
-    let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(crate::git::git_err)?;
+    let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(crate::odb::git_err)?;
     let (base, ours, theirs) =
         (side(op.base, "base")?, side(Some(head.id()), "ours")?, side(Some(op.theirs), "theirs")?);
     let target = work.join(&rel);

@@ -44,7 +44,7 @@ pub fn restore(
 /// written to OUT (split by `size`): what a merge of split snapshots, which
 /// Git's drivers see only file by file, starts from.
 pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) -> Result<usize> {
-    let git = crate::git::git_err;
+    let git = crate::odb::git_err;
     let repo = git2::Repository::discover(dir).map_err(git)?;
     let tree = repo.revparse_single(rev).and_then(|o| o.peel_to_tree()).map_err(git)?;
     let no = || Error::usage(format!("{rev}: no {} in that commit", path.display()));
