@@ -19,9 +19,9 @@ pub(crate) mod parts;
 pub(crate) mod push;
 pub(crate) mod shell;
 
-use crate::odb::git_err;
 /// The pack's deflate of one blob (what `examples/pack_pass` times).
 pub use crate::odb::deflate::zlib;
+use crate::odb::git_err;
 pub use commit::{commit_written, committed_link};
 pub use diff::{diff, textconv, Names};
 pub use filter::{clean, smudge};
