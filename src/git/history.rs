@@ -394,17 +394,21 @@ pub fn prefetch(repo: &Repository, path: &Path, parts: bool) -> Result<usize> {
     let mut seen_parts = std::collections::HashSet::new();
     for oid in walk {
         let tree = repo.find_commit(oid.map_err(git_err)?).and_then(|c| c.tree()).map_err(git_err)?;
-        want.extend(blob_at(&tree, path));
-        match parts_of(&tree, path) {
-            Some(dir) if parts && seen_parts.insert(dir) => {
-                if let Ok(sub) = repo.find_tree(dir) {
-                    want.extend(sub.iter().filter(|e| e.kind() == Some(ObjectType::Blob)).map(|e| e.id()));
-                }
-            }
-            _ => {}
-        }
+        // A parts folder many commits share is listed once.
+        let new_parts = parts && parts_of(&tree, path).is_some_and(|dir| seen_parts.insert(dir));
+        want.extend(version_blobs(repo, &tree, path, new_parts));
     }
     crate::odb::promisor::fetch_missing(repo, want)
+}
+
+/// The blobs of the version of `path` that `tree` holds: its head (or
+/// single file), and with `parts` every blob of its parts folder.
+pub(crate) fn version_blobs(repo: &Repository, tree: &Tree, path: &Path, parts: bool) -> Vec<Oid> {
+    let mut out: Vec<Oid> = blob_at(tree, path).into_iter().collect();
+    if let Some(sub) = parts_of(tree, path).filter(|_| parts).and_then(|dir| repo.find_tree(dir).ok()) {
+        out.extend(sub.iter().filter(|e| e.kind() == Some(ObjectType::Blob)).map(|e| e.id()));
+    }
+    out
 }
 
 /// Walks the history of `path` from HEAD and checks every link (and, with

@@ -50,12 +50,7 @@ pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) ->
     let no = || Error::usage(format!("{rev}: no {} in that commit", path.display()));
     let blob = tree.get_path(path).map_err(|_| no())?.id();
     // In a blobless partial clone: the head and every part in one fetch.
-    let mut parts_dir = path.as_os_str().to_owned();
-    parts_dir.push(".parts");
-    let mut wanted = vec![blob];
-    if let Ok(sub) = tree.get_path(Path::new(&parts_dir)).and_then(|e| repo.find_tree(e.id())) {
-        wanted.extend(sub.iter().map(|e| e.id()));
-    }
+    let wanted = crate::git::history::version_blobs(&repo, &tree, path, true);
     crate::odb::promisor::fetch_missing(&repo, wanted)?;
     let shown = PathBuf::from(format!("{rev}:{}", path.display()));
     if crate::odb::blob::prefix(&repo, blob, 13)? == b"WTXT part ix=" {
