@@ -13,9 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mib=${1:-1024}
 work=${BENCH_DIR:-bench-work}/guard
-command -v /usr/bin/time >/dev/null || { echo "needs GNU time (apt-get install time)"; exit 2; }
-if [ -z "${BIN:-}" ]; then cargo build --release --quiet; BIN=target/release/wtxt; fi
-BIN=$(realpath "$BIN")
+. scripts/timing.sh
 rm -rf "$work" && mkdir -p "$work"
 python3 - "$mib" "$work/state.npz" <<'PY'
 import sys, numpy as np
@@ -38,13 +36,6 @@ git init -q -b main "$work/w"
 (cd "$work/w" && WTXT="$BIN" "$BIN" git install >/dev/null 2>&1 && "$BIN" snapshot ../state.npz -o m.wtxt --gen 0 >/dev/null 2>&1 &&
   git add -A && WTXT="$BIN" git commit -q -m gen0 2>/dev/null)
 rm -f "$work/state.npz"
-t() { # label, command...
-  local label=$1; shift
-  sync
-  /usr/bin/time -f "%e %U %S" -o "$work/t" "$@" >/dev/null 2>"$work/err" || { cat "$work/err"; exit 1; }
-  read -r wall user sys < "$work/t"
-  printf '%-40s %8.2f %8.2f\n' "$label" "$wall" "$(echo "$user + $sys" | bc)"
-}
 size=$(du -sb "$work/w/m.wtxt" "$work/w/m.wtxt.parts" | awk '{s += $1} END {printf "%.0f", s / 1048576}')
 echo "$(nproc) cores; one generation of ${mib} MiB of f32 (${size} MiB of text, split)"
 printf '%-40s %8s %8s\n' "" "wall s" "cpu s"

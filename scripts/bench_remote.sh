@@ -3,7 +3,7 @@
 # install --server`: three generations of a SIZE_MIB f32 state (the second
 # and third each move 9 of 48 tensors), committed with the hook, pushed over
 # file:// to the bare repository, cloned (--no-checkout), the remote's
-# `git gc`, and a clone after it. Prints wall and user seconds of each and
+# `git gc`, and a clone after it. Prints wall and CPU seconds of each and
 # the remote's size; docs/PERFORMANCE.md keeps them.
 #
 #   scripts/bench_remote.sh [SIZE_MIB]      (default 96)
@@ -11,9 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mib=${1:-96}
 work=${BENCH_DIR:-bench-work}/remote
-command -v /usr/bin/time >/dev/null || { echo "needs GNU time (apt-get install time)"; exit 2; }
-if [ -z "${BIN:-}" ]; then cargo build --release --quiet; BIN=target/release/wtxt; fi
-BIN=$(realpath "$BIN")
+. scripts/timing.sh
 rm -rf "$work" && mkdir -p "$work"
 python3 - "$mib" "$work" <<'PY'
 import sys, numpy as np
@@ -28,12 +26,6 @@ for g in (1, 2):
     np.savez(f"{out}/s{g}.npz", **s)
 PY
 export GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@example.com GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@example.com
-t() { # label, command...
-  local label=$1; shift
-  /usr/bin/time -f "%e %U" -o "$work/t" "$@" >/dev/null 2>"$work/err" || { cat "$work/err"; exit 1; }
-  read -r wall user < "$work/t"
-  printf '%-32s %8.2f %8.2f\n' "$label" "$wall" "$user"
-}
 git init -q -b main "$work/w"
 (cd "$work/w" && WTXT="$BIN" "$BIN" git install >/dev/null 2>&1
   "$BIN" snapshot ../s0.npz -o m.wtxt --gen 0 >/dev/null 2>&1 && git add -A && WTXT="$BIN" git commit -qm g0
@@ -43,7 +35,7 @@ git init -q -b main "$work/w"
 git init -q --bare -b main "$work/remote.git"
 (cd "$work/remote.git" && "$BIN" git install --server >/dev/null 2>&1)
 echo "$(nproc) cores; three generations of ${mib} MiB of f32"
-printf '%-32s %8s %8s\n' "" "wall s" "user s"
+printf '%-40s %8s %8s\n' "" "wall s" "cpu s"
 t "push (3 generations, guarded)" git -C "$work/w" push -q "$work/remote.git" main
 t "clone" git clone -q --no-checkout "file://$(realpath "$work/remote.git")" "$work/c1"
 t "the remote's git gc" git -C "$work/remote.git" gc -q
