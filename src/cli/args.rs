@@ -642,6 +642,11 @@ pub struct InstallArgs {
     /// Remove what install wrote.
     #[arg(long)]
     pub uninstall: bool,
+    /// Store the parts of split snapshots as Git LFS objects through the
+    /// `git lfs` client (heads stay in Git), for hosts that keep large
+    /// files in LFS.
+    #[arg(long, conflicts_with_all = ["global", "system", "server"])]
+    pub lfs: bool,
     /// In the bare repository a host serves: the pre-receive hook that
     /// refuses a push whose snapshots do not verify, whose chain breaks or
     /// whose signatures are not from wtxt.trustedKeys.

@@ -69,7 +69,7 @@ fn git_install(a: cli::InstallArgs) -> Result<u8> {
         eprintln!("wtxt: {done} the guard {}", hook.display());
         return Ok(0);
     }
-    let plan = install::plan(&here, scope, &a.filter, &a.folder, &exe)?;
+    let plan = install::plan(&here, scope, &a.filter, &a.folder, a.lfs, &exe)?;
     if a.manual {
         emit(&install::describe(&plan))?;
     } else if a.uninstall {

@@ -377,33 +377,61 @@ pub fn head_link(repo: &Repository, path: &Path, opts: &VerifyOptions) -> Result
     }
 }
 
-/// In a blobless partial clone, fetches in one round trip what a walk of
-/// `path`'s history from HEAD will read: every version's head (a single
-/// file, or a split snapshot's head), and with `parts` every part of
-/// every version. Nothing in a repository that holds every object. The
-/// walk reads trees only, which a blobless clone has; a version reached
-/// through a rename is fetched when the rename is followed.
+/// Fetches in one round trip what a walk of `path`'s history from HEAD
+/// will read and the repository lacks: in a blobless partial clone every
+/// version's head (a single file, or a split snapshot's head), and with
+/// `parts` every part of every version; then, with `parts`, the Git LFS
+/// objects of parts kept in LFS, in one `git lfs fetch`. The walk reads
+/// trees only, which a blobless clone has; a version reached through a
+/// rename is fetched when the rename is followed. Returns how many objects
+/// were fetched.
 pub fn prefetch(repo: &Repository, path: &Path, parts: bool) -> Result<usize> {
-    if crate::odb::promisor::promisor(repo).is_none() {
+    let partial = crate::odb::promisor::promisor(repo).is_some();
+    if !partial && !parts {
         return Ok(0);
     }
     let Ok(head) = repo.head().and_then(|h| h.peel_to_commit()) else { return Ok(0) };
     let mut walk = repo.revwalk().map_err(git_err)?;
     walk.push(head.id()).map_err(git_err)?;
-    let mut want = std::collections::HashSet::new();
+    let mut want = Vec::new();
+    let mut versions = Vec::new();
     let mut seen_parts = std::collections::HashSet::new();
     for oid in walk {
-        let tree = repo.find_commit(oid.map_err(git_err)?).and_then(|c| c.tree()).map_err(git_err)?;
+        let oid = oid.map_err(git_err)?;
+        let tree = repo.find_commit(oid).and_then(|c| c.tree()).map_err(git_err)?;
         // A parts folder many commits share is listed once.
         let new_parts = parts && parts_of(&tree, path).is_some_and(|dir| seen_parts.insert(dir));
-        want.extend(version_blobs(repo, &tree, path, new_parts));
+        let blobs = version_blobs(repo, &tree, path, new_parts);
+        if new_parts {
+            versions.push((oid, blobs.clone()));
+        }
+        want.extend(blobs);
     }
-    crate::odb::promisor::fetch_missing(repo, want)
+    fetch_versions(repo, want, &versions)
+}
+
+/// Fetches what reading the versions needs: `blobs` (in a partial clone),
+/// then the LFS objects of the part blobs that are LFS pointers in each
+/// `(commit, blobs)` of `versions`.
+fn fetch_versions(repo: &Repository, blobs: Vec<Oid>, versions: &[(Oid, Vec<Oid>)]) -> Result<usize> {
+    let mut n = crate::odb::promisor::fetch_missing(repo, blobs)?;
+    let pointers: Vec<(Oid, Vec<crate::odb::lfs::Pointer>)> =
+        versions.iter().map(|(c, ids)| (*c, crate::odb::lfs::pointers(repo, ids))).collect();
+    n += crate::odb::lfs::fetch_missing(repo, &pointers)?;
+    Ok(n)
+}
+
+/// Fetches what reading the version of `path` in `commit` needs (its head,
+/// its parts, their LFS objects), in one round trip each.
+pub(crate) fn fetch_version(repo: &Repository, commit: &Commit, path: &Path) -> Result<usize> {
+    let tree = commit.tree().map_err(git_err)?;
+    let blobs = version_blobs(repo, &tree, path, true);
+    fetch_versions(repo, blobs.clone(), &[(commit.id(), blobs)])
 }
 
 /// The blobs of the version of `path` that `tree` holds: its head (or
 /// single file), and with `parts` every blob of its parts folder.
-pub(crate) fn version_blobs(repo: &Repository, tree: &Tree, path: &Path, parts: bool) -> Vec<Oid> {
+fn version_blobs(repo: &Repository, tree: &Tree, path: &Path, parts: bool) -> Vec<Oid> {
     let mut out: Vec<Oid> = blob_at(tree, path).into_iter().collect();
     if let Some(sub) = parts_of(tree, path).filter(|_| parts).and_then(|dir| repo.find_tree(dir).ok()) {
         out.extend(sub.iter().filter(|e| e.kind() == Some(ObjectType::Blob)).map(|e| e.id()));

@@ -29,11 +29,19 @@ pub const FOLDER_HOOK: &str = include_str!("../../hooks/post-checkout");
 /// work tree's snapshots (a checkout, a merge, a commit such as `git
 /// resolve`'s result, a rebase or amend).
 pub const FOLDER_HOOKS: [&str; 4] = ["post-checkout", "post-merge", "post-commit", "post-rewrite"];
+/// The hook that runs Git LFS's own (`hooks/lfs` in the source tree),
+/// installed with `--lfs` as each of [`LFS_HOOKS`].
+pub const LFS_HOOK: &str = include_str!("../../hooks/lfs");
+/// The hooks `git lfs install` writes: the pre-push one uploads the LFS
+/// objects of what is pushed, the others keep locked files read-only.
+pub const LFS_HOOKS: [&str; 4] = ["pre-push", "post-checkout", "post-commit", "post-merge"];
 /// The hook a server's bare repository gets (`hooks/pre-receive` in the
 /// source tree): [`crate::git::guard`].
 pub const SERVER_HOOK: &str = include_str!("../../hooks/pre-receive");
 /// Marks a hook `wtxt` wrote.
 pub const HOOK_MARK: &str = "wtxt-managed-hook";
+/// Set by `--lfs`: parts are Git LFS objects in this repository.
+const LFS_KEY: &str = "wtxt.lfs";
 const BEGIN: &str = "# >>> wtxt (managed by `wtxt git install`; `wtxt git install --uninstall` removes it)";
 const END: &str = "# <<< wtxt";
 
@@ -91,6 +99,8 @@ pub struct Plan {
     pub exclude_file: Option<PathBuf>,
     /// File name extensions the installed filters carry.
     pub filtered: Vec<&'static str>,
+    /// Parts stored as Git LFS objects (`--lfs`, then `wtxt.lfs`).
+    pub lfs: bool,
 }
 
 /// What a repository of large snapshots sets where it sets nothing itself
@@ -124,10 +134,17 @@ const REPOSITORY_DEFAULTS: [(&str, &str); 6] = [
 ];
 
 /// Works out what to write for `scope` from the repository around `dir`.
-pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], exe: &Path) -> Result<Plan> {
+pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], lfs: bool, exe: &Path) -> Result<Plan> {
     if !folders.is_empty() && scope != Scope::Local {
         return Err(Error::usage("--folder belongs to one repository: give it without --global or --system"));
     }
+    if lfs && scope != Scope::Local {
+        return Err(Error::usage("--lfs belongs to one repository: give it without --global or --system"));
+    }
+    // Installed once with --lfs, kept by every install after.
+    let lfs = lfs
+        || (scope == Scope::Local
+            && Repository::discover(dir).ok().and_then(|r| r.config().ok()?.get_bool(LFS_KEY).ok()) == Some(true));
     let folders = folders.iter().map(|f| crate::git::folders::Folder::new(f)).collect::<Result<Vec<_>>>()?;
     for f in filters {
         if !FILTER_FORMATS.contains(&f.as_str()) {
@@ -145,7 +162,10 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], ex
         // without the folder set up hears what writes it.
         ("filter.wtxt-folder.smudge".to_string(), format!("{w} git folder-notice %f")),
     ];
-    let mut attributes = snapshot_attributes(false);
+    if lfs {
+        config.push((LFS_KEY.to_string(), "true".to_string()));
+    }
+    let mut attributes = snapshot_attributes(false, lfs);
     let mut filtered = Vec::new();
     for f in filters {
         config.push((format!("filter.wtxt-{f}.process"), format!("{w} git filter-process {f}")));
@@ -170,7 +190,7 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], ex
             exclude_file = Some(repo.path().join("info/exclude"));
             // The drivers for this clone; the committed file for every clone.
             clone_attributes = Some((repo.path().join("info/attributes"), std::mem::take(&mut attributes)));
-            attributes = snapshot_attributes(true);
+            attributes = snapshot_attributes(true, lfs);
             attributes.extend(filtered);
             // Every folder set up here, these included: the committed block is written whole.
             let mut all = crate::git::folders::configured(&repo)?;
@@ -205,20 +225,34 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], ex
         attributes_file,
         attributes,
         clone_attributes,
-        hooks: hook_scripts(&w, !folders.is_empty()),
+        hooks: hook_scripts(&w, !folders.is_empty(), lfs),
         hooks_dir,
         folders,
         exclude_file,
         filtered: filters.iter().flat_map(|f| extensions(f).iter().copied()).collect(),
+        lfs,
     })
 }
 
 /// The hooks to install, each calling the `wtxt` at `exe` (a shell word).
-fn hook_scripts(exe: &str, folders: bool) -> Vec<(&'static str, String)> {
+/// With `lfs`, Git LFS's hooks too: a name both need runs Git LFS's
+/// first, then the folders'.
+fn hook_scripts(exe: &str, folders: bool, lfs: bool) -> Vec<(&'static str, String)> {
     let with_exe = |s: &str| calling(s, exe);
     let mut hooks = vec![("pre-commit", with_exe(HOOK))];
     if folders {
         hooks.extend(FOLDER_HOOKS.iter().map(|&h| (h, with_exe(FOLDER_HOOK))));
+    }
+    if lfs {
+        for name in LFS_HOOKS {
+            match hooks.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, text)) => {
+                    let run = "\"$wtxt\" hook checkout";
+                    *text = text.replace(run, &format!("git lfs {name} \"$@\" || exit $?\n{run}"));
+                }
+                None => hooks.push((name, LFS_HOOK.to_string())),
+            }
+        }
     }
     hooks
 }
@@ -276,6 +310,9 @@ pub fn describe(p: &Plan) -> String {
         Scope::System => "--system",
     };
     let mut s = String::from("# Git configuration:\n");
+    if p.lfs {
+        s.push_str("git lfs install --local --skip-repo\n");
+    }
     for (k, v) in &p.config {
         s.push_str(&format!("git config {flag} {k} {}\n", shell_word(v)));
     }
@@ -335,7 +372,7 @@ pub fn describe(p: &Plan) -> String {
 /// which wins. Heads stay text: a few KB a reviewer can read. Committed
 /// parts are `linguist-generated` too, so a host's pull-request page folds
 /// them and shows the heads.
-pub fn snapshot_attributes(committed: bool) -> Vec<String> {
+pub fn snapshot_attributes(committed: bool, lfs: bool) -> Vec<String> {
     vec![
         "*.wtxt text eol=lf diff=wtxt merge=wtxt".to_string(),
         // Parts of split snapshots: diffed chunk by chunk; merged by
@@ -344,11 +381,15 @@ pub fn snapshot_attributes(committed: bool) -> Vec<String> {
         // which `git gc` keeps as they are, never searching again. Not in
         // this clone's own file, so that a push given attributes from an
         // empty tree (crate::git::push) may search against the remote's.
-        if committed {
-            "*.wtxtpart text eol=lf -diff merge=binary -delta linguist-generated".to_string()
-        } else {
-            "*.wtxtpart text eol=lf diff=wtxt merge=binary".to_string()
-        },
+        // With `lfs`: Git holds a pointer, Git LFS the bytes (`-text`:
+        // the pointer is stored as it is).
+        match (committed, lfs) {
+            (true, false) => "*.wtxtpart text eol=lf -diff merge=binary -delta linguist-generated",
+            (false, false) => "*.wtxtpart text eol=lf diff=wtxt merge=binary",
+            (true, true) => "*.wtxtpart filter=lfs -text -diff merge=binary -delta linguist-generated",
+            (false, true) => "*.wtxtpart filter=lfs -text diff=wtxt merge=binary",
+        }
+        .to_string(),
         "*.wtxtdelta text eol=lf diff".to_string(),
         "*.wsum text eol=lf".to_string(),
     ]
@@ -365,7 +406,7 @@ pub fn ensure_committed_attributes(work: &Path) -> Result<bool> {
     if old.lines().any(|l| l == BEGIN) {
         return Ok(false);
     }
-    write_file(&path, with_block(&old, Some(&snapshot_attributes(true))).as_bytes(), 0o644)?;
+    write_file(&path, with_block(&old, Some(&snapshot_attributes(true, false))).as_bytes(), 0o644)?;
     Ok(true)
 }
 
@@ -458,6 +499,11 @@ pub fn install(dir: &Path, p: &Plan) -> Result<Vec<String>> {
             std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
         }
         write_file(x, with_block(&old, Some(&lines)).as_bytes(), 0o644)?;
+    }
+    if p.lfs {
+        // Git LFS's filter in this repository's configuration; its hooks are
+        // among ours, so that neither replaces the other's.
+        crate::odb::lfs::install_client(dir)?;
     }
     if let Some(h) = &p.hooks_dir {
         put_hooks(h, &p.hooks)?;
@@ -661,7 +707,7 @@ pub fn uninstall(dir: &Path, p: &Plan) -> Result<()> {
         crate::odb::pack::release_all(&repo.path().join("objects"))?;
     }
     if let Some(h) = &p.hooks_dir {
-        remove_hooks(h, std::iter::once("pre-commit").chain(FOLDER_HOOKS))?;
+        remove_hooks(h, std::iter::once("pre-commit").chain(FOLDER_HOOKS).chain(LFS_HOOKS))?;
     }
     Ok(())
 }

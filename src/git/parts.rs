@@ -25,6 +25,7 @@ use crate::git::diff::{
 use crate::git::files_diff::{self, Captured};
 use crate::model::Dtype;
 use crate::odb::blob::Text;
+use crate::odb::lfs::Pointer;
 
 /// What a blob of a WTXT path holds.
 pub enum Blob {
@@ -445,8 +446,11 @@ pub fn check_part(bytes: &[u8], file: &Path, begins: &[String]) -> Result<()> {
 pub struct BlobParts {
     git_dir: PathBuf,
     dir: PathBuf,
-    /// Each listed part's blob and its size (`None`: not there).
-    listed: Vec<Option<(git2::Oid, u64)>>,
+    /// Each listed part's blob, its size and, where the blob is a Git LFS
+    /// pointer, what it points to (`None`: not there).
+    listed: Vec<Option<(git2::Oid, u64, Option<Pointer>)>>,
+    /// Where the LFS objects of parts are found.
+    lfs: crate::odb::lfs::Store,
     /// Each listed part's size and head line, as the head says.
     want: Vec<(u64, u64)>,
     /// Parts there that the head does not list.
@@ -508,11 +512,15 @@ impl BlobParts {
             .iter()
             .map(|p| {
                 let id = find(&dir.join(split::part_name(p.ix)))?;
-                Some((id, crate::odb::blob::size(repo, id).ok()?))
+                let size = crate::odb::blob::size(repo, id).ok()?;
+                // A part is far larger than a pointer: only a blob the head does not size is asked.
+                let pointer = (size != p.bytes).then(|| Pointer::of_blob(repo, id)).flatten();
+                Some((id, pointer.as_ref().map_or(size, |p| p.size), pointer))
             })
             .collect();
         let want = head.parts.iter().map(|p| (p.bytes, head.part_line(p.ix))).collect();
-        BlobParts { git_dir: repo.path().to_path_buf(), dir, listed, want, unlisted, whose, local: None }
+        let lfs = crate::odb::lfs::Store::of(repo);
+        BlobParts { git_dir: repo.path().to_path_buf(), dir, listed, want, unlisted, whose, local: None, lfs }
     }
 
     /// Reads a part from `local` where it gives a reader.
@@ -526,7 +534,7 @@ impl crate::format::split::PartSource for BlobParts {
     fn open(&self, ix: u64) -> Result<Box<dyn crate::fs::Skip>> {
         let i = (ix as usize).wrapping_sub(1);
         let name = self.name(ix);
-        let Some((id, size)) = self.listed.get(i).copied().flatten() else {
+        let Some((id, size, pointer)) = self.listed.get(i).cloned().flatten() else {
             let m = format!("missing part: the head lists it, {} does not have it", self.whose);
             return Err(Error::check(Default::default(), m).in_file(&name));
         };
@@ -537,6 +545,17 @@ impl crate::format::split::PartSource for BlobParts {
                  a part changed without its head, or the other way round"
             );
             return Err(Error::check(Default::default(), m).in_file(&name));
+        }
+        if let Some(p) = pointer {
+            let Some(f) = self.lfs.open(&p) else {
+                let m = format!(
+                    "part {ix:06} is the Git LFS object sha256:{}, which is not here: `git lfs fetch` it (a host's \
+                     guard reads them where wtxt.lfsObjects says)",
+                    p.oid
+                );
+                return Err(Error::check(Default::default(), m).in_file(&name));
+            };
+            return Ok(Box::new(crate::fs::Streamed(f)));
         }
         if let Some(r) = self.local.as_ref().and_then(|local| local(ix, id)) {
             return Ok(Box::new(crate::fs::Streamed(r)));

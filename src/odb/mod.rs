@@ -8,6 +8,7 @@ use crate::error::Error;
 
 pub(crate) mod blob;
 pub(crate) mod deflate;
+pub mod lfs;
 pub(crate) mod objects;
 pub(crate) mod pack;
 pub(crate) mod promisor;

@@ -140,8 +140,21 @@ pub fn add_to_index(repo: &git2::Repository, index: &mut git2::Index, work: &Pat
     // The files not listed unchanged: up to a part's size into one pack
     // (each tried as a delta against its version in HEAD), larger ones
     // loose, each set written side by side.
-    let todo: Vec<usize> = (0..files.len()).filter(|&i| files[i].3.is_none()).collect();
+    let mut todo: Vec<usize> = (0..files.len()).filter(|&i| files[i].3.is_none()).collect();
     let mut ids: Vec<Option<git2::Oid>> = files.iter().map(|f| f.3).collect();
+    // Paths Git stores through LFS (`filter=lfs`, as `wtxt git install
+    // --lfs` sets for parts): the object into the LFS store, its pointer
+    // into Git, as `git add` through `git lfs` would.
+    let (lfs, rest): (Vec<usize>, Vec<usize>) = todo.iter().partition(|&&i| crate::odb::lfs::tracks(repo, files[i].0));
+    todo = rest;
+    if !lfs.is_empty() {
+        let store = crate::odb::lfs::Store::of(repo);
+        let paths: Vec<std::path::PathBuf> = lfs.iter().map(|&i| files[i].1.clone()).collect();
+        let pointers = crate::crypto::digest::files_parallel(&paths, |p| store.put(p))?;
+        for (i, p) in lfs.into_iter().zip(pointers) {
+            ids[i] = Some(repo.blob(p.text().as_bytes()).map_err(git_err)?);
+        }
+    }
     match Loose::of(repo)? {
         Some(loose) => {
             let (small, large): (Vec<usize>, Vec<usize>) = todo.iter().partition(|&&i| files[i].2.len() <= PACKED_MAX);
@@ -301,7 +314,10 @@ pub fn pack_staged_parts(dir: &Path) -> Result<usize> {
     let mut jobs: Vec<(git2::Oid, Option<git2::Oid>, std::path::PathBuf)> = Vec::new();
     for e in index.iter() {
         // Stage bits: a conflicted entry is not one the commit stores.
-        if e.flags & 0x3000 != 0 || !e.path.ends_with(b".wtxtpart") {
+        if e.flags & 0x3000 != 0
+            || !e.path.ends_with(b".wtxtpart")
+            || crate::odb::lfs::Pointer::of_blob(&repo, e.id).is_some()
+        {
             continue;
         }
         let hex = e.id.to_string();

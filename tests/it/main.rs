@@ -44,6 +44,7 @@ mod hooks;
 mod hostile;
 mod inputs;
 mod layers;
+mod lfs;
 mod log;
 mod mutation;
 mod oms;

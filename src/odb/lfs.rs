@@ -1,0 +1,260 @@
+//! Parts kept as Git LFS objects (`wtxt git install --lfs`): Git holds a
+//! pointer (three lines: the spec's version, `oid sha256:HEX`, `size N`)
+//! where a part would be, and the part's bytes live in the LFS store
+//! (`.git/lfs/objects/aa/bb/HEX` here, an LFS server's store on a host).
+//! Nothing about a part is trusted for being there: a part read from an
+//! LFS object is verified against its head as one read from a blob is.
+//! Missing objects come from the remote through the real `git lfs`
+//! client, in one `git lfs fetch` of the commits that hold them.
+#![forbid(unsafe_code)]
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use git2::{Oid, Repository};
+
+use crate::error::{Error, Result};
+
+/// The pointer format's first line (the Git LFS specification, v1).
+const VERSION: &str = "version https://git-lfs.github.com/spec/v1";
+
+/// Largest pointer file the specification allows.
+pub const MAX_POINTER: u64 = 1024;
+
+/// What a pointer names: an object by its SHA-256 and its size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pointer {
+    /// The object's SHA-256, 64 lowercase hex digits.
+    pub oid: String,
+    /// The object's size in bytes.
+    pub size: u64,
+}
+
+impl Pointer {
+    /// Reads a pointer as `git lfs` writes one, and nothing else: exactly
+    /// the version, `oid` and `size` lines (a pointer with extensions is no
+    /// part of wtxt's), each ended by LF.
+    pub fn parse(bytes: &[u8]) -> Option<Pointer> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut lines = text.strip_suffix('\n')?.split('\n');
+        if lines.next()? != VERSION {
+            return None;
+        }
+        let oid = lines.next()?.strip_prefix("oid sha256:")?;
+        let size = lines.next()?.strip_prefix("size ")?;
+        let canonical =
+            |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
+        if lines.next().is_some()
+            || oid.len() != 64
+            || !oid.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            || !canonical(size)
+        {
+            return None;
+        }
+        Some(Pointer { oid: oid.to_string(), size: size.parse().ok()? })
+    }
+
+    /// The pointer file's text, as `git lfs clean` writes it.
+    pub fn text(&self) -> String {
+        format!("{VERSION}\noid sha256:{}\nsize {}\n", self.oid, self.size)
+    }
+
+    /// The pointer blob `id` holds, if it is one (a blob over
+    /// [`MAX_POINTER`] bytes is not read).
+    pub fn of_blob(repo: &Repository, id: Oid) -> Option<Pointer> {
+        if crate::odb::blob::size(repo, id).ok()? > MAX_POINTER {
+            return None;
+        }
+        Pointer::parse(repo.find_blob(id).ok()?.content())
+    }
+}
+
+/// Where a repository finds LFS objects: its own store (`lfs.storage`, or
+/// `lfs` in the common Git folder), laid out `aa/bb/HEX`; and on a host,
+/// `wtxt.lfsObjects`, the folder an LFS server beside it keeps its
+/// objects in (`aa/bb/HEX`, or a flat `HEX` as a local-disk server lays
+/// them out), so that the server's guard verifies parts' data.
+#[derive(Debug, Clone)]
+pub struct Store {
+    own: PathBuf,
+    server: Option<PathBuf>,
+}
+
+impl Store {
+    /// The stores of `repo`.
+    pub fn of(repo: &Repository) -> Store {
+        let cfg = repo.config().and_then(|mut c| c.snapshot()).ok();
+        let common = repo.commondir().to_path_buf();
+        let at = |p: PathBuf| if p.is_absolute() { p } else { common.join(p) };
+        let own = cfg.as_ref().and_then(|c| c.get_path("lfs.storage").ok()).map(at).unwrap_or(common.join("lfs"));
+        let server = cfg.as_ref().and_then(|c| c.get_path("wtxt.lfsObjects").ok()).map(at);
+        Store { own: own.join("objects"), server }
+    }
+
+    /// Where this repository keeps object `oid` (written there by
+    /// [`Store::put`] or `git lfs`).
+    fn own_path(&self, oid: &str) -> PathBuf {
+        self.own.join(&oid[..2]).join(&oid[2..4]).join(oid)
+    }
+
+    /// The object `p` names, opened where it is, if it is there with the
+    /// pointer's size; a link or anything but a regular file is never read.
+    pub fn open(&self, p: &Pointer) -> Option<std::fs::File> {
+        let mut places = vec![self.own_path(&p.oid)];
+        if let Some(s) = &self.server {
+            places.push(s.join(&p.oid[..2]).join(&p.oid[2..4]).join(&p.oid));
+            places.push(s.join(&p.oid));
+        }
+        places.into_iter().find_map(|path| {
+            let (f, len) = crate::fs::open_regular(&path).ok()?;
+            (len == p.size).then_some(f)
+        })
+    }
+
+    /// Whether the object `p` names is here.
+    pub fn has(&self, p: &Pointer) -> bool {
+        self.open(p).is_some()
+    }
+
+    /// Copies the regular file at `path` into this repository's store as
+    /// an LFS object (hashed as it is copied, so the object is the bytes
+    /// its name says whatever happens to the file meanwhile) and returns
+    /// its pointer. An object already there is kept.
+    pub fn put(&self, path: &Path) -> Result<Pointer> {
+        let (mut file, _) = crate::fs::open_regular(path)?;
+        let tmp_dir = self.own.parent().unwrap_or(&self.own).join("tmp");
+        std::fs::create_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
+        let mut tmp = tempfile::NamedTempFile::new_in(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
+        let mut sha = <sha2::Sha256 as sha2::Digest>::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut size = 0u64;
+        loop {
+            let n = file.read(&mut buf).map_err(|e| Error::io(path, e))?;
+            if n == 0 {
+                break;
+            }
+            sha2::Digest::update(&mut sha, &buf[..n]);
+            tmp.write_all(&buf[..n]).map_err(|e| Error::io(tmp.path(), e))?;
+            size += n as u64;
+        }
+        let oid = hex::encode(sha2::Digest::finalize(sha));
+        let dest = self.own_path(&oid);
+        if !crate::fs::open_regular(&dest).is_ok_and(|(_, len)| len == size) {
+            let dir = dest.parent().expect("aa/bb");
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            tmp.as_file().sync_all().map_err(|e| Error::io(tmp.path(), e))?;
+            tmp.persist(&dest).map_err(|e| Error::io(&dest, e.error))?;
+        }
+        Ok(Pointer { oid, size })
+    }
+}
+
+/// Whether Git's attributes store `path` (relative to the work tree) through
+/// Git LFS (`filter=lfs`), as `git add` would.
+pub fn tracks(repo: &Repository, path: &Path) -> bool {
+    repo.get_attr(path, "filter", git2::AttrCheckFlags::FILE_THEN_INDEX).ok().flatten() == Some("lfs")
+}
+
+/// The remote `git lfs fetch` asks: the promisor remote of a partial
+/// clone, else `origin`, else the only remote.
+fn remote(repo: &Repository) -> Option<String> {
+    if let Some(r) = crate::odb::promisor::promisor(repo) {
+        return Some(r);
+    }
+    let names = repo.remotes().ok()?;
+    let names: Vec<&str> = names.iter().flatten().flatten().collect();
+    names.iter().find(|n| **n == "origin").or(names.first()).map(|n| n.to_string())
+}
+
+/// Fetches through `git lfs fetch`, in one run, the LFS objects of the parts
+/// in `wanted` (each a commit and the pointers its tree holds) that are not
+/// here; returns how many were missing. `git lfs fetch` takes commits, not
+/// objects: it brings every LFS object those commits' trees hold. Only
+/// commit ids reach it, never a path or a pattern.
+pub fn fetch_missing(repo: &Repository, wanted: &[(Oid, Vec<Pointer>)]) -> Result<usize> {
+    let store = Store::of(repo);
+    let mut commits: Vec<String> = Vec::new();
+    let mut missing = std::collections::HashSet::new();
+    for (commit, pointers) in wanted {
+        let absent: Vec<&Pointer> = pointers.iter().filter(|p| !store.has(p)).collect();
+        if !absent.is_empty() {
+            commits.push(commit.to_string());
+            missing.extend(absent.into_iter().map(|p| p.oid.clone()));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(0);
+    }
+    let Some(remote) = remote(repo).filter(|r| !r.starts_with('-')) else {
+        return Err(Error::input(
+            Default::default(),
+            format!("{} Git LFS object(s) of parts are not here and the repository has no remote", missing.len()),
+        ));
+    };
+    commits.sort();
+    commits.dedup();
+    // A long history is fetched a thousand commits at a time (the command
+    // line's length), each run one batch of requests to the LFS server.
+    for batch in commits.chunks(1000) {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(repo.path())
+            .args(["lfs", "fetch", &remote])
+            .args(batch)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| Error::input(Default::default(), format!("git lfs fetch from {remote}: {e}")))?;
+        if !out.status.success() {
+            let why = crate::error::one_line(String::from_utf8_lossy(&out.stderr).trim()).into_owned();
+            return Err(Error::input(
+                Default::default(),
+                format!("git lfs fetch of {} object(s) from {remote} failed: {why}", missing.len()),
+            ));
+        }
+    }
+    Ok(missing.len())
+}
+
+/// The pointers among the blobs `ids` (in a tree of parts), read from Git.
+pub fn pointers(repo: &Repository, ids: &[Oid]) -> Vec<Pointer> {
+    ids.iter().filter_map(|id| Pointer::of_blob(repo, *id)).collect()
+}
+
+/// Runs `git lfs install --local --skip-repo` in the repository at `work`:
+/// the `lfs` filter in its configuration (the hooks are `wtxt git
+/// install`'s to write, beside its own).
+pub fn install_client(work: &Path) -> Result<()> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(work)
+        .args(["lfs", "install", "--local", "--skip-repo"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Error::input(Default::default(), format!("git lfs install: {e} (is git-lfs installed?)")))?;
+    if !out.status.success() {
+        let said = String::from_utf8_lossy(&out.stderr);
+        let said = crate::error::one_line(said.trim());
+        return Err(Error::input(Default::default(), format!("git lfs install --local --skip-repo: {said}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointers_are_read_strictly() {
+        let p = Pointer { oid: "a".repeat(64), size: 12 };
+        assert_eq!(Pointer::parse(p.text().as_bytes()), Some(p.clone()));
+        let t = p.text();
+        assert_eq!(Pointer::parse(t.trim_end().as_bytes()), None, "no final LF");
+        assert_eq!(Pointer::parse(t.replace("size 12", "size 012").as_bytes()), None);
+        assert_eq!(Pointer::parse(t.replace(&"a".repeat(64), &"A".repeat(64)).as_bytes()), None);
+        assert_eq!(Pointer::parse(format!("{t}ext-0-x sha256:00\n").as_bytes()), None);
+        assert_eq!(Pointer::parse(b"WTXT part ix=1\n"), None);
+    }
+}

@@ -1,0 +1,156 @@
+//! Parts in Git LFS (`wtxt git install --lfs`), end to end against a real
+//! LFS server (giftless) and the real `git lfs` client, on 127.0.0.1.
+
+use std::path::{Path, PathBuf};
+
+use crate::util::{fixture, git_cmd, git_ok, wtxt};
+
+/// Writes generation `n` of `m.wtxt` in `w`, split into small parts (each
+/// generation chunked differently, so every part changes).
+fn write_generation(w: &Path, n: u32) {
+    let rows = (64 - 16 * n).to_string();
+    let mut c = wtxt();
+    c.arg("snapshot").arg(fixture("inputs/model.npz")).args(["-o", "m.wtxt", "--part-size", "50000"]);
+    c.args(["--rows-per-chunk", &rows, "--ts", &format!("2026-04-01T00:00:0{n}Z")]);
+    if n == 0 {
+        c.args(["--gen", "0"]);
+    } else {
+        c.args(["--prev", "m.wtxt"]);
+    }
+    let o = c.current_dir(w).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A work tree set up with `--lfs` whose LFS server is `lfs_url`, and three
+/// generations committed: by `git commit` (through Git LFS's filter and the
+/// pre-commit hook), by wtxt's own commit (the daemon's, the Snapshotter's
+/// and the distributed writer's way), and by `git commit` again.
+fn lfs_history(d: &Path, lfs_url: &str) -> PathBuf {
+    git_ok(d, &["init", "-q", "-b", "main", "w"]);
+    let w = d.join("w");
+    git_ok(&w, &["config", "lfs.url", lfs_url]);
+    let o = wtxt().current_dir(&w).args(["git", "install", "--lfs"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for n in 0..3u32 {
+        write_generation(&w, n);
+        if n == 1 {
+            wtxt::git::commit_written(&w.join("m.wtxt"), false, "t", "gen 1").unwrap();
+        } else {
+            git_ok(&w, &["add", "-A"]);
+            git_ok(&w, &["commit", "-q", "-m", &format!("gen {n}")]);
+        }
+        let part = git_ok(&w, &["cat-file", "-p", "HEAD:m.wtxt.parts/000001.wtxtpart"]);
+        assert!(part.starts_with("version https://git-lfs.github.com/spec/v1\noid sha256:"), "gen {n}: {part}");
+    }
+    w
+}
+
+fn log_json(repo: &Path, args: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let o = wtxt().current_dir(repo).arg("log").args(args).args(["m.wtxt", "--json"]).output().unwrap();
+    let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+    (o.status.code(), v)
+}
+
+/// Issue 66.2: heads in Git, parts as LFS objects on a real LFS server;
+/// a blobless clone that fetched no LFS object logs, verifies (fetching
+/// through `git lfs`), exports an old generation and diffs by tensor; an
+/// LFS object changed in the clone's store is caught as damage.
+#[test]
+fn parts_live_in_git_lfs_and_every_command_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let store = d.join("lfs-store");
+    let (_lfs, lfs_url) = crate::util::lfs_server(d, &store, "models");
+    let w = lfs_history(d, &lfs_url);
+    let (served, _bare) = crate::util::served_repository(d);
+    let (_git, port) = crate::util::git_daemon(&served);
+    let url = format!("git://127.0.0.1:{port}/models.git");
+    // The guard on the host verifies parts from the LFS server's store.
+    git_ok(&served.join("models.git"), &["config", "wtxt.lfsObjects", store.join("wtxt/models").to_str().unwrap()]);
+    git_ok(&w, &["push", "-q", &url, "main"]);
+    let objects = std::fs::read_dir(store.join("wtxt/models")).unwrap().count();
+    assert_eq!(objects, 6, "two parts a generation, each an LFS object");
+
+    // A blobless clone that smudges nothing: pointers only, no LFS object.
+    let env = [("GIT_LFS_SKIP_SMUDGE", "1")];
+    let o = git_cmd(d, &["clone", "-q", "--filter=blob:none", "-c", &format!("lfs.url={lfs_url}"), &url, "c"], &env);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c = d.join("c");
+    let lfs_objects = |repo: &Path| {
+        let mut n = 0;
+        for e in walk(&repo.join(".git/lfs/objects")) {
+            n += usize::from(e.is_file());
+        }
+        n
+    };
+    let (code, v) = log_json(&c, &[]);
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["chains"][0]["generations"].as_array().unwrap().len(), 3, "{v}");
+    assert_eq!(lfs_objects(&c), 0, "the chain is proven from the heads alone");
+    let (code, v) = log_json(&c, &["--verify"]);
+    assert_eq!(code, Some(0), "{v}");
+    assert!(v["chains"][0]["generations"].as_array().unwrap().iter().all(|g| g["data"] == "verified"), "{v}");
+    assert_eq!(lfs_objects(&c), 6, "git lfs fetch brought every generation's parts");
+
+    // An old generation by revision, from a fresh clone.
+    let o = git_cmd(d, &["clone", "-q", "--filter=blob:none", "-c", &format!("lfs.url={lfs_url}"), &url, "e"], &env);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = wtxt().current_dir(d.join("e")).args(["git", "export", "HEAD~2", "m.wtxt", "-o", "../old.wtxt"]).output();
+    let o = o.unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = wtxt().arg("verify").arg(d.join("old.wtxt")).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("gen 000000"), "{}", String::from_utf8_lossy(&o.stdout));
+
+    // `git diff` by tensor in the clone, once wtxt's drivers are installed there.
+    let o = wtxt().current_dir(&c).args(["git", "install", "--lfs"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let diff = git_ok(&c, &["diff", "HEAD~1", "HEAD"]);
+    assert!(diff.contains("header gen: 000001 -> 000002"), "{diff}");
+    assert!(diff.contains("array(s) with unchanged values") && !diff.contains("oid sha256"), "{diff}");
+
+    // Damage in an LFS object: found, named by generation.
+    let victim = walk(&c.join(".git/lfs/objects")).into_iter().find(|p| p.is_file()).unwrap();
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] = if bytes[at] == b'A' { b'B' } else { b'A' };
+    std::fs::set_permissions(&victim, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    std::fs::write(&victim, bytes).unwrap();
+    let (code, v) = log_json(&c, &["--verify"]);
+    assert_eq!(code, Some(1), "{v}");
+    assert!(v["chains"][0]["generations"].as_array().unwrap().iter().any(|g| g["data"] == "failed"), "{v}");
+}
+
+/// The host's guard reads parts where `wtxt.lfsObjects` says; where it
+/// cannot read them, it refuses the push rather than pass data it never
+/// saw.
+#[test]
+fn the_guard_verifies_lfs_parts_or_refuses_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let store = d.join("lfs-store");
+    let (_lfs, lfs_url) = crate::util::lfs_server(d, &store, "models");
+    let w = lfs_history(d, &lfs_url);
+    let (_served, bare) = crate::util::served_repository(d);
+    let o = git_cmd(&w, &["push", "-q", bare.to_str().unwrap(), "main"], &[]);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a push whose parts the guard cannot read passed");
+    assert!(said.contains("Git LFS object") && said.contains("wtxt.lfsObjects"), "{said}");
+    git_ok(&bare, &["config", "wtxt.lfsObjects", store.join("wtxt/models").to_str().unwrap()]);
+    git_ok(&w, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    assert!(git_ok(&bare, &["rev-parse", "main"]).trim() == git_ok(&w, &["rev-parse", "HEAD"]).trim());
+}
+
+/// Every path under `root` (none when it does not exist).
+fn walk(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        if let Ok(rd) = std::fs::read_dir(&p) {
+            for e in rd.flatten() {
+                todo.push(e.path());
+            }
+        }
+        out.push(p);
+    }
+    out
+}
