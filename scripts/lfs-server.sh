@@ -6,11 +6,40 @@
 # wheel, so they are named here; PyJWT stays below 2.10, which refuses the
 # anonymous tokens giftless signs for its upload URLs.
 #
-#   scripts/lfs-server.sh install     create it unless it is there
+#   scripts/lfs-server.sh install             create it unless it is there
+#   scripts/lfs-server.sh serve STORE PORT    serve on 127.0.0.1:PORT, anyone
+#                                             reading and writing, objects in
+#                                             STORE/ORG/REPO/OID
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${WTXT_LFS_SERVER:-$PWD/target/lfs-server}
 case "${1:-}" in
+  serve)
+    store=$(realpath "$2")
+    config=$store.giftless.yaml
+    cat > "$config" <<YAML
+AUTH_PROVIDERS:
+  - giftless.auth.allow_anon:read_write
+LEGACY_ENDPOINTS: false
+TRANSFER_ADAPTERS:
+  basic:
+    factory: giftless.transfer.basic_streaming:factory
+    options:
+      storage_class: giftless.storage.local_storage:LocalStorage
+      storage_options:
+        path: $store
+PRE_AUTHORIZED_ACTION_PROVIDER:
+  factory: giftless.auth.jwt:factory
+  options:
+    algorithm: HS256
+    private_key: loopback-tests-only-0123456789abcdef
+    default_lifetime: 3600
+MIDDLEWARE:
+  - class: lfs_chunks:Chunked
+YAML
+    PYTHONPATH=$PWD/scripts GIFTLESS_CONFIG_FILE=$config exec "$venv/bin/flask" \
+      --app giftless.wsgi_entrypoint run --host 127.0.0.1 --port "$3"
+    ;;
   install)
     if [ -x "$venv/bin/flask" ] && "$venv/bin/python" -c "import giftless.app" 2>/dev/null; then
       exit 0
@@ -22,7 +51,7 @@ case "${1:-}" in
       Werkzeug==3.1.9
     ;;
   *)
-    echo "usage: scripts/lfs-server.sh install" >&2
+    echo "usage: scripts/lfs-server.sh install | serve STORE PORT" >&2
     exit 2
     ;;
 esac

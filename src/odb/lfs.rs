@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use git2::{Oid, Repository};
 
 use crate::error::{Error, Result};
+use crate::odb::git_err;
 
 /// The pointer format's first line (the Git LFS specification, v1).
 const VERSION: &str = "version https://git-lfs.github.com/spec/v1";
@@ -170,8 +171,8 @@ fn remote(repo: &Repository) -> Option<String> {
 /// Fetches through `git lfs fetch`, in one run, the LFS objects of the parts
 /// in `wanted` (each a commit and the pointers its tree holds) that are not
 /// here; returns how many were missing. `git lfs fetch` takes commits, not
-/// objects: it brings every LFS object those commits' trees hold. Only
-/// commit ids reach it, never a path or a pattern.
+/// objects: it brings every part's LFS object those commits' trees hold.
+/// Only commit ids reach it, never a path of the repository's.
 pub fn fetch_missing(repo: &Repository, wanted: &[(Oid, Vec<Pointer>)]) -> Result<usize> {
     let store = Store::of(repo);
     let mut commits: Vec<String> = Vec::new();
@@ -194,13 +195,29 @@ pub fn fetch_missing(repo: &Repository, wanted: &[(Oid, Vec<Pointer>)]) -> Resul
     };
     commits.sort();
     commits.dedup();
+    // `git lfs fetch` reads the pointers it scans from the object store
+    // itself, without a partial clone's lazy fetch: every part blob of
+    // those commits (a pointer, small), in one fetch first. It scans only
+    // parts (a fixed pattern, no path of the repository's in it).
+    let mut part_blobs = Vec::new();
+    for c in &commits {
+        let tree = Oid::from_str(c).and_then(|c| repo.find_commit(c)).and_then(|c| c.tree()).map_err(git_err)?;
+        tree.walk(git2::TreeWalkMode::PreOrder, |_, e| {
+            if e.kind() == Some(git2::ObjectType::Blob) && e.name_bytes().ends_with(b".wtxtpart") {
+                part_blobs.push(e.id());
+            }
+            git2::TreeWalkResult::Ok
+        })
+        .map_err(git_err)?;
+    }
+    crate::odb::promisor::fetch_missing(repo, part_blobs)?;
     // A long history is fetched a thousand commits at a time (the command
     // line's length), each run one batch of requests to the LFS server.
     for batch in commits.chunks(1000) {
         let out = Command::new("git")
             .arg("--git-dir")
             .arg(repo.path())
-            .args(["lfs", "fetch", &remote])
+            .args(["lfs", "fetch", "--include=*.wtxtpart", "--exclude=", &remote])
             .args(batch)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -60,7 +60,7 @@ fn parts_live_in_git_lfs_and_every_command_reads_them() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let store = d.join("lfs-store");
-    let (_lfs, lfs_url) = crate::util::lfs_server(d, &store, "models");
+    let (_lfs, lfs_url) = crate::util::lfs_server(&store, "models");
     let w = lfs_history(d, &lfs_url);
     let (served, _bare) = crate::util::served_repository(d);
     let (_git, port) = crate::util::git_daemon(&served);
@@ -128,7 +128,7 @@ fn the_guard_verifies_lfs_parts_or_refuses_them() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let store = d.join("lfs-store");
-    let (_lfs, lfs_url) = crate::util::lfs_server(d, &store, "models");
+    let (_lfs, lfs_url) = crate::util::lfs_server(&store, "models");
     let w = lfs_history(d, &lfs_url);
     let (_served, bare) = crate::util::served_repository(d);
     let o = git_cmd(&w, &["push", "-q", bare.to_str().unwrap(), "main"], &[]);

@@ -177,28 +177,17 @@ pub fn served_repository(d: &Path) -> (PathBuf, PathBuf) {
 /// install`) on 127.0.0.1, keeping objects under `store`: the server and
 /// the LFS URL of repository `repo` on it (`lfs.url`). Objects land in
 /// `store/wtxt/REPO/OID`.
-pub fn lfs_server(d: &Path, store: &Path, repo: &str) -> (Server, String) {
-    let venv = std::env::var_os("WTXT_LFS_SERVER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/lfs-server"));
-    let flask = venv.join("bin/flask");
-    assert!(flask.exists(), "no LFS server at {}: run scripts/lfs-server.sh install", venv.display());
-    let config = d.join("giftless.yaml");
-    let yaml = format!(
-        "AUTH_PROVIDERS:\n  - giftless.auth.allow_anon:read_write\nLEGACY_ENDPOINTS: false\n\
-         TRANSFER_ADAPTERS:\n  basic:\n    factory: giftless.transfer.basic_streaming:factory\n    options:\n      \
-         storage_class: giftless.storage.local_storage:LocalStorage\n      storage_options:\n        path: {}\n\
-         PRE_AUTHORIZED_ACTION_PROVIDER:\n  factory: giftless.auth.jwt:factory\n  options:\n    algorithm: HS256\n    \
-         private_key: loopback-tests-only-0123456789abcdef\n    default_lifetime: 600\n",
-        store.display()
-    );
-    std::fs::write(&config, yaml).unwrap();
+pub fn lfs_server(store: &Path, repo: &str) -> (Server, String) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = std::env::var_os("WTXT_LFS_SERVER").map_or(root.join("target/lfs-server"), PathBuf::from);
+    assert!(venv.join("bin/flask").exists(), "no LFS server in {}: run scripts/lfs-server.sh install", venv.display());
+    std::fs::create_dir_all(store).unwrap();
     let port = free_port();
     let server = Server(
-        std::process::Command::new(flask)
-            .args(["--app", "giftless.wsgi_entrypoint", "run", "--host", "127.0.0.1", "--port", &port.to_string()])
-            .env("GIFTLESS_CONFIG_FILE", &config)
-            .current_dir(d)
+        std::process::Command::new(root.join("scripts/lfs-server.sh"))
+            .arg("serve")
+            .arg(store)
+            .arg(port.to_string())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
