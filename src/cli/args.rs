@@ -469,6 +469,11 @@ pub struct DiffArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// `markdown`: a review for a pull-request comment (the tensors that
+    /// changed and by how much, the config lines, the chain and the
+    /// signatures).
+    #[arg(long, value_name = "FORMAT", conflicts_with = "json")]
+    pub format: Option<DiffFormat>,
     /// Exit 1 when the files differ, like `git diff --exit-code`.
     #[arg(long)]
     pub exit_code: bool,
@@ -479,6 +484,16 @@ pub struct DiffArgs {
     /// Colour: auto (on a terminal), always, never.
     #[arg(long, value_name = "WHEN", default_value = "auto")]
     pub color: ColorWhen,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiffFormat {
+    /// Lines for a terminal (the default).
+    Text,
+    /// One JSON object (as `--json`).
+    Json,
+    /// GitHub-flavoured Markdown, for a pull request's page.
+    Markdown,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

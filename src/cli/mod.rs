@@ -6,6 +6,7 @@
 mod args;
 mod flags;
 mod git;
+mod markdown;
 mod process;
 mod render;
 mod report;
@@ -323,8 +324,17 @@ fn convert(a: cli::ConvertArgs) -> Result<u8> {
 }
 
 fn diff_files(a: cli::DiffArgs) -> Result<u8> {
-    let d = ops::diff(&a.old, &a.new, unseal(&a.sealed)?.as_ref())?;
-    if a.json {
+    let sealed = unseal(&a.sealed)?;
+    let (d, markdown) = if a.format == Some(cli::DiffFormat::Markdown) {
+        let r = ops::review(&a.old, &a.new, sealed.as_ref())?;
+        let text = markdown::diff_markdown(&r, &a.old.display().to_string(), &a.new.display().to_string(), a.full);
+        (r.diff, Some(text))
+    } else {
+        (ops::diff(&a.old, &a.new, sealed.as_ref())?, None)
+    };
+    if let Some(text) = markdown {
+        emit(&text)?;
+    } else if a.json || a.format == Some(cli::DiffFormat::Json) {
         emit(&format!("{}\n", serde_json::to_string(&d).expect("diff serializes")))?;
     } else {
         let color = match a.color {

@@ -287,7 +287,13 @@ pub fn diff_text(d: &FileDiff, old: &str, new: &str, color: bool, full: bool) ->
                     ranges_text(&a.changed_rows, a.rows_truncated)
                 );
                 if let (Some(m), Some(r), Some(l)) = (a.max_abs, a.max_rel, a.l2) {
+                    if let Some(n) = a.moved {
+                        let _ = write!(t, "; {n} moved beyond isclose");
+                    }
                     let _ = write!(t, "; max|d| {m:.3e}, max rel {r:.3e}, L2 {l:.3e}");
+                    if let Some(norm) = a.norm.filter(|n| *n > 0.0) {
+                        let _ = write!(t, " (rel L2 {:.3e})", l / norm);
+                    }
                 }
                 paint("33", t)
             }

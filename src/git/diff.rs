@@ -79,6 +79,11 @@ pub struct ArrayDiff {
     pub max_rel: Option<f64>,
     /// For float dtypes: L2 norm of (new - old).
     pub l2: Option<f64>,
+    /// For float dtypes: elements that moved beyond NumPy's `isclose`
+    /// (|new - old| > 1e-8 + 1e-5 |old|): the change a reviewer reads,
+    /// where `max_rel` is ruled by values near zero.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moved: Option<u64>,
     /// For float dtypes, when asked for ([`diff_norms`]): L2 norm of the
     /// new values, so that `l2 / norm` is the relative change.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -381,6 +386,7 @@ impl ArrayDiff {
             max_abs: None,
             max_rel: None,
             l2: None,
+            moved: None,
             norm: None,
         }
     }
@@ -393,6 +399,10 @@ fn skip_array<R: Read>(w: &mut Walker<R>, x: &ArrayText) -> Result<()> {
     w.expect("endarr")
 }
 
+/// NumPy's `isclose` defaults: an element within them has not moved.
+const ISCLOSE_RTOL: f64 = 1e-5;
+const ISCLOSE_ATOL: f64 = 1e-8;
+
 /// Element-wise statistics of one array.
 /// Running comparison of one array's elements.
 pub(crate) struct Stats {
@@ -404,6 +414,7 @@ pub(crate) struct Stats {
     max_abs: f64,
     max_rel: f64,
     sum_sq: f64,
+    moved: u64,
     /// With `norms`: the sum of squares of the new values, over `seen`
     /// elements (the norm is given only when they are all of them).
     norms: bool,
@@ -422,6 +433,7 @@ impl Stats {
             max_abs: 0.0,
             max_rel: 0.0,
             sum_sq: 0.0,
+            moved: 0,
             norms: norms && dtype.is_float(),
             sum_sq_new: 0.0,
             seen: 0,
@@ -457,6 +469,7 @@ impl Stats {
                 d.max_abs = Some(self.max_abs);
                 d.max_rel = Some(self.max_rel);
                 d.l2 = Some(self.sum_sq.sqrt());
+                d.moved = Some(self.moved);
             }
         }
     }
@@ -490,6 +503,7 @@ impl Stats {
                         self.max_rel = self.max_rel.max(d / m);
                     }
                     self.sum_sq += d * d;
+                    self.moved += u64::from(d > ISCLOSE_ATOL + ISCLOSE_RTOL * a.abs());
                 }
             }
         }

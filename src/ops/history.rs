@@ -50,6 +50,55 @@ pub fn diff_norms(old: &Path, new: &Path) -> Result<crate::git::diff::FileDiff> 
     diff_with(old, new, None, true)
 }
 
+/// What a review of a change shows beside the difference: each side's
+/// generation, time and signer, and whether the new side continues the
+/// old one's chain.
+pub struct Review {
+    /// The difference, every changed float array's relative change included.
+    pub diff: crate::git::diff::FileDiff,
+    /// The old side's header facts.
+    pub old: Side,
+    /// The new side's.
+    pub new: Side,
+    /// The new side's `gen` is the old one's plus one and its `merkle_prev`
+    /// the old one's `merkle_this`.
+    pub continues: bool,
+}
+
+/// One side of a [`Review`].
+pub struct Side {
+    /// Its generation.
+    pub gen: u64,
+    /// Its timestamp.
+    pub ts: String,
+    /// The key id its `sign` line names (its signature is checked by
+    /// `verify` under trusted keys, not here).
+    pub keyid: Option<String>,
+}
+
+/// `wtxt diff --format markdown`: [`diff`] with relative changes, and the
+/// two headers' facts.
+pub fn review(old: &Path, new: &Path, unseal: Option<&Unseal>) -> Result<Review> {
+    let diff = diff_with(old, new, unseal, true)?;
+    let header = |p: &Path| -> Result<crate::format::read::Header> {
+        let mut w = WtxtIn::open(p, unseal)?;
+        crate::format::read::read_head(&mut w.lines()).map_err(|e| e.in_file(p))
+    };
+    let (a, b) = (header(old)?, header(new)?);
+    let continues = match (&a.root, &b.root) {
+        (Root::Final { merkle_this, .. }, Root::Final { merkle_prev, .. }) => {
+            merkle_prev == merkle_this && b.meta.gen == a.meta.gen.saturating_add(1)
+        }
+        _ => false,
+    };
+    let side = |h: &crate::format::read::Header| Side {
+        gen: h.meta.gen,
+        ts: h.meta.ts.as_str().to_string(),
+        keyid: h.sign.as_ref().map(|s| hex::encode(s.keyid)),
+    };
+    Ok(Review { old: side(&a), new: side(&b), continues, diff })
+}
+
 fn diff_with(old: &Path, new: &Path, unseal: Option<&Unseal>, norms: bool) -> Result<crate::git::diff::FileDiff> {
     let (mut a, mut b) = (WtxtIn::open(old, unseal)?, WtxtIn::open(new, unseal)?);
     let names = crate::git::diff::Names { old, new };

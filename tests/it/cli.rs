@@ -318,4 +318,23 @@ fn a_diff_shows_text_files_as_lines_and_leaves_out_what_no_reviewer_reads() {
     assert!(shown.contains("(--full shows them)"), "{shown}");
     let full = run(&["diff", &s(&a), &s(&b), "--color", "never", "--full"]).stdout;
     assert!(full.contains("header sha256_all:") && full.contains("+++ new header"), "{full}");
+    // The change a reviewer reads: elements beyond `isclose`, not a max
+    // relative change ruled by values near zero.
+    assert!(shown.contains("1 moved beyond isclose"), "{shown}");
+
+    // For a pull request's page: the chain, the signers, a table of the
+    // tensors that changed, the text file as a folded line diff.
+    let md = run(&["diff", "--format", "markdown", &s(&a), &s(&b)]).stdout;
+    assert!(md.contains("| generation | 0 | 1 |") && md.contains("| signature | unsigned | unsigned |"), "{md}");
+    assert!(md.contains("continues the old one's chain"), "{md}");
+    assert!(md.contains("**Tensors:** 1 changed, 0 added, 0 removed"), "{md}");
+    // 2.0 -> 2.5 of a norm of sqrt(1 + 6.25 + 9): relative L2 0.5 / 4.03.
+    assert!(md.contains("| `model.w` | f32[3] | 1 | 1 | 1.24e-1 | 5.00e-1 |"), "{md}");
+    assert!(md.contains("<summary><code>trainer_state.json</code>") && md.contains("+  \"global_step\": 14,"), "{md}");
+    assert!(!md.contains("__") && !md.contains("sha256_all"), "{md}");
+    // Two files of different runs: the chain does not continue, and says so.
+    let c = d.join("c.wtxt");
+    assert_eq!(run(&["snapshot", &s(&npz1), "-o", &s(&c), "--gen", "1"]).code, 0);
+    let md = run(&["diff", "--format", "markdown", &s(&a), &s(&c)]).stdout;
+    assert!(md.contains("**the new file does not continue the old one's chain**"), "{md}");
 }
