@@ -360,3 +360,38 @@ fn a_blobless_clone_logs_verifies_and_exports() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("gen 000000"));
 }
+
+/// Issue 69.5: the CI jobs' review (examples/ci/review.sh, which the
+/// GitHub Actions and GitLab CI examples run and post): every snapshot a
+/// branch changed, verified and diffed against the base as Markdown.
+#[test]
+fn the_ci_review_names_what_a_branch_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    git_ok(d, &["init", "-q", "-b", "main", "w"]);
+    let w = d.join("w");
+    let gen = |n: u32, rows: &str| {
+        let mut c = wtxt();
+        c.arg("snapshot").arg(fixture("inputs/model.npz")).args(["-o", "m.wtxt", "--part-size", "50000"]);
+        c.args(["--rows-per-chunk", rows, "--ts", &format!("2026-04-01T00:00:0{n}Z")]);
+        c.args(if n == 0 { vec!["--gen", "0"] } else { vec!["--prev", "m.wtxt"] });
+        assert!(c.current_dir(&w).output().unwrap().status.success());
+        git_ok(&w, &["add", "-A"]);
+        git_ok(&w, &["commit", "-q", "--no-verify", "-m", &format!("gen {n}")]);
+    };
+    gen(0, "64");
+    git_ok(&w, &["branch", "base"]);
+    gen(1, "32");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/ci/review.sh");
+    let o = std::process::Command::new(&script)
+        .args(["base", "review.md"])
+        .env("WTXT", env!("CARGO_BIN_EXE_wtxt"))
+        .current_dir(&w)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let md = std::fs::read_to_string(w.join("review.md")).unwrap();
+    assert!(md.starts_with("### `m.wtxt`: base → HEAD\n"), "{md}");
+    assert!(md.contains("| generation | 0 | 1 |") && md.contains("continues the old one's chain"), "{md}");
+    assert!(md.contains("**Tensors:** 0 changed") && md.contains("12 unchanged"), "{md}");
+}
