@@ -421,12 +421,13 @@ fn fetch_versions(repo: &Repository, blobs: Vec<Oid>, versions: &[(Oid, Vec<Oid>
     Ok(n)
 }
 
-/// Fetches what reading the version of `path` in `commit` needs (its head,
-/// its parts, their LFS objects), in one round trip each.
-pub(crate) fn fetch_version(repo: &Repository, commit: &Commit, path: &Path) -> Result<usize> {
-    let tree = commit.tree().map_err(git_err)?;
-    let blobs = version_blobs(repo, &tree, path, true);
-    fetch_versions(repo, blobs.clone(), &[(commit.id(), blobs)])
+/// Fetches what reading the version of `path` in `tree` needs (its head,
+/// its parts, and, when `tree` is a `commit`'s, their LFS objects), in one
+/// round trip each.
+pub(crate) fn fetch_version(repo: &Repository, commit: Option<Oid>, tree: &Tree, path: &Path) -> Result<usize> {
+    let blobs = version_blobs(repo, tree, path, true);
+    let versions: Vec<(Oid, Vec<Oid>)> = commit.map(|c| (c, blobs.clone())).into_iter().collect();
+    fetch_versions(repo, blobs, &versions)
 }
 
 /// The blobs of the version of `path` that `tree` holds: its head (or

@@ -46,13 +46,14 @@ pub fn restore(
 pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) -> Result<usize> {
     let git = crate::odb::git_err;
     let repo = git2::Repository::discover(dir).map_err(git)?;
-    let commit = repo.revparse_single(rev).and_then(|o| o.peel_to_commit()).map_err(git)?;
-    let tree = commit.tree().map_err(git)?;
+    let object = repo.revparse_single(rev).map_err(git)?;
+    let tree = object.peel_to_tree().map_err(git)?;
+    let commit = object.peel_to_commit().ok().map(|c| c.id());
     let no = || Error::usage(format!("{rev}: no {} in that commit", path.display()));
     let blob = tree.get_path(path).map_err(|_| no())?.id();
     // In a blobless partial clone: the head and every part in one fetch;
     // parts kept in Git LFS: their objects in one `git lfs fetch`.
-    crate::git::history::fetch_version(&repo, &commit, path)?;
+    crate::git::history::fetch_version(&repo, commit, &tree, path)?;
     let shown = PathBuf::from(format!("{rev}:{}", path.display()));
     if crate::odb::blob::prefix(&repo, blob, 13)? == b"WTXT part ix=" {
         return Err(Error::usage(format!(

@@ -7,7 +7,7 @@ use crate::util::{fixture, git_cmd, git_ok, wtxt};
 
 /// Writes generation `n` of `m.wtxt` in `w`, split into small parts (each
 /// generation chunked differently, so every part changes).
-fn write_generation(w: &Path, n: u32) {
+pub(crate) fn write_generation(w: &Path, n: u32) {
     let rows = (64 - 16 * n).to_string();
     let mut c = wtxt();
     c.arg("snapshot").arg(fixture("inputs/model.npz")).args(["-o", "m.wtxt", "--part-size", "50000"]);
