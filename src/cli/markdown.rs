@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::format::syntax::shape_str;
+use crate::cli::render::type_text as ty;
 use crate::git::diff::Status;
 use crate::git::files_diff::FileStatus;
 use crate::ops::{Review, Side};
@@ -125,11 +125,6 @@ pub fn diff_markdown(r: &Review, old: &str, new: &str, full: bool) -> String {
         s.push_str("\n</details>\n");
     }
     s
-}
-
-/// `dtype[shape]`.
-fn ty(dtype: &str, shape: &[u64]) -> String {
-    format!("{dtype}[{}]", if shape.is_empty() { String::new() } else { shape_str(shape) })
 }
 
 /// `v` safe inside a Markdown code span in a table: no backquote or pipe

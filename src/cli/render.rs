@@ -244,11 +244,8 @@ pub fn diff_text(d: &FileDiff, old: &str, new: &str, color: bool, full: bool) ->
         let _ = writeln!(s, "{} {n}", paint("36", "split".into()));
     }
     let (mut unchanged, mut rewrapped, mut internal) = (0, 0, 0);
-    let ty_of = |dtype: &str, shape: &[u64]| {
-        format!("{dtype}[{}]", if shape.is_empty() { String::new() } else { shape_str(shape) })
-    };
     for a in &d.arrays {
-        let ty = ty_of(&a.dtype, &a.shape);
+        let ty = type_text(&a.dtype, &a.shape);
         // A text file shown below as a diff of its lines.
         if d.files.iter().any(|f| f.path == a.shown_name()) {
             continue;
@@ -269,7 +266,7 @@ pub fn diff_text(d: &FileDiff, old: &str, new: &str, color: bool, full: bool) ->
                 format!(
                     "! {} {} -> {ty} ({})",
                     a.shown_name(),
-                    ty_of(a.old_dtype.as_deref().unwrap_or(""), a.old_shape.as_deref().unwrap_or(&[])),
+                    type_text(a.old_dtype.as_deref().unwrap_or(""), a.old_shape.as_deref().unwrap_or(&[])),
                     if a.status == Status::Reshaped { "reshaped" } else { "dtype changed" }
                 ),
             ),
@@ -291,9 +288,6 @@ pub fn diff_text(d: &FileDiff, old: &str, new: &str, color: bool, full: bool) ->
                         let _ = write!(t, "; {n} moved beyond isclose");
                     }
                     let _ = write!(t, "; max|d| {m:.3e}, max rel {r:.3e}, L2 {l:.3e}");
-                    if let Some(norm) = a.norm.filter(|n| *n > 0.0) {
-                        let _ = write!(t, " (rel L2 {:.3e})", l / norm);
-                    }
                 }
                 paint("33", t)
             }
@@ -344,6 +338,11 @@ pub fn diff_text(d: &FileDiff, old: &str, new: &str, color: bool, full: bool) ->
 }
 
 /// A unified diff's lines, coloured as `git diff` colours them.
+/// An array's type as the diffs show it: `dtype[shape]`.
+pub(super) fn type_text(dtype: &str, shape: &[u64]) -> String {
+    format!("{dtype}[{}]", if shape.is_empty() { String::new() } else { shape_str(shape) })
+}
+
 fn unified(s: &mut String, text: &str, paint: &dyn Fn(&str, String) -> String) {
     use std::fmt::Write as _;
     for l in text.lines() {

@@ -393,7 +393,8 @@ pub fn prefetch(repo: &Repository, path: &Path, parts: bool) -> Result<usize> {
     let Ok(head) = repo.head().and_then(|h| h.peel_to_commit()) else { return Ok(0) };
     let mut walk = repo.revwalk().map_err(git_err)?;
     walk.push(head.id()).map_err(git_err)?;
-    let mut want = Vec::new();
+    // Every commit names its head's blob, most of them the same one.
+    let mut want = std::collections::HashSet::new();
     let mut versions = Vec::new();
     let mut seen_parts = std::collections::HashSet::new();
     for oid in walk {
@@ -413,7 +414,11 @@ pub fn prefetch(repo: &Repository, path: &Path, parts: bool) -> Result<usize> {
 /// Fetches what reading the versions needs: `blobs` (in a partial clone),
 /// then the LFS objects of the part blobs that are LFS pointers in each
 /// `(commit, blobs)` of `versions`.
-fn fetch_versions(repo: &Repository, blobs: Vec<Oid>, versions: &[(Oid, Vec<Oid>)]) -> Result<usize> {
+fn fetch_versions(
+    repo: &Repository,
+    blobs: impl IntoIterator<Item = Oid>,
+    versions: &[(Oid, Vec<Oid>)],
+) -> Result<usize> {
     let mut n = crate::odb::promisor::fetch_missing(repo, blobs)?;
     let pointers: Vec<(Oid, Vec<crate::odb::lfs::Pointer>)> =
         versions.iter().map(|(c, ids)| (*c, crate::odb::lfs::pointers(repo, ids))).collect();

@@ -96,7 +96,7 @@ impl Store {
     /// Where this repository keeps object `oid` (written there by
     /// [`Store::put`] or `git lfs`).
     fn own_path(&self, oid: &str) -> PathBuf {
-        self.own.join(&oid[..2]).join(&oid[2..4]).join(oid)
+        nested(&self.own, oid)
     }
 
     /// The object `p` names, opened where it is, if it is there with the
@@ -104,7 +104,7 @@ impl Store {
     pub fn open(&self, p: &Pointer) -> Option<std::fs::File> {
         let mut places = vec![self.own_path(&p.oid)];
         if let Some(s) = &self.server {
-            places.push(s.join(&p.oid[..2]).join(&p.oid[2..4]).join(&p.oid));
+            places.push(nested(s, &p.oid));
             places.push(s.join(&p.oid));
         }
         places.into_iter().find_map(|path| {
@@ -149,6 +149,11 @@ impl Store {
         }
         Ok(Pointer { oid, size })
     }
+}
+
+/// Where a store laid out as Git LFS lays its own keeps `oid`: `aa/bb/HEX`.
+fn nested(dir: &Path, oid: &str) -> PathBuf {
+    dir.join(&oid[..2]).join(&oid[2..4]).join(oid)
 }
 
 /// Whether Git's attributes store `path` (relative to the work tree) through
