@@ -16,7 +16,7 @@ fn main() -> std::io::Result<()> {
         h.update(format!("blob {}\0", bytes.len()).as_bytes());
         h.update(&bytes);
         let _id = h.finalize();
-        let deflated = wtxt::git::zlib(&bytes);
+        let deflated = wtxt::zlib(&bytes);
         read += bytes.len();
         out += deflated.len();
     }

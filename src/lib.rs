@@ -59,6 +59,7 @@ mod threads;
 
 pub use error::{Error, Kind as ErrorKind, Position, Result};
 pub use fs::{exit_cleanly_when_a_mapped_input_shrinks, list_files};
+pub use odb::zlib;
 pub use threads::threads;
 
 /// Inputs the unit tests of several modules share.

@@ -694,6 +694,14 @@ fn main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
     py.allow_threads(|| wtxt::cli::exit_code(argv))
 }
 
+/// Records where this package's `wtxt` command is (its console script):
+/// the Git diff and merge drivers a Snapshotter's first commit sets up
+/// call it, as the process itself is Python's.
+#[pyfunction]
+fn set_command(path: PathBuf) {
+    wtxt::git::set_command(path)
+}
+
 /// The number of threads the library's pools use (`WTXT_THREADS`, else
 /// the cores this process may run on): Python's own pools size to it.
 #[pyfunction]
@@ -709,6 +717,7 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("WtxtError", m.py().get_type::<WtxtError>())?;
     m.add_function(wrap_pyfunction!(save, m)?)?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
+    m.add_function(wrap_pyfunction!(set_command, m)?)?;
     m.add_function(wrap_pyfunction!(threads, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;

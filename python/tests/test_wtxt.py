@@ -252,6 +252,11 @@ def test_snapshotter_commits_and_pushes_what_was_published(tmp_path):
     parts = _git("ls-files", cwd=repo).split()
     assert "model.wtxt" in parts and any(p.startswith("model.wtxt.parts/") for p in parts)
     assert wtxt.verify(repo / "model.wtxt").ok
+    # The first commit set up the diff driver: `git diff` shows the tensors, not the head's lines.
+    assert "git diff-driver" in _git("config", "diff.wtxt.command", cwd=repo)
+    shown = _git("diff", "HEAD~1", "HEAD", cwd=repo)
+    assert "header gen: 000001 -> 000002" in shown, shown
+    assert "transformer.h.0.attn.c_attn.weight" in shown and "element(s) changed" in shown, shown
 
 
 def _eight_generations(snapshotter):

@@ -33,6 +33,9 @@ pub enum Command {
     Finalize(FinalizeArgs),
     /// Generate an Ed25519 signing key (PKCS#8 PEM) and its public key.
     Keygen(KeygenArgs),
+    /// Add public keys to a trusted-keys file (what --trusted-keys and
+    /// wtxt.trustedKeys read).
+    Trust(TrustKeysArgs),
     /// DELTA v2 patches: only the chunks that changed between generations.
     #[command(subcommand)]
     Delta(DeltaCommand),
@@ -413,6 +416,25 @@ pub struct KeygenArgs {
     /// Key type: ed25519 (the `sign` line) or p256 (OMS signatures).
     #[arg(long = "type", value_enum, default_value = "ed25519")]
     pub key_type: KeyType,
+    /// Also add the new key's line to this trusted-keys file (created when
+    /// missing; ed25519 keys only).
+    #[arg(long, value_name = "FILE")]
+    pub trusted_keys: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct TrustKeysArgs {
+    /// Public keys to trust: SPKI PEM (the `.pub` keygen writes), an
+    /// `ssh-ed25519` line, or another trusted-keys file.
+    #[arg(required = true, value_name = "KEY.pub")]
+    pub keys: Vec<PathBuf>,
+    /// The trusted-keys file to add them to (created when missing).
+    #[arg(long, value_name = "FILE")]
+    pub trusted_keys: PathBuf,
+    /// The comment on each new line (default: the key file's name, or the
+    /// comment a trusted-keys file gave it).
+    #[arg(long, value_name = "TEXT")]
+    pub comment: Option<String>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use crate::options::Keys;
 
 use super::args as cli;
 use super::flags::{hmac_key, oms_key, output, sign_key, trusted_keys};
-use super::process::{command_path, emit};
+use super::process::emit;
 use super::render;
 
 /// Runs a `wtxt git` command.
@@ -57,7 +57,7 @@ fn git_install(a: cli::InstallArgs) -> Result<u8> {
     } else {
         Scope::Local
     };
-    let exe = command_path()?;
+    let exe = crate::git::command()?;
     let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
     if a.server && a.manual {
         emit(&install::describe_server(&here, &exe)?)?;

@@ -30,7 +30,7 @@ use clap::Parser;
 
 use cli::{Cli, Command, DeltaCommand};
 use flags::{hmac_key, keys, oms_key, output, trusted_keys, unseal};
-use process::{emit, warn, INVOKED_AS};
+use process::{emit, warn};
 
 /// Runs the command line `argv` (the program's name first) and gives the
 /// exit code. Prints to stdout and stderr; installs the process's signal
@@ -45,7 +45,7 @@ pub fn main(argv: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
 pub fn exit_code(argv: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
     let argv: Vec<std::ffi::OsString> = argv.into_iter().collect();
     if let Some(first) = argv.first() {
-        let _ = INVOKED_AS.set(PathBuf::from(first));
+        crate::git::set_command(PathBuf::from(first));
     }
     let cli = match Cli::try_parse_from(argv) {
         Ok(c) => c,
@@ -93,6 +93,7 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Encrypt(a) => encrypt(a),
         Command::Decrypt(a) => decrypt(a),
         Command::Keygen(a) => keygen(a),
+        Command::Trust(a) => trust(a),
         Command::Oms(cli::OmsCommand::Sign(a)) => oms_sign(a),
         Command::Oms(cli::OmsCommand::Verify(a)) => oms_verify(a),
         Command::Split(a) => {
@@ -457,7 +458,35 @@ fn oms_verify(a: cli::OmsVerifyArgs) -> Result<u8> {
 }
 
 fn keygen(a: cli::KeygenArgs) -> Result<u8> {
-    let id = ops::keygen(&a.output, a.force, a.key_type == cli::KeyType::P256)?;
+    let p256 = a.key_type == cli::KeyType::P256;
+    if p256 && a.trusted_keys.is_some() {
+        return Err(Error::usage("--trusted-keys holds Ed25519 keys: give it without --type p256"));
+    }
+    let id = ops::keygen(&a.output, a.force, p256)?;
     emit(&format!("{id}\n"))?;
+    if let Some(file) = &a.trusted_keys {
+        let mut public = a.output.clone().into_os_string();
+        public.push(".pub");
+        trust(cli::TrustKeysArgs { keys: vec![public.into()], trusted_keys: file.clone(), comment: None })?;
+    }
+    Ok(0)
+}
+
+/// `wtxt trust`: says on stderr, key by key, whether it was added (stdout
+/// stays the keyid `keygen --trusted-keys` prints).
+fn trust(a: cli::TrustKeysArgs) -> Result<u8> {
+    let mut keys = Vec::new();
+    for path in &a.keys {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        for (key, given) in crate::crypto::sign::TrustedKeys::from_file(path)?.iter() {
+            let comment =
+                a.comment.clone().unwrap_or_else(|| if given.is_empty() { name.clone() } else { given.into() });
+            keys.push((*key, comment));
+        }
+    }
+    for (id, added) in ops::trust(&a.trusted_keys, &keys)? {
+        let what = if added { "now trusted in" } else { "trusted already in" };
+        eprintln!("wtxt: {id} {what} {}", a.trusted_keys.display());
+    }
     Ok(0)
 }

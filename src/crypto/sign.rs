@@ -291,6 +291,26 @@ impl TrustedKeys {
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }
+
+    /// Each trusted key with the comment its line gave (empty for none).
+    pub fn iter(&self) -> impl Iterator<Item = (&PublicKey, &str)> {
+        self.keys.iter().map(|(k, c)| (k, c.as_str()))
+    }
+
+    /// The line a trusted-keys file holds for `key`, newline included. The
+    /// comment is kept to one line of printable ASCII, so that what is
+    /// appended is one key and nothing else.
+    pub fn line(key: &PublicKey, comment: &str) -> String {
+        let comment: String = comment.chars().map(|c| if c.is_ascii_graphic() { c } else { ' ' }).collect::<String>();
+        let comment = comment.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut line = format!("{} {}", hex::encode(key.keyid()), B64.encode(key.to_bytes()));
+        if !comment.is_empty() {
+            line.push(' ');
+            line.push_str(&comment);
+        }
+        line.push('\n');
+        line
+    }
 }
 
 #[cfg(test)]
@@ -306,6 +326,18 @@ mod tests {
         let sig = k2.sign(b"msg");
         assert!(p.verify(b"msg", &sig));
         assert!(!p.verify(b"msh", &sig));
+    }
+
+    #[test]
+    fn a_trusted_line_holds_one_key_whatever_its_comment() {
+        let key = SecretKey::generate().unwrap().public();
+        let line = TrustedKeys::line(&key, "ci\n4141414141414141 AAAA evil\r\t key");
+        assert_eq!(line.matches('\n').count(), 1);
+        let parsed = TrustedKeys::parse(&line).unwrap();
+        let all: Vec<_> = parsed.iter().collect();
+        assert_eq!(all.len(), 1);
+        assert_eq!(*all[0].0, key);
+        assert_eq!(all[0].1, "ci 4141414141414141 AAAA evil key");
     }
 
     #[test]

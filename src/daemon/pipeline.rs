@@ -189,7 +189,7 @@ impl Wal {
 /// The pipeline: owns the ring, the chain and the Git side.
 pub struct Pipeline {
     /// Held for the pipeline's life: one writer per ring.
-    _ring_lock: crate::git::FileLock,
+    _ring_lock: crate::fs::FileLock,
     cfg: PipelineConfig,
     wal: std::sync::Arc<Wal>,
     /// What `status` reports.
@@ -281,7 +281,7 @@ impl Pipeline {
             );
         }
         std::fs::create_dir_all(&cfg.ring).map_err(|e| Error::io(&cfg.ring, e))?;
-        let ring_lock = crate::git::FileLock::take(&cfg.ring.join("lock"), false)?.ok_or_else(|| {
+        let ring_lock = crate::fs::FileLock::take(&cfg.ring.join("lock"), false)?.ok_or_else(|| {
             Error::usage(format!(
                 "{}: this ring is in use by another wtxt daemon or Snapshotter: give each its own ring \
                  (--ring, ring=), or one path_in_repo each",

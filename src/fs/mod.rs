@@ -15,6 +15,7 @@
 
 mod direct;
 mod input;
+mod lock;
 mod out;
 mod signals;
 mod walk;
@@ -24,6 +25,7 @@ pub use input::{
     is_device, open_input_file, open_no_follow, open_regular, read_small_file, Links, Skip, Streamed, SKIP_READ_AHEAD,
 };
 pub(crate) use input::{read_full, ReadAt};
+pub use lock::FileLock;
 pub use out::{exchange, write_file, AtomicFile, NewFolder, OutputDir};
 pub use signals::{exit_cleanly_when_a_mapped_input_shrinks, remove_temp_files_on_signals};
 pub use walk::{is_ignored, is_real_dir, list_files, no_links_below};

@@ -33,6 +33,8 @@ pub fn commit_snapshot(
     if crate::git::install::ensure_committed_attributes(work)? {
         rels.push(Path::new(".gitattributes"));
     }
+    // And so that `git diff` here shows tensors, not text.
+    crate::git::install::drivers_where_unset(repo)?;
     rels.extend(part_paths.iter().map(PathBuf::as_path));
     rels.push(head);
     rels.extend(extra.iter().map(PathBuf::as_path));

@@ -133,6 +133,40 @@ const REPOSITORY_DEFAULTS: [(&str, &str); 6] = [
     ("pack.window", "1"),
 ];
 
+/// The diff and merge drivers the `diff=wtxt merge=wtxt` attributes name,
+/// each calling the `wtxt` at `exe` (a shell word).
+fn drivers(exe: &str) -> Vec<(String, String)> {
+    vec![
+        ("diff.wtxt.command".to_string(), format!("{exe} git diff-driver")),
+        // `git log -p` and `git show` run no external diff: they use textconv.
+        ("diff.wtxt.textconv".to_string(), format!("{exe} git textconv")),
+        ("merge.wtxt.name".to_string(), "wtxt: three-way merge of WTXT chunks".to_string()),
+        ("merge.wtxt.driver".to_string(), format!("{exe} merge %O %A %B -o %A --path %P")),
+    ]
+}
+
+/// Sets up the diff and merge drivers in `repo`'s own configuration where
+/// no level of its configuration names a wtxt diff driver yet: a
+/// repository the daemon, a Snapshotter or a trainer integration commits
+/// to diffs by tensor without a `wtxt git install` (whose attributes the
+/// commit itself writes: [`ensure_committed_attributes`]). Nothing else
+/// `install` does (hooks, filters, pack settings) is done here. Returns
+/// true when it wrote them; false too when this process cannot tell where
+/// its `wtxt` command is ([`crate::git::command`]), as a driver Git cannot
+/// run would break `git diff`.
+pub fn drivers_where_unset(repo: &Repository) -> Result<bool> {
+    let mut cfg = repo.config().map_err(git_err)?;
+    if cfg.snapshot().map_err(git_err)?.get_entry("diff.wtxt.command").is_ok() {
+        return Ok(false);
+    }
+    let Ok(exe) = crate::git::command() else { return Ok(false) };
+    let mut local = cfg.open_level(git2::ConfigLevel::Local).map_err(git_err)?;
+    for (k, v) in drivers(&shell_word(&exe.display().to_string())) {
+        local.set_str(&k, &v).map_err(git_err)?;
+    }
+    Ok(true)
+}
+
 /// Works out what to write for `scope` from the repository around `dir`.
 pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], lfs: bool, exe: &Path) -> Result<Plan> {
     if !folders.is_empty() && scope != Scope::Local {
@@ -152,16 +186,10 @@ pub fn plan(dir: &Path, scope: Scope, filters: &[String], folders: &[String], lf
         }
     }
     let w = shell_word(&exe.display().to_string());
-    let mut config = vec![
-        ("diff.wtxt.command".to_string(), format!("{w} git diff-driver")),
-        // `git log -p` and `git show` run no external diff: they use textconv.
-        ("diff.wtxt.textconv".to_string(), format!("{w} git textconv")),
-        ("merge.wtxt.name".to_string(), "wtxt: three-way merge of WTXT chunks".to_string()),
-        ("merge.wtxt.driver".to_string(), format!("{w} merge %O %A %B -o %A --path %P")),
-        // A model folder's snapshot passes through unchanged; a clone
-        // without the folder set up hears what writes it.
-        ("filter.wtxt-folder.smudge".to_string(), format!("{w} git folder-notice %f")),
-    ];
+    let mut config = drivers(&w);
+    // A model folder's snapshot passes through unchanged; a clone without
+    // the folder set up hears what writes it.
+    config.push(("filter.wtxt-folder.smudge".to_string(), format!("{w} git folder-notice %f")));
     if lfs {
         config.push((LFS_KEY.to_string(), "true".to_string()));
     }

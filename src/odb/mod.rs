@@ -13,6 +13,9 @@ pub(crate) mod objects;
 pub(crate) mod pack;
 pub(crate) mod promisor;
 
+/// The pack's deflate of one blob (what `examples/pack_pass` times).
+pub use deflate::zlib;
+
 /// A libgit2 failure as unusable input, naming Git.
 pub fn git_err(e: git2::Error) -> Error {
     Error::input(Default::default(), format!("git: {}", e.message()))

@@ -1,7 +1,7 @@
 //! Keys and secrecy: `wtxt keygen`, `encrypt` and `decrypt` (age).
 
 use crate::crypto::armor::{Seal, Unseal};
-use crate::crypto::sign::SecretKey;
+use crate::crypto::sign::{PublicKey, SecretKey, TrustedKeys};
 use crate::error::{Error, Result};
 use crate::fs::{write_file, AtomicFile};
 use std::io::{BufReader, Seek, Write};
@@ -35,6 +35,44 @@ pub fn keygen(out: &Path, force: bool, p256: bool) -> Result<String> {
     write_file(out, k.to_pkcs8_pem().as_bytes(), 0o600)?;
     write_file(Path::new(&pubpath), k.public().to_spki_pem().as_bytes(), 0o644)?;
     Ok(hex::encode(k.public().keyid()))
+}
+
+/// `wtxt trust`: adds each key not there yet to the trusted-keys file
+/// `file` (created when missing), one `<keyid> <base64> [comment]` line
+/// each, the lines already there kept byte for byte. Returns each key's id
+/// and whether it was added. The file is rewritten whole (a crash leaves
+/// the old one), so a link or anything but a regular file at its name is
+/// refused; so is a public key file, which names one key and takes no
+/// other line.
+pub fn trust(file: &Path, keys: &[(PublicKey, String)]) -> Result<Vec<(String, bool)>> {
+    let old = crate::fs::read_small_file(file, crate::limits::MAX_KEY_FILE, crate::fs::Links::Refuse)?;
+    let mut text = String::from_utf8(old.unwrap_or_default())
+        .map_err(|_| Error::input(Default::default(), "expected text (UTF-8)").in_file(file))?;
+    let t = text.trim_start();
+    if t.starts_with("-----BEGIN ") || t.starts_with("ssh-") {
+        return Err(Error::usage(format!(
+            "{}: a public key file, not a trusted-keys file: name a new file to hold both keys",
+            file.display()
+        )));
+    }
+    let mut trusted = TrustedKeys::parse(&text).map_err(|e| e.in_file(file))?;
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    let mut done = Vec::new();
+    for (key, comment) in keys {
+        let id = hex::encode(key.keyid());
+        let new = trusted.find(&key.keyid()).is_none();
+        if new {
+            text.push_str(&TrustedKeys::line(key, comment));
+            trusted.add(*key);
+        }
+        done.push((id, new));
+    }
+    if done.iter().any(|(_, new)| *new) {
+        write_file(file, text.as_bytes(), 0o644)?;
+    }
+    Ok(done)
 }
 
 /// The text formats `encrypt` accepts: WTXT, WTXT-DELTA and WSUM.

@@ -1028,6 +1028,9 @@ fn the_daemon_snapshots_a_hugging_face_folder_and_commits_it() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(crate::hf::files(&out), crate::hf::files(&m));
     assert!(log_verified(&repo).status.success());
+    // Its commit set up the diff driver, calling this very binary.
+    let driver = git_ok(&repo, &["config", "--local", "diff.wtxt.command"]);
+    assert_eq!(driver.trim(), format!("{} git diff-driver", env!("CARGO_BIN_EXE_wtxt")));
 }
 
 /// Issue 50.11: the snapshot's path in the repository is resolved without

@@ -25,6 +25,25 @@ from ._common import (
     trust_of, writing_of, ML_DTYPES, TO_NUMPY,
 )
 
+def _installed_command() -> Optional[str]:
+    """The `wtxt` script pip installed with this package (the environment's
+    scripts folder, then the user's), else the first `wtxt` on PATH."""
+    import shutil
+    import sysconfig
+    for scheme in (sysconfig.get_default_scheme(), f"{os.name}_user"):
+        try:
+            script = os.path.join(sysconfig.get_path("scripts", scheme), "wtxt")
+        except KeyError:
+            continue
+        if os.path.isfile(script) and os.access(script, os.X_OK):
+            return script
+    return shutil.which("wtxt")
+
+
+_command = _installed_command()
+if _command is not None:
+    _rust.set_command(_command)
+
 __all__ = ["Error", "VerifyError", "Report", "save_file", "load_file", "load_metadata", "verify", "Snapshotter",
            "SnapshotInfo", "save_folder", "extract_folder"]
 

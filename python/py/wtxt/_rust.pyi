@@ -277,7 +277,7 @@ class TensorPlan:
         """Whether the owner reads the chunk from its own memory."""
         ...
 
-__all__ = ["Chunk", "DistWriter", "Loaded", "LoadedTensor", "Outcome", "Outline", "Schedule", "Snapshotter", "Step", "TensorInfo", "TensorPlan", "WtxtError", "commit_snapshot", "export", "extract_folder", "head_link", "hmac_fingerprint", "load", "main", "outline", "plan_tensor", "save", "save_folder", "snapshot_meta", "threads", "verify"]
+__all__ = ["Chunk", "DistWriter", "Loaded", "LoadedTensor", "Outcome", "Outline", "Schedule", "Snapshotter", "Step", "TensorInfo", "TensorPlan", "WtxtError", "commit_snapshot", "export", "extract_folder", "head_link", "hmac_fingerprint", "load", "main", "outline", "plan_tensor", "save", "save_folder", "set_command", "snapshot_meta", "threads", "verify"]
 
 def commit_snapshot(path: str | os.PathLike[str], message: str, oms: bool = False, remote: str | None = None) -> tuple[str, bool, str | None]:
     """Commits the snapshot at `path` (in a Git work tree: its parts, and its `model.sig` with `oms`) as the next commit on HEAD with `message`, then pushes HEAD's branch to `remote` when given: (commit id, pushed, the push's error). A failed push leaves the commit; the next push carries it."""
@@ -321,6 +321,10 @@ def save(tensors: list[tuple[str, str, list[int], int, int]], path: str | os.Pat
 
 def save_folder(folder: str | os.PathLike[str], path: str | os.PathLike[str], writing: _Writing) -> tuple[str, list[str]]:
     """`wtxt snapshot FOLDER`: a Hugging Face folder (every file, the shards checked against the index) as a snapshot at `path`. Returns `sha256_all` as hex and the notes (files left out)."""
+    ...
+
+def set_command(path: str | os.PathLike[str]) -> None:
+    """Records where this package's `wtxt` command is (its console script): the Git diff and merge drivers a Snapshotter's first commit sets up call it, as the process itself is Python's."""
     ...
 
 def snapshot_meta(writing: _Writing) -> tuple[int, str, bytes]:
