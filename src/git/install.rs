@@ -145,15 +145,17 @@ fn drivers(exe: &str) -> Vec<(String, String)> {
     ]
 }
 
-/// Sets up the diff and merge drivers in `repo`'s own configuration where
-/// no level of its configuration names a wtxt diff driver yet: a
-/// repository the daemon, a Snapshotter or a trainer integration commits
-/// to diffs by tensor without a `wtxt git install` (whose attributes the
-/// commit itself writes: [`ensure_committed_attributes`]). Nothing else
-/// `install` does (hooks, filters, pack settings) is done here. Returns
-/// true when it wrote them; false too when this process cannot tell where
-/// its `wtxt` command is ([`crate::git::command`]), as a driver Git cannot
-/// run would break `git diff`.
+/// Sets up the diff and merge drivers in `repo`'s own configuration, and
+/// this clone's attributes (parts diffed by the driver, as `install`
+/// gives a clone), where no level of its configuration names a wtxt diff
+/// driver yet: a repository the daemon, a Snapshotter or a trainer
+/// integration commits to diffs by tensor without a `wtxt git install`
+/// (the committed attributes its commit writes itself:
+/// [`ensure_committed_attributes`]). Nothing else `install` does (hooks,
+/// filters, pack settings) is done here. Returns true when it wrote them;
+/// false too when this process cannot tell where its `wtxt` command is
+/// ([`crate::git::command`]), as a driver Git cannot run would break `git
+/// diff`.
 pub fn drivers_where_unset(repo: &Repository) -> Result<bool> {
     let mut cfg = repo.config().map_err(git_err)?;
     if cfg.snapshot().map_err(git_err)?.get_entry("diff.wtxt.command").is_ok() {
@@ -164,6 +166,8 @@ pub fn drivers_where_unset(repo: &Repository) -> Result<bool> {
     for (k, v) in drivers(&shell_word(&exe.display().to_string())) {
         local.set_str(&k, &v).map_err(git_err)?;
     }
+    let lfs = local.get_bool(LFS_KEY).unwrap_or(false);
+    ensure_block(&repo.path().join("info/attributes"), &snapshot_attributes(false, lfs))?;
     Ok(true)
 }
 
@@ -429,12 +433,20 @@ pub fn snapshot_attributes(committed: bool, lfs: bool) -> Vec<String> {
 /// install` in). Returns true when it wrote the file, which the caller
 /// then commits.
 pub fn ensure_committed_attributes(work: &Path) -> Result<bool> {
-    let path = work.join(".gitattributes");
-    let old = read_attributes(&path)?;
+    ensure_block(&work.join(".gitattributes"), &snapshot_attributes(true, false))
+}
+
+/// Adds `lines` as the wtxt block of the attributes file `path` when it has
+/// none; true when it wrote the file.
+fn ensure_block(path: &Path, lines: &[String]) -> Result<bool> {
+    let old = read_attributes(path)?;
     if old.lines().any(|l| l == BEGIN) {
         return Ok(false);
     }
-    write_file(&path, with_block(&old, Some(&snapshot_attributes(true, false))).as_bytes(), 0o644)?;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    }
+    write_file(path, with_block(&old, Some(lines)).as_bytes(), 0o644)?;
     Ok(true)
 }
 
