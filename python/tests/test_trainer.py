@@ -77,6 +77,24 @@ def test_every_trainer_checkpoint_is_a_generation_that_resumes_exactly(tmp_path)
     assert same(from_own, from_wtxt)
 
 
+def test_checkpoint_folders_go_once_their_generation_is_committed(tmp_path):
+    """keep_folders=False: one copy on disk, in Git; the last generation
+    restores the checkpoint the Trainer wrote."""
+    import types
+    repo = tmp_path / "runs"
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    cb = WtxtCallback(repo, "llama.wtxt", sign_key=KEY, keep_folders=False)
+    weights = train(tmp_path / "out", 4, callbacks=[cb])
+    assert [i.gen for i in cb.infos] == [0, 1] and all(i.commit for i in cb.infos), cb.infos
+    assert not [p for p in os.listdir(tmp_path / "out") if p.startswith("checkpoint-")]
+    back = restore_checkpoint(repo / "llama.wtxt", tmp_path / "back", trusted_keys=TRUSTED, require_signature=True)
+    from safetensors.torch import load_file
+    assert same(load_file(os.path.join(back, "model.safetensors")), weights)
+    # The best model at the end is loaded from its folder: the two do not go together.
+    with pytest.raises(wtxt.Error, match="load_best_model_at_end"):
+        cb.on_train_begin(types.SimpleNamespace(load_best_model_at_end=True), None, None)
+
+
 def test_a_tampered_generation_is_never_restored(tmp_path):
     repo = tmp_path / "runs"
     git(tmp_path, "init", "-q", "-b", "main", str(repo))

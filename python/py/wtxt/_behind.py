@@ -3,7 +3,10 @@ and the Lightning plugin share. One `wtxt.Snapshotter`, made on the first
 save; each save publishes (the copy, the only wait) and requests; `finish`
 waits for all of them and names the saves whose generation failed."""
 
+import os
+import shutil
 import time
+import warnings
 from concurrent.futures import Future
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -11,8 +14,11 @@ from . import Error, Snapshotter, SnapshotInfo
 
 
 class Behind:
-    def __init__(self, snapshotter_args: Mapping[str, Any]):
+    def __init__(self, snapshotter_args: Mapping[str, Any], keep_folders: bool = True):
         self._args = dict(snapshotter_args)
+        self._keep_folders = keep_folders
+        #: Folders whose generation was committed but that could not be removed.
+        self._not_removed: List[str] = []
         self._snap: Optional[Snapshotter] = None
         self._futures: List[Tuple[str, "Future[SnapshotInfo]"]] = []
         #: What each generation came to, once `finish` waited for it.
@@ -23,16 +29,34 @@ class Behind:
         self.last_gen = -1
 
     def save(self, label: str, arrays: Dict[str, Any], metadata: Dict[str, str],
-             started: float) -> "Future[SnapshotInfo]":
+             started: float, folder: Optional[str] = None) -> "Future[SnapshotInfo]":
         """Publishes `arrays` and requests their generation, whose future it
-        returns; `started` is when the save began (`time.perf_counter()`)."""
+        returns; `started` is when the save began (`time.perf_counter()`).
+        `folder`, the framework's checkpoint the arrays were read from, is
+        removed once its generation is committed, unless folders are kept:
+        a generation that failed leaves its folder, the only copy."""
         if self._snap is None:
             self._snap = Snapshotter(**self._args)
         self.last_gen = self._snap.publish(arrays, metadata=metadata)
         fut = self._snap.request_snapshot()
+        if folder is not None and not self._keep_folders:
+            fut.add_done_callback(lambda f: self._remove_if_committed(folder, f))
         self._futures.append((label, fut))
         self.held.append(time.perf_counter() - started)
         return fut
+
+    def _remove_if_committed(self, folder: str, fut: "Future[SnapshotInfo]") -> None:
+        """Runs on the Snapshotter's thread when a generation is done."""
+        if fut.cancelled() or fut.exception() is not None or not fut.result().commit:
+            return
+        try:
+            if os.path.islink(folder):  # never follow a link to remove what it names
+                raise OSError(f"{folder}: a symbolic link, not the framework's folder")
+            shutil.rmtree(folder)
+        except FileNotFoundError:
+            pass  # the framework's own rotation removed it first
+        except OSError as e:
+            self._not_removed.append(f"{folder}: {e}")
 
     def finish(self) -> List[SnapshotInfo]:
         """Waits for every generation requested so far; raises `wtxt.Error`
@@ -49,6 +73,9 @@ class Behind:
         self._futures = []
         self._snap.close()
         self._snap = None
+        if self._not_removed:
+            warnings.warn("committed, but not removed: " + "; ".join(self._not_removed), stacklevel=3)
+            self._not_removed = []
         if failed:
             raise Error("checkpoints not snapshotted: " + "; ".join(failed))
         return self.infos
@@ -60,8 +87,8 @@ class BehindLoop:
 
     _behind: Behind
 
-    def _start_behind(self, **snapshotter_args: Any) -> None:
-        self._behind = Behind(snapshotter_args)
+    def _start_behind(self, keep_folders: bool = True, **snapshotter_args: Any) -> None:
+        self._behind = Behind(snapshotter_args, keep_folders)
 
     @property
     def infos(self) -> List[SnapshotInfo]:

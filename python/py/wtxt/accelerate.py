@@ -28,13 +28,15 @@ __all__ = ["WtxtStateSaver", "load_state"]
 
 class WtxtStateSaver(BehindLoop):
     """Each `save_state` a generation of `path_in_repo` in the Git work tree
-    `repo`; the other arguments are `wtxt.Snapshotter`'s."""
+    `repo`; with `keep_folders=False` the folder Accelerate wrote is removed
+    once its generation is committed; the other arguments are
+    `wtxt.Snapshotter`'s."""
 
     def __init__(self, repo: PathLike, path_in_repo: PathLike = "state.wtxt", remote: Optional[str] = None,
                  sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                  oms_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
-                 digest: str = "sha256", max_pending: int = 1):
-        self._start_behind(repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
+                 digest: str = "sha256", max_pending: int = 1, keep_folders: bool = True):
+        self._start_behind(keep_folders, repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
                            hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,
                            max_pending=max_pending)
 
@@ -47,7 +49,7 @@ class WtxtStateSaver(BehindLoop):
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             t = time.perf_counter()
-            self._behind.save(str(out), checkpoint_state(out), {"accelerate_dir": str(out)}, t)
+            self._behind.save(str(out), checkpoint_state(out), {"accelerate_dir": str(out)}, t, out)
         return out
 
 

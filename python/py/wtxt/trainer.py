@@ -39,6 +39,10 @@ class WtxtCallback(BehindLoop, _Base):
     own). Only the main process (`state.is_world_process_zero`) snapshots.
     At the end of training it waits for every generation; a generation that
     failed raises `wtxt.Error` there. `infos` lists what each came to.
+    With `keep_folders=False` each `checkpoint-N/` is removed once its
+    generation is committed (one copy on disk, in Git; resume through
+    `restore_checkpoint`); `load_best_model_at_end` needs the folders and
+    is refused with it.
 
         trainer = Trainer(..., callbacks=[WtxtCallback("runs", sign_key="~/.config/wtxt/sign.pem")])
     """
@@ -46,12 +50,20 @@ class WtxtCallback(BehindLoop, _Base):
     def __init__(self, repo: PathLike, path_in_repo: PathLike = "checkpoint.wtxt", remote: Optional[str] = None,
                  sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                  oms_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
-                 digest: str = "sha256", max_pending: int = 1) -> None:
+                 digest: str = "sha256", max_pending: int = 1, keep_folders: bool = True) -> None:
         if _Base is object:
             raise Error("WtxtCallback needs transformers (pip install transformers)")
-        self._start_behind(repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
+        self._start_behind(keep_folders, repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
                            hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,
                            max_pending=max_pending)
+        self._keep_folders = keep_folders
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if not self._keep_folders and getattr(args, "load_best_model_at_end", False):
+            raise Error("WtxtCallback(keep_folders=False) removes the checkpoint folders that "
+                        "load_best_model_at_end loads: keep them, or restore the best generation "
+                        "with wtxt.trainer.restore_checkpoint")
+        return control
 
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
@@ -60,7 +72,7 @@ class WtxtCallback(BehindLoop, _Base):
         t = time.perf_counter()
         folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         self._behind.save(f"step {state.global_step}", checkpoint_state(folder),
-                          {"global_step": str(state.global_step)}, t)
+                          {"global_step": str(state.global_step)}, t, folder)
         return control
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
