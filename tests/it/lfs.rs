@@ -51,8 +51,8 @@ fn log_json(repo: &Path, args: &[&str]) -> (Option<i32>, serde_json::Value) {
     (o.status.code(), v)
 }
 
-/// Issue 66.2: heads in Git, parts as LFS objects on a real LFS server;
-/// a blobless clone that fetched no LFS object logs, verifies (fetching
+/// Issue 66.2: heads in Git, parts as LFS objects on a real LFS server,
+/// pushed as the daemon pushes; a blobless clone that fetched no LFS object logs, verifies (fetching
 /// through `git lfs`), exports an old generation and diffs by tensor; an
 /// LFS object changed in the clone's store is caught as damage.
 #[test]
@@ -67,7 +67,14 @@ fn parts_live_in_git_lfs_and_every_command_reads_them() {
     let url = format!("git://127.0.0.1:{port}/models.git");
     // The guard on the host verifies parts from the LFS server's store.
     git_ok(&served.join("models.git"), &["config", "wtxt.lfsObjects", store.join("wtxt/models").to_str().unwrap()]);
-    git_ok(&w, &["push", "-q", &url, "main"]);
+    // Pushed as the daemon and the Snapshotter push (wtxt::git::push, Git
+    // LFS's pre-push hook sending the objects), one generation a push.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    for rev in ["HEAD~2", "HEAD~1", "HEAD"] {
+        let commit = git_ok(&w, &["rev-parse", rev]);
+        let what = wtxt::git::Push { commit: Some(commit.trim()), changed_wholly: rev == "HEAD~2" };
+        wtxt::git::push(&w, &url, what, &stop).unwrap().done().unwrap();
+    }
     let objects = std::fs::read_dir(store.join("wtxt/models")).unwrap().count();
     assert_eq!(objects, 6, "two parts a generation, each an LFS object");
 
