@@ -315,6 +315,19 @@ pub fn extract(
         let count = arrays.iter().filter(|a| !a.is_metadata()).count();
         Ok((arrays, (count, dropped)))
     };
+    // Some arrays: a load that keeps only them (in the tree form it decodes
+    // only their chunks; in 1.1 it still checks every byte).
+    if let (false, None, Some(rows)) = (array.is_empty(), unseal, rows_of_arrays(path, array)?) {
+        let mut input = WtxtIn::open_unhashed(path, None)?;
+        let load = crate::format::Load { keep: crate::format::Keep::InMemory, rows: Some(&rows), ..Default::default() };
+        let loaded = load
+            .run_lines(input.lines(), input.len, opts)
+            .map_err(|e| WtxtIn::find_bad_part(path, None).unwrap_or_else(|| input.blame(e)))?;
+        let (arrays, (count, dropped)) = choose(loaded.arrays)?;
+        write_arrays(&arrays, out)?;
+        note_dropped(&dropped, to, notes);
+        return Ok(count);
+    }
     let direct = match unseal {
         None => crate::convert::direct::write_direct(path, opts, to, out, &choose)?,
         Some(_) => None,
@@ -329,8 +342,38 @@ pub fn extract(
             chosen
         }
     };
-    if !dropped.is_empty() && dropped.iter().any(|d| d != NAMES) {
+    note_dropped(&dropped, to, notes);
+    Ok(count)
+}
+
+/// Says which metadata arrays an output of format `to` had no place for.
+fn note_dropped(dropped: &[String], to: &dyn crate::convert::container::Container, notes: &mut Notes) {
+    if dropped.iter().any(|d| d != crate::convert::names::NAMES) {
         notes.push(format!("left out metadata a .{} has no place for: {}", to.extensions()[0], dropped.join(", ")));
     }
-    Ok(count)
+}
+
+/// The rows that hold the arrays `names` (WTXT or original names) whole,
+/// by stored name, from the snapshot's outline: what
+/// [`crate::format::Load::rows`] takes to keep only them. Nothing here is
+/// verified: the load checks what it keeps against the verified `arr`
+/// lines and names, and a name the outline lacks is one the load does not
+/// keep either. `None` when the text does not outline cleanly.
+pub fn rows_of_arrays(path: &Path, names: &[String]) -> Result<Option<std::collections::BTreeMap<String, (u64, u64)>>> {
+    use crate::model::{is_metadata_name, ArrayData};
+    let Some(all) = crate::store::outline(path, &is_metadata_name, crate::limits::MAX_METADATA) else {
+        return Ok(None);
+    };
+    let (metas, tensors): (Vec<_>, Vec<_>) = all.into_iter().partition(|o| is_metadata_name(&o.arr.name));
+    let metas = metas
+        .into_iter()
+        .map(|o| Array::new(o.arr.name, o.arr.dtype, o.arr.shape, ArrayData::from(o.data.unwrap_or_default())))
+        .collect::<Result<Vec<_>>>()?;
+    let kept = crate::convert::names::OriginalNames::of(&metas)?.unwrap_or_default();
+    let rows = tensors
+        .into_iter()
+        .filter(|o| names.iter().any(|n| *n == o.arr.name || n == kept.original(&o.arr.name)))
+        .map(|o| (o.arr.name, (0, o.arr.shape.first().copied().unwrap_or(1))))
+        .collect();
+    Ok(Some(rows))
 }

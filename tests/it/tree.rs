@@ -149,3 +149,76 @@ fn signatures_and_git_take_the_form_as_it_is() {
     let r = run(&["verify", s(&o), "--oms-pubkey", &format!("{}.pub", s(&key))]);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+/// `text` with one byte changed: the one `skip` bytes into the line after
+/// the first line starting `ch ` below `arr name=NAME`, or, with
+/// `in_ch_line`, that `ch` line's SHA-256 digit `skip`.
+fn changed(text: &[u8], name: &str, in_ch_line: bool, skip: usize) -> Vec<u8> {
+    let t = std::str::from_utf8(text).unwrap();
+    let arr = t.find(&format!("\narr name={name} ")).unwrap();
+    let ch = arr + t[arr..].find("\nch ").unwrap() + 1;
+    let at = if in_ch_line {
+        ch + t[ch..].find(" sha256=").unwrap() + " sha256=".len() + skip
+    } else {
+        ch + t[ch..].find('\n').unwrap() + 1 + skip
+    };
+    let mut out = text.to_vec();
+    out[at] = match out[at] {
+        b'A' => b'B',
+        b'0' => b'1',
+        b if b.is_ascii_digit() => b'0',
+        _ => b'A',
+    };
+    out
+}
+
+/// Issue 68.3: `extract --array` gives exactly the bytes a full read gives;
+/// in the tree form it decodes only that array's chunks, the others' `ch`
+/// lines standing in for them as leaves of the root, so a byte changed in
+/// what it returns, or a `ch` line changed anywhere, is refused, while the
+/// base64 of a chunk it passes over is not its concern (docs/SECURITY.md).
+/// The 1.1 form checks every byte still.
+#[test]
+fn one_array_alone_is_the_full_reads_bytes_and_what_it_skips_is_bound_by_the_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = fixture("inputs/model.npz");
+    let tree = d.join("tree.wtxt");
+    assert_eq!(snap(&tree, s(&model), None, &["--part-size", "none", "--rows-per-chunk", "8"]).code, 0);
+    let v11 = d.join("v11.wtxt");
+    let r = run(&["snapshot", s(&model), "-o", s(&v11), "--part-size", "none", "--rows-per-chunk", "8"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let text = std::fs::read(&tree).unwrap();
+    let full = wtxt::format::load(&text[..], text.len() as u64, &Default::default()).unwrap();
+    let want = full.arrays.iter().find(|a| a.name == "tok_embed").unwrap().bytes().to_vec();
+    let extract = |file: &Path| {
+        let out = file.with_extension("npy");
+        let r = run(&["extract", s(file), "--array", "tok_embed", "-o", s(&out)]);
+        (r, std::fs::read(&out).ok())
+    };
+    for file in [&tree, &v11] {
+        let (r, got) = extract(file);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let got = got.unwrap();
+        assert!(got.starts_with(b"\x93NUMPY") && got.ends_with(&want), "{}", file.display());
+    }
+    let cases = [
+        // (file, array, in its `ch` line, exit code)
+        (&tree, "tok_embed", false, 1),
+        (&tree, "tok_embed", true, 1),
+        (&tree, "long_vec", true, 1),
+        (&tree, "long_vec", false, 0),
+        (&v11, "long_vec", false, 1),
+    ];
+    for (n, (file, array, in_ch, code)) in cases.into_iter().enumerate() {
+        let bad = d.join(format!("bad{n}.wtxt"));
+        std::fs::write(&bad, changed(&std::fs::read(file).unwrap(), array, in_ch, 5)).unwrap();
+        let (r, got) = extract(&bad);
+        assert_eq!(r.code, code, "case {n}: {}", r.stderr);
+        if code == 0 {
+            assert!(got.unwrap().ends_with(&want), "case {n}");
+        } else {
+            assert!(got.is_none(), "case {n}: nothing written");
+        }
+    }
+}
