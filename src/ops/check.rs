@@ -14,7 +14,8 @@ use crate::progress::Progress;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-use super::*;
+use super::inputs::read_header_file;
+use crate::store::input::WtxtIn;
 
 /// Options of `wtxt verify` as files.
 #[derive(Default)]

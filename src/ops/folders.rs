@@ -54,9 +54,9 @@ pub fn stage(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Staged>
     };
     let keys = Keys { sign_key: files.sign()?, oms_key: files.oms()?, ..Keys::default() };
     let signs_oms = keys.oms_key.is_some();
-    let opts = super::SnapshotOptions {
+    let opts = super::snapshot::SnapshotOptions {
         meta: MetaFields { gen: link.is_none().then_some(0), ..Default::default() },
-        prev: link.map(|(gen, merkle_this)| super::Prev::Verified { gen, merkle_this }),
+        prev: link.map(|(gen, merkle_this)| super::snapshot::Prev::Verified { gen, merkle_this }),
         keys,
         output: Output {
             part_size: crate::git::configured_part_size(repo)?,
@@ -69,7 +69,7 @@ pub fn stage(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Staged>
     let before = stats(&dir)?;
     let out = work.join(&f.snapshot);
     let mut notes = Vec::new();
-    let written = super::snapshot(std::slice::from_ref(&dir), &out, &opts, &Progress::hidden(), &mut notes)?;
+    let written = super::snapshot::snapshot(std::slice::from_ref(&dir), &out, &opts, &Progress::hidden(), &mut notes)?;
     crate::git::commit::stage_snapshot(repo, &f.snapshot, signs_oms)?;
     let id = snapshot_id(&out)?.ok_or_else(|| Error::usage("the snapshot just written is gone"))?;
     write_record(&f.record_path(repo), &Record { snapshot: id, files: before })?;

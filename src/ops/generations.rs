@@ -13,7 +13,12 @@ use crate::progress::Progress;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use super::*;
+use super::check::{verify_file, VerifyFiles};
+use super::inputs::{chain_from, distinct_outputs, open_input};
+use super::oms::oms_sign_written;
+use super::parts::{copy_text, write_verified};
+use crate::store::input::WtxtIn;
+use crate::store::{write_wtxt, SnapshotOut};
 
 /// Options of `wtxt finalize`.
 #[derive(Default)]

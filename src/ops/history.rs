@@ -11,7 +11,11 @@ use crate::options::{Keys, Output};
 use crate::progress::Progress;
 use std::path::{Path, PathBuf};
 
-use super::*;
+use super::check::{inspect_reader, Inspection};
+use super::oms::oms_sign_written;
+use super::parts::export;
+use crate::store::input::WtxtIn;
+use crate::store::write_wtxt;
 
 /// `wtxt log`: the chain of each path (or of every `*.wtxt` in HEAD).
 /// Trusted keys default to the file named by `git config wtxt.trustedKeys`.

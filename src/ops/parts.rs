@@ -35,7 +35,7 @@ pub fn restore(
         return Err(p.to_error().in_file(input));
     }
     let parts = w.finish()?;
-    super::oms_sign_written(out, oms)?;
+    super::oms::oms_sign_written(out, oms)?;
     Ok(parts)
 }
 

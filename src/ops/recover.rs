@@ -11,7 +11,10 @@ use crate::options::{Keys, Output};
 use crate::progress::Progress;
 use std::path::{Path, PathBuf};
 
-use super::*;
+use super::inputs::distinct_outputs;
+use super::oms::oms_sign_written;
+use crate::store::input::WtxtIn;
+use crate::store::write_wtxt;
 
 /// Options of `wtxt recover`.
 #[derive(Default)]

@@ -106,7 +106,7 @@ pub fn report(
     verify: bool,
     progress: &Progress,
 ) -> Result<RunReport> {
-    let chain = super::log(dir, Some(path), trusted, verify, progress)?
+    let chain = super::history::log(dir, Some(path), trusted, verify, progress)?
         .into_iter()
         .next()
         .ok_or_else(|| Error::usage(format!("{}: no history", path.display())))?;
@@ -125,12 +125,12 @@ pub fn report(
     for (i, g) in gens.iter().enumerate() {
         progress.restart(&format!("{} {}", &g.commit[..10], rel.display()));
         let out = tmp.path().join(format!("gen{i}.wtxt"));
-        crate::ops::export(dir, &g.commit, &rel, &out, PartSize::Whole)?;
+        super::parts::export(dir, &g.commit, &rel, &out, PartSize::Whole)?;
         let bytes = std::fs::metadata(&out).map_err(|e| Error::io(&out, e))?.len();
         // The first generation against itself: every tensor, each "added".
         let d = match &prev {
-            Some(p) => super::diff_norms(p, &out)?,
-            None => super::diff(&out, &out, None)?,
+            Some(p) => super::history::diff_norms(p, &out)?,
+            None => super::history::diff(&out, &out, None)?,
         };
         let mut column = BTreeMap::new();
         for a in d.arrays.iter().filter(|a| !a.name.starts_with("__") && a.status != Status::Removed) {

@@ -7,7 +7,7 @@ use crate::fs::{write_file, AtomicFile};
 use std::io::{BufReader, Seek, Write};
 use std::path::Path;
 
-use super::*;
+use super::inputs::open;
 
 /// `wtxt keygen`: a new Ed25519 key (PKCS#8 PEM, mode 0600) and its `.pub`.
 /// An existing key (or its `.pub`) is replaced only with `force`: a key

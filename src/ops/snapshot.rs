@@ -11,7 +11,10 @@ use crate::options::{Keys, MetaFields, Output};
 use crate::progress::Progress;
 use std::path::{Path, PathBuf};
 
-use super::*;
+use super::inputs::chain_from;
+use super::oms::oms_sign_written;
+use crate::crypto::digest::Hash;
+use crate::store::write_wtxt;
 
 /// Options of `wtxt snapshot`.
 #[derive(Default)]
