@@ -453,7 +453,7 @@ impl DistWrite {
                 if let Some(opts) = verify {
                     self.verify_staged(WtxtIn::open(&text_path, None)?, opts)?;
                 }
-                crate::store::install_text(&self.out, text_path)?;
+                super::out::install_text(&self.out, text_path)?;
             }
             Some(spans) => {
                 if parts.len() != spans.len() || parts.iter().zip(spans).any(|(p, s)| p.ix != s.ix) {
@@ -475,11 +475,11 @@ impl DistWrite {
                     let split::Opened::Split(h) = split::open(Box::new(&head[..]))? else {
                         return Err(Error::usage("the head written is not a split snapshot's head"));
                     };
-                    let source = Box::new(crate::store::PartFiles { dir: self.stage.clone(), unseal: None });
+                    let source = Box::new(super::files::PartFiles { dir: self.stage.clone(), unseal: None });
                     self.verify_staged(WtxtIn::joined(h, source, &self.out, head.len() as u64), opts)?;
                 }
                 let staged = parts.iter().map(|p| (self.part_path(p.ix as usize - 1), *p)).collect();
-                crate::store::install_staged(&self.out, staged, &head)?;
+                super::out::install_staged(&self.out, staged, &head)?;
             }
         }
         Ok(Written { sha256_all, merkle_this, fastxor, wsum: None, len: self.places.len, chunk_sha256: Vec::new() })

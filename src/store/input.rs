@@ -6,13 +6,13 @@
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
+use super::files::{parts_dir, PartFiles};
 use crate::crypto::armor::{read_maybe_sealed, Unseal};
 use crate::error::{Error, Result};
 use crate::format::read::LineReader;
 use crate::format::split::{self, Joined};
 use crate::format::verify::{verify, Problem, ProblemKind, Report, VerifyOptions};
 use crate::fs::{Skip, Streamed};
-use crate::store::{parts_dir, PartFiles};
 
 /// A WTXT input: a single file, or a split snapshot's head joined with its
 /// parts and read as the single file it stands for.

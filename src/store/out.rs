@@ -7,10 +7,10 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use super::files::parts_dir;
 use crate::error::{Error, Result};
 use crate::format::split::{self, part_ix, part_name, PartLine, PartSink, PartSize};
 use crate::fs::{AtomicFile, OutputDir, Writeback};
-use crate::store::parts_dir;
 
 /// A snapshot's text on its way to `out`: one file while it fits the part
 /// size; once it outgrows it, cut into parts as it streams, on a thread of

@@ -15,13 +15,13 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Cursor, Seek};
 use std::path::Path;
 
+use super::files::parts_dir;
 use crate::format::chunk;
 use crate::format::layout::last_line_width;
 use crate::format::split::{self, part_name};
 use crate::format::syntax::{ArrLine, ChLine, B64_WIDTH};
 use crate::fs::ReadAt;
 use crate::limits::MAX_LINE;
-use crate::store::parts_dir;
 
 /// One array of the outline.
 pub struct Outlined {
