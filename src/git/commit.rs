@@ -11,7 +11,7 @@ use crate::odb::git_err;
 /// Stages the snapshot at `head` (a path in the work tree: its `parts`
 /// parts replace whatever the index listed in its parts folder) and the
 /// `extra` paths, and commits them on HEAD as `who` with `message`.
-/// Returns the commit's id. The caller holds [`crate::git::commit_lock`]
+/// Returns the commit's id. The caller holds [`commit_lock`]
 /// from before it put the files in the work tree, so that no other wtxt
 /// writer commits in between.
 pub fn commit_snapshot(
@@ -62,7 +62,7 @@ pub fn commit_written(head: &Path, oms: bool, who: &str, message: &str) -> Resul
         crate::format::split::Opened::Single(_) => 0,
     };
     let extra: Vec<PathBuf> = if oms { vec![rel.with_file_name(crate::oms::SIGNATURE_NAME)] } else { Vec::new() };
-    let _lock = crate::git::commit_lock(&repo)?;
+    let _lock = commit_lock(&repo)?;
     continues_head(&repo, &rel, &abs)?;
     let id = commit_snapshot(&repo, &rel, parts, &extra, who, message)?;
     Ok((work, id))
@@ -97,7 +97,7 @@ pub(crate) fn in_work_tree(head: &Path) -> Result<(git2::Repository, PathBuf, Pa
 /// exist.
 pub fn committed_link(head: &Path) -> Result<Option<(u64, crate::crypto::digest::Hash)>> {
     let (repo, _, rel, _) = in_work_tree(head)?;
-    let policy = crate::git::Policy::of(&repo)?;
+    let policy = super::config::Policy::of(&repo)?;
     crate::git::history::head_link(&repo, &rel, &policy.options())
 }
 
@@ -110,7 +110,7 @@ pub fn committed_link(head: &Path) -> Result<Option<(u64, crate::crypto::digest:
 fn continues_head(repo: &git2::Repository, rel: &Path, abs: &Path) -> Result<()> {
     use crate::error::Error;
     use crate::format::syntax::Root;
-    let policy = crate::git::Policy::of(repo)?;
+    let policy = super::config::Policy::of(repo)?;
     let f = crate::fs::open_input_file(abs)?;
     let h = crate::format::read::read_head(&mut crate::format::read::LineReader::new(std::io::BufReader::new(f)))
         .map_err(|e| e.in_file(abs))?;
@@ -175,4 +175,13 @@ pub fn stage_snapshot(repo: &git2::Repository, head: &Path, oms: bool) -> Result
             .in_file(work.join(head)));
     }
     Ok(())
+}
+
+/// The lock every `wtxt` commit to `repo` holds from reading the index and
+/// HEAD to moving HEAD: two Snapshotters (or a daemon beside one) on one
+/// repository commit one after the other, each on the other's tree.
+pub fn commit_lock(repo: &git2::Repository) -> Result<crate::fs::FileLock> {
+    let path = repo.path().join("wtxt-commit.lock");
+    crate::fs::FileLock::take(&path, true)?
+        .ok_or_else(|| crate::error::Error::usage("could not lock the repository for a commit"))
 }

@@ -153,8 +153,8 @@ pub fn serve<R: BufRead, W: Write>(
     flush(&mut out)?;
     // What the repository trusts: a smudge writes into the work tree only
     // what its policy accepts, as the hook takes in only that.
-    let policy = git2::Repository::discover(repo_dir).ok().map(|r| crate::git::Policy::of(&r)).transpose()?;
-    let opts = policy.as_ref().map(crate::git::Policy::options).unwrap_or_default();
+    let policy = git2::Repository::discover(repo_dir).ok().map(|r| super::config::Policy::of(&r)).transpose()?;
+    let opts = policy.as_ref().map(super::config::Policy::options).unwrap_or_default();
     loop {
         let mut header = Vec::new();
         match read_pkt(&mut input) {
@@ -281,7 +281,7 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
     // The writer's defaults (schema, host, cuda, ts rule); the build token is checked.
     let meta = Meta::new(gen, None)?.with_tokens(None, Some("git-filter"), None, None)?;
     let digest = match git2::Repository::open(repo_dir) {
-        Ok(repo) => crate::git::configured_digest(&repo)?,
+        Ok(repo) => super::config::configured_digest(&repo)?,
         Err(_) => Default::default(),
     };
     let opts =
@@ -354,7 +354,7 @@ fn head_version(repo_dir: &Path, path: &str) -> Result<Option<HeadVersion>> {
         return Ok(None);
     };
     let Root::Final { merkle_this, .. } = h.root else { return Ok(None) };
-    let trusted = crate::git::configured_trusted_keys(&repo)?;
+    let trusted = super::config::configured_trusted_keys(&repo)?;
     let opts = VerifyOptions { trusted: trusted.as_ref(), require_signature: trusted.is_some(), ..Default::default() };
     crate::format::verify::check_header(&h, &opts).map_err(|p| {
         Error::check(

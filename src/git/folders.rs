@@ -388,7 +388,7 @@ pub fn checkout(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Chec
         .tempdir_in(&parent)
         .map_err(|e| Error::io(&parent, e))?;
     let new = scratch.path().join("new");
-    let policy = crate::git::Policy::of(repo)?;
+    let policy = super::config::Policy::of(repo)?;
     let shards = crate::convert::hf::extract(&snap, &policy.options(), &new)?;
     if std::fs::symlink_metadata(&dir).is_ok() {
         crate::fs::exchange(&new, &dir, &scratch.path().join("old"))?;

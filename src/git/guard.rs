@@ -104,9 +104,9 @@ pub fn check(repo: &Repository, updates: &[Update]) -> Result<Verdict> {
     let late = format!("still checking after {seconds} s (wtxt.guardSeconds)");
     let progress = &Progress::hidden().until(Instant::now() + Duration::from_secs(seconds), late);
     let opts = LogOptions {
-        trusted: crate::git::configured_trusted_keys(repo)?,
+        trusted: super::config::configured_trusted_keys(repo)?,
         verify: true,
-        hmac: crate::git::configured_hmac_key(repo)?,
+        hmac: super::config::configured_hmac_key(repo)?,
     };
     // What the repository already holds: every ref's tip before the push.
     let mut known = Vec::new();

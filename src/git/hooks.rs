@@ -63,8 +63,8 @@ pub struct Checked {
 
 /// Checks every staged WTXT file of the repository around `dir`.
 pub fn pre_commit(dir: &Path) -> Result<Checked> {
-    let repo = crate::git::open_for_hook(dir)?;
-    let policy = crate::git::Policy::of(&repo)?;
+    let repo = open_for_hook(dir)?;
+    let policy = super::config::Policy::of(&repo)?;
     let checks = policy.options();
     let index = repo.index().map_err(git_err)?;
     let head_tree = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
@@ -99,7 +99,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
     staged.sort();
     staged.dedup();
     let mut notes = Vec::new();
-    let part_size = crate::git::configured_part_size(&repo)?;
+    let part_size = super::config::configured_part_size(&repo)?;
     for (path, filter) in &staged {
         let Some(entry) = index.get_path(path, 0) else { continue };
         // The staged blob is streamed, never inflated whole: a single file
@@ -198,8 +198,8 @@ fn private_keys_staged(repo: &Repository, index: &git2::Index, statuses: &git2::
     const MARKERS: [&[u8]; 3] = [b"PRIVATE KEY-----", b"AGE-SECRET-KEY-1", b"AGE-PLUGIN-"];
     let work = repo.workdir().map(|w| std::fs::canonicalize(w).unwrap_or_else(|_| w.to_path_buf()));
     let mut named = Vec::new();
-    for key in crate::git::PRIVATE_KEY_SETTINGS {
-        if let (Some(p), Some(w)) = (crate::git::configured_file(repo, key)?, &work) {
+    for key in super::config::PRIVATE_KEY_SETTINGS {
+        if let (Some(p), Some(w)) = (super::config::configured_file(repo, key)?, &work) {
             let p = std::fs::canonicalize(&p).unwrap_or(p);
             if let Ok(rel) = p.strip_prefix(w) {
                 named.push((key, rel.to_path_buf()));
@@ -528,6 +528,22 @@ impl Recorded {
 fn index_written(repo: &Repository) -> Option<(i64, i64)> {
     let path = repo.index().ok()?.path()?.to_path_buf();
     std::fs::metadata(path).ok().map(|m| (m.mtime(), m.mtime_nsec()))
+}
+
+/// The repository around `dir` as a hook Git runs sees it: with the index
+/// Git is committing. `git commit -a` and `git commit PATH` stage into a
+/// temporary index named by `GIT_INDEX_FILE`; `.git/index` then holds the
+/// previous state, and checking it would pass what is being committed
+/// unread.
+pub fn open_for_hook(dir: &Path) -> Result<git2::Repository> {
+    let repo = git2::Repository::discover(dir).map_err(crate::odb::git_err)?;
+    if let Some(file) = std::env::var_os("GIT_INDEX_FILE").filter(|f| !f.is_empty()) {
+        // Relative to the directory Git ran the hook in.
+        let path = std::path::absolute(Path::new(&file)).map_err(|e| crate::error::Error::io(Path::new(&file), e))?;
+        let mut index = git2::Index::open(&path).map_err(crate::odb::git_err)?;
+        repo.set_index(&mut index).map_err(crate::odb::git_err)?;
+    }
+    Ok(repo)
 }
 
 #[cfg(test)]

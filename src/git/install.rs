@@ -154,14 +154,14 @@ fn drivers(exe: &str) -> Vec<(String, String)> {
 /// [`ensure_committed_attributes`]). Nothing else `install` does (hooks,
 /// filters, pack settings) is done here. Returns true when it wrote them;
 /// false too when this process cannot tell where its `wtxt` command is
-/// ([`crate::git::command`]), as a driver Git cannot run would break `git
+/// ([`super::shell::command`]), as a driver Git cannot run would break `git
 /// diff`.
 pub fn drivers_where_unset(repo: &Repository) -> Result<bool> {
     let mut cfg = repo.config().map_err(git_err)?;
     if cfg.snapshot().map_err(git_err)?.get_entry("diff.wtxt.command").is_ok() {
         return Ok(false);
     }
-    let Ok(exe) = crate::git::command() else { return Ok(false) };
+    let Ok(exe) = super::shell::command() else { return Ok(false) };
     let mut local = cfg.open_level(git2::ConfigLevel::Local).map_err(git_err)?;
     for (k, v) in drivers(&shell_word(&exe.display().to_string())) {
         local.set_str(&k, &v).map_err(git_err)?;
