@@ -51,7 +51,7 @@ pub struct PipelineConfig {
     /// when it published none).
     pub message: String,
     /// Told at once of every background failure (also kept in `last_error`).
-    pub log: Option<crate::daemon::Log>,
+    pub log: Option<super::log::Log>,
     /// Largest file of a snapshot (split above it), in the ring and the repository.
     pub part_size: crate::format::split::PartSize,
     /// The digest form of every snapshot.

@@ -80,7 +80,7 @@ pub struct Pushes {
     repo: PathBuf,
     queue_file: PathBuf,
     stopping: Arc<AtomicBool>,
-    log: Option<crate::daemon::Log>,
+    log: Option<super::log::Log>,
     state: Mutex<State>,
     changed: Condvar,
 }
@@ -96,7 +96,7 @@ impl Pushes {
         repo: PathBuf,
         remote: String,
         stopping: Arc<AtomicBool>,
-        log: Option<crate::daemon::Log>,
+        log: Option<super::log::Log>,
     ) -> Pushes {
         let queue_file = ring.join("resend.queue");
         let text = std::fs::read_to_string(&queue_file).unwrap_or_default();

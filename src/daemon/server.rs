@@ -114,7 +114,7 @@ impl DaemonConfig {
     /// The pipeline these settings describe (repository, ring, keys, part
     /// size, ...), as the daemon and Python's in-process `Snapshotter` run it,
     /// and the repository opened.
-    pub fn pipeline(&self, log: crate::daemon::Log) -> Result<(PipelineConfig, git2::Repository)> {
+    pub fn pipeline(&self, log: super::log::Log) -> Result<(PipelineConfig, git2::Repository)> {
         let cfg = self;
         let repo = cfg.repo.clone().ok_or_else(|| Error::usage("--repo is required"))?;
         let git = git2::Repository::open(&repo)
@@ -237,7 +237,7 @@ pub fn default_ring(path_in_repo: &Path) -> PathBuf {
 /// Runs the daemon until `shutdown` or SIGTERM; background failures and
 /// warnings go to `log`.
 #[allow(unsafe_code)]
-pub fn run(cfg: DaemonConfig, log: crate::daemon::Log) -> Result<()> {
+pub fn run(cfg: DaemonConfig, log: super::log::Log) -> Result<()> {
     let socket = cfg.socket.clone().ok_or_else(|| Error::usage("--socket is required"))?;
     let (mut pc, git) = cfg.pipeline(log.clone())?;
     if pc.keys.trusted.is_none() {
@@ -532,7 +532,7 @@ struct Server {
     snap: Snapshotter,
     /// What a WTXT input must prove before the pipeline signs or HMACs it.
     trust: InputTrust,
-    log: crate::daemon::Log,
+    log: super::log::Log,
     next_gen: std::sync::Mutex<u64>,
 }
 
