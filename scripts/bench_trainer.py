@@ -4,11 +4,18 @@ parameter) trained for 2 steps on the CPU, a checkpoint at each, with and
 without the callback, in one run. Prints the Trainer's own save
 (`_save_checkpoint`: model, optimizer, scheduler, RNG, state) against the
 time the callback held the loop (reading the folder back and the copy), and
-how long each generation took to be written and committed behind it.
+how long each generation took to be written and committed behind it. Then
+the CPU a generation cost (the process's CPU with the callback less
+without it, over the generations) against the same bytes by hand:
+`wtxt.save_file(..., prev=)`, `git add`, and `git commit` with the
+pre-commit hook `wtxt git install` sets (it verifies and packs), in a
+repository of its own.
 
-    python3 scripts/bench_trainer.py [PARAMS_M]      (default 250)
+    python3 scripts/bench_trainer.py [PARAMS_M [HIDDEN]]      (defaults 250, 1024)
 """
 import os
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,7 +28,7 @@ import wtxt
 from wtxt.trainer import WtxtCallback
 
 params_m = int(sys.argv[1]) if len(sys.argv) > 1 else 250
-hidden = 1024
+hidden = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
 layers = max(1, round((params_m * 1e6 - 2 * 32000 * hidden) / (12 * hidden * hidden)))
 saves = []
 orig = transformers.Trainer._save_checkpoint
@@ -36,6 +43,11 @@ def timed(self, *a, **k):
 transformers.Trainer._save_checkpoint = timed
 
 
+def cpu(who=resource.RUSAGE_SELF):
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
 def run(work, callbacks):
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=hidden, intermediate_size=4 * hidden,
@@ -47,19 +59,42 @@ def run(work, callbacks):
     args = transformers.TrainingArguments(output_dir=os.path.join(work, "out"), max_steps=2, save_steps=1,
                                           per_device_train_batch_size=2, report_to=[], use_cpu=True,
                                           disable_tqdm=True, logging_steps=1000)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), cpu()
     transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks).train()
-    return n, time.perf_counter() - t
+    return n, time.perf_counter() - t, cpu() - c
+
+
+def by_hand(work, folders):
+    """CPU seconds of each folder in turn as one generation by hand: the
+    arrays the callback makes of it (`wtxt.checkpoint.checkpoint_state`,
+    the same bytes) written by `wtxt.save_file(..., prev=)`, then `git add`
+    and `git commit` with the pre-commit hook of `wtxt git install` (it
+    verifies and packs)."""
+    from wtxt.checkpoint import checkpoint_state
+    repo = os.path.join(work, "hand")
+    subprocess.run(["git", "init", "-q", repo], check=True)
+    subprocess.run([shutil.which("wtxt"), "git", "install"], cwd=repo, check=True, capture_output=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@e", "GIT_COMMITTER_NAME": "b",
+           "GIT_COMMITTER_EMAIL": "b@e"}
+    path = os.path.join(repo, "llama.wtxt")
+    costs = []
+    for i, folder in enumerate(folders):
+        c = cpu() + cpu(resource.RUSAGE_CHILDREN)
+        wtxt.save_file(checkpoint_state(folder), path, prev=path if i else None)
+        subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+        subprocess.run(["git", "commit", "-qm", f"g{i}"], cwd=repo, check=True, env=env)
+        costs.append(cpu() + cpu(resource.RUSAGE_CHILDREN) - c)
+    return costs
 
 
 with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as work:
-    n, plain = run(work, [])
+    n, plain, plain_cpu = run(work, [])
     plain_saves = saves[:]
     saves.clear()
     repo = os.path.join(work, "runs")
     subprocess.run(["git", "init", "-q", repo], check=True)
     cb = WtxtCallback(repo, "llama.wtxt")
-    _, with_cb = run(os.path.join(work, "b"), [cb])
+    _, with_cb, cb_cpu = run(os.path.join(work, "b"), [cb])
     size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(os.path.join(work, "b", "out",
                "checkpoint-2")) for f in fs)
     print(f"{os.cpu_count()} cores; Llama of {n / 1e6:.0f}M f32 parameters ({layers} layers); "
@@ -71,3 +106,9 @@ with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as work:
         st = i.stages or {}
         print(f"generation {i.gen}: write {st.get('write', 0):.2f} s, commit {st.get('commit', 0):.2f} s")
     print(f"train() wall: {plain:.1f} s without, {with_cb:.1f} s with (the last generation waited for at the end)")
+    per_gen = (cb_cpu - plain_cpu) / max(1, len(cb.infos))
+    folders = [os.path.join(work, "out", f"checkpoint-{k}") for k in (1, 2)]
+    hand = by_hand(work, folders)
+    print(f"CPU a generation: the callback {per_gen:.2f} s (train() {cb_cpu:.1f} CPU-s with, {plain_cpu:.1f} without); "
+          f"save_file + git add + hooked commit of the same arrays: {', '.join(f'{h:.2f}' for h in hand)} s; "
+          f"ratio {per_gen / (sum(hand) / len(hand)):.2f}x")
