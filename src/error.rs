@@ -284,6 +284,11 @@ pub fn check_byte(byte: u64, message: impl Into<String>) -> Error {
     Error::check(Position::Byte(byte), message)
 }
 
+/// A libgit2 failure as unusable input, naming Git.
+pub fn git_err(e: git2::Error) -> Error {
+    Error::input(Default::default(), format!("git: {}", e.message()))
+}
+
 /// Shorthand for unusable input at a byte offset.
 pub fn input_at(byte: u64, message: impl Into<String>) -> Error {
     Error::input(Position::Byte(byte), message)

@@ -14,8 +14,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use git2::{Oid, Repository};
 
+use crate::error::git_err;
 use crate::error::{Error, Result};
-use crate::odb::git_err;
 
 /// The blob's size, from its object header (nothing is inflated).
 pub fn size(repo: &Repository, blob: Oid) -> Result<u64> {

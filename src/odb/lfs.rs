@@ -14,8 +14,8 @@ use std::process::{Command, Stdio};
 
 use git2::{Oid, Repository};
 
+use crate::error::git_err;
 use crate::error::{Error, Result};
-use crate::odb::git_err;
 
 /// The pointer format's first line (the Git LFS specification, v1).
 const VERSION: &str = "version https://git-lfs.github.com/spec/v1";

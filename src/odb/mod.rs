@@ -4,8 +4,6 @@
 //! read as streams. Nothing here runs a hook, moves a ref or reads a work
 //! tree: that is [`crate::git`]'s. docs/STORAGE.md tells how the pieces fit.
 
-use crate::error::Error;
-
 pub(crate) mod blob;
 pub(crate) mod deflate;
 pub mod lfs;
@@ -16,7 +14,4 @@ pub(crate) mod promisor;
 /// The pack's deflate of one blob (what `examples/pack_pass` times).
 pub use deflate::zlib;
 
-/// A libgit2 failure as unusable input, naming Git.
-pub fn git_err(e: git2::Error) -> Error {
-    Error::input(Default::default(), format!("git: {}", e.message()))
-}
+pub use crate::error::git_err;

@@ -14,8 +14,8 @@ use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use crate::error::git_err;
 use crate::error::{Error, Result};
-use crate::odb::git_err;
 use crate::odb::pack::{Expect, PACKED_MAX};
 
 /// The loose compression level `repo` asks for: `core.looseCompression`,

@@ -11,8 +11,8 @@ use std::process::{Command, Stdio};
 
 use git2::{Oid, Repository};
 
+use crate::error::git_err;
 use crate::error::{Error, Result};
-use crate::odb::git_err;
 
 /// The promisor remote of a partial clone (`extensions.partialClone`, or
 /// the first remote with `remote.<name>.promisor` set, as `git clone

@@ -134,3 +134,83 @@ fn the_front_is_the_one_the_architecture_lists() {
     ];
     assert_eq!(below, namespaces, "public modules below the top differ from docs/ARCHITECTURE.md's front");
 }
+
+/// Folders whose `mod.rs` still holds definitions its files share (the
+/// format's and the containers' own grammar): docs/ARCHITECTURE.md names
+/// them. Every other folder's `mod.rs` only declares and hands names on.
+const SHARED_BELOW_MOD_RS: &[&str] = &["convert/aero", "convert/fold", "convert/mldf", "format/split", "format/write"];
+
+/// The layer rule file by file inside a folder: a file names the sibling
+/// that defines what it uses, never its parent's `mod.rs` (`use super::*`,
+/// `super::item` or `crate::folder::item` for an item of `mod.rs` rather
+/// than a module declared there). A `mod.rs` that children reach is a
+/// front and a basement at once, the import that runs back up a floor.
+#[test]
+fn no_file_reaches_back_up_into_its_folders_mod_rs() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut dirs = Vec::new();
+    let mut stack = vec![src.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p.clone());
+                dirs.push(p);
+            }
+        }
+    }
+    let mut broken = Vec::new();
+    for dir in dirs {
+        let rel = dir.strip_prefix(&src).unwrap().to_str().unwrap().to_string();
+        let Ok(front) = std::fs::read_to_string(dir.join("mod.rs")) else { continue };
+        if SHARED_BELOW_MOD_RS.contains(&rel.as_str()) {
+            continue;
+        }
+        let modules: Vec<&str> = front
+            .lines()
+            .filter_map(|l| l.trim().split_once("mod ")?.1.strip_suffix(';'))
+            .filter(|m| m.chars().all(|c| c == '_' || c.is_ascii_alphanumeric()))
+            .collect();
+        let own = format!("crate::{}::", rel.replace('/', "::"));
+        let mut files = Vec::new();
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() && p.join("mod.rs").exists() {
+                files.push(p.join("mod.rs"));
+            } else if p.extension().is_some_and(|x| x == "rs")
+                && !["mod.rs", "tests.rs"].contains(&p.file_name().unwrap().to_str().unwrap())
+            {
+                files.push(p);
+            }
+        }
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            // A file's own tests (`mod tests { use super::*; }`) name the file, not its parent.
+            let body = text.split("\n#[cfg(test)]").next().unwrap();
+            for (n, line) in body.lines().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") {
+                    continue;
+                }
+                let reaches = |prefix: &str| {
+                    code.match_indices(prefix).any(|(i, _)| {
+                        let rest = &code[i + prefix.len()..];
+                        let names: Vec<&str> = match rest.strip_prefix('{') {
+                            Some(group) => group.split('}').next().unwrap().split(',').collect(),
+                            None => vec![rest],
+                        };
+                        names.iter().any(|r| {
+                            let r = r.trim();
+                            let name: String = r.chars().take_while(|c| *c == '_' || c.is_alphanumeric()).collect();
+                            r.starts_with('*') || (!name.is_empty() && !modules.contains(&name.as_str()))
+                        })
+                    })
+                };
+                if reaches("super::") || reaches(&own) {
+                    broken.push(format!("{}:{}: {}", f.display(), n + 1, code));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "files reaching back up into their folder's mod.rs:\n{}", broken.join("\n"));
+}
