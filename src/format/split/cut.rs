@@ -1,8 +1,18 @@
 //! Cutting a single-file text into parts as it streams, line by line.
 
-use super::*;
+use super::head::*;
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+
+use super::frame::FrameHash;
+use super::join::PartSource;
+use super::plan::{array_units, cuts};
+use crate::error::{check_at, Error, Position, Result};
 use crate::format::layout::last_line_width;
+use crate::format::layout::Layout;
+use crate::format::read::LineReader;
 use crate::format::syntax::{lines_for, B64_WIDTH};
+use crate::format::syntax::{lossy, ArrLine, ChLine, IdxLine};
 
 /// Where parts are written while a snapshot is split.
 pub trait PartSink {

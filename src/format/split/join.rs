@@ -1,7 +1,19 @@
 //! Joining a head and its parts back into the single text, each part
 //! checked against the head as it streams.
 
-use super::*;
+use super::head::*;
+use std::collections::VecDeque;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+
+use super::frame::FrameHash;
+use crate::error::{check_at, Error, Position, Result};
+use crate::format::syntax::{lossy, ArrLine};
+use crate::fs::Skip;
+use crate::limits::MAX_LINE;
 
 /// Where the parts of a head are read from: files next to it, or blobs in
 /// a Git tree or index.

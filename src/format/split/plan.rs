@@ -1,6 +1,9 @@
 //! Where the cuts fall: from sizes alone, before a byte is written.
 
-use super::*;
+use super::head::*;
+use crate::error::{Error, Result};
+use crate::format::layout::Layout;
+use crate::format::syntax::{lines_for, ChLine};
 
 /// Before which of an array's chunks a new part starts (`[0]`: before the
 /// array itself), given the bytes `used` of the open part (`None`: none is
