@@ -1,6 +1,15 @@
 //! Reading FOLD: the index, each chunk's SHA-256, parity and zstd checked, a window at a time.
 
-use super::*;
+use super::layout::*;
+use crate::buffer::ArrayData;
+use crate::convert::bytes::{be_u32, be_u64};
+use crate::convert::common::{meta_array, Notes, ReadAs};
+use crate::convert::npz::Member;
+use crate::convert::{npz, rs};
+use crate::error::{check_byte, input_at, Result};
+use crate::model::{assign_names, Array};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
 /// Reads a FOLD file: tensors from `NPZ0` chunks, every other chunk and the
 /// index as metadata arrays. Names are WTXT names already.

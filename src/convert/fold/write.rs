@@ -1,6 +1,18 @@
 //! Writing FOLD: tensors into NPZ0 chunks of at most 1 GiB, each compressed, hashed and given its parity on the way out.
 
-use super::*;
+use super::layout::*;
+use crate::buffer::ArrayData;
+use crate::buffer::Spill;
+use crate::convert::common::meta_typed;
+use crate::convert::container::WriteSeek;
+use crate::convert::names::OriginalNames;
+use crate::convert::npy;
+use crate::convert::{npz, pyjson, rs, unseek};
+use crate::error::{reason, Error, Reason, Result};
+use crate::model::Array;
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+use std::io::{SeekFrom, Write};
 
 /// The most an NPZ member can add to an archive besides its array's bytes:
 /// the `.npy` header, the key twice (local and central headers, `.npy`
