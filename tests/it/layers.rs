@@ -136,9 +136,9 @@ fn the_front_is_the_one_the_architecture_lists() {
 }
 
 /// Folders whose `mod.rs` still holds definitions its files share (the
-/// format's and the containers' own grammar): docs/ARCHITECTURE.md names
-/// them. Every other folder's `mod.rs` only declares and hands names on.
-const SHARED_BELOW_MOD_RS: &[&str] = &["convert/aero", "convert/fold", "convert/mldf", "format/write"];
+/// writer's plan): docs/ARCHITECTURE.md names them. Every other folder's
+/// `mod.rs` only declares and hands names on.
+const SHARED_BELOW_MOD_RS: &[&str] = &["format/write"];
 
 /// The layer rule file by file inside a folder: a file names the sibling
 /// that defines what it uses, never its parent's `mod.rs` (`use super::*`,

@@ -1,6 +1,13 @@
 //! Reading AERO: every limit and hash checked before a byte is used; tensors are windows of the mapped shards.
 
-use super::*;
+use super::layout::*;
+use crate::convert::bytes::{le_u16, le_u32, le_u64};
+use crate::convert::common::ReadAs;
+use crate::convert::common::{meta_array, zstd_exact, Notes};
+use crate::convert::msgpack;
+use crate::error::{check_byte, input_at, reason, Reason, Result};
+use crate::model::{assign_names, Array, ArrayData, Dtype};
+use serde_json::{json, Value};
 
 /// Reads an AERO file. Names are WTXT names already; the file's own are
 /// kept in `__aero`.

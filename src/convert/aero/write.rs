@@ -1,6 +1,14 @@
 //! Writing AERO: the chunks `__aero` lists, in its order, or the reference writer's defaults.
 
-use super::*;
+use super::layout::*;
+use crate::convert::bytes::{align, each_zero_piece};
+use crate::convert::common::{meta_typed, zstd_exact};
+use crate::convert::msgpack;
+use crate::convert::names::OriginalNames;
+use crate::error::{reason, Error, Reason, Result};
+use crate::model::{Array, Dtype};
+use serde_json::{json, Value};
+use std::io::Write;
 
 /// One chunk to write.
 struct Out {

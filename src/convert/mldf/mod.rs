@@ -9,159 +9,21 @@
 //! header and descriptors are kept in the JSON array `__mldf`.
 #![forbid(unsafe_code)]
 
-use std::io::Write;
-
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::buffer::Spill;
-use crate::convert::bytes::{align, each_zero_piece, le_u16, le_u32, le_u64};
-use crate::convert::common::{meta_array, meta_typed, Notes};
+use crate::convert::common::Notes;
 use crate::convert::container::{drop_default_meta, Container, WriteSeek};
-use crate::convert::names::{self, OriginalNames};
-use crate::error::{input_at, reason, Error, Reason, Result};
-use crate::model::{assign_names, Array, ArrayData, Dtype};
+use crate::convert::names::{self};
+use crate::error::Result;
+use crate::model::{Array, ArrayData};
 
+mod layout;
 mod read;
 mod write;
 
+pub use layout::*;
 pub use read::*;
 pub use write::*;
-
-/// The magic bytes: the seed's literal `b'\x89MLDF\r\n\x1a\n'`, which is 9
-/// bytes (its comment says 8; its code writes and reads all 9).
-pub const MAGIC: &[u8] = b"\x89MLDF\r\n\x1a\n";
-/// Where the header starts: right after the magic.
-const H: usize = MAGIC.len();
-/// Name of the metadata array.
-pub const META: &str = "__mldf";
-const HEADER: usize = 64;
-
-/// What `__mldf` keeps of a file that its arrays do not say: the header
-/// fields and each field's descriptor, with the arrays holding its values.
-/// Fields serialize in this order (the bytes of a snapshot depend on it).
-#[derive(Serialize, Deserialize)]
-struct MldfMeta {
-    #[serde(default = "MldfMeta::version")]
-    version: [u16; 2],
-    #[serde(default = "MldfMeta::flags")]
-    flags: u32,
-    #[serde(default = "MldfMeta::page_size")]
-    page_size: u32,
-    #[serde(default)]
-    num_samples: u64,
-    #[serde(default)]
-    fields: Vec<FieldMeta>,
-}
-
-/// One field's descriptor in `__mldf`.
-#[derive(Serialize, Deserialize, Default)]
-struct FieldMeta {
-    /// The field's own name in the file (its original name).
-    name: String,
-    type_id: u16,
-    #[serde(default)]
-    flags: u16,
-    /// The WTXT array holding the values.
-    array: String,
-    /// For BYTES and JSON: the array of per-sample sizes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    sizes: Option<String>,
-    /// The descriptor's 128 argument bytes as hex, when any is not zero.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    arguments: Option<String>,
-}
-
-impl MldfMeta {
-    fn version() -> [u16; 2] {
-        [VERSION_MAJOR, VERSION_MINOR]
-    }
-    fn flags() -> u32 {
-        LITTLE_ENDIAN
-    }
-    fn page_size() -> u32 {
-        PAGE as u32
-    }
-    fn of(arrays: &[Array]) -> Result<Option<MldfMeta>> {
-        meta_typed(arrays, META)
-    }
-    fn array(&self) -> Result<Array> {
-        meta_array(META, &serde_json::to_value(self).expect("the metadata serializes"))
-    }
-}
-const DESC: u64 = 208;
-const ALLOC: u64 = 16;
-const VERSION_MAJOR: u16 = 1;
-const VERSION_MINOR: u16 = 0;
-const LITTLE_ENDIAN: u32 = 0x1;
-const UNSUPPORTED_FLAGS: [(u32, &str); 3] = [(0x2, "compressed"), (0x4, "checksummed"), (0x8, "encrypted")];
-const MAX_NDIM: usize = 14;
-/// Our writer's page size (the data region starts on a page boundary).
-const PAGE: u64 = 4096;
-
-/// Field types this reader and writer handle.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
-    Int = 1,
-    Float = 2,
-    Bytes = 3,
-    Ndarray = 4,
-    Json = 5,
-}
-
-impl Kind {
-    fn from_id(id: u16) -> Option<Kind> {
-        Some(match id {
-            1 => Kind::Int,
-            2 => Kind::Float,
-            3 => Kind::Bytes,
-            4 => Kind::Ndarray,
-            5 => Kind::Json,
-            _ => return None,
-        })
-    }
-
-    /// Size of the field's record in a metadata row.
-    fn record(self) -> u64 {
-        match self {
-            Kind::Int | Kind::Float => 8,
-            _ => 16,
-        }
-    }
-}
-
-/// NDARRAY arguments: dtype (8 bytes, NUL-padded WTXT spelling), ndim (1
-/// byte), 7 zero bytes, then ndim little-endian u64 dims.
-fn parse_ndarray_args(a: &[u8]) -> std::result::Result<(Dtype, Vec<u64>), Reason> {
-    let name: Vec<u8> = a[..8].iter().copied().take_while(|&c| c != 0).collect();
-    let dtype = Dtype::parse(&name)
-        .ok_or_else(|| reason!("NDARRAY dtype {:?} is not a WTXT dtype", String::from_utf8_lossy(&name)))?;
-    let ndim = a[8] as usize;
-    if ndim > MAX_NDIM {
-        return Err(reason!("NDARRAY ndim {ndim} exceeds {MAX_NDIM}"));
-    }
-    Ok((dtype, (0..ndim).map(|i| le_u64(a, 16 + 8 * i)).collect()))
-}
-
-fn ndarray_args(dtype: Dtype, dims: &[u64]) -> Result<[u8; 128]> {
-    if dims.len() > MAX_NDIM {
-        return Err(Error::input(Default::default(), format!("MLDF: a sample has at most {MAX_NDIM} dims")));
-    }
-    let mut a = [0u8; 128];
-    a[..dtype.as_str().len()].copy_from_slice(dtype.as_str().as_bytes());
-    a[8] = dims.len() as u8;
-    for (i, d) in dims.iter().enumerate() {
-        a[16 + 8 * i..24 + 8 * i].copy_from_slice(&d.to_le_bytes());
-    }
-    Ok(a)
-}
-
-struct Field {
-    name: String,
-    kind: Kind,
-    flags: u16,
-    args: [u8; 128],
-}
 
 /// The `__mldf` that reading back [`write()`]'s output for `tensors` alone
 /// gives (every array an NDARRAY field), or `None` when it cannot write them.

@@ -1,6 +1,11 @@
 //! Reading MLDF: header, field table and allocation table checked, each field gathered sample by sample in bounded heap.
 
-use super::*;
+use super::layout::*;
+use crate::buffer::Spill;
+use crate::convert::bytes::{le_u16, le_u32, le_u64};
+use crate::convert::common::Notes;
+use crate::error::{input_at, Result};
+use crate::model::{assign_names, Array, ArrayData, Dtype};
 
 /// The field descriptors, each checked, and the metadata row size.
 fn read_fields(b: &[u8], desc_ptr: u64, nf: u64) -> Result<(Vec<Field>, u64)> {

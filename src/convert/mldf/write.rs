@@ -1,6 +1,11 @@
 //! Writing MLDF: fields planned from the arrays, samples streamed out in one pass with their allocation table.
 
-use super::*;
+use super::layout::*;
+use crate::convert::bytes::{align, each_zero_piece};
+use crate::convert::names::{self, OriginalNames};
+use crate::error::{Error, Result};
+use crate::model::{Array, ArrayData, Dtype};
+use std::io::Write;
 
 /// A field about to be written: the array with its values and, for BYTES
 /// and JSON, the array of per-sample sizes.
