@@ -135,11 +135,6 @@ fn the_front_is_the_one_the_architecture_lists() {
     assert_eq!(below, namespaces, "public modules below the top differ from docs/ARCHITECTURE.md's front");
 }
 
-/// Folders whose `mod.rs` still holds definitions its files share (the
-/// writer's plan): docs/ARCHITECTURE.md names them. Every other folder's
-/// `mod.rs` only declares and hands names on.
-const SHARED_BELOW_MOD_RS: &[&str] = &["format/write"];
-
 /// The layer rule file by file inside a folder: a file names the sibling
 /// that defines what it uses, never its parent's `mod.rs` (`use super::*`,
 /// `super::item` or `crate::folder::item` for an item of `mod.rs` rather
@@ -163,9 +158,6 @@ fn no_file_reaches_back_up_into_its_folders_mod_rs() {
     for dir in dirs {
         let rel = dir.strip_prefix(&src).unwrap().to_str().unwrap().to_string();
         let Ok(front) = std::fs::read_to_string(dir.join("mod.rs")) else { continue };
-        if SHARED_BELOW_MOD_RS.contains(&rel.as_str()) {
-            continue;
-        }
         let modules: Vec<&str> = front
             .lines()
             .filter_map(|l| l.trim().split_once("mod ")?.1.strip_suffix(';'))

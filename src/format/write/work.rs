@@ -40,7 +40,7 @@ use crate::format::layout::encode_lines;
 use crate::format::syntax::{ArrLine, DigestForm};
 use crate::progress::Progress;
 
-use super::{ch_line, final_arr, placeholder_arr, Plan, WriteOptions, ENCODE_PIECE};
+use super::arrays::{ch_line, final_arr, placeholder_arr, Plan, WriteOptions, ENCODE_PIECE};
 
 /// What the work computes, each slot set once.
 pub(super) struct Sums {
