@@ -23,7 +23,7 @@ pub fn read_tensors(src: &ArrayData, notes: &mut Notes) -> Result<Vec<Array>> {
 }
 
 /// Like [`read`], and where our zstd would not reproduce a compressed
-/// chunk's stored bytes, keeps them (`stored_hex`), so [`write()`] gives this
+/// chunk's stored bytes, keeps them (`stored_hex`), so [`write()`](super::write::write) gives this
 /// exact file back (the Git filter).
 pub fn read_pinned(src: &ArrayData, notes: &mut Notes) -> Result<Vec<Array>> {
     read_with(src, notes, ReadAs::Pinned)

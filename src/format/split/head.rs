@@ -117,7 +117,7 @@ pub struct PartLine {
 /// What a `part` line binds its part by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PartHash {
-    /// `frame=`: SHA-256 of the part's frame ([`FrameHash`]): what writers write.
+    /// `frame=`: SHA-256 of the part's frame ([`FrameHash`](super::frame::FrameHash)): what writers write.
     Frame(Hash),
     /// `sha256=`: SHA-256 of every byte, in heads written before frames.
     File(Hash),

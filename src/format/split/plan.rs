@@ -107,7 +107,7 @@ impl PartSpan {
 }
 
 /// Where the parts of the text `shape` describes go when it is split by
-/// `size`: the same cuts [`split`] makes when it reads that text. `None`
+/// `size`: the same cuts [`split`](super::cut::split) makes when it reads that text. `None`
 /// when the text fits in one file.
 pub fn place_parts(shape: &TextShape, size: u64) -> Result<Option<Vec<PartSpan>>> {
     let mut pos = shape.header;
