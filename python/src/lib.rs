@@ -613,25 +613,11 @@ fn load(
 /// `rows` by original name as rows by stored name, from the snapshot's
 /// outline (unverified: `load` checks the result against the verified names).
 fn stored_rows(path: &Path, rows: &BTreeMap<String, (u64, u64)>) -> wtxt::Result<BTreeMap<String, (u64, u64)>> {
-    let Some((_, names, tensors)) = outlined(path)? else { return Ok(BTreeMap::new()) };
-    Ok(tensors.into_iter().filter_map(|(stored, ..)| rows.get(names.original(&stored)).map(|&r| (stored, r))).collect())
-}
-
-/// A snapshot's outline, nothing verified: its metadata arrays, the
-/// original names they give, and (stored name, dtype, shape) of every
-/// other array. `None` when the text does not outline cleanly.
-#[allow(clippy::type_complexity)]
-fn outlined(path: &Path) -> wtxt::Result<Option<(Vec<Array>, OriginalNames, Vec<(String, Dtype, Vec<u64>)>)>> {
-    let Some(all) = wtxt::store::outline(path, &wtxt::model::is_metadata_name, wtxt::limits::MAX_METADATA) else {
-        return Ok(None);
-    };
-    let (metas, tensors): (Vec<_>, Vec<_>) = all.into_iter().partition(|o| wtxt::model::is_metadata_name(&o.arr.name));
-    let metas: Vec<Array> = metas
+    let Some(o) = wtxt::ops::named_outline(path)? else { return Ok(BTreeMap::new()) };
+    Ok(o.tensors
         .into_iter()
-        .map(|o| Array::new(o.arr.name, o.arr.dtype, o.arr.shape, ArrayData::from(o.data.unwrap_or_default())))
-        .collect::<Result<_, _>>()?;
-    let names = OriginalNames::of(&metas)?.unwrap_or_default();
-    Ok(Some((metas, names, tensors.into_iter().map(|o| (o.arr.name, o.arr.dtype, o.arr.shape)).collect())))
+        .filter_map(|(stored, ..)| rows.get(o.names.original(&stored)).map(|&r| (stored, r)))
+        .collect())
 }
 
 /// What a snapshot holds, from its `arr` lines and metadata arrays alone,
@@ -641,7 +627,9 @@ fn outlined(path: &Path) -> wtxt::Result<Option<(Vec<Array>, OriginalNames, Vec<
 #[pyfunction]
 fn outline(py: Python<'_>, path: PathBuf) -> PyResult<Option<records::PyOutline>> {
     py.allow_threads(|| {
-        let Some((metas, names, tensors)) = outlined(&path)? else { return Ok(None) };
+        let Some(wtxt::ops::NamedOutline { metas, names, tensors }) = wtxt::ops::named_outline(&path)? else {
+            return Ok(None);
+        };
         let objects = objects_of(&metas)?;
         let tensors = tensors
             .into_iter()

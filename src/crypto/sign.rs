@@ -233,8 +233,7 @@ impl TrustedKeys {
     /// Parses a trusted-keys file; errors carry the 1-based line.
     pub fn parse(text: &str) -> Result<TrustedKeys> {
         let at = |n: u64, m: &str| Error::input(crate::error::Position::Line(n), m);
-        let t = text.trim_start();
-        if t.starts_with("-----BEGIN ") || t.starts_with("ssh-") {
+        if TrustedKeys::is_one_key_file(text) {
             return PublicKey::parse(text).map(TrustedKeys::single).map_err(|m| at(1, m.as_str()));
         }
         let mut keys = Vec::new();
@@ -263,6 +262,13 @@ impl TrustedKeys {
             keys.push((key, comment));
         }
         Ok(TrustedKeys { keys })
+    }
+
+    /// Whether `text` is a public key file (SPKI PEM or an `ssh-` line),
+    /// which a trusted-keys file's reader takes as that one key.
+    pub fn is_one_key_file(text: &str) -> bool {
+        let t = text.trim_start();
+        t.starts_with("-----BEGIN ") || t.starts_with("ssh-")
     }
 
     /// The keys of `--pubkey` (one key file) or else `--trusted-keys` (a

@@ -354,13 +354,20 @@ fn note_dropped(dropped: &[String], to: &dyn crate::convert::container::Containe
     }
 }
 
-/// The rows that hold the arrays `names` (WTXT or original names) whole,
-/// by stored name, from the snapshot's outline: what
-/// [`crate::format::Load::rows`] takes to keep only them. Nothing here is
-/// verified: the load checks what it keeps against the verified `arr`
-/// lines and names, and a name the outline lacks is one the load does not
-/// keep either. `None` when the text does not outline cleanly.
-pub fn rows_of_arrays(path: &Path, names: &[String]) -> Result<Option<std::collections::BTreeMap<String, (u64, u64)>>> {
+/// What a snapshot holds, from its `arr` lines and metadata arrays alone,
+/// nothing verified: for planning a load whose every byte is verified after.
+pub struct NamedOutline {
+    /// The metadata arrays, decoded.
+    pub metas: Vec<Array>,
+    /// The original names they give.
+    pub names: crate::convert::OriginalNames,
+    /// (stored name, dtype, shape) of every other array, in file order.
+    pub tensors: Vec<(String, crate::model::Dtype, Vec<u64>)>,
+}
+
+/// The [`NamedOutline`] of the WTXT at `path`; `None` when the text does not
+/// outline cleanly (the load then says why).
+pub fn named_outline(path: &Path) -> Result<Option<NamedOutline>> {
     use crate::model::{is_metadata_name, ArrayData};
     let Some(all) = crate::store::outline(path, &is_metadata_name, crate::limits::MAX_METADATA) else {
         return Ok(None);
@@ -370,11 +377,24 @@ pub fn rows_of_arrays(path: &Path, names: &[String]) -> Result<Option<std::colle
         .into_iter()
         .map(|o| Array::new(o.arr.name, o.arr.dtype, o.arr.shape, ArrayData::from(o.data.unwrap_or_default())))
         .collect::<Result<Vec<_>>>()?;
-    let kept = crate::convert::names::OriginalNames::of(&metas)?.unwrap_or_default();
-    let rows = tensors
+    let names = crate::convert::OriginalNames::of(&metas)?.unwrap_or_default();
+    let tensors = tensors.into_iter().map(|o| (o.arr.name, o.arr.dtype, o.arr.shape)).collect();
+    Ok(Some(NamedOutline { metas, names, tensors }))
+}
+
+/// The rows that hold the arrays `names` (WTXT or original names) whole,
+/// by stored name, from the snapshot's outline: what
+/// [`crate::format::Load::rows`] takes to keep only them. Nothing here is
+/// verified: the load checks what it keeps against the verified `arr`
+/// lines and names, and a name the outline lacks is one the load does not
+/// keep either. `None` when the text does not outline cleanly.
+pub fn rows_of_arrays(path: &Path, names: &[String]) -> Result<Option<std::collections::BTreeMap<String, (u64, u64)>>> {
+    let Some(o) = named_outline(path)? else { return Ok(None) };
+    let rows = o
+        .tensors
         .into_iter()
-        .filter(|o| names.iter().any(|n| *n == o.arr.name || n == kept.original(&o.arr.name)))
-        .map(|o| (o.arr.name, (0, o.arr.shape.first().copied().unwrap_or(1))))
+        .filter(|(stored, ..)| names.iter().any(|n| n == stored || n == o.names.original(stored)))
+        .map(|(stored, _, shape)| (stored, (0, shape.first().copied().unwrap_or(1))))
         .collect();
     Ok(Some(rows))
 }

@@ -48,8 +48,7 @@ pub fn trust(file: &Path, keys: &[(PublicKey, String)]) -> Result<Vec<(String, b
     let old = crate::fs::read_small_file(file, crate::limits::MAX_KEY_FILE, crate::fs::Links::Refuse)?;
     let mut text = String::from_utf8(old.unwrap_or_default())
         .map_err(|_| Error::input(Default::default(), "expected text (UTF-8)").in_file(file))?;
-    let t = text.trim_start();
-    if t.starts_with("-----BEGIN ") || t.starts_with("ssh-") {
+    if TrustedKeys::is_one_key_file(&text) {
         return Err(Error::usage(format!(
             "{}: a public key file, not a trusted-keys file: name a new file to hold both keys",
             file.display()

@@ -21,28 +21,9 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _rust
 from ._common import (
-    Error, PathLike, VerifyError, as_path, call, literal, ml_dtype, np, save_items, stage_array,
+    Error, PathLike, VerifyError, as_path, call, literal, ml_dtype, np, record_command, save_items, stage_array,
     trust_of, writing_of, ML_DTYPES, TO_NUMPY,
 )
-
-def _installed_command() -> Optional[str]:
-    """The `wtxt` script pip installed with this package (the environment's
-    scripts folder, then the user's), else the first `wtxt` on PATH."""
-    import shutil
-    import sysconfig
-    for scheme in (sysconfig.get_default_scheme(), f"{os.name}_user"):
-        try:
-            script = os.path.join(sysconfig.get_path("scripts", scheme), "wtxt")
-        except KeyError:
-            continue
-        if os.path.isfile(script) and os.access(script, os.X_OK):
-            return script
-    return shutil.which("wtxt")
-
-
-_command = _installed_command()
-if _command is not None:
-    _rust.set_command(_command)
 
 __all__ = ["Error", "VerifyError", "Report", "save_file", "load_file", "load_metadata", "verify", "Snapshotter",
            "SnapshotInfo", "save_folder", "extract_folder"]
@@ -283,6 +264,7 @@ class Snapshotter:
             raise Error(f"max_pending must be at least 1, not {max_pending}")
         if digest not in ("sha256", "tree"):
             raise Error(f"digest: expected 'sha256' or 'tree', not {digest!r}")
+        record_command()
         self._inner = call(_rust.Snapshotter, os.fspath(repo), os.fspath(path_in_repo), remote, as_path(sign_key),
                             as_path(hmac_key), as_path(ring), None if part_size is None else str(part_size),
                             list(recipients or []), keep, None, as_path(oms_key), bool(coalesce), int(max_pending),

@@ -5,6 +5,7 @@ front is `wtxt` and `wtxt.torch`."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
@@ -60,6 +61,28 @@ class VerifyError(Error):
 # The package's front names them: tracebacks and pickles say `wtxt.Error`.
 Error.__module__ = VerifyError.__module__ = "wtxt"
 
+
+
+@functools.cache
+def record_command() -> None:
+    """Tells the compiled core, once, where the `wtxt` script pip installed
+    with this package is (the environment's scripts folder, then the
+    user's, else the first `wtxt` on PATH): the Git drivers a commit sets up
+    call it, as the process is Python's. Called before a commit, not at
+    import."""
+    import shutil
+    import sysconfig
+    for scheme in (sysconfig.get_default_scheme(), f"{os.name}_user"):
+        try:
+            script = os.path.join(sysconfig.get_path("scripts", scheme), "wtxt")
+        except KeyError:
+            continue
+        if os.path.isfile(script) and os.access(script, os.X_OK):
+            _rust.set_command(script)
+            return
+    found = shutil.which("wtxt")
+    if found is not None:
+        _rust.set_command(found)
 
 def call(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """`fn(*args, **kwargs)`, a failure of the Rust side raised as `Error`

@@ -46,7 +46,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 from torch.futures import Future
 
 from .. import SnapshotInfo, _rust
-from .._common import Error, ML_DTYPES, TO_NUMPY, as_path, call, literal, writing_of
+from .._common import Error, ML_DTYPES, TO_NUMPY, as_path, call, literal, record_command, writing_of
 from . import _TO_TORCH, _bits, _load, _pinned, _wtxt_dtype
 from ._ranks import _Ranks, _wtxt_group
 
@@ -590,6 +590,7 @@ class WtxtStorageWriter(StorageWriter):
             self.committed.set_result(SnapshotInfo(gen=gen, commit=None, pushed=False))
             return
         message = f"wtxt snapshot gen={gen:06} sha256_all={sha256_all}"
+        record_command()
         commit, pushed, error = call(_rust.commit_snapshot, self.path, message, self.oms_key is not None, self.remote)
         if error is not None:
             self.committed.set_exception(Error(f"committed {commit}, not pushed: {error}"))
