@@ -12,10 +12,10 @@ use pyo3::types::PyBytes;
 use wtxt::crypto::{Hash, Sha256State};
 use wtxt::format::split::{PartHash, PartLine};
 use wtxt::format::syntax::Meta;
-use wtxt::options::{KeyFiles, Output};
+use wtxt::options::{HmacFile, OmsFile};
 use wtxt::store::{ArrayHash, DistOptions, DistWrite, Raw};
 
-use crate::{named_arrays, parse_part_size, raise, staged_file, Staged, Writing};
+use crate::{named_arrays, raise, staged_file, Staged, Writing};
 
 /// A `part` line as it crosses between ranks: (ix, bytes, lines, sha256).
 type Part = (u64, u64, u64, [u8; 32]);
@@ -70,8 +70,11 @@ impl PyDistWriter {
     /// Plans the snapshot at `path` of the staged tensors (offsets into
     /// `stage_file`) and `objects`, its text and parts written in
     /// `stage_dir`; every rank gives the same arguments.
+    /// The keys, part size and digest form are `writing`'s (as `save`
+    /// takes them); `gen`, `ts` and `merkle_prev` are the ones
+    /// `snapshot_meta` resolved.
     #[new]
-    #[pyo3(signature = (tensors, stage_file, stage_dir, path, gen, ts, merkle_prev, metadata=None, objects=None, hmac_key=None, sign_key=None, part_size=None, digest=None))]
+    #[pyo3(signature = (tensors, stage_file, stage_dir, path, gen, ts, merkle_prev, writing, metadata=None, objects=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -82,12 +85,9 @@ impl PyDistWriter {
         gen: u64,
         ts: String,
         merkle_prev: &[u8],
+        writing: Writing,
         metadata: Option<BTreeMap<String, String>>,
         objects: Option<BTreeMap<String, String>>,
-        hmac_key: Option<PathBuf>,
-        sign_key: Option<PathBuf>,
-        part_size: Option<String>,
-        digest: Option<String>,
     ) -> PyResult<PyDistWriter> {
         let merkle_prev = hash32(merkle_prev, "merkle_prev").map_err(raise)?;
         py.allow_threads(|| {
@@ -96,16 +96,8 @@ impl PyDistWriter {
                 meta: Meta::new(gen, Some(&ts))?.with_tokens(None, None, None, None)?,
                 rows_per_chunk: wtxt::format::DEFAULT_ROWS_PER_CHUNK,
                 merkle_prev,
-                keys: KeyFiles { hmac_key, sign_key, ..KeyFiles::default() }.load()?,
-                output: Output {
-                    part_size: parse_part_size(part_size)?.unwrap_or_default(),
-                    digest: digest
-                        .as_deref()
-                        .map(wtxt::format::syntax::DigestForm::parse)
-                        .transpose()
-                        .map_err(|m| wtxt::Error::usage(format!("digest: {m}")))?
-                        .unwrap_or_default(),
-                },
+                keys: writing.key_files().load()?,
+                output: writing.output()?,
             };
             Ok(PyDistWriter { inner: DistWrite::new(arrays, o, &path, &stage_dir)? })
         })
@@ -244,7 +236,7 @@ impl PyDistWriter {
     /// holds only what stays there: the stage is gone).
     fn sign_oms(&self, py: Python<'_>, oms_key: PathBuf) -> PyResult<()> {
         py.allow_threads(|| {
-            let key = KeyFiles { oms_key: Some(oms_key), ..KeyFiles::default() }.oms()?;
+            let key = OmsFile { oms_key: Some(oms_key) }.key()?;
             wtxt::ops::oms_sign_written(self.inner.out(), key.as_ref()).map(drop)
         })
         .map_err(raise)
@@ -256,7 +248,7 @@ impl PyDistWriter {
 #[pyfunction]
 #[pyo3(signature = (path=None))]
 pub fn hmac_fingerprint(path: Option<PathBuf>) -> PyResult<Option<String>> {
-    Ok(KeyFiles { hmac_key: path, ..KeyFiles::default() }.hmac().map_err(raise)?.map(|k| k.fingerprint()))
+    Ok(HmacFile { hmac_key: path, ..HmacFile::default() }.key().map_err(raise)?.map(|k| k.fingerprint()))
 }
 
 /// The generation a commit at `path` continues: HEAD's version of that

@@ -22,7 +22,7 @@ use wtxt::crypto::{HmacKey, TrustedKeys};
 use wtxt::daemon::{DaemonConfig, Generation, Outcomes, Queue, Snapshotter};
 use wtxt::format::Keep;
 use wtxt::model::{Array, ArrayData, Dtype};
-use wtxt::options::KeyFiles;
+use wtxt::options::{DigestChoice, HmacFile, KeyFiles, OmsFile, Output, PartSizeChoice, SignFile, TrustFiles};
 use wtxt::{ErrorKind, Position};
 
 pyo3::create_exception!(_rust, WtxtError, PyException, "kind, line (or None), message");
@@ -69,9 +69,8 @@ struct TrustKeys {
 impl Trust {
     fn keys(self) -> Result<TrustKeys, wtxt::Error> {
         let files = KeyFiles {
-            hmac_key: self.hmac_key,
-            pubkey: self.pubkey,
-            trusted_keys: self.trusted_keys,
+            hmac: HmacFile { hmac_key: self.hmac_key, ..HmacFile::default() },
+            trust: TrustFiles { pubkey: self.pubkey, trusted_keys: self.trusted_keys },
             ..KeyFiles::default()
         };
         let trusted = match (files.trusted()?, self.signer) {
@@ -200,33 +199,49 @@ pub(crate) struct Writing {
 }
 
 impl Writing {
-    /// The digest form asked for (WTXT 1.1 when none is).
-    pub(crate) fn digest(&self) -> Result<wtxt::format::syntax::DigestForm, wtxt::Error> {
-        self.digest.as_deref().map_or(Ok(Default::default()), |d| {
-            wtxt::format::syntax::DigestForm::parse(d).map_err(|m| wtxt::Error::usage(format!("digest: {m}")))
-        })
-    }
-
-    /// The key files named (no trust: a writer's inputs are arrays).
+    /// The key files named (no trust: a writer's inputs are arrays; no
+    /// key from the environment: Python names its keys).
     pub(crate) fn key_files(&self) -> KeyFiles {
         KeyFiles {
-            hmac_key: self.hmac_key.clone(),
-            sign_key: self.sign_key.clone(),
-            oms_key: self.oms_key.clone(),
+            hmac: HmacFile { hmac_key: self.hmac_key.clone(), ..HmacFile::default() },
+            sign: SignFile { sign_key: self.sign_key.clone() },
+            oms: OmsFile { oms_key: self.oms_key.clone() },
             ..KeyFiles::default()
         }
     }
 
+    /// The part size and digest form asked for, as said (unset: the defaults).
+    pub(crate) fn choices(&self) -> Result<(PartSizeChoice, DigestChoice), wtxt::Error> {
+        let part_size =
+            self.part_size.as_deref().map(|s| s.parse().map_err(|m| wtxt::Error::usage(format!("part_size: {m}"))));
+        let digest = self.digest.as_deref().map(|d| d.parse().map_err(wtxt::Error::usage));
+        Ok((PartSizeChoice { part_size: part_size.transpose()? }, DigestChoice { digest: digest.transpose()? }))
+    }
+
+    /// How the snapshot is stored.
+    pub(crate) fn output(&self) -> Result<Output, wtxt::Error> {
+        let (parts, digest) = self.choices()?;
+        Ok(Output::of(parts, digest))
+    }
+
+    /// Refuses what says where a generation goes for a writer whose
+    /// generations follow its repository.
+    pub(crate) fn no_generation(&self, who: &str) -> Result<(), wtxt::Error> {
+        if self.prev.is_some() || self.gen.is_some() || self.ts.is_some() {
+            return Err(wtxt::Error::usage(format!("{who}: prev, gen and ts are not given here")));
+        }
+        Ok(())
+    }
+
     /// The snapshot options they give (keys read now).
     fn options(self) -> Result<wtxt::ops::SnapshotOptions, wtxt::Error> {
-        let digest = self.digest()?;
-        let part_size = parse_part_size(self.part_size.clone())?.unwrap_or_default();
+        let output = self.output()?;
         let keys = self.key_files().load()?;
         Ok(wtxt::ops::SnapshotOptions {
             meta: wtxt::options::MetaFields { gen: self.gen, ts: self.ts, ..Default::default() },
             prev: self.prev.map(wtxt::ops::Prev::File),
             keys,
-            output: wtxt::options::Output { part_size, digest },
+            output,
             ..Default::default()
         })
     }
@@ -302,11 +317,6 @@ fn staged_file(stage: &std::path::Path, tensors: Vec<Staged>) -> Result<Vec<Name
             }
         })
         .collect()
-}
-
-/// `part_size=` as Python gives it (bytes, or `"45M"`, `"none"`), parsed once.
-fn parse_part_size(s: Option<String>) -> Result<Option<wtxt::format::split::PartSize>, wtxt::Error> {
-    s.map(|s| s.parse().map_err(|m| wtxt::Error::usage(format!("part_size: {m}")))).transpose()
 }
 
 /// Arrays under WTXT names, sorted, with what gives the original names
@@ -387,40 +397,42 @@ impl PySnapshotter {
 
 #[pymethods]
 impl PySnapshotter {
+    /// The daemon's pipeline in this process: the key files, part size
+    /// and digest form from `writing` (as `save` takes them; with no HMAC
+    /// key file `WTXT_HMAC_KEY` counts, as for the daemon), the rest as the
+    /// daemon's settings name them.
     #[new]
-    #[pyo3(signature = (repo, path_in_repo, remote=None, sign_key=None, hmac_key=None, ring=None, part_size=None, recipients=Vec::new(), keep=None, build=None, oms_key=None, coalesce=false, max_pending=2, digest=None))]
+    #[pyo3(signature = (repo, path_in_repo, writing, remote=None, ring=None, recipients=Vec::new(), keep=None, build=None, coalesce=false, max_pending=2))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         repo: PathBuf,
         path_in_repo: PathBuf,
+        writing: Writing,
         remote: Option<String>,
-        sign_key: Option<PathBuf>,
-        hmac_key: Option<PathBuf>,
         ring: Option<PathBuf>,
-        part_size: Option<String>,
         recipients: Vec<String>,
         keep: Option<usize>,
         build: Option<String>,
-        oms_key: Option<PathBuf>,
         coalesce: bool,
         max_pending: usize,
-        digest: Option<String>,
     ) -> PyResult<PySnapshotter> {
         py.allow_threads(|| {
+            writing.no_generation("Snapshotter")?;
+            let (parts, digest) = writing.choices()?;
+            let mut keys = writing.key_files();
+            keys.hmac.from_env = true;
             let cfg = DaemonConfig {
                 repo: Some(repo),
                 path_in_repo: Some(path_in_repo),
                 remote,
-                sign_key,
-                hmac_key,
                 ring,
-                part_size: parse_part_size(part_size)?,
+                keys,
+                parts,
+                digest,
                 recipients,
                 keep,
                 build: Some(build.unwrap_or_else(|| "python".into())),
-                oms_key,
-                digest,
                 ..Default::default()
             };
             // Background failures reach Python through the futures and status().

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-pub use super::flags::{DigestArg, HmacArg, OmsKeyArg, PartSizeArg, SealedArg, TrustArg};
+pub use super::flags::SealedArg;
+use crate::options::{DigestChoice, HmacFile, KeyFiles, MetaFields, OmsFile, PartSizeChoice, SignFile, TrustFiles};
 
 /// Deterministic, self-checking ASCII snapshots of ML weights (WTXT 1.1).
 #[derive(Parser, Debug)]
@@ -95,10 +96,10 @@ pub struct OmsSignArgs {
     #[arg(long, value_name = "model.sig")]
     pub signature: Option<PathBuf>,
     #[command(flatten)]
-    pub hmac: HmacArg,
+    pub hmac: HmacFile,
     /// Keys the snapshot must be signed by before it is signed again.
     #[command(flatten)]
-    pub trust: TrustArg,
+    pub trust: TrustFiles,
 }
 
 #[derive(Args, Debug)]
@@ -130,9 +131,9 @@ pub struct SplitArgs {
     #[arg(short, long, value_name = "OUT.wtxt")]
     pub output: PathBuf,
     #[command(flatten)]
-    pub parts: PartSizeArg,
+    pub parts: PartSizeChoice,
     #[command(flatten)]
-    pub oms: OmsKeyArg,
+    pub oms: OmsFile,
 }
 
 #[derive(Args, Debug)]
@@ -143,7 +144,7 @@ pub struct JoinArgs {
     #[arg(short, long, value_name = "OUT.wtxt")]
     pub output: PathBuf,
     #[command(flatten)]
-    pub oms: OmsKeyArg,
+    pub oms: OmsFile,
 }
 
 #[derive(Args, Debug)]
@@ -219,19 +220,13 @@ pub struct DeltaApplyArgs {
     /// Minimal form: build token (default: the base's).
     #[arg(long, value_name = "TOK")]
     pub build: Option<String>,
+    /// The keys: a minimal-form result is signed with --sign-key; with
+    /// trusted keys the rebuilt target must carry a valid signature by one
+    /// of them (a minimal-form delta, which carries none, is then refused).
     #[command(flatten)]
-    pub hmac: HmacArg,
-    /// Minimal form: sign the result.
-    #[arg(long, value_name = "KEY.pem")]
-    pub sign_key: Option<PathBuf>,
-    /// The rebuilt target must carry a valid signature by one of these keys
-    /// (a minimal-form delta, which carries none, is then refused).
+    pub keys: KeyFiles,
     #[command(flatten)]
-    pub trust: TrustArg,
-    #[command(flatten)]
-    pub parts: PartSizeArg,
-    #[command(flatten)]
-    pub oms: OmsKeyArg,
+    pub parts: PartSizeChoice,
 }
 
 #[derive(Args, Debug)]
@@ -242,38 +237,17 @@ pub struct SnapshotArgs {
     /// Output WTXT file (written atomically).
     #[arg(short, long, value_name = "OUT.wtxt")]
     pub output: PathBuf,
-    /// Generation number (default 0).
-    #[arg(long, value_name = "N", conflicts_with = "prev")]
-    pub gen: Option<u64>,
     /// Previous generation: gen = its gen + 1, merkle_prev = its merkle_this.
-    #[arg(long, value_name = "PREV.wtxt")]
+    #[arg(long, value_name = "PREV.wtxt", conflicts_with = "gen")]
     pub prev: Option<PathBuf>,
-    /// Timestamp YYYY-MM-DDTHH:MM:SSZ (default: $SOURCE_DATE_EPOCH, else now).
-    #[arg(long, value_name = "TS")]
-    pub ts: Option<String>,
-    /// Build token (default none).
-    #[arg(long, value_name = "TOK")]
-    pub build: Option<String>,
-    /// Schema token (default weights/v1).
-    #[arg(long, value_name = "TOK")]
-    pub schema: Option<String>,
-    /// Host token (default cpu).
-    #[arg(long, value_name = "TOK")]
-    pub host: Option<String>,
-    /// CUDA token (default off).
-    #[arg(long, value_name = "TOK")]
-    pub cuda: Option<String>,
+    #[command(flatten)]
+    pub meta: MetaFields,
     /// Rows per chunk for arrays of rank >= 2 (default 128).
     #[arg(long, value_name = "R")]
     pub rows_per_chunk: Option<u64>,
+    /// The keys: WTXT inputs and --prev must be signed by a trusted key.
     #[command(flatten)]
-    pub hmac: HmacArg,
-    /// Ed25519 signing key (PKCS#8 PEM or OpenSSH).
-    #[arg(long, value_name = "KEY.pem")]
-    pub sign_key: Option<PathBuf>,
-    /// Keys that WTXT inputs and --prev must be signed by.
-    #[command(flatten)]
-    pub trust: TrustArg,
+    pub keys: KeyFiles,
     /// Audit line: 'k=v k2="quoted value" ...'.
     #[arg(long, value_name = "'k=v ...'")]
     pub audit: Option<String>,
@@ -284,11 +258,9 @@ pub struct SnapshotArgs {
     #[arg(long, value_name = "OUT.wsum", requires = "streaming")]
     pub wsum: Option<PathBuf>,
     #[command(flatten)]
-    pub parts: PartSizeArg,
+    pub parts: PartSizeChoice,
     #[command(flatten)]
-    pub oms: OmsKeyArg,
-    #[command(flatten)]
-    pub digest: DigestArg,
+    pub digest: DigestChoice,
 }
 
 #[derive(Args, Debug)]
@@ -301,9 +273,9 @@ pub struct VerifyArgs {
     #[arg(long, value_name = "FILE.wsum")]
     pub wsum: Option<PathBuf>,
     #[command(flatten)]
-    pub hmac: HmacArg,
+    pub hmac: HmacFile,
     #[command(flatten)]
-    pub trust: TrustArg,
+    pub trust: TrustFiles,
     /// Fail unless a trusted key's valid signature is present.
     #[arg(long)]
     pub require_signature: bool,
@@ -349,7 +321,7 @@ pub struct ExtractArgs {
     #[arg(long, value_name = "NAME")]
     pub array: Vec<String>,
     #[command(flatten)]
-    pub hmac: HmacArg,
+    pub hmac: HmacFile,
 }
 
 #[derive(Args, Debug)]
@@ -367,14 +339,15 @@ pub struct RecoverArgs {
     #[arg(long, value_name = "PARTIAL.npz")]
     pub partial: Option<PathBuf>,
     #[command(flatten)]
-    pub hmac: HmacArg,
-    /// Sign the recovered file (needs --hmac-key: only authenticated arrays are signed).
-    #[arg(long, value_name = "KEY.pem")]
-    pub sign_key: Option<PathBuf>,
+    pub hmac: HmacFile,
+    /// --sign-key signs the recovered file (it needs --hmac-key: only
+    /// authenticated arrays are signed).
     #[command(flatten)]
-    pub parts: PartSizeArg,
+    pub sign: SignFile,
     #[command(flatten)]
-    pub oms: OmsKeyArg,
+    pub parts: PartSizeChoice,
+    #[command(flatten)]
+    pub oms: OmsFile,
 }
 
 #[derive(Args, Debug)]
@@ -384,15 +357,11 @@ pub struct FinalizeArgs {
     /// Output WSUM file.
     #[arg(short, long, value_name = "OUT.wsum")]
     pub output: PathBuf,
-    /// Sign the WSUM (and the rewritten file).
-    #[arg(long, value_name = "KEY.pem")]
-    pub sign_key: Option<PathBuf>,
-    /// Check the WTXT-S's HMACs first (every array must authenticate).
+    /// The keys: --sign-key signs the WSUM (and the rewritten file); with
+    /// an HMAC key every array of the WTXT-S must authenticate first; --prev
+    /// must be signed by a trusted key.
     #[command(flatten)]
-    pub hmac: HmacArg,
-    /// Keys that --prev must be signed by.
-    #[command(flatten)]
-    pub trust: TrustArg,
+    pub keys: KeyFiles,
     /// Previous generation: merkle_prev = its merkle_this.
     #[arg(long, value_name = "PREV.wtxt")]
     pub prev: Option<PathBuf>,
@@ -400,9 +369,7 @@ pub struct FinalizeArgs {
     #[arg(long, value_name = "OUT.wtxt")]
     pub rewrite: Option<PathBuf>,
     #[command(flatten)]
-    pub parts: PartSizeArg,
-    #[command(flatten)]
-    pub oms: OmsKeyArg,
+    pub parts: PartSizeChoice,
 }
 
 #[derive(Args, Debug)]
@@ -452,7 +419,7 @@ pub struct LogArgs {
     pub dir: PathBuf,
     /// Trusted keys (default: the file of `git config wtxt.trustedKeys`).
     #[command(flatten)]
-    pub trust: TrustArg,
+    pub trust: TrustFiles,
     /// Verify every generation's data from its commit, as `wtxt verify`
     /// does (without it only headers and links are checked).
     #[arg(long)]
@@ -474,7 +441,7 @@ pub struct ReportArgs {
     pub dir: PathBuf,
     /// Trusted keys (default: the file of `git config wtxt.trustedKeys`).
     #[command(flatten)]
-    pub trust: TrustArg,
+    pub trust: TrustFiles,
     /// Verify every generation's data from its commit, as `wtxt log --verify` does.
     #[arg(long)]
     pub verify: bool,
@@ -550,7 +517,7 @@ pub enum GitCommand {
         #[arg(short, long, value_name = "OUT.wtxt")]
         output: PathBuf,
         #[command(flatten)]
-        parts: PartSizeArg,
+        parts: PartSizeChoice,
     },
     /// Settle the snapshot at PATH that a merge, cherry-pick, revert or
     /// rebase in progress left conflicted (Git merges a split snapshot's
@@ -638,19 +605,14 @@ pub struct MergeHow {
     /// Timestamp of the result (default: $SOURCE_DATE_EPOCH, else the later side's).
     #[arg(long, value_name = "TS")]
     pub ts: Option<String>,
+    /// The keys: --sign-key signs the result (default: the key file named
+    /// by $WTXT_SIGN_KEY); the three inputs must be signed by a trusted key
+    /// (default: the file of `git config wtxt.trustedKeys`, when run inside
+    /// a repository).
     #[command(flatten)]
-    pub hmac: HmacArg,
-    /// Sign the result (default: the key file named by $WTXT_SIGN_KEY).
-    #[arg(long, value_name = "KEY.pem")]
-    pub sign_key: Option<PathBuf>,
-    /// Keys the three inputs must be signed by (default: the file of
-    /// `git config wtxt.trustedKeys`, when run inside a repository).
+    pub keys: KeyFiles,
     #[command(flatten)]
-    pub trust: TrustArg,
-    #[command(flatten)]
-    pub parts: PartSizeArg,
-    #[command(flatten)]
-    pub oms: OmsKeyArg,
+    pub parts: PartSizeChoice,
 }
 
 #[derive(Args, Debug)]
@@ -707,59 +669,12 @@ pub enum HookCommand {
 
 #[derive(Args, Debug)]
 pub struct DaemonArgs {
-    /// Git work tree to commit snapshots into.
-    #[arg(long, value_name = "DIR")]
-    pub repo: Option<PathBuf>,
-    /// Unix socket to listen on (created with mode 0600).
-    #[arg(long, value_name = "PATH")]
-    pub socket: Option<PathBuf>,
-    /// Ring folder (default: REPO/.git/wtxt-ring, or wtxt-ring-NAME for another --path-in-repo).
-    #[arg(long, value_name = "DIR")]
-    pub ring: Option<PathBuf>,
-    /// Snapshots the ring keeps (default 8; unpushed ones are never dropped).
-    #[arg(long, value_name = "N")]
-    pub keep: Option<usize>,
-    /// Remote (name, path or URL) to push to after each commit; a URL with
-    /// a secret in it is refused here (`ps` shows a command line).
-    #[arg(long, value_name = "NAME")]
-    pub remote: Option<String>,
-    /// File holding the remote's password or token (else $WTXT_REMOTE_PASSWORD).
-    #[arg(long, value_name = "FILE")]
-    pub remote_password_file: Option<PathBuf>,
-    /// Path of the snapshot inside the repository (default snapshot.wtxt).
-    #[arg(long, value_name = "FILE.wtxt")]
-    pub path_in_repo: Option<PathBuf>,
-    /// Sign every snapshot.
-    #[arg(long, value_name = "KEY.pem")]
-    pub sign_key: Option<PathBuf>,
-    /// Write an OMS `model.sig` beside every committed snapshot (EC key).
-    #[arg(long, value_name = "EC.pem")]
-    pub oms_key: Option<PathBuf>,
-    /// HMAC key file (else $WTXT_HMAC_KEY).
-    #[arg(long, value_name = "FILE")]
-    pub hmac_key: Option<PathBuf>,
-    /// Keys a WTXT input must be signed by (default: `git config wtxt.trustedKeys` of the repo).
-    #[arg(long, value_name = "FILE")]
-    pub trusted_keys: Option<PathBuf>,
-    /// Commit age-armored snapshots for this recipient; repeatable.
-    #[arg(long = "recipient", value_name = "R")]
-    pub recipients: Vec<String>,
-    /// Rows per chunk (default 128).
-    #[arg(long, value_name = "R")]
-    pub rows_per_chunk: Option<u64>,
-    /// Build token written into each snapshot (default daemon).
-    #[arg(long, value_name = "TOK")]
-    pub build: Option<String>,
-    /// Commit message; {gen} and {sha256_all} are filled in.
-    #[arg(long, value_name = "TEMPLATE")]
-    pub message: Option<String>,
-    /// TOML file with any of these settings (flags win).
+    #[command(flatten)]
+    pub settings: crate::daemon::DaemonConfig,
+    /// TOML file with any of these settings, named as the flags are with
+    /// `_` for `-` (`recipients = [...]` for --recipient); flags win.
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,
-    #[command(flatten)]
-    pub digest: DigestArg,
-    #[command(flatten)]
-    pub parts: PartSizeArg,
 }
 
 #[derive(Args, Debug)]
@@ -778,18 +693,12 @@ pub struct ConvertArgs {
     /// For --to wtxt: timestamp (default: $SOURCE_DATE_EPOCH, else now).
     #[arg(long, value_name = "TS")]
     pub ts: Option<String>,
+    /// The keys: --sign-key signs a WTXT result; a WTXT input must be
+    /// signed by a trusted key.
     #[command(flatten)]
-    pub hmac: HmacArg,
-    /// For --to wtxt: sign the result.
-    #[arg(long, value_name = "KEY.pem")]
-    pub sign_key: Option<PathBuf>,
-    /// Keys a WTXT input must be signed by.
+    pub keys: KeyFiles,
     #[command(flatten)]
-    pub trust: TrustArg,
+    pub parts: PartSizeChoice,
     #[command(flatten)]
-    pub parts: PartSizeArg,
-    #[command(flatten)]
-    pub oms: OmsKeyArg,
-    #[command(flatten)]
-    pub digest: DigestArg,
+    pub digest: DigestChoice,
 }

@@ -6,10 +6,9 @@ use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 use crate::ops;
-use crate::options::Keys;
+use crate::options::Output;
 
 use super::args as cli;
-use super::flags::{hmac_key, oms_key, output, sign_key, trusted_keys};
 use super::process::emit;
 use super::render;
 
@@ -27,7 +26,7 @@ pub(super) fn run(cmd: cli::GitCommand) -> Result<u8> {
         cli::GitCommand::Export { dir, rev, path, output, parts } => {
             let here = std::env::current_dir().map_err(|e| Error::io(".", e))?.join(dir);
             let output = here.join(output);
-            let n = ops::export(&here, &rev, &path, &output, parts.size())?;
+            let n = ops::export(&here, &rev, &path, &output, parts.part_size.unwrap_or_default())?;
             eprintln!(
                 "wrote {rev}:{} to {}{}",
                 path.display(),
@@ -314,22 +313,22 @@ fn merge_options(a: &cli::MergeHow) -> Result<ops::MergeOptions> {
             .map_err(|m| Error::input(Default::default(), m).in_file(p))?,
         None => Default::default(),
     };
-    let key_path = a.sign_key.clone().or_else(|| std::env::var_os("WTXT_SIGN_KEY").map(PathBuf::from));
-    let sign = sign_key(&key_path)?;
+    let mut files = a.keys.clone();
+    if files.sign.sign_key.is_none() {
+        files.sign.sign_key = std::env::var_os("WTXT_SIGN_KEY").map(PathBuf::from);
+    }
+    let mut keys = files.load()?;
     // As Git's driver the keys come from `git config wtxt.trustedKeys`.
-    let trusted = match trusted_keys(&a.trust)? {
-        Some(t) => Some(t),
-        None => crate::git::trusted_keys_around(&std::env::current_dir().map_err(|e| Error::io(".", e))?)?,
-    };
-    let keys = Keys {
-        hmac_key: hmac_key(&a.hmac)?,
-        sign_key: sign,
-        trusted,
-        oms_key: oms_key(&a.oms)?,
-        allow_unauthenticated: a.hmac.allow_unauthenticated,
-        allow_unbound: a.hmac.allow_unbound,
-    };
-    Ok(ops::MergeOptions { strategy, decisions, ts: a.ts.clone(), keys, output: output(&a.parts) })
+    if keys.trusted.is_none() {
+        keys.trusted = crate::git::trusted_keys_around(&std::env::current_dir().map_err(|e| Error::io(".", e))?)?;
+    }
+    Ok(ops::MergeOptions {
+        strategy,
+        decisions,
+        ts: a.ts.clone(),
+        keys,
+        output: Output::of(a.parts, Default::default()),
+    })
 }
 
 /// Tells how a merge ended: the conflicts left (exit 1), or what was written.

@@ -29,7 +29,7 @@ use crate::progress::Progress;
 use clap::Parser;
 
 use cli::{Cli, Command, DeltaCommand};
-use flags::{hmac_key, keys, oms_key, output, trusted_keys, unseal};
+use flags::{some_keys, unseal};
 use process::{emit, warn};
 
 /// Runs the command line `argv` (the program's name first) and gives the
@@ -97,7 +97,7 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Oms(cli::OmsCommand::Sign(a)) => oms_sign(a),
         Command::Oms(cli::OmsCommand::Verify(a)) => oms_verify(a),
         Command::Split(a) => {
-            let n = ops::restore(&a.file, &a.output, a.parts.size(), oms_key(&a.oms)?.as_ref())?;
+            let n = ops::restore(&a.file, &a.output, a.parts.part_size.unwrap_or_default(), a.oms.key()?.as_ref())?;
             eprintln!(
                 "wrote {} as {}",
                 a.output.display(),
@@ -106,7 +106,7 @@ fn run(cmd: Command) -> Result<u8> {
             Ok(0)
         }
         Command::Join(a) => {
-            ops::restore(&a.file, &a.output, crate::format::split::PartSize::Whole, oms_key(&a.oms)?.as_ref())?;
+            ops::restore(&a.file, &a.output, crate::format::split::PartSize::Whole, a.oms.key()?.as_ref())?;
             eprintln!("wrote {}", a.output.display());
             Ok(0)
         }
@@ -115,13 +115,13 @@ fn run(cmd: Command) -> Result<u8> {
 
 fn snapshot(a: cli::SnapshotArgs) -> Result<u8> {
     let opts = ops::SnapshotOptions {
-        meta: MetaFields { gen: a.gen, ts: a.ts, build: a.build, schema: a.schema, host: a.host, cuda: a.cuda },
+        meta: a.meta,
         prev: a.prev.map(ops::Prev::File),
         rows_per_chunk: a.rows_per_chunk,
         audit: a.audit,
         wsum: if a.streaming { a.wsum } else { None },
-        keys: keys(&a.hmac, &a.sign_key, &a.trust, &a.oms)?,
-        output: Output { digest: a.digest.digest.unwrap_or_default(), ..output(&a.parts) },
+        keys: a.keys.load()?,
+        output: Output::of(a.parts, a.digest),
     };
     let progress = Progress::for_terminal("snapshot");
     let mut notes = Vec::new();
@@ -134,11 +134,10 @@ fn snapshot(a: cli::SnapshotArgs) -> Result<u8> {
 }
 
 fn verify(a: cli::VerifyArgs) -> Result<u8> {
-    let trusted = trusted_keys(&a.trust)?;
     let opts = ops::VerifyFiles {
         wsum: a.wsum,
-        hmac_key: hmac_key(&a.hmac)?,
-        trusted,
+        hmac_key: a.hmac.key()?,
+        trusted: a.trust.keys()?,
         require_signature: a.require_signature,
         prev: a.prev,
         allow_unauthenticated: a.hmac.allow_unauthenticated,
@@ -182,7 +181,7 @@ fn inspect(a: cli::InspectArgs) -> Result<u8> {
 
 fn extract(a: cli::ExtractArgs) -> Result<u8> {
     let u = unseal(&a.sealed)?;
-    let key = hmac_key(&a.hmac)?;
+    let key = a.hmac.key()?;
     let checks = crate::format::verify::VerifyOptions {
         hmac_key: key.as_ref(),
         allow_unauthenticated: a.hmac.allow_unauthenticated,
@@ -207,8 +206,8 @@ fn recover(a: cli::RecoverArgs) -> Result<u8> {
     let opts = ops::RecoverOptions {
         report: a.report,
         partial: a.partial,
-        keys: keys(&a.hmac, &a.sign_key, &cli::TrustArg::default(), &a.oms)?,
-        output: output(&a.parts),
+        keys: some_keys(&a.hmac, &a.sign, &Default::default(), &a.oms).load()?,
+        output: Output::of(a.parts, Default::default()),
     };
     let r = ops::recover(&a.file, &a.output, &opts)?;
     if r.recovered_arrays == 0 {
@@ -220,14 +219,14 @@ fn recover(a: cli::RecoverArgs) -> Result<u8> {
 }
 
 fn finalize(a: cli::FinalizeArgs) -> Result<u8> {
-    if a.oms.oms_key.is_some() && a.rewrite.is_none() {
+    if a.keys.oms.oms_key.is_some() && a.rewrite.is_none() {
         return Err(Error::usage("--oms-key signs the snapshot of --rewrite: give --rewrite OUT.wtxt"));
     }
     let opts = ops::FinalizeOptions {
-        keys: keys(&a.hmac, &a.sign_key, &a.trust, &a.oms)?,
+        keys: a.keys.load()?,
         prev: a.prev,
         rewrite: a.rewrite,
-        output: output(&a.parts),
+        output: Output::of(a.parts, Default::default()),
     };
     let w = ops::finalize(&a.file, &a.output, &opts)?;
     eprintln!("wrote {} sha256_all={}", a.output.display(), hex::encode(w.sha256_all));
@@ -249,9 +248,9 @@ fn delta_create(a: cli::DeltaCreateArgs) -> Result<u8> {
 fn delta_apply(a: cli::DeltaApplyArgs) -> Result<u8> {
     let opts = ops::DeltaApplyOptions {
         meta: MetaFields { gen: a.gen, ts: a.ts, build: a.build, ..Default::default() },
-        keys: keys(&a.hmac, &a.sign_key, &a.trust, &a.oms)?,
+        keys: a.keys.load()?,
         unseal: unseal(&a.sealed)?,
-        output: output(&a.parts),
+        output: Output::of(a.parts, Default::default()),
     };
     let r = ops::delta_apply(&a.base, &a.delta, &a.output, &opts)?;
     eprintln!(
@@ -265,7 +264,7 @@ fn delta_apply(a: cli::DeltaApplyArgs) -> Result<u8> {
 
 fn log(a: cli::LogArgs) -> Result<u8> {
     let progress = Progress::for_terminal("verify");
-    let chains = ops::log(&a.dir, a.path.as_deref(), trusted_keys(&a.trust)?, a.verify, &progress)?;
+    let chains = ops::log(&a.dir, a.path.as_deref(), a.trust.keys()?, a.verify, &progress)?;
     progress.finish();
     let ok = chains.iter().all(|c| c.ok);
     if a.json {
@@ -285,7 +284,7 @@ fn log(a: cli::LogArgs) -> Result<u8> {
 
 fn report(a: cli::ReportArgs) -> Result<u8> {
     let progress = Progress::for_terminal("report");
-    let r = ops::report::report(&a.dir, &a.path, trusted_keys(&a.trust)?, a.verify, &progress)?;
+    let r = ops::report::report(&a.dir, &a.path, a.trust.keys()?, a.verify, &progress)?;
     progress.finish();
     crate::fs::write_file(&a.output, report::html(&r).as_bytes(), 0o644)?;
     let cells: usize = r.cells.iter().map(|c| c.iter().flatten().count()).sum();
@@ -304,7 +303,7 @@ fn convert(a: cli::ConvertArgs) -> Result<u8> {
         Some(c) => ops::ConvertTo::Container(c),
         None => ops::ConvertTo::Wtxt,
     };
-    if a.oms.oms_key.is_some() && !matches!(to, ops::ConvertTo::Wtxt) {
+    if a.keys.oms.oms_key.is_some() && !matches!(to, ops::ConvertTo::Wtxt) {
         return Err(Error::usage("--oms-key signs a WTXT snapshot: it needs --to wtxt"));
     }
     if a.digest.digest.is_some() && !matches!(to, ops::ConvertTo::Wtxt) {
@@ -312,8 +311,8 @@ fn convert(a: cli::ConvertArgs) -> Result<u8> {
     }
     let opts = ops::SnapshotOptions {
         meta: MetaFields { gen: a.gen, ts: a.ts, ..Default::default() },
-        keys: keys(&a.hmac, &a.sign_key, &a.trust, &a.oms)?,
-        output: Output { digest: a.digest.digest.unwrap_or_default(), ..output(&a.parts) },
+        keys: a.keys.load()?,
+        output: Output::of(a.parts, a.digest),
         ..Default::default()
     };
     let mut notes = Vec::new();
@@ -354,33 +353,15 @@ fn diff_files(a: cli::DiffArgs) -> Result<u8> {
 
 fn daemon(a: cli::DaemonArgs) -> Result<u8> {
     use crate::daemon::server::{run as run_daemon, DaemonConfig};
-    let apart = a.remote_password_file.is_some() || std::env::var_os("WTXT_REMOTE_PASSWORD").is_some();
-    if a.remote.as_deref().is_some_and(|r| crate::git::push::has_secret(r, apart)) {
+    let apart = a.settings.remote_password_file.is_some() || std::env::var_os("WTXT_REMOTE_PASSWORD").is_some();
+    if a.settings.remote.as_deref().is_some_and(|r| crate::git::push::has_secret(r, apart)) {
         return Err(Error::usage(format!(
             "--remote {}: a secret on the command line is shown by `ps` to every user: put the password or token \
              in a file (--remote-password-file), in WTXT_REMOTE_PASSWORD, or in --config's file",
-            crate::git::push::redact(a.remote.as_deref().unwrap_or_default())
+            crate::git::push::redact(a.settings.remote.as_deref().unwrap_or_default())
         )));
     }
-    let flags = DaemonConfig {
-        repo: a.repo,
-        socket: a.socket,
-        ring: a.ring,
-        keep: a.keep,
-        remote: a.remote,
-        remote_password_file: a.remote_password_file,
-        path_in_repo: a.path_in_repo,
-        sign_key: a.sign_key,
-        oms_key: a.oms_key,
-        hmac_key: a.hmac_key,
-        trusted_keys: a.trusted_keys,
-        recipients: a.recipients,
-        rows_per_chunk: a.rows_per_chunk,
-        build: a.build,
-        message: a.message,
-        part_size: a.parts.part_size,
-        digest: a.digest.digest.map(|d| d.name().to_string()),
-    };
+    let flags = a.settings;
     let cfg = match &a.config {
         Some(p) => flags.or(DaemonConfig::from_file(p)?),
         None => flags,
@@ -419,8 +400,8 @@ fn decrypt(a: cli::DecryptArgs) -> Result<u8> {
 fn oms_sign(a: cli::OmsSignArgs) -> Result<u8> {
     let key = EcSecretKey::from_file(&a.key)?;
     let trust = InputTrust::new(
-        hmac_key(&a.hmac)?.as_ref(),
-        trusted_keys(&a.trust)?.as_ref(),
+        a.hmac.key()?.as_ref(),
+        a.trust.keys()?.as_ref(),
         None,
         a.hmac.allow_unauthenticated,
         a.hmac.allow_unbound,

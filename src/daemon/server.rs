@@ -22,64 +22,65 @@ use crate::daemon::pipeline::PipelineConfig;
 use crate::daemon::snapshotter::{pending_requests, Generation, Snapshotter};
 use crate::error::{Error, Reason, Result};
 use crate::format::verify::InputTrust;
-use crate::options::KeyFiles;
+use crate::options::{DigestChoice, KeyFiles, PartSizeChoice};
 
-/// Settings from flags and/or a TOML file (flags win).
-#[derive(Debug, Default, Clone, Deserialize)]
+/// The daemon's settings: its flags, the keys of its TOML file (flags win)
+/// and the Python `Snapshotter`'s arguments, one struct for all three.
+#[derive(clap::Args, Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DaemonConfig {
-    /// The Git work tree snapshots are committed into.
+    /// Git work tree to commit snapshots into.
+    #[arg(long, value_name = "DIR")]
     pub repo: Option<PathBuf>,
-    /// The Unix socket producers connect to.
+    /// Unix socket to listen on (created with mode 0600).
+    #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
-    /// The ring folder (default: in `.git`, per path in the repository).
+    /// Ring folder (default: REPO/.git/wtxt-ring, or wtxt-ring-NAME for another --path-in-repo).
+    #[arg(long, value_name = "DIR")]
     pub ring: Option<PathBuf>,
-    /// Snapshots the ring keeps.
+    /// Snapshots the ring keeps (default 8; unpushed ones are never dropped).
+    #[arg(long, value_name = "N")]
     pub keep: Option<usize>,
-    /// Remote to push to after each commit.
+    /// Remote (name, path or URL) to push to after each commit; a URL with
+    /// a secret in it is refused on the command line (`ps` shows it).
+    #[arg(long, value_name = "NAME")]
     pub remote: Option<String>,
-    /// A file holding the remote's password or token (else
-    /// `WTXT_REMOTE_PASSWORD`): never on a command line, where `ps` shows it.
+    /// File holding the remote's password or token (else $WTXT_REMOTE_PASSWORD).
+    #[arg(long, value_name = "FILE")]
     pub remote_password_file: Option<PathBuf>,
-    /// Path of the snapshot inside the repository.
+    /// Path of the snapshot inside the repository (default snapshot.wtxt).
+    #[arg(long, value_name = "FILE.wtxt")]
     pub path_in_repo: Option<PathBuf>,
-    /// Ed25519 key that signs every snapshot.
-    pub sign_key: Option<PathBuf>,
-    /// EC key: each committed snapshot gets an OMS `model.sig` beside it.
-    pub oms_key: Option<PathBuf>,
-    /// HMAC key file.
-    pub hmac_key: Option<PathBuf>,
-    /// Keys a WTXT input must be signed by (default: `git config wtxt.trustedKeys` of the repo).
-    pub trusted_keys: Option<PathBuf>,
-    /// age recipients: the committed file is armored.
+    /// The keys: --sign-key signs every snapshot, --oms-key writes an OMS
+    /// `model.sig` beside each, a WTXT input must be signed by a trusted
+    /// key (default: `git config wtxt.trustedKeys` of the repo).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub keys: KeyFiles,
+    /// Commit age-armored snapshots for this recipient; repeatable.
+    #[arg(long = "recipient", value_name = "R")]
     #[serde(default)]
     pub recipients: Vec<String>,
-    /// Rows per chunk.
+    /// Rows per chunk (default 128).
+    #[arg(long, value_name = "R")]
     pub rows_per_chunk: Option<u64>,
-    /// The `build` token written into each snapshot.
+    /// Build token written into each snapshot (default daemon).
+    #[arg(long, value_name = "TOK")]
     pub build: Option<String>,
-    /// Commit message template (`{gen}`, `{sha256_all}`, `{step}`).
+    /// Commit message; {gen}, {sha256_all} and {step} are filled in.
+    #[arg(long, value_name = "TEMPLATE")]
     pub message: Option<String>,
-    /// Largest file of a snapshot: `"45M"` (the default), bytes with K/M/G, or `"none"`.
-    pub part_size: Option<crate::format::split::PartSize>,
-    /// The digest form: `"sha256"` (WTXT 1.1, the default) or `"tree"`.
-    pub digest: Option<String>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    /// `--part-size`.
+    pub parts: PartSizeChoice,
+    #[command(flatten)]
+    #[serde(flatten)]
+    /// `--digest`.
+    pub digest: DigestChoice,
 }
 
 impl DaemonConfig {
-    /// The key files the settings name (the TOML file keeps its flat
-    /// `sign_key`, `hmac_key`, `oms_key` and `trusted_keys` fields).
-    pub fn key_files(&self) -> KeyFiles {
-        KeyFiles {
-            hmac_key: self.hmac_key.clone(),
-            hmac_from_env: true,
-            sign_key: self.sign_key.clone(),
-            trusted_keys: self.trusted_keys.clone(),
-            oms_key: self.oms_key.clone(),
-            ..KeyFiles::default()
-        }
-    }
-
     /// Reads a TOML file.
     pub fn from_file(path: &Path) -> Result<DaemonConfig> {
         let text = crate::crypto::mac::read_small_text(path)?;
@@ -96,16 +97,13 @@ impl DaemonConfig {
             remote: self.remote.or(other.remote),
             remote_password_file: self.remote_password_file.or(other.remote_password_file),
             path_in_repo: self.path_in_repo.or(other.path_in_repo),
-            sign_key: self.sign_key.or(other.sign_key),
-            oms_key: self.oms_key.or(other.oms_key),
-            hmac_key: self.hmac_key.or(other.hmac_key),
-            trusted_keys: self.trusted_keys.or(other.trusted_keys),
+            keys: self.keys.or(other.keys),
             recipients: if self.recipients.is_empty() { other.recipients } else { self.recipients },
             rows_per_chunk: self.rows_per_chunk.or(other.rows_per_chunk),
             build: self.build.or(other.build),
             message: self.message.or(other.message),
-            part_size: self.part_size.or(other.part_size),
-            digest: self.digest.or(other.digest),
+            parts: PartSizeChoice { part_size: self.parts.part_size.or(other.parts.part_size) },
+            digest: DigestChoice { digest: self.digest.digest.or(other.digest.digest) },
         }
     }
 }
@@ -132,7 +130,7 @@ impl DaemonConfig {
             (r, None) => r.clone(),
         };
         pc.log = Some(log.clone());
-        pc.keys = cfg.key_files().load()?;
+        pc.keys = cfg.keys.load()?;
         pc.recipients = cfg.recipients.clone();
         if pc.keys.oms_key.is_some() && !pc.recipients.is_empty() {
             return Err(Error::usage("oms_key signs plain snapshots: it cannot be combined with recipients"));
@@ -143,11 +141,11 @@ impl DaemonConfig {
         if let Some(r) = cfg.rows_per_chunk {
             pc.rows_per_chunk = r.max(1);
         }
-        if let Some(s) = cfg.part_size {
+        if let Some(s) = cfg.parts.part_size {
             pc.part_size = s;
         }
-        if let Some(d) = &cfg.digest {
-            pc.digest = crate::format::syntax::DigestForm::parse(d).map_err(Error::usage)?;
+        if let Some(d) = cfg.digest.digest {
+            pc.digest = d;
         }
         if let Some(b) = &cfg.build {
             crate::format::syntax::check_token(b, "build").map_err(Error::usage)?;
@@ -605,6 +603,30 @@ mod tests {
         assert_eq!(parse_request(b"snapshot /a gen=x"), Err("gen= expects a number".into()));
         for bad in [&b"snapshot"[..], b"snapshot ", b"status now", b"\xff\xfe", b"", b"snapshot a\0b"] {
             assert!(parse_request(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_toml_file_is_read_into_the_option_pieces_and_flags_win() {
+        let toml = "repo = \"r\"\nsign_key = \"s.pem\"\ntrusted_keys = \"t\"\nallow_unbound = true\n\
+                    part_size = \"1M\"\ndigest = \"tree\"\n";
+        let file: DaemonConfig = toml::from_str(toml).unwrap();
+        assert_eq!(file.keys.sign.sign_key.as_deref(), Some(Path::new("s.pem")));
+        assert_eq!(file.keys.trust.trusted_keys.as_deref(), Some(Path::new("t")));
+        assert!(file.keys.hmac.allow_unbound && file.keys.hmac.from_env);
+        assert_eq!(file.parts.part_size, Some(crate::format::split::PartSize::Max(1 << 20)));
+        assert_eq!(file.digest.digest, Some(crate::format::syntax::DigestForm::Tree));
+        let flags = DaemonConfig {
+            keys: KeyFiles { sign: crate::options::SignFile { sign_key: Some("f.pem".into()) }, ..Default::default() },
+            ..Default::default()
+        };
+        let both = flags.or(file);
+        assert_eq!(both.keys.sign.sign_key.as_deref(), Some(Path::new("f.pem")));
+        assert_eq!(both.keys.trust.trusted_keys.as_deref(), Some(Path::new("t")));
+        assert_eq!(both.repo.as_deref(), Some(Path::new("r")));
+        for bad in ["sign_keys = \"s\"", "digest = \"sha1\"", "part_size = \"12Q\"", "from_env = false"] {
+            let e = toml::from_str::<DaemonConfig>(bad).unwrap_err().to_string();
+            assert!(e.contains("unknown field") || e.contains("expected"), "{bad}: {e}");
         }
     }
 }

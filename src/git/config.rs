@@ -1,11 +1,12 @@
 //! What a repository's Git configuration sets for wtxt (`wtxt.*` keys):
-//! key files, trusted keys, the digest form, the part size and the policy
+//! the option pieces (key files; part size and digest form) and the policy
 //! the hooks apply, each read in one place.
 
 use std::path::Path;
 
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Reason, Result};
+use crate::options::{DigestChoice, HmacFile, KeyFiles, OmsFile, Output, PartSizeChoice, SignFile, TrustFiles};
 
 /// The key settings of `git config`: the files they name are keys, never
 /// to be committed (the hook refuses to stage them).
@@ -37,34 +38,52 @@ pub fn configured_file(repo: &git2::Repository, key: &str) -> Result<Option<std:
     Ok(Some(p))
 }
 
-/// The digest form `git config wtxt.digest` asks of the snapshots wtxt
-/// writes in `repo` (`sha256`, the default, or `tree`): the model folders'
-/// and the Git filter's.
-pub fn configured_digest(repo: &git2::Repository) -> Result<crate::format::syntax::DigestForm> {
-    match repo.config().and_then(|c| c.get_string("wtxt.digest")) {
-        Ok(v) => crate::format::syntax::DigestForm::parse(&v)
-            .map_err(|m| Error::usage(format!("git config wtxt.digest: {m}"))),
-        Err(_) => Ok(Default::default()),
-    }
+/// The key files `git config` of `repo` names (`wtxt.hmacKey`,
+/// `wtxt.signKey`, `wtxt.trustedKeys`, `wtxt.omsKey`), as the option piece
+/// the command line and the daemon fill: the one place these settings are
+/// read. No key comes from the environment here.
+pub fn configured_keys(repo: &git2::Repository) -> Result<KeyFiles> {
+    Ok(KeyFiles {
+        hmac: HmacFile { hmac_key: configured_file(repo, "wtxt.hmacKey")?, ..HmacFile::default() },
+        sign: SignFile { sign_key: configured_file(repo, "wtxt.signKey")? },
+        trust: TrustFiles { pubkey: None, trusted_keys: configured_file(repo, "wtxt.trustedKeys")? },
+        oms: OmsFile { oms_key: configured_file(repo, "wtxt.omsKey")? },
+    })
+}
+
+/// How `git config` of `repo` asks snapshots to be stored: `wtxt.partSize`
+/// (as `--part-size`) and `wtxt.digest` (as `--digest`), the model
+/// folders' and the Git filter's.
+pub fn configured_output(repo: &git2::Repository) -> Result<Output> {
+    let cfg = repo.config().map_err(crate::error::git_err)?;
+    let part_size = match cfg.get_string("wtxt.partSize") {
+        Ok(v) => Some(v.parse().map_err(|e: Reason| Error::usage(format!("git config wtxt.partSize: {e}")))?),
+        Err(_) => None,
+    };
+    let digest = match cfg.get_string("wtxt.digest") {
+        Ok(v) => Some(v.parse().map_err(|e: Reason| Error::usage(format!("git config wtxt.digest: {e}")))?),
+        Err(_) => None,
+    };
+    Ok(Output::of(PartSizeChoice { part_size }, DigestChoice { digest }))
 }
 
 /// The trusted keys named by `git config wtxt.trustedKeys` of `repo`, if
 /// it names a file.
 pub fn configured_trusted_keys(repo: &git2::Repository) -> Result<Option<TrustedKeys>> {
-    configured_file(repo, "wtxt.trustedKeys")?.map(|p| TrustedKeys::from_file(&p)).transpose()
+    configured_keys(repo)?.trusted()
 }
 
 /// The HMAC key named by `git config wtxt.hmacKey` of `repo` (a hex key
 /// file), if it names one: the hook and the guard check every array with it.
 pub fn configured_hmac_key(repo: &git2::Repository) -> Result<Option<crate::crypto::HmacKey>> {
-    configured_file(repo, "wtxt.hmacKey")?.map(|p| crate::crypto::HmacKey::from_file(&p)).transpose()
+    configured_keys(repo)?.hmac()
 }
 
 /// The EC key named by `git config wtxt.omsKey` of the repository around
 /// `dir`: `git resolve` signs the merged snapshot's folder with it.
 pub fn oms_key_around(dir: &Path) -> Result<Option<crate::crypto::ec::EcSecretKey>> {
     let Ok(repo) = git2::Repository::discover(dir) else { return Ok(None) };
-    configured_file(&repo, "wtxt.omsKey")?.map(|p| crate::crypto::ec::EcSecretKey::from_file(&p)).transpose()
+    configured_keys(&repo)?.oms()
 }
 
 /// What the repository asks of every snapshot it takes in: its trusted
@@ -101,14 +120,6 @@ impl Policy {
             require_signature: self.require,
             ..Default::default()
         }
-    }
-}
-
-/// The part size a team keeps files under (`git config wtxt.partSize`, as `--part-size`).
-pub fn configured_part_size(repo: &git2::Repository) -> Result<crate::format::split::PartSize> {
-    match repo.config().and_then(|c| c.get_string("wtxt.partSize")) {
-        Ok(v) => v.parse().map_err(|e: Reason| Error::usage(format!("git config wtxt.partSize: {e}"))),
-        Err(_) => Ok(Default::default()),
     }
 }
 

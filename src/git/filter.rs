@@ -281,7 +281,7 @@ pub fn clean(content: &[u8], repo_dir: &Path, path: &str) -> Result<Vec<u8>> {
     // The writer's defaults (schema, host, cuda, ts rule); the build token is checked.
     let meta = Meta::new(gen, None)?.with_tokens(None, Some("git-filter"), None, None)?;
     let digest = match git2::Repository::open(repo_dir) {
-        Ok(repo) => super::config::configured_digest(&repo)?,
+        Ok(repo) => super::config::configured_output(&repo)?.digest,
         Err(_) => Default::default(),
     };
     let opts =

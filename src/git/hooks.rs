@@ -99,7 +99,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
     staged.sort();
     staged.dedup();
     let mut notes = Vec::new();
-    let part_size = super::config::configured_part_size(&repo)?;
+    let part_size = super::config::configured_output(&repo)?.part_size;
     for (path, filter) in &staged {
         let Some(entry) = index.get_path(path, 0) else { continue };
         // The staged blob is streamed, never inflated whole: a single file

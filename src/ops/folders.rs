@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::git::folders::{configured, snapshot_id, stats, work_tree, write_record, Folder, Record, State};
-use crate::options::{KeyFiles, Keys, MetaFields, Output};
+use crate::options::{Keys, MetaFields};
 use crate::progress::Progress;
 
 /// What [`stage`] did.
@@ -47,21 +47,14 @@ pub fn stage(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Staged>
         None => 0,
     };
     // The folder's snapshot is signed as configured, and HMAC'd by no key.
-    let files = KeyFiles {
-        sign_key: crate::git::configured_file(repo, "wtxt.signKey")?,
-        oms_key: crate::git::configured_file(repo, "wtxt.omsKey")?,
-        ..KeyFiles::default()
-    };
+    let files = crate::git::configured_keys(repo)?;
     let keys = Keys { sign_key: files.sign()?, oms_key: files.oms()?, ..Keys::default() };
     let signs_oms = keys.oms_key.is_some();
     let opts = super::snapshot::SnapshotOptions {
         meta: MetaFields { gen: link.is_none().then_some(0), ..Default::default() },
         prev: link.map(|(gen, merkle_this)| super::snapshot::Prev::Verified { gen, merkle_this }),
         keys,
-        output: Output {
-            part_size: crate::git::configured_part_size(repo)?,
-            digest: crate::git::configured_digest(repo)?,
-        },
+        output: crate::git::configured_output(repo)?,
         ..Default::default()
     };
     // Read before the folder is: a file changed while it is read makes

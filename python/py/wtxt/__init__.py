@@ -262,13 +262,10 @@ class Snapshotter:
                  digest: str = "sha256", pinned_budget: Optional[int] = None):
         if max_pending < 1:
             raise Error(f"max_pending must be at least 1, not {max_pending}")
-        if digest not in ("sha256", "tree"):
-            raise Error(f"digest: expected 'sha256' or 'tree', not {digest!r}")
         record_command()
-        self._inner = call(_rust.Snapshotter, os.fspath(repo), os.fspath(path_in_repo), remote, as_path(sign_key),
-                            as_path(hmac_key), as_path(ring), None if part_size is None else str(part_size),
-                            list(recipients or []), keep, None, as_path(oms_key), bool(coalesce), int(max_pending),
-                            digest)
+        writing = writing_of(None, sign_key, hmac_key, part_size, None, None, oms_key, digest)
+        self._inner = call(_rust.Snapshotter, os.fspath(repo), os.fspath(path_in_repo), writing, remote, as_path(ring),
+                            list(recipients or []), keep, None, bool(coalesce), int(max_pending))
         self._lock = threading.Lock()
         self._closed = False
         self._pinned_budget = pinned_budget

@@ -216,9 +216,8 @@ def writing_of(prev: Optional[PathLike], sign_key: Optional[PathLike], hmac_key:
                part_size: Union[int, str, None], gen: Optional[int], ts: Optional[str], oms_key: Optional[PathLike],
                digest: str = "sha256") -> _rust._Writing:
     """The options every writer of a snapshot takes, as the Rust side reads
-    them (its `Writing`)."""
-    if digest not in ("sha256", "tree"):
-        raise Error(f"digest: expected 'sha256' or 'tree', not {digest!r}")
+    them (its `Writing`, which maps them onto the library's option
+    pieces: the keys, the part size, the digest form)."""
     return {"prev": as_path(prev), "sign_key": as_path(sign_key), "hmac_key": as_path(hmac_key), "gen": gen, "ts": ts,
             "part_size": None if part_size is None else str(part_size), "oms_key": as_path(oms_key), "digest": digest}
 

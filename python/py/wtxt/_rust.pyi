@@ -60,8 +60,8 @@ class Chunk:
 
 @final
 class DistWriter:
-    def __new__(cls, tensors: list[tuple[str, str, list[int], int, int]], stage_file: str | os.PathLike[str], stage_dir: str | os.PathLike[str], path: str | os.PathLike[str], gen: int, ts: str, merkle_prev: bytes, metadata: dict[str, str] | None = None, objects: dict[str, str] | None = None, hmac_key: str | os.PathLike[str] | None = None, sign_key: str | os.PathLike[str] | None = None, part_size: str | None = None, digest: str | None = None) -> DistWriter:
-        """Plans the snapshot at `path` of the staged tensors (offsets into `stage_file`) and `objects`, its text and parts written in `stage_dir`; every rank gives the same arguments."""
+    def __new__(cls, tensors: list[tuple[str, str, list[int], int, int]], stage_file: str | os.PathLike[str], stage_dir: str | os.PathLike[str], path: str | os.PathLike[str], gen: int, ts: str, merkle_prev: bytes, writing: _Writing, metadata: dict[str, str] | None = None, objects: dict[str, str] | None = None) -> DistWriter:
+        """Plans the snapshot at `path` of the staged tensors (offsets into `stage_file`) and `objects`, its text and parts written in `stage_dir`; every rank gives the same arguments. The keys, part size and digest form are `writing`'s (as `save` takes them); `gen`, `ts` and `merkle_prev` are the ones `snapshot_meta` resolved."""
         ...
     def schedule(self, plans: dict[str, TensorPlan], rank: int, world: int) -> Schedule:
         """What `rank` of `world` does, given each tensor's plan by its name"""
@@ -204,7 +204,8 @@ class Schedule:
 @final
 class Snapshotter:
     """The snapshot daemon's pipeline inside the process (ring, delta, age, commit, push, resend queue); `wtxt.Snapshotter` is its Python face."""
-    def __new__(cls, repo: str | os.PathLike[str], path_in_repo: str | os.PathLike[str], remote: str | None = None, sign_key: str | os.PathLike[str] | None = None, hmac_key: str | os.PathLike[str] | None = None, ring: str | os.PathLike[str] | None = None, part_size: str | None = None, recipients: list[str] = ..., keep: int | None = None, build: str | None = None, oms_key: str | os.PathLike[str] | None = None, coalesce: bool = False, max_pending: int = 2, digest: str | None = None) -> Snapshotter:
+    def __new__(cls, repo: str | os.PathLike[str], path_in_repo: str | os.PathLike[str], writing: _Writing, remote: str | None = None, ring: str | os.PathLike[str] | None = None, recipients: list[str] = ..., keep: int | None = None, build: str | None = None, coalesce: bool = False, max_pending: int = 2) -> Snapshotter:
+        """The daemon's pipeline in this process: the key files, part size and digest form from `writing` (as `save` takes them; with no HMAC key file `WTXT_HMAC_KEY` counts, as for the daemon), the rest as the daemon's settings name them."""
         ...
     def publish(self, tensors: list[tuple[str, str, list[int], int, int]], metadata: dict[str, str] | None = None, objects: dict[str, str] | None = None) -> int:
         """Stages one copy of the arrays (the GIL released while copying) and publishes it as the next generation, which it returns."""

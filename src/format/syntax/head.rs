@@ -41,14 +41,25 @@ impl DigestForm {
             DigestForm::Tree => "tree",
         }
     }
+}
 
-    /// From `--digest` (`sha256` or `tree`).
-    pub fn parse(s: &str) -> PResult<DigestForm> {
+impl std::str::FromStr for DigestForm {
+    type Err = crate::error::Reason;
+
+    /// As `--digest`, `digest =` and `wtxt.digest` name it: `sha256` or
+    /// `tree` (the one place a digest form is read from text).
+    fn from_str(s: &str) -> PResult<DigestForm> {
         match s {
             "sha256" => Ok(DigestForm::Sha256),
             "tree" => Ok(DigestForm::Tree),
             other => Err(reason!("digest: expected sha256 or tree, found `{}`", lossy(other.as_bytes(), 40))),
         }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DigestForm {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<DigestForm, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
     }
 }
 

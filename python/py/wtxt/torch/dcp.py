@@ -253,13 +253,9 @@ class WtxtStorageWriter(StorageWriter):
         if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
             raise Error("metadata: expected a dict of str to str")
         self.path = os.fspath(path)
-        self.metadata, self.prev, self.sign_key, self.hmac_key = metadata, as_path(prev), as_path(sign_key), as_path(hmac_key)
-        self.part_size = None if part_size is None else str(part_size)
-        self.gen, self.ts, self.oms_key = gen, ts, as_path(oms_key)
-        self.commit, self.remote = commit, remote
-        if digest not in ("sha256", "tree"):
-            raise Error(f"digest: expected 'sha256' or 'tree', not {digest!r}")
-        self.digest = digest
+        self.metadata, self.gen, self.commit, self.remote = metadata, gen, commit, remote
+        # The options as the Rust side reads them, once: every save takes them from here.
+        self.writing = writing_of(prev, sign_key, hmac_key, part_size, gen, ts, oms_key, digest)
         self.bytes_sent = 0  # what this rank sent the others in the last save
         self.committed: "ConcurrentFuture[Optional[SnapshotInfo]]" = ConcurrentFuture()
         self.is_coordinator = False
@@ -338,13 +334,14 @@ class WtxtStorageWriter(StorageWriter):
         """The global plan, once the save lock is held: the stage file and
         folder, every tensor's region, the header's values."""
         gen, chain = self.gen, None
-        if self.commit and self.prev is None and gen is None:
+        if self.commit and self.writing["prev"] is None and gen is None:
             # A commit continues HEAD's chain at this path (what the
             # repository's hook would ask), never a new gen 0.
             chain = call(_rust.head_link, self.path)
             if chain is not None:
                 gen = chain[0] + 1
-        writing = writing_of(self.prev, self.sign_key, self.hmac_key, None, gen, self.ts, None)
+        writing = self.writing.copy()
+        writing["gen"] = gen
         gen, ts, merkle_prev = call(_rust.snapshot_meta, writing)
         if chain is not None:
             merkle_prev = chain[1]
@@ -363,12 +360,13 @@ class WtxtStorageWriter(StorageWriter):
         self._stage = _Stage(base + ".stage", base, regions, shards, gen, ts, merkle_prev)
         return [replace(plan, storage_data=self._stage) for plan in plans]
 
-    def _options_fingerprint(self) -> Tuple[Optional[str], Optional[str], Optional[Dict[str, str]], bool, str]:
+    def _options_fingerprint(self) -> Tuple[Optional[str], Optional[str], Optional[Dict[str, str]], bool, Optional[str]]:
         """What every rank must give alike, as it can be compared without
         giving a key away: the HMAC key's fingerprint, the part size, the
         metadata, whether it signs, the digest form."""
-        return (call(_rust.hmac_fingerprint, self.hmac_key), self.part_size, self.metadata, self.sign_key is not None,
-                self.digest)
+        w = self.writing
+        return (call(_rust.hmac_fingerprint, w["hmac_key"]), w["part_size"], self.metadata, w["sign_key"] is not None,
+                w["digest"])
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
         # This rank's tensors on the host first: CUDA ones by the copy
@@ -440,8 +438,7 @@ class WtxtStorageWriter(StorageWriter):
         # Every piece is in place: each rank plans the same text.
         tensors = [(fqn, r.dtype, list(r.shape), r.offset, r.nbytes) for fqn, r in sorted(stage.regions.items())]
         dw = call(_rust.DistWriter, tensors, stage.path, stage.folder, self.path, stage.gen, stage.ts,
-                   stage.merkle_prev, self.metadata, objects or None, self.hmac_key, self.sign_key, self.part_size,
-                   self.digest)
+                   stage.merkle_prev, self.writing, self.metadata, objects or None)
         sched = dw.schedule(plans, ranks.rank, ranks.world)
 
         def raw(c: Any) -> Optional[Tuple[int, int]]:
@@ -466,7 +463,7 @@ class WtxtStorageWriter(StorageWriter):
                 call(dw.write_fixed)
             return digests
 
-        if self.digest == "tree":
+        if self.writing["digest"] == "tree":
             written = ranks.agree(encode)
             # The tree form: the ranks report their chunks' SHA-256 and
             # nothing passes from rank to rank; the coordinator computes
@@ -576,9 +573,9 @@ class WtxtStorageWriter(StorageWriter):
                 pass
             self._unlock()
         try:
-            if self.oms_key is not None:
+            if self.writing["oms_key"] is not None:
                 # Signed once the stage is gone: model.sig lists the folder as it stays.
-                call(dw.sign_oms, self.oms_key)
+                call(dw.sign_oms, self.writing["oms_key"])
             self._commit(stage.gen, sha256_all)
         except Error as e:
             self.committed.set_exception(Error(f"the snapshot was written, then: {e}"))
@@ -591,7 +588,7 @@ class WtxtStorageWriter(StorageWriter):
             return
         message = f"wtxt snapshot gen={gen:06} sha256_all={sha256_all}"
         record_command()
-        commit, pushed, error = call(_rust.commit_snapshot, self.path, message, self.oms_key is not None, self.remote)
+        commit, pushed, error = call(_rust.commit_snapshot, self.path, message, self.writing["oms_key"] is not None, self.remote)
         if error is not None:
             self.committed.set_exception(Error(f"committed {commit}, not pushed: {error}"))
         else:
