@@ -51,30 +51,30 @@ pub type Chosen<T> = Result<(Vec<Array>, T)>;
 /// Writes the arrays of the WTXT at `path` (verified under `opts`) to
 /// `out` as `to`, after `prepare` (the caller's selection and renaming; it
 /// must depend on names and metadata arrays only, and is run twice).
+/// `open`: `path` open already (the outline and the strict read then both
+/// read that file), else it is opened here.
 /// `Ok(None)` when this path does not apply (encrypted or unusual input,
 /// a writer that builds its file in memory or transforms the bytes): the
 /// caller then reads the WTXT the ordinary way, before anything is written.
 pub fn write_direct<T>(
     path: &Path,
+    open: Option<&File>,
     opts: &VerifyOptions,
     to: &dyn Container,
     out: &Path,
     prepare: &dyn Fn(Vec<Array>) -> Chosen<T>,
 ) -> Result<Option<(T, Route)>> {
-    let Some(input) = crate::store::outline::open_file(path) else { return Ok(None) };
-    write_direct_from(&input, path, opts, to, out, prepare)
-}
-
-/// [`write_direct`] of `input`, the WTXT at `path` open already: the
-/// outline and the strict read both read this file.
-pub fn write_direct_from<T>(
-    input: &File,
-    path: &Path,
-    opts: &VerifyOptions,
-    to: &dyn Container,
-    out: &Path,
-    prepare: &dyn Fn(Vec<Array>) -> Chosen<T>,
-) -> Result<Option<(T, Route)>> {
+    let opened;
+    let input = match open {
+        Some(f) => f,
+        None => match crate::store::outline::open_file(path) {
+            Some(f) => {
+                opened = f;
+                &opened
+            }
+            None => return Ok(None),
+        },
+    };
     let Some(outlined) = outline_of(input, path, &crate::model::is_metadata_name, crate::limits::MAX_METADATA) else {
         return Ok(None);
     };

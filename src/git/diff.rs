@@ -288,7 +288,9 @@ fn diff_with<A: Read, B: Read>(a: A, b: B, names: Names, norms: bool) -> Result<
                 let (x, y) = (na.take().expect("some"), nb.take().expect("some"));
                 let before = damage.len();
                 let d = if files_diff::wanted(&x.arr.name) && small_bytes(&x) && small_bytes(&y) {
-                    compare_whole(&mut wa, &x, &mut wb, &y, names, &mut damage, &mut captured)?
+                    let old = read_whole(&mut wa, &x, names.old, &mut damage)?;
+                    let new = read_whole(&mut wb, &y, names.new, &mut damage)?;
+                    compare_whole((&x, old), (&y, new), &mut captured)
                 } else {
                     compare_array(&mut wa, &x, &mut wb, &y, names, &mut damage, norms)?
                 };
@@ -587,12 +589,10 @@ fn small_bytes(x: &ArrayText) -> bool {
 
 /// One side's array read whole: its chunks' `ch` lines and its bytes (none
 /// when a chunk failed its checks, which becomes damage).
-fn read_whole<R: Read>(
-    w: &mut Walker<R>,
-    x: &ArrayText,
-    file: &Path,
-    damage: &mut Vec<Damage>,
-) -> Result<(Vec<ChLine>, Option<Vec<u8>>)> {
+type Whole = (Vec<ChLine>, Option<Vec<u8>>);
+
+/// [`Whole`] of the array `x` at `w`.
+fn read_whole<R: Read>(w: &mut Walker<R>, x: &ArrayText, file: &Path, damage: &mut Vec<Damage>) -> Result<Whole> {
     let mut chs = Vec::new();
     let mut bytes = Some(Vec::new());
     for _ in 0..x.layout()?.chunk_count() {
@@ -608,19 +608,10 @@ fn read_whole<R: Read>(
 }
 
 /// [`compare_array`] for a small metadata array whose values the diff
-/// shows (`files_diff::wanted`): both sides are read whole, compared, and
-/// kept in `captured`.
-fn compare_whole<A: Read, B: Read>(
-    wa: &mut Walker<A>,
-    x: &ArrayText,
-    wb: &mut Walker<B>,
-    y: &ArrayText,
-    names: Names,
-    damage: &mut Vec<Damage>,
-    captured: &mut files_diff::Captured,
-) -> Result<ArrayDiff> {
-    let (ca, ba) = read_whole(wa, x, names.old, damage)?;
-    let (cb, bb) = read_whole(wb, y, names.new, damage)?;
+/// shows (`files_diff::wanted`): both sides, read whole ([`read_whole`]),
+/// compared and kept in `captured`.
+fn compare_whole(old: (&ArrayText, Whole), new: (&ArrayText, Whole), captured: &mut files_diff::Captured) -> ArrayDiff {
+    let ((x, (ca, ba)), (y, (cb, bb))) = (old, new);
     let mut d = whole(y, Status::Unchanged);
     if !retyped(&mut d, x, y) {
         if let (Some(a), Some(b)) = (&ba, &bb) {
@@ -638,7 +629,7 @@ fn compare_whole<A: Read, B: Read>(
             captured.keep(&x.arr.name, side, b);
         }
     }
-    Ok(d)
+    d
 }
 
 /// A chunk whose `ch` line records the same hash on both sides is not

@@ -330,7 +330,7 @@ pub fn extract(
         return Ok(count);
     }
     let direct = match unseal {
-        None => crate::convert::direct::write_direct(path, opts, to, out, &choose)?,
+        None => crate::convert::direct::write_direct(path, None, opts, to, out, &choose)?,
         Some(_) => None,
     };
     let (count, dropped) = match direct {

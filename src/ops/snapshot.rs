@@ -147,7 +147,7 @@ pub fn convert(input: &Path, out: &Path, to: ConvertTo, o: &SnapshotOptions, not
             Ok((arrays, (dropped, found)))
         };
         if let Some(((dropped, found), _)) =
-            crate::convert::direct::write_direct_from(file, input, &trust.options(), fmt, out, &prepare)?
+            crate::convert::direct::write_direct(input, Some(file), &trust.options(), fmt, out, &prepare)?
         {
             notes.extend(found);
             note_dropped(&dropped, notes);

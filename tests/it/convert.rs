@@ -255,7 +255,7 @@ fn wtxt_is_written_straight_into_each_container_with_the_same_bytes() {
                         );
                     }
                 }
-                let taken = wtxt::convert::write_direct(&w, &Default::default(), *fmt, &out, &|a| {
+                let taken = wtxt::convert::write_direct(&w, None, &Default::default(), *fmt, &out, &|a| {
                     Ok((foreign_metadata(wtxt::convert::gather(vec![(&w, a)], &mut Vec::new())?, *fmt)?.0, ()))
                 });
                 if let Ok(Some(((), route))) = taken {
