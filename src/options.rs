@@ -267,6 +267,14 @@ pub struct MetaFields {
     pub cuda: Option<String>,
 }
 
+impl MetaFields {
+    /// Whether any field is given.
+    pub fn is_set(&self) -> bool {
+        let MetaFields { gen, ts, build, schema, host, cuda } = self;
+        gen.is_some() || [ts, build, schema, host, cuda].iter().any(|t| t.is_some())
+    }
+}
+
 /// How large the files of a written snapshot may be, if said.
 #[derive(Args, Deserialize, Clone, Copy, Debug, Default)]
 pub struct PartSizeChoice {

@@ -211,15 +211,10 @@ pub struct DeltaApplyArgs {
     /// Output WTXT (written only once it verifies).
     #[arg(short, long, value_name = "OUT.wtxt")]
     pub output: PathBuf,
-    /// Minimal form: generation (default: the base's + 1).
-    #[arg(long, value_name = "N")]
-    pub gen: Option<u64>,
-    /// Minimal form: timestamp (default: $SOURCE_DATE_EPOCH, else now).
-    #[arg(long, value_name = "TS")]
-    pub ts: Option<String>,
-    /// Minimal form: build token (default: the base's).
-    #[arg(long, value_name = "TOK")]
-    pub build: Option<String>,
+    /// Minimal form: the result's `meta` fields (default: the base's, gen
+    /// the base's + 1, ts $SOURCE_DATE_EPOCH, else now).
+    #[command(flatten)]
+    pub meta: MetaFields,
     /// The keys: a minimal-form result is signed with --sign-key; with
     /// trusted keys the rebuilt target must carry a valid signature by one
     /// of them (a minimal-form delta, which carries none, is then refused).
@@ -687,12 +682,9 @@ pub struct ConvertArgs {
     /// Output format: wtxt, or a container of the table that holds many arrays.
     #[arg(long, value_name = "FORMAT", value_parser = clap::builder::PossibleValuesParser::new(crate::convert::formats::convert_targets()))]
     pub to: String,
-    /// For --to wtxt: generation number (default 0).
-    #[arg(long, value_name = "N")]
-    pub gen: Option<u64>,
-    /// For --to wtxt: timestamp (default: $SOURCE_DATE_EPOCH, else now).
-    #[arg(long, value_name = "TS")]
-    pub ts: Option<String>,
+    /// For --to wtxt: the snapshot's `meta` fields.
+    #[command(flatten)]
+    pub meta: MetaFields,
     /// The keys: --sign-key signs a WTXT result; a WTXT input must be
     /// signed by a trusted key.
     #[command(flatten)]

@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::format::verify::InputTrust;
 use crate::git::history::DataCheck;
 use crate::ops;
-use crate::options::{MetaFields, Output};
+use crate::options::Output;
 use crate::progress::Progress;
 use clap::Parser;
 
@@ -247,7 +247,7 @@ fn delta_create(a: cli::DeltaCreateArgs) -> Result<u8> {
 
 fn delta_apply(a: cli::DeltaApplyArgs) -> Result<u8> {
     let opts = ops::DeltaApplyOptions {
-        meta: MetaFields { gen: a.gen, ts: a.ts, build: a.build, ..Default::default() },
+        meta: a.meta,
         keys: a.keys.load()?,
         unseal: unseal(&a.sealed)?,
         output: Output::of(a.parts, Default::default()),
@@ -309,8 +309,11 @@ fn convert(a: cli::ConvertArgs) -> Result<u8> {
     if a.digest.digest.is_some() && !matches!(to, ops::ConvertTo::Wtxt) {
         return Err(Error::usage("--digest says how a WTXT snapshot is hashed: it needs --to wtxt"));
     }
+    if a.meta.is_set() && !matches!(to, ops::ConvertTo::Wtxt) {
+        return Err(Error::usage("--gen, --ts and the tokens are a WTXT snapshot's meta fields: they need --to wtxt"));
+    }
     let opts = ops::SnapshotOptions {
-        meta: MetaFields { gen: a.gen, ts: a.ts, ..Default::default() },
+        meta: a.meta,
         keys: a.keys.load()?,
         output: Output::of(a.parts, a.digest),
         ..Default::default()

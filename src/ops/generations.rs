@@ -163,9 +163,9 @@ pub fn delta_apply(base: &Path, delta: &Path, out: &Path, o: &DeltaApplyOptions)
     let mut reader = crate::format::delta::DeltaReader::open(d).map_err(|e| e.in_file(delta))?;
     if reader.is_extended() {
         let target_sha256_all = reader.head.target_sha256_all;
-        if o.meta.gen.is_some() || o.meta.ts.is_some() || o.meta.build.is_some() || o.keys.sign_key.is_some() {
+        if o.meta.is_set() || o.keys.sign_key.is_some() {
             return Err(Error::usage(
-                "--gen, --ts, --build and --sign-key serve the minimal form; this delta carries its target header",
+                "--gen, --ts, the tokens and --sign-key serve the minimal form; this delta carries its target header",
             ));
         }
         // The base's parts are not hashed as they are read: the target is
@@ -261,10 +261,10 @@ fn apply_minimal(
         None => m.gen.checked_add(1).ok_or_else(|| Error::usage("gen overflows"))?,
     };
     let meta = Meta { gen, ts: Meta::new(gen, o.meta.ts.as_deref())?.ts, ..m.clone() }.with_tokens(
-        None,
+        o.meta.schema.as_deref(),
         o.meta.build.as_deref(),
-        None,
-        None,
+        o.meta.host.as_deref(),
+        o.meta.cuda.as_deref(),
     )?;
     let opts = WriteOptions {
         merkle_prev: base_this,

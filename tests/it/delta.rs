@@ -143,6 +143,35 @@ fn wrong_base_truncated_or_tampered_delta_fail_cleanly() {
     assert_eq!(r.status.code(), Some(2), "minimal-form options on an extended delta");
 }
 
+/// A minimal-form delta carries no header: the rebuilt target takes the
+/// `meta` fields `snapshot` takes (the base's where none is given), and an
+/// extended delta, which carries its target's header, refuses every one.
+#[test]
+fn the_minimal_form_takes_the_meta_fields_snapshot_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.wtxt");
+    let r = wtxt()
+        .args(["delta", "apply", "expected/delta_base.wtxt", "expected/delta.minimal.wtxtdelta", "-o"])
+        .arg(&out)
+        .args(["--ts", "2026-02-03T04:05:06Z", "--host", "gpu0", "--schema", "weights/v2"])
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+    let text = String::from_utf8(std::fs::read(&out).unwrap()).unwrap();
+    let meta = text.lines().find(|l| l.starts_with("meta ")).unwrap();
+    for field in ["ts=2026-02-03T04:05:06Z", "host=gpu0", "schema=weights/v2"] {
+        assert!(meta.contains(field), "{meta}");
+    }
+    let r = wtxt().arg("verify").arg(&out).output().unwrap();
+    assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = wtxt()
+        .args(["delta", "apply", "expected/delta_base.wtxt", "expected/delta.wtxtdelta", "--host", "gpu0", "-o"])
+        .arg(dir.path().join("x.wtxt"))
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(2), "meta fields on an extended delta");
+}
+
 /// `delta create` verifies its base as well as its target: a delta names
 /// its base by `sha256_all`, and one made from a damaged base (here a
 /// forged `sha256_all` in its root line) would not apply to the real one.
