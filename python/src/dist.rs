@@ -243,6 +243,13 @@ impl PyDistWriter {
     }
 }
 
+/// Bytes of the hash states the ranks hand each other: an array's
+/// (`ArrayHash`: its SHA-256 and HMAC) and `sha256_all`'s (a `Sha256State`).
+#[pyfunction]
+pub fn hash_state_bytes() -> (usize, usize) {
+    (ArrayHash::BYTES, Sha256State::BYTES)
+}
+
 /// The HMAC key file's fingerprint (`HmacKey::fingerprint`), or None
 /// without a key: the ranks of a save compare theirs before any hashes.
 #[pyfunction]

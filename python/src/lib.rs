@@ -729,6 +729,7 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dist::commit_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(dist::head_link, m)?)?;
     m.add_function(wrap_pyfunction!(dist::hmac_fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(dist::hash_state_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(schedule::plan_tensor, m)?)?;
     m.add_class::<schedule::PyTensorPlan>()?;
     m.add_class::<schedule::PyChunk>()?;

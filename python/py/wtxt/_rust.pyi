@@ -278,7 +278,7 @@ class TensorPlan:
         """Whether the owner reads the chunk from its own memory."""
         ...
 
-__all__ = ["Chunk", "DistWriter", "Loaded", "LoadedTensor", "Outcome", "Outline", "Schedule", "Snapshotter", "Step", "TensorInfo", "TensorPlan", "WtxtError", "commit_snapshot", "export", "extract_folder", "head_link", "hmac_fingerprint", "load", "main", "outline", "plan_tensor", "save", "save_folder", "set_command", "snapshot_meta", "threads", "verify"]
+__all__ = ["Chunk", "DistWriter", "Loaded", "LoadedTensor", "Outcome", "Outline", "Schedule", "Snapshotter", "Step", "TensorInfo", "TensorPlan", "WtxtError", "commit_snapshot", "export", "extract_folder", "hash_state_bytes", "head_link", "hmac_fingerprint", "load", "main", "outline", "plan_tensor", "save", "save_folder", "set_command", "snapshot_meta", "threads", "verify"]
 
 def commit_snapshot(path: str | os.PathLike[str], message: str, oms: bool = False, remote: str | None = None) -> tuple[str, bool, str | None]:
     """Commits the snapshot at `path` (in a Git work tree: its parts, and its `model.sig` with `oms`) as the next commit on HEAD with `message`, then pushes HEAD's branch to `remote` when given: (commit id, pushed, the push's error). A failed push leaves the commit; the next push carries it."""
@@ -290,6 +290,10 @@ def export(path: str | os.PathLike[str], rev: str, out: str | os.PathLike[str]) 
 
 def extract_folder(path: str | os.PathLike[str], out: str | os.PathLike[str], trust: _Trust) -> int:
     """`wtxt extract --hf`: the Hugging Face folder a snapshot was made from, verified (every check, under the trust options given), written into the new folder `out`. Returns the number of shards."""
+    ...
+
+def hash_state_bytes() -> tuple[int, int]:
+    """Bytes of the hash states the ranks hand each other: an array's (`ArrayHash`: its SHA-256 and HMAC) and `sha256_all`'s (a `Sha256State`)."""
     ...
 
 def head_link(path: str | os.PathLike[str]) -> tuple[int, bytes] | None:

@@ -164,6 +164,70 @@ def _row_start(region: _Region, offsets: Sequence[int], shape: Sequence[int]) ->
     return int(offsets[0]) * _itemsize(region.dtype) * int(np.prod(full[1:], dtype=np.int64))
 
 
+def _put_shards(plan: SavePlan, planner: SavePlanner, host: Dict[str, torch.Tensor], stage: _Stage,
+                plans: Dict[str, Any], mine: Dict[str, List[Tuple[Any, np.ndarray, int]]],
+                results: List[WriteResult]) -> Dict[str, str]:
+    """This rank's items in place: entries that are not tensors as Python
+    literals (returned), shards that are not whole rows assembled in the
+    stage, and of shards of whole rows (kept in `mine`, by tensor: a
+    keep-alive, the flat bytes, the first byte in the tensor) the pieces of
+    chunks whose owner does not hold them whole."""
+    objects: Dict[str, str] = {}
+    fd = os.open(stage.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for item in plan.items:
+            fqn = item.index.fqn
+            if item.type == WriteItemType.BYTE_IO:
+                data = cast(io.BytesIO, planner.resolve_data(item))
+                data.seek(0)
+                try:
+                    value = torch.load(data, weights_only=True)
+                except Exception as e:  # noqa: BLE001 - anything torch.load refuses
+                    raise Error(f"entry {fqn!r}: not a plain Python value ({type(e).__name__}: {e})") from None
+                objects[fqn] = literal(fqn, value)
+                results.append(WriteResult(index=item.index, size_in_bytes=0, storage_data=None))
+                continue
+            t = host[_item_key(item)].detach().to("cpu").contiguous()
+            bits, region, offsets = _bits(t), stage.regions[fqn], _tensor_data(item).chunk.offsets
+            results.append(WriteResult(index=item.index, size_in_bytes=t.numel() * t.element_size(),
+                                       storage_data=None))
+            start = _row_start(region, offsets, bits.shape)
+            if start is None:
+                # Not whole rows: its pieces are assembled in the stage.
+                _write_block(stage.path, region, offsets, bits)
+                continue
+            flat = bits.reshape(-1).view(np.uint8)
+            mine.setdefault(fqn, []).append((t, flat, start))
+            # The pieces of chunks its owner does not hold whole go to the stage.
+            for (coff, clen), whole in zip(plans[fqn].chunks, plans[fqn].held):
+                lo, hi = max(coff, start), min(coff + clen, start + flat.size)
+                if lo < hi and not whole:
+                    _pwrite_all(fd, memoryview(flat[lo - start:hi - start]), region.offset + lo, stage.path)
+    finally:
+        os.close(fd)
+    return objects
+
+
+def _chunk_memory(c: Any, mine: Dict[str, List[Tuple[Any, np.ndarray, int]]]) -> Optional[Tuple[int, int]]:
+    """Where chunk `c` is: this rank's memory (the shard that holds all of
+    it), or (None) the stage."""
+    if not c.held:
+        return None
+    for _, flat, start in mine.get(c.name, []):
+        if start <= c.offset and c.offset + c.length <= start + flat.size:
+            return (flat.__array_interface__["data"][0] + c.offset - start, c.length)
+    raise Error(f"tensor {c.name!r}: chunk {c.index} is planned on this rank, which does not hold it")
+
+
+def _encode(dw: Any, own: List[Any], rank: int) -> List[Tuple[int, int, bytes]]:
+    """This rank's chunks encoded into their part files (rank 0 also writes
+    the text no chunk holds); their digests."""
+    digests: List[Tuple[int, int, bytes]] = call(dw.write_chunks, own)
+    if rank == 0:
+        call(dw.write_fixed)
+    return digests
+
+
 def _lock_path(path: str) -> str:
     """The lock file of saves to the snapshot at `path` (beside it, outside
     the names the stage uses)."""
@@ -214,9 +278,8 @@ def _drop_save_lock(path: str, fd: Optional[int]) -> None:
         os.close(fd)
 
 
-# Bytes of the hash states handed between ranks.
-_ARRAY_STATE = 1 + 2 * 104
-_SHA_STATE = 104
+# Bytes of the hash states handed between ranks, as the library writes them.
+_ARRAY_STATE, _SHA_STATE = _rust.hash_state_bytes()
 
 
 class WtxtStorageWriter(StorageWriter):
@@ -378,112 +441,69 @@ class WtxtStorageWriter(StorageWriter):
 
     def _write_data(self, plan: SavePlan, planner: SavePlanner,
                     host: Dict[str, torch.Tensor]) -> "Future[List[WriteResult]]":
+        """This rank's part of a save, in its steps: the options agreed,
+        every tensor's chunks planned, this rank's shards put in place, the
+        same text planned on every rank, its chunks encoded, the digests
+        computed (the tree form's reports, or the 1.1 form's hash states
+        handed along), and what it wrote reported to the coordinator."""
         stage: _Stage = plan.storage_data
         ranks = _Ranks(self._group)
+        self._agree_on_options(ranks)
+        # Every tensor's chunks, who encodes each, and whether that rank has
+        # all of it in its own shard: the same answer on every rank.
+        plans = {fqn: call(_rust.plan_tensor, r.dtype, list(r.shape),
+                           [(rk, list(off), list(size)) for rk, off, size in stage.shards.get(fqn, [])])
+                 for fqn, r in stage.regions.items()}
         results: List[WriteResult] = []
-        # Options that differ between ranks would make them plan different
-        # texts and wait on each other for ever: they agree first.
+        mine: Dict[str, List[Tuple[Any, np.ndarray, int]]] = {}
+        put = ranks.agree(lambda: _put_shards(plan, planner, host, stage, plans, mine, results))
+        objects = {k: v for o in put for k, v in o.items()}
+        # Every piece is in place: each rank plans the same text.
+        tensors = [(fqn, r.dtype, list(r.shape), r.offset, r.nbytes) for fqn, r in sorted(stage.regions.items())]
+        dw = call(_rust.DistWriter, tensors, stage.path, stage.folder, self.path, stage.gen, stage.ts,
+                  stage.merkle_prev, self.writing, self.metadata, objects or None)
+        sched = dw.schedule(plans, ranks.rank, ranks.world)
+        at = {(c.array, c.index): _chunk_memory(c, mine) for c in sched.own}
+        own = [(c.array, c.index, at[c.array, c.index]) for c in sched.own]
+        if self.writing["digest"] == "tree":
+            self._hash_as_tree(ranks, dw, sched, own)
+        else:
+            self._hash_along_runs(ranks, dw, sched, own, at)
+        return _resolved(results)
+
+    def _agree_on_options(self, ranks: "_Ranks") -> None:
+        """Options that differ between ranks would make them plan different
+        texts and wait on each other for ever: they agree first."""
         every = ranks.agree(self._options_fingerprint)
         if any(o != every[0] for o in every):
             names = ("hmac_key", "part_size", "metadata", "sign_key", "digest")
             differ = [n for k, n in enumerate(names) if any(o[k] != every[0][k] for o in every)]
             raise Error(f"the ranks were given different {', '.join(differ)}: every rank must give the writer "
                         "the same options")
-        # Every tensor's chunks, who encodes each, and whether that rank has
-        # all of it in its own shard: the same answer on every rank.
-        plans = {fqn: call(_rust.plan_tensor, r.dtype, list(r.shape),
-                           [(rk, list(off), list(size)) for rk, off, size in stage.shards.get(fqn, [])])
-                 for fqn, r in stage.regions.items()}
-        # This rank's shards that are whole rows, by tensor: (keep-alive,
-        # flat bytes, first byte in the tensor) each.
-        mine: Dict[str, List[Tuple[Any, np.ndarray, int]]] = {}
 
-        def put_shards() -> Dict[str, str]:
-            objects: Dict[str, str] = {}
-            fd = os.open(stage.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-            try:
-                for item in plan.items:
-                    fqn = item.index.fqn
-                    if item.type == WriteItemType.BYTE_IO:
-                        data = cast(io.BytesIO, planner.resolve_data(item))
-                        data.seek(0)
-                        try:
-                            value = torch.load(data, weights_only=True)
-                        except Exception as e:  # noqa: BLE001 - anything torch.load refuses
-                            raise Error(f"entry {fqn!r}: not a plain Python value ({type(e).__name__}: {e})") from None
-                        objects[fqn] = literal(fqn, value)
-                        results.append(WriteResult(index=item.index, size_in_bytes=0, storage_data=None))
-                        continue
-                    t = host[_item_key(item)].detach().to("cpu").contiguous()
-                    bits, region, offsets = _bits(t), stage.regions[fqn], _tensor_data(item).chunk.offsets
-                    results.append(WriteResult(index=item.index, size_in_bytes=t.numel() * t.element_size(),
-                                               storage_data=None))
-                    start = _row_start(region, offsets, bits.shape)
-                    if start is None:
-                        # Not whole rows: its pieces are assembled in the stage.
-                        _write_block(stage.path, region, offsets, bits)
-                        continue
-                    flat = bits.reshape(-1).view(np.uint8)
-                    mine.setdefault(fqn, []).append((t, flat, start))
-                    # The pieces of chunks its owner does not hold whole go to the stage.
-                    for (coff, clen), whole in zip(plans[fqn].chunks, plans[fqn].held):
-                        lo, hi = max(coff, start), min(coff + clen, start + flat.size)
-                        if lo < hi and not whole:
-                            _pwrite_all(fd, memoryview(flat[lo - start:hi - start]), region.offset + lo, stage.path)
-            finally:
-                os.close(fd)
-            return objects
+    def _hash_as_tree(self, ranks: "_Ranks", dw: Any, sched: Any, own: List[Any]) -> None:
+        """The tree form: the ranks report their chunks' SHA-256 and nothing
+        passes from rank to rank; the coordinator computes every `arr` line
+        and `sha256_all` from them."""
+        written = ranks.agree(lambda: _encode(dw, own, ranks.rank))
+        reports = ranks.agree(lambda: (call(dw.fastxor, own), _hash_parts(dw, sched.parts)))
+        done = None
+        if self.is_coordinator:
+            lines, sha256_all = call(dw.tree_arr_lines, [d for got in written for d in got])
+            done = (dw, lines, [(None, x, parts) for x, parts in reports], sha256_all)
+        self._reported(ranks, done)
 
-        objects = {k: v for o in ranks.agree(put_shards) for k, v in o.items()}
-        # Every piece is in place: each rank plans the same text.
-        tensors = [(fqn, r.dtype, list(r.shape), r.offset, r.nbytes) for fqn, r in sorted(stage.regions.items())]
-        dw = call(_rust.DistWriter, tensors, stage.path, stage.folder, self.path, stage.gen, stage.ts,
-                   stage.merkle_prev, self.writing, self.metadata, objects or None)
-        sched = dw.schedule(plans, ranks.rank, ranks.world)
-
-        def raw(c: Any) -> Optional[Tuple[int, int]]:
-            """Where chunk `c` is: this rank's memory (the shard that holds
-            all of it), or (None) the stage."""
-            if not c.held:
-                return None
-            for _, flat, start in mine.get(c.name, []):
-                if start <= c.offset and c.offset + c.length <= start + flat.size:
-                    return (flat.__array_interface__["data"][0] + c.offset - start, c.length)
-            raise Error(f"tensor {c.name!r}: chunk {c.index} is planned on this rank, which does not hold it")
-
-        at = {(c.array, c.index): raw(c) for c in sched.own}
-        own = [(c.array, c.index, at[c.array, c.index]) for c in sched.own]
-
+    def _hash_along_runs(self, ranks: "_Ranks", dw: Any, sched: Any, own: List[Any],
+                         at: Dict[Tuple[int, int], Optional[Tuple[int, int]]]) -> None:
+        """The 1.1 form: each array's SHA-256 and HMAC, those this rank
+        holds whole on a pool (its SHA-256 units side by side), the others
+        handed on along their runs, step by step as the schedule says; then
+        `sha256_all` along every run in the file's order. The pool reads this
+        rank's memory only, so it starts before the chunks are encoded and
+        runs beside them."""
         def span(s: Any) -> List[Tuple[int, Optional[Tuple[int, int]]]]:
             return [(ix, at[s.array, ix]) for ix in range(s.start, s.end)]
 
-        def encode() -> List[Tuple[int, int, bytes]]:
-            digests = call(dw.write_chunks, own)
-            if ranks.rank == 0:
-                call(dw.write_fixed)
-            return digests
-
-        if self.writing["digest"] == "tree":
-            written = ranks.agree(encode)
-            # The tree form: the ranks report their chunks' SHA-256 and
-            # nothing passes from rank to rank; the coordinator computes
-            # every `arr` line and `sha256_all` from them.
-            def tree_report() -> Tuple[int, List[Any]]:
-                return (call(dw.fastxor, own), _hash_parts(dw, sched.parts))
-
-            reports = ranks.agree(tree_report)
-            self.bytes_sent = ranks.sent
-            if self.is_coordinator:
-                lines, sha256_all = call(dw.tree_arr_lines, [d for got in written for d in got])
-                self._done = (dw, lines, [(None, x, parts) for x, parts in reports], sha256_all)
-            elif not self.committed.done():
-                self.committed.set_result(None)
-            return _resolved(results)
-        # Each array's SHA-256 and HMAC: those this rank holds whole on a
-        # pool (its SHA-256 units side by side), the others handed on along
-        # their runs, step by step as the schedule says. The pool reads this
-        # rank's memory only, so it starts before the chunks are encoded and
-        # runs beside them.
         with ThreadPoolExecutor(max(1, _rust.threads() - 1), thread_name_prefix="wtxt-dcp-hash") as pool, \
                 ThreadPoolExecutor(1, thread_name_prefix="wtxt-dcp-all") as serial:
             whole = {s.array: pool.submit(call, dw.hash_array, s.array, span(s), None) for s in sched.whole}
@@ -515,7 +535,7 @@ class WtxtStorageWriter(StorageWriter):
             # more, the steps pass hash states between ranks, after the
             # encoding's collective.
             alone = serial.submit(chain, None) if ranks.world == 1 and _rust.threads() > 1 else None
-            written = ranks.agree(encode)
+            ranks.agree(lambda: _encode(dw, own, ranks.rank))
             state: Optional[bytes] = None
             for s in sched.array_steps:
                 if s.kind == "recv":
@@ -539,12 +559,16 @@ class WtxtStorageWriter(StorageWriter):
             return (state if sched.last == ranks.rank else None, call(dw.fastxor, own), parts)
 
         reports = ranks.agree(report)
+        self._reported(ranks, (dw, lines, reports, None) if self.is_coordinator else None)
+
+    def _reported(self, ranks: "_Ranks", done: Optional[Tuple[Any, List[str], List[Any], Optional[bytes]]]) -> None:
+        """Every rank's report is in: the coordinator keeps what `finish`
+        installs; another rank's save is done."""
         self.bytes_sent = ranks.sent
         if self.is_coordinator:
-            self._done = (dw, lines, reports, None)
+            self._done = done
         elif not self.committed.done():
             self.committed.set_result(None)
-        return _resolved(results)
 
     def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
         stage, done = self._stage, self._done
