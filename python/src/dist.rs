@@ -15,7 +15,9 @@ use wtxt::format::syntax::Meta;
 use wtxt::options::{HmacFile, OmsFile};
 use wtxt::store::{ArrayHash, DistOptions, DistWrite, Raw};
 
-use crate::{named_arrays, raise, staged_file, Staged, Writing};
+use crate::arrays::{hex_of, named_arrays, staged_file, Staged};
+use crate::error::raise;
+use crate::options::Writing;
 
 /// A `part` line as it crosses between ranks: (ix, bytes, lines, sha256).
 type Part = (u64, u64, u64, [u8; 32]);
@@ -226,7 +228,7 @@ impl PyDistWriter {
                 .map(|(ix, bytes, lines, h)| PartLine { ix, bytes, lines, hash: PartHash::Frame(h) })
                 .collect();
             let w = self.inner.finish(&arr_lines, all, fastxor, &parts, verify)?;
-            Ok(crate::hex_of(&w.sha256_all))
+            Ok(hex_of(&w.sha256_all))
         })
         .map_err(raise)
     }

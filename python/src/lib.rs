@@ -9,153 +9,24 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod arrays;
 mod dist;
+mod error;
+mod options;
 mod records;
 mod schedule;
 
 use numpy::PyArray1;
-use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
-use wtxt::convert::{give_wtxt_names, objects_array, objects_of, OriginalNames};
-use wtxt::crypto::{HmacKey, TrustedKeys};
+use wtxt::convert::{objects_of, OriginalNames};
 use wtxt::daemon::{DaemonConfig, Generation, Outcomes, Queue, Snapshotter};
 use wtxt::format::Keep;
-use wtxt::model::{Array, ArrayData, Dtype};
-use wtxt::options::{DigestChoice, HmacFile, KeyFiles, OmsFile, Output, PartSizeChoice, SignFile, TrustFiles};
-use wtxt::{ErrorKind, Position};
+use wtxt::model::ArrayData;
 
-pyo3::create_exception!(_rust, WtxtError, PyException, "kind, line (or None), message");
-
-/// A library error as `WtxtError(kind, line, message)`.
-fn raise(e: wtxt::Error) -> PyErr {
-    let kind = match e.kind() {
-        ErrorKind::Check => "check",
-        ErrorKind::Input => "input",
-        ErrorKind::Usage => "usage",
-        ErrorKind::Io => "io",
-    };
-    let line = match e.position() {
-        Position::Line(n) => Some(n),
-        _ => None,
-    };
-    WtxtError::new_err((kind, line, e.to_string()))
-}
-
-/// What a reader of a snapshot demands of it, as paths: the dict
-/// `wtxt._trust` builds, one key per field.
-#[derive(FromPyObject)]
-#[pyo3(from_item_all)]
-struct Trust {
-    hmac_key: Option<PathBuf>,
-    pubkey: Option<PathBuf>,
-    trusted_keys: Option<PathBuf>,
-    /// A signing key whose public half is the one key trusted, when
-    /// neither `pubkey` nor `trusted_keys` names one (a writer's loads).
-    signer: Option<PathBuf>,
-    require_signature: bool,
-    allow_unbound: bool,
-}
-
-/// [`Trust`] with its keys read.
-#[derive(Default)]
-struct TrustKeys {
-    hmac_key: Option<HmacKey>,
-    trusted: Option<TrustedKeys>,
-    require_signature: bool,
-    allow_unbound: bool,
-}
-
-impl Trust {
-    fn keys(self) -> Result<TrustKeys, wtxt::Error> {
-        let files = KeyFiles {
-            hmac: HmacFile { hmac_key: self.hmac_key, ..HmacFile::default() },
-            trust: TrustFiles { pubkey: self.pubkey, trusted_keys: self.trusted_keys },
-            ..KeyFiles::default()
-        };
-        let trusted = match (files.trusted()?, self.signer) {
-            (None, Some(signer)) => Some(TrustedKeys::single(wtxt::crypto::SecretKey::from_file(&signer)?.public())),
-            (trusted, _) => trusted,
-        };
-        Ok(TrustKeys {
-            hmac_key: files.hmac()?,
-            trusted,
-            require_signature: self.require_signature,
-            allow_unbound: self.allow_unbound,
-        })
-    }
-}
-
-impl TrustKeys {
-    fn verify_options(&self) -> wtxt::format::VerifyOptions<'_> {
-        wtxt::format::VerifyOptions {
-            hmac_key: self.hmac_key.as_ref(),
-            trusted: self.trusted.as_ref(),
-            require_signature: self.require_signature,
-            allow_unbound: self.allow_unbound,
-            ..Default::default()
-        }
-    }
-}
-
-/// An array's memory as NumPy reports it: (name, WTXT dtype, shape,
-/// address, length in bytes) of a C-contiguous little-endian array the
-/// Python side keeps alive for the whole call.
-type Staged = (String, String, Vec<u64>, usize, usize);
-
-/// Copies the staged arrays' bytes, each into a buffer of `spare` of the
-/// same length where there is one (its pages are faulted in already), in
-/// pieces shared out over the `--threads` pool.
-fn copy_staged(tensors: Vec<Staged>, spare: &mut Vec<Vec<u8>>) -> Vec<Named> {
-    /// The unit of work the copying threads share out.
-    const PIECE: usize = 4 << 20;
-    let mut named = Vec::with_capacity(tensors.len());
-    let mut pieces: Vec<(&[u8], &mut [u8])> = Vec::new();
-    let mut copies: Vec<Vec<u8>> = Vec::with_capacity(tensors.len());
-    let mut sources = Vec::with_capacity(tensors.len());
-    for (name, dtype, shape, addr, len) in tensors {
-        // A buffer of the generation this one replaces, when one is free and
-        // the same size: its pages are mapped already.
-        let dst = match spare.iter().position(|b| b.len() == len) {
-            Some(i) => spare.swap_remove(i),
-            None => vec![0u8; len],
-        };
-        // NumPy may give an empty array no address at all.
-        let src: &[u8] = if len == 0 {
-            &[]
-        } else {
-            // SAFETY: the Python side passes the address and length NumPy
-            // reports for a C-contiguous array it keeps alive for the whole
-            // call, so the memory is valid for `len` bytes; it is only read,
-            // and copied before the call returns.
-            unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
-        };
-        named.push((name, dtype, shape));
-        copies.push(dst);
-        sources.push(src);
-    }
-    for (src, dst) in sources.iter().zip(copies.iter_mut()) {
-        pieces.extend(src.chunks(PIECE).zip(dst.chunks_mut(PIECE)));
-    }
-    // The copy on the --threads pool, as torch's own clone spreads it.
-    let threads = wtxt::threads().min(pieces.len()).max(1);
-    let mut shares: Vec<Vec<(&[u8], &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
-    for (i, p) in pieces.into_iter().enumerate() {
-        shares[i % threads].push(p);
-    }
-    let copy = |share: Vec<(&[u8], &mut [u8])>| share.into_iter().for_each(|(s, d)| d.copy_from_slice(s));
-    std::thread::scope(|s| {
-        let mut shares = shares.into_iter();
-        let mine = shares.next();
-        for share in shares {
-            s.spawn(move || copy(share));
-        }
-        if let Some(share) = mine {
-            copy(share);
-        }
-    });
-    named.into_iter().zip(copies).map(|((n, d, s), c)| (n, d, s, ArrayData::from(c))).collect()
-}
+use arrays::{copy_staged, hex_of, named_arrays, Staged};
+use error::{raise, WtxtError};
+use options::{Trust, Writing};
 
 /// Writes `tensors` (staged NumPy arrays, copied once with the GIL
 /// released) as a canonical WTXT at `path`; names that are not WTXT names and `metadata`
@@ -180,71 +51,6 @@ fn save(
         Ok(hex_of(&w.sha256_all))
     })
     .map_err(raise)
-}
-
-/// The options every Python writer of a snapshot takes, as paths and
-/// values: the dict `wtxt._writing` builds, one key per field.
-#[derive(FromPyObject)]
-#[pyo3(from_item_all)]
-pub(crate) struct Writing {
-    prev: Option<PathBuf>,
-    sign_key: Option<PathBuf>,
-    hmac_key: Option<PathBuf>,
-    gen: Option<u64>,
-    ts: Option<String>,
-    part_size: Option<String>,
-    oms_key: Option<PathBuf>,
-    /// `"sha256"` (WTXT 1.1) or `"tree"`.
-    digest: Option<String>,
-}
-
-impl Writing {
-    /// The key files named (no trust: a writer's inputs are arrays; no
-    /// key from the environment: Python names its keys).
-    pub(crate) fn key_files(&self) -> KeyFiles {
-        KeyFiles {
-            hmac: HmacFile { hmac_key: self.hmac_key.clone(), ..HmacFile::default() },
-            sign: SignFile { sign_key: self.sign_key.clone() },
-            oms: OmsFile { oms_key: self.oms_key.clone() },
-            ..KeyFiles::default()
-        }
-    }
-
-    /// The part size and digest form asked for, as said (unset: the defaults).
-    pub(crate) fn choices(&self) -> Result<(PartSizeChoice, DigestChoice), wtxt::Error> {
-        let part_size =
-            self.part_size.as_deref().map(|s| s.parse().map_err(|m| wtxt::Error::usage(format!("part_size: {m}"))));
-        let digest = self.digest.as_deref().map(|d| d.parse().map_err(wtxt::Error::usage));
-        Ok((PartSizeChoice { part_size: part_size.transpose()? }, DigestChoice { digest: digest.transpose()? }))
-    }
-
-    /// How the snapshot is stored.
-    pub(crate) fn output(&self) -> Result<Output, wtxt::Error> {
-        let (parts, digest) = self.choices()?;
-        Ok(Output::of(parts, digest))
-    }
-
-    /// Refuses what says where a generation goes for a writer whose
-    /// generations follow its repository.
-    pub(crate) fn no_generation(&self, who: &str) -> Result<(), wtxt::Error> {
-        if self.prev.is_some() || self.gen.is_some() || self.ts.is_some() {
-            return Err(wtxt::Error::usage(format!("{who}: prev, gen and ts are not given here")));
-        }
-        Ok(())
-    }
-
-    /// The snapshot options they give (keys read now).
-    fn options(self) -> Result<wtxt::ops::SnapshotOptions, wtxt::Error> {
-        let output = self.output()?;
-        let keys = self.key_files().load()?;
-        Ok(wtxt::ops::SnapshotOptions {
-            meta: wtxt::options::MetaFields { gen: self.gen, ts: self.ts, ..Default::default() },
-            prev: self.prev.map(wtxt::ops::Prev::File),
-            keys,
-            output,
-            ..Default::default()
-        })
-    }
 }
 
 /// `wtxt snapshot FOLDER`: a Hugging Face folder (every file, the shards
@@ -283,71 +89,6 @@ fn extract_folder(py: Python<'_>, path: PathBuf, out: PathBuf, trust: Trust) -> 
 #[pyfunction]
 fn export(py: Python<'_>, path: PathBuf, rev: String, out: PathBuf) -> PyResult<usize> {
     py.allow_threads(|| wtxt::ops::export_path(&path, &rev, &out)).map_err(raise)
-}
-
-/// An array before it has its WTXT name: (name, dtype, shape, bytes).
-type Named = (String, String, Vec<u64>, ArrayData);
-
-/// Staged arrays whose bytes are ranges of the file `stage`, mapped once
-/// (the distributed checkpoint writer's shards, put there by every rank).
-fn staged_file(stage: &std::path::Path, tensors: Vec<Staged>) -> Result<Vec<Named>, wtxt::Error> {
-    let f = std::fs::File::open(stage).map_err(|e| wtxt::Error::io(stage, e))?;
-    let len = f.metadata().map_err(|e| wtxt::Error::io(stage, e))?.len();
-    let map = if len == 0 {
-        None
-    } else {
-        // SAFETY: the stage file is this checkpoint's own, made by the
-        // writer under a fresh name, and no process writes it once the
-        // ranks' writes have finished, which is when it is saved.
-        Some(Arc::new(unsafe { memmap2::Mmap::map(&f) }.map_err(|e| wtxt::Error::io(stage, e))?))
-    };
-    tensors
-        .into_iter()
-        .map(|(name, dtype, shape, off, n)| {
-            if n == 0 {
-                return Ok((name, dtype, shape, ArrayData::from(Vec::new())));
-            }
-            let end = off.checked_add(n).filter(|&e| e as u64 <= len);
-            match (end, &map) {
-                (Some(end), Some(m)) => Ok((name, dtype, shape, ArrayData::from_map(m.clone()).slice(off..end))),
-                _ => Err(wtxt::Error::usage(format!(
-                    "tensor {name}: bytes {off}+{n} are past the end of {}",
-                    stage.display()
-                ))),
-            }
-        })
-        .collect()
-}
-
-/// Arrays under WTXT names, sorted, with what gives the original names
-/// (and `metadata`) back; two tensors of one name are refused.
-fn named_arrays(
-    tensors: impl Iterator<Item = Named>,
-    metadata: Option<BTreeMap<String, String>>,
-    objects: Option<BTreeMap<String, String>>,
-) -> Result<Vec<Array>, wtxt::Error> {
-    let mut arrays = Vec::new();
-    for (name, dtype, shape, data) in tensors {
-        let dt = Dtype::parse(dtype.as_bytes())
-            .ok_or_else(|| wtxt::Error::usage(format!("tensor {name}: unknown dtype {dtype}")))?;
-        arrays.push(Array::with_original_name(name, dt, shape, data)?);
-    }
-    if let Some(d) = wtxt::model::first_duplicate(&arrays.iter().map(|a| a.name.clone()).collect::<Vec<_>>()) {
-        return Err(wtxt::Error::usage(format!("two tensors are named {d:?}")));
-    }
-    let objects = objects.filter(|o| !o.is_empty());
-    if let Some(o) = &objects {
-        if let Some(a) = arrays.iter().find(|a| o.contains_key(&a.name)) {
-            return Err(wtxt::Error::usage(format!("{:?} is both a tensor and another value", a.name)));
-        }
-    }
-    let mut kept = OriginalNames { metadata, ..Default::default() };
-    give_wtxt_names(&mut arrays, &mut kept)?;
-    if let Some(o) = &objects {
-        arrays.push(objects_array(o)?);
-    }
-    wtxt::model::sort_arrays(&mut arrays)?;
-    Ok(arrays)
 }
 
 /// The snapshot daemon's pipeline inside the process (ring, delta, age,
@@ -520,10 +261,6 @@ impl PySnapshotter {
             }
         });
     }
-}
-
-fn hex_of(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Reads and verifies `path` (every check; with `hmac_key` every array must

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use wtxt::convert::OriginalNames;
 use wtxt::store::{DistWrite, Shard, Step};
 
-use crate::raise;
+use crate::error::raise;
 
 /// One tensor's chunks, who encodes each, and whether that rank holds the
 /// chunk whole in its own memory.

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 from . import _rust
 from ._common import (
     Error, PathLike, VerifyError, as_path, call, literal, ml_dtype, np, record_command, save_items, stage_array,
-    trust_of, writing_of, ML_DTYPES, TO_NUMPY,
+    trust_of, writing_of, ML_DTYPES, TO_NUMPY, SnapshotInfo,
 )
 
 __all__ = ["Error", "VerifyError", "Report", "save_file", "load_file", "load_metadata", "verify", "Snapshotter",
@@ -200,18 +200,6 @@ def verify(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Opti
     return Report(ok=r["ok"], gen=r["gen"], signature=r["signature"],
                   errors=[(e["line"], e["message"]) for e in r["errors"]], arrays=r["arrays"],
                   sha256_all=r.get("sha256_all"))
-
-
-@dataclass(frozen=True)
-class SnapshotInfo:
-    """What a snapshot request came to: the generation written (a later one
-    when requests coalesced), its commit, whether it reached the remote, and
-    the seconds each stage took (write, delta, armor, commit, push)."""
-
-    gen: int
-    commit: Optional[str]
-    pushed: bool
-    stages: Optional[Dict[str, float]] = None
 
 
 _OPEN_SNAPSHOTTERS: "weakref.WeakSet[Snapshotter]" = weakref.WeakSet()

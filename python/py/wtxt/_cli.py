@@ -2,7 +2,7 @@
 command line (`wtxt::cli`), run in this process. Nothing of it is Python."""
 import sys
 
-from . import _rust
+import wtxt._rust as _rust
 
 
 def main() -> None:

@@ -5,12 +5,13 @@ front is `wtxt` and `wtxt.torch`."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 import functools
 import os
 import tempfile
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
 
-from . import _rust
+import wtxt._rust as _rust
 
 if TYPE_CHECKING:
     from typing_extensions import ParamSpec
@@ -267,3 +268,15 @@ def at_revision(filename: PathLike, rev: Optional[str]) -> Iterator[str]:
         out = os.path.join(d, os.path.basename(os.fspath(filename)))
         call(_rust.export, os.fspath(filename), rev, out)
         yield out
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """What a snapshot request came to: the generation written (a later one
+    when requests coalesced), its commit, whether it reached the remote, and
+    the seconds each stage took (write, delta, armor, commit, push)."""
+
+    gen: int
+    commit: Optional[str]
+    pushed: bool
+    stages: Optional[Dict[str, float]] = None

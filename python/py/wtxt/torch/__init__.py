@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 
 from . import _pinned
-from .. import _rust
+import wtxt._rust as _rust
 from .._common import (
     Error, Staged, TO_NUMPY, call, from_literal, literal, save_items, stage_array, staged_as, trust_of,
 )

@@ -18,7 +18,7 @@ from typing import Dict, Iterator, Mapping, Optional
 
 import torch
 
-from .. import Error
+from .._common import Error
 
 
 def default_budget() -> int:

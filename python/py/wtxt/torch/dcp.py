@@ -45,8 +45,8 @@ from torch.distributed.checkpoint.planner import (LoadItemType, LoadPlan, LoadPl
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from .. import SnapshotInfo, _rust
-from .._common import Error, ML_DTYPES, TO_NUMPY, as_path, call, literal, record_command, writing_of
+import wtxt._rust as _rust
+from .._common import Error, ML_DTYPES, SnapshotInfo, TO_NUMPY, as_path, call, literal, record_command, writing_of
 from . import _TO_TORCH, _bits, _load, _pinned, _wtxt_dtype
 from ._ranks import _Ranks, _wtxt_group
 
