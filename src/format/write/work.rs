@@ -141,6 +141,9 @@ pub(super) struct Work<'a, 'p> {
     /// Digests and pieces taken ahead of the root and the output.
     digest_ahead: usize,
     encode_ahead: usize,
+    /// The threads that share the work (read once: what the work was
+    /// planned for is what runs it).
+    threads: usize,
 }
 
 impl<'a, 'p> Work<'a, 'p> {
@@ -190,6 +193,7 @@ impl<'a, 'p> Work<'a, 'p> {
             chunks_in_encode: tree || threads >= crate::threads::STREAMS_ALONE_FROM,
             digest_ahead: threads + 1,
             encode_ahead: 2 * threads + 2,
+            threads,
         }
     }
 
@@ -197,11 +201,11 @@ impl<'a, 'p> Work<'a, 'p> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs the work on `threads()` threads (this one among them), writing
-    /// the body to `out` in order; returns its length.
+    /// Runs the work on the threads it was planned for (this one among
+    /// them), writing the body to `out` in order; returns its length.
     pub(super) fn run<W: Write + Send>(&self, out: &mut W) -> Result<u64> {
         let out = Mutex::new((out, 0u64));
-        let extra = crate::threads::threads().saturating_sub(1);
+        let extra = self.threads.saturating_sub(1);
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..extra).map(|_| s.spawn(|| self.thread(&out))).collect();
             self.thread(&out);
