@@ -7,8 +7,12 @@ size: a state of f32 tensors (--gib, 1 by default) saved by a
   into a fresh Git repository: `save` returns after both);
 - the asynchronous saver with each storage: how long `save` holds the
   loop, and when the save's future resolves;
-- baselines of the same run: `cp -r` of the checkpoint folder, and
-  `wtxt.torch.save_state_dict` of the same state alone.
+- baselines of the same run: `cp -r` of the checkpoint folder,
+  `wtxt.torch.save_state_dict` of the same state alone, and the same
+  generations by hand (`save_state_dict(..., prev=)`, `git add`, `git
+  commit` through the pre-commit hook `wtxt git install` sets); the
+  storage's CPU a generation (its sync save less the local storage's)
+  against them is the ratio the adapters' goal names (<= 1.5x).
 
 Wall seconds and CPU-seconds (this process and its children; the async
 saver's writer process is a child, counted once it has exited, so the
@@ -41,8 +45,9 @@ def timed(label, f):
     subprocess.run(["sync"], check=True)
     t, c = time.perf_counter(), cpu()
     out = f()
-    print(f"{label:58} {time.perf_counter() - t:7.2f} s wall {cpu() - c:7.2f} CPU-s", flush=True)
-    return out
+    spent = cpu() - c
+    print(f"{label:58} {time.perf_counter() - t:7.2f} s wall {spent:7.2f} CPU-s", flush=True)
+    return out, spent
 
 
 def fresh_repo(path: str) -> str:
@@ -71,18 +76,32 @@ def main() -> None:
         m.save(where, state)
         m.close()
 
-    timed("sync save, torch_checkpointing's local storage", lambda: sync_save(local, d("plain", "step_1")))
+    _, local_cpu = timed("sync save, torch_checkpointing's local storage",
+                         lambda: sync_save(local, d("plain", "step_1")))
     timed("cp -r of that checkpoint folder", lambda: subprocess.run(["cp", "-r", d("plain", "step_1"), d("copy")],
                                                                    check=True))
     timed("wtxt.torch.save_state_dict of the same state", lambda: wtxt.torch.save_state_dict(
         state["model"], d("alone.wtxt")))
     repo = fresh_repo(d("runs"))
-    timed("sync save, WtxtStorageConfig (checkpoint + generation 0)",
-          lambda: sync_save(WtxtStorageConfig(repo=repo, use_direct_io=False), d("wtxt", "step_0")))
-    # The async rows below time a second save, whose generation chains
-    # from the first (verified whole first) in a repository that holds it.
-    timed("sync save, WtxtStorageConfig (checkpoint + generation 1)",
-          lambda: sync_save(WtxtStorageConfig(repo=repo, use_direct_io=False), d("wtxt", "step_1")))
+    costs = [timed(f"sync save, WtxtStorageConfig (checkpoint + generation {g})",
+                   lambda: sync_save(WtxtStorageConfig(repo=repo, use_direct_io=False), d("wtxt", f"step_{g}")))[1]
+             for g in (0, 1)]  # generation 1 chains from 0 (verified whole first) in a repository that holds it
+    hand_repo = fresh_repo(d("hand"))
+    subprocess.run([shutil.which("wtxt"), "git", "install"], cwd=hand_repo, check=True, capture_output=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@e", "GIT_COMMITTER_NAME": "b",
+           "GIT_COMMITTER_EMAIL": "b@e"}
+    path = os.path.join(hand_repo, "checkpoint.wtxt")
+
+    def by_hand(g):
+        wtxt.torch.save_state_dict(state, path, prev=path if g else None)
+        subprocess.run(["git", "add", "-A"], cwd=hand_repo, check=True)
+        subprocess.run(["git", "commit", "-qm", f"g{g}"], cwd=hand_repo, check=True, env=env)
+
+    hand = [timed(f"by hand, generation {g} (save_state_dict, git add, hooked commit)", lambda: by_hand(g))[1]
+            for g in (0, 1)]
+    for g in (0, 1):
+        print(f"CPU a generation {g}: the storage {costs[g] - local_cpu:.2f} CPU-s, by hand {hand[g]:.2f}: "
+              f"{(costs[g] - local_cpu) / hand[g]:.2f}x (goal <= 1.5x)", flush=True)
 
     for name, storage in (("local storage", local),
                           ("WtxtStorageConfig", WtxtStorageConfig(repo=fresh_repo(d("runs-async")),
