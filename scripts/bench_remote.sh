@@ -1,53 +1,51 @@
 #!/usr/bin/env bash
-# A run's history shared through a Git remote set up by `wtxt git install
-# --server`: three generations of a SIZE_MIB f32 state (the second and
-# third each move 9 of 48 tensors), committed with the hook, pushed over
-# file:// to the bare repository (guarded), cloned. Three ways, in one run:
-# - wtxt, plain remote: pushed, cloned (--no-checkout), the remote's `git
-#   gc`, a clone after it;
+# A run's history shared through a Git remote, against git-lfs, in one run:
+# GENS generations of a SIZE_MIB f32 state of 48 tensors, each generation
+# after the first moving 3 of them (CHANGE=part: 1/16, a fine-tune of a
+# few layers) or all 48 (CHANGE=full: full fine-tuning). Three ways:
+# - wtxt, plain remote: committed with the hook, pushed over file:// to a
+#   bare repository set up by `wtxt git install --server` (guarded);
 # - wtxt with parts in Git LFS (`wtxt git install --lfs`) against a real
 #   LFS server (giftless, scripts/lfs-server.sh) on 127.0.0.1, the guard
-#   reading parts from its store (wtxt.lfsObjects): pushed, cloned with the
-#   latest generation's parts smudged, `log --verify` in a blobless clone;
+#   reading parts from its store (wtxt.lfsObjects);
 # - the baseline: the same states as .npz files through plain git-lfs.
-# Prints wall and CPU seconds of each and the remotes' sizes (Git, and the
-# LFS store); docs/PERFORMANCE.md keeps them.
+# For each: stage + commit of every generation, the push, a clone of the
+# latest (full, and blobless: --filter=blob:none), the oldest generation
+# out of the full clone (`wtxt git export`; `git checkout REV -- m.npz`),
+# `wtxt log --verify`, and the sizes of the repository and the remote (Git
+# and the LFS store). No `git gc` runs before any of them; the plain
+# remote's `git gc` is timed after, as the maintenance a host would run.
+# Each way's repositories are removed once measured (disk: the states, and
+# one way's copies, at a time).
+# Prints wall and CPU seconds; docs/PERFORMANCE.md keeps the figures.
 #
-#   scripts/bench_remote.sh [SIZE_MIB]      (default 96)
+#   CHANGE=part|full scripts/bench_remote.sh [SIZE_MIB [GENS]]    (defaults 96, 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mib=${1:-96}
-work=${BENCH_DIR:-bench-work}/remote
+gens=${2:-8}
+change=${CHANGE:-part}
+work=${BENCH_DIR:-bench-work}/remote-$change
 . scripts/timing.sh
 rm -rf "$work" && mkdir -p "$work"
-python3 - "$mib" "$work" <<'PY'
+python3 - "$mib" "$work" "$gens" "$change" <<'PY'
 import sys, numpy as np
-mib, out = int(sys.argv[1]), sys.argv[2]
+mib, out, gens, change = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 rng = np.random.default_rng(0)
 rows = (mib << 20) // (48 * 512 * 4)
 s = {f"l{i:02d}": rng.standard_normal((rows, 512), dtype=np.float32) for i in range(48)}
 np.savez(f"{out}/s0.npz", **s)
-for g in (1, 2):
-    for i in range(g * 3, g * 3 + 9):
+for g in range(1, gens):
+    moved = range(48) if change == "full" else [(3 * g + k) % 48 for k in range(3)]
+    for i in moved:
         s[f"l{i:02d}"] = s[f"l{i:02d}"] + np.float32(1e-3)
     np.savez(f"{out}/s{g}.npz", **s)
 PY
 export GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@example.com GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@example.com
-git init -q -b main "$work/w"
-(cd "$work/w" && WTXT="$BIN" "$BIN" git install >/dev/null 2>&1
-  "$BIN" snapshot ../s0.npz -o m.wtxt --gen 0 >/dev/null 2>&1 && git add -A && WTXT="$BIN" git commit -qm g0
-  for g in 1 2; do
-    "$BIN" snapshot "../s$g.npz" -o m.wtxt --prev m.wtxt >/dev/null 2>&1 && git add -A && WTXT="$BIN" git commit -qm "g$g"
-  done)
-git init -q --bare -b main "$work/remote.git"
-(cd "$work/remote.git" && "$BIN" git install --server >/dev/null 2>&1)
-echo "$(nproc) cores; three generations of ${mib} MiB of f32"
-printf '%-40s %8s %8s\n' "" "wall s" "cpu s"
-t "push (3 generations, guarded)" git -C "$work/w" push -q "$work/remote.git" main
-t "clone" git clone -q --no-checkout "file://$(realpath "$work/remote.git")" "$work/c1"
-t "the remote's git gc" git -C "$work/remote.git" gc -q
-t "clone after gc" git clone -q --no-checkout "file://$(realpath "$work/remote.git")" "$work/c2"
-echo "remote after gc: $(du -sm "$work/remote.git" | cut -f1) MB"
+export BIN WTXT=$BIN gens
+mb() { du -sm "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+echo "$(nproc) cores; $gens generations of ${mib} MiB of f32 (48 tensors; CHANGE=$change)"
+printf '%-52s %8s %8s\n' "" "wall s" "cpu s"
 
 # The LFS server, and a home whose Git config has Git LFS's filter (as
 # `git lfs install` leaves a user's).
@@ -62,27 +60,55 @@ export HOME=$(realpath "$work/home")
 git lfs install --skip-repo >/dev/null
 lfs_url() { echo "http://127.0.0.1:$port/bench/$1.git/info/lfs"; }
 
-git init -q -b main "$work/lw"
-(cd "$work/lw" && git config lfs.url "$(lfs_url wtxt)" && WTXT="$BIN" "$BIN" git install --lfs >/dev/null 2>&1
-  "$BIN" snapshot ../s0.npz -o m.wtxt --gen 0 >/dev/null 2>&1 && git add -A && WTXT="$BIN" git commit -qm g0
-  for g in 1 2; do
-    "$BIN" snapshot "../s$g.npz" -o m.wtxt --prev m.wtxt >/dev/null 2>&1 && git add -A && WTXT="$BIN" git commit -qm "g$g"
-  done)
-git init -q --bare -b main "$work/lremote.git"
-(cd "$work/lremote.git" && "$BIN" git install --server >/dev/null 2>&1 &&
-  git config wtxt.lfsObjects "$(realpath "$work/store")/bench/wtxt")
-url=file://$(realpath "$work/lremote.git")
-t "LFS: push (3 generations, guarded)" git -C "$work/lw" push -q "$work/lremote.git" main
-t "LFS: clone (latest parts smudged)" git -c "lfs.url=$(lfs_url wtxt)" clone -q "$url" "$work/lc"
-git -c "lfs.url=$(lfs_url wtxt)" clone -q --filter=blob:none --no-checkout "$url" "$work/lb"
-git -C "$work/lb" config lfs.url "$(lfs_url wtxt)"
-t "LFS: log --verify, blobless clone" env -C "$work/lb" "$BIN" log --verify m.wtxt
-echo "LFS remote: Git $(du -sm "$work/lremote.git" | cut -f1) MB, LFS store $(du -sm "$work/store/bench/wtxt" | cut -f1) MB"
+# Every generation snapshotted and committed through the hook, in the repository at $1.
+commit_wtxt() {
+  cd "$1"
+  for g in $(seq 0 $((gens - 1))); do
+    if [ "$g" = 0 ]; then "$BIN" snapshot ../s0.npz -o m.wtxt --gen 0; else "$BIN" snapshot "../s$g.npz" -o m.wtxt --prev m.wtxt; fi
+    git add -A && git commit -qm "g$g"
+  done
+}
+commit_npz() {
+  cd "$1"
+  for g in $(seq 0 $((gens - 1))); do cp "../s$g.npz" m.npz && git add -A && git commit -qm "g$g"; done
+}
+export -f commit_wtxt commit_npz
 
-git init -q -b main "$work/gw"
-(cd "$work/gw" && git config lfs.url "$(lfs_url npz)" && git lfs track "*.npz" >/dev/null && git add .gitattributes
-  for g in 0 1 2; do cp "../s$g.npz" m.npz && git add -A && git commit -qm "g$g"; done)
-git init -q --bare -b main "$work/gremote.git"
-t "git-lfs: push (3 generations)" git -C "$work/gw" push -q "$work/gremote.git" main
-t "git-lfs: clone" git -c "lfs.url=$(lfs_url npz)" clone -q "file://$(realpath "$work/gremote.git")" "$work/gc"
-echo "git-lfs remote: Git $(du -sm "$work/gremote.git" | cut -f1) MB, LFS store $(du -sm "$work/store/bench/npz" | cut -f1) MB"
+for way in plain lfs git-lfs; do
+  w=$work/$way
+  git init -q -b main "$w"
+  git init -q --bare -b main "$w-remote.git"
+  case $way in
+    plain) (cd "$w" && "$BIN" git install >/dev/null 2>&1)
+      (cd "$w-remote.git" && "$BIN" git install --server >/dev/null 2>&1) ;;
+    lfs) (cd "$w" && git config lfs.url "$(lfs_url wtxt)" && "$BIN" git install --lfs >/dev/null 2>&1)
+      (cd "$w-remote.git" && "$BIN" git install --server >/dev/null 2>&1 &&
+        git config wtxt.lfsObjects "$(realpath "$work/store")/bench/wtxt") ;;
+    git-lfs) (cd "$w" && git config lfs.url "$(lfs_url npz)" && git lfs track "*.npz" >/dev/null &&
+        git add .gitattributes && git commit -qm attributes) ;;
+  esac
+  url=file://$(realpath "$w-remote.git")
+  lfs=(-c "lfs.url=$(lfs_url "$([ $way = git-lfs ] && echo npz || echo wtxt)")")
+  file=$([ $way = git-lfs ] && echo m.npz || echo m.wtxt)
+  t "$way: stage + commit, $gens generations" bash -c "$([ $way = git-lfs ] && echo commit_npz || echo commit_wtxt) '$w'"
+  t "$way: push, $gens generations" git -C "$w" push -q "$w-remote.git" main
+  t "$way: clone of the latest" git "${lfs[@]}" clone -q "$url" "$w-clone"
+  t "$way: blobless clone of the latest" git "${lfs[@]}" clone -q --filter=blob:none "$url" "$w-blobless"
+  git -C "$w-clone" config lfs.url "$(lfs_url "$([ $way = git-lfs ] && echo npz || echo wtxt)")"
+  git -C "$w-blobless" config lfs.url "$(lfs_url "$([ $way = git-lfs ] && echo npz || echo wtxt)")"
+  if [ $way = git-lfs ]; then
+    t "$way: the oldest generation, from the clone" git -C "$w-clone" checkout -q "HEAD~$((gens - 1))" -- m.npz
+  else
+    t "$way: the oldest generation, from the clone" "$BIN" git export -C "$w-clone" "HEAD~$((gens - 1))" m.wtxt -o old.wtxt
+    t "$way: wtxt log (blobless clone: heads only)" env -C "$w-blobless" "$BIN" log m.wtxt
+    t "$way: wtxt log --verify (the clone)" env -C "$w-clone" "$BIN" log --verify m.wtxt
+  fi
+  store=$([ $way = git-lfs ] && echo "$work/store/bench/npz" || echo "$work/store/bench/wtxt")
+  [ $way = plain ] && store=
+  echo "$way: repository .git $(mb "$w/.git") MB; remote Git $(mb "$w-remote.git") MB${store:+, LFS store $(mb "$store") MB}; the state $((mib * gens)) MB over $gens generations"
+  if [ $way = plain ]; then
+    t "plain: the remote's git gc (maintenance)" git -C "$w-remote.git" gc -q
+    echo "plain: remote after gc $(mb "$w-remote.git") MB"
+  fi
+  rm -rf "$w" "$w-remote.git" "$w-clone" "$w-blobless" ${store:+"$store"}
+done
