@@ -25,7 +25,6 @@ sets (it verifies and packs). The ratio is the goal's (<= 1.5x).
 import json
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import warnings
 import numpy as np
 import torch
 
-import wtxt
+from by_hand import by_hand
 
 params_m = int(sys.argv[1]) if len(sys.argv) > 1 else 17
 gens = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -49,11 +48,6 @@ def cpu():
     return r.ru_utime + r.ru_stime
 
 
-def cpu_all():
-    c = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return cpu() + c.ru_utime + c.ru_stime
-
-
 def model():
     torch.manual_seed(0)
     return torch.nn.Sequential(*[torch.nn.Linear(HIDDEN, HIDDEN) for _ in range(layers)])
@@ -62,24 +56,6 @@ def model():
 def batches():
     g = torch.Generator().manual_seed(1)
     return [(torch.randn(8, HIDDEN, generator=g), torch.randn(8, HIDDEN, generator=g)) for _ in range(2)]
-
-
-def by_hand(work, states):
-    """CPU seconds of each state in turn as one generation by hand."""
-    repo = os.path.join(work, "hand")
-    subprocess.run(["git", "init", "-q", repo], check=True)
-    subprocess.run([shutil.which("wtxt"), "git", "install"], cwd=repo, check=True, capture_output=True)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@e", "GIT_COMMITTER_NAME": "b",
-           "GIT_COMMITTER_EMAIL": "b@e"}
-    path = os.path.join(repo, "state.wtxt")
-    costs = []
-    for i, arrays in enumerate(states):
-        c = cpu_all()
-        wtxt.save_file(arrays, path, prev=path if i else None)
-        subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-        subprocess.run(["git", "commit", "-qm", f"g{i}"], cwd=repo, check=True, env=env)
-        costs.append(cpu_all() - c)
-    return costs
 
 
 def lightning(work):
@@ -136,7 +112,7 @@ def lightning(work):
         arrays[STRUCTURE] = np.frombuffer(json.dumps({"format": _FORMAT, "checkpoint": tree}, sort_keys=True).encode(), dtype=np.uint8)
         states.append(arrays)
     size = os.path.getsize(checkpoints[-1])
-    return "Lightning", n, size, per_gen, own_saves, io.held, by_hand(os.path.join(work, "l"), states)
+    return "Lightning", n, size, per_gen, own_saves, io.held, by_hand(os.path.join(work, "hand-l"), states)
 
 
 def accelerate(work):
@@ -178,7 +154,7 @@ def accelerate(work):
     per_gen = (with_saver - plain) / max(1, n)
     size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(folders[-1]) for f in fs)
     states = [checkpoint_state(f) for f in folders]
-    return "Accelerate", n, size, per_gen, own_saves, saver.held, by_hand(os.path.join(work, "a"), states)
+    return "Accelerate", n, size, per_gen, own_saves, saver.held, by_hand(os.path.join(work, "hand-a"), states)
 
 
 with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as work:

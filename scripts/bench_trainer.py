@@ -15,7 +15,6 @@ repository of its own.
 """
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,8 +23,8 @@ import time
 import torch
 import transformers
 
-import wtxt
 from wtxt.trainer import WtxtCallback
+from by_hand import by_hand
 
 params_m = int(sys.argv[1]) if len(sys.argv) > 1 else 250
 hidden = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
@@ -64,29 +63,6 @@ def run(work, callbacks):
     return n, time.perf_counter() - t, cpu() - c
 
 
-def by_hand(work, folders):
-    """CPU seconds of each folder in turn as one generation by hand: the
-    arrays the callback makes of it (`wtxt.checkpoint.checkpoint_state`,
-    the same bytes) written by `wtxt.save_file(..., prev=)`, then `git add`
-    and `git commit` with the pre-commit hook of `wtxt git install` (it
-    verifies and packs)."""
-    from wtxt.checkpoint import checkpoint_state
-    repo = os.path.join(work, "hand")
-    subprocess.run(["git", "init", "-q", repo], check=True)
-    subprocess.run([shutil.which("wtxt"), "git", "install"], cwd=repo, check=True, capture_output=True)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@e", "GIT_COMMITTER_NAME": "b",
-           "GIT_COMMITTER_EMAIL": "b@e"}
-    path = os.path.join(repo, "llama.wtxt")
-    costs = []
-    for i, folder in enumerate(folders):
-        c = cpu() + cpu(resource.RUSAGE_CHILDREN)
-        wtxt.save_file(checkpoint_state(folder), path, prev=path if i else None)
-        subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-        subprocess.run(["git", "commit", "-qm", f"g{i}"], cwd=repo, check=True, env=env)
-        costs.append(cpu() + cpu(resource.RUSAGE_CHILDREN) - c)
-    return costs
-
-
 with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as work:
     n, plain, plain_cpu = run(work, [])
     plain_saves = saves[:]
@@ -108,7 +84,8 @@ with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as work:
     print(f"train() wall: {plain:.1f} s without, {with_cb:.1f} s with (the last generation waited for at the end)")
     per_gen = (cb_cpu - plain_cpu) / max(1, len(cb.infos))
     folders = [os.path.join(work, "out", f"checkpoint-{k}") for k in (1, 2)]
-    hand = by_hand(work, folders)
+    from wtxt.checkpoint import checkpoint_state
+    hand = by_hand(os.path.join(work, "hand"), [checkpoint_state(f) for f in folders])
     print(f"CPU a generation: the callback {per_gen:.2f} s (train() {cb_cpu:.1f} CPU-s with, {plain_cpu:.1f} without); "
           f"save_file + git add + hooked commit of the same arrays: {', '.join(f'{h:.2f}' for h in hand)} s; "
           f"ratio {per_gen / (sum(hand) / len(hand)):.2f}x")

@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
             let fmt = by_name(to).expect("a container");
             let out = dir.path().join(format!("out.{to}"));
             let _ = std::fs::remove_file(&out);
-            let direct = wtxt::convert::write_direct(&input, &Default::default(), fmt, &out, &|a| {
+            let direct = wtxt::convert::write_direct(&input, None, &Default::default(), fmt, &out, &|a| {
                 Ok((foreign_metadata(a, fmt)?.0, ()))
             });
             if let Ok(Some(_)) = direct {
