@@ -103,6 +103,26 @@ def test_every_committed_checkpoint_is_a_signed_chained_generation_that_loads_ba
     assert not (tmp_path / "bad").exists()
 
 
+def test_keep_folders_false_leaves_the_repository_the_one_copy(tmp_path):
+    repo = tmp_path / "runs"
+    git(tmp_path, "init", "-q", str(repo))
+    model, opt = fresh()
+    train(model, opt, 2)
+    storage = WtxtStorageConfig(repo=str(repo), sign_key=str(KEY), use_direct_io=False, keep_folders=False)
+    m = CheckpointManager(CheckpointManager.Config(save=SyncCheckpointSaverConfig(), storage_config=storage))
+    state = {"model": model.state_dict(), "step": 2}
+    m.save(str(tmp_path / "ckpt" / "step_2"), state)
+    m.close()
+    assert not (tmp_path / "ckpt" / "step_2").exists(), "the committed folder is removed"
+    assert len(git(repo, "log", "--format=%H").split()) == 1
+    out = restore(repo / "checkpoint.wtxt", tmp_path / "resume", trusted_keys=TRUSTED, require_signature=True)
+    loader = manager(repo, SyncCheckpointSaverConfig())
+    fresh_model, _ = fresh()
+    got = loader.load(str(out), into={"model": fresh_model.state_dict(), "step": 0})
+    loader.close()
+    assert got["step"] == 2 and same(got["model"], model.state_dict())
+
+
 def test_a_writer_that_writes_in_place_is_refused(tmp_path):
     repo = tmp_path / "runs"
     git(tmp_path, "init", "-q", str(repo))

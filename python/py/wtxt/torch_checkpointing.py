@@ -54,7 +54,10 @@ class WtxtStorageConfig(LocalFileSystemStorageConfig):
     """The storage's settings; `torch_checkpointing` pickles it into its
     writer process, where `create_storage` makes the storage. `repo` and
     the keys are `wtxt.Snapshotter`'s; `temp_dir_prefix` must be the
-    writer's (`CheckpointWriterConfig.temp_dir_prefix`)."""
+    writer's (`CheckpointWriterConfig.temp_dir_prefix`). With
+    `keep_folders=False` each committed checkpoint folder is removed once
+    its generation is committed (a generation that failed keeps its
+    folder): the repository holds the one copy, `restore` writes it back."""
 
     repo: str
     path_in_repo: str = "checkpoint.wtxt"
@@ -65,6 +68,7 @@ class WtxtStorageConfig(LocalFileSystemStorageConfig):
     part_size: Optional[Union[int, str]] = None
     digest: str = "sha256"
     temp_dir_prefix: str = DEFAULT_TEMP_DIR_PREFIX
+    keep_folders: bool = True
 
     def create_storage(self) -> "WtxtStorage":
         return WtxtStorage(self)
@@ -80,7 +84,8 @@ class WtxtStorage(LocalFileSystemStorage):
         self._lock = threading.Lock()
         self._behind = Behind(dict(repo=config.repo, path_in_repo=config.path_in_repo, remote=config.remote,
                                    sign_key=config.sign_key, hmac_key=config.hmac_key, oms_key=config.oms_key,
-                                   part_size=config.part_size, digest=config.digest, max_pending=1))
+                                   part_size=config.part_size, digest=config.digest, max_pending=1),
+                              config.keep_folders)
 
     def _staged(self, path: Path) -> None:
         """Refuses a file written outside a folder the writer will commit by
@@ -111,7 +116,7 @@ class WtxtStorage(LocalFileSystemStorage):
         with self._lock:
             started = time.perf_counter()
             folder = os.fspath(dst_path)
-            self._behind.save(folder, checkpoint_state(folder), {"checkpoint": Path(folder).name}, started)
+            self._behind.save(folder, checkpoint_state(folder), {"checkpoint": Path(folder).name}, started, folder)
             self._behind.finish()
 
     @property
