@@ -682,7 +682,8 @@ pub struct ConvertArgs {
     /// Output format: wtxt, or a container of the table that holds many arrays.
     #[arg(long, value_name = "FORMAT", value_parser = clap::builder::PossibleValuesParser::new(crate::convert::formats::convert_targets()))]
     pub to: String,
-    /// For --to wtxt: the snapshot's `meta` fields.
+    /// For --to wtxt: the snapshot's `meta` fields (a container has none:
+    /// there they are ignored, so one command line serves every target).
     #[command(flatten)]
     pub meta: MetaFields,
     /// The keys: --sign-key signs a WTXT result; a WTXT input must be

@@ -309,9 +309,6 @@ fn convert(a: cli::ConvertArgs) -> Result<u8> {
     if a.digest.digest.is_some() && !matches!(to, ops::ConvertTo::Wtxt) {
         return Err(Error::usage("--digest says how a WTXT snapshot is hashed: it needs --to wtxt"));
     }
-    if a.meta.is_set() && !matches!(to, ops::ConvertTo::Wtxt) {
-        return Err(Error::usage("--gen, --ts and the tokens are a WTXT snapshot's meta fields: they need --to wtxt"));
-    }
     let opts = ops::SnapshotOptions {
         meta: a.meta,
         keys: a.keys.load()?,
