@@ -131,12 +131,12 @@ impl KeyFiles {
     /// Reads every key named, each once.
     pub fn load(&self) -> Result<Keys> {
         Ok(Keys {
-            hmac_key: self.hmac()?,
+            hmac_key: self.hmac.key()?,
             allow_unauthenticated: self.hmac.allow_unauthenticated,
             allow_unbound: self.hmac.allow_unbound,
-            sign_key: self.sign()?,
-            trusted: self.trusted()?,
-            oms_key: self.oms()?,
+            sign_key: self.sign.key()?,
+            trusted: self.trust.keys()?,
+            oms_key: self.oms.key()?,
         })
     }
 
@@ -157,26 +157,6 @@ impl KeyFiles {
             },
             oms: OmsFile { oms_key: self.oms.oms_key.or(other.oms.oms_key) },
         }
-    }
-
-    /// The HMAC key, if any.
-    pub fn hmac(&self) -> Result<Option<HmacKey>> {
-        self.hmac.key()
-    }
-
-    /// The signing key, if named.
-    pub fn sign(&self) -> Result<Option<SecretKey>> {
-        self.sign.key()
-    }
-
-    /// The trusted keys, if any.
-    pub fn trusted(&self) -> Result<Option<TrustedKeys>> {
-        self.trust.keys()
-    }
-
-    /// The OMS signing key, if named.
-    pub fn oms(&self) -> Result<Option<EcSecretKey>> {
-        self.oms.key()
     }
 }
 

@@ -38,12 +38,12 @@ impl Trust {
             trust: TrustFiles { pubkey: self.pubkey, trusted_keys: self.trusted_keys },
             ..KeyFiles::default()
         };
-        let trusted = match (files.trusted()?, self.signer) {
+        let trusted = match (files.trust.keys()?, self.signer) {
             (None, Some(signer)) => Some(TrustedKeys::single(wtxt::crypto::SecretKey::from_file(&signer)?.public())),
             (trusted, _) => trusted,
         };
         Ok(TrustKeys {
-            hmac_key: files.hmac()?,
+            hmac_key: files.hmac.key()?,
             trusted,
             require_signature: self.require_signature,
             allow_unbound: self.allow_unbound,

@@ -8,7 +8,6 @@ use clap::Args;
 
 use crate::crypto::armor::{self, Unseal};
 use crate::error::Result;
-use crate::options::{HmacFile, KeyFiles, OmsFile, SignFile, TrustFiles};
 
 /// Reading age-encrypted inputs.
 #[derive(Args, Debug, Default)]
@@ -22,11 +21,6 @@ pub struct SealedArg {
     /// Read the passphrase from this file's first line (implies -p).
     #[arg(long, value_name = "FILE")]
     pub passphrase_file: Option<PathBuf>,
-}
-
-/// The key files of a command that takes only some of the groups.
-pub(super) fn some_keys(hmac: &HmacFile, sign: &SignFile, trust: &TrustFiles, oms: &OmsFile) -> KeyFiles {
-    KeyFiles { hmac: hmac.clone(), sign: sign.clone(), trust: trust.clone(), oms: oms.clone() }
 }
 
 /// How to read age-encrypted inputs, if the user said.

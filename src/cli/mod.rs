@@ -29,7 +29,7 @@ use crate::progress::Progress;
 use clap::Parser;
 
 use cli::{Cli, Command, DeltaCommand};
-use flags::{some_keys, unseal};
+use flags::unseal;
 use process::{emit, warn};
 
 /// Runs the command line `argv` (the program's name first) and gives the
@@ -206,7 +206,7 @@ fn recover(a: cli::RecoverArgs) -> Result<u8> {
     let opts = ops::RecoverOptions {
         report: a.report,
         partial: a.partial,
-        keys: some_keys(&a.hmac, &a.sign, &Default::default(), &a.oms).load()?,
+        keys: crate::options::KeyFiles { hmac: a.hmac, sign: a.sign, oms: a.oms, ..Default::default() }.load()?,
         output: Output::of(a.parts, Default::default()),
     };
     let r = ops::recover(&a.file, &a.output, &opts)?;

@@ -43,12 +43,22 @@ pub fn configured_file(repo: &git2::Repository, key: &str) -> Result<Option<std:
 /// the command line and the daemon fill: the one place these settings are
 /// read. No key comes from the environment here.
 pub fn configured_keys(repo: &git2::Repository) -> Result<KeyFiles> {
-    Ok(KeyFiles {
-        hmac: HmacFile { hmac_key: configured_file(repo, "wtxt.hmacKey")?, ..HmacFile::default() },
-        sign: SignFile { sign_key: configured_file(repo, "wtxt.signKey")? },
-        trust: TrustFiles { pubkey: None, trusted_keys: configured_file(repo, "wtxt.trustedKeys")? },
-        oms: OmsFile { oms_key: configured_file(repo, "wtxt.omsKey")? },
-    })
+    Ok(KeyFiles { hmac: hmac_file(repo)?, sign: sign_file(repo)?, trust: trust_files(repo)?, oms: oms_file(repo)? })
+}
+
+// Each group from its own setting: a reader that needs one key resolves
+// (and checks for links) only that one.
+fn hmac_file(repo: &git2::Repository) -> Result<HmacFile> {
+    Ok(HmacFile { hmac_key: configured_file(repo, "wtxt.hmacKey")?, ..HmacFile::default() })
+}
+fn sign_file(repo: &git2::Repository) -> Result<SignFile> {
+    Ok(SignFile { sign_key: configured_file(repo, "wtxt.signKey")? })
+}
+fn trust_files(repo: &git2::Repository) -> Result<TrustFiles> {
+    Ok(TrustFiles { pubkey: None, trusted_keys: configured_file(repo, "wtxt.trustedKeys")? })
+}
+fn oms_file(repo: &git2::Repository) -> Result<OmsFile> {
+    Ok(OmsFile { oms_key: configured_file(repo, "wtxt.omsKey")? })
 }
 
 /// How `git config` of `repo` asks snapshots to be stored: `wtxt.partSize`
@@ -56,34 +66,35 @@ pub fn configured_keys(repo: &git2::Repository) -> Result<KeyFiles> {
 /// folders' and the Git filter's.
 pub fn configured_output(repo: &git2::Repository) -> Result<Output> {
     let cfg = repo.config().map_err(crate::error::git_err)?;
-    let part_size = match cfg.get_string("wtxt.partSize") {
-        Ok(v) => Some(v.parse().map_err(|e: Reason| Error::usage(format!("git config wtxt.partSize: {e}")))?),
-        Err(_) => None,
-    };
-    let digest = match cfg.get_string("wtxt.digest") {
-        Ok(v) => Some(v.parse().map_err(|e: Reason| Error::usage(format!("git config wtxt.digest: {e}")))?),
-        Err(_) => None,
-    };
-    Ok(Output::of(PartSizeChoice { part_size }, DigestChoice { digest }))
+    let part_size = parsed(&cfg, "wtxt.partSize")?;
+    Ok(Output::of(PartSizeChoice { part_size }, DigestChoice { digest: parsed(&cfg, "wtxt.digest")? }))
+}
+
+/// The value of `key` read by its type's `FromStr`, if set.
+fn parsed<T: std::str::FromStr<Err = Reason>>(cfg: &git2::Config, key: &str) -> Result<Option<T>> {
+    match cfg.get_string(key) {
+        Ok(v) => v.parse().map(Some).map_err(|e| Error::usage(format!("git config {key}: {e}"))),
+        Err(_) => Ok(None),
+    }
 }
 
 /// The trusted keys named by `git config wtxt.trustedKeys` of `repo`, if
 /// it names a file.
 pub fn configured_trusted_keys(repo: &git2::Repository) -> Result<Option<TrustedKeys>> {
-    configured_keys(repo)?.trusted()
+    trust_files(repo)?.keys()
 }
 
 /// The HMAC key named by `git config wtxt.hmacKey` of `repo` (a hex key
 /// file), if it names one: the hook and the guard check every array with it.
 pub fn configured_hmac_key(repo: &git2::Repository) -> Result<Option<crate::crypto::HmacKey>> {
-    configured_keys(repo)?.hmac()
+    hmac_file(repo)?.key()
 }
 
 /// The EC key named by `git config wtxt.omsKey` of the repository around
 /// `dir`: `git resolve` signs the merged snapshot's folder with it.
 pub fn oms_key_around(dir: &Path) -> Result<Option<crate::crypto::ec::EcSecretKey>> {
     let Ok(repo) = git2::Repository::discover(dir) else { return Ok(None) };
-    configured_keys(&repo)?.oms()
+    oms_file(&repo)?.key()
 }
 
 /// What the repository asks of every snapshot it takes in: its trusted

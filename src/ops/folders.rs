@@ -48,7 +48,7 @@ pub fn stage(repo: &git2::Repository, f: &Folder, force: bool) -> Result<Staged>
     };
     // The folder's snapshot is signed as configured, and HMAC'd by no key.
     let files = crate::git::configured_keys(repo)?;
-    let keys = Keys { sign_key: files.sign()?, oms_key: files.oms()?, ..Keys::default() };
+    let keys = Keys { sign_key: files.sign.key()?, oms_key: files.oms.key()?, ..Keys::default() };
     let signs_oms = keys.oms_key.is_some();
     let opts = super::snapshot::SnapshotOptions {
         meta: MetaFields { gen: link.is_none().then_some(0), ..Default::default() },
