@@ -289,8 +289,12 @@ fn load(
             // the arrays' digests (the tree form reads little else), and
             // the parts are checked only to name the culprit of a failure.
             let unhashed = stored.is_some();
-            let open = if unhashed { wtxt::store::WtxtIn::open_unhashed } else { wtxt::store::WtxtIn::open };
-            let mut input = open(&path, None)?;
+            // A load of some tensors of the tree form opens only the parts
+            // that hold them.
+            let mut input = match &stored {
+                Some(rows) => wtxt::store::WtxtIn::open_for_arrays(&path, &|n| wtxt::format::keeps_array(rows, n))?,
+                None => wtxt::store::WtxtIn::open(&path, None)?,
+            };
             // On the heap: the arrays end up there anyway, and a temporary
             // file would cost another pass over fresh pages.
             let keep = if metadata_only { Keep::Metadata } else { Keep::InMemory };
@@ -302,10 +306,7 @@ fn load(
             } else {
                 load.run(input.text(), input.len, &opts)
             }
-            .map_err(|e| {
-                let part = unhashed.then(|| wtxt::store::WtxtIn::find_bad_part(&path, None)).flatten();
-                part.unwrap_or_else(|| input.blame(e))
-            })?;
+            .map_err(|e| if unhashed { input.blame_load(e) } else { input.blame(e) })?;
             let kept = OriginalNames::of(&loaded.arrays)?.unwrap_or_default();
             if let Some(rows) = &rows {
                 // The stored names came from the outline, read before

@@ -626,3 +626,27 @@ def test_load_file_names_reads_those_tensors_proven_as_a_whole_load(tmp_path):
         else:
             with pytest.raises(wtxt.VerifyError):
                 wtxt.load_file(other, names=["a.weight"])
+
+
+def test_load_file_names_of_a_split_snapshot_opens_only_the_parts_that_hold_them(tmp_path):
+    """In the tree form, `load_file(names=[...])` of a split snapshot reads
+    the parts that hold those tensors alone: with every other part gone it
+    gives the whole load's bytes; a part of its own gone fails."""
+    rng = np.random.default_rng(4)
+    arrays = {f"t{i}": rng.standard_normal((256, 64)).astype(np.float32) for i in range(6)}
+    path = tmp_path / "m.wtxt"
+    wtxt.save_file(arrays, path, digest="tree", part_size="64K")
+    whole = wtxt.load_file(path)
+    parts = sorted((tmp_path / "m.wtxt.parts").iterdir())
+    holding = [p for p in parts if b"name=t3 " in p.read_bytes()]
+    assert holding and len(holding) + 2 <= len(parts)
+    for p in parts:
+        if p not in holding:
+            p.unlink()
+    got = wtxt.load_file(path, names=["t3"])
+    assert list(got) == ["t3"] and (got["t3"] == whole["t3"]).all()
+    with pytest.raises(wtxt.Error):
+        wtxt.load_file(path, names=["t4"])
+    holding[-1].unlink()
+    with pytest.raises(wtxt.Error):
+        wtxt.load_file(path, names=["t3"])

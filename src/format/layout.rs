@@ -1,7 +1,7 @@
 //! How an array is cut into chunks, and how a chunk's bytes become base64
 //! lines. Writer and verifier share this, so they cannot disagree.
 
-use crate::format::syntax::{IdxLine, PResult, B64_WIDTH, RAW_PER_LINE};
+use crate::format::syntax::{body_text_len, lines_for, ChLine, IdxLine, PResult, B64_WIDTH, RAW_PER_LINE};
 use crate::model::{byte_size, Dtype};
 
 /// Raw chunk size of rank 0 and rank 1 arrays (the seed's default).
@@ -54,6 +54,28 @@ impl Layout {
         }
         let off = ix * self.chunk;
         (off, self.chunk.min(self.bytes - off))
+    }
+
+    /// Bytes and lines of chunk `ix`'s text as the canonical writer lays it
+    /// out: its `ch` line, its base64 lines and `endch`. They follow from
+    /// the layout alone (a `ch` line's hashes have fixed widths), which is
+    /// what lets a reader pass over chunks without reading them.
+    pub fn chunk_text(&self, ix: u64, scratch: &mut String) -> (u64, u64) {
+        let (off, len) = self.chunk_range(ix);
+        scratch.clear();
+        let lines = lines_for(len);
+        ChLine { ix, off, len, sha256: [0; 32], crc32c: 0, lines }.write(scratch);
+        (scratch.len() as u64 + 1 + body_text_len(len) + "endch\n".len() as u64, lines + 2)
+    }
+
+    /// [`Layout::chunk_text`] of every chunk together: the array's text
+    /// between its `arr` (and `idx`) line and `endarr`.
+    pub fn chunks_text(&self) -> (u64, u64) {
+        let mut scratch = String::with_capacity(200);
+        (0..self.chunk_count()).fold((0, 0), |(b, l), ix| {
+            let (cb, cl) = self.chunk_text(ix, &mut scratch);
+            (b.saturating_add(cb), l.saturating_add(cl))
+        })
     }
 }
 

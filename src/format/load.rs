@@ -150,6 +150,10 @@ impl Sink for Collect {
         }
     }
 
+    fn wants_array(&self, arr: &crate::format::syntax::ArrLine) -> bool {
+        self.rows.as_ref().is_none_or(|rows| keeps_array(rows, &arr.name))
+    }
+
     fn chunk(&mut self, ch: &crate::format::syntax::ChLine) {
         self.at = ch.off;
     }
@@ -176,6 +180,12 @@ impl Sink for Collect {
             }
         }
     }
+}
+
+/// Whether a load of `rows` ([`Load::rows`]) keeps any of array `name`:
+/// the arrays named, and the metadata arrays always.
+pub fn keeps_array(rows: &BTreeMap<String, (u64, u64)>, name: &str) -> bool {
+    crate::model::is_metadata_name(name) || rows.contains_key(name)
 }
 
 /// A verified WTXT read into memory.
@@ -391,10 +401,11 @@ mod tests {
     }
 
     /// Parts in memory that count the bytes read from them, and pass over
-    /// bytes unread as files do.
+    /// bytes unread as files do; those numbered in `gone` fail to open.
     struct Counted {
         parts: Vec<Vec<u8>>,
         read: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        gone: Vec<u64>,
     }
 
     struct CountedPart(std::io::Cursor<Vec<u8>>, std::sync::Arc<std::sync::atomic::AtomicU64>);
@@ -419,6 +430,9 @@ mod tests {
 
     impl split::PartSource for Counted {
         fn open(&self, ix: u64) -> Result<Box<dyn crate::fs::Skip>> {
+            if self.gone.contains(&ix) {
+                return Err(crate::Error::input(crate::error::Position::None, format!("part {ix} is not here")));
+            }
             let part = std::io::Cursor::new(self.parts[ix as usize - 1].clone());
             Ok(Box::new(CountedPart(part, self.read.clone())))
         }
@@ -448,7 +462,7 @@ mod tests {
         let load = |(head, parts): &(Vec<u8>, Vec<Vec<u8>>), skipping: bool| {
             let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
             let Ok(split::Opened::Split(h)) = split::open(Box::new(&head[..])) else { panic!("a head") };
-            let source = Counted { parts: parts.clone(), read: read.clone() };
+            let source = Counted { parts: parts.clone(), read: read.clone(), gone: Vec::new() };
             let joined = split::Joined::new(h, Box::new(source), None).without_part_hashes();
             let lines = if skipping { LineReader::skipping(joined) } else { LineReader::new(joined) };
             let got = Load { rows: Some(&rows), ..Default::default() }.run_lines(lines, 1 << 30, &Default::default());
@@ -462,7 +476,8 @@ mod tests {
             let (got, read) = load(&whole, true);
             let got = got.unwrap();
             assert_eq!(got.arrays[0].bytes(), &values[3 * row..5 * row]);
-            assert_eq!(got.report.skipped_chunks, 6 + 64, "all of b's one-row chunks but none kept");
+            assert_eq!(got.report.skipped_chunks, 6, "all of a's one-row chunks but those kept");
+            assert_eq!(got.report.arrays_passed_over, 1, "b, none of whose rows is kept");
             // The two chunks kept are a quarter of the parts; each chunk
             // passed over costs what was read ahead into it.
             assert!(read < total / 3, "{read} of {total} bytes read");
@@ -471,9 +486,12 @@ mod tests {
             assert_eq!(all, total, "read through: every byte");
             // What is passed over is not checked (`wtxt verify` checks it)...
             assert!(load(&cut(&damaged(&t, "a", 6, false)), true).0.is_ok());
-            // ...but its `ch` line's digest is bound to the root, and a kept
-            // chunk is checked.
-            for (name, ix, in_ch) in [("a", 6, true), ("a", 0, true), ("a", 4, false), ("b", 9, true)] {
+            // ...nor is an array none of whose rows is kept (its `arr` line
+            // is bound by the root; its chunks are passed over whole)...
+            assert!(load(&cut(&damaged(&t, "b", 9, true)), true).0.is_ok());
+            // ...but a kept array's `ch` lines' digests are bound to the
+            // root, and a kept chunk is checked.
+            for (name, ix, in_ch) in [("a", 6, true), ("a", 0, true), ("a", 4, false)] {
                 let Err(e) = load(&cut(&damaged(&t, name, ix, in_ch)), true).0 else { panic!("{name} {ix} loaded") };
                 assert_eq!(e.kind(), crate::error::Kind::Check, "{e}");
             }
@@ -489,6 +507,74 @@ mod tests {
             short.1[p].remove(at + 300);
             let Err(e) = load(&short, true).0 else { panic!("a part cut short loaded") };
             assert!(e.to_string().contains("endch"), "{e}");
+        }
+        crate::threads::set(0);
+    }
+
+    /// Issue 68.1: in the tree form an array asked alone is read from the
+    /// parts that hold it; the others are not opened at all (here they
+    /// fail to open), and the array is exactly what a full read gives,
+    /// proven by the root: a changed byte or `ch` line of it is refused,
+    /// whatever the parts passed over hold.
+    #[test]
+    fn an_array_asked_alone_opens_only_the_parts_that_hold_it() {
+        let row = 1usize << 17;
+        let make = |name: &str, k: usize| {
+            let v: Vec<u8> = (0..6 * row).map(|i| ((i * 7 + k) % 251) as u8).collect();
+            Array::new(name, Dtype::U8, vec![6, row as u64], v.into()).unwrap()
+        };
+        let arrays = [make("a", 1), arr("b", 9), make("c", 2), make("d", 3)];
+        let t = text_of(&arrays, syntax::DigestForm::Tree, 1);
+        let cut = |t: &[u8]| {
+            let mut parts: Vec<Vec<u8>> = Vec::new();
+            let head = split::split(t, 300 << 10, &mut parts).unwrap();
+            (head, parts)
+        };
+        let (head, parts) = cut(&t);
+        // Which parts hold `c`: from the one its `begin` line is in to the
+        // one `d`'s is in.
+        let holds = |name: &str| {
+            parts
+                .iter()
+                .position(|p| memchr::memmem::find(p, format!("begin name={name} ").as_bytes()).is_some())
+                .unwrap() as u64
+                + 1
+        };
+        let (first, last) = (holds("c"), holds("d"));
+        assert!(first > 2 && last < parts.len() as u64, "{first}..={last} of {}", parts.len());
+        let gone: Vec<u64> = (1..=parts.len() as u64).filter(|ix| *ix < first || *ix > last).collect();
+        let rows = BTreeMap::from([("c".to_string(), (0, 6))]);
+        let load = |(head, parts): &(Vec<u8>, Vec<Vec<u8>>), gone: &[u64]| {
+            let Ok(split::Opened::Split(h)) = split::open(Box::new(&head[..])) else { panic!("a head") };
+            let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let source = Counted { parts: parts.clone(), read, gone: gone.to_vec() };
+            let sparse = split::Sparse::new(h, Box::new(source), &|n| n == "c").unwrap();
+            Load { rows: Some(&rows), ..Default::default() }.run_lines(
+                LineReader::skipping(sparse),
+                1 << 30,
+                &Default::default(),
+            )
+        };
+        for threads in [1, 5] {
+            crate::threads::set(threads);
+            let got = load(&(head.clone(), parts.clone()), &gone).unwrap();
+            assert_eq!(got.arrays.len(), 1);
+            assert_eq!(got.arrays[0].bytes(), arrays[2].bytes());
+            assert!(got.report.ok);
+            // The parts passed over may hold anything.
+            let mut junk = parts.clone();
+            for ix in &gone {
+                junk[*ix as usize - 1] = b"not a part".to_vec();
+            }
+            assert_eq!(load(&(head.clone(), junk), &[]).unwrap().arrays[0].bytes(), arrays[2].bytes());
+            // What it returns is proven: a changed byte, a changed `ch`
+            // line of a chunk of it, refused.
+            for (ix, in_ch) in [(0, false), (5, false), (3, true)] {
+                let Err(e) = load(&cut(&damaged(&t, "c", ix, in_ch)), &gone) else { panic!("c {ix} {in_ch} loaded") };
+                assert_eq!(e.kind(), crate::error::Kind::Check, "{e}");
+            }
+            // A part it needs that is missing fails the load.
+            assert!(load(&(head.clone(), parts.clone()), &[first + 1]).is_err());
         }
         crate::threads::set(0);
     }
@@ -565,20 +651,23 @@ mod tests {
             assert_eq!(got.arrays[1].bytes(), &(40..92u8).collect::<Vec<_>>()[..]);
             assert_eq!(got.arrays[0].bytes(), &[7, 8, 9]);
             // Rows 10..23 are in chunks 2..=5 of a's 16; none of b's is needed.
-            assert_eq!(got.report.skipped_chunks, 12 + 16);
+            assert_eq!((got.report.skipped_chunks, got.report.arrays_passed_over), (12, 1));
             assert_eq!(got.report.fastxor, None);
-            // Damage in a chunk not decoded touches nothing kept...
+            // Damage in a chunk not decoded touches nothing kept, nor does
+            // any in an array passed over whole (b: its `arr` line is what
+            // the root binds)...
             assert!(load(&damaged(&t, "b", 7, false)).is_ok());
+            assert!(load(&damaged(&t, "b", 7, true)).is_ok());
             assert!(load(&damaged(&t, "a", 0, false)).is_ok());
-            // ...but its `ch` line's digest is bound to the root, and a chunk
-            // kept is checked.
+            // ...but a kept array's `ch` lines' digests are bound to the
+            // root, and a chunk kept is checked.
             for (name, ix, in_ch) in
-                [("b", 7, true), ("a", 15, true), ("a", 3, false), ("a", 3, true), ("__m", 0, false)]
+                [("a", 15, true), ("a", 0, true), ("a", 3, false), ("a", 3, true), ("__m", 0, false)]
             {
                 let Err(e) = load(&damaged(&t, name, ix, in_ch)) else { panic!("{name} {ix} {in_ch} loaded") };
                 assert_eq!(e.kind(), crate::error::Kind::Check, "{e}");
             }
-            // A chunk not decoded still has its lines counted: one LF
+            // An array passed over still has its lines counted: one LF
             // fewer is a structural error, named on its line.
             let mut joined = t.clone();
             // b is the last array; its chunk 7's one base64 line (16 bytes:

@@ -18,7 +18,7 @@ pub(crate) mod write;
 /// What a [`LineReader::skipping`] reads from (and a [`split::PartSource`] gives).
 pub use crate::fs::{Skip, Streamed};
 pub use layout::{hex_digit, parity, Layout, DEFAULT_ROWS_PER_CHUNK};
-pub use load::{canonical_bytes, load, without_sign_line, write_canonical, Collect, Keep, Load, Loaded};
+pub use load::{canonical_bytes, keeps_array, load, without_sign_line, write_canonical, Collect, Keep, Load, Loaded};
 pub use read::LineReader;
 pub use recover::recover;
 pub use verify::{verify, Report, VerifyOptions};

@@ -76,6 +76,19 @@ pub trait Visitor {
     fn needs(&mut self, _a: &ArrayStart, _ch: &ChLine) -> bool {
         true
     }
+    /// Whether the array of `arr` may be passed over whole: nothing of it
+    /// read but its `arr` line (its chunks counted from its layout, or
+    /// left out of the text altogether, [`crate::fs::Skip::omits_arrays`]),
+    /// told as [`Visitor::passed_over`] in place of `array` ... `array_end`.
+    /// Only a visitor for which the `arr` line alone is bound (the tree
+    /// form's root covers the `arr` lines) and which wants none of the
+    /// array's bytes may say yes.
+    fn passes_over(&mut self, _arr: &ArrLine) -> bool {
+        false
+    }
+    /// An array passed over whole ([`Visitor::passes_over`]): its `arr`
+    /// line (`text`, without LF) on line `line`.
+    fn passed_over(&mut self, _line: u64, _arr: &ArrLine, _text: &[u8]) {}
     /// A chunk begins.
     fn chunk(&mut self, _line: u64, _ch: &ChLine) {}
     /// An empty buffer to decode the next block into.
@@ -111,6 +124,8 @@ pub struct LineReader<R> {
     skip: Option<SkipFn<R>>,
     /// The most one read of `inner` asks for.
     read_size: usize,
+    /// The text leaves out the arrays a reader passes over ([`Skip::omits_arrays`]).
+    omits_arrays: bool,
 }
 
 /// [`Skip::skip`] of a [`LineReader`]'s input.
@@ -123,7 +138,8 @@ impl<S: Skip> LineReader<S> {
     /// where the input can pass over anything ([`Skip::passes_over`]).
     pub fn skipping(inner: S) -> Self {
         let read_size = if inner.passes_over() { crate::fs::SKIP_READ_AHEAD } else { 1 << 20 };
-        LineReader::with(inner, Some(S::skip), read_size)
+        let omits_arrays = inner.omits_arrays();
+        LineReader { omits_arrays, ..LineReader::with(inner, Some(S::skip), read_size) }
     }
 }
 
@@ -135,7 +151,18 @@ impl<R: Read> LineReader<R> {
 
     fn with(inner: R, skip: Option<SkipFn<R>>, read_size: usize) -> Self {
         let buf = vec![0; read_size + MAX_LINE + 1];
-        LineReader { inner, buf, start: 0, end: 0, eof: false, line: 0, consumed: 0, skip, read_size }
+        LineReader {
+            inner,
+            buf,
+            start: 0,
+            end: 0,
+            eof: false,
+            line: 0,
+            consumed: 0,
+            skip,
+            read_size,
+            omits_arrays: false,
+        }
     }
 
     /// The input's offset of the next line (where the last one's LF ended).
@@ -464,6 +491,12 @@ enum Event {
         ch: ChLine,
         end: bool,
     },
+    /// An array passed over whole ([`Visitor::passes_over`]).
+    PassedOver {
+        line: u64,
+        arr: ArrLine,
+        text: Vec<u8>,
+    },
     /// A chunk the visitor does not need ([`Visitor::needs`]), read past.
     Skipped {
         line: u64,
@@ -492,6 +525,13 @@ impl<V: Visitor> Out<'_, '_, V> {
             return self.v.array_end();
         }
         self.queue.push_back(Event::ArrayEnd);
+    }
+
+    fn passed_over(&mut self, line: u64, arr: ArrLine, text: Vec<u8>) {
+        if self.queue.is_empty() {
+            return self.v.passed_over(line, &arr, &text);
+        }
+        self.queue.push_back(Event::PassedOver { line, arr, text });
     }
 
     /// Queues a chunk decoded on the pool; hands the visitor what is due
@@ -529,6 +569,7 @@ impl<V: Visitor> Out<'_, '_, V> {
         match e {
             Event::Array(a) => self.v.array(&a)?,
             Event::ArrayEnd => self.v.array_end(),
+            Event::PassedOver { line, arr, text } => self.v.passed_over(line, &arr, &text),
             Event::Skipped { line, ch } => tell_skipped(self.v, line, &ch),
             Event::Chunk { id, line, ch, end } => {
                 let pool = self.pool.expect("a queued chunk came from the pool");
@@ -631,25 +672,22 @@ fn read_array<R: Read, V: Visitor>(
     text: Vec<u8>,
     out: &mut Out<'_, '_, V>,
 ) -> Result<()> {
-    let rank = arr.shape.len();
-    let (n, l) = lines.expect_line("an `idx` or `ch` line")?;
-    let mut first = Some((n, l.to_vec()));
-    let layout = if rank >= 2 {
-        let (n, l) = first.take().expect("just read");
-        let idx =
-            IdxLine::parse(&l).map_err(|m| check_at(n, format!("array of rank {rank} needs its idx line: {m}")))?;
-        let layout = Layout::new(arr.dtype, &arr.shape, idx.rows_per_chunk).map_err(|m| check_at(n, m))?;
-        let want = layout.idx.expect("rank >= 2").row_size;
-        if idx.row_size != want {
-            return Err(check_at(n, format!("row_size: expected {want} for this shape, found {}", idx.row_size)));
+    if out.v.passes_over(&arr) {
+        if !lines.omits_arrays {
+            // Counted as the canonical text lays it out: a text of other
+            // sizes leaves the reader elsewhere than at `endarr`, refused.
+            let (layout, first) = layout_of(lines, &arr)?;
+            let (mut len, mut count) = layout.chunks_text();
+            if let Some((_, l)) = &first {
+                (len, count) = (len.saturating_sub(l.len() as u64 + 1), count.saturating_sub(1));
+            }
+            lines.skip_lines(len, count)?;
+            expect_endarr(lines)?;
         }
-        layout
-    } else {
-        if l.starts_with(b"idx ") {
-            return Err(check_at(n, format!("an array of rank {rank} has no idx line")));
-        }
-        Layout::new(arr.dtype, &arr.shape, 1).map_err(|m| check_at(n, m))?
-    };
+        out.passed_over(arr_no, arr, text);
+        return Ok(());
+    }
+    let (layout, mut first) = layout_of(lines, &arr)?;
     let start = ArrayStart { line: arr_no, arr, text, layout };
     out.array(start.clone())?;
     for ix in 0..layout.chunk_count() {
@@ -709,11 +747,37 @@ fn read_array<R: Read, V: Visitor>(
             }
         }
     }
+    expect_endarr(lines)?;
+    out.array_end();
+    Ok(())
+}
+
+/// An array's layout, from its `idx` line where its rank has one, and the
+/// line read after its `arr` line when that is not an `idx` line.
+fn layout_of<R: Read>(lines: &mut LineReader<R>, arr: &ArrLine) -> Result<(Layout, Option<(u64, Vec<u8>)>)> {
+    let rank = arr.shape.len();
+    let (n, l) = lines.expect_line("an `idx` or `ch` line")?;
+    if rank < 2 {
+        if l.starts_with(b"idx ") {
+            return Err(check_at(n, format!("an array of rank {rank} has no idx line")));
+        }
+        let first = Some((n, l.to_vec()));
+        return Ok((Layout::new(arr.dtype, &arr.shape, 1).map_err(|m| check_at(n, m))?, first));
+    }
+    let idx = IdxLine::parse(l).map_err(|m| check_at(n, format!("array of rank {rank} needs its idx line: {m}")))?;
+    let layout = Layout::new(arr.dtype, &arr.shape, idx.rows_per_chunk).map_err(|m| check_at(n, m))?;
+    let want = layout.idx.expect("rank >= 2").row_size;
+    if idx.row_size != want {
+        return Err(check_at(n, format!("row_size: expected {want} for this shape, found {}", idx.row_size)));
+    }
+    Ok((layout, None))
+}
+
+fn expect_endarr<R: Read>(lines: &mut LineReader<R>) -> Result<()> {
     let (n, l) = lines.expect_line("`endarr`")?;
     if l != b"endarr" {
         return Err(check_at(n, format!("expected `endarr` after the array's last chunk, found `{}`", lossy(l, 40))));
     }
-    out.array_end();
     Ok(())
 }
 

@@ -184,6 +184,14 @@ pub trait Skip: std::io::Read {
     /// Whether [`Skip::skip`] can pass over anything: a reader in front of
     /// one that cannot reads ahead in large blocks, as any reader does.
     fn passes_over(&self) -> bool;
+
+    /// Whether the text this gives leaves out all but the `arr` line of
+    /// every array a reader passes over whole (see [`crate::format::read::Visitor::passes_over`]): a split
+    /// snapshot read for some of its arrays, whose other parts are never
+    /// opened ([`crate::store::WtxtIn::open_for_arrays`]).
+    fn omits_arrays(&self) -> bool {
+        false
+    }
 }
 
 /// How much each buffer in front of a [`Skip`] input reads ahead: what
@@ -199,6 +207,10 @@ impl<S: Skip + ?Sized> Skip for Box<S> {
 
     fn passes_over(&self) -> bool {
         (**self).passes_over()
+    }
+
+    fn omits_arrays(&self) -> bool {
+        (**self).omits_arrays()
     }
 }
 

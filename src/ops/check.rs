@@ -317,13 +317,12 @@ pub fn extract(
         Ok((arrays, (count, dropped)))
     };
     // Some arrays: a load that keeps only them (in the tree form it decodes
-    // only their chunks; in 1.1 it still checks every byte).
+    // only their chunks, and opens only the parts that hold them; in 1.1 it
+    // still checks every byte).
     if let (false, None, Some(rows)) = (array.is_empty(), unseal, rows_of_arrays(path, array)?) {
-        let mut input = WtxtIn::open_unhashed(path, None)?;
+        let mut input = WtxtIn::open_for_arrays(path, &|n| crate::format::keeps_array(&rows, n))?;
         let load = crate::format::Load { keep: crate::format::Keep::InMemory, rows: Some(&rows), ..Default::default() };
-        let loaded = load
-            .run_lines(input.lines(), input.len, opts)
-            .map_err(|e| WtxtIn::find_bad_part(path, None).unwrap_or_else(|| input.blame(e)))?;
+        let loaded = load.run_lines(input.lines(), input.len, opts).map_err(|e| input.blame_load(e))?;
         let (arrays, (count, dropped)) = choose(loaded.arrays)?;
         write_arrays(&arrays, out)?;
         note_dropped(&dropped, to, notes);

@@ -25,6 +25,9 @@ pub struct WtxtIn<'a> {
     path: PathBuf,
     map: Option<split::SharedMap>,
     faults: Option<split::SharedFaults>,
+    /// Read for some arrays, the parts without them never opened
+    /// ([`WtxtIn::open_for_arrays`]).
+    sparse: bool,
 }
 
 impl<'a> WtxtIn<'a> {
@@ -59,6 +62,30 @@ impl<'a> WtxtIn<'a> {
         WtxtIn::open_with(path, unseal, false, false)
     }
 
+    /// As [`WtxtIn::open_unhashed`], for a load that keeps only the arrays
+    /// `keep` is true of: a split snapshot of the tree form is read without
+    /// the parts that hold none of their chunks, which are never opened
+    /// ([`split::Sparse`]; the reader passes over the arrays it leaves out).
+    pub fn open_for_arrays(path: &Path, keep: &dyn Fn(&str) -> bool) -> Result<WtxtIn<'a>> {
+        let file = crate::fs::open_input_file(path)?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let raw = read_maybe_sealed(file, path, None)?;
+        let head = match split::open(raw).map_err(|e| e.in_file(path))? {
+            split::Opened::Single(reader) => return Ok(WtxtIn::single(reader, len, path)),
+            split::Opened::Split(head) => head,
+        };
+        let source = Box::new(PartFiles { dir: parts_dir(path), unseal: None });
+        let tree = head.header().is_ok_and(|h| h.digest() == crate::format::syntax::DigestForm::Tree);
+        let names = head.arrs.iter().flatten().filter_map(|a| crate::format::syntax::ArrLine::parse(a).ok());
+        if !tree || names.map(|a| a.name).all(|n| keep(&n)) {
+            return Ok(WtxtIn::from_head(head, source, path, len, false, false));
+        }
+        let len = len + head.parts.iter().map(|p| p.bytes).sum::<u64>();
+        let sparse = split::Sparse::new(head, source, keep).map_err(|e| e.in_file(path))?;
+        let map = Some(sparse.map());
+        Ok(WtxtIn { reader: Box::new(sparse), len, path: path.to_path_buf(), map, faults: None, sparse: true })
+    }
+
     /// Verifies `path` whole and returns the first problem found in one of
     /// its parts (`None` for a single file or a set whose parts are all
     /// sound): names the culprit after an unhashed read. A part's frame
@@ -82,7 +109,14 @@ impl<'a> WtxtIn<'a> {
 
     /// A single-file text of `len` bytes read from `reader` (a Git blob), named `path`.
     pub fn single(reader: Box<dyn Read + 'a>, len: u64, path: &Path) -> WtxtIn<'a> {
-        WtxtIn { reader: Box::new(Streamed(reader)), len, path: path.to_path_buf(), map: None, faults: None }
+        WtxtIn {
+            reader: Box::new(Streamed(reader)),
+            len,
+            path: path.to_path_buf(),
+            map: None,
+            faults: None,
+            sparse: false,
+        }
     }
 
     /// A split snapshot's `head` (read from `path`, `head_len` bytes) joined
@@ -114,7 +148,7 @@ impl<'a> WtxtIn<'a> {
         }
         let len = head_len + joined.parts_len();
         let map = Some(joined.map());
-        WtxtIn { reader: Box::new(joined), len, path: path.to_path_buf(), map, faults }
+        WtxtIn { reader: Box::new(joined), len, path: path.to_path_buf(), map, faults, sparse: false }
     }
 
     /// Verifies the whole input under `opts`, as `wtxt verify` does
@@ -192,6 +226,16 @@ impl<'a> WtxtIn<'a> {
     /// that came from a part, else the head.
     pub fn blame(&self, e: Error) -> Error {
         self.relocate(e).in_file(&self.path)
+    }
+
+    /// What a load of this input opened unhashed reports when it fails with
+    /// `e`: the first part at fault when the whole snapshot is verified
+    /// ([`WtxtIn::find_bad_part`]), else `e` at its part and line. A read
+    /// of some arrays names what it met: the parts it never opened are
+    /// not its concern.
+    pub fn blame_load(&self, e: Error) -> Error {
+        let part = (!self.sparse).then(|| WtxtIn::find_bad_part(&self.path, None)).flatten();
+        part.unwrap_or_else(|| self.blame(e))
     }
 
     /// As [`WtxtIn::blame`], for an error that may be about an output too.

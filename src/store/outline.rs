@@ -61,6 +61,16 @@ pub fn outline_of(file: &File, path: &Path, wanted: &dyn Fn(&str) -> bool, max_w
     }
     match split::open(Box::new(ReadAt::new(file))).ok()? {
         split::Opened::Single(_) => segments.push((Box::new(first), VecDeque::new())),
+        // The head holds every `arr` line: only the parts that hold the
+        // wanted arrays' chunks are read ([`split::Sparse`]).
+        split::Opened::Split(h) if h.arrs.iter().any(|a| !a.is_empty()) => {
+            let source = Box::new(super::files::PartFiles { dir: parts_dir(path), unseal: None });
+            let sparse = split::Sparse::new(h, source, wanted).ok()?;
+            segments.push((
+                Box::new(Unseekable(BufReader::with_capacity(crate::fs::SKIP_READ_AHEAD, sparse))),
+                VecDeque::new(),
+            ));
+        }
         split::Opened::Split(h) => {
             let dir = parts_dir(path);
             segments.push((Box::new(Cursor::new(h.prefix)), VecDeque::new()));
@@ -80,6 +90,31 @@ pub fn outline_of(file: &File, path: &Path, wanted: &dyn Fn(&str) -> bool, max_w
         }
     }
     Some(out)
+}
+
+/// A text with no chunks to seek over: only the wanted arrays' are in it.
+struct Unseekable<R>(R);
+
+impl<R: std::io::Read> std::io::Read for Unseekable<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl<R: BufRead> BufRead for Unseekable<R> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        self.0.fill_buf()
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.0.consume(n)
+    }
+}
+
+impl<R> Seek for Unseekable<R> {
+    fn seek(&mut self, _: std::io::SeekFrom) -> std::io::Result<u64> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
 }
 
 /// `path` opened for reading when it is a regular file, as a part is

@@ -4,9 +4,9 @@
 //! recover, diff, OMS, the Git hook and `log --verify`. The golden vectors
 //! are in `golden.rs`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use crate::util::{fixture, run, Run};
+use crate::util::{fixture, run, write_npz, ArraySpec, Run};
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -167,17 +167,20 @@ fn changed(text: &[u8], name: &str, in_ch_line: bool, skip: usize) -> Vec<u8> {
         b'A' => b'B',
         b'0' => b'1',
         b if b.is_ascii_digit() => b'0',
+        // A hex digit stays one.
+        b'a' if in_ch_line => b'b',
+        _ if in_ch_line => b'a',
         _ => b'A',
     };
     out
 }
 
 /// Issue 68.3: `extract --array` gives exactly the bytes a full read gives;
-/// in the tree form it decodes only that array's chunks, the others' `ch`
-/// lines standing in for them as leaves of the root, so a byte changed in
-/// what it returns, or a `ch` line changed anywhere, is refused, while the
-/// base64 of a chunk it passes over is not its concern (docs/SECURITY.md).
-/// The 1.1 form checks every byte still.
+/// in the tree form it decodes only that array's chunks, and passes over
+/// the other arrays whole, their `arr` lines bound by the root, so a byte
+/// or a `ch` line changed in what it returns is refused, while the arrays
+/// it passes over are not its concern (docs/SECURITY.md). The 1.1 form
+/// checks every byte still.
 #[test]
 fn one_array_alone_is_the_full_reads_bytes_and_what_it_skips_is_bound_by_the_root() {
     let dir = tempfile::tempdir().unwrap();
@@ -206,7 +209,7 @@ fn one_array_alone_is_the_full_reads_bytes_and_what_it_skips_is_bound_by_the_roo
         // (file, array, in its `ch` line, exit code)
         (&tree, "tok_embed", false, 1),
         (&tree, "tok_embed", true, 1),
-        (&tree, "long_vec", true, 1),
+        (&tree, "long_vec", true, 0),
         (&tree, "long_vec", false, 0),
         (&v11, "long_vec", false, 1),
     ];
@@ -221,4 +224,61 @@ fn one_array_alone_is_the_full_reads_bytes_and_what_it_skips_is_bound_by_the_roo
             assert!(got.is_none(), "case {n}: nothing written");
         }
     }
+}
+
+/// Issue 68.1: from a split snapshot of the tree form, `extract --array`
+/// opens only the parts that hold the array: the others may be gone. What
+/// it returns is the full read's bytes, and damage in it is named by part
+/// and line.
+#[test]
+fn one_array_of_a_split_snapshot_is_read_from_the_parts_that_hold_it_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Five arrays of 96 KiB (8 chunks of 12 KiB) in parts of 64 KiB: each
+    // spans about three parts.
+    let values = |k: usize| (0..96 * 1024).map(|i| ((i * 7 + k) % 251) as u8).collect::<Vec<u8>>();
+    let names = ["a", "b", "tok_embed", "x", "y"];
+    let arrays: Vec<ArraySpec> = names.iter().enumerate().map(|(k, n)| (*n, "u8", vec![64, 1536], values(k))).collect();
+    let model = write_npz(d, "in", &arrays);
+    let tree = d.join("tree.wtxt");
+    let r = snap(&tree, s(&model), None, &["--part-size", "64K", "--rows-per-chunk", "8"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let parts = d.join("tree.wtxt.parts");
+    let part_files: Vec<PathBuf> =
+        (1..).map(|i| parts.join(format!("{i:06}.wtxtpart"))).take_while(|p| p.exists()).collect();
+    let holding: Vec<&PathBuf> = part_files
+        .iter()
+        .filter(|p| memchr::memmem::find(&std::fs::read(p).unwrap(), b"name=tok_embed ").is_some())
+        .collect();
+    assert!(!holding.is_empty() && holding.len() + 2 <= part_files.len(), "{} of {}", holding.len(), part_files.len());
+    // The full read: the parts joined, every byte verified.
+    let single = d.join("single.wtxt");
+    let r = run(&["join", s(&tree), "-o", s(&single)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let text = std::fs::read(&single).unwrap();
+    let full = wtxt::format::load(&text[..], text.len() as u64, &Default::default()).unwrap();
+    let want = full.arrays.iter().find(|a| a.name == "tok_embed").unwrap().bytes().to_vec();
+    let one = d.join("one.npy");
+    let extract = || run(&["extract", s(&tree), "--array", "tok_embed", "-o", s(&one)]);
+    // Every part that holds none of it removed.
+    for p in &part_files {
+        if !holding.contains(&p) {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let r = extract();
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let got = std::fs::read(&one).unwrap();
+    assert!(got.starts_with(b"\x93NUMPY") && got.ends_with(&want), "the full read's bytes");
+    // A base64 byte of it changed, in its last part: refused, naming that part.
+    let last = holding.last().unwrap();
+    let mut t = std::fs::read(last).unwrap();
+    let at = memchr::memmem::rfind(&t, b"\nendch").unwrap() - 3;
+    t[at] = if t[at] == b'A' { b'B' } else { b'A' };
+    std::fs::write(last, &t).unwrap();
+    std::fs::remove_file(&one).unwrap();
+    let r = extract();
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains(&last.file_name().unwrap().to_string_lossy().to_string()), "{}", r.stderr);
+    assert!(!one.exists(), "nothing written");
 }

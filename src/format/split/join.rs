@@ -34,13 +34,16 @@ pub trait PartSource {
 /// Where a line of the joined text comes from, for messages.
 #[derive(Default, Debug)]
 pub struct LineMap {
-    prefix_lines: u64,
+    pub(super) prefix_lines: u64,
     /// (first joined line, body lines, part file, its line of the first body line)
-    parts: Vec<(u64, u64, PathBuf, u64)>,
+    pub(super) parts: Vec<(u64, u64, PathBuf, u64)>,
     /// (joined line, head line) of each `arr` line put in for a `begin` line.
-    arrs: Vec<(u64, u64)>,
-    head_lines_before_tail: u64,
-    total_parts: usize,
+    pub(super) arrs: Vec<(u64, u64)>,
+    pub(super) head_lines_before_tail: u64,
+    pub(super) total_parts: usize,
+    /// The joined line the head's tail starts on, where the text does not
+    /// give every part's lines ([`super::Sparse`]).
+    pub(super) tail_at: Option<u64>,
 }
 
 impl LineMap {
@@ -52,6 +55,9 @@ impl LineMap {
         }
         if let Ok(i) = self.arrs.binary_search_by_key(&n, |&(j, _)| j) {
             return Some((None, self.arrs[i].1));
+        }
+        if let Some(t) = self.tail_at.filter(|&t| n >= t) {
+            return Some((None, self.head_lines_before_tail + (n - t) + 1));
         }
         for (start, count, path, local) in &self.parts {
             if n >= *start && n < start + count {
@@ -435,7 +441,7 @@ impl PartReader {
         PartReader {
             // Never read past what the head declares (and the one byte that
             // shows a part is longer): a huge part costs no more than its size.
-            inner: BufReader::with_capacity(ahead, Limited { src: inner, left: want.bytes.saturating_add(1) }),
+            inner: BufReader::with_capacity(ahead, Limited::new(inner, want.bytes)),
             want,
             name,
             head_line,
@@ -574,9 +580,27 @@ impl PartReader {
 }
 
 /// A part's source, never read past `left` bytes.
-struct Limited {
+pub(super) struct Limited {
     src: Box<dyn Skip>,
     left: u64,
+}
+
+impl Limited {
+    /// `src`, read no further than `bytes` and the one byte that shows a
+    /// part is longer than its head says.
+    pub(super) fn new(src: Box<dyn Skip>, bytes: u64) -> Limited {
+        Limited { src, left: bytes.saturating_add(1) }
+    }
+}
+
+impl Skip for Limited {
+    fn skip(&mut self, n: u64, _lines: u64) -> io::Result<bool> {
+        Limited::skip(self, n)
+    }
+
+    fn passes_over(&self) -> bool {
+        self.src.passes_over()
+    }
 }
 
 impl Read for Limited {

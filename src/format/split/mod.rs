@@ -21,7 +21,8 @@
 //!
 //! This module is the pure form, knowing no files: the head's grammar
 //! (`head.rs`), where the cuts fall (`plan.rs`), cutting a text into parts
-//! (`cut.rs`) and joining parts back into the single text (`join.rs`). Where
+//! (`cut.rs`), joining parts back into the single text (`join.rs`) and
+//! reading only some arrays' parts in the tree form (`sparse.rs`). Where
 //! part files live and how they are written and read is
 //! [`crate::store`]'s.
 #![forbid(unsafe_code)]
@@ -31,9 +32,11 @@ mod frame;
 mod head;
 mod join;
 mod plan;
+mod sparse;
 
 pub use cut::*;
 pub use frame::*;
 pub use head::*;
 pub use join::*;
 pub use plan::*;
+pub use sparse::Sparse;

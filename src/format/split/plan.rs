@@ -3,7 +3,6 @@
 use super::head::*;
 use crate::error::{Error, Result};
 use crate::format::layout::Layout;
-use crate::format::syntax::{lines_for, ChLine};
 
 /// Before which of an array's chunks a new part starts (`[0]`: before the
 /// array itself), given the bytes `used` of the open part (`None`: none is
@@ -165,8 +164,7 @@ pub fn place_parts(shape: &TextShape, size: u64) -> Result<Option<Vec<PartSpan>>
 /// Lines of chunk `ix`'s text as [`array_units`] counts it: `ch`, base64,
 /// `endch`; the first also the `begin` (and `idx`) line, the last `endarr`.
 fn unit_lines(layout: &Layout, ix: u64) -> u64 {
-    let (_, len) = layout.chunk_range(ix);
-    let mut n = 2 + lines_for(len);
+    let (_, mut n) = layout.chunk_text(ix, &mut String::new());
     if ix == 0 {
         n += 1 + layout.idx.is_some() as u64;
     }
@@ -184,11 +182,7 @@ pub(super) fn array_units(lead: u64, layout: &Layout) -> Vec<u64> {
     let mut scratch = String::with_capacity(200);
     (0..count)
         .map(|ix| {
-            let (off, len) = layout.chunk_range(ix);
-            scratch.clear();
-            ChLine { ix, off, len, sha256: [0; 32], crc32c: 0, lines: lines_for(len) }.write(&mut scratch);
-            let b64 = crate::format::syntax::body_text_len(len);
-            let mut u = scratch.len() as u64 + 1 + b64 + "endch\n".len() as u64;
+            let (mut u, _) = layout.chunk_text(ix, &mut scratch);
             if ix == 0 {
                 u += lead;
             }

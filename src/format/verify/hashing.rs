@@ -15,7 +15,7 @@ use crate::crypto::digest::{FastXor, Hash, Sha256State};
 use crate::crypto::mac::HmacKey;
 use crate::error::Result;
 use crate::format::read::{ArrayStart, Header, Visitor};
-use crate::format::syntax::{ChLine, DigestForm};
+use crate::format::syntax::{ArrLine, ChLine, DigestForm};
 use crate::limits::BLOCK;
 
 use super::report::{ArrayReport, Problem, ProblemKind, Sink};
@@ -60,6 +60,9 @@ pub(super) enum Msg {
 
 pub(super) struct Expect {
     pub(super) sha256: Hash,
+    /// Its chunks were passed over whole: its `arr` line's digest, bound
+    /// by the tree form's root, stands for them.
+    pub(super) passed_over: bool,
     /// The tag the `arr` line carries (none when all zeros), and the salt.
     pub(super) hmac: Option<Hash>,
     pub(super) salt: [u8; 8],
@@ -89,6 +92,8 @@ pub(super) struct Hashing<'s, 'k> {
     pub(super) audit_line: u64,
     /// Chunks read past undecoded (see [`Sink::wants`]).
     pub(super) skipped: u64,
+    /// Arrays passed over whole (see [`Sink::wants_array`]).
+    pub(super) passed_over: u64,
 }
 
 impl Hashing<'_, '_> {
@@ -108,6 +113,30 @@ impl Hashing<'_, '_> {
     }
 }
 
+impl Hashing<'_, '_> {
+    /// An array begins: its report, what its `arr` line expects, and its
+    /// line to the hashers.
+    fn begin(&mut self, line: u64, arr: &ArrLine, text: &[u8], passed_over: bool) {
+        self.arrays.push(ArrayReport {
+            original: None,
+            name: arr.name.clone(),
+            dtype: arr.dtype.to_string(),
+            shape: arr.shape.clone(),
+            bytes: arr.bytes,
+            ok: true,
+            authenticated: false,
+            bad_chunks: Vec::new(),
+            line,
+        });
+        let text = Arc::new(text.to_vec());
+        let hmac = (self.key_given && !arr.hmac_is_zero()).then_some(arr.hmac);
+        let salt = arr.salt;
+        self.expected.push(Expect { sha256: arr.sha256, passed_over, hmac, salt });
+        let tree = self.tree;
+        self.send(|| Msg::Array { text: text.clone(), salt, hmac, tree });
+    }
+}
+
 impl Visitor for Hashing<'_, '_> {
     fn header(&mut self, h: &Header) -> Result<()> {
         self.tree = h.cap.digest_form() == Ok(DigestForm::Tree);
@@ -119,23 +148,7 @@ impl Visitor for Hashing<'_, '_> {
         if let Some(s) = self.sink.as_mut() {
             s.array(a);
         }
-        self.arrays.push(ArrayReport {
-            original: None,
-            name: a.arr.name.clone(),
-            dtype: a.arr.dtype.to_string(),
-            shape: a.arr.shape.clone(),
-            bytes: a.arr.bytes,
-            ok: true,
-            authenticated: false,
-            bad_chunks: Vec::new(),
-            line: a.line,
-        });
-        let text = Arc::new(a.text.clone());
-        let hmac = (self.key_given && !a.arr.hmac_is_zero()).then_some(a.arr.hmac);
-        let salt = a.arr.salt;
-        self.expected.push(Expect { sha256: a.arr.sha256, hmac, salt });
-        let tree = self.tree;
-        self.send(|| Msg::Array { text: text.clone(), salt, hmac, tree });
+        self.begin(a.line, &a.arr, &a.text, false);
         Ok(())
     }
 
@@ -145,6 +158,18 @@ impl Visitor for Hashing<'_, '_> {
         let wanted = !self.tree || self.sink.as_ref().is_none_or(|s| s.wants(a, ch));
         self.skipped += u64::from(!wanted);
         wanted
+    }
+
+    fn passes_over(&mut self, arr: &ArrLine) -> bool {
+        self.tree && self.sink.as_ref().is_some_and(|s| !s.wants_array(arr))
+    }
+
+    fn passed_over(&mut self, line: u64, arr: &ArrLine, text: &[u8]) {
+        // An array with no chunks, whose digest is its `arr` line's (see
+        // `tree_digests`); the sink hears nothing of it.
+        self.begin(line, arr, text, true);
+        self.passed_over += 1;
+        self.send(|| Msg::ArrayEnd);
     }
 
     fn chunk(&mut self, _line: u64, ch: &ChLine) {

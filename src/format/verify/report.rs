@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::crypto::digest::Hash;
 use crate::format::read::{ArrayStart, Header};
-use crate::format::syntax::ChLine;
+use crate::format::syntax::{ArrLine, ChLine};
 
 /// The outcome for a signature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -206,6 +206,11 @@ pub struct Report {
     /// for `wtxt verify`.
     #[serde(skip)]
     pub skipped_chunks: u64,
+    /// Arrays passed over whole, nothing of them read but their `arr`
+    /// line (a load of some arrays of a tree-form file): as unchecked as
+    /// the chunks above, and not counted among them.
+    #[serde(skip)]
+    pub arrays_passed_over: u64,
 }
 
 /// Hashes and ids are bytes in the report and lowercase hex in its JSON.
@@ -275,6 +280,12 @@ pub trait Sink {
     /// digests read every byte, so there every chunk is decoded. Asked
     /// when the chunk is read, which may be before [`Sink::array`] of `a`.
     fn wants(&self, _a: &ArrayStart, _ch: &ChLine) -> bool {
+        true
+    }
+    /// Whether any byte of the array of `arr` is wanted. When none is, the
+    /// tree form passes over it whole ([`crate::format::read::Visitor::passes_over`]):
+    /// its `arr` line, bound by the root, is all that is read of it.
+    fn wants_array(&self, _arr: &ArrLine) -> bool {
         true
     }
     /// A chunk of the current array begins; the data that follows starts
