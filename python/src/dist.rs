@@ -13,7 +13,7 @@ use wtxt::crypto::{Hash, Sha256State};
 use wtxt::format::split::{PartHash, PartLine};
 use wtxt::format::syntax::Meta;
 use wtxt::options::{HmacFile, OmsFile};
-use wtxt::store::{ArrayHash, DistOptions, DistWrite, Raw};
+use wtxt::store::{ArrayHash, DistOptions, DistWrite, Raw, StagedCheck};
 
 use crate::arrays::{hex_of, named_arrays, staged_file, Staged};
 use crate::error::raise;
@@ -191,6 +191,15 @@ impl PyDistWriter {
         py.allow_threads(|| self.inner.fastxor(&chunks)).map_err(raise)
     }
 
+    /// Reads back and checks the chunks `chunks` ((array, chunk)) this rank
+    /// wrote, as `wtxt verify` does: each one's SHA-256, in order, and the
+    /// share of `fastxor` of the bytes read back (see
+    /// `DistWrite::check_chunks`).
+    fn check_chunks(&self, py: Python<'_>, chunks: Vec<(usize, u64)>) -> PyResult<(Vec<Py<PyBytes>>, u64)> {
+        let (got, x) = py.allow_threads(|| self.inner.check_chunks(&chunks)).map_err(raise)?;
+        Ok((got.iter().map(|h| PyBytes::new(py, h).unbind()).collect(), x))
+    }
+
     /// Hashes part `k` (0-based) once every rank has written; its `part` line.
     fn hash_part(&self, py: Python<'_>, k: usize) -> PyResult<Part> {
         let p = py.allow_threads(|| self.inner.hash_part(k)).map_err(raise)?;
@@ -202,9 +211,11 @@ impl PyDistWriter {
 
     /// Puts the snapshot in place from every array's `arr` line, the final
     /// `sha256_all` state (`None` when there are no arrays), `fastxor` and
-    /// the parts' lines; with `verify`, only once the whole staged snapshot
-    /// verifies under the writer's keys. Returns `sha256_all` as hex.
-    #[pyo3(signature = (arr_lines, all_state, fastxor, parts, verify=true, sha256_all=None))]
+    /// the parts' lines; with `verify`, only once the staged snapshot
+    /// verifies under the writer's keys: whole, or, `chunks_checked` (every
+    /// rank's `check_chunks` agreed with the digests the root was built
+    /// from), all but its chunks' base64. Returns `sha256_all` as hex.
+    #[pyo3(signature = (arr_lines, all_state, fastxor, parts, verify=true, sha256_all=None, chunks_checked=false))]
     #[allow(clippy::too_many_arguments)]
     fn finish(
         &self,
@@ -215,6 +226,7 @@ impl PyDistWriter {
         parts: Vec<Part>,
         verify: bool,
         sha256_all: Option<&[u8]>,
+        chunks_checked: bool,
     ) -> PyResult<String> {
         // The tree form gives `sha256_all` itself; else its final state (none:
         // the snapshot has no arrays, and `sha256_all` hashed nothing).
@@ -227,7 +239,12 @@ impl PyDistWriter {
                 .into_iter()
                 .map(|(ix, bytes, lines, h)| PartLine { ix, bytes, lines, hash: PartHash::Frame(h) })
                 .collect();
-            let w = self.inner.finish(&arr_lines, all, fastxor, &parts, verify)?;
+            let check = match (verify, chunks_checked) {
+                (false, _) => StagedCheck::Nothing,
+                (true, false) => StagedCheck::Whole,
+                (true, true) => StagedCheck::ChunksChecked,
+            };
+            let w = self.inner.finish(&arr_lines, all, fastxor, &parts, check)?;
             Ok(hex_of(&w.sha256_all))
         })
         .map_err(raise)

@@ -259,9 +259,11 @@ def save_with_rank_options(rank: int, world: int, path: str, per_rank: list) -> 
     dcp.save(sharded_state(world), storage_writer=WtxtStorageWriter(path, **per_rank[rank]))
 
 
-def save_with_a_lying_rank(rank: int, world: int, path: str, opts: dict) -> None:
-    """A save in which rank 1 reports a `fastxor` share that is not what it
-    wrote: the head built from the reports would not verify."""
+def save_with_a_lying_rank(rank: int, world: int, path: str, opts: dict, lie: str = "fastxor") -> None:
+    """A save in which rank 1 lies in what the calls `lie` names return
+    (several joined by `+`): a `fastxor` share that is not what it wrote,
+    or (the tree form) a chunk's digest, in the report of what it wrote or
+    in that of what it read back."""
     import torch.distributed.checkpoint as dcp
 
     import wtxt.torch.dcp as wdcp
@@ -271,7 +273,15 @@ def save_with_a_lying_rank(rank: int, world: int, path: str, opts: dict) -> None
 
         def lying(fn, *args, **kwargs):
             got = real(fn, *args, **kwargs)
-            return got ^ 1 if getattr(fn, "__name__", "") == "fastxor" else got
+            name = getattr(fn, "__name__", "")
+            if name not in lie.split("+"):
+                return got
+            if name == "fastxor":
+                return got ^ 1
+            if name == "write_chunks":
+                return [(got[0][0], got[0][1], bytes(32))] + got[1:]
+            digests, share = got
+            return [bytes(32)] + digests[1:], share
         wdcp.call = lying
     dcp.save(sharded_state(world), storage_writer=wdcp.WtxtStorageWriter(path, **opts))
 

@@ -420,6 +420,26 @@ def test_the_coordinator_commits_only_what_the_hook_would_accept(tmp_path):
     assert leftovers(work) == []
 
 
+def test_in_the_tree_form_each_rank_checks_what_it_wrote_and_a_lie_is_caught(tmp_path):
+    """Issue 68.4: in the tree form each rank reads back and checks the
+    chunks it wrote, and the coordinator reads only the rest of the text: a
+    rank whose read-back differs from what it reported writing, or whose
+    reports agree but are not the digests its `ch` lines carry, fails the
+    save, and the snapshot there stays as it was."""
+    snap = tmp_path / "model.wtxt"
+    opts = dict(OPTS, digest="tree")
+    w.run(2, w.save_sharded, str(snap), opts)
+    assert wtxt.verify(snap).ok
+    before = files(snap)
+    for lie, match in (("check_chunks", "not what it reported writing"),
+                       ("write_chunks", "not what it reported writing"),
+                       ("write_chunks+check_chunks", "does not verify")):
+        with pytest.raises(AssertionError, match=match):
+            w.run(2, w.save_with_a_lying_rank, str(snap), dict(opts, gen=1), lie)
+        assert files(snap) == before, lie
+    assert leftovers(tmp_path) == []
+
+
 def test_ranks_that_read_two_generations_fill_nothing(tmp_path):
     """Issue 50.13: the ranks agree on one snapshot before any tensor is
     filled: one replaced between their reads fails the load everywhere."""

@@ -752,9 +752,12 @@ fn read_array<R: Read, V: Visitor>(
     Ok(())
 }
 
+/// A line read ahead: its number and bytes.
+type ReadAhead = Option<(u64, Vec<u8>)>;
+
 /// An array's layout, from its `idx` line where its rank has one, and the
 /// line read after its `arr` line when that is not an `idx` line.
-fn layout_of<R: Read>(lines: &mut LineReader<R>, arr: &ArrLine) -> Result<(Layout, Option<(u64, Vec<u8>)>)> {
+fn layout_of<R: Read>(lines: &mut LineReader<R>, arr: &ArrLine) -> Result<(Layout, ReadAhead)> {
     let rank = arr.shape.len();
     let (n, l) = lines.expect_line("an `idx` or `ch` line")?;
     if rank < 2 {

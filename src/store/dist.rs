@@ -57,6 +57,23 @@ pub struct DistOptions {
     pub output: Output,
 }
 
+/// What the coordinator verifies of the staged snapshot before it
+/// installs it ([`DistWrite::finish`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StagedCheck {
+    /// Nothing: one process wrote and hashed every byte itself.
+    Nothing,
+    /// Every byte, as `wtxt verify` does.
+    Whole,
+    /// Every line but the chunks' base64, each chunk's digest taken from
+    /// its `ch` line: every rank read back and checked the chunks it wrote
+    /// ([`DistWrite::check_chunks`]) and reported their digests, which the
+    /// caller found equal to those the root was built from. Only the tree
+    /// form binds a `ch` line's digest to the root; in the 1.1 form this
+    /// reads every byte, as `Whole` does.
+    ChunksChecked,
+}
+
 /// An array's SHA-256 and HMAC, part way through its bytes.
 #[derive(Clone, Debug)]
 pub struct ArrayHash {
@@ -217,15 +234,21 @@ impl DistWrite {
         Ok(())
     }
 
-    /// Writes `chunks` ((array, chunk, bytes) this rank owns) into their
-    /// files, on every core; returns each chunk's SHA-256, in `chunks`' order.
-    pub fn write_chunks(&self, chunks: &[(usize, u64, Raw)]) -> Result<Vec<Hash>> {
-        let mut places = Vec::with_capacity(chunks.len());
-        for &(i, ix, _) in chunks {
-            let first = self.first_chunk(i)?;
+    /// Where each of `chunks` ((array, chunk)) has its text: (part, offset
+    /// in it), and each file that holds one of them, opened once.
+    #[allow(clippy::type_complexity)]
+    fn chunk_files(
+        &self,
+        chunks: impl Iterator<Item = (usize, u64)>,
+    ) -> Result<(Vec<(Option<usize>, u64)>, Vec<Option<(PathBuf, File)>>)> {
+        let mut places = Vec::new();
+        for (i, ix) in chunks {
+            let (layout, first) = self.layout(i)?;
+            if ix >= layout.chunk_count() {
+                return Err(Error::usage(format!("array {i}: no chunk {ix}")));
+            }
             places.push(self.locate(self.places.ch[first + ix as usize]));
         }
-        // Each file this rank writes, opened once.
         let mut files: Vec<Option<(PathBuf, File)>> = (0..self.part_count().max(1)).map(|_| None).collect();
         for &(k, _) in &places {
             let k = k.unwrap_or(0);
@@ -234,6 +257,70 @@ impl DistWrite {
                 files[k] = Some((path.clone(), Self::open(&path)?));
             }
         }
+        Ok((places, files))
+    }
+
+    /// Reads back the chunks `chunks` ((array, chunk)) this rank wrote and
+    /// checks each as `wtxt verify` does: its `ch` line is the one the
+    /// layout places there, its base64 lines decode (widths, parity,
+    /// padding) to bytes whose CRC32C and SHA-256 the line carries, and
+    /// `endch` follows. Returns each chunk's SHA-256, in `chunks`' order,
+    /// and the share of `fastxor` of the bytes read back: the rank's
+    /// report, from which the coordinator installs the head without
+    /// reading the chunks' bytes again (docs/DISTRIBUTED.md).
+    pub fn check_chunks(&self, chunks: &[(usize, u64)]) -> Result<(Vec<Hash>, u64)> {
+        let (places, files) = self.chunk_files(chunks.iter().copied())?;
+        let starts = self.starts();
+        let items: Vec<usize> = (0..chunks.len()).collect();
+        let (mut out, mut x) = (Vec::with_capacity(chunks.len()), 0u64);
+        let ahead = crate::threads::threads().saturating_sub(1).max(1);
+        let check = |&n: &usize| self.check_chunk(chunks[n], places[n], &files, &starts);
+        crate::threads::in_order(&items, ahead, check, |(h, share)| {
+            out.push(h);
+            x ^= share;
+            Ok(())
+        })?;
+        Ok((out, x))
+    }
+
+    /// [`DistWrite::check_chunks`] of one chunk, whose text is at `place`:
+    /// its SHA-256 and share of `fastxor`.
+    fn check_chunk(
+        &self,
+        (i, ix): (usize, u64),
+        (k, at): (Option<usize>, u64),
+        files: &[Option<(PathBuf, File)>],
+        starts: &[u64],
+    ) -> Result<(Hash, u64)> {
+        let (path, f) = files[k.unwrap_or(0)].as_ref().expect("opened");
+        let (layout, _) = self.layout(i)?;
+        let (len, _) = layout.chunk_text(ix, &mut String::new());
+        let mut text = vec![0u8; usize::try_from(len).map_err(|_| Error::usage("a chunk's text past memory"))?];
+        f.read_exact_at(&mut text, at).map_err(|e| Error::io(path, e))?;
+        let name = &self.arrays[i].name;
+        let fail = |m: String| {
+            Error::check(crate::error::Position::None, format!("array {name}, chunk {ix}: {m}")).in_file(path)
+        };
+        let mut lines = text.strip_suffix(b"\n").unwrap_or(&text).split(|&b| b == b'\n');
+        let ch =
+            crate::format::syntax::ChLine::parse(lines.next().unwrap_or_default()).map_err(|m| fail(m.to_string()))?;
+        let (off, len) = layout.chunk_range(ix);
+        if (ch.ix, ch.off, ch.len) != (ix, off, len) {
+            return Err(fail(format!("its `ch` line says ix={} off={} len={}", ch.ix, ch.off, ch.len)));
+        }
+        let body: Vec<&[u8]> = lines.by_ref().take(ch.lines as usize).collect();
+        let bytes = crate::format::chunk::decode(&ch, body).map_err(|f| fail(f.to_string()))?;
+        if lines.next() != Some(&b"endch"[..]) || lines.next().is_some() {
+            return Err(fail("its text does not end with `endch` where its length says".into()));
+        }
+        Ok((ch.sha256, fastxor_at(starts[i] + off, &bytes)))
+    }
+
+    /// Writes `chunks` ((array, chunk, bytes) this rank owns) into their
+    /// files, on every core; returns each chunk's SHA-256, in `chunks`' order.
+    pub fn write_chunks(&self, chunks: &[(usize, u64, Raw)]) -> Result<Vec<Hash>> {
+        // Each file this rank writes, opened once.
+        let (places, files) = self.chunk_files(chunks.iter().map(|&(i, ix, _)| (i, ix)))?;
         let digests: Vec<std::sync::OnceLock<Hash>> = chunks.iter().map(|_| std::sync::OnceLock::new()).collect();
         self.with_plan(|plan| {
             let next = AtomicUsize::new(0);
@@ -291,10 +378,6 @@ impl DistWrite {
             let sha256_all = crate::crypto::digest::tree_all(lines.iter().map(|l| l.as_bytes()));
             Ok((lines, sha256_all))
         })
-    }
-
-    fn first_chunk(&self, i: usize) -> Result<usize> {
-        self.layout(i).map(|(_, first)| first)
     }
 
     /// Array `i`'s SHA-256 and HMAC continued over `chunks` (consecutive,
@@ -355,12 +438,7 @@ impl DistWrite {
     /// This rank's share of `fastxor`: over `chunks`, each at its place in
     /// the concatenation of all arrays' bytes.
     pub fn fastxor(&self, chunks: &[(usize, u64, Raw)]) -> Result<u64> {
-        let mut starts = Vec::with_capacity(self.arrays.len());
-        let mut at = 0u64;
-        for a in &self.arrays {
-            starts.push(at);
-            at += a.bytes().len() as u64;
-        }
+        let starts = self.starts();
         let mut x = 0u64;
         for &(i, ix, raw) in chunks {
             let bytes = self.chunk_raw(i, ix, raw)?;
@@ -368,6 +446,18 @@ impl DistWrite {
             x ^= fastxor_at(starts[i] + off, bytes);
         }
         Ok(x)
+    }
+
+    /// Where each array's bytes start in the stream `fastxor` runs over.
+    fn starts(&self) -> Vec<u64> {
+        let mut at = 0u64;
+        self.arrays
+            .iter()
+            .map(|a| {
+                at += a.bytes().len() as u64;
+                at - a.bytes().len() as u64
+            })
+            .collect()
     }
 
     /// Chunk `ix` of array `i`: `raw` when given (it must be the chunk's
@@ -409,18 +499,18 @@ impl DistWrite {
     /// done): the header and `arr` lines from the ranks' hashes, then the
     /// parts the ranks cut (or the text itself, for a single file), the
     /// head last. `arr_lines` are every array's, in order; `parts` every
-    /// part's line, in order. With `verify`, the whole staged snapshot is
-    /// first verified as `wtxt verify` would, under the writer's own keys
+    /// part's line, in order. `check` says what of the staged snapshot is
+    /// verified first, as `wtxt verify` would, under the writer's own keys
     /// (its signature, every HMAC tag): a head signed from what other
     /// processes reported is installed only once every byte it vouches for
-    /// was read back and checked.
+    /// was read back and checked, here or by the rank that wrote it.
     pub fn finish(
         &self,
         arr_lines: &[String],
         sha256_all: Hash,
         fastxor: u64,
         parts: &[PartLine],
-        verify: bool,
+        check: StagedCheck,
     ) -> Result<Written> {
         let trust = crate::format::verify::InputTrust::new(
             self.o.keys.hmac_key.as_ref(),
@@ -430,7 +520,8 @@ impl DistWrite {
             false,
         );
         let opts = trust.options();
-        let verify = verify.then_some(&opts);
+        let verify = (check != StagedCheck::Nothing).then_some(&opts);
+        let unhashed = check == StagedCheck::ChunksChecked;
         if arr_lines.len() != self.arrays.len() {
             return Err(Error::usage(format!("{} arr lines for {} arrays", arr_lines.len(), self.arrays.len())));
         }
@@ -451,7 +542,8 @@ impl DistWrite {
                 f.write_all_at(&tail, self.places.len - tail.len() as u64).map_err(io)?;
                 drop(f);
                 if let Some(opts) = verify {
-                    self.verify_staged(WtxtIn::open(&text_path, None)?, opts)?;
+                    let open = if unhashed { WtxtIn::open_unhashed } else { WtxtIn::open };
+                    self.verify_staged(open(&text_path, None)?, opts, unhashed)?;
                 }
                 super::out::install_text(&self.out, text_path)?;
             }
@@ -476,7 +568,11 @@ impl DistWrite {
                         return Err(Error::usage("the head written is not a split snapshot's head"));
                     };
                     let source = Box::new(super::files::PartFiles { dir: self.stage.clone(), unseal: None });
-                    self.verify_staged(WtxtIn::joined(h, source, &self.out, head.len() as u64), opts)?;
+                    let input = match unhashed {
+                        true => WtxtIn::joined_unhashed(h, source, &self.out, head.len() as u64),
+                        false => WtxtIn::joined(h, source, &self.out, head.len() as u64),
+                    };
+                    self.verify_staged(input, opts, unhashed)?;
                 }
                 let staged = parts.iter().map(|p| (self.part_path(p.ix as usize - 1), *p)).collect();
                 super::out::install_staged(&self.out, staged, &head)?;
@@ -487,10 +583,19 @@ impl DistWrite {
 }
 
 impl DistWrite {
-    /// Verifies the staged snapshot `input` whole; its first problem is the
-    /// error, named at the snapshot's path.
-    fn verify_staged(&self, input: WtxtIn<'_>, opts: &crate::format::verify::VerifyOptions) -> Result<()> {
-        let report = input.verify(opts, &crate::progress::Progress::hidden())?;
+    /// Verifies the staged snapshot `input` (whole, or, `chunks_checked`,
+    /// all but its chunks' base64: [`WtxtIn::verify_structure`]); its first
+    /// problem is the error, named at the snapshot's path.
+    fn verify_staged(
+        &self,
+        input: WtxtIn<'_>,
+        opts: &crate::format::verify::VerifyOptions,
+        chunks_checked: bool,
+    ) -> Result<()> {
+        let report = match chunks_checked {
+            true => input.verify_structure(opts)?,
+            false => input.verify(opts, &crate::progress::Progress::hidden())?,
+        };
         match report.errors.first() {
             None => Ok(()),
             Some(p) => Err(crate::error::check_at(
@@ -586,6 +691,16 @@ mod tests {
         }
         ranks[0].write_fixed().unwrap();
         if digest == DigestForm::Tree {
+            // Each rank reads back what it wrote: its report is the digests
+            // it wrote them with.
+            for (r, w) in ranks.iter().enumerate() {
+                let mine: Vec<(usize, u64)> =
+                    reported.iter().filter(|&&(i, ix, _)| owner(i, ix) == r).map(|&(i, ix, _)| (i, ix)).collect();
+                let want: Vec<Hash> =
+                    reported.iter().filter(|&&(i, ix, _)| owner(i, ix) == r).map(|&(.., d)| d).collect();
+                let raw: Vec<(usize, u64, Raw)> = mine.iter().map(|&(i, ix)| (i, ix, None)).collect();
+                assert_eq!(w.check_chunks(&mine).unwrap(), (want, w.fastxor(&raw).unwrap()));
+            }
             let fastxor = ranks.iter().enumerate().fold(0, |x, (r, w)| {
                 let mine: Vec<(usize, u64, Raw)> =
                     reported.iter().filter(|&&(i, ix, _)| owner(i, ix) == r).map(|&(i, ix, _)| (i, ix, None)).collect();
@@ -595,7 +710,7 @@ mod tests {
             let (lines, sha256_all) = ranks[0].tree_arr_lines(&reported).unwrap();
             let parts: Vec<PartLine> =
                 (0..ranks[0].part_count()).map(|k| ranks[k % world].hash_part(k).unwrap()).collect();
-            ranks[0].finish(&lines, sha256_all, fastxor, &parts, true).unwrap();
+            ranks[0].finish(&lines, sha256_all, fastxor, &parts, StagedCheck::ChunksChecked).unwrap();
             std::fs::remove_dir_all(&stage).unwrap();
             return;
         }
@@ -623,8 +738,50 @@ mod tests {
             }
         }
         let parts: Vec<PartLine> = (0..ranks[0].part_count()).map(|k| ranks[k % world].hash_part(k).unwrap()).collect();
-        ranks[0].finish(&lines, all.unwrap().finalize(), fastxor, &parts, true).unwrap();
+        ranks[0].finish(&lines, all.unwrap().finalize(), fastxor, &parts, StagedCheck::Whole).unwrap();
         std::fs::remove_dir_all(&stage).unwrap();
+    }
+
+    /// A rank's read-back catches a byte of its chunks' text that is not
+    /// what it wrote, naming the array and chunk; with every rank's chunks
+    /// checked, the coordinator's own pass still refuses a changed `ch`
+    /// line (its digest is a leaf of the root).
+    #[test]
+    fn a_rank_checking_its_chunks_finds_a_changed_byte_and_the_coordinator_a_changed_ch_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("m.wtxt");
+        let stage = dir.path().join(".stage");
+        std::fs::create_dir(&stage).unwrap();
+        let size = PartSize::Max(64 << 10);
+        let w = DistWrite::new(arrays(), options(size, false, DigestForm::Tree), &out, &stage).unwrap();
+        let all: Vec<(usize, u64)> =
+            (0..w.arrays().len()).flat_map(|i| (0..w.chunks(i).unwrap().len() as u64).map(move |ix| (i, ix))).collect();
+        let raw: Vec<(usize, u64, Raw)> = all.iter().map(|&(i, ix)| (i, ix, None)).collect();
+        let digests = w.write_chunks(&raw).unwrap();
+        w.write_fixed().unwrap();
+        assert_eq!(w.check_chunks(&all).unwrap().0, digests);
+        let reported: Vec<(usize, u64, Hash)> = all.iter().zip(&digests).map(|(&(i, ix), &d)| (i, ix, d)).collect();
+        let (lines, sha256_all) = w.tree_arr_lines(&reported).unwrap();
+        let part = stage.join(part_name(2));
+        let text = std::fs::read(&part).unwrap();
+        let change = |at: usize| {
+            let mut t = text.clone();
+            t[at] = if t[at] == b'A' { b'B' } else { b'A' };
+            std::fs::write(&part, &t).unwrap();
+        };
+        // A base64 character: found by the read-back.
+        let ch = memchr::memmem::find(&text, b"\nch ").unwrap() + 1;
+        let body = ch + memchr::memchr(b'\n', &text[ch..]).unwrap() + 1;
+        change(body + 10);
+        let e = w.check_chunks(&all).unwrap_err();
+        assert!(e.to_string().contains("chunk") && e.to_string().contains("000002.wtxtpart"), "{e}");
+        // A digit of a `ch` line's digest: found by the coordinator.
+        change(ch + memchr::memmem::find(&text[ch..], b"sha256=").unwrap() + 7);
+        let parts: Vec<PartLine> = (0..w.part_count()).map(|k| w.hash_part(k).unwrap()).collect();
+        let fastxor = w.fastxor(&raw).unwrap();
+        let e = w.finish(&lines, sha256_all, fastxor, &parts, StagedCheck::ChunksChecked).unwrap_err();
+        assert!(e.to_string().contains("does not verify"), "{e}");
+        assert!(!out.exists(), "nothing installed");
     }
 
     #[test]

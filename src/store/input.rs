@@ -11,8 +11,22 @@ use crate::crypto::armor::{read_maybe_sealed, Unseal};
 use crate::error::{Error, Result};
 use crate::format::read::LineReader;
 use crate::format::split::{self, Joined};
-use crate::format::verify::{verify, Problem, ProblemKind, Report, VerifyOptions};
+use crate::format::verify::{verify, verify_lines, Problem, ProblemKind, Report, Sink, VerifyOptions};
 use crate::fs::{Skip, Streamed};
+
+/// Wants every array and none of its chunks' bytes (see
+/// [`WtxtIn::verify_structure`]).
+struct NoChunkBytes;
+
+impl Sink for NoChunkBytes {
+    fn array(&mut self, _a: &crate::format::read::ArrayStart) {}
+
+    fn data(&mut self, _bytes: &[u8]) {}
+
+    fn wants(&self, _a: &crate::format::read::ArrayStart, _ch: &crate::format::syntax::ChLine) -> bool {
+        false
+    }
+}
 
 /// A WTXT input: a single file, or a split snapshot's head joined with its
 /// parts and read as the single file it stands for.
@@ -131,6 +145,18 @@ impl<'a> WtxtIn<'a> {
         WtxtIn::from_head(head, source, path, head_len, true, true)
     }
 
+    /// As [`WtxtIn::joined`], but a fault stops the read and the parts are
+    /// not hashed (see [`Joined::without_part_hashes`]): for
+    /// [`WtxtIn::verify_structure`].
+    pub fn joined_unhashed(
+        head: split::Head,
+        source: Box<dyn split::PartSource + 'a>,
+        path: &Path,
+        head_len: u64,
+    ) -> WtxtIn<'a> {
+        WtxtIn::from_head(head, source, path, head_len, false, false)
+    }
+
     /// `head` joined with `source`'s parts; `lenient`: faults of parts are
     /// recorded and reading goes on; `hash_parts`: see [`Joined::without_part_hashes`].
     fn from_head(
@@ -160,6 +186,20 @@ impl<'a> WtxtIn<'a> {
         let inner = self.take();
         let text = BufReader::with_capacity(1 << 20, crate::progress::Counted { inner, progress });
         let mut report = verify(text, opts, None).map_err(|e| self.blame(e))?;
+        self.locate_report(&mut report);
+        Ok(report)
+    }
+
+    /// Verifies every line of the input but its chunks' base64, each
+    /// chunk's digest taken from its `ch` line (in the tree form bound to
+    /// the root all the same; the 1.1 form's digests read every byte, so
+    /// there nothing is passed over): for a writer whose chunks were each
+    /// read back and checked by the process that wrote them
+    /// ([`crate::store::dist::DistWrite::check_chunks`]). Opened unhashed
+    /// ([`WtxtIn::open_unhashed`], [`WtxtIn::joined_unhashed`]), the input
+    /// passes over the base64 unread.
+    pub fn verify_structure(mut self, opts: &VerifyOptions) -> Result<Report> {
+        let mut report = verify_lines(self.lines(), opts, Some(&mut NoChunkBytes)).map_err(|e| self.blame(e))?;
         self.locate_report(&mut report);
         Ok(report)
     }

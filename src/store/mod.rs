@@ -14,7 +14,7 @@ pub(crate) mod outline;
 pub(crate) mod schedule;
 mod write;
 
-pub use dist::{ArrayHash, DistOptions, DistWrite, Raw};
+pub use dist::{ArrayHash, DistOptions, DistWrite, Raw, StagedCheck};
 pub use files::*;
 pub use input::WtxtIn;
 pub use out::*;

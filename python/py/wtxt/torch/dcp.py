@@ -484,13 +484,22 @@ class WtxtStorageWriter(StorageWriter):
     def _hash_as_tree(self, ranks: "_Ranks", dw: Any, sched: Any, own: List[Any]) -> None:
         """The tree form: the ranks report their chunks' SHA-256 and nothing
         passes from rank to rank; the coordinator computes every `arr` line
-        and `sha256_all` from them."""
+        and `sha256_all` from them. Each rank then reads back the chunks it
+        wrote and checks them as `wtxt verify` would: the coordinator holds
+        those reports against the digests the root is built from, and reads
+        back only the rest of the text (docs/DISTRIBUTED.md)."""
         written = ranks.agree(lambda: _encode(dw, own, ranks.rank))
-        reports = ranks.agree(lambda: (call(dw.fastxor, own), _hash_parts(dw, sched.parts)))
+        # Its share of `fastxor` comes from the bytes read back, too.
+        reports = ranks.agree(lambda: (call(dw.check_chunks, [(a, ix) for a, ix, _ in own]),
+                                       _hash_parts(dw, sched.parts)))
         done = None
         if self.is_coordinator:
+            for rank, (wrote, ((checked, _), _)) in enumerate(zip(written, reports)):
+                if [d for _, _, d in wrote] != checked:
+                    raise Error(f"rank {rank}'s chunks, read back, are not what it reported writing: "
+                                "the snapshot is not installed")
             lines, sha256_all = call(dw.tree_arr_lines, [d for got in written for d in got])
-            done = (dw, lines, [(None, x, parts) for x, parts in reports], sha256_all)
+            done = (dw, lines, [(None, x, parts) for (_, x), parts in reports], sha256_all)
         self._reported(ranks, done)
 
     def _hash_along_runs(self, ranks: "_Ranks", dw: Any, sched: Any, own: List[Any],
@@ -582,9 +591,12 @@ class WtxtStorageWriter(StorageWriter):
                 fastxor ^= x
             parts = sorted(p for _, _, ps in reports for p in ps)
             # A head built from other processes' hashes is installed (and
-            # signed) only once the whole snapshot verifies; one rank wrote
-            # and hashed every byte itself, as `save_state_dict` does.
-            sha256_all = call(dw.finish, lines, all_state, fastxor, parts, len(reports) > 1, tree_all)
+            # signed) only once the snapshot verifies: in the tree form every
+            # line but the chunks' base64, which each rank checked where it
+            # wrote them; in the 1.1 form every byte. One rank wrote and
+            # hashed every byte itself, as `save_state_dict` does.
+            sha256_all = call(dw.finish, lines, all_state, fastxor, parts, len(reports) > 1, tree_all,
+                              tree_all is not None)
         except BaseException as e:
             self.committed.set_exception(Error(f"the snapshot was not written: {e}"))
             raise
