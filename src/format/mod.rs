@@ -7,6 +7,7 @@ pub(crate) mod chunk;
 pub(crate) mod decode;
 pub mod delta;
 pub(crate) mod layout;
+pub(crate) mod lines;
 pub(crate) mod load;
 pub(crate) mod read;
 pub(crate) mod recover;
@@ -18,8 +19,8 @@ pub(crate) mod write;
 /// What a [`LineReader::skipping`] reads from (and a [`split::PartSource`] gives).
 pub use crate::fs::{Skip, Streamed};
 pub use layout::{hex_digit, parity, Layout, DEFAULT_ROWS_PER_CHUNK};
+pub use lines::LineReader;
 pub use load::{canonical_bytes, keeps_array, load, without_sign_line, write_canonical, Collect, Keep, Load, Loaded};
-pub use read::LineReader;
 pub use recover::recover;
 pub use verify::{verify, Report, VerifyOptions};
 pub use write::{write_snapshot, WriteOptions, WritePlan};

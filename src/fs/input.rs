@@ -186,9 +186,10 @@ pub trait Skip: std::io::Read {
     fn passes_over(&self) -> bool;
 
     /// Whether the text this gives leaves out all but the `arr` line of
-    /// every array a reader passes over whole (see [`crate::format::read::Visitor::passes_over`]): a split
-    /// snapshot read for some of its arrays, whose other parts are never
-    /// opened ([`crate::store::WtxtIn::open_for_arrays`]).
+    /// every array a reader passes over whole (an array none of whose
+    /// bytes a load of the tree form keeps): a split snapshot read for some
+    /// of its arrays, whose other parts are never opened
+    /// ([`crate::store::WtxtIn::open_for_arrays`]).
     fn omits_arrays(&self) -> bool {
         false
     }

@@ -30,7 +30,7 @@ use crate::git::parts::BlobParts;
 use crate::odb::blob::Blobs;
 use crate::odb::git_err;
 use crate::progress::Progress;
-use crate::store::input::WtxtIn;
+use crate::store::input::{PartReading, WtxtIn};
 
 /// How far back to look for the last version of a deleted file.
 const MAX_LOOKBACK: usize = 100_000;
@@ -340,7 +340,7 @@ pub(crate) fn verify_version(
                     .in_file(path));
             };
             let parts = BlobParts::of_tree(repo, tree, path, &head);
-            WtxtIn::joined(head, Box::new(parts), path, len)
+            WtxtIn::joined(head, Box::new(parts), path, len, PartReading::Lenient)
         }
     };
     input.verify(opts, progress)

@@ -27,7 +27,7 @@ use crate::format::verify::{ProblemKind, SigStatus, VerifyOptions};
 use crate::git::parts::{classify, Blob, BlobParts};
 use crate::odb::git_err;
 use crate::progress::Progress;
-use crate::store::input::WtxtIn;
+use crate::store::input::{PartReading, WtxtIn};
 use crate::store::parts_dir;
 
 /// A staged file that fails, with what to do about it.
@@ -416,11 +416,12 @@ impl Split<'_> {
             Err(e) => return refusal(&e, damaged),
         };
         let source = BlobParts::of_index(self.repo, self.index, self.path, &h).with_local(self.work_tree_copies(&h));
-        let report =
-            match WtxtIn::joined(h, Box::new(source), self.path, self.head_len).verify(opts, &Progress::hidden()) {
-                Ok(r) => r,
-                Err(e) => return refusal(&e, damaged),
-            };
+        let report = match WtxtIn::joined(h, Box::new(source), self.path, self.head_len, PartReading::Lenient)
+            .verify(opts, &Progress::hidden())
+        {
+            Ok(r) => r,
+            Err(e) => return refusal(&e, damaged),
+        };
         if let Some(mut r) = report_refusal(&report, &|| crate::convert::names::originals_of(&self.work_path())) {
             if r.path == self.path.display().to_string() {
                 r.path.clear();

@@ -14,6 +14,18 @@ use crate::format::split::{self, Joined};
 use crate::format::verify::{verify, verify_lines, Problem, ProblemKind, Report, Sink, VerifyOptions};
 use crate::fs::{Skip, Streamed};
 
+/// How [`WtxtIn::joined`] reads a split snapshot's parts against its head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartReading {
+    /// Each part checked whole (size, lines, frame hash); a faulty one is
+    /// recorded and reading goes on (a full verify's report).
+    Lenient,
+    /// Sizes and lines only, and a fault stops the read: for a reader that
+    /// proves what it keeps by other means and passes over the rest
+    /// ([`WtxtIn::verify_structure`]).
+    Unhashed,
+}
+
 /// Wants every array and none of its chunks' bytes (see
 /// [`WtxtIn::verify_structure`]).
 struct NoChunkBytes;
@@ -134,27 +146,18 @@ impl<'a> WtxtIn<'a> {
     }
 
     /// A split snapshot's `head` (read from `path`, `head_len` bytes) joined
-    /// with the parts `source` gives, faults of parts recorded: parts that
-    /// are not files beside the head (the Git index's blobs).
+    /// with the parts `source` gives, read as `reading` says: parts that
+    /// are not files beside the head (the Git index's blobs, a staged
+    /// snapshot).
     pub fn joined(
         head: split::Head,
         source: Box<dyn split::PartSource + 'a>,
         path: &Path,
         head_len: u64,
+        reading: PartReading,
     ) -> WtxtIn<'a> {
-        WtxtIn::from_head(head, source, path, head_len, true, true)
-    }
-
-    /// As [`WtxtIn::joined`], but a fault stops the read and the parts are
-    /// not hashed (see [`Joined::without_part_hashes`]): for
-    /// [`WtxtIn::verify_structure`].
-    pub fn joined_unhashed(
-        head: split::Head,
-        source: Box<dyn split::PartSource + 'a>,
-        path: &Path,
-        head_len: u64,
-    ) -> WtxtIn<'a> {
-        WtxtIn::from_head(head, source, path, head_len, false, false)
+        let lenient = reading == PartReading::Lenient;
+        WtxtIn::from_head(head, source, path, head_len, lenient, lenient)
     }
 
     /// `head` joined with `source`'s parts; `lenient`: faults of parts are
@@ -196,7 +199,7 @@ impl<'a> WtxtIn<'a> {
     /// there nothing is passed over): for a writer whose chunks were each
     /// read back and checked by the process that wrote them
     /// ([`crate::store::dist::DistWrite::check_chunks`]). Opened unhashed
-    /// ([`WtxtIn::open_unhashed`], [`WtxtIn::joined_unhashed`]), the input
+    /// ([`WtxtIn::open_unhashed`], [`PartReading::Unhashed`]), the input
     /// passes over the base64 unread.
     pub fn verify_structure(mut self, opts: &VerifyOptions) -> Result<Report> {
         let mut report = verify_lines(self.lines(), opts, Some(&mut NoChunkBytes)).map_err(|e| self.blame(e))?;

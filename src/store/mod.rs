@@ -16,7 +16,7 @@ mod write;
 
 pub use dist::{ArrayHash, DistOptions, DistWrite, Raw, StagedCheck};
 pub use files::*;
-pub use input::WtxtIn;
+pub use input::{PartReading, WtxtIn};
 pub use out::*;
 pub use outline::outline;
 pub use schedule::{plan_tensor, runs, schedule, Run, Schedule, Shard, Step, TensorPlan};
