@@ -315,6 +315,15 @@ pub struct ExtractArgs {
     /// Extract only this array (its original or WTXT name); repeat for more.
     #[arg(long, value_name = "NAME")]
     pub array: Vec<String>,
+    /// Read FILE (its path in the repository) as revision REV has it: with
+    /// --array, a split snapshot of the tree form is read (and, in a
+    /// blobless or LFS clone, fetched) only from the parts that hold those
+    /// arrays.
+    #[arg(long, value_name = "REV", conflicts_with_all = ["hf", "identities", "passphrase"])]
+    pub rev: Option<String>,
+    /// With --rev: the repository, as `wtxt git export -C` takes it.
+    #[arg(short = 'C', value_name = "DIR", default_value = ".", requires = "rev")]
+    pub dir: PathBuf,
     #[command(flatten)]
     pub hmac: HmacFile,
 }

@@ -195,7 +195,10 @@ fn extract(a: cli::ExtractArgs) -> Result<u8> {
     }
     let output = a.output.as_deref().ok_or_else(|| Error::usage("give -o OUT or --hf OUTDIR"))?;
     let mut notes = Vec::new();
-    let n = ops::extract(&a.file, output, &a.array, &checks, u.as_ref(), &mut notes);
+    let n = match &a.rev {
+        Some(rev) => ops::extract_at(&a.dir, rev, &a.file, output, &a.array, &checks, &mut notes),
+        None => ops::extract(&a.file, output, &a.array, &checks, u.as_ref(), &mut notes),
+    };
     warn(&notes);
     let n = n?;
     eprintln!("wrote {} array(s) to {}", n, output.display());

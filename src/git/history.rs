@@ -435,6 +435,36 @@ pub(crate) fn fetch_version(repo: &Repository, commit: Option<Oid>, tree: &Tree,
     fetch_versions(repo, blobs, &versions)
 }
 
+/// Fetches what reading parts `ixs` of the split snapshot at `path` in
+/// `tree` needs (and, when `tree` is a `commit`'s, their LFS objects),
+/// in one round trip each: a read of some of its arrays
+/// ([`crate::format::split::parts_for`]).
+pub(crate) fn fetch_parts(
+    repo: &Repository,
+    commit: Option<Oid>,
+    tree: &Tree,
+    path: &Path,
+    ixs: &[u64],
+) -> Result<usize> {
+    let dir = crate::store::parts_dir(path);
+    let blobs: Vec<Oid> = ixs.iter().filter_map(|&ix| blob_at(tree, &dir.join(split::part_name(ix)))).collect();
+    let versions: Vec<(Oid, Vec<Oid>)> = commit.map(|c| (c, blobs.clone())).into_iter().collect();
+    fetch_versions(repo, blobs, &versions)
+}
+
+/// The version of `path` in revision `rev` of `repo`: the revision's
+/// tree, its commit (when it is one) and the blob at `path`, fetched
+/// where a blobless clone lacks it.
+pub fn version_at<'r>(repo: &'r Repository, rev: &str, path: &Path) -> Result<(Tree<'r>, Option<Oid>, Oid)> {
+    let object = repo.revparse_single(rev).map_err(git_err)?;
+    let tree = object.peel_to_tree().map_err(git_err)?;
+    let commit = object.peel_to_commit().ok().map(|c| c.id());
+    let blob =
+        blob_at(&tree, path).ok_or_else(|| Error::usage(format!("{rev}: no {} in that commit", path.display())))?;
+    crate::odb::promisor::fetch_missing(repo, [blob])?;
+    Ok((tree, commit, blob))
+}
+
 /// The blobs of the version of `path` that `tree` holds: its head (or
 /// single file), and with `parts` every blob of its parts folder.
 fn version_blobs(repo: &Repository, tree: &Tree, path: &Path, parts: bool) -> Vec<Oid> {

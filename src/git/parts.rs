@@ -458,6 +458,11 @@ pub struct BlobParts {
     /// Where the part is missing: "the commit" or "the index".
     whose: &'static str,
     local: Option<LocalCopy>,
+    /// Each listed part's blob, where the tree or index names one.
+    ids: Vec<Option<git2::Oid>>,
+    /// The commit whose parts a part missing here is fetched for when it is
+    /// opened ([`BlobParts::fetching`]); `None`: it is not.
+    fetch: Option<Option<git2::Oid>>,
 }
 
 /// A reader of the same bytes as blob `oid` at part `ix`, when one is at
@@ -507,20 +512,47 @@ impl BlobParts {
         whose: &'static str,
     ) -> BlobParts {
         let dir = crate::store::parts_dir(path);
-        let listed = head
-            .parts
-            .iter()
-            .map(|p| {
-                let id = find(&dir.join(split::part_name(p.ix)))?;
-                let size = crate::odb::blob::size(repo, id).ok()?;
-                // A part is far larger than a pointer: only a blob the head does not size is asked.
-                let pointer = (size != p.bytes).then(|| Pointer::of_blob(repo, id)).flatten();
-                Some((id, pointer.as_ref().map_or(size, |p| p.size), pointer))
-            })
-            .collect();
+        let ids: Vec<Option<git2::Oid>> = head.parts.iter().map(|p| find(&dir.join(split::part_name(p.ix)))).collect();
+        let listed = head.parts.iter().zip(&ids).map(|(p, id)| Self::resolve(repo, (*id)?, p.bytes)).collect();
         let want = head.parts.iter().map(|p| (p.bytes, head.part_line(p.ix))).collect();
         let lfs = crate::odb::lfs::Store::of(repo);
-        BlobParts { git_dir: repo.path().to_path_buf(), dir, listed, want, unlisted, whose, local: None, lfs }
+        let git_dir = repo.path().to_path_buf();
+        BlobParts { git_dir, dir, listed, want, unlisted, whose, local: None, lfs, ids, fetch: None }
+    }
+
+    /// Blob `id` of a part the head sizes `bytes`: its size, and what it
+    /// points to when it is a Git LFS pointer; `None` when it is not here.
+    fn resolve(repo: &git2::Repository, id: git2::Oid, bytes: u64) -> Option<(git2::Oid, u64, Option<Pointer>)> {
+        let size = crate::odb::blob::size(repo, id).ok()?;
+        // A part is far larger than a pointer: only a blob the head does not size is asked.
+        let pointer = (size != bytes).then(|| Pointer::of_blob(repo, id)).flatten();
+        Some((id, pointer.as_ref().map_or(size, |p| p.size), pointer))
+    }
+
+    /// Fetches a part this clone lacks (a blobless clone's blob, a Git LFS
+    /// object of `commit`'s) when it is first opened: a read of some
+    /// arrays, which cannot tell from the head alone whether an array's
+    /// last chunk lies in the part where the next array begins.
+    pub fn fetching(mut self, commit: Option<git2::Oid>) -> BlobParts {
+        self.fetch = Some(commit);
+        self
+    }
+
+    /// Part `i` (0-based) as listed, fetched first where it is missing and
+    /// [`BlobParts::fetching`] says so.
+    fn listed(&self, i: usize) -> Result<Option<(git2::Oid, u64, Option<Pointer>)>> {
+        let found = self.listed.get(i).cloned().flatten();
+        let (Some(commit), Some(Some(id))) = (self.fetch, self.ids.get(i)) else { return Ok(found) };
+        if found.as_ref().is_some_and(|(_, _, p)| p.as_ref().is_none_or(|p| self.lfs.open(p).is_some())) {
+            return Ok(found);
+        }
+        let repo = git2::Repository::open(&self.git_dir).map_err(crate::odb::git_err)?;
+        crate::odb::promisor::fetch_missing(&repo, [*id])?;
+        let got = Self::resolve(&repo, *id, self.want[i].0);
+        if let (Some(commit), Some((_, _, Some(p)))) = (commit, &got) {
+            crate::odb::lfs::fetch_missing(&repo, &[(commit, vec![p.clone()])])?;
+        }
+        Ok(got)
     }
 
     /// Reads a part from `local` where it gives a reader.
@@ -534,7 +566,7 @@ impl crate::format::split::PartSource for BlobParts {
     fn open(&self, ix: u64) -> Result<Box<dyn crate::fs::Skip>> {
         let i = (ix as usize).wrapping_sub(1);
         let name = self.name(ix);
-        let Some((id, size, pointer)) = self.listed.get(i).cloned().flatten() else {
+        let Some((id, size, pointer)) = self.listed(i)? else {
             let m = format!("missing part: the head lists it, {} does not have it", self.whose);
             return Err(Error::check(Default::default(), m).in_file(&name));
         };

@@ -7,11 +7,12 @@ use crate::crypto::mac::HmacKey;
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{check_at, Error, Result};
 use crate::format::read::{read, ArrayStart, Visitor};
-use crate::format::syntax::{Audit, ChLine, Root, Wsum};
+use crate::format::syntax::{ArrLine, Audit, ChLine, DigestForm, Root, Wsum};
 use crate::format::verify::{Problem, ProblemKind, Report, VerifyOptions};
 use crate::model::Array;
 use crate::progress::Progress;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::inputs::read_header_file;
@@ -290,32 +291,10 @@ pub fn extract(
     unseal: Option<&Unseal>,
     notes: &mut Notes,
 ) -> Result<usize> {
-    use crate::convert::formats;
-    use crate::convert::names::{OriginalNames, NAMES};
-    let to = formats::by_extension(out)?;
+    let to = crate::convert::formats::by_extension(out)?;
     // The same choice for the decoded arrays and, first, for the stand-ins
     // the direct path plans with: it depends on names and metadata only.
-    let choose = |all: Vec<Array>| -> crate::convert::direct::Chosen<(usize, Vec<String>)> {
-        let kept = OriginalNames::of(&all).map_err(|e| e.in_file(path))?.unwrap_or_default();
-        let arrays: Vec<Array> = if array.is_empty() {
-            all
-        } else {
-            let mut picked = Vec::with_capacity(array.len() + 1);
-            for n in array {
-                let want = kept.wtxt_name(n).map_err(|e| e.in_file(path))?;
-                let a = all.iter().find(|a| a.name == *n || a.name == want).cloned();
-                let a = a.ok_or_else(|| Error::usage(format!("{}: no array named {n}", path.display())))?;
-                if !picked.iter().any(|p: &Array| p.name == a.name) {
-                    picked.push(a);
-                }
-            }
-            picked.extend(all.into_iter().filter(|x| x.name == NAMES));
-            picked
-        };
-        let (arrays, dropped) = formats::foreign_metadata(arrays, to)?;
-        let count = arrays.iter().filter(|a| !a.is_metadata()).count();
-        Ok((arrays, (count, dropped)))
-    };
+    let choose = |all: Vec<Array>| chosen(path, array, to, all);
     // Some arrays: a load that keeps only them (in the tree form it decodes
     // only their chunks, and opens only the parts that hold them; in 1.1 it
     // still checks every byte).
@@ -342,6 +321,107 @@ pub fn extract(
             chosen
         }
     };
+    note_dropped(&dropped, to, notes);
+    Ok(count)
+}
+
+/// What `extract` writes of the verified arrays `all` of `path`: those
+/// `array` names (WTXT or original names; all when empty) and the metadata
+/// an output of format `to` has a place for; with how many arrays that is
+/// and the metadata left out.
+fn chosen(
+    path: &Path,
+    array: &[String],
+    to: &dyn crate::convert::container::Container,
+    all: Vec<Array>,
+) -> crate::convert::direct::Chosen<(usize, Vec<String>)> {
+    use crate::convert::names::{OriginalNames, NAMES};
+    let kept = OriginalNames::of(&all).map_err(|e| e.in_file(path))?.unwrap_or_default();
+    let arrays: Vec<Array> = if array.is_empty() {
+        all
+    } else {
+        let mut picked = Vec::with_capacity(array.len() + 1);
+        for n in array {
+            let want = kept.wtxt_name(n).map_err(|e| e.in_file(path))?;
+            let a = all.iter().find(|a| a.name == *n || a.name == want).cloned();
+            let a = a.ok_or_else(|| Error::usage(format!("{}: no array named {n}", path.display())))?;
+            if !picked.iter().any(|p: &Array| p.name == a.name) {
+                picked.push(a);
+            }
+        }
+        picked.extend(all.into_iter().filter(|x| x.name == NAMES));
+        picked
+    };
+    let (arrays, dropped) = crate::convert::formats::foreign_metadata(arrays, to)?;
+    let count = arrays.iter().filter(|a| !a.is_metadata()).count();
+    Ok((arrays, (count, dropped)))
+}
+
+/// `wtxt extract PATH --rev REV [-C DIR]`: [`extract`] of the snapshot at
+/// PATH in revision REV of the repository around `dir`, read from that
+/// commit's objects. Asked for some arrays, a split snapshot of the tree
+/// form is read from the parts that hold them alone (in a blobless clone
+/// or an LFS repository only those are fetched, in one round trip each),
+/// and what it returns is proven by the root as a full read proves it;
+/// any other is read whole.
+pub fn extract_at(
+    dir: &Path,
+    rev: &str,
+    path: &Path,
+    out: &Path,
+    array: &[String],
+    opts: &VerifyOptions,
+    notes: &mut Notes,
+) -> Result<usize> {
+    use crate::format::split::{self, Opened};
+    use crate::format::{Keep, Load};
+    let to = crate::convert::formats::by_extension(out)?;
+    let repo = git2::Repository::discover(dir).map_err(crate::odb::git_err)?;
+    let (tree, commit, blob) = crate::git::history::version_at(&repo, rev, path)?;
+    let shown = PathBuf::from(format!("{rev}:{}", path.display()));
+    let len = crate::odb::blob::size(&repo, blob)?;
+    let text = crate::odb::blob::reader(&repo, blob).map_err(|e| e.in_file(&shown))?;
+    let all_in = |input: WtxtIn| -> Result<Vec<Array>> {
+        let mut input = input;
+        let loaded = Load { keep: Keep::InMemory, ..Default::default() }.run(input.text(), input.len, opts);
+        Ok(loaded.map_err(|e| input.blame(e))?.arrays)
+    };
+    let arrays = match split::open(text).map_err(|e| e.in_file(&shown))? {
+        Opened::Single(r) => all_in(WtxtIn::single(r, len, &shown))?,
+        Opened::Split(head) if array.is_empty() || !head.header().is_ok_and(|h| h.digest() == DigestForm::Tree) => {
+            crate::git::history::fetch_version(&repo, commit, &tree, path)?;
+            let parts = Box::new(crate::git::parts::BlobParts::of_tree(&repo, &tree, path, &head));
+            all_in(WtxtIn::joined(head, parts, &shown, len, crate::store::PartReading::Lenient))?
+        }
+        Opened::Split(head) => {
+            // The arrays asked and the metadata, from the parts that hold them.
+            let load = |rows: &BTreeMap<String, (u64, u64)>| -> Result<Vec<Array>> {
+                let keep = |n: &str| crate::format::keeps_array(rows, n);
+                crate::git::history::fetch_parts(&repo, commit, &tree, path, &split::parts_for(&head, &keep))?;
+                let parts = crate::git::parts::BlobParts::of_tree(&repo, &tree, path, &head).fetching(commit);
+                let parts = Box::new(parts);
+                let mut input = WtxtIn::sparse(head.clone(), parts, &shown, len, &keep)?;
+                let loaded = Load { keep: Keep::InMemory, rows: Some(rows), ..Default::default() }.run_lines(
+                    input.lines(),
+                    input.len,
+                    opts,
+                );
+                Ok(loaded.map_err(|e| input.blame(e))?.arrays)
+            };
+            // The original names first (metadata arrays only), then the rows
+            // of the arrays they name, from the head's `arr` lines.
+            let names = crate::convert::OriginalNames::of(&load(&BTreeMap::new())?)?.unwrap_or_default();
+            let mut rows = BTreeMap::new();
+            for a in head.arrs.iter().flatten().filter_map(|a| ArrLine::parse(a).ok()) {
+                if array.iter().any(|n| *n == a.name || n.as_str() == names.original(&a.name)) {
+                    rows.insert(a.name.clone(), (0, a.shape.first().copied().unwrap_or(1)));
+                }
+            }
+            load(&rows)?
+        }
+    };
+    let (arrays, (count, dropped)) = chosen(&shown, array, to, arrays)?;
+    write_arrays(&arrays, out)?;
     note_dropped(&dropped, to, notes);
     Ok(count)
 }

@@ -44,13 +44,8 @@ pub fn restore(
 /// written to OUT (split by `size`): what a merge of split snapshots, which
 /// Git's drivers see only file by file, starts from.
 pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) -> Result<usize> {
-    let git = crate::odb::git_err;
-    let repo = git2::Repository::discover(dir).map_err(git)?;
-    let object = repo.revparse_single(rev).map_err(git)?;
-    let tree = object.peel_to_tree().map_err(git)?;
-    let commit = object.peel_to_commit().ok().map(|c| c.id());
-    let no = || Error::usage(format!("{rev}: no {} in that commit", path.display()));
-    let blob = tree.get_path(path).map_err(|_| no())?.id();
+    let repo = git2::Repository::discover(dir).map_err(crate::odb::git_err)?;
+    let (tree, commit, blob) = crate::git::history::version_at(&repo, rev, path)?;
     // In a blobless partial clone: the head and every part in one fetch;
     // parts kept in Git LFS: their objects in one `git lfs fetch`.
     crate::git::history::fetch_version(&repo, commit, &tree, path)?;

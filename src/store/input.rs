@@ -106,7 +106,21 @@ impl<'a> WtxtIn<'a> {
         if !tree || names.map(|a| a.name).all(|n| keep(&n)) {
             return Ok(WtxtIn::from_head(head, source, path, len, false, false));
         }
-        let len = len + head.parts.iter().map(|p| p.bytes).sum::<u64>();
+        WtxtIn::sparse(head, source, path, len, keep)
+    }
+
+    /// A split snapshot's `head` (read from `path`, `head_len` bytes) read
+    /// for the arrays `keep` is true of, from the parts `source` gives that
+    /// hold them ([`split::Sparse`]); the head must be of the tree form for
+    /// a load to verify.
+    pub fn sparse(
+        head: split::Head,
+        source: Box<dyn split::PartSource + 'a>,
+        path: &Path,
+        head_len: u64,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<WtxtIn<'a>> {
+        let len = head_len + head.parts.iter().map(|p| p.bytes).sum::<u64>();
         let sparse = split::Sparse::new(head, source, keep).map_err(|e| e.in_file(path))?;
         let map = Some(sparse.map());
         Ok(WtxtIn { reader: Box::new(sparse), len, path: path.to_path_buf(), map, faults: None, sparse: true })

@@ -361,6 +361,73 @@ fn a_blobless_clone_logs_verifies_and_exports() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("gen 000000"));
 }
 
+/// Issue 68.3: `extract --rev REV --array NAME` in a blobless clone of a
+/// tree-form split snapshot fetches the head and the parts that hold the
+/// array, no other part, and gives the full read's bytes; a whole extract
+/// at that revision fetches the rest.
+#[test]
+fn one_array_from_history_fetches_only_the_parts_that_hold_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (served, bare) = crate::util::served_repository(d);
+    git_ok(d, &["init", "-q", "-b", "main", "w"]);
+    let w = d.join("w");
+    // Five arrays of 96 KiB in parts of 64 KiB: each spans about three.
+    let values = |k: usize| (0..96 * 1024).map(|i| ((i * 7 + k) % 251) as u8).collect::<Vec<u8>>();
+    let arrays: Vec<crate::util::ArraySpec> =
+        ["a", "b", "c", "d", "e"].iter().enumerate().map(|(k, n)| (*n, "u8", vec![64, 1536], values(k))).collect();
+    let npz = crate::util::write_npz(d, "in", &arrays);
+    let mut c = wtxt();
+    c.arg("snapshot").arg(&npz).args([
+        "-o",
+        "m.wtxt",
+        "--part-size",
+        "64K",
+        "--digest",
+        "tree",
+        "--rows-per-chunk",
+        "8",
+    ]);
+    let o = c.current_dir(&w).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    git_ok(&w, &["add", "-A"]);
+    git_ok(&w, &["commit", "-q", "--no-verify", "-m", "gen 0"]);
+    git_ok(&w, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    let (_server, port) = crate::util::git_daemon(&served);
+    git_ok(
+        d,
+        &["clone", "-q", "--no-checkout", "--filter=blob:none", &format!("git://127.0.0.1:{port}/models.git"), "c"],
+    );
+    let c = d.join("c");
+    // Each part's blob, and whether it holds `c`, as written.
+    let parts: Vec<(String, bool)> = git_ok(&c, &["ls-tree", "HEAD", "m.wtxt.parts/"])
+        .lines()
+        .map(|l| {
+            let (meta, name) = l.split_once('\t').unwrap();
+            let held = std::fs::read(w.join(name)).unwrap();
+            (meta.split_whitespace().nth(2).unwrap().to_string(), memchr::memmem::find(&held, b"name=c ").is_some())
+        })
+        .collect();
+    assert!(parts.iter().filter(|p| p.1).count() + 2 <= parts.len(), "{parts:?}");
+    let o = wtxt()
+        .current_dir(&c)
+        .args(["extract", "m.wtxt", "--rev", "HEAD", "--array", "c", "-o", "../c.npy"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = std::fs::read(d.join("c.npy")).unwrap();
+    assert!(got.starts_with(b"\x93NUMPY") && got.ends_with(&arrays[2].3), "the full read's bytes");
+    let missing = git_ok(&c, &["rev-list", "--objects", "--all", "--missing=print"]);
+    for (oid, holds_c) in &parts {
+        assert_eq!(missing.contains(&format!("?{oid}")), !holds_c, "part {oid}: fetched only if it holds c");
+    }
+    // The whole snapshot at that revision fetches every part.
+    let o = wtxt().current_dir(&c).args(["extract", "m.wtxt", "--rev", "HEAD", "-o", "../all.npz"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let missing = git_ok(&c, &["rev-list", "--objects", "--all", "--missing=print"]);
+    assert!(parts.iter().all(|(oid, _)| !missing.contains(&format!("?{oid}"))));
+}
+
 /// Issue 69.5: the CI jobs' review (examples/ci/review.sh, which the
 /// GitHub Actions and GitLab CI examples run and post): every snapshot a
 /// branch changed, verified and diffed against the base as Markdown.

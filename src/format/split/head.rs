@@ -214,6 +214,7 @@ pub(crate) fn begin_for(arr: &[u8]) -> PResult<String> {
 }
 
 /// The head of a split snapshot, parsed.
+#[derive(Clone)]
 pub struct Head {
     /// The header lines and `sign`, as in the single file.
     pub prefix: Vec<u8>,

@@ -39,4 +39,4 @@ pub use frame::*;
 pub use head::*;
 pub use join::*;
 pub use plan::*;
-pub use sparse::Sparse;
+pub use sparse::{parts_for, Sparse};

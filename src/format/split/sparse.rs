@@ -21,6 +21,32 @@ use crate::format::read::LineReader;
 use crate::format::syntax::{body_text_len, lines_for, lossy, ArrLine, ChLine};
 use crate::fs::Skip;
 
+/// The numbers of the parts a [`Sparse`] read of `head` for the arrays
+/// `keep` is true of certainly opens: for each, the parts from the one its
+/// `begin` line is in up to the one before the part the next array's is in
+/// (or the last part). The part where the next array begins holds the
+/// array's last chunks only sometimes, which the head does not tell: it is
+/// opened when the array's text runs into it. What a caller fetches before
+/// such a read (and the rest, if needed, when it is opened).
+pub fn parts_for(head: &Head, keep: &dyn Fn(&str) -> bool) -> Vec<u64> {
+    // Each array's name and the part (index) it begins in, in order.
+    let begins: Vec<(String, usize)> = head
+        .arrs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, arrs)| arrs.iter().filter_map(move |a| ArrLine::parse(a).ok().map(|a| (a.name, i))))
+        .collect();
+    let mut out = std::collections::BTreeSet::new();
+    for (j, (name, first)) in begins.iter().enumerate() {
+        if keep(name) {
+            let last = begins.get(j + 1).map_or(head.parts.len().saturating_sub(1), |(_, i)| i.saturating_sub(1));
+            let last = last.max(*first);
+            out.extend((*first..=last).filter_map(|i| head.parts.get(i)).map(|p| p.ix));
+        }
+    }
+    out.into_iter().collect()
+}
+
 /// What is given next.
 enum Piece {
     /// The header lines and `sign`.
