@@ -330,13 +330,68 @@ fn load(
                 }
             }
             let objects = objects_of(&loaded.arrays)?;
-            let identity = match loaded.header.root {
-                wtxt::format::syntax::Root::Final { merkle_this, .. } => hex_of(&merkle_this),
-                wtxt::format::syntax::Root::Pending => String::new(),
-            };
-            Ok((loaded.arrays, kept, objects, identity))
+            Ok((loaded.arrays, kept, objects, identity_of(&loaded.header.root)))
         })
         .map_err(raise)?;
+    to_python(py, arrays, kept, objects, identity)
+}
+
+/// The tensors `names` (original names; all when `None`) of the snapshot
+/// at `path` (a file in a Git work tree) as revision `rev` holds it,
+/// verified as `load` verifies: in the tree form only the parts that hold
+/// them are read, and fetched where a clone lacks them.
+#[pyfunction]
+#[pyo3(signature = (path, rev, trust=None, names=None))]
+fn load_at(
+    py: Python<'_>,
+    path: PathBuf,
+    rev: String,
+    trust: Option<Trust>,
+    names: Option<Vec<String>>,
+) -> PyResult<records::PyLoaded> {
+    let (arrays, kept, objects, identity) = py
+        .allow_threads(|| {
+            let keys = trust.map(Trust::keys).transpose()?.unwrap_or_default();
+            let asked = names.clone().unwrap_or_default();
+            let loaded = wtxt::ops::load_path_at(&path, &rev, &asked, &keys.verify_options())?;
+            let kept = OriginalNames::of(&loaded.arrays)?.unwrap_or_default();
+            // Only the tensors asked (a snapshot read whole holds others).
+            let arrays: Vec<wtxt::model::Array> = match &names {
+                None => loaded.arrays,
+                Some(n) => loaded
+                    .arrays
+                    .into_iter()
+                    .filter(|a| a.is_metadata() || n.iter().any(|x| x == &a.name || x == kept.original(&a.name)))
+                    .collect(),
+            };
+            let held: std::collections::HashSet<&str> = arrays.iter().map(|a| kept.original(&a.name)).collect();
+            let absent = asked.iter().find(|n| !held.contains(n.as_str()) && !arrays.iter().any(|a| &a.name == *n));
+            if let Some(absent) = absent {
+                return Err(wtxt::Error::usage(format!("{rev}:{}: no tensor named {absent:?}", path.display())));
+            }
+            let objects = objects_of(&arrays)?;
+            Ok((arrays, kept, objects, identity_of(&loaded.header.root)))
+        })
+        .map_err(raise)?;
+    to_python(py, arrays, kept, objects, identity)
+}
+
+/// A snapshot's identity: its `merkle_this` as hex (empty while pending).
+fn identity_of(root: &wtxt::format::syntax::Root) -> String {
+    match *root {
+        wtxt::format::syntax::Root::Final { merkle_this, .. } => hex_of(&merkle_this),
+        wtxt::format::syntax::Root::Pending => String::new(),
+    }
+}
+
+/// Verified arrays handed to Python under their original names.
+fn to_python(
+    py: Python<'_>,
+    arrays: Vec<wtxt::model::Array>,
+    kept: OriginalNames,
+    objects: Option<BTreeMap<String, String>>,
+    identity: String,
+) -> PyResult<records::PyLoaded> {
     // Each decoded buffer is handed to NumPy as it is: the heap holds the
     // arrays once, and nothing is copied.
     let tensors = arrays
@@ -458,6 +513,7 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_command, m)?)?;
     m.add_function(wrap_pyfunction!(threads, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(load_at, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(outline, m)?)?;
     m.add_function(wrap_pyfunction!(save_folder, m)?)?;

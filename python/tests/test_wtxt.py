@@ -628,6 +628,31 @@ def test_load_file_names_reads_those_tensors_proven_as_a_whole_load(tmp_path):
                 wtxt.load_file(other, names=["a.weight"])
 
 
+def test_load_file_rev_reads_a_past_generation_and_names_from_its_parts(tmp_path):
+    """`load_file(path, rev=..., names=[...])`: the tensors a revision of a
+    snapshot in Git holds, verified; a name it does not hold raises."""
+    rng = np.random.default_rng(5)
+    work = tmp_path / "w"
+    work.mkdir()
+    _git("init", "-q", cwd=work)
+    _git("config", "user.email", "a@b", cwd=work)
+    _git("config", "user.name", "a", cwd=work)
+    path = work / "m.wtxt"
+    gens = []
+    for gen in range(2):
+        arrays = {f"layer.{i}.weight": rng.standard_normal((256, 64)).astype(np.float32) for i in range(6)}
+        wtxt.save_file(arrays, path, digest="tree", part_size="64K", gen=gen)
+        _git("add", "-A", cwd=work)
+        _git("commit", "-q", "--no-verify", "-m", f"gen {gen}", cwd=work)
+        gens.append(arrays)
+    got = wtxt.load_file(path, rev="HEAD~1", names=["layer.3.weight"])
+    assert list(got) == ["layer.3.weight"] and (got["layer.3.weight"] == gens[0]["layer.3.weight"]).all()
+    whole = wtxt.load_file(path, rev="HEAD~1")
+    assert sorted(whole) == sorted(gens[0]) and all((whole[k] == v).all() for k, v in gens[0].items())
+    with pytest.raises(wtxt.Error, match="no tensor named"):
+        wtxt.load_file(path, rev="HEAD~1", names=["absent"])
+
+
 def test_load_file_names_of_a_split_snapshot_opens_only_the_parts_that_hold_them(tmp_path):
     """In the tree form, `load_file(names=[...])` of a split snapshot reads
     the parts that hold those tensors alone: with every other part gone it

@@ -9,6 +9,7 @@ use crate::error::{check_at, Error, Result};
 use crate::format::read::{read, ArrayStart, Visitor};
 use crate::format::syntax::{ArrLine, Audit, ChLine, DigestForm, Root, Wsum};
 use crate::format::verify::{Problem, ProblemKind, Report, VerifyOptions};
+use crate::format::Loaded;
 use crate::model::Array;
 use crate::progress::Progress;
 use serde::Serialize;
@@ -359,11 +360,7 @@ fn chosen(
 
 /// `wtxt extract PATH --rev REV [-C DIR]`: [`extract`] of the snapshot at
 /// PATH in revision REV of the repository around `dir`, read from that
-/// commit's objects. Asked for some arrays, a split snapshot of the tree
-/// form is read from the parts that hold them alone (in a blobless clone
-/// or an LFS repository only those are fetched, in one round trip each),
-/// and what it returns is proven by the root as a full read proves it;
-/// any other is read whole.
+/// commit's objects ([`load_at`]).
 pub fn extract_at(
     dir: &Path,
     rev: &str,
@@ -373,57 +370,74 @@ pub fn extract_at(
     opts: &VerifyOptions,
     notes: &mut Notes,
 ) -> Result<usize> {
+    let to = crate::convert::formats::by_extension(out)?;
+    let loaded = load_at(dir, rev, path, array, opts)?;
+    let shown = PathBuf::from(format!("{rev}:{}", path.display()));
+    let (arrays, (count, dropped)) = chosen(&shown, array, to, loaded.arrays)?;
+    write_arrays(&arrays, out)?;
+    note_dropped(&dropped, to, notes);
+    Ok(count)
+}
+
+/// The snapshot at PATH in revision REV of the repository around `dir`,
+/// read from that commit's objects and verified under `opts`: the arrays
+/// `array` names (WTXT or original names) and the metadata arrays, or,
+/// `array` empty, every array. Asked for some arrays, a split snapshot of
+/// the tree form is read from the parts that hold them alone (in a
+/// blobless clone or an LFS repository only those are fetched, in one
+/// round trip), and what it returns is proven by the root as a full read
+/// proves it; any other snapshot is read whole (a split one with every
+/// part fetched in one round trip), and may hold more arrays than asked.
+pub fn load_at(dir: &Path, rev: &str, path: &Path, array: &[String], opts: &VerifyOptions) -> Result<Loaded> {
     use crate::format::split::{self, Opened};
     use crate::format::{Keep, Load};
-    let to = crate::convert::formats::by_extension(out)?;
     let repo = git2::Repository::discover(dir).map_err(crate::odb::git_err)?;
     let (tree, commit, blob) = crate::git::history::version_at(&repo, rev, path)?;
     let shown = PathBuf::from(format!("{rev}:{}", path.display()));
     let len = crate::odb::blob::size(&repo, blob)?;
     let text = crate::odb::blob::reader(&repo, blob).map_err(|e| e.in_file(&shown))?;
-    let all_in = |input: WtxtIn| -> Result<Vec<Array>> {
-        let mut input = input;
+    let whole = |mut input: WtxtIn| -> Result<Loaded> {
         let loaded = Load { keep: Keep::InMemory, ..Default::default() }.run(input.text(), input.len, opts);
-        Ok(loaded.map_err(|e| input.blame(e))?.arrays)
+        loaded.map_err(|e| input.blame(e))
     };
-    let arrays = match split::open(text).map_err(|e| e.in_file(&shown))? {
-        Opened::Single(r) => all_in(WtxtIn::single(r, len, &shown))?,
+    let loaded = match split::open(text).map_err(|e| e.in_file(&shown))? {
+        Opened::Single(r) => whole(WtxtIn::single(r, len, &shown)),
         Opened::Split(head) if array.is_empty() || !head.header().is_ok_and(|h| h.digest() == DigestForm::Tree) => {
             crate::git::history::fetch_version(&repo, commit, &tree, path)?;
             let parts = Box::new(crate::git::parts::BlobParts::of_tree(&repo, &tree, path, &head));
-            all_in(WtxtIn::joined(head, parts, &shown, len, crate::store::PartReading::Lenient))?
+            whole(WtxtIn::joined(head, parts, &shown, len, crate::store::PartReading::Lenient))
         }
         Opened::Split(head) => {
             // The arrays asked and the metadata, from the parts that hold them.
-            let load = |rows: &BTreeMap<String, (u64, u64)>| -> Result<Vec<Array>> {
+            let load = |rows: &BTreeMap<String, (u64, u64)>| -> Result<Loaded> {
                 let keep = |n: &str| crate::format::keeps_array(rows, n);
                 crate::git::history::fetch_parts(&repo, commit, &tree, path, &split::parts_for(&head, &keep))?;
                 let parts = crate::git::parts::BlobParts::of_tree(&repo, &tree, path, &head).fetching(commit);
-                let parts = Box::new(parts);
-                let mut input = WtxtIn::sparse(head.clone(), parts, &shown, len, &keep)?;
-                let loaded = Load { keep: Keep::InMemory, rows: Some(rows), ..Default::default() }.run_lines(
-                    input.lines(),
-                    input.len,
-                    opts,
-                );
-                Ok(loaded.map_err(|e| input.blame(e))?.arrays)
+                let mut input = WtxtIn::sparse(head.clone(), Box::new(parts), &shown, len, &keep)?;
+                let load = Load { keep: Keep::InMemory, rows: Some(rows), ..Default::default() };
+                load.run_lines(input.lines(), input.len, opts).map_err(|e| input.blame(e))
             };
             // The original names first (metadata arrays only), then the rows
             // of the arrays they name, from the head's `arr` lines.
-            let names = crate::convert::OriginalNames::of(&load(&BTreeMap::new())?)?.unwrap_or_default();
+            let names = crate::convert::OriginalNames::of(&load(&BTreeMap::new())?.arrays)?.unwrap_or_default();
             let mut rows = BTreeMap::new();
             for a in head.arrs.iter().flatten().filter_map(|a| ArrLine::parse(a).ok()) {
                 if array.iter().any(|n| *n == a.name || n.as_str() == names.original(&a.name)) {
                     rows.insert(a.name.clone(), (0, a.shape.first().copied().unwrap_or(1)));
                 }
             }
-            load(&rows)?
+            load(&rows)
         }
     };
-    let (arrays, (count, dropped)) = chosen(&shown, array, to, arrays)?;
-    write_arrays(&arrays, out)?;
-    note_dropped(&dropped, to, notes);
-    Ok(count)
+    loaded
+}
+
+/// [`load_at`] of the snapshot at `path`, a file in a Git work tree (which
+/// need not hold it now): its repository and its path there found from
+/// `path`, as [`crate::ops::export_path`] finds them.
+pub fn load_path_at(path: &Path, rev: &str, array: &[String], opts: &VerifyOptions) -> Result<Loaded> {
+    let (_, work, rel, _) = crate::git::commit::in_work_tree(path)?;
+    load_at(&work, rev, &rel, array, opts)
 }
 
 /// Says which metadata arrays an output of format `to` had no place for.

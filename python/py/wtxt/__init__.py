@@ -135,7 +135,8 @@ def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
 
 def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
               require_signature: Optional[bool] = None, trusted_keys: Optional[PathLike] = None,
-              allow_unbound: bool = False, names: Optional[List[str]] = None) -> Dict[str, np.ndarray]:
+              allow_unbound: bool = False, names: Optional[List[str]] = None,
+              rev: Optional[str] = None) -> Dict[str, np.ndarray]:
     """Reads and verifies `filename`: a dict of arrays under their original names.
 
     Every check runs; with `hmac_key` every array must authenticate, with
@@ -152,8 +153,17 @@ def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: O
     checked; in the tree form only their chunks are decoded, the others'
     digests (bound to the root and its signature) standing in for them. A
     name the snapshot does not hold raises `wtxt.Error`.
+
+    With `rev` (a Git revision: "HEAD~3", a branch, a commit), `filename`
+    is a snapshot in a Git work tree read as that revision holds it, as
+    `wtxt git export` reads it; with `names` too, a split snapshot of the
+    tree form is read, and in a blobless clone or an LFS repository
+    fetched, only from the parts that hold those tensors.
     """
     trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, allow_unbound)
+    if rev is not None:
+        loaded = call(_rust.load_at, os.fspath(filename), rev, trust, names=names)
+        return {t.name: _from_bytes(t.dtype, t.shape, t.data) for t in loaded.tensors}
     rows = None
     if names is not None:
         # Each named tensor whole: its rows, from the outline (unverified;

@@ -281,7 +281,7 @@ class TensorPlan:
         """Whether the owner reads the chunk from its own memory."""
         ...
 
-__all__ = ["Chunk", "DistWriter", "Loaded", "LoadedTensor", "Outcome", "Outline", "Schedule", "Snapshotter", "Step", "TensorInfo", "TensorPlan", "WtxtError", "commit_snapshot", "export", "extract_folder", "hash_state_bytes", "head_link", "hmac_fingerprint", "load", "main", "outline", "plan_tensor", "save", "save_folder", "set_command", "snapshot_meta", "threads", "verify"]
+__all__ = ["Chunk", "DistWriter", "Loaded", "LoadedTensor", "Outcome", "Outline", "Schedule", "Snapshotter", "Step", "TensorInfo", "TensorPlan", "WtxtError", "commit_snapshot", "export", "extract_folder", "hash_state_bytes", "head_link", "hmac_fingerprint", "load", "load_at", "main", "outline", "plan_tensor", "save", "save_folder", "set_command", "snapshot_meta", "threads", "verify"]
 
 def commit_snapshot(path: str | os.PathLike[str], message: str, oms: bool = False, remote: str | None = None) -> tuple[str, bool, str | None]:
     """Commits the snapshot at `path` (in a Git work tree: its parts, and its `model.sig` with `oms`) as the next commit on HEAD with `message`, then pushes HEAD's branch to `remote` when given: (commit id, pushed, the push's error). A failed push leaves the commit; the next push carries it."""
@@ -309,6 +309,10 @@ def hmac_fingerprint(path: str | os.PathLike[str] | None = None) -> str | None:
 
 def load(path: str | os.PathLike[str], trust: _Trust | None = None, metadata_only: bool = False, rows: dict[str, tuple[int, int]] | None = None) -> Loaded:
     """Reads and verifies `path` (every check; with `hmac_key` every array must authenticate; with `pubkey`/`trusted_keys` a signature must hold, and must be there with `require_signature`). With `metadata_only` every array is still verified but only the metadata is kept. With `rows` (by original name: `start..end` of the first dimension) every array is still verified but only those rows of those tensors are kept: a rank's share of a distributed load."""
+    ...
+
+def load_at(path: str | os.PathLike[str], rev: str, trust: _Trust | None = None, names: list[str] | None = None) -> Loaded:
+    """The tensors `names` (original names; all when `None`) of the snapshot at `path` (a file in a Git work tree) as revision `rev` holds it, verified as `load` verifies: in the tree form only the parts that hold them are read, and fetched where a clone lacks them."""
     ...
 
 def main(argv: list[str]) -> int:
