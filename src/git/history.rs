@@ -408,21 +408,23 @@ pub fn prefetch(repo: &Repository, path: &Path, parts: bool) -> Result<usize> {
         }
         want.extend(blobs);
     }
-    fetch_versions(repo, want, &versions)
+    fetch_versions(repo, want, &versions, None)
 }
 
 /// Fetches what reading the versions needs: `blobs` (in a partial clone),
 /// then the LFS objects of the part blobs that are LFS pointers in each
-/// `(commit, blobs)` of `versions`.
+/// `(commit, blobs)` of `versions` (`only`: of the parts with these
+/// numbers, see [`crate::odb::lfs::fetch_missing`]).
 fn fetch_versions(
     repo: &Repository,
     blobs: impl IntoIterator<Item = Oid>,
     versions: &[(Oid, Vec<Oid>)],
+    only: Option<&[u64]>,
 ) -> Result<usize> {
     let mut n = crate::odb::promisor::fetch_missing(repo, blobs)?;
     let pointers: Vec<(Oid, Vec<crate::odb::lfs::Pointer>)> =
         versions.iter().map(|(c, ids)| (*c, crate::odb::lfs::pointers(repo, ids))).collect();
-    n += crate::odb::lfs::fetch_missing(repo, &pointers)?;
+    n += crate::odb::lfs::fetch_missing(repo, &pointers, only)?;
     Ok(n)
 }
 
@@ -432,7 +434,7 @@ fn fetch_versions(
 pub(crate) fn fetch_version(repo: &Repository, commit: Option<Oid>, tree: &Tree, path: &Path) -> Result<usize> {
     let blobs = version_blobs(repo, tree, path, true);
     let versions: Vec<(Oid, Vec<Oid>)> = commit.map(|c| (c, blobs.clone())).into_iter().collect();
-    fetch_versions(repo, blobs, &versions)
+    fetch_versions(repo, blobs, &versions, None)
 }
 
 /// Fetches what reading parts `ixs` of the split snapshot at `path` in
@@ -449,7 +451,7 @@ pub(crate) fn fetch_parts(
     let dir = crate::store::parts_dir(path);
     let blobs: Vec<Oid> = ixs.iter().filter_map(|&ix| blob_at(tree, &dir.join(split::part_name(ix)))).collect();
     let versions: Vec<(Oid, Vec<Oid>)> = commit.map(|c| (c, blobs.clone())).into_iter().collect();
-    fetch_versions(repo, blobs, &versions)
+    fetch_versions(repo, blobs, &versions, Some(ixs))
 }
 
 /// The version of `path` in revision `rev` of `repo`: the revision's

@@ -550,7 +550,7 @@ impl BlobParts {
         crate::odb::promisor::fetch_missing(&repo, [*id])?;
         let got = Self::resolve(&repo, *id, self.want[i].0);
         if let (Some(commit), Some((_, _, Some(p)))) = (commit, &got) {
-            crate::odb::lfs::fetch_missing(&repo, &[(commit, vec![p.clone()])])?;
+            crate::odb::lfs::fetch_missing(&repo, &[(commit, vec![p.clone()])], Some(&[i as u64 + 1]))?;
         }
         Ok(got)
     }

@@ -176,9 +176,12 @@ fn remote(repo: &Repository) -> Option<String> {
 /// Fetches through `git lfs fetch`, in one run, the LFS objects of the parts
 /// in `wanted` (each a commit and the pointers its tree holds) that are not
 /// here; returns how many were missing. `git lfs fetch` takes commits, not
-/// objects: it brings every part's LFS object those commits' trees hold.
-/// Only commit ids reach it, never a path of the repository's.
-pub fn fetch_missing(repo: &Repository, wanted: &[(Oid, Vec<Pointer>)]) -> Result<usize> {
+/// objects: it brings every part's LFS object those commits' trees hold,
+/// or, with `only`, those of the parts with these numbers (a read of some
+/// arrays: parts of other snapshots with the same numbers come too). Only
+/// commit ids and part file names (`NNNNNN.wtxtpart`, ours) reach it,
+/// never a path of the repository's.
+pub fn fetch_missing(repo: &Repository, wanted: &[(Oid, Vec<Pointer>)], only: Option<&[u64]>) -> Result<usize> {
     let store = Store::of(repo);
     let mut commits: Vec<String> = Vec::new();
     let mut missing = std::collections::HashSet::new();
@@ -216,13 +219,17 @@ pub fn fetch_missing(repo: &Repository, wanted: &[(Oid, Vec<Pointer>)]) -> Resul
         .map_err(git_err)?;
     }
     crate::odb::promisor::fetch_missing(repo, part_blobs)?;
+    let include = match only {
+        None => "*.wtxtpart".to_string(),
+        Some(ixs) => ixs.iter().map(|&ix| crate::format::split::part_name(ix)).collect::<Vec<_>>().join(","),
+    };
     // A long history is fetched a thousand commits at a time (the command
     // line's length), each run one batch of requests to the LFS server.
     for batch in commits.chunks(1000) {
         let out = Command::new("git")
             .arg("--git-dir")
             .arg(repo.path())
-            .args(["lfs", "fetch", "--include=*.wtxtpart", "--exclude=", &remote])
+            .args(["lfs", "fetch", &format!("--include={include}"), "--exclude=", &remote])
             .args(batch)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

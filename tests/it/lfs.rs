@@ -161,3 +161,63 @@ fn walk(root: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// Issue 68.3: one tensor of a tree-form split snapshot whose parts are LFS
+/// objects, by revision from a blobless clone that smudged nothing: only
+/// the LFS objects of the parts that hold it are fetched, and it is the
+/// full read's bytes.
+#[test]
+fn one_array_from_history_fetches_only_its_parts_lfs_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let store = d.join("lfs-store");
+    let (_lfs, lfs_url) = crate::util::lfs_server(&store, "models");
+    git_ok(d, &["init", "-q", "-b", "main", "w"]);
+    let w = d.join("w");
+    git_ok(&w, &["config", "lfs.url", &lfs_url]);
+    let o = wtxt().current_dir(&w).args(["git", "install", "--lfs"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Five arrays of 96 KiB in parts of 64 KiB: each spans about three.
+    let values = |k: usize| (0..96 * 1024).map(|i| ((i * 7 + k) % 251) as u8).collect::<Vec<u8>>();
+    let arrays: Vec<crate::util::ArraySpec> =
+        ["a", "b", "c", "d", "e"].iter().enumerate().map(|(k, n)| (*n, "u8", vec![64, 1536], values(k))).collect();
+    let npz = crate::util::write_npz(d, "in", &arrays);
+    let mut c = wtxt();
+    c.arg("snapshot").arg(&npz).args([
+        "-o",
+        "m.wtxt",
+        "--part-size",
+        "64K",
+        "--digest",
+        "tree",
+        "--rows-per-chunk",
+        "8",
+    ]);
+    let o = c.current_dir(&w).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    git_ok(&w, &["add", "-A"]);
+    git_ok(&w, &["commit", "-q", "-m", "gen 0"]);
+    let holding = std::fs::read_dir(w.join("m.wtxt.parts"))
+        .unwrap()
+        .filter(|e| memchr::memmem::find(&std::fs::read(e.as_ref().unwrap().path()).unwrap(), b"name=c ").is_some())
+        .count();
+    let (served, bare) = crate::util::served_repository(d);
+    git_ok(&bare, &["config", "wtxt.lfsObjects", store.join("wtxt/models").to_str().unwrap()]);
+    git_ok(&w, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    let (_git, port) = crate::util::git_daemon(&served);
+    let url = format!("git://127.0.0.1:{port}/models.git");
+    let env = [("GIT_LFS_SKIP_SMUDGE", "1")];
+    let o = git_cmd(d, &["clone", "-q", "--filter=blob:none", "-c", &format!("lfs.url={lfs_url}"), &url, "c"], &env);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c = d.join("c");
+    let o = wtxt()
+        .current_dir(&c)
+        .args(["extract", "m.wtxt", "--rev", "HEAD", "--array", "c", "-o", "../c.npy"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = std::fs::read(d.join("c.npy")).unwrap();
+    assert!(got.starts_with(b"\x93NUMPY") && got.ends_with(&arrays[2].3), "the full read's bytes");
+    let fetched = walk(&c.join(".git/lfs/objects")).into_iter().filter(|p| p.is_file()).count();
+    assert!(holding >= 2 && fetched == holding, "{fetched} LFS objects fetched, {holding} parts hold c");
+}
