@@ -177,24 +177,7 @@ fn one_array_from_history_fetches_only_its_parts_lfs_objects() {
     git_ok(&w, &["config", "lfs.url", &lfs_url]);
     let o = wtxt().current_dir(&w).args(["git", "install", "--lfs"]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    // Five arrays of 96 KiB in parts of 64 KiB: each spans about three.
-    let values = |k: usize| (0..96 * 1024).map(|i| ((i * 7 + k) % 251) as u8).collect::<Vec<u8>>();
-    let arrays: Vec<crate::util::ArraySpec> =
-        ["a", "b", "c", "d", "e"].iter().enumerate().map(|(k, n)| (*n, "u8", vec![64, 1536], values(k))).collect();
-    let npz = crate::util::write_npz(d, "in", &arrays);
-    let mut c = wtxt();
-    c.arg("snapshot").arg(&npz).args([
-        "-o",
-        "m.wtxt",
-        "--part-size",
-        "64K",
-        "--digest",
-        "tree",
-        "--rows-per-chunk",
-        "8",
-    ]);
-    let o = c.current_dir(&w).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let arrays = crate::util::spanning_snapshot(d, &w.join("m.wtxt"), ["a", "b", "c", "d", "e"]);
     git_ok(&w, &["add", "-A"]);
     git_ok(&w, &["commit", "-q", "-m", "gen 0"]);
     let holding = std::fs::read_dir(w.join("m.wtxt.parts"))
@@ -210,14 +193,7 @@ fn one_array_from_history_fetches_only_its_parts_lfs_objects() {
     let o = git_cmd(d, &["clone", "-q", "--filter=blob:none", "-c", &format!("lfs.url={lfs_url}"), &url, "c"], &env);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let c = d.join("c");
-    let o = wtxt()
-        .current_dir(&c)
-        .args(["extract", "m.wtxt", "--rev", "HEAD", "--array", "c", "-o", "../c.npy"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let got = std::fs::read(d.join("c.npy")).unwrap();
-    assert!(got.starts_with(b"\x93NUMPY") && got.ends_with(&arrays[2].3), "the full read's bytes");
+    crate::util::extract_at_head(&c, "c", &arrays[2]);
     let fetched = walk(&c.join(".git/lfs/objects")).into_iter().filter(|p| p.is_file()).count();
     assert!(holding >= 2 && fetched == holding, "{fetched} LFS objects fetched, {holding} parts hold c");
 }

@@ -372,24 +372,7 @@ fn one_array_from_history_fetches_only_the_parts_that_hold_it() {
     let (served, bare) = crate::util::served_repository(d);
     git_ok(d, &["init", "-q", "-b", "main", "w"]);
     let w = d.join("w");
-    // Five arrays of 96 KiB in parts of 64 KiB: each spans about three.
-    let values = |k: usize| (0..96 * 1024).map(|i| ((i * 7 + k) % 251) as u8).collect::<Vec<u8>>();
-    let arrays: Vec<crate::util::ArraySpec> =
-        ["a", "b", "c", "d", "e"].iter().enumerate().map(|(k, n)| (*n, "u8", vec![64, 1536], values(k))).collect();
-    let npz = crate::util::write_npz(d, "in", &arrays);
-    let mut c = wtxt();
-    c.arg("snapshot").arg(&npz).args([
-        "-o",
-        "m.wtxt",
-        "--part-size",
-        "64K",
-        "--digest",
-        "tree",
-        "--rows-per-chunk",
-        "8",
-    ]);
-    let o = c.current_dir(&w).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let arrays = crate::util::spanning_snapshot(d, &w.join("m.wtxt"), ["a", "b", "c", "d", "e"]);
     git_ok(&w, &["add", "-A"]);
     git_ok(&w, &["commit", "-q", "--no-verify", "-m", "gen 0"]);
     git_ok(&w, &["push", "-q", bare.to_str().unwrap(), "main"]);
@@ -409,14 +392,7 @@ fn one_array_from_history_fetches_only_the_parts_that_hold_it() {
         })
         .collect();
     assert!(parts.iter().filter(|p| p.1).count() + 2 <= parts.len(), "{parts:?}");
-    let o = wtxt()
-        .current_dir(&c)
-        .args(["extract", "m.wtxt", "--rev", "HEAD", "--array", "c", "-o", "../c.npy"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let got = std::fs::read(d.join("c.npy")).unwrap();
-    assert!(got.starts_with(b"\x93NUMPY") && got.ends_with(&arrays[2].3), "the full read's bytes");
+    crate::util::extract_at_head(&c, "c", &arrays[2]);
     let missing = git_ok(&c, &["rev-list", "--objects", "--all", "--missing=print"]);
     for (oid, holds_c) in &parts {
         assert_eq!(missing.contains(&format!("?{oid}")), !holds_c, "part {oid}: fetched only if it holds c");

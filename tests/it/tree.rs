@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::util::{fixture, run, write_npz, ArraySpec, Run};
+use crate::util::{fixture, run, Run};
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -234,15 +234,8 @@ fn one_array_alone_is_the_full_reads_bytes_and_what_it_skips_is_bound_by_the_roo
 fn one_array_of_a_split_snapshot_is_read_from_the_parts_that_hold_it_alone() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    // Five arrays of 96 KiB (8 chunks of 12 KiB) in parts of 64 KiB: each
-    // spans about three parts.
-    let values = |k: usize| (0..96 * 1024).map(|i| ((i * 7 + k) % 251) as u8).collect::<Vec<u8>>();
-    let names = ["a", "b", "tok_embed", "x", "y"];
-    let arrays: Vec<ArraySpec> = names.iter().enumerate().map(|(k, n)| (*n, "u8", vec![64, 1536], values(k))).collect();
-    let model = write_npz(d, "in", &arrays);
     let tree = d.join("tree.wtxt");
-    let r = snap(&tree, s(&model), None, &["--part-size", "64K", "--rows-per-chunk", "8"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    crate::util::spanning_snapshot(d, &tree, ["a", "b", "tok_embed", "x", "y"]);
     let parts = d.join("tree.wtxt.parts");
     let part_files: Vec<PathBuf> =
         (1..).map(|i| parts.join(format!("{i:06}.wtxtpart"))).take_while(|p| p.exists()).collect();

@@ -196,3 +196,28 @@ pub fn lfs_server(store: &Path, repo: &str) -> (Server, String) {
     wait_for_port(port);
     (server, format!("http://127.0.0.1:{port}/wtxt/{repo}.git/info/lfs"))
 }
+
+/// Five u8 arrays of 96 KiB named `names`, written as `npz_dir/in.npz` and
+/// snapshot to `out` in the tree form, split in parts of 64 KiB (each array
+/// spans about three parts); their bytes, in order.
+pub fn spanning_snapshot(npz_dir: &Path, out: &Path, names: [&str; 5]) -> Vec<Vec<u8>> {
+    let values = |k: usize| (0..96 * 1024).map(|i| ((i * 7 + k) % 251) as u8).collect::<Vec<u8>>();
+    let arrays: Vec<ArraySpec> = names.iter().enumerate().map(|(k, n)| (*n, "u8", vec![64, 1536], values(k))).collect();
+    let npz = write_npz(npz_dir, "in", &arrays);
+    let args = ["--part-size", "64K", "--digest", "tree", "--rows-per-chunk", "8", "--ts", "2026-03-01T00:00:00Z"];
+    let o = wtxt().arg("snapshot").arg(&npz).arg("-o").arg(out).args(args).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    arrays.into_iter().map(|a| a.3).collect()
+}
+
+/// `wtxt extract m.wtxt --rev HEAD --array NAME -o ../NAME.npy` in `repo`
+/// succeeds and gives `want`.
+pub fn extract_at_head(repo: &Path, name: &str, want: &[u8]) {
+    let out = repo.parent().unwrap().join(format!("{name}.npy"));
+    let mut c = wtxt();
+    let o = c.current_dir(repo).args(["extract", "m.wtxt", "--rev", "HEAD", "--array", name, "-o"]).arg(&out);
+    let o = o.output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = std::fs::read(&out).unwrap();
+    assert!(got.starts_with(b"\x93NUMPY") && got.ends_with(want), "the full read's bytes");
+}
