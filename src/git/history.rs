@@ -413,13 +413,13 @@ pub fn prefetch(repo: &Repository, path: &Path, parts: bool) -> Result<usize> {
 
 /// Fetches what reading the versions needs: `blobs` (in a partial clone),
 /// then the LFS objects of the part blobs that are LFS pointers in each
-/// `(commit, blobs)` of `versions` (`only`: of the parts with these
-/// numbers, see [`crate::odb::lfs::fetch_missing`]).
+/// `(commit, blobs)` of `versions` (`only`: of the parts with these file
+/// names, see [`crate::odb::lfs::fetch_missing`]).
 fn fetch_versions(
     repo: &Repository,
     blobs: impl IntoIterator<Item = Oid>,
     versions: &[(Oid, Vec<Oid>)],
-    only: Option<&[u64]>,
+    only: Option<&[String]>,
 ) -> Result<usize> {
     let mut n = crate::odb::promisor::fetch_missing(repo, blobs)?;
     let pointers: Vec<(Oid, Vec<crate::odb::lfs::Pointer>)> =
@@ -451,7 +451,8 @@ pub(crate) fn fetch_parts(
     let dir = crate::store::parts_dir(path);
     let blobs: Vec<Oid> = ixs.iter().filter_map(|&ix| blob_at(tree, &dir.join(split::part_name(ix)))).collect();
     let versions: Vec<(Oid, Vec<Oid>)> = commit.map(|c| (c, blobs.clone())).into_iter().collect();
-    fetch_versions(repo, blobs, &versions, Some(ixs))
+    let names: Vec<String> = ixs.iter().map(|&ix| split::part_name(ix)).collect();
+    fetch_versions(repo, blobs, &versions, Some(&names))
 }
 
 /// The version of `path` in revision `rev` of `repo`: the revision's

@@ -550,7 +550,8 @@ impl BlobParts {
         crate::odb::promisor::fetch_missing(&repo, [*id])?;
         let got = Self::resolve(&repo, *id, self.want[i].0);
         if let (Some(commit), Some((_, _, Some(p)))) = (commit, &got) {
-            crate::odb::lfs::fetch_missing(&repo, &[(commit, vec![p.clone()])], Some(&[i as u64 + 1]))?;
+            let name = [split::part_name(i as u64 + 1)];
+            crate::odb::lfs::fetch_missing(&repo, &[(commit, vec![p.clone()])], Some(&name))?;
         }
         Ok(got)
     }

@@ -177,11 +177,11 @@ fn remote(repo: &Repository) -> Option<String> {
 /// in `wanted` (each a commit and the pointers its tree holds) that are not
 /// here; returns how many were missing. `git lfs fetch` takes commits, not
 /// objects: it brings every part's LFS object those commits' trees hold,
-/// or, with `only`, those of the parts with these numbers (a read of some
-/// arrays: parts of other snapshots with the same numbers come too). Only
-/// commit ids and part file names (`NNNNNN.wtxtpart`, ours) reach it,
+/// or, with `only`, those of the parts with these file names (a read of
+/// some arrays: parts of other snapshots with the same names come too).
+/// Only commit ids and part file names (`NNNNNN.wtxtpart`, ours) reach it,
 /// never a path of the repository's.
-pub fn fetch_missing(repo: &Repository, wanted: &[(Oid, Vec<Pointer>)], only: Option<&[u64]>) -> Result<usize> {
+pub fn fetch_missing(repo: &Repository, wanted: &[(Oid, Vec<Pointer>)], only: Option<&[String]>) -> Result<usize> {
     let store = Store::of(repo);
     let mut commits: Vec<String> = Vec::new();
     let mut missing = std::collections::HashSet::new();
@@ -219,10 +219,7 @@ pub fn fetch_missing(repo: &Repository, wanted: &[(Oid, Vec<Pointer>)], only: Op
         .map_err(git_err)?;
     }
     crate::odb::promisor::fetch_missing(repo, part_blobs)?;
-    let include = match only {
-        None => "*.wtxtpart".to_string(),
-        Some(ixs) => ixs.iter().map(|&ix| crate::format::split::part_name(ix)).collect::<Vec<_>>().join(","),
-    };
+    let include = only.map_or_else(|| "*.wtxtpart".to_string(), |names| names.join(","));
     // A long history is fetched a thousand commits at a time (the command
     // line's length), each run one batch of requests to the LFS server.
     for batch in commits.chunks(1000) {
