@@ -543,7 +543,7 @@ impl BlobParts {
     fn listed(&self, i: usize) -> Result<Option<(git2::Oid, u64, Option<Pointer>)>> {
         let found = self.listed.get(i).cloned().flatten();
         let (Some(commit), Some(Some(id))) = (self.fetch, self.ids.get(i)) else { return Ok(found) };
-        if found.as_ref().is_some_and(|(_, _, p)| p.as_ref().is_none_or(|p| self.lfs.open(p).is_some())) {
+        if found.as_ref().is_some_and(|(_, _, p)| p.as_ref().is_none_or(|p| self.lfs.has(p))) {
             return Ok(found);
         }
         let repo = git2::Repository::open(&self.git_dir).map_err(crate::odb::git_err)?;

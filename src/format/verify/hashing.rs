@@ -92,8 +92,6 @@ pub(super) struct Hashing<'s, 'k> {
     pub(super) audit_line: u64,
     /// Chunks read past undecoded (see [`Sink::wants`]).
     pub(super) skipped: u64,
-    /// Arrays passed over whole (see [`Sink::wants_array`]).
-    pub(super) passed_over: u64,
 }
 
 impl Hashing<'_, '_> {
@@ -168,7 +166,6 @@ impl Visitor for Hashing<'_, '_> {
         // An array with no chunks, whose digest is its `arr` line's (see
         // `tree_digests`); the sink hears nothing of it.
         self.begin(line, arr, text, true);
-        self.passed_over += 1;
         self.send(|| Msg::ArrayEnd);
     }
 

@@ -213,7 +213,6 @@ pub fn verify_lines<R: Read>(
         audit: None,
         audit_line: 0,
         skipped: 0,
-        passed_over: 0,
     };
     // One thread of work (`--threads 1`): the hashing runs on the reading
     // thread as each block is decoded; more: on two threads beside it, and
@@ -251,18 +250,8 @@ pub fn verify_lines<R: Read>(
             (r, vis, a, b)
         })
     };
-    let Hashing {
-        mut arrays,
-        expected,
-        mut problems,
-        header: seen_header,
-        audit,
-        audit_line,
-        tree,
-        skipped,
-        passed_over,
-        ..
-    } = vis;
+    let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, audit_line, tree, skipped, .. } = vis;
+    let passed_over = expected.iter().filter(|e| e.passed_over).count() as u64;
     let (mut roots, mut chunks) = (roots, chunks);
     if let Some((arrays, fastxor)) = chunks.alone.take() {
         roots.arrays = arrays;
