@@ -237,6 +237,43 @@ impl ChunkDecoder {
     }
 }
 
+/// Decodes a chunk's base64 lines (each without its LF) as the verifier
+/// does, a block at a time: every [`crate::limits::BLOCK`] bytes of full
+/// lines, and at the end what is left, are decoded onto `out` and handed
+/// to `block`, which takes them from there (leaving `out` empty, or a
+/// fresh buffer, for the next). Returns the chunk's faults: a line of the
+/// wrong shape first (the line is not taken), then what
+/// [`ChunkDecoder::finish`] finds. The SHA-256 is not checked here: the
+/// caller hashes the blocks it is handed.
+pub fn decode_blocks<'a>(
+    ch: &ChLine,
+    lines: impl IntoIterator<Item = &'a [u8]>,
+    out: &mut Vec<u8>,
+    mut block: impl FnMut(&mut Vec<u8>),
+) -> Vec<Fault> {
+    let per_block = crate::limits::BLOCK / RAW_PER_LINE;
+    let mut dec = ChunkDecoder::new(ch, false);
+    let (mut shapes, mut pending) = (Vec::new(), 0);
+    for l in lines {
+        if let Err(f) = dec.line(l, out) {
+            shapes.push(f);
+            continue;
+        }
+        pending += 1;
+        if pending == per_block {
+            dec.flush(out);
+            block(out);
+            pending = 0;
+        }
+    }
+    if pending > 0 {
+        dec.flush(out);
+        block(out);
+    }
+    shapes.extend(dec.finish(ch, out));
+    shapes
+}
+
 /// Decodes a whole chunk from its base64 lines, every check included:
 /// its bytes, or its first fault.
 pub fn decode<'a>(ch: &ChLine, body: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<u8>, Fault> {

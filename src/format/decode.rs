@@ -14,8 +14,8 @@ use std::sync::{Condvar, Mutex};
 use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::crypto::digest::{Hash, Sha256State};
-use crate::format::chunk::{ChunkDecoder, Fault};
-use crate::format::syntax::{ChLine, B64_WIDTH, RAW_PER_LINE};
+use crate::format::chunk::{decode_blocks, Fault};
+use crate::format::syntax::{ChLine, B64_WIDTH};
 use crate::limits::BLOCK;
 
 /// Most text a chunk may have to be decoded on the pool (larger ones, rows
@@ -145,23 +145,13 @@ impl Pool {
 
     /// Decodes a chunk's lines as the reader would, a block at a time.
     fn decode(&self, ch: &ChLine, text: &[u8]) -> Decoded {
-        let mut dec = ChunkDecoder::new(ch, false);
-        let mut sha = Sha256State::default();
-        let mut blocks = Vec::new();
-        let per_block = BLOCK / RAW_PER_LINE;
-        for lines in text.chunks(per_block * (B64_WIDTH + 2)) {
-            let mut out = self.spare();
-            for l in lines.chunks(B64_WIDTH + 2) {
-                // The reader checked each line's shape: this never fails.
-                let _ = dec.line(l, &mut out);
-            }
-            dec.flush(&mut out);
-            sha.update(&out);
-            blocks.push(out);
-        }
-        let mut rest = Vec::new();
-        let faults = dec.finish(ch, &mut rest);
-        debug_assert!(rest.is_empty(), "every line was flushed");
+        let (mut sha, mut blocks, mut out) = (Sha256State::default(), Vec::new(), self.spare());
+        // The reader checked each line's shape: no fault of shape comes.
+        let faults = decode_blocks(ch, text.chunks(B64_WIDTH + 2), &mut out, |out| {
+            sha.update(out);
+            blocks.push(std::mem::replace(out, self.spare()));
+        });
+        self.give_back(out);
         Decoded { blocks, faults, sha256: sha.finalize() }
     }
 }

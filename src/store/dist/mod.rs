@@ -27,12 +27,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::crypto::digest::{fastxor_at, Hash, Sha256State};
 use crate::error::{Error, Result};
-use crate::format::chunk::ChunkDecoder;
+use crate::format::chunk::decode_blocks;
 use crate::format::layout::Layout;
 use crate::format::split::{self, part_name, PartLine, PartSpan};
-use crate::format::syntax::{ArrLine, ChLine, Meta, RAW_PER_LINE};
+use crate::format::syntax::{ArrLine, ChLine, Meta};
 use crate::format::write::{FixedKind, Places, WriteOptions, WritePlan, Written};
-use crate::limits::BLOCK;
 use crate::model::Array;
 use crate::options::{Keys, Output};
 use crate::store::input::{PartReading, WtxtIn};
@@ -317,23 +316,13 @@ impl DistWrite {
                 return Err(fail(format!("its `ch` line says ix={} off={} len={}", ch.ix, ch.off, ch.len)));
             }
             // Decoded and hashed as the verifier does, a block at a time.
-            let mut dec = ChunkDecoder::new(&ch, false);
             let (mut sha, mut share, mut at) = (Sha256State::default(), 0u64, starts[i] + off);
-            let mut take = |out: &mut Vec<u8>| {
+            let faults = decode_blocks(&ch, lines.by_ref().take(ch.lines as usize), out, |out| {
                 sha.update(out);
                 share ^= fastxor_at(at, out);
                 at += out.len() as u64;
                 out.clear();
-            };
-            for (n, l) in lines.by_ref().take(ch.lines as usize).enumerate() {
-                dec.line(l, out).map_err(|f| fail(f.to_string()))?;
-                if (n + 1) % (BLOCK / RAW_PER_LINE) == 0 {
-                    dec.flush(out);
-                    take(out);
-                }
-            }
-            let faults = dec.finish(&ch, out);
-            take(out);
+            });
             if let Some(f) = faults.first() {
                 return Err(fail(f.to_string()));
             }
