@@ -20,7 +20,7 @@ SCALARS = {
     "f32": "float", "f64": "float", "bool": "bool", "String": "str", "str": "str", "OsString": "str",
     "std::ffi::OsString": "str", "PathBuf": "str | os.PathLike[str]", "()": "None",
     "Py<PyBytes>": "bytes", "Vec<u8>": "bytes", "[u8]": "bytes", "PyObject": "Any", "Bound<'_, PyAny>": "Any",
-    "Py<PyArray1<u8>>": "npt.NDArray[np.uint8]",
+    "Py<PyArray1<u8>>": "npt.NDArray[np.uint8]", "numpy::PyReadwriteArray1<'py, u8>": "npt.NDArray[np.uint8]",
 }
 
 
@@ -59,7 +59,7 @@ def closing(text, at):
 class Binding:
     def __init__(self, text):
         self.text = text
-        self.aliases = {m.group(1): m.group(2) for m in re.finditer(r"^(?:pub(?:\(crate\))? )?type (\w+) = (.*?);\s*$", text, re.S | re.M)}
+        self.aliases = {m.group(1): m.group(2) for m in re.finditer(r"^(?:pub(?:\(crate\))? )?type (\w+)(?:<'\w+>)? = (.*?);\s*$", text, re.S | re.M)}
         self.classes = {}  # Rust name -> Python name
         for m in re.finditer(r'#\[pyclass\(name = "(\w+)"[^\]]*\]\s*(?:#\[derive\([^\]]*\)\]\s*)?(?:pub(?:\(crate\))? )?struct (\w+)', text):
             self.classes[m.group(2)] = m.group(1)
@@ -72,8 +72,8 @@ class Binding:
         for wrap in ("PyResult", "Result"):
             if t.startswith(wrap + "<"):
                 return self.py(split_top(t[len(wrap) + 1:-1])[0], arg)
-        if t in self.aliases:
-            return self.py(self.aliases[t], arg)
+        if re.sub(r"<'\w+>$", "", t) in self.aliases:
+            return self.py(self.aliases[re.sub(r"<'\w+>$", "", t)], arg)
         if t == "PathBuf" and not arg:
             return "str"
         if t in SCALARS:
@@ -121,7 +121,7 @@ def functions(b, body, methods):
     """Each `fn` of `body` Python sees (every one of a `#[pymethods]` block,
     else those marked `#[pyfunction]`): (name, params, return, doc, is_new)."""
     out = []
-    for m in re.finditer(r"((?:\s*#\[[^\n]*\]\n)*)\s*(?:pub(?:\(crate\))? )?fn (\w+)\(", body):
+    for m in re.finditer(r"((?:\s*#\[[^\n]*\]\n)*)\s*(?:pub(?:\(crate\))? )?fn (\w+)(?:<[^>(]*>)?\(", body):
         attrs, name = m.group(1), m.group(2)
         if not methods and "#[pyfunction]" not in attrs:
             continue

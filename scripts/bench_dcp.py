@@ -8,7 +8,8 @@ reference, `wtxt.torch.save_state_dict` of the full state in one process.
 Then the loads, each rank a fresh process: `dcp.load` with DCP's
 `FileSystemReader` and with `WtxtStorageReader` of the 1.1-form and the
 tree-form save (each rank keeps only its rows; in the tree form it
-decodes only their chunks), wall, CPU-seconds and how much the load adds
+decodes only their chunks; and with `in_place=True`, straight into the
+state dict's tensors), wall, CPU-seconds and how much the load adds
 to each rank's peak RSS (the rank's zeroed shards are there before it).
 Last, each snapshot loaded in one process keeping all rows, half, and
 none: decoding against reading past.
@@ -150,8 +151,9 @@ def load_main(rank: int, world: int, port: int, args, reader: str, results) -> N
         dcp.load(sd, storage_reader=dcp.FileSystemReader(os.path.join(args.dir, "fs0")))
     else:
         # The tree form's snapshot: a rank decodes only the chunks it keeps.
-        snap = "t0" if reader.endswith("tree") else "w0"
-        dcp.load(sd, storage_reader=WtxtStorageReader(os.path.join(args.dir, snap, "model.wtxt")))
+        snap = "w0" if reader == "WtxtStorageReader" else "t0"
+        dcp.load(sd, storage_reader=WtxtStorageReader(os.path.join(args.dir, snap, "model.wtxt"),
+                                                       in_place=reader.endswith("in place")))
     c1 = cpu()  # before the barrier, as in rank_main
     dist.barrier()
     got = (time.perf_counter() - t0, c1 - c0, hwm_mib() - before, before)
@@ -213,7 +215,7 @@ def main() -> None:
     t, c = one["save_state_dict"]
     print(f"{'save_state_dict':18} wall {t:6.2f} s   CPU-s {c:.2f} (one process, the full state)")
     share = args.gib * 1024 / args.ranks
-    for reader in ("FileSystemReader", "WtxtStorageReader", "WtxtStorageReader tree"):
+    for reader in ("FileSystemReader", "WtxtStorageReader", "WtxtStorageReader tree", "WtxtStorageReader tree, in place"):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -223,7 +225,7 @@ def main() -> None:
         wall = max(r[0] for r in loads.values())
         rss = " ".join(f"{r[2]:.0f} (of {r[3] + r[2]:.0f})" for _, r in sorted(loads.items()))
         cpus = " ".join(f"{r[1]:.2f}" for _, r in sorted(loads.items()))
-        print(f"load, {reader:22} wall {wall:6.2f} s   CPU-s per rank {cpus}   peak RSS added by the load, "
+        print(f"load, {reader:32} wall {wall:6.2f} s   CPU-s per rank {cpus}   peak RSS added by the load, "
               f"per rank {rss} MiB (a rank's share: {share:.0f} MiB)")
     if args.one_process_runs > 0:
         rows_in_one_process(args)

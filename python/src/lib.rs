@@ -6,7 +6,7 @@
 //! or written.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 mod arrays;
@@ -263,27 +263,49 @@ impl PySnapshotter {
     }
 }
 
+/// Memory a load decodes a tensor's rows into: (dtype, shape of the rows,
+/// writable contiguous bytes).
+type RowsInto<'py> = (String, Vec<u64>, numpy::PyReadwriteArray1<'py, u8>);
+
 /// Reads and verifies `path` (every check; with `hmac_key` every array must
 /// authenticate; with `pubkey`/`trusted_keys` a signature must hold, and
 /// must be there with `require_signature`). With `metadata_only` every
 /// array is still verified but only the metadata is kept. With `rows` (by
 /// original name: `start..end` of the first dimension) every array is
 /// still verified but only those rows of those tensors are kept: a rank's
-/// share of a distributed load.
+/// share of a distributed load. `into` names tensors (of `rows`) whose rows
+/// are decoded straight into the caller's memory, each given as (dtype,
+/// shape of the rows, a writable contiguous byte array): they are not
+/// returned, and a failed check leaves that memory partly written.
 #[pyfunction]
-#[pyo3(signature = (path, trust=None, metadata_only=false, rows=None))]
-fn load(
-    py: Python<'_>,
+#[pyo3(signature = (path, trust=None, metadata_only=false, rows=None, into=None))]
+fn load<'py>(
+    py: Python<'py>,
     path: PathBuf,
     trust: Option<Trust>,
     metadata_only: bool,
     rows: Option<BTreeMap<String, (u64, u64)>>,
+    into: Option<BTreeMap<String, RowsInto<'py>>>,
 ) -> PyResult<records::PyLoaded> {
+    let mut into = into.unwrap_or_default();
+    let into_names: std::collections::BTreeSet<String> = into.keys().cloned().collect();
+    let mut destinations = BTreeMap::new();
+    for (name, (dtype, shape, mem)) in &mut into {
+        let dtype = wtxt::model::Dtype::parse(dtype.as_bytes())
+            .ok_or_else(|| raise(wtxt::Error::usage(format!("{name}: no dtype {dtype:?}"))))?;
+        let bytes = mem.as_slice_mut().map_err(|e| raise(wtxt::Error::usage(format!("{name}: {e}"))))?;
+        destinations.insert(name.clone(), wtxt::format::Destination { dtype, shape: shape.clone(), bytes });
+    }
     let (arrays, kept, objects, identity) = py
         .allow_threads(|| {
             let keys = trust.map(Trust::keys).transpose()?.unwrap_or_default();
             let opts = keys.verify_options();
-            let stored = rows.as_ref().map(|r| stored_rows(&path, r)).transpose()?;
+            let outline = match rows.is_some() || !destinations.is_empty() {
+                true => wtxt::ops::named_outline(&path)?,
+                false => None,
+            };
+            let stored = rows.as_ref().map(|r| stored_names(outline.as_ref(), r.clone()));
+            let destinations = stored_names(outline.as_ref(), destinations);
             // A split snapshot's head is read with its parts. A rank's
             // share does not hash every part: what it keeps is proven by
             // the arrays' digests (the tree form reads little else), and
@@ -302,7 +324,9 @@ fn load(
             // A share of the tree form passes over the chunks it does not
             // keep unread, where the parts are plain files.
             let loaded = if unhashed {
-                load.run_lines(input.lines(), input.len, &opts)
+                load.run_lines_into(input.lines(), input.len, &opts, destinations)
+            } else if !destinations.is_empty() {
+                return Err(wtxt::Error::usage("rows decoded into memory need the rows named"));
             } else {
                 load.run(input.text(), input.len, &opts)
             }
@@ -312,20 +336,30 @@ fn load(
                 // The stored names came from the outline, read before
                 // anything was verified: every array kept must be, by its
                 // verified name, one asked for, with the rows asked.
-                for (a, got) in loaded.arrays.iter().zip(&loaded.rows) {
-                    let name = kept.original(&a.name);
-                    if !a.is_metadata() && (got.is_none() || rows.get(name) != got.as_ref()) {
+                let kept_rows = loaded
+                    .arrays
+                    .iter()
+                    .zip(&loaded.rows)
+                    .filter(|(a, _)| !a.is_metadata())
+                    .map(|(a, r)| (&a.name, r.as_ref()));
+                let placed = loaded.placed.iter().map(|name| (name, stored.as_ref().and_then(|s| s.get(name))));
+                for (stored_name, got) in kept_rows.chain(placed) {
+                    let name = kept.original(stored_name);
+                    if got.is_none()
+                        || rows.get(name) != got
+                        || (loaded.placed.contains(stored_name) && !into_names.contains(name))
+                    {
                         return Err(wtxt::Error::input(
                             Default::default(),
-                            format!("{}: the snapshot changed while it was read (array {})", path.display(), a.name),
+                            format!("{}: the snapshot changed while it was read (array {stored_name})", path.display()),
                         ));
                     }
                 }
                 // A name asked for that the snapshot does not hold is the
                 // caller's mistake, never an empty answer.
                 let held: std::collections::HashSet<&str> =
-                    loaded.arrays.iter().map(|a| kept.original(&a.name)).collect();
-                if let Some(absent) = rows.keys().find(|n| !held.contains(n.as_str())) {
+                    loaded.arrays.iter().map(|a| &a.name).chain(&loaded.placed).map(|n| kept.original(n)).collect();
+                if let Some(absent) = rows.keys().chain(&into_names).find(|n| !held.contains(n.as_str())) {
                     return Err(wtxt::Error::usage(format!("{}: no tensor named {absent:?}", path.display())));
                 }
             }
@@ -415,14 +449,15 @@ fn to_python(
     Ok(records::PyLoaded { tensors, metadata: kept.metadata.clone(), objects, identity })
 }
 
-/// `rows` by original name as rows by stored name, from the snapshot's
-/// outline (unverified: `load` checks the result against the verified names).
-fn stored_rows(path: &Path, rows: &BTreeMap<String, (u64, u64)>) -> wtxt::Result<BTreeMap<String, (u64, u64)>> {
-    let Some(o) = wtxt::ops::named_outline(path)? else { return Ok(BTreeMap::new()) };
-    Ok(o.tensors
-        .into_iter()
-        .filter_map(|(stored, ..)| rows.get(o.names.original(&stored)).map(|&r| (stored, r)))
-        .collect())
+/// `by_name` (by original name) by stored name, from the snapshot's
+/// outline (unverified: `load` checks the result against the verified
+/// names); none without one.
+fn stored_names<T>(outline: Option<&wtxt::ops::NamedOutline>, mut by_name: BTreeMap<String, T>) -> BTreeMap<String, T> {
+    let Some(o) = outline else { return BTreeMap::new() };
+    o.tensors
+        .iter()
+        .filter_map(|(stored, ..)| by_name.remove(o.names.original(stored)).map(|t| (stored.clone(), t)))
+        .collect()
 }
 
 /// What a snapshot holds, from its `arr` lines and metadata arrays alone,

@@ -122,25 +122,30 @@ def load_sharded(rank: int, world: int, path: str, opts: dict, out_dir: str) -> 
         torch.save({"model": full, "optim": state["optim"]}, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
-def load_sharded_keeping(rank: int, world: int, path: str, out_dir: str) -> None:
+def load_sharded_keeping(rank: int, world: int, path: str, out_dir: str, opts: dict = {}) -> None:
     """`load_sharded`, writing also the shape of each tensor the rank's
-    verified read kept (`rank{N}.kept.json`)."""
+    verified read kept (`rank{N}.kept.json`) and of each it decoded
+    straight into the state dict (`rank{N}.placed.json`)."""
     import json
 
     import wtxt.torch.dcp as wdcp
 
     real = wdcp._load
-    kept = {}
+    kept, placed = {}, {}
 
     def recording(*args, **kw):
         got = real(*args, **kw)
         kept.update({k: list(v.shape) for k, v in got[0].items()})
+        placed.update({k: list(v.shape) for k, v in (kw.get("into") or {}).items()})
         return got
 
     wdcp._load = recording
-    load_sharded(rank, world, path, {}, out_dir)
-    with open(os.path.join(out_dir, f"rank{rank}.kept.json"), "w") as f:
-        json.dump(kept, f)
+    try:
+        load_sharded(rank, world, path, opts, out_dir)
+    finally:
+        for what, shapes in (("kept", kept), ("placed", placed)):
+            with open(os.path.join(out_dir, f"rank{rank}.{what}.json"), "w") as f:
+                json.dump(shapes, f)
 
 
 def fsdp_model(seed: int, lr: float):

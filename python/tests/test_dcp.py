@@ -115,6 +115,39 @@ def test_a_rank_that_loads_keeps_its_share_of_the_rows(tmp_path, digest):
     assert all(k["model.count"] == [] for k in kept)  # a 0-dim tensor: whole
 
 
+@pytest.mark.parametrize("digest", ["sha256", "tree"])
+def test_in_place_a_rank_decodes_its_rows_into_the_state_dict(tmp_path, digest):
+    """With `in_place=True` the row shards a rank reads whole past the first
+    dimension (f32, bf16, f64, bool) are decoded straight into its tensors,
+    never returned to be copied; the others (a column shard, a scalar) are
+    copied as before; the state is the same. Damage in a
+    part a rank decodes still fails the load naming that part."""
+    import json
+
+    snap = tmp_path / "model.wtxt"
+    w.run(2, w.save_sharded, str(snap), dict(OPTS, digest=digest))
+    out = tmp_path / "load"
+    out.mkdir()
+    w.run(3, w.load_sharded_keeping, str(snap), str(out), {"in_place": True})
+    _check_loaded(out, 3)
+    full = w.training_state()["model"]
+    for r in range(3):
+        placed = json.loads((out / f"rank{r}.placed.json").read_text())
+        kept = json.loads((out / f"rank{r}.kept.json").read_text())
+        rows = {k: v for k, v in w.SHARDED.items() if v == 0}
+        assert set(placed) == {f"model.{k}" for k in rows}, placed
+        assert set(kept) == {"model.norm.scale", "model.count"}, kept
+        for k in rows:
+            assert placed[f"model.{k}"][1:] == list(full[k].shape[1:])
+    part = sorted((tmp_path / "model.wtxt.parts").iterdir())[1]
+    b = bytearray(part.read_bytes())
+    at = b.index(b"endch") - 10
+    b[at] = ord("A") if b[at] != ord("A") else ord("B")
+    part.write_bytes(bytes(b))
+    with pytest.raises(AssertionError, match=part.name):
+        w.run(2, w.load_sharded_keeping, str(snap), str(out), {"in_place": True})
+
+
 def test_a_share_of_the_tree_form_is_proven_without_the_rest(tmp_path):
     """In the tree form a load of some rows decodes only their chunks: damage
     elsewhere is not its concern, damage in them is refused naming the part,

@@ -31,10 +31,50 @@ pub enum Keep {
 }
 
 /// Where a loaded array's bytes go: its own buffer (`None` after a failure
-/// to hold them), or an array already held with the same bytes.
-enum Held {
+/// to hold them), an array already held with the same bytes, or the
+/// caller's memory (with how much of it is written).
+enum Held<'t> {
     Own(Option<Spill>),
     Known(Array),
+    Into(&'t mut [u8], usize),
+}
+
+/// Memory of the caller's that an array's kept rows are decoded straight
+/// into ([`Load::run_lines_into`]): no buffer of the load's own and no copy
+/// after, at the price that a failed check leaves it partly written. What
+/// it must hold is checked against the `arr` line before a byte is written.
+pub struct Destination<'t> {
+    /// The element type the caller holds.
+    pub dtype: crate::model::Dtype,
+    /// The shape of what is kept: the first dimension counts the rows.
+    pub shape: Vec<u64>,
+    /// Exactly the bytes of those rows.
+    pub bytes: &'t mut [u8],
+}
+
+impl Destination<'_> {
+    /// Whether this holds array `a`'s `window` of bytes, rows `taken`.
+    fn fits(&self, a: &ArrayStart, window: Option<(u64, u64)>, taken: Option<Rows>) -> Result<()> {
+        let mut shape = a.arr.shape.clone();
+        if let (Some((start, end)), Some(first)) = (taken, shape.first_mut()) {
+            *first = end - start;
+        }
+        let want = window.map_or(a.arr.bytes, |(lo, hi)| hi - lo);
+        if self.dtype != a.arr.dtype || self.shape != shape || self.bytes.len() as u64 != want {
+            return Err(check_at(
+                a.line,
+                format!(
+                    "array {}: holds {} {shape:?} where the destination is {} {:?} ({} bytes)",
+                    crate::error::one_line(&a.arr.name),
+                    a.arr.dtype.as_str(),
+                    self.dtype.as_str(),
+                    self.shape,
+                    self.bytes.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Rows `start..end` of an array's first dimension (see [`Load::rows`]).
@@ -42,9 +82,11 @@ type Rows = (u64, u64);
 
 /// Collects decoded arrays while a file is verified (see [`Keep`]).
 #[derive(Default)]
-pub struct Collect {
+pub struct Collect<'t> {
     /// Each array kept, and the rows it holds (`None`: all of it).
-    arrays: Vec<(ArrayStart, Held, Option<Rows>)>,
+    arrays: Vec<(ArrayStart, Held<'t>, Option<Rows>)>,
+    /// See [`Load::run_lines_into`]; each is taken out when its array begins.
+    into: BTreeMap<String, Destination<'t>>,
     /// Verified arrays of other files, with their SHA-256 (see [`Load::known`]).
     known: Vec<(Array, Hash)>,
     keep: Keep,
@@ -66,7 +108,7 @@ pub struct Collect {
     at: u64,
 }
 
-impl Collect {
+impl Collect<'_> {
     /// The byte window rows `wanted` of `a` span, checked against its
     /// (verified) `arr` line; an array of no dimensions is one row.
     fn window_of(a: &ArrayStart, (start, end): (u64, u64)) -> Result<(u64, u64)> {
@@ -82,7 +124,7 @@ impl Collect {
     }
 }
 
-impl Sink for Collect {
+impl Sink for Collect<'_> {
     fn array(&mut self, a: &ArrayStart) {
         // A liar is caught by the verifier; a buffer grows only as data comes.
         self.rows_per_chunk = self.rows_per_chunk.or(a.layout.idx.map(|i| i.rows_per_chunk));
@@ -105,6 +147,16 @@ impl Sink for Collect {
             }
         }
         if self.skipping {
+            return;
+        }
+        if let Some(d) = self.into.remove(&a.arr.name) {
+            match d.fits(a, self.window, taken) {
+                Ok(()) => self.arrays.push((a.clone(), Held::Into(d.bytes, 0), taken)),
+                Err(e) => {
+                    self.failed.get_or_insert(e);
+                    self.skipping = true;
+                }
+            }
             return;
         }
         let same = |(k, h): &&(Array, Hash)| {
@@ -173,11 +225,26 @@ impl Sink for Collect {
             }
             bytes = &bytes[(a - from) as usize..(b - from) as usize];
         }
-        if let Some((_, Held::Own(held), _)) = self.arrays.last_mut() {
-            if let Some(Err(e)) = held.as_mut().map(|buf| buf.push(bytes)) {
-                self.failed.get_or_insert(e);
-                *held = None;
+        match self.arrays.last_mut() {
+            Some((_, Held::Own(held), _)) => {
+                if let Some(Err(e)) = held.as_mut().map(|buf| buf.push(bytes)) {
+                    self.failed.get_or_insert(e);
+                    *held = None;
+                }
             }
+            Some((a, Held::Into(dest, at), _)) => match dest.get_mut(*at..*at + bytes.len()) {
+                Some(room) => {
+                    room.copy_from_slice(bytes);
+                    *at += bytes.len();
+                }
+                // Past what its `arr` line declares: the verifier reports
+                // that; nothing is written past the caller's memory.
+                None => {
+                    let what = format!("array {}: more bytes than it declares", crate::error::one_line(&a.arr.name));
+                    self.failed.get_or_insert(check_at(a.line, what));
+                }
+            },
+            _ => {}
         }
     }
 }
@@ -205,6 +272,10 @@ pub struct Loaded {
     /// With [`Load::rows`]: the rows of its first dimension each array
     /// holds (`None`: all of it, a metadata array), as `arrays`.
     pub rows: Vec<Option<(u64, u64)>>,
+    /// The arrays (stored names) decoded into the caller's memory
+    /// ([`Load::run_lines_into`]), whole, with the rows asked: they are
+    /// not in `arrays`.
+    pub placed: Vec<String>,
 }
 
 /// How a WTXT is loaded: which arrays are kept, and verified arrays of
@@ -243,7 +314,27 @@ impl Load<'_> {
     /// tree form, one made by [`LineReader::skipping`] passes over
     /// the chunks not kept unread, where its input can.
     pub fn run_lines<R: Read>(&self, lines: LineReader<R>, file_len: u64, opts: &VerifyOptions) -> Result<Loaded> {
-        self.report_lines(lines, file_len, opts)?
+        self.run_lines_into(lines, file_len, opts, BTreeMap::new())
+    }
+
+    /// [`Load::run_lines`], decoding the kept bytes of the arrays named in
+    /// `into` (by stored name, the rows [`Load::rows`] asks) straight into
+    /// the caller's memory rather than a buffer of the load's own. Only
+    /// what the verifier has not yet refused is written, but a check that
+    /// fails after (the array's digest, the root, a signature) leaves that
+    /// memory partly written: for a caller that would discard it on error.
+    /// A destination whose array the snapshot does not hold fails the load.
+    pub fn run_lines_into<R: Read>(
+        &self,
+        lines: LineReader<R>,
+        file_len: u64,
+        opts: &VerifyOptions,
+        into: BTreeMap<String, Destination<'_>>,
+    ) -> Result<Loaded> {
+        let known = self.known.iter().flat_map(|l| l.arrays.iter().cloned().zip(l.digests.iter().copied())).collect();
+        let rows = self.rows.cloned();
+        let sink = Collect { limit: file_len, keep: self.keep, known, rows, into, ..Default::default() };
+        load_with(lines, opts, sink)?
             .map_err(|report| report.first_error().expect("a failed report names its problem").to_error())
     }
 
@@ -287,14 +378,28 @@ fn load_with<R: Read>(
     if let Some(e) = sink.failed {
         return Err(e);
     }
+    if let Some(name) = sink.into.keys().next() {
+        return Err(crate::Error::usage(format!(
+            "no array {} among those kept to decode into",
+            crate::error::one_line(name)
+        )));
+    }
     let header = report.header.clone().ok_or_else(|| check_at(1, "no header"))?;
     let mut arrays = Vec::with_capacity(sink.arrays.len());
     let mut digests = Vec::with_capacity(sink.arrays.len());
     let mut rows = Vec::with_capacity(sink.arrays.len());
+    let mut placed = Vec::new();
     for (a, held, taken) in sink.arrays {
         let line = a.line;
-        digests.push(a.arr.sha256);
         let arr = match held {
+            Held::Into(dest, at) if at == dest.len() => {
+                placed.push(a.arr.name);
+                continue;
+            }
+            Held::Into(dest, at) => {
+                let what = format!("array {}: {at} of its {} bytes decoded", a.arr.name, dest.len());
+                return Err(check_at(line, what));
+            }
             Held::Known(k) => k,
             Held::Own(data) => {
                 let data = data.expect("no failure").finish()?;
@@ -307,10 +412,12 @@ fn load_with<R: Read>(
                     .map_err(|e| check_at(line, e.message().to_string()))?
             }
         };
+        digests.push(a.arr.sha256);
         arrays.push(arr);
         rows.push(taken);
     }
-    Ok(Ok(Loaded { header, arrays, report, rows_per_chunk: sink.rows_per_chunk, hmacs: sink.hmacs, digests, rows }))
+    let (rows_per_chunk, hmacs) = (sink.rows_per_chunk, sink.hmacs);
+    Ok(Ok(Loaded { header, arrays, report, rows_per_chunk, hmacs, digests, rows, placed }))
 }
 
 /// The canonical bytes of a verified file: what the writer emits for the
@@ -684,5 +791,45 @@ mod tests {
             assert_eq!((all.report.skipped_chunks, all.report.fastxor.is_some()), (0, true));
         }
         crate::threads::set(0);
+    }
+
+    /// Rows decoded into the caller's memory are the rows a load keeps, in
+    /// both forms; a destination of another type, shape or size, or one
+    /// the snapshot does not hold, is refused before a byte is written,
+    /// and damage in what is kept still fails the load.
+    #[test]
+    fn rows_decoded_into_the_callers_memory_are_the_rows_a_load_keeps() {
+        let counting = Array::new("a", Dtype::U8, vec![64, 4], (0..=255u8).collect::<Vec<_>>().into()).unwrap();
+        let meta = Array::new("__m", Dtype::U8, vec![3], vec![7, 8, 9].into()).unwrap();
+        let rows = BTreeMap::from([("a".to_string(), (10, 23))]);
+        let into = |t: &[u8], name: &str, dtype, shape: Vec<u64>, mem: &mut [u8]| {
+            let d = Destination { dtype, shape, bytes: mem };
+            Load { rows: Some(&rows), ..Default::default() }.run_lines_into(
+                LineReader::new(t),
+                t.len() as u64,
+                &Default::default(),
+                BTreeMap::from([(name.to_string(), d)]),
+            )
+        };
+        for form in [syntax::DigestForm::Sha256, syntax::DigestForm::Tree] {
+            let t = text_in(&[meta.clone(), counting.clone(), arr("b", 2)], form);
+            let mut mem = vec![0u8; 13 * 4];
+            let got = into(&t, "a", Dtype::U8, vec![13, 4], &mut mem).unwrap();
+            assert_eq!(mem, (40..92u8).collect::<Vec<_>>());
+            assert_eq!(got.placed, ["a"]);
+            let names: Vec<_> = got.arrays.iter().map(|a| a.name.as_str()).collect();
+            assert_eq!((names, got.rows.len(), got.digests.len()), (vec!["__m"], 1, 1));
+            for (dtype, shape, len) in
+                [(Dtype::I8, vec![13, 4], 52), (Dtype::U8, vec![26, 2], 52), (Dtype::U8, vec![13, 4], 51)]
+            {
+                let mut mem = vec![0u8; len];
+                let Err(e) = into(&t, "a", dtype, shape, &mut mem) else { panic!("{dtype:?} loaded") };
+                assert!(e.to_string().contains("where the destination is"), "{e}");
+                assert!(mem.iter().all(|&b| b == 0));
+            }
+            let Err(e) = into(&t, "c", Dtype::U8, vec![13, 4], &mut mem) else { panic!("c loaded") };
+            assert!(e.to_string().contains("no array c among those kept"), "{e}");
+            assert!(into(&damaged(&t, "a", 3, false), "a", Dtype::U8, vec![13, 4], &mut mem).is_err());
+        }
     }
 }

@@ -20,7 +20,9 @@ pub(crate) mod write;
 pub use crate::fs::{Skip, Streamed};
 pub use layout::{hex_digit, parity, Layout, DEFAULT_ROWS_PER_CHUNK};
 pub use lines::LineReader;
-pub use load::{canonical_bytes, keeps_array, load, without_sign_line, write_canonical, Collect, Keep, Load, Loaded};
+pub use load::{
+    canonical_bytes, keeps_array, load, without_sign_line, write_canonical, Collect, Destination, Keep, Load, Loaded,
+};
 pub use recover::recover;
 pub use verify::{verify, Report, VerifyOptions};
 pub use write::{write_snapshot, WriteOptions, WritePlan};

@@ -307,8 +307,8 @@ def hmac_fingerprint(path: str | os.PathLike[str] | None = None) -> str | None:
     """The HMAC key file's fingerprint (`HmacKey::fingerprint`), or None without a key: the ranks of a save compare theirs before any hashes."""
     ...
 
-def load(path: str | os.PathLike[str], trust: _Trust | None = None, metadata_only: bool = False, rows: dict[str, tuple[int, int]] | None = None) -> Loaded:
-    """Reads and verifies `path` (every check; with `hmac_key` every array must authenticate; with `pubkey`/`trusted_keys` a signature must hold, and must be there with `require_signature`). With `metadata_only` every array is still verified but only the metadata is kept. With `rows` (by original name: `start..end` of the first dimension) every array is still verified but only those rows of those tensors are kept: a rank's share of a distributed load."""
+def load(path: str | os.PathLike[str], trust: _Trust | None = None, metadata_only: bool = False, rows: dict[str, tuple[int, int]] | None = None, into: dict[str, tuple[str, list[int], npt.NDArray[np.uint8]]] | None = None) -> Loaded:
+    """Reads and verifies `path` (every check; with `hmac_key` every array must authenticate; with `pubkey`/`trusted_keys` a signature must hold, and must be there with `require_signature`). With `metadata_only` every array is still verified but only the metadata is kept. With `rows` (by original name: `start..end` of the first dimension) every array is still verified but only those rows of those tensors are kept: a rank's share of a distributed load. `into` names tensors (of `rows`) whose rows are decoded straight into the caller's memory, each given as (dtype, shape of the rows, a writable contiguous byte array): they are not returned, and a failed check leaves that memory partly written."""
     ...
 
 def load_at(path: str | os.PathLike[str], rev: str, trust: _Trust | None = None, names: list[str] | None = None) -> Loaded:

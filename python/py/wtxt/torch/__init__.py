@@ -149,7 +149,7 @@ def _tensor(name: str, dtype: str, shape: List[int], data: Any) -> torch.Tensor:
 def _load(filename: PathLike, hmac_key: Optional[PathLike], pubkey: Optional[PathLike],
           trusted_keys: Optional[PathLike], require_signature: Optional[bool],
           rows: Optional[Dict[str, Tuple[int, int]]] = None, signer: Optional[PathLike] = None,
-          ) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any], str]:
+          into: Optional[Dict[str, torch.Tensor]] = None) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any], str]:
     """Every tensor of `filename` (verified as `load_state_dict` does), its
     other entries (two dicts under the original names), and the snapshot's
     identity (its `merkle_this`, hex). With `rows` (name: `start, end` of
@@ -157,9 +157,14 @@ def _load(filename: PathLike, hmac_key: Optional[PathLike], pubkey: Optional[Pat
     (each tensor's first dimension counts its rows), proven as `verify`
     proves them: in the 1.1 form every byte of the file is still checked;
     in the tree form only the chunks that hold those rows are decoded (the
-    others' digests, bound to the root, stand in for them)."""
+    others' digests, bound to the root, stand in for them). The tensors
+    named in `into` (CPU, contiguous, each exactly its rows) receive their
+    rows in place and are not returned; a failed check leaves them partly
+    written."""
     trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, signer=signer)
-    loaded = call(_rust.load, os.fspath(filename), trust, rows=rows)
+    mem = {name: (_wtxt_dtype(name, t.dtype), list(t.shape), t.reshape(-1).view(torch.uint8).numpy())
+           for name, t in (into or {}).items()}
+    loaded = call(_rust.load, os.fspath(filename), trust, rows=rows, into=mem or None)
     out = {t.name: _tensor(t.name, t.dtype, t.shape, t.data) for t in loaded.tensors}
     return out, {k: from_literal(k, v) for k, v in (loaded.objects or {}).items()}, loaded.identity
 

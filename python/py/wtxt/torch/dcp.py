@@ -641,16 +641,26 @@ class WtxtStorageReader(StorageReader):
     `wtxt.VerifyError` naming the file (the part) and line. A rank keeps
     only the rows its plan spans, and of a tree-form snapshot decodes only
     the chunks that hold them.
+
+    With `in_place=True` a rank decodes the rows of each tensor its plan
+    reads whole (rows of the first dimension, all of the others; CPU,
+    contiguous, the snapshot's dtype) straight into the state dict's
+    tensor: no buffer of its own and no copy, but a check that fails
+    leaves those tensors partly written (the load still raises). Without
+    it, a failure leaves the state dict as it was.
     """
 
     def __init__(self, path: PathLike, *, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
-                 trusted_keys: Optional[PathLike] = None, require_signature: Optional[bool] = None):
+                 trusted_keys: Optional[PathLike] = None, require_signature: Optional[bool] = None,
+                 in_place: bool = False):
         super().__init__()
         self.path = os.fspath(path)
         self.hmac_key, self.pubkey, self.trusted_keys = hmac_key, pubkey, trusted_keys
         self.require_signature = require_signature
+        self.in_place = in_place
         self.is_coordinator = False
         self._group = None
+        self._metadata: Optional[Metadata] = None
 
     def reset(self, checkpoint_id: Optional[PathLike] = None) -> None:
         if checkpoint_id is not None:
@@ -689,6 +699,7 @@ class WtxtStorageReader(StorageReader):
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         self.is_coordinator = is_coordinator
+        self._metadata = metadata
         if self._group is None:
             self._group = _wtxt_group()
 
@@ -711,9 +722,11 @@ class WtxtStorageReader(StorageReader):
                 lo, hi = rows.get(fqn, (o, o + n))
                 rows[fqn] = (min(lo, o), max(hi, o + n))
 
+        in_place = self._in_place(plan, planner) if self.in_place else {}
+
         def load() -> str:
             loaded[:] = got = _load(self.path, self.hmac_key, self.pubkey, self.trusted_keys, self.require_signature,
-                                    rows=rows)
+                                    rows=rows, into={fqn: t for fqn, (_, t) in in_place.items()})
             return got[2]
 
         # Every rank verified what it read; they also agree that it was one
@@ -731,6 +744,8 @@ class WtxtStorageReader(StorageReader):
         work: List[Tuple[Any, Any, Optional[torch.Tensor]]] = []
         for item in plan.items:
             fqn = item.storage_index.fqn
+            if fqn in in_place:
+                continue
             if item.type == LoadItemType.BYTE_IO:
                 if fqn not in objects:
                     raise Error(f"{self.path}: holds no entry {fqn!r}")
@@ -756,10 +771,33 @@ class WtxtStorageReader(StorageReader):
             else:
                 into.copy_(src)
                 planner.commit_tensor(item, into)
+        for item, target in in_place.values():
+            planner.commit_tensor(item, target)
         fut: Future[None] = Future()
         fut.set_result(None)
         return fut
 
+    def _in_place(self, plan: LoadPlan, planner: LoadPlanner) -> Dict[str, Tuple[Any, torch.Tensor]]:
+        """The tensors (by name, with their one item) that the rows of a
+        tensor can be decoded straight into: the only item of that tensor in
+        the plan, all of every dimension past the first, and a target on the
+        CPU, contiguous, of the dtype and shape that item reads."""
+        items: Dict[str, List[Any]] = {}
+        for item in plan.items:
+            if item.type != LoadItemType.BYTE_IO:
+                items.setdefault(item.storage_index.fqn, []).append(item)
+        out: Dict[str, Tuple[Any, torch.Tensor]] = {}
+        for fqn, (item, *more) in items.items():
+            held = self._metadata.state_dict_metadata.get(fqn) if self._metadata else None
+            if more or not isinstance(held, TensorStorageMetadata) or len(item.lengths) == 0:
+                continue
+            whole = all(int(o) == 0 and int(n) == int(s) for o, n, s in
+                        zip(item.storage_offsets[1:], item.lengths[1:], held.size[1:]))
+            target = planner.resolve_tensor(item).detach()
+            if (whole and target.device.type == "cpu" and target.is_contiguous() and target.numel() > 0
+                    and target.dtype == held.properties.dtype and tuple(target.shape) == tuple(item.lengths)):
+                out[fqn] = (item, target)
+        return out
 
 
 def load(state_dict: Dict[str, Any], storage_reader: "WtxtStorageReader", **kwargs: Any) -> None:
