@@ -168,10 +168,28 @@ impl ArrayDiff {
     }
 }
 
+/// What decoding one side's chunks reuses from one chunk to the next (its
+/// text, its bytes, the base64 staged), so that each reuses pages already
+/// faulted in.
+#[derive(Default)]
+pub(crate) struct Side {
+    /// The chunk's text, for a caller that reads it here.
+    pub text: Vec<u8>,
+    /// The bytes last decoded.
+    pub raw: Vec<u8>,
+    staging: Vec<u8>,
+}
+
 /// Decodes one side's chunk; a fault becomes damage on that side.
 pub(crate) fn decode_side(c: &ChunkText, file: &Path, array: &str, damage: &mut Vec<Damage>) -> Option<Vec<u8>> {
-    match crate::format::chunk::decode(&c.ch, c.body()) {
-        Ok(raw) => Some(raw),
+    let mut side = Side::default();
+    decode_side_into(c, file, array, damage, &mut side).then_some(side.raw)
+}
+
+/// [`decode_side`] into `side.raw`; false on a fault.
+fn decode_side_into(c: &ChunkText, file: &Path, array: &str, damage: &mut Vec<Damage>, side: &mut Side) -> bool {
+    match crate::format::chunk::decode_into(&c.ch, c.body(), &mut side.raw, &mut side.staging) {
+        Ok(()) => true,
         Err(f) => {
             let e = crate::format::delta::fault_at(c, &f);
             let line = match e.position() {
@@ -184,7 +202,7 @@ pub(crate) fn decode_side(c: &ChunkText, file: &Path, array: &str, damage: &mut 
                 array: array.to_string(),
                 message: e.message().to_string(),
             });
-            None
+            false
         }
     }
 }
@@ -193,24 +211,27 @@ pub(crate) fn decode_side(c: &ChunkText, file: &Path, array: &str, damage: &mut 
 /// the thread: a model of many small arrays must not spawn one per chunk.
 const DECODE_IN_TWO: usize = 256 << 10;
 
-/// Decodes both sides of a changed chunk, at once when they are large (Git
-/// waits while its driver runs, so the second core is free); faults become
-/// damage, the old side's first.
+/// Decodes both sides of a changed chunk into `sides` (old, new), at once
+/// when they are large (Git waits while its driver runs, so the second
+/// core is free); faults become damage, the old side's first. Whether each
+/// side decoded.
 pub(crate) fn decode_pair(
     a: &ChunkText,
     b: &ChunkText,
     names: Names,
     array: &str,
     damage: &mut Vec<Damage>,
-) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    sides: &mut [Side; 2],
+) -> (bool, bool) {
+    let [sa, sb] = sides;
     if a.text.len() + b.text.len() < DECODE_IN_TWO {
-        let ra = decode_side(a, names.old, array, damage);
-        return (ra, decode_side(b, names.new, array, damage));
+        let ra = decode_side_into(a, names.old, array, damage, sa);
+        return (ra, decode_side_into(b, names.new, array, damage, sb));
     }
     let (mut damage_a, mut damage_b) = (Vec::new(), Vec::new());
     let (ra, rb) = std::thread::scope(|s| {
-        let ra = s.spawn(|| decode_side(a, names.old, array, &mut damage_a));
-        let rb = decode_side(b, names.new, array, &mut damage_b);
+        let ra = s.spawn(|| decode_side_into(a, names.old, array, &mut damage_a, sa));
+        let rb = decode_side_into(b, names.new, array, &mut damage_b, sb);
         (ra.join().expect("decode thread"), rb)
     });
     damage.extend(damage_a);
@@ -529,6 +550,7 @@ fn compare_array<A: Read, B: Read>(
     }
     let (la, lb) = (x.layout()?, y.layout()?);
     let mut st = Stats::new(y.arr.dtype, row_elems(y), norms);
+    let mut sides = Default::default();
     if la == lb {
         for _ in 0..la.chunk_count() {
             let ca = wa.chunk().map_err(|e| e.in_file(names.old))?;
@@ -543,9 +565,8 @@ fn compare_array<A: Read, B: Read>(
                 continue;
             }
             d.changed_chunks.push(cb.ch.ix);
-            let (ra, rb) = decode_pair(&ca, &cb, names, &y.arr.name, damage);
-            if let (Some(ra), Some(rb)) = (ra, rb) {
-                st.compare(cb.ch.off / y.arr.dtype.size() as u64, &ra, &rb);
+            if decode_pair(&ca, &cb, names, &y.arr.name, damage, &mut sides) == (true, true) {
+                st.compare(cb.ch.off / y.arr.dtype.size() as u64, &sides[0].raw, &sides[1].raw);
             }
         }
     } else {
@@ -640,7 +661,7 @@ fn compare_whole(old: (&ArrayText, Whole), new: (&ArrayText, Whole), captured: &
 /// on both sides is for `verify` to find.
 pub(crate) fn check_unchanged(a: &ChunkText, b: &ChunkText, names: Names, array: &str, damage: &mut Vec<Damage>) {
     if a.text != b.text {
-        decode_pair(a, b, names, array, damage);
+        decode_pair(a, b, names, array, damage, &mut Default::default());
     }
 }
 

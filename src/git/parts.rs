@@ -20,7 +20,7 @@ use crate::format::split::{self, Head, PartLine};
 use crate::format::syntax::{parse_shape, ArrLine, ChLine, Fields};
 use crate::fs::read_full;
 use crate::git::diff::{
-    check_unchanged, decode_pair, decode_side, header_changes, ArrayDiff, Damage, FileDiff, Names, Stats, Status,
+    check_unchanged, decode_pair, decode_side, header_changes, ArrayDiff, Damage, FileDiff, Names, Side, Stats, Status,
 };
 use crate::git::files_diff::{self, Captured};
 use crate::model::Dtype;
@@ -274,9 +274,11 @@ pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDi
         }
         let row_elems = if y.shape.len() >= 2 { y.shape[1..].iter().product() } else { 1 };
         let mut st = Stats::new(y.dtype, row_elems, false);
-        let text = |t: &dyn Text, file: &Path, (ch, line, r): &(ChLine, u64, Range<u64>)| -> Result<ChunkText> {
-            Ok(ChunkText { ch: *ch, line: *line, text: t.range(r.clone()).map_err(|e| Error::io(file, e))? })
+        let text = |t: &dyn Text, file: &Path, (ch, line, r): &(ChLine, u64, Range<u64>), room: &mut Vec<u8>| {
+            t.range_into(r.clone(), room).map_err(|e| Error::io(file, e))?;
+            Ok::<_, Error>(ChunkText { ch: *ch, line: *line, text: std::mem::take(room) })
         };
+        let mut sides: [Side; 2] = Default::default();
         for cb in &y.chunks {
             let found = x.chunks.iter().find(|c| c.0.ix == cb.0.ix);
             let big = found.is_some_and(|ca| span(&ca.2) + span(&cb.2) > MAX_DECODED_PAIR);
@@ -296,8 +298,10 @@ pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDi
                     }
                 }
                 Some(ca) if (ca.0.len, ca.0.sha256) == (cb.0.len, cb.0.sha256) => {
-                    let (ta, tb) = (text(old, names.old, ca)?, text(new, names.new, cb)?);
+                    let ta = text(old, names.old, ca, &mut sides[0].text)?;
+                    let tb = text(new, names.new, cb, &mut sides[1].text)?;
                     check_unchanged(&ta, &tb, names, &y.name, &mut damage);
+                    (sides[0].text, sides[1].text) = (ta.text, tb.text);
                 }
                 Some(_) if big => {
                     d.changed_chunks.push(cb.0.ix);
@@ -311,11 +315,12 @@ pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDi
                 }
                 Some(ca) => {
                     d.changed_chunks.push(cb.0.ix);
-                    let (ta, tb) = (text(old, names.old, ca)?, text(new, names.new, cb)?);
-                    let (ra, rb) = decode_pair(&ta, &tb, names, &y.name, &mut damage);
-                    if let (Some(ra), Some(rb)) = (ra, rb) {
-                        st.compare(cb.0.off / y.dtype.size() as u64, &ra, &rb);
+                    let ta = text(old, names.old, ca, &mut sides[0].text)?;
+                    let tb = text(new, names.new, cb, &mut sides[1].text)?;
+                    if decode_pair(&ta, &tb, names, &y.name, &mut damage, &mut sides) == (true, true) {
+                        st.compare(cb.0.off / y.dtype.size() as u64, &sides[0].raw, &sides[1].raw);
                     }
+                    (sides[0].text, sides[1].text) = (ta.text, tb.text);
                 }
                 // Cut points follow shapes: with equal shapes the same chunks are here.
                 None => d.changed_chunks.push(cb.0.ix),

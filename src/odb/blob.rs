@@ -243,6 +243,11 @@ pub trait Text: Sync {
     fn stream(&self) -> Box<dyn Read + '_>;
     /// The bytes in `r`.
     fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>>;
+    /// The bytes in `r`, into `out` (its contents replaced, its room reused).
+    fn range_into(&self, r: Range<u64>, out: &mut Vec<u8>) -> std::io::Result<()> {
+        *out = self.range(r)?;
+        Ok(())
+    }
 }
 
 impl Text for &[u8] {
@@ -269,9 +274,14 @@ impl Text for File {
         Box::new(crate::fs::ReadAt::new(self))
     }
     fn range(&self, r: Range<u64>) -> std::io::Result<Vec<u8>> {
-        let mut v = vec![0; (r.end - r.start) as usize];
-        self.read_exact_at(&mut v, r.start)?;
+        let mut v = Vec::new();
+        self.range_into(r, &mut v)?;
         Ok(v)
+    }
+    fn range_into(&self, r: Range<u64>, out: &mut Vec<u8>) -> std::io::Result<()> {
+        out.clear();
+        out.resize((r.end - r.start) as usize, 0);
+        self.read_exact_at(out, r.start)
     }
 }
 
