@@ -128,7 +128,7 @@ def load_sharded_keeping(rank: int, world: int, path: str, out_dir: str, opts: d
     straight into the state dict (`rank{N}.placed.json`)."""
     import json
 
-    import wtxt.torch.dcp as wdcp
+    import wtxt.torch._dcp_load as wdcp
 
     real = wdcp._load
     kept, placed = {}, {}
@@ -294,7 +294,7 @@ def save_with_a_lying_rank(rank: int, world: int, path: str, opts: dict, lie: st
 def load_two_generations(rank: int, world: int, path: str, other: str, out_dir: str) -> None:
     """Loads `path`, except that rank 1 finds `other` there (the snapshot
     replaced between the ranks' reads)."""
-    import wtxt.torch.dcp as wdcp
+    import wtxt.torch._dcp_load as wdcp
 
     if rank == 1:
         real = wdcp._load
