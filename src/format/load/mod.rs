@@ -53,13 +53,9 @@ pub struct Destination<'t> {
 }
 
 impl Destination<'_> {
-    /// Whether this holds array `a`'s `window` of bytes, rows `taken`.
-    fn fits(&self, a: &ArrayStart, window: Option<(u64, u64)>, taken: Option<Rows>) -> Result<()> {
-        let mut shape = a.arr.shape.clone();
-        if let (Some((start, end)), Some(first)) = (taken, shape.first_mut()) {
-            *first = end - start;
-        }
-        let want = window.map_or(a.arr.bytes, |(lo, hi)| hi - lo);
+    /// Whether this holds array `a`'s `want` bytes, rows `taken`.
+    fn fits(&self, a: &ArrayStart, want: u64, taken: Option<Rows>) -> Result<()> {
+        let shape = kept_shape(a.arr.shape.clone(), taken);
         if self.dtype != a.arr.dtype || self.shape != shape || self.bytes.len() as u64 != want {
             return Err(check_at(
                 a.line,
@@ -79,6 +75,15 @@ impl Destination<'_> {
 
 /// Rows `start..end` of an array's first dimension (see [`Load::rows`]).
 type Rows = (u64, u64);
+
+/// The shape of what is kept of an array of `shape`: with rows `taken`,
+/// the first dimension counts those.
+fn kept_shape(mut shape: Vec<u64>, taken: Option<Rows>) -> Vec<u64> {
+    if let (Some((start, end)), Some(first)) = (taken, shape.first_mut()) {
+        *first = end - start;
+    }
+    shape
+}
 
 /// Collects decoded arrays while a file is verified (see [`Keep`]).
 #[derive(Default)]
@@ -149,8 +154,9 @@ impl Sink for Collect<'_> {
         if self.skipping {
             return;
         }
+        let want = self.window.map_or(a.arr.bytes, |(lo, hi)| hi - lo);
         if let Some(d) = self.into.remove(&a.arr.name) {
-            match d.fits(a, self.window, taken) {
+            match d.fits(a, want, taken) {
                 Ok(()) => self.arrays.push((a.clone(), Held::Into(d.bytes, 0), taken)),
                 Err(e) => {
                     self.failed.get_or_insert(e);
@@ -172,7 +178,6 @@ impl Sink for Collect<'_> {
         // All arrays together are bounded by the file's size (decoded bytes
         // are fewer than their text): what one declares cannot reserve more
         // than is left of it.
-        let want = self.window.map_or(a.arr.bytes, |(lo, hi)| hi - lo);
         let expected = want.min(self.limit.saturating_sub(self.reserved));
         self.reserved += expected;
         let buf = match self.keep {
@@ -331,10 +336,7 @@ impl Load<'_> {
         opts: &VerifyOptions,
         into: BTreeMap<String, Destination<'_>>,
     ) -> Result<Loaded> {
-        let known = self.known.iter().flat_map(|l| l.arrays.iter().cloned().zip(l.digests.iter().copied())).collect();
-        let rows = self.rows.cloned();
-        let sink = Collect { limit: file_len, keep: self.keep, known, rows, into, ..Default::default() };
-        load_with(lines, opts, sink)?
+        self.report_lines(lines, file_len, opts, into)?
             .map_err(|report| report.first_error().expect("a failed report names its problem").to_error())
     }
 
@@ -346,7 +348,7 @@ impl Load<'_> {
         file_len: u64,
         opts: &VerifyOptions,
     ) -> Result<std::result::Result<Loaded, Report>> {
-        self.report_lines(LineReader::new(input), file_len, opts)
+        self.report_lines(LineReader::new(input), file_len, opts, BTreeMap::new())
     }
 
     fn report_lines<R: Read>(
@@ -354,10 +356,11 @@ impl Load<'_> {
         lines: LineReader<R>,
         file_len: u64,
         opts: &VerifyOptions,
+        into: BTreeMap<String, Destination<'_>>,
     ) -> Result<std::result::Result<Loaded, Report>> {
         let known = self.known.iter().flat_map(|l| l.arrays.iter().cloned().zip(l.digests.iter().copied())).collect();
         let rows = self.rows.cloned();
-        load_with(lines, opts, Collect { limit: file_len, keep: self.keep, known, rows, ..Default::default() })
+        load_with(lines, opts, Collect { limit: file_len, keep: self.keep, known, rows, into, ..Default::default() })
     }
 }
 
@@ -404,11 +407,7 @@ fn load_with<R: Read>(
             Held::Own(data) => {
                 let data = data.expect("no failure").finish()?;
                 let n = data.as_bytes().len();
-                let mut shape = a.arr.shape;
-                if let (Some((start, end)), Some(first)) = (taken, shape.first_mut()) {
-                    *first = end - start;
-                }
-                Array::new(a.arr.name, a.arr.dtype, shape, data.slice(0..n))
+                Array::new(a.arr.name, a.arr.dtype, kept_shape(a.arr.shape, taken), data.slice(0..n))
                     .map_err(|e| check_at(line, e.message().to_string()))?
             }
         };
