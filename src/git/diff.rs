@@ -550,17 +550,15 @@ fn compare_array<A: Read, B: Read>(
     }
     let (la, lb) = (x.layout()?, y.layout()?);
     let mut st = Stats::new(y.arr.dtype, row_elems(y), norms);
-    let mut sides = Default::default();
+    let mut sides: [Side; 2] = Default::default();
     if la == lb {
         for _ in 0..la.chunk_count() {
             let ca = wa.chunk().map_err(|e| e.in_file(names.old))?;
             let cb = wb.chunk().map_err(|e| e.in_file(names.new))?;
             if same(&ca.ch, &cb.ch) {
                 check_unchanged(&ca, &cb, names, &y.arr.name, damage);
-                if st.norms {
-                    if let Some(raw) = decode_side(&cb, names.new, &y.arr.name, damage) {
-                        st.add_norm(&raw);
-                    }
+                if st.norms && decode_side_into(&cb, names.new, &y.arr.name, damage, &mut sides[1]) {
+                    st.add_norm(&sides[1].raw);
                 }
                 continue;
             }
