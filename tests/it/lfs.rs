@@ -21,16 +21,23 @@ pub(crate) fn write_generation(w: &Path, n: u32) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
-/// A work tree set up with `--lfs` whose LFS server is `lfs_url`, and three
-/// generations committed: by `git commit` (through Git LFS's filter and the
-/// pre-commit hook), by wtxt's own commit (the daemon's, the Snapshotter's
-/// and the distributed writer's way), and by `git commit` again.
-fn lfs_history(d: &Path, lfs_url: &str) -> PathBuf {
+/// A new repository `d/w` whose parts go to the LFS server at `lfs_url`
+/// (`wtxt git install --lfs`).
+fn lfs_repository(d: &Path, lfs_url: &str) -> PathBuf {
     git_ok(d, &["init", "-q", "-b", "main", "w"]);
     let w = d.join("w");
     git_ok(&w, &["config", "lfs.url", lfs_url]);
     let o = wtxt().current_dir(&w).args(["git", "install", "--lfs"]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    w
+}
+
+/// A work tree set up with `--lfs` whose LFS server is `lfs_url`, and three
+/// generations committed: by `git commit` (through Git LFS's filter and the
+/// pre-commit hook), by wtxt's own commit (the daemon's, the Snapshotter's
+/// and the distributed writer's way), and by `git commit` again.
+fn lfs_history(d: &Path, lfs_url: &str) -> PathBuf {
+    let w = lfs_repository(d, lfs_url);
     for n in 0..3u32 {
         write_generation(&w, n);
         if n == 1 {
@@ -172,11 +179,7 @@ fn one_array_from_history_fetches_only_its_parts_lfs_objects() {
     let d = dir.path();
     let store = d.join("lfs-store");
     let (_lfs, lfs_url) = crate::util::lfs_server(&store, "models");
-    git_ok(d, &["init", "-q", "-b", "main", "w"]);
-    let w = d.join("w");
-    git_ok(&w, &["config", "lfs.url", &lfs_url]);
-    let o = wtxt().current_dir(&w).args(["git", "install", "--lfs"]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let w = lfs_repository(d, &lfs_url);
     let arrays = crate::util::spanning_snapshot(d, &w.join("m.wtxt"), ["a", "b", "c", "d", "e"]);
     git_ok(&w, &["add", "-A"]);
     git_ok(&w, &["commit", "-q", "-m", "gen 0"]);
