@@ -336,19 +336,17 @@ fn load<'py>(
                 // The stored names came from the outline, read before
                 // anything was verified: every array kept must be, by its
                 // verified name, one asked for, with the rows asked.
+                // Each kept or placed array with its rows, and whether it was placed.
                 let kept_rows = loaded
                     .arrays
                     .iter()
                     .zip(&loaded.rows)
                     .filter(|(a, _)| !a.is_metadata())
-                    .map(|(a, r)| (&a.name, r.as_ref()));
-                let placed = loaded.placed.iter().map(|name| (name, stored.as_ref().and_then(|s| s.get(name))));
-                for (stored_name, got) in kept_rows.chain(placed) {
+                    .map(|(a, r)| (&a.name, r.as_ref(), false));
+                let placed = loaded.placed.iter().map(|name| (name, stored.as_ref().and_then(|s| s.get(name)), true));
+                for (stored_name, got, was_placed) in kept_rows.chain(placed) {
                     let name = kept.original(stored_name);
-                    if got.is_none()
-                        || rows.get(name) != got
-                        || (loaded.placed.contains(stored_name) && !into_names.contains(name))
-                    {
+                    if got.is_none() || rows.get(name) != got || (was_placed && !into_names.contains(name)) {
                         return Err(wtxt::Error::input(
                             Default::default(),
                             format!("{}: the snapshot changed while it was read (array {stored_name})", path.display()),
