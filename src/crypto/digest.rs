@@ -92,18 +92,45 @@ pub fn keyid(public_key: &[u8; 32]) -> [u8; 8] {
 ///
 /// Arrays are fed one after another; a byte at global position `p` lands in
 /// lane `p % 8` of the word, so each array's own XOR is rotated into place.
+///
+/// It also keeps the current array's **share**: its bytes' value as if
+/// they stood alone (from offset 0). A share depends on the bytes only, so
+/// one recorded when an array was decoded stands in for its bytes wherever
+/// the same bytes come again ([`FastXor::add_share`]).
 #[derive(Default, Clone, Copy, Debug)]
 pub struct FastXor {
     acc: u64,
     pos: u64,
+    /// Where the current array began, and its share so far.
+    array_at: u64,
+    array_acc: u64,
 }
 
 impl FastXor {
     /// Adds the next bytes of the concatenation.
     pub fn update(&mut self, data: &[u8]) {
-        let shift = (self.pos % 8) as u32 * 8;
-        self.acc ^= xor_words(data).rotate_left(shift);
+        let x = xor_words(data);
+        self.acc ^= x.rotate_left((self.pos % 8) as u32 * 8);
+        self.array_acc ^= x.rotate_left(((self.pos - self.array_at) % 8) as u32 * 8);
         self.pos += data.len() as u64;
+    }
+
+    /// The next array begins here.
+    pub fn begin_array(&mut self) {
+        (self.array_at, self.array_acc) = (self.pos, 0);
+    }
+
+    /// The share of the array begun last, from the bytes added since.
+    pub fn array_share(&self) -> u64 {
+        self.array_acc
+    }
+
+    /// Adds an array of `len` bytes by its share, its bytes unread.
+    pub fn add_share(&mut self, len: u64, share: u64) {
+        self.begin_array();
+        self.acc ^= share.rotate_left((self.pos % 8) as u32 * 8);
+        self.array_acc = share;
+        self.pos += len;
     }
 
     /// The value written in the `root` line.
@@ -515,6 +542,28 @@ mod tests {
         paths.insert(3, dir.path().join("missing"));
         let e = sha256_files(&paths, open).unwrap_err();
         assert!(e.to_string().contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn shares_stand_in_for_the_arrays_they_were_taken_from() {
+        let data: Vec<u8> = (0..301u32).map(|i| (i * 13 + 1) as u8).collect();
+        let mut whole = FastXor::default();
+        let mut shares = Vec::new();
+        for cut in [(0, 5), (5, 150), (150, 301)] {
+            whole.begin_array();
+            whole.update(&data[cut.0..cut.1 / 2 + cut.0 / 2]);
+            whole.update(&data[cut.1 / 2 + cut.0 / 2..cut.1]);
+            let mut alone = FastXor::default();
+            alone.update(&data[cut.0..cut.1]);
+            assert_eq!(whole.array_share(), alone.value());
+            shares.push((cut.1 - cut.0, alone.value()));
+        }
+        let mut mixed = FastXor::default();
+        mixed.add_share(shares[0].0 as u64, shares[0].1);
+        mixed.begin_array();
+        mixed.update(&data[5..150]);
+        mixed.add_share(shares[2].0 as u64, shares[2].1);
+        assert_eq!(mixed.value(), whole.value());
     }
 
     #[test]
