@@ -15,7 +15,8 @@ use std::io::{self, Read};
 use std::path::PathBuf;
 
 use super::head::*;
-use super::join::{Limited, LineMap, PartSource, SharedMap};
+use super::join::{LineMap, PartSource, SharedMap};
+use super::part::Limited;
 use crate::error::{check_at, Result};
 use crate::format::read::LineReader;
 use crate::format::syntax::{body_text_len, lines_for, lossy, ArrLine, ChLine};
