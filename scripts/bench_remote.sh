@@ -19,12 +19,17 @@
 # one way's copies, at a time).
 # Prints wall and CPU seconds; docs/PERFORMANCE.md keeps the figures.
 #
-#   CHANGE=part|full scripts/bench_remote.sh [SIZE_MIB [GENS]]    (defaults 96, 8)
+# DIGEST=tree writes the tree form (docs/FORMAT.md section 19), whose
+# generations the guard checks part by part (docs/GIT.md).
+#
+#   CHANGE=part|full [DIGEST=sha256|tree] [WAYS="plain lfs git-lfs"] \
+#     scripts/bench_remote.sh [SIZE_MIB [GENS]]    (defaults 96, 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mib=${1:-96}
 gens=${2:-8}
 change=${CHANGE:-part}
+digest=${DIGEST:-sha256}
 work=${BENCH_DIR:-bench-work}/remote-$change
 . scripts/timing.sh
 rm -rf "$work" && mkdir -p "$work"
@@ -42,9 +47,9 @@ for g in range(1, gens):
     np.savez(f"{out}/s{g}.npz", **s)
 PY
 export GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@example.com GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@example.com
-export BIN WTXT=$BIN gens
+export BIN WTXT=$BIN gens digest
 mb() { du -sm "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
-echo "$(nproc) cores; $gens generations of ${mib} MiB of f32 (48 tensors; CHANGE=$change)"
+echo "$(nproc) cores; $gens generations of ${mib} MiB of f32 (48 tensors; CHANGE=$change, DIGEST=$digest)"
 printf '%-52s %8s %8s\n' "" "wall s" "cpu s"
 
 # The LFS server, and a home whose Git config has Git LFS's filter (as
@@ -64,7 +69,8 @@ lfs_url() { echo "http://127.0.0.1:$port/bench/$1.git/info/lfs"; }
 commit_wtxt() {
   cd "$1"
   for g in $(seq 0 $((gens - 1))); do
-    if [ "$g" = 0 ]; then "$BIN" snapshot ../s0.npz -o m.wtxt --gen 0; else "$BIN" snapshot "../s$g.npz" -o m.wtxt --prev m.wtxt; fi
+    if [ "$g" = 0 ]; then "$BIN" snapshot ../s0.npz -o m.wtxt --gen 0 --digest "$digest"
+    else "$BIN" snapshot "../s$g.npz" -o m.wtxt --prev m.wtxt --digest "$digest"; fi
     git add -A && git commit -qm "g$g"
   done
 }
@@ -74,7 +80,7 @@ commit_npz() {
 }
 export -f commit_wtxt commit_npz
 
-for way in plain lfs git-lfs; do
+for way in ${WAYS:-plain lfs git-lfs}; do
   w=$work/$way
   git init -q -b main "$w"
   git init -q --bare -b main "$w-remote.git"

@@ -208,7 +208,11 @@ fn pre_receive() -> Result<u8> {
         eprintln!("wtxt pre-receive: push refused: nothing of it is kept");
         return Ok(1);
     }
-    eprintln!("wtxt pre-receive: {} generation(s) in {} new commit(s) verified", v.generations, v.commits);
+    let parts = match v.parts_total {
+        0 => String::new(),
+        n => format!(" ({} of {n} parts read, the rest verified before)", v.parts_read),
+    };
+    eprintln!("wtxt pre-receive: {} generation(s) in {} new commit(s) verified{parts}", v.generations, v.commits);
     Ok(0)
 }
 

@@ -65,6 +65,13 @@ impl<R: Read> LineReader<R> {
         }
     }
 
+    /// Marks the text as leaving out the arrays a reader passes over
+    /// ([`Skip::omits_arrays`]), for an input read straight through.
+    pub fn omitting_arrays(mut self, omits: bool) -> Self {
+        self.omits_arrays = omits;
+        self
+    }
+
     /// The input's offset of the next line (where the last one's LF ended).
     pub fn offset(&self) -> u64 {
         self.consumed + self.start as u64

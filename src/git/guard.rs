@@ -93,6 +93,12 @@ pub struct Verdict {
     pub generations: u64,
     /// Empty when the push may land.
     pub refusals: Vec<Refusal>,
+    /// Parts of split snapshots read, of all those the generations
+    /// checked have: the others were the same bytes as in a generation
+    /// verified before ([`crate::git::proof::Proofs`]).
+    pub parts_read: u64,
+    /// See `parts_read`.
+    pub parts_total: u64,
 }
 
 /// Checks what `updates` bring into `repo` (opened from Git's environment,
@@ -116,7 +122,7 @@ pub fn check(repo: &Repository, updates: &[Update]) -> Result<Verdict> {
         }
     }
     let mut verdict = Verdict::default();
-    let mut versions = Versions::new(repo);
+    let mut versions = Versions::recorded(repo);
     let mut held = Held::new(repo);
     for u in updates.iter().filter(|u| !u.new.is_zero()) {
         let refuse = |commit: &str, path: &str, reason: String| Refusal {
@@ -209,6 +215,7 @@ pub fn check(repo: &Repository, updates: &[Update]) -> Result<Verdict> {
             }
         }
     }
+    (verdict.parts_read, verdict.parts_total) = (versions.proofs.parts_read, versions.proofs.parts_total);
     Ok(verdict)
 }
 

@@ -25,12 +25,12 @@ use crate::error::{Error, Result};
 use crate::format::read::{read_header, Header, LineReader};
 use crate::format::split;
 use crate::format::syntax::{Root, SignLine};
-use crate::format::verify::{Report, SigStatus, VerifyOptions};
-use crate::git::parts::BlobParts;
+use crate::format::verify::{SigStatus, VerifyOptions};
+pub(crate) use crate::git::proof::verify_version;
+use crate::git::proof::{parts_of, Proofs};
 use crate::odb::blob::Blobs;
 use crate::odb::git_err;
 use crate::progress::Progress;
-use crate::store::input::{PartReading, WtxtIn};
 
 /// How far back to look for the last version of a deleted file.
 const MAX_LOOKBACK: usize = 100_000;
@@ -319,33 +319,6 @@ fn last_version(start: &Commit, path: &Path) -> Result<Option<(Oid, Oid)>> {
     Ok(None)
 }
 
-/// Verifies the version of `path` whose blob is `blob` in `tree` whole, as
-/// `wtxt verify` does: a single file streamed from its blob, a head joined
-/// with the tree's parts (a head with no tree has none to join: refused).
-pub(crate) fn verify_version(
-    repo: &Repository,
-    tree: Option<&Tree>,
-    path: &Path,
-    blob: Oid,
-    opts: &VerifyOptions,
-    progress: &Progress,
-) -> Result<Report> {
-    let len = crate::odb::blob::size(repo, blob)?;
-    let text = Box::new(crate::odb::blob::stream(repo.path(), blob)?);
-    let input = match split::open(text).map_err(|e| e.in_file(path))? {
-        split::Opened::Single(r) => WtxtIn::single(r, len, path),
-        split::Opened::Split(head) => {
-            let Some(tree) = tree else {
-                return Err(Error::input(Default::default(), "a split snapshot's head with no tree to hold its parts")
-                    .in_file(path));
-            };
-            let parts = BlobParts::of_tree(repo, tree, path, &head);
-            WtxtIn::joined(head, Box::new(parts), path, len, PartReading::Lenient)
-        }
-    };
-    input.verify(opts, progress)
-}
-
 /// The header of HEAD's version of `path`, if HEAD has one (read from the
 /// start of its blob: a head, or a single file's first lines), unverified.
 pub fn head_header(repo: &Repository, path: &Path) -> Result<Option<Header>> {
@@ -511,12 +484,20 @@ pub struct Versions<'r> {
     repo: &'r Repository,
     blobs: Blobs<'r>,
     cache: HashMap<Oid, Version>,
+    /// What was verified, to check each generation against its parent's.
+    pub proofs: Proofs,
 }
 
 impl<'r> Versions<'r> {
     /// Nothing read yet.
     pub fn new(repo: &'r Repository) -> Versions<'r> {
-        Versions { repo, blobs: Blobs::new(repo), cache: HashMap::new() }
+        Versions { repo, blobs: Blobs::new(repo), cache: HashMap::new(), proofs: Proofs::default() }
+    }
+
+    /// As [`Versions::new`], with what was verified recorded in the
+    /// repository between runs (the server's guard, [`Proofs::kept_in`]).
+    pub fn recorded(repo: &'r Repository) -> Versions<'r> {
+        Versions { proofs: Proofs::kept_in(repo.path()), ..Versions::new(repo) }
     }
 
     /// The generation `commit` makes of the snapshot at `path`, checked
@@ -567,7 +548,12 @@ impl<'r> Versions<'r> {
             progress.restart(&format!("{} {}", &g.commit[..10], path.display()));
             let vopts =
                 VerifyOptions { trusted: opts.trusted.as_ref(), hmac_key: opts.hmac.as_ref(), ..Default::default() };
-            match verify_version(repo, Some(&tree), path, blob, &vopts, progress).map(|r| r.errors.into_iter().next()) {
+            let base = match prevs.first() {
+                Some((c, b)) => Some((repo.find_commit(*c).and_then(|c| c.tree()).map_err(git_err)?.id(), *b)),
+                None => None,
+            };
+            let verified = self.proofs.verify(repo, Some(&tree), path, blob, base, &vopts, progress);
+            match verified.map(|r| r.errors.into_iter().next()) {
                 Ok(None) => g.data = DataCheck::Verified,
                 Ok(Some(mut problem)) => {
                     // The model's names from the work tree's copy (display only).
@@ -690,12 +676,6 @@ fn not_reached(new: &Header, old: &Header) -> String {
 }
 
 /// The tree entry of a split snapshot's parts folder (`PATH.parts`), if any.
-fn parts_of(tree: &Tree, path: &Path) -> Option<Oid> {
-    let mut p = path.as_os_str().to_owned();
-    p.push(".parts");
-    tree.get_path(Path::new(&p)).ok().map(|e| e.id())
-}
-
 fn check(commit: &Commit, path: &Path, cur: &Version, prevs: &[Version], opts: &LogOptions) -> Generation {
     let mut g = Generation {
         commit: commit.id().to_string(),

@@ -12,6 +12,7 @@ pub(crate) mod hooks;
 pub(crate) mod install;
 pub(crate) mod merge;
 pub(crate) mod parts;
+pub(crate) mod proof;
 pub(crate) mod push;
 pub(crate) mod shell;
 

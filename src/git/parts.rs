@@ -561,6 +561,11 @@ impl BlobParts {
         Ok(got)
     }
 
+    /// Each listed part's blob, where the tree or index names one.
+    pub fn ids(&self) -> &[Option<git2::Oid>] {
+        &self.ids
+    }
+
     /// Reads a part from `local` where it gives a reader.
     pub fn with_local(mut self, local: LocalCopy) -> BlobParts {
         self.local = Some(local);

@@ -63,6 +63,7 @@ pub fn verify_file(path: &Path, o: &VerifyFiles, progress: &Progress) -> Result<
         allow_unauthenticated: o.allow_unauthenticated,
         allow_unbound: o.allow_unbound,
         refuse_untrusted: false,
+        carried: None,
     };
     if o.oms.is_some() && o.unseal.is_some() {
         return Err(Error::usage("--oms-pubkey checks the files on disk: give the plaintext snapshot, not -i"));

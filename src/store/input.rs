@@ -11,7 +11,7 @@ use crate::crypto::armor::{read_maybe_sealed, Unseal};
 use crate::error::{Error, Result};
 use crate::format::read::LineReader;
 use crate::format::split::{self, Joined};
-use crate::format::verify::{verify, verify_lines, Problem, ProblemKind, Report, Sink, VerifyOptions};
+use crate::format::verify::{verify_lines, Problem, ProblemKind, Report, Sink, VerifyOptions};
 use crate::fs::{Skip, Streamed};
 
 /// How [`WtxtIn::joined`] reads a split snapshot's parts against its head.
@@ -174,6 +174,23 @@ impl<'a> WtxtIn<'a> {
         WtxtIn::from_head(head, source, path, head_len, lenient, lenient)
     }
 
+    /// [`WtxtIn::joined`], read leniently, with the parts `out` is true of
+    /// left out ([`Joined::leaving_out`]): for a verification told of the
+    /// arrays they hold ([`VerifyOptions::carried`]).
+    pub fn joined_leaving_out(
+        head: split::Head,
+        source: Box<dyn split::PartSource + 'a>,
+        path: &Path,
+        head_len: u64,
+        out: &[bool],
+    ) -> WtxtIn<'a> {
+        let read: u64 = head.parts.iter().zip(out).filter(|(_, &o)| !o).map(|(p, _)| p.bytes).sum();
+        let faults: Option<split::SharedFaults> = Some(Default::default());
+        let joined = Joined::new(head, source, faults.clone()).leaving_out(out);
+        let map = Some(joined.map());
+        WtxtIn { reader: Box::new(joined), len: head_len + read, path: path.to_path_buf(), map, faults, sparse: false }
+    }
+
     /// `head` joined with `source`'s parts; `lenient`: faults of parts are
     /// recorded and reading goes on; `hash_parts`: see [`Joined::without_part_hashes`].
     fn from_head(
@@ -200,9 +217,10 @@ impl<'a> WtxtIn<'a> {
     /// cannot be read at all.
     pub fn verify(mut self, opts: &VerifyOptions, progress: &crate::progress::Progress) -> Result<Report> {
         progress.set_total(self.len);
+        let omits = self.reader.omits_arrays();
         let inner = self.take();
-        let text = BufReader::with_capacity(1 << 20, crate::progress::Counted { inner, progress });
-        let mut report = verify(text, opts, None).map_err(|e| self.blame(e))?;
+        let text = LineReader::new(crate::progress::Counted { inner, progress }).omitting_arrays(omits);
+        let mut report = verify_lines(text, opts, None).map_err(|e| self.blame(e))?;
         self.locate_report(&mut report);
         Ok(report)
     }

@@ -22,18 +22,22 @@
 //! This module is the pure form, knowing no files: the head's grammar
 //! (`head.rs`), where the cuts fall (`plan.rs`), cutting a text into parts
 //! (`cut.rs`), joining parts back into the single text (`join.rs`) and
-//! reading only some arrays' parts in the tree form (`sparse.rs`). Where
+//! reading only some arrays' parts in the tree form (`sparse.rs`) and
+//! what a generation carries over unchanged from one verified (`carry.rs`). Where
 //! part files live and how they are written and read is
 //! [`crate::store`]'s.
 #![forbid(unsafe_code)]
 
+mod carry;
 mod cut;
 mod frame;
 mod head;
 mod join;
+mod part;
 mod plan;
 mod sparse;
 
+pub use carry::*;
 pub use cut::*;
 pub use frame::*;
 pub use head::*;

@@ -18,6 +18,7 @@ use crate::format::read::{ArrayStart, Header, Visitor};
 use crate::format::syntax::{ArrLine, ChLine, DigestForm};
 use crate::limits::BLOCK;
 
+use super::carried::Carried;
 use super::report::{ArrayReport, Problem, ProblemKind, Sink};
 
 pub(super) struct Pooled {
@@ -38,6 +39,8 @@ pub(super) enum Msg {
         salt: [u8; 8],
         hmac: Option<Hash>,
         tree: bool,
+        /// Passed over, its bytes proven before: its size and `fastxor` share.
+        share: Option<(u64, u64)>,
     },
     Data {
         block: Arc<Pooled>,
@@ -63,6 +66,8 @@ pub(super) struct Expect {
     /// Its chunks were passed over whole: its `arr` line's digest, bound
     /// by the tree form's root, stands for them.
     pub(super) passed_over: bool,
+    /// Passed over, its `fastxor` share known ([`Carried`]).
+    pub(super) share: Option<u64>,
     /// The tag the `arr` line carries (none when all zeros), and the salt.
     pub(super) hmac: Option<Hash>,
     pub(super) salt: [u8; 8],
@@ -87,6 +92,8 @@ pub(super) struct Hashing<'s, 'k> {
     /// The file is of the tree digest form.
     pub(super) tree: bool,
     pub(super) header: Option<Header>,
+    /// Arrays proven before, passed over in the tree form.
+    pub(super) carried: Option<&'k Carried>,
     pub(super) audit: Option<crate::format::syntax::Audit>,
     /// The `audit` line's number.
     pub(super) audit_line: u64,
@@ -129,9 +136,11 @@ impl Hashing<'_, '_> {
         let text = Arc::new(text.to_vec());
         let hmac = (self.key_given && !arr.hmac_is_zero()).then_some(arr.hmac);
         let salt = arr.salt;
-        self.expected.push(Expect { sha256: arr.sha256, passed_over, hmac, salt });
+        let share = self.carried.filter(|_| passed_over).and_then(|c| c.share(arr));
+        self.expected.push(Expect { sha256: arr.sha256, passed_over, share, hmac, salt });
         let tree = self.tree;
-        self.send(|| Msg::Array { text: text.clone(), salt, hmac, tree });
+        let share = share.map(|s| (arr.bytes, s));
+        self.send(|| Msg::Array { text: text.clone(), salt, hmac, tree, share });
     }
 }
 
@@ -159,7 +168,9 @@ impl Visitor for Hashing<'_, '_> {
     }
 
     fn passes_over(&mut self, arr: &ArrLine) -> bool {
-        self.tree && self.sink.as_ref().is_some_and(|s| !s.wants_array(arr))
+        self.tree
+            && (self.sink.as_ref().is_some_and(|s| !s.wants_array(arr))
+                || self.carried.is_some_and(|c| c.share(arr).is_some()))
     }
 
     fn passed_over(&mut self, line: u64, arr: &ArrLine, text: &[u8]) {
@@ -228,11 +239,14 @@ pub(super) struct RootDigests {
     pub(super) arrays: Vec<Hash>,
     /// `sha256_all` and `fastxor`.
     pub(super) root: Option<(Hash, u64)>,
+    /// Per array, its `fastxor` share.
+    pub(super) shares: Vec<u64>,
 }
 
 pub(super) struct ChunkDigests {
-    /// The arrays' digests and `fastxor`, where this worker computed them.
-    pub(super) alone: Option<(Vec<Hash>, u64)>,
+    /// The arrays' digests, `fastxor` and the arrays' shares of it, where
+    /// this worker computed them.
+    pub(super) alone: Option<(Vec<Hash>, u64, Vec<u64>)>,
     pub(super) bad_chunks: Vec<BadChunk>,
     /// Per array, whether its HMAC matched, where it was checked.
     pub(super) macs: Vec<Option<bool>>,
@@ -248,6 +262,7 @@ pub(super) struct RootWork {
     pub(super) alone: bool,
     pub(super) all: Sha256State,
     pub(super) fx: FastXor,
+    pub(super) shares: Vec<u64>,
     pub(super) arrays: Vec<Hash>,
     pub(super) cur: Option<Sha256State>,
     /// The tree form: the `arr` lines, for `sha256_all` once all are read
@@ -257,6 +272,9 @@ pub(super) struct RootWork {
 
 impl RootWork {
     pub(super) fn take(&mut self, m: Msg) {
+        if !self.alone {
+            fastxor_arrays(&mut self.fx, &mut self.shares, &m);
+        }
         match m {
             Msg::Array { text, tree: true, .. } => self.tree.get_or_insert_with(Vec::new).push(text),
             Msg::Array { text, .. } => {
@@ -286,7 +304,18 @@ impl RootWork {
             Some(lines) => crate::crypto::digest::tree_all(lines.iter().map(|l| &l[..])),
             None => self.all.finalize(),
         };
-        RootDigests { arrays: self.arrays, root: Some((all, self.fx.value())) }
+        RootDigests { arrays: self.arrays, root: Some((all, self.fx.value())), shares: self.shares }
+    }
+}
+
+/// Where arrays begin and end for `fastxor`: each array's share kept, and
+/// an array passed over whose share is known added by it.
+fn fastxor_arrays(fx: &mut FastXor, shares: &mut Vec<u64>, m: &Msg) {
+    match m {
+        Msg::Array { share: Some((len, share)), .. } => fx.add_share(*len, *share),
+        Msg::Array { .. } => fx.begin_array(),
+        Msg::ArrayEnd => shares.push(fx.array_share()),
+        _ => {}
     }
 }
 
@@ -314,6 +343,9 @@ impl<'k> ChunkWork<'k> {
 
     pub(super) fn take(&mut self, m: Msg) {
         let key = self.key;
+        if let Some(a) = self.alone.as_mut() {
+            fastxor_arrays(&mut a.fx, &mut a.shares, &m);
+        }
         match m {
             // The tree form: every chunk's digest is kept; the arrays' digests
             // and tags are computed from them at the end.
@@ -363,7 +395,7 @@ impl<'k> ChunkWork<'k> {
 
     pub(super) fn finish(self) -> ChunkDigests {
         let (bad_chunks, kept) = self.chunks.finish();
-        let alone = self.alone.map(|a| (a.done, a.fx.value()));
+        let alone = self.alone.map(|a| (a.done, a.fx.value(), a.shares));
         ChunkDigests { alone, bad_chunks, macs: self.macs, kept }
     }
 }
@@ -374,6 +406,7 @@ pub(super) struct Arrays {
     cur: Option<Sha256State>,
     done: Vec<Hash>,
     fx: FastXor,
+    shares: Vec<u64>,
 }
 
 /// A chunk's place and what its `ch` line says.

@@ -24,14 +24,16 @@ use crate::format::read::{read_on, Header, LineReader};
 use crate::format::syntax::{Root, SignLine, Wsum};
 use crate::limits::PIPELINE_DEPTH;
 
+mod carried;
 mod hashing;
 mod report;
 
+pub use carried::Carried;
 use hashing::{ChunkDigests, ChunkWork, Expect, Hashers, Hashing, Msg, RootDigests, RootWork};
 pub use report::{ArrayReport, Binding, Problem, ProblemKind, Report, SigStatus, Sink};
 
 /// What to check besides the file itself.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct VerifyOptions<'a> {
     /// Checks per-array HMACs when given.
     pub hmac_key: Option<&'a HmacKey>,
@@ -56,6 +58,9 @@ pub struct VerifyOptions<'a> {
     /// Fails a signature by a key not in `trusted`: a command about to sign
     /// must not pass on what it cannot check.
     pub refuse_untrusted: bool,
+    /// Arrays of a tree-form file whose bytes were proven before (see
+    /// [`Carried`]); the reader must leave their chunks out.
+    pub carried: Option<&'a Carried>,
 }
 
 /// What a command that signs, HMACs or chains its output demands of its
@@ -210,6 +215,7 @@ pub fn verify_lines<R: Read>(
         key_given: key.is_some(),
         tree: false,
         header: None,
+        carried: opts.carried,
         audit: None,
         audit_line: 0,
         skipped: 0,
@@ -251,10 +257,12 @@ pub fn verify_lines<R: Read>(
         })
     };
     let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, audit_line, tree, skipped, .. } = vis;
-    let passed_over = expected.iter().filter(|e| e.passed_over).count() as u64;
+    // Arrays passed over unread, with no share to stand in for their bytes.
+    let passed_over = expected.iter().filter(|e| e.passed_over && e.share.is_none()).count() as u64;
     let (mut roots, mut chunks) = (roots, chunks);
-    if let Some((arrays, fastxor)) = chunks.alone.take() {
+    if let Some((arrays, fastxor, shares)) = chunks.alone.take() {
         roots.arrays = arrays;
+        roots.shares = shares;
         if let Some((_, fx)) = roots.root.as_mut() {
             *fx = fastxor;
         }
@@ -304,6 +312,7 @@ pub fn verify_lines<R: Read>(
         keyed: key.is_some(),
         skipped_chunks: skipped,
         arrays_passed_over: passed_over,
+        fastxor_shares: std::mem::take(&mut roots.shares),
     };
     if let (Some(h), Some((sha_all, fastxor))) = (header.as_ref(), roots.root.filter(|_| complete)) {
         // `fastxor` covers every byte: not known when some went undecoded.

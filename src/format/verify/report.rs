@@ -211,6 +211,10 @@ pub struct Report {
     /// the chunks above, and not counted among them.
     #[serde(skip)]
     pub arrays_passed_over: u64,
+    /// Each array's `fastxor` share, in order (meaningful when the report
+    /// is ok and `fastxor` was checked): what [`super::Carried`] takes.
+    #[serde(skip)]
+    pub fastxor_shares: Vec<u64>,
 }
 
 /// Hashes and ids are bytes in the report and lowercase hex in its JSON.
