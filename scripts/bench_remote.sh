@@ -20,7 +20,7 @@
 # Prints wall and CPU seconds; docs/PERFORMANCE.md keeps the figures.
 #
 # DIGEST=tree writes the tree form (docs/FORMAT.md section 19), whose
-# generations the guard checks part by part (docs/GIT.md).
+# generations the guard checks part by part (docs/STORAGE.md, "Checking what changed").
 #
 #   CHANGE=part|full [DIGEST=sha256|tree] [WAYS="plain lfs git-lfs"] \
 #     scripts/bench_remote.sh [SIZE_MIB [GENS]]    (defaults 96, 8)

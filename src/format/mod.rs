@@ -24,5 +24,5 @@ pub use load::{
     canonical_bytes, keeps_array, load, without_sign_line, write_canonical, Collect, Destination, Keep, Load, Loaded,
 };
 pub use recover::recover;
-pub use verify::{verify, Report, VerifyOptions};
+pub use verify::{verify, Carried, Report, VerifyOptions};
 pub use write::{write_snapshot, WriteOptions, WritePlan};

@@ -130,6 +130,8 @@ impl Proofs {
                 .in_file(path));
         };
         let key = (blob, parts_of(tree, path), tree.id());
+        // Only the tree form can leave parts out: only its generations are recorded.
+        let tree_form = head.header().is_ok_and(|h| h.digest() == DigestForm::Tree);
         let count = head.parts.len() as u64;
         self.parts_total += count;
         let parts = BlobParts::of_tree(repo, tree, path, &head);
@@ -138,7 +140,8 @@ impl Proofs {
             self.generations.contains(&(b, parts_of(&tree, path))).then_some((tree, b))
         };
         let base = base.as_ref().and_then(proven).or_else(|| self.last.as_ref().and_then(proven));
-        if let Some(plan) = base.and_then(|(t, b)| self.plan(repo, &head, &parts, (&t, b), path)) {
+        if let Some(plan) = base.filter(|_| tree_form).and_then(|(t, b)| self.plan(repo, &head, &parts, (&t, b), path))
+        {
             let carried = VerifyOptions { carried: Some(&plan.carried), ..opts.clone() };
             let left_out = plan.parts_left_out() as u64;
             let input = WtxtIn::joined_leaving_out(head.clone(), Box::new(parts), path, len, &plan.left_out);
@@ -153,7 +156,7 @@ impl Proofs {
         let parts = BlobParts::of_tree(repo, tree, path, &head);
         let report =
             WtxtIn::joined(head.clone(), Box::new(parts), path, len, PartReading::Lenient).verify(opts, progress)?;
-        if report.ok && report.fastxor.is_some() {
+        if tree_form && report.ok && report.fastxor.is_some() {
             self.record(key, &head, &report);
         }
         Ok(report)
@@ -169,9 +172,6 @@ impl Proofs {
         (base_tree, base_blob): (&Tree, Oid),
         path: &Path,
     ) -> Option<split::CarryPlan> {
-        if head.header().ok()?.digest() != DigestForm::Tree {
-            return None;
-        }
         let text = crate::odb::blob::prefix(repo, base_blob, split::MAX_HEAD + 1).ok()?;
         let split::Opened::Split(old) = split::open(Box::new(std::io::Cursor::new(text))).ok()? else { return None };
         let old_ids = BlobParts::of_tree(repo, base_tree, path, &old).ids().to_vec();

@@ -142,7 +142,7 @@ impl<'a> Joined<'a> {
     /// `arr` lines the head lists under it, as if every array beginning in
     /// it were passed over ([`crate::fs::Skip::omits_arrays`]); the part is
     /// never opened. For a reader to whom those arrays are proven
-    /// otherwise ([`crate::format::verify::Carried`]): each must lie in
+    /// otherwise ([`crate::format::Carried`]): each must lie in
     /// parts left out only, none ending inside an array, or the read fails
     /// where a part left out should have been.
     pub fn leaving_out(mut self, out: &[bool]) -> Joined<'a> {

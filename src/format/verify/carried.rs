@@ -8,8 +8,8 @@ use crate::format::syntax::ArrLine;
 /// Arrays of a tree-form file that need not be read again: the same bytes,
 /// in the same parts, verified whole as part of an earlier generation
 /// (what `wtxt log --verify` and the server's guard find between two
-/// generations of a split snapshot, docs/GIT.md). Each is named with its
-/// tree digest and its `fastxor` share ([`crate::crypto::digest::FastXor`]).
+/// generations of a split snapshot, docs/STORAGE.md, "Checking what changed"). Each is named with its
+/// tree digest and its `fastxor` share (its bytes' value as if they stood alone).
 /// The verifier passes over an array listed here whose `arr` line carries
 /// that digest, as a load passes over the arrays it does not keep: its
 /// `arr` line is bound by the root, its chunks by its digest, and its
