@@ -46,6 +46,17 @@ fn guarded(d: &Path) -> (PathBuf, PathBuf, crate::util::Server) {
     (bare, d.join("work"), server)
 }
 
+/// A bare repository `d/r.git` with the guard installed (no keys) and a
+/// clone of it over the file system at `d/w`.
+fn guarded_locally(d: &Path) -> (PathBuf, PathBuf) {
+    git_ok(d, &["init", "-q", "--bare", "-b", "main", "r.git"]);
+    let bare = d.join("r.git");
+    let o = wtxt().current_dir(&bare).args(["git", "install", "--server"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    git_ok(d, &["clone", "-q", bare.to_str().unwrap(), "w"]);
+    (bare, d.join("w"))
+}
+
 fn rev(git_dir: &Path, what: &str) -> String {
     git_ok(git_dir, &["rev-parse", what]).trim().to_string()
 }
@@ -181,12 +192,7 @@ fn a_hook_the_server_had_runs_first() {
 fn a_changed_part_alone_is_checked() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    git_ok(d, &["init", "-q", "--bare", "-b", "main", "r.git"]);
-    let bare = d.join("r.git");
-    let o = wtxt().current_dir(&bare).args(["git", "install", "--server"]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    git_ok(d, &["clone", "-q", bare.to_str().unwrap(), "w"]);
-    let w = d.join("w");
+    let (_, w) = guarded_locally(d);
     snapshot(&w.join("s.wtxt"), None, 0, &["--part-size", "49152"]);
     let parts: Vec<PathBuf> = std::fs::read_dir(w.join("s.wtxt.parts")).unwrap().map(|e| e.unwrap().path()).collect();
     assert!(parts.len() > 1, "the snapshot is split");
@@ -400,12 +406,7 @@ fn a_configured_hmac_key_is_demanded_of_every_push() {
 fn a_generation_is_checked_reading_only_the_parts_that_changed() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    git_ok(d, &["init", "-q", "--bare", "-b", "main", "r.git"]);
-    let bare = d.join("r.git");
-    let o = wtxt().current_dir(&bare).args(["git", "install", "--server"]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    git_ok(d, &["clone", "-q", bare.to_str().unwrap(), "w"]);
-    let w = d.join("w");
+    let (bare, w) = guarded_locally(d);
     let names = ["a", "b", "c", "d", "e", "f", "g", "h"];
     let values = |k: usize, g: usize| (0..32 * 1024).map(|i| ((i * 7 + k * 13 + g) % 251) as u8).collect::<Vec<u8>>();
     // Generation `g` moves array `moved` (none in the first).
