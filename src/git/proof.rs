@@ -28,7 +28,8 @@ use crate::store::{PartReading, WtxtIn};
 
 /// The record's file in a Git directory.
 const RECORD: &str = "wtxt/verified";
-/// The most of the record that is read (beyond it, older entries count as unverified).
+/// The largest record read (about 2.5 million entries); a larger one is
+/// passed over, and every generation read whole.
 const MAX_RECORD: u64 = 256 << 20;
 
 /// The id of the `PATH.parts` folder in `tree`.
@@ -73,11 +74,10 @@ impl Proofs {
     pub fn kept_in(git_dir: &Path) -> Proofs {
         let file = git_dir.join(RECORD);
         let mut p = Proofs { file: Some(file.clone()), ..Default::default() };
-        let Ok(f) = crate::fs::open_input_file(&file) else { return p };
-        let mut text = Vec::new();
-        if f.take(MAX_RECORD).read_to_end(&mut text).is_err() {
+        // A regular file only, not a link; one past the bound counts as none.
+        let Ok(Some(text)) = crate::fs::read_small_file(&file, MAX_RECORD, crate::fs::Links::Refuse) else {
             return p;
-        }
+        };
         for line in text.split(|&b| b == b'\n') {
             let f: Vec<&str> = std::str::from_utf8(line).unwrap_or("").split(' ').collect();
             match f[..] {

@@ -275,3 +275,82 @@ fn one_array_of_a_split_snapshot_is_read_from_the_parts_that_hold_it_alone() {
     assert!(r.stderr.contains(&last.file_name().unwrap().to_string_lossy().to_string()), "{}", r.stderr);
     assert!(!one.exists(), "nothing written");
 }
+
+/// A split snapshot of the tree form checked with some of its parts left
+/// out ([`wtxt::format::split::Joined::leaving_out`]): the arrays they hold,
+/// carried with the `fastxor` shares a full check recorded, stand in for
+/// them, and every check a full read makes still fails where it should.
+#[test]
+fn carried_arrays_stand_in_for_the_parts_left_out_and_nothing_else() {
+    use wtxt::format::split::{self, carry_plan, CarrySource};
+    use wtxt::format::{syntax::ArrLine, Carried, VerifyOptions};
+    use wtxt::store::{PartFiles, WtxtIn};
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m.wtxt");
+    crate::util::spanning_snapshot(dir.path(), &m, ["a", "b", "c", "d", "e"]);
+    let hidden = wtxt::progress::Progress::hidden();
+    let full = WtxtIn::open_lenient(&m, None).unwrap().verify(&VerifyOptions::default(), &hidden).unwrap();
+    assert!(full.ok && full.fastxor.is_some());
+    let head = || {
+        let split::Opened::Split(h) = split::open(Box::new(std::fs::File::open(&m).unwrap())).unwrap() else {
+            panic!("split")
+        };
+        h
+    };
+    let digests: Vec<_> = head().arrs.iter().flatten().map(|a| ArrLine::parse(a).unwrap().sha256).collect();
+    let shares: std::collections::HashMap<_, _> = digests.iter().copied().zip(full.fastxor_shares.clone()).collect();
+    /// The generation against itself, the parts in `changed` taken as new.
+    struct Itself<'a> {
+        changed: Vec<usize>,
+        shares: &'a std::collections::HashMap<[u8; 32], u64>,
+        parts: &'a Path,
+    }
+    impl CarrySource for Itself<'_> {
+        fn same_bytes(&self, i: usize) -> bool {
+            !self.changed.contains(&i)
+        }
+        fn starts_inside(&self, i: usize) -> bool {
+            let text = std::fs::read_to_string(self.parts.join(split::part_name(i as u64 + 1))).unwrap();
+            text.lines().nth(1).unwrap().starts_with("cont ")
+        }
+        fn share(&self, sha256: &[u8; 32]) -> Option<u64> {
+            self.shares.get(sha256).copied()
+        }
+    }
+    let parts = wtxt::store::parts_dir(&m);
+    let check = |left_out: &[bool], carried: &Carried| {
+        let source = Box::new(PartFiles { dir: parts.clone(), unseal: None });
+        let len = std::fs::metadata(&m).unwrap().len();
+        let input = WtxtIn::joined_leaving_out(head(), source, &m, len, left_out);
+        input.verify(&VerifyOptions { carried: Some(carried), ..Default::default() }, &hidden).unwrap()
+    };
+    // The middle array's parts taken as changed: the others are carried,
+    // the parts only they reach left out, and the result is the full one.
+    let n = head().parts.len();
+    let itself = Itself { changed: vec![n / 2], shares: &shares, parts: &parts };
+    let plan = carry_plan(&head(), &head(), &itself).unwrap();
+    assert!(plan.parts_left_out() > 0 && plan.parts_left_out() < n, "{:?}", plan.left_out);
+    let r = check(&plan.left_out, &plan.carried);
+    assert!(r.ok, "{:?}", r.errors);
+    assert_eq!((r.fastxor, r.sha256_all, &r.fastxor_shares), (full.fastxor, full.sha256_all, &full.fastxor_shares));
+    // Every part left out: the head alone, with every array's share.
+    let all = carry_plan(&head(), &head(), &Itself { changed: vec![], shares: &shares, parts: &parts }).unwrap();
+    assert!(all.left_out.iter().all(|&o| o));
+    assert!(check(&all.left_out, &all.carried).ok);
+    // A share that is not the array's: fastxor no longer matches.
+    let wrong: std::collections::HashMap<_, _> = shares.iter().map(|(d, s)| (*d, s ^ 1)).collect();
+    let forged = carry_plan(&head(), &head(), &Itself { changed: vec![], shares: &wrong, parts: &parts }).unwrap();
+    let r = check(&forged.left_out, &forged.carried);
+    assert!(!r.ok && r.errors.iter().any(|p| p.message.contains("fastxor")), "{:?}", r.errors);
+    // An array carried under a digest its `arr` line does not carry is not
+    // passed over: the text left out breaks where it should have been.
+    let mut other = Carried::default();
+    for (k, d) in digests.iter().enumerate() {
+        other.insert(["a", "b", "c", "d", "e"][k].to_string(), if k == 1 { [0; 32] } else { *d }, shares[d]);
+    }
+    assert!(!check(&all.left_out, &other).ok);
+    // Parts left out that an array read reaches: refused, never passed.
+    let mut holes = plan.left_out.clone();
+    holes[n / 2] = true;
+    assert!(!check(&holes, &plan.carried).ok);
+}
