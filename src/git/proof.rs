@@ -81,14 +81,15 @@ impl Proofs {
         for line in text.split(|&b| b == b'\n') {
             let f: Vec<&str> = std::str::from_utf8(line).unwrap_or("").split(' ').collect();
             match f[..] {
-                ["x", sha, share] => {
+                // Whole lines only: a line a torn write cut short is passed over.
+                ["x", sha, share] if sha.len() == 64 && share.len() == 16 => {
                     if let (Ok(sha), Ok(share)) = (hex::decode(sha), u64::from_str_radix(share, 16)) {
                         if let Ok(sha) = Hash::try_from(sha) {
                             p.shares.insert(sha, share);
                         }
                     }
                 }
-                ["g", head, parts] => {
+                ["g", head, parts] if head.len() == parts.len() => {
                     if let (Ok(head), Ok(parts)) = (Oid::from_str(head), Oid::from_str(parts)) {
                         p.generations.insert((head, Some(parts)));
                     }

@@ -464,8 +464,22 @@ fn a_generation_is_checked_reading_only_the_parts_that_changed() {
     std::fs::write(&head, format!("{}{digit}{}", &text[..at], &text[at + 1..])).unwrap();
     let (ok, err) = commit_and_push(&w, "gen 4, its fastxor forged");
     assert!(!ok && err.contains("fastxor"), "{err}");
-    // `wtxt log --verify` checks the history the same way, and finds it whole.
     git_ok(&w, &["reset", "-q", "--hard", "HEAD~1"]);
+    // A record that is a link is neither read nor written through: the
+    // next push is checked whole, and the file the link names is untouched.
+    let record = bare.join("wtxt/verified");
+    let elsewhere = d.join("elsewhere");
+    std::fs::write(&elsewhere, std::fs::read(&record).unwrap()).unwrap();
+    std::fs::remove_file(&record).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &record).unwrap();
+    let before = std::fs::read(&elsewhere).unwrap();
+    generation(5, Some(7));
+    let (ok, err) = commit_and_push(&w, "gen 5");
+    assert!(ok, "{err}");
+    let (read, total) = parts_read(&err);
+    assert_eq!(read, total, "{err}");
+    assert_eq!(std::fs::read(&elsewhere).unwrap(), before);
+    // `wtxt log --verify` checks the history the same way, and finds it whole.
     let o = wtxt().current_dir(&w).args(["log", "--verify", "m.wtxt"]).output().unwrap();
     assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
 }
