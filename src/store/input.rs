@@ -184,11 +184,9 @@ impl<'a> WtxtIn<'a> {
         head_len: u64,
         out: &[bool],
     ) -> WtxtIn<'a> {
-        let read: u64 = head.parts.iter().zip(out).filter(|(_, &o)| !o).map(|(p, _)| p.bytes).sum();
         let faults: Option<split::SharedFaults> = Some(Default::default());
         let joined = Joined::new(head, source, faults.clone()).leaving_out(out);
-        let map = Some(joined.map());
-        WtxtIn { reader: Box::new(joined), len: head_len + read, path: path.to_path_buf(), map, faults, sparse: false }
+        WtxtIn::from_joined(joined, path, head_len, faults)
     }
 
     /// `head` joined with `source`'s parts; `lenient`: faults of parts are
@@ -206,6 +204,12 @@ impl<'a> WtxtIn<'a> {
         if !hash_parts {
             joined = joined.without_part_hashes();
         }
+        WtxtIn::from_joined(joined, path, head_len, faults)
+    }
+
+    /// The input `joined` gives, its head `head_len` bytes, its faults
+    /// recorded in `faults` when there.
+    fn from_joined(joined: Joined<'a>, path: &Path, head_len: u64, faults: Option<split::SharedFaults>) -> WtxtIn<'a> {
         let len = head_len + joined.parts_len();
         let map = Some(joined.map());
         WtxtIn { reader: Box::new(joined), len, path: path.to_path_buf(), map, faults, sparse: false }

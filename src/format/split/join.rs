@@ -7,6 +7,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use super::map::{LineMap, SharedMap};
 use super::part::{PartReader, Splice};
 use crate::error::{check_at, Error, Position, Result};
 use crate::format::syntax::{lossy, ArrLine};
@@ -27,51 +28,6 @@ pub trait PartSource {
         Vec::new()
     }
 }
-
-/// Where a line of the joined text comes from, for messages.
-#[derive(Default, Debug)]
-pub struct LineMap {
-    pub(super) prefix_lines: u64,
-    /// (first joined line, body lines, part file, its line of the first body line)
-    pub(super) parts: Vec<(u64, u64, PathBuf, u64)>,
-    /// (joined line, head line) of each `arr` line put in for a `begin` line.
-    pub(super) arrs: Vec<(u64, u64)>,
-    pub(super) head_lines_before_tail: u64,
-    pub(super) total_parts: usize,
-    /// The joined line the head's tail starts on, where the text does not
-    /// give every part's lines ([`super::Sparse`]).
-    pub(super) tail_at: Option<u64>,
-}
-
-impl LineMap {
-    /// The part file (`None`: the head) and its line for line `n` of the
-    /// joined text; `None` when `n` is the head's line `n`.
-    pub fn locate(&self, n: u64) -> Option<(Option<PathBuf>, u64)> {
-        if n <= self.prefix_lines {
-            return None;
-        }
-        if let Ok(i) = self.arrs.binary_search_by_key(&n, |&(j, _)| j) {
-            return Some((None, self.arrs[i].1));
-        }
-        if let Some(t) = self.tail_at.filter(|&t| n >= t) {
-            return Some((None, self.head_lines_before_tail + (n - t) + 1));
-        }
-        for (start, count, path, local) in &self.parts {
-            if n >= *start && n < start + count {
-                return Some((Some(path.clone()), local + (n - start)));
-            }
-        }
-        let after = self.parts.last().map_or(self.prefix_lines + 1, |(s, c, _, _)| s + c);
-        if self.parts.len() == self.total_parts && n >= after {
-            // The head's tail: its lines follow the part lines.
-            return Some((None, self.head_lines_before_tail + (n - after) + 1));
-        }
-        None
-    }
-}
-
-/// A shared [`LineMap`], filled in as parts are opened.
-pub type SharedMap = Arc<Mutex<LineMap>>;
 
 /// Faults of parts found while joining (missing, truncated, not matching
 /// the head), when the reader is told to go on past them.
@@ -173,9 +129,9 @@ impl<'a> Joined<'a> {
         self.map.clone()
     }
 
-    /// Total size of the parts, as the head says.
+    /// Total size of the parts it reads (all but those left out), as the head says.
     pub fn parts_len(&self) -> u64 {
-        self.parts.iter().map(|p| p.bytes).sum()
+        self.queue.iter().filter_map(|s| if let Segment::Part(i) = s { Some(self.parts[*i].bytes) } else { None }).sum()
     }
 
     fn fault(&self, e: Error) -> io::Result<()> {

@@ -21,9 +21,10 @@
 //!
 //! This module is the pure form, knowing no files: the head's grammar
 //! (`head.rs`), where the cuts fall (`plan.rs`), cutting a text into parts
-//! (`cut.rs`), joining parts back into the single text (`join.rs`) and
-//! reading only some arrays' parts in the tree form (`sparse.rs`) and
-//! what a generation carries over unchanged from one verified (`carry.rs`). Where
+//! (`cut.rs`), joining parts back into the single text (`join.rs`, one
+//! part read by `part.rs`, its lines mapped back by `map.rs`), reading
+//! only some arrays' parts in the tree form (`sparse.rs`) and what a
+//! generation carries over unchanged from one verified (`carry.rs`). Where
 //! part files live and how they are written and read is
 //! [`crate::store`]'s.
 #![forbid(unsafe_code)]
@@ -33,6 +34,7 @@ mod cut;
 mod frame;
 mod head;
 mod join;
+mod map;
 mod part;
 mod plan;
 mod sparse;
@@ -42,5 +44,6 @@ pub use cut::*;
 pub use frame::*;
 pub use head::*;
 pub use join::*;
+pub use map::*;
 pub use plan::*;
 pub use sparse::{parts_for, Sparse};

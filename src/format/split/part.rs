@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::frame::FrameHash;
 use super::head::*;
-use super::join::SharedMap;
+use super::map::SharedMap;
 use crate::error::{check_at, Error, Position, Result};
 use crate::format::syntax::lossy;
 use crate::fs::Skip;

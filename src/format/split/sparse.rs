@@ -15,7 +15,8 @@ use std::io::{self, Read};
 use std::path::PathBuf;
 
 use super::head::*;
-use super::join::{LineMap, PartSource, SharedMap};
+use super::join::PartSource;
+use super::map::{LineMap, SharedMap};
 use super::part::Limited;
 use crate::error::{check_at, Result};
 use crate::format::read::LineReader;
