@@ -31,7 +31,8 @@ use git2::{ObjectType, Oid, Repository, Sort, Tree};
 
 use crate::error::{Error, Result};
 use crate::format::verify::VerifyOptions;
-use crate::git::history::{snapshot_paths, verify_version, LogOptions, Versions};
+use crate::git::history::{snapshot_paths, LogOptions, Versions};
+use crate::git::proof::verify_version;
 use crate::odb::blob::Blobs;
 use crate::odb::git_err;
 use crate::progress::Progress;

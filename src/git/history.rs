@@ -26,8 +26,7 @@ use crate::format::read::{read_header, Header, LineReader};
 use crate::format::split;
 use crate::format::syntax::{Root, SignLine};
 use crate::format::verify::{SigStatus, VerifyOptions};
-pub(crate) use crate::git::proof::verify_version;
-use crate::git::proof::{parts_of, Proofs};
+use crate::git::proof::{parts_of, verify_version, Proofs};
 use crate::odb::blob::Blobs;
 use crate::odb::git_err;
 use crate::progress::Progress;
@@ -675,7 +674,6 @@ fn not_reached(new: &Header, old: &Header) -> String {
     )
 }
 
-/// The tree entry of a split snapshot's parts folder (`PATH.parts`), if any.
 fn check(commit: &Commit, path: &Path, cur: &Version, prevs: &[Version], opts: &LogOptions) -> Generation {
     let mut g = Generation {
         commit: commit.id().to_string(),

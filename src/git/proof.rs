@@ -141,20 +141,23 @@ impl Proofs {
             self.generations.contains(&(b, parts_of(&tree, path))).then_some((tree, b))
         };
         let base = base.as_ref().and_then(proven).or_else(|| self.last.as_ref().and_then(proven));
-        if let Some(plan) = base.filter(|_| tree_form).and_then(|(t, b)| self.plan(repo, &head, &parts, (&t, b), path))
-        {
-            let carried = VerifyOptions { carried: Some(&plan.carried), ..opts.clone() };
-            let left_out = plan.parts_left_out() as u64;
-            let input = WtxtIn::joined_leaving_out(head.clone(), Box::new(parts), path, len, &plan.left_out);
-            let report = input.verify(&carried, progress)?;
-            if report.ok && report.fastxor.is_some() {
-                self.parts_read += count - left_out;
-                self.record(key, &head, &report);
-                return Ok(report);
+        let plan = base.filter(|_| tree_form).and_then(|(t, b)| self.plan(repo, &head, &parts, (&t, b), path));
+        let parts = match plan {
+            None => parts,
+            Some(plan) => {
+                let carried = VerifyOptions { carried: Some(&plan.carried), ..opts.clone() };
+                let left_out = plan.parts_left_out() as u64;
+                let input = WtxtIn::joined_leaving_out(head.clone(), Box::new(parts), path, len, &plan.left_out);
+                let report = input.verify(&carried, progress)?;
+                if report.ok && report.fastxor.is_some() {
+                    self.parts_read += count - left_out;
+                    self.record(key, &head, &report);
+                    return Ok(report);
+                }
+                BlobParts::of_tree(repo, tree, path, &head)
             }
-        }
+        };
         self.parts_read += count;
-        let parts = BlobParts::of_tree(repo, tree, path, &head);
         let report =
             WtxtIn::joined(head.clone(), Box::new(parts), path, len, PartReading::Lenient).verify(opts, progress)?;
         if tree_form && report.ok && report.fastxor.is_some() {

@@ -84,6 +84,19 @@ pub fn carry_plan(new: &Head, old: &Head, source: &dyn CarrySource) -> Option<Ca
     // otherwise than its text fails the check).
     let begins: Vec<(&ArrLine, usize)> =
         new_arrs.iter().enumerate().flat_map(|(i, arrs)| arrs.iter().map(move |a| (a, i))).collect();
+    let mut carried: Vec<Option<u64>> = begins
+        .iter()
+        .map(|(a, _)| {
+            let o = old_by_name.get(a.name.as_str())?;
+            let same = (o.dtype, &o.shape, o.bytes, o.sha256) == (a.dtype, &a.shape, a.bytes, a.sha256);
+            same.then(|| source.share(&a.sha256)).flatten()
+        })
+        .collect();
+    // No array could be carried (every one changed: a full fine-tune): no
+    // part is asked how it begins.
+    if carried.iter().all(Option::is_none) {
+        return None;
+    }
     let starts_inside: Vec<bool> = (0..n).map(|i| source.starts_inside(i)).collect();
     let spans: Vec<(usize, usize)> = (0..begins.len())
         .map(|k| {
@@ -98,14 +111,6 @@ pub fn carry_plan(new: &Head, old: &Head, source: &dyn CarrySource) -> Option<Ca
                 }
             }
             (first, last)
-        })
-        .collect();
-    let mut carried: Vec<Option<u64>> = begins
-        .iter()
-        .map(|(a, _)| {
-            let o = old_by_name.get(a.name.as_str())?;
-            let same = (o.dtype, &o.shape, o.bytes, o.sha256) == (a.dtype, &a.shape, a.bytes, a.sha256);
-            same.then(|| source.share(&a.sha256)).flatten()
         })
         .collect();
     // Every part an array that is read reaches is read whole, so every
