@@ -10,7 +10,8 @@
 #   reading parts from its store (wtxt.lfsObjects);
 # - the baseline: the same states as .npz files through plain git-lfs.
 # For each: stage + commit of every generation, the push, a clone of the
-# latest (full, and blobless: --filter=blob:none), the oldest generation
+# latest (full, and blobless: --filter=blob:none; CLONES times each, 3 by
+# default: this VM's system time varies from run to run), the oldest generation
 # out of the full clone (`wtxt git export`; `git checkout REV -- m.npz`),
 # `wtxt log --verify`, and the sizes of the repository and the remote (Git
 # and the LFS store). No `git gc` runs before any of them; the plain
@@ -22,13 +23,14 @@
 # DIGEST=tree writes the tree form (docs/FORMAT.md section 19), whose
 # generations the guard checks part by part (docs/STORAGE.md, "Checking what changed").
 #
-#   CHANGE=part|full [DIGEST=sha256|tree] [WAYS="plain lfs git-lfs"] \
+#   CHANGE=part|full [DIGEST=sha256|tree] [WAYS="plain lfs git-lfs"] [CLONES=3] \
 #     scripts/bench_remote.sh [SIZE_MIB [GENS]]    (defaults 96, 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mib=${1:-96}
 gens=${2:-8}
 change=${CHANGE:-part}
+clones=${CLONES:-3}
 digest=${DIGEST:-sha256}
 work=${BENCH_DIR:-bench-work}/remote-$change
 . scripts/timing.sh
@@ -98,8 +100,11 @@ for way in ${WAYS:-plain lfs git-lfs}; do
   file=$([ $way = git-lfs ] && echo m.npz || echo m.wtxt)
   t "$way: stage + commit, $gens generations" bash -c "$([ $way = git-lfs ] && echo commit_npz || echo commit_wtxt) '$w'"
   t "$way: push, $gens generations" git -C "$w" push -q "$w-remote.git" main
-  t "$way: clone of the latest" git "${lfs[@]}" clone -q "$url" "$w-clone"
-  t "$way: blobless clone of the latest" git "${lfs[@]}" clone -q --filter=blob:none "$url" "$w-blobless"
+  for i in $(seq "$clones"); do
+    rm -rf "$w-clone" "$w-blobless"
+    t "$way: clone of the latest ($i/$clones)" git "${lfs[@]}" clone -q "$url" "$w-clone"
+    t "$way: blobless clone of the latest ($i/$clones)" git "${lfs[@]}" clone -q --filter=blob:none "$url" "$w-blobless"
+  done
   git -C "$w-clone" config lfs.url "$(lfs_url "$([ $way = git-lfs ] && echo npz || echo wtxt)")"
   git -C "$w-blobless" config lfs.url "$(lfs_url "$([ $way = git-lfs ] && echo npz || echo wtxt)")"
   if [ $way = git-lfs ]; then
