@@ -468,6 +468,8 @@ pub struct BlobParts {
     /// The commit whose parts a part missing here is fetched for when it is
     /// opened ([`BlobParts::fetching`]); `None`: it is not.
     fetch: Option<Option<git2::Oid>>,
+    /// Parts Git inflates ahead of their reader.
+    ahead: std::cell::RefCell<Option<crate::odb::ahead::ReadAhead>>,
 }
 
 /// A reader of the same bytes as blob `oid` at part `ix`, when one is at
@@ -522,7 +524,8 @@ impl BlobParts {
         let want = head.parts.iter().map(|p| (p.bytes, head.part_line(p.ix))).collect();
         let lfs = crate::odb::lfs::Store::of(repo);
         let git_dir = repo.path().to_path_buf();
-        BlobParts { git_dir, dir, listed, want, unlisted, whose, local: None, lfs, ids, fetch: None }
+        let ahead = Default::default();
+        BlobParts { git_dir, dir, listed, want, unlisted, whose, local: None, lfs, ids, fetch: None, ahead }
     }
 
     /// Blob `id` of a part the head sizes `bytes`: its size, and what it
@@ -603,7 +606,27 @@ impl crate::format::split::PartSource for BlobParts {
         if let Some(r) = self.local.as_ref().and_then(|local| local(ix, id)) {
             return Ok(Box::new(crate::fs::Streamed(r)));
         }
+        if let Some(bytes) = self.ahead.borrow_mut().as_mut().and_then(|a| a.take(ix)) {
+            return Ok(Box::new(crate::fs::Streamed(std::io::Cursor::new(bytes))));
+        }
         Ok(Box::new(crate::fs::Streamed(crate::odb::blob::stream(&self.git_dir, id)?)))
+    }
+
+    /// Parts Git holds whole, of the size the head gives, are read ahead;
+    /// not where a part comes from a local copy, Git LFS, or a fetch.
+    fn will_open(&self, ixs: &[u64]) {
+        if self.local.is_some() || self.fetch.is_some() {
+            return;
+        }
+        let order = ixs.iter().filter_map(|&ix| {
+            let i = (ix as usize).checked_sub(1)?;
+            match self.listed.get(i)? {
+                Some((id, size, None)) if *size == self.want.get(i)?.0 => Some((ix, *id, *size)),
+                _ => None,
+            }
+        });
+        let order: Vec<_> = order.collect();
+        *self.ahead.borrow_mut() = Some(crate::odb::ahead::ReadAhead::new(self.git_dir.clone(), order));
     }
 
     fn name(&self, ix: u64) -> PathBuf {

@@ -4,6 +4,7 @@
 //! read as streams. Nothing here runs a hook, moves a ref or reads a work
 //! tree: that is [`crate::git`]'s. docs/STORAGE.md tells how the pieces fit.
 
+pub(crate) mod ahead;
 pub(crate) mod blob;
 pub(crate) mod deflate;
 pub mod lfs;

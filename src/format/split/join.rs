@@ -27,6 +27,10 @@ pub trait PartSource {
     fn unlisted(&self, _count: u64) -> Vec<PathBuf> {
         Vec::new()
     }
+    /// The parts that will be opened, in order, told before the first is:
+    /// a source whose reads are slow (Git inflating a blob) may begin the
+    /// next ones while one is read.
+    fn will_open(&self, _ixs: &[u64]) {}
 }
 
 /// Faults of parts found while joining (missing, truncated, not matching
@@ -57,6 +61,8 @@ pub struct Joined<'a> {
     open_arr: Option<Vec<u8>>,
     /// Some parts are left out ([`Joined::leaving_out`]).
     leaves_out: bool,
+    /// Whether the source was told which parts will be opened.
+    told: bool,
 }
 
 enum Segment {
@@ -91,6 +97,7 @@ impl<'a> Joined<'a> {
             prev_inside: Some(false),
             open_arr: None,
             leaves_out: false,
+            told: false,
         }
     }
 
@@ -288,6 +295,15 @@ impl Read for Joined<'_> {
                 }
                 Some(Segment::Part(i)) => {
                     let i = *i;
+                    if !self.told {
+                        self.told = true;
+                        let ixs: Vec<u64> = self
+                            .queue
+                            .iter()
+                            .filter_map(|s| if let Segment::Part(j) = s { Some(self.parts[*j].ix) } else { None })
+                            .collect();
+                        self.source.will_open(&ixs);
+                    }
                     self.queue.pop_front();
                     self.current = self.open_part(i)?;
                     if i + 1 == self.parts.len() {
