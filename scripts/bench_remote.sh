@@ -9,9 +9,10 @@
 #   LFS server (giftless, scripts/lfs-server.sh) on 127.0.0.1, the guard
 #   reading parts from its store (wtxt.lfsObjects);
 # - the baseline: the same states as .npz files through plain git-lfs.
-# For each: stage + commit of every generation, the push, a clone of the
-# latest (full, and blobless: --filter=blob:none; CLONES times each, 3 by
-# default: this VM's system time varies from run to run), the oldest generation
+# For each: stage + commit of every generation, the push (PUSHES times, each
+# into a new remote and LFS store), a clone of the latest (full, and
+# blobless: --filter=blob:none; CLONES times each; both 3 by default: this
+# VM's system time varies from run to run), the oldest generation
 # out of the full clone (`wtxt git export`; `git checkout REV -- m.npz`),
 # `wtxt log --verify`, and the sizes of the repository and the remote (Git
 # and the LFS store). No `git gc` runs before any of them; the plain
@@ -23,7 +24,7 @@
 # DIGEST=tree writes the tree form (docs/FORMAT.md section 19), whose
 # generations the guard checks part by part (docs/STORAGE.md, "Checking what changed").
 #
-#   CHANGE=part|full [DIGEST=sha256|tree] [WAYS="plain lfs git-lfs"] [CLONES=3] \
+#   CHANGE=part|full [DIGEST=sha256|tree] [WAYS="plain lfs git-lfs"] [CLONES=3] [PUSHES=3] \
 #     scripts/bench_remote.sh [SIZE_MIB [GENS]]    (defaults 96, 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,7 @@ mib=${1:-96}
 gens=${2:-8}
 change=${CHANGE:-part}
 clones=${CLONES:-3}
+pushes=${PUSHES:-3}
 digest=${DIGEST:-sha256}
 work=${BENCH_DIR:-bench-work}/remote-$change
 . scripts/timing.sh
@@ -84,29 +86,34 @@ export -f commit_wtxt commit_npz
 
 for way in ${WAYS:-plain lfs git-lfs}; do
   w=$work/$way
+  name=$([ $way = git-lfs ] && echo npz || echo wtxt)
   git init -q -b main "$w"
-  git init -q --bare -b main "$w-remote.git"
+  git -C "$w" config lfs.url "$(lfs_url "$name-1")"
   case $way in
-    plain) (cd "$w" && "$BIN" git install >/dev/null 2>&1)
-      (cd "$w-remote.git" && "$BIN" git install --server >/dev/null 2>&1) ;;
-    lfs) (cd "$w" && git config lfs.url "$(lfs_url wtxt)" && "$BIN" git install --lfs >/dev/null 2>&1)
-      (cd "$w-remote.git" && "$BIN" git install --server >/dev/null 2>&1 &&
-        git config wtxt.lfsObjects "$(realpath "$work/store")/bench/wtxt") ;;
-    git-lfs) (cd "$w" && git config lfs.url "$(lfs_url npz)" && git lfs track "*.npz" >/dev/null &&
-        git add .gitattributes && git commit -qm attributes) ;;
+    plain) (cd "$w" && "$BIN" git install >/dev/null 2>&1) ;;
+    lfs) (cd "$w" && "$BIN" git install --lfs >/dev/null 2>&1) ;;
+    git-lfs) (cd "$w" && git lfs track "*.npz" >/dev/null && git add .gitattributes && git commit -qm attributes) ;;
   esac
-  url=file://$(realpath "$w-remote.git")
-  lfs=(-c "lfs.url=$(lfs_url "$([ $way = git-lfs ] && echo npz || echo wtxt)")")
   file=$([ $way = git-lfs ] && echo m.npz || echo m.wtxt)
   t "$way: stage + commit, $gens generations" bash -c "$([ $way = git-lfs ] && echo commit_npz || echo commit_wtxt) '$w'"
-  t "$way: push, $gens generations" git -C "$w" push -q "$w-remote.git" main
+  # Each push into a new remote (and LFS store), the one before removed.
+  for i in $(seq "$pushes"); do
+    rm -rf "$w-remote.git" "$work/store/bench/$name-$((i - 1))"
+    git init -q --bare -b main "$w-remote.git"
+    [ $way = git-lfs ] || (cd "$w-remote.git" && "$BIN" git install --server >/dev/null 2>&1)
+    [ $way = lfs ] && git -C "$w-remote.git" config wtxt.lfsObjects "$(realpath "$work/store")/bench/$name-$i"
+    git -C "$w" config lfs.url "$(lfs_url "$name-$i")"
+    t "$way: push, $gens generations ($i/$pushes)" git -C "$w" push -q "$w-remote.git" main
+  done
+  url=file://$(realpath "$w-remote.git")
+  lfs=(-c "lfs.url=$(lfs_url "$name-$pushes")")
   for i in $(seq "$clones"); do
     rm -rf "$w-clone" "$w-blobless"
     t "$way: clone of the latest ($i/$clones)" git "${lfs[@]}" clone -q "$url" "$w-clone"
     t "$way: blobless clone of the latest ($i/$clones)" git "${lfs[@]}" clone -q --filter=blob:none "$url" "$w-blobless"
   done
-  git -C "$w-clone" config lfs.url "$(lfs_url "$([ $way = git-lfs ] && echo npz || echo wtxt)")"
-  git -C "$w-blobless" config lfs.url "$(lfs_url "$([ $way = git-lfs ] && echo npz || echo wtxt)")"
+  git -C "$w-clone" config lfs.url "$(lfs_url "$name-$pushes")"
+  git -C "$w-blobless" config lfs.url "$(lfs_url "$name-$pushes")"
   if [ $way = git-lfs ]; then
     t "$way: the oldest generation, from the clone" git -C "$w-clone" checkout -q "HEAD~$((gens - 1))" -- m.npz
   else
@@ -114,7 +121,7 @@ for way in ${WAYS:-plain lfs git-lfs}; do
     t "$way: wtxt log (blobless clone: heads only)" env -C "$w-blobless" "$BIN" log m.wtxt
     t "$way: wtxt log --verify (the clone)" env -C "$w-clone" "$BIN" log --verify m.wtxt
   fi
-  store=$([ $way = git-lfs ] && echo "$work/store/bench/npz" || echo "$work/store/bench/wtxt")
+  store=$work/store/bench/$name-$pushes
   [ $way = plain ] && store=
   echo "$way: repository .git $(mb "$w/.git") MB; remote Git $(mb "$w-remote.git") MB${store:+, LFS store $(mb "$store") MB}; the state $((mib * gens)) MB over $gens generations"
   if [ $way = plain ]; then
