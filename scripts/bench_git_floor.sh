@@ -32,8 +32,9 @@ git -C "$work/stored.git" -c pack.compression=0 -c pack.window=0 repack -adqF
 echo "$(nproc) cores; one generation of ${mib} MiB of f32, $(du -sm "$work/huffman/m.wtxt.parts" | cut -f1) MB of parts"
 printf '%-52s %8s %8s\n' "" "wall s" "cpu s"
 for way in huffman stored; do
-  src=$work/$way; [ $way = stored ] && src=$work/stored.git
-  pack=$(ls "$src"/.git/objects/pack/*.pack "$src"/objects/pack/*.pack 2>/dev/null | head -1)
+  src=$work/huffman; objects=$src/.git/objects
+  [ $way = stored ] && src=$work/stored.git && objects=$src/objects
+  pack=$(find "$objects/pack" -name '*.pack' | head -1)
   echo "$way: pack $(($(stat -c %s "$pack") >> 20)) MiB"
   t "$way: clone, no checkout" git clone -q --bare "file://$(realpath "$src")" "$work/c.git"
   t "$way: clone" git clone -q "file://$(realpath "$src")" "$work/c"
