@@ -15,13 +15,7 @@ mib=${1:-1024}
 work=${BENCH_DIR:-bench-work}/git-floor
 . scripts/timing.sh
 rm -rf "$work" && mkdir -p "$work"
-python3 - "$mib" "$work" <<'PY'
-import sys, numpy as np
-mib, out = int(sys.argv[1]), sys.argv[2]
-rng = np.random.default_rng(0)
-rows = (mib << 20) // (48 * 512 * 4)
-np.savez(f"{out}/s.npz", **{f"l{i:02d}": rng.standard_normal((rows, 512), dtype=np.float32) for i in range(48)})
-PY
+random_state "$mib" "$work/s.npz" 48 512 l
 export GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@example.com GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@example.com
 git init -q -b main "$work/huffman"
 (cd "$work/huffman" && "$BIN" git install >/dev/null 2>&1 && "$BIN" snapshot ../s.npz -o m.wtxt --digest tree >/dev/null &&

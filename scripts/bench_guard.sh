@@ -15,14 +15,7 @@ mib=${1:-1024}
 work=${BENCH_DIR:-bench-work}/guard
 . scripts/timing.sh
 rm -rf "$work" && mkdir -p "$work"
-python3 - "$mib" "$work/state.npz" <<'PY'
-import sys, numpy as np
-mib, out = int(sys.argv[1]), sys.argv[2]
-rng = np.random.default_rng(0)
-n = 64
-rows = (mib << 20) // (n * 1024 * 4)
-np.savez(out, **{f"layer{i:02d}": rng.standard_normal((rows, 1024), dtype=np.float32) for i in range(n)})
-PY
+random_state "$mib" "$work/state.npz" 64 1024 layer
 export GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@example.com GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@example.com
 git init -q --bare -b main "$work/guarded.git"
 git init -q --bare -b main "$work/plain.git"

@@ -13,13 +13,7 @@ mib=${1:-256}
 work=${BENCH_DIR:-bench-work}/partial
 . scripts/timing.sh
 rm -rf "$work" && mkdir -p "$work"
-python3 - "$mib" "$work" <<'PY'
-import sys, numpy as np
-mib, out = int(sys.argv[1]), sys.argv[2]
-rng = np.random.default_rng(0)
-rows = (mib << 20) // (64 * 1024 * 4)
-np.savez(f"{out}/s.npz", **{f"t{i:02d}": rng.standard_normal((rows, 1024), dtype=np.float32) for i in range(64)})
-PY
+random_state "$mib" "$work/s.npz" 64 1024 t
 "$BIN" snapshot "$work/s.npz" -o "$work/s.wtxt" --digest tree --gen 0 >/dev/null 2>&1
 echo "$(ls "$work/s.wtxt.parts" | wc -l) parts; $(du -sm "$work/s.wtxt.parts" | cut -f1) MB of text"
 printf '%-40s %8s %8s\n' "" "wall s" "CPU s"

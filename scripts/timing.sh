@@ -6,6 +6,17 @@
 command -v /usr/bin/time >/dev/null || { echo "needs GNU time (apt-get install time)"; exit 2; }
 if [ -z "${BIN:-}" ]; then cargo build --release --quiet; BIN=target/release/wtxt; fi
 BIN=$(realpath "$BIN")
+# random_state MIB FILE TENSORS COLS NAME: MIB MiB of seeded standard-normal
+# f32 as TENSORS matrices of COLS columns named NAME00, NAME01..., an .npz.
+random_state() {
+  python3 - "$@" <<'PY'
+import sys, numpy as np
+mib, out, n, cols, name = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+rng = np.random.default_rng(0)
+rows = (mib << 20) // (n * cols * 4)
+np.savez(out, **{f"{name}{i:02d}": rng.standard_normal((rows, cols), dtype=np.float32) for i in range(n)})
+PY
+}
 t() { # label, command...
   local label=$1; shift
   sync
