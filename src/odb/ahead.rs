@@ -5,8 +5,8 @@
 //! the speed of the cores together rather than of one inflater.
 //!
 //! What is held is bounded: at most [`ReadAhead::depth`] blobs at a time,
-//! each at most [`AHEAD_MAX`] bytes (a larger one is streamed when it is
-//! opened). A blob read ahead is the same bytes Git gives a stream; one
+//! each at most [`INFLATE_WHOLE`] bytes, the most a blob is ever held whole
+//! (a larger one is streamed when it is opened). A blob read ahead is the same bytes Git gives a stream; one
 //! that fails or does not have the size expected is not given, and its
 //! reader opens it as usual (where the error is then reported).
 
@@ -19,8 +19,7 @@ use std::thread::JoinHandle;
 
 use git2::Oid;
 
-/// Largest blob read ahead whole (a part is at most 50 MB by default).
-pub const AHEAD_MAX: u64 = 64 << 20;
+use crate::odb::blob::INFLATE_WHOLE;
 
 /// Blobs of one repository to be read in a known order, keyed by the
 /// caller (a part's number).
@@ -44,9 +43,9 @@ struct Running {
 impl ReadAhead {
     /// Reads `order`'s blobs (key, blob, size) from the repository at
     /// `git_dir`, up to [`ReadAhead::depth`] of them ahead; blobs over
-    /// [`AHEAD_MAX`] are left to their reader.
+    /// [`INFLATE_WHOLE`] are left to their reader.
     pub fn new(git_dir: PathBuf, order: impl IntoIterator<Item = (u64, Oid, u64)>) -> ReadAhead {
-        let queue = order.into_iter().filter(|&(_, _, size)| size <= AHEAD_MAX).collect();
+        let queue = order.into_iter().filter(|&(_, _, size)| size <= INFLATE_WHOLE).collect();
         let depth = Self::depth();
         let mut r = ReadAhead { git_dir, queue, running: VecDeque::new(), depth };
         r.top_up();
@@ -164,7 +163,7 @@ mod tests {
         let blobs = vec![b"twelve bytes".to_vec(), b"x".to_vec()];
         let (dir, ids) = repo_with(&blobs);
         let missing = Oid::from_str("0123456789012345678901234567890123456789").unwrap();
-        let order = [(1, ids[0], 11), (2, ids[1], 2), (3, missing, 5), (4, ids[0], AHEAD_MAX + 1)];
+        let order = [(1, ids[0], 11), (2, ids[1], 2), (3, missing, 5), (4, ids[0], INFLATE_WHOLE + 1)];
         let mut ahead = ReadAhead::new(dir.path().to_path_buf(), order);
         for key in 1..=4 {
             assert!(ahead.take(key).is_none(), "key {key}");

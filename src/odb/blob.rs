@@ -27,7 +27,7 @@ pub fn size(repo: &Repository, blob: Oid) -> Result<u64> {
 
 /// Largest blob inflated whole by libgit2 (a part is at most 50 MB by
 /// default); a larger one is streamed by `git cat-file`.
-const INFLATE_WHOLE: u64 = 64 << 20;
+pub(crate) const INFLATE_WHOLE: u64 = 64 << 20;
 
 /// The blob's bytes as a stream: inflated by libgit2 when small, else from
 /// `git cat-file` (whose failure surfaces as a read error at the end).
