@@ -112,22 +112,19 @@ impl Drop for ReadAhead {
 fn read_whole(git_dir: &std::path::Path, blob: Oid, size: u64, stop: &AtomicBool) -> Option<Vec<u8>> {
     let mut r = crate::odb::blob::stream(git_dir, blob).ok()?;
     let mut buf = Vec::new();
-    buf.try_reserve_exact(size as usize).ok()?;
-    let mut chunk = vec![0u8; 1 << 20];
-    loop {
-        if stop.load(Ordering::Relaxed) {
+    // One byte past `size` tells a longer blob; the room holds it too, so
+    // the buffer never grows. Read a MiB at a time, so that a stop is seen.
+    buf.try_reserve_exact(size as usize + 1).ok()?;
+    while !stop.load(Ordering::Relaxed) {
+        let room = (size + 1 - buf.len() as u64).min(1 << 20);
+        if (&mut r).take(room).read_to_end(&mut buf).ok()? == 0 {
+            return (buf.len() as u64 == size).then_some(buf);
+        }
+        if buf.len() as u64 > size {
             return None;
         }
-        let n = r.read(&mut chunk).ok()?;
-        if n == 0 {
-            break;
-        }
-        if buf.len() + n > size as usize {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
     }
-    (buf.len() as u64 == size).then_some(buf)
+    None
 }
 
 #[cfg(test)]
