@@ -97,7 +97,8 @@ pub(super) struct Splice {
     /// number in the part.
     pub(super) joined_start: u64,
     pub(super) first_body: u64,
-    /// True when the next byte given starts a line.
+    /// True when the next byte given does not start a line (the last one
+    /// given was not a line feed).
     pub(super) mid_line: bool,
     /// Body bytes read, not yet given; they start where a `begin` line may.
     pub(super) carry: Vec<u8>,
