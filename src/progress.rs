@@ -65,6 +65,15 @@ impl Progress {
         self.deadline.as_ref().filter(|(at, _)| Instant::now() > *at).map(|(_, why)| why.as_str())
     }
 
+    /// [`Progress::expired`] as the error that stops a walk deep inside
+    /// some work (a history searched for a path's last version).
+    pub fn in_time(&self) -> crate::error::Result<()> {
+        match self.expired() {
+            Some(why) => Err(crate::error::Error::check(Default::default(), why.to_string())),
+            None => Ok(()),
+        }
+    }
+
     /// Sets how many units the work has.
     pub fn set_total(&self, total: u64) {
         self.total.store(total, Ordering::Relaxed);

@@ -173,7 +173,17 @@ pub fn serve<R: BufRead, W: Write>(
         let (content, total) = if command == "smudge" {
             let start = read_start(&mut input)?;
             if !start.starts_with(b"WTXT 1\n") {
-                pass_through(&start, &mut input, &mut out)?;
+                match raw_refused(&opts) {
+                    None => pass_through(&start, &mut input, &mut out)?,
+                    Some(e) => {
+                        if start.len() >= 7 {
+                            read_content(&mut input, 0)?;
+                        }
+                        log(&e.in_file(&path).to_string());
+                        write_text(&mut out, "status=error")?;
+                        flush(&mut out)?;
+                    }
+                }
                 continue;
             }
             let (rest, more) = read_content(&mut input, limit.saturating_sub(start.len()))?;
@@ -325,10 +335,27 @@ fn too_large(text: u64, path: &str) -> Error {
 /// `opts` (the repository's trusted keys and whether it requires a signature).
 pub fn smudge(content: &[u8], opts: &VerifyOptions) -> Result<Vec<u8>> {
     if !content.starts_with(b"WTXT 1\n") {
-        return Ok(content.to_vec());
+        return match raw_refused(opts) {
+            Some(e) => Err(e),
+            None => Ok(content.to_vec()),
+        };
     }
     let loaded = crate::format::load(content, content.len() as u64, opts)?;
     rebuild(&loaded.arrays)
+}
+
+/// Why content that is not WTXT may not be smudged into the work tree:
+/// where signatures are required, a path the filter owns holds a signed
+/// snapshot or nothing (raw bytes staged past the clean filter carry no
+/// signature). Elsewhere it passes as it is: a file committed before the
+/// filter was installed.
+fn raw_refused(opts: &VerifyOptions) -> Option<Error> {
+    opts.require_signature.then(|| {
+        Error::check(
+            Default::default(),
+            "not a WTXT snapshot: with wtxt.requireSignature a filtered path must hold a signed snapshot",
+        )
+    })
 }
 
 /// HEAD's WTXT version of a filtered path.

@@ -163,6 +163,10 @@ pub fn check(repo: &Repository, updates: &[Update]) -> Result<Verdict> {
         // Parents first: a refusal names the earliest commit that fails.
         walk.set_sorting(Sort::TOPOLOGICAL | Sort::REVERSE).map_err(git_err)?;
         'commits: for oid in walk {
+            if let Some(why) = progress.expired() {
+                verdict.refusals.push(refuse("", "", why.to_string()));
+                return Ok(verdict);
+            }
             let commit = repo.find_commit(oid.map_err(git_err)?).map_err(git_err)?;
             verdict.commits += 1;
             if verdict.commits > max_commits {
@@ -247,12 +251,34 @@ impl<'r> Held<'r> {
         let mut opts = git2::DiffOptions::new();
         opts.ignore_submodules(true);
         let diff = self.repo.diff_tree_to_tree(base, Some(tree), Some(&mut opts)).map_err(git_err)?;
+        let mut changed = Vec::new();
+        let mut attributes_changed = false;
         for d in diff.deltas() {
             let f = d.new_file();
             let blob = matches!(f.mode(), git2::FileMode::Blob | git2::FileMode::BlobExecutable);
+            attributes_changed |= [d.old_file().path(), f.path()]
+                .iter()
+                .any(|p| p.and_then(Path::file_name).is_some_and(|n| n == ".gitattributes"));
             let Some(path) = f.path().filter(|_| blob && !f.id().is_zero()) else { continue };
-            if !paths[..named].iter().any(|p| p == path) && self.holds_wtxt(f.id())? {
+            if paths[..named].iter().any(|p| p == path) {
+                continue;
+            }
+            if self.holds_wtxt(f.id())? {
                 paths.push(path.to_path_buf());
+            } else {
+                changed.push(path.to_path_buf());
+            }
+        }
+        // A path a wtxt filter owns holds a snapshot whatever its bytes say:
+        // raw bytes staged past the clean filter would reach a clone's
+        // work tree as they are. Attributes that change can give the
+        // filter files that did not change.
+        let candidates = if attributes_changed { blob_paths(tree)? } else { changed };
+        for (p, filter) in self.owned(tree, candidates)? {
+            let blob = tree.get_path(&p).map_err(git_err)?.id();
+            if !self.holds_wtxt(blob)? {
+                let why = format!("`{}`: filter={filter} owns it, but it holds no WTXT snapshot", p.display());
+                return Ok(Err(why));
             }
         }
         let mut folded = HashMap::new();
@@ -266,6 +292,40 @@ impl<'r> Held<'r> {
             }
         }
         Ok(Ok(paths))
+    }
+
+    /// Those of `candidates` (paths in `tree`), with their filter, whose attributes, as a
+    /// checkout of `tree` reads them, give a wtxt clean/smudge filter
+    /// (`filter=wtxt-FORMAT`). Git answers (`git check-attr --source`, the
+    /// paths on its standard input, never as patterns); it is asked only
+    /// where a `.gitattributes` lies on some candidate's way from the root.
+    fn owned(&self, tree: &Tree, candidates: Vec<PathBuf>) -> Result<Vec<(PathBuf, String)>> {
+        let mut dirs = std::collections::HashSet::new();
+        for p in &candidates {
+            dirs.extend(p.ancestors().skip(1));
+        }
+        let any = dirs.iter().any(|d| tree.get_path(&d.join(".gitattributes")).is_ok());
+        if !any {
+            return Ok(Vec::new());
+        }
+        let mut input = Vec::new();
+        for p in &candidates {
+            input.extend_from_slice(p.as_os_str().as_encoded_bytes());
+            input.push(0);
+        }
+        let source = format!("--source={}", tree.id());
+        let args = ["check-attr", "-z", "--stdin", &source, "filter"];
+        let out = crate::odb::objects::git_with_input(self.repo.path(), &args, input)?;
+        // One `PATH NUL filter NUL VALUE NUL` per path, in the order asked.
+        let values = out.split(|&b| b == 0).skip(2).step_by(3);
+        let owns = |v: &[u8]| {
+            std::str::from_utf8(v)
+                .ok()
+                .and_then(|v| v.strip_prefix("wtxt-"))
+                .is_some_and(|f| crate::git::install::FILTER_FORMATS.contains(&f))
+        };
+        let owned = candidates.into_iter().zip(values).filter(|(_, v)| owns(v));
+        Ok(owned.map(|(p, v)| (p, String::from_utf8_lossy(v).into_owned())).collect())
     }
 
     /// Whether `blob` begins with the WTXT magic line (with either line end).
@@ -315,6 +375,19 @@ impl<'r> Held<'r> {
         }
         Ok(out)
     }
+}
+
+/// Every blob's path in `tree`.
+fn blob_paths(tree: &Tree) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
+        if e.kind() == Some(ObjectType::Blob) {
+            out.push(Path::new(dir).join(String::from_utf8_lossy(e.name_bytes()).as_ref()));
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .map_err(git_err)?;
+    Ok(out)
 }
 
 #[cfg(test)]

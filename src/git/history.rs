@@ -303,21 +303,6 @@ fn read_version(blobs: &mut Blobs, commit: Oid, blob: Oid) -> Version {
     }
 }
 
-/// The newest version of `path` at or before `start`, along first parents.
-fn last_version(start: &Commit, path: &Path) -> Result<Option<(Oid, Oid)>> {
-    let mut c = start.clone();
-    for _ in 0..MAX_LOOKBACK {
-        if let Some(b) = blob_at(&c.tree().map_err(git_err)?, path) {
-            return Ok(Some((c.id(), b)));
-        }
-        match c.parents().next() {
-            Some(p) => c = p,
-            None => return Ok(None),
-        }
-    }
-    Ok(None)
-}
-
 /// The header of HEAD's version of `path`, if HEAD has one (read from the
 /// start of its blob: a head, or a single file's first lines), unverified.
 pub fn head_header(repo: &Repository, path: &Path) -> Result<Option<Header>> {
@@ -519,7 +504,7 @@ impl<'r> Versions<'r> {
         let mut parts_alone = false;
         for parent in commit.parents() {
             let pp = path_in_parent(repo, &parent.tree().map_err(git_err)?, &tree, path)?;
-            if let Some((c, b)) = last_version(&parent, &pp)? {
+            if let Some((c, b)) = self.served(&parent, &pp, progress)? {
                 let same_parts = || -> Result<bool> {
                     Ok(parts_of(&repo.find_commit(c).and_then(|c| c.tree()).map_err(git_err)?, &pp) == parts)
                 };
@@ -580,9 +565,45 @@ impl Versions<'_> {
         self.cache.entry(blob).or_insert_with(|| read_version(&mut self.blobs, commit, blob))
     }
 
-    /// Why the snapshot at `path` in `new_tip` does not continue the newest
-    /// version `old_tip`'s history holds there (along first parents: a
-    /// version deleted since still counts), when a ref moves from one to the
+    /// The version of `path` that `start` answers for: its own, else the
+    /// newest (highest `gen`) of the versions nearest to it along every
+    /// parent, so that a version deleted since still counts, and a merge
+    /// whose first parent never had the path hides none of its other
+    /// parents' (a rollback in two pushes: the path removed by such a
+    /// merge, an old generation added back after it). At most
+    /// `MAX_LOOKBACK` commits are searched, within `progress`'s deadline;
+    /// a version whose header does not read counts as the newest, so that
+    /// the link to it is checked and refused.
+    pub fn served(&mut self, start: &Commit, path: &Path, progress: &Progress) -> Result<Option<(Oid, Oid)>> {
+        if let Some(b) = blob_at(&start.tree().map_err(git_err)?, path) {
+            return Ok(Some((start.id(), b)));
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut queue = std::collections::VecDeque::from([start.clone()]);
+        let mut found = Vec::new();
+        'walk: while let Some(c) = queue.pop_front() {
+            for p in c.parents() {
+                if !seen.insert(p.id()) {
+                    continue;
+                }
+                if seen.len() > MAX_LOOKBACK {
+                    break 'walk;
+                }
+                progress.in_time()?;
+                match blob_at(&p.tree().map_err(git_err)?, path) {
+                    Some(b) => found.push((p.id(), b)),
+                    None => queue.push_back(p),
+                }
+            }
+        }
+        let newest =
+            found.into_iter().max_by_key(|&(c, b)| self.version(c, b).header.as_ref().map_or(u64::MAX, |h| h.meta.gen));
+        Ok(newest)
+    }
+
+    /// Why the snapshot at `path` in `new_tip` does not continue the
+    /// version `old_tip` answers for ([`Versions::served`]: a version
+    /// deleted since still counts), when a ref moves from one to the
     /// other; `None` when it does or the path never had one: its generation
     /// is newer, and
     /// its `merkle_prev` links, version by version through `new_tip`'s
@@ -599,7 +620,7 @@ impl Versions<'_> {
         progress: &Progress,
     ) -> Result<Option<String>> {
         let Some(new_blob) = blob_at(&new_tip.tree().map_err(git_err)?, path) else { return Ok(None) };
-        let Some((old_commit, old_blob)) = last_version(old_tip, path)? else { return Ok(None) };
+        let Some((old_commit, old_blob)) = self.served(old_tip, path, progress)? else { return Ok(None) };
         if old_blob == new_blob {
             return Ok(None);
         }

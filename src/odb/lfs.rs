@@ -99,9 +99,9 @@ impl Store {
         nested(&self.own, oid)
     }
 
-    /// The object `p` names, opened where it is, if it is there with the
-    /// pointer's size; a link or anything but a regular file is never read.
-    pub fn open(&self, p: &Pointer) -> Option<std::fs::File> {
+    /// The object `p` names, where it is with the pointer's size; a link or
+    /// anything but a regular file is never read.
+    fn find(&self, p: &Pointer) -> Option<std::fs::File> {
         let mut places = vec![self.own_path(&p.oid)];
         if let Some(s) = &self.server {
             places.push(nested(s, &p.oid));
@@ -113,9 +113,19 @@ impl Store {
         })
     }
 
-    /// Whether the object `p` names is here.
+    /// The object `p` names, opened for reading through its oid: a file
+    /// stored under the name of other bytes (a store that checks no oid, a
+    /// decoy a host was handed) fails its last read, so no reader counts
+    /// bytes that are not the ones the pointer names.
+    pub fn open(&self, p: &Pointer) -> Option<Hashed<std::fs::File>> {
+        let file = self.find(p)?;
+        Some(Hashed { inner: file, sha: <sha2::Sha256 as sha2::Digest>::new(), left: p.size, oid: p.oid.clone() })
+    }
+
+    /// Whether the object `p` names is here (by its size; its bytes are
+    /// hashed when they are read).
     pub fn has(&self, p: &Pointer) -> bool {
-        self.open(p).is_some()
+        self.find(p).is_some()
     }
 
     /// Copies the regular file at `path` into this repository's store as
@@ -148,6 +158,40 @@ impl Store {
             tmp.persist(&dest).map_err(|e| Error::io(&dest, e.error))?;
         }
         Ok(Pointer { oid, size })
+    }
+}
+
+/// An LFS object's bytes, hashed as they pass: the read that brings the
+/// last of the pointer's `size` bytes fails unless they hash to its oid,
+/// and nothing past `size` is given.
+pub struct Hashed<R> {
+    inner: R,
+    sha: sha2::Sha256,
+    left: u64,
+    oid: String,
+}
+
+impl<R: Read> Read for Hashed<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 || buf.is_empty() {
+            return Ok(0);
+        }
+        let want = buf.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        if n == 0 {
+            let why = format!("Git LFS object sha256:{} ended {} bytes short of its size", self.oid, self.left);
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, why));
+        }
+        sha2::Digest::update(&mut self.sha, &buf[..n]);
+        self.left -= n as u64;
+        if self.left == 0 {
+            let got = hex::encode(sha2::Digest::finalize_reset(&mut self.sha));
+            if got != self.oid {
+                let why = format!("Git LFS object sha256:{} holds bytes that hash to sha256:{got}", self.oid);
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
+            }
+        }
+        Ok(n)
     }
 }
 
@@ -282,5 +326,25 @@ mod tests {
         assert_eq!(Pointer::parse(t.replace(&"a".repeat(64), &"A".repeat(64)).as_bytes()), None);
         assert_eq!(Pointer::parse(format!("{t}ext-0-x sha256:00\n").as_bytes()), None);
         assert_eq!(Pointer::parse(b"WTXT part ix=1\n"), None);
+    }
+
+    #[test]
+    fn an_object_is_read_through_its_oid() {
+        let oid = |b: &[u8]| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b));
+        let read = |bytes: &[u8], oid: String| {
+            let mut h = Hashed {
+                inner: std::io::Cursor::new(bytes.to_vec()),
+                sha: <sha2::Sha256 as sha2::Digest>::new(),
+                left: 5,
+                oid,
+            };
+            let mut out = Vec::new();
+            h.read_to_end(&mut out).map(|_| out)
+        };
+        assert_eq!(read(b"hello", oid(b"hello")).unwrap(), b"hello");
+        assert_eq!(read(b"hello, more", oid(b"hello")).unwrap(), b"hello", "nothing past the size");
+        let e = read(b"decoy", oid(b"hello")).unwrap_err();
+        assert!(e.to_string().contains("hash to"), "{e}");
+        assert!(read(b"hell", oid(b"hello")).is_err(), "short");
     }
 }

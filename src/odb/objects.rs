@@ -271,18 +271,31 @@ fn index_packs(git_dir: &Path) -> Result<()> {
 /// What `git --git-dir GIT_DIR ARGS...` prints on stdout; its stderr in the
 /// error when it fails.
 fn git_in(git_dir: &Path, args: &[&str]) -> Result<Vec<u8>> {
+    git_with_input(git_dir, args, Vec::new())
+}
+
+/// [`git_in`] with `input` on Git's standard input (written beside the
+/// reading of its output, so that neither side waits on a full pipe).
+pub(crate) fn git_with_input(git_dir: &Path, args: &[&str], input: Vec<u8>) -> Result<Vec<u8>> {
+    use std::process::Stdio;
     let what = format!("git {}", args.join(" "));
-    let out = std::process::Command::new("git")
+    let mut child = std::process::Command::new("git")
         .arg("--git-dir")
         .arg(git_dir)
         .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .map_err(|e| Error::io_in(&what, e))?;
-    if !out.status.success() {
+    let mut stdin = child.stdin.take().expect("piped");
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().map_err(|e| Error::io_in(&what, e))?;
+    let wrote = writer.join().unwrap_or(Ok(()));
+    if !out.status.success() || wrote.is_err() {
         return Err(Error::input(
             Default::default(),
-            format!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim()),
+            format!("{what}: {}", crate::error::one_line(String::from_utf8_lossy(&out.stderr).trim())),
         ));
     }
     Ok(out.stdout)

@@ -200,3 +200,52 @@ fn one_array_from_history_fetches_only_its_parts_lfs_objects() {
     let fetched = walk(&c.join(".git/lfs/objects")).into_iter().filter(|p| p.is_file()).count();
     assert!(holding >= 2 && fetched == holding, "{fetched} LFS objects fetched, {holding} parts hold c");
 }
+
+/// Issue 82: the guard hashes every LFS object it reads against the oid
+/// that names it. A decoy (a part's real bytes kept under the oid of other
+/// bytes, as a store that checks no oid keeps whatever was uploaded) is
+/// refused, though its bytes would verify against the head.
+#[test]
+fn the_guard_reads_an_lfs_part_through_its_oid() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (_lfs, lfs_url) = crate::util::lfs_server(&d.join("lfs-store"), "models");
+    let w = lfs_history(d, &lfs_url);
+    let (_served, bare) = crate::util::served_repository(d);
+    // The host's store, flat as a local-disk server keeps it: every object
+    // the history names, as the honest client uploaded it.
+    let store = d.join("host-store");
+    std::fs::create_dir_all(&store).unwrap();
+    for p in walk(&w.join(".git/lfs/objects")).into_iter().filter(|p| p.is_file()) {
+        std::fs::copy(&p, store.join(p.file_name().unwrap())).unwrap();
+    }
+    git_ok(&bare, &["config", "wtxt.lfsObjects", store.to_str().unwrap()]);
+    git_ok(&w, &["push", "-q", "--no-verify", bare.to_str().unwrap(), "main"]);
+    // Generation 3, whose first part's pointer names other bytes of the
+    // same size, while the host keeps the real part under that name.
+    write_generation(&w, 3);
+    git_ok(&w, &["add", "-A"]);
+    git_ok(&w, &["commit", "-q", "--no-verify", "-m", "gen 3"]);
+    let part = "m.wtxt.parts/000001.wtxtpart";
+    let pointer = git_ok(&w, &["cat-file", "-p", &format!("HEAD:{part}")]);
+    let oid = pointer.lines().find_map(|l| l.strip_prefix("oid sha256:")).unwrap().to_string();
+    let real = std::fs::read(w.join(".git/lfs/objects").join(&oid[..2]).join(&oid[2..4]).join(&oid)).unwrap();
+    for p in walk(&w.join(".git/lfs/objects")).into_iter().filter(|p| p.is_file()) {
+        std::fs::copy(&p, store.join(p.file_name().unwrap())).unwrap();
+    }
+    let mut other = real.clone();
+    let at = other.len() / 2;
+    other[at] ^= 1;
+    let named = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&other));
+    std::fs::write(store.join(&named), &real).unwrap();
+    let decoy = d.join("pointer");
+    std::fs::write(&decoy, pointer.replace(&oid, &named)).unwrap();
+    let blob = git_ok(&w, &["hash-object", "-w", "--no-filters", decoy.to_str().unwrap()]).trim().to_string();
+    git_ok(&w, &["update-index", "--cacheinfo", &format!("100644,{blob},{part}")]);
+    git_ok(&w, &["commit", "-q", "--no-verify", "--amend", "-m", "gen 3, a decoy part"]);
+    let o = git_cmd(&w, &["push", "-q", "--no-verify", bare.to_str().unwrap(), "main"], &[]);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a decoy LFS part passed the guard: {said}");
+    assert!(said.contains(&format!("sha256:{named} holds bytes that hash to sha256:{oid}")), "{said}");
+    assert_ne!(git_ok(&bare, &["rev-parse", "main"]), git_ok(&w, &["rev-parse", "HEAD"]));
+}

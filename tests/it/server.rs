@@ -293,18 +293,103 @@ fn the_guard_cannot_be_walked_around() {
 
     // T5-5: a tree naming m.wtxt twice, the unsigned version first.
     let tree_text = format!("100644 blob {blob}\tm.wtxt\n100644 blob {good}\tm.wtxt\n");
-    let mut mktree = std::process::Command::new("git");
-    mktree.current_dir(&work).args(["mktree", "--missing"]).stdin(std::process::Stdio::piped());
-    mktree.stdout(std::process::Stdio::piped());
-    let mut child = mktree.spawn().unwrap();
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), tree_text.as_bytes()).unwrap();
-    let tree = String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap().trim().to_string();
+    let tree = crate::util::mktree(&work, &tree_text);
     if !tree.is_empty() {
         let commit = git_ok(&work, &["commit-tree", &tree, "-p", &landed, "-m", "twice"]).trim().to_string();
         let (ok, err) = push(&["push", "origin", &format!("{commit}:refs/heads/main")]);
         assert!(!ok, "a tree listing m.wtxt twice landed: {err}");
     }
     assert_eq!(rev(&bare, "main"), landed);
+}
+
+/// Issue 82: a ref's newest generation is the one it served, whatever
+/// parent leads to it: a merge whose first parent is a new root without the
+/// snapshot removes it in one fast-forward push, and an older signed
+/// generation added after it in the next is refused.
+#[test]
+fn a_rollback_through_a_merge_with_a_new_root_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (bare, work, _server) = guarded(d);
+    let (sign, trusted) = (fixture("keys/sign.pem"), fixture("keys/trusted_keys"));
+    let signed = ["--sign-key", sign.to_str().unwrap(), "--trusted-keys", trusted.to_str().unwrap()];
+    let gens: Vec<PathBuf> = (0..3).map(|n| d.join(format!("g{n}.wtxt"))).collect();
+    for (n, g) in gens.iter().enumerate() {
+        snapshot(g, n.checked_sub(1).map(|p| gens[p].as_path()), n as u32, &signed);
+        std::fs::copy(g, work.join("m.wtxt")).unwrap();
+        let (ok, err) = commit_and_push(&work, &format!("gen {n}"));
+        assert!(ok, "{err}");
+    }
+    let served = rev(&bare, "main");
+    // Push 1: main becomes a merge whose first parent is a root without m.wtxt.
+    std::fs::write(d.join("README"), "another history\n").unwrap();
+    let readme = git_ok(&work, &["hash-object", "-w", d.join("README").to_str().unwrap()]).trim().to_string();
+    let tree = crate::util::mktree(&work, &format!("100644 blob {readme}\tREADME\n"));
+    let root = git_ok(&work, &["commit-tree", &tree, "-m", "a new root"]).trim().to_string();
+    let merge = git_ok(&work, &["commit-tree", &tree, "-p", &root, "-p", &served, "-m", "merge"]).trim().to_string();
+    let o = git_cmd(&work, &["push", "origin", &format!("{merge}:refs/heads/main")], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Push 2: an older signed generation on top of it.
+    for old in &gens[..2] {
+        let blob = git_ok(&work, &["hash-object", "-w", old.to_str().unwrap()]).trim().to_string();
+        let tree = crate::util::mktree(&work, &format!("100644 blob {readme}\tREADME\n100644 blob {blob}\tm.wtxt\n"));
+        let back = git_ok(&work, &["commit-tree", &tree, "-p", &merge, "-m", "an old generation"]).trim().to_string();
+        let o = git_cmd(&work, &["push", "origin", &format!("{back}:refs/heads/main")], &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{} came back: {err}", old.display());
+        assert!(err.contains("does not follow gen 000002"), "{err}");
+    }
+    assert_eq!(rev(&bare, "main"), merge);
+}
+
+/// Issue 82: a path a wtxt filter owns (by the pushed tree's own
+/// attributes) holds a verified snapshot: raw bytes staged past the clean
+/// filter are refused by the guard, as is an attributes change that hands
+/// the filter a raw file already there; a clone that requires signatures
+/// does not smudge such bytes into its work tree.
+#[test]
+fn a_raw_file_a_filter_owns_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (bare, work, _server) = guarded(d);
+    let raw = d.join("raw.safetensors");
+    let o =
+        wtxt().arg("convert").arg(fixture("inputs/model.npz")).args(["--to", "safetensors", "-o"]).arg(&raw).output();
+    let o = o.unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let blob = git_ok(&work, &["hash-object", "-w", "--no-filters", raw.to_str().unwrap()]).trim().to_string();
+    let stage = |path: &str| git_ok(&work, &["update-index", "--add", "--cacheinfo", &format!("100644,{blob},{path}")]);
+    std::fs::write(work.join(".gitattributes"), "*.safetensors filter=wtxt-safetensors diff=wtxt merge=wtxt\n")
+        .unwrap();
+    git_ok(&work, &["add", ".gitattributes"]);
+    stage("model.safetensors");
+    git_ok(&work, &["commit", "-q", "--no-verify", "-m", "raw past the filter"]);
+    let o = git_cmd(&work, &["push", "origin", "HEAD:main"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a raw file the filter owns landed: {err}");
+    assert!(err.contains("`model.safetensors`: filter=wtxt-safetensors owns it, but it holds no WTXT"), "{err}");
+    // The raw file lands where no filter owns it; an attributes change
+    // that gives it to the filter is refused.
+    git_ok(&work, &["rm", "-q", "--cached", ".gitattributes"]);
+    git_ok(&work, &["commit", "-q", "--no-verify", "--amend", "-m", "a raw file"]);
+    let o = git_cmd(&work, &["push", "origin", "HEAD:main"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    git_ok(&work, &["add", ".gitattributes"]);
+    git_ok(&work, &["commit", "-q", "--no-verify", "-m", "the filter owns it now"]);
+    let o = git_cmd(&work, &["push", "origin", "HEAD:main"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("model.safetensors"), "{err}");
+    assert_ne!(rev(&bare, "main"), rev(&work, "HEAD"));
+    // A clone that requires signatures does not smudge it.
+    let o = wtxt().current_dir(&work).args(["git", "install", "--filter", "safetensors"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    git_ok(&work, &["config", "wtxt.trustedKeys", fixture("keys/trusted_keys").to_str().unwrap()]);
+    git_ok(&work, &["config", "wtxt.requireSignature", "true"]);
+    let _ = std::fs::remove_file(work.join("model.safetensors"));
+    let o = git_cmd(&work, &["checkout", "--", "model.safetensors"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("must hold a signed snapshot"), "{err}");
+    assert!(!work.join("model.safetensors").exists());
 }
 
 /// T5-4, T5-11: WTXT is checked wherever it is held: under a filtered
@@ -347,12 +432,7 @@ fn the_guard_checks_wtxt_whatever_holds_it() {
     git_ok(&work, &["tag", "-a", "-m", "a blob", "blob-tag", &blob]);
     refused("a tag of a blob", "not signed", push(&["push", "origin", "refs/tags/blob-tag"]));
     refused("a ref to a blob", "not signed", push(&["push", "origin", &format!("{blob}:refs/tags/bare-blob")]));
-    let mut mktree = std::process::Command::new("git");
-    mktree.current_dir(&work).arg("mktree").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
-    let mut child = mktree.spawn().unwrap();
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), format!("100644 blob {blob}\tweights.bin\n").as_bytes())
-        .unwrap();
-    let tree = String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap().trim().to_string();
+    let tree = crate::util::mktree(&work, &format!("100644 blob {blob}\tweights.bin\n"));
     refused("a ref to a tree", "weights.bin: data: ", push(&["push", "origin", &format!("{tree}:refs/tags/tree")]));
     // A signed snapshot under a tag lands.
     let signed_blob = git_ok(&work, &["rev-parse", "HEAD:m.wtxt"]).trim().to_string();

@@ -105,6 +105,16 @@ pub fn git_ok(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// `git mktree` (with `--missing`) of `listing` in the repository at `dir`:
+/// the tree's id, empty when Git refuses the listing.
+pub fn mktree(dir: &Path, listing: &str) -> String {
+    let mut mktree = std::process::Command::new("git");
+    mktree.current_dir(dir).args(["mktree", "--missing"]).stdin(std::process::Stdio::piped());
+    let mut child = mktree.stdout(std::process::Stdio::piped()).spawn().unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), listing.as_bytes()).unwrap();
+    String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap().trim().to_string()
+}
+
 /// A `.npy` v1 header of 128 bytes for the dict `dict` (data follows it).
 pub fn npy_header(dict: &str) -> Vec<u8> {
     let mut v = b"\x93NUMPY\x01\x00\x76\x00".to_vec();
