@@ -655,6 +655,11 @@ pub struct InstallArgs {
     /// whose signatures are not from wtxt.trustedKeys.
     #[arg(long, conflicts_with_all = ["global", "system", "filter", "folder"])]
     pub server: bool,
+    /// With --server: the folder the LFS server beside the repository keeps
+    /// its objects in, where the guard reads parts stored in Git LFS
+    /// (wtxt.lfsObjects).
+    #[arg(long, value_name = "DIR", requires = "server")]
+    pub lfs_objects: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -59,13 +59,19 @@ fn git_install(a: cli::InstallArgs) -> Result<u8> {
     let exe = crate::git::command()?;
     let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
     if a.server && a.manual {
-        emit(&install::describe_server(&here, &exe)?)?;
+        emit(&install::describe_server(&here, &exe, a.lfs_objects.as_deref())?)?;
         return Ok(0);
     }
     if a.server {
-        let hook = install::server(&here, &exe, a.uninstall)?;
+        let hook = install::server(&here, &exe, a.lfs_objects.as_deref(), a.uninstall)?;
         let done = if a.uninstall { "removed" } else { "installed" };
         eprintln!("wtxt: {done} the guard {}", hook.display());
+        if !a.uninstall && a.lfs_objects.is_none() {
+            eprintln!(
+                "wtxt: parts stored in Git LFS are refused until the guard can read them: --lfs-objects DIR names the \
+                 LFS server's object store (a host that runs no hook checks pushes with `wtxt log --verify` in CI)"
+            );
+        }
         return Ok(0);
     }
     let plan = install::plan(&here, scope, &a.filter, &a.folder, a.lfs, &exe)?;
@@ -195,6 +201,11 @@ fn pre_receive() -> Result<u8> {
     let updates = guard::parse_updates(&input)?;
     let repo = git2::Repository::open_from_env().map_err(crate::odb::git_err)?;
     let v = guard::check(&repo, &updates)?;
+    if v.refusals.is_empty() {
+        if let Some(branch) = guard::head_to_pushed_branch(&repo, &updates)? {
+            eprintln!("wtxt pre-receive: HEAD now names {branch}, the first branch pushed (clones check it out)");
+        }
+    }
     for r in &v.refusals {
         // Names and paths are the pusher's: shown escaped, so none can
         // forge a line of Git's `remote:` output or reorder the terminal's.

@@ -118,13 +118,16 @@ pub fn check(repo: &Repository, updates: &[Update]) -> Result<Verdict> {
     // What the repository already holds: every ref's tip before the push.
     let mut known = Vec::new();
     for r in repo.references().map_err(git_err)?.flatten() {
+        if known.len() % 1024 == 1023 {
+            progress.in_time()?;
+        }
         if let Some(id) = r.resolve().ok().and_then(|r| r.target()) {
             known.push(id);
         }
     }
     let mut verdict = Verdict::default();
     let mut versions = Versions::recorded(repo);
-    let mut held = Held::new(repo);
+    let mut held = Held::new(repo, progress);
     for u in updates.iter().filter(|u| !u.new.is_zero()) {
         let refuse = |commit: &str, path: &str, reason: String| Refusal {
             refname: u.refname.clone(),
@@ -224,17 +227,42 @@ pub fn check(repo: &Repository, updates: &[Update]) -> Result<Verdict> {
     Ok(verdict)
 }
 
+/// Points HEAD at the branch a push creates when HEAD names a branch that
+/// does not exist (a bare repository made by `git init --bare` names
+/// `master`, the README pushes `main`): a clone then checks it out. Called
+/// once the push is accepted; `main` wins where the push creates several.
+/// Returns the branch HEAD now names.
+pub fn head_to_pushed_branch(repo: &Repository, updates: &[Update]) -> Result<Option<String>> {
+    let Ok(head) = repo.find_reference("HEAD") else { return Ok(None) };
+    let Ok(Some(target)) = head.symbolic_target() else { return Ok(None) };
+    if repo.find_reference(target).is_ok() {
+        return Ok(None);
+    }
+    let created = |u: &&Update| u.old.is_zero() && !u.new.is_zero() && u.refname.starts_with("refs/heads/");
+    let mut branches = updates.iter().filter(created);
+    let Some(first) = branches.clone().find(|u| u.refname == "refs/heads/main").or_else(|| branches.next()) else {
+        return Ok(None);
+    };
+    if first.refname == target {
+        return Ok(None);
+    }
+    repo.reference_symbolic("HEAD", &first.refname, true, "wtxt: HEAD names the branch pushed").map_err(git_err)?;
+    Ok(Some(first.refname.clone()))
+}
+
 /// Where snapshots are held, by name and by content, each blob looked at once.
 struct Held<'r> {
     repo: &'r Repository,
+    /// The push's deadline, inside every tree walked.
+    progress: &'r Progress,
     blobs: Blobs<'r>,
     /// Whether a blob begins with the WTXT magic line.
     wtxt: HashMap<Oid, bool>,
 }
 
 impl<'r> Held<'r> {
-    fn new(repo: &'r Repository) -> Held<'r> {
-        Held { repo, blobs: Blobs::new(repo), wtxt: HashMap::new() }
+    fn new(repo: &'r Repository, progress: &'r Progress) -> Held<'r> {
+        Held { repo, progress, blobs: Blobs::new(repo), wtxt: HashMap::new() }
     }
 
     /// The snapshot paths of `tree` to check against `base`: every path
@@ -243,7 +271,7 @@ impl<'r> Held<'r> {
     /// the tree is refused: an entry named twice, or two snapshot paths
     /// that differ only in case (a case-insensitive checkout keeps one).
     fn paths(&mut self, base: Option<&Tree>, tree: &Tree) -> Result<std::result::Result<Vec<PathBuf>, String>> {
-        let mut paths = match snapshot_paths(tree) {
+        let mut paths = match snapshot_paths(tree, self.progress) {
             Ok(p) => p,
             Err(e) => return Ok(Err(e.message().to_string())),
         };
@@ -273,7 +301,7 @@ impl<'r> Held<'r> {
         // raw bytes staged past the clean filter would reach a clone's
         // work tree as they are. Attributes that change can give the
         // filter files that did not change.
-        let candidates = if attributes_changed { blob_paths(tree)? } else { changed };
+        let candidates = if attributes_changed { blob_paths(tree, self.progress)? } else { changed };
         for (p, filter) in self.owned(tree, candidates)? {
             let blob = tree.get_path(&p).map_err(git_err)?.id();
             if !self.holds_wtxt(blob)? {
@@ -377,16 +405,26 @@ impl<'r> Held<'r> {
     }
 }
 
-/// Every blob's path in `tree`.
-fn blob_paths(tree: &Tree) -> Result<Vec<PathBuf>> {
+/// Every blob's path in `tree`, walked within `progress`'s deadline.
+fn blob_paths(tree: &Tree, progress: &Progress) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
+    let mut late = None;
+    let walked = tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
+        if out.len() % 4096 == 4095 {
+            if let Err(e) = progress.in_time() {
+                late = Some(e);
+                return git2::TreeWalkResult::Abort;
+            }
+        }
         if e.kind() == Some(ObjectType::Blob) {
             out.push(Path::new(dir).join(String::from_utf8_lossy(e.name_bytes()).as_ref()));
         }
         git2::TreeWalkResult::Ok
-    })
-    .map_err(git_err)?;
+    });
+    if let Some(e) = late {
+        return Err(e);
+    }
+    walked.map_err(git_err)?;
     Ok(out)
 }
 

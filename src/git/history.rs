@@ -225,17 +225,25 @@ pub fn in_progress(repo: &Repository) -> Result<InProgress> {
 
 /// Every `*.wtxt` path in HEAD's tree.
 pub fn wtxt_paths(repo: &Repository) -> Result<Vec<PathBuf>> {
-    snapshot_paths(&repo.head().and_then(|h| h.peel_to_tree()).map_err(git_err)?)
+    snapshot_paths(&repo.head().and_then(|h| h.peel_to_tree()).map_err(git_err)?, &Progress::hidden())
 }
 
-/// Every `*.wtxt` path in `tree` (a split snapshot by its head).
-pub fn snapshot_paths(tree: &Tree) -> Result<Vec<PathBuf>> {
+/// Every `*.wtxt` path in `tree` (a split snapshot by its head), walked
+/// within `progress`'s deadline (a tree can hold millions of entries).
+pub fn snapshot_paths(tree: &Tree, progress: &Progress) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
+    let mut late = None;
     // A tree that names one entry twice is malformed (`git fsck` refuses
     // it): which of the two a reader sees depends on the reader.
     let mut seen = std::collections::HashSet::new();
     let mut twice = None;
     let walked = tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
+        if seen.len() % 4096 == 4095 {
+            if let Err(e) = progress.in_time() {
+                late = Some(e);
+                return git2::TreeWalkResult::Abort;
+            }
+        }
         let path = format!("{dir}{}", String::from_utf8_lossy(e.name_bytes()));
         if seen.contains(&path) {
             twice = Some(path);
@@ -248,6 +256,9 @@ pub fn snapshot_paths(tree: &Tree) -> Result<Vec<PathBuf>> {
         seen.insert(path);
         git2::TreeWalkResult::Ok
     });
+    if let Some(e) = late {
+        return Err(e);
+    }
     if let Some(p) = twice {
         return Err(Error::input(Default::default(), format!("tree {}: `{p}` is listed twice", tree.id())));
     }

@@ -450,6 +450,26 @@ fn ensure_block(path: &Path, lines: &[String]) -> Result<bool> {
     Ok(true)
 }
 
+/// Sets `lines` as the wtxt block of the attributes file `path`, keeping
+/// what else it holds.
+fn write_block(path: &Path, lines: &str) -> Result<()> {
+    let old = read_attributes(path)?;
+    let lines: Vec<String> = lines.lines().map(str::to_string).collect();
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    }
+    write_file(path, with_block(&old, Some(&lines)).as_bytes(), 0o644)
+}
+
+/// Removes the wtxt block of the attributes file `path`, if it has one.
+fn remove_block(path: &Path) -> Result<()> {
+    let old = read_attributes(path)?;
+    if old.lines().any(|l| l == BEGIN) {
+        write_file(path, with_block(&old, None).as_bytes(), 0o644)?;
+    }
+    Ok(())
+}
+
 /// Replaces (or removes, with `lines` = None) the marked block in `text`.
 fn with_block(text: &str, lines: Option<&[String]>) -> String {
     let mut out = String::new();
@@ -592,28 +612,60 @@ fn remove_hooks<'a>(dir: &Path, names: impl IntoIterator<Item = &'a str>) -> Res
 /// `wtxt git install --server`: the guard's `pre-receive` hook, calling the
 /// `wtxt` at `exe`, in the bare repository around `dir` (or, with
 /// `uninstall`, that hook removed). Returns the hook's path.
-pub fn server(dir: &Path, exe: &Path, uninstall: bool) -> Result<PathBuf> {
+pub fn server(dir: &Path, exe: &Path, lfs_objects: Option<&Path>, uninstall: bool) -> Result<PathBuf> {
     let (repo, hooks) = server_repo(dir)?;
+    let attributes = repo.path().join("info/attributes");
     if uninstall {
         remove_hooks(&hooks, ["pre-receive"])?;
+        remove_block(&attributes)?;
     } else {
         let mut cfg = repo.config().and_then(|c| c.open_level(git2::ConfigLevel::Local)).map_err(git_err)?;
         for (key, value) in SERVER_CONFIG {
             cfg.set_str(key, value).map_err(git_err)?;
         }
+        if let Some(store) = lfs_objects {
+            let store = lfs_store(store)?;
+            cfg.set_str(LFS_OBJECTS_KEY, &store.display().to_string()).map_err(git_err)?;
+        }
+        write_block(&attributes, SERVER_ATTRIBUTES)?;
         put_hooks(&hooks, &[("pre-receive", server_hook(exe))])?;
     }
     Ok(hooks.join("pre-receive"))
 }
 
+/// The setting that names the LFS server's object store to the guard.
+const LFS_OBJECTS_KEY: &str = "wtxt.lfsObjects";
+
+/// `--lfs-objects DIR` as the guard will read it: an existing folder, by
+/// its absolute path (the hook runs in the repository, not where install ran).
+fn lfs_store(dir: &Path) -> Result<PathBuf> {
+    let meta = std::fs::metadata(dir).map_err(|e| Error::io(dir, e))?;
+    if !meta.is_dir() {
+        return Err(Error::usage(format!("--lfs-objects {}: not a folder", dir.display())));
+    }
+    std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))
+}
+
+/// What `--server` writes in the bare repository's `info/attributes`:
+/// no delta search over parts when Git packs them for a clone or a fetch.
+/// A part's bytes change wholly where they change at all (each is a run of
+/// arrays' base64), so the search finds nothing and costs most of a
+/// clone's time; a delta wtxt stored is still sent as it is.
+pub const SERVER_ATTRIBUTES: &str = "*.wtxtpart -delta";
+
 /// What `--server --manual` prints: the configuration and the hook
 /// `--server` would write in the bare repository at `dir`, nothing written.
-pub fn describe_server(dir: &Path, exe: &Path) -> Result<String> {
-    let (_, hooks) = server_repo(dir)?;
+pub fn describe_server(dir: &Path, exe: &Path, lfs_objects: Option<&Path>) -> Result<String> {
+    let (repo, hooks) = server_repo(dir)?;
     let mut s = String::from("# Git configuration of the bare repository:\n");
     for (key, value) in SERVER_CONFIG {
         s.push_str(&format!("git config --local {key} {}\n", shell_word(value)));
     }
+    if let Some(store) = lfs_objects {
+        let store = lfs_store(store)?.display().to_string();
+        s.push_str(&format!("git config --local {LFS_OBJECTS_KEY} {}\n", shell_word(&store)));
+    }
+    s.push_str(&format!("\n# In {}:\n{SERVER_ATTRIBUTES}\n", repo.path().join("info/attributes").display()));
     s.push_str(&format!(
         "\n# Hook {} (an existing hook is kept as pre-receive.wtxt-chained and runs first):\n{}",
         hooks.join("pre-receive").display(),

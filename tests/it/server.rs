@@ -302,6 +302,62 @@ fn the_guard_cannot_be_walked_around() {
     assert_eq!(rev(&bare, "main"), landed);
 }
 
+/// Issue 79: `--server` sets up a host as it serves: no delta search over
+/// parts (info/attributes), the guard's LFS store (`--lfs-objects`), and
+/// HEAD moved to the branch the first push creates, so a clone of a
+/// repository made by `git init --bare` (HEAD at `master`) checks out `main`.
+#[test]
+fn a_server_install_sets_up_what_a_host_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    git_ok(d, &["init", "-q", "--bare", "-b", "master", "r.git"]);
+    let bare = d.join("r.git");
+    let o = wtxt().current_dir(&bare).args(["git", "install", "--server", "--lfs-objects", "no-such-dir"]).output();
+    assert!(!o.unwrap().status.success(), "a store that is not there is refused");
+    std::fs::create_dir(d.join("lfs")).unwrap();
+    let o = wtxt().current_dir(&bare).args(["git", "install", "--server", "--lfs-objects", "../lfs"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let store = git_ok(&bare, &["config", "wtxt.lfsObjects"]);
+    assert_eq!(Path::new(store.trim()), std::fs::canonicalize(d.join("lfs")).unwrap());
+    let attrs = git_ok(&bare, &["check-attr", "delta", "--", "m.wtxt.parts/000001.wtxtpart"]);
+    assert!(attrs.trim().ends_with("delta: unset"), "{attrs}");
+    git_ok(d, &["init", "-q", "-b", "main", "w"]);
+    let w = d.join("w");
+    snapshot(&w.join("m.wtxt"), None, 0, &[]);
+    git_ok(&w, &["add", "-A"]);
+    git_ok(&w, &["commit", "-q", "--no-verify", "-m", "gen 0"]);
+    let o = git_cmd(&w, &["push", bare.to_str().unwrap(), "main"], &[]);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && said.contains("HEAD now names refs/heads/main"), "{said}");
+    git_ok(d, &["clone", "-q", bare.to_str().unwrap(), "c"]);
+    assert!(d.join("c/m.wtxt").is_file(), "the clone checked out main");
+    let o = wtxt().current_dir(&bare).args(["git", "install", "--server", "--uninstall"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let attrs = git_ok(&bare, &["check-attr", "delta", "--", "m.wtxt.parts/000001.wtxtpart"]);
+    assert!(attrs.trim().ends_with("delta: unspecified"), "{attrs}");
+}
+
+/// T5-9: the guard's deadline holds in every walk, also over commits that
+/// hold no snapshot at all: with `wtxt.guardSeconds 0` such a push is
+/// refused, not waved through for having nothing to verify.
+#[test]
+fn the_guard_deadline_holds_without_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bare, w) = guarded_locally(dir.path());
+    for n in 0..3 {
+        std::fs::write(w.join(format!("f{n}.txt")), "x\n").unwrap();
+        git_ok(&w, &["add", "-A"]);
+        git_ok(&w, &["commit", "-q", "-m", &format!("c{n}")]);
+    }
+    git_ok(&bare, &["config", "wtxt.guardSeconds", "0"]);
+    let o = git_cmd(&w, &["push", "origin", "HEAD:main"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("still checking after 0 s (wtxt.guardSeconds)"), "{err}");
+    git_ok(&bare, &["config", "wtxt.guardSeconds", "60"]);
+    let o = git_cmd(&w, &["push", "origin", "HEAD:main"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// Issue 82: a ref's newest generation is the one it served, whatever
 /// parent leads to it: a merge whose first parent is a new root without the
 /// snapshot removes it in one fast-forward push, and an older signed
