@@ -24,6 +24,7 @@
 //! grow with a snapshot.
 
 use std::collections::HashMap;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::format::verify::VerifyOptions;
 use crate::git::history::{snapshot_paths, LogOptions, Versions};
 use crate::git::proof::verify_version;
+use crate::git::served::{Record, Served};
 use crate::odb::blob::Blobs;
 use crate::odb::git_err;
 use crate::progress::Progress;
@@ -128,6 +130,24 @@ pub fn check(repo: &Repository, updates: &[Update]) -> Result<Verdict> {
     let mut verdict = Verdict::default();
     let mut versions = Versions::recorded(repo);
     let mut held = Held::new(repo, progress);
+    // What every ref updated served before the push (a ref deleted now
+    // too): the newest generation at each snapshot path its tip holds or
+    // its record names, so that the ref created again, or moved through a
+    // tree or a blob, is checked against it.
+    let mut record = Record::read(repo.path())?;
+    for u in updates.iter().filter(|u| !u.old.is_zero()) {
+        let Ok(old) = repo.find_object(u.old, None) else { continue };
+        let mut paths: Vec<PathBuf> = match old.peel_to_tree() {
+            Ok(t) => snapshot_paths(&t, progress)?,
+            Err(_) => vec![PathBuf::from(&u.refname)],
+        };
+        paths.extend(record.of(&u.refname).into_iter().map(|(p, _)| PathBuf::from(std::ffi::OsString::from_vec(p))));
+        for p in paths {
+            if let Some(s) = versions.served_at(&old, &u.refname, &p, progress)? {
+                record.note(&u.refname, p.as_os_str().as_bytes(), s);
+            }
+        }
+    }
     for u in updates.iter().filter(|u| !u.new.is_zero()) {
         let refuse = |commit: &str, path: &str, reason: String| Refusal {
             refname: u.refname.clone(),
@@ -143,7 +163,8 @@ pub fn check(repo: &Repository, updates: &[Update]) -> Result<Verdict> {
             continue;
         }
         let object = repo.find_object(u.new, None).map_err(git_err)?;
-        let Ok(tip) = object.peel_to_commit() else {
+        let tip = object.peel_to_commit().ok();
+        if tip.is_none() {
             // A tag or ref naming a tree or a blob: no history, but every
             // snapshot it holds is one a clone can read.
             let vopts = VerifyOptions {
@@ -155,74 +176,98 @@ pub fn check(repo: &Repository, updates: &[Update]) -> Result<Verdict> {
             for (path, why) in held.unchained(&object, &u.refname, &vopts, progress)? {
                 verdict.refusals.push(refuse("", &path, why));
             }
-            continue;
-        };
-        let mut walk = repo.revwalk().map_err(git_err)?;
-        walk.push(tip.id()).map_err(git_err)?;
-        for k in &known {
-            // A tip that is not a commit (a tag of a blob) hides nothing.
-            let _ = walk.hide(*k);
         }
-        // Parents first: a refusal names the earliest commit that fails.
-        walk.set_sorting(Sort::TOPOLOGICAL | Sort::REVERSE).map_err(git_err)?;
-        'commits: for oid in walk {
-            if let Some(why) = progress.expired() {
-                verdict.refusals.push(refuse("", "", why.to_string()));
-                return Ok(verdict);
+        if let Some(tip) = &tip {
+            let mut walk = repo.revwalk().map_err(git_err)?;
+            walk.push(tip.id()).map_err(git_err)?;
+            for k in &known {
+                // A tip that is not a commit (a tag of a blob) hides nothing.
+                let _ = walk.hide(*k);
             }
-            let commit = repo.find_commit(oid.map_err(git_err)?).map_err(git_err)?;
-            verdict.commits += 1;
-            if verdict.commits > max_commits {
-                verdict.refusals.push(refuse(
-                    "",
-                    "",
-                    format!("more than {max_commits} new commits (wtxt.guardMaxCommits)"),
-                ));
-                break;
-            }
-            let base = commit.parents().next().map(|p| p.tree()).transpose().map_err(git_err)?;
-            let paths = match held.paths(base.as_ref(), &commit.tree().map_err(git_err)?)? {
-                Ok(p) => p,
-                Err(why) => {
-                    verdict.refusals.push(refuse(&commit.id().to_string(), "", why));
-                    break 'commits;
-                }
-            };
-            for path in paths {
+            // Parents first: a refusal names the earliest commit that fails.
+            walk.set_sorting(Sort::TOPOLOGICAL | Sort::REVERSE).map_err(git_err)?;
+            'commits: for oid in walk {
                 if let Some(why) = progress.expired() {
                     verdict.refusals.push(refuse("", "", why.to_string()));
                     return Ok(verdict);
                 }
-                let Some(g) = versions.generation(&commit, &path, &opts, progress)? else { continue };
-                verdict.generations += 1;
-                if let Some(p) = g.problems.first() {
-                    verdict.refusals.push(refuse(&g.commit, &g.path, p.clone()));
-                    break 'commits;
+                let commit = repo.find_commit(oid.map_err(git_err)?).map_err(git_err)?;
+                verdict.commits += 1;
+                if verdict.commits > max_commits {
+                    verdict.refusals.push(refuse(
+                        "",
+                        "",
+                        format!("more than {max_commits} new commits (wtxt.guardMaxCommits)"),
+                    ));
+                    break;
+                }
+                let base = commit.parents().next().map(|p| p.tree()).transpose().map_err(git_err)?;
+                let paths = match held.paths(base.as_ref(), &commit.tree().map_err(git_err)?)? {
+                    Ok(p) => p,
+                    Err(why) => {
+                        verdict.refusals.push(refuse(&commit.id().to_string(), "", why));
+                        break 'commits;
+                    }
+                };
+                for path in paths {
+                    if let Some(why) = progress.expired() {
+                        verdict.refusals.push(refuse("", "", why.to_string()));
+                        return Ok(verdict);
+                    }
+                    let Some(g) = versions.generation(&commit, &path, &opts, progress)? else { continue };
+                    verdict.generations += 1;
+                    if let Some(p) = g.problems.first() {
+                        verdict.refusals.push(refuse(&g.commit, &g.path, p.clone()));
+                        break 'commits;
+                    }
                 }
             }
         }
-        // The ref's new tip against its old one, path by path: however the
-        // commits between came (a rename, a merge with another history, a
-        // force push), no snapshot goes back or starts over.
-        if u.old.is_zero() {
-            continue;
-        }
-        let Ok(old) = repo.find_object(u.old, None).and_then(|o| o.peel_to_commit()) else { continue };
-        // A tip already held (so not walked above) whose tree does not list
-        // cleanly is refused, not passed over.
-        let paths = match held.paths(Some(&old.tree().map_err(git_err)?), &tip.tree().map_err(git_err)?)? {
-            Ok(p) => p,
-            Err(why) => {
-                verdict.refusals.push(refuse(&tip.id().to_string(), "", why));
-                continue;
+        // The ref's new tip against what it served, path by path: however
+        // the commits between came (a rename, a merge with another history,
+        // a force push, the ref deleted and created again, a tag moved
+        // through a tree), no snapshot goes back or starts over.
+        let shown = tip.as_ref().map_or(String::new(), |t| t.id().to_string());
+        let mut baseline: HashMap<PathBuf, Served> = record
+            .of(&u.refname)
+            .into_iter()
+            .map(|(p, s)| (PathBuf::from(std::ffi::OsString::from_vec(p)), s))
+            .collect();
+        if let Some(old) = (!u.old.is_zero()).then(|| repo.find_object(u.old, None).ok()).flatten() {
+            // The paths that changed (a tip already held, so not walked
+            // above, whose tree does not list cleanly is refused).
+            let (old_tree, new_tree) = (old.peel_to_tree().ok(), object.peel_to_tree().ok());
+            if let Some(new_tree) = &new_tree {
+                match held.paths(old_tree.as_ref(), new_tree)? {
+                    Ok(paths) => {
+                        for p in paths {
+                            if let Some(s) = versions.served_at(&old, &u.refname, &p, progress)? {
+                                let e = baseline.entry(p).or_insert(s);
+                                if s.gen > e.gen {
+                                    *e = s;
+                                }
+                            }
+                        }
+                    }
+                    Err(why) => verdict.refusals.push(refuse(&shown, "", why)),
+                }
             }
-        };
-        for path in paths {
-            if let Some(why) = versions.continues(&old, &tip, &path, max_commits, progress)? {
-                verdict.refusals.push(refuse(&tip.id().to_string(), &path.display().to_string(), why));
+        }
+        let new_tree = object.peel_to_tree().ok();
+        let mut baseline: Vec<(PathBuf, Served)> = baseline.into_iter().collect();
+        baseline.sort_by(|a, b| a.0.cmp(&b.0));
+        for (path, served) in baseline {
+            let new_blob = match &new_tree {
+                Some(t) => t.get_path(&path).ok().filter(|e| e.kind() == Some(ObjectType::Blob)).map(|e| e.id()),
+                None => object.peel(ObjectType::Blob).ok().filter(|_| Path::new(&u.refname) == path).map(|b| b.id()),
+            };
+            let Some(new_blob) = new_blob else { continue };
+            if let Some(why) = versions.continues(served, &object, &path, new_blob, max_commits, progress)? {
+                verdict.refusals.push(refuse(&shown, &path.display().to_string(), why));
             }
         }
     }
+    record.save(repo.path())?;
     (verdict.parts_read, verdict.parts_total) = (versions.proofs.parts_read, versions.proofs.parts_total);
     Ok(verdict)
 }

@@ -27,6 +27,7 @@ use crate::format::split;
 use crate::format::syntax::{Root, SignLine};
 use crate::format::verify::{SigStatus, VerifyOptions};
 use crate::git::proof::{parts_of, verify_version, Proofs};
+use crate::git::served::Served;
 use crate::odb::blob::Blobs;
 use crate::odb::git_err;
 use crate::progress::Progress;
@@ -612,31 +613,52 @@ impl Versions<'_> {
         Ok(newest)
     }
 
-    /// Why the snapshot at `path` in `new_tip` does not continue the
-    /// version `old_tip` answers for ([`Versions::served`]: a version
-    /// deleted since still counts), when a ref moves from one to the
-    /// other; `None` when it does or the path never had one: its generation
-    /// is newer, and
-    /// its `merkle_prev` links, version by version through `new_tip`'s
-    /// history (every parent, at most `max_commits` commits), reach the old
-    /// version. A rollback (an older generation put back, by a rename, a
-    /// merge with another history or a force push) and a new chain where
-    /// the path had one are refused so.
+    /// The generation `object` (a commit, tree or blob a ref held) serves
+    /// at `path` (a blob serves at the path `refname`): for a commit,
+    /// [`Versions::served`]'s; none where it holds no final version there.
+    pub fn served_at(
+        &mut self,
+        object: &git2::Object,
+        refname: &str,
+        path: &Path,
+        progress: &Progress,
+    ) -> Result<Option<Served>> {
+        let found = if let Ok(c) = object.peel_to_commit() {
+            self.served(&c, path, progress)?
+        } else if let Ok(t) = object.peel_to_tree() {
+            blob_at(&t, path).map(|b| (Oid::ZERO_SHA1, b))
+        } else {
+            let blob = object.peel(ObjectType::Blob).ok().filter(|_| Path::new(refname) == path);
+            blob.map(|b| (Oid::ZERO_SHA1, b.id()))
+        };
+        let Some((c, b)) = found else { return Ok(None) };
+        Ok(self.version(c, b).header.as_ref().and_then(|h| match h.root {
+            Root::Final { merkle_this, .. } => Some(Served { gen: h.meta.gen, merkle_this }),
+            Root::Pending => None,
+        }))
+    }
+
+    /// Why the version `new_blob` of `path` in `new_tip` (a commit, tree
+    /// or blob) does not continue `old`, the generation the ref served
+    /// there, when the ref moves to it; `None` when it does: it is that
+    /// generation, or a newer one whose `merkle_prev` links reach `old`,
+    /// version by version through `new_tip`'s history (every parent, at
+    /// most `max_commits` commits; a tree or blob, which has no history,
+    /// links to it directly). A rollback (an older generation put back, by
+    /// a rename, a merge with another history, a force push, a ref deleted
+    /// and created again, a tag moved through a tree) and a new chain
+    /// where the path had one are refused so.
     pub fn continues(
         &mut self,
-        old_tip: &Commit,
-        new_tip: &Commit,
+        old: Served,
+        new_tip: &git2::Object,
         path: &Path,
+        new_blob: Oid,
         max_commits: u64,
         progress: &Progress,
     ) -> Result<Option<String>> {
-        let Some(new_blob) = blob_at(&new_tip.tree().map_err(git_err)?, path) else { return Ok(None) };
-        let Some((old_commit, old_blob)) = self.served(old_tip, path, progress)? else { return Ok(None) };
-        if old_blob == new_blob {
-            return Ok(None);
-        }
-        let (Some(old), Some(new)) =
-            (self.version(old_commit, old_blob).header.clone(), self.version(new_tip.id(), new_blob).header.clone())
+        let commit = new_tip.peel_to_commit().ok();
+        let Some(new) = self.version(commit.as_ref().map_or(Oid::ZERO_SHA1, |c| c.id()), new_blob).header.clone()
         else {
             return Ok(Some("a version whose header does not read".into()));
         };
@@ -644,17 +666,30 @@ impl Versions<'_> {
             Root::Final { merkle_prev, merkle_this, .. } => Some((merkle_prev, merkle_this)),
             Root::Pending => None,
         };
-        let (Some((_, old_this)), Some((mut want, _))) = (link(&old), link(&new)) else {
+        let Some((mut want, new_this)) = link(&new) else {
             return Ok(Some("a version with its root pending".into()));
         };
-        if new.meta.gen <= old.meta.gen {
+        if new_this == old.merkle_this {
+            return Ok(None);
+        }
+        let old_gen = crate::format::syntax::pad(old.gen, 6);
+        if new.meta.gen <= old.gen {
             return Ok(Some(format!(
-                "gen {} does not follow gen {}, which the ref held: no generation goes back",
+                "gen {} does not follow gen {old_gen}, which the ref held: no generation goes back",
                 new.meta.gen_str(),
-                old.meta.gen_str()
             )));
         }
-        // The versions of `path` in the new tip's history, newest first, by
+        let not_reached = || {
+            Some(format!(
+                "gen {}'s chain does not reach gen {old_gen}, which the ref held (a new chain or another history \
+                 where the path had one)",
+                new.meta.gen_str(),
+            ))
+        };
+        let Some(new_tip) = commit else {
+            return Ok(if want == old.merkle_this { None } else { not_reached() });
+        };
+        // The versions of the path in the new tip's history, by
         // merkle_this; the links are followed as the walk finds them.
         let mut by_link: HashMap<Hash, (u64, Hash)> = HashMap::new();
         let mut walk = self.repo.revwalk().map_err(git_err)?;
@@ -662,22 +697,20 @@ impl Versions<'_> {
         walk.set_sorting(Sort::TIME).map_err(git_err)?;
         // Follows the links known so far: reached, broken, or still open.
         let advance = |by_link: &HashMap<Hash, (u64, Hash)>, want: &mut Hash| loop {
-            if *want == old_this {
+            if *want == old.merkle_this {
                 return Some(true);
             }
             match by_link.get(want) {
-                Some(&(gen, prev)) if gen > old.meta.gen => *want = prev,
+                Some(&(gen, prev)) if gen > old.gen => *want = prev,
                 Some(_) => return Some(false),
                 None => return None,
             }
         };
         for (n, oid) in walk.enumerate() {
-            if let Some(why) = progress.expired() {
-                return Ok(Some(why.to_string()));
-            }
+            progress.in_time()?;
             match advance(&by_link, &mut want) {
                 Some(true) => return Ok(None),
-                Some(false) => return Ok(Some(not_reached(&new, &old))),
+                Some(false) => return Ok(not_reached()),
                 None if n as u64 >= max_commits => break,
                 None => {}
             }
@@ -692,18 +725,9 @@ impl Versions<'_> {
         }
         match advance(&by_link, &mut want) {
             Some(true) => Ok(None),
-            _ => Ok(Some(not_reached(&new, &old))),
+            _ => Ok(not_reached()),
         }
     }
-}
-
-fn not_reached(new: &Header, old: &Header) -> String {
-    format!(
-        "gen {}'s chain does not reach gen {}, which the ref held (a new chain or another history where the path \
-         had one)",
-        new.meta.gen_str(),
-        old.meta.gen_str()
-    )
 }
 
 fn check(commit: &Commit, path: &Path, cur: &Version, prevs: &[Version], opts: &LogOptions) -> Generation {

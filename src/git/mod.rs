@@ -14,6 +14,7 @@ pub(crate) mod merge;
 pub(crate) mod parts;
 pub(crate) mod proof;
 pub(crate) mod push;
+pub(crate) mod served;
 pub(crate) mod shell;
 
 pub use commit::{commit_lock, commit_written, committed_link};

@@ -398,6 +398,54 @@ fn a_rollback_through_a_merge_with_a_new_root_is_refused() {
     assert_eq!(rev(&bare, "main"), merge);
 }
 
+/// Issue 82: every ref is checked against what it served, whatever its
+/// kind: a tag at gen 2's commit moved to gen 0's tree and then to gen 0's
+/// commit, and a branch deleted and created again at gen 0, are refused
+/// (`$GIT_DIR/wtxt/served` keeps what each ref held).
+#[test]
+fn every_ref_keeps_what_it_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (bare, work, _server) = guarded(d);
+    let (sign, trusted) = (fixture("keys/sign.pem"), fixture("keys/trusted_keys"));
+    let signed = ["--sign-key", sign.to_str().unwrap(), "--trusted-keys", trusted.to_str().unwrap()];
+    let gens: Vec<PathBuf> = (0..3).map(|n| d.join(format!("g{n}.wtxt"))).collect();
+    let mut commits = Vec::new();
+    for (n, g) in gens.iter().enumerate() {
+        snapshot(g, n.checked_sub(1).map(|p| gens[p].as_path()), n as u32, &signed);
+        std::fs::copy(g, work.join("m.wtxt")).unwrap();
+        let (ok, err) = commit_and_push(&work, &format!("gen {n}"));
+        assert!(ok, "{err}");
+        commits.push(rev(&work, "HEAD"));
+    }
+    let push = |spec: &str, force: bool| {
+        let args = if force { vec!["push", "-f", "origin", spec] } else { vec!["push", "origin", spec] };
+        let o = git_cmd(&work, &args, &[]);
+        (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (ok, err) = push(&format!("{}:refs/tags/latest", commits[2]), false);
+    assert!(ok, "{err}");
+    let tree0 = rev(&work, &format!("{}^{{tree}}", commits[0]));
+    let (ok, err) = push(&format!("{tree0}:refs/tags/latest"), true);
+    assert!(!ok && err.contains("does not follow gen 000002"), "a tag moved to gen 0's tree: {err}");
+    let (ok, err) = push(&format!("{}:refs/tags/latest", commits[0]), true);
+    assert!(!ok && err.contains("does not follow gen 000002"), "a tag moved to gen 0's commit: {err}");
+    // A branch that is not HEAD's, deleted, then created again at gen 0.
+    let (ok, err) = push(&format!("{}:refs/heads/release", commits[2]), false);
+    assert!(ok, "{err}");
+    let (ok, err) = push(":refs/heads/release", false);
+    assert!(ok, "{err}");
+    let (ok, err) = push(&format!("{}:refs/heads/release", commits[0]), false);
+    assert!(!ok && err.contains("does not follow gen 000002"), "a branch created again at gen 0: {err}");
+    // Created again where it was, it lands; a new name starts where it likes.
+    let (ok, err) = push(&format!("{}:refs/heads/release", commits[2]), false);
+    assert!(ok, "{err}");
+    let (ok, err) = push(&format!("{}:refs/heads/first", commits[0]), false);
+    assert!(ok, "{err}");
+    let record = std::fs::read_to_string(bare.join("wtxt/served")).unwrap();
+    assert_eq!(record.lines().filter(|l| l.starts_with("refs/heads/release ")).count(), 1, "{record}");
+}
+
 /// Issue 82: a path a wtxt filter owns (by the pushed tree's own
 /// attributes) holds a verified snapshot: raw bytes staged past the clean
 /// filter are refused by the guard, as is an attributes change that hands
