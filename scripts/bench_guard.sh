@@ -43,3 +43,21 @@ grep -q "1 generation(s) in 1 new commit(s) verified" "$work/err" || { echo "the
 t "git push gen 1, no guard" git -C "$work/w" push -q "$work/plain.git" main
 t "git push gen 1, guarded (+ tip to tip)" git -C "$work/w" push -q "$work/guarded.git" main
 grep -q "1 generation(s) in 1 new commit(s) verified" "$work/err" || { echo "the guard did not verify"; cat "$work/err"; exit 1; }
+# Parts in Git LFS: the guard reads each part from the LFS store
+# (`--lfs-objects`, here the pusher's own store, laid out as Git LFS lays
+# it) and hashes it against its oid as it verifies; `sha256sum` of the same
+# bytes is what that hashing costs alone. Pushed with --no-verify: no LFS
+# server takes the objects (the guard reads them where they lie).
+if command -v git-lfs >/dev/null 2>&1; then
+  git init -q --bare -b main "$work/lfs.git"
+  git -C "$work/lfs.git" config receive.unpackLimit 1
+  git init -q -b main "$work/l"
+  git -C "$work/l" config lfs.url http://127.0.0.1:9/none
+  mkdir -p "$work/l/.git/lfs/objects"
+  (cd "$work/lfs.git" && "$BIN" git install --server --lfs-objects ../l/.git/lfs/objects 2>/dev/null)
+  (cd "$work/l" && WTXT="$BIN" "$BIN" git install --lfs >/dev/null 2>&1 && cp "$work/w/m.wtxt" . &&
+    cp -r "$work/w/m.wtxt.parts" . && git add -A && WTXT="$BIN" git commit -q -m gen1 2>/dev/null)
+  t "sha256sum of the LFS objects" sh -c "find '$work/l/.git/lfs/objects' -type f -print0 | xargs -0 sha256sum"
+  t "git push, guarded, parts in LFS" git -C "$work/l" push -q --no-verify "$work/lfs.git" main
+  grep -q "1 generation(s) in 1 new commit(s) verified" "$work/err" || { echo "the guard did not verify"; cat "$work/err"; exit 1; }
+fi
