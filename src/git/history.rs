@@ -493,7 +493,7 @@ impl<'r> Versions<'r> {
     /// As [`Versions::new`], with what was verified recorded in the
     /// repository between runs (the server's guard, [`Proofs::kept_in`]).
     pub fn recorded(repo: &'r Repository) -> Versions<'r> {
-        Versions { proofs: Proofs::kept_in(repo.path()), ..Versions::new(repo) }
+        Versions { proofs: Proofs::kept_in(repo), ..Versions::new(repo) }
     }
 
     /// The generation `commit` makes of the snapshot at `path`, checked

@@ -28,9 +28,16 @@ use crate::store::{PartReading, WtxtIn};
 
 /// The record's file in a Git directory.
 const RECORD: &str = "wtxt/verified";
-/// The largest record read (about 2.5 million entries); a larger one is
-/// passed over, and every generation read whole.
-const MAX_RECORD: u64 = 256 << 20;
+/// The largest record read (about 180,000 lines, some 20 MiB in memory); a
+/// larger one is passed over, and every generation read whole.
+const MAX_RECORD: u64 = 16 << 20;
+/// A record past this size is rewritten when it is read, keeping only the
+/// newest [`KEPT_GENERATIONS`] generations and the shares of their arrays:
+/// the record grows with what is pushed, never past about twice this.
+const COMPACT_AT: u64 = 4 << 20;
+/// The generations a compacted record keeps: a push is checked against its
+/// parent's version, which is almost always among the newest.
+const KEPT_GENERATIONS: usize = 64;
 
 /// The id of the `PATH.parts` folder in `tree`.
 pub(crate) fn parts_of(tree: &Tree, path: &Path) -> Option<Oid> {
@@ -70,16 +77,21 @@ pub struct Proofs {
 }
 
 impl Proofs {
-    /// A record kept in `git_dir` between runs (the server's guard).
-    pub fn kept_in(git_dir: &Path) -> Proofs {
-        let file = git_dir.join(RECORD);
+    /// A record kept in `repo`'s Git directory between runs (the server's
+    /// guard), read line by line (a regular file only, not a link; one
+    /// past [`MAX_RECORD`] counts as none) and compacted when it has grown
+    /// past [`COMPACT_AT`].
+    pub fn kept_in(repo: &Repository) -> Proofs {
+        let file = repo.path().join(RECORD);
         let mut p = Proofs { file: Some(file.clone()), ..Default::default() };
-        // A regular file only, not a link; one past the bound counts as none.
-        let Ok(Some(text)) = crate::fs::read_small_file(&file, MAX_RECORD, crate::fs::Links::Refuse) else {
+        let Ok((f, len)) = crate::fs::open_regular(&file) else { return p };
+        if len > MAX_RECORD {
             return p;
-        };
-        for line in text.split(|&b| b == b'\n') {
-            let f: Vec<&str> = std::str::from_utf8(line).unwrap_or("").split(' ').collect();
+        }
+        let mut order = Vec::new();
+        let lines = std::io::BufRead::split(std::io::BufReader::new(f.take(MAX_RECORD)), b'\n');
+        for line in lines.map_while(std::result::Result::ok) {
+            let f: Vec<&str> = std::str::from_utf8(&line).unwrap_or("").split(' ').collect();
             match f[..] {
                 // Whole lines only: a line a torn write cut short is passed over.
                 ["x", sha, share] if sha.len() == 64 && share.len() == 16 => {
@@ -91,13 +103,45 @@ impl Proofs {
                 }
                 ["g", head, parts] if head.len() == parts.len() => {
                     if let (Ok(head), Ok(parts)) = (Oid::from_str(head), Oid::from_str(parts)) {
-                        p.generations.insert((head, Some(parts)));
+                        if p.generations.insert((head, Some(parts))) {
+                            order.push((head, parts));
+                        }
                     }
                 }
                 _ => {}
             }
         }
+        if len > COMPACT_AT {
+            // The record only saves work: a failure to compact it is none of the check's.
+            let _ = p.compact(repo, &order, &file);
+        }
         p
+    }
+
+    /// Rewrites the record at `file` with the newest generations of
+    /// `order` (as written) and the shares of their arrays, read from
+    /// their heads; what this run holds in memory stays as read.
+    fn compact(&self, repo: &Repository, order: &[(Oid, Oid)], file: &Path) -> Result<()> {
+        let mut text = String::new();
+        let mut written = HashSet::new();
+        for &(blob, parts) in order.iter().rev().take(KEPT_GENERATIONS).rev() {
+            let head = crate::odb::blob::prefix(repo, blob, split::MAX_HEAD + 1)?;
+            let split::Opened::Split(head) = split::open(Box::new(std::io::Cursor::new(head)))? else { continue };
+            let digests: Option<Vec<Hash>> =
+                head.arrs.iter().flatten().map(|a| ArrLine::parse(a).ok().map(|a| a.sha256)).collect();
+            let Some(shares) = digests.and_then(|d| d.into_iter().map(|h| Some((h, *self.shares.get(&h)?))).collect())
+            else {
+                continue;
+            };
+            let shares: Vec<(Hash, u64)> = shares;
+            for (sha, share) in shares {
+                if written.insert(sha) {
+                    text.push_str(&format!("x {} {share:016x}\n", hex::encode(sha)));
+                }
+            }
+            text.push_str(&format!("g {blob} {parts}\n"));
+        }
+        crate::fs::write_file(file, text.as_bytes(), 0o644)
     }
 
     /// Verifies the version of `path` whose blob is `blob` in `tree` whole,
