@@ -272,15 +272,38 @@ fn blob_at(tree: &Tree, path: &Path) -> Option<Oid> {
 }
 
 /// The path `path` (in `child`) had in `parent`, following a rename.
+/// Only files `parent` has and `child` lacks can be where `path` came
+/// from: their blobs and `path`'s are all that is compared (and, in a
+/// partial clone, fetched), never those of other files the commit adds or
+/// changes.
 fn path_in_parent(repo: &Repository, parent: &Tree, child: &Tree, path: &Path) -> Result<PathBuf> {
-    if blob_at(parent, path).is_some() || blob_at(child, path).is_none() {
+    let Some(new) = blob_at(child, path) else { return Ok(path.to_path_buf()) };
+    if blob_at(parent, path).is_some() {
         return Ok(path.to_path_buf());
     }
-    let mut diff = repo
+    let listed = repo
         .diff_tree_to_tree(Some(parent), Some(child), Some(DiffOptions::new().ignore_submodules(true)))
         .map_err(git_err)?;
-    // Renames are found by content: in a partial clone, both sides' blobs first.
-    let sides = diff.deltas().flat_map(|d| [d.old_file().id(), d.new_file().id()]).filter(|o| !o.is_zero());
+    let mut gone = Vec::new();
+    for d in listed.deltas().filter(|d| d.status() == git2::Delta::Deleted) {
+        let Some(old) = d.old_file().path() else { continue };
+        // The same bytes under another name need no reading.
+        if d.old_file().id() == new {
+            return Ok(old.to_path_buf());
+        }
+        gone.push((old.to_path_buf(), d.old_file().id()));
+    }
+    if gone.is_empty() {
+        return Ok(path.to_path_buf());
+    }
+    // The same diff over those paths alone, each taken literally.
+    let mut opts = DiffOptions::new();
+    opts.ignore_submodules(true).disable_pathspec_match(true).pathspec(path);
+    for (old, _) in &gone {
+        opts.pathspec(old);
+    }
+    let mut diff = repo.diff_tree_to_tree(Some(parent), Some(child), Some(&mut opts)).map_err(git_err)?;
+    let sides = gone.iter().map(|(_, o)| *o).chain([new]).filter(|o| !o.is_zero());
     crate::odb::promisor::fetch_missing(repo, sides.collect::<Vec<_>>())?;
     diff.find_similar(Some(DiffFindOptions::new().renames(true).rename_threshold(50))).map_err(git_err)?;
     for d in diff.deltas() {

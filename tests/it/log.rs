@@ -302,7 +302,9 @@ fn missing(repo: &Path) -> usize {
 /// Issue 66.3: in a blobless partial clone from a real `git daemon`,
 /// `wtxt log` proves the chain from the heads alone (fetching those, in
 /// one go), `log --verify` fetches and verifies every generation, and `git
-/// export` gives an old generation whole.
+/// export` gives an old generation whole. The commit that adds the
+/// snapshot also adds and changes other files: their blobs are never
+/// fetched, as they cannot be where the snapshot came from.
 #[test]
 fn a_blobless_clone_logs_verifies_and_exports() {
     let dir = tempfile::tempdir().unwrap();
@@ -310,6 +312,13 @@ fn a_blobless_clone_logs_verifies_and_exports() {
     let (served, bare) = crate::util::served_repository(d);
     git_ok(d, &["init", "-q", "-b", "main", "w"]);
     let w = d.join("w");
+    std::fs::write(w.join("notes.txt"), "first\n").unwrap();
+    std::fs::write(w.join("old.txt"), "a file the next commit deletes\n").unwrap();
+    git_ok(&w, &["add", "-A"]);
+    git_ok(&w, &["commit", "-q", "--no-verify", "-m", "before any snapshot"]);
+    std::fs::write(w.join("notes.txt"), "second\n").unwrap();
+    std::fs::write(w.join("data.bin"), vec![7u8; 300_000]).unwrap();
+    git_ok(&w, &["rm", "-q", "old.txt"]);
     for n in 0..3u32 {
         // Another chunking each generation: every part differs.
         let rows = (64 - 16 * n).to_string();
@@ -330,11 +339,12 @@ fn a_blobless_clone_logs_verifies_and_exports() {
     git_ok(&w, &["push", "-q", bare.to_str().unwrap(), "main"]);
     let (_server, port) = crate::util::git_daemon(&served);
     let url = format!("git://127.0.0.1:{port}/models.git");
-    let clone = |name: &str| {
-        git_ok(d, &["clone", "-q", "--filter=blob:none", &url, name]);
+    let clone = |name: &str, how: &str| {
+        git_ok(d, &["clone", "-q", how, "--filter=blob:none", &url, name]);
         d.join(name)
     };
-    let c = clone("c");
+    // No checkout: every blob it has is one a command fetched.
+    let c = clone("c", "--no-checkout");
     let before = missing(&c);
     assert!(before > 0, "the clone is blobless");
     let log = |args: &[&str]| {
@@ -348,12 +358,28 @@ fn a_blobless_clone_logs_verifies_and_exports() {
     assert_eq!(v["chains"][0]["generations"].as_array().unwrap().len(), 3, "{v}");
     let heads_only = missing(&c);
     assert!(heads_only < before && heads_only > 0, "{before} -> {heads_only}: only the heads were fetched");
+    let unfetched = git_ok(&c, &["rev-list", "--objects", "--all", "--missing=print"]);
+    for other in ["HEAD:data.bin", "HEAD:notes.txt"] {
+        let oid = git_ok(&c, &["rev-parse", other]);
+        assert!(unfetched.contains(&format!("?{}", oid.trim())), "{other} was fetched");
+    }
     let (code, v) = log(&["--verify"]);
     assert_eq!(code, Some(0), "{v}");
     assert!(v["chains"][0]["generations"].as_array().unwrap().iter().all(|g| g["data"] == "verified"), "{v}");
-    assert_eq!(missing(&c), 0, "every generation was fetched to be verified");
+    // Every generation was fetched to be verified, and nothing else: the
+    // other files of both commits before it stay where they are.
+    let left: Vec<String> = git_ok(&c, &["rev-list", "--objects", "--all", "--missing=print"])
+        .lines()
+        .filter_map(|l| l.strip_prefix('?').map(str::to_string))
+        .collect();
+    let others: Vec<String> = ["HEAD:data.bin", "HEAD:notes.txt", "HEAD~3:notes.txt"]
+        .iter()
+        .map(|r| git_ok(&c, &["rev-parse", r]).trim().to_string())
+        .collect();
+    assert_eq!(left.len(), 3, "{left:?}");
+    assert!(others.iter().all(|o| left.contains(o)), "{left:?} {others:?}");
     // A fresh blobless clone: an old generation, exported whole.
-    let e = clone("e");
+    let e = clone("e", "--checkout");
     let o = wtxt().current_dir(&e).args(["git", "export", "HEAD~2", "m.wtxt", "-o", "../old.wtxt"]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = wtxt().arg("verify").arg(d.join("old.wtxt")).output().unwrap();
