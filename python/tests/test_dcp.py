@@ -297,6 +297,24 @@ def test_trust_options_are_enforced_on_load(tmp_path):
               str(out))
 
 
+def test_in_place_the_signature_policy_is_decided_before_any_row_is_written(tmp_path):
+    """With `in_place=True` a snapshot the signature policy refuses (not
+    signed, or signed by a key that is not trusted) is refused from its
+    head: the state dict's tensors keep the zeros they started with."""
+    pub = str(KEYS / "sign.pem.pub")
+    for name, sign in (("unsigned", {}), ("foreign", {"sign_key": str(KEYS / "other.pem")})):
+        snap = tmp_path / f"{name}.wtxt"
+        w.run(2, w.save_sharded, str(snap), dict(OPTS, **sign))
+        out = tmp_path / f"load-{name}"
+        out.mkdir()
+        with pytest.raises(AssertionError, match=r"line \d+: (signature required|signed by keyid)"):
+            w.run(2, w.load_sharded_keeping, str(snap), str(out),
+                  {"in_place": True, "pubkey": pub, "require_signature": True})
+        for rank in range(2):
+            got = torch.load(out / f"rank{rank}.pt", weights_only=False)
+            assert all(not v.any() for v in got["model"].values()), name
+
+
 def test_a_failed_save_leaves_nothing_and_the_next_one_succeeds(tmp_path):
     snap = tmp_path / "model.wtxt"
     with pytest.raises(AssertionError, match="complex64"):

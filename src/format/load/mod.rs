@@ -130,6 +130,10 @@ impl Collect<'_> {
 }
 
 impl Sink for Collect<'_> {
+    fn in_place(&self) -> bool {
+        !self.into.is_empty()
+    }
+
     fn array(&mut self, a: &ArrayStart) {
         // A liar is caught by the verifier; a buffer grows only as data comes.
         self.rows_per_chunk = self.rows_per_chunk.or(a.layout.idx.map(|i| i.rows_per_chunk));

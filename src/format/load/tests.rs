@@ -353,5 +353,20 @@ fn rows_decoded_into_the_callers_memory_are_the_rows_a_load_keeps() {
         let Err(e) = into(&t, "c", Dtype::U8, vec![13, 4], &mut mem) else { panic!("c loaded") };
         assert!(e.to_string().contains("no array c among those kept"), "{e}");
         assert!(into(&damaged(&t, "a", 3, false), "a", Dtype::U8, vec![13, 4], &mut mem).is_err());
+        // The signature policy is the header's to decide: a file it
+        // refuses writes nothing into the caller's memory.
+        let mut mem = vec![0u8; 13 * 4];
+        let opts = VerifyOptions { require_signature: true, ..Default::default() };
+        let d = Destination { dtype: Dtype::U8, shape: vec![13, 4], bytes: &mut mem };
+        let Err(e) = Load { rows: Some(&rows), ..Default::default() }.run_lines_into(
+            LineReader::new(&t[..]),
+            t.len() as u64,
+            &opts,
+            BTreeMap::from([("a".to_string(), d)]),
+        ) else {
+            panic!("an unsigned file loaded under a required signature")
+        };
+        assert!(e.to_string().contains("line 5: signature required: the file is not signed"), "{e}");
+        assert!(mem.iter().all(|&b| b == 0));
     }
 }

@@ -145,6 +145,26 @@ pub fn check_header(h: &Header, opts: &VerifyOptions) -> std::result::Result<Sig
     }
 }
 
+/// The first problem the signature policy of `opts` finds in a file from
+/// its header alone (and its WSUM): for a reader that decodes into memory
+/// the caller keeps, before any of it is written. A WTXT-S with no WSUM is
+/// refused here as it would be once read.
+fn policy_of_header(h: &Header, opts: &VerifyOptions) -> Option<Problem> {
+    let mut problems = Vec::new();
+    match (&h.root, opts.wsum) {
+        (Root::Final { .. }, _) => {
+            signature_status(h.sign.as_ref(), &h.signed_bytes, 5, opts, &mut problems);
+        }
+        (Root::Pending, Some(w)) => {
+            signature_status(w.sign.as_ref(), w.signed_part().as_bytes(), ROOT_LINE, opts, &mut problems);
+        }
+        (Root::Pending, None) => {
+            problems.push(Problem::at(ProblemKind::RootPending, ROOT_LINE, "root pending: give --wsum"));
+        }
+    }
+    problems.into_iter().next()
+}
+
 /// The status of a signature (or its absence) under `opts`, with the
 /// problems the policy finds in it.
 fn signature_status(
@@ -219,6 +239,8 @@ pub fn verify_lines<R: Read>(
         audit: None,
         audit_line: 0,
         skipped: 0,
+        opts,
+        refused: false,
     };
     // One thread of work (`--threads 1`): the hashing runs on the reading
     // thread as each block is decoded; more: on two threads beside it, and
@@ -256,7 +278,18 @@ pub fn verify_lines<R: Read>(
             (r, vis, a, b)
         })
     };
-    let Hashing { mut arrays, expected, mut problems, header: seen_header, audit, audit_line, tree, skipped, .. } = vis;
+    let Hashing {
+        mut arrays,
+        expected,
+        mut problems,
+        header: seen_header,
+        audit,
+        audit_line,
+        tree,
+        skipped,
+        refused,
+        ..
+    } = vis;
     // Arrays passed over unread, with no share to stand in for their bytes.
     let passed_over = expected.iter().filter(|e| e.passed_over && e.share.is_none()).count() as u64;
     let (mut roots, mut chunks) = (roots, chunks);
@@ -277,6 +310,8 @@ pub fn verify_lines<R: Read>(
     }
     let header = match read_result {
         Ok(h) => Some(h),
+        // Its problem is already among the others.
+        Err(_) if refused => None,
         Err(e) if e.kind() == Kind::Io || e.kind() == Kind::Input => return Err(e),
         Err(e) => {
             // A reader's own failure (a split snapshot's part) names its file.

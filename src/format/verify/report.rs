@@ -295,4 +295,11 @@ pub trait Sink {
     /// A chunk of the current array begins; the data that follows starts
     /// at its `off` (a chunk not decoded has none).
     fn chunk(&mut self, _ch: &ChLine) {}
+    /// Whether the bytes go straight into memory the caller keeps (a
+    /// failure leaves it written). The signature policy, which the header
+    /// decides, is then applied before the first array is read, so a file
+    /// the policy refuses never reaches that memory.
+    fn in_place(&self) -> bool {
+        false
+    }
 }

@@ -38,9 +38,10 @@ class WtxtStorageReader(StorageReader):
     With `in_place=True` a rank decodes the rows of each tensor its plan
     reads whole (rows of the first dimension, all of the others; CPU,
     contiguous, the snapshot's dtype) straight into the state dict's
-    tensor: no buffer of its own and no copy, but a check that fails
-    leaves those tensors partly written (the load still raises). Without
-    it, a failure leaves the state dict as it was.
+    tensor: no buffer of its own and no copy. The signature policy is
+    decided from the head before any row is written; a later check that
+    fails leaves those tensors partly written (the load still raises).
+    Without it, a failure leaves the state dict as it was.
     """
 
     def __init__(self, path: PathLike, *, hmac_key: Optional[PathLike] = None, pubkey: Optional[PathLike] = None,
