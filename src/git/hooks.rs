@@ -86,7 +86,8 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
         .filter_map(|e| e.path().ok().map(PathBuf::from))
         .map(with_filter)
         .filter(|(p, filter)| {
-            matches!(p.extension().and_then(|e| e.to_str()), Some("wtxt" | "wtxtdelta" | "wtxtpart"))
+            matches!(p.extension().and_then(|e| e.to_str()), Some("wtxt" | "wtxtdelta"))
+                || is_part(p)
                 || filter.is_some()
         })
         .collect();
@@ -94,7 +95,7 @@ pub fn pre_commit(dir: &Path) -> Result<Checked> {
     // changes a part but not its head fails there.
     let heads_of_parts: Vec<(PathBuf, Option<String>)> =
         staged.iter().filter_map(|(p, _)| crate::git::parts::head_of_part(p)).map(with_filter).collect();
-    staged.retain(|(p, _)| p.extension().and_then(|e| e.to_str()) != Some("wtxtpart"));
+    staged.retain(|(p, _)| !is_part(p));
     staged.extend(heads_of_parts);
     staged.sort();
     staged.dedup();
@@ -245,6 +246,12 @@ fn private_keys_staged(repo: &Repository, index: &git2::Index, statuses: &git2::
 /// `wtxt.packParts` is false. Returns how many blobs it packed.
 pub fn pack_staged(dir: &Path) -> Result<usize> {
     crate::odb::objects::pack_staged_parts(dir)
+}
+
+/// A part's file name (in any letter case: a name that differs from a
+/// part's only so is checked with its head, which refuses it).
+fn is_part(p: &Path) -> bool {
+    p.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("wtxtpart"))
 }
 
 /// The wtxt format filter (`wtxt-FORMAT`) Git's attributes give `path`, if

@@ -484,7 +484,7 @@ impl BlobParts {
         if let Ok(sub) = tree.get_path(&dir).and_then(|e| e.to_object(repo)).and_then(|o| o.peel_to_tree()) {
             for e in sub.iter() {
                 let name = e.name().unwrap_or_default();
-                if split::part_ix(name).is_some_and(|ix| ix > head.parts.len() as u64) {
+                if split::stray_part(name, head.parts.len() as u64) {
                     unlisted.push(dir.join(name));
                 }
             }
@@ -502,8 +502,7 @@ impl BlobParts {
             .iter()
             .filter_map(|e| {
                 let p = String::from_utf8_lossy(&e.path).into_owned();
-                let ix = split::part_ix(p.strip_prefix(&prefix)?)?;
-                (ix > head.parts.len() as u64).then(|| PathBuf::from(p))
+                split::stray_part(p.strip_prefix(&prefix)?, head.parts.len() as u64).then(|| PathBuf::from(p))
             })
             .collect();
         let find = |p: &Path| index.get_path(p, 0).map(|e| e.id);
@@ -638,9 +637,10 @@ impl crate::format::split::PartSource for BlobParts {
     }
 }
 
-/// The head a part path belongs to: `m.wtxt.parts/000003.wtxtpart` -> `m.wtxt`.
+/// The head a part path belongs to: `m.wtxt.parts/000003.wtxtpart` -> `m.wtxt`
+/// (a part's name in any letter case, which the head's check refuses).
 pub fn head_of_part(p: &Path) -> Option<std::path::PathBuf> {
-    crate::format::split::part_ix(&p.file_name()?.to_string_lossy())?;
+    crate::format::split::part_ix(&p.file_name()?.to_string_lossy().to_ascii_lowercase())?;
     let dir = p.parent()?.to_string_lossy().into_owned();
     dir.strip_suffix(".parts").map(std::path::PathBuf::from)
 }

@@ -4,7 +4,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Position, Result};
-use crate::format::split::{part_ix, part_name, PartSource};
+use crate::format::split::{part_name, stray_part, PartSource};
 
 /// The folder holding the parts of the head at `head`: `model.wtxt` keeps
 /// its parts in `model.wtxt.parts/`.
@@ -50,7 +50,7 @@ impl PartSource for PartFiles<'_> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
         let mut extra: Vec<PathBuf> = entries
             .flatten()
-            .filter(|e| part_ix(&e.file_name().to_string_lossy()).is_some_and(|ix| ix > count))
+            .filter(|e| stray_part(&e.file_name().to_string_lossy(), count))
             .map(|e| e.path())
             .collect();
         extra.sort();

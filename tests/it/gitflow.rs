@@ -574,6 +574,16 @@ fn split_snapshots_commit_diff_and_log_part_by_part() {
     assert!(!o.status.success() && err.contains(&name) && err.contains("does not list"), "{err}");
     std::fs::remove_file(&stray).unwrap();
     r.ok(&["add", "-A", "."]);
+    // So is a listed part's name in other letter case, which a checkout on
+    // a case-insensitive file system would take for the part.
+    let shouted = r.root.join("m.wtxt.parts/000001.WTXTPART");
+    std::fs::write(&shouted, &good).unwrap();
+    r.ok(&["add", "-A", "."]);
+    let o = r.run(&["commit", "-qm", "a part in capitals"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("000001.WTXTPART") && err.contains("does not list"), "{err}");
+    std::fs::remove_file(&shouted).unwrap();
+    r.ok(&["add", "-A", "."]);
     // A new head whose parts are not staged is refused too.
     assert!(split_model(&r, 2, &[(5, 1.0)]).status.success());
     r.ok(&["add", "m.wtxt"]);

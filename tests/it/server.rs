@@ -214,6 +214,13 @@ fn a_changed_part_alone_is_checked() {
     let o = wtxt().current_dir(&w).args(["log", "s.wtxt", "--json"]).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
     assert!(String::from_utf8_lossy(&o.stdout).contains("parts changed under an unchanged head"));
+    // A listed part's name in capitals beside it: a case-insensitive
+    // checkout would keep one of the two, so the guard refuses it.
+    git_ok(&w, &["reset", "-q", "--hard", "HEAD~1"]);
+    snapshot(&w.join("s.wtxt"), Some(&w.join("s.wtxt")), 1, &["--part-size", "49152"]);
+    std::fs::copy(&parts[0], w.join("s.wtxt.parts/000001.WTXTPART")).unwrap();
+    let (ok, err) = commit_and_push(&w, "gen 1 and a part in capitals");
+    assert!(!ok && err.contains("000001.WTXTPART") && err.contains("does not list"), "{err}");
 }
 
 /// What a probe walked around the guard with (issue findings T5-1, T5-3,

@@ -160,6 +160,15 @@ pub fn part_ix(name: &str) -> Option<u64> {
     (stem.len() == 6 && stem.bytes().all(|b| b.is_ascii_digit())).then(|| stem.parse().ok()).flatten()
 }
 
+/// Whether a file named `name` in a parts folder whose head lists `count`
+/// parts is one it does not list yet could be taken for a part: numbered
+/// 0 or past `count`, or a part's name in other letter case (a checkout
+/// on a case-insensitive file system keeps only one of the two).
+pub fn stray_part(name: &str, count: u64) -> bool {
+    let lower = name.to_ascii_lowercase();
+    part_ix(&lower).is_some_and(|ix| ix == 0 || ix > count || lower != name)
+}
+
 /// The head's bytes: the header lines, each `part` line followed by the
 /// `arr` lines (without LF) of the arrays that begin in that part, the tail.
 pub fn head_bytes(prefix: &[u8], parts: &[PartLine], arrs: &[Vec<Vec<u8>>], tail: &[u8]) -> Vec<u8> {

@@ -215,8 +215,10 @@ impl<'a> Joined<'a> {
     /// After the last part: any part present that the head does not list.
     fn unlisted(&mut self) -> io::Result<()> {
         for p in self.source.unlisted(self.parts.len() as u64) {
-            let e =
-                Error::check(Position::None, format!("a part the head does not list (it lists {})", self.parts.len()));
+            let e = Error::check(
+                Position::None,
+                format!("a part the head does not list (it lists {}, named {} on)", self.parts.len(), part_name(1)),
+            );
             self.fault(e.in_file(p))?;
         }
         Ok(())
