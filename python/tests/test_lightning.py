@@ -161,3 +161,29 @@ def test_best_last_and_top_k_resolve_to_generations(tmp_path):
     # A path no save made names no generation.
     with pytest.raises(wtxt.Error, match="no such checkpoint"):
         io.load_checkpoint(tmp_path / "ck" / "never-saved.ckpt")
+
+
+def test_a_long_checkpoint_name_gets_a_ref_git_can_store(tmp_path):
+    """A valid 205-byte file name of bytes a ref spells `%XX` (spaces,
+    accents) is named by a ref Git stores: saved, named at teardown (which
+    raised before), loaded verified, and removed (name file and ref)."""
+    from wtxt.lightning import REFS
+
+    repo = tmp_path / "runs"
+    git(tmp_path, "init", "-q", str(repo))
+    io = WtxtCheckpointIO(repo, sign_key=KEY)
+    name = ("é " * 50) + "x.ckpt"
+    assert len(name.encode()) == 156
+    name = "a" * (205 - len(name.encode())) + name
+    assert len(name.encode()) == 205
+    path = tmp_path / "ck" / name
+    state = {"state_dict": {"w": torch.arange(6.0).reshape(2, 3)}, "epoch": 0, "global_step": 1}
+    io.save_checkpoint(state, path)
+    io.teardown()
+    refs = git(repo, "for-each-ref", "--format=%(refname)", REFS).split()
+    assert len(refs) == 1 and len(refs[0]) == len(REFS) + 64, refs
+    got = WtxtCheckpointIO(repo, sign_key=KEY).load_checkpoint(path)
+    assert torch.equal(got["state_dict"]["w"], state["state_dict"]["w"]) and got["global_step"] == 1
+    io.remove_checkpoint(path)
+    assert not path.exists()
+    assert git(repo, "for-each-ref", "--format=%(refname)", REFS).split() == []

@@ -375,6 +375,27 @@ def test_torch_state_dicts_round_trip(tmp_path):
         assert back[k].dtype == sd[k].dtype and torch.equal(back[k], sd[k])
 
 
+def test_stored_literals_are_only_what_the_writer_writes(tmp_path, monkeypatch):
+    """`__objects` entries the writer never writes (a set of lists, a dict
+    keyed by one, a complex number, `...`, a float that overflows to inf)
+    are refused on load as `wtxt.Error` naming the entry; what it writes
+    comes back equal."""
+    torch = pytest.importorskip("torch")
+    import wtxt.torch as wt
+
+    f = tmp_path / "o.wtxt"
+    good = {"step": 7, "betas": (0.9, 0.999), "names": {"a", "b"}, "m": [b"x", None, True]}
+    wt.save_state_dict(dict(good, w=torch.ones(2)), f)
+    back = wt.load_state_dict(f)
+    assert {k: back[k] for k in good} == good
+    # A file another writer made: the literal text stored as it is.
+    monkeypatch.setattr(wt, "literal", lambda name, value: value)
+    for text in ["{[1]}", "{[1]: 2}", "1j", "...", "1e999", "[-1e999]", "(1, 2j)"]:
+        wt.save_state_dict({"w": torch.ones(2), "x": text}, f)
+        with pytest.raises(wtxt.Error, match="__objects: entry 'x'"):
+            wt.load_state_dict(f)
+
+
 class _DLPackOnly:
     """A tensor from another library, seen only through DLPack (as a CPU torch tensor is)."""
 

@@ -228,31 +228,48 @@ def writing_of(prev: Optional[PathLike], sign_key: Optional[PathLike], hmac_key:
 LITERAL_TYPES = (int, float, str, bytes, bool, type(None))
 
 
+def _plain(v: Any) -> bool:
+    """Whether `v` is a value `__objects` keeps: one that comes back as
+    the same value through `repr` and `ast.literal_eval`."""
+    if type(v) in (list, tuple, set):
+        return all(_plain(x) for x in v)
+    if type(v) is dict:
+        return all(_plain(k) and _plain(x) for k, x in v.items())
+    if type(v) is float:
+        return v == v and v not in (float("inf"), float("-inf"))  # repr of nan and inf is not a literal
+    return type(v) in LITERAL_TYPES
+
+
+_PLAIN = ("int, float but not nan or inf, str, bytes, bool, None, and lists, tuples, sets and dicts of them")
+
+
 def literal(name: str, value: Any) -> str:
     """`value` (a step, a learning rate, a list of betas, a scheduler's
     fields) as the Python literal `__objects` keeps (FORMAT.md section 14);
     anything that would not come back as the same value is refused."""
-    def plain(v: Any) -> bool:
-        if type(v) in (list, tuple, set):
-            return all(plain(x) for x in v)
-        if type(v) is dict:
-            return all(plain(k) and plain(x) for k, x in v.items())
-        if type(v) is float:
-            return v == v and v not in (float("inf"), float("-inf"))  # repr of nan and inf is not a literal
-        return type(v) in LITERAL_TYPES
-    if not plain(value):
-        raise Error(f"entry {name!r}: a {type(value).__name__} is neither a tensor nor a plain Python value "
-                    "(int, float but not nan or inf, str, bytes, bool, None, and lists, tuples, sets and dicts of them)")
+    if not _plain(value):
+        raise Error(f"entry {name!r}: a {type(value).__name__} is neither a tensor nor a plain Python value ({_PLAIN})")
     return repr(value)
 
 
 def from_literal(name: str, text: str) -> Any:
-    """The value `literal` kept as `text`."""
+    """The value `literal` kept as `text`: only what `literal` writes
+    (a complex number, `...` or an overflowing float, which it never
+    writes, is refused as a sign of a file it did not write)."""
     import ast
     try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
+        # TypeError: a set of lists, a dict keyed by one (unhashable).
         raise Error(f"__objects: entry {name!r} is not a Python literal ({type(e).__name__})") from None
+    try:
+        plain = _plain(value)
+    except RecursionError:
+        plain = False
+    if not plain:
+        raise Error(f"__objects: entry {name!r} holds a {type(value).__name__} where only plain values are kept "
+                    f"({_PLAIN})")
+    return value
 
 
 @contextlib.contextmanager

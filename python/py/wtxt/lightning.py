@@ -20,8 +20,9 @@ at save, naming it.
 The repository's history holds every generation; at each `.ckpt` path
 Lightning passes, a few lines name the generation (so Lightning's own
 look at its folder, `ckpt_path="last"`, finds it), and a ref,
-`refs/wtxt/lightning/<the path, encoded>`, names its commit (made when the
-Trainer's strategy ends, once every generation is committed). So
+`refs/wtxt/lightning/<SHA-256 of the absolute path>`, names its commit
+(made when the Trainer's strategy ends, once every generation is
+committed). So
 `best_model_path`, `last_model_path`, the top-k paths and
 `ckpt_path="best"` / `"last"` load that generation from history,
 verified; what the path's file says is never trusted, only the ref this
@@ -35,6 +36,7 @@ names the one the first save made.
     trainer.fit(model, ckpt_path="runs/lightning.wtxt")  # resumed, verified first
 """
 
+import hashlib
 import json
 import os
 import subprocess
@@ -69,14 +71,24 @@ NAME_LINE = "wtxt-lightning-checkpoint-name/1"
 
 
 def _ref(path: PathLike) -> str:
-    """The ref that names `path`'s generation: its absolute form, every byte
-    but letters, digits, `_=+,-` and the `/` between names written `%XX`,
-    so any path is a valid ref name and two paths never share one."""
+    """The ref that names `path`'s generation: the SHA-256 of its absolute
+    form, so any path, however long, gives a ref Git can store (a name
+    component of 64 characters) and two paths never share one."""
+    return REFS + hashlib.sha256(os.fsencode(os.path.abspath(os.fspath(path)))).hexdigest()
+
+
+def _legacy_ref(path: PathLike) -> Optional[str]:
+    """The ref an earlier version named `path` by (its absolute form, every
+    byte but letters, digits, `_=+,-` and `/` written `%XX`), read and
+    removed so its checkpoints still load; none where that name could not
+    have been stored (a component past 255 bytes)."""
     out = []
-    for b in os.path.abspath(os.fspath(path)).lstrip("/").encode():
+    for b in os.fsencode(os.path.abspath(os.fspath(path))).lstrip(b"/"):
         c = chr(b)
         out.append(c if c.isascii() and (c.isalnum() or c in "_=+,-/") else f"%{b:02X}")
-    return REFS + "".join(out)
+    name = "".join(out)
+    return None if any(len(part) > 255 for part in name.split("/")) else REFS + name
+
 
 __all__ = ["WtxtCheckpointIO", "STRUCTURE"]
 
@@ -162,7 +174,9 @@ class WtxtCheckpointIO(BehindLoop, _Base):
         if self._names_a_generation(path):
             os.remove(path)
         if self._pending.pop(os.fspath(path), None) is None:
-            self._git("update-ref", "-d", _ref(path), check=False)
+            for ref in (_ref(path), _legacy_ref(path)):
+                if ref is not None:
+                    self._git("update-ref", "-d", ref, check=False)
 
     def _name_file(self, path: PathLike, gen: int) -> None:
         """The few lines left at `path`, written whole (a link there is
@@ -207,7 +221,11 @@ class WtxtCheckpointIO(BehindLoop, _Base):
             commit = fut.result().commit  # saved in this run: wait for it
             if commit:
                 return commit
-        found = self._git("rev-parse", "--verify", "--quiet", _ref(path) + "^{commit}", check=False)
+        found = ""
+        for ref in (_ref(path), _legacy_ref(path)):
+            if ref is not None and not found:
+                found = self._git("rev-parse", "--verify", "--quiet", "--end-of-options", ref + "^{commit}",
+                                  check=False)
         if not found:
             raise Error(f"{os.fspath(path)}: no such checkpoint (neither a WTXT snapshot nor a path this plugin "
                         f"saved in {self._repo})")
