@@ -4,6 +4,9 @@
 //! a ref's new tip against its old one; this record is what it checks
 //! against when there is no old tip to read: a ref deleted and created
 //! again, a tag moved through a tree or a blob (which carry no history).
+//! The checks themselves are here too: the generation a tip serves at a
+//! path ([`Versions::served_at`]) and whether a new tip continues it
+//! ([`Versions::continues`]).
 //!
 //! Why it can be trusted: it is written by the guard only, into the Git
 //! directory, which a push cannot write; and only from tips the ref held
@@ -12,11 +15,18 @@
 //! one line each, rewritten whole (atomically, under a lock), so its size
 //! follows the refs and paths a repository has, not its pushes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+
+use git2::{ObjectType, Oid, Sort};
 
 use crate::crypto::digest::Hash;
 use crate::error::{Error, Result};
+use crate::format::read::Header;
+use crate::format::syntax::Root;
+use crate::git::history::{blob_at, Versions};
+use crate::odb::git_err;
+use crate::progress::Progress;
 
 /// The record's file in a Git directory.
 const RECORD: &str = "wtxt/served";
@@ -137,5 +147,124 @@ mod tests {
         let text = std::fs::read_to_string(dir.path().join(RECORD)).unwrap();
         assert_eq!(text.lines().count(), 3, "{text}");
         assert_eq!(Record::read(dir.path()).unwrap().of("refs/heads/main")[0].1, s(3, 3));
+    }
+}
+
+/// A ref's tips against what it served.
+impl Versions<'_> {
+    /// The generation `object` (a commit, tree or blob a ref held) serves
+    /// at `path` (a blob serves at the path `refname`): for a commit,
+    /// [`Versions::served`]'s; none where it holds no final version there.
+    pub fn served_at(
+        &mut self,
+        object: &git2::Object,
+        refname: &str,
+        path: &Path,
+        progress: &Progress,
+    ) -> Result<Option<Served>> {
+        let found = if let Ok(c) = object.peel_to_commit() {
+            self.served(&c, path, progress)?
+        } else if let Ok(t) = object.peel_to_tree() {
+            blob_at(&t, path).map(|b| (Oid::ZERO_SHA1, b))
+        } else {
+            let blob = object.peel(ObjectType::Blob).ok().filter(|_| Path::new(refname) == path);
+            blob.map(|b| (Oid::ZERO_SHA1, b.id()))
+        };
+        let Some((c, b)) = found else { return Ok(None) };
+        Ok(self.version(c, b).header.as_ref().and_then(|h| match h.root {
+            Root::Final { merkle_this, .. } => Some(Served { gen: h.meta.gen, merkle_this }),
+            Root::Pending => None,
+        }))
+    }
+
+    /// Why the version `new_blob` of `path` in `new_tip` (a commit, tree
+    /// or blob) does not continue `old`, the generation the ref served
+    /// there, when the ref moves to it; `None` when it does: it is that
+    /// generation, or a newer one whose `merkle_prev` links reach `old`,
+    /// version by version through `new_tip`'s history (every parent, at
+    /// most `max_commits` commits; a tree or blob, which has no history,
+    /// links to it directly). A rollback (an older generation put back, by
+    /// a rename, a merge with another history, a force push, a ref deleted
+    /// and created again, a tag moved through a tree) and a new chain
+    /// where the path had one are refused so.
+    pub fn continues(
+        &mut self,
+        old: Served,
+        new_tip: &git2::Object,
+        path: &Path,
+        new_blob: Oid,
+        max_commits: u64,
+        progress: &Progress,
+    ) -> Result<Option<String>> {
+        let commit = new_tip.peel_to_commit().ok();
+        let Some(new) = self.version(commit.as_ref().map_or(Oid::ZERO_SHA1, |c| c.id()), new_blob).header.clone()
+        else {
+            return Ok(Some("a version whose header does not read".into()));
+        };
+        let link = |h: &Header| match h.root {
+            Root::Final { merkle_prev, merkle_this, .. } => Some((merkle_prev, merkle_this)),
+            Root::Pending => None,
+        };
+        let Some((mut want, new_this)) = link(&new) else {
+            return Ok(Some("a version with its root pending".into()));
+        };
+        if new_this == old.merkle_this {
+            return Ok(None);
+        }
+        let old_gen = crate::format::syntax::pad(old.gen, 6);
+        if new.meta.gen <= old.gen {
+            return Ok(Some(format!(
+                "gen {} does not follow gen {old_gen}, which the ref held: no generation goes back",
+                new.meta.gen_str(),
+            )));
+        }
+        let not_reached = || {
+            Some(format!(
+                "gen {}'s chain does not reach gen {old_gen}, which the ref held (a new chain or another history \
+                 where the path had one)",
+                new.meta.gen_str(),
+            ))
+        };
+        let Some(new_tip) = commit else {
+            return Ok(if want == old.merkle_this { None } else { not_reached() });
+        };
+        // The versions of the path in the new tip's history, by
+        // merkle_this; the links are followed as the walk finds them.
+        let mut by_link: HashMap<Hash, (u64, Hash)> = HashMap::new();
+        let mut walk = self.repo.revwalk().map_err(git_err)?;
+        walk.push(new_tip.id()).map_err(git_err)?;
+        walk.set_sorting(Sort::TIME).map_err(git_err)?;
+        // Follows the links known so far: reached, broken, or still open.
+        let advance = |by_link: &HashMap<Hash, (u64, Hash)>, want: &mut Hash| loop {
+            if *want == old.merkle_this {
+                return Some(true);
+            }
+            match by_link.get(want) {
+                Some(&(gen, prev)) if gen > old.gen => *want = prev,
+                Some(_) => return Some(false),
+                None => return None,
+            }
+        };
+        for (n, oid) in walk.enumerate() {
+            progress.in_time()?;
+            match advance(&by_link, &mut want) {
+                Some(true) => return Ok(None),
+                Some(false) => return Ok(not_reached()),
+                None if n as u64 >= max_commits => break,
+                None => {}
+            }
+            let c = self.repo.find_commit(oid.map_err(git_err)?).map_err(git_err)?;
+            if let Some(b) = blob_at(&c.tree().map_err(git_err)?, path) {
+                if let Some((gen, (prev, this))) =
+                    self.version(c.id(), b).header.as_ref().and_then(|h| link(h).map(|l| (h.meta.gen, l)))
+                {
+                    by_link.insert(this, (gen, prev));
+                }
+            }
+        }
+        match advance(&by_link, &mut want) {
+            Some(true) => Ok(None),
+            _ => Ok(not_reached()),
+        }
     }
 }
