@@ -123,33 +123,6 @@ impl Record {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_newest_generation_stays_one_line_per_ref_and_path() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = |gen, b| Served { gen, merkle_this: [b; 32] };
-        let mut r = Record::read(dir.path()).unwrap();
-        r.note("refs/heads/main", b"m.wtxt", s(2, 2));
-        r.note("refs/heads/main", b"m.wtxt", s(1, 1));
-        r.note("refs/heads/mainline", b"m.wtxt", s(5, 5));
-        r.note("refs/tags/v1", b"a b\n.wtxt", s(0, 0));
-        r.save(dir.path()).unwrap();
-        let mut again = Record::read(dir.path()).unwrap();
-        again.note("refs/heads/main", b"m.wtxt", s(2, 2));
-        assert!(!again.changed, "nothing newer: nothing to write");
-        assert_eq!(again.of("refs/heads/main"), vec![(b"m.wtxt".to_vec(), s(2, 2))]);
-        assert_eq!(again.of("refs/tags/v1"), vec![(b"a b\n.wtxt".to_vec(), s(0, 0))]);
-        again.note("refs/heads/main", b"m.wtxt", s(3, 3));
-        again.save(dir.path()).unwrap();
-        let text = std::fs::read_to_string(dir.path().join(RECORD)).unwrap();
-        assert_eq!(text.lines().count(), 3, "{text}");
-        assert_eq!(Record::read(dir.path()).unwrap().of("refs/heads/main")[0].1, s(3, 3));
-    }
-}
-
 /// A ref's tips against what it served.
 impl Versions<'_> {
     /// The generation `object` (a commit, tree or blob a ref held) serves
@@ -266,5 +239,32 @@ impl Versions<'_> {
             Some(true) => Ok(None),
             _ => Ok(not_reached()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_generation_stays_one_line_per_ref_and_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = |gen, b| Served { gen, merkle_this: [b; 32] };
+        let mut r = Record::read(dir.path()).unwrap();
+        r.note("refs/heads/main", b"m.wtxt", s(2, 2));
+        r.note("refs/heads/main", b"m.wtxt", s(1, 1));
+        r.note("refs/heads/mainline", b"m.wtxt", s(5, 5));
+        r.note("refs/tags/v1", b"a b\n.wtxt", s(0, 0));
+        r.save(dir.path()).unwrap();
+        let mut again = Record::read(dir.path()).unwrap();
+        again.note("refs/heads/main", b"m.wtxt", s(2, 2));
+        assert!(!again.changed, "nothing newer: nothing to write");
+        assert_eq!(again.of("refs/heads/main"), vec![(b"m.wtxt".to_vec(), s(2, 2))]);
+        assert_eq!(again.of("refs/tags/v1"), vec![(b"a b\n.wtxt".to_vec(), s(0, 0))]);
+        again.note("refs/heads/main", b"m.wtxt", s(3, 3));
+        again.save(dir.path()).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(RECORD)).unwrap();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert_eq!(Record::read(dir.path()).unwrap().of("refs/heads/main")[0].1, s(3, 3));
     }
 }
