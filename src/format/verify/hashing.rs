@@ -20,7 +20,6 @@ use crate::limits::BLOCK;
 
 use super::carried::Carried;
 use super::report::{ArrayReport, Problem, ProblemKind, Sink};
-use super::VerifyOptions;
 
 pub(super) struct Pooled {
     pub(super) buf: Vec<u8>,
@@ -100,9 +99,9 @@ pub(super) struct Hashing<'s, 'k> {
     pub(super) audit_line: u64,
     /// Chunks read past undecoded (see [`Sink::wants`]).
     pub(super) skipped: u64,
-    /// The options, for the policy applied from the header alone where
-    /// the sink writes in place ([`Sink::in_place`]).
-    pub(super) opts: &'k VerifyOptions<'k>,
+    /// The signature policy applied from the header alone where the sink
+    /// writes in place ([`Sink::in_place`]): the first problem it finds.
+    pub(super) policy: &'k dyn Fn(&Header) -> Option<Problem>,
     /// That policy refused the file: its problem is in `problems` and
     /// nothing past the header was read.
     pub(super) refused: bool,
@@ -156,7 +155,7 @@ impl Visitor for Hashing<'_, '_> {
         self.tree = h.cap.digest_form() == Ok(DigestForm::Tree);
         self.header = Some(h.clone());
         if self.sink.as_ref().is_some_and(|s| s.in_place()) {
-            if let Some(p) = super::policy_of_header(h, self.opts) {
+            if let Some(p) = (self.policy)(h) {
                 let e = p.to_error();
                 self.problems.push(p);
                 self.refused = true;

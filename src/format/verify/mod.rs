@@ -224,6 +224,7 @@ pub fn verify_lines<R: Read>(
 ) -> Result<Report> {
     let (pool_tx, pool_rx) = unbounded::<Vec<u8>>();
     let key = opts.hmac_key;
+    let policy = |h: &Header| policy_of_header(h, opts);
     let vis = |hashers| Hashing {
         hashers,
         pool_rx,
@@ -239,7 +240,7 @@ pub fn verify_lines<R: Read>(
         audit: None,
         audit_line: 0,
         skipped: 0,
-        opts,
+        policy: &policy,
         refused: false,
     };
     // One thread of work (`--threads 1`): the hashing runs on the reading
