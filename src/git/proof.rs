@@ -127,13 +127,14 @@ impl Proofs {
         for &(blob, parts) in order.iter().rev().take(KEPT_GENERATIONS).rev() {
             let head = crate::odb::blob::prefix(repo, blob, split::MAX_HEAD + 1)?;
             let split::Opened::Split(head) = split::open(Box::new(std::io::Cursor::new(head)))? else { continue };
-            let digests: Option<Vec<Hash>> =
-                head.arrs.iter().flatten().map(|a| ArrLine::parse(a).ok().map(|a| a.sha256)).collect();
-            let Some(shares) = digests.and_then(|d| d.into_iter().map(|h| Some((h, *self.shares.get(&h)?))).collect())
-            else {
-                continue;
-            };
-            let shares: Vec<(Hash, u64)> = shares;
+            // A generation is kept only with the share of every array it lists.
+            let shares: Option<Vec<(Hash, u64)>> = head
+                .arrs
+                .iter()
+                .flatten()
+                .map(|a| ArrLine::parse(a).ok().and_then(|a| Some((a.sha256, *self.shares.get(&a.sha256)?))))
+                .collect();
+            let Some(shares) = shares else { continue };
             for (sha, share) in shares {
                 if written.insert(sha) {
                     text.push_str(&format!("x {} {share:016x}\n", hex::encode(sha)));

@@ -42,7 +42,7 @@ import os
 import subprocess
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -88,6 +88,12 @@ def _legacy_ref(path: PathLike) -> Optional[str]:
         out.append(c if c.isascii() and (c.isalnum() or c in "_=+,-/") else f"%{b:02X}")
     name = "".join(out)
     return None if any(len(part) > 255 for part in name.split("/")) else REFS + name
+
+
+def _refs(path: PathLike) -> List[str]:
+    """The refs that may name `path`'s generation, the current form first."""
+    legacy = _legacy_ref(path)
+    return [_ref(path)] + ([legacy] if legacy is not None else [])
 
 
 __all__ = ["WtxtCheckpointIO", "STRUCTURE"]
@@ -174,9 +180,8 @@ class WtxtCheckpointIO(BehindLoop, _Base):
         if self._names_a_generation(path):
             os.remove(path)
         if self._pending.pop(os.fspath(path), None) is None:
-            for ref in (_ref(path), _legacy_ref(path)):
-                if ref is not None:
-                    self._git("update-ref", "-d", ref, check=False)
+            for ref in _refs(path):
+                self._git("update-ref", "-d", ref, check=False)
 
     def _name_file(self, path: PathLike, gen: int) -> None:
         """The few lines left at `path`, written whole (a link there is
@@ -222,10 +227,10 @@ class WtxtCheckpointIO(BehindLoop, _Base):
             if commit:
                 return commit
         found = ""
-        for ref in (_ref(path), _legacy_ref(path)):
-            if ref is not None and not found:
-                found = self._git("rev-parse", "--verify", "--quiet", "--end-of-options", ref + "^{commit}",
-                                  check=False)
+        for ref in _refs(path):
+            found = self._git("rev-parse", "--verify", "--quiet", "--end-of-options", ref + "^{commit}", check=False)
+            if found:
+                break
         if not found:
             raise Error(f"{os.fspath(path)}: no such checkpoint (neither a WTXT snapshot nor a path this plugin "
                         f"saved in {self._repo})")
