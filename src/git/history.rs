@@ -386,64 +386,60 @@ pub fn prefetch(repo: &Repository, path: &Path, parts: bool) -> Result<usize> {
     walk.push(head.id()).map_err(git_err)?;
     // Every commit names its head's blob, most of them the same one.
     let mut want = std::collections::HashSet::new();
-    let mut versions = Vec::new();
+    let mut part_blobs = Vec::new();
     let mut seen_parts = std::collections::HashSet::new();
     for oid in walk {
         let oid = oid.map_err(git_err)?;
         let tree = repo.find_commit(oid).and_then(|c| c.tree()).map_err(git_err)?;
+        want.extend(blob_at(&tree, path));
         // A parts folder many commits share is listed once.
-        let new_parts = parts && parts_of(&tree, path).is_some_and(|dir| seen_parts.insert(dir));
-        let blobs = version_blobs(repo, &tree, path, new_parts);
-        if new_parts {
-            versions.push((oid, blobs.clone()));
+        if let Some(dir) = parts_of(&tree, path).filter(|dir| parts && seen_parts.insert(*dir)) {
+            part_blobs.extend(part_blobs_of(repo, dir));
         }
-        want.extend(blobs);
     }
-    fetch_versions(repo, want, &versions, None)
+    want.extend(part_blobs.iter().copied());
+    let n = crate::odb::promisor::fetch_missing(repo, want)?;
+    Ok(n + crate::odb::lfs::fetch_missing(repo, &crate::odb::lfs::pointers(repo, &part_blobs))?)
 }
 
-/// Fetches what reading the versions needs: `blobs` (in a partial clone),
-/// then the LFS objects of the part blobs that are LFS pointers in each
-/// `(commit, blobs)` of `versions` (`only`: of the parts with these file
-/// names, see [`crate::odb::lfs::fetch_missing`]).
-fn fetch_versions(
-    repo: &Repository,
-    blobs: impl IntoIterator<Item = Oid>,
-    versions: &[(Oid, Vec<Oid>)],
-    only: Option<&[String]>,
-) -> Result<usize> {
-    let mut n = crate::odb::promisor::fetch_missing(repo, blobs)?;
-    let pointers: Vec<(Oid, Vec<crate::odb::lfs::Pointer>)> =
-        versions.iter().map(|(c, ids)| (*c, crate::odb::lfs::pointers(repo, ids))).collect();
-    n += crate::odb::lfs::fetch_missing(repo, &pointers, only)?;
-    Ok(n)
+/// Fetches what reading the whole split snapshot `head` at `path` in
+/// `tree` needs (see [`fetch_parts`]).
+pub(crate) fn fetch_version(repo: &Repository, tree: &Tree, path: &Path, head: &split::Head) -> Result<usize> {
+    let every: Vec<u64> = (1..=head.parts.len() as u64).collect();
+    fetch_parts(repo, tree, path, head, &every)
 }
 
-/// Fetches what reading the version of `path` in `tree` needs (its head,
-/// its parts, and, when `tree` is a `commit`'s, their LFS objects), in one
-/// round trip each.
-pub(crate) fn fetch_version(repo: &Repository, commit: Option<Oid>, tree: &Tree, path: &Path) -> Result<usize> {
-    let blobs = version_blobs(repo, tree, path, true);
-    let versions: Vec<(Oid, Vec<Oid>)> = commit.map(|c| (c, blobs.clone())).into_iter().collect();
-    fetch_versions(repo, blobs, &versions, None)
-}
-
-/// Fetches what reading parts `ixs` of the split snapshot at `path` in
-/// `tree` needs (and, when `tree` is a `commit`'s, their LFS objects),
-/// in one round trip each: a read of some of its arrays
-/// ([`crate::format::split::parts_for`]).
+/// Fetches what reading parts `ixs` of the split snapshot `head` at `path`
+/// in `tree` needs, and nothing else: those parts' blobs (in a blobless
+/// clone), then the LFS objects of those that are pointers of the size the
+/// head gives (a pointer of another size is refused unread), in one round
+/// trip each (and, parts being LFS pointers, the other parts' pointers in
+/// one more, which [`crate::format::split::PartSource::check_unopened`] reads) ([`crate::format::split::parts_for`] says which parts a read
+/// of some arrays needs).
 pub(crate) fn fetch_parts(
     repo: &Repository,
-    commit: Option<Oid>,
     tree: &Tree,
     path: &Path,
+    head: &split::Head,
     ixs: &[u64],
 ) -> Result<usize> {
     let dir = crate::store::parts_dir(path);
-    let blobs: Vec<Oid> = ixs.iter().filter_map(|&ix| blob_at(tree, &dir.join(split::part_name(ix)))).collect();
-    let versions: Vec<(Oid, Vec<Oid>)> = commit.map(|c| (c, blobs.clone())).into_iter().collect();
-    let names: Vec<String> = ixs.iter().map(|&ix| split::part_name(ix)).collect();
-    fetch_versions(repo, blobs, &versions, Some(&names))
+    let blobs: Vec<(u64, Oid)> =
+        ixs.iter().filter_map(|&ix| Some((ix, blob_at(tree, &dir.join(split::part_name(ix)))?))).collect();
+    let mut n = crate::odb::promisor::fetch_missing(repo, blobs.iter().map(|b| b.1))?;
+    let sized = |ix: u64| head.parts.get(usize::try_from(ix).ok()?.checked_sub(1)?).map(|p| p.bytes);
+    let pointers: Vec<crate::odb::lfs::Pointer> = blobs
+        .iter()
+        .filter_map(|&(ix, id)| crate::odb::lfs::Pointer::of_blob(repo, id).filter(|p| Some(p.size) == sized(ix)))
+        .collect();
+    // Parts in LFS: every other part's pointer too (a few hundred bytes
+    // each), so that a read of some arrays checks each part's size.
+    if !pointers.is_empty() && blobs.len() < head.parts.len() {
+        let others = head.parts.iter().filter_map(|p| blob_at(tree, &dir.join(split::part_name(p.ix))));
+        n += crate::odb::promisor::fetch_missing(repo, others)?;
+    }
+    n += crate::odb::lfs::fetch_missing(repo, &pointers)?;
+    Ok(n)
 }
 
 /// The version of `path` in revision `rev` of `repo`: the revision's
@@ -459,14 +455,13 @@ pub fn version_at<'r>(repo: &'r Repository, rev: &str, path: &Path) -> Result<(T
     Ok((tree, commit, blob))
 }
 
-/// The blobs of the version of `path` that `tree` holds: its head (or
-/// single file), and with `parts` every blob of its parts folder.
-fn version_blobs(repo: &Repository, tree: &Tree, path: &Path, parts: bool) -> Vec<Oid> {
-    let mut out: Vec<Oid> = blob_at(tree, path).into_iter().collect();
-    if let Some(sub) = parts_of(tree, path).filter(|_| parts).and_then(|dir| repo.find_tree(dir).ok()) {
-        out.extend(sub.iter().filter(|e| e.kind() == Some(ObjectType::Blob)).map(|e| e.id()));
-    }
-    out
+/// The blobs of the parts folder `dir` that bear a part's name: what a
+/// whole read of its snapshot may open (anything else there is refused by
+/// name, never read).
+fn part_blobs_of(repo: &Repository, dir: Oid) -> Vec<Oid> {
+    let Ok(sub) = repo.find_tree(dir) else { return Vec::new() };
+    let named = |e: &git2::TreeEntry| e.name().is_ok_and(|n| split::part_ix(n).is_some());
+    sub.iter().filter(|e| e.kind() == Some(ObjectType::Blob) && named(e)).map(|e| e.id()).collect()
 }
 
 /// Walks the history of `path` from HEAD and checks every link (and, with

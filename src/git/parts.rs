@@ -465,9 +465,9 @@ pub struct BlobParts {
     local: Option<LocalCopy>,
     /// Each listed part's blob, where the tree or index names one.
     ids: Vec<Option<git2::Oid>>,
-    /// The commit whose parts a part missing here is fetched for when it is
-    /// opened ([`BlobParts::fetching`]); `None`: it is not.
-    fetch: Option<Option<git2::Oid>>,
+    /// Whether a part missing here is fetched when it is opened
+    /// ([`BlobParts::fetching`]).
+    fetch: bool,
     /// Parts Git inflates ahead of their reader.
     ahead: std::cell::RefCell<Option<crate::odb::ahead::ReadAhead>>,
 }
@@ -524,7 +524,7 @@ impl BlobParts {
         let lfs = crate::odb::lfs::Store::of(repo);
         let git_dir = repo.path().to_path_buf();
         let ahead = Default::default();
-        BlobParts { git_dir, dir, listed, want, unlisted, whose, local: None, lfs, ids, fetch: None, ahead }
+        BlobParts { git_dir, dir, listed, want, unlisted, whose, local: None, lfs, ids, fetch: false, ahead }
     }
 
     /// Blob `id` of a part the head sizes `bytes`: its size, and what it
@@ -537,11 +537,11 @@ impl BlobParts {
     }
 
     /// Fetches a part this clone lacks (a blobless clone's blob, a Git LFS
-    /// object of `commit`'s) when it is first opened: a read of some
-    /// arrays, which cannot tell from the head alone whether an array's
-    /// last chunk lies in the part where the next array begins.
-    pub fn fetching(mut self, commit: Option<git2::Oid>) -> BlobParts {
-        self.fetch = Some(commit);
+    /// object) when it is first opened: a read of some arrays, which cannot
+    /// tell from the head alone whether an array's last chunk lies in the
+    /// part where the next array begins.
+    pub fn fetching(mut self) -> BlobParts {
+        self.fetch = true;
         self
     }
 
@@ -549,16 +549,17 @@ impl BlobParts {
     /// [`BlobParts::fetching`] says so.
     fn listed(&self, i: usize) -> Result<Option<(git2::Oid, u64, Option<Pointer>)>> {
         let found = self.listed.get(i).cloned().flatten();
-        let (Some(commit), Some(Some(id))) = (self.fetch, self.ids.get(i)) else { return Ok(found) };
+        let (true, Some(Some(id))) = (self.fetch, self.ids.get(i)) else { return Ok(found) };
         if found.as_ref().is_some_and(|(_, _, p)| p.as_ref().is_none_or(|p| self.lfs.has(p))) {
             return Ok(found);
         }
         let repo = git2::Repository::open(&self.git_dir).map_err(crate::odb::git_err)?;
         crate::odb::promisor::fetch_missing(&repo, [*id])?;
         let got = Self::resolve(&repo, *id, self.want[i].0);
-        if let (Some(commit), Some((_, _, Some(p)))) = (commit, &got) {
-            let name = [split::part_name(i as u64 + 1)];
-            crate::odb::lfs::fetch_missing(&repo, &[(commit, vec![p.clone()])], Some(&name))?;
+        if let Some((_, size, Some(p))) = &got {
+            if *size == self.want[i].0 {
+                crate::odb::lfs::fetch_missing(&repo, std::slice::from_ref(p))?;
+            }
         }
         Ok(got)
     }
@@ -585,11 +586,7 @@ impl crate::format::split::PartSource for BlobParts {
         };
         let (want, line) = self.want[i];
         if size != want {
-            let m = format!(
-                "part {ix:06} does not match the head (line {line}): {size} bytes, the head says {want}: \
-                 a part changed without its head, or the other way round"
-            );
-            return Err(Error::check(Default::default(), m).in_file(&name));
+            return Err(split::unlike_head(ix, want, line, size).in_file(&name));
         }
         if let Some(p) = pointer {
             let Some(f) = self.lfs.open(&p) else {
@@ -614,7 +611,7 @@ impl crate::format::split::PartSource for BlobParts {
     /// Parts Git holds whole, of the size the head gives, are read ahead;
     /// not where a part comes from a local copy, Git LFS, or a fetch.
     fn will_open(&self, ixs: &[u64]) {
-        if self.local.is_some() || self.fetch.is_some() {
+        if self.local.is_some() || self.fetch {
             return;
         }
         let order = ixs.iter().filter_map(|&ix| {
@@ -634,6 +631,34 @@ impl crate::format::split::PartSource for BlobParts {
 
     fn unlisted(&self, _count: u64) -> Vec<PathBuf> {
         self.unlisted.clone()
+    }
+
+    /// Named by the tree or index; where its blob is here, of the head's
+    /// size, and an LFS pointer's oid the SHA-256 a `sha256=` line binds.
+    /// A blob a blobless clone has not fetched tells nothing more.
+    fn check_unopened(&self, part: &PartLine, head_line: u64) -> Result<()> {
+        let i = (part.ix as usize).wrapping_sub(1);
+        let name = self.name(part.ix);
+        if !matches!(self.ids.get(i), Some(Some(_))) {
+            let m = format!("missing part: the head lists it, {} does not have it", self.whose);
+            return Err(Error::check(Default::default(), m).in_file(&name));
+        }
+        let Some(Some((_, size, pointer))) = self.listed.get(i) else { return Ok(()) };
+        if *size != part.bytes {
+            return Err(split::unlike_head(part.ix, part.bytes, head_line, *size).in_file(&name));
+        }
+        if let (Some(p), split::PartHash::File(h)) = (pointer, part.hash) {
+            if p.oid != hex::encode(h) {
+                let m = format!(
+                    "part {:06} is the Git LFS object sha256:{}, the head (line {head_line}) binds sha256:{}",
+                    part.ix,
+                    p.oid,
+                    hex::encode(h)
+                );
+                return Err(Error::check(Default::default(), m).in_file(&name));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -248,7 +248,7 @@ pub fn push(
                 if heard.lock().unwrap_or_else(|p| p.into_inner()).elapsed()
                     > if stopping.load(std::sync::atomic::Ordering::Relaxed) { SHUTDOWN_STALL } else { PUSH_STALL } =>
             {
-                kill_group(&mut child);
+                crate::odb::child::kill_group(&mut child);
                 let silent = heard.lock().unwrap_or_else(|p| p.into_inner()).elapsed().as_secs();
                 break Err(failed(format!("said nothing for {silent} s: stopped")));
             }
@@ -440,17 +440,6 @@ fn pack_settings(repo: &git2::Repository, changed_wholly: bool) -> Vec<(&'static
         .map(|&(k, v)| if k == "pack.window" && changed_wholly { (k, "0") } else { (k, v) })
         .filter(|(k, _)| cfg.as_ref().is_none_or(|c| c.get_entry(k).is_err()))
         .collect()
-}
-
-/// Stops `child`, started as the leader of its own process group
-/// (`process_group(0)`), with every process it started (`git push`'s `ssh`),
-/// and reaps it.
-#[allow(unsafe_code)]
-fn kill_group(child: &mut std::process::Child) {
-    // SAFETY: signals the process group the caller started with this child
-    // as its leader (the group's id is the child's pid); nothing else is touched.
-    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
-    let _ = child.wait();
 }
 
 #[cfg(test)]

@@ -49,11 +49,14 @@ fn reader_inflating<'r>(repo: &'r Repository, blob: Oid, whole: u64) -> Result<B
 /// Git holds a blob under `core.bigFileThreshold` (512 MiB by default)
 /// whole in memory before writing it; at 1 MiB it streams every loose or
 /// undeltified blob, so a blob of zeros that a few MB of `.git` declare as
-/// gigabytes costs Git no more memory than wtxt.
+/// gigabytes costs Git no more memory than wtxt. A blob a partial clone
+/// lacks is not fetched here, a round trip each and with no deadline: the
+/// reader fetched what it reads first ([`crate::odb::promisor`]).
 pub fn stream(git_dir: &std::path::Path, blob: Oid) -> Result<impl Read + Send> {
     let mut child = Command::new("git")
         .arg("--git-dir")
         .arg(git_dir)
+        .env("GIT_NO_LAZY_FETCH", "1")
         .args(["--no-replace-objects", "-c", "core.bigFileThreshold=1m"])
         .args(["cat-file", "blob", &blob.to_string()])
         .stdin(Stdio::null())
@@ -156,6 +159,7 @@ impl<'r> Blobs<'r> {
             let mut child = Command::new("git")
                 .arg("--git-dir")
                 .arg(self.repo.path())
+                .env("GIT_NO_LAZY_FETCH", "1")
                 .arg("--no-replace-objects")
                 .args(["-c", &format!("core.deltaBaseCacheLimit={INFLATE_WHOLE}")])
                 // Git maps packs a GiB at a time and keeps what it touched:

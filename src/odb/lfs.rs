@@ -5,7 +5,7 @@
 //! Nothing about a part is trusted for being there: a part read from an
 //! LFS object is verified against its head as one read from a blob is.
 //! Missing objects come from the remote through the real `git lfs`
-//! client, in one `git lfs fetch` of the commits that hold them.
+//! client, exactly those a read needs, in one `git lfs fetch`.
 #![forbid(unsafe_code)]
 
 use std::io::{Read, Write};
@@ -217,25 +217,24 @@ fn remote(repo: &Repository) -> Option<String> {
     names.iter().find(|n| **n == "origin").or(names.first()).map(|n| n.to_string())
 }
 
-/// Fetches through `git lfs fetch`, in one run, the LFS objects of the parts
-/// in `wanted` (each a commit and the pointers its tree holds) that are not
-/// here; returns how many were missing. `git lfs fetch` takes commits, not
-/// objects: it brings every part's LFS object those commits' trees hold,
-/// or, with `only`, those of the parts with these file names (a read of
-/// some arrays: parts of other snapshots with the same names come too).
-/// Only commit ids and part file names (`NNNNNN.wtxtpart`, ours) reach it,
-/// never a path of the repository's.
-pub fn fetch_missing(repo: &Repository, wanted: &[(Oid, Vec<Pointer>)], only: Option<&[String]>) -> Result<usize> {
+/// Fetches through `git lfs fetch`, in one run (one batch of requests to
+/// the LFS server), the objects of `pointers` that are not here; returns
+/// how many were missing. `git lfs fetch` takes commits and path
+/// patterns, not objects: given the commits that hold the parts, it
+/// brings every LFS object of their trees that a pattern matches, other
+/// snapshots' and other folders' among them. So it is given one commit
+/// made for the purpose, whose tree holds exactly these pointers (named by
+/// their oids), kept in an object folder of its own that Git sees as an
+/// alternate for this one run and that is removed afterwards: no path of
+/// the repository's reaches it as a pattern, and the repository gains no
+/// object. The fetch stops at its deadline
+/// ([`crate::odb::child::fetch_limit`]); `git lfs` moves an object under
+/// its final name only once it has all of it and checked its oid.
+pub fn fetch_missing(repo: &Repository, pointers: &[Pointer]) -> Result<usize> {
     let store = Store::of(repo);
-    let mut commits: Vec<String> = Vec::new();
-    let mut missing = std::collections::HashSet::new();
-    for (commit, pointers) in wanted {
-        let absent: Vec<&Pointer> = pointers.iter().filter(|p| !store.has(p)).collect();
-        if !absent.is_empty() {
-            commits.push(commit.to_string());
-            missing.extend(absent.into_iter().map(|p| p.oid.clone()));
-        }
-    }
+    let mut missing: Vec<&Pointer> = pointers.iter().filter(|p| !store.has(p)).collect();
+    missing.sort_by(|a, b| a.oid.cmp(&b.oid));
+    missing.dedup_by(|a, b| a.oid == b.oid);
     if missing.is_empty() {
         return Ok(0);
     }
@@ -245,47 +244,54 @@ pub fn fetch_missing(repo: &Repository, wanted: &[(Oid, Vec<Pointer>)], only: Op
             format!("{} Git LFS object(s) of parts are not here and the repository has no remote", missing.len()),
         ));
     };
-    commits.sort();
-    commits.dedup();
-    // `git lfs fetch` reads the pointers it scans from the object store
-    // itself, without a partial clone's lazy fetch: every part blob of
-    // those commits (a pointer, small), in one fetch first. It scans only
-    // parts (a fixed pattern, no path of the repository's in it).
-    let mut part_blobs = Vec::new();
-    for c in &commits {
-        let tree = Oid::from_str(c).and_then(|c| repo.find_commit(c)).and_then(|c| c.tree()).map_err(git_err)?;
-        tree.walk(git2::TreeWalkMode::PreOrder, |_, e| {
-            if e.kind() == Some(git2::ObjectType::Blob) && e.name_bytes().ends_with(b".wtxtpart") {
-                part_blobs.push(e.id());
-            }
-            git2::TreeWalkResult::Ok
-        })
-        .map_err(git_err)?;
-    }
-    crate::odb::promisor::fetch_missing(repo, part_blobs)?;
-    let include = only.map_or_else(|| "*.wtxtpart".to_string(), |names| names.join(","));
-    // A long history is fetched a thousand commits at a time (the command
-    // line's length), each run one batch of requests to the LFS server.
-    for batch in commits.chunks(1000) {
-        let out = Command::new("git")
-            .arg("--git-dir")
-            .arg(repo.path())
-            .args(["lfs", "fetch", &format!("--include={include}"), "--exclude=", &remote])
-            .args(batch)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .map_err(|e| Error::input(Default::default(), format!("git lfs fetch from {remote}: {e}")))?;
-        if !out.status.success() {
-            let why = crate::error::one_line(String::from_utf8_lossy(&out.stderr).trim()).into_owned();
-            return Err(Error::input(
-                Default::default(),
-                format!("git lfs fetch of {} object(s) from {remote} failed: {why}", missing.len()),
-            ));
-        }
+    let scratch = tempfile::Builder::new()
+        .prefix("wtxt-lfs-fetch")
+        .tempdir()
+        .map_err(|e| Error::io_in("a folder for the LFS fetch's commit", e))?;
+    let commit = listing_commit(scratch.path(), &missing)?;
+    let mut cmd = Command::new("git");
+    cmd.arg("--git-dir").arg(repo.path());
+    cmd.env("GIT_ALTERNATE_OBJECT_DIRECTORIES", alternate(&scratch.path().join("objects")));
+    cmd.args(["lfs", "fetch", "--include=*.wtxtpart", "--exclude=", &remote, &commit.to_string()]);
+    let what = format!("git lfs fetch of {} object(s) from {remote}", missing.len());
+    let done = crate::odb::child::run(cmd, b"", crate::odb::child::fetch_limit(repo), &what)?;
+    if !done.status.success() {
+        let why = crate::error::one_line(done.stderr.trim()).into_owned();
+        return Err(Error::input(Default::default(), format!("{what} failed: {why}")));
     }
     Ok(missing.len())
+}
+
+/// A commit, in a new repository at `dir`, whose tree holds `pointers`, one
+/// file `OID.wtxtpart` each: what [`fetch_missing`] names to `git lfs fetch`.
+fn listing_commit(dir: &Path, pointers: &[&Pointer]) -> Result<Oid> {
+    let scratch = Repository::init_bare(dir).map_err(git_err)?;
+    let mut tree = scratch.treebuilder(None).map_err(git_err)?;
+    for p in pointers {
+        let blob = scratch.blob(p.text().as_bytes()).map_err(git_err)?;
+        tree.insert(format!("{}.wtxtpart", p.oid), blob, 0o100644).map_err(git_err)?;
+    }
+    let tree = scratch.find_tree(tree.write().map_err(git_err)?).map_err(git_err)?;
+    let who = git2::Signature::new("wtxt", "wtxt", &git2::Time::new(0, 0)).map_err(git_err)?;
+    scratch.commit(None, &who, &who, "LFS objects to fetch", &tree, &[]).map_err(git_err)
+}
+
+/// `dir` as one entry of `GIT_ALTERNATE_OBJECT_DIRECTORIES`, quoted as Git
+/// reads a quoted entry when it holds the list's separator or a quote.
+fn alternate(dir: &Path) -> std::ffi::OsString {
+    let s = dir.to_string_lossy();
+    if !s.contains([':', '"']) && !s.starts_with(' ') {
+        return dir.as_os_str().to_owned();
+    }
+    let mut quoted = String::from('"');
+    for c in s.chars() {
+        if matches!(c, '"' | '\\') {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    quoted.push('"');
+    quoted.into()
 }
 
 /// The pointers among the blobs `ids` (in a tree of parts), read from Git.

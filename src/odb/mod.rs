@@ -6,6 +6,7 @@
 
 pub(crate) mod ahead;
 pub(crate) mod blob;
+pub(crate) mod child;
 pub(crate) mod deflate;
 pub mod lfs;
 pub(crate) mod objects;

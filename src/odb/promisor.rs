@@ -6,8 +6,7 @@
 //! fetch from the promisor remote, as Git's own lazy fetch asks for them.
 #![forbid(unsafe_code)]
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use git2::{Oid, Repository};
 
@@ -38,7 +37,8 @@ pub fn promisor(repo: &Repository) -> Option<String> {
 /// Fetches, in one round trip, those of `oids` that a partial clone lacks;
 /// returns how many it asked for (none in a repository that is not a
 /// partial clone, or that has them all). Only object ids go to Git, on
-/// its standard input, never a path or a pattern.
+/// its standard input, never a path or a pattern; the fetch stops at its
+/// deadline ([`crate::odb::child::fetch_limit`]).
 pub fn fetch_missing(repo: &Repository, oids: impl IntoIterator<Item = Oid>) -> Result<usize> {
     let Some(remote) = promisor(repo).filter(|r| !r.starts_with('-')) else { return Ok(0) };
     let odb = repo.odb().map_err(git_err)?;
@@ -48,29 +48,20 @@ pub fn fetch_missing(repo: &Repository, oids: impl IntoIterator<Item = Oid>) -> 
     if missing.is_empty() {
         return Ok(0);
     }
-    let mut child = Command::new("git")
-        .arg("--git-dir")
-        .arg(repo.path())
-        .args(["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--no-tags", "--no-write-fetch-head"])
-        .args(["--recurse-submodules=no", "--filter=blob:none", "--stdin", &remote])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| Error::input(Default::default(), format!("git fetch from {remote}: {e}")))?;
+    let mut cmd = Command::new("git");
+    cmd.arg("--git-dir").arg(repo.path());
+    cmd.args(["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--no-tags", "--no-write-fetch-head"]);
+    cmd.args(["--recurse-submodules=no", "--filter=blob:none", "--stdin", &remote]);
     let mut list = String::with_capacity(missing.len() * 41);
     for o in &missing {
         list.push_str(&o.to_string());
         list.push('\n');
     }
-    let wrote = child.stdin.take().expect("piped").write_all(list.as_bytes());
-    let out = child.wait_with_output().map_err(|e| Error::input(Default::default(), format!("git fetch: {e}")))?;
-    if wrote.is_err() || !out.status.success() {
-        let why = crate::error::one_line(String::from_utf8_lossy(&out.stderr).trim()).into_owned();
-        return Err(Error::input(
-            Default::default(),
-            format!("git fetch of {} object(s) from the promisor remote {remote} failed: {why}", missing.len()),
-        ));
+    let what = format!("git fetch of {} object(s) from the promisor remote {remote}", missing.len());
+    let done = crate::odb::child::run(cmd, list.as_bytes(), crate::odb::child::fetch_limit(repo), &what)?;
+    if !done.status.success() {
+        let why = crate::error::one_line(done.stderr.trim()).into_owned();
+        return Err(Error::input(Default::default(), format!("{what} failed: {why}")));
     }
     // libgit2 lists packs once: the new one is seen after a refresh.
     odb.refresh().map_err(git_err)?;

@@ -393,7 +393,7 @@ pub fn load_at(dir: &Path, rev: &str, path: &Path, array: &[String], opts: &Veri
     use crate::format::split::{self, Opened};
     use crate::format::{Keep, Load};
     let repo = git2::Repository::discover(dir).map_err(crate::odb::git_err)?;
-    let (tree, commit, blob) = crate::git::history::version_at(&repo, rev, path)?;
+    let (tree, _, blob) = crate::git::history::version_at(&repo, rev, path)?;
     let shown = PathBuf::from(format!("{rev}:{}", path.display()));
     let len = crate::odb::blob::size(&repo, blob)?;
     let text = crate::odb::blob::reader(&repo, blob).map_err(|e| e.in_file(&shown))?;
@@ -404,7 +404,7 @@ pub fn load_at(dir: &Path, rev: &str, path: &Path, array: &[String], opts: &Veri
     let loaded = match split::open(text).map_err(|e| e.in_file(&shown))? {
         Opened::Single(r) => whole(WtxtIn::single(r, len, &shown)),
         Opened::Split(head) if array.is_empty() || !head.header().is_ok_and(|h| h.digest() == DigestForm::Tree) => {
-            crate::git::history::fetch_version(&repo, commit, &tree, path)?;
+            crate::git::history::fetch_version(&repo, &tree, path, &head)?;
             let parts = Box::new(crate::git::parts::BlobParts::of_tree(&repo, &tree, path, &head));
             whole(WtxtIn::joined(head, parts, &shown, len, crate::store::PartReading::Lenient))
         }
@@ -412,8 +412,8 @@ pub fn load_at(dir: &Path, rev: &str, path: &Path, array: &[String], opts: &Veri
             // The arrays asked and the metadata, from the parts that hold them.
             let load = |rows: &BTreeMap<String, (u64, u64)>| -> Result<Loaded> {
                 let keep = |n: &str| crate::format::keeps_array(rows, n);
-                crate::git::history::fetch_parts(&repo, commit, &tree, path, &split::parts_for(&head, &keep))?;
-                let parts = crate::git::parts::BlobParts::of_tree(&repo, &tree, path, &head).fetching(commit);
+                crate::git::history::fetch_parts(&repo, &tree, path, &head, &split::parts_for(&head, &keep))?;
+                let parts = crate::git::parts::BlobParts::of_tree(&repo, &tree, path, &head).fetching();
                 let mut input = WtxtIn::sparse(head.clone(), Box::new(parts), &shown, len, &keep)?;
                 let load = Load { keep: Keep::InMemory, rows: Some(rows), ..Default::default() };
                 load.run_lines(input.lines(), input.len, opts).map_err(|e| input.blame(e))

@@ -45,10 +45,7 @@ pub fn restore(
 /// Git's drivers see only file by file, starts from.
 pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) -> Result<usize> {
     let repo = git2::Repository::discover(dir).map_err(crate::odb::git_err)?;
-    let (tree, commit, blob) = crate::git::history::version_at(&repo, rev, path)?;
-    // In a blobless partial clone: the head and every part in one fetch;
-    // parts kept in Git LFS: their objects in one `git lfs fetch`.
-    crate::git::history::fetch_version(&repo, commit, &tree, path)?;
+    let (tree, _, blob) = crate::git::history::version_at(&repo, rev, path)?;
     let shown = PathBuf::from(format!("{rev}:{}", path.display()));
     if crate::odb::blob::prefix(&repo, blob, 13)? == b"WTXT part ix=" {
         return Err(Error::usage(format!(
@@ -63,6 +60,9 @@ pub fn export(dir: &Path, rev: &str, path: &Path, out: &Path, size: PartSize) ->
     let copied = match opened {
         split::Opened::Single(mut r) => copy_text(&mut r, &mut w),
         split::Opened::Split(head) => {
+            // In a blobless partial clone: every part in one fetch; parts
+            // kept in Git LFS: their objects in one `git lfs fetch`.
+            crate::git::history::fetch_version(&repo, &tree, path, &head)?;
             let parts = crate::git::parts::BlobParts::of_tree(&repo, &tree, path, &head);
             copy_text(&mut split::Joined::new(head, Box::new(parts), None), &mut w)
         }

@@ -169,10 +169,13 @@ fn walk(root: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Issue 68.3: one tensor of a tree-form split snapshot whose parts are LFS
-/// objects, by revision from a blobless clone that smudged nothing: only
-/// the LFS objects of the parts that hold it are fetched, and it is the
-/// full read's bytes.
+/// Issue 68.3, 86.1: one tensor of a tree-form split snapshot whose parts
+/// are LFS objects, by revision from a blobless clone that smudged
+/// nothing, from a history that holds decoys (another snapshot with parts
+/// of the same names, a large blob named as a part in another folder):
+/// only the LFS objects of the parts that hold it are fetched, and it is
+/// the full read's bytes; a whole export fetches that snapshot's parts and
+/// no other's.
 #[test]
 fn one_array_from_history_fetches_only_its_parts_lfs_objects() {
     let dir = tempfile::tempdir().unwrap();
@@ -181,8 +184,15 @@ fn one_array_from_history_fetches_only_its_parts_lfs_objects() {
     let (_lfs, lfs_url) = crate::util::lfs_server(&store, "models");
     let w = lfs_repository(d, &lfs_url);
     let arrays = crate::util::spanning_snapshot(d, &w.join("m.wtxt"), ["a", "b", "c", "d", "e"]);
+    std::fs::create_dir(d.join("other")).unwrap();
+    crate::util::spanning_snapshot(&d.join("other"), &w.join("other.wtxt"), ["v", "w", "x", "y", "z"]);
     git_ok(&w, &["add", "-A"]);
-    git_ok(&w, &["commit", "-q", "-m", "gen 0"]);
+    // A 3 MB blob under a part's name, outside every parts folder, as Git
+    // holds it (not through LFS).
+    std::fs::write(d.join("junk"), vec![7u8; 3 << 20]).unwrap();
+    let junk = git_ok(&w, &["hash-object", "-w", "--no-filters", d.join("junk").to_str().unwrap()]).trim().to_string();
+    git_ok(&w, &["update-index", "--add", "--cacheinfo", &format!("100644,{junk},junk/000001.wtxtpart")]);
+    git_ok(&w, &["commit", "-q", "--no-verify", "-m", "gen 0"]);
     let holding = std::fs::read_dir(w.join("m.wtxt.parts"))
         .unwrap()
         .filter(|e| memchr::memmem::find(&std::fs::read(e.as_ref().unwrap().path()).unwrap(), b"name=c ").is_some())
@@ -193,12 +203,63 @@ fn one_array_from_history_fetches_only_its_parts_lfs_objects() {
     let (_git, port) = crate::util::git_daemon(&served);
     let url = format!("git://127.0.0.1:{port}/models.git");
     let env = [("GIT_LFS_SKIP_SMUDGE", "1")];
-    let o = git_cmd(d, &["clone", "-q", "--filter=blob:none", "-c", &format!("lfs.url={lfs_url}"), &url, "c"], &env);
+    // No checkout: a checkout would fetch every blob of the tip.
+    let clone = ["clone", "-q", "--no-checkout", "--filter=blob:none", "-c", &format!("lfs.url={lfs_url}"), &url, "c"];
+    let o = git_cmd(d, &clone, &env);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let c = d.join("c");
+    let objects = || walk(&c.join(".git/lfs/objects")).into_iter().filter(|p| p.is_file()).count();
+    let here = |blob: &str| git_cmd(&c, &["cat-file", "-e", blob], &[("GIT_NO_LAZY_FETCH", "1")]).status.success();
+    let before = objects();
+    assert!(!here(&junk));
     crate::util::extract_at_head(&c, "c", &arrays[2]);
-    let fetched = walk(&c.join(".git/lfs/objects")).into_iter().filter(|p| p.is_file()).count();
+    let fetched = objects() - before;
     assert!(holding >= 2 && fetched == holding, "{fetched} LFS objects fetched, {holding} parts hold c");
+    assert!(!here(&junk), "the blob outside the snapshot's parts folder was fetched");
+    let o = wtxt().current_dir(&c).args(["git", "export", "HEAD", "m.wtxt", "-o", "../x.wtxt"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let parts = std::fs::read_dir(w.join("m.wtxt.parts")).unwrap().count();
+    assert_eq!(objects() - before, parts, "a whole export fetched its own parts and no other snapshot's");
+    assert!(!here(&junk));
+}
+
+/// Issue 86.2: an LFS server that answers the batch call and then sends a
+/// byte a second (no transfer timeout fires) holds a read by revision no
+/// longer than `wtxt.fetchSeconds`: the fetch is stopped, the error names
+/// the remote and what it fetched, and no object lands under its name.
+#[test]
+fn a_trickling_lfs_server_is_given_up_at_the_fetch_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let store = d.join("lfs-store");
+    let (_lfs, lfs_url) = crate::util::lfs_server(&store, "models");
+    let w = lfs_repository(d, &lfs_url);
+    crate::util::spanning_snapshot(d, &w.join("m.wtxt"), ["a", "b", "c", "d", "e"]);
+    git_ok(&w, &["add", "-A"]);
+    git_ok(&w, &["commit", "-q", "-m", "gen 0"]);
+    let (served, bare) = crate::util::served_repository(d);
+    git_ok(&bare, &["config", "wtxt.lfsObjects", store.join("wtxt/models").to_str().unwrap()]);
+    git_ok(&w, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    let (_git, port) = crate::util::git_daemon(&served);
+    let trickle = crate::util::TricklingLfs::start();
+    let url = format!("git://127.0.0.1:{port}/models.git");
+    let env = [("GIT_LFS_SKIP_SMUDGE", "1")];
+    let o =
+        git_cmd(d, &["clone", "-q", "--filter=blob:none", "-c", &format!("lfs.url={}", trickle.url), &url, "c"], &env);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c = d.join("c");
+    git_ok(&c, &["config", "wtxt.fetchSeconds", "2"]);
+    let started = std::time::Instant::now();
+    let extract = ["extract", "m.wtxt", "--rev", "HEAD", "--array", "c", "-o", "../c.npy"];
+    let o = wtxt().current_dir(&c).args(extract).output().unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{said}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "held {:?}", started.elapsed());
+    assert!(said.contains("from origin: still running after 2 s (wtxt.fetchSeconds): stopped"), "{said}");
+    assert!(trickle.served_bytes() > 0, "the server was asked");
+    assert!(!d.join("c.npy").exists());
+    let objects = walk(&c.join(".git/lfs/objects")).into_iter().filter(|p| p.is_file()).count();
+    assert_eq!(objects, 0, "an object landed under its name");
 }
 
 /// Issue 82: the guard hashes every LFS object it reads against the oid

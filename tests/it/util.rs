@@ -231,3 +231,124 @@ pub fn extract_at_head(repo: &Path, name: &str, want: &[u8]) {
     let got = std::fs::read(&out).unwrap();
     assert!(got.starts_with(b"\x93NUMPY") && got.ends_with(want), "the full read's bytes");
 }
+
+/// A Git LFS server on 127.0.0.1 that answers the batch call as a server
+/// does and then sends each object a byte a second: a stalled transfer
+/// that no timeout of git-lfs's catches. Stopped when it drops.
+pub struct TricklingLfs {
+    pub url: String,
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TricklingLfs {
+    pub fn start() -> TricklingLfs {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (s, t) = (stop.clone(), sent.clone());
+        let accept = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.load(Ordering::Relaxed) {
+                    break;
+                }
+                let (s, t) = (s.clone(), t.clone());
+                if let Ok(conn) = conn {
+                    std::thread::spawn(move || {
+                        let _ = trickle(conn, port, &s, &t);
+                    });
+                }
+            }
+        });
+        let url = format!("http://127.0.0.1:{port}/wtxt/models.git/info/lfs");
+        TricklingLfs { url, port, stop, sent, accept: Some(accept) }
+    }
+
+    /// How many bytes of objects it has sent.
+    pub fn served_bytes(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for TricklingLfs {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(a) = self.accept.take() {
+            let _ = a.join();
+        }
+    }
+}
+
+/// One connection of [`TricklingLfs`]: requests until it closes.
+fn trickle(
+    conn: std::net::TcpStream,
+    port: u16,
+    stop: &std::sync::atomic::AtomicBool,
+    sent: &std::sync::atomic::AtomicU64,
+) -> std::io::Result<()> {
+    use std::io::{BufRead, Read, Write};
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    let mut reader = std::io::BufReader::new(conn.try_clone()?);
+    let mut out = conn;
+    loop {
+        let mut request = String::new();
+        if reader.read_line(&mut request)? == 0 {
+            return Ok(());
+        }
+        let mut length = 0usize;
+        loop {
+            let mut h = String::new();
+            reader.read_line(&mut h)?;
+            if h.trim().is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+        }
+        let mut body = vec![0u8; length.min(1 << 20)];
+        reader.read_exact(&mut body)?;
+        let target = request.split(' ').nth(1).unwrap_or_default().to_string();
+        if target.ends_with("/objects/batch") {
+            let asked: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let objects: Vec<serde_json::Value> = asked["objects"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|o| {
+                    let href = format!("http://127.0.0.1:{port}/o/{}/{}", o["oid"].as_str().unwrap_or(""), o["size"]);
+                    serde_json::json!({"oid": o["oid"], "size": o["size"], "authenticated": true,
+                        "actions": {"download": {"href": href}}})
+                })
+                .collect();
+            let answer = serde_json::json!({"transfer": "basic", "objects": objects}).to_string();
+            write!(
+                out,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.git-lfs+json\r\nContent-Length: {}\r\n\r\n{answer}",
+                answer.len()
+            )?;
+        } else if let Some(size) = target.strip_prefix("/o/").and_then(|t| t.rsplit('/').next()?.parse::<u64>().ok()) {
+            write!(out, "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {size}\r\n\r\n")?;
+            for _ in 0..size {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return Ok(());
+                }
+                out.write_all(b"\0")?;
+                out.flush()?;
+                sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+            return Ok(());
+        } else {
+            write!(out, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")?;
+        }
+    }
+}
