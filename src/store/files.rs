@@ -4,7 +4,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Position, Result};
-use crate::format::split::{part_name, stray_part, PartSource};
+use crate::format::split::{part_name, stray_part, unlike_head, PartLine, PartSource};
 
 /// The folder holding the parts of the head at `head`: `model.wtxt` keeps
 /// its parts in `model.wtxt.parts/`.
@@ -22,8 +22,9 @@ pub struct PartFiles<'a> {
     pub unseal: Option<&'a crate::crypto::armor::Unseal>,
 }
 
-impl PartSource for PartFiles<'_> {
-    fn open(&self, ix: u64) -> Result<Box<dyn crate::fs::Skip>> {
+impl PartFiles<'_> {
+    /// Part `ix`'s file and its size, when it is there as a regular file.
+    fn present(&self, ix: u64) -> Result<(PathBuf, u64)> {
         let p = self.name(ix);
         match std::fs::metadata(&p) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -36,9 +37,35 @@ impl PartSource for PartFiles<'_> {
             Ok(m) if !m.is_file() => {
                 Err(Error::check(Position::None, "not a regular file: the head lists a part here").in_file(&p))
             }
-            // The joined reader reads in larger blocks (straight from the
-            // file) except where it passes over chunks ([`crate::fs::Skip`]).
-            _ => crate::crypto::armor::open_maybe_sealed(&p, self.unseal, crate::fs::SKIP_READ_AHEAD),
+            Ok(m) => Ok((p, m.len())),
+            Err(e) => Err(Error::io(&p, e)),
+        }
+    }
+}
+
+impl PartSource for PartFiles<'_> {
+    fn open(&self, ix: u64) -> Result<Box<dyn crate::fs::Skip>> {
+        let (p, _) = self.present(ix)?;
+        // The joined reader reads in larger blocks (straight from the
+        // file) except where it passes over chunks ([`crate::fs::Skip`]).
+        crate::crypto::armor::open_maybe_sealed(&p, self.unseal, crate::fs::SKIP_READ_AHEAD)
+    }
+
+    /// Present and, unless parts may be sealed (an age file is larger than
+    /// its part), of the head's size, or a Git LFS pointer to an object of
+    /// that size (a clone that smudged nothing holds pointers).
+    fn check_unopened(&self, part: &PartLine, head_line: u64) -> Result<()> {
+        let (p, len) = self.present(part.ix)?;
+        if self.unseal.is_some() || len == part.bytes {
+            return Ok(());
+        }
+        let pointer = (len <= crate::odb::lfs::MAX_POINTER)
+            .then(|| std::fs::read(&p).ok())
+            .flatten()
+            .and_then(|b| crate::odb::lfs::Pointer::parse(&b));
+        match pointer {
+            Some(ptr) if ptr.size == part.bytes => Ok(()),
+            _ => Err(unlike_head(part.ix, part.bytes, head_line, len).in_file(&p)),
         }
     }
 

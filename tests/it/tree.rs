@@ -227,7 +227,8 @@ fn one_array_alone_is_the_full_reads_bytes_and_what_it_skips_is_bound_by_the_roo
 }
 
 /// Issue 68.1: from a split snapshot of the tree form, `extract --array`
-/// opens only the parts that hold the array: the others may be gone. What
+/// opens only the parts that hold the array: the others may hold anything
+/// of their size. What
 /// it returns is the full read's bytes, and damage in it is named by part
 /// and line.
 #[test]
@@ -253,10 +254,12 @@ fn one_array_of_a_split_snapshot_is_read_from_the_parts_that_hold_it_alone() {
     let want = full.arrays.iter().find(|a| a.name == "tok_embed").unwrap().bytes().to_vec();
     let one = d.join("one.npy");
     let extract = || run(&["extract", s(&tree), "--array", "tok_embed", "-o", s(&one)]);
-    // Every part that holds none of it removed.
+    // Every part that holds none of it overwritten with other bytes of its
+    // size (what a read that never opens it cannot tell; a missing one it
+    // refuses, see `a_read_of_some_arrays_checks_the_parts_it_leaves_unread`).
     for p in &part_files {
         if !holding.contains(&p) {
-            std::fs::remove_file(p).unwrap();
+            std::fs::write(p, vec![b'x'; std::fs::metadata(p).unwrap().len() as usize]).unwrap();
         }
     }
     let r = extract();
@@ -353,4 +356,55 @@ fn carried_arrays_stand_in_for_the_parts_left_out_and_nothing_else() {
     let mut holes = plan.left_out.clone();
     holes[n / 2] = true;
     assert!(!check(&holes, &plan.carried).ok);
+}
+
+/// Issue 80.2: a read of some arrays leaves parts unopened, but checks each
+/// of them for what can be told without reading it, from a folder and from
+/// a commit: present, of the head's size, and no part the head does not
+/// list. What it cannot tell unread (a part swapped for another of the
+/// same size) is for a whole verify (docs/SECURITY.md).
+#[test]
+fn a_read_of_some_arrays_checks_the_parts_it_leaves_unread() {
+    use crate::util::{git_ok, wtxt};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    git_ok(d, &["init", "-q", "-b", "main", "w"]);
+    let w = d.join("w");
+    crate::util::spanning_snapshot(d, &w.join("m.wtxt"), ["a", "b", "c", "d", "e"]);
+    let parts = w.join("m.wtxt.parts");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&parts).unwrap().map(|e| e.unwrap().path()).collect();
+    names.sort();
+    let holds_c = |p: &Path| memchr::memmem::find(&std::fs::read(p).unwrap(), b"name=c ").is_some();
+    let far = names.iter().rev().find(|p| !holds_c(p)).unwrap().clone();
+    let original = std::fs::read(&far).unwrap();
+    let extract = |args: &[&str]| {
+        let base = ["extract", "m.wtxt", "--array", "c", "-o", "../c.npy"];
+        let o = wtxt().current_dir(&w).args(base).args(args).output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    assert_eq!(extract(&[]).0, Some(0));
+    let mut longer = original.clone();
+    longer.push(b'\n');
+    std::fs::write(&far, &longer).unwrap();
+    let (code, said) = extract(&[]);
+    assert!(code == Some(1) && said.contains("does not match the head"), "{said}");
+    std::fs::remove_file(&far).unwrap();
+    let (code, said) = extract(&[]);
+    assert!(code == Some(1) && said.contains("missing part"), "{said}");
+    std::fs::write(&far, &original).unwrap();
+    std::fs::write(parts.join("000099.wtxtpart"), &original).unwrap();
+    let (code, said) = extract(&[]);
+    assert!(code == Some(1) && said.contains("a part the head does not list"), "{said}");
+    std::fs::remove_file(parts.join("000099.wtxtpart")).unwrap();
+    // From a commit: the good generation, then one whose far part is
+    // longer (committed past the hook).
+    git_ok(&w, &["add", "-A"]);
+    git_ok(&w, &["commit", "-q", "--no-verify", "-m", "gen 0"]);
+    std::fs::write(&far, &longer).unwrap();
+    git_ok(&w, &["add", "-A"]);
+    git_ok(&w, &["commit", "-q", "--no-verify", "-m", "gen 0, a part grown"]);
+    std::fs::write(&far, &original).unwrap();
+    assert_eq!(extract(&["--rev", "HEAD~1"]).0, Some(0));
+    let (code, said) = extract(&["--rev", "HEAD"]);
+    assert!(code == Some(1) && said.contains("does not match the head"), "{said}");
 }

@@ -10,6 +10,7 @@ module only moves arrays across and turns failures into `wtxt.Error` and
 from __future__ import annotations
 
 import json
+import collections
 import os
 import queue
 import atexit
@@ -151,8 +152,11 @@ def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: O
     With `names` (original names), only those tensors are returned, proven
     as a whole load proves them: in the 1.1 form every byte is still
     checked; in the tree form only their chunks are decoded, the others'
-    digests (bound to the root and its signature) standing in for them. A
-    name the snapshot does not hold raises `wtxt.Error`.
+    digests (bound to the root and its signature) standing in for them;
+    every part is checked for what can be checked unread (present, of the
+    head's size: docs/SECURITY.md, "What a load of some rows proves").
+    A name the snapshot does not hold, one listed twice, or an empty list
+    raises `wtxt.Error`.
 
     With `rev` (a Git revision: "HEAD~3", a branch, a commit), `filename`
     is a snapshot in a Git work tree read as that revision holds it, as
@@ -160,6 +164,13 @@ def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: O
     tree form is read, and in a blobless clone or an LFS repository
     fetched, only from the parts that hold those tensors.
     """
+    if names is not None:
+        names = list(names)
+        if not names:
+            raise Error(f"{os.fspath(filename)}: names=[] asks for no tensor (leave names out to load every one)")
+        twice = sorted(n for n, k in collections.Counter(names).items() if k > 1)
+        if twice:
+            raise Error(f"{os.fspath(filename)}: names lists {twice[0]!r} more than once")
     trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, allow_unbound)
     if rev is not None:
         loaded = call(_rust.load_at, os.fspath(filename), rev, trust, names=names)

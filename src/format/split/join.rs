@@ -31,6 +31,30 @@ pub trait PartSource {
     /// a source whose reads are slow (Git inflating a blob) may begin the
     /// next ones while one is read.
     fn will_open(&self, _ixs: &[u64]) {}
+    /// Checks `part` (listed on the head's line `head_line`) as far as the
+    /// source can without reading it: that it is there, of the size the
+    /// head gives, and an LFS pointer's oid where the head binds the file's
+    /// SHA-256. What a read of some arrays checks of the parts it leaves
+    /// unopened; a source that can tell nothing says nothing.
+    fn check_unopened(&self, _part: &PartLine, _head_line: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The error for part `ix` found `size` bytes long where the head's line
+/// `head_line` gives it `bytes`.
+pub fn unlike_head(ix: u64, bytes: u64, head_line: u64, size: u64) -> Error {
+    let m = format!(
+        "part {ix:06} does not match the head (line {head_line}): {size} bytes, the head says {bytes}: \
+         a part changed without its head, or the other way round"
+    );
+    Error::check(Position::None, m)
+}
+
+/// The error for `path`, a part present beyond the `count` a head lists.
+pub fn unlisted_part(count: usize, path: &Path) -> Error {
+    let m = format!("a part the head does not list (it lists {count}, named {} on)", part_name(1));
+    Error::check(Position::None, m).in_file(path)
 }
 
 /// Faults of parts found while joining (missing, truncated, not matching
@@ -215,11 +239,7 @@ impl<'a> Joined<'a> {
     /// After the last part: any part present that the head does not list.
     fn unlisted(&mut self) -> io::Result<()> {
         for p in self.source.unlisted(self.parts.len() as u64) {
-            let e = Error::check(
-                Position::None,
-                format!("a part the head does not list (it lists {}, named {} on)", self.parts.len(), part_name(1)),
-            );
-            self.fault(e.in_file(p))?;
+            self.fault(unlisted_part(self.parts.len(), &p))?;
         }
         Ok(())
     }

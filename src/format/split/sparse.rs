@@ -79,8 +79,16 @@ pub struct Sparse<'a> {
 
 impl<'a> Sparse<'a> {
     /// `head`'s text with only the arrays for which `keep` is true read
-    /// from `source`'s parts.
+    /// from `source`'s parts. Every part the head lists is first checked
+    /// as far as it can be unread ([`PartSource::check_unopened`]), and a
+    /// part it does not list is refused, as a whole read refuses them.
     pub fn new(head: Head, source: Box<dyn PartSource + 'a>, keep: &dyn Fn(&str) -> bool) -> Result<Sparse<'a>> {
+        for p in &head.parts {
+            source.check_unopened(p, head.part_line(p.ix))?;
+        }
+        if let Some(extra) = source.unlisted(head.parts.len() as u64).first() {
+            return Err(super::join::unlisted_part(head.parts.len(), extra));
+        }
         let prefix_lines = head.prefix.iter().filter(|&&b| b == b'\n').count() as u64;
         let arr_count: usize = head.arrs.iter().map(Vec::len).sum();
         let head_lines_before_tail = head.part_line(1) + (head.parts.len() + arr_count) as u64 - 1;
