@@ -612,7 +612,7 @@ def test_load_file_names_reads_those_tensors_proven_as_a_whole_load(tmp_path):
     """`load_file(names=[...])`: exactly the bytes a whole load gives; in the
     tree form a damaged chunk of another array is not its concern, a
     damaged chunk of its own is refused; in the 1.1 form every byte still
-    counts."""
+    counts. A name listed twice, or no name, is an error."""
     rng = np.random.default_rng(3)
     arrays = {"a.weight": rng.standard_normal((300, 16)).astype(np.float32),
               "b.weight": rng.standard_normal((300, 16)).astype(np.float32),
@@ -637,6 +637,10 @@ def test_load_file_names_reads_those_tensors_proven_as_a_whole_load(tmp_path):
             assert v.dtype == whole[k].dtype and v.shape == whole[k].shape and (v == whole[k]).all(), k
         with pytest.raises(wtxt.Error, match="no tensor named"):
             wtxt.load_file(path, names=["absent"])
+        with pytest.raises(wtxt.Error, match="names=\\[\\] asks for no tensor"):
+            wtxt.load_file(path, names=[])
+        with pytest.raises(wtxt.Error, match="names lists 'a.weight' more than once"):
+            wtxt.load_file(path, names=["a.weight", "scale", "a.weight"])
         with pytest.raises(wtxt.VerifyError):
             wtxt.load_file(damaged(path, "a_weight"), names=["a.weight"])
         other = damaged(path, "b_weight")
