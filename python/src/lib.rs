@@ -540,6 +540,8 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // A shard that shrinks under `save_folder`'s map: one line and exit 2,
     // not a death by SIGBUS (any other SIGBUS goes to Python's handler).
     wtxt::exit_cleanly_when_a_mapped_input_shrinks();
+    // A clone's part files that are Git LFS pointers read as their parts.
+    wtxt::git::read_lfs_pointers_in_work_trees();
     m.add("WtxtError", m.py().get_type::<WtxtError>())?;
     m.add_function(wrap_pyfunction!(save, m)?)?;
     m.add_function(wrap_pyfunction!(main, m)?)?;

@@ -47,6 +47,7 @@ pub fn exit_code(argv: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
     if let Some(first) = argv.first() {
         crate::git::set_command(PathBuf::from(first));
     }
+    crate::git::read_lfs_pointers_in_work_trees();
     let cli = match Cli::try_parse_from(argv) {
         Ok(c) => c,
         Err(e) => {

@@ -10,6 +10,7 @@ pub(crate) mod guard;
 pub(crate) mod history;
 pub(crate) mod hooks;
 pub(crate) mod install;
+pub(crate) mod lfs_parts;
 pub(crate) mod merge;
 pub(crate) mod parts;
 pub(crate) mod proof;
@@ -25,6 +26,7 @@ pub use config::{
 pub use diff::{diff, textconv, Names};
 pub use filter::{clean, smudge};
 pub use hooks::open_for_hook;
+pub use lfs_parts::read_lfs_pointers_in_work_trees;
 pub use merge::{merge, Strategy};
 pub use parts::{check_part, diff_parts, textconv_part};
 pub use push::{push, redact, Push};

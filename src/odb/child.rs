@@ -28,6 +28,22 @@ pub fn fetch_limit(repo: &git2::Repository) -> Option<Duration> {
     (seconds > 0).then(|| Duration::from_secs(seconds))
 }
 
+/// Refuses a fetch of `count` objects from `remote` into `repo` when its
+/// `wtxt.fetch` is false: a reader told to stay offline says what it
+/// lacks instead.
+pub fn may_fetch(repo: &git2::Repository, count: usize, remote: &str) -> Result<()> {
+    let cfg = repo.config().and_then(|mut c| c.snapshot()).ok();
+    if cfg.and_then(|c| c.get_bool("wtxt.fetch").ok()) == Some(false) {
+        return Err(Error::input(
+            Default::default(),
+            format!(
+                "{count} object(s) to read are not here, and wtxt.fetch is false: nothing is fetched from {remote}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// What a child left: its exit status and the start of its standard error.
 pub struct Finished {
     pub status: ExitStatus,

@@ -244,6 +244,7 @@ pub fn fetch_missing(repo: &Repository, pointers: &[Pointer]) -> Result<usize> {
             format!("{} Git LFS object(s) of parts are not here and the repository has no remote", missing.len()),
         ));
     };
+    crate::odb::child::may_fetch(repo, missing.len(), &remote)?;
     let scratch = tempfile::Builder::new()
         .prefix("wtxt-lfs-fetch")
         .tempdir()

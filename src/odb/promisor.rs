@@ -48,6 +48,7 @@ pub fn fetch_missing(repo: &Repository, oids: impl IntoIterator<Item = Oid>) -> 
     if missing.is_empty() {
         return Ok(0);
     }
+    crate::odb::child::may_fetch(repo, missing.len(), &remote)?;
     let mut cmd = Command::new("git");
     cmd.arg("--git-dir").arg(repo.path());
     cmd.args(["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--no-tags", "--no-write-fetch-head"]);

@@ -100,7 +100,7 @@ impl<'a> WtxtIn<'a> {
             split::Opened::Single(reader) => return Ok(WtxtIn::single(reader, len, path)),
             split::Opened::Split(head) => head,
         };
-        let source = Box::new(PartFiles { dir: parts_dir(path), unseal: None });
+        let source = Box::new(PartFiles::new(parts_dir(path), None));
         let tree = head.header().is_ok_and(|h| h.digest() == crate::format::syntax::DigestForm::Tree);
         let names = head.arrs.iter().flatten().filter_map(|a| crate::format::syntax::ArrLine::parse(a).ok());
         if !tree || names.map(|a| a.name).all(|n| keep(&n)) {
@@ -274,7 +274,7 @@ impl<'a> WtxtIn<'a> {
         Ok(match split::open(raw).map_err(|e| e.in_file(path))? {
             split::Opened::Single(reader) => WtxtIn::single(reader, len, path),
             split::Opened::Split(head) => {
-                let source = Box::new(PartFiles { dir: parts_dir(path), unseal });
+                let source = Box::new(PartFiles::new(parts_dir(path), unseal));
                 WtxtIn::from_head(head, source, path, len, lenient, hash_parts)
             }
         })

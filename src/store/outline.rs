@@ -64,7 +64,7 @@ pub fn outline_of(file: &File, path: &Path, wanted: &dyn Fn(&str) -> bool, max_w
         // The head holds every `arr` line: only the parts that hold the
         // wanted arrays' chunks are read ([`split::Sparse`]).
         split::Opened::Split(h) if h.arrs.iter().any(|a| !a.is_empty()) => {
-            let source = Box::new(super::files::PartFiles { dir: parts_dir(path), unseal: None });
+            let source = Box::new(super::files::PartFiles::new(parts_dir(path), None));
             let sparse = split::Sparse::new(h, source, wanted).ok()?;
             segments.push((
                 Box::new(Unseekable(BufReader::with_capacity(crate::fs::SKIP_READ_AHEAD, sparse))),

@@ -310,3 +310,97 @@ fn the_guard_reads_an_lfs_part_through_its_oid() {
     assert!(said.contains(&format!("sha256:{named} holds bytes that hash to sha256:{oid}")), "{said}");
     assert_ne!(git_ok(&bare, &["rev-parse", "main"]), git_ok(&w, &["rev-parse", "HEAD"]));
 }
+
+/// Issue 83: a clone that smudged nothing (`GIT_LFS_SKIP_SMUDGE`, and a
+/// blobless clone) holds LFS pointers where parts would be. Read from the
+/// work tree, a snapshot fetches the objects it reads, in one `git lfs
+/// fetch` per command, and verifies them; told not to fetch, or outside
+/// any repository, it refuses in one line naming the pointer, never as
+/// damage.
+#[test]
+fn a_clones_lfs_pointers_are_fetched_when_read_from_the_work_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let store = d.join("lfs-store");
+    let (_lfs, lfs_url) = crate::util::lfs_server(&store, "models");
+    let w = lfs_repository(d, &lfs_url);
+    let arrays = crate::util::spanning_snapshot(d, &w.join("m.wtxt"), ["a", "b", "c", "d", "e"]);
+    git_ok(&w, &["add", "-A"]);
+    git_ok(&w, &["commit", "-q", "-m", "gen 0"]);
+    let parts = std::fs::read_dir(w.join("m.wtxt.parts")).unwrap().count();
+    let holding = std::fs::read_dir(w.join("m.wtxt.parts"))
+        .unwrap()
+        .filter(|e| memchr::memmem::find(&std::fs::read(e.as_ref().unwrap().path()).unwrap(), b"name=c ").is_some())
+        .count();
+    let (served, bare) = crate::util::served_repository(d);
+    git_ok(&bare, &["config", "wtxt.lfsObjects", store.join("wtxt/models").to_str().unwrap()]);
+    git_ok(&w, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    let (_git, port) = crate::util::git_daemon(&served);
+    let url = format!("git://127.0.0.1:{port}/models.git");
+    let clone = |name: &str, blobless: bool| {
+        let mut args = vec!["clone", "-q", "-c"];
+        let lfs = format!("lfs.url={lfs_url}");
+        args.push(&lfs);
+        if blobless {
+            args.push("--filter=blob:none");
+        }
+        args.extend([url.as_str(), name]);
+        let o = git_cmd(d, &args, &[("GIT_LFS_SKIP_SMUDGE", "1")]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let c = d.join(name);
+        let part = std::fs::read_to_string(c.join("m.wtxt.parts/000001.wtxtpart")).unwrap();
+        assert!(part.starts_with("version https://git-lfs.github.com/spec/v1\n"), "{part}");
+        c
+    };
+    let objects = |c: &Path| walk(&c.join(".git/lfs/objects")).into_iter().filter(|p| p.is_file()).count();
+    // Each command run with Git's trace: how many `git lfs fetch` it ran.
+    let run = |c: &Path, args: &[&str]| {
+        let trace = d.join("trace");
+        let _ = std::fs::remove_file(&trace);
+        let o = wtxt().current_dir(c).args(args).env("GIT_TRACE", &trace).output().unwrap();
+        let fetches = std::fs::read_to_string(&trace).unwrap_or_default().matches("run_command: git-lfs fetch").count();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned(), fetches)
+    };
+    for blobless in [false, true] {
+        let c = clone(if blobless { "blobless" } else { "skipped" }, blobless);
+        // One tensor: the objects of the parts that hold it, in one fetch.
+        let (code, said, fetches) = run(&c, &["extract", "m.wtxt", "--array", "c", "-o", "../c.npy"]);
+        assert_eq!((code, fetches), (Some(0), 1), "{said}");
+        assert_eq!(objects(&c), holding);
+        let got = std::fs::read(d.join("c.npy")).unwrap();
+        assert!(got.ends_with(&arrays[2]));
+        // A whole verify: the rest, in one fetch; then nothing more to fetch.
+        let (code, said, fetches) = run(&c, &["verify", "m.wtxt"]);
+        assert_eq!((code, fetches), (Some(0), 1), "{said}");
+        assert_eq!(objects(&c), parts);
+        for args in [&["inspect", "m.wtxt"][..], &["extract", "m.wtxt", "-o", "../all.npz"], &["verify", "m.wtxt"]] {
+            let (code, said, fetches) = run(&c, args);
+            assert_eq!((code, fetches), (Some(0), 0), "{args:?}: {said}");
+        }
+        // An object changed in the clone's store is damage, named as such.
+        let victim = walk(&c.join(".git/lfs/objects")).into_iter().find(|p| p.is_file()).unwrap();
+        let mut bytes = std::fs::read(&victim).unwrap();
+        bytes[100] ^= 1;
+        std::fs::write(&victim, &bytes).unwrap();
+        let (code, said, _) = run(&c, &["verify", "m.wtxt"]);
+        assert!(code == Some(1) && said.contains("hash to"), "{said}");
+    }
+    // Told not to fetch: one line naming the pointer and why.
+    let c = clone("offline", false);
+    git_ok(&c, &["config", "wtxt.fetch", "false"]);
+    let (code, said, fetches) = run(&c, &["verify", "m.wtxt"]);
+    assert_eq!((code, fetches), (Some(2), 0), "{said}");
+    assert!(said.contains("000001.wtxtpart") && said.contains("a Git LFS pointer to sha256:"), "{said}");
+    assert!(said.contains("wtxt.fetch is false") && said.trim().lines().count() == 1, "{said}");
+    // Outside any repository: the same pointers say where they can be fetched.
+    let out = tempfile::tempdir().unwrap();
+    std::fs::copy(c.join("m.wtxt"), out.path().join("m.wtxt")).unwrap();
+    std::fs::create_dir(out.path().join("m.wtxt.parts")).unwrap();
+    for e in std::fs::read_dir(c.join("m.wtxt.parts")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), out.path().join("m.wtxt.parts").join(e.file_name())).unwrap();
+    }
+    let (code, said, _) = run(out.path(), &["verify", "m.wtxt"]);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("no Git repository holds it") && said.contains("git lfs pull"), "{said}");
+}

@@ -322,7 +322,7 @@ fn carried_arrays_stand_in_for_the_parts_left_out_and_nothing_else() {
     }
     let parts = wtxt::store::parts_dir(&m);
     let check = |left_out: &[bool], carried: &Carried| {
-        let source = Box::new(PartFiles { dir: parts.clone(), unseal: None });
+        let source = Box::new(PartFiles::new(parts.clone(), None));
         let len = std::fs::metadata(&m).unwrap().len();
         let input = WtxtIn::joined_leaving_out(head(), source, &m, len, left_out);
         input.verify(&VerifyOptions { carried: Some(carried), ..Default::default() }, &hidden).unwrap()

@@ -181,6 +181,9 @@ impl<'a> Joined<'a> {
         let head_line = self.part_lines[i];
         let inner = match self.source.open(p.ix) {
             Ok(r) => r,
+            // A part the source cannot give (an LFS object it could not
+            // fetch) makes the input unusable: no check ran on it.
+            Err(e) if e.kind() != crate::error::Kind::Check => return Err(io::Error::other(e.in_file(&name))),
             Err(e) => {
                 self.fault(e.in_file(&name))?;
                 return Ok(None);

@@ -83,6 +83,7 @@ impl<'a> Sparse<'a> {
     /// as far as it can be unread ([`PartSource::check_unopened`]), and a
     /// part it does not list is refused, as a whole read refuses them.
     pub fn new(head: Head, source: Box<dyn PartSource + 'a>, keep: &dyn Fn(&str) -> bool) -> Result<Sparse<'a>> {
+        source.will_open(&parts_for(&head, keep));
         for p in &head.parts {
             source.check_unopened(p, head.part_line(p.ix))?;
         }

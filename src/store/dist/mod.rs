@@ -587,7 +587,7 @@ impl DistWrite {
                     let split::Opened::Split(h) = split::open(Box::new(&head[..]))? else {
                         return Err(Error::usage("the head written is not a split snapshot's head"));
                     };
-                    let source = Box::new(super::files::PartFiles { dir: self.stage.clone(), unseal: None });
+                    let source = Box::new(super::files::PartFiles::new(self.stage.clone(), None));
                     let reading = if unhashed { PartReading::Unhashed } else { PartReading::Lenient };
                     let input = WtxtIn::joined(h, source, &self.out, head.len() as u64, reading);
                     self.verify_staged(input, opts, unhashed)?;
