@@ -192,3 +192,55 @@ def test_accelerate_save_state_folders_are_generations_that_load_back(tmp_path):
     own = go_on(tmp_path / "state1")
     ours = go_on(tmp_path / "back", repo / "state.wtxt")
     assert same(own[0], ours[0]) and own[1] == ours[1]
+
+
+def test_a_refused_push_is_heard_at_the_next_save_and_its_queue_outlives_the_run(tmp_path, caplog):
+    """A host that refuses every push: the next save warns on the `wtxt`
+    logger (with `on_push_error="raise"`, raises from `on_save`, which
+    stops a Trainer); the generation waits in the ring's resend queue in
+    `.git`, and the next run's Snapshotter pushes it once the host takes it."""
+    from types import SimpleNamespace
+
+    repo, bare = tmp_path / "runs", tmp_path / "host.git"
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    hook = bare / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho refused by the host >&2\nexit 1\n")
+    hook.chmod(0o755)
+    git(repo, "remote", "add", "origin", str(bare))
+    args = SimpleNamespace(output_dir=str(tmp_path / "out"))
+
+    def checkpoint(step):
+        folder = tmp_path / "out" / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text(f'{{"global_step": {step}}}\n')
+        return SimpleNamespace(global_step=step, is_world_process_zero=True)
+
+    def saved(cb, step):
+        cb.on_save(args, checkpoint(step), None)
+        try:
+            cb._behind._futures[-1][1].exception()  # this generation's push is over
+        except Exception:  # noqa: BLE001
+            pass
+
+    cb = WtxtCallback(str(repo), "run.wtxt", remote="origin")
+    saved(cb, 1)
+    with caplog.at_level("WARNING", logger="wtxt"):
+        saved(cb, 2)
+    assert any("step 1" in r.message and "not pushed" in r.message for r in caplog.records), caplog.text
+    with pytest.raises(wtxt.Error, match="not pushed"):
+        cb.finish()
+    strict = WtxtCallback(str(repo), "run.wtxt", remote="origin", on_push_error="raise")
+    saved(strict, 3)
+    with pytest.raises(wtxt.Error, match=r"step 3: .*not pushed.*on_push_error='raise' stops the run"):
+        strict.on_save(args, checkpoint(4), None)
+    with pytest.raises(wtxt.Error):
+        strict.finish()
+    with pytest.raises(wtxt.Error, match="on_push_error must be one of"):
+        WtxtCallback(str(repo), "run.wtxt", on_push_error="ignore")
+    # The host takes pushes again: the next run's first Snapshotter pushes what waited.
+    hook.unlink()
+    with wtxt.Snapshotter(str(repo), "run.wtxt", remote="origin") as snap:
+        snap.flush()
+        assert snap.status()["resend_queue"] == 0, snap.status()
+    assert git(bare, "rev-parse", "main") == git(repo, "rev-parse", "HEAD")

@@ -1,8 +1,13 @@
 """Generations requested behind a training loop: what the Trainer callback
 and the Lightning plugin share. One `wtxt.Snapshotter`, made on the first
 save; each save publishes (the copy, the only wait) and requests; `finish`
-waits for all of them and names the saves whose generation failed."""
+waits for all of them and names the saves whose generation failed. A
+generation that failed or was committed but not pushed (a host's guard
+refused it, the remote is down) is heard at the next save: a warning on
+the `wtxt` logger, or, with `on_push_error="raise"`, `wtxt.Error` raised
+from that save, which stops the framework's run."""
 
+import logging
 import os
 import shutil
 import time
@@ -13,10 +18,19 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from . import Error, Snapshotter, SnapshotInfo
 
 
+#: What a save does on hearing that an earlier generation failed or was not pushed.
+ON_PUSH_ERROR = ("warn", "raise")
+
+
 class Behind:
-    def __init__(self, snapshotter_args: Mapping[str, Any], keep_folders: bool = True):
+    def __init__(self, snapshotter_args: Mapping[str, Any], keep_folders: bool = True, on_push_error: str = "warn"):
+        if on_push_error not in ON_PUSH_ERROR:
+            raise Error(f"on_push_error must be one of {ON_PUSH_ERROR}, not {on_push_error!r}")
         self._args = dict(snapshotter_args)
         self._keep_folders = keep_folders
+        self._on_push_error = on_push_error
+        #: How many of `_futures`, oldest first, were heard of by a save.
+        self._heard = 0
         #: Folders whose generation was committed but that could not be removed.
         self._not_removed: List[str] = []
         self._snap: Optional[Snapshotter] = None
@@ -34,7 +48,9 @@ class Behind:
         returns; `started` is when the save began (`time.perf_counter()`).
         `folder`, the framework's checkpoint the arrays were read from, is
         removed once its generation is committed, unless folders are kept:
-        a generation that failed leaves its folder, the only copy."""
+        a generation that failed leaves its folder, the only copy. An
+        earlier generation that failed is heard of first (see the module)."""
+        self._hear()
         if self._snap is None:
             self._snap = Snapshotter(**self._args)
         self.last_gen = self._snap.publish(arrays, metadata=metadata)
@@ -44,6 +60,19 @@ class Behind:
         self._futures.append((label, fut))
         self.held.append(time.perf_counter() - started)
         return fut
+
+    def _hear(self) -> None:
+        """Says which of the generations done since the last save failed or
+        were not pushed: warned, or raised with `on_push_error="raise"`."""
+        while self._heard < len(self._futures) and self._futures[self._heard][1].done():
+            label, fut = self._futures[self._heard]
+            self._heard += 1
+            e = fut.exception()
+            if e is None:
+                continue
+            if self._on_push_error == "raise":
+                raise Error(f"{label}: {e} (on_push_error='raise' stops the run)")
+            logging.getLogger("wtxt").warning("%s: %s", label, e)
 
     def _remove_if_committed(self, folder: str, fut: "Future[SnapshotInfo]") -> None:
         """Runs on the Snapshotter's thread when a generation is done."""
@@ -71,6 +100,7 @@ class Behind:
             except Error as e:
                 failed.append(f"{label}: {e}")
         self._futures = []
+        self._heard = 0
         self._snap.close()
         self._snap = None
         if self._not_removed:
@@ -87,8 +117,8 @@ class BehindLoop:
 
     _behind: Behind
 
-    def _start_behind(self, keep_folders: bool = True, **snapshotter_args: Any) -> None:
-        self._behind = Behind(snapshotter_args, keep_folders)
+    def _start_behind(self, keep_folders: bool = True, on_push_error: str = "warn", **snapshotter_args: Any) -> None:
+        self._behind = Behind(snapshotter_args, keep_folders, on_push_error)
 
     @property
     def infos(self) -> List[SnapshotInfo]:

@@ -29,14 +29,17 @@ __all__ = ["WtxtStateSaver", "load_state"]
 class WtxtStateSaver(BehindLoop):
     """Each `save_state` a generation of `path_in_repo` in the Git work tree
     `repo`; with `keep_folders=False` the folder Accelerate wrote is removed
-    once its generation is committed; the other arguments are
+    once its generation is committed; a generation that failed or was not
+    pushed is heard at the next save (a warning on the `wtxt` logger, or
+    `wtxt.Error` with `on_push_error="raise"`); the other arguments are
     `wtxt.Snapshotter`'s."""
 
     def __init__(self, repo: PathLike, path_in_repo: PathLike = "state.wtxt", remote: Optional[str] = None,
                  sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                  oms_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
-                 digest: str = "sha256", max_pending: int = 1, keep_folders: bool = True):
-        self._start_behind(keep_folders, repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
+                 digest: str = "sha256", max_pending: int = 1, keep_folders: bool = True,
+                 on_push_error: str = "warn"):
+        self._start_behind(keep_folders, on_push_error, repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
                            hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,
                            max_pending=max_pending)
 

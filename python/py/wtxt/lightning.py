@@ -106,7 +106,10 @@ class WtxtCheckpointIO(BehindLoop, _Base):
     `require_signature` and `hmac_key` are what a loaded checkpoint must
     prove (a named key requires its signature); with `sign_key` and
     neither `pubkey` nor `trusted_keys`, a loaded checkpoint must be signed
-    by `sign_key` itself (`require_signature=False` lifts that). `infos` lists what each
+    by `sign_key` itself (`require_signature=False` lifts that). A
+    generation that failed or was not pushed is heard at the next save (a
+    warning on the `wtxt` logger; `on_push_error="raise"` raises
+    `wtxt.Error` from that save instead). `infos` lists what each
     saved generation came to once written; `held` the seconds each save
     held the loop."""
 
@@ -114,11 +117,12 @@ class WtxtCheckpointIO(BehindLoop, _Base):
                  sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                  oms_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
                  digest: str = "sha256", max_pending: int = 1, pubkey: Optional[PathLike] = None,
-                 trusted_keys: Optional[PathLike] = None, require_signature: Optional[bool] = None):
+                 trusted_keys: Optional[PathLike] = None, require_signature: Optional[bool] = None,
+                 on_push_error: str = "warn"):
         if _Base is object:
             raise Error("WtxtCheckpointIO needs Lightning (pip install lightning)")
         super().__init__()
-        self._start_behind(repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
+        self._start_behind(on_push_error=on_push_error, repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
                            hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,
                            max_pending=max_pending)
         self._trust: Dict[str, Any] = dict(hmac_key=hmac_key, pubkey=pubkey, trusted_keys=trusted_keys,

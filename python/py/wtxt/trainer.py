@@ -38,7 +38,12 @@ class WtxtCallback(BehindLoop, _Base):
     off the training loop (`wtxt.Snapshotter`; the other arguments are its
     own). Only the main process (`state.is_world_process_zero`) snapshots.
     At the end of training it waits for every generation; a generation that
-    failed raises `wtxt.Error` there. `infos` lists what each came to.
+    failed raises `wtxt.Error` there. One that failed or was committed but
+    not pushed (a guard refused it) is heard at the next save already: a
+    warning on the `wtxt` logger, or, with `on_push_error="raise"`,
+    `wtxt.Error` from `on_save`, which stops the run. A generation not
+    pushed waits in the ring's resend queue (in the repository's `.git`),
+    which the next Snapshotter on the same path pushes first. `infos` lists what each came to.
     With `keep_folders=False` each `checkpoint-N/` is removed once its
     generation is committed (one copy on disk, in Git; resume through
     `restore_checkpoint`); `load_best_model_at_end` needs the folders and
@@ -50,10 +55,11 @@ class WtxtCallback(BehindLoop, _Base):
     def __init__(self, repo: PathLike, path_in_repo: PathLike = "checkpoint.wtxt", remote: Optional[str] = None,
                  sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                  oms_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
-                 digest: str = "sha256", max_pending: int = 1, keep_folders: bool = True) -> None:
+                 digest: str = "sha256", max_pending: int = 1, keep_folders: bool = True,
+                 on_push_error: str = "warn") -> None:
         if _Base is object:
             raise Error("WtxtCallback needs transformers (pip install transformers)")
-        self._start_behind(keep_folders, repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
+        self._start_behind(keep_folders, on_push_error, repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
                            hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,
                            max_pending=max_pending)
         self._keep_folders = keep_folders
