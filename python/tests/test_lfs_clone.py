@@ -92,6 +92,11 @@ def test_a_clones_lfs_pointers_are_fetched_by_load_file_and_restore_checkpoint(t
     back = load_safetensors(os.path.join(out, "model.safetensors"))
     assert all(torch.equal(back[k], v) for k, v in weights.items())
     assert (pathlib.Path(out) / "trainer_state.json").read_text() == '{"global_step": 1}\n'
+    # By revision, refused (unsigned where a key is named): named REV:PATH, not a temporary copy.
+    trusted = ROOT / "fixtures" / "wtxt" / "keys" / "trusted_keys"
+    with pytest.raises(wtxt.VerifyError) as e:
+        restore_checkpoint(c / "run.wtxt", tmp_path / "resume-rev", rev="HEAD", trusted_keys=trusted)
+    assert f"HEAD:{c / 'run.wtxt'}" in str(e.value) and "wtxt-rev-" not in str(e.value), str(e.value)
 
     # Told not to fetch: the pointer and why, as unusable input.
     subprocess.run(["git", "clone", "-q", "-c", f"lfs.url={url}", str(bare), str(tmp_path / "offline")],

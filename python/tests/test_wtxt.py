@@ -680,8 +680,9 @@ def test_load_file_rev_reads_a_past_generation_and_names_from_its_parts(tmp_path
 
 def test_load_file_names_of_a_split_snapshot_opens_only_the_parts_that_hold_them(tmp_path):
     """In the tree form, `load_file(names=[...])` of a split snapshot reads
-    the parts that hold those tensors alone: with every other part gone it
-    gives the whole load's bytes; a part of its own gone fails."""
+    the parts that hold those tensors alone: with every other part
+    overwritten by other bytes of its size it gives the whole load's bytes;
+    a part gone, of its own or not, fails (each part is checked unread)."""
     rng = np.random.default_rng(4)
     arrays = {f"t{i}": rng.standard_normal((256, 64)).astype(np.float32) for i in range(6)}
     path = tmp_path / "m.wtxt"
@@ -690,13 +691,16 @@ def test_load_file_names_of_a_split_snapshot_opens_only_the_parts_that_hold_them
     parts = sorted((tmp_path / "m.wtxt.parts").iterdir())
     holding = [p for p in parts if b"name=t3 " in p.read_bytes()]
     assert holding and len(holding) + 2 <= len(parts)
-    for p in parts:
-        if p not in holding:
-            p.unlink()
+    others = [p for p in parts if p not in holding]
+    for p in others:
+        p.write_bytes(b"x" * p.stat().st_size)
     got = wtxt.load_file(path, names=["t3"])
     assert list(got) == ["t3"] and (got["t3"] == whole["t3"]).all()
     with pytest.raises(wtxt.Error):
         wtxt.load_file(path, names=["t4"])
+    others[-1].unlink()
+    with pytest.raises(wtxt.VerifyError, match="missing part"):
+        wtxt.load_file(path, names=["t3"])
     holding[-1].unlink()
     with pytest.raises(wtxt.Error):
         wtxt.load_file(path, names=["t3"])

@@ -127,12 +127,17 @@ pub(super) struct Version {
     error: Option<String>,
 }
 
-/// Opens the repository around `dir` and resolves `path` (relative to the
-/// current directory) to a path inside it; in a bare repository (a server
+/// Opens the repository around `path`'s folder (else around `dir`) and
+/// resolves `path` (relative to `dir`) to a path inside it; in a bare repository (a server
 /// auditing what it holds) `path` is taken as the path in its commits.
 pub fn open(dir: &Path, path: Option<&Path>) -> Result<(Repository, Option<PathBuf>)> {
-    let repo =
-        Repository::discover(dir).map_err(|e| Error::usage(format!("not in a Git repository: {}", e.message())))?;
+    // A path names its own repository (`wtxt log runs/model.wtxt` from
+    // outside `runs/`); without one, the repository is `dir`'s.
+    let around = path.and_then(|p| dir.join(p).parent().map(Path::to_path_buf)).filter(|f| f.is_dir());
+    let repo = around
+        .and_then(|f| Repository::discover(f).ok())
+        .map_or_else(|| Repository::discover(dir), Ok)
+        .map_err(|e| Error::usage(format!("not in a Git repository: {}", e.message())))?;
     let Some(root) = repo.workdir() else {
         let rel = path.map(in_commits).transpose()?;
         return Ok((repo, rel));
@@ -413,9 +418,10 @@ pub(crate) fn fetch_version(repo: &Repository, tree: &Tree, path: &Path, head: &
 /// in `tree` needs, and nothing else: those parts' blobs (in a blobless
 /// clone), then the LFS objects of those that are pointers of the size the
 /// head gives (a pointer of another size is refused unread), in one round
-/// trip each (and, parts being LFS pointers, the other parts' pointers in
-/// one more, which [`crate::format::split::PartSource::check_unopened`] reads) ([`crate::format::split::parts_for`] says which parts a read
-/// of some arrays needs).
+/// trip each; parts being LFS pointers, the other parts' pointers come in
+/// one more, for [`crate::format::split::PartSource::check_unopened`].
+/// [`crate::format::split::parts_for`] says which parts a read of some
+/// arrays needs.
 pub(crate) fn fetch_parts(
     repo: &Repository,
     tree: &Tree,
@@ -566,7 +572,16 @@ impl<'r> Versions<'r> {
                 None => None,
             };
             let verified = self.proofs.verify(repo, Some(&tree), path, blob, base, &vopts, progress);
-            match verified.map(|r| r.errors.into_iter().next()) {
+            // A signature the policy refuses says nothing against the
+            // data, which was verified all the same: it is flagged as the
+            // signature's, and the data counts as verified unless it failed.
+            let data_problem = verified.map(|r| {
+                let (signer, data): (Vec<_>, Vec<_>) =
+                    r.errors.into_iter().partition(|p| p.kind == crate::format::verify::ProblemKind::Signature);
+                g.problems.extend(signer.iter().map(|p| format!("signature: {}", p.text())));
+                data.into_iter().next()
+            });
+            match data_problem {
                 Ok(None) => g.data = DataCheck::Verified,
                 Ok(Some(mut problem)) => {
                     // The model's names from the work tree's copy (display only).

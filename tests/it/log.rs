@@ -196,6 +196,21 @@ fn untrusted_signatures_are_flagged_with_trusted_keys() {
     // The same check through git config.
     r.git(&["config", "wtxt.trustedKeys", trusted.to_str().unwrap()]);
     assert_eq!(r.log(&[]).0, 1);
+    // With --verify the data is proven all the same: the signer is what
+    // failed, and the text says so, not that the data did.
+    let (code, v) = r.log(&["--verify"]);
+    assert_eq!(code, 1, "{v}");
+    let newest = &v["chains"][0]["generations"][0];
+    assert_eq!(newest["data"], "verified", "{v}");
+    assert!(problems(&v).iter().any(|p| p.starts_with("signature: ")), "{v}");
+    let o = wtxt().arg("log").arg("-C").arg(&r.root).arg("--verify").output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(!text.contains("data FAILED") && text.contains("data verified"), "{text}");
+    // From outside the repository, the path names it.
+    let outside = tempfile::tempdir().unwrap();
+    let o = wtxt().current_dir(outside.path()).args(["log", "--json"]).arg(r.root.join("s.wtxt")).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["chains"][0]["generations"].as_array().unwrap().len(), 3, "{v}");
 }
 
 /// A generation whose header (signature included) is intact but whose data

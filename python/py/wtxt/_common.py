@@ -277,14 +277,22 @@ def at_revision(filename: PathLike, rev: Optional[str]) -> Iterator[str]:
     """`filename` itself when `rev` is None; else the snapshot at that path
     (a file in a Git work tree) as revision `rev` holds it, head and parts
     exported from that commit into a temporary folder that lasts the block
-    (nothing is verified here: the caller loads it verified)."""
+    (nothing is verified here: the caller loads it verified). A failure in
+    the block names the snapshot `REV:PATH`, as `load_file(rev=)` does, not
+    the temporary copy."""
     if rev is None:
         yield os.fspath(filename)
         return
     with tempfile.TemporaryDirectory(prefix="wtxt-rev-") as d:
         out = os.path.join(d, os.path.basename(os.fspath(filename)))
         call(_rust.export, os.fspath(filename), rev, out)
-        yield out
+        shown = f"{rev}:{os.fspath(filename)}"
+        try:
+            yield out
+        except VerifyError as e:
+            raise VerifyError(str(e).replace(out, shown), e.line) from None
+        except Error as e:
+            raise Error(str(e).replace(out, shown)) from None
 
 
 @dataclass(frozen=True)
