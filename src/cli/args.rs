@@ -660,6 +660,11 @@ pub struct InstallArgs {
     /// (wtxt.lfsObjects).
     #[arg(long, value_name = "DIR", requires = "server")]
     pub lfs_objects: Option<PathBuf>,
+    /// The repository's signing policy: every snapshot its hook, filters,
+    /// guard and readers take in must be signed by a key in FILE
+    /// (wtxt.trustedKeys, made absolute; wtxt.requireSignature true).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["global", "system", "uninstall", "manual"])]
+    pub trusted_keys: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -66,6 +66,9 @@ fn git_install(a: cli::InstallArgs) -> Result<u8> {
         let hook = install::server(&here, &exe, a.lfs_objects.as_deref(), a.uninstall)?;
         let done = if a.uninstall { "removed" } else { "installed" };
         eprintln!("wtxt: {done} the guard {}", hook.display());
+        if !a.uninstall {
+            signing_policy(&here, a.trusted_keys.as_deref(), "the guard accepts any signature or none")?;
+        }
         if !a.uninstall && a.lfs_objects.is_none() {
             eprintln!(
                 "wtxt: parts stored in Git LFS are refused until the guard can read them: --lfs-objects DIR names the \
@@ -83,6 +86,10 @@ fn git_install(a: cli::InstallArgs) -> Result<u8> {
     } else {
         let again = install::install(&here, &plan)?;
         eprintln!("wtxt: installed (attributes in {})", plan.attributes_file.display());
+        if scope == Scope::Local {
+            let lax = "the hook takes an unsigned generation that a guarded host then refuses";
+            signing_policy(&here, a.trusted_keys.as_deref(), lax)?;
+        }
         if !again.is_empty() {
             eprintln!(
                 "wtxt: checked out {} file(s) again through the filter (they were in their stored WTXT form): {}",
@@ -101,6 +108,22 @@ fn git_install(a: cli::InstallArgs) -> Result<u8> {
         }
     }
     Ok(0)
+}
+
+/// Sets the repository's signing policy from `trusted_keys`, or, where it
+/// has none, says what taking any signature means (`lax`).
+fn signing_policy(here: &std::path::Path, trusted_keys: Option<&std::path::Path>, lax: &str) -> Result<()> {
+    match trusted_keys {
+        Some(file) => {
+            let set = crate::git::set_signing_policy(here, file)?;
+            eprintln!("wtxt: signatures required, by a key in {} (wtxt.trustedKeys)", set.display());
+        }
+        None if !crate::git::has_signing_policy(here) => eprintln!(
+            "wtxt: no signing policy: {lax}; `wtxt git install --trusted-keys FILE` requires signatures by FILE's keys"
+        ),
+        None => {}
+    }
+    Ok(())
 }
 
 /// Writes every model folder whose snapshot changed; says what it left.

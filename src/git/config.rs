@@ -134,6 +134,27 @@ impl Policy {
     }
 }
 
+/// Sets the signing policy of the repository around `dir`: its local
+/// `wtxt.trustedKeys` to `file` (absolute, and read first: a file that
+/// holds no key is refused before anything is set) and
+/// `wtxt.requireSignature` to true. Returns the path it set.
+pub fn set_signing_policy(dir: &Path, file: &Path) -> Result<std::path::PathBuf> {
+    let abs = std::path::absolute(file).map_err(|e| Error::io(file, e))?;
+    TrustedKeys::from_file(&abs)?;
+    let text = abs.to_str().ok_or_else(|| Error::usage(format!("{}: not a UTF-8 path", abs.display())))?;
+    let repo = git2::Repository::discover(dir).map_err(crate::odb::git_err)?;
+    let mut cfg = repo.config().and_then(|c| c.open_level(git2::ConfigLevel::Local)).map_err(crate::odb::git_err)?;
+    cfg.set_str("wtxt.trustedKeys", text).map_err(crate::odb::git_err)?;
+    cfg.set_bool("wtxt.requireSignature", true).map_err(crate::odb::git_err)?;
+    Ok(abs)
+}
+
+/// Whether the repository around `dir` has a signing policy (`wtxt.trustedKeys`).
+pub fn has_signing_policy(dir: &Path) -> bool {
+    let Ok(repo) = git2::Repository::discover(dir) else { return false };
+    repo.config().and_then(|c| c.get_path("wtxt.trustedKeys")).is_ok()
+}
+
 /// [`configured_trusted_keys`] of the repository around `dir`; none outside one.
 pub fn trusted_keys_around(dir: &Path) -> Result<Option<TrustedKeys>> {
     match git2::Repository::discover(dir) {

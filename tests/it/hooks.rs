@@ -626,3 +626,38 @@ fn a_kept_pack_nothing_reaches_is_released_for_gc_to_prune() {
     let log = crate::util::wtxt().current_dir(r).args(["log", "--verify", "m.wtxt"]).output().unwrap();
     assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stderr));
 }
+
+/// `wtxt git install --trusted-keys FILE` gives the trainer's repository
+/// the host's signing policy, so its hook refuses at commit what the guard
+/// would refuse at push; without it, install says that nothing is required.
+#[test]
+fn install_with_trusted_keys_sets_the_signing_policy_the_hook_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert!(git(d, &["init", "-q"]).status.success());
+    let o = crate::util::wtxt().current_dir(d).args(["git", "install"]).output().unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && said.contains("no signing policy"), "{said}");
+    let install = ["git", "install", "--trusted-keys"];
+    let o = crate::util::wtxt().current_dir(d).args(install).arg(fixture("keys/hmac.hex")).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "a file that holds no key is refused");
+    assert!(!git(d, &["config", "wtxt.trustedKeys"]).status.success(), "nothing was set");
+    let o = crate::util::wtxt()
+        .current_dir(d)
+        .args(["git", "install", "--trusted-keys"])
+        .arg(fixture("keys/trusted_keys"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && said.contains("signatures required"), "{said}");
+    let set = String::from_utf8_lossy(&git(d, &["config", "wtxt.trustedKeys"]).stdout).trim().to_string();
+    assert!(Path::new(&set).is_absolute() && set.ends_with("keys/trusted_keys"), "{set}");
+    std::fs::write(d.join("u.wtxt"), read("expected/defaults.wtxt")).unwrap();
+    git(d, &["add", "u.wtxt"]);
+    assert!(!git(d, &["commit", "-qm", "unsigned"]).status.success(), "the hook took an unsigned generation");
+    git(d, &["rm", "-q", "--cached", "u.wtxt"]);
+    std::fs::write(d.join("s.wtxt"), read("expected/signed_openssh.wtxt")).unwrap();
+    git(d, &["add", "s.wtxt"]);
+    let r = git(d, &["commit", "-qm", "signed"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+}
