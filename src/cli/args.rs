@@ -326,6 +326,11 @@ pub struct ExtractArgs {
     pub dir: PathBuf,
     #[command(flatten)]
     pub hmac: HmacFile,
+    #[command(flatten)]
+    pub trust: TrustFiles,
+    /// Write nothing unless a trusted key's valid signature is present.
+    #[arg(long)]
+    pub require_signature: bool,
 }
 
 #[derive(Args, Debug)]

@@ -135,11 +135,12 @@ fn snapshot(a: cli::SnapshotArgs) -> Result<u8> {
 }
 
 fn verify(a: cli::VerifyArgs) -> Result<u8> {
+    let (trusted, require_signature) = crate::git::signature_policy(&a.file, a.trust.keys()?, a.require_signature)?;
     let opts = ops::VerifyFiles {
         wsum: a.wsum,
         hmac_key: a.hmac.key()?,
-        trusted: a.trust.keys()?,
-        require_signature: a.require_signature,
+        trusted,
+        require_signature,
         prev: a.prev,
         allow_unauthenticated: a.hmac.allow_unauthenticated,
         allow_unbound: a.hmac.allow_unbound,
@@ -183,10 +184,16 @@ fn inspect(a: cli::InspectArgs) -> Result<u8> {
 fn extract(a: cli::ExtractArgs) -> Result<u8> {
     let u = unseal(&a.sealed)?;
     let key = a.hmac.key()?;
+    // By revision, the repository is the one -C names.
+    let policy_file = if a.rev.is_some() { a.dir.join(&a.file) } else { a.file.clone() };
+    let (trusted, require_signature) =
+        crate::git::signature_policy(&policy_file, a.trust.keys()?, a.require_signature)?;
     let checks = crate::format::verify::VerifyOptions {
         hmac_key: key.as_ref(),
         allow_unauthenticated: a.hmac.allow_unauthenticated,
         allow_unbound: a.hmac.allow_unbound,
+        trusted: trusted.as_ref(),
+        require_signature,
         ..Default::default()
     };
     if let Some(dir) = &a.hf {

@@ -155,6 +155,21 @@ pub fn has_signing_policy(dir: &Path) -> bool {
     repo.config().and_then(|c| c.get_path("wtxt.trustedKeys")).is_ok()
 }
 
+/// The signature policy a command that reads the snapshot at `file` holds
+/// it to: the keys it was given (`named`, with `require`), else those of
+/// the repository around the file (`wtxt.trustedKeys`, with
+/// `wtxt.requireSignature`), else none.
+pub fn signature_policy(file: &Path, named: Option<TrustedKeys>, require: bool) -> Result<(Option<TrustedKeys>, bool)> {
+    if named.is_some() {
+        return Ok((named, require));
+    }
+    let abs = std::path::absolute(file).map_err(|e| Error::io(file, e))?;
+    let Some(repo) = abs.parent().and_then(|d| git2::Repository::discover(d).ok()) else { return Ok((None, require)) };
+    let trusted = configured_trusted_keys(&repo)?;
+    let required = repo.config().and_then(|c| c.get_bool("wtxt.requireSignature")).unwrap_or(false);
+    Ok((trusted.clone(), require || (required && trusted.is_some())))
+}
+
 /// [`configured_trusted_keys`] of the repository around `dir`; none outside one.
 pub fn trusted_keys_around(dir: &Path) -> Result<Option<TrustedKeys>> {
     match git2::Repository::discover(dir) {

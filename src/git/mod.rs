@@ -21,7 +21,8 @@ pub(crate) mod shell;
 pub use commit::{commit_lock, commit_written, committed_link};
 pub use config::{
     configured_file, configured_hmac_key, configured_keys, configured_output, configured_trusted_keys,
-    has_signing_policy, oms_key_around, set_signing_policy, trusted_keys_around, Policy, PRIVATE_KEY_SETTINGS,
+    has_signing_policy, oms_key_around, set_signing_policy, signature_policy, trusted_keys_around, Policy,
+    PRIVATE_KEY_SETTINGS,
 };
 pub use diff::{diff, textconv, Names};
 pub use filter::{clean, smudge};

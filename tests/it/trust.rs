@@ -429,3 +429,61 @@ fn hmac_only_files_bind_their_arrays_names_and_generation() {
         }
     }
 }
+
+/// `extract` takes `verify`'s signature options, and inside a repository
+/// both apply its `wtxt.trustedKeys`/`wtxt.requireSignature` unless told
+/// other keys: an unsigned generation writes nothing, from the work tree
+/// or by revision; a signer outside the keys is reported as the signer's.
+#[test]
+fn verify_and_extract_hold_a_repositorys_signature_policy() {
+    use crate::util::{git_ok, wtxt};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    git_ok(d, &["init", "-q", "-b", "main", "w"]);
+    let w = d.join("w");
+    let snap = |out: &str, key: Option<&str>| {
+        let mut c = wtxt();
+        c.arg("snapshot").arg(fixture("inputs/model.npz")).args(["-o", out, "--gen", "0"]);
+        if let Some(k) = key {
+            c.arg("--sign-key").arg(fixture(k));
+        }
+        assert!(c.current_dir(&w).output().unwrap().status.success());
+    };
+    snap("u.wtxt", None);
+    snap("s.wtxt", Some("keys/sign.pem"));
+    snap("o.wtxt", Some("keys/other.pem"));
+    git_ok(&w, &["add", "-A"]);
+    git_ok(&w, &["commit", "-q", "--no-verify", "-m", "three"]);
+    git_ok(&w, &["config", "wtxt.trustedKeys", fixture("keys/trusted_keys").to_str().unwrap()]);
+    git_ok(&w, &["config", "wtxt.requireSignature", "true"]);
+    let run = |args: &[&str]| {
+        let o = wtxt().current_dir(&w).args(args).output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    assert_eq!(run(&["verify", "s.wtxt"]).0, Some(0));
+    assert_eq!(run(&["verify", "u.wtxt"]).0, Some(1), "the repository requires a signature");
+    let (code, said) = run(&["verify", "o.wtxt"]);
+    assert!(code == Some(1) && said.contains("not a trusted key"), "{said}");
+    for (file, args) in [("u.wtxt", &[][..]), ("u.wtxt", &["--rev", "HEAD"][..]), ("o.wtxt", &[][..])] {
+        let (code, said) = run(&[&["extract", file, "-o", "../x.npz"][..], args].concat());
+        assert_eq!(code, Some(1), "{file} {args:?}: {said}");
+        assert!(!d.join("x.npz").exists(), "{file} {args:?}: written");
+    }
+    assert_eq!(run(&["extract", "s.wtxt", "-o", "../s.npz"]).0, Some(0));
+    assert_eq!(run(&["extract", "s.wtxt", "--rev", "HEAD", "-o", "../r.npz"]).0, Some(0));
+    // Keys named on the command line are the policy instead.
+    let other = fixture("keys/other.pem.pub");
+    let (code, said) = run(&["extract", "o.wtxt", "--pubkey", other.to_str().unwrap(), "-o", "../o.npz"]);
+    assert_eq!(code, Some(0), "{said}");
+    // Outside the repository, extract takes the same options itself.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::copy(w.join("u.wtxt"), outside.path().join("u.wtxt")).unwrap();
+    let o = wtxt()
+        .current_dir(outside.path())
+        .args(["extract", "u.wtxt", "-o", "x.npz", "--require-signature", "--trusted-keys"])
+        .arg(fixture("keys/trusted_keys"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!outside.path().join("x.npz").exists());
+}

@@ -247,8 +247,9 @@ class Snapshotter:
     (the push is retried from the resend queue). `flush()` waits for all of
     it; `status()` is the daemon's status dict. With `oms_key` (an EC PEM)
     each commit carries an OpenSSF Model Signing `model.sig` beside the
-    snapshot. Use it as a context manager,
-    or call `close()`.
+    snapshot. It writes the tree digest form unless told `digest="sha256"`
+    (WTXT 1.1): a reader of one tensor then reads the parts that hold it
+    alone. Use it as a context manager, or call `close()`.
 
     CUDA tensors are published through the GPU's copy engine into pinned
     host buffers kept for the next publish (at most `pinned_budget` bytes;
@@ -268,7 +269,7 @@ class Snapshotter:
                  ring: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
                  recipients: Optional[List[str]] = None, keep: Optional[int] = None,
                  oms_key: Optional[PathLike] = None, coalesce: bool = False, max_pending: int = 2,
-                 digest: str = "sha256", pinned_budget: Optional[int] = None):
+                 digest: str = "tree", pinned_budget: Optional[int] = None):
         if max_pending < 1:
             raise Error(f"max_pending must be at least 1, not {max_pending}")
         record_command()

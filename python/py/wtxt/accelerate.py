@@ -37,7 +37,7 @@ class WtxtStateSaver(BehindLoop):
     def __init__(self, repo: PathLike, path_in_repo: PathLike = "state.wtxt", remote: Optional[str] = None,
                  sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                  oms_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
-                 digest: str = "sha256", max_pending: int = 1, keep_folders: bool = True,
+                 digest: str = "tree", max_pending: int = 1, keep_folders: bool = True,
                  on_push_error: str = "warn"):
         self._start_behind(keep_folders, on_push_error, repo=repo, path_in_repo=path_in_repo, remote=remote, sign_key=sign_key,
                            hmac_key=hmac_key, oms_key=oms_key, part_size=part_size, digest=digest,

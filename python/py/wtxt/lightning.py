@@ -116,7 +116,7 @@ class WtxtCheckpointIO(BehindLoop, _Base):
     def __init__(self, repo: PathLike, path_in_repo: PathLike = "lightning.wtxt", remote: Optional[str] = None,
                  sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                  oms_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
-                 digest: str = "sha256", max_pending: int = 1, pubkey: Optional[PathLike] = None,
+                 digest: str = "tree", max_pending: int = 1, pubkey: Optional[PathLike] = None,
                  trusted_keys: Optional[PathLike] = None, require_signature: Optional[bool] = None,
                  on_push_error: str = "warn"):
         if _Base is object:

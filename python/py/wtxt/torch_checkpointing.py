@@ -66,7 +66,7 @@ class WtxtStorageConfig(LocalFileSystemStorageConfig):
     hmac_key: Optional[str] = None
     oms_key: Optional[str] = None
     part_size: Optional[Union[int, str]] = None
-    digest: str = "sha256"
+    digest: str = "tree"
     temp_dir_prefix: str = DEFAULT_TEMP_DIR_PREFIX
     keep_folders: bool = True
 

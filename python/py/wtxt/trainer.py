@@ -55,7 +55,7 @@ class WtxtCallback(BehindLoop, _Base):
     def __init__(self, repo: PathLike, path_in_repo: PathLike = "checkpoint.wtxt", remote: Optional[str] = None,
                  sign_key: Optional[PathLike] = None, hmac_key: Optional[PathLike] = None,
                  oms_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
-                 digest: str = "sha256", max_pending: int = 1, keep_folders: bool = True,
+                 digest: str = "tree", max_pending: int = 1, keep_folders: bool = True,
                  on_push_error: str = "warn") -> None:
         if _Base is object:
             raise Error("WtxtCallback needs transformers (pip install transformers)")

@@ -291,8 +291,9 @@ class WtxtStorageWriter(StorageWriter):
     strings), `prev` (the previous generation, verified, to chain from),
     `sign_key` (Ed25519), `hmac_key`, `part_size`, `gen`, `ts`, `oms_key`
     (an OpenSSF Model Signing `model.sig` beside the snapshot), `digest`
-    (`"tree"`: the tree digest form, in which the ranks exchange only their
-    chunks' digests and no hash state passes from rank to rank). Entries that
+    (`"tree"`, the default: the tree digest form, in which the ranks
+    exchange only their chunks' digests and no hash state passes from rank
+    to rank; `"sha256"`: WTXT 1.1). Entries that
     are not tensors (a step, a learning rate) are kept as Python literals.
     Construct it on every rank after `init_process_group`: it opens its own
     gloo group there (for `async_save`, whose writes run on another thread).
@@ -309,7 +310,7 @@ class WtxtStorageWriter(StorageWriter):
                  prev: Optional[PathLike] = None, sign_key: Optional[PathLike] = None,
                  hmac_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
                  gen: Optional[int] = None, ts: Optional[str] = None, oms_key: Optional[PathLike] = None,
-                 commit: bool = False, remote: Optional[str] = None, digest: str = "sha256"):
+                 commit: bool = False, remote: Optional[str] = None, digest: str = "tree"):
         super().__init__()
         if remote is not None and not commit:
             raise Error("remote= pushes the commit that commit=True makes: give both")
