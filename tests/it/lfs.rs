@@ -154,6 +154,40 @@ fn the_guard_verifies_lfs_parts_or_refuses_them() {
     assert!(git_ok(&bare, &["rev-parse", "main"]).trim() == git_ok(&w, &["rev-parse", "HEAD"]).trim());
 }
 
+/// A real LFS server keeping its objects in `d/lfs-store`, a work tree
+/// `d/w` set up with `--lfs` for it, and `m.wtxt` there, a tree-form split
+/// snapshot of five arrays `a`..`e` spanning several parts each (not yet
+/// committed): the server, its LFS URL, its store, the work tree and the
+/// arrays' bytes.
+fn lfs_snapshot(d: &Path) -> (crate::util::Server, String, PathBuf, PathBuf, Vec<Vec<u8>>) {
+    let store = d.join("lfs-store");
+    let (lfs, lfs_url) = crate::util::lfs_server(&store, "models");
+    let w = lfs_repository(d, &lfs_url);
+    let arrays = crate::util::spanning_snapshot(d, &w.join("m.wtxt"), ["a", "b", "c", "d", "e"]);
+    (lfs, lfs_url, store, w, arrays)
+}
+
+/// How many parts of `w/m.wtxt` hold chunks of array `name`.
+fn parts_holding(w: &Path, name: &str) -> usize {
+    let needle = format!("name={name} ");
+    std::fs::read_dir(w.join("m.wtxt.parts"))
+        .unwrap()
+        .filter(|e| {
+            memchr::memmem::find(&std::fs::read(e.as_ref().unwrap().path()).unwrap(), needle.as_bytes()).is_some()
+        })
+        .count()
+}
+
+/// `w`'s main pushed to a guarded bare repository whose guard reads the LFS
+/// server's `store`, served by a real `git daemon`: the daemon and its URL.
+fn serve(d: &Path, w: &Path, store: &Path) -> (crate::util::Server, String) {
+    let (served, bare) = crate::util::served_repository(d);
+    git_ok(&bare, &["config", "wtxt.lfsObjects", store.join("wtxt/models").to_str().unwrap()]);
+    git_ok(w, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    let (git, port) = crate::util::git_daemon(&served);
+    (git, format!("git://127.0.0.1:{port}/models.git"))
+}
+
 /// Every path under `root` (none when it does not exist).
 fn walk(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -180,10 +214,7 @@ fn walk(root: &Path) -> Vec<PathBuf> {
 fn one_array_from_history_fetches_only_its_parts_lfs_objects() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let store = d.join("lfs-store");
-    let (_lfs, lfs_url) = crate::util::lfs_server(&store, "models");
-    let w = lfs_repository(d, &lfs_url);
-    let arrays = crate::util::spanning_snapshot(d, &w.join("m.wtxt"), ["a", "b", "c", "d", "e"]);
+    let (_lfs, lfs_url, store, w, arrays) = lfs_snapshot(d);
     std::fs::create_dir(d.join("other")).unwrap();
     crate::util::spanning_snapshot(&d.join("other"), &w.join("other.wtxt"), ["v", "w", "x", "y", "z"]);
     git_ok(&w, &["add", "-A"]);
@@ -193,15 +224,8 @@ fn one_array_from_history_fetches_only_its_parts_lfs_objects() {
     let junk = git_ok(&w, &["hash-object", "-w", "--no-filters", d.join("junk").to_str().unwrap()]).trim().to_string();
     git_ok(&w, &["update-index", "--add", "--cacheinfo", &format!("100644,{junk},junk/000001.wtxtpart")]);
     git_ok(&w, &["commit", "-q", "--no-verify", "-m", "gen 0"]);
-    let holding = std::fs::read_dir(w.join("m.wtxt.parts"))
-        .unwrap()
-        .filter(|e| memchr::memmem::find(&std::fs::read(e.as_ref().unwrap().path()).unwrap(), b"name=c ").is_some())
-        .count();
-    let (served, bare) = crate::util::served_repository(d);
-    git_ok(&bare, &["config", "wtxt.lfsObjects", store.join("wtxt/models").to_str().unwrap()]);
-    git_ok(&w, &["push", "-q", bare.to_str().unwrap(), "main"]);
-    let (_git, port) = crate::util::git_daemon(&served);
-    let url = format!("git://127.0.0.1:{port}/models.git");
+    let holding = parts_holding(&w, "c");
+    let (_git, url) = serve(d, &w, &store);
     let env = [("GIT_LFS_SKIP_SMUDGE", "1")];
     // No checkout: a checkout would fetch every blob of the tip.
     let clone = ["clone", "-q", "--no-checkout", "--filter=blob:none", "-c", &format!("lfs.url={lfs_url}"), &url, "c"];
@@ -231,18 +255,11 @@ fn one_array_from_history_fetches_only_its_parts_lfs_objects() {
 fn a_trickling_lfs_server_is_given_up_at_the_fetch_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let store = d.join("lfs-store");
-    let (_lfs, lfs_url) = crate::util::lfs_server(&store, "models");
-    let w = lfs_repository(d, &lfs_url);
-    crate::util::spanning_snapshot(d, &w.join("m.wtxt"), ["a", "b", "c", "d", "e"]);
+    let (_lfs, _, store, w, _) = lfs_snapshot(d);
     git_ok(&w, &["add", "-A"]);
     git_ok(&w, &["commit", "-q", "-m", "gen 0"]);
-    let (served, bare) = crate::util::served_repository(d);
-    git_ok(&bare, &["config", "wtxt.lfsObjects", store.join("wtxt/models").to_str().unwrap()]);
-    git_ok(&w, &["push", "-q", bare.to_str().unwrap(), "main"]);
-    let (_git, port) = crate::util::git_daemon(&served);
+    let (_git, url) = serve(d, &w, &store);
     let trickle = crate::util::TricklingLfs::start();
-    let url = format!("git://127.0.0.1:{port}/models.git");
     let env = [("GIT_LFS_SKIP_SMUDGE", "1")];
     let o =
         git_cmd(d, &["clone", "-q", "--filter=blob:none", "-c", &format!("lfs.url={}", trickle.url), &url, "c"], &env);
@@ -321,22 +338,12 @@ fn the_guard_reads_an_lfs_part_through_its_oid() {
 fn a_clones_lfs_pointers_are_fetched_when_read_from_the_work_tree() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let store = d.join("lfs-store");
-    let (_lfs, lfs_url) = crate::util::lfs_server(&store, "models");
-    let w = lfs_repository(d, &lfs_url);
-    let arrays = crate::util::spanning_snapshot(d, &w.join("m.wtxt"), ["a", "b", "c", "d", "e"]);
+    let (_lfs, lfs_url, store, w, arrays) = lfs_snapshot(d);
     git_ok(&w, &["add", "-A"]);
     git_ok(&w, &["commit", "-q", "-m", "gen 0"]);
     let parts = std::fs::read_dir(w.join("m.wtxt.parts")).unwrap().count();
-    let holding = std::fs::read_dir(w.join("m.wtxt.parts"))
-        .unwrap()
-        .filter(|e| memchr::memmem::find(&std::fs::read(e.as_ref().unwrap().path()).unwrap(), b"name=c ").is_some())
-        .count();
-    let (served, bare) = crate::util::served_repository(d);
-    git_ok(&bare, &["config", "wtxt.lfsObjects", store.join("wtxt/models").to_str().unwrap()]);
-    git_ok(&w, &["push", "-q", bare.to_str().unwrap(), "main"]);
-    let (_git, port) = crate::util::git_daemon(&served);
-    let url = format!("git://127.0.0.1:{port}/models.git");
+    let holding = parts_holding(&w, "c");
+    let (_git, url) = serve(d, &w, &store);
     let clone = |name: &str, blobless: bool| {
         let mut args = vec!["clone", "-q", "-c"];
         let lfs = format!("lfs.url={lfs_url}");
