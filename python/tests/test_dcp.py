@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 KEYS = ROOT / "fixtures" / "wtxt" / "keys"
 CLI = os.environ.get("WTXT_BIN") or str(ROOT / "target" / "debug" / "wtxt")
 # A small part size, so that these states are split snapshots.
-OPTS = {"ts": "2026-01-01T00:00:00Z", "part_size": "64K"}
+OPTS = {"ts": "2026-01-01T00:00:00Z", "part_size": "64K", "digest": "sha256"}
 
 
 def files(head: pathlib.Path):
@@ -158,7 +158,7 @@ def test_a_share_of_the_tree_form_is_proven_without_the_rest(tmp_path):
     # reader reads ahead.
     w_ = torch.arange(512 * 1024, dtype=torch.float32).reshape(512, 1024)
     snap = tmp_path / "model.wtxt"
-    wt.save_state_dict({"w": w_, "b": torch.ones(1000)}, snap, digest="tree", **{**OPTS, "part_size": "1M"})
+    wt.save_state_dict({"w": w_, "b": torch.ones(1000)}, snap, **{**OPTS, "part_size": "1M", "digest": "tree"})
     parts = sorted((tmp_path / "model.wtxt.parts").iterdir())
     assert len(parts) > 2
 
@@ -561,6 +561,16 @@ def test_the_tree_form_from_python_is_checked_independently(tmp_path):
         assert snap.request_snapshot().result(timeout=60).commit
     assert "digest_tree" in (repo / "m.wtxt").read_text().splitlines()[2]
     assert wtxt.verify(repo / "m.wtxt").ok
+    # The training integrations write the tree form unless told otherwise
+    # (the Snapshotter, DCP's writer); save_file and save_state_dict keep 1.1.
+    with wtxt.Snapshotter(repo, path_in_repo="d.wtxt") as snap:
+        snap.publish(arrays)
+        assert snap.request_snapshot().result(timeout=60).commit
+    assert "digest_tree" in (repo / "d.wtxt").read_text().splitlines()[2]
+    from wtxt.torch.dcp import WtxtStorageWriter
+    assert WtxtStorageWriter(tmp_path / "dcp.wtxt").writing["digest"] == "tree"
+    wtxt.save_file(arrays, b)
+    assert "digest_tree" not in b.read_text().splitlines()[2]
 
 
 
