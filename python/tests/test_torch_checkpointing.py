@@ -131,3 +131,11 @@ def test_a_writer_that_writes_in_place_is_refused(tmp_path):
     with pytest.raises(Exception, match="written in place"):
         manager(repo, save).save(str(tmp_path / "ckpt" / "step_0"), {"model": model.state_dict()})
     assert git(repo, "rev-list", "--all") == ""
+
+
+def test_the_storage_takes_on_push_error_as_the_trainer_callbacks_do(tmp_path):
+    """The setting reaches the storage's saves (the hearing itself is
+    tested through the Trainer callback, which shares it)."""
+    with pytest.raises(wtxt.Error, match="on_push_error must be one of"):
+        WtxtStorageConfig(repo=str(tmp_path), on_push_error="ignore").create_storage()
+    assert WtxtStorageConfig(repo=str(tmp_path), on_push_error="raise").create_storage()._behind._on_push_error == "raise"

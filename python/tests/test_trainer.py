@@ -6,6 +6,7 @@ as the Trainer's own checkpoint does; a tampered one is refused."""
 import os
 import pathlib
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -238,6 +239,24 @@ def test_a_refused_push_is_heard_at_the_next_save_and_its_queue_outlives_the_run
         strict.finish()
     with pytest.raises(wtxt.Error, match="on_push_error must be one of"):
         WtxtCallback(str(repo), "run.wtxt", on_push_error="ignore")
+    # The Snapshotter on its own: the next publish hears it, whether or not the future was asked.
+    state = {"w": np.zeros(4, "f4")}
+    with wtxt.Snapshotter(str(repo), "run.wtxt", remote="origin", on_push_error="raise") as snap:
+        snap.publish(state)
+        with pytest.raises(wtxt.Error, match="not pushed"):
+            snap.request_snapshot().result()
+        assert "refused by the host" in str(snap.status()["last_error"])
+        with pytest.raises(wtxt.Error, match=r"gen \d+ .*not pushed.*on_push_error='raise'"):
+            snap.publish(state)
+        snap.publish(state)  # heard once
+    caplog.clear()
+    with wtxt.Snapshotter(str(repo), "run.wtxt", remote="origin") as snap, caplog.at_level("WARNING", logger="wtxt"):
+        snap.publish(state)
+        snap.request_snapshot().exception()
+        snap.publish(state)
+    assert any("not pushed" in r.message for r in caplog.records), caplog.text
+    with pytest.raises(wtxt.Error, match="on_push_error must be one of"):
+        wtxt.Snapshotter(str(repo), on_push_error="ignore")
     # The host takes pushes again: the next run's first Snapshotter pushes what waited.
     hook.unlink()
     with wtxt.Snapshotter(str(repo), "run.wtxt", remote="origin") as snap:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import collections
+import logging
 import os
 import queue
 import atexit
@@ -234,6 +235,10 @@ def _close_open_snapshotters() -> None:
         s.close()
 
 
+#: What a Snapshotter's next publish does with a generation that failed or was not pushed.
+ON_PUSH_ERROR = ("warn", "raise", "quiet")
+
+
 class Snapshotter:
     """The snapshot daemon's pipeline inside the training process.
 
@@ -262,6 +267,15 @@ class Snapshotter:
     the oldest is written. With `coalesce=True` a request never waits:
     requests made while one waits fold into it and the newest state is
     written (`status()["coalesced"]` counts them).
+
+    A generation that failed, or was committed but not pushed (a host's
+    guard refused it, the remote is down), is heard at the next `publish`
+    whether or not its future was asked: `on_push_error="warn"` (the
+    default) logs it on the `wtxt` logger, `"raise"` raises `wtxt.Error`
+    from that `publish`, which stops a loop, and `"quiet"` leaves it to the
+    future and `status()["last_error"]`. A refused generation waits in the
+    ring's resend queue, in the repository's `.git`, and the next
+    Snapshotter on that repository pushes it.
     """
 
     def __init__(self, repo: PathLike, path_in_repo: PathLike = "model.wtxt", remote: Optional[str] = None,
@@ -269,9 +283,14 @@ class Snapshotter:
                  ring: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
                  recipients: Optional[List[str]] = None, keep: Optional[int] = None,
                  oms_key: Optional[PathLike] = None, coalesce: bool = False, max_pending: int = 2,
-                 digest: str = "tree", pinned_budget: Optional[int] = None):
+                 digest: str = "tree", pinned_budget: Optional[int] = None, on_push_error: str = "warn"):
         if max_pending < 1:
             raise Error(f"max_pending must be at least 1, not {max_pending}")
+        if on_push_error not in ON_PUSH_ERROR:
+            raise Error(f"on_push_error must be one of {ON_PUSH_ERROR}, not {on_push_error!r}")
+        self._on_push_error = on_push_error
+        #: Failures the watcher resolved that no publish has heard yet.
+        self._unheard: List[str] = []
         record_command()
         writing = writing_of(None, sign_key, hmac_key, part_size, None, None, oms_key, digest)
         self._inner = call(_rust.Snapshotter, os.fspath(repo), os.fspath(path_in_repo), writing, remote, as_path(ring),
@@ -299,6 +318,7 @@ class Snapshotter:
         is taken as `wtxt.torch.save_state_dict` takes it: flattened to
         dotted names, its other entries kept as Python literals."""
         self._check_open()
+        self._hear()
         if not isinstance(state, Mapping):
             raise Error(f"expected a dict of arrays, found {type(state).__name__}")
         arrays, objects = _arrays_and_objects(state)
@@ -309,6 +329,22 @@ class Snapshotter:
             self._stager = PinnedStager(self._pinned_budget)
         with self._stager.staged(arrays) as host:
             return self._publish(host, metadata, objects)
+
+    def _hear(self) -> None:
+        """Says what failed since the last publish (see the class's text)."""
+        with self._lock:
+            unheard, self._unheard = self._unheard, []
+        if not unheard or self._on_push_error == "quiet":
+            return
+        if self._on_push_error == "raise":
+            raise Error("; ".join(unheard) + " (on_push_error='raise' stops the run)")
+        for message in unheard:
+            logging.getLogger("wtxt").warning("%s", message)
+
+    def _fail(self, fut: "Future[SnapshotInfo]", gen: int, message: str) -> None:
+        with self._lock:
+            self._unheard.append(message if message.startswith(f"gen {gen} ") else f"gen {gen}: {message}")
+        fut.set_exception(Error(message))
 
     def _publish(self, arrays: Mapping[str, Any], metadata: Optional[Dict[str, str]],
                  objects: Optional[Dict[str, str]]) -> int:
@@ -339,13 +375,13 @@ class Snapshotter:
             try:
                 r = self._inner.wait(gen)
             except Exception as e:  # noqa: BLE001 - the future carries it
-                fut.set_exception(Error(str(e)))
+                self._fail(fut, gen, str(e))
                 continue
             if r is None:
                 fut.set_exception(Error(f"the Snapshotter closed before generation {gen} was snapshotted"))
                 continue
             if r.error:
-                fut.set_exception(Error(r.error))
+                self._fail(fut, gen, r.error)
             else:
                 fut.set_result(SnapshotInfo(gen=r.gen, commit=r.commit, pushed=r.pushed,
                                             stages=None if r.stages is None else json.loads(r.stages)))

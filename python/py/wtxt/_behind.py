@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import Error, Snapshotter, SnapshotInfo
 
-
-#: What a save does on hearing that an earlier generation failed or was not pushed.
+#: What a save does on hearing that an earlier generation failed or was not
+#: pushed (the Snapshotter's own hearing is left quiet: a save names its checkpoint).
 ON_PUSH_ERROR = ("warn", "raise")
 
 
@@ -52,7 +52,7 @@ class Behind:
         earlier generation that failed is heard of first (see the module)."""
         self._hear()
         if self._snap is None:
-            self._snap = Snapshotter(**self._args)
+            self._snap = Snapshotter(**self._args, on_push_error="quiet")
         self.last_gen = self._snap.publish(arrays, metadata=metadata)
         fut = self._snap.request_snapshot()
         if folder is not None and not self._keep_folders:

@@ -57,7 +57,10 @@ class WtxtStorageConfig(LocalFileSystemStorageConfig):
     writer's (`CheckpointWriterConfig.temp_dir_prefix`). With
     `keep_folders=False` each committed checkpoint folder is removed once
     its generation is committed (a generation that failed keeps its
-    folder): the repository holds the one copy, `restore` writes it back."""
+    folder): the repository holds the one copy, `restore` writes it back.
+    A generation that failed or was not pushed is heard at the next save,
+    in the writer process: a warning on the `wtxt` logger, or, with
+    `on_push_error="raise"`, that save fails."""
 
     repo: str
     path_in_repo: str = "checkpoint.wtxt"
@@ -69,6 +72,7 @@ class WtxtStorageConfig(LocalFileSystemStorageConfig):
     digest: str = "tree"
     temp_dir_prefix: str = DEFAULT_TEMP_DIR_PREFIX
     keep_folders: bool = True
+    on_push_error: str = "warn"
 
     def create_storage(self) -> "WtxtStorage":
         return WtxtStorage(self)
@@ -85,7 +89,7 @@ class WtxtStorage(LocalFileSystemStorage):
         self._behind = Behind(dict(repo=config.repo, path_in_repo=config.path_in_repo, remote=config.remote,
                                    sign_key=config.sign_key, hmac_key=config.hmac_key, oms_key=config.oms_key,
                                    part_size=config.part_size, digest=config.digest, max_pending=1),
-                              config.keep_folders)
+                              config.keep_folders, config.on_push_error)
 
     def _staged(self, path: Path) -> None:
         """Refuses a file written outside a folder the writer will commit by
