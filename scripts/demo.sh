@@ -9,8 +9,13 @@
 #    semantic diff, and `wtxt log --verify` proving the chain from history.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
-w=$PWD/target/release/wtxt
+# WTXT_BIN: a wtxt already built (the README's test runs this with cargo's).
+if [ -n "${WTXT_BIN:-}" ]; then
+  w=$WTXT_BIN
+else
+  cargo build --release --quiet
+  w=$PWD/target/release/wtxt
+fi
 k=$PWD/fixtures/wtxt/keys
 in=$PWD/fixtures/wtxt/inputs
 rm -rf demo && mkdir -p demo
