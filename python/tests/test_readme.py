@@ -10,6 +10,8 @@ import os
 import pathlib
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 
@@ -185,19 +187,74 @@ state = {"model": {k: torch.zeros_like(v) for k, v in model_sd.items()}}
 """,
 }
 
+#: The team's Python blocks: a Llama whose checkpoint (model and AdamW
+#: state, 84 MB of text) splits at the default part size into parts kept in
+#: LFS; the second run (the resume) writes its own folders.
+PRELUDES["team"] = PRELUDES["trainer"].replace("hidden_size=32, intermediate_size=64, num_hidden_layers=1",
+                                               "hidden_size=256, intermediate_size=688, num_hidden_layers=6")
+PRELUDES["team"] = PRELUDES["team"].replace("vocab_size=64", "vocab_size=2048").replace(
+    'output_dir="out"', 'output_dir="out-again" if __import__("os").path.exists("out") else "out"').replace(
+    "torch.randint(0, 64,", "torch.randint(0, 2048,")
+
+#: Checked after the team's resume: the resumed run ends where the first did, to the bit.
+RESUMED = """
+from safetensors.torch import load_file
+first = load_file("out/checkpoint-4/model.safetensors")
+again = load_file("out-again/checkpoint-4/model.safetensors")
+assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first), "not bit-exact"
+"""
+
 #: The repositories each Python block's prelude expects beside it.
 REPOS = {"quick": ["run"], "trainer": ["runs"], "lightning": ["runs"], "torch-checkpointing": ["runs"],
-         "dcp": ["ckpt"]}
+         "dcp": ["ckpt"], "team": []}
 
 #: The modules a block's prelude needs (the block is skipped without them, as their own tests are).
-NEEDS = {"trainer": ["torch", "transformers", "accelerate"], "lightning": ["torch", "lightning", "accelerate"],
+NEEDS = {"trainer": ["torch", "transformers", "accelerate"], "team": ["torch", "transformers", "accelerate"], "lightning": ["torch", "lightning", "accelerate"],
          "torch-checkpointing": ["torch", "torch_checkpointing"], "dcp": ["torch"], "quick": ["transformers"]}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory):
+    """The one sandbox the team's blocks share, in their order; the LFS
+    server the first starts is stopped at the end."""
+    work = tmp_path_factory.mktemp("team")
+    env = dict(environment(work / "home"), LFS_PORT=str(free_port()),
+               WTXT_LFS_SERVER=os.environ.get("WTXT_LFS_SERVER", str(ROOT / "target" / "lfs-server")))
+    (work / "scripts").mkdir()
+    for f in ("lfs-server.sh", "lfs_chunks.py"):
+        shutil.copy(ROOT / "scripts" / f, work / "scripts" / f)
+    shutil.copytree(ROOT / "examples" / "ci", work / "examples" / "ci")
+    signer(work)
+    ran = []
+    yield work, env, ran
+    pid = work / "lfs.pid"
+    if pid.exists():
+        os.kill(int(pid.read_text()), signal.SIGTERM)
+
+
+TEAM = [n for _, s, n, _ in BLOCKS if s == "readme:team"]
 
 
 @pytest.mark.parametrize("lang,sandbox,line,code", BLOCKS, ids=[f"{s or lang}-line{n}" for lang, s, n, _ in BLOCKS])
 def test_the_readme_block_runs_as_written(tmp_path, request, lang, sandbox, line, code):
     assert sandbox.startswith("readme:"), f"README.md:{line}: a ```{lang} block names no sandbox (readme:NAME)"
     name = sandbox.removeprefix("readme:")
+    if name == "team":
+        work, env, ran = request.getfixturevalue("team")
+        assert ran == TEAM[:TEAM.index(line)], "the team's blocks run in order, each after the one before"
+        if lang == "sh":
+            run(["bash", "-euo", "pipefail", "-c", strict(code)], work, env)
+        else:
+            check = RESUMED if "resume_from_checkpoint" in code else ""
+            run([sys.executable, "-c", PRELUDES[name] + code + check], work, env)
+        ran.append(line)
+        return
     env = environment(tmp_path / "home")
     work = tmp_path / "work"
     if lang == "sh" and name == "test":
@@ -225,3 +282,22 @@ def test_the_readme_block_runs_as_written(tmp_path, request, lang, sandbox, line
     if name == "quick":
         shutil.copytree(request.getfixturevalue("llama"), work / "llama")
     run([sys.executable, "-c", PRELUDES[name] + code], work, env)
+
+
+def test_the_team_host_refuses_a_tampered_generation(team):
+    """After the team's blocks: one character of a part changed in the
+    trainer's clone, committed past its hook (`--no-verify`) and pushed;
+    the host's guard refuses it, naming the snapshot, and its main stays."""
+    work, env, ran = team
+    assert ran == TEAM, "the team's blocks ran first"
+    runs = work / "runs"
+    part = runs / "llama.wtxt.parts" / "000002.wtxtpart"
+    text = bytearray(part.read_bytes())
+    at = text.index(b"\n", text.index(b"\nch ") + 1) + 10
+    text[at] = ord("A") if text[at] != ord("A") else ord("B")
+    part.write_bytes(bytes(text))
+    run(["git", "commit", "-q", "--no-verify", "-am", "tampered"], runs, env)
+    before = run(["git", "rev-parse", "main"], work / "models.git", env)
+    r = subprocess.run(["git", "push", "origin", "main"], cwd=runs, env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and "pre-receive hook declined" in r.stderr and "llama.wtxt" in r.stderr, r.stderr
+    assert run(["git", "rev-parse", "main"], work / "models.git", env) == before
