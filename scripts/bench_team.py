@@ -75,6 +75,13 @@ def size(path):
     return sum(os.path.getsize(f) for f in glob.glob(os.path.join(path, "**"), recursive=True) if os.path.isfile(f))
 
 
+def gone(*names):
+    """Removes what a flow left once it is measured (the run holds a few
+    copies of every checkpoint at once otherwise)."""
+    for n in names:
+        shutil.rmtree(os.path.join(work, n), ignore_errors=True)
+
+
 def mb(n):
     return f"{n / 1e6:,.0f} MB"
 
@@ -153,6 +160,8 @@ try:
     print(f"wtxt/LFS  one tensor ({mb(next(iter(got.values())).nbytes)}) of generation 0 by revision: "
           f"{time.perf_counter() - t:.2f} s, {mb(size(os.path.join(one, '.git', 'lfs')))} of LFS objects fetched")
 
+    gone("review", "one", "resume", "runs", "models.git", "lfs/team/models")
+
     # wtxt on a plain --server host: the same folders as generations by hand.
     sh("git", "init", "-q", "--bare", "-b", "main", "plain.git")
     sh("wtxt", "git", "install", "--server", "--trusted-keys", trusted, cwd=os.path.join(work, "plain.git"))
@@ -170,6 +179,7 @@ try:
     plain_clone = timed("git", "clone", "-q", url("plain.git"), "plain-clone")
     print(f"wtxt/Git  push per generation (guard included): {', '.join(f'{p:.1f}' for p in hand_pushes)} s; "
           f"clone {plain_clone:.2f} s; host .git {mb(size(os.path.join(work, 'plain.git')))}")
+    gone("hand", "plain.git", "plain-clone")
 
     # The baselines: the Trainer's folders, with git-lfs and in plain Git.
     def baseline(name, lfs):
@@ -192,6 +202,7 @@ try:
         c = timed("git", "clone", "-q", *smudge, url(f"{name}.git"), f"{name}-clone")
         kept = mb(size(os.path.join(store, "team/baseline"))) if lfs else mb(size(os.path.join(work, f"{name}.git")))
         print(f"{name:9} push per generation: {', '.join(f'{p:.1f}' for p in times)} s; clone {c:.2f} s; kept {kept}")
+        gone(name, f"{name}.git", f"{name}-clone", "lfs/team/baseline")
         return times, c
 
     lfs_pushes, lfs_clone = baseline("git-lfs", True)

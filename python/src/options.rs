@@ -20,6 +20,10 @@ pub(crate) struct Trust {
     signer: Option<PathBuf>,
     require_signature: bool,
     allow_unbound: bool,
+    /// The snapshot whose repository's signing policy (`wtxt.trustedKeys`,
+    /// `wtxt.requireSignature`) holds when no key is named, as `wtxt
+    /// verify` holds it; a revision's temporary copy names the work tree's file.
+    policy: Option<PathBuf>,
 }
 
 /// [`Trust`] with its keys read.
@@ -38,14 +42,17 @@ impl Trust {
             trust: TrustFiles { pubkey: self.pubkey, trusted_keys: self.trusted_keys },
             ..KeyFiles::default()
         };
-        let trusted = match (files.trust.keys()?, self.signer) {
-            (None, Some(signer)) => Some(TrustedKeys::single(wtxt::crypto::SecretKey::from_file(&signer)?.public())),
-            (trusted, _) => trusted,
+        let (trusted, require_signature) = match (files.trust.keys()?, self.signer, &self.policy) {
+            (None, Some(signer), _) => {
+                (Some(TrustedKeys::single(wtxt::crypto::SecretKey::from_file(&signer)?.public())), self.require_signature)
+            }
+            (None, None, Some(file)) => wtxt::git::signature_policy(file, None, self.require_signature)?,
+            (trusted, _, _) => (trusted, self.require_signature),
         };
         Ok(TrustKeys {
             hmac_key: files.hmac.key()?,
             trusted,
-            require_signature: self.require_signature,
+            require_signature,
             allow_unbound: self.allow_unbound,
         })
     }

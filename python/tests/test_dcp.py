@@ -599,3 +599,31 @@ def test_a_load_that_does_not_verify_raises_wtxt_errors(tmp_path):
     wt.save_state_dict(state, snap)
     load(target, WtxtStorageReader(snap))
     assert torch.equal(target["w"], state["w"])
+
+
+def test_a_refused_push_is_heard_in_the_save_that_made_it(tmp_path, caplog):
+    """The coordinator's push is part of the save: refused by the host, it
+    warns on the `wtxt` logger (the commit stays, the future says why), or
+    with on_push_error="raise" fails the save."""
+    import torch.distributed.checkpoint as dcp
+    from wtxt.torch.dcp import WtxtStorageWriter
+
+    work, remote = tmp_path / "work", tmp_path / "remote.git"
+    _git("init", "-q", work, cwd=tmp_path)
+    _git("init", "-q", "--bare", remote, cwd=tmp_path)
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho refused by the host >&2\nexit 1\n")
+    hook.chmod(0o755)
+    state = {"w": torch.arange(6, dtype=torch.float32)}
+    writer = WtxtStorageWriter(work / "model.wtxt", commit=True, remote=str(remote))
+    with caplog.at_level("WARNING", logger="wtxt"):
+        dcp.save(state, storage_writer=writer)
+    assert any("refused by the host" in r.message for r in caplog.records), caplog.text
+    with pytest.raises(wtxt.Error, match="not pushed"):
+        writer.committed.result(timeout=60)
+    strict = WtxtStorageWriter(work / "model.wtxt", commit=True, remote=str(remote), on_push_error="raise",
+                               prev=None)
+    with pytest.raises(BaseException, match="on_push_error='raise'"):
+        dcp.save(state, storage_writer=strict)
+    with pytest.raises(wtxt.Error, match="on_push_error must be one of"):
+        WtxtStorageWriter(work / "model.wtxt", on_push_error="ignore")

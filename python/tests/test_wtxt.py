@@ -704,3 +704,41 @@ def test_load_file_names_of_a_split_snapshot_opens_only_the_parts_that_hold_them
     holding[-1].unlink()
     with pytest.raises(wtxt.Error):
         wtxt.load_file(path, names=["t3"])
+
+
+def test_every_loader_holds_the_repositorys_signing_policy(tmp_path):
+    """In a repository whose `wtxt git install --trusted-keys` set its
+    policy, a load that names no key is held to it, as `wtxt verify` is:
+    load_file, by revision too, verify, restore_checkpoint(rev=) refuse an
+    unsigned or foreign-signed snapshot; naming keys decides instead."""
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e")
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    keys = FIXTURES / "keys"
+    arrays = {"w": np.arange(12, dtype="f4").reshape(3, 4)}
+    wtxt.save_file(arrays, repo / "m.wtxt", sign_key=keys / "other.pem")  # a key the repository does not trust
+    subprocess.run(["git", "add", "m.wtxt"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "g0"], cwd=repo, check=True, env=env)
+    subprocess.run([CLI, "git", "install", "--trusted-keys", str(keys / "trusted_keys")], cwd=repo, check=True,
+                   capture_output=True)
+    with pytest.raises(wtxt.VerifyError, match="signature"):
+        wtxt.load_file(repo / "m.wtxt")
+    with pytest.raises(wtxt.VerifyError, match="signature"):
+        wtxt.load_file(repo / "m.wtxt", rev="HEAD", names=["w"])
+    assert not wtxt.verify(repo / "m.wtxt").ok
+    # Outside the repository, or naming the keys, the caller decides.
+    shutil.copy(repo / "m.wtxt", tmp_path / "copy.wtxt")
+    assert (wtxt.load_file(tmp_path / "copy.wtxt")["w"] == arrays["w"]).all()
+    other = wtxt.load_file(repo / "m.wtxt", trusted_keys=keys / "other.pem.pub")
+    assert (other["w"] == arrays["w"]).all()
+    # A signed generation by a trusted key loads; an unsigned one is refused.
+    wtxt.save_file(arrays, repo / "m.wtxt", sign_key=keys / "sign.pem")
+    assert (wtxt.load_file(repo / "m.wtxt")["w"] == arrays["w"]).all()
+    wtxt.save_file(arrays, repo / "m.wtxt")
+    with pytest.raises(wtxt.VerifyError, match="signature required"):
+        wtxt.load_file(repo / "m.wtxt")
+    pytest.importorskip("torch")
+    from wtxt.checkpoint import restore_checkpoint
+    with pytest.raises(wtxt.VerifyError, match=r"HEAD:.*signature"):
+        restore_checkpoint(repo / "m.wtxt", tmp_path / "out", rev="HEAD")
+    assert not (tmp_path / "out").exists()

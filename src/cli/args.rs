@@ -458,10 +458,18 @@ pub struct ReportArgs {
 
 #[derive(Args, Debug)]
 pub struct DiffArgs {
-    /// The old file.
+    /// The old file, or `REV:PATH` (a revision's snapshot at PATH in a
+    /// Git work tree); with PATH given, a revision.
     pub old: PathBuf,
-    /// The new file.
+    /// The new file, or `REV:PATH`; with PATH given, a revision.
     pub new: PathBuf,
+    /// A snapshot in a Git work tree: OLD and NEW are revisions of it
+    /// (`wtxt diff HEAD~1 HEAD model.wtxt`), each read (and in a blobless
+    /// or LFS clone fetched) from its commit.
+    pub path: Option<PathBuf>,
+    /// With revisions: PATH (or a side's `REV:PATH`) in the work tree at DIR.
+    #[arg(short = 'C', value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
     #[command(flatten)]
     pub sealed: SealedArg,
     /// Print one JSON object.

@@ -14,7 +14,7 @@ mod report;
 use args as cli;
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::convert::formats;
@@ -334,15 +334,68 @@ fn convert(a: cli::ConvertArgs) -> Result<u8> {
     Ok(0)
 }
 
+/// One side of `wtxt diff`: the file read and how it is shown.
+struct DiffSide {
+    file: PathBuf,
+    label: String,
+    /// For a revision: its temporary copy's folder, the revision, and the
+    /// folder of the path it was read from.
+    copy: Option<(PathBuf, String, PathBuf)>,
+}
+
+impl DiffSide {
+    /// `spec` as a file, or (with `path`, or as `REV:PATH` naming no file)
+    /// a revision's snapshot, its path taken in `dir`, exported into `tmp/which`.
+    fn of(spec: &Path, path: Option<&Path>, dir: &Path, tmp: &Path, which: &str) -> Result<DiffSide> {
+        let revision = match (path, spec.to_str()) {
+            (Some(p), Some(rev)) => Some((rev.to_string(), p.to_path_buf())),
+            (None, Some(s)) if std::fs::symlink_metadata(spec).is_err() => s
+                .split_once(':')
+                .filter(|(r, p)| !r.is_empty() && !p.is_empty())
+                .map(|(r, p)| (r.to_string(), p.into())),
+            _ => None,
+        };
+        let Some((rev, path)) = revision else {
+            return Ok(DiffSide { file: spec.to_path_buf(), label: spec.display().to_string(), copy: None });
+        };
+        let copy = tmp.join(which);
+        std::fs::create_dir(&copy).map_err(|e| Error::io(&copy, e))?;
+        let name = path.file_name().map_or_else(|| "snapshot.wtxt".into(), |n| n.to_os_string());
+        let file = copy.join(name);
+        let commit = ops::export_revision(&dir.join(&path), &rev, &file)?;
+        let label = format!("{rev}:{} ({})", path.display(), &commit[..12]);
+        let parent = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(DiffSide { file, label, copy: Some((copy, rev, parent)) })
+    }
+
+    /// A path inside this side's temporary copy (its head, a part) as the
+    /// revision's own: `REV:DIR/NAME`, `REV:DIR/NAME.parts/PART`.
+    fn shown(&self, p: &Path) -> Option<PathBuf> {
+        let (dir, rev, parent) = self.copy.as_ref()?;
+        let rest = p.strip_prefix(dir).ok()?;
+        Some(PathBuf::from(format!("{rev}:{}", parent.join(rest).display())))
+    }
+}
+
 fn diff_files(a: cli::DiffArgs) -> Result<u8> {
     let sealed = unseal(&a.sealed)?;
-    let (d, markdown) = if a.format == Some(cli::DiffFormat::Markdown) {
-        let r = ops::review(&a.old, &a.new, sealed.as_ref())?;
-        let text = markdown::diff_markdown(&r, &a.old.display().to_string(), &a.new.display().to_string(), a.full);
+    let tmp =
+        tempfile::Builder::new().prefix("wtxt-diff-").tempdir().map_err(|e| Error::io_in("a temporary folder", e))?;
+    let old = DiffSide::of(&a.old, a.path.as_deref(), &a.dir, tmp.path(), "old")?;
+    let new = DiffSide::of(&a.new, a.path.as_deref(), &a.dir, tmp.path(), "new")?;
+    let named = |e: Error| e.renamed(|p| old.shown(p).or_else(|| new.shown(p)));
+    let (mut d, markdown) = if a.format == Some(cli::DiffFormat::Markdown) {
+        let r = ops::review(&old.file, &new.file, sealed.as_ref()).map_err(named)?;
+        let text = markdown::diff_markdown(&r, &old.label, &new.label, a.full);
         (r.diff, Some(text))
     } else {
-        (ops::diff(&a.old, &a.new, sealed.as_ref())?, None)
+        (ops::diff(&old.file, &new.file, sealed.as_ref()).map_err(named)?, None)
     };
+    for x in &mut d.damage {
+        if let Some(p) = old.shown(Path::new(&x.file)).or_else(|| new.shown(Path::new(&x.file))) {
+            x.file = p.display().to_string();
+        }
+    }
     if let Some(text) = markdown {
         emit(&text)?;
     } else if a.json || a.format == Some(cli::DiffFormat::Json) {
@@ -353,7 +406,7 @@ fn diff_files(a: cli::DiffArgs) -> Result<u8> {
             cli::ColorWhen::Never => false,
             cli::ColorWhen::Auto => std::io::stdout().is_terminal(),
         };
-        emit(&render::diff_text(&d, &a.old.display().to_string(), &a.new.display().to_string(), color, a.full))?;
+        emit(&render::diff_text(&d, &old.label, &new.label, color, a.full))?;
     }
     // A side that fails a check is a failed check, whatever the diff found.
     for x in &d.damage {

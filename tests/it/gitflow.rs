@@ -602,6 +602,46 @@ fn split_snapshots_commit_diff_and_log_part_by_part() {
     assert!(String::from_utf8_lossy(&i.stdout).contains("gen 000001"));
 }
 
+/// `wtxt diff REV1 REV2 PATH` and `REV:PATH`: a review without exporting
+/// by hand, each side read from its commit and named by its revision (and
+/// the commit it resolved to), never by a temporary copy.
+#[test]
+fn diff_takes_revisions_of_a_path() {
+    let r = Repo::new();
+    assert!(split_model(&r, 0, &[]).status.success());
+    r.commit("g0");
+    assert!(split_model(&r, 1, &[(1000, 2.5)]).status.success());
+    r.commit("g1");
+    let head = r.ok(&["rev-parse", "HEAD"]);
+    let o = r.wtxt(&["diff", "HEAD~1", "HEAD", "m.wtxt"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("16 element(s) changed in 1 chunk(s) [15], rows 1000"), "{out}");
+    assert!(out.contains(&format!("HEAD:m.wtxt ({})", &head[..12])) && !out.contains("wtxt-diff-"), "{out}");
+    // One side a revision, the other the work tree's file; markdown names both.
+    let o = r.wtxt(&["diff", "HEAD~1:m.wtxt", "m.wtxt", "--format", "markdown"]);
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && md.contains("`HEAD~1:m.wtxt (") && md.contains("→ `m.wtxt`"), "{md}");
+    // A revision that does not hold it, or does not exist: one line naming it, exit 2.
+    let o = r.wtxt(&["diff", "nope", "HEAD", "m.wtxt"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("nope:m.wtxt") && err.lines().count() == 1, "{err}");
+    // Damage in history is named by its revision and path (the line is the
+    // snapshot's, its parts joined).
+    let part = r.root.join("m.wtxt.parts/000002.wtxtpart");
+    let mut bad = std::fs::read(&part).unwrap();
+    let i = bad.len() / 2;
+    bad[i] = if bad[i] == b'A' { b'B' } else { b'A' };
+    std::fs::write(&part, &bad).unwrap();
+    r.ok(&["add", "-A", "."]);
+    r.ok(&["commit", "-qm", "damaged", "--no-verify"]);
+    let o = r.wtxt(&["diff", "HEAD~1", "HEAD", "m.wtxt"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("HEAD:m.wtxt: line ") && err.contains("parity") && !err.contains("wtxt-diff-"), "{err}");
+}
+
 /// The diff driver streams parts: equal chunk lines are not enough to call
 /// two parts identical, their bytes are compared when nothing else differs.
 #[test]

@@ -118,7 +118,7 @@ def extract_folder(filename: PathLike, out: PathLike, hmac_key: Optional[PathLik
     folder it was made from into `out`, a new folder that appears whole or
     not at all; every file byte for byte. Returns the number of shards."""
     return call(_rust.extract_folder, os.fspath(filename), os.fspath(out),
-                 trust_of(hmac_key, pubkey, trusted_keys, require_signature))
+                 trust_of(hmac_key, pubkey, trusted_keys, require_signature, policy_of=filename))
 
 
 def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
@@ -172,7 +172,7 @@ def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: O
         twice = sorted(n for n, k in collections.Counter(names).items() if k > 1)
         if twice:
             raise Error(f"{os.fspath(filename)}: names lists {twice[0]!r} more than once")
-    trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, allow_unbound)
+    trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, allow_unbound, policy_of=filename)
     if rev is not None:
         loaded = call(_rust.load_at, os.fspath(filename), rev, trust, names=names)
         return {t.name: _from_bytes(t.dtype, t.shape, t.data) for t in loaded.tensors}
@@ -215,7 +215,7 @@ def verify(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: Opti
            allow_unauthenticated: bool = False, allow_unbound: bool = False) -> Report:
     """`wtxt verify` of `filename`, as a `Report` (a failed check is in the
     report, not raised; an unreadable file raises `Error`)."""
-    trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, allow_unbound)
+    trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, allow_unbound, policy_of=filename)
     text = call(_rust.verify, os.fspath(filename), trust,
                  as_path(wsum), as_path(prev), allow_unauthenticated)
     r = json.loads(text)

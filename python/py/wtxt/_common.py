@@ -191,7 +191,7 @@ def as_path(x: Optional[PathLike]) -> Optional[str]:
 
 def trust_of(hmac_key: Optional[PathLike], pubkey: Optional[PathLike], trusted_keys: Optional[PathLike],
              require_signature: Optional[bool], allow_unbound: bool = False,
-             signer: Optional[PathLike] = None) -> _rust._Trust:
+             signer: Optional[PathLike] = None, policy_of: Optional[PathLike] = None) -> _rust._Trust:
     """What a reader demands of a snapshot, as the Rust side reads it (its `Trust`).
 
     Naming a key (`pubkey`, `trusted_keys`) requires a valid signature by
@@ -203,14 +203,26 @@ def trust_of(hmac_key: Optional[PathLike], pubkey: Optional[PathLike], trusted_k
     writer given the key writes it); `allow_unbound=True` accepts one from a
     writer that binds nothing. `signer` (a signing key) names its public
     half as the one trusted key when `pubkey` and `trusted_keys` name none:
-    a writer's own loads demand its own signature."""
+    a writer's own loads demand its own signature. When no key is named at
+    all, the signing policy of the repository around `policy_of` (the
+    snapshot read; a revision's copy stands for its work tree's file) holds:
+    `wtxt.trustedKeys`, and `wtxt.requireSignature`, as `wtxt verify`."""
     if pubkey is not None or trusted_keys is not None:
         signer = None
     if require_signature is None:
         require_signature = pubkey is not None or trusted_keys is not None or signer is not None
     return {"hmac_key": as_path(hmac_key), "pubkey": as_path(pubkey), "trusted_keys": as_path(trusted_keys),
             "signer": as_path(signer), "require_signature": bool(require_signature),
-            "allow_unbound": allow_unbound}
+            "allow_unbound": allow_unbound, "policy": None if policy_of is None else policy_path(policy_of)}
+
+
+#: The revisions' temporary copies `at_revision` has open: copy -> the work tree's path.
+_REV_COPIES: Dict[str, str] = {}
+
+
+def policy_path(filename: PathLike) -> str:
+    """The path whose repository's signing policy holds for `filename`."""
+    return _REV_COPIES.get(os.fspath(filename), os.fspath(filename))
 
 
 def writing_of(prev: Optional[PathLike], sign_key: Optional[PathLike], hmac_key: Optional[PathLike],
@@ -287,12 +299,15 @@ def at_revision(filename: PathLike, rev: Optional[str]) -> Iterator[str]:
         out = os.path.join(d, os.path.basename(os.fspath(filename)))
         call(_rust.export, os.fspath(filename), rev, out)
         shown = f"{rev}:{os.fspath(filename)}"
+        _REV_COPIES[out] = os.fspath(filename)
         try:
             yield out
         except VerifyError as e:
             raise VerifyError(str(e).replace(out, shown), e.line) from None
         except Error as e:
             raise Error(str(e).replace(out, shown)) from None
+        finally:
+            _REV_COPIES.pop(out, None)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ class _Trust(TypedDict):
     signer: str | os.PathLike[str] | None
     require_signature: bool
     allow_unbound: bool
+    policy: str | os.PathLike[str] | None
 
 class _Writing(TypedDict):
     """The options every Python writer of a snapshot takes, as paths and values: the dict `wtxt._writing` builds, one key per field."""

@@ -161,7 +161,7 @@ def _load(filename: PathLike, hmac_key: Optional[PathLike], pubkey: Optional[Pat
     named in `into` (CPU, contiguous, each exactly its rows) receive their
     rows in place and are not returned; a failed check leaves them partly
     written."""
-    trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, signer=signer)
+    trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, signer=signer, policy_of=filename)
     mem = {name: (_wtxt_dtype(name, t.dtype), list(t.shape), t.reshape(-1).view(torch.uint8).numpy())
            for name, t in (into or {}).items()}
     loaded = call(_rust.load, os.fspath(filename), trust, rows=rows, into=mem or None)

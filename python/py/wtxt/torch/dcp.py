@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import fcntl
 import io
+import logging
 import os
 import secrets
 import shutil
@@ -303,15 +304,22 @@ class WtxtStorageWriter(StorageWriter):
     when given; other ranks never touch Git. `committed` is a future, new
     for each save, that gives a `wtxt.SnapshotInfo` (on other ranks, None)
     or raises `wtxt.Error` when the save or the push failed (a failed push
-    leaves the commit, and the next push carries it).
+    leaves the commit, and the next push carries it). The push is part of
+    the save, so a refused one is heard at once: a warning on the `wtxt`
+    logger (`on_push_error="warn"`), or with `on_push_error="raise"` the
+    save itself fails.
     """
 
     def __init__(self, path: PathLike, *, metadata: Optional[Dict[str, str]] = None,
                  prev: Optional[PathLike] = None, sign_key: Optional[PathLike] = None,
                  hmac_key: Optional[PathLike] = None, part_size: Optional[Union[int, str]] = None,
                  gen: Optional[int] = None, ts: Optional[str] = None, oms_key: Optional[PathLike] = None,
-                 commit: bool = False, remote: Optional[str] = None, digest: str = "tree"):
+                 commit: bool = False, remote: Optional[str] = None, digest: str = "tree",
+                 on_push_error: str = "warn"):
         super().__init__()
+        if on_push_error not in ("warn", "raise"):
+            raise Error(f"on_push_error must be one of ('warn', 'raise'), not {on_push_error!r}")
+        self.on_push_error = on_push_error
         if remote is not None and not commit:
             raise Error("remote= pushes the commit that commit=True makes: give both")
         if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
@@ -615,7 +623,8 @@ class WtxtStorageWriter(StorageWriter):
                 call(dw.sign_oms, self.writing["oms_key"])
             self._commit(stage.gen, sha256_all)
         except Error as e:
-            self.committed.set_exception(Error(f"the snapshot was written, then: {e}"))
+            if not self.committed.done():  # a refused push has told its future already
+                self.committed.set_exception(Error(f"the snapshot was written, then: {e}"))
             raise
 
     def _commit(self, gen: int, sha256_all: str) -> None:
@@ -627,6 +636,10 @@ class WtxtStorageWriter(StorageWriter):
         record_command()
         commit, pushed, error = call(_rust.commit_snapshot, self.path, message, self.writing["oms_key"] is not None, self.remote)
         if error is not None:
-            self.committed.set_exception(Error(f"committed {commit}, not pushed: {error}"))
+            failed = Error(f"committed {commit}, not pushed: {error}")
+            self.committed.set_exception(failed)
+            if self.on_push_error == "raise":
+                raise Error(f"{failed} (on_push_error='raise')")
+            logging.getLogger("wtxt").warning("%s: %s", self.path, failed)
         else:
             self.committed.set_result(SnapshotInfo(gen=gen, commit=commit, pushed=pushed))
