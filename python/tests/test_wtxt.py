@@ -742,3 +742,30 @@ def test_every_loader_holds_the_repositorys_signing_policy(tmp_path):
     with pytest.raises(wtxt.VerifyError, match=r"HEAD:.*signature"):
         restore_checkpoint(repo / "m.wtxt", tmp_path / "out", rev="HEAD")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_markdown_review_puts_the_largest_movers_first_by_group_with_the_step(tmp_path):
+    """A checkpoint's review: the step and epoch in the summary; the
+    tensors grouped by what holds them (the model's file, the optimizer's),
+    each group ordered by relative change, its largest movers shown however
+    many changed; the rest counted."""
+    rng = np.random.default_rng(3)
+    old = {f"model.safetensors/layer.{i:02}.weight": rng.standard_normal(64).astype("f4") for i in range(80)}
+    old.update({f"optimizer.pt/state.{i}.exp_avg": rng.standard_normal(64).astype("f4") for i in range(4)})
+    new = {k: v.copy() for k, v in old.items()}
+    for i, k in enumerate(sorted(new)):
+        new[k][: 1 + i % 7] += np.float32(1e-3 * (1 + i))  # every tensor moves, each by its own amount
+    new["model.safetensors/layer.00.weight"] += np.float32(5.0)  # the largest mover (relative L2 0.99)
+    new["model.safetensors/layer.77.weight"] *= np.float32(3.0)  # the second (0.67), near the last by name
+    wtxt.save_file(old, tmp_path / "a.wtxt", metadata={"global_step": "2", "epoch": "0.5"}, gen=0)
+    wtxt.save_file(new, tmp_path / "b.wtxt", metadata={"global_step": "4", "epoch": "1.0"},
+                   prev=tmp_path / "a.wtxt")
+    md = subprocess.run([CLI, "diff", str(tmp_path / "a.wtxt"), str(tmp_path / "b.wtxt"), "--format", "markdown"],
+                        capture_output=True, text=True).stdout
+    assert "| step | 2 | 4 |" in md and "| epoch | 0.5 | 1.0 |" in md, md
+    model, optim = md.index("**`model.safetensors`**: 80 changed"), md.index("**`optimizer.pt`**: 4 changed")
+    rows = [line for line in md[model:optim].splitlines() if line.startswith("| `")]
+    assert rows[0].startswith("| `model.safetensors/layer.00.weight`"), rows[:3]
+    assert rows[1].startswith("| `model.safetensors/layer.77.weight`"), rows[:3]
+    assert "more changed tensor(s), each moved less" in md[model:optim]
+    assert md[optim:].count("| `optimizer.pt/state.") == 4, md[optim:]

@@ -12,6 +12,8 @@ use crate::ops::{Review, Side};
 
 /// Changed tensors listed before the rest are counted only.
 const MAX_ROWS: usize = 50;
+/// The rows a group of the table keeps at least, however many groups share [`MAX_ROWS`].
+const MIN_ROWS_A_GROUP: usize = 10;
 
 /// The review of `r` between the files named `old` and `new`. `full` also
 /// lists wtxt's own arrays.
@@ -23,6 +25,12 @@ pub fn diff_markdown(r: &Review, old: &str, new: &str, full: bool) -> String {
     let _ = writeln!(s, "| generation | {} | {} |", r.old.gen, r.new.gen);
     let _ = writeln!(s, "| time | {} | {} |", r.old.ts, r.new.ts);
     let _ = writeln!(s, "| signature | {} | {} |", signer(&r.old), signer(&r.new));
+    for (what, old, new) in [("step", &r.old.step, &r.new.step), ("epoch", &r.old.epoch, &r.new.epoch)] {
+        if old.is_some() || new.is_some() {
+            let v = |x: &Option<String>| x.as_deref().map_or(String::new(), code);
+            let _ = writeln!(s, "| {what} | {} | {} |", v(old), v(new));
+        }
+    }
     let chain = if r.continues {
         "the new generation continues the old one's chain (`gen` + 1, `merkle_prev` = its `merkle_this`)"
     } else {
@@ -61,12 +69,28 @@ pub fn diff_markdown(r: &Review, old: &str, new: &str, full: bool) -> String {
         count(&[Status::Reshaped, Status::DtypeChanged]),
         count(&[Status::Unchanged, Status::Rewrapped]),
     );
-    if !changed.is_empty() {
+    // Largest movers first (relative L2, then elements beyond isclose), in
+    // groups by what holds them (a checkpoint's `model.safetensors/`,
+    // `optimizer.pt/`), each group's largest shown whatever the cap.
+    let mut changed = changed;
+    changed.sort_by(|a, b| movement(b).partial_cmp(&movement(a)).unwrap_or(std::cmp::Ordering::Equal));
+    let mut groups: Vec<(&str, Vec<_>)> = Vec::new();
+    for a in &changed {
+        let g = a.shown_name().split_once('/').map_or("", |(g, _)| g);
+        match groups.iter_mut().find(|(name, _)| *name == g) {
+            Some((_, list)) => list.push(a),
+            None => groups.push((g, vec![a])),
+        }
+    }
+    let cap = MAX_ROWS.div_ceil(groups.len().max(1)).max(MIN_ROWS_A_GROUP);
+    for (group, list) in &groups {
+        if groups.len() > 1 || !group.is_empty() {
+            let _ = writeln!(s, "**`{}`**: {} changed\n", code(group), list.len());
+        }
         s.push_str("| tensor | type | elements changed | moved beyond `isclose` | relative L2 | max abs |\n");
         s.push_str("|---|---|---:|---:|---:|---:|\n");
-        for a in changed.iter().take(MAX_ROWS) {
+        for a in list.iter().take(cap) {
             let sci = |v: Option<f64>| v.map_or("".to_string(), |v| format!("{v:.2e}"));
-            let rel = a.l2.zip(a.norm.filter(|n| *n > 0.0)).map(|(l, n)| l / n);
             let _ = writeln!(
                 s,
                 "| `{}` | {} | {} | {} | {} | {} |",
@@ -74,15 +98,15 @@ pub fn diff_markdown(r: &Review, old: &str, new: &str, full: bool) -> String {
                 ty(&a.dtype, &a.shape),
                 a.changed_elements,
                 a.moved.map_or(String::new(), |m| m.to_string()),
-                sci(rel),
+                sci(movement(a).0),
                 sci(a.max_abs)
             );
         }
-        if changed.len() > MAX_ROWS {
+        if list.len() > cap {
             let _ = writeln!(
                 s,
-                "\n… and {} more changed tensor(s) (`wtxt diff --json` lists them all).",
-                changed.len() - MAX_ROWS
+                "\n… and {} more changed tensor(s), each moved less (`wtxt diff --json` lists them all).",
+                list.len() - cap
             );
         }
         s.push('\n');
@@ -125,6 +149,12 @@ pub fn diff_markdown(r: &Review, old: &str, new: &str, full: bool) -> String {
         s.push_str("\n</details>\n");
     }
     s
+}
+
+/// How much a changed tensor moved, the order of the review's table:
+/// relative L2 of the difference, then elements beyond `isclose`.
+fn movement(a: &crate::git::diff::ArrayDiff) -> (Option<f64>, u64) {
+    (a.l2.zip(a.norm.filter(|n| *n > 0.0)).map(|(l, n)| l / n), a.moved.unwrap_or(0))
 }
 
 /// `v` safe inside a Markdown code span in a table: no backquote or pipe

@@ -33,6 +33,13 @@ pub struct OriginalNames {
 }
 
 impl OriginalNames {
+    /// The training step (`global_step`, else `step`) and `epoch` a
+    /// producer recorded in the metadata (a Trainer's, Lightning's), as written.
+    pub fn step_and_epoch(&self) -> (Option<&str>, Option<&str>) {
+        let get = |k: &str| self.metadata.as_ref()?.get(k).map(String::as_str).filter(|v| !v.is_empty());
+        (get("global_step").or_else(|| get("step")), get("epoch"))
+    }
+
     /// Nothing to keep.
     pub fn is_empty(&self) -> bool {
         self.names.is_empty() && self.metadata.is_none()

@@ -603,9 +603,10 @@ impl Pipeline {
 /// the state (`global_step`, `step`, `epoch`: a Trainer's, Lightning's),
 /// for the commit message; empty when there is none or it is not a number.
 fn step_of(arrays: &[Array]) -> String {
-    let meta = crate::convert::names::OriginalNames::of(arrays).ok().flatten().and_then(|n| n.metadata);
-    let number = |k: &str| meta.as_ref()?.get(k).filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
-    match (number("global_step").or(number("step")), number("epoch")) {
+    let names = crate::convert::names::OriginalNames::of(arrays).ok().flatten().unwrap_or_default();
+    let (step, epoch) = names.step_and_epoch();
+    let digits = |v: &&str| v.bytes().all(|b| b.is_ascii_digit());
+    match (step.filter(digits), epoch.filter(digits)) {
         (Some(s), Some(e)) => format!(" step={s} epoch={e}"),
         (Some(s), None) => format!(" step={s}"),
         (None, Some(e)) => format!(" epoch={e}"),

@@ -78,6 +78,11 @@ pub struct Side {
     /// The key id its `sign` line names (its signature is checked by
     /// `verify` under trusted keys, not here).
     pub keyid: Option<String>,
+    /// The training step and epoch its producer recorded (a Trainer's
+    /// `global_step`, `epoch`), as written.
+    pub step: Option<String>,
+    /// See `step`.
+    pub epoch: Option<String>,
 }
 
 /// `wtxt diff --format markdown`: [`diff`] with relative changes, and the
@@ -95,12 +100,20 @@ pub fn review(old: &Path, new: &Path, unseal: Option<&Unseal>) -> Result<Review>
         }
         _ => false,
     };
-    let side = |h: &crate::format::read::Header| Side {
-        gen: h.meta.gen,
-        ts: h.meta.ts.as_str().to_string(),
-        keyid: h.sign.as_ref().map(|s| hex::encode(s.keyid)),
+    let side = |h: &crate::format::read::Header, p: &Path| -> Side {
+        // The step is read unverified, from the metadata: the diff itself
+        // reports a side whose check fails.
+        let names = super::named_outline(p).ok().flatten().map(|o| o.names).unwrap_or_default();
+        let (step, epoch) = names.step_and_epoch();
+        Side {
+            gen: h.meta.gen,
+            ts: h.meta.ts.as_str().to_string(),
+            keyid: h.sign.as_ref().map(|s| hex::encode(s.keyid)),
+            step: step.map(str::to_string),
+            epoch: epoch.map(str::to_string),
+        }
     };
-    Ok(Review { old: side(&a), new: side(&b), continues, diff })
+    Ok(Review { old: side(&a, old), new: side(&b, new), continues, diff })
 }
 
 fn diff_with(old: &Path, new: &Path, unseal: Option<&Unseal>, norms: bool) -> Result<crate::git::diff::FileDiff> {
