@@ -104,6 +104,10 @@ pub fn diff_heads(old: &Head, new: &Head, names: Names, originals: &BTreeMap<Str
     Ok(FileDiff { identical, header, header_unified, arrays, damage, notes, files, names, unexplained })
 }
 
+/// The arrays a head diff names before it counts the rest: a review reads
+/// them in the parts' diffs, not as one line of every name.
+const HEAD_NAMES_SHOWN: usize = 8;
+
 /// What the heads' `arr` lines say changed: arrays whose values (their
 /// SHA-256), dtype or shape differ, added or removed; arrays whose line
 /// changed with the same values (a new salt, as every generation has) are
@@ -128,7 +132,12 @@ fn arr_changes(old: &Head, new: &Head, originals: &BTreeMap<String, String>) -> 
     let removed: Vec<&str> = a.iter().filter(|x| find(&b, &x.name).is_none()).map(|x| shown(x, originals)).collect();
     let mut notes = Vec::new();
     for (what, names) in [("changed", changed), ("added", added), ("removed", removed)] {
-        if !names.is_empty() {
+        if names.len() > HEAD_NAMES_SHOWN {
+            let more = names.len() - HEAD_NAMES_SHOWN;
+            let first = names[..HEAD_NAMES_SHOWN].join(", ");
+            notes
+                .push(format!("arrays {what} ({}): {first} and {more} more (the parts' diffs show each)", names.len()));
+        } else if !names.is_empty() {
             notes.push(format!("arrays {what}: {}", names.join(", ")));
         }
     }

@@ -602,6 +602,41 @@ fn split_snapshots_commit_diff_and_log_part_by_part() {
     assert!(String::from_utf8_lossy(&i.stdout).contains("gen 000001"));
 }
 
+/// The driver on a head names a few changed arrays and counts the rest:
+/// a full fine-tune changes every array, and one line of them all reads as
+/// a wall; the parts' diffs show each.
+#[test]
+fn a_head_diff_counts_what_it_does_not_name() {
+    let r = Repo::new();
+    assert!(r.wtxt(&["git", "install"]).status.success());
+    let gen = |g: u64| {
+        let list: Vec<_> = (0..12)
+            .map(|i| {
+                let v: Vec<u8> = (0..2048).flat_map(|k| ((k + i * 7 + g as usize) as f32).to_le_bytes()).collect();
+                wtxt::model::Array::new(&format!("layer{i:02}"), wtxt::model::Dtype::F32, vec![2048], v.into()).unwrap()
+            })
+            .collect();
+        let npz = r.work.join(format!("g{g}.npz"));
+        wtxt::convert::npz::write(&list, std::fs::File::create(&npz).unwrap()).unwrap();
+        let head = r.root.join("m.wtxt");
+        let prev = r.work.join("prev.wtxt");
+        let mut args = vec!["snapshot".to_string(), npz.display().to_string(), "-o".into(), head.display().to_string()];
+        args.extend(["--part-size".into(), "32K".into()]);
+        if g > 0 {
+            assert!(r.wtxt(&["join", head.to_str().unwrap(), "-o", prev.to_str().unwrap()]).status.success());
+            args.extend(["--prev".into(), prev.display().to_string()]);
+        }
+        let o = Command::new(env!("CARGO_BIN_EXE_wtxt")).current_dir(&r.root).args(&args).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        r.commit(&format!("g{g}"));
+    };
+    gen(0);
+    gen(1);
+    let d = r.ok(&["diff", "HEAD~1", "HEAD", "--", "m.wtxt"]);
+    assert!(d.contains("arrays changed (12): layer00, layer01,") && d.contains(" and 4 more"), "{d}");
+    assert!(!d.contains("layer11"), "{d}");
+}
+
 /// `wtxt diff REV1 REV2 PATH` and `REV:PATH`: a review without exporting
 /// by hand, each side read from its commit and named by its revision (and
 /// the commit it resolved to), never by a temporary copy.
