@@ -613,7 +613,7 @@ fn a_head_diff_counts_what_it_does_not_name() {
         let list: Vec<_> = (0..12)
             .map(|i| {
                 let v: Vec<u8> = (0..2048).flat_map(|k| ((k + i * 7 + g as usize) as f32).to_le_bytes()).collect();
-                wtxt::model::Array::new(&format!("layer{i:02}"), wtxt::model::Dtype::F32, vec![2048], v.into()).unwrap()
+                wtxt::model::Array::new(format!("layer{i:02}"), wtxt::model::Dtype::F32, vec![2048], v.into()).unwrap()
             })
             .collect();
         let npz = r.work.join(format!("g{g}.npz"));
