@@ -103,7 +103,7 @@ pub fn review(old: &Path, new: &Path, unseal: Option<&Unseal>) -> Result<Review>
     let side = |h: &crate::format::read::Header, p: &Path| -> Side {
         // The step is read unverified, from the metadata: the diff itself
         // reports a side whose check fails.
-        let names = super::named_outline(p).ok().flatten().map(|o| o.names).unwrap_or_default();
+        let names = super::check::named_outline(p).ok().flatten().map(|o| o.names).unwrap_or_default();
         let (step, epoch) = names.step_and_epoch();
         Side {
             gen: h.meta.gen,
