@@ -43,18 +43,14 @@ impl Trust {
             ..KeyFiles::default()
         };
         let (trusted, require_signature) = match (files.trust.keys()?, self.signer, &self.policy) {
-            (None, Some(signer), _) => {
-                (Some(TrustedKeys::single(wtxt::crypto::SecretKey::from_file(&signer)?.public())), self.require_signature)
-            }
+            (None, Some(signer), _) => (
+                Some(TrustedKeys::single(wtxt::crypto::SecretKey::from_file(&signer)?.public())),
+                self.require_signature,
+            ),
             (None, None, Some(file)) => wtxt::git::signature_policy(file, None, self.require_signature)?,
             (trusted, _, _) => (trusted, self.require_signature),
         };
-        Ok(TrustKeys {
-            hmac_key: files.hmac.key()?,
-            trusted,
-            require_signature,
-            allow_unbound: self.allow_unbound,
-        })
+        Ok(TrustKeys { hmac_key: files.hmac.key()?, trusted, require_signature, allow_unbound: self.allow_unbound })
     }
 }
 
