@@ -59,7 +59,7 @@ pub fn diff_markdown(r: &Review, old: &str, new: &str, full: bool) -> String {
         .filter(|a| !d.files.iter().any(|f| f.path == a.shown_name()))
         .collect();
     let count = |st: &[Status]| shown.iter().filter(|a| st.contains(&a.status)).count();
-    let changed: Vec<_> = shown.iter().filter(|a| a.status == Status::Changed).collect();
+    let mut changed: Vec<_> = shown.iter().filter(|a| a.status == Status::Changed).collect();
     let _ = writeln!(
         s,
         "**Tensors:** {} changed, {} added, {} removed, {} reshaped or retyped, {} unchanged.\n",
@@ -72,7 +72,6 @@ pub fn diff_markdown(r: &Review, old: &str, new: &str, full: bool) -> String {
     // Largest movers first (relative L2, then elements beyond isclose), in
     // groups by what holds them (a checkpoint's `model.safetensors/`,
     // `optimizer.pt/`), each group's largest shown whatever the cap.
-    let mut changed = changed;
     changed.sort_by(|a, b| movement(b).partial_cmp(&movement(a)).unwrap_or(std::cmp::Ordering::Equal));
     let mut groups: Vec<(&str, Vec<_>)> = Vec::new();
     for a in &changed {

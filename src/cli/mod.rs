@@ -383,7 +383,8 @@ fn diff_files(a: cli::DiffArgs) -> Result<u8> {
         tempfile::Builder::new().prefix("wtxt-diff-").tempdir().map_err(|e| Error::io_in("a temporary folder", e))?;
     let old = DiffSide::of(&a.old, a.path.as_deref(), &a.dir, tmp.path(), "old")?;
     let new = DiffSide::of(&a.new, a.path.as_deref(), &a.dir, tmp.path(), "new")?;
-    let named = |e: Error| e.renamed(|p| old.shown(p).or_else(|| new.shown(p)));
+    let shown = |p: &Path| old.shown(p).or_else(|| new.shown(p));
+    let named = |e: Error| e.renamed(shown);
     let (mut d, markdown) = if a.format == Some(cli::DiffFormat::Markdown) {
         let r = ops::review(&old.file, &new.file, sealed.as_ref()).map_err(named)?;
         let text = markdown::diff_markdown(&r, &old.label, &new.label, a.full);
@@ -392,7 +393,7 @@ fn diff_files(a: cli::DiffArgs) -> Result<u8> {
         (ops::diff(&old.file, &new.file, sealed.as_ref()).map_err(named)?, None)
     };
     for x in &mut d.damage {
-        if let Some(p) = old.shown(Path::new(&x.file)).or_else(|| new.shown(Path::new(&x.file))) {
+        if let Some(p) = shown(Path::new(&x.file)) {
             x.file = p.display().to_string();
         }
     }

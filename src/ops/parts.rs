@@ -83,8 +83,7 @@ pub fn export_path(path: &Path, rev: &str, out: &Path) -> Result<usize> {
 /// REV2 PATH`): the commit `rev` names, resolved once, and [`export_path`]
 /// of that commit into `out`. Returns the commit (hex).
 pub fn export_revision(path: &Path, rev: &str, out: &Path) -> Result<String> {
-    let (_, work, rel, _) = crate::git::commit::in_work_tree(path)?;
-    let repo = git2::Repository::discover(&work).map_err(crate::odb::git_err)?;
+    let (repo, work, rel, _) = crate::git::commit::in_work_tree(path)?;
     let commit = repo
         .revparse_single(rev)
         .and_then(|o| o.peel_to_commit())

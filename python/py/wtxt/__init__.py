@@ -23,8 +23,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _rust
 from ._common import (
-    Error, PathLike, VerifyError, as_path, call, literal, ml_dtype, np, record_command, save_items, stage_array,
-    trust_of, writing_of, ML_DTYPES, TO_NUMPY, SnapshotInfo,
+    Error, PathLike, VerifyError, as_path, call, literal, ml_dtype, np, on_push_error_of, record_command, save_items,
+    stage_array, trust_of, writing_of, ML_DTYPES, ON_PUSH_ERROR, TO_NUMPY, SnapshotInfo,
 )
 
 __all__ = ["Error", "VerifyError", "Report", "save_file", "load_file", "load_metadata", "verify", "Snapshotter",
@@ -236,7 +236,7 @@ def _close_open_snapshotters() -> None:
 
 
 #: What a Snapshotter's next publish does with a generation that failed or was not pushed.
-ON_PUSH_ERROR = ("warn", "raise", "quiet")
+SNAPSHOTTER_ON_PUSH_ERROR = ON_PUSH_ERROR + ("quiet",)
 
 
 class Snapshotter:
@@ -286,9 +286,7 @@ class Snapshotter:
                  digest: str = "tree", pinned_budget: Optional[int] = None, on_push_error: str = "warn"):
         if max_pending < 1:
             raise Error(f"max_pending must be at least 1, not {max_pending}")
-        if on_push_error not in ON_PUSH_ERROR:
-            raise Error(f"on_push_error must be one of {ON_PUSH_ERROR}, not {on_push_error!r}")
-        self._on_push_error = on_push_error
+        self._on_push_error = on_push_error_of(on_push_error, SNAPSHOTTER_ON_PUSH_ERROR)
         #: Failures the watcher resolved that no publish has heard yet.
         self._unheard: List[str] = []
         record_command()

@@ -16,19 +16,14 @@ from concurrent.futures import Future
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import Error, Snapshotter, SnapshotInfo
-
-#: What a save does on hearing that an earlier generation failed or was not
-#: pushed (the Snapshotter's own hearing is left quiet: a save names its checkpoint).
-ON_PUSH_ERROR = ("warn", "raise")
+from ._common import on_push_error_of
 
 
 class Behind:
     def __init__(self, snapshotter_args: Mapping[str, Any], keep_folders: bool = True, on_push_error: str = "warn"):
-        if on_push_error not in ON_PUSH_ERROR:
-            raise Error(f"on_push_error must be one of {ON_PUSH_ERROR}, not {on_push_error!r}")
         self._args = dict(snapshotter_args)
         self._keep_folders = keep_folders
-        self._on_push_error = on_push_error
+        self._on_push_error = on_push_error_of(on_push_error)
         #: How many of `_futures`, oldest first, were heard of by a save.
         self._heard = 0
         #: Folders whose generation was committed but that could not be removed.
@@ -52,6 +47,7 @@ class Behind:
         earlier generation that failed is heard of first (see the module)."""
         self._hear()
         if self._snap is None:
+            # The Snapshotter's own hearing is left quiet: a save names its checkpoint.
             self._snap = Snapshotter(**self._args, on_push_error="quiet")
         self.last_gen = self._snap.publish(arrays, metadata=metadata)
         fut = self._snap.request_snapshot()

@@ -216,6 +216,17 @@ def trust_of(hmac_key: Optional[PathLike], pubkey: Optional[PathLike], trusted_k
             "allow_unbound": allow_unbound, "policy": None if policy_of is None else policy_path(policy_of)}
 
 
+#: What a save does on hearing that an earlier generation failed or was not pushed.
+ON_PUSH_ERROR = ("warn", "raise")
+
+
+def on_push_error_of(value: str, allowed: Tuple[str, ...] = ON_PUSH_ERROR) -> str:
+    """`value` of an `on_push_error=` argument, refused unless `allowed`."""
+    if value not in allowed:
+        raise Error(f"on_push_error must be one of {allowed}, not {value!r}")
+    return value
+
+
 #: The revisions' temporary copies `at_revision` has open: copy -> the work tree's path.
 _REV_COPIES: Dict[str, str] = {}
 

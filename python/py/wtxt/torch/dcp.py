@@ -46,7 +46,9 @@ from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
 import wtxt._rust as _rust
-from .._common import Error, ML_DTYPES, SnapshotInfo, TO_NUMPY, call, literal, record_command, writing_of
+from .._common import (
+    Error, ML_DTYPES, SnapshotInfo, TO_NUMPY, call, literal, on_push_error_of, record_command, writing_of,
+)
 from . import _bits, _pinned, _wtxt_dtype
 from ._dcp_load import WtxtStorageReader, load
 from ._ranks import _Ranks, _wtxt_group
@@ -317,9 +319,7 @@ class WtxtStorageWriter(StorageWriter):
                  commit: bool = False, remote: Optional[str] = None, digest: str = "tree",
                  on_push_error: str = "warn"):
         super().__init__()
-        if on_push_error not in ("warn", "raise"):
-            raise Error(f"on_push_error must be one of ('warn', 'raise'), not {on_push_error!r}")
-        self.on_push_error = on_push_error
+        self.on_push_error = on_push_error_of(on_push_error)
         if remote is not None and not commit:
             raise Error("remote= pushes the commit that commit=True makes: give both")
         if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
