@@ -338,14 +338,14 @@ fn convert(a: cli::ConvertArgs) -> Result<u8> {
 struct DiffSide {
     file: PathBuf,
     label: String,
-    /// For a revision: its temporary copy's folder, the revision, and the
-    /// folder of the path it was read from.
-    copy: Option<(PathBuf, String, PathBuf)>,
+    /// For a revision: what it resolved to, and its temporary copy's folder.
+    at: Option<(ops::AtRevision, PathBuf)>,
 }
 
 impl DiffSide {
     /// `spec` as a file, or (with `path`, or as `REV:PATH` naming no file)
-    /// a revision's snapshot, its path taken in `dir`, exported into `tmp/which`.
+    /// a revision's snapshot, its path taken in `dir`, copied (when read
+    /// whole) into `tmp/which`.
     fn of(spec: &Path, path: Option<&Path>, dir: &Path, tmp: &Path, which: &str) -> Result<DiffSide> {
         let revision = match (path, spec.to_str()) {
             (Some(p), Some(rev)) => Some((rev.to_string(), p.to_path_buf())),
@@ -356,24 +356,29 @@ impl DiffSide {
             _ => None,
         };
         let Some((rev, path)) = revision else {
-            return Ok(DiffSide { file: spec.to_path_buf(), label: spec.display().to_string(), copy: None });
+            return Ok(DiffSide { file: spec.to_path_buf(), label: spec.display().to_string(), at: None });
         };
-        let copy = tmp.join(which);
-        std::fs::create_dir(&copy).map_err(|e| Error::io(&copy, e))?;
+        let at = ops::AtRevision::resolve(&dir.join(&path), &rev)?;
+        let label = format!("{rev}:{} ({})", path.display(), &at.commit[..12]);
         let name = path.file_name().map_or_else(|| "snapshot.wtxt".into(), |n| n.to_os_string());
-        let file = copy.join(name);
-        let commit = ops::export_revision(&dir.join(&path), &rev, &file)?;
-        let label = format!("{rev}:{} ({})", path.display(), &commit[..12]);
-        let parent = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Ok(DiffSide { file, label, copy: Some((copy, rev, parent)) })
+        let copy = tmp.join(which);
+        Ok(DiffSide { file: copy.join(name), label, at: Some((at, copy)) })
+    }
+
+    /// Makes the temporary copy of a revision's snapshot, to be read whole.
+    fn copy(&self) -> Result<()> {
+        let Some((at, dir)) = &self.at else { return Ok(()) };
+        std::fs::create_dir(dir).map_err(|e| Error::io(dir, e))?;
+        ops::export_revision(at, &self.file).map(drop)
     }
 
     /// A path inside this side's temporary copy (its head, a part) as the
     /// revision's own: `REV:DIR/NAME`, `REV:DIR/NAME.parts/PART`.
     fn shown(&self, p: &Path) -> Option<PathBuf> {
-        let (dir, rev, parent) = self.copy.as_ref()?;
+        let (at, dir) = self.at.as_ref()?;
         let rest = p.strip_prefix(dir).ok()?;
-        Some(PathBuf::from(format!("{rev}:{}", parent.join(rest).display())))
+        let parent = at.rel.parent().map(Path::to_path_buf).unwrap_or_default();
+        Some(PathBuf::from(format!("{}:{}", at.rev, parent.join(rest).display())))
     }
 }
 
@@ -383,21 +388,37 @@ fn diff_files(a: cli::DiffArgs) -> Result<u8> {
         tempfile::Builder::new().prefix("wtxt-diff-").tempdir().map_err(|e| Error::io_in("a temporary folder", e))?;
     let old = DiffSide::of(&a.old, a.path.as_deref(), &a.dir, tmp.path(), "old")?;
     let new = DiffSide::of(&a.new, a.path.as_deref(), &a.dir, tmp.path(), "new")?;
+    let markdown = a.format == Some(cli::DiffFormat::Markdown);
+    // Two revisions of a split snapshot of the tree form: only what changed is read.
+    let from_commits = match (&old.at, &new.at) {
+        (Some((x, _)), Some((y, _))) => ops::review_revisions(x, y, markdown)?,
+        _ => None,
+    };
     let shown = |p: &Path| old.shown(p).or_else(|| new.shown(p));
     let named = |e: Error| e.renamed(shown);
-    let (mut d, markdown) = if a.format == Some(cli::DiffFormat::Markdown) {
-        let r = ops::review(&old.file, &new.file, sealed.as_ref()).map_err(named)?;
-        let text = markdown::diff_markdown(&r, &old.label, &new.label, a.full);
-        (r.diff, Some(text))
-    } else {
-        (ops::diff(&old.file, &new.file, sealed.as_ref()).map_err(named)?, None)
+    let review = match from_commits {
+        Some(r) => Some(r),
+        None => {
+            old.copy()?;
+            new.copy()?;
+            if markdown {
+                Some(ops::review(&old.file, &new.file, sealed.as_ref()).map_err(named)?)
+            } else {
+                None
+            }
+        }
+    };
+    let text = review.as_ref().filter(|_| markdown).map(|r| markdown::diff_markdown(r, &old.label, &new.label, a.full));
+    let mut d = match review {
+        Some(r) => r.diff,
+        None => ops::diff(&old.file, &new.file, sealed.as_ref()).map_err(named)?,
     };
     for x in &mut d.damage {
         if let Some(p) = shown(Path::new(&x.file)) {
             x.file = p.display().to_string();
         }
     }
-    if let Some(text) = markdown {
+    if let Some(text) = text {
         emit(&text)?;
     } else if a.json || a.format == Some(cli::DiffFormat::Json) {
         emit(&format!("{}\n", serde_json::to_string(&d).expect("diff serializes")))?;

@@ -264,16 +264,24 @@ fn header_fields(h: &Header) -> Vec<(&'static str, String)> {
 
 /// Compares two WTXT files read from `a` (old) and `b` (new).
 pub fn diff<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
-    diff_with(a, b, names, false)
+    diff_with(a, b, names, false, false)
 }
 
 /// [`diff`], and the L2 norm of every float array's new values
 /// ([`ArrayDiff::norm`]): the chunks that did not change are decoded too.
 pub fn diff_norms<A: Read, B: Read>(a: A, b: B, names: Names) -> Result<FileDiff> {
-    diff_with(a, b, names, true)
+    diff_with(a, b, names, true, false)
 }
 
-fn diff_with<A: Read, B: Read>(a: A, b: B, names: Names, norms: bool) -> Result<FileDiff> {
+/// [`diff`] (with `norms`, [`diff_norms`]) of two texts that leave out the
+/// arrays whose heads' `arr` lines match ([`crate::format::split::Sparse`]):
+/// an array left out on both sides is unchanged by its `arr` lines (the same
+/// dtype, shape and SHA-256 of its values), and its chunks are not read.
+pub fn diff_sparse<A: Read, B: Read>(a: A, b: B, names: Names, norms: bool) -> Result<FileDiff> {
+    diff_with(a, b, names, norms, true)
+}
+
+fn diff_with<A: Read, B: Read>(a: A, b: B, names: Names, norms: bool, sparse: bool) -> Result<FileDiff> {
     let (mut wa, mut wb) = (Walker::new(a), Walker::new(b));
     let (ha, ta) = wa.wtxt_header().map_err(|e| e.in_file(names.old))?;
     let (hb, tb) = wb.wtxt_header().map_err(|e| e.in_file(names.new))?;
@@ -295,20 +303,31 @@ fn diff_with<A: Read, B: Read>(a: A, b: B, names: Names, norms: bool) -> Result<
         match order {
             std::cmp::Ordering::Less => {
                 let x = na.take().expect("some");
-                skip_array(&mut wa, &x).map_err(|e| e.in_file(names.old))?;
+                if !(sparse && wa.left_out().map_err(|e| e.in_file(names.old))?) {
+                    skip_array(&mut wa, &x).map_err(|e| e.in_file(names.old))?;
+                }
                 arrays.push(whole(&x, Status::Removed));
                 na = next_array(&mut wa).map_err(|e| e.in_file(names.old))?;
             }
             std::cmp::Ordering::Greater => {
                 let y = nb.take().expect("some");
-                skip_array(&mut wb, &y).map_err(|e| e.in_file(names.new))?;
+                if !(sparse && wb.left_out().map_err(|e| e.in_file(names.new))?) {
+                    skip_array(&mut wb, &y).map_err(|e| e.in_file(names.new))?;
+                }
                 arrays.push(whole(&y, Status::Added));
                 nb = next_array(&mut wb).map_err(|e| e.in_file(names.new))?;
             }
             std::cmp::Ordering::Equal => {
                 let (x, y) = (na.take().expect("some"), nb.take().expect("some"));
                 let before = damage.len();
-                let d = if files_diff::wanted(&x.arr.name) && small_bytes(&x) && small_bytes(&y) {
+                let unread = sparse
+                    && wa.left_out().map_err(|e| e.in_file(names.old))?
+                    && wb.left_out().map_err(|e| e.in_file(names.new))?;
+                let d = if unread {
+                    // Left out as the heads give it the same values (other
+                    // SHA-256s are `unexplained` below).
+                    whole(&y, if x.arr_text == y.arr_text { Status::Unchanged } else { Status::Rewrapped })
+                } else if files_diff::wanted(&x.arr.name) && small_bytes(&x) && small_bytes(&y) {
                     let old = read_whole(&mut wa, &x, names.old, &mut damage)?;
                     let new = read_whole(&mut wb, &y, names.new, &mut damage)?;
                     compare_whole((&x, old), (&y, new), &mut captured)

@@ -1,9 +1,11 @@
 //! Git-side commands: `wtxt log`, `diff` and `merge`.
 
+use crate::convert::OriginalNames;
 use crate::crypto::armor::Unseal;
 use crate::crypto::sign::TrustedKeys;
 use crate::error::{Error, Result};
 use crate::format::layout::DEFAULT_ROWS_PER_CHUNK;
+use crate::format::read::Header;
 use crate::format::syntax::{Audit, Meta, Root};
 use crate::format::verify::VerifyOptions;
 use crate::format::write::{WriteOptions, Written};
@@ -94,16 +96,22 @@ pub fn review(old: &Path, new: &Path, unseal: Option<&Unseal>) -> Result<Review>
         crate::format::read::read_head(&mut w.lines()).map_err(|e| e.in_file(p))
     };
     let (a, b) = (header(old)?, header(new)?);
+    // The step is read unverified, from the metadata: the diff itself
+    // reports a side whose check fails.
+    let names = |p: &Path| super::check::named_outline(p).ok().flatten().map(|o| o.names).unwrap_or_default();
+    Ok(review_of(diff, [(&a, &names(old)), (&b, &names(new))]))
+}
+
+/// The review of `diff` between two sides of these headers and producer's names.
+pub(super) fn review_of(diff: crate::git::diff::FileDiff, sides: [(&Header, &OriginalNames); 2]) -> Review {
+    let [(a, _), (b, _)] = sides;
     let continues = match (&a.root, &b.root) {
         (Root::Final { merkle_this, .. }, Root::Final { merkle_prev, .. }) => {
             merkle_prev == merkle_this && b.meta.gen == a.meta.gen.saturating_add(1)
         }
         _ => false,
     };
-    let side = |h: &crate::format::read::Header, p: &Path| -> Side {
-        // The step is read unverified, from the metadata: the diff itself
-        // reports a side whose check fails.
-        let names = super::check::named_outline(p).ok().flatten().map(|o| o.names).unwrap_or_default();
+    let side = |(h, names): (&Header, &OriginalNames)| -> Side {
         let (step, epoch) = names.step_and_epoch();
         Side {
             gen: h.meta.gen,
@@ -113,7 +121,7 @@ pub fn review(old: &Path, new: &Path, unseal: Option<&Unseal>) -> Result<Review>
             epoch: epoch.map(str::to_string),
         }
     };
-    Ok(Review { old: side(&a, old), new: side(&b, new), continues, diff })
+    Review { old: side(sides[0]), new: side(sides[1]), continues, diff }
 }
 
 fn diff_with(old: &Path, new: &Path, unseal: Option<&Unseal>, norms: bool) -> Result<crate::git::diff::FileDiff> {

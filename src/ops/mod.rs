@@ -12,6 +12,7 @@ mod oms;
 mod parts;
 mod recover;
 pub(crate) mod report;
+mod revisions;
 mod secrets;
 mod snapshot;
 
@@ -22,5 +23,6 @@ pub use inputs::{distinct_outputs, read_header_file};
 pub use oms::*;
 pub use parts::*;
 pub use recover::*;
+pub use revisions::*;
 pub use secrets::*;
 pub use snapshot::*;

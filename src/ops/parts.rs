@@ -79,23 +79,10 @@ pub fn export_path(path: &Path, rev: &str, out: &Path) -> Result<usize> {
     export(&work, rev, &rel, out, PartSize::default())
 }
 
-/// One revision's snapshot for a command that reads two (`wtxt diff REV1
-/// REV2 PATH`): the commit `rev` names, resolved once, and [`export_path`]
-/// of that commit into `out`. Returns the commit (hex).
-pub fn export_revision(path: &Path, rev: &str, out: &Path) -> Result<String> {
-    let (repo, work, rel, _) = crate::git::commit::in_work_tree(path)?;
-    let commit = repo
-        .revparse_single(rev)
-        .and_then(|o| o.peel_to_commit())
-        .map_err(|e| Error::usage(format!("{rev}:{}: {}", rel.display(), e.message())))?
-        .id()
-        .to_string();
-    // Errors name the revision as given, not the commit it resolved to.
-    let read_as = format!("{commit}:");
-    export(&work, &commit, &rel, out, PartSize::default()).map_err(|e| {
-        e.renamed(|p| p.to_str()?.strip_prefix(&read_as).map(|rest| PathBuf::from(format!("{rev}:{rest}"))))
-    })?;
-    Ok(commit)
+/// [`export`] of the snapshot `at` names, from the commit it resolved to
+/// (errors name the revision as given).
+pub fn export_revision(at: &super::revisions::AtRevision, out: &Path) -> Result<usize> {
+    export(&at.work, &at.commit, &at.rel, out, PartSize::default()).map_err(|e| at.named(e))
 }
 
 /// Which side of a copy failed.

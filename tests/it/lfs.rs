@@ -167,15 +167,27 @@ fn lfs_snapshot(d: &Path) -> (crate::util::Server, String, PathBuf, PathBuf, Vec
     (lfs, lfs_url, store, w, arrays)
 }
 
+/// [`lfs_snapshot`], committed as generation 0.
+fn committed_lfs_snapshot(d: &Path) -> (crate::util::Server, String, PathBuf, PathBuf, Vec<Vec<u8>>) {
+    let s = lfs_snapshot(d);
+    git_ok(&s.3, &["add", "-A"]);
+    git_ok(&s.3, &["commit", "-q", "-m", "gen 0"]);
+    s
+}
+
 /// How many parts of `w/m.wtxt` hold chunks of array `name`.
 fn parts_holding(w: &Path, name: &str) -> usize {
+    holding(w, name).len()
+}
+
+/// The parts of `w/m.wtxt` that hold chunks of array `name`, their bytes.
+fn holding(w: &Path, name: &str) -> std::collections::BTreeSet<Vec<u8>> {
     let needle = format!("name={name} ");
     std::fs::read_dir(w.join("m.wtxt.parts"))
         .unwrap()
-        .filter(|e| {
-            memchr::memmem::find(&std::fs::read(e.as_ref().unwrap().path()).unwrap(), needle.as_bytes()).is_some()
-        })
-        .count()
+        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+        .filter(|bytes| memchr::memmem::find(bytes, needle.as_bytes()).is_some())
+        .collect()
 }
 
 /// `w`'s main pushed to a guarded bare repository whose guard reads the LFS
@@ -186,6 +198,16 @@ fn serve(d: &Path, w: &Path, store: &Path) -> (crate::util::Server, String) {
     git_ok(w, &["push", "-q", bare.to_str().unwrap(), "main"]);
     let (git, port) = crate::util::git_daemon(&served);
     (git, format!("git://127.0.0.1:{port}/models.git"))
+}
+
+/// `w` served ([`serve`]) and cloned into `d/c` blobless, with no checkout
+/// (a checkout would fetch every blob of the tip) and no LFS object.
+fn bare_clone(d: &Path, w: &Path, store: &Path, lfs_url: &str) -> (crate::util::Server, PathBuf) {
+    let (git, url) = serve(d, w, store);
+    let clone = ["clone", "-q", "--no-checkout", "--filter=blob:none", "-c", &format!("lfs.url={lfs_url}"), &url, "c"];
+    let o = git_cmd(d, &clone, &[("GIT_LFS_SKIP_SMUDGE", "1")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    (git, d.join("c"))
 }
 
 /// Every path under `root` (none when it does not exist).
@@ -225,13 +247,7 @@ fn one_array_from_history_fetches_only_its_parts_lfs_objects() {
     git_ok(&w, &["update-index", "--add", "--cacheinfo", &format!("100644,{junk},junk/000001.wtxtpart")]);
     git_ok(&w, &["commit", "-q", "--no-verify", "-m", "gen 0"]);
     let holding = parts_holding(&w, "c");
-    let (_git, url) = serve(d, &w, &store);
-    let env = [("GIT_LFS_SKIP_SMUDGE", "1")];
-    // No checkout: a checkout would fetch every blob of the tip.
-    let clone = ["clone", "-q", "--no-checkout", "--filter=blob:none", "-c", &format!("lfs.url={lfs_url}"), &url, "c"];
-    let o = git_cmd(d, &clone, &env);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let c = d.join("c");
+    let (_git, c) = bare_clone(d, &w, &store, &lfs_url);
     let objects = || walk(&c.join(".git/lfs/objects")).into_iter().filter(|p| p.is_file()).count();
     let here = |blob: &str| git_cmd(&c, &["cat-file", "-e", blob], &[("GIT_NO_LAZY_FETCH", "1")]).status.success();
     let before = objects();
@@ -255,9 +271,7 @@ fn one_array_from_history_fetches_only_its_parts_lfs_objects() {
 fn a_trickling_lfs_server_is_given_up_at_the_fetch_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (_lfs, _, store, w, _) = lfs_snapshot(d);
-    git_ok(&w, &["add", "-A"]);
-    git_ok(&w, &["commit", "-q", "-m", "gen 0"]);
+    let (_lfs, _, store, w, _) = committed_lfs_snapshot(d);
     let (_git, url) = serve(d, &w, &store);
     let trickle = crate::util::TricklingLfs::start();
     let env = [("GIT_LFS_SKIP_SMUDGE", "1")];
@@ -410,4 +424,45 @@ fn a_clones_lfs_pointers_are_fetched_when_read_from_the_work_tree() {
     let (code, said, _) = run(out.path(), &["verify", "m.wtxt"]);
     assert_eq!(code, Some(2), "{said}");
     assert!(said.contains("no Git repository holds it") && said.contains("git lfs pull"), "{said}");
+}
+
+/// Issue 80.4: `wtxt diff REV1 REV2 PATH` of a tree-form snapshot whose
+/// parts are LFS objects, in a blobless clone from `git daemon` that
+/// smudged nothing: only the parts that hold the array that changed are
+/// fetched and read, on both sides; the arrays left out are unchanged by
+/// their heads, and the review says the same as a diff of the whole files.
+#[test]
+fn a_diff_by_revision_reads_only_the_parts_of_what_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (_lfs, lfs_url, store, w, _) = committed_lfs_snapshot(d);
+    let mut read = holding(&w, "c");
+    crate::util::spanning_generation(d, &w.join("m.wtxt"), ["a", "b", "c", "d", "e"], Some(2));
+    git_ok(&w, &["add", "-A"]);
+    git_ok(&w, &["commit", "-q", "-m", "gen 1"]);
+    // Both sides' parts that hold c (the same object once).
+    read.extend(holding(&w, "c"));
+    let holding = read.len();
+    let parts = std::fs::read_dir(w.join("m.wtxt.parts")).unwrap().count();
+    let (_git, c) = bare_clone(d, &w, &store, &lfs_url);
+    let objects = || walk(&c.join(".git/lfs/objects")).into_iter().filter(|p| p.is_file()).count();
+    let o = wtxt().current_dir(&c).args(["diff", "HEAD~1", "HEAD", "m.wtxt"]).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("1536 element(s) changed"), "{out}");
+    assert_eq!(objects(), holding, "of {parts} parts a side, only those holding c were fetched: {out}");
+    let md =
+        wtxt().current_dir(&c).args(["diff", "HEAD~1", "HEAD", "m.wtxt", "--format", "markdown"]).output().unwrap();
+    let md = String::from_utf8_lossy(&md.stdout).into_owned();
+    assert!(md.contains("| `c` |") && !md.contains("| `a` |"), "{md}");
+    // The same diff of the whole files, exported.
+    for (rev, out) in [("HEAD~1", "old.wtxt"), ("HEAD", "new.wtxt")] {
+        let o = wtxt().current_dir(&c).args(["git", "export", rev, "m.wtxt", "-o"]).arg(d.join(out)).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let whole = wtxt().current_dir(d).args(["diff", "old.wtxt", "new.wtxt", "--json"]).output().unwrap();
+    let sparse = wtxt().current_dir(&c).args(["diff", "HEAD~1", "HEAD", "m.wtxt", "--json"]).output().unwrap();
+    let arrays =
+        |o: &std::process::Output| serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["arrays"].clone();
+    assert_eq!(arrays(&sparse), arrays(&whole));
 }

@@ -211,11 +211,26 @@ pub fn lfs_server(store: &Path, repo: &str) -> (Server, String) {
 /// snapshot to `out` in the tree form, split in parts of 64 KiB (each array
 /// spans about three parts); their bytes, in order.
 pub fn spanning_snapshot(npz_dir: &Path, out: &Path, names: [&str; 5]) -> Vec<Vec<u8>> {
-    let values = |k: usize| (0..96 * 1024).map(|i| ((i * 7 + k) % 251) as u8).collect::<Vec<u8>>();
+    spanning_generation(npz_dir, out, names, None)
+}
+
+/// [`spanning_snapshot`]'s snapshot, or with `changed` its next generation
+/// (`--prev`, the snapshot at `out`) where only that array's first row moved.
+pub fn spanning_generation(npz_dir: &Path, out: &Path, names: [&str; 5], changed: Option<usize>) -> Vec<Vec<u8>> {
+    let values = |k: usize| {
+        let moved = if changed == Some(k) { 1 } else { 0 };
+        (0..96 * 1024).map(|i| ((i * 7 + k) % 251) as u8 + u8::from(i < 1536) * moved).collect::<Vec<u8>>()
+    };
     let arrays: Vec<ArraySpec> = names.iter().enumerate().map(|(k, n)| (*n, "u8", vec![64, 1536], values(k))).collect();
     let npz = write_npz(npz_dir, "in", &arrays);
-    let args = ["--part-size", "64K", "--digest", "tree", "--rows-per-chunk", "8", "--ts", "2026-03-01T00:00:00Z"];
-    let o = wtxt().arg("snapshot").arg(&npz).arg("-o").arg(out).args(args).output().unwrap();
+    let ts = if changed.is_some() { "2026-03-01T00:00:01Z" } else { "2026-03-01T00:00:00Z" };
+    let args = ["--part-size", "64K", "--digest", "tree", "--rows-per-chunk", "8", "--ts", ts];
+    let mut c = wtxt();
+    c.arg("snapshot").arg(&npz).arg("-o").arg(out).args(args);
+    if changed.is_some() {
+        c.arg("--prev").arg(out);
+    }
+    let o = c.output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     arrays.into_iter().map(|a| a.3).collect()
 }

@@ -194,6 +194,14 @@ impl<R: Read> Walker<R> {
         Ok(())
     }
 
+    /// True when the array whose `arr` line was just read has no text here
+    /// (a [`crate::format::split::Sparse`] read left it out): what follows
+    /// is the next array's `arr` line or the tail.
+    pub fn left_out(&mut self) -> Result<bool> {
+        let l = self.peek("an `idx`, `ch`, `endarr`, `arr` or `audit` line, or `endwtxt`")?;
+        Ok(l.starts_with(b"arr ") || l.starts_with(b"audit ") || l == b"endwtxt")
+    }
+
     /// After the last line: nothing may follow.
     pub fn expect_eof(&mut self) -> Result<()> {
         if self.peeked.is_some() || self.lines.next_range()?.is_some() {
