@@ -108,30 +108,47 @@ pub fn diff_heads(old: &Head, new: &Head, names: Names, originals: &BTreeMap<Str
 /// them in the parts' diffs, not as one line of every name.
 const HEAD_NAMES_SHOWN: usize = 8;
 
+/// How two heads' `arr` lines compare, in the new head's order.
+pub(crate) struct ArrChanges {
+    /// Arrays whose values (their SHA-256), dtype or shape differ.
+    pub changed: Vec<ArrLine>,
+    /// Arrays only in the new head.
+    pub added: Vec<ArrLine>,
+    /// Arrays only in the old head.
+    pub removed: Vec<ArrLine>,
+    /// Arrays whose line changed with the same values (a new salt, HMAC).
+    pub rewrapped: usize,
+}
+
+/// Compares the `arr` lines of `old` and `new` array by array.
+pub(crate) fn arr_changes_of(old: &Head, new: &Head) -> ArrChanges {
+    let lines = |h: &Head| -> Vec<ArrLine> { h.arrs.iter().flatten().filter_map(|l| ArrLine::parse(l).ok()).collect() };
+    let (a, b) = (lines(old), lines(new));
+    let find = |v: &[ArrLine], name: &str| v.iter().position(|x| x.name == name);
+    let key = |x: &ArrLine| (x.dtype, x.shape.clone(), x.sha256);
+    let mut out = ArrChanges { changed: Vec::new(), added: Vec::new(), removed: Vec::new(), rewrapped: 0 };
+    for y in &b {
+        match find(&a, &y.name).map(|i| &a[i]) {
+            None => out.added.push(y.clone()),
+            Some(x) if key(x) != key(y) => out.changed.push(y.clone()),
+            Some(x) if x != y => out.rewrapped += 1,
+            Some(_) => {}
+        }
+    }
+    out.removed = a.iter().filter(|x| find(&b, &x.name).is_none()).cloned().collect();
+    out
+}
+
 /// What the heads' `arr` lines say changed: arrays whose values (their
 /// SHA-256), dtype or shape differ, added or removed; arrays whose line
 /// changed with the same values (a new salt, as every generation has) are
 /// only counted.
 fn arr_changes(old: &Head, new: &Head, originals: &BTreeMap<String, String>) -> Vec<String> {
-    let lines = |h: &Head| -> Vec<ArrLine> { h.arrs.iter().flatten().filter_map(|l| ArrLine::parse(l).ok()).collect() };
-    let (a, b) = (lines(old), lines(new));
-    let find = |v: &[ArrLine], name: &str| v.iter().position(|x| x.name == name);
-    let key = |x: &ArrLine| (x.dtype, x.shape.clone(), x.sha256);
-    fn shown<'a>(x: &'a ArrLine, originals: &'a BTreeMap<String, String>) -> &'a str {
-        originals.get(&x.name).map_or(x.name.as_str(), String::as_str)
-    }
-    let (mut changed, mut added, mut rewrapped) = (Vec::new(), Vec::new(), 0);
-    for y in &b {
-        match find(&a, &y.name).map(|i| &a[i]) {
-            None => added.push(shown(y, originals)),
-            Some(x) if key(x) != key(y) => changed.push(shown(y, originals)),
-            Some(x) if x != y => rewrapped += 1,
-            Some(_) => {}
-        }
-    }
-    let removed: Vec<&str> = a.iter().filter(|x| find(&b, &x.name).is_none()).map(|x| shown(x, originals)).collect();
+    let c = arr_changes_of(old, new);
     let mut notes = Vec::new();
-    for (what, names) in [("changed", changed), ("added", added), ("removed", removed)] {
+    for (what, arrs) in [("changed", &c.changed), ("added", &c.added), ("removed", &c.removed)] {
+        let names: Vec<&str> =
+            arrs.iter().map(|x| originals.get(&x.name).map_or(x.name.as_str(), String::as_str)).collect();
         if names.len() > HEAD_NAMES_SHOWN {
             let more = names.len() - HEAD_NAMES_SHOWN;
             let first = names[..HEAD_NAMES_SHOWN].join(", ");
@@ -141,8 +158,8 @@ fn arr_changes(old: &Head, new: &Head, originals: &BTreeMap<String, String>) -> 
             notes.push(format!("arrays {what}: {}", names.join(", ")));
         }
     }
-    if rewrapped > 0 {
-        notes.push(format!("{rewrapped} array(s) with the same values and a new `arr` line (salt, HMAC)"));
+    if c.rewrapped > 0 {
+        notes.push(format!("{} array(s) with the same values and a new `arr` line (salt, HMAC)", c.rewrapped));
     }
     notes
 }

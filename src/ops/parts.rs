@@ -79,12 +79,6 @@ pub fn export_path(path: &Path, rev: &str, out: &Path) -> Result<usize> {
     export(&work, rev, &rel, out, PartSize::default())
 }
 
-/// [`export`] of the snapshot `at` names, from the commit it resolved to
-/// (errors name the revision as given).
-pub fn export_revision(at: &super::revisions::AtRevision, out: &Path) -> Result<usize> {
-    export(&at.work, &at.commit, &at.rel, out, PartSize::default()).map_err(|e| at.named(e))
-}
-
 /// Which side of a copy failed.
 pub enum CopyError {
     /// Reading the input failed.

@@ -55,6 +55,12 @@ impl AtRevision {
     }
 }
 
+/// [`super::export`] of the snapshot `at` names, from the commit it
+/// resolved to (errors name the revision as given).
+pub fn export_revision(at: &AtRevision, out: &Path) -> Result<usize> {
+    super::parts::export(&at.work, &at.commit, &at.rel, out, split::PartSize::default()).map_err(|e| at.named(e))
+}
+
 /// One side opened from its commit: the head and its blob's size.
 struct Opened {
     repo: git2::Repository,
@@ -123,18 +129,6 @@ impl Opened {
     }
 }
 
-/// The arrays the two heads' `arr` lines give other values, dtypes or
-/// shapes, present in both (an array added or removed shows from its
-/// `arr` line alone).
-fn changed_arrays(old: &Head, new: &Head) -> BTreeSet<String> {
-    let arrs = |h: &Head| -> BTreeMap<String, ArrLine> {
-        h.arrs.iter().flatten().filter_map(|l| ArrLine::parse(l).ok()).map(|a| (a.name.clone(), a)).collect()
-    };
-    let (a, b) = (arrs(old), arrs(new));
-    let key = |x: &ArrLine| (x.dtype, x.shape.clone(), x.sha256);
-    b.iter().filter(|(n, y)| a.get(*n).is_some_and(|x| key(x) != key(y))).map(|(n, _)| n.clone()).collect()
-}
-
 /// [`super::review`] of two revisions' snapshots read from their commits,
 /// when both are split snapshots of the tree form (`None` otherwise: the
 /// caller reads them whole). Only the arrays the heads' `arr` lines say
@@ -144,7 +138,9 @@ fn changed_arrays(old: &Head, new: &Head) -> BTreeSet<String> {
 /// `norms`, each changed float array's relative change is given.
 pub fn review_revisions(old: &AtRevision, new: &AtRevision, norms: bool) -> Result<Option<Review>> {
     let (Some(a), Some(b)) = (Opened::of(old)?, Opened::of(new)?) else { return Ok(None) };
-    let changed = changed_arrays(&a.head, &b.head);
+    // An array added or removed shows from its `arr` line alone.
+    let changed: BTreeSet<String> =
+        crate::git::parts::arr_changes_of(&a.head, &b.head).changed.into_iter().map(|x| x.name).collect();
     let keep = |n: &str| crate::model::is_metadata_name(n) || changed.contains(n);
     let (mut ta, mut tb) = (a.sparse(&old.rel, &keep)?, b.sparse(&new.rel, &keep)?);
     let names = crate::git::diff::Names { old: &a.shown, new: &b.shown };
