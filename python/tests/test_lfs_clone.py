@@ -106,3 +106,94 @@ def test_a_clones_lfs_pointers_are_fetched_by_load_file_and_restore_checkpoint(t
         restore_checkpoint(tmp_path / "offline" / "run.wtxt", tmp_path / "resume2")
     assert not isinstance(e.value, wtxt.VerifyError)
     assert not (tmp_path / "resume2").exists()
+
+
+def fetches(trace):
+    """How many `git lfs fetch` the traced command ran (its trace then reset)."""
+    n = trace.read_text().count("run_command: git-lfs fetch") if trace.exists() else 0
+    trace.unlink(missing_ok=True)
+    return n
+
+
+def test_a_clones_lfs_pointers_are_fetched_by_the_lightning_accelerate_and_dcp_loaders(tmp_path, lfs_server,
+                                                                                       monkeypatch):
+    pytest.importorskip("lightning")
+    pytest.importorskip("accelerate")
+    import torch.distributed.checkpoint as dcp
+    from accelerate import Accelerator
+    from wtxt.accelerate import WtxtStateSaver, load_state
+    from wtxt.lightning import WtxtCheckpointIO
+    from wtxt.torch.dcp import WtxtStorageReader, WtxtStorageWriter
+
+    url, _ = lfs_server
+    w = tmp_path / "w"
+    git(tmp_path, "init", "-q", "-b", "main", str(w))
+    git(w, "config", "lfs.url", url)
+    subprocess.run([CLI, "git", "install", "--lfs"], cwd=w, check=True, capture_output=True)
+    torch.manual_seed(0)
+    weights = {f"layer{i}.weight": torch.randn(128, 256) for i in range(6)}
+    # Lightning: a checkpoint as the plugin saves it, committed at teardown.
+    io = WtxtCheckpointIO(w, part_size="256K")
+    io.save_checkpoint({"state_dict": weights, "epoch": 1, "global_step": 3}, tmp_path / "ck" / "last.ckpt")
+    io.teardown()
+    # Accelerate: a prepared model and optimizer, their state folder a generation.
+    acc = Accelerator(cpu=True)
+    net = torch.nn.Linear(1024, 768)
+    model, _ = acc.prepare(net, torch.optim.AdamW(net.parameters()))
+    saver = WtxtStateSaver(w, part_size="1M")
+    saver.save_state(acc, tmp_path / "state")
+    saver.finish()
+    # DCP: one process writes the snapshot, committed by hand.
+    dcp.save({"model": dict(weights)}, storage_writer=WtxtStorageWriter(w / "dcp.wtxt", part_size="256K"))
+    git(w, "add", "-A")
+    git(w, "commit", "-q", "-m", "dcp")
+    for name in ("lightning", "state", "dcp"):
+        assert len(list((w / f"{name}.wtxt.parts").iterdir())) >= 3, name
+    bare = tmp_path / "models.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(w, "push", "-q", str(bare), "main")
+
+    def clone(name, *how):
+        subprocess.run(["git", "clone", "-q", "-c", f"lfs.url={url}", *how, f"file://{bare}", str(tmp_path / name)],
+                       env=dict(os.environ, GIT_LFS_SKIP_SMUDGE="1"), check=True, capture_output=True)
+        c = tmp_path / name
+        assert (c / "dcp.wtxt.parts" / "000001.wtxtpart").read_text().startswith("version https://git-lfs")
+        return c
+
+    trace = tmp_path / "trace"
+    for name, how in (("skipped", ()), ("blobless", ("--filter=blob:none",))):
+        c = clone(name, *how)
+        monkeypatch.setenv("GIT_TRACE", str(trace))
+        got = WtxtCheckpointIO(c).load_checkpoint(c / "lightning.wtxt")
+        assert fetches(trace) == 1 and got["global_step"] == 3
+        assert all(torch.equal(got["state_dict"][k], v) for k, v in weights.items())
+        acc2 = Accelerator(cpu=True)
+        model2 = acc2.prepare(torch.nn.Linear(1024, 768))
+        load_state(acc2, c / "state.wtxt", tmp_path / f"resume-{name}")
+        assert fetches(trace) == 1
+        assert torch.equal(model2.weight, model.weight) and torch.equal(model2.bias, model.bias)
+        back = {"model": {k: torch.zeros_like(v) for k, v in weights.items()}}
+        dcp.load(back, storage_reader=WtxtStorageReader(c / "dcp.wtxt"))
+        # Two steps, each fetching what it reads: planning the parts of the
+        # metadata arrays, reading the parts of the rows planned.
+        assert fetches(trace) == 2
+        assert all(torch.equal(back["model"][k], v) for k, v in weights.items())
+        monkeypatch.delenv("GIT_TRACE")
+        assert len(lfs_objects(c)) == sum(len(list((c / f"{n}.wtxt.parts").iterdir()))
+                                          for n in ("lightning", "state", "dcp"))
+
+    # Told not to fetch: each loader names the pointer, as unusable input.
+    c = clone("offline")
+    git(c, "config", "wtxt.fetch", "false")
+    refused = r"000001\.wtxtpart: a Git LFS pointer to sha256:.*wtxt\.fetch is false.*`git config wtxt\.fetch true`"
+    for load in (lambda: WtxtCheckpointIO(c).load_checkpoint(c / "lightning.wtxt"),
+                 lambda: load_state(Accelerator(cpu=True), c / "state.wtxt", tmp_path / "resume-offline")):
+        with pytest.raises(wtxt.Error, match=refused) as e:
+            load()
+        assert not isinstance(e.value, wtxt.VerifyError)
+    # DCP wraps what a reader raises in its own CheckpointException.
+    from torch.distributed.checkpoint.api import CheckpointException
+    with pytest.raises(CheckpointException, match=refused):
+        dcp.load({"model": {k: torch.zeros_like(v) for k, v in weights.items()}},
+                 storage_reader=WtxtStorageReader(c / "dcp.wtxt"))
+    assert not (tmp_path / "resume-offline").exists()

@@ -37,7 +37,8 @@ pub fn may_fetch(repo: &git2::Repository, count: usize, remote: &str) -> Result<
         return Err(Error::input(
             Default::default(),
             format!(
-                "{count} object(s) to read are not here, and wtxt.fetch is false: nothing is fetched from {remote}"
+                "{count} object(s) to read are not here, and wtxt.fetch is false: nothing is fetched from {remote} \
+                 (`git config wtxt.fetch true` lets the read fetch them)"
             ),
         ));
     }

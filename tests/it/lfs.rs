@@ -375,11 +375,15 @@ fn a_clones_lfs_pointers_are_fetched_when_read_from_the_work_tree() {
     };
     let objects = |c: &Path| walk(&c.join(".git/lfs/objects")).into_iter().filter(|p| p.is_file()).count();
     // Each command run with Git's trace: how many `git lfs fetch` it ran.
-    let run = |c: &Path, args: &[&str]| {
+    let traced = |c: &Path, args: &[&str]| {
         let trace = d.join("trace");
         let _ = std::fs::remove_file(&trace);
         let o = wtxt().current_dir(c).args(args).env("GIT_TRACE", &trace).output().unwrap();
         let fetches = std::fs::read_to_string(&trace).unwrap_or_default().matches("run_command: git-lfs fetch").count();
+        (o, fetches)
+    };
+    let run = |c: &Path, args: &[&str]| {
+        let (o, fetches) = traced(c, args);
         (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned(), fetches)
     };
     for blobless in [false, true] {
@@ -406,6 +410,17 @@ fn a_clones_lfs_pointers_are_fetched_when_read_from_the_work_tree() {
         let (code, said, _) = run(&c, &["verify", "m.wtxt"]);
         assert!(code == Some(1) && said.contains("hash to"), "{said}");
     }
+    // A diff of the work tree's snapshot against its commit: the work tree's
+    // pointers are fetched as read, and nothing differs.
+    for blobless in [false, true] {
+        let c = clone(if blobless { "diff-blobless" } else { "diff-skipped" }, blobless);
+        let (o, fetches) = traced(&c, &["diff", "HEAD:m.wtxt", "m.wtxt", "--json"]);
+        assert_eq!((o.status.code(), fetches), (Some(0), 1), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(objects(&c), parts);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let arrays = v["arrays"].as_array().unwrap();
+        assert!(arrays.len() == 5 && arrays.iter().all(|a| a["status"] == "unchanged"), "{v}");
+    }
     // Told not to fetch: one line naming the pointer and why.
     let c = clone("offline", false);
     git_ok(&c, &["config", "wtxt.fetch", "false"]);
@@ -413,6 +428,7 @@ fn a_clones_lfs_pointers_are_fetched_when_read_from_the_work_tree() {
     assert_eq!((code, fetches), (Some(2), 0), "{said}");
     assert!(said.contains("000001.wtxtpart") && said.contains("a Git LFS pointer to sha256:"), "{said}");
     assert!(said.contains("wtxt.fetch is false") && said.trim().lines().count() == 1, "{said}");
+    assert!(said.contains("`git config wtxt.fetch true`"), "the command that fetches it: {said}");
     // Outside any repository: the same pointers say where they can be fetched.
     let out = tempfile::tempdir().unwrap();
     std::fs::copy(c.join("m.wtxt"), out.path().join("m.wtxt")).unwrap();
