@@ -54,12 +54,33 @@ def lfs_objects(repo):
     return sorted(p for p in (repo / ".git" / "lfs" / "objects").rglob("*") if p.is_file())
 
 
-def test_a_clones_lfs_pointers_are_fetched_by_load_file_and_restore_checkpoint(tmp_path, lfs_server):
-    url, objects = lfs_server
+def lfs_work_tree(tmp_path, url):
+    """A Git work tree `w` whose parts go to the LFS server at `url`."""
     w = tmp_path / "w"
     git(tmp_path, "init", "-q", "-b", "main", str(w))
     git(w, "config", "lfs.url", url)
     subprocess.run([CLI, "git", "install", "--lfs"], cwd=w, check=True, capture_output=True)
+    return w
+
+
+def pushed(tmp_path, w):
+    """`w`'s main pushed to a new bare repository `models.git`."""
+    bare = tmp_path / "models.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(w, "push", "-q", str(bare), "main")
+    return bare
+
+
+def unsmudged_clone(tmp_path, url, source, name, *how):
+    """A clone of `source` (`git clone` options `how`) whose LFS smudge did not run."""
+    subprocess.run(["git", "clone", "-q", "-c", f"lfs.url={url}", *how, str(source), str(tmp_path / name)],
+                   env=dict(os.environ, GIT_LFS_SKIP_SMUDGE="1"), check=True, capture_output=True)
+    return tmp_path / name
+
+
+def test_a_clones_lfs_pointers_are_fetched_by_load_file_and_restore_checkpoint(tmp_path, lfs_server):
+    url, objects = lfs_server
+    w = lfs_work_tree(tmp_path, url)
     # A checkpoint folder: weights and a file kept byte for byte.
     ck = tmp_path / "checkpoint-1"
     ck.mkdir()
@@ -72,15 +93,10 @@ def test_a_clones_lfs_pointers_are_fetched_by_load_file_and_restore_checkpoint(t
     assert len(list((w / "run.wtxt.parts").iterdir())) >= 4
     git(w, "add", "-A")
     git(w, "commit", "-q", "-m", "step 1")
-    bare = tmp_path / "models.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    git(w, "push", "-q", str(bare), "main")
+    bare = pushed(tmp_path, w)
     assert len(list(objects.iterdir())) >= 4, "the parts went to the LFS server"
 
-    env = dict(os.environ, GIT_LFS_SKIP_SMUDGE="1")
-    subprocess.run(["git", "clone", "-q", "-c", f"lfs.url={url}", str(bare), str(tmp_path / "c")],
-                   env=env, check=True, capture_output=True)
-    c = tmp_path / "c"
+    c = unsmudged_clone(tmp_path, url, bare, "c")
     part = (c / "run.wtxt.parts" / "000001.wtxtpart").read_text()
     assert part.startswith("version https://git-lfs.github.com/spec/v1\n")
     name = "model.safetensors/layer3.weight"
@@ -99,8 +115,7 @@ def test_a_clones_lfs_pointers_are_fetched_by_load_file_and_restore_checkpoint(t
     assert f"HEAD:{c / 'run.wtxt'}" in str(e.value) and "wtxt-rev-" not in str(e.value), str(e.value)
 
     # Told not to fetch: the pointer and why, as unusable input.
-    subprocess.run(["git", "clone", "-q", "-c", f"lfs.url={url}", str(bare), str(tmp_path / "offline")],
-                   env=env, check=True, capture_output=True)
+    unsmudged_clone(tmp_path, url, bare, "offline")
     git(tmp_path / "offline", "config", "wtxt.fetch", "false")
     with pytest.raises(wtxt.Error, match=r"000001\.wtxtpart: a Git LFS pointer to sha256:.*wtxt\.fetch is false") as e:
         restore_checkpoint(tmp_path / "offline" / "run.wtxt", tmp_path / "resume2")
@@ -126,10 +141,7 @@ def test_a_clones_lfs_pointers_are_fetched_by_the_lightning_accelerate_and_dcp_l
     from wtxt.torch.dcp import WtxtStorageReader, WtxtStorageWriter
 
     url, _ = lfs_server
-    w = tmp_path / "w"
-    git(tmp_path, "init", "-q", "-b", "main", str(w))
-    git(w, "config", "lfs.url", url)
-    subprocess.run([CLI, "git", "install", "--lfs"], cwd=w, check=True, capture_output=True)
+    w = lfs_work_tree(tmp_path, url)
     torch.manual_seed(0)
     weights = {f"layer{i}.weight": torch.randn(128, 256) for i in range(6)}
     # Lightning: a checkpoint as the plugin saves it, committed at teardown.
@@ -149,16 +161,15 @@ def test_a_clones_lfs_pointers_are_fetched_by_the_lightning_accelerate_and_dcp_l
     git(w, "commit", "-q", "-m", "dcp")
     for name in ("lightning", "state", "dcp"):
         assert len(list((w / f"{name}.wtxt.parts").iterdir())) >= 3, name
-    bare = tmp_path / "models.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    git(w, "push", "-q", str(bare), "main")
+    bare = pushed(tmp_path, w)
 
     def clone(name, *how):
-        subprocess.run(["git", "clone", "-q", "-c", f"lfs.url={url}", *how, f"file://{bare}", str(tmp_path / name)],
-                       env=dict(os.environ, GIT_LFS_SKIP_SMUDGE="1"), check=True, capture_output=True)
-        c = tmp_path / name
+        c = unsmudged_clone(tmp_path, url, f"file://{bare}", name, *how)
         assert (c / "dcp.wtxt.parts" / "000001.wtxtpart").read_text().startswith("version https://git-lfs")
         return c
+
+    def zeros():
+        return {"model": {k: torch.zeros_like(v) for k, v in weights.items()}}
 
     trace = tmp_path / "trace"
     for name, how in (("skipped", ()), ("blobless", ("--filter=blob:none",))):
@@ -172,7 +183,7 @@ def test_a_clones_lfs_pointers_are_fetched_by_the_lightning_accelerate_and_dcp_l
         load_state(acc2, c / "state.wtxt", tmp_path / f"resume-{name}")
         assert fetches(trace) == 1
         assert torch.equal(model2.weight, model.weight) and torch.equal(model2.bias, model.bias)
-        back = {"model": {k: torch.zeros_like(v) for k, v in weights.items()}}
+        back = zeros()
         dcp.load(back, storage_reader=WtxtStorageReader(c / "dcp.wtxt"))
         # Two steps, each fetching what it reads: planning the parts of the
         # metadata arrays, reading the parts of the rows planned.
@@ -194,6 +205,5 @@ def test_a_clones_lfs_pointers_are_fetched_by_the_lightning_accelerate_and_dcp_l
     # DCP wraps what a reader raises in its own CheckpointException.
     from torch.distributed.checkpoint.api import CheckpointException
     with pytest.raises(CheckpointException, match=refused):
-        dcp.load({"model": {k: torch.zeros_like(v) for k, v in weights.items()}},
-                 storage_reader=WtxtStorageReader(c / "dcp.wtxt"))
+        dcp.load(zeros(), storage_reader=WtxtStorageReader(c / "dcp.wtxt"))
     assert not (tmp_path / "resume-offline").exists()
