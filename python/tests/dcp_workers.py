@@ -300,3 +300,65 @@ def load_two_generations(rank: int, world: int, path: str, other: str, out_dir: 
         real = wdcp._load
         wdcp._load = lambda p, *rest, **kw: real(other, *rest, **kw)
     load_sharded(rank, world, path, {}, out_dir)
+
+
+def mx_state(seed: int = 0):
+    """An MXFP4-style pair (F4 blocks, E8M0 scales), the FNUZ float8s and complex."""
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "experts.down_blocks": torch.randint(0, 256, (40, 8), generator=g, dtype=torch.uint8)
+        .view(torch.float4_e2m1fn_x2),
+        "experts.down_scales": torch.randint(120, 135, (40, 1), generator=g, dtype=torch.uint8)
+        .view(torch.float8_e8m0fnu),
+        "q.weight": torch.randn(6, 5, generator=g).to(torch.float8_e4m3fnuz),
+        "k.weight": torch.randn(9, generator=g).to(torch.float8_e5m2fnuz),
+        "rope.freqs": torch.polar(torch.ones(5), torch.arange(5.0)),
+        "fft.kernel": torch.randn(3, 2, generator=g, dtype=torch.complex128),
+    }
+
+
+# `mx_state`'s tensors that are sharded (dim given): the F4 blocks by rows
+# and by bytes of their innermost dimension.
+MX_SHARDED = {"experts.down_blocks": 0, "q.weight": 0, "fft.kernel": 1}
+
+
+def _mx_sharded(world: int, seed: int, inner: bool):
+    """`mx_state` as DTensors: shards by rows, or with `inner` the F4 blocks
+    by their innermost dimension (each rank a run of whole bytes)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (world,))
+    dims = dict(MX_SHARDED, **({"experts.down_blocks": 1} if inner else {}))
+    out = {}
+    for k, v in mx_state(seed).items():
+        # gloo has no collectives for these dtypes: shards are cut from
+        # their bytes (the same on every rank), then viewed back.
+        raw = v.view(torch.uint8) if v.element_size() == 1 else v
+        placement = Shard(dims[k]) if k in dims else Replicate()
+        d = distribute_tensor(raw, mesh, [placement], src_data_rank=None)
+        out[k] = d if raw is v else type(d).from_local(d.to_local().view(v.dtype), mesh, [placement],
+                                                          shape=v.shape, stride=v.stride())
+    return {"model": out}
+
+
+def save_mx(rank: int, world: int, path: str, inner: bool) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    from wtxt.torch.dcp import WtxtStorageWriter
+
+    dcp.save(_mx_sharded(world, 0, inner), storage_writer=WtxtStorageWriter(path, ts="2026-01-01T00:00:00Z", digest="sha256"))
+
+
+def load_mx(rank: int, world: int, path: str, out_dir: str) -> None:
+    """Loads into a sharded state of other values; writes this rank's
+    shards, as their bytes, to `out_dir`."""
+    import torch.distributed.checkpoint as dcp
+
+    from wtxt.torch.dcp import WtxtStorageReader
+
+    state = _mx_sharded(world, 1, False)
+    dcp.load(state, storage_reader=WtxtStorageReader(path))
+    local = {k: (v.to_local() if hasattr(v, "to_local") else v) for k, v in state["model"].items()}
+    torch.save({k: v.contiguous().view(torch.uint8) if v.element_size() == 1 else v for k, v in local.items()},
+               os.path.join(out_dir, f"{rank}.pt"))

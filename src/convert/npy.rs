@@ -207,14 +207,18 @@ fn parse_descr(d: &str) -> std::result::Result<(Dtype, bool), Reason> {
         b"u2" => Dtype::U16,
         b"u1" => Dtype::U8,
         b"b1" => Dtype::Bool,
+        b"c8" => Dtype::C64,
+        b"c16" => Dtype::C128,
         _ => {
-            return Err(reason!("dtype {d:?} has no WTXT equivalent (supported: f8 f4 f2 i8 i4 i2 i1 u8 u4 u2 u1 b1)"))
+            return Err(reason!(
+                "dtype {d:?} has no WTXT equivalent (supported: f8 f4 f2 i8 i4 i2 i1 u8 u4 u2 u1 b1 c8 c16)"
+            ))
         }
     };
-    if order == b'|' && dtype.size() != 1 {
+    if order == b'|' && dtype.bits() != 8 {
         return Err(reason!("dtype {d:?}: `|` (no byte order) is only valid for 1-byte types"));
     }
-    Ok((dtype, order == b'>' && dtype.size() > 1))
+    Ok((dtype, order == b'>' && dtype.bits() > 8))
 }
 
 /// Reads the `.npy` held in `src[range]` as array `name`. C-order
@@ -240,11 +244,13 @@ pub fn read(name: &str, src: &ArrayData, range: std::ops::Range<usize>) -> Resul
 
 /// Converts Fortran-order and/or big-endian data to C-order little-endian.
 fn to_c_le(data: &[u8], h: &NpyHeader) -> Vec<u8> {
-    let size = h.dtype.size();
+    let size = h.dtype.block().bytes as usize;
     let mut out =
         if h.fortran_order && h.shape.len() >= 2 { fortran_to_c(data, &h.shape, size) } else { data.to_vec() };
     if h.big_endian {
-        for e in out.chunks_exact_mut(size) {
+        // A complex element is two numbers, each in the file's byte order.
+        let word = if matches!(h.dtype, Dtype::C64 | Dtype::C128) { size / 2 } else { size };
+        for e in out.chunks_exact_mut(word) {
             e.reverse();
         }
     }
@@ -278,7 +284,8 @@ fn fortran_to_c(data: &[u8], shape: &[u64], size: usize) -> Vec<u8> {
     out
 }
 
-/// The NumPy type string of a dtype, or an error for bf16 (NumPy has none).
+/// The NumPy type string of a dtype, or an error for bf16, float8 and the
+/// MX types (NumPy has none).
 pub fn descr(dtype: Dtype) -> Result<&'static str> {
     Ok(match dtype {
         Dtype::F64 => "<f8",
@@ -293,10 +300,10 @@ pub fn descr(dtype: Dtype) -> Result<&'static str> {
         Dtype::U16 => "<u2",
         Dtype::U8 => "|u1",
         Dtype::Bool => "|b1",
+        Dtype::C64 => "<c8",
+        Dtype::C128 => "<c16",
         Dtype::Bf16 => return Err(Error::usage("NumPy has no bfloat16: extract bf16 arrays to .safetensors")),
-        Dtype::F8E4m3 | Dtype::F8E5m2 => {
-            return Err(Error::usage(format!("NumPy has no {dtype}: extract float8 arrays to .safetensors")))
-        }
+        _ => return Err(Error::usage(format!("NumPy has no {dtype}: extract {dtype} arrays to .safetensors"))),
     })
 }
 
@@ -307,7 +314,8 @@ pub fn header(a: &Array) -> Result<Vec<u8>> {
         1 => format!("({},)", a.shape[0]),
         _ => format!("({})", a.shape.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")),
     };
-    let dict = format!("{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}", descr(a.dtype)?);
+    let descr = descr(a.dtype).map_err(|e| Error::usage(format!("array {}: {}", a.name, e.message())))?;
+    let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
     let mut out = MAGIC.to_vec();
     let v1 = 10 + dict.len() < 65535;
     let pre = if v1 { 10 } else { 12 };

@@ -13,45 +13,39 @@ use crate::error::{input_at, Error, Result};
 use crate::limits::MAX_ARRAYS;
 use crate::model::{Array, ArrayData, Dtype};
 
+/// safetensors' dtypes and wtxt's, one to one; wtxt's `c128` has no
+/// safetensors dtype.
+const DTYPES: [(St, Dtype); 22] = [
+    (St::F64, Dtype::F64),
+    (St::F32, Dtype::F32),
+    (St::F16, Dtype::F16),
+    (St::BF16, Dtype::Bf16),
+    (St::I64, Dtype::I64),
+    (St::I32, Dtype::I32),
+    (St::I16, Dtype::I16),
+    (St::I8, Dtype::I8),
+    (St::U64, Dtype::U64),
+    (St::U32, Dtype::U32),
+    (St::U16, Dtype::U16),
+    (St::U8, Dtype::U8),
+    (St::BOOL, Dtype::Bool),
+    (St::F8_E4M3, Dtype::F8E4m3),
+    (St::F8_E5M2, Dtype::F8E5m2),
+    (St::F8_E4M3FNUZ, Dtype::F8E4m3fnuz),
+    (St::F8_E5M2FNUZ, Dtype::F8E5m2fnuz),
+    (St::F8_E8M0, Dtype::F8E8m0),
+    (St::C64, Dtype::C64),
+    (St::F4, Dtype::F4E2m1),
+    (St::F6_E2M3, Dtype::F6E2m3),
+    (St::F6_E3M2, Dtype::F6E3m2),
+];
+
 fn from_st(d: St) -> Option<Dtype> {
-    Some(match d {
-        St::F64 => Dtype::F64,
-        St::F32 => Dtype::F32,
-        St::F16 => Dtype::F16,
-        St::BF16 => Dtype::Bf16,
-        St::I64 => Dtype::I64,
-        St::I32 => Dtype::I32,
-        St::I16 => Dtype::I16,
-        St::I8 => Dtype::I8,
-        St::U64 => Dtype::U64,
-        St::U32 => Dtype::U32,
-        St::U16 => Dtype::U16,
-        St::U8 => Dtype::U8,
-        St::BOOL => Dtype::Bool,
-        St::F8_E4M3 => Dtype::F8E4m3,
-        St::F8_E5M2 => Dtype::F8E5m2,
-        _ => return None,
-    })
+    DTYPES.iter().find(|p| p.0 == d).map(|p| p.1)
 }
 
-fn to_st(d: Dtype) -> St {
-    match d {
-        Dtype::F64 => St::F64,
-        Dtype::F32 => St::F32,
-        Dtype::F16 => St::F16,
-        Dtype::Bf16 => St::BF16,
-        Dtype::I64 => St::I64,
-        Dtype::I32 => St::I32,
-        Dtype::I16 => St::I16,
-        Dtype::I8 => St::I8,
-        Dtype::U64 => St::U64,
-        Dtype::U32 => St::U32,
-        Dtype::U16 => St::U16,
-        Dtype::U8 => St::U8,
-        Dtype::Bool => St::BOOL,
-        Dtype::F8E4m3 => St::F8_E4M3,
-        Dtype::F8E5m2 => St::F8_E5M2,
-    }
+fn to_st(d: Dtype) -> Option<St> {
+    DTYPES.iter().find(|p| p.1 == d).map(|p| p.0)
 }
 
 /// Name of the array that carries a safetensors file's header bytes.
@@ -126,10 +120,13 @@ fn header_named<'a>(
     let described: Vec<(&str, Described)> = named
         .iter()
         .map(|(n, a)| {
+            let dtype = to_st(a.dtype).ok_or_else(|| {
+                Error::usage(format!("array {}: safetensors has no {} dtype (extract it to .npy)", a.name, a.dtype))
+            })?;
             let shape = a.shape.iter().map(|&d| d as usize).collect();
-            (*n, Described { dtype: to_st(a.dtype), shape, len: a.bytes().len() })
+            Ok((*n, Described { dtype, shape, len: a.bytes().len() }))
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let header = safetensors::serialize(described.iter().map(|(n, d)| (*n, d)), None)
         .map_err(|e| Error::input(Default::default(), e.to_string()))?;
     // The crate writes `__metadata__` from a HashMap, in no fixed order: put

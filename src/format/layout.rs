@@ -2,7 +2,7 @@
 //! lines. Writer and verifier share this, so they cannot disagree.
 
 use crate::format::syntax::{body_text_len, lines_for, ChLine, IdxLine, PResult, B64_WIDTH, RAW_PER_LINE};
-use crate::model::{byte_size, Dtype};
+use crate::model::{byte_size, shape_bytes, Dtype};
 
 /// Raw chunk size of rank 0 and rank 1 arrays (the seed's default).
 pub const FLAT_CHUNK: u64 = 32 * 1024;
@@ -24,11 +24,13 @@ pub struct Layout {
 impl Layout {
     /// The profile's layout: rank >= 2 arrays are cut every `rows_per_chunk`
     /// rows of `product(shape[1..]) * itemsize` bytes; rank 0 and 1 arrays in
-    /// 32 KiB chunks.
+    /// 32 KiB chunks, or for the f6 types (four elements in three bytes) the
+    /// 32,766 bytes that end on an element.
     pub fn new(dtype: Dtype, shape: &[u64], rows_per_chunk: u64) -> PResult<Layout> {
-        let bytes = byte_size(dtype, shape).ok_or("shape: element count overflows")?;
+        let bytes = shape_bytes(dtype, shape)?;
         if shape.len() < 2 {
-            return Ok(Layout { idx: None, chunk: FLAT_CHUNK, bytes });
+            let block = dtype.block().bytes;
+            return Ok(Layout { idx: None, chunk: FLAT_CHUNK / block * block, bytes });
         }
         if rows_per_chunk == 0 {
             return Err("rows_per_chunk: expected at least 1".into());

@@ -17,7 +17,7 @@ use crate::format::delta::ChunkText;
 use crate::format::delta::{next_array, wtxt_tail, ArrayText, Walker};
 use crate::format::layout::Layout;
 use crate::format::read::Header;
-use crate::format::syntax::{shape_str, ChLine, Root};
+use crate::format::syntax::{ChLine, Root};
 use crate::git::files_diff;
 use crate::model::Dtype;
 
@@ -239,7 +239,7 @@ pub(crate) fn decode_pair(
     (ra, rb)
 }
 
-fn header_fields(h: &Header) -> Vec<(&'static str, String)> {
+pub(crate) fn header_fields(h: &Header) -> Vec<(&'static str, String)> {
     let m = &h.meta;
     let mut v = vec![
         ("schema", m.schema.clone()),
@@ -487,13 +487,18 @@ impl Stats {
         if !self.norms {
             return;
         }
-        let size = self.dtype.size();
-        for y in new.chunks_exact(size) {
-            if let Some(v) = self.dtype.to_f64(y).filter(|v| v.is_finite()) {
-                self.sum_sq_new += v * v;
+        let block = self.dtype.block();
+        let mut v = [[0.0; 2]; 4];
+        for y in new.chunks_exact(block.bytes as usize) {
+            let n = self.dtype.decode(y, &mut v).unwrap_or(0);
+            for [re, im] in &v[..n] {
+                let sq = re * re + im * im;
+                if sq.is_finite() {
+                    self.sum_sq_new += sq;
+                }
             }
         }
-        self.seen += (new.len() / size) as u64;
+        self.seen += new.len() as u64 / block.bytes * block.elems;
     }
 
     /// Puts the figures into `d` (status `Changed` when any element changed).
@@ -526,26 +531,43 @@ impl Stats {
         }
     }
 
-    /// Compares `old` and `new`, equal-length byte runs starting at element `first`.
-    pub(crate) fn compare(&mut self, first: u64, old: &[u8], new: &[u8]) {
+    /// Compares `old` and `new`, equal-length runs of whole blocks
+    /// starting at byte `off` of the array. A complex element moves by the
+    /// modulus of its change.
+    pub(crate) fn compare(&mut self, off: u64, old: &[u8], new: &[u8]) {
         self.add_norm(new);
-        let size = self.dtype.size();
+        let block = self.dtype.block();
+        let first = off / block.bytes * block.elems;
+        let (mut va, mut vb) = ([[0.0; 2]; 4], [[0.0; 2]; 4]);
+        let size = block.bytes as usize;
         for (k, (x, y)) in old.chunks_exact(size).zip(new.chunks_exact(size)).enumerate() {
             if x == y {
                 continue;
             }
-            self.changed += 1;
-            self.add_row((first + k as u64) / self.row_elems.max(1));
-            if let (Some(a), Some(b)) = (self.dtype.to_f64(x), self.dtype.to_f64(y)) {
-                let d = (b - a).abs();
+            let base = first + k as u64 * block.elems;
+            let decoded = self.dtype.decode(x, &mut va).zip(self.dtype.decode(y, &mut vb));
+            if decoded.is_none() {
+                // No values: the one element of an integer or bool block changed.
+                self.changed += 1;
+                self.add_row(base / self.row_elems.max(1));
+                continue;
+            }
+            for j in 0..block.elems as usize {
+                let (a, b) = (va[j], vb[j]);
+                if block.elems > 1 && a.map(f64::to_bits) == b.map(f64::to_bits) {
+                    continue;
+                }
+                self.changed += 1;
+                self.add_row((base + j as u64) / self.row_elems.max(1));
+                let d = (b[0] - a[0]).hypot(b[1] - a[1]);
                 if d.is_finite() {
                     self.max_abs = self.max_abs.max(d);
-                    let m = a.abs().max(b.abs());
-                    if m > 0.0 {
-                        self.max_rel = self.max_rel.max(d / m);
+                    let (ma, mb) = (a[0].hypot(a[1]), b[0].hypot(b[1]));
+                    if ma.max(mb) > 0.0 {
+                        self.max_rel = self.max_rel.max(d / ma.max(mb));
                     }
                     self.sum_sq += d * d;
-                    self.moved += u64::from(d > ISCLOSE_ATOL + ISCLOSE_RTOL * a.abs());
+                    self.moved += u64::from(d > ISCLOSE_ATOL + ISCLOSE_RTOL * ma);
                 }
             }
         }
@@ -583,7 +605,7 @@ fn compare_array<A: Read, B: Read>(
             }
             d.changed_chunks.push(cb.ch.ix);
             if decode_pair(&ca, &cb, names, &y.arr.name, damage, &mut sides) == (true, true) {
-                st.compare(cb.ch.off / y.arr.dtype.size() as u64, &sides[0].raw, &sides[1].raw);
+                st.compare(cb.ch.off, &sides[0].raw, &sides[1].raw);
             }
         }
     } else {
@@ -694,7 +716,7 @@ fn compare_streams<A: Read, B: Read>(
     names: Names,
     damage: &mut Vec<Damage>,
 ) -> Result<()> {
-    let size = st.dtype.size() as u64;
+    let size = st.dtype.block().bytes;
     let before = damage.len();
     let (mut left_a, mut left_b) = (la.chunk_count(), lb.chunk_count());
     let (mut buf_a, mut buf_b): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
@@ -729,7 +751,7 @@ fn compare_streams<A: Read, B: Read>(
             break;
         }
         let before = st.changed;
-        st.compare(pos / size, &buf_a[..n], &buf_b[..n]);
+        st.compare(pos, &buf_a[..n], &buf_b[..n]);
         if st.changed > before && d.changed_chunks.last() != Some(&cur_b_ix) {
             d.changed_chunks.push(cur_b_ix);
         }
@@ -738,62 +760,4 @@ fn compare_streams<A: Read, B: Read>(
         buf_b.drain(..n);
     }
     Ok(())
-}
-
-/// A line-per-fact text of a WTXT for Git's `textconv` (`git log -p`,
-/// `git show`): header fields, then per array its type and digest, then per
-/// chunk its row range and digest, so a line diff shows which rows changed.
-pub fn textconv<R: Read>(input: R) -> Result<String> {
-    listing(input, true)
-}
-
-/// [`textconv`] without the header fields (and the audit line), for a WTXT
-/// made here from a filter's smudged file: its arrays and chunks are the
-/// committed ones (clean is canonical), its header would be invented.
-pub fn textconv_arrays<R: Read>(input: R) -> Result<String> {
-    listing(input, false)
-}
-
-fn listing<R: Read>(input: R, header: bool) -> Result<String> {
-    use std::fmt::Write as _;
-    let mut w = Walker::new(input);
-    let (h, _) = w.wtxt_header()?;
-    let mut s = String::new();
-    if header {
-        for (k, v) in header_fields(&h) {
-            let _ = writeln!(s, "{k} {v}");
-        }
-    }
-    while let Some(a) = next_array(&mut w)? {
-        let layout = a.layout()?;
-        let row = layout.idx.map_or(a.arr.dtype.size() as u64, |i| i.row_size.max(1));
-        let unit = if layout.idx.is_some() { "rows" } else { "elements" };
-        let _ = writeln!(
-            s,
-            "array {} {}[{}] bytes={} sha256={}",
-            a.arr.name,
-            a.arr.dtype,
-            shape_str(&a.arr.shape),
-            a.arr.bytes,
-            hex::encode(a.arr.sha256)
-        );
-        for _ in 0..layout.chunk_count() {
-            let ch = w.skip_chunk()?;
-            let (r0, r1) = (ch.off / row, (ch.off + ch.len).div_ceil(row));
-            let _ = writeln!(
-                s,
-                "  {} chunk {} {unit} {r0}-{} sha256={}",
-                a.arr.name,
-                ch.ix,
-                r1.saturating_sub(1),
-                hex::encode(&ch.sha256[..8])
-            );
-        }
-        w.expect("endarr")?;
-    }
-    // The tail is read (and checked) either way; its audit line is header.
-    if let Some(audit) = wtxt_tail(&mut w)?.filter(|_| header) {
-        let _ = writeln!(s, "{}", String::from_utf8_lossy(&audit));
-    }
-    Ok(s)
 }

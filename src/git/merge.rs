@@ -233,7 +233,7 @@ fn merge_chunks(
     conflicts: &mut Vec<Conflict>,
 ) -> Result<Array> {
     let layout = Layout::new(o.dtype, &o.shape, rows_per_chunk).map_err(|m| Error::input(Default::default(), m))?;
-    let row_bytes = layout.idx.map_or(o.dtype.size() as u64, |i| i.row_size.max(1));
+    let row_bytes = layout.idx.map_or(o.dtype.block().bytes, |i| i.row_size.max(1));
     // Built chunk by chunk, on disk past the spill size: an array can be
     // far larger than the memory a merge driver may take.
     let mut out = Spill::with_expected(o.bytes().len() as u64)?;
@@ -294,7 +294,8 @@ fn finish(like: &Array, out: Spill) -> Result<Array> {
 /// The element-wise mean of two whole float arrays of one dtype and shape,
 /// a window at a time (never a whole array on the heap).
 fn averaged(x: &Array, y: &Array) -> Result<Array> {
-    let step = (1 << 20) / x.dtype.size() * x.dtype.size();
+    let size = x.dtype.block().bytes as usize;
+    let step = (1 << 20) / size * size;
     let mut out = Spill::with_expected(x.bytes().len() as u64)?;
     for (i, (a, b)) in x.bytes().chunks(step).zip(y.bytes().chunks(step)).enumerate() {
         out.push(&average(x.dtype, a, b))?;
@@ -306,7 +307,7 @@ fn averaged(x: &Array, y: &Array) -> Result<Array> {
 
 /// Element-wise mean of two float runs, in their dtype.
 fn average(dtype: Dtype, a: &[u8], b: &[u8]) -> Vec<u8> {
-    let size = dtype.size();
+    let size = dtype.block().bytes as usize;
     let mut out = Vec::with_capacity(a.len());
     for (x, y) in a.chunks_exact(size).zip(b.chunks_exact(size)) {
         let m = (dtype.to_f64(x).unwrap_or(0.0) + dtype.to_f64(y).unwrap_or(0.0)) / 2.0;

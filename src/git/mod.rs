@@ -17,6 +17,7 @@ pub(crate) mod proof;
 pub(crate) mod push;
 pub(crate) mod served;
 pub(crate) mod shell;
+pub(crate) mod textconv;
 
 pub use commit::{commit_lock, commit_written, committed_link};
 pub use config::{
@@ -24,7 +25,7 @@ pub use config::{
     has_signing_policy, oms_key_around, set_signing_policy, signature_policy, trusted_keys_around, Policy,
     PRIVATE_KEY_SETTINGS,
 };
-pub use diff::{diff, textconv, Names};
+pub use diff::{diff, Names};
 pub use filter::{clean, smudge};
 pub use hooks::open_for_hook;
 pub use lfs_parts::read_lfs_pointers_in_work_trees;
@@ -32,3 +33,4 @@ pub use merge::{merge, Strategy};
 pub use parts::{check_part, diff_parts, textconv_part};
 pub use push::{push, redact, Push};
 pub use shell::{command, set_command};
+pub use textconv::textconv;

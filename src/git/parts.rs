@@ -344,7 +344,7 @@ pub fn diff_parts(old: &dyn Text, new: &dyn Text, names: Names) -> Result<FileDi
                     let ta = text(old, names.old, ca, &mut sides[0].text)?;
                     let tb = text(new, names.new, cb, &mut sides[1].text)?;
                     if decode_pair(&ta, &tb, names, &y.name, &mut damage, &mut sides) == (true, true) {
-                        st.compare(cb.0.off / y.dtype.size() as u64, &sides[0].raw, &sides[1].raw);
+                        st.compare(cb.0.off, &sides[0].raw, &sides[1].raw);
                     }
                     (sides[0].text, sides[1].text) = (ta.text, tb.text);
                 }
@@ -410,13 +410,13 @@ pub fn textconv_part(text: &dyn Text, file: &Path) -> Result<String> {
     let mut s = String::new();
     match classify(text)? {
         Blob::Head(h) => s.push_str(&String::from_utf8_lossy(&h.to_bytes())),
-        Blob::Other => return crate::git::diff::textconv(text.stream()).map_err(|e| e.in_file(file)),
+        Blob::Other => return crate::git::textconv::textconv(text.stream()).map_err(|e| e.in_file(file)),
         Blob::Part => {
             for sec in scan(text, file)? {
                 let row = if sec.shape.len() >= 2 {
-                    sec.shape[1..].iter().product::<u64>() * sec.dtype.size() as u64
+                    crate::model::byte_size(sec.dtype, &sec.shape[1..]).unwrap_or(1)
                 } else {
-                    sec.dtype.size() as u64
+                    sec.dtype.block().bytes
                 };
                 let unit = if sec.shape.len() >= 2 { "rows" } else { "elements" };
                 let shape = crate::format::syntax::shape_str(&sec.shape);

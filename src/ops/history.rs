@@ -314,7 +314,7 @@ pub fn textconv(file: &Path, here: &Path) -> Result<String> {
         return crate::git::parts::textconv_part(&f, file);
     }
     let wtxt = crate::git::filter::as_wtxt(file, here, &file.to_string_lossy())?;
-    let arrays = crate::git::diff::textconv_arrays(&wtxt[..]).map_err(|e| e.in_file(file))?;
+    let arrays = crate::git::textconv::textconv_arrays(&wtxt[..]).map_err(|e| e.in_file(file))?;
     Ok(format!("(a filter's file: the committed header is not shown; `wtxt log` or `git diff` show it)\n{arrays}"))
 }
 

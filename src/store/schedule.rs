@@ -120,11 +120,13 @@ pub fn plan_tensor(dtype: &str, shape: &[u64], shards: &[Shard]) -> Result<Tenso
             )));
         }
     }
-    let isz = dt.size() as u64;
     let first = shards.iter().map(|s| s.rank).min().unwrap_or(0);
     let inner_full = product(shape.get(1..).unwrap_or(&[]))?;
-    // Flat units: a row of a rank >= 2 array, an element otherwise.
-    let unit = if shape.len() >= 2 { isz.saturating_mul(inner_full) } else { isz };
+    // Flat units: a row of a rank >= 2 array, a block of elements otherwise
+    // (one element but for the sub-byte dtypes).
+    let block = dt.block();
+    let unit = if shape.len() >= 2 { bytes_of(dt, inner_full).unwrap_or(u64::MAX) } else { block.bytes };
+    let per_unit = if shape.len() >= 2 { 1 } else { block.elems };
     // Each shard as (rank, first unit, end unit, bytes per unit / unit).
     let spans: Vec<(usize, u64, u64, u64)> = shards
         .iter()
@@ -133,7 +135,8 @@ pub fn plan_tensor(dtype: &str, shape: &[u64], shards: &[Shard]) -> Result<Tenso
                 return Ok((s.rank, 0, 1, 1));
             }
             let inner = if shape.len() >= 2 { product(&s.sizes[1..])? } else { 1 };
-            Ok((s.rank, s.offsets[0], s.offsets[0].saturating_add(s.sizes[0]), inner))
+            let (a, b) = (s.offsets[0] / per_unit, s.offsets[0].saturating_add(s.sizes[0]).div_ceil(per_unit));
+            Ok((s.rank, a, b, inner))
         })
         .collect::<Result<_>>()?;
     let mut owners = Vec::with_capacity(chunks.len());
@@ -163,8 +166,8 @@ pub fn plan_tensor(dtype: &str, shape: &[u64], shards: &[Shard]) -> Result<Tenso
         .zip(&owners)
         .map(|(&(coff, clen), &owner)| {
             shards.iter().filter(|s| s.rank == owner).any(|s| {
-                let Some(start) = row_start(shape, isz, s) else { return false };
-                let n = product(&s.sizes).map_or(u128::MAX, |e| e as u128 * isz as u128);
+                let Some(start) = row_start(shape, dt, s) else { return false };
+                let n = product(&s.sizes).ok().and_then(|e| bytes_of(dt, e)).map_or(u128::MAX, u128::from);
                 start as u128 <= coff as u128 && coff as u128 + clen as u128 <= start as u128 + n
             })
         })
@@ -175,14 +178,21 @@ pub fn plan_tensor(dtype: &str, shape: &[u64], shards: &[Shard]) -> Result<Tenso
 /// The first byte, in its tensor's C-order bytes, of a shard of whole rows
 /// (all of every dimension but the first), which is then one run of those
 /// bytes; None for any other shard.
-pub fn row_start(shape: &[u64], itemsize: u64, shard: &Shard) -> Option<u64> {
+pub fn row_start(shape: &[u64], dtype: Dtype, shard: &Shard) -> Option<u64> {
     if shape.is_empty() {
         return Some(0);
     }
     if shard.sizes.get(1..)? != &shape[1..] || shard.offsets.get(1..)?.iter().any(|&o| o != 0) {
         return None;
     }
-    shard.offsets[0].checked_mul(itemsize)?.checked_mul(product(&shape[1..]).ok()?)
+    bytes_of(dtype, shard.offsets[0].checked_mul(product(&shape[1..]).ok()?)?)
+}
+
+/// The bytes of `elems` elements of `dtype`; None on overflow or where
+/// they end inside a byte (a sub-byte dtype).
+fn bytes_of(dtype: Dtype, elems: u64) -> Option<u64> {
+    let bits = elems.checked_mul(dtype.bits())?;
+    (bits % 8 == 0).then_some(bits / 8)
 }
 
 /// Maximal runs of one owner.

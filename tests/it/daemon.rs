@@ -1114,3 +1114,30 @@ fn the_ring_is_taken_only_as_the_pipeline_left_it() {
 fn git_cmd_ok(dir: &Path, args: &[&str]) -> bool {
     crate::util::git_cmd(dir, args, &[]).status.success()
 }
+
+/// The daemon snapshots a checkpoint of MXFP4 blocks, E8M0 scales, the FNUZ
+/// float8s and complex64 as `wtxt snapshot` does: what it commits extracts
+/// to the file it was given, byte for byte.
+#[test]
+fn the_daemon_keeps_every_dtype_bit_for_bit() {
+    let (dir, repo) = new_repo();
+    let d = dir.path();
+    let st = d.join("mx.safetensors");
+    crate::dtypes::torch_checkpoint(&st, 0x72, 127);
+    let daemon = Daemon::start(&repo, &d.join("s.sock"), &[]);
+    assert_eq!(daemon.ask(&format!("snapshot {} gen=1", st.display())), "ok gen=1 queued");
+    assert_eq!(daemon.ask("flush"), "ok");
+    daemon.stop();
+    let o = log_verified(&repo);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let back = d.join("back.safetensors");
+    let o = Command::new(env!("CARGO_BIN_EXE_wtxt"))
+        .arg("extract")
+        .arg(repo.join("snapshot.wtxt"))
+        .arg("-o")
+        .arg(&back)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(&st).unwrap() == std::fs::read(&back).unwrap());
+}

@@ -10,7 +10,7 @@ use crate::util::run;
 use wtxt::model::{Array, Dtype};
 
 pub(crate) fn tensor(name: &str, dtype: Dtype, shape: &[u64], seed: u8) -> Array {
-    let n: u64 = shape.iter().product::<u64>() * dtype.size() as u64;
+    let n = wtxt::model::byte_size(dtype, shape).unwrap();
     let bytes: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
     Array::new("t", dtype, shape.to_vec(), bytes.into()).unwrap().renamed(name)
 }

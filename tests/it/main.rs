@@ -36,6 +36,7 @@ mod convert;
 mod corruption;
 mod daemon;
 mod delta;
+mod dtypes;
 mod folders;
 mod gitflow;
 mod golden;

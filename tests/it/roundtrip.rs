@@ -11,6 +11,7 @@ fn arb_array(i: usize) -> impl Strategy<Value = Array> {
     let dtype = prop::sample::select(Dtype::ALL.to_vec());
     let shape = prop::collection::vec(0u64..6, 0..4);
     (dtype, shape, any::<u64>()).prop_map(move |(d, s, seed)| {
+        let s = whole_blocks(d, s);
         let n = byte_size(d, &s).unwrap() as usize;
         let mut x = seed | 1;
         let data: Vec<u8> = (0..n)
@@ -27,6 +28,18 @@ fn arb_array(i: usize) -> impl Strategy<Value = Array> {
             .collect();
         Array::new(format!("a{i}_{}", d.as_str()), d, s, ArrayData::from(data)).unwrap()
     })
+}
+
+/// `shape` with its innermost dimension in whole blocks of `d`'s elements
+/// (a sub-byte scalar becomes one block).
+pub(crate) fn whole_blocks(d: Dtype, mut shape: Vec<u64>) -> Vec<u64> {
+    let elems = d.block().elems;
+    match shape.last_mut() {
+        Some(last) => *last *= elems,
+        None if elems > 1 => shape.push(elems),
+        None => {}
+    }
+    shape
 }
 
 fn write(arrays: &[Array], rows: u64, gen: u64) -> Vec<u8> {

@@ -445,9 +445,9 @@ mod placed {
     use wtxt::model::{Array, Dtype};
 
     fn arrays() -> impl Strategy<Value = Vec<(Dtype, Vec<u64>)>> {
-        let dtype = prop::sample::select(vec![Dtype::F32, Dtype::U8, Dtype::I16, Dtype::F64]);
+        let dtype = prop::sample::select(vec![Dtype::F32, Dtype::U8, Dtype::I16, Dtype::F64, Dtype::F6E2m3]);
         let shape = prop::collection::vec(1u64..40, 1..4);
-        prop::collection::vec((dtype, shape), 1..6)
+        prop::collection::vec((dtype, shape).prop_map(|(d, s)| (d, crate::roundtrip::whole_blocks(d, s))), 1..6)
     }
 
     proptest! {
@@ -460,7 +460,7 @@ mod placed {
                 .iter()
                 .enumerate()
                 .map(|(i, (d, s))| {
-                    let n = s.iter().product::<u64>() as usize * d.size();
+                    let n = wtxt::model::byte_size(*d, s).unwrap() as usize;
                     let bytes: Vec<u8> = (0..n).map(|k| (k * 31 + i) as u8).collect();
                     Array::new(format!("a{i}"), *d, s.clone(), bytes.into()).unwrap()
                 })

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 from . import _rust
 from ._common import (
     Error, PathLike, VerifyError, as_path, call, literal, ml_dtype, np, on_push_error_of, record_command, save_items,
-    stage_array, trust_of, writing_of, ML_DTYPES, ON_PUSH_ERROR, TO_NUMPY, SnapshotInfo,
+    packed_bytes, stage_array, trust_of, writing_of, ML_DTYPES, ON_PUSH_ERROR, SUB_BYTE, TO_NUMPY, SnapshotInfo,
 )
 
 __all__ = ["Error", "VerifyError", "Report", "save_file", "load_file", "load_metadata", "verify", "Snapshotter",
@@ -121,10 +121,11 @@ def extract_folder(filename: PathLike, out: PathLike, hmac_key: Optional[PathLik
                  trust_of(hmac_key, pubkey, trusted_keys, require_signature, policy_of=filename))
 
 
-def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
+def _from_bytes(name: str, dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
     """The array over `data` itself: the flat uint8 array the decoder filled
     (writable, no copy). bf16 and float8 come back typed with `ml_dtypes`
-    (the `bf16` extra); without it, as their bits, and a warning says so."""
+    (the `bf16` extra); without it, as their bits, and a warning says so.
+    The sub-byte types come back as their packed bytes (`packed_bytes`)."""
     if dtype in ML_DTYPES:
         ml = ml_dtype(dtype)
         if ml is None:
@@ -132,6 +133,8 @@ def _from_bytes(dtype: str, shape: List[int], data: np.ndarray) -> np.ndarray:
             warnings.warn(f"{dtype} arrays come back as their bits ({ML_DTYPES[dtype][1]}): install ml_dtypes "
                           "(pip install 'wtxt[bf16]') for typed arrays", stacklevel=3)
         return data.view(ml if ml is not None else ML_DTYPES[dtype][1]).reshape(shape)
+    if dtype in SUB_BYTE:
+        return packed_bytes(name, dtype, shape, data)
     return data.view(TO_NUMPY[dtype]).reshape(shape)
 
 
@@ -175,7 +178,7 @@ def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: O
     trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, allow_unbound, policy_of=filename)
     if rev is not None:
         loaded = call(_rust.load_at, os.fspath(filename), rev, trust, names=names)
-        return {t.name: _from_bytes(t.dtype, t.shape, t.data) for t in loaded.tensors}
+        return {t.name: _from_bytes(t.name, t.dtype, t.shape, t.data) for t in loaded.tensors}
     rows = None
     if names is not None:
         # Each named tensor whole: its rows, from the outline (unverified;
@@ -184,7 +187,7 @@ def load_file(filename: PathLike, hmac_key: Optional[PathLike] = None, pubkey: O
         shapes = {t.name: t.shape for t in outline.tensors} if outline is not None else {}
         rows = {n: (0, shapes[n][0] if shapes.get(n) else 1) for n in names}
     loaded = call(_rust.load, os.fspath(filename), trust, rows=rows)
-    return {t.name: _from_bytes(t.dtype, t.shape, t.data) for t in loaded.tensors}
+    return {t.name: _from_bytes(t.name, t.dtype, t.shape, t.data) for t in loaded.tensors}
 
 
 def load_metadata(filename: PathLike) -> Dict[str, str]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import functools
 import os
 import tempfile
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import wtxt._rust as _rust
 
@@ -100,7 +100,7 @@ def call(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
 # WTXT dtypes and the NumPy dtypes they are (little-endian, as stored).
 TO_NUMPY = {
     "f64": "<f8", "f32": "<f4", "f16": "<f2", "i64": "<i8", "u64": "<u8", "i32": "<i4", "u32": "<u4",
-    "i16": "<i2", "u16": "<u2", "i8": "|i1", "u8": "|u1", "bool": "|b1",
+    "i16": "<i2", "u16": "<u2", "i8": "|i1", "u8": "|u1", "bool": "|b1", "c64": "<c8", "c128": "<c16",
 }
 def numpy_to_wtxt() -> Dict[str, str]:
     """NumPy's dtype strings and the WTXT dtypes they are."""
@@ -109,7 +109,23 @@ def numpy_to_wtxt() -> Dict[str, str]:
 
 # WTXT dtypes NumPy has only through the optional `ml_dtypes` package, and
 # the unsigned type of their bits, which they come back as without it.
-ML_DTYPES = {"bf16": ("bfloat16", "<u2"), "f8e4m3": ("float8_e4m3fn", "|u1"), "f8e5m2": ("float8_e5m2", "|u1")}
+ML_DTYPES = {"bf16": ("bfloat16", "<u2"), "f8e4m3": ("float8_e4m3fn", "|u1"), "f8e5m2": ("float8_e5m2", "|u1"),
+             "f8e4m3fnuz": ("float8_e4m3fnuz", "|u1"), "f8e5m2fnuz": ("float8_e5m2fnuz", "|u1"),
+             "f8e8m0": ("float8_e8m0fnu", "|u1")}
+
+# The sub-byte dtypes: (elements, bytes) of their smallest whole-byte run.
+SUB_BYTE = {"f4e2m1": (2, 1), "f6e2m3": (4, 3), "f6e3m2": (4, 3)}
+
+
+def packed_bytes(name: str, dtype: str, shape: Sequence[int], data: Any) -> Any:
+    """A sub-byte array that NumPy (or torch, for the f6 types) has no type
+    for, as its packed bytes: uint8, the innermost dimension in bytes. A
+    warning says so."""
+    import warnings
+    elems, nbytes = SUB_BYTE[dtype]
+    warnings.warn(f"tensor {name!r}: {dtype} comes back as its packed bytes (uint8, {elems} elements in "
+                  f"{nbytes} byte{'s' if nbytes > 1 else ''})", stacklevel=3)
+    return data.view("|u1").reshape([int(d) for d in shape[:-1]] + [int(shape[-1]) // elems * nbytes])
 
 
 def ml_dtype(dtype: str) -> Any:
@@ -132,8 +148,8 @@ def wtxt_dtype(a: Any, name: str) -> str:
     table = numpy_to_wtxt()
     if key not in table:
         raise Error(f"tensor {name!r}: dtype {a.dtype} has no WTXT equivalent "
-                    f"(supported: {', '.join(sorted(TO_NUMPY))}, and bf16, float8_e4m3fn and float8_e5m2 "
-                    "with ml_dtypes)")
+                    f"(supported: {', '.join(sorted(TO_NUMPY))}, and with ml_dtypes "
+                    f"{', '.join(v[0] for v in ML_DTYPES.values())})")
     return table[key]
 
 

@@ -60,7 +60,7 @@ mod tests {
         for d in Dtype::ALL {
             match code_of(d) {
                 Some(c) => assert_eq!(dtype_of(c), Some(d)),
-                None => assert!(matches!(d, Dtype::F8E4m3 | Dtype::F8E5m2)),
+                None => assert!(d > Dtype::Bool, "{d}: every seed dtype and f16, bf16, bool have a code"),
             }
         }
     }

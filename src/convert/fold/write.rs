@@ -63,8 +63,23 @@ pub(super) fn npz_groups<'a>(members: Vec<(&'a str, &'a Array)>, limit: u64) -> 
     Ok(groups)
 }
 
-/// Refuses, from sizes alone, tensors that no FOLD chunk can hold.
+/// FOLD keeps tensors in NPZ0 chunks: a dtype NumPy lacks is refused.
+fn numpy_dtypes(arrays: &[Array]) -> Result<()> {
+    if let Some(a) = arrays.iter().find(|a| npy::descr(a.dtype).is_err()) {
+        return Err(Error::input(
+            Default::default(),
+            format!(
+                "FOLD keeps tensors in NPZ0 chunks and NumPy has no {0}: array {1} is {0} (use --to safetensors)",
+                a.dtype, a.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses, from dtypes and sizes alone, tensors that no FOLD chunk can hold.
 pub fn check_sizes(arrays: &[Array]) -> Result<()> {
+    numpy_dtypes(arrays)?;
     npz_groups(arrays.iter().filter(|a| !a.is_metadata()).map(|a| (a.name.as_str(), a)).collect(), NPZ_LIMIT)
         .map(|_| ())
 }
@@ -203,15 +218,7 @@ pub fn kept_names(arrays: &[Array]) -> Result<Option<OriginalNames>> {
 
 /// [`write_to`] with NPZ0 chunks of at most `limit` bytes.
 pub(super) fn write_limited(arrays: &[Array], out: &mut dyn WriteSeek, limit: u64) -> Result<()> {
-    if let Some(a) = arrays.iter().find(|a| a.dtype == crate::model::Dtype::Bf16) {
-        return Err(Error::input(
-            Default::default(),
-            format!(
-                "FOLD keeps tensors in NPZ0 chunks and NumPy has no bfloat16: array {} is bf16 (use --to aero or safetensors)",
-                a.name
-            ),
-        ));
-    }
+    numpy_dtypes(arrays)?;
     let bad = |m: String| Error::input(Default::default(), format!("{META}: {m}"));
     let meta = meta_typed(arrays, META)?.unwrap_or(FoldMeta {
         version: latest_version(),

@@ -125,8 +125,15 @@ pub(super) fn ndarray_args(dtype: Dtype, dims: &[u64]) -> Result<[u8; 128]> {
     if dims.len() > MAX_NDIM {
         return Err(Error::input(Default::default(), format!("MLDF: a sample has at most {MAX_NDIM} dims")));
     }
+    let name = dtype.as_str().as_bytes();
+    if name.len() > 8 {
+        return Err(Error::usage(format!(
+            "MLDF: an NDARRAY dtype is 8 bytes and `{dtype}` is {} (use safetensors)",
+            name.len()
+        )));
+    }
     let mut a = [0u8; 128];
-    a[..dtype.as_str().len()].copy_from_slice(dtype.as_str().as_bytes());
+    a[..name.len()].copy_from_slice(name);
     a[8] = dims.len() as u8;
     for (i, d) in dims.iter().enumerate() {
         a[16 + 8 * i..24 + 8 * i].copy_from_slice(&d.to_le_bytes());

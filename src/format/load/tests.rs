@@ -370,3 +370,25 @@ fn rows_decoded_into_the_callers_memory_are_the_rows_a_load_keeps() {
         assert!(mem.iter().all(|&b| b == 0));
     }
 }
+
+/// A partial read of a sub-byte array cuts on bytes: a row-blocked f4e2m1
+/// array's rows are whole bytes, a rank-1 one's window of elements must
+/// start and end on a byte.
+#[test]
+fn a_load_of_rows_of_a_sub_byte_array_cuts_whole_bytes() {
+    let blocks = Array::new("f4", Dtype::F4E2m1, vec![16, 6], (0..48u8).collect::<Vec<_>>().into()).unwrap();
+    let flat = Array::new("f6", Dtype::F6E2m3, vec![8], (0..6u8).collect::<Vec<_>>().into()).unwrap();
+    let t = text(&[blocks, flat]);
+    let load = |rows: &[(&str, (u64, u64))]| {
+        let rows: BTreeMap<String, (u64, u64)> = rows.iter().map(|(n, r)| (n.to_string(), *r)).collect();
+        Load { rows: Some(&rows), ..Default::default() }.run(&t[..], t.len() as u64, &Default::default())
+    };
+    let got = load(&[("f4", (5, 9)), ("f6", (4, 8))]).unwrap();
+    assert_eq!(
+        (got.arrays[0].shape.as_slice(), got.arrays[0].bytes()),
+        (&[4, 6][..], &(15..27u8).collect::<Vec<_>>()[..])
+    );
+    assert_eq!((got.arrays[1].shape.as_slice(), got.arrays[1].bytes()), (&[4][..], &[3u8, 4, 5][..]));
+    let Err(e) = load(&[("f6", (2, 8))]) else { panic!("half a block was loaded") };
+    assert!(e.to_string().contains("rows 2..8 of f6e2m3 elements end inside a byte (ask for multiples of 4)"), "{e}");
+}

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use crate::crypto::digest::Hash;
 use crate::error::reason;
 use crate::limits::{MAX_NAME, MAX_RANK};
-use crate::model::{byte_size, is_valid_name, Dtype};
+use crate::model::{is_valid_name, Dtype};
 
 use super::fields::{dec, hexn, lossy, padded, Fields, PResult, B64_WIDTH, RAW_PER_LINE, ZERO32};
 
@@ -94,7 +94,7 @@ impl ArrLine {
             return Err("order: expected `C`".into());
         }
         let bytes = dec(f.next("bytes")?, "bytes")?;
-        let want = byte_size(dtype, &shape).ok_or("shape: element count overflows")?;
+        let want = crate::model::shape_bytes(dtype, &shape)?;
         if bytes != want {
             return Err(reason!("bytes: expected {want} for {dtype} shape {}, found {bytes}", shape_str(&shape)));
         }

@@ -19,14 +19,14 @@ DLPack).
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
 from . import _pinned
 import wtxt._rust as _rust
 from .._common import (
-    Error, Staged, TO_NUMPY, call, from_literal, literal, save_items, stage_array, staged_as, trust_of,
+    Error, Staged, TO_NUMPY, call, from_literal, literal, packed_bytes, save_items, stage_array, staged_as, trust_of,
 )
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -35,29 +35,50 @@ PathLike = Union[str, "os.PathLike[str]"]
 _FROM_TORCH = {
     torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
     torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
-    torch.bool: "bool",
+    torch.bool: "bool", torch.complex64: "c64", torch.complex128: "c128",
 }
 for _name, _wtxt in (("uint16", "u16"), ("uint32", "u32"), ("uint64", "u64"), ("float8_e4m3fn", "f8e4m3"),
-                     ("float8_e5m2", "f8e5m2")):
-    if hasattr(torch, _name):  # torch >= 2.3 (unsigned), 2.1 (float8)
+                     ("float8_e5m2", "f8e5m2"), ("float8_e4m3fnuz", "f8e4m3fnuz"), ("float8_e5m2fnuz", "f8e5m2fnuz"),
+                     ("float8_e8m0fnu", "f8e8m0"), ("float4_e2m1fn_x2", "f4e2m1")):
+    if hasattr(torch, _name):  # torch >= 2.3 (unsigned), 2.1 (float8), 2.7 (e8m0, float4)
         _FROM_TORCH[getattr(torch, _name)] = _wtxt
 _TO_TORCH = {v: k for k, v in _FROM_TORCH.items()}
+
+# torch's float4_e2m1fn_x2 is a byte of two f4e2m1 elements: its innermost
+# dimension counts bytes where WTXT's (and safetensors' F4) counts
+# elements, twice as many. The one rule between the two (FORMAT.md section 4).
+_PER_TORCH_ELEMENT = {"f4e2m1": 2}
+
+
+def wtxt_shape(name: str, dtype: str, shape: Sequence[int]) -> List[int]:
+    """The WTXT shape of a torch tensor of WTXT dtype `dtype` and `shape`."""
+    k = _PER_TORCH_ELEMENT.get(dtype, 1)
+    if k > 1 and not shape:
+        raise Error(f"tensor {name!r}: a float4_e2m1fn_x2 scalar has no innermost dimension to count its "
+                    "two f4e2m1 elements in; give it shape (1,)")
+    return [int(d) for d in shape[:-1]] + [int(d) * k for d in shape[-1:]]
+
+
+def torch_shape(dtype: str, shape: Sequence[int]) -> List[int]:
+    """The torch shape of a WTXT array: the inverse of `wtxt_shape`."""
+    k = _PER_TORCH_ELEMENT.get(dtype, 1)
+    return [int(d) for d in shape[:-1]] + [int(d) // k for d in shape[-1:]]
 
 
 def _wtxt_dtype(name: str, dtype: torch.dtype) -> str:
     """The WTXT dtype of a tensor of `dtype`, or an error naming both."""
     if dtype not in _FROM_TORCH:
-        raise Error(f"tensor {name!r}: dtype {dtype} has no WTXT equivalent (f64 f32 f16 bf16 float8_e4m3fn "
-                    "float8_e5m2 i64 i32 i16 i8 u8 u16 u32 u64 bool)")
+        raise Error(f"tensor {name!r}: dtype {dtype} has no WTXT equivalent ("
+                    f"{' '.join(str(d).removeprefix('torch.') for d in _FROM_TORCH)})")
     return _FROM_TORCH[dtype]
 
 
 def _bits(t: torch.Tensor) -> Any:
-    """A CPU, C-contiguous tensor's bytes as NumPy sees them (bf16 and
-    float8 as their bit patterns: NumPy has no such types)."""
+    """A CPU, C-contiguous tensor's bytes as NumPy sees them (bf16, float8
+    and float4 as their bit patterns: NumPy has no such types)."""
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy()
-    if t.element_size() == 1 and t.dtype.is_floating_point:
+    if t.element_size() == 1 and t.dtype not in (torch.uint8, torch.int8, torch.bool):
         return t.view(torch.uint8).numpy()
     return t.numpy()
 
@@ -67,9 +88,10 @@ def _item(name: str, t: Any) -> Staged:
         return stage_array(name, t)
     t = t.detach().to("cpu").contiguous()
     dtype = _wtxt_dtype(name, t.dtype)
-    if dtype in ("bf16", "f8e4m3", "f8e5m2"):
-        return staged_as(name, dtype, _bits(t))
-    return stage_array(name, t.numpy())
+    if dtype in TO_NUMPY:
+        return stage_array(name, t.numpy())
+    (_, _, _, address, length), keep = staged_as(name, dtype, _bits(t))
+    return (name, dtype, wtxt_shape(name, dtype, t.shape), address, length), keep
 
 
 def _flat(state_dict: Mapping[str, Any]) -> Dict[str, Any]:
@@ -133,10 +155,11 @@ def _tensor(name: str, dtype: str, shape: List[int], data: Any) -> torch.Tensor:
     memory is used, no copy)."""
     if dtype == "bf16":
         t = torch.from_numpy(data.view("<i2")).view(torch.bfloat16)
-    elif dtype in ("f8e4m3", "f8e5m2"):
+    elif dtype not in TO_NUMPY:
         if dtype not in _TO_TORCH:
-            raise Error(f"tensor {name!r}: {dtype} has no tensor type in this torch")
+            return torch.from_numpy(packed_bytes(name, dtype, shape, data))
         t = torch.from_numpy(data.view("|u1")).view(_TO_TORCH[dtype])
+        shape = torch_shape(dtype, shape)
     else:
         a = data.view(TO_NUMPY[dtype])
         try:
@@ -162,7 +185,8 @@ def _load(filename: PathLike, hmac_key: Optional[PathLike], pubkey: Optional[Pat
     rows in place and are not returned; a failed check leaves them partly
     written."""
     trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, signer=signer, policy_of=filename)
-    mem = {name: (_wtxt_dtype(name, t.dtype), list(t.shape), t.reshape(-1).view(torch.uint8).numpy())
+    mem = {name: (_wtxt_dtype(name, t.dtype), wtxt_shape(name, _wtxt_dtype(name, t.dtype), t.shape),
+                  t.reshape(-1).view(torch.uint8).numpy())
            for name, t in (into or {}).items()}
     loaded = call(_rust.load, os.fspath(filename), trust, rows=rows, into=mem or None)
     out = {t.name: _tensor(t.name, t.dtype, t.shape, t.data) for t in loaded.tensors}

@@ -18,7 +18,7 @@ from torch.futures import Future
 
 import wtxt._rust as _rust
 from .._common import Error, call
-from . import _TO_TORCH, _load
+from . import _TO_TORCH, _load, torch_shape
 from ._ranks import _Ranks, _wtxt_group
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -83,7 +83,9 @@ class WtxtStorageReader(StorageReader):
             raise Error(f"{self.path}: not a snapshot this reader can plan from")
         sd: Dict[str, Union[TensorStorageMetadata, BytesStorageMetadata]] = {}
         for t in outlined.tensors:
-            size = torch.Size(t.shape)
+            if t.dtype not in _TO_TORCH:
+                raise Error(f"{self.path}: tensor {t.name!r} is {t.dtype}, which torch has no dtype for")
+            size = torch.Size(torch_shape(t.dtype, t.shape))
             sd[t.name] = TensorStorageMetadata(
                 properties=TensorProperties(dtype=_TO_TORCH[t.dtype]), size=size,
                 chunks=[ChunkStorageMetadata(offsets=torch.Size([0] * len(t.shape)), sizes=size)])

@@ -47,9 +47,9 @@ from torch.futures import Future
 
 import wtxt._rust as _rust
 from .._common import (
-    Error, ML_DTYPES, SnapshotInfo, TO_NUMPY, call, literal, on_push_error_of, record_command, writing_of,
+    Error, SnapshotInfo, call, literal, on_push_error_of, record_command, writing_of,
 )
-from . import _bits, _pinned, _wtxt_dtype
+from . import _TO_TORCH, _bits, _pinned, _wtxt_dtype, wtxt_shape
 from ._dcp_load import WtxtStorageReader, load
 from ._ranks import _Ranks, _wtxt_group
 
@@ -92,8 +92,16 @@ def _stage_prefix(path: str) -> Tuple[str, str]:
 
 
 def _itemsize(dtype: str) -> int:
-    """Bytes per element of a WTXT dtype, from the tables that map them to NumPy."""
-    return np.dtype(TO_NUMPY[dtype] if dtype in TO_NUMPY else ML_DTYPES[dtype][1]).itemsize
+    """Bytes per torch element of a WTXT dtype (a float4_e2m1fn_x2 is one
+    byte of two f4e2m1 elements)."""
+    return _TO_TORCH[dtype].itemsize
+
+
+def _wtxt_shards(region: _Region, shards: List[_Shard]) -> List[Tuple[int, List[int], List[int]]]:
+    """A tensor's shards in WTXT's elements (`wtxt_shape`): DCP gives them in torch's."""
+    dt = region.dtype
+    return [(rk, wtxt_shape("", dt, off) if off else [], wtxt_shape("", dt, size) if size else [])
+            for rk, off, size in shards]
 
 
 def _pwrite_all(fd: int, data: memoryview, at: int, path: str) -> None:
@@ -460,15 +468,16 @@ class WtxtStorageWriter(StorageWriter):
         self._agree_on_options(ranks)
         # Every tensor's chunks, who encodes each, and whether that rank has
         # all of it in its own shard: the same answer on every rank.
-        plans = {fqn: call(_rust.plan_tensor, r.dtype, list(r.shape),
-                           [(rk, list(off), list(size)) for rk, off, size in stage.shards.get(fqn, [])])
+        plans = {fqn: call(_rust.plan_tensor, r.dtype, wtxt_shape(fqn, r.dtype, r.shape),
+                           _wtxt_shards(r, stage.shards.get(fqn, [])))
                  for fqn, r in stage.regions.items()}
         results: List[WriteResult] = []
         mine: Dict[str, List[Tuple[Any, np.ndarray, int]]] = {}
         put = ranks.agree(lambda: _put_shards(plan, planner, host, stage, plans, mine, results))
         objects = {k: v for o in put for k, v in o.items()}
         # Every piece is in place: each rank plans the same text.
-        tensors = [(fqn, r.dtype, list(r.shape), r.offset, r.nbytes) for fqn, r in sorted(stage.regions.items())]
+        tensors = [(fqn, r.dtype, wtxt_shape(fqn, r.dtype, r.shape), r.offset, r.nbytes)
+                   for fqn, r in sorted(stage.regions.items())]
         dw = call(_rust.DistWriter, tensors, stage.path, stage.folder, self.path, stage.gen, stage.ts,
                   stage.merkle_prev, self.writing, self.metadata, objects or None)
         sched = dw.schedule(plans, ranks.rank, ranks.world)
