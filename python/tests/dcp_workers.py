@@ -215,7 +215,7 @@ def save_bad_dtype(rank: int, world: int, path: str) -> None:
 
     from wtxt.torch.dcp import WtxtStorageWriter
 
-    state = {"w": torch.zeros(4, 2), "z": torch.zeros(3, dtype=torch.complex64)}
+    state = {"w": torch.zeros(4, 2), "z": torch.zeros(3, dtype=torch.complex32)}  # no WTXT dtype
     dcp.save(state, storage_writer=WtxtStorageWriter(path))
 
 

@@ -1131,13 +1131,7 @@ fn the_daemon_keeps_every_dtype_bit_for_bit() {
     let o = log_verified(&repo);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let back = d.join("back.safetensors");
-    let o = Command::new(env!("CARGO_BIN_EXE_wtxt"))
-        .arg("extract")
-        .arg(repo.join("snapshot.wtxt"))
-        .arg("-o")
-        .arg(&back)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = crate::util::run(&["extract", repo.join("snapshot.wtxt").to_str().unwrap(), "-o", back.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(std::fs::read(&st).unwrap() == std::fs::read(&back).unwrap());
 }
