@@ -172,9 +172,14 @@ impl Dtype {
         }
     }
 
-    /// True for the elements smaller than a byte.
-    pub fn is_sub_byte(self) -> bool {
-        self.bits() < 8
+    /// The bytes of `elems` elements; `None` where they end inside a byte
+    /// (a sub-byte dtype) or the count overflows.
+    pub fn bytes_of(self, elems: u64) -> Option<u64> {
+        let bits = elems as u128 * self.bits() as u128;
+        if !bits.is_multiple_of(8) {
+            return None;
+        }
+        u64::try_from(bits / 8).ok()
     }
 
     /// True for the `ext_dtypes` extension, which a file must announce in `cap`.

@@ -125,7 +125,7 @@ pub fn plan_tensor(dtype: &str, shape: &[u64], shards: &[Shard]) -> Result<Tenso
     // Flat units: a row of a rank >= 2 array, a block of elements otherwise
     // (one element but for the sub-byte dtypes).
     let block = dt.block();
-    let unit = if shape.len() >= 2 { bytes_of(dt, inner_full).unwrap_or(u64::MAX) } else { block.bytes };
+    let unit = if shape.len() >= 2 { dt.bytes_of(inner_full).unwrap_or(u64::MAX) } else { block.bytes };
     let per_unit = if shape.len() >= 2 { 1 } else { block.elems };
     // Each shard as (rank, first unit, end unit, bytes per unit / unit).
     let spans: Vec<(usize, u64, u64, u64)> = shards
@@ -167,7 +167,7 @@ pub fn plan_tensor(dtype: &str, shape: &[u64], shards: &[Shard]) -> Result<Tenso
         .map(|(&(coff, clen), &owner)| {
             shards.iter().filter(|s| s.rank == owner).any(|s| {
                 let Some(start) = row_start(shape, dt, s) else { return false };
-                let n = product(&s.sizes).ok().and_then(|e| bytes_of(dt, e)).map_or(u128::MAX, u128::from);
+                let n = product(&s.sizes).ok().and_then(|e| dt.bytes_of(e)).map_or(u128::MAX, u128::from);
                 start as u128 <= coff as u128 && coff as u128 + clen as u128 <= start as u128 + n
             })
         })
@@ -185,14 +185,7 @@ pub fn row_start(shape: &[u64], dtype: Dtype, shard: &Shard) -> Option<u64> {
     if shard.sizes.get(1..)? != &shape[1..] || shard.offsets.get(1..)?.iter().any(|&o| o != 0) {
         return None;
     }
-    bytes_of(dtype, shard.offsets[0].checked_mul(product(&shape[1..]).ok()?)?)
-}
-
-/// The bytes of `elems` elements of `dtype`; None on overflow or where
-/// they end inside a byte (a sub-byte dtype).
-fn bytes_of(dtype: Dtype, elems: u64) -> Option<u64> {
-    let bits = elems.checked_mul(dtype.bits())?;
-    (bits % 8 == 0).then_some(bits / 8)
+    dtype.bytes_of(shard.offsets[0].checked_mul(product(&shape[1..]).ok()?)?)
 }
 
 /// Maximal runs of one owner.

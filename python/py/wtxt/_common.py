@@ -182,9 +182,11 @@ def stage_array(name: str, a: Any) -> Staged:
     return staged_as(name, *as_array(name, a))
 
 
-def staged_as(name: str, dtype: str, a: Any) -> Staged:
-    """`stage_array` of a C-contiguous little-endian `a` holding `dtype`'s bits."""
-    return (name, dtype, [int(d) for d in a.shape], a.__array_interface__["data"][0], a.nbytes), a
+def staged_as(name: str, dtype: str, a: Any, shape: Optional[List[int]] = None) -> Staged:
+    """`stage_array` of a C-contiguous little-endian `a` holding `dtype`'s
+    bits, of `shape` where the WTXT shape is not `a`'s (a sub-byte dtype)."""
+    shape = [int(d) for d in a.shape] if shape is None else shape
+    return (name, dtype, shape, a.__array_interface__["data"][0], a.nbytes), a
 
 
 def save_items(items: List[Staged], filename: PathLike, metadata: Optional[Dict[str, str]],

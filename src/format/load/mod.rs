@@ -124,21 +124,19 @@ impl Collect<'_> {
                 crate::error::one_line(&a.arr.name)
             )));
         }
-        // A row's bytes, in bits: a rank-1 sub-byte array's "rows" are its
-        // elements, and a window of them must start and end on a byte.
-        // In u128: the bits of a row can pass u64 where its bytes do not.
+        // A rank-1 sub-byte array's "rows" are its elements: a window of
+        // them must start and end on a byte.
         let inner = crate::model::element_count(a.arr.shape.get(1..).unwrap_or(&[])).unwrap_or(0);
-        let row_bits = inner as u128 * a.arr.dtype.bits() as u128;
-        let (lo, hi) = (start as u128 * row_bits, end as u128 * row_bits);
-        if lo % 8 != 0 || hi % 8 != 0 {
-            return Err(crate::Error::usage(format!(
+        let bytes = |r: u64| r.checked_mul(inner).and_then(|e| a.arr.dtype.bytes_of(e));
+        match (bytes(start), bytes(end)) {
+            (Some(lo), Some(hi)) => Ok((lo, hi)),
+            _ => Err(crate::Error::usage(format!(
                 "array {}: rows {start}..{end} of {} elements end inside a byte (ask for multiples of {})",
                 crate::error::one_line(&a.arr.name),
                 a.arr.dtype,
                 a.arr.dtype.block().elems
-            )));
+            ))),
         }
-        Ok(((lo / 8) as u64, (hi / 8) as u64))
     }
 }
 

@@ -90,8 +90,7 @@ def _item(name: str, t: Any) -> Staged:
     dtype = _wtxt_dtype(name, t.dtype)
     if dtype in TO_NUMPY:
         return stage_array(name, t.numpy())
-    (_, _, _, address, length), keep = staged_as(name, dtype, _bits(t))
-    return (name, dtype, wtxt_shape(name, dtype, t.shape), address, length), keep
+    return staged_as(name, dtype, _bits(t), wtxt_shape(name, dtype, t.shape))
 
 
 def _flat(state_dict: Mapping[str, Any]) -> Dict[str, Any]:
@@ -185,8 +184,8 @@ def _load(filename: PathLike, hmac_key: Optional[PathLike], pubkey: Optional[Pat
     rows in place and are not returned; a failed check leaves them partly
     written."""
     trust = trust_of(hmac_key, pubkey, trusted_keys, require_signature, signer=signer, policy_of=filename)
-    mem = {name: (_wtxt_dtype(name, t.dtype), wtxt_shape(name, _wtxt_dtype(name, t.dtype), t.shape),
-                  t.reshape(-1).view(torch.uint8).numpy())
+    dtypes = {name: _wtxt_dtype(name, t.dtype) for name, t in (into or {}).items()}
+    mem = {name: (dtypes[name], wtxt_shape(name, dtypes[name], t.shape), t.reshape(-1).view(torch.uint8).numpy())
            for name, t in (into or {}).items()}
     loaded = call(_rust.load, os.fspath(filename), trust, rows=rows, into=mem or None)
     out = {t.name: _tensor(t.name, t.dtype, t.shape, t.data) for t in loaded.tensors}

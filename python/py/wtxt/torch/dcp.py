@@ -97,11 +97,9 @@ def _itemsize(dtype: str) -> int:
     return _TO_TORCH[dtype].itemsize
 
 
-def _wtxt_shards(region: _Region, shards: List[_Shard]) -> List[Tuple[int, List[int], List[int]]]:
+def _wtxt_shards(fqn: str, region: _Region, shards: List[_Shard]) -> List[Tuple[int, List[int], List[int]]]:
     """A tensor's shards in WTXT's elements (`wtxt_shape`): DCP gives them in torch's."""
-    dt = region.dtype
-    return [(rk, wtxt_shape("", dt, off) if off else [], wtxt_shape("", dt, size) if size else [])
-            for rk, off, size in shards]
+    return [(rk, wtxt_shape(fqn, region.dtype, off), wtxt_shape(fqn, region.dtype, size)) for rk, off, size in shards]
 
 
 def _pwrite_all(fd: int, data: memoryview, at: int, path: str) -> None:
@@ -469,7 +467,7 @@ class WtxtStorageWriter(StorageWriter):
         # Every tensor's chunks, who encodes each, and whether that rank has
         # all of it in its own shard: the same answer on every rank.
         plans = {fqn: call(_rust.plan_tensor, r.dtype, wtxt_shape(fqn, r.dtype, r.shape),
-                           _wtxt_shards(r, stage.shards.get(fqn, [])))
+                           _wtxt_shards(fqn, r, stage.shards.get(fqn, [])))
                  for fqn, r in stage.regions.items()}
         results: List[WriteResult] = []
         mine: Dict[str, List[Tuple[Any, np.ndarray, int]]] = {}
